@@ -1,0 +1,291 @@
+/*
+ * loom.h — the public C API of Loom, a deep-learning compiler and runtime.
+ *
+ * Usage (build y = relu(x @ w), run it on the cpu backend):
+ *
+ *   loom_ctx *ctx = NULL;
+ *   loom_graph *g = NULL;
+ *   loom_session *s = NULL;
+ *   loom_value x, w, h, y;
+ *   if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) return 1;
+ *   loom_graph_new(ctx, &g);
+ *   loom_graph_input(g, "x", LOOM_DTYPE_F32, 2, (int64_t[]){4, 8}, &x);
+ *   loom_graph_param(g, "w", LOOM_DTYPE_F32, 2, (int64_t[]){8, 16}, &w);
+ *   loom_graph_op(g, LOOM_OP_MATMUL, 2, (loom_value[]){x, w}, 0, NULL, &h);
+ *   loom_graph_op(g, LOOM_OP_RELU, 1, &h, 0, NULL, &y);
+ *   loom_graph_output(g, "y", y);
+ *   if (loom_session_new(ctx, g, NULL, &s) != LOOM_STATUS_OK)
+ *     fprintf(stderr, "loom: %s\n", loom_ctx_error(ctx));
+ *   // inputs in declaration order; outputs allocated by the session when NULL
+ *   loom_tensor *in[2] = {xt, wt}, *out[1] = {NULL};
+ *   loom_session_run(s, 2, (const loom_tensor *const *)in, 1, out);
+ *   float *yv = loom_tensor_data(out[0]);
+ *   ...
+ *   loom_tensor_free(out[0]);
+ *   loom_session_free(s);
+ *   loom_graph_free(g);
+ *   loom_ctx_free(ctx);
+ *
+ * Conventions: every call that can fail returns a loom_status and leaves a
+ * readable message on its context (loom_ctx_error). Every _new has a _free
+ * that accepts NULL. No call aborts or exits on bad input.
+ */
+#ifndef LOOM_H
+#define LOOM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOOM_VERSION_MAJOR 0
+#define LOOM_VERSION_MINOR 1
+#define LOOM_VERSION_PATCH 0
+#define LOOM_VERSION_STRING "0.1.0"
+
+/* Largest tensor rank Loom handles. */
+#define LOOM_MAX_RANK 8
+
+typedef enum loom_status {
+  LOOM_STATUS_OK = 0,
+  LOOM_STATUS_INVALID_ARGUMENT, /* NULL handle, bad value, unknown name */
+  LOOM_STATUS_SHAPE_MISMATCH,   /* shapes that cannot go together */
+  LOOM_STATUS_DTYPE_MISMATCH,   /* dtypes that cannot go together */
+  LOOM_STATUS_UNSUPPORTED,      /* valid, but not implemented here */
+  LOOM_STATUS_OUT_OF_MEMORY,
+  LOOM_STATUS_IO,               /* a file could not be read or written */
+  LOOM_STATUS_PARSE,            /* malformed text or file contents */
+  LOOM_STATUS_OUT_OF_RANGE,     /* an index outside its tensor */
+  LOOM_STATUS_INTERNAL,         /* a bug in Loom: please report */
+  LOOM_STATUS_COUNT
+} loom_status;
+
+typedef enum loom_dtype {
+  LOOM_DTYPE_F32 = 0,
+  LOOM_DTYPE_F64,
+  LOOM_DTYPE_F16,
+  LOOM_DTYPE_BF16,
+  LOOM_DTYPE_I32,
+  LOOM_DTYPE_I64,
+  LOOM_DTYPE_BOOL, /* one byte, 0 or 1 */
+  LOOM_DTYPE_U8,
+  LOOM_DTYPE_COUNT
+} loom_dtype;
+
+/*
+ * The op list: every op Loom knows, primitive or composite. X(ENUM, name)
+ * expands to the enum below and to the op table in src/ops; an op missing
+ * its definition there is a link error. Attributes per op: docs/OPS.md.
+ */
+#define LOOM_OP_LIST(X)                                                        \
+  /* element-wise unary */                                                     \
+  X(NEG, neg) X(ABS, abs) X(SIGN, sign) X(EXP, exp) X(LOG, log) X(SQRT, sqrt)  \
+  X(RSQRT, rsqrt) X(RECIPROCAL, reciprocal) X(TANH, tanh) X(SIGMOID, sigmoid)  \
+  X(RELU, relu) X(ERF, erf) X(SIN, sin) X(COS, cos)                            \
+  /* element-wise binary, NumPy broadcasting */                                \
+  X(ADD, add) X(SUB, sub) X(MUL, mul) X(DIV, div) X(POW, pow)                  \
+  X(MAXIMUM, maximum) X(MINIMUM, minimum)                                      \
+  X(EQ, eq) X(NE, ne) X(LT, lt) X(LE, le) X(GT, gt) X(GE, ge)                  \
+  X(SELECT, select) X(CAST, cast)                                              \
+  /* reductions */                                                             \
+  X(REDUCE_SUM, reduce_sum) X(REDUCE_MAX, reduce_max)                          \
+  X(REDUCE_MIN, reduce_min)                                                    \
+  /* layout */                                                                 \
+  X(RESHAPE, reshape) X(TRANSPOSE, transpose) X(BROADCAST_TO, broadcast_to)    \
+  X(SLICE, slice) X(CONCAT, concat) X(PAD, pad)                                \
+  /* indexing and sources */                                                   \
+  X(GATHER, gather) X(SCATTER_ADD, scatter_add) X(IOTA, iota)                  \
+  X(CONSTANT, constant)                                                        \
+  /* compute-intensive */                                                      \
+  X(MATMUL, matmul)                                                            \
+  /* random */                                                                 \
+  X(DROPOUT, dropout)                                                          \
+  /* composites: lowered to the primitives above by the decompose pass */      \
+  X(REDUCE_MEAN, reduce_mean) X(SOFTMAX, softmax)                              \
+  X(LOG_SOFTMAX, log_softmax) X(LAYER_NORM, layer_norm)                        \
+  X(RMS_NORM, rms_norm) X(GELU, gelu) X(SILU, silu)                            \
+  X(CROSS_ENTROPY, cross_entropy) X(LINEAR, linear) X(ATTENTION, attention)    \
+  X(ADAMW, adamw)
+
+typedef enum loom_op {
+#define LOOM_X_ENUM(NAME, name) LOOM_OP_##NAME,
+  LOOM_OP_LIST(LOOM_X_ENUM)
+#undef LOOM_X_ENUM
+  LOOM_OP_COUNT
+} loom_op;
+
+/* A value in a graph (an input, a parameter or an op's output). */
+typedef int32_t loom_value;
+#define LOOM_VALUE_NONE ((loom_value)-1)
+
+typedef struct loom_ctx loom_ctx;
+typedef struct loom_graph loom_graph;
+typedef struct loom_tensor loom_tensor;
+typedef struct loom_session loom_session;
+
+/* ---- context ------------------------------------------------------------ */
+
+/* Creates a context: owns the error message and the settings. */
+loom_status loom_ctx_new(loom_ctx **out);
+/* Frees a context (NULL is fine). */
+void loom_ctx_free(loom_ctx *ctx);
+/* The message of the last failed call on this context ("" if none). */
+const char *loom_ctx_error(const loom_ctx *ctx);
+/* Sets the number of CPU threads (0 = all cores). */
+loom_status loom_ctx_set_threads(loom_ctx *ctx, int32_t n_threads);
+/* The number of CPU threads the backends use. */
+int32_t loom_ctx_threads(const loom_ctx *ctx);
+
+/* A short name for a status ("ok", "invalid argument", ...). */
+const char *loom_status_name(loom_status s);
+/* The library version, "MAJOR.MINOR.PATCH". */
+const char *loom_version(void);
+
+/* ---- dtypes and ops ----------------------------------------------------- */
+
+/* Bytes per element; 0 for an invalid dtype. */
+size_t loom_dtype_size(loom_dtype dt);
+/* Text name ("f32", "bf16", ...); NULL for an invalid dtype. */
+const char *loom_dtype_name(loom_dtype dt);
+/* Parses a dtype name; LOOM_STATUS_INVALID_ARGUMENT if unknown. */
+loom_status loom_dtype_from_name(const char *name, loom_dtype *out);
+/* The op's text name ("add", "layer_norm", ...); NULL if out of range. */
+const char *loom_op_name(loom_op op);
+/* Looks an op up by its text name. */
+loom_status loom_op_from_name(const char *name, loom_op *out);
+/* True for composite ops (lowered to primitives before execution). */
+bool loom_op_is_composite(loom_op op);
+
+/* ---- tensors (host memory) ---------------------------------------------- */
+
+/* Allocates a zero-filled contiguous tensor. */
+loom_status loom_tensor_new(loom_ctx *ctx, loom_dtype dt, int32_t rank,
+                            const int64_t *shape, loom_tensor **out);
+/* Wraps caller memory (not copied, not freed) as a contiguous tensor. */
+loom_status loom_tensor_wrap(loom_ctx *ctx, loom_dtype dt, int32_t rank,
+                             const int64_t *shape, void *data,
+                             loom_tensor **out);
+/* Frees a tensor (and its data, unless wrapped); NULL is fine. */
+void loom_tensor_free(loom_tensor *t);
+/* Pointer to the first element. */
+void *loom_tensor_data(const loom_tensor *t);
+loom_dtype loom_tensor_dtype(const loom_tensor *t);
+int32_t loom_tensor_rank(const loom_tensor *t);
+/* Extent of dimension i (i in [0, rank)). */
+int64_t loom_tensor_dim(const loom_tensor *t, int32_t i);
+/* Number of elements. */
+int64_t loom_tensor_numel(const loom_tensor *t);
+/* Reads a .npy file (little-endian, C order) into a new tensor. */
+loom_status loom_tensor_load_npy(loom_ctx *ctx, const char *path,
+                                 loom_tensor **out);
+/* Writes a tensor as a .npy file. */
+loom_status loom_tensor_save_npy(loom_ctx *ctx, const loom_tensor *t,
+                                 const char *path);
+
+/* ---- graphs ------------------------------------------------------------- */
+
+typedef enum loom_attr_kind {
+  LOOM_ATTR_INT = 0, /* also bools and dtypes */
+  LOOM_ATTR_FLOAT,
+  LOOM_ATTR_INTS
+} loom_attr_kind;
+
+/* A named attribute given to loom_graph_op (see docs/OPS.md per op). */
+typedef struct loom_attr {
+  const char *name;
+  loom_attr_kind kind;
+  int64_t i;
+  double f;
+  int32_t n_ints;
+  const int64_t *ints;
+} loom_attr;
+
+/* Creates an empty graph. */
+loom_status loom_graph_new(loom_ctx *ctx, loom_graph **out);
+/* Frees a graph; NULL is fine. */
+void loom_graph_free(loom_graph *g);
+/* Adds a data input. */
+loom_status loom_graph_input(loom_graph *g, const char *name, loom_dtype dt,
+                             int32_t rank, const int64_t *shape,
+                             loom_value *out);
+/* Adds a trainable parameter (an input that training updates). */
+loom_status loom_graph_param(loom_graph *g, const char *name, loom_dtype dt,
+                             int32_t rank, const int64_t *shape,
+                             loom_value *out);
+/* Adds an op with one output; infers and checks its shape. */
+loom_status loom_graph_op(loom_graph *g, loom_op op, int32_t n_inputs,
+                          const loom_value *inputs, int32_t n_attrs,
+                          const loom_attr *attrs, loom_value *out);
+/* Adds an op with several outputs (adamw); n_outputs must match the op. */
+loom_status loom_graph_op_multi(loom_graph *g, loom_op op, int32_t n_inputs,
+                                const loom_value *inputs, int32_t n_attrs,
+                                const loom_attr *attrs, int32_t n_outputs,
+                                loom_value *outputs);
+/* Marks a value as a named graph output. */
+loom_status loom_graph_output(loom_graph *g, const char *name, loom_value v);
+/* Number of graph inputs (data inputs and parameters, declaration order). */
+int32_t loom_graph_num_inputs(const loom_graph *g);
+int32_t loom_graph_num_outputs(const loom_graph *g);
+/* The i-th input's value, name and whether it is a parameter. */
+loom_value loom_graph_input_value(const loom_graph *g, int32_t i);
+const char *loom_graph_input_name(const loom_graph *g, int32_t i);
+bool loom_graph_input_is_param(const loom_graph *g, int32_t i);
+loom_value loom_graph_output_value(const loom_graph *g, int32_t i);
+const char *loom_graph_output_name(const loom_graph *g, int32_t i);
+/* A value's dtype, rank and shape (shape may be NULL). */
+loom_status loom_graph_value_type(const loom_graph *g, loom_value v,
+                                  loom_dtype *dt, int32_t *rank,
+                                  int64_t *shape);
+/* Checks the graph's invariants; a failure names the node. */
+loom_status loom_graph_verify(const loom_graph *g);
+/* A new graph with composite ops lowered to primitives (same inputs and
+ * outputs, by name and order; other value ids differ). */
+loom_status loom_graph_decompose(const loom_graph *g, loom_graph **out);
+/*
+ * Reverse-mode autodiff: appends to g the nodes computing d(loss)/d(wrt[i])
+ * for a scalar loss, and writes the gradient values to grads.
+ */
+loom_status loom_graph_grad(loom_graph *g, loom_value loss, int32_t n_wrt,
+                            const loom_value *wrt, loom_value *grads);
+
+/* ---- text IR ------------------------------------------------------------ */
+
+/* Prints a graph as text IR; *out is malloc'ed, release with free(). */
+loom_status loom_graph_print(const loom_graph *g, char **out);
+/* Parses text IR; errors carry "line:column". */
+loom_status loom_graph_parse(loom_ctx *ctx, const char *text,
+                             loom_graph **out);
+/* Reads and parses a text IR file. */
+loom_status loom_graph_load(loom_ctx *ctx, const char *path, loom_graph **out);
+
+/* ---- sessions: a graph prepared for one backend ------------------------- */
+
+typedef struct loom_session_options {
+  const char *backend; /* "cpu" (default) or "ref" */
+} loom_session_options;
+
+/* Decomposes, verifies, plans memory and prepares a graph to run. */
+loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g,
+                             const loom_session_options *opts,
+                             loom_session **out);
+/* Frees a session; NULL is fine. */
+void loom_session_free(loom_session *s);
+/*
+ * Runs the graph. inputs: one tensor per graph input in declaration order.
+ * outputs[i] == NULL: a new tensor is allocated (caller frees it); else it
+ * must match the output's dtype and shape and is written. Outputs are written
+ * after all computation, so an output may alias an input (in-place update).
+ */
+loom_status loom_session_run(loom_session *s, int32_t n_inputs,
+                             const loom_tensor *const *inputs,
+                             int32_t n_outputs, loom_tensor **outputs);
+/* Peak bytes of the session's memory plan (its one arena). */
+int64_t loom_session_peak_bytes(const loom_session *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LOOM_H */

@@ -1,0 +1,70 @@
+/* Composite optimiser step: adamw(param, grad, m, v, step) -> param', m', v'. */
+#include "ir/build.h"
+#include "ops/composite_util.h"
+
+#include <math.h>
+
+enum { ADAM_LR = 0, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAM_WD };
+
+static loom_status adamw_infer(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                               loom_type *out) {
+  static const char *const what[4] = {"param", "grad", "m", "v"};
+  LOOM_TRY(loom_composite_need_float(ctx, "param", &in[0]));
+  for (int32_t i = 1; i < 4; i++) {
+    LOOM_TRY(loom_composite_same_dtype(ctx, what[i], &in[i], "param", &in[0]));
+    LOOM_TRY(loom_composite_need_shape(ctx, what[i], &in[i], in[0].rank, in[0].shape));
+  }
+  LOOM_TRY(loom_composite_need_float(ctx, "step", &in[4]));
+  if (in[4].rank != 0)
+    return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH, "step must be a scalar, got rank %d",
+                      in[4].rank);
+  double b1 = n->attr[ADAM_BETA1].f, b2 = n->attr[ADAM_BETA2].f;
+  if (!(b1 >= 0.0 && b1 < 1.0) || !(b2 >= 0.0 && b2 < 1.0))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "beta1 and beta2 must be in [0, 1), got %g and %g", b1, b2);
+  for (int32_t a = 0; a < 5; a++) {
+    double f = n->attr[a].f;
+    if (!isfinite(f))
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "attribute %d (%g) must be finite", a,
+                        f);
+  }
+  out[0] = out[1] = out[2] = in[0];
+  return LOOM_STATUS_OK;
+}
+
+static void adamw_decompose(loom_graph *g, const loom_node *n, const int32_t *in, int32_t *out) {
+  int32_t param = in[0], grad = in[1], m = in[2], v = in[3];
+  loom_dtype dt = loom_value_type(g, param)->dtype;
+  double lr = n->attr[ADAM_LR].f, b1 = n->attr[ADAM_BETA1].f, b2 = n->attr[ADAM_BETA2].f;
+  double eps = n->attr[ADAM_EPS].f, wd = n->attr[ADAM_WD].f;
+  int32_t step = lb_cast(g, in[4], dt);
+#define K(x) lb_scalar(g, dt, (x))
+  int32_t m1 = lb_add(g, lb_mul(g, m, K(b1)), lb_mul(g, grad, K(1.0 - b1)));
+  int32_t v1 = lb_add(g, lb_mul(g, v, K(b2)), lb_mul(g, lb_mul(g, grad, grad), K(1.0 - b2)));
+  /* bias corrections 1 - beta^step on scalars; step is a runtime input */
+  int32_t bc1 = lb_sub(g, K(1.0), lb_binary(g, LOOM_OP_POW, K(b1), step));
+  int32_t bc2 = lb_sub(g, K(1.0), lb_binary(g, LOOM_OP_POW, K(b2), step));
+  int32_t mhat = lb_div(g, m1, bc1), vhat = lb_div(g, v1, bc2);
+  int32_t upd = lb_div(g, mhat, lb_add(g, lb_unary(g, LOOM_OP_SQRT, vhat), K(eps)));
+  upd = lb_add(g, upd, lb_mul(g, param, K(wd)));
+  out[0] = lb_sub(g, param, lb_mul(g, upd, K(lr)));
+  out[1] = m1;
+  out[2] = v1;
+#undef K
+}
+
+const loom_op_def loom_opdef_adamw = {
+    .name = "adamw",
+    .cls = LOOM_OPCLASS_COMPOSITE,
+    .min_in = 5,
+    .max_in = 5,
+    .n_out = 3,
+    .n_attrs = 5,
+    .attrs = {{"lr", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 1e-3},
+              {"beta1", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.9},
+              {"beta2", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.999},
+              {"eps", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 1e-8},
+              {"weight_decay", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.01}},
+    .infer = adamw_infer,
+    .decompose = adamw_decompose,
+};

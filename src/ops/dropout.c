@@ -1,0 +1,90 @@
+/*
+ * dropout(x[, base]): the mask of rng/philox.h. Element i (logical flat
+ * index of x) uses counter position base + offset + i; kept values are
+ * x / (1 - p) (computed in double, rounded once on store), dropped are 0.
+ * `base` is an optional rank-0 i64/i32 runtime counter base (0 if absent).
+ */
+#include "ir/dtype.h"
+#include "ops/grad.h"
+#include "ops/ops_util.h"
+#include "rng/philox.h"
+
+#include <stdio.h>
+
+enum { DO_P = 0, DO_SEED = 1, DO_OFFSET = 2 };
+
+static loom_status infer_dropout(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                                 loom_type *out) {
+  char buf[128];
+  if (!loom_dtype_is_float(in[0].dtype))
+    return loom_error(ctx, LOOM_STATUS_DTYPE_MISMATCH, "x needs a float dtype, got %s",
+                      loom_type_str(&in[0], buf, sizeof buf));
+  double p = n->attr[DO_P].f;
+  if (!(p >= 0.0 && p < 1.0))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "'p' must satisfy 0 <= p < 1, got %g", p);
+  if (n->n_in > 1) {
+    if (in[1].dtype != LOOM_DTYPE_I64 && in[1].dtype != LOOM_DTYPE_I32)
+      return loom_error(ctx, LOOM_STATUS_DTYPE_MISMATCH, "base must be i64 or i32, got %s",
+                        loom_type_str(&in[1], buf, sizeof buf));
+    if (in[1].rank != 0)
+      return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH, "base must have rank 0, got %s",
+                        loom_type_str(&in[1], buf, sizeof buf));
+  }
+  out[0] = in[0];
+  return LOOM_STATUS_OK;
+}
+
+static loom_status ref_dropout(loom_ctx *ctx, const loom_node *n, const loom_view *in,
+                               const loom_view *out) {
+  double p = n->attr[DO_P].f;
+  if (!(p >= 0.0 && p < 1.0))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "dropout: 'p' must satisfy 0 <= p < 1, got %g", p);
+  /* unsigned arithmetic: counter positions wrap mod 2^64, never overflow */
+  uint64_t start = (uint64_t)n->attr[DO_OFFSET].i;
+  if (n->n_in > 1) start += (uint64_t)loom_view_get_i64(&in[1], 0);
+  uint64_t seed = (uint64_t)n->attr[DO_SEED].i;
+  uint64_t thr = loom_dropout_threshold(p);
+  double scale_div = 1.0 - p;
+  loom_view x = loom_view_broadcast(&in[0], out[0].rank, out[0].shape);
+  int64_t numel = loom_view_numel(&out[0]);
+  for (int64_t i = 0; i < numel; i++) {
+    bool keep = loom_dropout_keep(seed, start + (uint64_t)i, thr);
+    loom_view_set(&out[0], i, keep ? loom_view_get(&x, i) / scale_div : 0.0);
+  }
+  return LOOM_STATUS_OK;
+}
+
+/* Only the leading dim of x may be split: a piece of rows [r0, r1) covers the
+ * contiguous flat range [r0 * row, r1 * row), so it reproduces the mask by
+ * adding r0 * row to `offset`. Splitting an inner dim gives a piece whose
+ * logical indices are not a shifted range of the whole's: no offset fixes
+ * that, so inner dims stay whole. base (rank 0) has no dims. */
+static void partition_dropout(const loom_node *n, const loom_type *in, const loom_type *out,
+                              loom_partition *p) {
+  loom_partition_init(p, n->n_in, 1);
+  for (int32_t d = 0; d < out->rank; d++) {
+    p->out[0][d] = -1;
+    p->in[0][d] = -1;
+  }
+  if (out->rank == 0 || in[0].rank != out->rank) return;
+  int32_t l = loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
+  p->out[0][0] = (int8_t)l;
+  p->in[0][0] = (int8_t)l;
+}
+
+const loom_op_def loom_opdef_dropout = {
+    .name = "dropout",
+    .cls = LOOM_OPCLASS_RNG,
+    .min_in = 1,
+    .max_in = 2,
+    .n_out = 1,
+    .n_attrs = 3,
+    .attrs = {{.name = "p", .kind = LOOM_ATTR_FLOAT, .def_f = 0.1},
+              {.name = "seed", .kind = LOOM_ATTR_INT},
+              {.name = "offset", .kind = LOOM_ATTR_INT}},
+    .infer = infer_dropout,
+    .ref = ref_dropout,
+    .grad = loom_grad_dropout,
+    .partition = partition_dropout,
+};

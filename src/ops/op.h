@@ -1,0 +1,112 @@
+/*
+ * The op table: one definition per op (the single source of truth).
+ * Each op lives in one file of src/ops by family; op_table.c gathers them
+ * through LOOM_OP_LIST, so an op without a definition fails to link.
+ */
+#ifndef LOOM_OPS_OP_H
+#define LOOM_OPS_OP_H
+
+#include "ir/graph.h"
+#include "ir/view.h"
+
+typedef enum loom_op_class {
+  LOOM_OPCLASS_ELEMENTWISE = 0, /* incl. select, cast, comparisons */
+  LOOM_OPCLASS_REDUCE,
+  LOOM_OPCLASS_LAYOUT,  /* reshape, transpose, broadcast, slice, concat, pad */
+  LOOM_OPCLASS_INDEX,   /* gather, scatter_add */
+  LOOM_OPCLASS_SOURCE,  /* iota, constant: no inputs */
+  LOOM_OPCLASS_GEMM,    /* matmul: compute-intensive */
+  LOOM_OPCLASS_RNG,     /* dropout */
+  LOOM_OPCLASS_COMPOSITE
+} loom_op_class;
+
+/* How the text IR shows an INT attribute. */
+typedef enum loom_attr_fmt {
+  LOOM_ATTR_FMT_PLAIN = 0,
+  LOOM_ATTR_FMT_BOOL,  /* true/false */
+  LOOM_ATTR_FMT_DTYPE, /* f32, i64, ... */
+} loom_attr_fmt;
+
+typedef struct loom_attr_spec {
+  const char *name;
+  loom_attr_kind kind;
+  loom_attr_fmt fmt;
+  bool required;
+  int64_t def_i; /* defaults when not required; INTS default to empty */
+  double def_f;
+} loom_attr_spec;
+
+/*
+ * Partition annotation, einsum-style. Every dimension of every input and
+ * output carries a label (or -1: must stay whole). A label that appears in
+ * an output is SPATIAL: splitting it splits every tensor carrying it into
+ * disjoint pieces. A label found only in inputs is PARTIAL: splitting it
+ * gives partial results that `combine` (add, maximum, minimum) joins.
+ */
+#define LOOM_PART_MAX_LABELS 16
+#define LOOM_PART_MAX_IO 16
+typedef enum loom_split_kind {
+  LOOM_SPLIT_SPATIAL = 0,
+  LOOM_SPLIT_PARTIAL
+} loom_split_kind;
+
+typedef struct loom_partition {
+  int32_t n_labels, n_in, n_out; /* n_labels == 0: can only be replicated */
+  uint8_t split[LOOM_PART_MAX_LABELS];
+  loom_op combine[LOOM_PART_MAX_LABELS]; /* for PARTIAL labels */
+  int8_t in[LOOM_PART_MAX_IO][LOOM_MAX_RANK];
+  int8_t out[LOOM_PART_MAX_IO][LOOM_MAX_RANK];
+} loom_partition;
+
+typedef loom_status (*loom_infer_fn)(loom_ctx *ctx, const loom_node *n,
+                                     const loom_type *in, loom_type *out);
+/* Reference kernel: inputs are (possibly strided) views; outputs contiguous. */
+typedef loom_status (*loom_ref_fn)(loom_ctx *ctx, const loom_node *n,
+                                   const loom_view *in, const loom_view *out);
+/* Gradient rule: dout[i] is the gradient of output i (-1: none). Sets din[j]
+ * (preset to -1 = zero) by adding nodes to g with the ir/build.h helpers. */
+typedef void (*loom_grad_fn)(loom_graph *g, const loom_node *n,
+                             const int32_t *dout, int32_t *din);
+/* Composite lowering: in are n's inputs already in g; writes n_out ids. */
+typedef void (*loom_decompose_fn)(loom_graph *g, const loom_node *n,
+                                  const int32_t *in, int32_t *out);
+typedef void (*loom_partition_fn)(const loom_node *n, const loom_type *in,
+                                  const loom_type *out, loom_partition *p);
+
+typedef struct loom_op_def {
+  const char *name;
+  loom_op_class cls;
+  int32_t min_in, max_in; /* max_in < 0: variadic */
+  int32_t n_out;
+  int32_t n_attrs;
+  loom_attr_spec attrs[LOOM_MAX_ATTRS];
+  loom_infer_fn infer;
+  loom_ref_fn ref;             /* primitives */
+  loom_grad_fn grad;           /* NULL: not differentiable */
+  loom_decompose_fn decompose; /* composites */
+  loom_partition_fn partition; /* primitives */
+  /* Element-wise scalar semantics, shared by the reference kernel and the
+   * code generators: scalar1 for unary ops, scalar2 for binary ops. */
+  double (*scalar1)(double x);
+  double (*scalar2)(double a, double b);
+} loom_op_def;
+
+/* The definition of op (NULL if out of range). */
+const loom_op_def *loom_op_get(loom_op op);
+/* Index of attribute `name` in op's spec, -1 if none. */
+int32_t loom_op_attr_index(loom_op op, const char *name);
+
+/* Empties p for n_in inputs and n_out outputs (every dim slot unused). */
+void loom_partition_init(loom_partition *p, int32_t n_in, int32_t n_out);
+/* Gives label l to dim d of input i / output o; returns l. */
+int32_t loom_partition_new_label(loom_partition *p, loom_split_kind k,
+                                 loom_op combine);
+
+/* Formats a partition as "a b, b c -> a c | b:add" into buf. */
+const char *loom_partition_str(const loom_partition *p, char *buf, size_t n);
+
+#define LOOM_X_DECL(NAME, name) extern const loom_op_def loom_opdef_##name;
+LOOM_OP_LIST(LOOM_X_DECL)
+#undef LOOM_X_DECL
+
+#endif

@@ -1,0 +1,131 @@
+/* Source ops (no inputs): iota and constant. */
+#include "ops/ops_util.h"
+
+#include "ir/dtype.h"
+
+#include <string.h>
+
+enum { IOTA_SHAPE = 0, IOTA_AXIS = 1, IOTA_DTYPE = 2 };
+enum { CONST_SHAPE = 0, CONST_DTYPE = 1, CONST_VALUE = 2 };
+
+/* Checks a shape attribute and a dtype attribute and writes the type. */
+static loom_status source_type(loom_ctx *ctx, const loom_ints *shape,
+                               int64_t dtype, loom_type *out) {
+  if (dtype < 0 || dtype >= LOOM_DTYPE_COUNT || !loom_dtype_valid((loom_dtype)dtype))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "dtype %lld is not valid",
+                      (long long)dtype);
+  for (int32_t d = 0; d < shape->n; d++)
+    if (shape->v[d] < 0)
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                        "shape dim %d is negative (%lld)", d, (long long)shape->v[d]);
+  out->dtype = (loom_dtype)dtype;
+  out->rank = shape->n;
+  for (int32_t d = 0; d < shape->n; d++) out->shape[d] = shape->v[d];
+  return LOOM_STATUS_OK;
+}
+
+/* ---- iota --------------------------------------------------------------- */
+
+static loom_status iota_infer(loom_ctx *ctx, const loom_node *n,
+                              const loom_type *in, loom_type *out) {
+  (void)in;
+  const loom_ints *shape = &n->attr[IOTA_SHAPE].ints;
+  int32_t axis;
+  if (!loom_norm_axis(n->attr[IOTA_AXIS].i, shape->n, &axis))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "axis %lld is out of range for rank %d",
+                      (long long)n->attr[IOTA_AXIS].i, shape->n);
+  return source_type(ctx, shape, n->attr[IOTA_DTYPE].i, out);
+}
+
+static loom_status iota_ref(loom_ctx *ctx, const loom_node *n,
+                            const loom_view *in, const loom_view *out) {
+  (void)in;
+  int32_t axis;
+  if (!loom_norm_axis(n->attr[IOTA_AXIS].i, out->rank, &axis))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "iota: bad axis");
+  int64_t extent = out->shape[axis], inner = 1, total = loom_view_numel(out);
+  for (int32_t d = axis + 1; d < out->rank; d++) inner *= out->shape[d];
+  for (int64_t i = 0; i < total; i++)
+    loom_store(out->dtype, out->data, i, (double)((i / inner) % extent));
+  return LOOM_STATUS_OK;
+}
+
+/* The axis dim stays whole: a piece computed on its own would count from 0
+ * again (iota has no offset attribute). The other dims split freely. */
+static void iota_partition(const loom_node *n, const loom_type *in,
+                           const loom_type *out, loom_partition *p) {
+  (void)in;
+  loom_partition_init(p, 0, 1);
+  int32_t axis;
+  if (!loom_norm_axis(n->attr[IOTA_AXIS].i, out->rank, &axis)) axis = -1;
+  for (int32_t d = 0; d < out->rank; d++)
+    p->out[0][d] = (int8_t)(d == axis ? -1
+                                      : loom_partition_new_label(p, LOOM_SPLIT_SPATIAL,
+                                                                 LOOM_OP_ADD));
+}
+
+const loom_op_def loom_opdef_iota = {
+    .name = "iota",
+    .cls = LOOM_OPCLASS_SOURCE,
+    .min_in = 0,
+    .max_in = 0,
+    .n_out = 1,
+    .n_attrs = 3,
+    .attrs = {{.name = "shape", .kind = LOOM_ATTR_INTS, .required = true},
+              {.name = "axis", .kind = LOOM_ATTR_INT, .def_i = 0},
+              {.name = "dtype", .kind = LOOM_ATTR_INT, .fmt = LOOM_ATTR_FMT_DTYPE,
+               .def_i = LOOM_DTYPE_I64}},
+    .infer = iota_infer,
+    .ref = iota_ref,
+    .grad = NULL,
+    .partition = iota_partition,
+};
+
+/* ---- constant ----------------------------------------------------------- */
+
+static loom_status constant_infer(loom_ctx *ctx, const loom_node *n,
+                                  const loom_type *in, loom_type *out) {
+  (void)in;
+  return source_type(ctx, &n->attr[CONST_SHAPE].ints, n->attr[CONST_DTYPE].i, out);
+}
+
+static loom_status constant_ref(loom_ctx *ctx, const loom_node *n,
+                                const loom_view *in, const loom_view *out) {
+  (void)ctx;
+  (void)in;
+  int64_t total = loom_view_numel(out);
+  size_t es = loom_dtype_size(out->dtype);
+  if (total <= 0) return LOOM_STATUS_OK;
+  /* Convert once, then replicate the bytes. */
+  loom_store(out->dtype, out->data, 0, n->attr[CONST_VALUE].f);
+  for (int64_t i = 1; i < total; i++)
+    memcpy((char *)out->data + i * (int64_t)es, out->data, es);
+  return LOOM_STATUS_OK;
+}
+
+static void constant_partition(const loom_node *n, const loom_type *in,
+                               const loom_type *out, loom_partition *p) {
+  (void)n;
+  (void)in;
+  loom_partition_init(p, 0, 1);
+  for (int32_t d = 0; d < out->rank; d++)
+    p->out[0][d] = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
+}
+
+const loom_op_def loom_opdef_constant = {
+    .name = "constant",
+    .cls = LOOM_OPCLASS_SOURCE,
+    .min_in = 0,
+    .max_in = 0,
+    .n_out = 1,
+    .n_attrs = 3,
+    .attrs = {{.name = "shape", .kind = LOOM_ATTR_INTS},
+              {.name = "dtype", .kind = LOOM_ATTR_INT, .fmt = LOOM_ATTR_FMT_DTYPE,
+               .def_i = LOOM_DTYPE_F32},
+              {.name = "value", .kind = LOOM_ATTR_FLOAT, .def_f = 0.0}},
+    .infer = constant_infer,
+    .ref = constant_ref,
+    .grad = NULL,
+    .partition = constant_partition,
+};

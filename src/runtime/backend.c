@@ -1,0 +1,86 @@
+/* Backend creation by name and the reference node executor (the fallback). */
+#include "runtime/backend.h"
+
+#include "ops/op.h"
+#include "runtime/session.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef loom_status (*backend_init_fn)(loom_ctx *ctx, loom_backend *b);
+
+static const struct {
+  const char *name;
+  backend_init_fn init;
+} backends[] = {
+    {"ref", loom_ref_backend_init},
+    {"cpu", loom_cpu_backend_init},
+};
+
+loom_status loom_backend_new(loom_ctx *ctx, const char *name,
+                             loom_backend **out) {
+  if (!out)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "backend_new: out is NULL");
+  *out = NULL;
+  if (!name)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "backend_new: the backend name is NULL (known: ref, cpu)");
+  for (int32_t i = 0; i < LOOM_ARRAY_LEN(backends); i++) {
+    if (strcmp(backends[i].name, name) != 0) continue;
+    loom_backend *b = loom_calloc(ctx, 1, sizeof *b);
+    if (!b) return LOOM_STATUS_OUT_OF_MEMORY;
+    loom_status st = backends[i].init(ctx, b);
+    if (st) {
+      free(b);
+      return st;
+    }
+    *out = b;
+    return LOOM_STATUS_OK;
+  }
+  return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                    "unknown backend '%s' (known: ref, cpu)", name);
+}
+
+void loom_backend_free(loom_backend *b) {
+  if (!b) return;
+  if (b->iface && b->iface->free) b->iface->free(b->context);
+  free(b);
+}
+
+void *loom_host_buffer_alloc(void *bctx, size_t bytes) {
+  (void)bctx;
+  /* aligned_alloc needs a multiple of the alignment. */
+  size_t n = (bytes + 63) / 64 * 64;
+  return aligned_alloc(64, n ? n : 64);
+}
+
+void loom_host_buffer_free(void *bctx, void *p) {
+  (void)bctx;
+  free(p);
+}
+
+loom_status loom_exec_node_ref(loom_ctx *ctx, const loom_graph *g,
+                               const loom_node *n, loom_view *values) {
+  const loom_op_def *d = loom_op_get(n->op);
+  if (!d)
+    return loom_error(ctx, LOOM_STATUS_INTERNAL, "unknown op %d", (int)n->op);
+  if (d->cls == LOOM_OPCLASS_COMPOSITE || !d->ref)
+    return loom_error(ctx, LOOM_STATUS_INTERNAL,
+                      "%s has no reference kernel (composites must be "
+                      "decomposed before execution)", d->name);
+  loom_view in_stack[8], out_stack[LOOM_PART_MAX_IO];
+  loom_view *in = in_stack;
+  if (n->n_out > LOOM_PART_MAX_IO)
+    return loom_error(ctx, LOOM_STATUS_INTERNAL, "%s: too many outputs (%d)",
+                      d->name, n->n_out);
+  if (n->n_in > LOOM_ARRAY_LEN(in_stack)) {
+    in = loom_malloc(ctx, sizeof *in * (size_t)n->n_in);
+    if (!in) return LOOM_STATUS_OUT_OF_MEMORY;
+  }
+  for (int32_t i = 0; i < n->n_in; i++) in[i] = values[n->in[i]];
+  for (int32_t o = 0; o < n->n_out; o++) out_stack[o] = values[n->out[o]];
+  loom_status st = d->ref(ctx, n, in, out_stack);
+  if (in != in_stack) free(in);
+  if (st) loom_error_prefix(ctx, "%s (node %d)", d->name, (int32_t)(n - g->nodes));
+  return st;
+}

@@ -1,0 +1,67 @@
+/*
+ * Internals of the cpu backend: eager, one primitive at a time, plain C
+ * loops parallelised with OpenMP. Determinism rule for every kernel: each
+ * output element is computed by exactly one thread, in an order that does
+ * not depend on the thread count, so results are bitwise identical for any
+ * number of threads. Work is split into tasks of a fixed size (never sized
+ * by the thread count) and handed out with static schedules.
+ */
+#ifndef LOOM_RUNTIME_CPU_CPU_H
+#define LOOM_RUNTIME_CPU_CPU_H
+
+#include "ir/view.h"
+
+/* Below this many elements a kernel runs on the calling thread only. */
+#define LOOM_CPU_PAR_MIN 16384
+/* Elements per task along a long contiguous row. */
+#define LOOM_CPU_CHUNK 8192
+
+typedef struct loom_cpu {
+  loom_ctx *ctx;
+  int32_t nt; /* OpenMP threads for this run */
+} loom_cpu;
+
+typedef loom_status (*loom_cpu_kernel)(const loom_cpu *c, const loom_node *n,
+                                       const loom_view *in, const loom_view *out);
+
+/* Each family returns its kernel for node n of g, or NULL when the cpu
+ * backend does not handle that case (the node then runs its ref kernel). */
+loom_cpu_kernel loom_cpu_elementwise_kernel(const loom_graph *g, const loom_node *n);
+loom_cpu_kernel loom_cpu_reduce_kernel(const loom_graph *g, const loom_node *n);
+loom_cpu_kernel loom_cpu_layout_kernel(const loom_graph *g, const loom_node *n);
+loom_cpu_kernel loom_cpu_index_kernel(const loom_graph *g, const loom_node *n);
+loom_cpu_kernel loom_cpu_source_kernel(const loom_graph *g, const loom_node *n);
+loom_cpu_kernel loom_cpu_matmul_kernel(const loom_graph *g, const loom_node *n);
+
+/* Attribute helpers by name (op files keep their slot numbers private). */
+int64_t loom_cpu_attr_i(const loom_node *n, const char *name);
+double loom_cpu_attr_f(const loom_node *n, const char *name);
+const loom_ints *loom_cpu_attr_ints(const loom_node *n, const char *name);
+
+/* An n-d iteration over up to 4 same-shaped operands (strides in elements;
+ * 0 for broadcast), with size-1 dims dropped and mergeable dims merged. */
+#define LOOM_CPU_MAX_OPS 4
+typedef struct loom_cpu_iter {
+  int32_t n_ops, rank; /* rank >= 1 */
+  int64_t shape[LOOM_MAX_RANK];
+  int64_t stride[LOOM_CPU_MAX_OPS][LOOM_MAX_RANK];
+  int64_t rows, chunks; /* tasks = rows * chunks over the innermost dim */
+} loom_cpu_iter;
+
+/* views[k] all have the same shape (broadcast views are fine). */
+void loom_cpu_iter_init(loom_cpu_iter *it, int32_t n_ops, const loom_view *views);
+static inline int64_t loom_cpu_iter_tasks(const loom_cpu_iter *it) {
+  return it->rows * it->chunks;
+}
+/* Element offsets of task t's first element per operand; *len its length. */
+void loom_cpu_iter_task(const loom_cpu_iter *it, int64_t t, int64_t *off,
+                        int64_t *len);
+int64_t loom_cpu_iter_numel(const loom_cpu_iter *it);
+
+/* dst = src element by element (same shape and dtype; any strides), in
+ * parallel; the cache-friendly core of every layout op. */
+void loom_cpu_copy(const loom_cpu *c, const loom_view *dst, const loom_view *src);
+/* Fills a contiguous buffer of n elements of size es with the bytes at val. */
+void loom_cpu_fill(const loom_cpu *c, void *dst, int64_t n, size_t es, const void *val);
+
+#endif

@@ -1,0 +1,77 @@
+/*
+ * matmul on the cpu backend (f32): NumPy batch broadcasting resolved into
+ * per-batch offsets; a shared right operand folds the batch into M (one
+ * tall GEMM, the linear-layer case).
+ */
+#include "runtime/cpu/cpu.h"
+#include "runtime/cpu/gemm.h"
+
+#include <stdlib.h>
+
+static loom_status k_matmul(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                            const loom_view *out) {
+  const loom_view *o = &out[0];
+  int32_t br = o->rank - 2, ra = in[0].rank, rb = in[1].rank;
+  bool ta = loom_cpu_attr_i(n, "trans_a") != 0, tb = loom_cpu_attr_i(n, "trans_b") != 0;
+  loom_gemm p = {
+      .trans_a = ta,
+      .trans_b = tb,
+      .m = o->shape[br],
+      .n = o->shape[br + 1],
+      .k = in[0].shape[ra - (ta ? 2 : 1)],
+      .batch = 1,
+      .a = in[0].data,
+      .lda = in[0].shape[ra - 1],
+      .b = in[1].data,
+      .ldb = in[1].shape[rb - 1],
+      .c = o->data,
+      .ldc = o->shape[br + 1],
+      .c_stride = o->shape[br] * o->shape[br + 1],
+  };
+  int64_t a_batch = 1, b_batch = 1;
+  for (int32_t d = 0; d < br; d++) p.batch *= o->shape[d];
+  for (int32_t d = 0; d < ra - 2; d++) a_batch *= in[0].shape[d];
+  for (int32_t d = 0; d < rb - 2; d++) b_batch *= in[1].shape[d];
+  if (p.batch == 1 || (b_batch == 1 && !ta && a_batch == p.batch)) {
+    /* one GEMM: A's batch rows stack into M over a shared B */
+    p.m *= p.batch;
+    p.batch = 1;
+    return loom_gemm_f32(c->ctx, c->nt, &p);
+  }
+  /* Batch offsets from the operands' broadcast strides. */
+  int64_t shape[LOOM_MAX_RANK];
+  for (int32_t d = 0; d < br; d++) shape[d] = o->shape[d];
+  shape[br] = in[0].shape[ra - 2];
+  shape[br + 1] = in[0].shape[ra - 1];
+  loom_view av = loom_view_broadcast(&in[0], br + 2, shape);
+  shape[br] = in[1].shape[rb - 2];
+  shape[br + 1] = in[1].shape[rb - 1];
+  loom_view bv = loom_view_broadcast(&in[1], br + 2, shape);
+  int64_t *off = loom_malloc(c->ctx, sizeof(int64_t) * 2 * (size_t)p.batch);
+  if (!off) return LOOM_STATUS_OUT_OF_MEMORY;
+  for (int64_t bi = 0; bi < p.batch; bi++) {
+    int64_t oa = 0, ob = 0, rest = bi;
+    for (int32_t d = br - 1; d >= 0; d--) {
+      int64_t i = rest % o->shape[d];
+      rest /= o->shape[d];
+      oa += i * av.stride[d];
+      ob += i * bv.stride[d];
+    }
+    off[bi] = oa;
+    off[p.batch + bi] = ob;
+  }
+  p.a_off = off;
+  p.b_off = off + p.batch;
+  loom_status st = loom_gemm_f32(c->ctx, c->nt, &p);
+  free(off);
+  return st;
+}
+
+loom_cpu_kernel loom_cpu_matmul_kernel(const loom_graph *g, const loom_node *n) {
+  if (n->op != LOOM_OP_MATMUL) return NULL;
+  for (int32_t i = 0; i < 2; i++) {
+    const loom_type *t = &g->values[n->in[i]].type;
+    if (t->dtype != LOOM_DTYPE_F32 || t->rank < 2) return NULL;
+  }
+  return g->values[n->out[0]].type.dtype == LOOM_DTYPE_F32 ? k_matmul : NULL;
+}

@@ -1,0 +1,50 @@
+#include "runtime/cpu/gemm.h"
+
+#include <dnnl.h>
+#include <omp.h>
+#include <string.h>
+
+/* Tile of C per task: fixed, so the split never depends on the threads. */
+#define GEMM_MB 64
+#define GEMM_NB 128
+
+loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
+  if (p->m <= 0 || p->n <= 0 || p->batch <= 0) return LOOM_STATUS_OK;
+  if (p->k == 0) { /* an empty sum: zeros (sgemm may not touch C) */
+    for (int64_t bi = 0; bi < p->batch; bi++)
+      for (int64_t i = 0; i < p->m; i++)
+        memset(p->c + bi * p->c_stride + i * p->ldc, 0, sizeof(float) * (size_t)p->n);
+    return LOOM_STATUS_OK;
+  }
+  int64_t mb = (p->m + GEMM_MB - 1) / GEMM_MB, nb = (p->n + GEMM_NB - 1) / GEMM_NB;
+  int64_t tasks = p->batch * mb * nb;
+  double flops = 2.0 * (double)p->batch * (double)p->m * (double)p->n * (double)p->k;
+  int failed = 0;
+  /* oneDNN threads itself unless it runs inside an active parallel region;
+   * a one-thread (inactive) region would still let it use every core with
+   * a different split, so pin its view of the thread count to 1. */
+  int prev = omp_get_max_threads();
+  omp_set_num_threads(1);
+#pragma omp parallel for num_threads(nt) schedule(static) if (tasks > 1 && flops >= 1e6)
+  for (int64_t t = 0; t < tasks; t++) {
+    int64_t bi = t / (mb * nb), r = t % (mb * nb), i0 = (r / nb) * GEMM_MB,
+            j0 = (r % nb) * GEMM_NB;
+    int64_t m = p->m - i0 < GEMM_MB ? p->m - i0 : GEMM_MB;
+    int64_t n = p->n - j0 < GEMM_NB ? p->n - j0 : GEMM_NB;
+    const float *a = p->a + (p->a_off ? p->a_off[bi] : 0) + (p->trans_a ? i0 : i0 * p->lda);
+    const float *b = p->b + (p->b_off ? p->b_off[bi] : 0) + (p->trans_b ? j0 * p->ldb : j0);
+    float *c = p->c + bi * p->c_stride + i0 * p->ldc + j0;
+    omp_set_num_threads(1);
+    dnnl_status_t st = dnnl_sgemm(p->trans_a ? 'T' : 'N', p->trans_b ? 'T' : 'N', m, n, p->k,
+                                  1.0f, a, p->lda, b, p->ldb, 0.0f, c, p->ldc);
+    if (st != dnnl_success) {
+#pragma omp atomic write
+      failed = (int)st;
+    }
+  }
+  omp_set_num_threads(prev);
+  if (failed)
+    return loom_error(ctx, LOOM_STATUS_INTERNAL, "matmul: dnnl_sgemm failed (status %d)",
+                      failed);
+  return LOOM_STATUS_OK;
+}

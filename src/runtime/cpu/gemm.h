@@ -1,0 +1,30 @@
+/*
+ * The cpu backend's GEMM: C = op(A) op(B), f32, row-major, batched, on
+ * oneDNN's dnnl_sgemm. The work is split into fixed tiles of C (batch x
+ * row block x column block, sized by the shapes only) and each tile is one
+ * single-threaded sgemm inside our own OpenMP loop: oneDNN runs sequentially
+ * inside a parallel region, so there is one thread count (ours) and the
+ * result does not depend on it.
+ */
+#ifndef LOOM_RUNTIME_CPU_GEMM_H
+#define LOOM_RUNTIME_CPU_GEMM_H
+
+#include "core/ctx.h"
+
+typedef struct loom_gemm {
+  bool trans_a, trans_b; /* A stored [K, M] / B stored [N, K] */
+  int64_t m, n, k, batch;
+  const float *a;
+  int64_t lda;          /* row stride of A as stored */
+  const int64_t *a_off; /* per batch element: offset of its A (NULL: 0) */
+  const float *b;
+  int64_t ldb;
+  const int64_t *b_off;
+  float *c;
+  int64_t ldc, c_stride; /* row stride of C; offset between batch elements */
+} loom_gemm;
+
+/* Runs p with nt OpenMP threads. */
+loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p);
+
+#endif

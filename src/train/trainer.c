@@ -1,0 +1,408 @@
+#include "train/trainer.h"
+
+#include "ir/view.h"
+#include "train/prng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Generator streams of the seed (the corpus uses its own, see corpus.c). */
+#define STREAM_INIT 1000u
+
+/* Held-out prompts are decoded in a short window: "\n99+99=" + "198\n". */
+#define EVAL_T 16
+
+struct loom_trainer {
+  loom_ctx *ctx;
+  loom_train_config cfg;
+  loom_corpus *corpus;
+  loom_gpt_param *ps;
+  int32_t n;
+  loom_tensor **state; /* 3n: parameters, m, v */
+  loom_tensor *tokens, *targets, *step_t, *lr_t, *base_t, *loss_t;
+  loom_graph *train_g;
+  loom_session *train_s;
+  int64_t rng_per_step;
+  const loom_tensor **in;
+  loom_tensor **out;
+  int64_t done;
+  /* inference, built on first use: [0] held-out answers, [1] samples */
+  loom_graph *infer_g[2];
+  loom_session *infer_s[2];
+  int32_t infer_b[2], infer_t[2];
+};
+
+void loom_train_config_default(loom_train_config *c) {
+  memset(c, 0, sizeof *c);
+  loom_gpt_config_default(&c->model);
+  c->batch = 16;
+  c->steps = 600;
+  c->lr = 3e-3;
+  c->warmup = -1;
+  c->min_lr_frac = 0.1;
+  c->beta1 = 0.9;
+  c->beta2 = 0.95;
+  c->eps = 1e-8;
+  c->weight_decay = 0.1;
+  c->seed = 1;
+  c->threads = 0;
+  snprintf(c->backend, sizeof c->backend, "cpu");
+  c->corpus_lines = 50000;
+  c->heldout = 100;
+}
+
+loom_status loom_train_config_check(loom_ctx *ctx, const loom_train_config *c) {
+  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: config is NULL");
+  LOOM_TRY(loom_gpt_config_check(ctx, &c->model));
+  if (c->model.vocab != 256)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "train: the corpus is bytes, so vocab must be 256 (got %d)",
+                      c->model.vocab);
+  if (c->batch < 1 || c->batch > 4096)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: batch %d is outside [1, 4096]",
+                      c->batch);
+  /* the AdamW step is an f32 input: exact up to 2^24 */
+  if (c->steps < 1 || c->steps > (1 << 24))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "train: steps %lld is outside [1, 16777216]", (long long)c->steps);
+  if (!(c->lr > 0.0 && c->lr <= 10.0))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: lr %g is outside (0, 10]",
+                      c->lr);
+  if (c->warmup > c->steps)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "train: warmup %lld is longer than the %lld steps",
+                      (long long)c->warmup, (long long)c->steps);
+  if (!(c->min_lr_frac >= 0.0 && c->min_lr_frac <= 1.0))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "train: min_lr_frac %g is outside [0, 1]", c->min_lr_frac);
+  if (!(c->beta1 >= 0.0 && c->beta1 < 1.0) || !(c->beta2 >= 0.0 && c->beta2 < 1.0) ||
+      !(c->eps > 0.0 && c->eps < 1.0) || !(c->weight_decay >= 0.0 && c->weight_decay < 10.0))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: AdamW settings out of range");
+  if (c->threads < 0 || c->threads > 4096)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "train: threads %d is outside [0, 4096]", c->threads);
+  if (strcmp(c->backend, "cpu") && strcmp(c->backend, "ref"))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "train: backend '%s' is not 'cpu' or 'ref'", c->backend);
+  if (c->corpus_lines < 100 || c->heldout < 1 || c->heldout > 1000)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: corpus size out of range");
+  return LOOM_STATUS_OK;
+}
+
+static int64_t warmup_steps(const loom_train_config *c) {
+  if (c->warmup >= 0) return c->warmup;
+  return LOOM_MIN(c->steps / 10, 100);
+}
+
+double loom_train_lr_at(const loom_train_config *c, int64_t k) {
+  int64_t w = warmup_steps(c);
+  if (k < w) return c->lr * (double)(k + 1) / (double)w;
+  double span = (double)LOOM_MAX(c->steps - w, 1);
+  double prog = LOOM_MIN((double)(k - w) / span, 1.0);
+  double lo = c->lr * c->min_lr_frac;
+  return lo + 0.5 * (c->lr - lo) * (1.0 + cos(3.14159265358979323846 * prog));
+}
+
+/* ---- setup -------------------------------------------------------------- */
+
+void loom_trainer_free(loom_trainer *t) {
+  if (!t) return;
+  for (int32_t i = 0; i < 2; i++) {
+    loom_session_free(t->infer_s[i]);
+    loom_graph_free(t->infer_g[i]);
+  }
+  loom_session_free(t->train_s);
+  loom_graph_free(t->train_g);
+  if (t->state)
+    for (int32_t i = 0; i < 3 * t->n; i++) loom_tensor_free(t->state[i]);
+  free(t->state);
+  loom_tensor_free(t->tokens);
+  loom_tensor_free(t->targets);
+  loom_tensor_free(t->step_t);
+  loom_tensor_free(t->lr_t);
+  loom_tensor_free(t->base_t);
+  loom_tensor_free(t->loss_t);
+  free(t->in);
+  free(t->out);
+  free(t->ps);
+  loom_corpus_free(t->corpus);
+  free(t);
+}
+
+/* Seeded init: each parameter draws from its own stream, so its values do
+ * not depend on the other parameters' shapes. */
+static void init_params(loom_trainer *t) {
+  for (int32_t i = 0; i < t->n; i++) {
+    float *p = loom_tensor_data(t->state[i]);
+    int64_t numel = loom_tensor_numel(t->state[i]);
+    loom_prng r = loom_prng_make(t->cfg.seed, STREAM_INIT + (uint64_t)i);
+    for (int64_t k = 0; k < numel; k++) {
+      switch (t->ps[i].init) {
+      case LOOM_GPT_INIT_NORMAL: p[k] = (float)(0.02 * loom_prng_normal(&r)); break;
+      case LOOM_GPT_INIT_ONES: p[k] = 1.0f; break;
+      case LOOM_GPT_INIT_ZEROS: p[k] = 0.0f; break;
+      }
+    }
+  }
+}
+
+static loom_status setup(loom_trainer *t) {
+  loom_ctx *ctx = t->ctx;
+  const loom_train_config *c = &t->cfg;
+  int32_t b = c->batch, tl = c->model.context;
+  LOOM_TRY(loom_corpus_new(ctx, c->seed, c->corpus_lines, c->heldout, &t->corpus));
+  if (t->corpus->len <= (size_t)tl + 1)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "train: the corpus (%zu bytes) is shorter than the context %d",
+                      t->corpus->len, tl);
+  LOOM_TRY(loom_gpt_params(ctx, &c->model, &t->ps, &t->n));
+  int32_t n = t->n;
+  t->state = loom_calloc(ctx, (size_t)(3 * n), sizeof *t->state);
+  t->in = loom_calloc(ctx, (size_t)(LOOM_GPT_IN_PARAMS + 3 * n), sizeof *t->in);
+  t->out = loom_calloc(ctx, (size_t)(1 + 3 * n), sizeof *t->out);
+  if (!t->state || !t->in || !t->out) return LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t i = 0; i < 3 * n; i++)
+    LOOM_TRY(loom_tensor_new(ctx, LOOM_DTYPE_F32, t->ps[i % n].rank, t->ps[i % n].shape,
+                             &t->state[i]));
+  int64_t bt[2] = {b, tl};
+  LOOM_TRY(loom_tensor_new(ctx, LOOM_DTYPE_I64, 2, bt, &t->tokens));
+  LOOM_TRY(loom_tensor_new(ctx, LOOM_DTYPE_I64, 2, bt, &t->targets));
+  LOOM_TRY(loom_tensor_new(ctx, LOOM_DTYPE_F32, 0, NULL, &t->step_t));
+  LOOM_TRY(loom_tensor_new(ctx, LOOM_DTYPE_F32, 0, NULL, &t->lr_t));
+  LOOM_TRY(loom_tensor_new(ctx, LOOM_DTYPE_I64, 0, NULL, &t->base_t));
+  LOOM_TRY(loom_tensor_new(ctx, LOOM_DTYPE_F32, 0, NULL, &t->loss_t));
+  init_params(t);
+
+  loom_gpt_optim o = {c->beta1, c->beta2, c->eps, c->weight_decay, c->seed};
+  LOOM_TRY(loom_gpt_build_train(ctx, &c->model, b, tl, &o, &t->train_g, &t->rng_per_step));
+  loom_session_options so = {.backend = c->backend};
+  LOOM_TRY(loom_session_new(ctx, t->train_g, &so, &t->train_s));
+
+  /* inputs and outputs of the step; the state is updated in place */
+  t->in[LOOM_GPT_IN_TOKENS] = t->tokens;
+  t->in[LOOM_GPT_IN_TARGETS] = t->targets;
+  t->in[LOOM_GPT_IN_STEP] = t->step_t;
+  t->in[LOOM_GPT_IN_LR] = t->lr_t;
+  t->in[LOOM_GPT_IN_RNG_BASE] = t->base_t;
+  t->out[0] = t->loss_t;
+  for (int32_t i = 0; i < 3 * n; i++) {
+    t->in[LOOM_GPT_IN_PARAMS + i] = t->state[i];
+    t->out[1 + i] = t->state[i];
+  }
+  return LOOM_STATUS_OK;
+}
+
+loom_status loom_trainer_new(loom_ctx *ctx, const loom_train_config *c,
+                             loom_trainer **out) {
+  if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "trainer_new: out is NULL");
+  *out = NULL;
+  LOOM_TRY(loom_train_config_check(ctx, c));
+  LOOM_TRY(loom_ctx_set_threads(ctx, c->threads));
+  loom_trainer *t = loom_calloc(ctx, 1, sizeof *t);
+  if (!t) return LOOM_STATUS_OUT_OF_MEMORY;
+  t->ctx = ctx;
+  t->cfg = *c;
+  loom_status s = setup(t);
+  if (s) {
+    loom_trainer_free(t);
+    return s;
+  }
+  *out = t;
+  return LOOM_STATUS_OK;
+}
+
+/* ---- training ----------------------------------------------------------- */
+
+loom_status loom_trainer_step(loom_trainer *t, float *loss) {
+  if (!t) return LOOM_STATUS_INVALID_ARGUMENT;
+  const loom_train_config *c = &t->cfg;
+  if (t->done >= (1 << 24))
+    return loom_error(t->ctx, LOOM_STATUS_OUT_OF_RANGE, "train: too many steps");
+  int64_t k = t->done;
+  loom_corpus_batch(t->corpus, c->seed, k, c->batch, c->model.context,
+                    loom_tensor_data(t->tokens), loom_tensor_data(t->targets));
+  *(float *)loom_tensor_data(t->step_t) = (float)(k + 1);
+  *(float *)loom_tensor_data(t->lr_t) = (float)loom_train_lr_at(c, k);
+  *(int64_t *)loom_tensor_data(t->base_t) = k * t->rng_per_step;
+  int32_t n_in = LOOM_GPT_IN_PARAMS + 3 * t->n, n_out = 1 + 3 * t->n;
+  loom_status s = loom_session_run(t->train_s, n_in, t->in, n_out, t->out);
+  if (s) {
+    loom_error_prefix(t->ctx, "train step %lld", (long long)(k + 1));
+    return s;
+  }
+  float l = *(const float *)loom_tensor_data(t->loss_t);
+  if (!isfinite(l))
+    return loom_error(t->ctx, LOOM_STATUS_INTERNAL,
+                      "train step %lld: the loss is %g (diverged; try a lower --lr)",
+                      (long long)(k + 1), (double)l);
+  t->done++;
+  if (loss) *loss = l;
+  return LOOM_STATUS_OK;
+}
+
+int64_t loom_trainer_steps_done(const loom_trainer *t) { return t ? t->done : 0; }
+const loom_train_config *loom_trainer_config(const loom_trainer *t) { return &t->cfg; }
+loom_ctx *loom_trainer_ctx(const loom_trainer *t) { return t ? t->ctx : NULL; }
+int32_t loom_trainer_num_params(const loom_trainer *t) { return t ? t->n : 0; }
+
+int64_t loom_trainer_param_count(const loom_trainer *t) {
+  int64_t total = 0;
+  for (int32_t i = 0; t && i < t->n; i++) total += loom_tensor_numel(t->state[i]);
+  return total;
+}
+
+const loom_gpt_param *loom_trainer_param(const loom_trainer *t, int32_t i) {
+  return t && i >= 0 && i < t->n ? &t->ps[i] : NULL;
+}
+
+loom_tensor *loom_trainer_tensor(const loom_trainer *t, int32_t kind, int32_t i) {
+  if (!t || kind < 0 || kind > 2 || i < 0 || i >= t->n) return NULL;
+  return t->state[kind * t->n + i];
+}
+
+loom_status loom_trainer_set_steps_done(loom_trainer *t, int64_t steps) {
+  if (!t) return LOOM_STATUS_INVALID_ARGUMENT;
+  if (steps < 0 || steps >= (1 << 24))
+    return loom_error(t->ctx, LOOM_STATUS_OUT_OF_RANGE, "train: step %lld is out of range",
+                      (long long)steps);
+  t->done = steps;
+  return LOOM_STATUS_OK;
+}
+
+/* ---- inference ---------------------------------------------------------- */
+
+/* The inference session for batch b, length tl (slot 0 or 1), built once. */
+static loom_status infer_session(loom_trainer *t, int32_t slot, int32_t b, int32_t tl) {
+  if (t->infer_s[slot]) return LOOM_STATUS_OK;
+  LOOM_TRY(loom_gpt_build_infer(t->ctx, &t->cfg.model, b, tl, &t->infer_g[slot]));
+  loom_session_options so = {.backend = t->cfg.backend};
+  LOOM_TRY(loom_session_new(t->ctx, t->infer_g[slot], &so, &t->infer_s[slot]));
+  t->infer_b[slot] = b;
+  t->infer_t[slot] = tl;
+  return LOOM_STATUS_OK;
+}
+
+/* Runs inference slot on tokens/rows; writes the argmax byte of each row. */
+static loom_status infer_argmax(loom_trainer *t, int32_t slot, loom_tensor *tokens,
+                                loom_tensor *rows, int32_t *next) {
+  int32_t n_in = 2 + t->n;
+  const loom_tensor **in = loom_calloc(t->ctx, (size_t)n_in, sizeof *in);
+  if (!in) return LOOM_STATUS_OUT_OF_MEMORY;
+  in[0] = tokens;
+  in[1] = rows;
+  for (int32_t i = 0; i < t->n; i++) in[2 + i] = t->state[i];
+  loom_tensor *logits = NULL;
+  loom_status s = loom_session_run(t->infer_s[slot], n_in, in, 1, &logits);
+  free(in);
+  if (s) return s;
+  const float *l = loom_tensor_data(logits);
+  int32_t b = t->infer_b[slot], v = t->cfg.model.vocab;
+  for (int32_t i = 0; i < b; i++) {
+    int32_t best = 0; /* ties go to the lowest byte */
+    for (int32_t k = 1; k < v; k++)
+      if (l[(int64_t)i * v + k] > l[(int64_t)i * v + best]) best = k;
+    next[i] = best;
+  }
+  loom_tensor_free(logits);
+  return LOOM_STATUS_OK;
+}
+
+loom_status loom_trainer_generate(loom_trainer *t, const char *prompt, int32_t n,
+                                  char *out, size_t cap) {
+  if (!t || !prompt || !out || cap == 0 || n < 0)
+    return loom_error(t ? t->ctx : NULL, LOOM_STATUS_INVALID_ARGUMENT,
+                      "generate: bad argument");
+  size_t len = strlen(prompt);
+  if (len == 0 || len >= cap)
+    return loom_error(t->ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "generate: the prompt must be non-empty and fit the output");
+  int32_t tl = t->cfg.model.context;
+  LOOM_TRY(infer_session(t, 1, 1, tl));
+  memcpy(out, prompt, len + 1);
+  int64_t one[1] = {1}, shape[2] = {1, tl};
+  loom_tensor *tokens = NULL, *rows = NULL;
+  loom_status s = loom_tensor_new(t->ctx, LOOM_DTYPE_I64, 2, shape, &tokens);
+  if (!s) s = loom_tensor_new(t->ctx, LOOM_DTYPE_I64, 1, one, &rows);
+  for (int32_t k = 0; !s && k < n && len + 1 < cap; k++) {
+    /* the last `context` bytes at most */
+    size_t w = LOOM_MIN(len, (size_t)tl), from = len - w;
+    int64_t *tok = loom_tensor_data(tokens);
+    for (int32_t i = 0; i < tl; i++)
+      tok[i] = (size_t)i < w ? (unsigned char)out[from + (size_t)i] : 0;
+    *(int64_t *)loom_tensor_data(rows) = (int64_t)w - 1;
+    int32_t next = 0;
+    s = infer_argmax(t, 1, tokens, rows, &next);
+    if (!s) {
+      /* NUL would end the C string early: show it as a space */
+      out[len++] = next ? (char)next : ' ';
+      out[len] = '\0';
+    }
+  }
+  loom_tensor_free(tokens);
+  loom_tensor_free(rows);
+  return s;
+}
+
+loom_status loom_trainer_accuracy(loom_trainer *t, int32_t *correct, int32_t *total) {
+  if (!t || !correct || !total) return LOOM_STATUS_INVALID_ARGUMENT;
+  const loom_corpus *c = t->corpus;
+  int32_t b = c->n_heldout, tl = LOOM_MIN(EVAL_T, t->cfg.model.context);
+  LOOM_TRY(infer_session(t, 0, b, tl));
+  int64_t shape[2] = {b, tl}, bs[1] = {b};
+  loom_tensor *tokens = NULL, *rows = NULL;
+  int32_t *len = loom_calloc(t->ctx, (size_t)b, sizeof *len);
+  int32_t *next = loom_calloc(t->ctx, (size_t)b, sizeof *next);
+  uint8_t *state = loom_calloc(t->ctx, (size_t)b, 1); /* 0 running, 1 done, 2 failed */
+  char(*gen)[8] = loom_calloc(t->ctx, (size_t)b, sizeof *gen);
+  loom_status s = len && next && state && gen ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
+  if (!s) s = loom_tensor_new(t->ctx, LOOM_DTYPE_I64, 2, shape, &tokens);
+  if (!s) s = loom_tensor_new(t->ctx, LOOM_DTYPE_I64, 1, bs, &rows);
+  int64_t *tok = s ? NULL : loom_tensor_data(tokens);
+  /* each prompt starts a line, as in the corpus: "\n37+45=" */
+  for (int32_t i = 0; !s && i < b; i++) {
+    const char *p = c->heldout[i].prompt;
+    tok[(int64_t)i * tl] = '\n';
+    len[i] = 1;
+    for (; *p && len[i] < tl; p++) tok[(int64_t)i * tl + len[i]++] = (unsigned char)*p;
+    if (*p) state[i] = 2;
+  }
+  /* an answer has at most 3 digits and its newline */
+  int32_t gl[1024] = {0};
+  for (int32_t step = 0; !s && step < 4; step++) {
+    bool any = false;
+    for (int32_t i = 0; i < b; i++) {
+      ((int64_t *)loom_tensor_data(rows))[i] = (int64_t)i * tl + len[i] - 1;
+      any |= state[i] == 0;
+    }
+    if (!any) break;
+    s = infer_argmax(t, 0, tokens, rows, next);
+    for (int32_t i = 0; !s && i < b; i++) {
+      if (state[i]) continue;
+      if (next[i] == '\n') {
+        state[i] = 1;
+        continue;
+      }
+      if (len[i] >= tl || gl[i] >= 7) {
+        state[i] = 2;
+        continue;
+      }
+      gen[i][gl[i]++] = (char)next[i];
+      tok[(int64_t)i * tl + len[i]++] = next[i];
+    }
+  }
+  int32_t ok = 0;
+  for (int32_t i = 0; !s && i < b; i++)
+    if (state[i] == 1 && strcmp(gen[i], c->heldout[i].answer) == 0) ok++;
+  loom_tensor_free(tokens);
+  loom_tensor_free(rows);
+  free(len);
+  free(next);
+  free(state);
+  free(gen);
+  if (s) return s;
+  *correct = ok;
+  *total = b;
+  return LOOM_STATUS_OK;
+}

@@ -1,0 +1,68 @@
+/*
+ * The training loop of `loom train`: a GPT (model/gpt.h) on the arithmetic
+ * corpus (train/corpus.h), one compiled training-step session, AdamW with
+ * linear warmup and cosine decay. Everything a step does is fixed by the
+ * seed and the step number (batch windows, dropout counters, learning
+ * rate), so a run is reproducible bit for bit and a resumed run
+ * (train/checkpoint.h) continues exactly as the uninterrupted one.
+ */
+#ifndef LOOM_TRAIN_TRAINER_H
+#define LOOM_TRAIN_TRAINER_H
+
+#include "model/gpt.h"
+#include "train/corpus.h"
+
+typedef struct loom_train_config {
+  loom_gpt_config model;
+  int32_t batch;
+  int64_t steps;      /* the schedule's length */
+  double lr;          /* peak learning rate */
+  int64_t warmup;     /* linear warmup steps; < 0: steps / 10, at most 100 */
+  double min_lr_frac; /* the cosine decays to lr * min_lr_frac */
+  double beta1, beta2, eps, weight_decay;
+  uint64_t seed;      /* corpus, init, batches, dropout */
+  int32_t threads;    /* 0: all cores */
+  char backend[8];    /* "cpu" or "ref" */
+  int32_t corpus_lines, heldout;
+} loom_train_config;
+
+/* The defaults of `loom train`. */
+void loom_train_config_default(loom_train_config *c);
+/* Checks every field. */
+loom_status loom_train_config_check(loom_ctx *ctx, const loom_train_config *c);
+/* The learning rate of step index k (0-based). */
+double loom_train_lr_at(const loom_train_config *c, int64_t k);
+
+typedef struct loom_trainer loom_trainer;
+
+/* Builds the corpus, the graphs and the session, and initialises the
+ * parameters (normal(0, 0.02), LayerNorm gains 1, biases 0) from the seed. */
+loom_status loom_trainer_new(loom_ctx *ctx, const loom_train_config *c,
+                             loom_trainer **out);
+void loom_trainer_free(loom_trainer *t);
+
+/* Runs one training step; *loss is its loss (before the update). */
+loom_status loom_trainer_step(loom_trainer *t, float *loss);
+/* Steps done so far. */
+int64_t loom_trainer_steps_done(const loom_trainer *t);
+const loom_train_config *loom_trainer_config(const loom_trainer *t);
+loom_ctx *loom_trainer_ctx(const loom_trainer *t);
+int64_t loom_trainer_param_count(const loom_trainer *t);
+
+/* The training state, for checkpoints: parameter i's spec and its tensors
+ * (parameter, AdamW m and v), i in [0, n). */
+int32_t loom_trainer_num_params(const loom_trainer *t);
+const loom_gpt_param *loom_trainer_param(const loom_trainer *t, int32_t i);
+loom_tensor *loom_trainer_tensor(const loom_trainer *t, int32_t kind, int32_t i);
+/* Sets the number of steps done (restoring a checkpoint). */
+loom_status loom_trainer_set_steps_done(loom_trainer *t, int64_t steps);
+
+/* Greedy decoding: appends n bytes to prompt; out gets prompt + n bytes
+ * (NUL-terminated, cap bytes at most). */
+loom_status loom_trainer_generate(loom_trainer *t, const char *prompt, int32_t n,
+                                  char *out, size_t cap);
+/* Exact-match accuracy of greedy answers on the held-out problems;
+ * *correct of *total. */
+loom_status loom_trainer_accuracy(loom_trainer *t, int32_t *correct, int32_t *total);
+
+#endif

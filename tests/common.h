@@ -1,0 +1,55 @@
+/* Shared helpers for the test programs: checks that count failures. */
+#ifndef LOOM_TESTS_COMMON_H
+#define LOOM_TESTS_COMMON_H
+
+#include "loom.h"
+
+#include <stdio.h>
+
+extern int loom_test_failures;
+extern int loom_test_checks;
+
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    loom_test_checks++;                                                        \
+    if (!(cond)) {                                                             \
+      loom_test_failures++;                                                    \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+    }                                                                          \
+  } while (0)
+
+/* Checks that a loom call returned OK; prints the context's message if not. */
+#define CHECK_OK(ctx, expr)                                                    \
+  do {                                                                         \
+    loom_status s_ = (expr);                                                   \
+    loom_test_checks++;                                                        \
+    if (s_ != LOOM_STATUS_OK) {                                                \
+      loom_test_failures++;                                                    \
+      fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #expr,      \
+              loom_status_name(s_), loom_ctx_error(ctx));                      \
+    }                                                                          \
+  } while (0)
+
+/* Checks that a call failed with the given status and left a message. */
+#define CHECK_STATUS(ctx, expected, expr)                                      \
+  do {                                                                         \
+    loom_status s_ = (expr);                                                   \
+    loom_test_checks++;                                                        \
+    if (s_ != (expected) || loom_ctx_error(ctx)[0] == '\0') {                  \
+      loom_test_failures++;                                                    \
+      fprintf(stderr, "%s:%d: %s -> %s (wanted %s), message '%s'\n", __FILE__, \
+              __LINE__, #expr, loom_status_name(s_),                           \
+              loom_status_name(expected), loom_ctx_error(ctx));                \
+    }                                                                          \
+  } while (0)
+
+/* Prints "N passed, N failed" and returns the exit code for main. */
+int loom_test_finish(const char *name);
+
+/* Deterministic pseudo-random numbers for test data (xorshift). */
+typedef struct loom_test_rng {
+  uint64_t s;
+} loom_test_rng;
+double loom_test_uniform(loom_test_rng *r, double lo, double hi);
+
+#endif

@@ -1,0 +1,168 @@
+/*
+ * API misuse: NULL handles, unknown ops, wrong arity, mismatched shapes and
+ * dtypes, bad attributes. Every case must return a status with a message,
+ * never crash.
+ */
+#include "common.h"
+
+#include <string.h>
+
+static void check_null_handles(loom_ctx *ctx) {
+  CHECK(loom_ctx_new(NULL) == LOOM_STATUS_INVALID_ARGUMENT);
+  loom_ctx_free(NULL);
+  loom_graph_free(NULL);
+  loom_tensor_free(NULL);
+  loom_session_free(NULL);
+  CHECK(strlen(loom_ctx_error(NULL)) > 0);
+  CHECK(loom_graph_new(ctx, NULL) == LOOM_STATUS_INVALID_ARGUMENT);
+  loom_graph *g = NULL;
+  CHECK(loom_graph_new(NULL, &g) != LOOM_STATUS_OK);
+  CHECK(g == NULL);
+  loom_value v;
+  CHECK(loom_graph_input(NULL, "x", LOOM_DTYPE_F32, 0, NULL, &v) ==
+        LOOM_STATUS_INVALID_ARGUMENT);
+  CHECK(loom_graph_op(NULL, LOOM_OP_NEG, 1, &v, 0, NULL, &v) == LOOM_STATUS_INVALID_ARGUMENT);
+  CHECK(loom_graph_output(NULL, "y", 0) == LOOM_STATUS_INVALID_ARGUMENT);
+  CHECK(loom_graph_verify(NULL) != LOOM_STATUS_OK);
+  CHECK(loom_graph_num_inputs(NULL) == 0);
+  CHECK(loom_graph_input_name(NULL, 0) == NULL);
+  char *text = NULL;
+  CHECK(loom_graph_print(NULL, &text) != LOOM_STATUS_OK);
+  CHECK(loom_graph_parse(ctx, NULL, &g) != LOOM_STATUS_OK);
+  CHECK(loom_session_new(ctx, NULL, NULL, NULL) != LOOM_STATUS_OK);
+  CHECK(loom_session_run(NULL, 0, NULL, 0, NULL) != LOOM_STATUS_OK);
+  loom_tensor *t = NULL;
+  CHECK(loom_tensor_new(ctx, LOOM_DTYPE_F32, 1, NULL, &t) != LOOM_STATUS_OK);
+  CHECK(loom_tensor_new(ctx, (loom_dtype)99, 0, NULL, &t) != LOOM_STATUS_OK);
+  CHECK(loom_tensor_new(ctx, LOOM_DTYPE_F32, -1, NULL, &t) != LOOM_STATUS_OK);
+  CHECK(loom_tensor_new(ctx, LOOM_DTYPE_F32, 1, (int64_t[]){-3}, &t) != LOOM_STATUS_OK);
+  CHECK(loom_tensor_load_npy(ctx, NULL, &t) != LOOM_STATUS_OK);
+  CHECK(loom_ctx_set_threads(ctx, -1) == LOOM_STATUS_INVALID_ARGUMENT);
+  CHECK(loom_ctx_set_threads(NULL, 1) == LOOM_STATUS_INVALID_ARGUMENT);
+}
+
+static void check_graph_misuse(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  if (!g) return;
+  loom_value x, w, y, bad;
+  CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 2, (int64_t[]){4, 8}, &x));
+  CHECK_OK(ctx, loom_graph_param(g, "w", LOOM_DTYPE_F32, 2, (int64_t[]){7, 16}, &w));
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_input(g, "x", LOOM_DTYPE_F32, 0, NULL, &bad)); /* duplicate name */
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_input(g, "", LOOM_DTYPE_F32, 0, NULL, &bad));
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_input(g, "z", (loom_dtype)-1, 0, NULL, &bad));
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_input(g, "z", LOOM_DTYPE_F32, LOOM_MAX_RANK + 1,
+                                (int64_t[LOOM_MAX_RANK + 1]){0}, &bad));
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_input(g, "z", LOOM_DTYPE_F32, 1, (int64_t[]){-2}, &bad));
+
+  /* unknown op, wrong arity, values from nowhere */
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_op(g, (loom_op)LOOM_OP_COUNT, 1, &x, 0, NULL, &y));
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_op(g, (loom_op)-5, 1, &x, 0, NULL, &y));
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_op(g, LOOM_OP_ADD, 1, &x, 0, NULL, &y));
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_op(g, LOOM_OP_NEG, 1, (loom_value[]){1234}, 0, NULL, &y));
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_op(g, LOOM_OP_NEG, 1, NULL, 0, NULL, &y));
+
+  /* mismatched shapes and dtypes */
+  CHECK_STATUS(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+               loom_graph_op(g, LOOM_OP_MATMUL, 2, (loom_value[]){x, w}, 0, NULL, &y));
+  CHECK(strstr(loom_ctx_error(ctx), "matmul") != NULL);
+  CHECK_STATUS(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+               loom_graph_op(g, LOOM_OP_ADD, 2, (loom_value[]){x, w}, 0, NULL, &y));
+  loom_value xi;
+  CHECK_OK(ctx, loom_graph_input(g, "xi", LOOM_DTYPE_I32, 2, (int64_t[]){4, 8}, &xi));
+  CHECK_STATUS(ctx, LOOM_STATUS_DTYPE_MISMATCH,
+               loom_graph_op(g, LOOM_OP_ADD, 2, (loom_value[]){x, xi}, 0, NULL, &y));
+  CHECK_STATUS(ctx, LOOM_STATUS_DTYPE_MISMATCH,
+               loom_graph_op(g, LOOM_OP_EXP, 1, &xi, 0, NULL, &y));
+
+  /* attributes: unknown name, wrong kind, missing required, out of range */
+  loom_attr unknown = {.name = "nope", .kind = LOOM_ATTR_INT, .i = 1};
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_op(g, LOOM_OP_NEG, 1, &x, 1, &unknown, &y));
+  loom_attr wrong_kind = {.name = "axes", .kind = LOOM_ATTR_FLOAT, .f = 1};
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_op(g, LOOM_OP_REDUCE_SUM, 1, &x, 1, &wrong_kind, &y));
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_op(g, LOOM_OP_TRANSPOSE, 1, &x, 0, NULL, &y));
+  loom_attr axes = {.name = "axes", .kind = LOOM_ATTR_INTS, .n_ints = 1, .ints = (int64_t[]){5}};
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_op(g, LOOM_OP_REDUCE_SUM, 1, &x, 1, &axes, &y));
+  loom_attr too_many = {.name = "axes", .kind = LOOM_ATTR_INTS, .n_ints = LOOM_MAX_RANK + 1,
+                        .ints = (int64_t[LOOM_MAX_RANK + 1]){0}};
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_op(g, LOOM_OP_REDUCE_SUM, 1, &x, 1, &too_many, &y));
+  loom_attr shape = {.name = "shape", .kind = LOOM_ATTR_INTS, .n_ints = 2,
+                     .ints = (int64_t[]){5, 7}};
+  CHECK_STATUS(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+               loom_graph_op(g, LOOM_OP_RESHAPE, 1, &x, 1, &shape, &y));
+  loom_attr p = {.name = "p", .kind = LOOM_ATTR_FLOAT, .f = 1.5};
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_op(g, LOOM_OP_DROPOUT, 1, &x, 1, &p, &y));
+
+  /* multi-output op through the single-output call */
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_op(g, LOOM_OP_ADAMW, 5, (loom_value[]){x, x, x, x, x}, 0, NULL, &y));
+
+  /* outputs: bad value, duplicate name */
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_graph_output(g, "y", 999));
+  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_RELU, 1, &x, 0, NULL, &y));
+  CHECK_OK(ctx, loom_graph_output(g, "y", y));
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_graph_output(g, "y", y));
+
+  /* the failed calls above left the graph valid and unchanged */
+  CHECK_OK(ctx, loom_graph_verify(g));
+  CHECK(loom_graph_num_inputs(g) == 3);
+  CHECK(loom_graph_num_outputs(g) == 1);
+  CHECK(loom_graph_input_is_param(g, 1));
+  CHECK(!loom_graph_input_is_param(g, 0));
+  loom_dtype dt;
+  int32_t rank;
+  int64_t dims[LOOM_MAX_RANK];
+  CHECK_OK(ctx, loom_graph_value_type(g, y, &dt, &rank, dims));
+  CHECK(dt == LOOM_DTYPE_F32 && rank == 2 && dims[0] == 4 && dims[1] == 8);
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_graph_value_type(g, -7, &dt, &rank, dims));
+  loom_graph_free(g);
+}
+
+static void check_names(void) {
+  loom_op op;
+  CHECK(loom_op_from_name("layer_norm", &op) == LOOM_STATUS_OK && op == LOOM_OP_LAYER_NORM);
+  CHECK(loom_op_from_name("no_such_op", &op) == LOOM_STATUS_INVALID_ARGUMENT);
+  CHECK(loom_op_name((loom_op)LOOM_OP_COUNT) == NULL);
+  CHECK(loom_op_is_composite(LOOM_OP_SOFTMAX));
+  CHECK(!loom_op_is_composite(LOOM_OP_ADD));
+  loom_dtype dt;
+  CHECK(loom_dtype_from_name("bf16", &dt) == LOOM_STATUS_OK && dt == LOOM_DTYPE_BF16);
+  CHECK(loom_dtype_from_name("f31", &dt) == LOOM_STATUS_INVALID_ARGUMENT);
+  CHECK(loom_dtype_size(LOOM_DTYPE_F16) == 2);
+  CHECK(loom_dtype_size((loom_dtype)77) == 0);
+  CHECK(strcmp(loom_status_name(LOOM_STATUS_SHAPE_MISMATCH), "shape mismatch") == 0);
+  CHECK(strcmp(loom_status_name((loom_status)1000), "unknown status") == 0);
+  CHECK(strcmp(loom_version(), LOOM_VERSION_STRING) == 0);
+  /* every op has a unique name that maps back to it */
+  for (int i = 0; i < LOOM_OP_COUNT; i++) {
+    const char *name = loom_op_name((loom_op)i);
+    CHECK(name != NULL);
+    CHECK(name && loom_op_from_name(name, &op) == LOOM_STATUS_OK && op == (loom_op)i);
+  }
+}
+
+int main(void) {
+  loom_ctx *ctx = NULL;
+  if (loom_ctx_new(&ctx)) return 1;
+  check_null_handles(ctx);
+  check_graph_misuse(ctx);
+  check_names();
+  loom_ctx_free(ctx);
+  return loom_test_finish("test_api");
+}

@@ -1,0 +1,249 @@
+/* Memory planning: reuse on chains, no overlap between live values on
+ * random DAGs, outputs kept to the end, and arena execution equal to
+ * execution with one private buffer per value. */
+#include "common.h"
+
+#include "ir/build.h"
+#include "ir/view.h"
+#include "passes/memplan.h"
+#include "runtime/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t bytes_of(const loom_graph *g, int32_t v) {
+  const loom_type *t = &g->values[v].type;
+  return loom_type_numel(t) * (int64_t)loom_dtype_size(t->dtype);
+}
+
+static void test_chain(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  int32_t x;
+  CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 1, (int64_t[]){1000}, &x));
+  int32_t v = x;
+  for (int i = 0; i < 100; i++) v = lb_unary(g, i % 2 ? LOOM_OP_NEG : LOOM_OP_EXP, v);
+  CHECK_OK(ctx, loom_build_status(g));
+  CHECK_OK(ctx, loom_graph_output(g, "y", v));
+  loom_memplan p;
+  CHECK_OK(ctx, loom_memplan_build(g, &p));
+  int64_t sum = 0;
+  for (int32_t k = 0; k < g->n_values; k++)
+    if (p.offset[k] >= 0) sum += p.size[k];
+  CHECK(sum == 100 * 4000);
+  CHECK(p.offset[x] == -1);
+  /* a chain needs two buffers (input and output of the running node) */
+  CHECK(p.peak_bytes == 2 * 4032);
+  CHECK(p.peak_bytes * 20 < sum);
+  loom_memplan_free(&p);
+  loom_graph_free(g);
+}
+
+/* A random DAG over a few shapes; returns the graph. */
+static loom_graph *random_dag(loom_ctx *ctx, loom_test_rng *r, int32_t n_ops) {
+  static const int64_t shapes[][2] = {{4, 8}, {1, 8}, {4, 1}, {8, 8}, {4, 16}};
+  loom_graph *g = NULL;
+  if (loom_graph_new(ctx, &g)) return NULL;
+  int32_t vals[256], nv = 0;
+  char name[16];
+  int32_t n_in = 2 + (int32_t)loom_test_uniform(r, 0, 3);
+  for (int32_t i = 0; i < n_in; i++) {
+    snprintf(name, sizeof name, "in%d", i);
+    int s = (int)loom_test_uniform(r, 0, 5);
+    if (loom_graph_input(g, name, LOOM_DTYPE_F32, 2, shapes[s], &vals[nv])) break;
+    nv++;
+  }
+  for (int32_t k = 0; k < n_ops && nv < 256; k++) {
+    int32_t a = vals[(int)loom_test_uniform(r, 0, nv)];
+    int32_t b = vals[(int)loom_test_uniform(r, 0, nv)];
+    const loom_type *ta = &g->values[a].type, *tb = &g->values[b].type;
+    int32_t rk;
+    int64_t sh[LOOM_MAX_RANK];
+    int32_t v = -1;
+    switch ((int)loom_test_uniform(r, 0, 6)) {
+    case 0: v = lb_unary(g, LOOM_OP_TANH, a); break;
+    case 1:
+    case 2:
+      if (loom_broadcast_shapes(ta->rank, ta->shape, tb->rank, tb->shape, &rk, sh))
+        v = lb_binary(g, k % 3 ? LOOM_OP_ADD : LOOM_OP_MUL, a, b);
+      break;
+    case 3:
+      if (ta->rank == 2) v = lb_sum(g, a, 1, (int64_t[]){0}, true);
+      break;
+    case 4:
+      if (ta->rank == 2 && tb->rank == 2 && ta->shape[1] == tb->shape[0])
+        v = lb_matmul(g, a, b, false, false);
+      else if (ta->rank == 2 && tb->rank == 2 && ta->shape[1] == tb->shape[1])
+        v = lb_matmul(g, a, b, false, true);
+      break;
+    case 5:
+      if (ta->rank == 2 && tb->rank == 2 && ta->shape[1] == tb->shape[1])
+        v = lb_concat(g, 2, (int32_t[]){a, b}, 0);
+      break;
+    }
+    if (v >= 0) vals[nv++] = v;
+  }
+  int32_t n_out = 0;
+  for (int32_t i = n_in; i < nv; i++)
+    if (i == nv - 1 || loom_test_uniform(r, 0, 1) < 0.1) {
+      snprintf(name, sizeof name, "out%d", n_out++);
+      loom_graph_output(g, name, vals[i]);
+    }
+  if (loom_build_status(g) || n_out == 0) {
+    loom_graph_free(g);
+    return NULL;
+  }
+  return g;
+}
+
+/* Every pair of arena values alive at the same step must be disjoint. */
+static void check_plan(const loom_graph *g, const loom_memplan *p,
+                       int64_t *lower_bound) {
+  int32_t nv = g->n_values;
+  int32_t *first = malloc(sizeof(int32_t) * (size_t)nv);
+  int32_t *last = malloc(sizeof(int32_t) * (size_t)nv);
+  for (int32_t v = 0; v < nv; v++) {
+    first[v] = g->values[v].kind == LOOM_VALUE_NODE ? g->values[v].node : -1;
+    last[v] = first[v];
+  }
+  for (int32_t j = 0; j < g->n_nodes; j++)
+    for (int32_t i = 0; i < g->nodes[j].n_in; i++) last[g->nodes[j].in[i]] = j;
+  for (int32_t i = 0; i < g->n_outputs; i++) last[g->outputs[i]] = g->n_nodes;
+  /* the most bytes live at one step: no plan can do better */
+  int64_t bound = 0;
+  for (int32_t j = 0; j < g->n_nodes; j++) {
+    int64_t live = 0;
+    for (int32_t v = 0; v < nv; v++)
+      if (g->values[v].kind == LOOM_VALUE_NODE && first[v] <= j && j <= last[v])
+        live += (p->size[v] + 63) / 64 * 64;
+    bound = LOOM_MAX(bound, live);
+  }
+  *lower_bound += bound;
+  int bad = 0;
+  for (int32_t u = 0; u < nv; u++) {
+    if (g->values[u].kind != LOOM_VALUE_NODE) {
+      if (p->offset[u] != -1) bad++;
+      continue;
+    }
+    if (p->offset[u] < 0 || p->offset[u] % 64 || p->size[u] != bytes_of(g, u) ||
+        p->offset[u] + p->size[u] > p->peak_bytes)
+      bad++;
+    for (int32_t v = u + 1; v < nv; v++) {
+      if (g->values[v].kind != LOOM_VALUE_NODE) continue;
+      bool live_together = first[u] <= last[v] && first[v] <= last[u];
+      bool mem_overlap = p->offset[u] < p->offset[v] + p->size[v] &&
+                         p->offset[v] < p->offset[u] + p->size[u];
+      if (live_together && mem_overlap) bad++;
+    }
+  }
+  CHECK(bad == 0);
+  free(first);
+  free(last);
+}
+
+/* Runs g with one private buffer per value (no planning) on ref kernels. */
+static loom_view *run_unplanned(loom_ctx *ctx, const loom_graph *g,
+                                loom_tensor *const *inputs) {
+  loom_view *vals = calloc((size_t)g->n_values, sizeof *vals);
+  for (int32_t v = 0; v < g->n_values; v++)
+    vals[v] = loom_view_of(&g->values[v].type,
+                           calloc((size_t)bytes_of(g, v) + 1, 1));
+  for (int32_t i = 0; i < g->n_inputs; i++)
+    memcpy(vals[g->inputs[i]].data, loom_tensor_data(inputs[i]),
+           (size_t)bytes_of(g, g->inputs[i]));
+  for (int32_t j = 0; j < g->n_nodes; j++)
+    CHECK_OK(ctx, loom_exec_node_ref(ctx, g, &g->nodes[j], vals));
+  return vals;
+}
+
+static void test_random_dags(loom_ctx *ctx) {
+  loom_test_rng r = {12345};
+  int made = 0, compared = 0, mismatched = 0;
+  int64_t total_sum = 0, total_peak = 0, total_bound = 0;
+  for (int trial = 0; trial < 300; trial++) {
+    loom_graph *g = random_dag(ctx, &r, 5 + trial % 40);
+    if (!g) continue;
+    made++;
+    loom_memplan p;
+    CHECK_OK(ctx, loom_memplan_build(g, &p));
+    check_plan(g, &p, &total_bound);
+    for (int32_t v = 0; v < g->n_values; v++)
+      if (p.offset[v] >= 0) total_sum += (p.size[v] + 63) / 64 * 64;
+    total_peak += p.peak_bytes;
+    loom_memplan_free(&p);
+
+    /* Execution through the arena (a ref session) equals the unplanned run. */
+    if (trial % 3 == 0) {
+      loom_tensor *in[8] = {NULL}, *out[64] = {NULL};
+      for (int32_t i = 0; i < g->n_inputs; i++) {
+        const loom_type *t = &g->values[g->inputs[i]].type;
+        CHECK_OK(ctx, loom_tensor_new(ctx, t->dtype, t->rank, t->shape, &in[i]));
+        float *d = loom_tensor_data(in[i]);
+        for (int64_t e = 0; e < loom_type_numel(t); e++)
+          d[e] = (float)loom_test_uniform(&r, -1, 1);
+      }
+      loom_session *s = NULL;
+      loom_session_options o = {.backend = "ref"};
+      CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
+      CHECK_OK(ctx, loom_session_run(s, g->n_inputs, (const loom_tensor *const *)in,
+                                     g->n_outputs, out));
+      loom_view *vals = run_unplanned(ctx, g, in);
+      for (int32_t k = 0; k < g->n_outputs; k++) {
+        int64_t nb = bytes_of(g, g->outputs[k]);
+        if (!out[k] || memcmp(loom_tensor_data(out[k]), vals[g->outputs[k]].data,
+                              (size_t)nb) != 0)
+          mismatched++;
+        compared++;
+        loom_tensor_free(out[k]);
+      }
+      for (int32_t v = 0; v < g->n_values; v++) free(vals[v].data);
+      free(vals);
+      for (int32_t i = 0; i < g->n_inputs; i++) loom_tensor_free(in[i]);
+      loom_session_free(s);
+    }
+    loom_graph_free(g);
+  }
+  CHECK(made > 200);
+  CHECK(compared > 50);
+  CHECK(mismatched == 0);
+  /* reuse pays, and best fit stays close to the live-bytes lower bound */
+  CHECK(total_peak < total_sum * 3 / 4);
+  CHECK(total_peak <= total_bound * 5 / 4);
+  printf("random DAGs: %d planned, %d outputs compared; bytes: peak %lld, "
+         "live bound %lld, sum %lld\n",
+         made, compared, (long long)total_peak, (long long)total_bound,
+         (long long)total_sum);
+}
+
+/* A node's output never shares memory with its inputs, even a dying one. */
+static void test_no_in_place(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  int32_t x;
+  CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 2, (int64_t[]){3, 3}, &x));
+  int32_t a = lb_unary(g, LOOM_OP_EXP, x);
+  int32_t t = lb_transpose(g, a, (int64_t[]){1, 0});
+  int32_t y = lb_matmul(g, t, t, false, false);
+  CHECK_OK(ctx, loom_build_status(g));
+  CHECK_OK(ctx, loom_graph_output(g, "y", y));
+  loom_memplan p;
+  CHECK_OK(ctx, loom_memplan_build(g, &p));
+  CHECK(p.offset[a] != p.offset[t]);
+  CHECK(p.offset[t] != p.offset[y]);
+  CHECK(p.offset[y] == p.offset[a]); /* a is dead by then: reused */
+  CHECK(p.last[y] == g->n_nodes);
+  loom_memplan_free(&p);
+  CHECK(loom_memplan_build(NULL, &p) == LOOM_STATUS_INVALID_ARGUMENT);
+  loom_memplan_free(NULL);
+  loom_graph_free(g);
+}
+
+int main(void) {
+  loom_ctx *ctx = NULL;
+  if (loom_ctx_new(&ctx)) return 1;
+  test_chain(ctx);
+  test_no_in_place(ctx);
+  test_random_dags(ctx);
+  loom_ctx_free(ctx);
+  return loom_test_finish("test_memplan");
+}

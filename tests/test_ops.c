@@ -1,0 +1,495 @@
+/*
+ * The generic differential op harness: every primitive op, over shapes with
+ * broadcasting, size-1, empty and odd dims, on every backend, against the
+ * reference executor. A backend that does not run a node itself falls back
+ * to the reference kernel, so this also exercises the fallback path.
+ * (The reference kernels themselves are checked by known answers in
+ * test_ops_ref_*.c; gradients by finite differences in test_grad.c.)
+ */
+#include "common.h"
+
+#include "ops/op.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_IN 4
+
+typedef struct operand {
+  loom_dtype dt;
+  int32_t rank;
+  int64_t shape[LOOM_MAX_RANK];
+  double lo, hi; /* value range; for index operands: [0, hi) */
+} operand;
+
+typedef struct op_case {
+  loom_op op;
+  int32_t n_in;
+  operand in[MAX_IN];
+  int32_t n_attrs;
+  loom_attr attrs[4];
+  int64_t ints[4][LOOM_MAX_RANK]; /* storage for INTS attributes */
+  double rtol;
+  char label[96];
+} op_case;
+
+static op_case *cases;
+static int32_t n_cases, cap_cases;
+static bool covered[LOOM_OP_COUNT];
+
+static operand opnd(loom_dtype dt, int32_t rank, const int64_t *shape, double lo,
+                    double hi) {
+  operand o = {.dt = dt, .rank = rank, .lo = lo, .hi = hi};
+  for (int32_t d = 0; d < rank; d++) o.shape[d] = shape[d];
+  return o;
+}
+
+static op_case *add_case(loom_op op, int32_t n_in, const operand *in) {
+  if (n_cases == cap_cases) {
+    cap_cases = cap_cases ? 2 * cap_cases : 256;
+    cases = realloc(cases, sizeof *cases * (size_t)cap_cases);
+    if (!cases) exit(2);
+  }
+  op_case *c = &cases[n_cases++];
+  memset(c, 0, sizeof *c);
+  c->op = op;
+  c->n_in = n_in;
+  for (int32_t i = 0; i < n_in; i++) c->in[i] = in[i];
+  c->rtol = 1e-5;
+  covered[op] = true;
+  return c;
+}
+
+static void attr_i(op_case *c, const char *name, int64_t v) {
+  c->attrs[c->n_attrs++] = (loom_attr){.name = name, .kind = LOOM_ATTR_INT, .i = v};
+}
+
+static void attr_f(op_case *c, const char *name, double v) {
+  c->attrs[c->n_attrs++] = (loom_attr){.name = name, .kind = LOOM_ATTR_FLOAT, .f = v};
+}
+
+static void attr_ints(op_case *c, const char *name, int32_t n, const int64_t *v) {
+  int32_t k = c->n_attrs;
+  memcpy(c->ints[k], v, sizeof(int64_t) * (size_t)n);
+  c->attrs[c->n_attrs++] =
+      (loom_attr){.name = name, .kind = LOOM_ATTR_INTS, .n_ints = n, .ints = c->ints[k]};
+}
+
+/* Shapes every element-wise op is tried on: scalar, size-1, empty, odd. */
+static const struct {
+  int32_t rank;
+  int64_t shape[4];
+} unary_shapes[] = {
+    {0, {0}}, {1, {1}}, {1, {0}}, {1, {7}}, {2, {3, 5}}, {3, {2, 1, 4}}, {2, {0, 3}}, {2, {33, 65}},
+};
+
+/* Operand shape pairs exercising NumPy broadcasting. */
+static const struct {
+  int32_t ra;
+  int64_t a[4];
+  int32_t rb;
+  int64_t b[4];
+} binary_shapes[] = {
+    {2, {3, 5}, 2, {3, 5}}, {2, {3, 5}, 1, {5}},       {2, {3, 1}, 2, {1, 5}},
+    {0, {0}, 1, {4}},       {2, {0, 3}, 1, {3}},       {3, {2, 1, 3}, 2, {4, 1}},
+    {1, {1}, 1, {1}},       {3, {2, 17, 9}, 3, {2, 17, 9}}, {1, {9}, 0, {0}},
+};
+
+static void build_elementwise_cases(void) {
+  static const struct {
+    loom_op op;
+    double lo, hi;
+  } unary[] = {
+      {LOOM_OP_NEG, -2, 2},        {LOOM_OP_ABS, -2, 2},     {LOOM_OP_SIGN, -2, 2},
+      {LOOM_OP_EXP, -3, 3},        {LOOM_OP_LOG, 0.1, 4},    {LOOM_OP_SQRT, 0.0, 4},
+      {LOOM_OP_RSQRT, 0.1, 4},     {LOOM_OP_RECIPROCAL, 0.2, 3}, {LOOM_OP_TANH, -3, 3},
+      {LOOM_OP_SIGMOID, -6, 6},    {LOOM_OP_RELU, -2, 2},    {LOOM_OP_ERF, -3, 3},
+      {LOOM_OP_SIN, -4, 4},        {LOOM_OP_COS, -4, 4},
+  };
+  for (int32_t u = 0; u < LOOM_ARRAY_LEN(unary); u++)
+    for (int32_t s = 0; s < LOOM_ARRAY_LEN(unary_shapes); s++) {
+      operand x = opnd(LOOM_DTYPE_F32, unary_shapes[s].rank, unary_shapes[s].shape,
+                       unary[u].lo, unary[u].hi);
+      add_case(unary[u].op, 1, &x);
+      if (s == 4) { /* other dtypes on one shape: the fallback path */
+        x.dt = LOOM_DTYPE_F64;
+        add_case(unary[u].op, 1, &x);
+        x.dt = LOOM_DTYPE_BF16;
+        add_case(unary[u].op, 1, &x);
+      }
+    }
+  operand xi = opnd(LOOM_DTYPE_I32, 2, (int64_t[]){3, 5}, -5, 5);
+  add_case(LOOM_OP_NEG, 1, &xi);
+  add_case(LOOM_OP_ABS, 1, &xi);
+
+  static const struct {
+    loom_op op;
+    double alo, ahi, blo, bhi;
+  } binary[] = {
+      {LOOM_OP_ADD, -2, 2, -2, 2},     {LOOM_OP_SUB, -2, 2, -2, 2},
+      {LOOM_OP_MUL, -2, 2, -2, 2},     {LOOM_OP_DIV, -2, 2, 0.5, 2},
+      {LOOM_OP_POW, 0.1, 3, -2, 2},    {LOOM_OP_MAXIMUM, -2, 2, -2, 2},
+      {LOOM_OP_MINIMUM, -2, 2, -2, 2}, {LOOM_OP_EQ, -2, 2, -2, 2},
+      {LOOM_OP_NE, -2, 2, -2, 2},      {LOOM_OP_LT, -2, 2, -2, 2},
+      {LOOM_OP_LE, -2, 2, -2, 2},      {LOOM_OP_GT, -2, 2, -2, 2},
+      {LOOM_OP_GE, -2, 2, -2, 2},
+  };
+  for (int32_t b = 0; b < LOOM_ARRAY_LEN(binary); b++)
+    for (int32_t s = 0; s < LOOM_ARRAY_LEN(binary_shapes); s++) {
+      operand in[2] = {
+          opnd(LOOM_DTYPE_F32, binary_shapes[s].ra, binary_shapes[s].a, binary[b].alo,
+               binary[b].ahi),
+          opnd(LOOM_DTYPE_F32, binary_shapes[s].rb, binary_shapes[s].b, binary[b].blo,
+               binary[b].bhi)};
+      add_case(binary[b].op, 2, in);
+      if (s == 2) {
+        in[0].dt = in[1].dt = LOOM_DTYPE_F64;
+        add_case(binary[b].op, 2, in);
+        in[0].dt = in[1].dt = LOOM_DTYPE_I32; /* integer values: compare exactly */
+        if (binary[b].op != LOOM_OP_POW) add_case(binary[b].op, 2, in);
+      }
+    }
+
+  for (int32_t s = 0; s < LOOM_ARRAY_LEN(binary_shapes); s++) {
+    operand in[3] = {
+        opnd(LOOM_DTYPE_BOOL, binary_shapes[s].ra, binary_shapes[s].a, 0, 1),
+        opnd(LOOM_DTYPE_F32, binary_shapes[s].rb, binary_shapes[s].b, -2, 2),
+        opnd(LOOM_DTYPE_F32, binary_shapes[s].ra, binary_shapes[s].a, -2, 2)};
+    add_case(LOOM_OP_SELECT, 3, in);
+  }
+
+  static const struct {
+    loom_dtype from, to;
+  } casts[] = {
+      {LOOM_DTYPE_F32, LOOM_DTYPE_I32},  {LOOM_DTYPE_F32, LOOM_DTYPE_BOOL},
+      {LOOM_DTYPE_I32, LOOM_DTYPE_F32},  {LOOM_DTYPE_F32, LOOM_DTYPE_F16},
+      {LOOM_DTYPE_F32, LOOM_DTYPE_BF16}, {LOOM_DTYPE_F64, LOOM_DTYPE_F32},
+      {LOOM_DTYPE_I64, LOOM_DTYPE_F32},  {LOOM_DTYPE_BOOL, LOOM_DTYPE_F32},
+      {LOOM_DTYPE_F32, LOOM_DTYPE_F32},  {LOOM_DTYPE_U8, LOOM_DTYPE_I64},
+  };
+  for (int32_t k = 0; k < LOOM_ARRAY_LEN(casts); k++) {
+    bool is_bool = casts[k].from == LOOM_DTYPE_BOOL;
+    operand x = opnd(casts[k].from, 2, (int64_t[]){4, 9}, is_bool ? 0 : -40, is_bool ? 1 : 40);
+    if (casts[k].from == LOOM_DTYPE_U8) x.lo = 0;
+    op_case *c = add_case(LOOM_OP_CAST, 1, &x);
+    attr_i(c, "dtype", casts[k].to);
+  }
+}
+
+static void build_reduce_cases(void) {
+  static const loom_op ops[] = {LOOM_OP_REDUCE_SUM, LOOM_OP_REDUCE_MAX, LOOM_OP_REDUCE_MIN};
+  static const struct {
+    int32_t rank;
+    int64_t shape[4];
+    int32_t n_axes;
+    int64_t axes[4];
+  } red[] = {
+      {2, {3, 5}, 1, {1}},       {2, {3, 5}, 1, {0}},       {2, {3, 5}, 0, {0}},
+      {3, {2, 3, 4}, 2, {0, 2}}, {3, {2, 3, 4}, 1, {-1}},   {1, {1}, 1, {0}},
+      {2, {0, 4}, 1, {1}},       {2, {130, 257}, 1, {1}},   {2, {130, 257}, 1, {0}},
+      {4, {2, 3, 1, 5}, 2, {1, 3}}, {0, {0}, 0, {0}},
+  };
+  for (int32_t o = 0; o < LOOM_ARRAY_LEN(ops); o++)
+    for (int32_t r = 0; r < LOOM_ARRAY_LEN(red); r++)
+      for (int keep = 0; keep < 2; keep++) {
+        operand x = opnd(LOOM_DTYPE_F32, red[r].rank, red[r].shape, -2, 2);
+        op_case *c = add_case(ops[o], 1, &x);
+        attr_ints(c, "axes", red[r].n_axes, red[r].axes);
+        attr_i(c, "keepdims", keep);
+        c->rtol = 1e-5;
+      }
+  /* an empty set reduced: sum = 0 (max/min of nothing gives -inf/+inf) */
+  operand e = opnd(LOOM_DTYPE_F32, 2, (int64_t[]){3, 0}, -1, 1);
+  op_case *c = add_case(LOOM_OP_REDUCE_SUM, 1, &e);
+  attr_ints(c, "axes", 1, (int64_t[]){1});
+}
+
+static void build_layout_cases(void) {
+  operand x = opnd(LOOM_DTYPE_F32, 3, (int64_t[]){2, 3, 4}, -2, 2);
+  op_case *c = add_case(LOOM_OP_RESHAPE, 1, &x);
+  attr_ints(c, "shape", 2, (int64_t[]){6, 4});
+  c = add_case(LOOM_OP_RESHAPE, 1, &x);
+  attr_ints(c, "shape", 3, (int64_t[]){4, -1, 2});
+  operand z = opnd(LOOM_DTYPE_F32, 2, (int64_t[]){0, 4}, -2, 2);
+  c = add_case(LOOM_OP_RESHAPE, 1, &z);
+  attr_ints(c, "shape", 3, (int64_t[]){2, 0, 8});
+
+  static const int64_t perms[][3] = {{0, 1, 2}, {2, 1, 0}, {1, 0, 2}, {0, 2, 1}, {2, 0, 1}};
+  for (int32_t p = 0; p < LOOM_ARRAY_LEN(perms); p++) {
+    c = add_case(LOOM_OP_TRANSPOSE, 1, &x);
+    attr_ints(c, "perm", 3, perms[p]);
+  }
+  operand big = opnd(LOOM_DTYPE_F32, 2, (int64_t[]){67, 131}, -2, 2);
+  c = add_case(LOOM_OP_TRANSPOSE, 1, &big);
+  attr_ints(c, "perm", 2, (int64_t[]){1, 0});
+
+  operand b1 = opnd(LOOM_DTYPE_F32, 2, (int64_t[]){3, 1}, -2, 2);
+  c = add_case(LOOM_OP_BROADCAST_TO, 1, &b1);
+  attr_ints(c, "shape", 3, (int64_t[]){2, 3, 4});
+  operand b0 = opnd(LOOM_DTYPE_F32, 0, NULL, -2, 2);
+  c = add_case(LOOM_OP_BROADCAST_TO, 1, &b0);
+  attr_ints(c, "shape", 2, (int64_t[]){5, 0});
+
+  c = add_case(LOOM_OP_SLICE, 1, &x);
+  attr_ints(c, "starts", 3, (int64_t[]){0, 1, 1});
+  attr_ints(c, "ends", 3, (int64_t[]){2, 3, -1});
+  c = add_case(LOOM_OP_SLICE, 1, &x);
+  attr_ints(c, "starts", 3, (int64_t[]){1, 2, 2});
+  attr_ints(c, "ends", 3, (int64_t[]){1, 3, 4}); /* empty along dim 0 */
+
+  operand cat[3] = {opnd(LOOM_DTYPE_F32, 2, (int64_t[]){2, 3}, -2, 2),
+                    opnd(LOOM_DTYPE_F32, 2, (int64_t[]){2, 0}, -2, 2),
+                    opnd(LOOM_DTYPE_F32, 2, (int64_t[]){2, 5}, -2, 2)};
+  c = add_case(LOOM_OP_CONCAT, 3, cat);
+  attr_i(c, "axis", 1);
+  cat[1] = opnd(LOOM_DTYPE_F32, 2, (int64_t[]){1, 3}, -2, 2);
+  cat[2] = opnd(LOOM_DTYPE_F32, 2, (int64_t[]){4, 3}, -2, 2);
+  c = add_case(LOOM_OP_CONCAT, 3, cat);
+  attr_i(c, "axis", -2);
+
+  c = add_case(LOOM_OP_PAD, 1, &x);
+  attr_ints(c, "lo", 3, (int64_t[]){1, 0, 2});
+  attr_ints(c, "hi", 3, (int64_t[]){0, 2, 1});
+  attr_f(c, "value", -1.5);
+}
+
+static void build_index_cases(void) {
+  operand g[2] = {opnd(LOOM_DTYPE_F32, 2, (int64_t[]){5, 3}, -2, 2),
+                  opnd(LOOM_DTYPE_I64, 1, (int64_t[]){7}, 0, 5)};
+  add_case(LOOM_OP_GATHER, 2, g);
+  g[1] = opnd(LOOM_DTYPE_I32, 2, (int64_t[]){2, 2}, 0, 3);
+  op_case *c = add_case(LOOM_OP_GATHER, 2, g);
+  attr_i(c, "axis", 1);
+  g[0] = opnd(LOOM_DTYPE_F32, 2, (int64_t[]){256, 32}, -2, 2);
+  g[1] = opnd(LOOM_DTYPE_I64, 2, (int64_t[]){4, 9}, 0, 256);
+  add_case(LOOM_OP_GATHER, 2, g);
+
+  operand s[2] = {opnd(LOOM_DTYPE_I64, 1, (int64_t[]){7}, 0, 5),
+                  opnd(LOOM_DTYPE_F32, 2, (int64_t[]){7, 3}, -2, 2)};
+  c = add_case(LOOM_OP_SCATTER_ADD, 2, s);
+  attr_ints(c, "shape", 2, (int64_t[]){5, 3});
+  s[0] = opnd(LOOM_DTYPE_I32, 2, (int64_t[]){2, 3}, 0, 4);
+  s[1] = opnd(LOOM_DTYPE_F32, 3, (int64_t[]){6, 2, 3}, -2, 2);
+  c = add_case(LOOM_OP_SCATTER_ADD, 2, s);
+  attr_ints(c, "shape", 2, (int64_t[]){6, 4});
+  attr_i(c, "axis", 1);
+
+  c = add_case(LOOM_OP_IOTA, 0, NULL);
+  attr_ints(c, "shape", 2, (int64_t[]){3, 4});
+  attr_i(c, "axis", 1);
+  attr_i(c, "dtype", LOOM_DTYPE_F32);
+  c = add_case(LOOM_OP_IOTA, 0, NULL);
+  attr_ints(c, "shape", 1, (int64_t[]){5});
+  c = add_case(LOOM_OP_CONSTANT, 0, NULL);
+  attr_ints(c, "shape", 2, (int64_t[]){2, 3});
+  attr_f(c, "value", 0.25);
+  c = add_case(LOOM_OP_CONSTANT, 0, NULL);
+  attr_f(c, "value", -3);
+}
+
+static void build_matmul_cases(void) {
+  static const struct {
+    int32_t ra;
+    int64_t a[4];
+    int32_t rb;
+    int64_t b[4];
+    bool ta, tb;
+  } mm[] = {
+      {2, {3, 4}, 2, {4, 5}, false, false},
+      {2, {4, 3}, 2, {4, 5}, true, false},
+      {2, {3, 4}, 2, {5, 4}, false, true},
+      {2, {4, 3}, 2, {5, 4}, true, true},
+      {3, {2, 3, 4}, 2, {4, 5}, false, false},
+      {4, {2, 1, 3, 4}, 3, {5, 4, 6}, false, false},
+      {3, {2, 7, 9}, 3, {2, 7, 9}, false, true},
+      {2, {0, 4}, 2, {4, 3}, false, false},
+      {2, {3, 0}, 2, {0, 4}, false, false},
+      {2, {1, 1}, 2, {1, 1}, false, false},
+      {2, {65, 130}, 2, {130, 33}, false, false},
+  };
+  for (int32_t k = 0; k < LOOM_ARRAY_LEN(mm); k++) {
+    operand in[2] = {opnd(LOOM_DTYPE_F32, mm[k].ra, mm[k].a, -1, 1),
+                     opnd(LOOM_DTYPE_F32, mm[k].rb, mm[k].b, -1, 1)};
+    op_case *c = add_case(LOOM_OP_MATMUL, 2, in);
+    attr_i(c, "trans_a", mm[k].ta);
+    attr_i(c, "trans_b", mm[k].tb);
+    c->rtol = 1e-4;
+    if (k == 1) {
+      in[0].dt = in[1].dt = LOOM_DTYPE_F64;
+      c = add_case(LOOM_OP_MATMUL, 2, in);
+      attr_i(c, "trans_a", 1);
+    }
+  }
+}
+
+static void build_dropout_cases(void) {
+  operand x = opnd(LOOM_DTYPE_F32, 2, (int64_t[]){37, 29}, -2, 2);
+  op_case *c = add_case(LOOM_OP_DROPOUT, 1, &x);
+  attr_f(c, "p", 0.1);
+  attr_i(c, "seed", 1234);
+  attr_i(c, "offset", 77);
+  operand xb[2] = {x, opnd(LOOM_DTYPE_I64, 0, NULL, 0, 1000)};
+  c = add_case(LOOM_OP_DROPOUT, 2, xb);
+  attr_f(c, "p", 0.5);
+  attr_i(c, "seed", 7);
+  operand e = opnd(LOOM_DTYPE_F32, 1, (int64_t[]){0}, -2, 2);
+  add_case(LOOM_OP_DROPOUT, 1, &e);
+}
+
+/* Fills a tensor with values in [lo, hi]; integers are rounded down. */
+static void fill(loom_tensor *t, const operand *o, loom_test_rng *rng) {
+  int64_t n = loom_tensor_numel(t);
+  void *p = loom_tensor_data(t);
+  for (int64_t i = 0; i < n; i++) {
+    double v = loom_test_uniform(rng, o->lo, o->hi);
+    switch (o->dt) {
+    case LOOM_DTYPE_F32: ((float *)p)[i] = (float)v; break;
+    case LOOM_DTYPE_F64: ((double *)p)[i] = v; break;
+    case LOOM_DTYPE_F16:
+    case LOOM_DTYPE_BF16: {
+      /* exact small multiples of 1/8, representable in both formats */
+      float f = floorf((float)v * 8.0f) / 8.0f;
+      uint32_t u;
+      memcpy(&u, &f, 4);
+      ((uint16_t *)p)[i] = o->dt == LOOM_DTYPE_BF16 ? (uint16_t)(u >> 16) : 0;
+      if (o->dt == LOOM_DTYPE_F16) {
+        /* f16 operands only come from casts in this harness */
+        ((uint16_t *)p)[i] = 0;
+      }
+      break;
+    }
+    case LOOM_DTYPE_I32: ((int32_t *)p)[i] = (int32_t)floor(v); break;
+    case LOOM_DTYPE_I64: ((int64_t *)p)[i] = (int64_t)floor(v); break;
+    case LOOM_DTYPE_BOOL: ((uint8_t *)p)[i] = v > 0.5; break;
+    case LOOM_DTYPE_U8: ((uint8_t *)p)[i] = (uint8_t)floor(v); break;
+    default: break;
+    }
+  }
+  /* index operands must stay inside [0, hi) */
+  if ((o->dt == LOOM_DTYPE_I32 || o->dt == LOOM_DTYPE_I64) && o->lo == 0)
+    for (int64_t i = 0; i < n; i++) {
+      if (o->dt == LOOM_DTYPE_I32 && ((int32_t *)p)[i] >= o->hi) ((int32_t *)p)[i] = 0;
+      if (o->dt == LOOM_DTYPE_I64 && ((int64_t *)p)[i] >= o->hi) ((int64_t *)p)[i] = 0;
+    }
+}
+
+static double elem(const loom_tensor *t, int64_t i) {
+  const void *p = loom_tensor_data(t);
+  switch (loom_tensor_dtype(t)) {
+  case LOOM_DTYPE_F32: return ((const float *)p)[i];
+  case LOOM_DTYPE_F64: return ((const double *)p)[i];
+  case LOOM_DTYPE_I32: return ((const int32_t *)p)[i];
+  case LOOM_DTYPE_I64: return (double)((const int64_t *)p)[i];
+  case LOOM_DTYPE_BOOL:
+  case LOOM_DTYPE_U8: return ((const uint8_t *)p)[i];
+  case LOOM_DTYPE_F16:
+  case LOOM_DTYPE_BF16: return ((const uint16_t *)p)[i]; /* compared bit for bit */
+  default: return NAN;
+  }
+}
+
+static bool close_enough(double ref, double got, double rtol) {
+  if (isnan(ref) || isnan(got)) return isnan(ref) && isnan(got);
+  if (isinf(ref) || isinf(got)) return ref == got;
+  return fabs(ref - got) <= rtol * fabs(ref) + rtol;
+}
+
+static void describe(op_case *c) {
+  int k = snprintf(c->label, sizeof c->label, "%s(", loom_op_name(c->op));
+  for (int32_t i = 0; i < c->n_in && k < (int)sizeof c->label; i++) {
+    k += snprintf(c->label + k, sizeof c->label - (size_t)k, "%s%s[", i ? ", " : "",
+                  loom_dtype_name(c->in[i].dt));
+    for (int32_t d = 0; d < c->in[i].rank && k < (int)sizeof c->label; d++)
+      k += snprintf(c->label + k, sizeof c->label - (size_t)k, d ? ",%lld" : "%lld",
+                    (long long)c->in[i].shape[d]);
+    if (k < (int)sizeof c->label) k += snprintf(c->label + k, sizeof c->label - (size_t)k, "]");
+  }
+  if (k < (int)sizeof c->label) snprintf(c->label + k, sizeof c->label - (size_t)k, ")");
+}
+
+/* Runs one case on `backend`, returns the output tensor (NULL on failure). */
+static loom_tensor *run_case(loom_ctx *ctx, op_case *c, const char *backend,
+                             loom_tensor **inputs) {
+  loom_graph *g = NULL;
+  loom_session *s = NULL;
+  loom_tensor *out = NULL;
+  loom_value vin[MAX_IN], y;
+  if (loom_graph_new(ctx, &g)) return NULL;
+  bool ok = true;
+  for (int32_t i = 0; i < c->n_in && ok; i++) {
+    char name[8];
+    snprintf(name, sizeof name, "x%d", i);
+    ok = loom_graph_input(g, name, c->in[i].dt, c->in[i].rank, c->in[i].shape, &vin[i]) ==
+         LOOM_STATUS_OK;
+  }
+  ok = ok && loom_graph_op(g, c->op, c->n_in, vin, c->n_attrs, c->attrs, &y) == LOOM_STATUS_OK;
+  ok = ok && loom_graph_output(g, "y", y) == LOOM_STATUS_OK;
+  loom_session_options opts = {.backend = backend};
+  ok = ok && loom_session_new(ctx, g, &opts, &s) == LOOM_STATUS_OK;
+  ok = ok && loom_session_run(s, c->n_in, (const loom_tensor *const *)inputs, 1, &out) ==
+                 LOOM_STATUS_OK;
+  if (!ok) {
+    fprintf(stderr, "%s on %s: %s\n", c->label, backend, loom_ctx_error(ctx));
+    loom_tensor_free(out);
+    out = NULL;
+  }
+  loom_session_free(s);
+  loom_graph_free(g);
+  return out;
+}
+
+static void check_case(loom_ctx *ctx, op_case *c, const char *backend, loom_test_rng *rng) {
+  loom_tensor *inputs[MAX_IN] = {NULL};
+  describe(c);
+  for (int32_t i = 0; i < c->n_in; i++) {
+    CHECK_OK(ctx, loom_tensor_new(ctx, c->in[i].dt, c->in[i].rank, c->in[i].shape, &inputs[i]));
+    if (inputs[i]) fill(inputs[i], &c->in[i], rng);
+  }
+  loom_tensor *ref = run_case(ctx, c, "ref", inputs);
+  loom_tensor *got = run_case(ctx, c, backend, inputs);
+  CHECK(ref && got);
+  if (ref && got) {
+    CHECK(loom_tensor_dtype(ref) == loom_tensor_dtype(got));
+    CHECK(loom_tensor_numel(ref) == loom_tensor_numel(got));
+    int64_t n = loom_tensor_numel(ref), bad = 0;
+    for (int64_t i = 0; i < n && bad < 3; i++)
+      if (!close_enough(elem(ref, i), elem(got, i), c->rtol)) {
+        fprintf(stderr, "%s on %s: element %lld: ref %.9g, got %.9g\n", c->label, backend,
+                (long long)i, elem(ref, i), elem(got, i));
+        bad++;
+      }
+    CHECK(bad == 0);
+  }
+  loom_tensor_free(ref);
+  loom_tensor_free(got);
+  for (int32_t i = 0; i < c->n_in; i++) loom_tensor_free(inputs[i]);
+}
+
+int main(void) {
+  loom_ctx *ctx = NULL;
+  if (loom_ctx_new(&ctx)) return 1;
+  build_elementwise_cases();
+  build_reduce_cases();
+  build_layout_cases();
+  build_index_cases();
+  build_matmul_cases();
+  build_dropout_cases();
+
+  /* Every primitive op has at least one case. */
+  for (int op = 0; op < LOOM_OP_COUNT; op++)
+    if (!loom_op_is_composite((loom_op)op) && !covered[op]) {
+      fprintf(stderr, "no harness case for op %s\n", loom_op_name((loom_op)op));
+      CHECK(covered[op]);
+    }
+
+  static const char *const backends[] = {"ref", "cpu"};
+  for (int32_t b = 0; b < LOOM_ARRAY_LEN(backends); b++) {
+    loom_test_rng rng = {42};
+    for (int32_t k = 0; k < n_cases; k++) check_case(ctx, &cases[k], backends[b], &rng);
+  }
+  printf("op harness: %d cases x %d backends\n", n_cases, LOOM_ARRAY_LEN(backends));
+  free(cases);
+  loom_ctx_free(ctx);
+  return loom_test_finish("test_ops");
+}

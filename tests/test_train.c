@@ -1,0 +1,425 @@
+/* `loom train`: corpus, schedule, graph layout, learning, determinism,
+ * checkpoint resume and the command line. A tiny model keeps it quick;
+ * LOOM_TEST_QUICK=1 (the sanitizer build) shrinks it further. */
+#include "common.h"
+
+#include "io/safetensors.h"
+#include "model/gpt.h"
+#include "train/checkpoint.h"
+#include "train/corpus.h"
+#include "train/prng.h"
+#include "train/train_cli.h"
+#include "train/trainer.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static bool quick;
+
+static void tiny_config(loom_train_config *c) {
+  loom_train_config_default(c);
+  c->model.n_layer = 1;
+  c->model.d_model = 32;
+  c->model.n_head = 2;
+  c->model.d_ff = 128;
+  c->model.context = quick ? 16 : 32;
+  c->batch = quick ? 4 : 8;
+  c->steps = quick ? 16 : 40;
+  c->lr = 1e-2;
+  c->corpus_lines = 5000;
+  c->threads = 2;
+}
+
+/* ---- corpus ------------------------------------------------------------- */
+
+/* Checks "a op b = c" independently of the generator. */
+static bool line_ok(const char *s, size_t n) {
+  char buf[32];
+  if (n == 0 || n >= sizeof buf) return false;
+  memcpy(buf, s, n);
+  buf[n] = '\0';
+  long a, b, c;
+  char op;
+  int used = 0;
+  if (sscanf(buf, "%ld%c%ld=%ld%n", &a, &op, &b, &c, &used) != 4 || (size_t)used != n)
+    return false;
+  if (op == '+') return a <= 99 && b <= 99 && c == a + b;
+  if (op == '-') return a <= 99 && b <= a && c == a - b;
+  if (op == '*') return a <= 12 && b <= 12 && c == a * b;
+  return false;
+}
+
+static void test_corpus(loom_ctx *ctx) {
+  loom_corpus *a = NULL, *b = NULL, *c = NULL;
+  CHECK_OK(ctx, loom_corpus_new(ctx, 7, 2000, 50, &a));
+  CHECK_OK(ctx, loom_corpus_new(ctx, 7, 2000, 50, &b));
+  CHECK_OK(ctx, loom_corpus_new(ctx, 8, 2000, 50, &c));
+  if (!a || !b || !c) goto out;
+  CHECK(a->len == b->len && memcmp(a->text, b->text, a->len) == 0);
+  CHECK(a->len != c->len || memcmp(a->text, c->text, a->len) != 0);
+  /* every line is a correct problem; count the lines and ops */
+  int32_t lines = 0, bad = 0, ops[3] = {0};
+  size_t start = 0;
+  for (size_t i = 0; i < a->len; i++)
+    if (a->text[i] == '\n') {
+      if (!line_ok((const char *)a->text + start, i - start)) bad++;
+      const char *l = (const char *)a->text + start;
+      ops[0] += memchr(l, '+', i - start) != NULL;
+      ops[1] += memchr(l, '-', i - start) != NULL;
+      ops[2] += memchr(l, '*', i - start) != NULL;
+      lines++;
+      start = i + 1;
+    }
+  CHECK(lines == 2000 && bad == 0 && start == a->len);
+  CHECK(ops[0] > 600 && ops[1] > 600 && ops[2] > 250);
+  /* held-out problems: correct, distinct, and never in the training text */
+  CHECK(a->n_heldout == 50);
+  for (int32_t i = 0; i < a->n_heldout; i++) {
+    char line[32];
+    int n = snprintf(line, sizeof line, "%s%s", a->heldout[i].prompt, a->heldout[i].answer);
+    CHECK(line_ok(line, (size_t)n));
+    for (int32_t j = 0; j < i; j++)
+      CHECK(strcmp(a->heldout[i].prompt, a->heldout[j].prompt) != 0);
+    char needle[34];
+    int m = snprintf(needle, sizeof needle, "\n%s", line);
+    bool found = false;
+    for (size_t k = 0; k + (size_t)m <= a->len && !found; k++)
+      found = memcmp(a->text + k, needle, (size_t)m) == 0 && (k + (size_t)m == a->len ||
+                                                              a->text[k + (size_t)m] == '\n');
+    CHECK(!found);
+  }
+  /* batches: targets are the tokens shifted by one, same for same (seed, step) */
+  int64_t t1[2 * 8], y1[2 * 8], t2[2 * 8], y2[2 * 8];
+  loom_corpus_batch(a, 3, 5, 2, 8, t1, y1);
+  loom_corpus_batch(a, 3, 5, 2, 8, t2, y2);
+  CHECK(memcmp(t1, t2, sizeof t1) == 0 && memcmp(y1, y2, sizeof y1) == 0);
+  for (int32_t r = 0; r < 2; r++)
+    for (int32_t i = 0; i + 1 < 8; i++) CHECK(y1[r * 8 + i] == t1[r * 8 + i + 1]);
+  loom_corpus_batch(a, 3, 6, 2, 8, t2, y2);
+  CHECK(memcmp(t1, t2, sizeof t1) != 0);
+out:
+  loom_corpus_free(a);
+  loom_corpus_free(b);
+  loom_corpus_free(c);
+}
+
+static void test_prng(void) {
+  loom_prng r = loom_prng_make(1, 2);
+  double s = 0, s2 = 0;
+  int n = 20000;
+  for (int i = 0; i < n; i++) {
+    double x = loom_prng_normal(&r);
+    s += x;
+    s2 += x * x;
+  }
+  CHECK(fabs(s / n) < 0.03);
+  CHECK(fabs(s2 / n - 1.0) < 0.05);
+  loom_prng a = loom_prng_make(1, 2), b = loom_prng_make(1, 3);
+  CHECK(loom_prng_next(&a) != loom_prng_next(&b));
+  for (int i = 0; i < 1000; i++) CHECK(loom_prng_below(&a, 7) < 7);
+}
+
+static void test_schedule(void) {
+  loom_train_config c;
+  loom_train_config_default(&c);
+  c.steps = 1000;
+  c.lr = 1e-3;
+  c.warmup = 100;
+  c.min_lr_frac = 0.1;
+  CHECK(fabs(loom_train_lr_at(&c, 0) - 1e-5) < 1e-15);
+  CHECK(fabs(loom_train_lr_at(&c, 49) - 5e-4) < 1e-15);
+  CHECK(fabs(loom_train_lr_at(&c, 99) - 1e-3) < 1e-15);
+  CHECK(fabs(loom_train_lr_at(&c, 100) - 1e-3) < 1e-15);
+  /* halfway through the cosine: the mean of peak and floor */
+  CHECK(fabs(loom_train_lr_at(&c, 550) - 0.55e-3) < 1e-12);
+  CHECK(fabs(loom_train_lr_at(&c, 1000) - 1e-4) < 1e-12);
+  CHECK(fabs(loom_train_lr_at(&c, 5000) - 1e-4) < 1e-12);
+}
+
+/* ---- graphs ------------------------------------------------------------- */
+
+static void test_graphs(loom_ctx *ctx) {
+  loom_gpt_config c;
+  loom_gpt_config_default(&c);
+  c.n_layer = 2;
+  c.d_model = 16;
+  c.n_head = 4;
+  c.d_ff = 64;
+  c.context = 8;
+  loom_gpt_param *ps = NULL;
+  int32_t n = 0;
+  CHECK_OK(ctx, loom_gpt_params(ctx, &c, &ps, &n));
+  CHECK(n == 2 + 12 * 2 + 2);
+  int64_t count = 0;
+  for (int32_t i = 0; i < n; i++)
+    count += ps[i].shape[0] * (ps[i].rank == 2 ? ps[i].shape[1] : 1);
+  /* wte, wpe; per layer 2 LN (4d), qkv d*3d+3d, proj d*d+d, fc d*f+f, proj f*d+d; lnf */
+  int64_t d = 16, f = 64;
+  CHECK(count == 256 * d + 8 * d + 2 * (4 * d + 3 * d * d + 3 * d + d * d + d + d * f + f + f * d + d) +
+                     2 * d);
+  CHECK(n > 0 && strcmp(ps[0].name, "wte") == 0 && strcmp(ps[2].name, "h0.ln1.g") == 0 &&
+        ps[2].init == LOOM_GPT_INIT_ONES && strcmp(ps[n - 1].name, "lnf.b") == 0);
+
+  loom_gpt_optim o = {0.9, 0.95, 1e-8, 0.1, 5};
+  loom_graph *g = NULL;
+  int64_t per_step = 0;
+  CHECK_OK(ctx, loom_gpt_build_train(ctx, &c, 3, 8, &o, &g, &per_step));
+  /* per layer: attention probabilities B*H*T*T, two residual B*T*D */
+  CHECK(per_step == 2 * (3 * 4 * 8 * 8 + 2 * 3 * 8 * 16));
+  if (g) {
+    CHECK(loom_graph_num_inputs(g) == LOOM_GPT_IN_PARAMS + 3 * n);
+    CHECK(loom_graph_num_outputs(g) == 1 + 3 * n);
+    CHECK(strcmp(loom_graph_input_name(g, LOOM_GPT_IN_RNG_BASE), "rng_base") == 0);
+    CHECK(strcmp(loom_graph_input_name(g, LOOM_GPT_IN_PARAMS), "wte") == 0);
+    CHECK(loom_graph_input_is_param(g, LOOM_GPT_IN_PARAMS));
+    CHECK(strcmp(loom_graph_input_name(g, LOOM_GPT_IN_PARAMS + n), "adam.m.wte") == 0);
+    CHECK(strcmp(loom_graph_input_name(g, LOOM_GPT_IN_PARAMS + 2 * n), "adam.v.wte") == 0);
+    CHECK(strcmp(loom_graph_output_name(g, 0), "loss") == 0);
+    CHECK_OK(ctx, loom_graph_verify(g));
+  }
+  loom_graph_free(g);
+  /* no dropout, no counter */
+  c.dropout = 0.0;
+  g = NULL;
+  CHECK_OK(ctx, loom_gpt_build_train(ctx, &c, 3, 8, &o, &g, &per_step));
+  CHECK(per_step == 0);
+  loom_graph_free(g);
+  g = NULL;
+  CHECK_OK(ctx, loom_gpt_build_infer(ctx, &c, 2, 5, &g));
+  if (g) {
+    loom_dtype dt;
+    int32_t rank;
+    int64_t shape[LOOM_MAX_RANK];
+    CHECK_OK(ctx, loom_graph_value_type(g, loom_graph_output_value(g, 0), &dt, &rank, shape));
+    CHECK(dt == LOOM_DTYPE_F32 && rank == 2 && shape[0] == 2 && shape[1] == 256);
+  }
+  loom_graph_free(g);
+  /* bad configurations are errors */
+  c.n_head = 3;
+  g = NULL;
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_gpt_build_infer(ctx, &c, 2, 5, &g));
+  c.n_head = 4;
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_gpt_build_infer(ctx, &c, 2, 9, &g));
+  CHECK(g == NULL);
+  free(ps);
+}
+
+/* ---- training ----------------------------------------------------------- */
+
+/* Trains steps [from, to) and records the losses into loss[from..to). */
+static bool train_range(loom_ctx *ctx, loom_trainer *t, int64_t to, float *loss) {
+  for (int64_t k = loom_trainer_steps_done(t); k < to; k++) {
+    loom_status s = loom_trainer_step(t, &loss[k]);
+    CHECK_OK(ctx, s);
+    if (s) return false;
+  }
+  return true;
+}
+
+static bool same_state(const loom_trainer *a, const loom_trainer *b) {
+  for (int32_t k = 0; k < 3; k++)
+    for (int32_t i = 0; i < loom_trainer_num_params(a); i++) {
+      const loom_tensor *x = loom_trainer_tensor(a, k, i), *y = loom_trainer_tensor(b, k, i);
+      if (memcmp(loom_tensor_data(x), loom_tensor_data(y),
+                 (size_t)loom_tensor_numel(x) * sizeof(float)) != 0)
+        return false;
+    }
+  return true;
+}
+
+static void test_training(loom_ctx *ctx, const char *ckpt) {
+  loom_train_config c;
+  tiny_config(&c);
+  int64_t n = c.steps, k = n / 2;
+  float *la = calloc((size_t)n, sizeof *la), *lb = calloc((size_t)n, sizeof *lb);
+  float *lc = calloc((size_t)n, sizeof *lc);
+  loom_trainer *a = NULL, *b = NULL, *r = NULL;
+  loom_safetensors *st = NULL;
+  CHECK_OK(ctx, loom_trainer_new(ctx, &c, &a));
+  CHECK_OK(ctx, loom_trainer_new(ctx, &c, &b));
+  if (!a || !b) goto out;
+
+  /* init: normal(0, 0.02) embeddings, unit LayerNorm gains, zero moments */
+  const loom_tensor *wte = loom_trainer_tensor(a, 0, 0);
+  const float *w = loom_tensor_data(wte);
+  double s = 0, s2 = 0;
+  int64_t m = loom_tensor_numel(wte);
+  for (int64_t i = 0; i < m; i++) {
+    s += w[i];
+    s2 += (double)w[i] * w[i];
+  }
+  CHECK(fabs(s / (double)m) < 0.002 && fabs(sqrt(s2 / (double)m) - 0.02) < 0.002);
+  CHECK(((const float *)loom_tensor_data(loom_trainer_tensor(a, 0, 2)))[0] == 1.0f);
+  CHECK(((const float *)loom_tensor_data(loom_trainer_tensor(a, 1, 0)))[0] == 0.0f);
+  CHECK(same_state(a, b));
+
+  /* the loss falls clearly from ln(256) = 5.55 */
+  if (!train_range(ctx, a, n, la)) goto out;
+  CHECK(fabs(la[0] - log(256.0)) < 0.1);
+  double tail = 0;
+  for (int64_t i = n - 4; i < n; i++) tail += la[i] / 4.0;
+  printf("tiny run: first loss %.4f, mean of the last 4 %.4f\n", (double)la[0], tail);
+  CHECK(tail < la[0] - (quick ? 1.0 : 1.5));
+
+  /* the same seed gives the same losses and state, bit for bit */
+  if (!train_range(ctx, b, k, lb)) goto out;
+  CHECK(memcmp(la, lb, sizeof(float) * (size_t)k) == 0);
+
+  /* save at step k, load, continue: the uninterrupted run's losses */
+  CHECK_OK(ctx, loom_checkpoint_save(b, ckpt));
+  loom_train_config rc;
+  loom_train_config_default(&rc);
+  rc.threads = 1; /* not stored: the results do not depend on it */
+  CHECK_OK(ctx, loom_checkpoint_read(ctx, ckpt, &rc, &st));
+  CHECK(rc.model.d_model == c.model.d_model && rc.model.context == c.model.context &&
+        rc.batch == c.batch && rc.steps == c.steps && rc.lr == c.lr && rc.seed == c.seed &&
+        rc.model.dropout == c.model.dropout);
+  CHECK_OK(ctx, loom_trainer_new(ctx, &rc, &r));
+  if (!r || !st) goto out;
+  CHECK_OK(ctx, loom_checkpoint_restore(r, st));
+  CHECK(loom_trainer_steps_done(r) == k);
+  CHECK(same_state(b, r));
+  if (!train_range(ctx, r, n, lc)) goto out;
+  CHECK(memcmp(la + k, lc + k, sizeof(float) * (size_t)(n - k)) == 0);
+  if (!train_range(ctx, b, n, lb)) goto out;
+  CHECK(memcmp(la, lb, sizeof(float) * (size_t)n) == 0);
+  CHECK(same_state(a, r) && same_state(a, b));
+
+  /* greedy decoding is deterministic and accuracy runs */
+  char g1[64], g2[64];
+  CHECK_OK(ctx, loom_trainer_generate(a, "\n1+2=", 10, g1, sizeof g1));
+  CHECK_OK(ctx, loom_trainer_generate(r, "\n1+2=", 10, g2, sizeof g2));
+  CHECK(strlen(g1) == 15 && strcmp(g1, g2) == 0 && strncmp(g1, "\n1+2=", 5) == 0);
+  int32_t ok = -1, total = 0;
+  CHECK_OK(ctx, loom_trainer_accuracy(a, &ok, &total));
+  CHECK(total == c.heldout && ok >= 0 && ok <= total);
+
+  /* a checkpoint for another model is refused, with the tensor named */
+  loom_trainer *other = NULL;
+  loom_train_config oc = c;
+  oc.model.d_model = 16;
+  oc.model.d_ff = 64;
+  CHECK_OK(ctx, loom_trainer_new(ctx, &oc, &other));
+  if (other) {
+    CHECK_STATUS(ctx, LOOM_STATUS_SHAPE_MISMATCH, loom_checkpoint_restore(other, st));
+    CHECK(strstr(loom_ctx_error(ctx), "wte") != NULL);
+  }
+  loom_trainer_free(other);
+out:
+  loom_safetensors_free(st);
+  loom_trainer_free(a);
+  loom_trainer_free(b);
+  loom_trainer_free(r);
+  free(la);
+  free(lb);
+  free(lc);
+}
+
+/* A bad checkpoint: metadata or tensors that do not fit. */
+static void test_bad_checkpoints(loom_ctx *ctx, const char *path) {
+  loom_train_config c;
+  loom_train_config_default(&c);
+  loom_safetensors *st = NULL;
+  float x = 0;
+  loom_st_tensor t = {.name = "wte", .dtype = LOOM_DTYPE_F32, .rank = 1, .shape = {1},
+                      .data = &x, .nbytes = 4};
+  const char *k1[1] = {"format"}, *v1[1] = {"something-else"};
+  CHECK_OK(ctx, loom_safetensors_save(ctx, path, 1, &t, 1, k1, v1));
+  CHECK_STATUS(ctx, LOOM_STATUS_PARSE, loom_checkpoint_read(ctx, path, &c, &st));
+  const char *k2[2] = {"format", "version"}, *v2[2] = {"loom-train-checkpoint", "1"};
+  CHECK_OK(ctx, loom_safetensors_save(ctx, path, 1, &t, 2, k2, v2));
+  CHECK_STATUS(ctx, LOOM_STATUS_PARSE, loom_checkpoint_read(ctx, path, &c, &st));
+  CHECK(strstr(loom_ctx_error(ctx), "missing") != NULL);
+  CHECK(st == NULL);
+  FILE *f = fopen(path, "wb");
+  fputs("not a checkpoint", f);
+  fclose(f);
+  CHECK_STATUS(ctx, LOOM_STATUS_PARSE, loom_checkpoint_read(ctx, path, &c, &st));
+}
+
+/* ---- command line ------------------------------------------------------- */
+
+/* Runs loom_train_main with stdout/stderr sent to /dev/null. */
+static int run_cli(int argc, const char **argv) {
+  fflush(stdout);
+  fflush(stderr);
+  int o = dup(1), e = dup(2), null = open("/dev/null", O_WRONLY);
+  dup2(null, 1);
+  dup2(null, 2);
+  int rc = loom_train_main(argc, (char **)argv);
+  fflush(stdout);
+  fflush(stderr);
+  dup2(o, 1);
+  dup2(e, 2);
+  close(o);
+  close(e);
+  close(null);
+  return rc;
+}
+
+#define CLI(...)                                                               \
+  run_cli((int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *)), \
+          (const char *[]){__VA_ARGS__})
+
+static void test_cli(const char *path) {
+  CHECK(CLI("train", "--help") == 0);
+  CHECK(CLI("train", "--layers", "abc") == 2);
+  CHECK(CLI("train", "--layers", "0") == 2);
+  CHECK(CLI("train", "--layers", "2.5") == 2);
+  CHECK(CLI("train", "--d-model", "12x") == 2);
+  CHECK(CLI("train", "--heads", "3") == 2); /* 128 % 3 != 0 */
+  CHECK(CLI("train", "--d-model", "64", "--heads", "128") == 2);
+  CHECK(CLI("train", "--context", "1") == 2);
+  CHECK(CLI("train", "--batch", "-4") == 2);
+  CHECK(CLI("train", "--steps", "0") == 2);
+  CHECK(CLI("train", "--steps", "99999999999999999999") == 2);
+  CHECK(CLI("train", "--lr", "0") == 2);
+  CHECK(CLI("train", "--lr", "nan") == 2);
+  CHECK(CLI("train", "--lr") == 2);
+  CHECK(CLI("train", "--dropout", "1") == 2);
+  CHECK(CLI("train", "--dropout", "-0.1") == 2);
+  CHECK(CLI("train", "--seed", "-3") == 2);
+  CHECK(CLI("train", "--threads", "-1") == 2);
+  CHECK(CLI("train", "--backend", "gpu") == 2);
+  CHECK(CLI("train", "--log-every", "0") == 2);
+  CHECK(CLI("train", "--save", "") == 2);
+  CHECK(CLI("train", "--bogus", "1") == 2);
+  CHECK(CLI("train", "extra") == 2);
+  CHECK(CLI("train", "--steps", "10", "--stop-at", "11") == 2);
+
+  /* a short run with a checkpoint, resumed; then bad loads fail with 1 */
+  const char *st = quick ? "6" : "10", *half = quick ? "3" : "5";
+  CHECK(CLI("train", "--layers=1", "--d-model=16", "--heads=2", "--context=16", "--batch=2",
+            "--steps", st, "--stop-at", half, "--threads=2", "--save", path) == 0);
+  CHECK(CLI("train", "--load", path, "--threads", "2") == 0);
+  CHECK(CLI("train", "--load", path, "--d-model", "32") == 1);
+  CHECK(CLI("train", "--load", "/nonexistent-dir/ckpt.safetensors") == 1);
+  FILE *f = fopen(path, "r+b");
+  if (f) {
+    fputc(0xff, f); /* a header length far past the file */
+    fclose(f);
+  }
+  CHECK(CLI("train", "--load", path) == 1);
+}
+
+int main(void) {
+  const char *q = getenv("LOOM_TEST_QUICK");
+  quick = q && *q && strcmp(q, "0") != 0;
+  loom_ctx *ctx = NULL;
+  if (loom_ctx_new(&ctx)) return 1;
+  char path[256];
+  snprintf(path, sizeof path, "/tmp/loom_test_train_%d.safetensors", (int)getpid());
+  test_prng();
+  test_corpus(ctx);
+  test_schedule();
+  test_graphs(ctx);
+  test_training(ctx, path);
+  test_bad_checkpoints(ctx, path);
+  test_cli(path);
+  remove(path);
+  loom_ctx_free(ctx);
+  return loom_test_finish("test_train");
+}

@@ -1,0 +1,568 @@
+/*
+ * loom: the command-line tool (docs/CLI.md).
+ *
+ *   loom train [flags]          train the GPT of src/train (loom train --help)
+ *   loom run FILE [flags]       run a text-IR graph on .npy inputs
+ *   loom show FILE              print a graph and what it is made of
+ *
+ * Exit codes: 0 success, 1 a failure ("loom: <message>" on stderr),
+ * 2 wrong arguments (a usage message on stderr).
+ */
+#include "loom.h"
+
+#include "ir/dtype.h"
+#include "ir/graph.h"
+#include "ir/text_ir.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Written by src/train (train_cli.h); argv[0] is "train". */
+int loom_train_main(int argc, char **argv);
+
+#define EXIT_USAGE 2
+
+static const char usage_main[] =
+    "usage: loom <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  train [flags]        train a small GPT (see 'loom train --help')\n"
+    "  run FILE [flags]     run a text-IR graph on .npy inputs\n"
+    "  show FILE            print a graph, its op counts and value shapes\n"
+    "  help [COMMAND]       print help for loom or for one command\n"
+    "\n"
+    "options:\n"
+    "  -h, --help           print this help\n"
+    "  --version            print the version\n"
+    "\n"
+    "Exit status: 0 success, 1 failure, 2 wrong arguments.\n";
+
+static const char usage_run[] =
+    "usage: loom run FILE [--input NAME=PATH.npy]... [--out DIR]\n"
+    "                [--backend ref|cpu] [--threads N] [--force]\n"
+    "\n"
+    "Runs the text-IR graph in FILE. Every graph input (parameters too) is\n"
+    "read from the .npy file given for its name; each output is written to\n"
+    "DIR/<output name>.npy and summarized on stdout.\n"
+    "\n"
+    "  --input NAME=PATH    the .npy file for graph input NAME (repeatable)\n"
+    "  --out DIR            where outputs go (default '.'; created if missing)\n"
+    "  --backend NAME       'cpu' (default) or 'ref' (the reference kernels)\n"
+    "  --threads N          CPU threads (0 = all cores, the default)\n"
+    "  --force              overwrite output files that already exist\n"
+    "  -h, --help           print this help\n";
+
+static const char usage_show[] =
+    "usage: loom show FILE\n"
+    "\n"
+    "Prints the graph in FILE as text IR, the op counts, every value's\n"
+    "type, the inputs and parameter count, and the primitive op counts\n"
+    "after composite ops are decomposed.\n"
+    "\n"
+    "  -h, --help           print this help\n";
+
+/* ---- small helpers -------------------------------------------------------- */
+
+/* A usage error: message, then the command's usage, on stderr. */
+static int usage_error(const char *usage, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int usage_error(const char *usage, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "loom: ");
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  /* Only the synopsis (up to the first blank line), then a pointer. */
+  const char *end = strstr(usage, "\n\n");
+  fprintf(stderr, "\n%.*s\n", end ? (int)(end - usage) : (int)strlen(usage),
+          usage);
+  fprintf(stderr, "Try 'loom %s--help' for more.\n",
+          usage == usage_run ? "run " : usage == usage_show ? "show " : "");
+  return EXIT_USAGE;
+}
+
+static int fail(loom_ctx *ctx) {
+  fprintf(stderr, "loom: %s\n", loom_ctx_error(ctx));
+  return 1;
+}
+
+static bool is_help(const char *a) {
+  return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0;
+}
+
+/*
+ * Matches "--name VALUE" and "--name=VALUE" at argv[*i]; advances *i past
+ * the value. Returns 1 on a match, 0 if argv[*i] is another flag, -1 if
+ * the value is missing.
+ */
+static int flag_value(int argc, char **argv, int *i, const char *name,
+                      const char **value) {
+  const char *a = argv[*i];
+  size_t n = strlen(name);
+  if (strncmp(a, name, n) != 0) return 0;
+  if (a[n] == '=') {
+    *value = a + n + 1;
+    return 1;
+  }
+  if (a[n] != '\0') return 0;
+  if (*i + 1 >= argc) return -1;
+  *value = argv[++*i];
+  return 1;
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *out) {
+  if (!s || !*s) return false;
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+/* "f32[4, 8]" of a graph value. */
+static const char *value_type_str(const loom_graph *g, loom_value v, char *buf,
+                                  size_t n) {
+  return loom_type_str(loom_value_type(g, v), buf, n);
+}
+
+/* "%name", or "%N" numbered as the text IR printer numbers unnamed values
+ * (num[v], in order of definition), so the two listings agree. */
+static void print_value_ref(const loom_graph *g, const int32_t *num,
+                            int32_t v) {
+  const char *name = g->values[v].name;
+  if (!name)
+    printf("%%%d", num[v]);
+  else if (loom_text_is_ident(name))
+    printf("%%%s", name);
+  else
+    printf("%%\"%s\"", name);
+}
+
+/* The printer's numbering: unnamed inputs first, then node outputs. */
+static void number_unnamed(const loom_graph *g, int32_t *num) {
+  int32_t next = 0;
+  for (int32_t v = 0; v < g->n_values; v++) num[v] = -1;
+  for (int32_t i = 0; i < g->n_inputs; i++)
+    if (!g->values[g->inputs[i]].name) num[g->inputs[i]] = next++;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    for (int32_t o = 0; o < g->nodes[i].n_out; o++) {
+      int32_t v = g->nodes[i].out[o];
+      if (!g->values[v].name && num[v] < 0) num[v] = next++;
+    }
+}
+
+/* ---- loom show -------------------------------------------------------------- */
+
+static void print_op_counts(const loom_graph *g, const char *title) {
+  int32_t counts[LOOM_OP_COUNT] = {0};
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    if ((unsigned)g->nodes[i].op < LOOM_OP_COUNT) counts[g->nodes[i].op]++;
+  printf("%s (%d nodes):\n", title, g->n_nodes);
+  for (int op = 0; op < LOOM_OP_COUNT; op++)
+    if (counts[op])
+      printf("  %-14s %d\n", loom_op_name((loom_op)op), counts[op]);
+}
+
+static int cmd_show(int argc, char **argv) {
+  const char *file = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (is_help(argv[i])) {
+      fputs(usage_show, stdout);
+      return 0;
+    }
+    if (argv[i][0] == '-' && argv[i][1] != '\0')
+      return usage_error(usage_show, "unknown flag '%s' for 'show'", argv[i]);
+    if (file)
+      return usage_error(usage_show, "unexpected argument '%s'", argv[i]);
+    file = argv[i];
+  }
+  if (!file) return usage_error(usage_show, "show needs a FILE");
+
+  loom_ctx *ctx = NULL;
+  if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) {
+    fprintf(stderr, "loom: out of memory\n");
+    return 1;
+  }
+  loom_graph *g = NULL, *dg = NULL;
+  char *text = NULL;
+  int32_t *num = NULL;
+  int rc = 0;
+  if (loom_graph_load(ctx, file, &g) != LOOM_STATUS_OK ||
+      loom_graph_print(g, &text) != LOOM_STATUS_OK) {
+    rc = fail(ctx);
+    goto done;
+  }
+  fputs(text, stdout);
+  if (text[0] && text[strlen(text) - 1] != '\n') putchar('\n');
+  putchar('\n');
+
+  print_op_counts(g, "ops");
+
+  char buf[160];
+  num = malloc(sizeof *num * (size_t)(g->n_values + 1));
+  if (!num) {
+    fprintf(stderr, "loom: out of memory\n");
+    rc = 1;
+    goto done;
+  }
+  number_unnamed(g, num);
+  printf("\nvalues (%d):\n", g->n_values);
+  for (int32_t v = 0; v < g->n_values; v++) {
+    printf("  ");
+    print_value_ref(g, num, v);
+    const char *kind = g->values[v].kind == LOOM_VALUE_INPUT   ? "input"
+                       : g->values[v].kind == LOOM_VALUE_PARAM ? "param"
+                                                               : "";
+    printf(" : %s%s%s\n", value_type_str(g, v, buf, sizeof buf),
+           kind[0] ? "  " : "", kind);
+  }
+
+  int32_t n_in = loom_graph_num_inputs(g), n_params = 0;
+  for (int32_t i = 0; i < n_in; i++) n_params += loom_graph_input_is_param(g, i);
+  printf("\ninputs: %d data, %d params; parameter elements: %lld\n",
+         n_in - n_params, n_params, (long long)loom_graph_param_count(g));
+  printf("outputs:");
+  for (int32_t i = 0; i < loom_graph_num_outputs(g); i++)
+    printf(" %s", loom_graph_output_name(g, i));
+  printf("\n\n");
+
+  if (loom_graph_decompose(g, &dg) != LOOM_STATUS_OK) {
+    rc = fail(ctx);
+    goto done;
+  }
+  print_op_counts(dg, "after decompose: primitive ops");
+
+done:
+  free(num);
+  free(text);
+  loom_graph_free(dg);
+  loom_graph_free(g);
+  loom_ctx_free(ctx);
+  return rc;
+}
+
+/* ---- loom run --------------------------------------------------------------- */
+
+typedef struct run_input {
+  const char *name, *path;
+  bool used;
+} run_input;
+
+/* A one-line summary: "y: f32[4, 16] -> out/y.npy  [0.5, -1, ...]". */
+static void print_summary(const char *name, const loom_tensor *t,
+                          const char *path) {
+  loom_type ty = {.dtype = loom_tensor_dtype(t), .rank = loom_tensor_rank(t)};
+  for (int32_t d = 0; d < ty.rank; d++) ty.shape[d] = loom_tensor_dim(t, d);
+  char buf[160];
+  printf("%s: %s -> %s  [", name, loom_type_str(&ty, buf, sizeof buf), path);
+  int64_t n = loom_tensor_numel(t), shown = n < 6 ? n : 6;
+  for (int64_t i = 0; i < shown; i++)
+    printf("%s%.6g", i ? ", " : "", loom_load(ty.dtype, loom_tensor_data(t), i));
+  printf("%s]\n", n > shown ? ", ..." : "");
+}
+
+/* An output name must stay inside DIR: no '/', not "." or "..". */
+static bool safe_file_name(const char *s) {
+  return s[0] && !strchr(s, '/') && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
+static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
+                     int n_ins, const char *out_dir, const char *backend,
+                     bool force) {
+  loom_graph *g = NULL;
+  loom_session *s = NULL;
+  loom_tensor **inputs = NULL, **outputs = NULL;
+  char **paths = NULL;
+  int32_t n_in = 0, n_out = 0;
+  int rc = 1;
+  char buf[160], buf2[160];
+
+  if (loom_graph_load(ctx, file, &g) != LOOM_STATUS_OK) goto fail;
+  n_in = loom_graph_num_inputs(g);
+  n_out = loom_graph_num_outputs(g);
+  inputs = calloc((size_t)n_in + 1, sizeof *inputs);
+  outputs = calloc((size_t)n_out + 1, sizeof *outputs);
+  paths = calloc((size_t)n_out + 1, sizeof *paths);
+  if (!inputs || !outputs || !paths) {
+    loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+    goto fail;
+  }
+
+  /* Match the --input flags to the graph's inputs: report every missing
+   * input at once, since the user will want to fix them together. */
+  char missing[512] = "";
+  for (int32_t i = 0; i < n_in; i++) {
+    const char *name = loom_graph_input_name(g, i);
+    int k = 0;
+    while (k < n_ins && strcmp(ins[k].name, name) != 0) k++;
+    if (k == n_ins) {
+      size_t m = strlen(missing);
+      snprintf(missing + m, sizeof missing - m, "%s%s (%s)", m ? ", " : "",
+               name,
+               value_type_str(g, loom_graph_input_value(g, i), buf, sizeof buf));
+      continue;
+    }
+    ins[k].used = true;
+  }
+  for (int k = 0; k < n_ins; k++)
+    if (!ins[k].used) {
+      loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                 "%s has no input named '%s' (see 'loom show %s')", file,
+                 ins[k].name, file);
+      goto fail;
+    }
+  if (missing[0]) {
+    loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               "no --input given for graph input %s", missing);
+    goto fail;
+  }
+
+  /* Refuse to overwrite before any work is done. A missing directory is
+   * made only once there is something to put in it. */
+  struct stat st;
+  bool make_dir = false;
+  if (stat(out_dir, &st) != 0) {
+    if (errno != ENOENT) {
+      loom_error(ctx, LOOM_STATUS_IO, "cannot use output directory '%s': %s",
+                 out_dir, strerror(errno));
+      goto fail;
+    }
+    make_dir = true;
+  } else if (!S_ISDIR(st.st_mode)) {
+    loom_error(ctx, LOOM_STATUS_IO, "'%s' is not a directory", out_dir);
+    goto fail;
+  }
+  for (int32_t i = 0; i < n_out; i++) {
+    const char *name = loom_graph_output_name(g, i);
+    if (!safe_file_name(name)) {
+      loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                 "output name '%s' cannot be used as a file name", name);
+      goto fail;
+    }
+    size_t len = strlen(out_dir) + strlen(name) + 6;
+    paths[i] = malloc(len);
+    if (!paths[i]) {
+      loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+      goto fail;
+    }
+    snprintf(paths[i], len, "%s/%s.npy", out_dir, name);
+    for (int32_t j = 0; j < i; j++)
+      if (strcmp(paths[i], paths[j]) == 0) {
+        loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                   "two outputs are named '%s'", name);
+        goto fail;
+      }
+    if (!force && stat(paths[i], &st) == 0) {
+      loom_error(ctx, LOOM_STATUS_IO,
+                 "%s already exists (use --force to overwrite)", paths[i]);
+      goto fail;
+    }
+  }
+
+  for (int32_t i = 0; i < n_in; i++) {
+    const char *name = loom_graph_input_name(g, i);
+    int k = 0;
+    while (strcmp(ins[k].name, name) != 0) k++;
+    if (loom_tensor_load_npy(ctx, ins[k].path, &inputs[i]) != LOOM_STATUS_OK) {
+      loom_error_prefix(ctx, "input '%s'", name);
+      goto fail;
+    }
+    loom_type want = *loom_value_type(g, loom_graph_input_value(g, i));
+    loom_type have = {.dtype = loom_tensor_dtype(inputs[i]),
+                      .rank = loom_tensor_rank(inputs[i])};
+    for (int32_t d = 0; d < have.rank; d++)
+      have.shape[d] = loom_tensor_dim(inputs[i], d);
+    if (!loom_type_equal(&want, &have)) {
+      loom_error(ctx,
+                 want.dtype != have.dtype ? LOOM_STATUS_DTYPE_MISMATCH
+                                          : LOOM_STATUS_SHAPE_MISMATCH,
+                 "input '%s': %s holds %s but the graph wants %s", name,
+                 ins[k].path, loom_type_str(&have, buf, sizeof buf),
+                 loom_type_str(&want, buf2, sizeof buf2));
+      goto fail;
+    }
+  }
+
+  loom_session_options opts = {.backend = backend};
+  if (loom_session_new(ctx, g, &opts, &s) != LOOM_STATUS_OK ||
+      loom_session_run(s, n_in, (const loom_tensor *const *)inputs, n_out,
+                       outputs) != LOOM_STATUS_OK)
+    goto fail;
+  if (make_dir && mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
+    loom_error(ctx, LOOM_STATUS_IO, "cannot create output directory '%s': %s",
+               out_dir, strerror(errno));
+    goto fail;
+  }
+  for (int32_t i = 0; i < n_out; i++) {
+    if (loom_tensor_save_npy(ctx, outputs[i], paths[i]) != LOOM_STATUS_OK)
+      goto fail;
+    print_summary(loom_graph_output_name(g, i), outputs[i], paths[i]);
+  }
+  rc = 0;
+  goto done;
+
+fail:
+  fail(ctx);
+done:
+  for (int32_t i = 0; inputs && i < n_in; i++) loom_tensor_free(inputs[i]);
+  for (int32_t i = 0; outputs && i < n_out; i++) loom_tensor_free(outputs[i]);
+  for (int32_t i = 0; paths && i < n_out; i++) free(paths[i]);
+  free(inputs);
+  free(outputs);
+  free(paths);
+  loom_session_free(s);
+  loom_graph_free(g);
+  return rc;
+}
+
+static int cmd_run(int argc, char **argv) {
+  const char *file = NULL, *out_dir = ".", *backend = "cpu";
+  long threads = 0;
+  bool force = false;
+  run_input *ins = calloc((size_t)argc, sizeof *ins);
+  int n_ins = 0, rc = EXIT_USAGE;
+  if (!ins) {
+    fprintf(stderr, "loom: out of memory\n");
+    return 1;
+  }
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = NULL;
+    int m;
+    if (is_help(a)) {
+      fputs(usage_run, stdout);
+      rc = 0;
+      goto done;
+    }
+    if ((m = flag_value(argc, argv, &i, "--input", &v)) != 0) {
+      if (m < 0) goto missing;
+      const char *eq = strchr(v, '=');
+      if (!eq || eq == v || !eq[1]) {
+        rc = usage_error(usage_run, "--input wants NAME=PATH, got '%s'", v);
+        goto done;
+      }
+      /* Cut NAME in place: argv strings are ours to modify. */
+      ((char *)eq)[0] = '\0';
+      for (int k = 0; k < n_ins; k++)
+        if (strcmp(ins[k].name, v) == 0) {
+          rc = usage_error(usage_run, "--input '%s' is given twice", v);
+          goto done;
+        }
+      ins[n_ins].name = v;
+      ins[n_ins++].path = eq + 1;
+    } else if ((m = flag_value(argc, argv, &i, "--out", &v)) != 0) {
+      if (m < 0) goto missing;
+      if (!v[0]) {
+        rc = usage_error(usage_run, "--out wants a directory");
+        goto done;
+      }
+      out_dir = v;
+    } else if ((m = flag_value(argc, argv, &i, "--backend", &v)) != 0) {
+      if (m < 0) goto missing;
+      if (strcmp(v, "cpu") != 0 && strcmp(v, "ref") != 0) {
+        rc = usage_error(usage_run, "unknown backend '%s' (ref or cpu)", v);
+        goto done;
+      }
+      backend = v;
+    } else if ((m = flag_value(argc, argv, &i, "--threads", &v)) != 0) {
+      if (m < 0) goto missing;
+      if (!parse_int(v, 0, 4096, &threads)) {
+        rc = usage_error(usage_run, "--threads wants a number in [0, 4096], "
+                                    "got '%s'", v);
+        goto done;
+      }
+    } else if (strcmp(a, "--force") == 0) {
+      force = true;
+    } else if (a[0] == '-' && a[1] != '\0') {
+      rc = usage_error(usage_run, "unknown flag '%s' for 'run'", a);
+      goto done;
+    } else if (file) {
+      rc = usage_error(usage_run, "unexpected argument '%s'", a);
+      goto done;
+    } else {
+      file = a;
+    }
+    continue;
+  missing:
+    rc = usage_error(usage_run, "%s needs a value", a);
+    goto done;
+  }
+  if (!file) {
+    rc = usage_error(usage_run, "run needs a FILE");
+    goto done;
+  }
+
+  loom_ctx *ctx = NULL;
+  if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) {
+    fprintf(stderr, "loom: out of memory\n");
+    rc = 1;
+    goto done;
+  }
+  if (loom_ctx_set_threads(ctx, (int32_t)threads) != LOOM_STATUS_OK)
+    rc = fail(ctx);
+  else
+    rc = run_graph(ctx, file, ins, n_ins, out_dir, backend, force);
+  loom_ctx_free(ctx);
+done:
+  free(ins);
+  return rc;
+}
+
+/* ---- main ------------------------------------------------------------------- */
+
+static const struct {
+  const char *name;
+  const char *usage; /* NULL: the command prints its own help */
+} commands[] = {
+    {"train", NULL},
+    {"run", usage_run},
+    {"show", usage_show},
+};
+
+static int cmd_help(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(usage_main, stdout);
+    return 0;
+  }
+  if (argc > 2) return usage_error(usage_main, "unexpected argument '%s'", argv[2]);
+  if (strcmp(argv[1], "train") == 0) {
+    char a0[] = "train", a1[] = "--help";
+    char *targv[] = {a0, a1, NULL};
+    return loom_train_main(2, targv);
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (commands[i].usage && strcmp(argv[1], commands[i].name) == 0) {
+      fputs(commands[i].usage, stdout);
+      return 0;
+    }
+  if (strcmp(argv[1], "help") == 0) {
+    fputs(usage_main, stdout);
+    return 0;
+  }
+  return usage_error(usage_main, "unknown command '%s'", argv[1]);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return usage_error(usage_main, "no command given");
+  const char *cmd = argv[1];
+  if (is_help(cmd)) {
+    fputs(usage_main, stdout);
+    return 0;
+  }
+  if (strcmp(cmd, "--version") == 0) {
+    printf("loom %s\n", LOOM_VERSION_STRING);
+    return 0;
+  }
+  /* Each command sees its own name as argv[0]. */
+  if (strcmp(cmd, "train") == 0) return loom_train_main(argc - 1, argv + 1);
+  if (strcmp(cmd, "run") == 0) return cmd_run(argc - 1, argv + 1);
+  if (strcmp(cmd, "show") == 0) return cmd_show(argc - 1, argv + 1);
+  if (strcmp(cmd, "help") == 0) return cmd_help(argc - 1, argv + 1);
+  if (cmd[0] == '-')
+    return usage_error(usage_main, "unknown option '%s'", cmd);
+  return usage_error(usage_main, "unknown command '%s'", cmd);
+}
