@@ -207,7 +207,7 @@ static void expect_fail(loom_ctx *ctx, loom_status want, const char *path,
 }
 
 static void test_malformed(loom_ctx *ctx) {
-  char p[64], good[64];
+  char p[300], good[300];
   snprintf(p, sizeof p, "%s", tmp_path("bad.npy"));
   snprintf(good, sizeof good, "%s", tmp_path("good.npy"));
 

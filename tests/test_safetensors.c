@@ -11,14 +11,14 @@
 /* A file image: 8-byte little-endian length, header, data. */
 static size_t make_file(const char *header, const void *data, size_t ndata, uint8_t *out) {
   size_t h = strlen(header);
-  for (int k = 0; k < 8; k++) out[k] = (uint8_t)((uint64_t)h >> (8 * k));
+  for (int k = 0; k < 8; k++)
+    out[k] = (uint8_t)((uint64_t)h >> (8 * k));
   memcpy(out + 8, header, h);
   if (ndata) memcpy(out + 8 + h, data, ndata);
   return 8 + h + ndata;
 }
 
-static loom_status parse_image(loom_ctx *ctx, const char *header, const void *data,
-                               size_t ndata) {
+static loom_status parse_image(loom_ctx *ctx, const char *header, const void *data, size_t ndata) {
   static uint8_t buf[4096];
   size_t n = make_file(header, data, ndata, buf);
   loom_safetensors *st = NULL;
@@ -41,8 +41,9 @@ static char *read_all(const char *path, size_t *n) {
 }
 
 static void test_json(loom_ctx *ctx) {
-  const char *txt = " {\"a\": [1, -2, 3.5e2, true, false, null], \"s\": \"x\\n\\u00e9\\ud83d\\ude00\\\"\","
-                    " \"big\": 9223372036854775807, \"neg\": -9223372036854775808, \"o\": {}} ";
+  const char *txt =
+      " {\"a\": [1, -2, 3.5e2, true, false, null], \"s\": \"x\\n\\u00e9\\ud83d\\ude00\\\"\","
+      " \"big\": 9223372036854775807, \"neg\": -9223372036854775808, \"o\": {}} ";
   loom_json *j = NULL;
   CHECK_OK(ctx, loom_json_parse(ctx, txt, strlen(txt), &j));
   if (j) {
@@ -58,8 +59,7 @@ static void test_json(loom_ctx *ctx) {
     }
     const loom_json *s = loom_json_get(j, "s");
     /* x, newline, e-acute (C3 A9), U+1F600 (F0 9F 98 80), quote */
-    CHECK(s && s->kind == LOOM_JSON_STRING &&
-          strcmp(s->str, "x\n\xC3\xA9\xF0\x9F\x98\x80\"") == 0);
+    CHECK(s && s->kind == LOOM_JSON_STRING && strcmp(s->str, "x\n\xC3\xA9\xF0\x9F\x98\x80\"") == 0);
     const loom_json *big = loom_json_get(j, "big"), *neg = loom_json_get(j, "neg");
     CHECK(big && big->is_int && big->i == INT64_MAX);
     CHECK(neg && neg->is_int && neg->i == INT64_MIN);
@@ -73,12 +73,33 @@ static void test_json(loom_ctx *ctx) {
   loom_json_free(j);
 
   static const char *const bad[] = {
-      "",        "{",           "{\"a\":1,}",   "[1,]",          "{\"a\" 1}",
-      "{a:1}",   "[01]",        "[1.]",         "[.5]",          "[1e]",
-      "[-]",     "\"abc",       "\"\\x\"",      "\"\\u12\"",     "\"\\ud800\"",
-      "\"\\udc00\"", "\"\\u0000\"", "[1] x",    "{\"a\":1,\"a\":2}", "tru",
-      "[nul]",   "\"\x01\"",    "\"\xff\"",     "\"\xc0\xaf\"",  "[1e999]",
-      "// c\n1", "'a'",
+      "",
+      "{",
+      "{\"a\":1,}",
+      "[1,]",
+      "{\"a\" 1}",
+      "{a:1}",
+      "[01]",
+      "[1.]",
+      "[.5]",
+      "[1e]",
+      "[-]",
+      "\"abc",
+      "\"\\x\"",
+      "\"\\u12\"",
+      "\"\\ud800\"",
+      "\"\\udc00\"",
+      "\"\\u0000\"",
+      "[1] x",
+      "{\"a\":1,\"a\":2}",
+      "tru",
+      "[nul]",
+      "\"\x01\"",
+      "\"\xff\"",
+      "\"\xc0\xaf\"",
+      "[1e999]",
+      "// c\n1",
+      "'a'",
   };
   for (int32_t i = 0; i < LOOM_ARRAY_LEN(bad); i++) {
     j = NULL;
@@ -111,9 +132,17 @@ static void test_round_trip(loom_ctx *ctx, const char *path) {
   int64_t q[4] = {INT64_MIN, -1, 0, INT64_MAX};
   uint8_t u = 7;
   loom_st_tensor ts[3] = {
-      {.name = "w.0", .dtype = LOOM_DTYPE_F32, .rank = 2, .shape = {2, 3}, .data = f,
+      {.name = "w.0",
+       .dtype = LOOM_DTYPE_F32,
+       .rank = 2,
+       .shape = {2, 3},
+       .data = f,
        .nbytes = sizeof f},
-      {.name = "idx \"quoted\"", .dtype = LOOM_DTYPE_I64, .rank = 1, .shape = {4}, .data = q,
+      {.name = "idx \"quoted\"",
+       .dtype = LOOM_DTYPE_I64,
+       .rank = 1,
+       .shape = {4},
+       .data = q,
        .nbytes = sizeof q},
       {.name = "scalar", .dtype = LOOM_DTYPE_U8, .rank = 0, .data = &u, .nbytes = 1},
   };
@@ -128,7 +157,8 @@ static void test_round_trip(loom_ctx *ctx, const char *path) {
   CHECK(raw && n > 8);
   if (raw) {
     uint64_t hl = 0;
-    for (int k = 7; k >= 0; k--) hl = (hl << 8) | (uint8_t)raw[k];
+    for (int k = 7; k >= 0; k--)
+      hl = (hl << 8) | (uint8_t)raw[k];
     CHECK((8 + hl) % 8 == 0); /* data aligned */
     CHECK(n == 8 + hl + sizeof f + sizeof q + 1);
     CHECK(raw[8] == '{');
@@ -139,8 +169,8 @@ static void test_round_trip(loom_ctx *ctx, const char *path) {
   if (st) {
     CHECK(st->n_tensors == 3 && st->n_meta == 2);
     const loom_st_tensor *a = loom_safetensors_find(st, "w.0");
-    CHECK(a && a->dtype == LOOM_DTYPE_F32 && a->rank == 2 && a->shape[0] == 2 &&
-          a->shape[1] == 3 && a->nbytes == sizeof f);
+    CHECK(a && a->dtype == LOOM_DTYPE_F32 && a->rank == 2 && a->shape[0] == 2 && a->shape[1] == 3 &&
+          a->nbytes == sizeof f);
     if (a) CHECK(memcmp(a->data, f, sizeof f) == 0);
     const loom_st_tensor *b = loom_safetensors_find(st, "idx \"quoted\"");
     CHECK(b && b->dtype == LOOM_DTYPE_I64 && b->rank == 1 && b->shape[0] == 4);
@@ -148,8 +178,7 @@ static void test_round_trip(loom_ctx *ctx, const char *path) {
     const loom_st_tensor *c = loom_safetensors_find(st, "scalar");
     CHECK(c && c->rank == 0 && c->nbytes == 1 && *(const uint8_t *)c->data == 7);
     CHECK(loom_safetensors_meta(st, "step") && !strcmp(loom_safetensors_meta(st, "step"), "42"));
-    CHECK(loom_safetensors_meta(st, "note") &&
-          !strcmp(loom_safetensors_meta(st, "note"), vals[1]));
+    CHECK(loom_safetensors_meta(st, "note") && !strcmp(loom_safetensors_meta(st, "note"), vals[1]));
     CHECK(loom_safetensors_meta(st, "nope") == NULL);
     CHECK(loom_safetensors_find(st, "nope") == NULL);
   }
@@ -205,9 +234,9 @@ static void test_malformed(loom_ctx *ctx) {
   CHECK_STATUS(ctx, LOOM_STATUS_PARSE, parse_image(ctx, "[1,2]", NULL, 0));
   CHECK_STATUS(ctx, LOOM_STATUS_PARSE, parse_image(ctx, "", NULL, 0));
   /* offsets past the data */
-  CHECK_STATUS(ctx, LOOM_STATUS_OUT_OF_RANGE,
-               parse_image(ctx, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-                           d16, 4));
+  CHECK_STATUS(
+      ctx, LOOM_STATUS_OUT_OF_RANGE,
+      parse_image(ctx, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", d16, 4));
   CHECK_STATUS(ctx, LOOM_STATUS_OUT_OF_RANGE,
                parse_image(ctx,
                            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":"
@@ -219,24 +248,27 @@ static void test_malformed(loom_ctx *ctx) {
                            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":"
                            "[0,18446744073709551615]}}",
                            d16, 8));
-  CHECK_STATUS(ctx, LOOM_STATUS_PARSE,
-               parse_image(ctx, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}",
-                           d16, 8));
+  CHECK_STATUS(
+      ctx, LOOM_STATUS_PARSE,
+      parse_image(ctx, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", d16, 8));
   CHECK_STATUS(ctx, LOOM_STATUS_PARSE,
                parse_image(ctx, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-1,7]}}",
                            d16, 8));
   /* wrong / unknown dtype, and a dtype that does not match the byte count */
   CHECK_STATUS(ctx, LOOM_STATUS_UNSUPPORTED,
-               parse_image(ctx, "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}",
+               parse_image(ctx,
+                           "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}",
                            d16, 2));
   CHECK_STATUS(ctx, LOOM_STATUS_UNSUPPORTED,
-               parse_image(ctx, "{\"a\":{\"dtype\":\"float\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+               parse_image(ctx,
+                           "{\"a\":{\"dtype\":\"float\",\"shape\":[2],\"data_offsets\":[0,8]}}",
                            d16, 8));
-  CHECK_STATUS(ctx, LOOM_STATUS_PARSE,
-               parse_image(ctx, "{\"a\":{\"dtype\":3,\"shape\":[2],\"data_offsets\":[0,8]}}", d16, 8));
-  CHECK_STATUS(ctx, LOOM_STATUS_SHAPE_MISMATCH,
-               parse_image(ctx, "{\"a\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-                           d16, 8));
+  CHECK_STATUS(
+      ctx, LOOM_STATUS_PARSE,
+      parse_image(ctx, "{\"a\":{\"dtype\":3,\"shape\":[2],\"data_offsets\":[0,8]}}", d16, 8));
+  CHECK_STATUS(
+      ctx, LOOM_STATUS_SHAPE_MISMATCH,
+      parse_image(ctx, "{\"a\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,8]}}", d16, 8));
   CHECK_STATUS(ctx, LOOM_STATUS_SHAPE_MISMATCH,
                parse_image(ctx,
                            "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],"
@@ -247,7 +279,8 @@ static void test_malformed(loom_ctx *ctx) {
                parse_image(ctx, "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}",
                            d16, 8));
   CHECK_STATUS(ctx, LOOM_STATUS_PARSE,
-               parse_image(ctx, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}",
+               parse_image(ctx,
+                           "{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}",
                            d16, 8));
   CHECK_STATUS(ctx, LOOM_STATUS_UNSUPPORTED,
                parse_image(ctx,
@@ -274,9 +307,9 @@ static void test_malformed(loom_ctx *ctx) {
                            "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                            "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
                            d16, 12));
-  CHECK_STATUS(ctx, LOOM_STATUS_PARSE,
-               parse_image(ctx, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
-                           d16, 8));
+  CHECK_STATUS(
+      ctx, LOOM_STATUS_PARSE,
+      parse_image(ctx, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", d16, 8));
   /* duplicate names */
   CHECK_STATUS(ctx, LOOM_STATUS_PARSE,
                parse_image(ctx,
@@ -317,8 +350,8 @@ static void test_malformed(loom_ctx *ctx) {
 
 static void test_save_errors(loom_ctx *ctx, const char *path) {
   float f[2] = {1, 2};
-  loom_st_tensor t = {.name = "a", .dtype = LOOM_DTYPE_F32, .rank = 1, .shape = {2}, .data = f,
-                      .nbytes = sizeof f};
+  loom_st_tensor t = {
+      .name = "a", .dtype = LOOM_DTYPE_F32, .rank = 1, .shape = {2}, .data = f, .nbytes = sizeof f};
   CHECK_STATUS(ctx, LOOM_STATUS_IO,
                loom_safetensors_save(ctx, "/nonexistent-dir/x.safetensors", 1, &t, 0, NULL, NULL));
   /* a user's file is never replaced by a failed save */

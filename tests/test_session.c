@@ -43,27 +43,30 @@ static void test_mlp(loom_ctx *ctx) {
   CHECK_OK(ctx, loom_graph_output(g, "hidden", a));
 
   loom_test_rng r = {7};
-  loom_tensor *in[4] = {rand_tensor(ctx, &r, 2, (int64_t[]){B, I}),
-                        rand_tensor(ctx, &r, 2, (int64_t[]){I, H}),
-                        rand_tensor(ctx, &r, 1, (int64_t[]){H}),
-                        rand_tensor(ctx, &r, 2, (int64_t[]){H, O})};
+  loom_tensor *in[4] = {
+      rand_tensor(ctx, &r, 2, (int64_t[]){B, I}), rand_tensor(ctx, &r, 2, (int64_t[]){I, H}),
+      rand_tensor(ctx, &r, 1, (int64_t[]){H}), rand_tensor(ctx, &r, 2, (int64_t[]){H, O})};
   const float *xv = loom_tensor_data(in[0]), *w1v = loom_tensor_data(in[1]),
               *b1v = loom_tensor_data(in[2]), *w2v = loom_tensor_data(in[3]);
   double want[B][O], hid[B][H];
   for (int b = 0; b < B; b++) {
     for (int j = 0; j < H; j++) {
       double s = b1v[j];
-      for (int i = 0; i < I; i++) s += (double)xv[b * I + i] * w1v[i * H + j];
+      for (int i = 0; i < I; i++)
+        s += (double)xv[b * I + i] * w1v[i * H + j];
       hid[b][j] = s > 0 ? s : 0;
     }
     double zmax = -INFINITY, zs[O], sum = 0;
     for (int o = 0; o < O; o++) {
       zs[o] = 0;
-      for (int j = 0; j < H; j++) zs[o] += hid[b][j] * w2v[j * O + o];
+      for (int j = 0; j < H; j++)
+        zs[o] += hid[b][j] * w2v[j * O + o];
       zmax = fmax(zmax, zs[o]);
     }
-    for (int o = 0; o < O; o++) sum += exp(zs[o] - zmax);
-    for (int o = 0; o < O; o++) want[b][o] = exp(zs[o] - zmax) / sum;
+    for (int o = 0; o < O; o++)
+      sum += exp(zs[o] - zmax);
+    for (int o = 0; o < O; o++)
+      want[b][o] = exp(zs[o] - zmax) / sum;
   }
   const char *backends[2] = {"ref", "cpu"};
   for (int k = 0; k < 2; k++) {
@@ -108,7 +111,8 @@ static void test_mlp(loom_ctx *ctx) {
   loom_memplan_free(&plan);
   loom_graph_free(dg);
   loom_session_free(s);
-  for (int i = 0; i < 4; i++) loom_tensor_free(in[i]);
+  for (int i = 0; i < 4; i++)
+    loom_tensor_free(in[i]);
   loom_graph_free(g);
 }
 
@@ -122,10 +126,8 @@ static void test_tensor_misuse(loom_ctx *ctx) {
   CHECK(t == NULL);
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                loom_tensor_new(ctx, LOOM_DTYPE_F32, LOOM_MAX_RANK + 1, sh, &t));
-  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-               loom_tensor_new(ctx, LOOM_DTYPE_F32, -1, sh, &t));
-  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-               loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, neg, &t));
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_tensor_new(ctx, LOOM_DTYPE_F32, -1, sh, &t));
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, neg, &t));
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, NULL, &t));
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
@@ -139,10 +141,11 @@ static void test_tensor_misuse(loom_ctx *ctx) {
 
   /* zero-filled, shape as given; wrap does not copy */
   CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_I64, 2, sh, &t));
-  CHECK(loom_tensor_numel(t) == 6 && loom_tensor_dim(t, 1) == 3 &&
-        loom_tensor_dim(t, 2) == 0 && loom_tensor_dtype(t) == LOOM_DTYPE_I64);
+  CHECK(loom_tensor_numel(t) == 6 && loom_tensor_dim(t, 1) == 3 && loom_tensor_dim(t, 2) == 0 &&
+        loom_tensor_dtype(t) == LOOM_DTYPE_I64);
   int64_t zero = 0;
-  for (int i = 0; i < 6; i++) zero |= ((int64_t *)loom_tensor_data(t))[i];
+  for (int i = 0; i < 6; i++)
+    zero |= ((int64_t *)loom_tensor_data(t))[i];
   CHECK(zero == 0);
   loom_tensor_free(t);
   float buf[6] = {1, 2, 3, 4, 5, 6};
@@ -194,7 +197,8 @@ static void test_session_misuse(loom_ctx *ctx) {
   CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, (int64_t[]){2, 4}, &yt));
   CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, (int64_t[]){4, 2}, &ybad));
   float *yd = loom_tensor_data(yt);
-  for (int i = 0; i < 8; i++) yd[i] = 42.0f;
+  for (int i = 0; i < 8; i++)
+    yd[i] = 42.0f;
   const loom_tensor *in[2] = {xt, wt};
   loom_tensor *out[1] = {yt};
 
@@ -222,7 +226,8 @@ static void test_session_misuse(loom_ctx *ctx) {
   CHECK_STATUS(ctx, LOOM_STATUS_DTYPE_MISMATCH, loom_session_run(s, 2, in, 1, out_bad));
   /* failures left the output alone */
   int untouched = 0;
-  for (int i = 0; i < 8; i++) untouched += yd[i] == 42.0f;
+  for (int i = 0; i < 8; i++)
+    untouched += yd[i] == 42.0f;
   CHECK(untouched == 8);
   CHECK_OK(ctx, loom_session_run(s, 2, in, 1, out));
   CHECK(out[0] == yt && yd[0] != 42.0f);
@@ -243,15 +248,14 @@ static void test_session_misuse(loom_ctx *ctx) {
     CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_I64, 1, (int64_t[]){2}, &it));
     ((int64_t *)loom_tensor_data(it))[1] = 3;
     loom_tensor *go[1] = {NULL};
-    CHECK_STATUS(ctx, LOOM_STATUS_OUT_OF_RANGE,
-                 loom_session_run(s, 2, (const loom_tensor *const *)(loom_tensor *[]){tt, it},
-                                  1, go));
+    CHECK_STATUS(
+        ctx, LOOM_STATUS_OUT_OF_RANGE,
+        loom_session_run(s, 2, (const loom_tensor *const *)(loom_tensor *[]){tt, it}, 1, go));
     CHECK(go[0] == NULL);
     ((int64_t *)loom_tensor_data(it))[1] = 2;
-    CHECK_OK(ctx, loom_session_run(s, 2, (const loom_tensor *const *)(loom_tensor *[]){tt, it},
-                                   1, go));
-    if (go[0])
-      CHECK(((float *)loom_tensor_data(go[0]))[5] == ((float *)loom_tensor_data(tt))[9]);
+    CHECK_OK(ctx,
+             loom_session_run(s, 2, (const loom_tensor *const *)(loom_tensor *[]){tt, it}, 1, go));
+    if (go[0]) CHECK(((float *)loom_tensor_data(go[0]))[5] == ((float *)loom_tensor_data(tt))[9]);
     loom_tensor_free(go[0]);
     loom_tensor_free(tt);
     loom_tensor_free(it);
@@ -297,8 +301,8 @@ static void test_aliasing(loom_ctx *ctx) {
     loom_tensor *out[3] = {wt, ct, gt};
     memcpy(w2, wv, sizeof wv);
     memcpy(g2, gv, sizeof gv);
-    CHECK_OK(ctx, loom_session_run(s, 2, (const loom_tensor *const *)(loom_tensor *[]){wt, gt},
-                                   3, out));
+    CHECK_OK(ctx,
+             loom_session_run(s, 2, (const loom_tensor *const *)(loom_tensor *[]){wt, gt}, 3, out));
     const float *cv = loom_tensor_data(ct);
     int bad = 0;
     for (int i = 0; i < 5; i++) {
@@ -315,14 +319,13 @@ static void test_aliasing(loom_ctx *ctx) {
   loom_graph_free(g);
 }
 
-
 /* ---- every op: cpu against ref, and across thread counts ---------------- */
 
 typedef struct diff_spec {
   const char *name;
-  double lo, hi;  /* f32 inputs uniform in [lo, hi) */
-  int64_t ihi;    /* integer inputs uniform in [0, ihi) */
-  bool native;    /* the cpu backend must run every node itself */
+  double lo, hi; /* f32 inputs uniform in [lo, hi) */
+  int64_t ihi;   /* integer inputs uniform in [0, ihi) */
+  bool native;   /* the cpu backend must run every node itself */
 } diff_spec;
 
 static int32_t in_(loom_graph *g, loom_dtype dt, int32_t rank, const int64_t *shape) {
@@ -332,13 +335,17 @@ static int32_t in_(loom_graph *g, loom_dtype dt, int32_t rank, const int64_t *sh
   if (loom_graph_input(g, name, dt, rank, shape, &v)) g->err = LOOM_STATUS_INVALID_ARGUMENT;
   return v;
 }
-#define F32(...) in_(g, LOOM_DTYPE_F32, LOOM_ARRAY_LEN(((int64_t[]){__VA_ARGS__})), (int64_t[]){__VA_ARGS__})
-#define I64(...) in_(g, LOOM_DTYPE_I64, LOOM_ARRAY_LEN(((int64_t[]){__VA_ARGS__})), (int64_t[]){__VA_ARGS__})
-#define SHAPE(...) LOOM_ARRAY_LEN(((int64_t[]){__VA_ARGS__})), (int64_t[]){__VA_ARGS__}
-#define AXES(...) LOOM_ARRAY_LEN(((int64_t[]){__VA_ARGS__})), (int64_t[]){__VA_ARGS__}
+#define F32(...)                                                                                   \
+  in_(g, LOOM_DTYPE_F32, LOOM_ARRAY_LEN(((int64_t[]){__VA_ARGS__})), (int64_t[]){__VA_ARGS__})
+#define I64(...)                                                                                   \
+  in_(g, LOOM_DTYPE_I64, LOOM_ARRAY_LEN(((int64_t[]){__VA_ARGS__})), (int64_t[]){__VA_ARGS__})
+#define SHAPE(...)                                                                                 \
+  LOOM_ARRAY_LEN(((int64_t[]){__VA_ARGS__})), (int64_t[]) { __VA_ARGS__ }
+#define AXES(...)                                                                                  \
+  LOOM_ARRAY_LEN(((int64_t[]){__VA_ARGS__})), (int64_t[]) { __VA_ARGS__ }
 
-static int32_t attr_op(loom_graph *g, loom_op op, int32_t n_in, const int32_t *in,
-                       int32_t n_attrs, const loom_attr *attrs) {
+static int32_t attr_op(loom_graph *g, loom_op op, int32_t n_in, const int32_t *in, int32_t n_attrs,
+                       const loom_attr *attrs) {
   loom_value out = -1;
   if (g->err) return -1;
   loom_status st = loom_graph_op(g, op, n_in, in, n_attrs, attrs, &out);
@@ -346,11 +353,11 @@ static int32_t attr_op(loom_graph *g, loom_op op, int32_t n_in, const int32_t *i
   return out;
 }
 
-static const loom_op unary_ops[] = {LOOM_OP_NEG, LOOM_OP_ABS, LOOM_OP_SIGN, LOOM_OP_EXP,
-                                    LOOM_OP_LOG, LOOM_OP_SQRT, LOOM_OP_RSQRT,
-                                    LOOM_OP_RECIPROCAL, LOOM_OP_TANH, LOOM_OP_SIGMOID,
-                                    LOOM_OP_RELU, LOOM_OP_ERF, LOOM_OP_SIN, LOOM_OP_COS};
-static const loom_op binary_ops[] = {LOOM_OP_ADD, LOOM_OP_SUB, LOOM_OP_MUL, LOOM_OP_DIV,
+static const loom_op unary_ops[] = {
+    LOOM_OP_NEG,  LOOM_OP_ABS,   LOOM_OP_SIGN,       LOOM_OP_EXP,  LOOM_OP_LOG,
+    LOOM_OP_SQRT, LOOM_OP_RSQRT, LOOM_OP_RECIPROCAL, LOOM_OP_TANH, LOOM_OP_SIGMOID,
+    LOOM_OP_RELU, LOOM_OP_ERF,   LOOM_OP_SIN,        LOOM_OP_COS};
+static const loom_op binary_ops[] = {LOOM_OP_ADD, LOOM_OP_SUB,     LOOM_OP_MUL,    LOOM_OP_DIV,
                                      LOOM_OP_POW, LOOM_OP_MAXIMUM, LOOM_OP_MINIMUM};
 static const loom_op compare_ops[] = {LOOM_OP_EQ, LOOM_OP_NE, LOOM_OP_LT,
                                       LOOM_OP_LE, LOOM_OP_GT, LOOM_OP_GE};
@@ -502,8 +509,8 @@ static bool build_case(int k, loom_graph *g, diff_spec *s) {
   case 19:
     s->name = "dropout";
     {
-      int32_t base = lb_cast(g, lb_reduce(g, LOOM_OP_REDUCE_MAX, I64(3), 0, NULL, false),
-                             LOOM_DTYPE_I64);
+      int32_t base =
+          lb_cast(g, lb_reduce(g, LOOM_OP_REDUCE_MAX, I64(3), 0, NULL, false), LOOM_DTYPE_I64);
       y = lb_dropout(g, F32(1000, 33), 0.3, 5, 7, base);
       y2 = lb_dropout(g, F32(3, 4), 0.5, -1, 0, -1);
     }
@@ -523,8 +530,9 @@ static bool build_case(int k, loom_graph *g, diff_spec *s) {
       y = attr_op(g, LOOM_OP_SOFTMAX, 1, &x, 0, NULL);
       int32_t ln_in[3] = {x, F32(128), F32(128)};
       y2 = attr_op(g, LOOM_OP_LAYER_NORM, 3, ln_in, 0, NULL);
-      loom_graph_output(g, "gelu", attr_op(g, LOOM_OP_GELU, 1, &y2, 1,
-                                           &(loom_attr){.name = "approximate", .i = 1}));
+      loom_graph_output(
+          g, "gelu",
+          attr_op(g, LOOM_OP_GELU, 1, &y2, 1, &(loom_attr){.name = "approximate", .i = 1}));
     }
     break;
   case 22:
@@ -534,7 +542,32 @@ static bool build_case(int k, loom_graph *g, diff_spec *s) {
       int32_t ce_in[2] = {F32(16, 64, 65), I64(16, 64)};
       y = attr_op(g, LOOM_OP_CROSS_ENTROPY, 2, ce_in, 0, NULL);
     }
-    s->native = false; /* reduce over leading axes of a rank-2 loss is fine, but be lenient */
+    break;
+  case 23:
+    s->name = "empty tensors";
+    {
+      int32_t e = F32(0, 5);
+      y = lb_unary(g, LOOM_OP_EXP, e);
+      y2 = lb_reduce(g, LOOM_OP_REDUCE_SUM, e, AXES(0), false); /* zeros */
+      loom_graph_output(g, "max0", lb_reduce(g, LOOM_OP_REDUCE_MAX, e, AXES(0), true));
+      loom_graph_output(g, "mm", lb_matmul(g, e, F32(5, 3), false, false));
+      loom_graph_output(g, "cat", lb_concat(g, 2, (int32_t[]){e, F32(2, 5)}, 0));
+      loom_graph_output(g, "gat", lb_gather(g, F32(4, 5), I64(0), 0));
+      loom_graph_output(g, "pad", lb_pad(g, e, (int64_t[]){1, 0}, (int64_t[]){1, 0}, 3));
+    }
+    break;
+  case 24:
+    s->name = "NaN propagation";
+    s->lo = -1; /* log of a negative number is NaN */
+    {
+      int32_t l = lb_unary(g, LOOM_OP_LOG, F32(30, 40));
+      y = lb_reduce(g, LOOM_OP_REDUCE_MAX, l, AXES(1), false);
+      y2 = lb_reduce(g, LOOM_OP_REDUCE_MIN, l, AXES(0), false);
+      loom_graph_output(g, "maximum", lb_binary(g, LOOM_OP_MAXIMUM, l, F32(40)));
+      loom_graph_output(g, "minimum", lb_binary(g, LOOM_OP_MINIMUM, F32(30, 1), l));
+      loom_graph_output(g, "sum", lb_sum(g, l, AXES(0), false));
+      loom_graph_output(g, "gt", lb_cast(g, lb_binary(g, LOOM_OP_GT, l, F32(40)), LOOM_DTYPE_F32));
+    }
     break;
   default: return false;
   }
@@ -588,8 +621,7 @@ static void test_ops_differential(loom_ctx *ctx) {
     for (int32_t j = 0; dg && j < dg->n_nodes; j++)
       if (!cpu->iface->supports_op(cpu->context, dg, &dg->nodes[j])) unsupported++;
     if (s.native && unsupported) {
-      fprintf(stderr, "case %d (%s): %d node(s) not on the cpu backend\n", k, s.name,
-              unsupported);
+      fprintf(stderr, "case %d (%s): %d node(s) not on the cpu backend\n", k, s.name, unsupported);
       CHECK(false);
     }
     loom_graph_free(dg);
@@ -606,8 +638,8 @@ static void test_ops_differential(loom_ctx *ctx) {
     const int threads[3] = {1, 2, 3};
     for (int t = 0; t < 3; t++) {
       CHECK_OK(ctx, loom_ctx_set_threads(ctx, threads[t]));
-      CHECK_OK(ctx, loom_session_run(sc, g->n_inputs, (const loom_tensor *const *)in, no,
-                                     cpu_out[t]));
+      CHECK_OK(ctx,
+               loom_session_run(sc, g->n_inputs, (const loom_tensor *const *)in, no, cpu_out[t]));
     }
     CHECK_OK(ctx, loom_ctx_set_threads(ctx, 0));
     for (int32_t o = 0; o < no; o++) {
@@ -618,8 +650,9 @@ static void test_ops_differential(loom_ctx *ctx) {
       int64_t ne = loom_tensor_numel(ref_out[o]);
       loom_dtype dt = loom_tensor_dtype(ref_out[o]);
       size_t nb = (size_t)ne * loom_dtype_size(dt);
-      bool same_threads = memcmp(loom_tensor_data(cpu_out[0][o]), loom_tensor_data(cpu_out[1][o]), nb) == 0 &&
-                          memcmp(loom_tensor_data(cpu_out[0][o]), loom_tensor_data(cpu_out[2][o]), nb) == 0;
+      bool same_threads =
+          memcmp(loom_tensor_data(cpu_out[0][o]), loom_tensor_data(cpu_out[1][o]), nb) == 0 &&
+          memcmp(loom_tensor_data(cpu_out[0][o]), loom_tensor_data(cpu_out[2][o]), nb) == 0;
       if (!same_threads)
         fprintf(stderr, "case %s output %s: differs across thread counts\n", s.name,
                 g->output_names[o]);
@@ -628,7 +661,8 @@ static void test_ops_differential(loom_ctx *ctx) {
       double rms = 0;
       if (dt == LOOM_DTYPE_F32) {
         const float *a = loom_tensor_data(cpu_out[0][o]), *b = loom_tensor_data(ref_out[o]);
-        for (int64_t e = 0; e < ne; e++) rms += (double)b[e] * b[e];
+        for (int64_t e = 0; e < ne; e++)
+          rms += (double)b[e] * b[e];
         rms = ne ? sqrt(rms / (double)ne) : 0;
         for (int64_t e = 0; e < ne; e++) {
           bool ok = a[e] == b[e] || (a[e] != a[e] && b[e] != b[e]) ||
@@ -648,9 +682,11 @@ static void test_ops_differential(loom_ctx *ctx) {
     }
     for (int32_t o = 0; o < no; o++) {
       loom_tensor_free(ref_out[o]);
-      for (int t = 0; t < 3; t++) loom_tensor_free(cpu_out[t][o]);
+      for (int t = 0; t < 3; t++)
+        loom_tensor_free(cpu_out[t][o]);
     }
-    for (int32_t i = 0; i < g->n_inputs; i++) loom_tensor_free(in[i]);
+    for (int32_t i = 0; i < g->n_inputs; i++)
+      loom_tensor_free(in[i]);
     loom_session_free(sr);
     loom_session_free(sc);
     loom_graph_free(g);

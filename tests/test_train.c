@@ -44,8 +44,7 @@ static bool line_ok(const char *s, size_t n) {
   long a, b, c;
   char op;
   int used = 0;
-  if (sscanf(buf, "%ld%c%ld=%ld%n", &a, &op, &b, &c, &used) != 4 || (size_t)used != n)
-    return false;
+  if (sscanf(buf, "%ld%c%ld=%ld%n", &a, &op, &b, &c, &used) != 4 || (size_t)used != n) return false;
   if (op == '+') return a <= 99 && b <= 99 && c == a + b;
   if (op == '-') return a <= 99 && b <= a && c == a - b;
   if (op == '*') return a <= 12 && b <= 12 && c == a * b;
@@ -87,8 +86,8 @@ static void test_corpus(loom_ctx *ctx) {
     int m = snprintf(needle, sizeof needle, "\n%s", line);
     bool found = false;
     for (size_t k = 0; k + (size_t)m <= a->len && !found; k++)
-      found = memcmp(a->text + k, needle, (size_t)m) == 0 && (k + (size_t)m == a->len ||
-                                                              a->text[k + (size_t)m] == '\n');
+      found = memcmp(a->text + k, needle, (size_t)m) == 0 &&
+              (k + (size_t)m == a->len || a->text[k + (size_t)m] == '\n');
     CHECK(!found);
   }
   /* batches: targets are the tokens shifted by one, same for same (seed, step) */
@@ -97,7 +96,8 @@ static void test_corpus(loom_ctx *ctx) {
   loom_corpus_batch(a, 3, 5, 2, 8, t2, y2);
   CHECK(memcmp(t1, t2, sizeof t1) == 0 && memcmp(y1, y2, sizeof y1) == 0);
   for (int32_t r = 0; r < 2; r++)
-    for (int32_t i = 0; i + 1 < 8; i++) CHECK(y1[r * 8 + i] == t1[r * 8 + i + 1]);
+    for (int32_t i = 0; i + 1 < 8; i++)
+      CHECK(y1[r * 8 + i] == t1[r * 8 + i + 1]);
   loom_corpus_batch(a, 3, 6, 2, 8, t2, y2);
   CHECK(memcmp(t1, t2, sizeof t1) != 0);
 out:
@@ -119,7 +119,8 @@ static void test_prng(void) {
   CHECK(fabs(s2 / n - 1.0) < 0.05);
   loom_prng a = loom_prng_make(1, 2), b = loom_prng_make(1, 3);
   CHECK(loom_prng_next(&a) != loom_prng_next(&b));
-  for (int i = 0; i < 1000; i++) CHECK(loom_prng_below(&a, 7) < 7);
+  for (int i = 0; i < 1000; i++)
+    CHECK(loom_prng_below(&a, 7) < 7);
 }
 
 static void test_schedule(void) {
@@ -158,8 +159,8 @@ static void test_graphs(loom_ctx *ctx) {
     count += ps[i].shape[0] * (ps[i].rank == 2 ? ps[i].shape[1] : 1);
   /* wte, wpe; per layer 2 LN (4d), qkv d*3d+3d, proj d*d+d, fc d*f+f, proj f*d+d; lnf */
   int64_t d = 16, f = 64;
-  CHECK(count == 256 * d + 8 * d + 2 * (4 * d + 3 * d * d + 3 * d + d * d + d + d * f + f + f * d + d) +
-                     2 * d);
+  CHECK(count == 256 * d + 8 * d +
+                     2 * (4 * d + 3 * d * d + 3 * d + d * d + d + d * f + f + f * d + d) + 2 * d);
   CHECK(n > 0 && strcmp(ps[0].name, "wte") == 0 && strcmp(ps[2].name, "h0.ln1.g") == 0 &&
         ps[2].init == LOOM_GPT_INIT_ONES && strcmp(ps[n - 1].name, "lnf.b") == 0);
 
@@ -260,7 +261,8 @@ static void test_training(loom_ctx *ctx, const char *ckpt) {
   if (!train_range(ctx, a, n, la)) goto out;
   CHECK(fabs(la[0] - log(256.0)) < 0.1);
   double tail = 0;
-  for (int64_t i = n - 4; i < n; i++) tail += la[i] / 4.0;
+  for (int64_t i = n - 4; i < n; i++)
+    tail += la[i] / 4.0;
   printf("tiny run: first loss %.4f, mean of the last 4 %.4f\n", (double)la[0], tail);
   CHECK(tail < la[0] - (quick ? 1.0 : 1.5));
 
@@ -318,14 +320,289 @@ out:
   free(lc);
 }
 
+/* Copies the whole training state (dir 0: out of t into buf, 1: back). */
+static void state_copy(loom_trainer *t, float **buf, int dir) {
+  for (int32_t k = 0; k < 3; k++)
+    for (int32_t i = 0; i < loom_trainer_num_params(t); i++) {
+      loom_tensor *x = loom_trainer_tensor(t, k, i);
+      size_t bytes = (size_t)loom_tensor_numel(x) * sizeof(float);
+      float *b = buf[k * loom_trainer_num_params(t) + i];
+      if (dir == 0)
+        memcpy(b, loom_tensor_data(x), bytes);
+      else
+        memcpy(loom_tensor_data(x), b, bytes);
+    }
+}
+
+/* The gradients of the whole step, against central differences of its loss.
+ * After step 1 the AdamW moment is m = (1 - beta1) * grad, which exposes
+ * the gradient the graph computed. */
+static void test_gradients(loom_ctx *ctx) {
+  loom_train_config c;
+  tiny_config(&c);
+  c.model.dropout = 0.0; /* the loss is then a function of the parameters */
+  c.model.context = 8;
+  c.batch = 2;
+  loom_trainer *t = NULL;
+  CHECK_OK(ctx, loom_trainer_new(ctx, &c, &t));
+  if (!t) return;
+  int32_t n = loom_trainer_num_params(t);
+  float **snap = calloc((size_t)(3 * n), sizeof *snap);
+  for (int32_t k = 0; k < 3 * n; k++)
+    snap[k] = malloc((size_t)loom_tensor_numel(loom_trainer_tensor(t, k / n, k % n)) * 4);
+  state_copy(t, snap, 0);
+  float loss = 0;
+  CHECK_OK(ctx, loom_trainer_step(t, &loss));
+  /* the moments after step 1 (the FD steps below overwrite the state) */
+  float **grad = calloc((size_t)(3 * n), sizeof *grad);
+  for (int32_t k = 0; k < 3 * n; k++)
+    grad[k] = malloc((size_t)loom_tensor_numel(loom_trainer_tensor(t, k / n, k % n)) * 4);
+  state_copy(t, grad, 0);
+  /* every parameter, including the tied wte, by its largest gradient entry */
+  int32_t checked = 0;
+  for (int32_t i = 0; i < n; i++) {
+    const float *mv = grad[n + i];
+    int64_t best = 0;
+    for (int64_t e = 1; e < loom_tensor_numel(loom_trainer_tensor(t, 1, i)); e++)
+      if (fabsf(mv[e]) > fabsf(mv[best])) best = e;
+    double g = mv[best] / (1.0 - c.beta1), h = 1e-2, lp = 0, lm = 0;
+    for (int side = 0; side < 2; side++) {
+      state_copy(t, snap, 1);
+      ((float *)loom_tensor_data(loom_trainer_tensor(t, 0, i)))[best] += (float)(side ? -h : h);
+      loom_trainer_set_steps_done(t, 0);
+      float l = 0;
+      CHECK_OK(ctx, loom_trainer_step(t, &l));
+      if (side)
+        lm = l;
+      else
+        lp = l;
+    }
+    double fd = (lp - lm) / (2 * h);
+    bool ok = fabs(fd - g) <= 5e-4 + 0.01 * fabs(g);
+    if (!ok || getenv("LOOM_TEST_VERBOSE"))
+      fprintf(stderr, "gradient of %s[%lld]: graph %.6g, central difference %.6g\n",
+              loom_trainer_param(t, i)->name, (long long)best, g, fd);
+    CHECK(ok);
+    checked++;
+  }
+  CHECK(checked == n);
+  for (int32_t k = 0; k < 3 * n; k++) {
+    free(snap[k]);
+    free(grad[k]);
+  }
+  free(snap);
+  free(grad);
+  loom_trainer_free(t);
+}
+
+/* ---- an independent forward pass ---------------------------------------- */
+
+/* Parameter i of the trainer as floats (the order of loom_gpt_params:
+ * wte, wpe, 12 per layer, lnf.g, lnf.b). */
+static const float *P(const loom_trainer *t, int32_t i) {
+  return loom_tensor_data(loom_trainer_tensor(t, 0, i));
+}
+
+static void ref_ln(const double *x, const float *g, const float *b, int d, double *y) {
+  double mean = 0, var = 0;
+  for (int j = 0; j < d; j++)
+    mean += x[j] / d;
+  for (int j = 0; j < d; j++)
+    var += (x[j] - mean) * (x[j] - mean) / d;
+  for (int j = 0; j < d; j++)
+    y[j] = (x[j] - mean) / sqrt(var + 1e-5) * g[j] + b[j];
+}
+
+/* y[n_out] = x[n_in] @ w[n_in, n_out] + b */
+static void ref_linear(const double *x, const float *w, const float *b, int n_in, int n_out,
+                       double *y) {
+  for (int o = 0; o < n_out; o++) {
+    double s = b[o];
+    for (int i = 0; i < n_in; i++)
+      s += x[i] * w[(size_t)i * n_out + o];
+    y[o] = s;
+  }
+}
+
+/* GPT-2 in plain loops, in double: logits [T, V] of one sequence. */
+static void ref_forward(const loom_trainer *t, const int64_t *tok, int T, double *logits) {
+  const loom_gpt_config *c = &loom_trainer_config(t)->model;
+  int D = c->d_model, H = c->n_head, Dh = D / H, F = c->d_ff, V = c->vocab;
+  double *x = calloc((size_t)T * D, sizeof *x), *a = calloc((size_t)T * D, sizeof *a);
+  double *qkv = calloc((size_t)T * 3 * D, sizeof *qkv), *att = calloc((size_t)T * D, sizeof *att);
+  double *y = calloc((size_t)D, sizeof *y), *m = calloc((size_t)F, sizeof *m);
+  double *p = calloc((size_t)T, sizeof *p);
+  for (int s = 0; s < T; s++)
+    for (int j = 0; j < D; j++)
+      x[s * D + j] = P(t, 0)[tok[s] * D + j] + P(t, 1)[s * D + j];
+  for (int l = 0; l < c->n_layer; l++) {
+    int b0 = 2 + 12 * l;
+    for (int s = 0; s < T; s++) {
+      ref_ln(x + s * D, P(t, b0 + 0), P(t, b0 + 1), D, a + s * D);
+      ref_linear(a + s * D, P(t, b0 + 2), P(t, b0 + 3), D, 3 * D, qkv + s * 3 * D);
+    }
+    for (int h = 0; h < H; h++)
+      for (int s = 0; s < T; s++) {
+        double mx = -INFINITY, z = 0;
+        for (int u = 0; u <= s; u++) {
+          double dot = 0;
+          for (int e = 0; e < Dh; e++)
+            dot += qkv[s * 3 * D + h * Dh + e] * qkv[u * 3 * D + D + h * Dh + e];
+          p[u] = dot / sqrt((double)Dh);
+          mx = fmax(mx, p[u]);
+        }
+        for (int u = 0; u <= s; u++)
+          z += p[u] = exp(p[u] - mx);
+        for (int e = 0; e < Dh; e++) {
+          double acc = 0;
+          for (int u = 0; u <= s; u++)
+            acc += p[u] / z * qkv[u * 3 * D + 2 * D + h * Dh + e];
+          att[s * D + h * Dh + e] = acc;
+        }
+      }
+    for (int s = 0; s < T; s++) {
+      ref_linear(att + s * D, P(t, b0 + 4), P(t, b0 + 5), D, D, y);
+      for (int j = 0; j < D; j++)
+        x[s * D + j] += y[j];
+      ref_ln(x + s * D, P(t, b0 + 6), P(t, b0 + 7), D, a + s * D);
+      ref_linear(a + s * D, P(t, b0 + 8), P(t, b0 + 9), D, F, m);
+      for (int k = 0; k < F; k++)
+        m[k] =
+            0.5 * m[k] *
+            (1 + tanh(sqrt(2 / 3.14159265358979323846) * (m[k] + 0.044715 * m[k] * m[k] * m[k])));
+      ref_linear(m, P(t, b0 + 10), P(t, b0 + 11), F, D, y);
+      for (int j = 0; j < D; j++)
+        x[s * D + j] += y[j];
+    }
+  }
+  int nl = 2 + 12 * c->n_layer;
+  for (int s = 0; s < T; s++) {
+    ref_ln(x + s * D, P(t, nl), P(t, nl + 1), D, a + s * D);
+    for (int v = 0; v < V; v++) {
+      double acc = 0;
+      for (int j = 0; j < D; j++)
+        acc += a[s * D + j] * P(t, 0)[v * D + j];
+      logits[s * V + v] = acc;
+    }
+  }
+  free(x);
+  free(a);
+  free(qkv);
+  free(att);
+  free(y);
+  free(m);
+  free(p);
+}
+
+/* The graphs compute the model above: the inference logits and the
+ * training loss (without dropout) against the plain loops. */
+static void test_forward(loom_ctx *ctx) {
+  loom_train_config c;
+  tiny_config(&c);
+  c.model.dropout = 0.0;
+  c.model.n_layer = 2;
+  c.model.context = 8;
+  c.batch = 2;
+  loom_trainer *t = NULL;
+  loom_corpus *corpus = NULL;
+  CHECK_OK(ctx, loom_trainer_new(ctx, &c, &t));
+  CHECK_OK(ctx, loom_corpus_new(ctx, c.seed, c.corpus_lines, c.heldout, &corpus));
+  if (!t || !corpus) goto out;
+  int T = c.model.context, V = 256, B = c.batch;
+  double *lg = calloc((size_t)T * V, sizeof *lg);
+  /* a few steps first, so gains and biases are no longer 1 and 0 */
+  for (int k = 0; k < 4; k++)
+    CHECK_OK(ctx, loom_trainer_step(t, NULL));
+  /* the loss of step 5 is the mean cross-entropy of its batch */
+  int64_t tok[2 * 8], tgt[2 * 8];
+  loom_corpus_batch(corpus, c.seed, 4, B, T, tok, tgt);
+  double want = 0;
+  for (int b = 0; b < B; b++) {
+    ref_forward(t, tok + b * T, T, lg);
+    for (int s = 0; s < T; s++) {
+      double mx = -INFINITY, z = 0;
+      for (int v = 0; v < V; v++)
+        mx = fmax(mx, lg[s * V + v]);
+      for (int v = 0; v < V; v++)
+        z += exp(lg[s * V + v] - mx);
+      want += (log(z) + mx - lg[s * V + tgt[b * T + s]]) / (B * T);
+    }
+  }
+  float loss = 0;
+  CHECK_OK(ctx, loom_trainer_step(t, &loss));
+  printf("step-5 loss: graph %.6f, plain loops %.6f\n", (double)loss, want);
+  CHECK(fabs(loss - want) < 1e-4 * want);
+
+  /* inference: logits of chosen positions of two sequences */
+  loom_graph *g = NULL;
+  loom_session *s = NULL;
+  CHECK_OK(ctx, loom_gpt_build_infer(ctx, &c.model, 2, T, &g));
+  if (g) CHECK_OK(ctx, loom_session_new(ctx, g, NULL, &s));
+  if (s) {
+    int32_t n = loom_trainer_num_params(t);
+    const loom_tensor **in = calloc((size_t)(2 + n), sizeof *in);
+    loom_tensor *tt = NULL, *rt = NULL, *out = NULL;
+    int64_t shape[2] = {2, T}, two[1] = {2}, rows[2] = {3, T + T - 1};
+    CHECK_OK(ctx, loom_tensor_wrap(ctx, LOOM_DTYPE_I64, 2, shape, tok, &tt));
+    CHECK_OK(ctx, loom_tensor_wrap(ctx, LOOM_DTYPE_I64, 1, two, rows, &rt));
+    in[0] = tt;
+    in[1] = rt;
+    for (int32_t i = 0; i < n; i++)
+      in[2 + i] = loom_trainer_tensor(t, 0, i);
+    CHECK_OK(ctx, loom_session_run(s, 2 + n, in, 1, &out));
+    if (out) {
+      const float *got = loom_tensor_data(out);
+      double worst = 0;
+      for (int b = 0; b < 2; b++) {
+        ref_forward(t, tok + b * T, T, lg);
+        int pos = (int)(rows[b] - b * T);
+        for (int v = 0; v < V; v++)
+          worst = fmax(worst, fabs(got[b * V + v] - lg[pos * V + v]));
+      }
+      CHECK(worst < 1e-4);
+    }
+    loom_tensor_free(out);
+    loom_tensor_free(tt);
+    loom_tensor_free(rt);
+    free(in);
+  }
+  loom_session_free(s);
+  loom_graph_free(g);
+  free(lg);
+out:
+  loom_corpus_free(corpus);
+  loom_trainer_free(t);
+}
+
+/* The losses depend on neither the thread count (bitwise) nor the backend
+ * (the reference executor is the oracle: close, not bitwise). */
+static void test_backends(loom_ctx *ctx) {
+  loom_train_config c;
+  tiny_config(&c);
+  enum { N = 3 };
+  float l[3][N] = {{0}};
+  for (int32_t v = 0; v < 3; v++) {
+    loom_train_config vc = c;
+    vc.threads = v == 0 ? 1 : 2;
+    if (v == 2) snprintf(vc.backend, sizeof vc.backend, "ref");
+    loom_trainer *t = NULL;
+    CHECK_OK(ctx, loom_trainer_new(ctx, &vc, &t));
+    if (t) train_range(ctx, t, N, l[v]);
+    loom_trainer_free(t);
+  }
+  CHECK(memcmp(l[0], l[1], sizeof l[0]) == 0);
+  for (int32_t k = 0; k < N; k++)
+    CHECK(fabs(l[1][k] - l[2][k]) < 1e-3);
+}
+
 /* A bad checkpoint: metadata or tensors that do not fit. */
 static void test_bad_checkpoints(loom_ctx *ctx, const char *path) {
   loom_train_config c;
   loom_train_config_default(&c);
   loom_safetensors *st = NULL;
   float x = 0;
-  loom_st_tensor t = {.name = "wte", .dtype = LOOM_DTYPE_F32, .rank = 1, .shape = {1},
-                      .data = &x, .nbytes = 4};
+  loom_st_tensor t = {
+      .name = "wte", .dtype = LOOM_DTYPE_F32, .rank = 1, .shape = {1}, .data = &x, .nbytes = 4};
   const char *k1[1] = {"format"}, *v1[1] = {"something-else"};
   CHECK_OK(ctx, loom_safetensors_save(ctx, path, 1, &t, 1, k1, v1));
   CHECK_STATUS(ctx, LOOM_STATUS_PARSE, loom_checkpoint_read(ctx, path, &c, &st));
@@ -360,8 +637,8 @@ static int run_cli(int argc, const char **argv) {
   return rc;
 }
 
-#define CLI(...)                                                               \
-  run_cli((int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *)), \
+#define CLI(...)                                                                                   \
+  run_cli((int)(sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *)),                     \
           (const char *[]){__VA_ARGS__})
 
 static void test_cli(const char *path) {
@@ -417,6 +694,9 @@ int main(void) {
   test_schedule();
   test_graphs(ctx);
   test_training(ctx, path);
+  test_backends(ctx);
+  test_gradients(ctx);
+  test_forward(ctx);
   test_bad_checkpoints(ctx, path);
   test_cli(path);
   remove(path);

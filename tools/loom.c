@@ -4,6 +4,7 @@
  *   loom train [flags]          train the GPT of src/train (loom train --help)
  *   loom run FILE [flags]       run a text-IR graph on .npy inputs
  *   loom show FILE              print a graph and what it is made of
+ *   loom ops                    print the op table
  *
  * Exit codes: 0 success, 1 a failure ("loom: <message>" on stderr),
  * 2 wrong arguments (a usage message on stderr).
@@ -13,6 +14,8 @@
 #include "ir/dtype.h"
 #include "ir/graph.h"
 #include "ir/text_ir.h"
+#include "ops/op.h"
+#include "train/train_cli.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -21,8 +24,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Written by src/train (train_cli.h); argv[0] is "train". */
-int loom_train_main(int argc, char **argv);
 
 #define EXIT_USAGE 2
 
@@ -33,6 +34,7 @@ static const char usage_main[] =
     "  train [flags]        train a small GPT (see 'loom train --help')\n"
     "  run FILE [flags]     run a text-IR graph on .npy inputs\n"
     "  show FILE            print a graph, its op counts and value shapes\n"
+    "  ops                  print the op table (a Markdown table)\n"
     "  help [COMMAND]       print help for loom or for one command\n"
     "\n"
     "options:\n"
@@ -62,6 +64,15 @@ static const char usage_show[] =
     "Prints the graph in FILE as text IR, the op counts, every value's\n"
     "type, the inputs and parameter count, and the primitive op counts\n"
     "after composite ops are decomposed.\n"
+    "\n"
+    "  -h, --help           print this help\n";
+
+static const char usage_ops[] =
+    "usage: loom ops\n"
+    "\n"
+    "Prints every op of the op table as a Markdown table: class, input\n"
+    "count, output count, attributes with their defaults, and whether it\n"
+    "has a gradient rule.\n"
     "\n"
     "  -h, --help           print this help\n";
 
@@ -244,6 +255,74 @@ done:
   loom_graph_free(g);
   loom_ctx_free(ctx);
   return rc;
+}
+
+/* ---- loom ops ---------------------------------------------------------------- */
+
+static const char *class_name(loom_op_class c) {
+  switch (c) {
+  case LOOM_OPCLASS_ELEMENTWISE: return "element-wise";
+  case LOOM_OPCLASS_REDUCE: return "reduction";
+  case LOOM_OPCLASS_LAYOUT: return "layout";
+  case LOOM_OPCLASS_INDEX: return "index";
+  case LOOM_OPCLASS_SOURCE: return "source";
+  case LOOM_OPCLASS_GEMM: return "gemm";
+  case LOOM_OPCLASS_RNG: return "rng";
+  case LOOM_OPCLASS_COMPOSITE: return "composite";
+  }
+  return "?";
+}
+
+static void print_attr_default(const loom_attr_spec *a) {
+  printf("`%s`", a->name);
+  if (a->required) {
+    printf(" (required)");
+  } else if (a->kind == LOOM_ATTR_FLOAT) {
+    printf(" = %g", a->def_f);
+  } else if (a->kind == LOOM_ATTR_INTS) {
+    printf(" = []");
+  } else if (a->fmt == LOOM_ATTR_FMT_BOOL) {
+    printf(" = %s", a->def_i ? "true" : "false");
+  } else if (a->fmt == LOOM_ATTR_FMT_DTYPE &&
+             loom_dtype_name((loom_dtype)a->def_i)) {
+    printf(" = %s", loom_dtype_name((loom_dtype)a->def_i));
+  } else {
+    printf(" = %lld", (long long)a->def_i);
+  }
+}
+
+static int cmd_ops(int argc, char **argv) {
+  if (argc > 1) {
+    if (is_help(argv[1])) {
+      fputs(usage_ops, stdout);
+      return 0;
+    }
+    return usage_error(usage_ops, "unexpected argument '%s'", argv[1]);
+  }
+  printf("| op | class | inputs | outputs | attributes (default) | gradient |\n");
+  printf("|---|---|---|---|---|---|\n");
+  for (int op = 0; op < LOOM_OP_COUNT; op++) {
+    const loom_op_def *d = loom_op_get((loom_op)op);
+    if (!d) continue;
+    printf("| `%s` | %s | ", d->name, class_name(d->cls));
+    /* The notation of docs/TEXT_IR.md: "2", "1-3", "1+". */
+    if (d->max_in < 0)
+      printf("%d+", d->min_in);
+    else if (d->max_in != d->min_in)
+      printf("%d-%d", d->min_in, d->max_in);
+    else
+      printf("%d", d->min_in);
+    printf(" | %d | ", d->n_out);
+    for (int32_t a = 0; a < d->n_attrs; a++) {
+      if (a) printf(", ");
+      print_attr_default(&d->attrs[a]);
+    }
+    if (d->n_attrs == 0) printf("—");
+    printf(" | %s |\n", d->cls == LOOM_OPCLASS_COMPOSITE ? "via decomposition"
+                        : d->grad                         ? "yes"
+                                                          : "—");
+  }
+  return 0;
 }
 
 /* ---- loom run --------------------------------------------------------------- */
@@ -521,6 +600,7 @@ static const struct {
     {"train", NULL},
     {"run", usage_run},
     {"show", usage_show},
+    {"ops", usage_ops},
 };
 
 static int cmd_help(int argc, char **argv) {
@@ -561,6 +641,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "train") == 0) return loom_train_main(argc - 1, argv + 1);
   if (strcmp(cmd, "run") == 0) return cmd_run(argc - 1, argv + 1);
   if (strcmp(cmd, "show") == 0) return cmd_show(argc - 1, argv + 1);
+  if (strcmp(cmd, "ops") == 0) return cmd_ops(argc - 1, argv + 1);
   if (strcmp(cmd, "help") == 0) return cmd_help(argc - 1, argv + 1);
   if (cmd[0] == '-')
     return usage_error(usage_main, "unknown option '%s'", cmd);

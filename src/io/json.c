@@ -114,10 +114,14 @@ static size_t utf8_seq(const unsigned char *s, size_t n) {
   size_t k;
   uint32_t cp, min;
   if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) k = 2, cp = c & 0x1F, min = 0x80;
-  else if ((c & 0xF0) == 0xE0) k = 3, cp = c & 0x0F, min = 0x800;
-  else if ((c & 0xF8) == 0xF0) k = 4, cp = c & 0x07, min = 0x10000;
-  else return 0;
+  if ((c & 0xE0) == 0xC0)
+    k = 2, cp = c & 0x1F, min = 0x80;
+  else if ((c & 0xF0) == 0xE0)
+    k = 3, cp = c & 0x0F, min = 0x800;
+  else if ((c & 0xF8) == 0xF0)
+    k = 4, cp = c & 0x07, min = 0x10000;
+  else
+    return 0;
   if (n < k) return 0;
   for (size_t i = 1; i < k; i++) {
     if ((s[i] & 0xC0) != 0x80) return 0;
@@ -132,7 +136,8 @@ static loom_status parse_string(jparser *p, char **out) {
   p->pos++; /* the quote */
   /* The decoded text is never longer than the source. */
   size_t start = p->pos, end = start;
-  while (end < p->len && p->s[end] != '"') end += p->s[end] == '\\' ? 2 : 1;
+  while (end < p->len && p->s[end] != '"')
+    end += p->s[end] == '\\' ? 2 : 1;
   if (end >= p->len) {
     p->pos = start - 1;
     return jerr(p, "unterminated string");
@@ -222,7 +227,8 @@ static loom_status parse_number(jparser *p, loom_json *j) {
   if (at(p, '0')) {
     p->pos++;
   } else if (p->pos < p->len && is_digit(p->s[p->pos])) {
-    while (p->pos < p->len && is_digit(p->s[p->pos])) p->pos++;
+    while (p->pos < p->len && is_digit(p->s[p->pos]))
+      p->pos++;
   } else {
     return jerr(p, "bad number");
   }
@@ -230,14 +236,16 @@ static loom_status parse_number(jparser *p, loom_json *j) {
     integral = false;
     p->pos++;
     if (!(p->pos < p->len && is_digit(p->s[p->pos]))) return jerr(p, "bad number fraction");
-    while (p->pos < p->len && is_digit(p->s[p->pos])) p->pos++;
+    while (p->pos < p->len && is_digit(p->s[p->pos]))
+      p->pos++;
   }
   if (at(p, 'e') || at(p, 'E')) {
     integral = false;
     p->pos++;
     if (at(p, '+') || at(p, '-')) p->pos++;
     if (!(p->pos < p->len && is_digit(p->s[p->pos]))) return jerr(p, "bad number exponent");
-    while (p->pos < p->len && is_digit(p->s[p->pos])) p->pos++;
+    while (p->pos < p->len && is_digit(p->s[p->pos]))
+      p->pos++;
   }
   size_t n = p->pos - start;
   char buf[64];
@@ -385,9 +393,7 @@ static loom_status parse_value(jparser *p, loom_json *j, int depth) {
   switch (c) {
   case '{': return parse_container(p, j, depth, true);
   case '[': return parse_container(p, j, depth, false);
-  case '"':
-    j->kind = LOOM_JSON_STRING;
-    return parse_string(p, &j->str);
+  case '"': j->kind = LOOM_JSON_STRING; return parse_string(p, &j->str);
   case 't':
   case 'f':
   case 'n':
@@ -408,8 +414,7 @@ static loom_status parse_value(jparser *p, loom_json *j, int depth) {
   }
 }
 
-loom_status loom_json_parse(loom_ctx *ctx, const char *text, size_t len,
-                            loom_json **out) {
+loom_status loom_json_parse(loom_ctx *ctx, const char *text, size_t len, loom_json **out) {
   if (!out || (!text && len))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "json_parse: NULL argument");
   *out = NULL;
@@ -447,7 +452,8 @@ static bool jbuf_reserve(loom_jbuf *b, size_t extra) {
   if (!b->ok) return false;
   if (b->len + extra + 1 <= b->cap) return true;
   size_t nc = b->cap ? b->cap : 256;
-  while (nc < b->len + extra + 1) nc *= 2;
+  while (nc < b->len + extra + 1)
+    nc *= 2;
   char *d = realloc(b->data, nc);
   if (!d) {
     b->ok = false;
@@ -496,8 +502,10 @@ void loom_jbuf_string(loom_jbuf *b, const char *s) {
     case '\r': loom_jbuf_append(b, "\\r", 2); break;
     case '\t': loom_jbuf_append(b, "\\t", 2); break;
     default:
-      if (*c < 0x20) loom_jbuf_printf(b, "\\u%04x", *c);
-      else loom_jbuf_append(b, (const char *)c, 1);
+      if (*c < 0x20)
+        loom_jbuf_printf(b, "\\u%04x", *c);
+      else
+        loom_jbuf_append(b, (const char *)c, 1);
     }
   }
   loom_jbuf_append(b, "\"", 1);

@@ -24,20 +24,19 @@ typedef enum loom_json_kind {
 typedef struct loom_json loom_json;
 struct loom_json {
   loom_json_kind kind;
-  bool b;          /* BOOL */
-  double num;      /* NUMBER */
-  bool is_int;     /* NUMBER: an integer literal that fits int64 */
-  int64_t i;       /* NUMBER, when is_int */
-  char *str;       /* STRING: UTF-8, NUL-terminated (no embedded NUL) */
-  int32_t n;       /* ARRAY / OBJECT: number of items */
+  bool b;           /* BOOL */
+  double num;       /* NUMBER */
+  bool is_int;      /* NUMBER: an integer literal that fits int64 */
+  int64_t i;        /* NUMBER, when is_int */
+  char *str;        /* STRING: UTF-8, NUL-terminated (no embedded NUL) */
+  int32_t n;        /* ARRAY / OBJECT: number of items */
   loom_json *items; /* ARRAY / OBJECT: the values */
   char **keys;      /* OBJECT: the keys, in file order */
 };
 
 /* Parses len bytes of text (need not be NUL-terminated) as one JSON value.
  * Errors are LOOM_STATUS_PARSE with "json: ... at byte N". */
-loom_status loom_json_parse(loom_ctx *ctx, const char *text, size_t len,
-                            loom_json **out);
+loom_status loom_json_parse(loom_ctx *ctx, const char *text, size_t len, loom_json **out);
 /* Frees a parsed value (NULL is fine). */
 void loom_json_free(loom_json *j);
 /* The value of key in an object; NULL if absent or j is not an object. */
@@ -56,8 +55,7 @@ typedef struct loom_jbuf {
 void loom_jbuf_init(loom_jbuf *b);
 void loom_jbuf_free(loom_jbuf *b);
 void loom_jbuf_append(loom_jbuf *b, const char *s, size_t n);
-void loom_jbuf_printf(loom_jbuf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void loom_jbuf_printf(loom_jbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends s as a quoted JSON string with escapes. */
 void loom_jbuf_string(loom_jbuf *b, const char *s);
 

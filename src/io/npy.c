@@ -141,7 +141,7 @@ static loom_status parse_shape(npy_parser *p, int32_t *rank, int64_t *shape) {
     return LOOM_STATUS_OK;
   }
   for (;;) {
-    int64_t d;
+    int64_t d = 0;
     LOOM_TRY(parse_dim(p, &d));
     if (r >= LOOM_MAX_RANK)
       return loom_error(p->ctx, LOOM_STATUS_UNSUPPORTED,

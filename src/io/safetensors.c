@@ -12,7 +12,7 @@ static const struct {
   const char *name;
   loom_dtype dt;
 } st_dtypes[] = {
-    {"F32", LOOM_DTYPE_F32}, {"F64", LOOM_DTYPE_F64},   {"F16", LOOM_DTYPE_F16},
+    {"F32", LOOM_DTYPE_F32},   {"F64", LOOM_DTYPE_F64}, {"F16", LOOM_DTYPE_F16},
     {"BF16", LOOM_DTYPE_BF16}, {"I32", LOOM_DTYPE_I32}, {"I64", LOOM_DTYPE_I64},
     {"BOOL", LOOM_DTYPE_BOOL}, {"U8", LOOM_DTYPE_U8},
 };
@@ -31,7 +31,8 @@ static bool host_is_little_endian(void) {
 
 void loom_safetensors_free(loom_safetensors *st) {
   if (!st) return;
-  for (int32_t i = 0; i < st->n_tensors; i++) free((char *)st->tensors[i].name);
+  for (int32_t i = 0; i < st->n_tensors; i++)
+    free((char *)st->tensors[i].name);
   for (int32_t i = 0; i < st->n_meta; i++) {
     free(st->meta_keys[i]);
     free(st->meta_values[i]);
@@ -43,8 +44,7 @@ void loom_safetensors_free(loom_safetensors *st) {
   free(st);
 }
 
-const loom_st_tensor *loom_safetensors_find(const loom_safetensors *st,
-                                            const char *name) {
+const loom_st_tensor *loom_safetensors_find(const loom_safetensors *st, const char *name) {
   if (!st || !name) return NULL;
   for (int32_t i = 0; i < st->n_tensors; i++)
     if (strcmp(st->tensors[i].name, name) == 0) return &st->tensors[i];
@@ -60,8 +60,7 @@ const char *loom_safetensors_meta(const loom_safetensors *st, const char *key) {
 
 /* ---- loading ------------------------------------------------------------ */
 
-static loom_status parse_metadata(loom_ctx *ctx, const loom_json *m,
-                                  loom_safetensors *st) {
+static loom_status parse_metadata(loom_ctx *ctx, const loom_json *m, loom_safetensors *st) {
   if (m->kind != LOOM_JSON_OBJECT)
     return loom_error(ctx, LOOM_STATUS_PARSE,
                       "safetensors: __metadata__ must be an object, got a %s",
@@ -97,27 +96,24 @@ static bool json_uint(const loom_json *j, int64_t *out) {
 
 /* Parses one tensor entry; its offsets into begin/end. */
 static loom_status parse_entry(loom_ctx *ctx, const char *name, const loom_json *e,
-                               size_t data_size, loom_st_tensor *t, int64_t *begin,
-                               int64_t *end) {
+                               size_t data_size, loom_st_tensor *t, int64_t *begin, int64_t *end) {
   if (e->kind != LOOM_JSON_OBJECT)
-    return loom_error(ctx, LOOM_STATUS_PARSE,
-                      "safetensors: entry '%s' must be an object, got a %s", name,
-                      loom_json_kind_name(e->kind));
+    return loom_error(ctx, LOOM_STATUS_PARSE, "safetensors: entry '%s' must be an object, got a %s",
+                      name, loom_json_kind_name(e->kind));
   for (int32_t k = 0; k < e->n; k++)
     if (strcmp(e->keys[k], "dtype") && strcmp(e->keys[k], "shape") &&
         strcmp(e->keys[k], "data_offsets"))
-      return loom_error(ctx, LOOM_STATUS_PARSE,
-                        "safetensors: entry '%s' has an unknown field '%s'", name,
-                        e->keys[k]);
+      return loom_error(ctx, LOOM_STATUS_PARSE, "safetensors: entry '%s' has an unknown field '%s'",
+                        name, e->keys[k]);
   const loom_json *dt = loom_json_get(e, "dtype"), *sh = loom_json_get(e, "shape");
   const loom_json *off = loom_json_get(e, "data_offsets");
   if (!dt || !sh || !off)
-    return loom_error(ctx, LOOM_STATUS_PARSE,
-                      "safetensors: entry '%s' lacks '%s'", name,
-                      !dt ? "dtype" : !sh ? "shape" : "data_offsets");
+    return loom_error(ctx, LOOM_STATUS_PARSE, "safetensors: entry '%s' lacks '%s'", name,
+                      !dt   ? "dtype"
+                      : !sh ? "shape"
+                            : "data_offsets");
   if (dt->kind != LOOM_JSON_STRING)
-    return loom_error(ctx, LOOM_STATUS_PARSE, "safetensors: dtype of '%s' must be a string",
-                      name);
+    return loom_error(ctx, LOOM_STATUS_PARSE, "safetensors: dtype of '%s' must be a string", name);
   bool found = false;
   for (int32_t i = 0; i < LOOM_ARRAY_LEN(st_dtypes); i++)
     if (strcmp(dt->str, st_dtypes[i].name) == 0) {
@@ -126,15 +122,14 @@ static loom_status parse_entry(loom_ctx *ctx, const char *name, const loom_json 
     }
   if (!found)
     return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
-                      "safetensors: tensor '%s' has dtype '%s', which Loom does not support",
-                      name, dt->str);
+                      "safetensors: tensor '%s' has dtype '%s', which Loom does not support", name,
+                      dt->str);
   if (sh->kind != LOOM_JSON_ARRAY)
-    return loom_error(ctx, LOOM_STATUS_PARSE, "safetensors: shape of '%s' must be an array",
-                      name);
+    return loom_error(ctx, LOOM_STATUS_PARSE, "safetensors: shape of '%s' must be an array", name);
   if (sh->n > LOOM_MAX_RANK)
     return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
-                      "safetensors: tensor '%s' has rank %d, more than Loom's %d", name,
-                      sh->n, LOOM_MAX_RANK);
+                      "safetensors: tensor '%s' has rank %d, more than Loom's %d", name, sh->n,
+                      LOOM_MAX_RANK);
   t->rank = sh->n;
   uint64_t numel = 1;
   bool too_big = false;
@@ -143,8 +138,10 @@ static loom_status parse_entry(loom_ctx *ctx, const char *name, const loom_json 
       return loom_error(ctx, LOOM_STATUS_PARSE,
                         "safetensors: shape of '%s' must hold non-negative integers", name);
     uint64_t ext = (uint64_t)t->shape[d];
-    if (ext && numel > (UINT64_C(1) << 62) / ext) too_big = true;
-    else numel *= ext;
+    if (ext && numel > (UINT64_C(1) << 62) / ext)
+      too_big = true;
+    else
+      numel *= ext;
   }
   if (off->kind != LOOM_JSON_ARRAY || off->n != 2 || !json_uint(&off->items[0], begin) ||
       !json_uint(&off->items[1], end))
@@ -166,8 +163,7 @@ static loom_status parse_entry(loom_ctx *ctx, const char *name, const loom_json 
     return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
                       "safetensors: tensor '%s' needs %llu bytes for its dtype and shape, "
                       "but data_offsets give %lld",
-                      name, too_big ? 0ull : (unsigned long long)want,
-                      (long long)(*end - *begin));
+                      name, too_big ? 0ull : (unsigned long long)want, (long long)(*end - *begin));
   t->nbytes = (size_t)want;
   return LOOM_STATUS_OK;
 }
@@ -185,9 +181,9 @@ static int span_cmp(const void *a, const void *b) {
 }
 
 /* Offsets must tile the data exactly: no overlap, no hole, no tail. */
-static loom_status check_spans(loom_ctx *ctx, span *sp, int32_t n,
-                               const loom_safetensors *st, size_t data_size) {
-  qsort(sp, (size_t)n, sizeof *sp, span_cmp);
+static loom_status check_spans(loom_ctx *ctx, span *sp, int32_t n, const loom_safetensors *st,
+                               size_t data_size) {
+  if (n > 1) qsort(sp, (size_t)n, sizeof *sp, span_cmp);
   int64_t at = 0;
   for (int32_t i = 0; i < n; i++) {
     if (sp[i].begin < at)
@@ -196,8 +192,8 @@ static loom_status check_spans(loom_ctx *ctx, span *sp, int32_t n,
                         st->tensors[sp[i - 1].idx].name, st->tensors[sp[i].idx].name);
     if (sp[i].begin > at)
       return loom_error(ctx, LOOM_STATUS_PARSE,
-                        "safetensors: data bytes [%lld, %lld) belong to no tensor",
-                        (long long)at, (long long)sp[i].begin);
+                        "safetensors: data bytes [%lld, %lld) belong to no tensor", (long long)at,
+                        (long long)sp[i].begin);
     at = sp[i].end;
   }
   if ((uint64_t)at != data_size)
@@ -213,7 +209,8 @@ static loom_status parse_header(loom_ctx *ctx, loom_safetensors *st) {
                       "safetensors: file has %zu bytes, too few for the 8-byte header length",
                       st->size);
   uint64_t hlen = 0;
-  for (int k = 7; k >= 0; k--) hlen = (hlen << 8) | st->bytes[k];
+  for (int k = 7; k >= 0; k--)
+    hlen = (hlen << 8) | st->bytes[k];
   if (hlen > LOOM_SAFETENSORS_MAX_HEADER)
     return loom_error(ctx, LOOM_STATUS_PARSE,
                       "safetensors: header length %llu exceeds the limit of %u bytes",
@@ -293,14 +290,12 @@ loom_status loom_safetensors_parse(loom_ctx *ctx, const void *bytes, size_t size
   return LOOM_STATUS_OK;
 }
 
-loom_status loom_safetensors_load(loom_ctx *ctx, const char *path,
-                                  loom_safetensors **out) {
+loom_status loom_safetensors_load(loom_ctx *ctx, const char *path, loom_safetensors **out) {
   if (!out || !path)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "safetensors_load: NULL argument");
   *out = NULL;
   FILE *f = fopen(path, "rb");
-  if (!f)
-    return loom_error(ctx, LOOM_STATUS_IO, "cannot open '%s': %s", path, strerror(errno));
+  if (!f) return loom_error(ctx, LOOM_STATUS_IO, "cannot open '%s': %s", path, strerror(errno));
   uint8_t *buf = NULL;
   size_t size = 0, cap = 0;
   loom_status s = LOOM_STATUS_OK;
@@ -333,9 +328,8 @@ loom_status loom_safetensors_load(loom_ctx *ctx, const char *path,
 
 /* ---- saving ------------------------------------------------------------- */
 
-static loom_status build_header(loom_ctx *ctx, int32_t n, const loom_st_tensor *ts,
-                                int32_t n_meta, const char *const *keys,
-                                const char *const *values, loom_jbuf *b) {
+static loom_status build_header(loom_ctx *ctx, int32_t n, const loom_st_tensor *ts, int32_t n_meta,
+                                const char *const *keys, const char *const *values, loom_jbuf *b) {
   loom_jbuf_append(b, "{", 1);
   if (n_meta > 0) {
     loom_jbuf_append(b, "\"__metadata__\":{", 16);
@@ -394,13 +388,13 @@ static loom_status build_header(loom_ctx *ctx, int32_t n, const loom_st_tensor *
   }
   loom_jbuf_append(b, "}", 1);
   /* pad with spaces so the data starts 8-byte aligned */
-  while ((8 + b->len) % 8) loom_jbuf_append(b, " ", 1);
+  while ((8 + b->len) % 8)
+    loom_jbuf_append(b, " ", 1);
   if (!b->ok) return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "safetensors_save: out of memory");
   return LOOM_STATUS_OK;
 }
 
-static loom_status write_all(loom_ctx *ctx, FILE *f, const void *p, size_t n,
-                             const char *path) {
+static loom_status write_all(loom_ctx *ctx, FILE *f, const void *p, size_t n, const char *path) {
   if (n && fwrite(p, 1, n, f) != n)
     return loom_error(ctx, LOOM_STATUS_IO, "cannot write '%s': %s", path, strerror(errno));
   return LOOM_STATUS_OK;
@@ -408,10 +402,8 @@ static loom_status write_all(loom_ctx *ctx, FILE *f, const void *p, size_t n,
 
 loom_status loom_safetensors_save(loom_ctx *ctx, const char *path, int32_t n,
                                   const loom_st_tensor *tensors, int32_t n_meta,
-                                  const char *const *meta_keys,
-                                  const char *const *meta_values) {
-  if (!path || n < 0 || (n && !tensors) || n_meta < 0 ||
-      (n_meta && (!meta_keys || !meta_values)))
+                                  const char *const *meta_keys, const char *const *meta_values) {
+  if (!path || n < 0 || (n && !tensors) || n_meta < 0 || (n_meta && (!meta_keys || !meta_values)))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "safetensors_save: bad argument");
   if (!host_is_little_endian())
     return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
@@ -438,7 +430,8 @@ loom_status loom_safetensors_save(loom_ctx *ctx, const char *path, int32_t n,
   }
   uint8_t len8[8];
   uint64_t hl = hb.len;
-  for (int k = 0; k < 8; k++) len8[k] = (uint8_t)(hl >> (8 * k));
+  for (int k = 0; k < 8; k++)
+    len8[k] = (uint8_t)(hl >> (8 * k));
   s = write_all(ctx, f, len8, 8, tmp);
   if (!s) s = write_all(ctx, f, hb.data, hb.len, tmp);
   for (int32_t i = 0; !s && i < n; i++)

@@ -37,16 +37,14 @@ typedef struct loom_safetensors {
 } loom_safetensors;
 
 /* Reads and validates a file. */
-loom_status loom_safetensors_load(loom_ctx *ctx, const char *path,
-                                  loom_safetensors **out);
+loom_status loom_safetensors_load(loom_ctx *ctx, const char *path, loom_safetensors **out);
 /* Validates a file image in memory (copied). */
 loom_status loom_safetensors_parse(loom_ctx *ctx, const void *bytes, size_t size,
                                    loom_safetensors **out);
 /* Frees a loaded file (NULL is fine). */
 void loom_safetensors_free(loom_safetensors *st);
 /* The tensor named name, NULL if none. */
-const loom_st_tensor *loom_safetensors_find(const loom_safetensors *st,
-                                            const char *name);
+const loom_st_tensor *loom_safetensors_find(const loom_safetensors *st, const char *name);
 /* The metadata value for key, NULL if none. */
 const char *loom_safetensors_meta(const loom_safetensors *st, const char *key);
 
@@ -54,8 +52,7 @@ const char *loom_safetensors_meta(const loom_safetensors *st, const char *key);
  * to path atomically (path.tmp, then rename). */
 loom_status loom_safetensors_save(loom_ctx *ctx, const char *path, int32_t n,
                                   const loom_st_tensor *tensors, int32_t n_meta,
-                                  const char *const *meta_keys,
-                                  const char *const *meta_values);
+                                  const char *const *meta_keys, const char *const *meta_values);
 
 /* The safetensors dtype name ("F32", ...) of a Loom dtype; NULL if none. */
 const char *loom_safetensors_dtype_name(loom_dtype dt);

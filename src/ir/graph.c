@@ -430,7 +430,7 @@ loom_status loom_graph_begin_copy(const loom_graph *src, loom_graph **dst,
 
 loom_status loom_graph_copy_node(loom_graph *dst, const loom_graph *src,
                                  const loom_node *n, int32_t *map) {
-  int32_t stack_in[16], *in = stack_in;
+  int32_t stack_in[16] = {0}, *in = stack_in;
   if (n->n_in > 16) {
     in = loom_malloc(dst->ctx, sizeof(int32_t) * (size_t)n->n_in);
     if (!in) return LOOM_STATUS_OUT_OF_MEMORY;

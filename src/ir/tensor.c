@@ -9,45 +9,38 @@
  * overflow, and matches the graph's own limit). */
 #define TENSOR_MAX_NUMEL (INT64_C(1) << 48)
 
-static loom_status check_args(loom_ctx *ctx, const char *fn, loom_dtype dt,
-                              int32_t rank, const int64_t *shape,
-                              int64_t *numel) {
+static loom_status check_args(loom_ctx *ctx, const char *fn, loom_dtype dt, int32_t rank,
+                              const int64_t *shape, int64_t *numel) {
   if (!loom_dtype_valid(dt))
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "%s: invalid dtype %d", fn, (int)dt);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s: invalid dtype %d", fn, (int)dt);
   if (rank < 0 || rank > LOOM_MAX_RANK)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "%s: rank %d is outside [0, %d]", fn, rank, LOOM_MAX_RANK);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s: rank %d is outside [0, %d]", fn, rank,
+                      LOOM_MAX_RANK);
   if (rank > 0 && !shape)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "%s: shape is NULL for rank %d", fn, rank);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s: shape is NULL for rank %d", fn, rank);
   int64_t n = 1;
   for (int32_t d = 0; d < rank; d++) {
     if (shape[d] < 0)
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                        "%s: dimension %d has negative extent %lld", fn, d,
-                        (long long)shape[d]);
+                        "%s: dimension %d has negative extent %lld", fn, d, (long long)shape[d]);
     if (shape[d] > 0 && n > TENSOR_MAX_NUMEL / shape[d])
-      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                        "%s: shape has too many elements", fn);
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s: shape has too many elements", fn);
     n *= shape[d];
   }
   *numel = n;
   return LOOM_STATUS_OK;
 }
 
-static loom_status make(loom_ctx *ctx, const char *fn, loom_dtype dt,
-                        int32_t rank, const int64_t *shape, void *data,
-                        bool owns, loom_tensor **out) {
-  if (!out)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s: out is NULL", fn);
+static loom_status make(loom_ctx *ctx, const char *fn, loom_dtype dt, int32_t rank,
+                        const int64_t *shape, void *data, bool owns, loom_tensor **out) {
+  if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s: out is NULL", fn);
   *out = NULL;
   if (!ctx) return LOOM_STATUS_INVALID_ARGUMENT;
   int64_t numel = 0;
   LOOM_TRY(check_args(ctx, fn, dt, rank, shape, &numel));
   if (!owns && !data && numel > 0)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "%s: data is NULL for a non-empty tensor", fn);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s: data is NULL for a non-empty tensor",
+                      fn);
   loom_tensor *t = loom_calloc(ctx, 1, sizeof *t);
   if (!t) return LOOM_STATUS_OUT_OF_MEMORY;
   if (owns) {
@@ -60,21 +53,21 @@ static loom_status make(loom_ctx *ctx, const char *fn, loom_dtype dt,
     }
   }
   loom_type ty = {.dtype = dt, .rank = rank};
-  for (int32_t d = 0; d < rank; d++) ty.shape[d] = shape[d];
+  for (int32_t d = 0; d < rank; d++)
+    ty.shape[d] = shape[d];
   t->v = loom_view_of(&ty, data);
   t->owns = owns;
   *out = t;
   return LOOM_STATUS_OK;
 }
 
-loom_status loom_tensor_new(loom_ctx *ctx, loom_dtype dt, int32_t rank,
-                            const int64_t *shape, loom_tensor **out) {
+loom_status loom_tensor_new(loom_ctx *ctx, loom_dtype dt, int32_t rank, const int64_t *shape,
+                            loom_tensor **out) {
   return make(ctx, "tensor_new", dt, rank, shape, NULL, true, out);
 }
 
-loom_status loom_tensor_wrap(loom_ctx *ctx, loom_dtype dt, int32_t rank,
-                             const int64_t *shape, void *data,
-                             loom_tensor **out) {
+loom_status loom_tensor_wrap(loom_ctx *ctx, loom_dtype dt, int32_t rank, const int64_t *shape,
+                             void *data, loom_tensor **out) {
   return make(ctx, "tensor_wrap", dt, rank, shape, data, false, out);
 }
 
@@ -86,9 +79,7 @@ void loom_tensor_free(loom_tensor *t) {
 
 void *loom_tensor_data(const loom_tensor *t) { return t ? t->v.data : NULL; }
 
-loom_dtype loom_tensor_dtype(const loom_tensor *t) {
-  return t ? t->v.dtype : LOOM_DTYPE_COUNT;
-}
+loom_dtype loom_tensor_dtype(const loom_tensor *t) { return t ? t->v.dtype : LOOM_DTYPE_COUNT; }
 
 int32_t loom_tensor_rank(const loom_tensor *t) { return t ? t->v.rank : 0; }
 
@@ -97,6 +88,4 @@ int64_t loom_tensor_dim(const loom_tensor *t, int32_t i) {
   return t->v.shape[i];
 }
 
-int64_t loom_tensor_numel(const loom_tensor *t) {
-  return t ? loom_view_numel(&t->v) : 0;
-}
+int64_t loom_tensor_numel(const loom_tensor *t) { return t ? loom_view_numel(&t->v) : 0; }

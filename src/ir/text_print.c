@@ -131,8 +131,7 @@ static void put_attr(sbuf *b, const loom_attr_spec *s, const loom_attr_value *a)
     put(b, "]");
   } else if (s->fmt == LOOM_ATTR_FMT_BOOL && (a->i == 0 || a->i == 1)) {
     put(b, "%s", a->i ? "true" : "false");
-  } else if (s->fmt == LOOM_ATTR_FMT_DTYPE && loom_dtype_name((loom_dtype)a->i) &&
-             a->i >= 0 && a->i < LOOM_DTYPE_COUNT) {
+  } else if (s->fmt == LOOM_ATTR_FMT_DTYPE && a->i >= 0 && a->i < LOOM_DTYPE_COUNT) {
     put(b, "%s", loom_dtype_name((loom_dtype)a->i));
   } else {
     put(b, "%lld", (long long)a->i);

@@ -20,33 +20,31 @@ void loom_gpt_config_default(loom_gpt_config *c) {
 loom_status loom_gpt_config_check(loom_ctx *ctx, const loom_gpt_config *c) {
   if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: config is NULL");
   if (c->vocab < 2 || c->vocab > 1 << 20)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: vocab %d is out of range",
-                      c->vocab);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: vocab %d is out of range", c->vocab);
   if (c->n_layer < 1 || c->n_layer > 64)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "gpt: layers %d is outside [1, 64]", c->n_layer);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: layers %d is outside [1, 64]",
+                      c->n_layer);
   if (c->d_model < 1 || c->d_model > 8192)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "gpt: d_model %d is outside [1, 8192]", c->d_model);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: d_model %d is outside [1, 8192]",
+                      c->d_model);
   if (c->n_head < 1 || c->n_head > c->d_model || c->d_model % c->n_head)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "gpt: heads %d must divide d_model %d", c->n_head, c->d_model);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: heads %d must divide d_model %d",
+                      c->n_head, c->d_model);
   if (c->context < 2 || c->context > 8192)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "gpt: context %d is outside [2, 8192]", c->context);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: context %d is outside [2, 8192]",
+                      c->context);
   if (c->d_ff < 1 || c->d_ff > 65536)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: d_ff %d is out of range",
-                      c->d_ff);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: d_ff %d is out of range", c->d_ff);
   if (!(c->dropout >= 0.0 && c->dropout < 1.0))
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "gpt: dropout %g is outside [0, 1)", c->dropout);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: dropout %g is outside [0, 1)",
+                      c->dropout);
   return LOOM_STATUS_OK;
 }
 
 /* ---- parameters --------------------------------------------------------- */
 
-static void add_param(loom_gpt_param *ps, int32_t *n, const char *name, int32_t rank,
-                      int64_t d0, int64_t d1, loom_gpt_init init) {
+static void add_param(loom_gpt_param *ps, int32_t *n, const char *name, int32_t rank, int64_t d0,
+                      int64_t d1, loom_gpt_init init) {
   loom_gpt_param *p = &ps[(*n)++];
   memset(p, 0, sizeof *p);
   snprintf(p->name, sizeof p->name, "%s", name);
@@ -59,14 +57,25 @@ static void add_param(loom_gpt_param *ps, int32_t *n, const char *name, int32_t 
 
 /* Per-layer parameters, in this order (the builders rely on it). */
 enum {
-  P_LN1_G = 0, P_LN1_B, P_QKV_W, P_QKV_B, P_PROJ_W, P_PROJ_B,
-  P_LN2_G, P_LN2_B, P_FC_W, P_FC_B, P_MLP_W, P_MLP_B, P_PER_LAYER
+  P_LN1_G = 0,
+  P_LN1_B,
+  P_QKV_W,
+  P_QKV_B,
+  P_PROJ_W,
+  P_PROJ_B,
+  P_LN2_G,
+  P_LN2_B,
+  P_FC_W,
+  P_FC_B,
+  P_MLP_W,
+  P_MLP_B,
+  P_PER_LAYER
 };
 /* Global ones: wte, wpe first; lnf.g, lnf.b last. */
 enum { P_WTE = 0, P_WPE = 1, P_FIRST_LAYER = 2 };
 
-loom_status loom_gpt_params(loom_ctx *ctx, const loom_gpt_config *c,
-                            loom_gpt_param **out, int32_t *n_out) {
+loom_status loom_gpt_params(loom_ctx *ctx, const loom_gpt_config *c, loom_gpt_param **out,
+                            int32_t *n_out) {
   LOOM_TRY(loom_gpt_config_check(ctx, c));
   int32_t total = P_FIRST_LAYER + P_PER_LAYER * c->n_layer + 2, n = 0;
   loom_gpt_param *ps = loom_calloc(ctx, (size_t)total, sizeof *ps);
@@ -76,8 +85,8 @@ loom_status loom_gpt_params(loom_ctx *ctx, const loom_gpt_config *c,
   add_param(ps, &n, "wpe", 2, c->context, d, LOOM_GPT_INIT_NORMAL);
   for (int32_t l = 0; l < c->n_layer; l++) {
     char nm[32];
-#define P(suffix, rank, d0, d1, init)                                          \
-  snprintf(nm, sizeof nm, "h%d." suffix, (int)l);                              \
+#define P(suffix, rank, d0, d1, init)                                                              \
+  snprintf(nm, sizeof nm, "h%d." suffix, (int)l);                                                  \
   add_param(ps, &n, nm, rank, d0, d1, init)
     P("ln1.g", 1, d, 0, LOOM_GPT_INIT_ONES);
     P("ln1.b", 1, d, 0, LOOM_GPT_INIT_ZEROS);
@@ -101,11 +110,9 @@ loom_status loom_gpt_params(loom_ctx *ctx, const loom_gpt_config *c,
 }
 
 /* Declares the parameters as graph params; ids into pv. */
-static loom_status declare_params(loom_graph *g, const loom_gpt_param *ps, int32_t n,
-                                  int32_t *pv) {
+static loom_status declare_params(loom_graph *g, const loom_gpt_param *ps, int32_t n, int32_t *pv) {
   for (int32_t i = 0; i < n; i++)
-    LOOM_TRY(loom_graph_param(g, ps[i].name, LOOM_DTYPE_F32, ps[i].rank, ps[i].shape,
-                              &pv[i]));
+    LOOM_TRY(loom_graph_param(g, ps[i].name, LOOM_DTYPE_F32, ps[i].rank, ps[i].shape, &pv[i]));
   return LOOM_STATUS_OK;
 }
 
@@ -124,8 +131,8 @@ typedef struct fwd {
 
 /* Sets attribute `name` of op in a (spec order); a missing name is a bug
  * in this file, reported through the builder's sticky error. */
-static void set_attr(loom_graph *g, loom_op op, loom_attr_value *a, const char *name,
-                     int64_t i, double f) {
+static void set_attr(loom_graph *g, loom_op op, loom_attr_value *a, const char *name, int64_t i,
+                     double f) {
   int32_t k = loom_op_attr_index(op, name);
   if (k < 0) {
     if (!g->err)
@@ -246,8 +253,8 @@ static loom_status check_bt(loom_ctx *ctx, const loom_gpt_config *c, int32_t b, 
 
 /* ---- inference ---------------------------------------------------------- */
 
-loom_status loom_gpt_build_infer(loom_ctx *ctx, const loom_gpt_config *c,
-                                 int32_t b, int32_t t, loom_graph **out) {
+loom_status loom_gpt_build_infer(loom_ctx *ctx, const loom_gpt_config *c, int32_t b, int32_t t,
+                                 loom_graph **out) {
   if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: out is NULL");
   *out = NULL;
   LOOM_TRY(check_bt(ctx, c, b, t));
@@ -314,7 +321,8 @@ static loom_status add_updates(loom_graph *dg, const loom_gpt_param *ps, int32_t
   int32_t *gr = loom_calloc(dg->ctx, (size_t)n, sizeof *gr);
   int32_t *res = loom_calloc(dg->ctx, (size_t)n * 3, sizeof *res);
   loom_status s = pv && gr && res ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
-  for (int32_t i = 0; !s && i < n; i++) pv[i] = dg->inputs[LOOM_GPT_IN_PARAMS + i];
+  for (int32_t i = 0; !s && i < n; i++)
+    pv[i] = dg->inputs[LOOM_GPT_IN_PARAMS + i];
   if (!s) s = loom_graph_grad(dg, dg->outputs[0], n, pv, gr);
   int32_t step = dg->inputs[LOOM_GPT_IN_STEP], lr = dg->inputs[LOOM_GPT_IN_LR];
   static const char *const names[5] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
@@ -322,8 +330,7 @@ static loom_status add_updates(loom_graph *dg, const loom_gpt_param *ps, int32_t
   for (int32_t k = 0; k < 5; k++) {
     slot[k] = loom_op_attr_index(LOOM_OP_ADAMW, names[k]);
     if (slot[k] < 0 && !s)
-      s = loom_error(dg->ctx, LOOM_STATUS_INTERNAL, "gpt: adamw has no attribute '%s'",
-                     names[k]);
+      s = loom_error(dg->ctx, LOOM_STATUS_INTERNAL, "gpt: adamw has no attribute '%s'", names[k]);
   }
   for (int32_t i = 0; !s && i < n; i++) {
     int32_t m = dg->inputs[LOOM_GPT_IN_PARAMS + n + i];
@@ -331,9 +338,9 @@ static loom_status add_updates(loom_graph *dg, const loom_gpt_param *ps, int32_t
     int32_t grad = gr[i] >= 0 ? gr[i] : lb_zeros_like(dg, pv[i]);
     loom_attr_value a[LOOM_MAX_ATTRS];
     loom_attrs_default(LOOM_OP_ADAMW, a);
-    const double vals[5] = {1.0, o->beta1, o->beta2, o->eps,
-                            ps[i].decay ? o->weight_decay : 0.0};
-    for (int32_t k = 0; k < 5; k++) a[slot[k]].f = vals[k];
+    const double vals[5] = {1.0, o->beta1, o->beta2, o->eps, ps[i].decay ? o->weight_decay : 0.0};
+    for (int32_t k = 0; k < 5; k++)
+      a[slot[k]].f = vals[k];
     int32_t in[5] = {pv[i], grad, m, v, step}, outs[3] = {-1, -1, -1};
     lb_op_multi(dg, LOOM_OP_ADAMW, 5, in, a, 3, outs);
     int32_t delta = lb_sub(dg, outs[0], pv[i]);
@@ -354,9 +361,8 @@ static loom_status add_updates(loom_graph *dg, const loom_gpt_param *ps, int32_t
   return s;
 }
 
-loom_status loom_gpt_build_train(loom_ctx *ctx, const loom_gpt_config *c,
-                                 int32_t b, int32_t t, const loom_gpt_optim *o,
-                                 loom_graph **out, int64_t *rng_per_step) {
+loom_status loom_gpt_build_train(loom_ctx *ctx, const loom_gpt_config *c, int32_t b, int32_t t,
+                                 const loom_gpt_optim *o, loom_graph **out, int64_t *rng_per_step) {
   if (!out || !o || !rng_per_step)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: NULL argument");
   *out = NULL;
@@ -369,8 +375,7 @@ loom_status loom_gpt_build_train(loom_ctx *ctx, const loom_gpt_config *c,
   loom_status s = pv ? loom_graph_new(ctx, &g) : LOOM_STATUS_OUT_OF_MEMORY;
   int32_t tokens = -1, targets = -1, base = -1;
   if (!s) s = declare_train_inputs(g, ps, n, b, t, pv, &tokens, &targets, &base);
-  fwd f = {.g = g, .c = c, .b = b, .t = t, .pv = pv, .train = true,
-           .seed = o->seed, .base = base};
+  fwd f = {.g = g, .c = c, .b = b, .t = t, .pv = pv, .train = true, .seed = o->seed, .base = base};
   if (!s) {
     int32_t x = trunk(&f, tokens);
     int64_t flat[2] = {(int64_t)b * t, c->d_model}, nt[1] = {(int64_t)b * t};

@@ -15,7 +15,7 @@
 #include "ir/graph.h"
 
 typedef struct loom_gpt_config {
-  int32_t vocab;   /* 256: bytes */
+  int32_t vocab; /* 256: bytes */
   int32_t n_layer;
   int32_t d_model;
   int32_t n_head;  /* divides d_model */
@@ -46,8 +46,8 @@ typedef struct loom_gpt_param {
 
 /* The parameter list in its fixed order (the graphs' parameter order);
  * *out is malloc'ed, release with free(). */
-loom_status loom_gpt_params(loom_ctx *ctx, const loom_gpt_config *c,
-                            loom_gpt_param **out, int32_t *n);
+loom_status loom_gpt_params(loom_ctx *ctx, const loom_gpt_config *c, loom_gpt_param **out,
+                            int32_t *n);
 
 /* AdamW settings and the dropout seed of the training graph. */
 typedef struct loom_gpt_optim {
@@ -75,16 +75,15 @@ enum {
 /* Builds the training step for batch b and sequence length t (<= context):
  * forward, loss, decomposition, gradients (autodiff), AdamW per parameter.
  * *rng_per_step is the number of dropout counter positions one step uses. */
-loom_status loom_gpt_build_train(loom_ctx *ctx, const loom_gpt_config *c,
-                                 int32_t b, int32_t t, const loom_gpt_optim *o,
-                                 loom_graph **out, int64_t *rng_per_step);
+loom_status loom_gpt_build_train(loom_ctx *ctx, const loom_gpt_config *c, int32_t b, int32_t t,
+                                 const loom_gpt_optim *o, loom_graph **out, int64_t *rng_per_step);
 
 /*
  * Inference graph (no dropout). Inputs: tokens [B, T] i64, rows [B] i64
  * (row r of batch element i is i * T + position: the position whose next
  * token is wanted), then the n parameters. Output: "logits" [B, vocab].
  */
-loom_status loom_gpt_build_infer(loom_ctx *ctx, const loom_gpt_config *c,
-                                 int32_t b, int32_t t, loom_graph **out);
+loom_status loom_gpt_build_infer(loom_ctx *ctx, const loom_gpt_config *c, int32_t b, int32_t t,
+                                 loom_graph **out);
 
 #endif

@@ -35,7 +35,7 @@ static void *view_at(const loom_view *v, const int64_t *off) {
 /* One label per dim where keep[d], else -1; returns the labels in lab. */
 static void label_dims(loom_partition *p, int32_t rank, const bool *keep,
                        int8_t *lab) {
-  for (int32_t d = 0; d < rank; d++)
+  for (int32_t d = 0; d < rank && d < LOOM_MAX_RANK; d++)
     lab[d] = (int8_t)(keep[d] ? loom_partition_new_label(p, LOOM_SPLIT_SPATIAL,
                                                          LOOM_OP_ADD)
                               : -1);

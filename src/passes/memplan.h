@@ -3,8 +3,11 @@
  * offset in one arena (64-byte aligned). A value lives from the node that
  * produces it to its last consumer (graph outputs: to the end); a buffer is
  * released after its last consumer runs and reused, best fit, by later
- * values. A node's outputs never share memory with its inputs. Graph inputs
- * and params live in caller memory: offset -1.
+ * values. A node's outputs never share memory with its inputs, except that
+ * a reshape's output IS its input's buffer (same bytes, same order): it
+ * shares its root's memory, which then lives as long as either. Graph
+ * inputs and params live in caller memory: offset -1 (and so do reshapes
+ * of them).
  */
 #ifndef LOOM_PASSES_MEMPLAN_H
 #define LOOM_PASSES_MEMPLAN_H
@@ -21,6 +24,9 @@ typedef struct loom_memplan {
    * first[v] (-1 for external values), last read at node last[v]
    * (g->n_nodes for graph outputs). */
   int32_t *first, *last;
+  /* Per value: the value that owns its memory (itself unless it is a
+   * reshape, maybe of a reshape, of that value). */
+  int32_t *root;
   int64_t peak_bytes; /* the arena size */
 } loom_memplan;
 

@@ -17,10 +17,8 @@ static const struct {
     {"cpu", loom_cpu_backend_init},
 };
 
-loom_status loom_backend_new(loom_ctx *ctx, const char *name,
-                             loom_backend **out) {
-  if (!out)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "backend_new: out is NULL");
+loom_status loom_backend_new(loom_ctx *ctx, const char *name, loom_backend **out) {
+  if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "backend_new: out is NULL");
   *out = NULL;
   if (!name)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
@@ -37,8 +35,8 @@ loom_status loom_backend_new(loom_ctx *ctx, const char *name,
     *out = b;
     return LOOM_STATUS_OK;
   }
-  return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                    "unknown backend '%s' (known: ref, cpu)", name);
+  return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "unknown backend '%s' (known: ref, cpu)",
+                    name);
 }
 
 void loom_backend_free(loom_backend *b) {
@@ -59,26 +57,30 @@ void loom_host_buffer_free(void *bctx, void *p) {
   free(p);
 }
 
-loom_status loom_exec_node_ref(loom_ctx *ctx, const loom_graph *g,
-                               const loom_node *n, loom_view *values) {
+loom_status loom_exec_node_ref(loom_ctx *ctx, const loom_graph *g, const loom_node *n,
+                               loom_view *values) {
   const loom_op_def *d = loom_op_get(n->op);
-  if (!d)
-    return loom_error(ctx, LOOM_STATUS_INTERNAL, "unknown op %d", (int)n->op);
+  if (!d) return loom_error(ctx, LOOM_STATUS_INTERNAL, "unknown op %d", (int)n->op);
   if (d->cls == LOOM_OPCLASS_COMPOSITE || !d->ref)
     return loom_error(ctx, LOOM_STATUS_INTERNAL,
                       "%s has no reference kernel (composites must be "
-                      "decomposed before execution)", d->name);
+                      "decomposed before execution)",
+                      d->name);
+  /* a reshape planned in place (passes/memplan.h) has nothing to move */
+  if (n->op == LOOM_OP_RESHAPE && n->n_in == 1 && values[n->in[0]].data == values[n->out[0]].data)
+    return LOOM_STATUS_OK;
   loom_view in_stack[8], out_stack[LOOM_PART_MAX_IO];
   loom_view *in = in_stack;
   if (n->n_out > LOOM_PART_MAX_IO)
-    return loom_error(ctx, LOOM_STATUS_INTERNAL, "%s: too many outputs (%d)",
-                      d->name, n->n_out);
+    return loom_error(ctx, LOOM_STATUS_INTERNAL, "%s: too many outputs (%d)", d->name, n->n_out);
   if (n->n_in > LOOM_ARRAY_LEN(in_stack)) {
     in = loom_malloc(ctx, sizeof *in * (size_t)n->n_in);
     if (!in) return LOOM_STATUS_OUT_OF_MEMORY;
   }
-  for (int32_t i = 0; i < n->n_in; i++) in[i] = values[n->in[i]];
-  for (int32_t o = 0; o < n->n_out; o++) out_stack[o] = values[n->out[o]];
+  for (int32_t i = 0; i < n->n_in; i++)
+    in[i] = values[n->in[i]];
+  for (int32_t o = 0; o < n->n_out; o++)
+    out_stack[o] = values[n->out[o]];
   loom_status st = d->ref(ctx, n, in, out_stack);
   if (in != in_stack) free(in);
   if (st) loom_error_prefix(ctx, "%s (node %d)", d->name, (int32_t)(n - g->nodes));

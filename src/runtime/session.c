@@ -32,18 +32,16 @@ void loom_session_free(loom_session *s) {
 }
 
 /* A pass reports on the graph's context; bring its message to ours. */
-static loom_status forward_error(loom_ctx *ctx, const loom_graph *g,
-                                 loom_status st, const char *what) {
+static loom_status forward_error(loom_ctx *ctx, const loom_graph *g, loom_status st,
+                                 const char *what) {
   if (g->ctx != ctx) loom_error(ctx, st, "%s", loom_ctx_error(g->ctx));
   loom_error_prefix(ctx, "session: %s", what);
   return st;
 }
 
-loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g,
-                             const loom_session_options *opts,
+loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g, const loom_session_options *opts,
                              loom_session **out) {
-  if (!out)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "session_new: out is NULL");
+  if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "session_new: out is NULL");
   *out = NULL;
   if (!ctx) return LOOM_STATUS_INVALID_ARGUMENT;
   if (!g) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "session_new: graph is NULL");
@@ -66,24 +64,20 @@ loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g,
   }
   st = loom_memplan_build(s->g, &s->plan);
   if (st) goto fail;
-  s->arena = s->backend->iface->buffer_alloc(s->backend->context,
-                                             (size_t)s->plan.peak_bytes);
+  s->arena = s->backend->iface->buffer_alloc(s->backend->context, (size_t)s->plan.peak_bytes);
   if (!s->arena) {
-    st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY,
-                    "session: cannot allocate the %lld-byte arena",
+    st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "session: cannot allocate the %lld-byte arena",
                     (long long)s->plan.peak_bytes);
     goto fail;
   }
-  s->values = loom_calloc(ctx, (size_t)(s->g->n_values ? s->g->n_values : 1),
-                          sizeof *s->values);
+  s->values = loom_calloc(ctx, (size_t)(s->g->n_values ? s->g->n_values : 1), sizeof *s->values);
   if (!s->values) {
     st = LOOM_STATUS_OUT_OF_MEMORY;
     goto fail;
   }
   for (int32_t v = 0; v < s->g->n_values; v++) {
     int64_t off = s->plan.offset[v];
-    s->values[v] = loom_view_of(&s->g->values[v].type,
-                                off >= 0 ? (char *)s->arena + off : NULL);
+    s->values[v] = loom_view_of(&s->g->values[v].type, off >= 0 ? (char *)s->arena + off : NULL);
   }
   *out = s;
   return LOOM_STATUS_OK;
@@ -92,14 +86,13 @@ fail:
   return st;
 }
 
-int64_t loom_session_peak_bytes(const loom_session *s) {
-  return s ? s->plan.peak_bytes : 0;
-}
+int64_t loom_session_peak_bytes(const loom_session *s) { return s ? s->plan.peak_bytes : 0; }
 
-static const char *type_str(const loom_dtype dt, int32_t rank,
-                            const int64_t *shape, char *buf, size_t n) {
+static const char *type_str(const loom_dtype dt, int32_t rank, const int64_t *shape, char *buf,
+                            size_t n) {
   loom_type t = {.dtype = dt, .rank = rank};
-  for (int32_t d = 0; d < rank && d < LOOM_MAX_RANK; d++) t.shape[d] = shape[d];
+  for (int32_t d = 0; d < rank && d < LOOM_MAX_RANK; d++)
+    t.shape[d] = shape[d];
   return loom_type_str(&t, buf, n);
 }
 
@@ -108,20 +101,19 @@ static loom_status check_tensor(loom_ctx *ctx, const char *kind, const char *nam
                                 const loom_tensor *t, const loom_type *want) {
   char a[160], b[160];
   if (t->v.dtype != want->dtype)
-    return loom_error(ctx, LOOM_STATUS_DTYPE_MISMATCH,
-                      "%s '%s': expected %s, got %s", kind, name,
+    return loom_error(ctx, LOOM_STATUS_DTYPE_MISMATCH, "%s '%s': expected %s, got %s", kind, name,
                       loom_type_str(want, a, sizeof a),
                       type_str(t->v.dtype, t->v.rank, t->v.shape, b, sizeof b));
   bool same = t->v.rank == want->rank;
-  for (int32_t d = 0; same && d < want->rank; d++) same = t->v.shape[d] == want->shape[d];
+  for (int32_t d = 0; same && d < want->rank; d++)
+    same = t->v.shape[d] == want->shape[d];
   if (!same)
-    return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
-                      "%s '%s': expected %s, got %s", kind, name,
+    return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH, "%s '%s': expected %s, got %s", kind, name,
                       loom_type_str(want, a, sizeof a),
                       type_str(t->v.dtype, t->v.rank, t->v.shape, b, sizeof b));
   if (!loom_view_is_contiguous(&t->v))
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "%s '%s': tensor is not contiguous", kind, name);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s '%s': tensor is not contiguous", kind,
+                      name);
   return LOOM_STATUS_OK;
 }
 
@@ -134,29 +126,25 @@ static size_t tensor_bytes(const loom_tensor *t) {
   return (size_t)loom_view_numel(&t->v) * loom_dtype_size(t->v.dtype);
 }
 
-loom_status loom_session_run(loom_session *s, int32_t n_inputs,
-                             const loom_tensor *const *inputs,
+loom_status loom_session_run(loom_session *s, int32_t n_inputs, const loom_tensor *const *inputs,
                              int32_t n_outputs, loom_tensor **outputs) {
   if (!s) return LOOM_STATUS_INVALID_ARGUMENT;
   loom_ctx *ctx = s->ctx;
   const loom_graph *g = s->g;
   if (n_inputs != g->n_inputs)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "session_run: the graph has %d input(s), %d given",
-                      g->n_inputs, n_inputs);
+                      "session_run: the graph has %d input(s), %d given", g->n_inputs, n_inputs);
   if (n_outputs != g->n_outputs)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "session_run: the graph has %d output(s), %d given",
-                      g->n_outputs, n_outputs);
+                      "session_run: the graph has %d output(s), %d given", g->n_outputs, n_outputs);
   if ((n_inputs && !inputs) || (n_outputs && !outputs))
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "session_run: the %s array is NULL",
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "session_run: the %s array is NULL",
                       n_inputs && !inputs ? "input" : "output");
   for (int32_t i = 0; i < n_inputs; i++) {
     const char *name = g->values[g->inputs[i]].name;
     if (!inputs[i])
-      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                        "session_run: input '%s' (%d) is NULL", name, i);
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "session_run: input '%s' (%d) is NULL",
+                        name, i);
     LOOM_TRY(check_tensor(ctx, "input", name, inputs[i], &g->values[g->inputs[i]].type));
   }
   for (int32_t i = 0; i < n_outputs; i++)
@@ -164,12 +152,18 @@ loom_status loom_session_run(loom_session *s, int32_t n_inputs,
       LOOM_TRY(check_tensor(ctx, "output", g->output_names[i], outputs[i],
                             &g->values[g->outputs[i]].type));
 
-  for (int32_t i = 0; i < n_inputs; i++) s->values[g->inputs[i]].data = inputs[i]->v.data;
+  for (int32_t i = 0; i < n_inputs; i++)
+    s->values[g->inputs[i]].data = inputs[i]->v.data;
+  /* reshapes of inputs share the caller's memory too */
+  for (int32_t v = 0; v < g->n_values; v++)
+    if (s->plan.root[v] != v && s->plan.offset[v] < 0)
+      s->values[v].data = s->values[s->plan.root[v]].data;
   loom_status st = s->backend->iface->graph_compute(s->backend->context, ctx, g, s->values);
   if (st) return st;
 
-  /* An output that is a graph input is read from caller memory, which an
-   * earlier output may overwrite: snapshot such sources first. */
+  /* An output that is a graph input (or a reshape of one) is read from
+   * caller memory, which an earlier output may overwrite: snapshot such
+   * sources first. */
   void **snap = loom_calloc(ctx, (size_t)(n_outputs ? n_outputs : 1), sizeof *snap);
   loom_tensor **fresh = loom_calloc(ctx, (size_t)(n_outputs ? n_outputs : 1), sizeof *fresh);
   if (!snap || !fresh) {
@@ -181,7 +175,7 @@ loom_status loom_session_run(loom_session *s, int32_t n_inputs,
     const loom_value_info *vi = &g->values[g->outputs[i]];
     if (!outputs[i])
       st = loom_tensor_new(ctx, vi->type.dtype, vi->type.rank, vi->type.shape, &fresh[i]);
-    if (st || vi->kind == LOOM_VALUE_NODE) continue;
+    if (st || s->plan.offset[g->outputs[i]] >= 0) continue; /* in the arena */
     const loom_view *src = &s->values[g->outputs[i]];
     size_t nb = (size_t)loom_view_numel(src) * loom_dtype_size(src->dtype);
     bool clash = false;
@@ -204,9 +198,11 @@ loom_status loom_session_run(loom_session *s, int32_t n_inputs,
       outputs[i] = t;
     }
   } else {
-    for (int32_t i = 0; i < n_outputs; i++) loom_tensor_free(fresh[i]);
+    for (int32_t i = 0; i < n_outputs; i++)
+      loom_tensor_free(fresh[i]);
   }
-  for (int32_t i = 0; i < n_outputs; i++) free(snap[i]);
+  for (int32_t i = 0; i < n_outputs; i++)
+    free(snap[i]);
   free(snap);
   free(fresh);
   return st;

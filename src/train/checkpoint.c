@@ -68,12 +68,16 @@ loom_status loom_checkpoint_save(loom_trainer *t, const char *path) {
       const loom_gpt_param *p = loom_trainer_param(t, i);
       const loom_tensor *x = loom_trainer_tensor(t, k, i);
       loom_st_tensor *e = &ts[k * n + i];
-      snprintf(names[k * n + i], sizeof names[0], "%s%s", k == 0 ? "" : k == 1 ? "adam.m." : "adam.v.",
+      snprintf(names[k * n + i], sizeof names[0], "%s%s",
+               k == 0   ? ""
+               : k == 1 ? "adam.m."
+                        : "adam.v.",
                p->name);
       e->name = names[k * n + i];
       e->dtype = LOOM_DTYPE_F32;
       e->rank = p->rank;
-      for (int32_t d = 0; d < p->rank; d++) e->shape[d] = p->shape[d];
+      for (int32_t d = 0; d < p->rank; d++)
+        e->shape[d] = p->shape[d];
       e->data = loom_tensor_data(x);
       e->nbytes = (size_t)loom_tensor_numel(x) * sizeof(float);
     }
@@ -88,13 +92,12 @@ loom_status loom_checkpoint_save(loom_trainer *t, const char *path) {
 static loom_status need(loom_ctx *ctx, const loom_safetensors *st, const char *key,
                         const char **out) {
   *out = loom_safetensors_meta(st, key);
-  if (!*out)
-    return loom_error(ctx, LOOM_STATUS_PARSE, "checkpoint: metadata '%s' is missing", key);
+  if (!*out) return loom_error(ctx, LOOM_STATUS_PARSE, "checkpoint: metadata '%s' is missing", key);
   return LOOM_STATUS_OK;
 }
 
-static loom_status meta_int(loom_ctx *ctx, const loom_safetensors *st, const char *key,
-                            int64_t lo, int64_t hi, int64_t *out) {
+static loom_status meta_int(loom_ctx *ctx, const loom_safetensors *st, const char *key, int64_t lo,
+                            int64_t hi, int64_t *out) {
   const char *v;
   LOOM_TRY(need(ctx, st, key, &v));
   char *end = NULL;
@@ -102,8 +105,8 @@ static loom_status meta_int(loom_ctx *ctx, const loom_safetensors *st, const cha
   long long x = strtoll(v, &end, 10);
   if (!*v || *end || errno || x < lo || x > hi)
     return loom_error(ctx, LOOM_STATUS_PARSE,
-                      "checkpoint: metadata '%s' = '%s' is not an integer in [%lld, %lld]", key,
-                      v, (long long)lo, (long long)hi);
+                      "checkpoint: metadata '%s' = '%s' is not an integer in [%lld, %lld]", key, v,
+                      (long long)lo, (long long)hi);
   *out = x;
   return LOOM_STATUS_OK;
 }
@@ -129,8 +132,7 @@ static loom_status meta_f64(loom_ctx *ctx, const loom_safetensors *st, const cha
   return LOOM_STATUS_OK;
 }
 
-static loom_status read_config(loom_ctx *ctx, const loom_safetensors *st,
-                               loom_train_config *c) {
+static loom_status read_config(loom_ctx *ctx, const loom_safetensors *st, loom_train_config *c) {
   const char *fmt, *ver;
   LOOM_TRY(need(ctx, st, "format", &fmt));
   if (strcmp(fmt, CKPT_FORMAT) != 0)
@@ -173,8 +175,8 @@ static loom_status read_config(loom_ctx *ctx, const loom_safetensors *st,
   return s;
 }
 
-loom_status loom_checkpoint_read(loom_ctx *ctx, const char *path,
-                                 loom_train_config *cfg, loom_safetensors **st) {
+loom_status loom_checkpoint_read(loom_ctx *ctx, const char *path, loom_train_config *cfg,
+                                 loom_safetensors **st) {
   if (!path || !cfg || !st)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "checkpoint: bad argument");
   *st = NULL;
@@ -207,14 +209,16 @@ loom_status loom_checkpoint_restore(loom_trainer *t, const loom_safetensors *st)
       for (int32_t k = 0; k < 3 && !known; k++)
         for (int32_t i = 0; i < n && !known; i++) {
           char nm[48];
-          snprintf(nm, sizeof nm, "%s%s", k == 0 ? "" : k == 1 ? "adam.m." : "adam.v.",
+          snprintf(nm, sizeof nm, "%s%s",
+                   k == 0   ? ""
+                   : k == 1 ? "adam.m."
+                            : "adam.v.",
                    loom_trainer_param(t, i)->name);
           known = strcmp(nm, st->tensors[j].name) == 0;
         }
       if (!known)
         return loom_error(ctx, LOOM_STATUS_PARSE,
-                          "checkpoint: unexpected tensor '%s' for this model",
-                          st->tensors[j].name);
+                          "checkpoint: unexpected tensor '%s' for this model", st->tensors[j].name);
     }
   }
   /* check everything before touching the trainer's state */
@@ -225,19 +229,19 @@ loom_status loom_checkpoint_restore(loom_trainer *t, const loom_safetensors *st)
         char nm[48], want[128], got[128];
         snprintf(nm, sizeof nm, "%s%s", k == 0 ? "" : k == 1 ? "adam.m." : "adam.v.", p->name);
         const loom_st_tensor *e = loom_safetensors_find(st, nm);
-        if (!e)
-          return loom_error(ctx, LOOM_STATUS_PARSE, "checkpoint: tensor '%s' is missing", nm);
+        if (!e) return loom_error(ctx, LOOM_STATUS_PARSE, "checkpoint: tensor '%s' is missing", nm);
         loom_type wt = {.dtype = LOOM_DTYPE_F32, .rank = p->rank};
         loom_type gt = {.dtype = e->dtype, .rank = e->rank};
-        for (int32_t d = 0; d < p->rank; d++) wt.shape[d] = p->shape[d];
-        for (int32_t d = 0; d < e->rank; d++) gt.shape[d] = e->shape[d];
+        for (int32_t d = 0; d < p->rank; d++)
+          wt.shape[d] = p->shape[d];
+        for (int32_t d = 0; d < e->rank; d++)
+          gt.shape[d] = e->shape[d];
         if (!loom_type_equal(&wt, &gt))
-          return loom_error(ctx,
-                            e->dtype != LOOM_DTYPE_F32 ? LOOM_STATUS_DTYPE_MISMATCH
-                                                       : LOOM_STATUS_SHAPE_MISMATCH,
-                            "checkpoint: tensor '%s' is %s, the model needs %s", nm,
-                            loom_type_str(&gt, got, sizeof got),
-                            loom_type_str(&wt, want, sizeof want));
+          return loom_error(
+              ctx,
+              e->dtype != LOOM_DTYPE_F32 ? LOOM_STATUS_DTYPE_MISMATCH : LOOM_STATUS_SHAPE_MISMATCH,
+              "checkpoint: tensor '%s' is %s, the model needs %s", nm,
+              loom_type_str(&gt, got, sizeof got), loom_type_str(&wt, want, sizeof want));
         if (pass == 1) memcpy(loom_tensor_data(loom_trainer_tensor(t, k, i)), e->data, e->nbytes);
       }
   int64_t step = 0;

@@ -16,8 +16,8 @@ loom_status loom_checkpoint_save(loom_trainer *t, const char *path);
 /* Reads a checkpoint's configuration (from its metadata) into cfg; the
  * fields not stored (threads, backend) are left as they are. *st keeps the
  * file for loom_checkpoint_restore (free with loom_safetensors_free). */
-loom_status loom_checkpoint_read(loom_ctx *ctx, const char *path,
-                                 loom_train_config *cfg, loom_safetensors **st);
+loom_status loom_checkpoint_read(loom_ctx *ctx, const char *path, loom_train_config *cfg,
+                                 loom_safetensors **st);
 
 /* Copies the state of st into t after checking that every tensor is there
  * with t's dtype and shape (and nothing else is). */

@@ -56,8 +56,8 @@ void loom_corpus_free(loom_corpus *c) {
   free(c);
 }
 
-loom_status loom_corpus_new(loom_ctx *ctx, uint64_t seed, int32_t n_lines,
-                            int32_t n_heldout, loom_corpus **out) {
+loom_status loom_corpus_new(loom_ctx *ctx, uint64_t seed, int32_t n_lines, int32_t n_heldout,
+                            loom_corpus **out) {
   if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "corpus_new: out is NULL");
   *out = NULL;
   /* a held-out set much smaller than the problem space leaves plenty to train on */
@@ -83,7 +83,8 @@ loom_status loom_corpus_new(loom_ctx *ctx, uint64_t seed, int32_t n_lines,
   r = loom_prng_make(seed, STREAM_TEXT);
   for (int32_t i = 0; i < n_lines; i++) {
     drawn d;
-    do d = draw(&r);
+    do
+      d = draw(&r);
     while (held[drawn_id(d)]);
     loom_problem p;
     to_problem(d, &p);
@@ -99,9 +100,8 @@ oom:
   return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "corpus: out of memory");
 }
 
-void loom_corpus_batch(const loom_corpus *c, uint64_t seed, int64_t step,
-                       int32_t batch, int32_t t, int64_t *tokens,
-                       int64_t *targets) {
+void loom_corpus_batch(const loom_corpus *c, uint64_t seed, int64_t step, int32_t batch, int32_t t,
+                       int64_t *tokens, int64_t *targets) {
   loom_prng r = loom_prng_make(seed ^ ((uint64_t)step * 0xD1B54A32D192ED03ull), STREAM_BATCH);
   uint64_t span = (uint64_t)(c->len - (size_t)t);
   for (int32_t b = 0; b < batch; b++) {

@@ -25,16 +25,15 @@ typedef struct loom_corpus {
 
 /* Makes a corpus of n_lines training lines and n_heldout held-out
  * problems, all determined by seed. */
-loom_status loom_corpus_new(loom_ctx *ctx, uint64_t seed, int32_t n_lines,
-                            int32_t n_heldout, loom_corpus **out);
+loom_status loom_corpus_new(loom_ctx *ctx, uint64_t seed, int32_t n_lines, int32_t n_heldout,
+                            loom_corpus **out);
 void loom_corpus_free(loom_corpus *c);
 
 /* Fills tokens and targets ([batch, t] each, targets shifted by one) with
  * windows of the stream chosen by (seed, step) alone, so a resumed run sees
  * the batches the uninterrupted one would. Needs len > t. */
-void loom_corpus_batch(const loom_corpus *c, uint64_t seed, int64_t step,
-                       int32_t batch, int32_t t, int64_t *tokens,
-                       int64_t *targets);
+void loom_corpus_batch(const loom_corpus *c, uint64_t seed, int64_t step, int32_t batch, int32_t t,
+                       int64_t *tokens, int64_t *targets);
 
 /* Writes problem p (drawn by the grammar from the generator state) into
  * out; exposed for tests. */

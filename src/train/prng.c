@@ -22,7 +22,8 @@ uint64_t loom_prng_next(loom_prng *r) {
 uint64_t loom_prng_below(loom_prng *r, uint64_t n) {
   uint64_t lim = UINT64_MAX - UINT64_MAX % n;
   uint64_t x;
-  do x = loom_prng_next(r);
+  do
+    x = loom_prng_next(r);
   while (x >= lim);
   return x % n;
 }

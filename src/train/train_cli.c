@@ -29,11 +29,11 @@ static const char usage[] =
     "  --dropout P       attention and residual dropout (default 0.1, [0, 1))\n"
     "training:\n"
     "  --batch N         sequences per step (default 16, 1..4096)\n"
-    "  --steps N         steps of the schedule (default 600)\n"
-    "  --lr X            peak learning rate, warmup then cosine (default 0.003)\n"
+    "  --steps N         steps of the schedule (default 1200)\n"
+    "  --lr X            peak learning rate, warmup then cosine (default 0.002)\n"
     "  --seed N          corpus, init, batches and dropout (default 1)\n"
     "  --stop-at K       stop after step K; the schedule still spans --steps\n"
-    "  --log-every N     a progress line every N steps (default 50)\n"
+    "  --log-every N     a progress line every N steps (default 100)\n"
     "running:\n"
     "  --backend B       cpu (default) or ref\n"
     "  --threads N       CPU threads, 0 = all cores (default 0)\n"
@@ -50,8 +50,7 @@ typedef struct cli {
   int64_t log_every, stop_at;
   const char *save, *load;
   /* which flags were given, so --load knows what to keep */
-  bool g_layers, g_dmodel, g_heads, g_context, g_dropout, g_batch, g_steps, g_lr,
-      g_seed;
+  bool g_layers, g_dmodel, g_heads, g_context, g_dropout, g_batch, g_steps, g_lr, g_seed;
 } cli;
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -61,7 +60,7 @@ static int usage_error(const char *fmt, ...) {
   fprintf(stderr, "loom train: ");
   vfprintf(stderr, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "\n\n%s", usage);
+  fprintf(stderr, "\nusage: loom train [flags]  (see 'loom train --help')\n");
   return EXIT_USAGE;
 }
 
@@ -108,14 +107,14 @@ static int parse_args(int argc, char **argv, cli *c) {
     }
     int64_t iv = 0;
     double fv = 0.0;
-#define INT_FLAG(flag, lo, hi, dst, given)                                    \
-  if (!strcmp(name, flag)) {                                                   \
-    if (!parse_i64(val, lo, hi, &iv))                                          \
-      return usage_error("%s wants an integer in [%lld, %lld], got '%s'", flag, \
-                         (long long)(lo), (long long)(hi), val);               \
-    dst = iv;                                                                  \
-    given;                                                                     \
-    continue;                                                                  \
+#define INT_FLAG(flag, lo, hi, dst, given)                                                         \
+  if (!strcmp(name, flag)) {                                                                       \
+    if (!parse_i64(val, lo, hi, &iv))                                                              \
+      return usage_error("%s wants an integer in [%lld, %lld], got '%s'", flag, (long long)(lo),   \
+                         (long long)(hi), val);                                                    \
+    dst = iv;                                                                                      \
+    given;                                                                                         \
+    continue;                                                                                      \
   }
     INT_FLAG("--layers", 1, 64, c->cfg.model.n_layer, c->g_layers = true)
     INT_FLAG("--d-model", 1, 4096, c->cfg.model.d_model, c->g_dmodel = true)
@@ -151,8 +150,10 @@ static int parse_args(int argc, char **argv, cli *c) {
       snprintf(c->cfg.backend, sizeof c->cfg.backend, "%s", val);
     } else if (!strcmp(name, "--save") || !strcmp(name, "--load")) {
       if (!*val) return usage_error("%s wants a file name", name);
-      if (name[2] == 's') c->save = val;
-      else c->load = val;
+      if (name[2] == 's')
+        c->save = val;
+      else
+        c->load = val;
     } else {
       return usage_error("unknown flag '%s'", name);
     }
@@ -168,19 +169,18 @@ static int parse_args(int argc, char **argv, cli *c) {
 }
 
 static int fail(loom_ctx *ctx, const char *what) {
-  fprintf(stderr, "loom train: %s%s%s\n", what ? what : "", what ? ": " : "",
-          loom_ctx_error(ctx));
+  fprintf(stderr, "loom train: %s%s%s\n", what ? what : "", what ? ": " : "", loom_ctx_error(ctx));
   return EXIT_FAIL;
 }
 
 /* Merges a checkpoint's configuration with the flags given. */
 static int merge_checkpoint(const cli *c, loom_train_config *ck) {
   const loom_gpt_config *m = &c->cfg.model;
-#define SAME(given, field, flag)                                               \
-  if (given && m->field != ck->model.field) {                                 \
-    fprintf(stderr, "loom train: %s %d does not match the checkpoint's %d\n", flag, \
-            (int)m->field, (int)ck->model.field);                              \
-    return EXIT_FAIL;                                                          \
+#define SAME(given, field, flag)                                                                   \
+  if (given && m->field != ck->model.field) {                                                      \
+    fprintf(stderr, "loom train: %s %d does not match the checkpoint's %d\n", flag, (int)m->field, \
+            (int)ck->model.field);                                                                 \
+    return EXIT_FAIL;                                                                              \
   }
   SAME(c->g_layers, n_layer, "--layers")
   SAME(c->g_dmodel, d_model, "--d-model")
@@ -207,12 +207,12 @@ static double now_s(void) {
 static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
   const loom_train_config *cfg = loom_trainer_config(t);
   int64_t start = loom_trainer_steps_done(t);
-  printf("loom train: %d layers, d_model %d, %d heads, context %d, %lld params; batch %d, "
+  printf("loom train: %d layer%s, d_model %d, %d heads, context %d, %lld params; batch %d, "
          "%lld steps, lr %g, dropout %g, seed %llu, backend %s, %d threads\n",
-         cfg->model.n_layer, cfg->model.d_model, cfg->model.n_head, cfg->model.context,
-         (long long)loom_trainer_param_count(t), cfg->batch, (long long)cfg->steps, cfg->lr,
-         cfg->model.dropout, (unsigned long long)cfg->seed, cfg->backend,
-         (int)loom_ctx_threads(ctx));
+         cfg->model.n_layer, cfg->model.n_layer == 1 ? "" : "s", cfg->model.d_model,
+         cfg->model.n_head, cfg->model.context, (long long)loom_trainer_param_count(t), cfg->batch,
+         (long long)cfg->steps, cfg->lr, cfg->model.dropout, (unsigned long long)cfg->seed,
+         cfg->backend, (int)loom_ctx_threads(ctx));
   if (start > 0) printf("resumed from %s at step %lld\n", c->load, (long long)start);
   fflush(stdout);
   double t0 = now_s(), t_last = t0;
@@ -243,8 +243,7 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
            (long long)cfg->steps);
 
   char sample[160];
-  if (loom_trainer_generate(t, "\n12+34=", 64, sample, sizeof sample))
-    return fail(ctx, "sampling");
+  if (loom_trainer_generate(t, "\n12+34=", 64, sample, sizeof sample)) return fail(ctx, "sampling");
   printf("sample (greedy, prompt \"12+34=\"):\n");
   /* indent each generated line; skip the prompt's leading newline */
   for (const char *p = sample + 1; *p;) {
@@ -268,7 +267,7 @@ int loom_train_main(int argc, char **argv) {
   cli c;
   memset(&c, 0, sizeof c);
   loom_train_config_default(&c.cfg);
-  c.log_every = 50;
+  c.log_every = 100;
   int rc = parse_args(argc, argv, &c);
   if (rc >= 0) return rc;
 

@@ -38,8 +38,8 @@ void loom_train_config_default(loom_train_config *c) {
   memset(c, 0, sizeof *c);
   loom_gpt_config_default(&c->model);
   c->batch = 16;
-  c->steps = 600;
-  c->lr = 3e-3;
+  c->steps = 1200;
+  c->lr = 2e-3;
   c->warmup = -1;
   c->min_lr_frac = 0.1;
   c->beta1 = 0.9;
@@ -58,8 +58,7 @@ loom_status loom_train_config_check(loom_ctx *ctx, const loom_train_config *c) {
   LOOM_TRY(loom_gpt_config_check(ctx, &c->model));
   if (c->model.vocab != 256)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "train: the corpus is bytes, so vocab must be 256 (got %d)",
-                      c->model.vocab);
+                      "train: the corpus is bytes, so vocab must be 256 (got %d)", c->model.vocab);
   if (c->batch < 1 || c->batch > 4096)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: batch %d is outside [1, 4096]",
                       c->batch);
@@ -68,21 +67,20 @@ loom_status loom_train_config_check(loom_ctx *ctx, const loom_train_config *c) {
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "train: steps %lld is outside [1, 16777216]", (long long)c->steps);
   if (!(c->lr > 0.0 && c->lr <= 10.0))
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: lr %g is outside (0, 10]",
-                      c->lr);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: lr %g is outside (0, 10]", c->lr);
   if (c->warmup > c->steps)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "train: warmup %lld is longer than the %lld steps",
-                      (long long)c->warmup, (long long)c->steps);
+                      "train: warmup %lld is longer than the %lld steps", (long long)c->warmup,
+                      (long long)c->steps);
   if (!(c->min_lr_frac >= 0.0 && c->min_lr_frac <= 1.0))
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "train: min_lr_frac %g is outside [0, 1]", c->min_lr_frac);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: min_lr_frac %g is outside [0, 1]",
+                      c->min_lr_frac);
   if (!(c->beta1 >= 0.0 && c->beta1 < 1.0) || !(c->beta2 >= 0.0 && c->beta2 < 1.0) ||
       !(c->eps > 0.0 && c->eps < 1.0) || !(c->weight_decay >= 0.0 && c->weight_decay < 10.0))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: AdamW settings out of range");
   if (c->threads < 0 || c->threads > 4096)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "train: threads %d is outside [0, 4096]", c->threads);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: threads %d is outside [0, 4096]",
+                      c->threads);
   if (strcmp(c->backend, "cpu") && strcmp(c->backend, "ref"))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "train: backend '%s' is not 'cpu' or 'ref'", c->backend);
@@ -116,7 +114,8 @@ void loom_trainer_free(loom_trainer *t) {
   loom_session_free(t->train_s);
   loom_graph_free(t->train_g);
   if (t->state)
-    for (int32_t i = 0; i < 3 * t->n; i++) loom_tensor_free(t->state[i]);
+    for (int32_t i = 0; i < 3 * t->n; i++)
+      loom_tensor_free(t->state[i]);
   free(t->state);
   loom_tensor_free(t->tokens);
   loom_tensor_free(t->targets);
@@ -164,8 +163,8 @@ static loom_status setup(loom_trainer *t) {
   t->out = loom_calloc(ctx, (size_t)(1 + 3 * n), sizeof *t->out);
   if (!t->state || !t->in || !t->out) return LOOM_STATUS_OUT_OF_MEMORY;
   for (int32_t i = 0; i < 3 * n; i++)
-    LOOM_TRY(loom_tensor_new(ctx, LOOM_DTYPE_F32, t->ps[i % n].rank, t->ps[i % n].shape,
-                             &t->state[i]));
+    LOOM_TRY(
+        loom_tensor_new(ctx, LOOM_DTYPE_F32, t->ps[i % n].rank, t->ps[i % n].shape, &t->state[i]));
   int64_t bt[2] = {b, tl};
   LOOM_TRY(loom_tensor_new(ctx, LOOM_DTYPE_I64, 2, bt, &t->tokens));
   LOOM_TRY(loom_tensor_new(ctx, LOOM_DTYPE_I64, 2, bt, &t->targets));
@@ -194,8 +193,7 @@ static loom_status setup(loom_trainer *t) {
   return LOOM_STATUS_OK;
 }
 
-loom_status loom_trainer_new(loom_ctx *ctx, const loom_train_config *c,
-                             loom_trainer **out) {
+loom_status loom_trainer_new(loom_ctx *ctx, const loom_train_config *c, loom_trainer **out) {
   if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "trainer_new: out is NULL");
   *out = NULL;
   LOOM_TRY(loom_train_config_check(ctx, c));
@@ -221,8 +219,8 @@ loom_status loom_trainer_step(loom_trainer *t, float *loss) {
   if (t->done >= (1 << 24))
     return loom_error(t->ctx, LOOM_STATUS_OUT_OF_RANGE, "train: too many steps");
   int64_t k = t->done;
-  loom_corpus_batch(t->corpus, c->seed, k, c->batch, c->model.context,
-                    loom_tensor_data(t->tokens), loom_tensor_data(t->targets));
+  loom_corpus_batch(t->corpus, c->seed, k, c->batch, c->model.context, loom_tensor_data(t->tokens),
+                    loom_tensor_data(t->targets));
   *(float *)loom_tensor_data(t->step_t) = (float)(k + 1);
   *(float *)loom_tensor_data(t->lr_t) = (float)loom_train_lr_at(c, k);
   *(int64_t *)loom_tensor_data(t->base_t) = k * t->rng_per_step;
@@ -249,7 +247,8 @@ int32_t loom_trainer_num_params(const loom_trainer *t) { return t ? t->n : 0; }
 
 int64_t loom_trainer_param_count(const loom_trainer *t) {
   int64_t total = 0;
-  for (int32_t i = 0; t && i < t->n; i++) total += loom_tensor_numel(t->state[i]);
+  for (int32_t i = 0; t && i < t->n; i++)
+    total += loom_tensor_numel(t->state[i]);
   return total;
 }
 
@@ -292,7 +291,8 @@ static loom_status infer_argmax(loom_trainer *t, int32_t slot, loom_tensor *toke
   if (!in) return LOOM_STATUS_OUT_OF_MEMORY;
   in[0] = tokens;
   in[1] = rows;
-  for (int32_t i = 0; i < t->n; i++) in[2 + i] = t->state[i];
+  for (int32_t i = 0; i < t->n; i++)
+    in[2 + i] = t->state[i];
   loom_tensor *logits = NULL;
   loom_status s = loom_session_run(t->infer_s[slot], n_in, in, 1, &logits);
   free(in);
@@ -309,11 +309,10 @@ static loom_status infer_argmax(loom_trainer *t, int32_t slot, loom_tensor *toke
   return LOOM_STATUS_OK;
 }
 
-loom_status loom_trainer_generate(loom_trainer *t, const char *prompt, int32_t n,
-                                  char *out, size_t cap) {
+loom_status loom_trainer_generate(loom_trainer *t, const char *prompt, int32_t n, char *out,
+                                  size_t cap) {
   if (!t || !prompt || !out || cap == 0 || n < 0)
-    return loom_error(t ? t->ctx : NULL, LOOM_STATUS_INVALID_ARGUMENT,
-                      "generate: bad argument");
+    return loom_error(t ? t->ctx : NULL, LOOM_STATUS_INVALID_ARGUMENT, "generate: bad argument");
   size_t len = strlen(prompt);
   if (len == 0 || len >= cap)
     return loom_error(t->ctx, LOOM_STATUS_INVALID_ARGUMENT,
@@ -365,7 +364,8 @@ loom_status loom_trainer_accuracy(loom_trainer *t, int32_t *correct, int32_t *to
     const char *p = c->heldout[i].prompt;
     tok[(int64_t)i * tl] = '\n';
     len[i] = 1;
-    for (; *p && len[i] < tl; p++) tok[(int64_t)i * tl + len[i]++] = (unsigned char)*p;
+    for (; *p && len[i] < tl; p++)
+      tok[(int64_t)i * tl + len[i]++] = (unsigned char)*p;
     if (*p) state[i] = 2;
   }
   /* an answer has at most 3 digits and its newline */

@@ -20,9 +20,9 @@ typedef struct loom_train_config {
   int64_t warmup;     /* linear warmup steps; < 0: steps / 10, at most 100 */
   double min_lr_frac; /* the cosine decays to lr * min_lr_frac */
   double beta1, beta2, eps, weight_decay;
-  uint64_t seed;      /* corpus, init, batches, dropout */
-  int32_t threads;    /* 0: all cores */
-  char backend[8];    /* "cpu" or "ref" */
+  uint64_t seed;   /* corpus, init, batches, dropout */
+  int32_t threads; /* 0: all cores */
+  char backend[8]; /* "cpu" or "ref" */
   int32_t corpus_lines, heldout;
 } loom_train_config;
 
@@ -37,8 +37,7 @@ typedef struct loom_trainer loom_trainer;
 
 /* Builds the corpus, the graphs and the session, and initialises the
  * parameters (normal(0, 0.02), LayerNorm gains 1, biases 0) from the seed. */
-loom_status loom_trainer_new(loom_ctx *ctx, const loom_train_config *c,
-                             loom_trainer **out);
+loom_status loom_trainer_new(loom_ctx *ctx, const loom_train_config *c, loom_trainer **out);
 void loom_trainer_free(loom_trainer *t);
 
 /* Runs one training step; *loss is its loss (before the update). */
@@ -59,8 +58,8 @@ loom_status loom_trainer_set_steps_done(loom_trainer *t, int64_t steps);
 
 /* Greedy decoding: appends n bytes to prompt; out gets prompt + n bytes
  * (NUL-terminated, cap bytes at most). */
-loom_status loom_trainer_generate(loom_trainer *t, const char *prompt, int32_t n,
-                                  char *out, size_t cap);
+loom_status loom_trainer_generate(loom_trainer *t, const char *prompt, int32_t n, char *out,
+                                  size_t cap);
 /* Exact-match accuracy of greedy answers on the held-out problems;
  * *correct of *total. */
 loom_status loom_trainer_accuracy(loom_trainer *t, int32_t *correct, int32_t *total);

@@ -21,8 +21,8 @@ typedef struct loom_cpu {
   int32_t nt; /* OpenMP threads for this run */
 } loom_cpu;
 
-typedef loom_status (*loom_cpu_kernel)(const loom_cpu *c, const loom_node *n,
-                                       const loom_view *in, const loom_view *out);
+typedef loom_status (*loom_cpu_kernel)(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                                       const loom_view *out);
 
 /* Each family returns its kernel for node n of g, or NULL when the cpu
  * backend does not handle that case (the node then runs its ref kernel). */
@@ -50,12 +50,9 @@ typedef struct loom_cpu_iter {
 
 /* views[k] all have the same shape (broadcast views are fine). */
 void loom_cpu_iter_init(loom_cpu_iter *it, int32_t n_ops, const loom_view *views);
-static inline int64_t loom_cpu_iter_tasks(const loom_cpu_iter *it) {
-  return it->rows * it->chunks;
-}
+static inline int64_t loom_cpu_iter_tasks(const loom_cpu_iter *it) { return it->rows * it->chunks; }
 /* Element offsets of task t's first element per operand; *len its length. */
-void loom_cpu_iter_task(const loom_cpu_iter *it, int64_t t, int64_t *off,
-                        int64_t *len);
+void loom_cpu_iter_task(const loom_cpu_iter *it, int64_t t, int64_t *off, int64_t *len);
 int64_t loom_cpu_iter_numel(const loom_cpu_iter *it);
 
 /* dst = src element by element (same shape and dtype; any strides), in

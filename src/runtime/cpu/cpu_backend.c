@@ -48,9 +48,8 @@ static bool cpu_supports_op(void *bctx, const loom_graph *g, const loom_node *n)
   return select_kernel(g, n) != NULL;
 }
 
-static loom_status run_node(const loom_cpu *c, const loom_graph *g,
-                            const loom_node *n, loom_cpu_kernel k,
-                            loom_view *values) {
+static loom_status run_node(const loom_cpu *c, const loom_graph *g, const loom_node *n,
+                            loom_cpu_kernel k, loom_view *values) {
   loom_view in_stack[8], out_stack[LOOM_PART_MAX_IO], *in = in_stack;
   if (n->n_out > LOOM_PART_MAX_IO)
     return loom_error(c->ctx, LOOM_STATUS_INTERNAL, "too many outputs (%d)", n->n_out);
@@ -58,18 +57,18 @@ static loom_status run_node(const loom_cpu *c, const loom_graph *g,
     in = loom_malloc(c->ctx, sizeof *in * (size_t)n->n_in);
     if (!in) return LOOM_STATUS_OUT_OF_MEMORY;
   }
-  for (int32_t i = 0; i < n->n_in; i++) in[i] = values[n->in[i]];
-  for (int32_t o = 0; o < n->n_out; o++) out_stack[o] = values[n->out[o]];
+  for (int32_t i = 0; i < n->n_in; i++)
+    in[i] = values[n->in[i]];
+  for (int32_t o = 0; o < n->n_out; o++)
+    out_stack[o] = values[n->out[o]];
   loom_status st = k(c, n, in, out_stack);
   if (in != in_stack) free(in);
-  if (st)
-    loom_error_prefix(c->ctx, "%s (node %d)", loom_op_name(n->op),
-                      (int32_t)(n - g->nodes));
+  if (st) loom_error_prefix(c->ctx, "%s (node %d)", loom_op_name(n->op), (int32_t)(n - g->nodes));
   return st;
 }
 
-static loom_status cpu_graph_compute(void *bctx, loom_ctx *ctx,
-                                     const loom_graph *g, loom_view *values) {
+static loom_status cpu_graph_compute(void *bctx, loom_ctx *ctx, const loom_graph *g,
+                                     loom_view *values) {
   (void)bctx;
   loom_cpu c = {.ctx = ctx, .nt = loom_ctx_resolved_threads(ctx)};
   for (int32_t i = 0; i < g->n_nodes; i++) {

@@ -17,8 +17,10 @@
 
 static void outer_inner(const loom_view *v, int32_t axis, int64_t *outer, int64_t *inner) {
   *outer = *inner = 1;
-  for (int32_t d = 0; d < axis; d++) *outer *= v->shape[d];
-  for (int32_t d = axis + 1; d < v->rank; d++) *inner *= v->shape[d];
+  for (int32_t d = 0; d < axis; d++)
+    *outer *= v->shape[d];
+  for (int32_t d = axis + 1; d < v->rank; d++)
+    *inner *= v->shape[d];
 }
 
 /* Reads and checks every index (before any data moves, as the reference). */
@@ -43,8 +45,8 @@ static loom_status load_indices(const loom_cpu *c, const char *op, const loom_vi
   return LOOM_STATUS_OK;
 }
 
-static loom_status k_gather(const loom_cpu *c, const loom_node *n,
-                            const loom_view *in, const loom_view *out) {
+static loom_status k_gather(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                            const loom_view *out) {
   const loom_view *data = &in[0];
   int32_t axis;
   if (!loom_norm_axis(loom_cpu_attr_i(n, "axis"), data->rank, &axis))
@@ -69,8 +71,8 @@ static loom_status k_gather(const loom_cpu *c, const loom_node *n,
 /* out[o, e, :] = sum over j with idx[j] == e, in increasing j, of
  * upd[o, j, :]: accumulated in double and rounded once like the reference.
  * The j lists per e come from a stable counting sort. */
-static loom_status k_scatter_add(const loom_cpu *c, const loom_node *n,
-                                 const loom_view *in, const loom_view *out) {
+static loom_status k_scatter_add(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                                 const loom_view *out) {
   int32_t axis;
   if (!loom_norm_axis(loom_cpu_attr_i(n, "axis"), out[0].rank, &axis))
     return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT, "scatter_add: bad axis");
@@ -88,27 +90,34 @@ static loom_status k_scatter_add(const loom_cpu *c, const loom_node *n,
     free(order);
     return LOOM_STATUS_OUT_OF_MEMORY;
   }
-  for (int64_t j = 0; j < ni; j++) start[iv[j] + 1]++;
-  for (int64_t e = 0; e < extent; e++) start[e + 1] += start[e];
-  for (int64_t j = 0; j < ni; j++) order[start[iv[j]]++] = j; /* start[e] -> end of e */
-  for (int64_t e = extent; e > 0; e--) start[e] = start[e - 1];
+  for (int64_t j = 0; j < ni; j++)
+    start[iv[j] + 1]++;
+  for (int64_t e = 0; e < extent; e++)
+    start[e + 1] += start[e];
+  for (int64_t j = 0; j < ni; j++)
+    order[start[iv[j]]++] = j; /* start[e] -> end of e */
+  for (int64_t e = extent; e > 0; e--)
+    start[e] = start[e - 1];
   start[0] = 0;
   const float *upd = in[1].data;
   float *y = out[0].data;
   int64_t cb = (inner + SCATTER_COLS - 1) / SCATTER_COLS, tasks = outer * extent * cb;
-#pragma omp parallel for num_threads(c->nt) schedule(static) \
-    if (outer * extent * inner + ni * inner >= LOOM_CPU_PAR_MIN)
+#pragma omp parallel for num_threads(c->nt)                                                        \
+    schedule(static) if (outer * extent * inner + ni * inner >= LOOM_CPU_PAR_MIN)
   for (int64_t t = 0; t < tasks; t++) {
     int64_t row = t / cb, i0 = (t % cb) * SCATTER_COLS;
     int64_t o = row / extent, e = row % extent, len = LOOM_MIN((int64_t)SCATTER_COLS, inner - i0);
     double acc[SCATTER_COLS];
-    for (int64_t i = 0; i < len; i++) acc[i] = 0.0;
+    for (int64_t i = 0; i < len; i++)
+      acc[i] = 0.0;
     for (int64_t q = start[e]; q < start[e + 1]; q++) {
       const float *u = upd + (o * ni + order[q]) * inner + i0;
-      for (int64_t i = 0; i < len; i++) acc[i] += u[i];
+      for (int64_t i = 0; i < len; i++)
+        acc[i] += u[i];
     }
     float *dst = y + row * inner + i0;
-    for (int64_t i = 0; i < len; i++) dst[i] = (float)acc[i];
+    for (int64_t i = 0; i < len; i++)
+      dst[i] = (float)acc[i];
   }
   free(iv);
   free(start);
@@ -116,8 +125,43 @@ static loom_status k_scatter_add(const loom_cpu *c, const loom_node *n,
   return LOOM_STATUS_OK;
 }
 
-static loom_status k_dropout(const loom_cpu *c, const loom_node *n,
-                             const loom_view *in, const loom_view *out) {
+/* Philox4x32-10 (rng/philox.h) on PHILOX_LANES consecutive blocks b0, ...
+ * at once, lane by lane so the compiler vectorises it; w gets the words of
+ * counter positions 4*b0, 4*b0 + 1, ... in order. */
+#define PHILOX_LANES 16
+static void philox_words(uint64_t b0, const uint32_t key[2], uint32_t *w) {
+  uint32_t c0[PHILOX_LANES], c1[PHILOX_LANES], c2[PHILOX_LANES], c3[PHILOX_LANES];
+  for (int l = 0; l < PHILOX_LANES; l++) {
+    uint64_t b = b0 + (uint64_t)l;
+    c0[l] = (uint32_t)b;
+    c1[l] = (uint32_t)(b >> 32);
+    c2[l] = c3[l] = 0;
+  }
+  uint32_t k0 = key[0], k1 = key[1];
+  for (int r = 0; r < 10; r++) {
+    if (r) {
+      k0 += LOOM_PHILOX_W0;
+      k1 += LOOM_PHILOX_W1;
+    }
+    for (int l = 0; l < PHILOX_LANES; l++) {
+      uint64_t p0 = (uint64_t)LOOM_PHILOX_M0 * c0[l], p1 = (uint64_t)LOOM_PHILOX_M1 * c2[l];
+      uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[l] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3[l] ^ k1;
+      c1[l] = (uint32_t)p1;
+      c3[l] = (uint32_t)p0;
+      c0[l] = n0;
+      c2[l] = n2;
+    }
+  }
+  for (int l = 0; l < PHILOX_LANES; l++) {
+    w[4 * l] = c0[l];
+    w[4 * l + 1] = c1[l];
+    w[4 * l + 2] = c2[l];
+    w[4 * l + 3] = c3[l];
+  }
+}
+
+static loom_status k_dropout(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                             const loom_view *out) {
   double p = loom_cpu_attr_f(n, "p");
   if (!(p >= 0.0 && p < 1.0))
     return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT,
@@ -129,10 +173,24 @@ static loom_status k_dropout(const loom_cpu *c, const loom_node *n,
   const float *x = in[0].data;
   float *y = out[0].data;
   int64_t total = loom_view_numel(&out[0]);
+  int64_t tasks = (total + LOOM_CPU_CHUNK - 1) / LOOM_CPU_CHUNK;
+  uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
 #pragma omp parallel for num_threads(c->nt) schedule(static) if (total >= LOOM_CPU_PAR_MIN / 4)
-  for (int64_t i = 0; i < total; i++)
-    y[i] = loom_dropout_keep(seed, start + (uint64_t)i, thr) ? (float)((double)x[i] / keep_div)
-                                                             : 0.0f;
+  for (int64_t t = 0; t < tasks; t++) {
+    int64_t i = t * LOOM_CPU_CHUNK, i1 = LOOM_MIN(total, i + LOOM_CPU_CHUNK);
+    uint32_t w[4 * PHILOX_LANES];
+    while (i < i1) {
+      /* words for the positions of PHILOX_LANES whole blocks from j's */
+      uint64_t j = start + (uint64_t)i, b0 = j >> 2;
+      philox_words(b0, key, w);
+      int64_t n = (int64_t)(4 * (uint64_t)PHILOX_LANES - (j - 4 * b0));
+      n = LOOM_MIN(n, i1 - i);
+      const uint32_t *wj = w + (j - 4 * b0);
+      for (int64_t e = 0; e < n; e++)
+        y[i + e] = (uint64_t)wj[e] >= thr ? (float)((double)x[i + e] / keep_div) : 0.0f;
+      i += n;
+    }
+  }
   return LOOM_STATUS_OK;
 }
 
@@ -141,8 +199,7 @@ loom_cpu_kernel loom_cpu_index_kernel(const loom_graph *g, const loom_node *n) {
   switch (n->op) {
   case LOOM_OP_GATHER: {
     loom_dtype it = g->values[n->in[1]].type.dtype;
-    return (it == LOOM_DTYPE_I32 || it == LOOM_DTYPE_I64) && loom_dtype_size(out) ? k_gather
-                                                                                 : NULL;
+    return (it == LOOM_DTYPE_I32 || it == LOOM_DTYPE_I64) && loom_dtype_size(out) ? k_gather : NULL;
   }
   case LOOM_OP_SCATTER_ADD: {
     loom_dtype it = g->values[n->in[0]].type.dtype;
@@ -172,11 +229,13 @@ static loom_status k_iota(const loom_cpu *c, const loom_node *n, const loom_view
   if (!loom_norm_axis(loom_cpu_attr_i(n, "axis"), out[0].rank, &axis))
     return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT, "iota: bad axis");
   int64_t extent = out[0].shape[axis], inner = 1, total = loom_view_numel(&out[0]);
-  for (int32_t d = axis + 1; d < out[0].rank; d++) inner *= out[0].shape[d];
+  for (int32_t d = axis + 1; d < out[0].rank; d++)
+    inner *= out[0].shape[d];
   loom_dtype dt = out[0].dtype;
   void *y = out[0].data;
 #pragma omp parallel for num_threads(c->nt) schedule(static) if (total >= LOOM_CPU_PAR_MIN)
-  for (int64_t i = 0; i < total; i++) loom_store(dt, y, i, (double)((i / inner) % extent));
+  for (int64_t i = 0; i < total; i++)
+    loom_store(dt, y, i, (double)((i / inner) % extent));
   return LOOM_STATUS_OK;
 }
 

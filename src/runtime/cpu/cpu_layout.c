@@ -25,11 +25,13 @@ void loom_cpu_iter_init(loom_cpu_iter *it, int32_t n_ops, const loom_view *views
       merge = it->stride[k][r - 1] == views[k].stride[d] * s;
     if (merge) {
       it->shape[r - 1] *= s;
-      for (int32_t k = 0; k < n_ops; k++) it->stride[k][r - 1] = views[k].stride[d];
+      for (int32_t k = 0; k < n_ops; k++)
+        it->stride[k][r - 1] = views[k].stride[d];
       continue;
     }
     it->shape[r] = s;
-    for (int32_t k = 0; k < n_ops; k++) it->stride[k][r] = views[k].stride[d];
+    for (int32_t k = 0; k < n_ops; k++)
+      it->stride[k][r] = views[k].stride[d];
     r++;
   }
   if (r == 0) {
@@ -40,7 +42,8 @@ void loom_cpu_iter_init(loom_cpu_iter *it, int32_t n_ops, const loom_view *views
   int64_t inner = it->shape[r - 1];
   it->chunks = (inner + LOOM_CPU_CHUNK - 1) / LOOM_CPU_CHUNK;
   it->rows = 1;
-  for (int32_t d = 0; d < r - 1; d++) it->rows *= it->shape[d];
+  for (int32_t d = 0; d < r - 1; d++)
+    it->rows *= it->shape[d];
   if (empty) it->rows = it->chunks = 0;
 }
 
@@ -52,11 +55,13 @@ int64_t loom_cpu_iter_numel(const loom_cpu_iter *it) {
 void loom_cpu_iter_task(const loom_cpu_iter *it, int64_t t, int64_t *off, int64_t *len) {
   int32_t r = it->rank;
   int64_t row = t / it->chunks, c = t % it->chunks;
-  for (int32_t k = 0; k < it->n_ops; k++) off[k] = c * LOOM_CPU_CHUNK * it->stride[k][r - 1];
+  for (int32_t k = 0; k < it->n_ops; k++)
+    off[k] = c * LOOM_CPU_CHUNK * it->stride[k][r - 1];
   for (int32_t d = r - 2; d >= 0; d--) {
     int64_t i = row % it->shape[d];
     row /= it->shape[d];
-    for (int32_t k = 0; k < it->n_ops; k++) off[k] += i * it->stride[k][d];
+    for (int32_t k = 0; k < it->n_ops; k++)
+      off[k] += i * it->stride[k][d];
   }
   int64_t inner = it->shape[r - 1];
   *len = LOOM_MIN((int64_t)LOOM_CPU_CHUNK, inner - c * LOOM_CPU_CHUNK);
@@ -64,15 +69,15 @@ void loom_cpu_iter_task(const loom_cpu_iter *it, int64_t t, int64_t *off, int64_
 
 /* ---- strided copy ------------------------------------------------------- */
 
-#define STRIDED_LOOP(T)                                                        \
-  do {                                                                         \
-    T *d_ = (T *)dp;                                                           \
-    const T *s_ = (const T *)sp;                                               \
-    for (int64_t i = 0; i < len; i++) d_[i * ds] = s_[i * ss];                 \
+#define STRIDED_LOOP(T)                                                                            \
+  do {                                                                                             \
+    T *d_ = (T *)dp;                                                                               \
+    const T *s_ = (const T *)sp;                                                                   \
+    for (int64_t i = 0; i < len; i++)                                                              \
+      d_[i * ds] = s_[i * ss];                                                                     \
   } while (0)
 
-static void copy_row(char *dp, const char *sp, int64_t len, int64_t ds,
-                     int64_t ss, size_t es) {
+static void copy_row(char *dp, const char *sp, int64_t len, int64_t ds, int64_t ss, size_t es) {
   if (ds == 1 && ss == 1) {
     memcpy(dp, sp, (size_t)len * es);
     return;
@@ -90,19 +95,20 @@ static void copy_row(char *dp, const char *sp, int64_t len, int64_t ds,
 
 #define TILE 32
 
-#define TILE_LOOP(T)                                                           \
-  do {                                                                         \
-    T *d_ = (T *)dp;                                                           \
-    const T *s_ = (const T *)sp;                                               \
-    for (int64_t i = 0; i < ni; i++)                                           \
-      for (int64_t j = 0; j < nj; j++) d_[i * dsp + j] = s_[i + j * ssl];      \
+#define TILE_LOOP(T)                                                                               \
+  do {                                                                                             \
+    T *d_ = (T *)dp;                                                                               \
+    const T *s_ = (const T *)sp;                                                                   \
+    for (int64_t i = 0; i < ni; i++)                                                               \
+      for (int64_t j = 0; j < nj; j++)                                                             \
+        d_[i * dsp + j] = s_[i + j * ssl];                                                         \
   } while (0)
 
 /* dst's innermost dim (stride 1) is read with stride ssl from src, and src's
  * unit-stride dim p is written with stride dsp: copy 32x32 tiles of (p, L)
  * so both sides stay in cache. */
-static void copy_tiled(const loom_cpu *c, const loom_cpu_iter *it, int32_t p,
-                       char *dbase, const char *sbase, size_t es) {
+static void copy_tiled(const loom_cpu *c, const loom_cpu_iter *it, int32_t p, char *dbase,
+                       const char *sbase, size_t es) {
   int32_t r = it->rank, L = r - 1;
   int64_t np = it->shape[p], nl = it->shape[L];
   int64_t dsp = it->stride[0][p], ssl = it->stride[1][L];
@@ -163,12 +169,13 @@ void loom_cpu_copy(const loom_cpu *c, const loom_view *dst, const loom_view *src
   }
 }
 
-#define FILL_LOOP(T)                                                           \
-  do {                                                                         \
-    T v_;                                                                      \
-    memcpy(&v_, val, sizeof v_);                                               \
-    T *d_ = (T *)p;                                                            \
-    for (int64_t i = 0; i < len; i++) d_[i] = v_;                              \
+#define FILL_LOOP(T)                                                                               \
+  do {                                                                                             \
+    T v_;                                                                                          \
+    memcpy(&v_, val, sizeof v_);                                                                   \
+    T *d_ = (T *)p;                                                                                \
+    for (int64_t i = 0; i < len; i++)                                                              \
+      d_[i] = v_;                                                                                  \
   } while (0)
 
 void loom_cpu_fill(const loom_cpu *c, void *dst, int64_t n, size_t es, const void *val) {
@@ -183,16 +190,18 @@ void loom_cpu_fill(const loom_cpu *c, void *dst, int64_t n, size_t es, const voi
     case 4: FILL_LOOP(uint32_t); break;
     case 8: FILL_LOOP(uint64_t); break;
     default:
-      for (int64_t i = 0; i < len; i++) memcpy(p + i * (int64_t)es, val, es);
+      for (int64_t i = 0; i < len; i++)
+        memcpy(p + i * (int64_t)es, val, es);
     }
   }
 }
 
 /* ---- the layout ops ----------------------------------------------------- */
 
-static loom_status k_reshape(const loom_cpu *c, const loom_node *n,
-                             const loom_view *in, const loom_view *out) {
+static loom_status k_reshape(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                             const loom_view *out) {
   (void)n;
+  if (out[0].data == in[0].data) return LOOM_STATUS_OK; /* planned in place */
   /* both contiguous with the same element order: a flat copy */
   loom_view d = out[0], s = in[0];
   d.rank = s.rank = 1;
@@ -202,8 +211,8 @@ static loom_status k_reshape(const loom_cpu *c, const loom_node *n,
   return LOOM_STATUS_OK;
 }
 
-static loom_status k_transpose(const loom_cpu *c, const loom_node *n,
-                               const loom_view *in, const loom_view *out) {
+static loom_status k_transpose(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                               const loom_view *out) {
   const loom_ints *perm = loom_cpu_attr_ints(n, "perm");
   if (perm->n != in[0].rank)
     return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT, "transpose: bad perm");
@@ -212,8 +221,8 @@ static loom_status k_transpose(const loom_cpu *c, const loom_node *n,
   return LOOM_STATUS_OK;
 }
 
-static loom_status k_broadcast_to(const loom_cpu *c, const loom_node *n,
-                                  const loom_view *in, const loom_view *out) {
+static loom_status k_broadcast_to(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                                  const loom_view *out) {
   (void)n;
   loom_view s = loom_view_broadcast(&in[0], out[0].rank, out[0].shape);
   loom_cpu_copy(c, &out[0], &s);
@@ -223,12 +232,13 @@ static loom_status k_broadcast_to(const loom_cpu *c, const loom_node *n,
 /* Element offset of the corner lo[] in v. */
 static void *at(const loom_view *v, const int64_t *lo) {
   int64_t e = 0;
-  for (int32_t d = 0; d < v->rank; d++) e += lo[d] * v->stride[d];
+  for (int32_t d = 0; d < v->rank; d++)
+    e += lo[d] * v->stride[d];
   return (char *)v->data + e * (int64_t)loom_dtype_size(v->dtype);
 }
 
-static loom_status k_slice(const loom_cpu *c, const loom_node *n,
-                           const loom_view *in, const loom_view *out) {
+static loom_status k_slice(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                           const loom_view *out) {
   const loom_ints *st = loom_cpu_attr_ints(n, "starts");
   if (st->n != in[0].rank)
     return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT, "slice: bad starts");
@@ -236,18 +246,18 @@ static loom_status k_slice(const loom_cpu *c, const loom_node *n,
   for (int32_t d = 0; d < in[0].rank; d++) {
     lo[d] = st->v[d] < 0 ? st->v[d] + in[0].shape[d] : st->v[d];
     if (lo[d] < 0 || lo[d] + out[0].shape[d] > in[0].shape[d])
-      return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                        "slice: dim %d does not fit", d);
+      return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT, "slice: dim %d does not fit", d);
   }
   loom_view s = in[0];
   s.data = at(&in[0], lo);
-  for (int32_t d = 0; d < s.rank; d++) s.shape[d] = out[0].shape[d];
+  for (int32_t d = 0; d < s.rank; d++)
+    s.shape[d] = out[0].shape[d];
   loom_cpu_copy(c, &out[0], &s);
   return LOOM_STATUS_OK;
 }
 
-static loom_status k_concat(const loom_cpu *c, const loom_node *n,
-                            const loom_view *in, const loom_view *out) {
+static loom_status k_concat(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                            const loom_view *out) {
   int32_t axis;
   if (!loom_norm_axis(loom_cpu_attr_i(n, "axis"), out[0].rank, &axis))
     return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT, "concat: bad axis");
@@ -262,17 +272,17 @@ static loom_status k_concat(const loom_cpu *c, const loom_node *n,
   return LOOM_STATUS_OK;
 }
 
-static loom_status k_pad(const loom_cpu *c, const loom_node *n,
-                         const loom_view *in, const loom_view *out) {
+static loom_status k_pad(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                         const loom_view *out) {
   const loom_ints *lo = loom_cpu_attr_ints(n, "lo");
-  if (lo->n != out[0].rank)
-    return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT, "pad: bad lo");
+  if (lo->n != out[0].rank) return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT, "pad: bad lo");
   uint64_t val = 0; /* the value converted once, as bytes */
   loom_store(out[0].dtype, &val, 0, loom_cpu_attr_f(n, "value"));
   loom_cpu_fill(c, out[0].data, loom_view_numel(&out[0]), loom_dtype_size(out[0].dtype), &val);
   loom_view d = out[0];
   d.data = at(&out[0], lo->v);
-  for (int32_t k = 0; k < d.rank; k++) d.shape[k] = in[0].shape[k];
+  for (int32_t k = 0; k < d.rank; k++)
+    d.shape[k] = in[0].shape[k];
   loom_cpu_copy(c, &d, &in[0]);
   return LOOM_STATUS_OK;
 }

@@ -29,9 +29,12 @@ static loom_status k_matmul(const loom_cpu *c, const loom_node *n, const loom_vi
       .c_stride = o->shape[br] * o->shape[br + 1],
   };
   int64_t a_batch = 1, b_batch = 1;
-  for (int32_t d = 0; d < br; d++) p.batch *= o->shape[d];
-  for (int32_t d = 0; d < ra - 2; d++) a_batch *= in[0].shape[d];
-  for (int32_t d = 0; d < rb - 2; d++) b_batch *= in[1].shape[d];
+  for (int32_t d = 0; d < br; d++)
+    p.batch *= o->shape[d];
+  for (int32_t d = 0; d < ra - 2; d++)
+    a_batch *= in[0].shape[d];
+  for (int32_t d = 0; d < rb - 2; d++)
+    b_batch *= in[1].shape[d];
   if (p.batch == 1 || (b_batch == 1 && !ta && a_batch == p.batch)) {
     /* one GEMM: A's batch rows stack into M over a shared B */
     p.m *= p.batch;
@@ -40,7 +43,8 @@ static loom_status k_matmul(const loom_cpu *c, const loom_node *n, const loom_vi
   }
   /* Batch offsets from the operands' broadcast strides. */
   int64_t shape[LOOM_MAX_RANK];
-  for (int32_t d = 0; d < br; d++) shape[d] = o->shape[d];
+  for (int32_t d = 0; d < br; d++)
+    shape[d] = o->shape[d];
   shape[br] = in[0].shape[ra - 2];
   shape[br + 1] = in[0].shape[ra - 1];
   loom_view av = loom_view_broadcast(&in[0], br + 2, shape);

@@ -20,8 +20,8 @@
 
 /* Splits shape/mask into O, R, I; false if the reduced dims are not one
  * block. An empty axes list reduces everything. */
-static bool reduce_split(const loom_node *n, const loom_type *t, int64_t *O,
-                         int64_t *R, int64_t *I) {
+static bool reduce_split(const loom_node *n, const loom_type *t, int64_t *O, int64_t *R,
+                         int64_t *I) {
   const loom_ints *axes = loom_cpu_attr_ints(n, "axes");
   uint32_t mask = 0;
   if (axes->n == 0)
@@ -48,7 +48,10 @@ static bool reduce_split(const loom_node *n, const loom_type *t, int64_t *O,
   /* a zero-sized dim anywhere: keep the products exact (0 elements) */
   for (int32_t d = 0; d < t->rank; d++)
     if (t->shape[d] == 0) {
-      if ((mask >> d) & 1u) *R = 0; else *O = 0;
+      if ((mask >> d) & 1u)
+        *R = 0;
+      else
+        *O = 0;
     }
   return true;
 }
@@ -69,16 +72,19 @@ static inline double red_step(red_kind k, double acc, double v) {
 static double reduce_row(red_kind k, const float *x, int64_t n) {
   double acc = red_init(k);
   if (k == RSUM)
-    for (int64_t r = 0; r < n; r++) acc += x[r];
+    for (int64_t r = 0; r < n; r++)
+      acc += x[r];
   else
-    for (int64_t r = 0; r < n; r++) acc = red_step(k, acc, x[r]);
+    for (int64_t r = 0; r < n; r++)
+      acc = red_step(k, acc, x[r]);
   return acc;
 }
 
-static loom_status k_reduce(const loom_cpu *c, const loom_node *n,
-                            const loom_view *in, const loom_view *out) {
+static loom_status k_reduce(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                            const loom_view *out) {
   loom_type t = {.dtype = in[0].dtype, .rank = in[0].rank};
-  for (int32_t d = 0; d < t.rank; d++) t.shape[d] = in[0].shape[d];
+  for (int32_t d = 0; d < t.rank; d++)
+    t.shape[d] = in[0].shape[d];
   int64_t O, R, I;
   if (!reduce_split(n, &t, &O, &R, &I))
     return loom_error(c->ctx, LOOM_STATUS_INTERNAL, "reduce: unsupported axes");
@@ -98,7 +104,8 @@ static loom_status k_reduce(const loom_cpu *c, const loom_node *n,
     }
     for (int64_t o = 0; o < O; o++) {
       double acc = red_init(k);
-      for (int64_t p = 0; p < parts; p++) acc = red_step(k, acc, part[o * parts + p]);
+      for (int64_t p = 0; p < parts; p++)
+        acc = red_step(k, acc, part[o * parts + p]);
       y[o] = (float)acc;
     }
     free(part);
@@ -106,7 +113,8 @@ static loom_status k_reduce(const loom_cpu *c, const loom_node *n,
   }
   if (I == 1) {
 #pragma omp parallel for num_threads(c->nt) schedule(static) if (total >= LOOM_CPU_PAR_MIN)
-    for (int64_t o = 0; o < O; o++) y[o] = (float)reduce_row(k, x + o * R, R);
+    for (int64_t o = 0; o < O; o++)
+      y[o] = (float)reduce_row(k, x + o * R, R);
     return LOOM_STATUS_OK;
   }
   /* reduce a middle/outer axis: accumulate RED_COLS columns at a time */
@@ -115,24 +123,27 @@ static loom_status k_reduce(const loom_cpu *c, const loom_node *n,
   for (int64_t tk = 0; tk < tasks; tk++) {
     int64_t o = tk / cb, i0 = (tk % cb) * RED_COLS, ni = LOOM_MIN((int64_t)RED_COLS, I - i0);
     double acc[RED_COLS];
-    for (int64_t i = 0; i < ni; i++) acc[i] = red_init(k);
+    for (int64_t i = 0; i < ni; i++)
+      acc[i] = red_init(k);
     const float *base = x + o * R * I + i0;
     for (int64_t r = 0; r < R; r++) {
       const float *row = base + r * I;
       if (k == RSUM)
-        for (int64_t i = 0; i < ni; i++) acc[i] += row[i];
+        for (int64_t i = 0; i < ni; i++)
+          acc[i] += row[i];
       else
-        for (int64_t i = 0; i < ni; i++) acc[i] = red_step(k, acc[i], row[i]);
+        for (int64_t i = 0; i < ni; i++)
+          acc[i] = red_step(k, acc[i], row[i]);
     }
-    for (int64_t i = 0; i < ni; i++) y[o * I + i0 + i] = (float)acc[i];
+    for (int64_t i = 0; i < ni; i++)
+      y[o * I + i0 + i] = (float)acc[i];
   }
   return LOOM_STATUS_OK;
 }
 
 loom_cpu_kernel loom_cpu_reduce_kernel(const loom_graph *g, const loom_node *n) {
   const loom_type *t = &g->values[n->in[0]].type;
-  if (t->dtype != LOOM_DTYPE_F32 || g->values[n->out[0]].type.dtype != LOOM_DTYPE_F32)
-    return NULL;
+  if (t->dtype != LOOM_DTYPE_F32 || g->values[n->out[0]].type.dtype != LOOM_DTYPE_F32) return NULL;
   int64_t O, R, I;
   return reduce_split(n, t, &O, &R, &I) ? k_reduce : NULL;
 }

@@ -27,16 +27,15 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   omp_set_num_threads(1);
 #pragma omp parallel for num_threads(nt) schedule(static) if (tasks > 1 && flops >= 1e6)
   for (int64_t t = 0; t < tasks; t++) {
-    int64_t bi = t / (mb * nb), r = t % (mb * nb), i0 = (r / nb) * GEMM_MB,
-            j0 = (r % nb) * GEMM_NB;
+    int64_t bi = t / (mb * nb), r = t % (mb * nb), i0 = (r / nb) * GEMM_MB, j0 = (r % nb) * GEMM_NB;
     int64_t m = p->m - i0 < GEMM_MB ? p->m - i0 : GEMM_MB;
     int64_t n = p->n - j0 < GEMM_NB ? p->n - j0 : GEMM_NB;
     const float *a = p->a + (p->a_off ? p->a_off[bi] : 0) + (p->trans_a ? i0 : i0 * p->lda);
     const float *b = p->b + (p->b_off ? p->b_off[bi] : 0) + (p->trans_b ? j0 * p->ldb : j0);
     float *c = p->c + bi * p->c_stride + i0 * p->ldc + j0;
     omp_set_num_threads(1);
-    dnnl_status_t st = dnnl_sgemm(p->trans_a ? 'T' : 'N', p->trans_b ? 'T' : 'N', m, n, p->k,
-                                  1.0f, a, p->lda, b, p->ldb, 0.0f, c, p->ldc);
+    dnnl_status_t st = dnnl_sgemm(p->trans_a ? 'T' : 'N', p->trans_b ? 'T' : 'N', m, n, p->k, 1.0f,
+                                  a, p->lda, b, p->ldb, 0.0f, c, p->ldc);
     if (st != dnnl_success) {
 #pragma omp atomic write
       failed = (int)st;
@@ -44,7 +43,6 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   }
   omp_set_num_threads(prev);
   if (failed)
-    return loom_error(ctx, LOOM_STATUS_INTERNAL, "matmul: dnnl_sgemm failed (status %d)",
-                      failed);
+    return loom_error(ctx, LOOM_STATUS_INTERNAL, "matmul: dnnl_sgemm failed (status %d)", failed);
   return LOOM_STATUS_OK;
 }

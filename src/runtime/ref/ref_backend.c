@@ -13,8 +13,8 @@ static bool ref_supports_op(void *bctx, const loom_graph *g, const loom_node *n)
   return !loom_op_is_composite(n->op);
 }
 
-static loom_status ref_graph_compute(void *bctx, loom_ctx *ctx,
-                                     const loom_graph *g, loom_view *values) {
+static loom_status ref_graph_compute(void *bctx, loom_ctx *ctx, const loom_graph *g,
+                                     loom_view *values) {
   (void)bctx;
   for (int32_t i = 0; i < g->n_nodes; i++)
     LOOM_TRY(loom_exec_node_ref(ctx, g, &g->nodes[i], values));

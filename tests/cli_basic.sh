@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# The command-line tool end to end: help, version, argument errors, `show`,
+# and `run` on tests/data/cli/mlp.loom with outputs compared byte for byte
+# against .npy files computed independently (tests/data/cli/README.md).
+# Needs only bash, coreutils and the loom binary.
+#
+# usage: bash tests/cli_basic.sh PATH/TO/loom PATH/TO/tests/data
+set -u
+
+LOOM=${1:?usage: cli_basic.sh LOOM DATA_DIR}
+DATA=${2:?usage: cli_basic.sh LOOM DATA_DIR}/cli
+# Absolute paths: one test runs from another directory.
+LOOM=$(cd "$(dirname "$LOOM")" && pwd)/$(basename "$LOOM")
+DATA=$(cd "$DATA" && pwd) || exit 1
+passed=0
+failed=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/loom_cli.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+# Runs loom with the arguments; sets out, err and rc.
+run() {
+  out=$("$LOOM" "$@" 2>"$tmp/stderr")
+  rc=$?
+  err=$(<"$tmp/stderr")
+}
+
+ok() {
+  passed=$((passed + 1))
+}
+
+bad() {
+  failed=$((failed + 1))
+  echo "FAIL: $1" >&2
+  echo "  rc=$rc" >&2
+  echo "  stdout: ${out:0:2000}" >&2
+  echo "  stderr: ${err:0:2000}" >&2
+}
+
+# matches STR PATTERN: '*' matches anything, every other character is
+# literal (so "f32[2, 3]" needs no escaping); "" matches only "".
+matches() {
+  local s=$1 pat=$2 frag
+  [[ -z $pat ]] && { [[ -z $s ]]; return; }
+  if [[ $pat != \** ]]; then
+    frag=${pat%%\**}
+    [[ $s == "$frag"* ]] || return 1
+    s=${s#"$frag"}
+    pat=${pat#"$frag"}
+  fi
+  while [[ -n $pat ]]; do
+    pat=${pat#\*}
+    frag=${pat%%\**}
+    pat=${pat#"$frag"}
+    [[ -z $frag ]] && continue
+    [[ $s == *"$frag"* ]] || return 1
+    s=${s#*"$frag"}
+  done
+  return 0
+}
+
+# expect DESC RC [PATTERN_IN_STDOUT] [PATTERN_IN_STDERR]
+expect() {
+  local desc=$1 want_rc=$2 pout=${3-*} perr=${4-*}
+  if [[ $rc == "$want_rc" ]] && matches "$out" "$pout" && matches "$err" "$perr"; then
+    ok
+  else
+    bad "$desc (wanted rc $want_rc, stdout ~ '$pout', stderr ~ '$perr')"
+  fi
+}
+
+# same_bytes DESC FILE EXPECTED: files equal byte for byte (od is coreutils).
+same_bytes() {
+  local a b
+  a=$(od -An -v -tx1 "$2" 2>&1)
+  b=$(od -An -v -tx1 "$3" 2>&1)
+  if [[ -f $2 && $a == "$b" ]]; then
+    ok
+  else
+    bad "$1: $2 differs from $3"
+    echo "  got:    $a" >&2
+    echo "  wanted: $b" >&2
+  fi
+}
+
+inputs=(--input "x=$DATA/x.npy" --input "w1=$DATA/w1.npy"
+        --input "b1=$DATA/b1.npy" --input "w2=$DATA/w2.npy"
+        --input "b2=$DATA/b2.npy")
+
+# ---- help and version ------------------------------------------------------
+run --version
+[[ $rc == 0 && $out =~ ^loom\ [0-9]+\.[0-9]+\.[0-9]+$ ]] && ok || bad "--version prints 'loom X.Y.Z'"
+run --help
+expect "--help" 0 "*usage: loom*train*run*show*"
+run help
+expect "help" 0 "*usage: loom*"
+run help run
+expect "help run" 0 "*usage: loom run*--input*--out*--backend*--threads*--force*"
+run run --help
+expect "run --help" 0 "*usage: loom run*"
+run show --help
+expect "show --help" 0 "*usage: loom show*"
+run train --help
+[[ $rc == 0 && -n $out$err ]] && ok || bad "train --help"
+
+# ---- wrong arguments: usage on stderr, exit 2 -------------------------------
+run
+expect "no command" 2 "" "*usage: loom*"
+run frobnicate
+expect "unknown command" 2 "" "*unknown command 'frobnicate'*usage:*"
+run --frob
+expect "unknown option" 2 "" "*--frob*"
+run help frobnicate
+expect "help for an unknown command" 2 "" "*frobnicate*"
+run run
+expect "run without FILE" 2 "" "*FILE*"
+run run "$DATA/mlp.loom" --bogus
+expect "run: unknown flag" 2 "" "*unknown flag '--bogus'*"
+run run "$DATA/mlp.loom" --out
+expect "run: missing value" 2 "" "*--out needs a value*"
+run run "$DATA/mlp.loom" --threads many
+expect "run: bad number" 2 "" "*--threads*many*"
+run run "$DATA/mlp.loom" --threads -3
+expect "run: negative threads" 2 "" "*--threads*"
+run run "$DATA/mlp.loom" --backend gpu
+expect "run: unknown backend" 2 "" "*backend 'gpu'*"
+run run "$DATA/mlp.loom" --input x
+expect "run: --input without =" 2 "" "*NAME=PATH*"
+run run "$DATA/mlp.loom" --input "x=$DATA/x.npy" --input "x=$DATA/x.npy"
+expect "run: repeated --input" 2 "" "*twice*"
+run run "$DATA/mlp.loom" "$DATA/mlp.loom"
+expect "run: two files" 2 "" "*unexpected argument*"
+run show
+expect "show without FILE" 2 "" "*FILE*"
+
+# ---- failures: "loom: <message>", exit 1 ------------------------------------
+run show "$tmp/missing.loom"
+expect "show: missing file" 1 "" "loom: *missing.loom*"
+run run "$tmp/missing.loom" "${inputs[@]}" --out "$tmp/o0"
+expect "run: missing file" 1 "" "loom: *missing.loom*"
+run show "$DATA/bad.loom"
+expect "show: malformed text IR" 1 "" "loom: *bad.loom:3:25:*"
+run run "$DATA/bad.loom" --input "x=$DATA/x.npy" --out "$tmp/o0"
+expect "run: malformed text IR" 1 "" "loom: *bad.loom:3:25:*"
+run show "$DATA/bad_shape.loom"
+expect "show: shape error" 1 "" "loom: *bad_shape.loom:4:*matmul*"
+
+# ---- show --------------------------------------------------------------------
+run show "$DATA/mlp.loom"
+expect "show: text IR" 0 "*param %w1 : f32[4, 8]*%logits : f32[2, 3] = linear(%a, %w2, %b2)*output total = %total*"
+expect "show: op counts" 0 "*ops (6 nodes):*linear*2*"
+expect "show: value types" 0 "*%positive : bool[2, 3]*%total : f32[]*"
+expect "show: inputs and parameters" 0 "*1 data, 4 params*parameter elements: 67*"
+expect "show: primitive op counts" 0 "*after decompose*add*2*matmul*2*"
+[[ $out != *"after decompose"*linear* ]] && ok || bad "show: no composite left after decompose"
+
+# ---- ops ---------------------------------------------------------------------
+run ops
+expect "ops: the op table" 0 "| op | class |*| \`matmul\` | gemm | 2 | 1 | \`trans_a\` = false, \`trans_b\` = false | yes |*| \`adamw\` | composite | 5 | 3 |*"
+rows=0
+while IFS= read -r line; do [[ $line == "| \`"* ]] && rows=$((rows + 1)); done <<<"$out"
+[[ $rows -ge 50 ]] && ok || bad "ops: one row per op (got $rows)"
+run ops extra
+expect "ops: extra argument" 2 "" "*unexpected argument 'extra'*"
+
+# ---- run -----------------------------------------------------------------------
+for backend in ref cpu; do
+  o="$tmp/out_$backend"
+  run run "$DATA/mlp.loom" "${inputs[@]}" --out "$o" --backend "$backend" --threads 2
+  expect "run --backend $backend" 0 "*logits: f32[2, 3]*-5.5, 6.25, 0.75*positive: bool[2, 3]*total: f32[]*-0.125*"
+  for name in logits positive total; do
+    same_bytes "run --backend $backend: $name" "$o/$name.npy" "$DATA/expected_$name.npy"
+  done
+done
+
+# --flag=value spelling.
+run run "$DATA/mlp.loom" "--input=x=$DATA/x.npy" "${inputs[@]:2}" "--out=$tmp/eq" --backend=ref
+expect "run: --flag=value" 0 "*logits*"
+same_bytes "run: --flag=value" "$tmp/eq/logits.npy" "$DATA/expected_logits.npy"
+
+# Existing outputs are never overwritten without --force, and the refusal
+# comes before anything is written.
+o="$tmp/out_cpu"
+rm -f "$o/logits.npy" "$o/positive.npy"
+printf 'keep me' >"$o/total.npy"
+run run "$DATA/mlp.loom" "${inputs[@]}" --out "$o"
+expect "run: refuses to overwrite" 1 "" "loom: *total.npy already exists*--force*"
+[[ $(<"$o/total.npy") == "keep me" ]] && ok || bad "run: a refused file is unchanged"
+[[ ! -e $o/logits.npy ]] && ok || bad "run: a refused run writes no output"
+run run "$DATA/mlp.loom" "${inputs[@]}" --out "$o" --force
+expect "run --force" 0 "*total*"
+same_bytes "run --force: total" "$o/total.npy" "$DATA/expected_total.npy"
+
+# The default output directory is the current one.
+mkdir "$tmp/cwd"
+out=$(cd "$tmp/cwd" && "$LOOM" run "$DATA/mlp.loom" "${inputs[@]}" 2>"$tmp/stderr")
+rc=$?
+err=$(<"$tmp/stderr")
+expect "run: default --out" 0 "*logits*"
+same_bytes "run: default --out" "$tmp/cwd/logits.npy" "$DATA/expected_logits.npy"
+
+# Input errors name the input.
+run run "$DATA/mlp.loom" --input "x=$DATA/x.npy" --out "$tmp/o1"
+expect "run: missing inputs" 1 "" "loom: *w1*b1*w2*b2*"
+run run "$DATA/mlp.loom" "${inputs[@]}" --input "q=$DATA/x.npy" --out "$tmp/o1"
+expect "run: unknown input name" 1 "" "loom: *'q'*"
+run run "$DATA/mlp.loom" --input "x=$DATA/x_f64.npy" "${inputs[@]:2}" --out "$tmp/o1"
+expect "run: wrong input dtype" 1 "" "loom: *'x'*f64*f32*"
+run run "$DATA/mlp.loom" --input "x=$DATA/w1.npy" "${inputs[@]:2}" --out "$tmp/o1"
+expect "run: wrong input shape" 1 "" "loom: *'x'*f32[4, 8]*f32[2, 4]*"
+run run "$DATA/mlp.loom" --input "x=$DATA/mlp.loom" "${inputs[@]:2}" --out "$tmp/o1"
+expect "run: input not a .npy" 1 "" "loom: *'x'*mlp.loom*"
+run run "$DATA/mlp.loom" --input "x=$tmp/none.npy" "${inputs[@]:2}" --out "$tmp/o1"
+expect "run: input file missing" 1 "" "loom: *none.npy*"
+[[ ! -e $tmp/o1 ]] && ok || bad "run: a failed run creates no output directory"
+run run "$DATA/mlp.loom" "${inputs[@]}" --out "$DATA/mlp.loom"
+expect "run: --out is a file" 1 "" "loom: *not a directory*"
+
+echo "cli_basic: $passed passed, $failed failed"
+[[ $failed == 0 ]]
