@@ -418,7 +418,7 @@ static loom_tensor *run_case(loom_ctx *ctx, op_case *c, const char *backend,
   if (loom_graph_new(ctx, &g)) return NULL;
   bool ok = true;
   for (int32_t i = 0; i < c->n_in && ok; i++) {
-    char name[8];
+    char name[16];
     snprintf(name, sizeof name, "x%d", i);
     ok = loom_graph_input(g, name, c->in[i].dt, c->in[i].rank, c->in[i].shape, &vin[i]) ==
          LOOM_STATUS_OK;
