@@ -265,9 +265,27 @@ loom_status loom_graph_load(loom_ctx *ctx, const char *path, loom_graph **out);
 
 typedef struct loom_session_options {
   const char *backend; /* "cpu" (default) or "ref" */
+  /* cpu: "stitch" (default), "loop", "none" (generated code, one kernel
+   * per primitive) or "eager" (no code generation: one C loop per op).
+   * ref ignores it; an unknown name is LOOM_STATUS_INVALID_ARGUMENT. */
+  const char *fusion;
 } loom_session_options;
 
-/* Decomposes, verifies, plans memory and prepares a graph to run. */
+/* What preparing a session did. */
+typedef struct loom_session_stats {
+  int32_t n_primitive_ops; /* after decomposition */
+  int32_t n_memory_ops;    /* memory-intensive primitives among them */
+  int32_t n_kernels;       /* generated kernels */
+  int32_t n_gemm;          /* GEMM library calls */
+  int32_t n_eager;         /* nodes run one at a time without generated code */
+  int64_t modeled_bytes;   /* global memory traffic the cost model predicts */
+  int64_t peak_bytes;      /* the memory plan's arena */
+  double compile_seconds;  /* fusion, code generation and compilation */
+  bool cache_hit;          /* the compiled code came from the kernel cache */
+} loom_session_stats;
+
+/* Decomposes, verifies and prepares a graph to run: on cpu, fuses it and
+ * compiles the generated kernels (per opts->fusion), then plans memory. */
 loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g,
                              const loom_session_options *opts,
                              loom_session **out);
@@ -284,6 +302,12 @@ loom_status loom_session_run(loom_session *s, int32_t n_inputs,
                              int32_t n_outputs, loom_tensor **outputs);
 /* Peak bytes of the session's memory plan (its one arena). */
 int64_t loom_session_peak_bytes(const loom_session *s);
+/* What preparing the session did (kernels, bytes, compile time). */
+loom_status loom_session_get_stats(const loom_session *s,
+                                   loom_session_stats *out);
+/* A warning from preparing the session ("" if none), e.g. that no C
+ * compiler was found and the graph runs eagerly instead. */
+const char *loom_session_warning(const loom_session *s);
 
 #ifdef __cplusplus
 }

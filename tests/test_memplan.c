@@ -1,6 +1,7 @@
 /* Memory planning: reuse on chains, no overlap between live values on
- * random DAGs, outputs kept to the end, and arena execution equal to
- * execution with one private buffer per value. */
+ * random DAGs, outputs kept to the end, arena execution equal to
+ * execution with one private buffer per value, and plans over the steps
+ * of fused programs (only materialized values get memory). */
 #include "common.h"
 
 #include "ir/build.h"
@@ -290,7 +291,8 @@ static void test_reshape_alias(loom_ctx *ctx) {
   loom_tensor *xt = NULL, *out[1] = {NULL};
   CHECK_OK(ctx, loom_tensor_wrap(ctx, LOOM_DTYPE_F32, 2, (int64_t[]){4, 6}, xv, &xt));
   for (int k = 0; k < 2; k++) {
-    CHECK_OK(ctx, loom_session_new(ctx, g, &(loom_session_options){k ? "cpu" : "ref"}, &s));
+    CHECK_OK(ctx,
+             loom_session_new(ctx, g, &(loom_session_options){.backend = k ? "cpu" : "ref"}, &s));
     CHECK_OK(ctx, loom_session_run(s, 1, (const loom_tensor *const *)&xt, 1, out));
     int bad = 0;
     for (int i = 0; out[0] && i < 24; i++)
@@ -304,6 +306,85 @@ static void test_reshape_alias(loom_ctx *ctx) {
   loom_graph_free(g);
 }
 
+/* A fused program by hand: step 0 = kernel {a = exp(x); b = neg(a)},
+ * step 1 = kernel {c = b + x; y = sum(c)}; a and c never reach memory. */
+static void test_steps(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  int32_t x;
+  CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 2, (int64_t[]){10, 100}, &x));
+  int32_t a = lb_unary(g, LOOM_OP_EXP, x);
+  int32_t b = lb_unary(g, LOOM_OP_NEG, a);
+  int32_t c = lb_add(g, b, x);
+  int32_t y = lb_reduce(g, LOOM_OP_REDUCE_SUM, c, 1, (int64_t[]){1}, false);
+  CHECK_OK(ctx, loom_build_status(g));
+  CHECK_OK(ctx, loom_graph_output(g, "y", y));
+  bool *mat = calloc((size_t)g->n_values, sizeof *mat);
+  mat[x] = mat[b] = mat[y] = true;
+  int32_t in0[] = {x}, out0[] = {b}, in1[] = {b, x}, out1[] = {y};
+  loom_memplan_step steps[2] = {{.n_in = 1, .n_out = 1, .in = in0, .out = out0},
+                                {.n_in = 2, .n_out = 1, .in = in1, .out = out1}};
+  loom_memplan p;
+  CHECK_OK(ctx, loom_memplan_build_steps(g, 2, steps, mat, &p));
+  CHECK(p.offset[a] == -1 && p.offset[c] == -1 && p.offset[x] == -1);
+  CHECK(p.offset[b] >= 0 && p.offset[y] >= 0 && p.offset[b] != p.offset[y]);
+  CHECK(p.first[b] == 0 && p.last[b] == 1 && p.first[y] == 1 && p.last[y] == 2);
+  CHECK(p.first[a] == -1 && p.last[a] == -1 && p.last[x] == 1);
+  CHECK(p.peak_bytes == 4032 + 64); /* b [10, 100] and y [10], nothing else */
+  loom_memplan_free(&p);
+
+  /* inconsistent programs are INTERNAL errors with a message */
+  mat[b] = false; /* step 0 writes a value nobody keeps */
+  CHECK_STATUS(ctx, LOOM_STATUS_INTERNAL, loom_memplan_build_steps(g, 2, steps, mat, &p));
+  CHECK(strstr(loom_ctx_error(ctx), "not materialized") != NULL);
+  mat[b] = true;
+  CHECK_STATUS(ctx, LOOM_STATUS_INTERNAL, loom_memplan_build_steps(g, 1, steps + 1, mat, &p));
+  CHECK(strstr(loom_ctx_error(ctx), "no earlier step") != NULL);
+  loom_memplan_step twice[2] = {steps[0], steps[0]};
+  CHECK_STATUS(ctx, LOOM_STATUS_INTERNAL, loom_memplan_build_steps(g, 2, twice, mat, &p));
+  CHECK_STATUS(ctx, LOOM_STATUS_INTERNAL, loom_memplan_build_steps(g, 1, steps, mat, &p));
+  CHECK(strstr(loom_ctx_error(ctx), "never written") != NULL);
+  int32_t bad_in[] = {x}, bad_out[] = {x};
+  loom_memplan_step writes_input = {.n_in = 1, .n_out = 1, .in = bad_in, .out = bad_out};
+  CHECK_STATUS(ctx, LOOM_STATUS_INTERNAL, loom_memplan_build_steps(g, 1, &writes_input, mat, &p));
+  loom_memplan_step alias_bad = steps[1];
+  alias_bad.alias = true; /* b [10, 100] and y [10] differ in size */
+  loom_memplan_step seq[2] = {steps[0], alias_bad};
+  CHECK_STATUS(ctx, LOOM_STATUS_INTERNAL, loom_memplan_build_steps(g, 2, seq, mat, &p));
+  CHECK(loom_memplan_build_steps(g, 2, NULL, mat, &p) == LOOM_STATUS_INVALID_ARGUMENT);
+  free(mat);
+  loom_graph_free(g);
+}
+
+/* One step per node with everything materialized is the node plan. */
+static void test_steps_match_nodes(loom_ctx *ctx) {
+  loom_test_rng r = {777};
+  int same = 0, made = 0;
+  for (int trial = 0; trial < 40; trial++) {
+    loom_graph *g = random_dag(ctx, &r, 5 + trial);
+    if (!g) continue;
+    made++;
+    loom_memplan_step *steps = calloc((size_t)g->n_nodes + 1, sizeof *steps);
+    for (int32_t j = 0; j < g->n_nodes; j++) {
+      const loom_node *n = &g->nodes[j];
+      steps[j] = (loom_memplan_step){n->n_in, n->n_out, n->in, n->out, n->op == LOOM_OP_RESHAPE};
+    }
+    loom_memplan a, b;
+    CHECK_OK(ctx, loom_memplan_build(g, &a));
+    CHECK_OK(ctx, loom_memplan_build_steps(g, g->n_nodes, steps, NULL, &b));
+    bool eq = a.peak_bytes == b.peak_bytes;
+    for (int32_t v = 0; eq && v < g->n_values; v++)
+      eq = a.offset[v] == b.offset[v] && a.first[v] == b.first[v] && a.last[v] == b.last[v] &&
+           a.root[v] == b.root[v];
+    same += eq;
+    loom_memplan_free(&a);
+    loom_memplan_free(&b);
+    free(steps);
+    loom_graph_free(g);
+  }
+  CHECK(made > 20 && same == made);
+}
+
 int main(void) {
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx)) return 1;
@@ -311,6 +392,8 @@ int main(void) {
   test_no_in_place(ctx);
   test_reshape_alias(ctx);
   test_random_dags(ctx);
+  test_steps(ctx);
+  test_steps_match_nodes(ctx);
   loom_ctx_free(ctx);
   return loom_test_finish("test_memplan");
 }

@@ -1,6 +1,7 @@
 /*
  * The generic differential op harness: every primitive op, over shapes with
- * broadcasting, size-1, empty and odd dims, on every backend, against the
+ * broadcasting, size-1, empty and odd dims, on the cpu backend in every
+ * fusion mode (eager, and generated code: none, loop, stitch), against the
  * reference executor. A backend that does not run a node itself falls back
  * to the reference kernel, so this also exercises the fallback path.
  * (The reference kernels themselves are checked by known answers in
@@ -13,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_IN 4
 
@@ -408,67 +410,182 @@ static void describe(op_case *c) {
   if (k < (int)sizeof c->label) snprintf(c->label + k, sizeof c->label - (size_t)k, ")");
 }
 
-/* Runs one case on `backend`, returns the output tensor (NULL on failure). */
-static loom_tensor *run_case(loom_ctx *ctx, op_case *c, const char *backend,
-                             loom_tensor **inputs) {
+/*
+ * Cases run in batches: one graph holds a batch's cases side by side
+ * (inputs "cK_xI", output "cK"), so each fusion mode compiles one program
+ * per batch instead of one per case. A batch that fails to prepare is
+ * rerun case by case to name the culprit.
+ */
+typedef struct mode {
+  const char *backend, *fusion;
+} mode;
+
+static const mode modes[] = {
+    {"cpu", "eager"}, {"cpu", "none"}, {"cpu", "loop"}, {"cpu", "stitch"},
+};
+
+/* Graph of cases [first, first + n); NULL on failure (message printed). */
+static loom_graph *build_graph(loom_ctx *ctx, int32_t first, int32_t n) {
   loom_graph *g = NULL;
-  loom_session *s = NULL;
-  loom_tensor *out = NULL;
-  loom_value vin[MAX_IN], y;
   if (loom_graph_new(ctx, &g)) return NULL;
-  bool ok = true;
-  for (int32_t i = 0; i < c->n_in && ok; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "x%d", i);
-    ok = loom_graph_input(g, name, c->in[i].dt, c->in[i].rank, c->in[i].shape, &vin[i]) ==
-         LOOM_STATUS_OK;
+  for (int32_t k = first; k < first + n; k++) {
+    op_case *c = &cases[k];
+    loom_value vin[MAX_IN], y;
+    char name[32];
+    bool ok = true;
+    for (int32_t i = 0; i < c->n_in && ok; i++) {
+      snprintf(name, sizeof name, "c%d_x%d", k, i);
+      ok = loom_graph_input(g, name, c->in[i].dt, c->in[i].rank, c->in[i].shape, &vin[i]) ==
+           LOOM_STATUS_OK;
+    }
+    snprintf(name, sizeof name, "c%d", k);
+    ok = ok && loom_graph_op(g, c->op, c->n_in, vin, c->n_attrs, c->attrs, &y) == LOOM_STATUS_OK;
+    ok = ok && loom_graph_output(g, name, y) == LOOM_STATUS_OK;
+    if (!ok) {
+      fprintf(stderr, "%s: cannot build: %s\n", c->label, loom_ctx_error(ctx));
+      loom_graph_free(g);
+      return NULL;
+    }
   }
-  ok = ok && loom_graph_op(g, c->op, c->n_in, vin, c->n_attrs, c->attrs, &y) == LOOM_STATUS_OK;
-  ok = ok && loom_graph_output(g, "y", y) == LOOM_STATUS_OK;
-  loom_session_options opts = {.backend = backend};
-  ok = ok && loom_session_new(ctx, g, &opts, &s) == LOOM_STATUS_OK;
-  ok = ok && loom_session_run(s, c->n_in, (const loom_tensor *const *)inputs, 1, &out) ==
+  return g;
+}
+
+/* Runs cases [first, first + n) as one graph; outputs into out[0..n). */
+static bool run_graph(loom_ctx *ctx, int32_t first, int32_t n, const mode *m,
+                      loom_tensor **inputs, loom_tensor **out, int32_t threads) {
+  loom_graph *g = build_graph(ctx, first, n);
+  if (!g) return false;
+  loom_session *s = NULL;
+  loom_session_options opts = {.backend = m->backend, .fusion = m->fusion};
+  bool ok = loom_session_new(ctx, g, &opts, &s) == LOOM_STATUS_OK;
+  if (ok && loom_session_warning(s)[0])
+    fprintf(stderr, "warning (%s): %s\n", m->fusion, loom_session_warning(s));
+  ok = ok && loom_ctx_set_threads(ctx, threads) == LOOM_STATUS_OK;
+  ok = ok && loom_session_run(s, g->n_inputs, (const loom_tensor *const *)inputs, n, out) ==
                  LOOM_STATUS_OK;
+  loom_ctx_set_threads(ctx, 0);
   if (!ok) {
-    fprintf(stderr, "%s on %s: %s\n", c->label, backend, loom_ctx_error(ctx));
-    loom_tensor_free(out);
-    out = NULL;
+    fprintf(stderr, "%s..%s on %s/%s: %s\n", cases[first].label, cases[first + n - 1].label,
+            m->backend, m->fusion ? m->fusion : "-", loom_ctx_error(ctx));
+    for (int32_t k = 0; k < n; k++) {
+      loom_tensor_free(out[k]);
+      out[k] = NULL;
+    }
   }
   loom_session_free(s);
   loom_graph_free(g);
-  return out;
+  return ok;
 }
 
-static void check_case(loom_ctx *ctx, op_case *c, const char *backend, loom_test_rng *rng) {
-  loom_tensor *inputs[MAX_IN] = {NULL};
-  describe(c);
-  for (int32_t i = 0; i < c->n_in; i++) {
-    CHECK_OK(ctx, loom_tensor_new(ctx, c->in[i].dt, c->in[i].rank, c->in[i].shape, &inputs[i]));
-    if (inputs[i]) fill(inputs[i], &c->in[i], rng);
+static int32_t case_inputs(int32_t k) { return cases[k].n_in; }
+
+/* Compares case k's output with the reference; returns true if equal. */
+static bool compare(const op_case *c, const mode *m, const loom_tensor *ref,
+                    const loom_tensor *got) {
+  if (!ref || !got) return false;
+  if (loom_tensor_dtype(ref) != loom_tensor_dtype(got) ||
+      loom_tensor_numel(ref) != loom_tensor_numel(got)) {
+    fprintf(stderr, "%s on %s: dtype or size differs\n", c->label, m->fusion);
+    return false;
   }
-  loom_tensor *ref = run_case(ctx, c, "ref", inputs);
-  loom_tensor *got = run_case(ctx, c, backend, inputs);
-  CHECK(ref && got);
-  if (ref && got) {
-    CHECK(loom_tensor_dtype(ref) == loom_tensor_dtype(got));
-    CHECK(loom_tensor_numel(ref) == loom_tensor_numel(got));
-    int64_t n = loom_tensor_numel(ref), bad = 0;
-    for (int64_t i = 0; i < n && bad < 3; i++)
-      if (!close_enough(elem(ref, i), elem(got, i), c->rtol)) {
-        fprintf(stderr, "%s on %s: element %lld: ref %.9g, got %.9g\n", c->label, backend,
-                (long long)i, elem(ref, i), elem(got, i));
-        bad++;
+  int64_t n = loom_tensor_numel(ref), bad = 0;
+  for (int64_t i = 0; i < n && bad < 3; i++)
+    if (!close_enough(elem(ref, i), elem(got, i), c->rtol)) {
+      fprintf(stderr, "%s on %s/%s: element %lld: ref %.9g, got %.9g\n", c->label, m->backend,
+              m->fusion, (long long)i, elem(ref, i), elem(got, i));
+      bad++;
+    }
+  return bad == 0;
+}
+
+static bool same_bytes(const loom_tensor *a, const loom_tensor *b) {
+  if (!a || !b) return false;
+  size_t nb = (size_t)loom_tensor_numel(a) * loom_dtype_size(loom_tensor_dtype(a));
+  return loom_tensor_numel(a) == loom_tensor_numel(b) &&
+         memcmp(loom_tensor_data(a), loom_tensor_data(b), nb) == 0;
+}
+
+/* One batch on every mode against ref; stitch also at 1 and 3 threads
+ * (bitwise equal). Returns the number of (case, mode) pairs compared. */
+static int32_t check_batch(loom_ctx *ctx, int32_t first, int32_t n, loom_test_rng *rng) {
+  int32_t n_in = 0, pairs = 0;
+  for (int32_t k = first; k < first + n; k++) n_in += case_inputs(k);
+  loom_tensor **inputs = calloc((size_t)n_in + 1, sizeof *inputs);
+  loom_tensor **ref = calloc((size_t)n, sizeof *ref), **got = calloc((size_t)n, sizeof *got);
+  loom_tensor **alt = calloc((size_t)n, sizeof *alt);
+  int32_t at = 0;
+  for (int32_t k = first; k < first + n; k++) {
+    describe(&cases[k]);
+    for (int32_t i = 0; i < cases[k].n_in; i++, at++) {
+      CHECK_OK(ctx, loom_tensor_new(ctx, cases[k].in[i].dt, cases[k].in[i].rank,
+                                    cases[k].in[i].shape, &inputs[at]));
+      if (inputs[at]) fill(inputs[at], &cases[k].in[i], rng);
+    }
+  }
+  const mode ref_mode = {"ref", NULL};
+  CHECK(run_graph(ctx, first, n, &ref_mode, inputs, ref, 0));
+  for (int32_t m = 0; m < LOOM_ARRAY_LEN(modes); m++) {
+    bool ok = run_graph(ctx, first, n, &modes[m], inputs, got, 0);
+    if (!ok && n > 1) {
+      /* find the case(s) that broke the batch */
+      for (int32_t k = 0, in_at = 0; k < n; in_at += case_inputs(first + k), k++) {
+        loom_tensor *one = NULL;
+        if (!run_graph(ctx, first + k, 1, &modes[m], inputs + in_at, &one, 0))
+          fprintf(stderr, "  fails alone: %s\n", cases[first + k].label);
+        loom_tensor_free(one);
       }
-    CHECK(bad == 0);
+    }
+    CHECK(ok);
+    for (int32_t k = 0; ok && k < n; k++) {
+      CHECK(compare(&cases[first + k], &modes[m], ref[k], got[k]));
+      pairs++;
+    }
+    /* determinism: 1 and 3 threads give the same bytes */
+    if (ok && strcmp(modes[m].fusion, "stitch") == 0) {
+      bool ok1 = run_graph(ctx, first, n, &modes[m], inputs, alt, 1);
+      CHECK(ok1);
+      for (int32_t k = 0; ok1 && k < n; k++) {
+        if (!same_bytes(alt[k], got[k]))
+          fprintf(stderr, "%s on stitch: 1 thread differs from all cores\n",
+                  cases[first + k].label);
+        CHECK(same_bytes(alt[k], got[k]));
+      }
+      for (int32_t k = 0; k < n; k++) {
+        loom_tensor_free(alt[k]);
+        alt[k] = NULL;
+      }
+      ok1 = run_graph(ctx, first, n, &modes[m], inputs, alt, 3);
+      CHECK(ok1);
+      for (int32_t k = 0; ok1 && k < n; k++) CHECK(same_bytes(alt[k], got[k]));
+      for (int32_t k = 0; k < n; k++) {
+        loom_tensor_free(alt[k]);
+        alt[k] = NULL;
+      }
+    }
+    for (int32_t k = 0; k < n; k++) {
+      loom_tensor_free(got[k]);
+      got[k] = NULL;
+    }
   }
-  loom_tensor_free(ref);
-  loom_tensor_free(got);
-  for (int32_t i = 0; i < c->n_in; i++) loom_tensor_free(inputs[i]);
+  for (int32_t k = 0; k < n; k++) loom_tensor_free(ref[k]);
+  for (int32_t i = 0; i < n_in; i++) loom_tensor_free(inputs[i]);
+  free(inputs);
+  free(ref);
+  free(got);
+  free(alt);
+  return pairs;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 int main(void) {
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx)) return 1;
+  double t0 = now_s();
   build_elementwise_cases();
   build_reduce_cases();
   build_layout_cases();
@@ -483,12 +600,16 @@ int main(void) {
       CHECK(covered[op]);
     }
 
-  static const char *const backends[] = {"ref", "cpu"};
-  for (int32_t b = 0; b < LOOM_ARRAY_LEN(backends); b++) {
-    loom_test_rng rng = {42};
-    for (int32_t k = 0; k < n_cases; k++) check_case(ctx, &cases[k], backends[b], &rng);
-  }
-  printf("op harness: %d cases x %d backends\n", n_cases, LOOM_ARRAY_LEN(backends));
+  /* Batches of cases: each fusion mode compiles one program per batch. */
+  const char *quick = getenv("LOOM_TEST_QUICK");
+  int32_t batch = quick && quick[0] == '1' ? 128 : 64;
+  loom_test_rng rng = {42};
+  int32_t pairs = 0, batches = 0;
+  for (int32_t first = 0; first < n_cases; first += batch, batches++)
+    pairs += check_batch(ctx, first, LOOM_MIN(batch, n_cases - first), &rng);
+  printf("op harness: %d cases x %d modes (cpu eager, none, loop, stitch) against ref, "
+         "%d batches, %d comparisons, %.1fs\n",
+         n_cases, LOOM_ARRAY_LEN(modes), batches, pairs, now_s() - t0);
   free(cases);
   loom_ctx_free(ctx);
   return loom_test_finish("test_ops");

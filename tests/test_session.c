@@ -1,6 +1,9 @@
-/* Sessions end to end: an MLP against a hand computation, ops on the cpu
- * backend against the ref backend (and across thread counts), misuse,
- * in-place updates, and the memory plan's peak. */
+/* Sessions end to end: an MLP against a hand computation in every backend
+ * and fusion mode, ops on the eager cpu backend against the ref backend
+ * (and across thread counts), misuse, in-place updates, the memory plan's
+ * peak, session stats, and the fallbacks when the C compiler is missing or
+ * fails. */
+#define _POSIX_C_SOURCE 200809L
 #include "common.h"
 
 #include "ir/build.h"
@@ -12,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static loom_tensor *rand_tensor(loom_ctx *ctx, loom_test_rng *r, int32_t rank,
                                 const int64_t *shape) {
@@ -68,10 +73,16 @@ static void test_mlp(loom_ctx *ctx) {
     for (int o = 0; o < O; o++)
       want[b][o] = exp(zs[o] - zmax) / sum;
   }
-  const char *backends[2] = {"ref", "cpu"};
-  for (int k = 0; k < 2; k++) {
+  static const loom_session_options modes[] = {
+      {.backend = "ref"},
+      {.backend = "cpu", .fusion = "eager"},
+      {.backend = "cpu", .fusion = "none"},
+      {.backend = "cpu", .fusion = "loop"},
+      {.backend = "cpu", .fusion = "stitch"},
+  };
+  for (int k = 0; k < LOOM_ARRAY_LEN(modes); k++) {
     loom_session *s = NULL;
-    loom_session_options o = {.backend = backends[k]};
+    loom_session_options o = modes[k];
     CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
     loom_tensor *out[2] = {NULL, NULL};
     CHECK_OK(ctx, loom_session_run(s, 4, (const loom_tensor *const *)in, 2, out));
@@ -99,13 +110,14 @@ static void test_mlp(loom_ctx *ctx) {
     loom_session_free(s);
   }
 
-  /* the session's peak is the plan of the decomposed graph */
+  /* an eager session's peak is the node plan of the decomposed graph */
   loom_graph *dg = NULL;
   CHECK_OK(ctx, loom_graph_decompose(g, &dg));
   loom_memplan plan;
   CHECK_OK(ctx, loom_memplan_build(dg, &plan));
   loom_session *s = NULL;
-  CHECK_OK(ctx, loom_session_new(ctx, g, NULL, &s));
+  CHECK_OK(ctx, loom_session_new(ctx, g,
+                                 &(loom_session_options){.backend = "cpu", .fusion = "eager"}, &s));
   CHECK(loom_session_peak_bytes(s) == plan.peak_bytes);
   CHECK(plan.peak_bytes >= (B * H + B * O) * 4);
   loom_memplan_free(&plan);
@@ -633,7 +645,8 @@ static void test_ops_differential(loom_ctx *ctx) {
     loom_tensor *ref_out[16] = {NULL}, *cpu_out[3][16] = {{NULL}};
     loom_session *sr = NULL, *sc = NULL;
     CHECK_OK(ctx, loom_session_new(ctx, g, &(loom_session_options){.backend = "ref"}, &sr));
-    CHECK_OK(ctx, loom_session_new(ctx, g, &(loom_session_options){.backend = "cpu"}, &sc));
+    CHECK_OK(ctx, loom_session_new(
+                      ctx, g, &(loom_session_options){.backend = "cpu", .fusion = "eager"}, &sc));
     CHECK_OK(ctx, loom_session_run(sr, g->n_inputs, (const loom_tensor *const *)in, no, ref_out));
     const int threads[3] = {1, 2, 3};
     for (int t = 0; t < 3; t++) {
@@ -696,6 +709,162 @@ static void test_ops_differential(loom_ctx *ctx) {
   loom_backend_free(cpu);
 }
 
+/* ---- fusion options, stats and compiler fallbacks ----------------------- */
+
+/* y = softmax(relu(x @ w + b)) and its row sums: GEMM plus memory work. */
+static loom_graph *small_graph(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  if (loom_graph_new(ctx, &g)) return NULL;
+  int32_t x, w, b;
+  CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 2, (int64_t[]){6, 10}, &x));
+  CHECK_OK(ctx, loom_graph_param(g, "w", LOOM_DTYPE_F32, 2, (int64_t[]){10, 12}, &w));
+  CHECK_OK(ctx, loom_graph_param(g, "b", LOOM_DTYPE_F32, 1, (int64_t[]){12}, &b));
+  int32_t h = lb_unary(g, LOOM_OP_RELU, lb_add(g, lb_matmul(g, x, w, false, false), b));
+  int32_t y = lb_op(g, LOOM_OP_SOFTMAX, 1, &h, NULL);
+  int32_t r = lb_sum(g, lb_mul(g, y, h), 1, (int64_t[]){1}, false);
+  CHECK_OK(ctx, loom_build_status(g));
+  CHECK_OK(ctx, loom_graph_output(g, "y", y));
+  CHECK_OK(ctx, loom_graph_output(g, "r", r));
+  return g;
+}
+
+/* Runs g with opts on the inputs; max abs difference from want (NULL:
+ * returns the outputs in got). */
+static double run_small(loom_ctx *ctx, loom_session *s, loom_tensor **in, loom_tensor **want) {
+  loom_tensor *out[2] = {NULL, NULL};
+  double worst = INFINITY;
+  if (loom_session_run(s, 3, (const loom_tensor *const *)in, 2, out) == LOOM_STATUS_OK) {
+    worst = 0;
+    for (int o = 0; o < 2; o++) {
+      const float *a = loom_tensor_data(out[o]), *b = loom_tensor_data(want[o]);
+      for (int64_t e = 0; e < loom_tensor_numel(out[o]); e++)
+        worst = fmax(worst, fabs((double)a[e] - b[e]));
+    }
+  } else {
+    fprintf(stderr, "run_small: %s\n", loom_ctx_error(ctx));
+  }
+  loom_tensor_free(out[0]);
+  loom_tensor_free(out[1]);
+  return worst;
+}
+
+static void test_fusion_stats(loom_ctx *ctx) {
+  loom_graph *g = small_graph(ctx);
+  loom_test_rng r = {5};
+  loom_tensor *in[3] = {rand_tensor(ctx, &r, 2, (int64_t[]){6, 10}),
+                        rand_tensor(ctx, &r, 2, (int64_t[]){10, 12}),
+                        rand_tensor(ctx, &r, 1, (int64_t[]){12})};
+  loom_tensor *want[2] = {NULL, NULL};
+  loom_session *s = NULL;
+  loom_session_stats st;
+
+  /* unknown modes are refused, naming the known ones, on every backend */
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_session_new(ctx, g, &(loom_session_options){.fusion = "fast"}, &s));
+  CHECK(strstr(loom_ctx_error(ctx), "'fast'") && strstr(loom_ctx_error(ctx), "stitch") &&
+        strstr(loom_ctx_error(ctx), "eager"));
+  CHECK_STATUS(
+      ctx, LOOM_STATUS_INVALID_ARGUMENT,
+      loom_session_new(ctx, g, &(loom_session_options){.backend = "ref", .fusion = ""}, &s));
+  CHECK(s == NULL);
+  CHECK(loom_session_get_stats(NULL, &st) == LOOM_STATUS_INVALID_ARGUMENT);
+  CHECK(strcmp(loom_session_warning(NULL), "") == 0);
+
+  /* ref ignores the mode: one node at a time */
+  CHECK_OK(ctx, loom_session_new(ctx, g,
+                                 &(loom_session_options){.backend = "ref", .fusion = "loop"}, &s));
+  CHECK_OK(ctx, loom_session_run(s, 3, (const loom_tensor *const *)in, 2, want));
+  CHECK(loom_session_get_stats(s, NULL) == LOOM_STATUS_INVALID_ARGUMENT);
+  CHECK_OK(ctx, loom_session_get_stats(s, &st));
+  int32_t n_prim = st.n_primitive_ops;
+  CHECK(n_prim > 8 && st.n_memory_ops == n_prim - 1 && st.n_kernels == 0 && st.n_eager == n_prim &&
+        st.peak_bytes == loom_session_peak_bytes(s));
+  CHECK(strcmp(loom_session_warning(s), "") == 0);
+  loom_session_free(s);
+
+  /* eager cpu: the matmul through the GEMM library, the rest node by node */
+  CHECK_OK(ctx, loom_session_new(ctx, g,
+                                 &(loom_session_options){.backend = "cpu", .fusion = "eager"}, &s));
+  CHECK_OK(ctx, loom_session_get_stats(s, &st));
+  CHECK(st.n_primitive_ops == n_prim && st.n_gemm == 1 && st.n_eager == n_prim - 1 &&
+        st.n_kernels == 0 && !st.cache_hit && st.modeled_bytes == 0);
+  CHECK(run_small(ctx, s, in, want) < 1e-5);
+  loom_session_free(s);
+
+  /* generated code: fewer kernels the more is fused, same numbers */
+  static const char *const modes[] = {"none", "loop", "stitch"};
+  int32_t kernels[3] = {0, 0, 0};
+  for (int m = 0; m < 3; m++) {
+    loom_session_options o = {.backend = "cpu", .fusion = modes[m]};
+    CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
+    if (!s) continue;
+    CHECK_OK(ctx, loom_session_get_stats(s, &st));
+    kernels[m] = st.n_kernels;
+    CHECK(st.n_kernels >= 1 && st.n_gemm == 1 && st.modeled_bytes > 0 && st.compile_seconds >= 0 &&
+          st.peak_bytes == loom_session_peak_bytes(s));
+    CHECK(strcmp(loom_session_warning(s), "") == 0);
+    double err = run_small(ctx, s, in, want);
+    if (err >= 1e-5) fprintf(stderr, "fusion %s: max error %g\n", modes[m], err);
+    CHECK(err < 1e-5);
+    loom_session_free(s);
+    /* the same graph again comes from the kernel cache */
+    CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
+    CHECK_OK(ctx, loom_session_get_stats(s, &st));
+    CHECK(st.cache_hit);
+    loom_session_free(s);
+  }
+  CHECK(kernels[0] >= kernels[1] && kernels[1] >= kernels[2]);
+  printf("fusion stats: %d primitive ops; kernels none %d, loop %d, stitch %d\n", n_prim,
+         kernels[0], kernels[1], kernels[2]);
+
+  /* no compiler: eager instead, with a warning, and the same numbers */
+  const char *old = getenv("LOOM_CC");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("LOOM_CC", "/nonexistent/loom-test-cc", 1);
+  CHECK_OK(ctx, loom_session_new(ctx, g, NULL, &s));
+  if (s) {
+    CHECK(strstr(loom_session_warning(s), "eager") != NULL);
+    CHECK(strstr(loom_session_warning(s), "loom-test-cc") != NULL);
+    CHECK_OK(ctx, loom_session_get_stats(s, &st));
+    CHECK(st.n_kernels == 0 && st.n_gemm == 1 && st.n_eager == n_prim - 1);
+    CHECK(run_small(ctx, s, in, want) < 1e-5);
+    loom_session_free(s);
+  }
+  /* a compiler that fails: an error carrying its message */
+  char dir[] = "/tmp/loom-test-cc-XXXXXX";
+  if (mkdtemp(dir)) {
+    char path[64];
+    snprintf(path, sizeof path, "%s/cc", dir);
+    FILE *f = fopen(path, "w");
+    if (f) {
+      fputs("#!/bin/sh\n"
+            "if [ \"$1\" = --version ]; then echo loom-fake-cc 1.0; exit 0; fi\n"
+            "echo 'kernel.c:1:1: error: boom from the fake compiler' >&2\n"
+            "exit 1\n",
+            f);
+      fclose(f);
+      chmod(path, 0755);
+      setenv("LOOM_CC", path, 1);
+      loom_status rc = loom_session_new(ctx, g, NULL, &s);
+      CHECK(rc == LOOM_STATUS_INTERNAL && s == NULL);
+      CHECK(strstr(loom_ctx_error(ctx), "boom from the fake compiler") != NULL);
+      remove(path);
+    }
+    rmdir(dir);
+  }
+  if (saved)
+    setenv("LOOM_CC", saved, 1);
+  else
+    unsetenv("LOOM_CC");
+  free(saved);
+
+  loom_tensor_free(want[0]);
+  loom_tensor_free(want[1]);
+  for (int i = 0; i < 3; i++)
+    loom_tensor_free(in[i]);
+  loom_graph_free(g);
+}
+
 int main(void) {
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx)) return 1;
@@ -703,6 +872,7 @@ int main(void) {
   test_tensor_misuse(ctx);
   test_session_misuse(ctx);
   test_aliasing(ctx);
+  test_fusion_stats(ctx);
   test_ops_differential(ctx);
   loom_ctx_free(ctx);
   return loom_test_finish("test_session");

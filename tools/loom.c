@@ -3,6 +3,8 @@
  *
  *   loom train [flags]          train the GPT of src/train (loom train --help)
  *   loom run FILE [flags]       run a text-IR graph on .npy inputs
+ *   loom compile FILE [flags]   fuse and compile a graph; print its artifacts
+ *   loom bench [WORKLOAD...]    benchmarks (bench/; loom bench --help)
  *   loom show FILE              print a graph and what it is made of
  *   loom ops                    print the op table
  *
@@ -14,8 +16,12 @@
 #include "ir/dtype.h"
 #include "ir/graph.h"
 #include "ir/text_ir.h"
+#include "fusion/fusion.h"
 #include "ops/op.h"
+#include "runtime/session.h"
 #include "train/train_cli.h"
+
+#include "bench.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -33,6 +39,8 @@ static const char usage_main[] =
     "commands:\n"
     "  train [flags]        train a small GPT (see 'loom train --help')\n"
     "  run FILE [flags]     run a text-IR graph on .npy inputs\n"
+    "  compile FILE [flags] fuse and compile a graph, print what it became\n"
+    "  bench [WORKLOAD...]  measure workloads in every fusion mode\n"
     "  show FILE            print a graph, its op counts and value shapes\n"
     "  ops                  print the op table (a Markdown table)\n"
     "  help [COMMAND]       print help for loom or for one command\n"
@@ -45,7 +53,7 @@ static const char usage_main[] =
 
 static const char usage_run[] =
     "usage: loom run FILE [--input NAME=PATH.npy]... [--out DIR]\n"
-    "                [--backend ref|cpu] [--threads N] [--force]\n"
+    "                [--backend ref|cpu] [--fusion MODE] [--threads N] [--force]\n"
     "\n"
     "Runs the text-IR graph in FILE. Every graph input (parameters too) is\n"
     "read from the .npy file given for its name; each output is written to\n"
@@ -54,8 +62,30 @@ static const char usage_run[] =
     "  --input NAME=PATH    the .npy file for graph input NAME (repeatable)\n"
     "  --out DIR            where outputs go (default '.'; created if missing)\n"
     "  --backend NAME       'cpu' (default) or 'ref' (the reference kernels)\n"
+    "  --fusion MODE        cpu: 'stitch' (default), 'loop', 'none' (generated\n"
+    "                       kernels) or 'eager' (one C loop per op)\n"
     "  --threads N          CPU threads (0 = all cores, the default)\n"
     "  --force              overwrite output files that already exist\n"
+    "  -h, --help           print this help\n";
+
+static const char usage_compile[] =
+    "usage: loom compile FILE [--fusion MODE] [--emit c|kernels|program]\n"
+    "                    [--dump-after decompose|fuse|lower] [--threads N]\n"
+    "\n"
+    "Prepares the text-IR graph in FILE for the cpu backend as 'loom run'\n"
+    "would (decomposition, fusion plan, kernels, generated C, compilation\n"
+    "through the kernel cache, memory plan) and prints a summary: primitive\n"
+    "ops, memory-intensive ops, kernels, GEMMs, eager nodes, modeled bytes,\n"
+    "peak bytes, compile time and whether the code came from the cache.\n"
+    "With --emit or --dump-after the artifact goes to stdout and the\n"
+    "summary to stderr.\n"
+    "\n"
+    "  --fusion MODE        'stitch' (default), 'loop', 'none' or 'eager'\n"
+    "  --emit WHAT          c: the generated C source; kernels: the kernel IR;\n"
+    "                       program: the fused program's steps\n"
+    "  --dump-after PASS    decompose: the text IR after decomposition;\n"
+    "                       fuse: the program listing; lower: the kernel IR\n"
+    "  --threads N          CPU threads (0 = all cores, the default)\n"
     "  -h, --help           print this help\n";
 
 static const char usage_show[] =
@@ -92,7 +122,10 @@ static int usage_error(const char *usage, const char *fmt, ...) {
   fprintf(stderr, "\n%.*s\n", end ? (int)(end - usage) : (int)strlen(usage),
           usage);
   fprintf(stderr, "Try 'loom %s--help' for more.\n",
-          usage == usage_run ? "run " : usage == usage_show ? "show " : "");
+          usage == usage_run       ? "run "
+          : usage == usage_show    ? "show "
+          : usage == usage_compile ? "compile "
+                                   : "");
   return EXIT_USAGE;
 }
 
@@ -133,6 +166,11 @@ static bool parse_int(const char *s, long lo, long hi, long *out) {
   if (errno || *end != '\0' || v < lo || v > hi) return false;
   *out = v;
   return true;
+}
+
+static bool fusion_known(const char *v) {
+  return strcmp(v, "stitch") == 0 || strcmp(v, "loop") == 0 ||
+         strcmp(v, "none") == 0 || strcmp(v, "eager") == 0;
 }
 
 /* "f32[4, 8]" of a graph value. */
@@ -352,7 +390,7 @@ static bool safe_file_name(const char *s) {
 
 static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
                      int n_ins, const char *out_dir, const char *backend,
-                     bool force) {
+                     const char *fusion, bool force) {
   loom_graph *g = NULL;
   loom_session *s = NULL;
   loom_tensor **inputs = NULL, **outputs = NULL;
@@ -467,9 +505,11 @@ static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
     }
   }
 
-  loom_session_options opts = {.backend = backend};
-  if (loom_session_new(ctx, g, &opts, &s) != LOOM_STATUS_OK ||
-      loom_session_run(s, n_in, (const loom_tensor *const *)inputs, n_out,
+  loom_session_options opts = {.backend = backend, .fusion = fusion};
+  if (loom_session_new(ctx, g, &opts, &s) != LOOM_STATUS_OK) goto fail;
+  if (loom_session_warning(s)[0])
+    fprintf(stderr, "loom: warning: %s\n", loom_session_warning(s));
+  if (loom_session_run(s, n_in, (const loom_tensor *const *)inputs, n_out,
                        outputs) != LOOM_STATUS_OK)
     goto fail;
   if (make_dir && mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
@@ -500,7 +540,7 @@ done:
 }
 
 static int cmd_run(int argc, char **argv) {
-  const char *file = NULL, *out_dir = ".", *backend = "cpu";
+  const char *file = NULL, *out_dir = ".", *backend = "cpu", *fusion = NULL;
   long threads = 0;
   bool force = false;
   run_input *ins = calloc((size_t)argc, sizeof *ins);
@@ -547,6 +587,14 @@ static int cmd_run(int argc, char **argv) {
         goto done;
       }
       backend = v;
+    } else if ((m = flag_value(argc, argv, &i, "--fusion", &v)) != 0) {
+      if (m < 0) goto missing;
+      if (!fusion_known(v)) {
+        rc = usage_error(usage_run,
+                         "unknown fusion mode '%s' (stitch, loop, none or eager)", v);
+        goto done;
+      }
+      fusion = v;
     } else if ((m = flag_value(argc, argv, &i, "--threads", &v)) != 0) {
       if (m < 0) goto missing;
       if (!parse_int(v, 0, 4096, &threads)) {
@@ -584,12 +632,171 @@ static int cmd_run(int argc, char **argv) {
   if (loom_ctx_set_threads(ctx, (int32_t)threads) != LOOM_STATUS_OK)
     rc = fail(ctx);
   else
-    rc = run_graph(ctx, file, ins, n_ins, out_dir, backend, force);
+    rc = run_graph(ctx, file, ins, n_ins, out_dir, backend, fusion, force);
   loom_ctx_free(ctx);
 done:
   free(ins);
   return rc;
 }
+
+/* ---- loom compile ------------------------------------------------------------ */
+
+/* "12345 (12.1 KiB)" */
+static void print_bytes(FILE *f, int64_t b) {
+  static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double x = (double)b;
+  int u = 0;
+  while (x >= 1024.0 && u < 4) {
+    x /= 1024.0;
+    u++;
+  }
+  if (u == 0)
+    fprintf(f, "%lld B", (long long)b);
+  else
+    fprintf(f, "%lld (%.1f %s)", (long long)b, x, unit[u]);
+}
+
+static void print_compile_summary(FILE *f, const char *file, const char *fusion,
+                                  const loom_session_stats *st) {
+  fprintf(f, "%s: fusion %s\n", file, fusion);
+  fprintf(f, "  primitive ops   %d\n", st->n_primitive_ops);
+  fprintf(f, "  memory ops      %d\n", st->n_memory_ops);
+  fprintf(f, "  kernels         %d\n", st->n_kernels);
+  fprintf(f, "  GEMMs           %d\n", st->n_gemm);
+  fprintf(f, "  eager nodes     %d\n", st->n_eager);
+  fprintf(f, "  modeled bytes   ");
+  print_bytes(f, st->modeled_bytes);
+  fprintf(f, "\n  peak bytes      ");
+  print_bytes(f, st->peak_bytes);
+  fprintf(f, "\n  compile time    %.3f s\n", st->compile_seconds);
+  fprintf(f, "  kernel cache    %s\n",
+          st->n_kernels == 0 ? "-" : st->cache_hit ? "hit" : "miss");
+}
+
+/* Writes text to stdout, ending with a newline. */
+static void put_text(const char *text) {
+  fputs(text, stdout);
+  if (text[0] && text[strlen(text) - 1] != '\n') putchar('\n');
+}
+
+static int cmd_compile(int argc, char **argv) {
+  const char *file = NULL, *fusion = "stitch", *emit = NULL, *dump = NULL;
+  long threads = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = NULL;
+    int m;
+    if (is_help(a)) {
+      fputs(usage_compile, stdout);
+      return 0;
+    }
+    if ((m = flag_value(argc, argv, &i, "--fusion", &v)) != 0) {
+      if (m < 0) return usage_error(usage_compile, "%s needs a value", a);
+      if (!fusion_known(v))
+        return usage_error(usage_compile,
+                           "unknown fusion mode '%s' (stitch, loop, none or eager)", v);
+      fusion = v;
+    } else if ((m = flag_value(argc, argv, &i, "--emit", &v)) != 0) {
+      if (m < 0) return usage_error(usage_compile, "%s needs a value", a);
+      if (strcmp(v, "c") && strcmp(v, "kernels") && strcmp(v, "program"))
+        return usage_error(usage_compile, "--emit wants c, kernels or program, got '%s'", v);
+      emit = v;
+    } else if ((m = flag_value(argc, argv, &i, "--dump-after", &v)) != 0) {
+      if (m < 0) return usage_error(usage_compile, "%s needs a value", a);
+      if (strcmp(v, "decompose") && strcmp(v, "fuse") && strcmp(v, "lower"))
+        return usage_error(usage_compile,
+                           "--dump-after wants decompose, fuse or lower, got '%s'", v);
+      dump = v;
+    } else if ((m = flag_value(argc, argv, &i, "--threads", &v)) != 0) {
+      if (m < 0) return usage_error(usage_compile, "%s needs a value", a);
+      if (!parse_int(v, 0, 4096, &threads))
+        return usage_error(usage_compile, "--threads wants a number in [0, 4096], got '%s'", v);
+    } else if (a[0] == '-' && a[1] != '\0') {
+      return usage_error(usage_compile, "unknown flag '%s' for 'compile'", a);
+    } else if (file) {
+      return usage_error(usage_compile, "unexpected argument '%s'", a);
+    } else {
+      file = a;
+    }
+  }
+  if (!file) return usage_error(usage_compile, "compile needs a FILE");
+  /* what each artifact is: decompose, program listing, kernel IR, C */
+  bool want_decompose = dump && strcmp(dump, "decompose") == 0;
+  bool want_program = (dump && strcmp(dump, "fuse") == 0) || (emit && strcmp(emit, "program") == 0);
+  bool want_kernels = (dump && strcmp(dump, "lower") == 0) || (emit && strcmp(emit, "kernels") == 0);
+  bool want_c = emit && strcmp(emit, "c") == 0;
+  if (strcmp(fusion, "eager") == 0 && (want_program || want_kernels || want_c))
+    return usage_error(usage_compile, "%s %s needs a fusion mode other than eager",
+                       emit ? "--emit" : "--dump-after", emit ? emit : dump);
+
+  loom_ctx *ctx = NULL;
+  if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) {
+    fprintf(stderr, "loom: out of memory\n");
+    return 1;
+  }
+  loom_graph *g = NULL;
+  loom_session *s = NULL;
+  char *text = NULL;
+  int rc = 1;
+  loom_session_options opts = {.backend = "cpu", .fusion = fusion};
+  if (loom_ctx_set_threads(ctx, (int32_t)threads) != LOOM_STATUS_OK ||
+      loom_graph_load(ctx, file, &g) != LOOM_STATUS_OK ||
+      loom_session_new(ctx, g, &opts, &s) != LOOM_STATUS_OK) {
+    rc = fail(ctx);
+    goto done;
+  }
+  if (loom_session_warning(s)[0])
+    fprintf(stderr, "loom: warning: %s\n", loom_session_warning(s));
+  const loom_graph *sg = loom_session_graph(s);
+  const loom_program *prog = loom_session_program(s);
+  if ((want_program || want_kernels || want_c) && !prog) {
+    fprintf(stderr, "loom: no fused program to print (%s)\n",
+            loom_session_warning(s)[0] ? loom_session_warning(s) : "nothing was fused");
+    goto done;
+  }
+  if (want_decompose) {
+    if (loom_graph_print(sg, &text) != LOOM_STATUS_OK) {
+      rc = fail(ctx);
+      goto done;
+    }
+    put_text(text);
+  }
+  if (want_program) {
+    free(text);
+    text = NULL;
+    if (loom_program_print(ctx, sg, prog, &text) != LOOM_STATUS_OK) {
+      rc = fail(ctx);
+      goto done;
+    }
+    put_text(text);
+  }
+  for (int32_t k = 0; want_kernels && k < prog->n_kernels; k++) {
+    free(text);
+    text = NULL;
+    if (loom_kernel_print(ctx, &prog->kernels[k], &text) != LOOM_STATUS_OK) {
+      rc = fail(ctx);
+      goto done;
+    }
+    put_text(text);
+  }
+  if (want_c) {
+    const char *src = loom_session_source(s);
+    put_text(src ? src : "/* no generated kernels: every step is a GEMM or an eager node */\n");
+  }
+  loom_session_stats st;
+  loom_session_get_stats(s, &st);
+  print_compile_summary(dump || emit ? stderr : stdout, file, fusion, &st);
+  rc = 0;
+done:
+  free(text);
+  loom_session_free(s);
+  loom_graph_free(g);
+  loom_ctx_free(ctx);
+  return rc;
+}
+
+/* ---- loom bench ---------------------------------------------------------------- */
+
+static int cmd_bench(int argc, char **argv) { return loom_bench_main(argc, argv); }
 
 /* ---- main ------------------------------------------------------------------- */
 
@@ -599,6 +806,7 @@ static const struct {
 } commands[] = {
     {"train", NULL},
     {"run", usage_run},
+    {"compile", usage_compile},
     {"show", usage_show},
     {"ops", usage_ops},
 };
@@ -613,6 +821,11 @@ static int cmd_help(int argc, char **argv) {
     char a0[] = "train", a1[] = "--help";
     char *targv[] = {a0, a1, NULL};
     return loom_train_main(2, targv);
+  }
+  if (strcmp(argv[1], "bench") == 0) {
+    char a0[] = "bench", a1[] = "--help";
+    char *bargv[] = {a0, a1, NULL};
+    return cmd_bench(2, bargv);
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (commands[i].usage && strcmp(argv[1], commands[i].name) == 0) {
@@ -640,6 +853,8 @@ int main(int argc, char **argv) {
   /* Each command sees its own name as argv[0]. */
   if (strcmp(cmd, "train") == 0) return loom_train_main(argc - 1, argv + 1);
   if (strcmp(cmd, "run") == 0) return cmd_run(argc - 1, argv + 1);
+  if (strcmp(cmd, "compile") == 0) return cmd_compile(argc - 1, argv + 1);
+  if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
   if (strcmp(cmd, "show") == 0) return cmd_show(argc - 1, argv + 1);
   if (strcmp(cmd, "ops") == 0) return cmd_ops(argc - 1, argv + 1);
   if (strcmp(cmd, "help") == 0) return cmd_help(argc - 1, argv + 1);

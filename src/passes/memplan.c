@@ -1,5 +1,6 @@
 #include "passes/memplan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,10 +86,147 @@ void loom_memplan_free(loom_memplan *p) {
   memset(p, 0, sizeof *p);
 }
 
-loom_status loom_memplan_build(const loom_graph *g, loom_memplan *out) {
+static const char *value_label(const loom_graph *g, int32_t v, char *buf, size_t n) {
+  if (g->values[v].name)
+    snprintf(buf, n, "%%%s", g->values[v].name);
+  else
+    snprintf(buf, n, "value %d", v);
+  return buf;
+}
+
+/* Live ranges and roots from the steps; checks the program's consistency. */
+static loom_status plan_ranges(const loom_graph *g, int32_t n_steps, const loom_memplan_step *steps,
+                               const bool *materialized, loom_memplan *out) {
+  loom_ctx *ctx = g->ctx;
+  char buf[96];
+  for (int32_t v = 0; v < g->n_values; v++) {
+    const loom_value_info *vi = &g->values[v];
+    out->offset[v] = -1;
+    out->size[v] = loom_type_numel(&vi->type) * (int64_t)loom_dtype_size(vi->type.dtype);
+    out->first[v] = out->last[v] = -1;
+    out->root[v] = v;
+  }
+  for (int32_t j = 0; j < n_steps; j++) {
+    const loom_memplan_step *s = &steps[j];
+    for (int32_t i = 0; i < s->n_in; i++) {
+      int32_t v = s->in[i];
+      if (!loom_value_valid(g, v))
+        return loom_error(ctx, LOOM_STATUS_INTERNAL, "memplan: step %d reads unknown value %d", j,
+                          v);
+      bool external = g->values[v].kind != LOOM_VALUE_NODE;
+      if (!external && (out->first[v] < 0 || out->first[v] >= j))
+        return loom_error(ctx, LOOM_STATUS_INTERNAL,
+                          "memplan: step %d reads %s, which no earlier step writes to memory", j,
+                          value_label(g, v, buf, sizeof buf));
+      out->last[v] = j;
+    }
+    for (int32_t o = 0; o < s->n_out; o++) {
+      int32_t v = s->out[o];
+      if (!loom_value_valid(g, v))
+        return loom_error(ctx, LOOM_STATUS_INTERNAL, "memplan: step %d writes unknown value %d", j,
+                          v);
+      if (g->values[v].kind != LOOM_VALUE_NODE || out->first[v] >= 0)
+        return loom_error(ctx, LOOM_STATUS_INTERNAL, "memplan: step %d writes %s, %s", j,
+                          value_label(g, v, buf, sizeof buf),
+                          out->first[v] >= 0 ? "which an earlier step wrote" : "a graph input");
+      if (materialized && !materialized[v])
+        return loom_error(ctx, LOOM_STATUS_INTERNAL,
+                          "memplan: step %d writes %s, which is not materialized", j,
+                          value_label(g, v, buf, sizeof buf));
+      out->first[v] = out->last[v] = j;
+    }
+    if (s->alias) {
+      if (s->n_in < 1 || s->n_out < 1 || out->size[s->out[0]] != out->size[s->in[0]])
+        return loom_error(ctx, LOOM_STATUS_INTERNAL,
+                          "memplan: step %d aliases values of different sizes", j);
+      out->root[s->out[0]] = out->root[s->in[0]];
+    }
+  }
+  for (int32_t i = 0; i < g->n_outputs; i++) {
+    int32_t v = g->outputs[i];
+    if (g->values[v].kind == LOOM_VALUE_NODE && out->first[v] < 0)
+      return loom_error(ctx, LOOM_STATUS_INTERNAL, "memplan: graph output %s is never written",
+                        value_label(g, v, buf, sizeof buf));
+    out->last[v] = n_steps;
+  }
+  return LOOM_STATUS_OK;
+}
+
+/* Buffers by decreasing size (ties: earlier first, then lower id). */
+typedef struct sized {
+  int64_t size;
+  int32_t first, v;
+} sized;
+
+static int cmp_sized(const void *a, const void *b) {
+  const sized *x = a, *y = b;
+  if (x->size != y->size) return x->size > y->size ? -1 : 1;
+  if (x->first != y->first) return x->first < y->first ? -1 : 1;
+  return (x->v > y->v) - (x->v < y->v);
+}
+
+typedef struct span {
+  int64_t lo, hi;
+} span;
+
+static int cmp_span(const void *a, const void *b) {
+  const span *x = a, *y = b;
+  return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/*
+ * Offline placement, largest buffer first: each buffer goes to the lowest
+ * offset that overlaps no already placed buffer alive at the same time
+ * (the "greedy by size" arena planners use). It knows every live range in
+ * advance, so it often packs tighter than the online best fit, which
+ * must place a buffer before it knows what comes later. Writes offsets of
+ * the buffers (roots with first >= 0) into off and returns the peak, or
+ * -1 when out of memory.
+ */
+static int64_t place_by_size(loom_ctx *ctx, const loom_graph *g, const loom_memplan *pl,
+                             const int32_t *end, int64_t *off) {
+  int32_t nv = g->n_values, nb = 0;
+  sized *bufs = loom_malloc(ctx, sizeof *bufs * (size_t)(nv ? nv : 1));
+  span *busy = loom_malloc(ctx, sizeof *busy * (size_t)(nv ? nv : 1));
+  int32_t *placed = loom_malloc(ctx, sizeof *placed * (size_t)(nv ? nv : 1));
+  if (!bufs || !busy || !placed) {
+    free(bufs);
+    free(busy);
+    free(placed);
+    return -1;
+  }
+  for (int32_t v = 0; v < nv; v++)
+    if (pl->root[v] == v && pl->first[v] >= 0)
+      bufs[nb++] = (sized){align_up(pl->size[v]), pl->first[v], v};
+  qsort(bufs, (size_t)nb, sizeof *bufs, cmp_sized);
+  int64_t peak = 0;
+  for (int32_t i = 0; i < nb; i++) {
+    int32_t v = bufs[i].v, n_busy = 0;
+    for (int32_t k = 0; k < i; k++) {
+      int32_t u = placed[k];
+      if (pl->first[u] <= end[v] && pl->first[v] <= end[u] && bufs[k].size > 0)
+        busy[n_busy++] = (span){off[u], off[u] + bufs[k].size};
+    }
+    qsort(busy, (size_t)n_busy, sizeof *busy, cmp_span);
+    int64_t at = 0;
+    for (int32_t k = 0; k < n_busy && busy[k].lo < at + bufs[i].size; k++)
+      at = LOOM_MAX(at, busy[k].hi);
+    off[v] = at;
+    placed[i] = v;
+    peak = LOOM_MAX(peak, at + bufs[i].size);
+  }
+  free(bufs);
+  free(busy);
+  free(placed);
+  return peak;
+}
+
+loom_status loom_memplan_build_steps(const loom_graph *g, int32_t n_steps,
+                                     const loom_memplan_step *steps, const bool *materialized,
+                                     loom_memplan *out) {
   if (!out) return LOOM_STATUS_INVALID_ARGUMENT;
   memset(out, 0, sizeof *out);
-  if (!g) return LOOM_STATUS_INVALID_ARGUMENT;
+  if (!g || n_steps < 0 || (n_steps && !steps)) return LOOM_STATUS_INVALID_ARGUMENT;
   loom_ctx *ctx = g->ctx;
   size_t nv = (size_t)(g->n_values ? g->n_values : 1);
   out->n_values = g->n_values;
@@ -103,24 +241,12 @@ loom_status loom_memplan_build(const loom_graph *g, loom_memplan *out) {
     loom_memplan_free(out);
     return LOOM_STATUS_OUT_OF_MEMORY;
   }
-  for (int32_t v = 0; v < g->n_values; v++) {
-    const loom_value_info *vi = &g->values[v];
-    out->offset[v] = -1;
-    out->size[v] = loom_type_numel(&vi->type) * (int64_t)loom_dtype_size(vi->type.dtype);
-    out->first[v] = vi->kind == LOOM_VALUE_NODE ? vi->node : -1;
-    out->last[v] = out->first[v];
-    out->root[v] = v;
+  loom_status st = plan_ranges(g, n_steps, steps, materialized, out);
+  if (st) {
+    free(end);
+    loom_memplan_free(out);
+    return st;
   }
-  for (int32_t j = 0; j < g->n_nodes; j++) {
-    const loom_node *n = &g->nodes[j];
-    for (int32_t i = 0; i < n->n_in; i++)
-      out->last[n->in[i]] = j;
-    if (n->op == LOOM_OP_RESHAPE && n->n_in == 1 && n->n_out == 1 &&
-        out->size[n->out[0]] == out->size[n->in[0]])
-      out->root[n->out[0]] = out->root[n->in[0]];
-  }
-  for (int32_t i = 0; i < g->n_outputs; i++)
-    out->last[g->outputs[i]] = g->n_nodes;
   /* a shared buffer lives until the last use of any value in it */
   for (int32_t v = 0; v < g->n_values; v++)
     end[v] = out->last[v];
@@ -128,36 +254,67 @@ loom_status loom_memplan_build(const loom_graph *g, loom_memplan *out) {
     end[out->root[v]] = LOOM_MAX(end[out->root[v]], out->last[v]);
 
   planner p = {.ctx = ctx};
-  loom_status st = LOOM_STATUS_OK;
-  for (int32_t j = 0; j < g->n_nodes && !st; j++) {
-    const loom_node *n = &g->nodes[j];
-    /* Outputs first: they must not reuse the memory of this node's inputs. */
-    for (int32_t o = 0; o < n->n_out; o++) {
-      int32_t v = n->out[o];
+  for (int32_t j = 0; j < n_steps && !st; j++) {
+    const loom_memplan_step *s = &steps[j];
+    /* Outputs first: they must not reuse the memory of this step's inputs. */
+    for (int32_t o = 0; o < s->n_out; o++) {
+      int32_t v = s->out[o];
       if (out->root[v] != v)
         out->offset[v] = out->offset[out->root[v]];
       else
         out->offset[v] = plan_alloc(&p, align_up(out->size[v]));
     }
-    /* Then release what dies here (each value once, even if read twice). */
-    for (int32_t k = 0; k < n->n_in + n->n_out && !st; k++) {
-      int32_t v = k < n->n_in ? n->in[k] : n->out[k - n->n_in];
+    /* Then release what dies here (each buffer once, even if read twice). */
+    for (int32_t k = 0; k < s->n_in + s->n_out && !st; k++) {
+      int32_t v = k < s->n_in ? s->in[k] : s->out[k - s->n_in];
       v = out->root[v];
       if (end[v] != j || out->offset[v] < 0) continue;
       bool dup = false;
       for (int32_t e = 0; e < k && !dup; e++)
-        dup = out->root[e < n->n_in ? n->in[e] : n->out[e - n->n_in]] == v;
+        dup = out->root[e < s->n_in ? s->in[e] : s->out[e - s->n_in]] == v;
       if (dup) continue;
       int64_t sz = align_up(out->size[v]);
       if (sz && !plan_release(&p, out->offset[v], sz)) st = LOOM_STATUS_OUT_OF_MEMORY;
     }
   }
   free(p.free);
+  out->peak_bytes = p.top;
+  /* Keep the tighter of the two placements. */
+  int64_t *off = st ? NULL : loom_malloc(ctx, sizeof(int64_t) * nv);
+  int64_t peak = off ? place_by_size(ctx, g, out, end, off) : -1;
+  if (!st && peak < 0) st = LOOM_STATUS_OUT_OF_MEMORY;
+  if (!st && peak < out->peak_bytes) {
+    for (int32_t v = 0; v < g->n_values; v++)
+      if (out->offset[v] >= 0) out->offset[v] = off[out->root[v]];
+    out->peak_bytes = peak;
+  }
+  free(off);
   free(end);
   if (st) {
     loom_memplan_free(out);
     return st;
   }
-  out->peak_bytes = p.top;
   return LOOM_STATUS_OK;
+}
+
+loom_status loom_memplan_build(const loom_graph *g, loom_memplan *out) {
+  if (!out) return LOOM_STATUS_INVALID_ARGUMENT;
+  memset(out, 0, sizeof *out);
+  if (!g) return LOOM_STATUS_INVALID_ARGUMENT;
+  loom_memplan_step *steps =
+      loom_calloc(g->ctx, (size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *steps);
+  if (!steps) return LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t j = 0; j < g->n_nodes; j++) {
+    const loom_node *n = &g->nodes[j];
+    steps[j] = (loom_memplan_step){.n_in = n->n_in, .n_out = n->n_out, .in = n->in, .out = n->out};
+    /* a reshape's output is its input's bytes in the same order */
+    if (n->op == LOOM_OP_RESHAPE && n->n_in == 1 && n->n_out == 1) {
+      const loom_type *a = &g->values[n->in[0]].type, *b = &g->values[n->out[0]].type;
+      steps[j].alias = loom_type_numel(a) * (int64_t)loom_dtype_size(a->dtype) ==
+                       loom_type_numel(b) * (int64_t)loom_dtype_size(b->dtype);
+    }
+  }
+  loom_status st = loom_memplan_build_steps(g, g->n_nodes, steps, NULL, out);
+  free(steps);
+  return st;
 }

@@ -2,12 +2,13 @@
  * Liveness-based memory planning. Every value an op produces gets a byte
  * offset in one arena (64-byte aligned). A value lives from the node that
  * produces it to its last consumer (graph outputs: to the end); a buffer is
- * released after its last consumer runs and reused, best fit, by later
- * values. A node's outputs never share memory with its inputs, except that
- * a reshape's output IS its input's buffer (same bytes, same order): it
- * shares its root's memory, which then lives as long as either. Graph
- * inputs and params live in caller memory: offset -1 (and so do reshapes
- * of them).
+ * released after its last consumer runs and reused by later values. Two
+ * placements are made, online best fit in step order and offline largest
+ * first, and the one with the lower peak is kept. A node's outputs never
+ * share memory with its inputs, except that a reshape's output IS its
+ * input's buffer (same bytes, same order): it shares its root's memory,
+ * which then lives as long as either. Graph inputs and params live in
+ * caller memory: offset -1 (and so do reshapes of them).
  */
 #ifndef LOOM_PASSES_MEMPLAN_H
 #define LOOM_PASSES_MEMPLAN_H
@@ -20,9 +21,9 @@ typedef struct loom_memplan {
   int32_t n_values;
   int64_t *offset; /* per value: bytes into the arena; -1 for external */
   int64_t *size;   /* per value: bytes it holds (numel * dtype size) */
-  /* Live range per value in node steps, inclusive: produced at node
-   * first[v] (-1 for external values), last read at node last[v]
-   * (g->n_nodes for graph outputs). */
+  /* Live range per value in steps (nodes, for loom_memplan_build),
+   * inclusive: produced at step first[v] (-1 for external values), last
+   * read at step last[v] (the step count for graph outputs). */
   int32_t *first, *last;
   /* Per value: the value that owns its memory (itself unless it is a
    * reshape, maybe of a reshape, of that value). */
@@ -30,8 +31,30 @@ typedef struct loom_memplan {
   int64_t peak_bytes; /* the arena size */
 } loom_memplan;
 
-/* Plans g's memory into *out (errors go to g->ctx). */
+/* Plans g's memory into *out, one step per node (errors go to g->ctx). */
 loom_status loom_memplan_build(const loom_graph *g, loom_memplan *out);
+
+/*
+ * One step of a program (a fused kernel, a GEMM, a node run eagerly): the
+ * materialized values it reads and writes. With alias, out[0] is in[0]'s
+ * memory (a reshape run in place; same byte size required).
+ */
+typedef struct loom_memplan_step {
+  int32_t n_in, n_out;
+  const int32_t *in, *out;
+  bool alias;
+} loom_memplan_step;
+
+/*
+ * Plans memory for a program: only values with materialized[v] get memory
+ * (materialized NULL: all values); live ranges are in steps, as above with
+ * steps in place of nodes (first/last -1 for values that are never in
+ * memory). A step reading a value that is not in memory, or a value written
+ * twice, is an INTERNAL error: the program is inconsistent.
+ */
+loom_status loom_memplan_build_steps(const loom_graph *g, int32_t n_steps,
+                                     const loom_memplan_step *steps, const bool *materialized,
+                                     loom_memplan *out);
 /* Releases the plan's arrays (the struct itself is the caller's). */
 void loom_memplan_free(loom_memplan *p);
 

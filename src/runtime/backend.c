@@ -57,6 +57,29 @@ void loom_host_buffer_free(void *bctx, void *p) {
   free(p);
 }
 
+bool loom_fusion_name_known(const char *name) {
+  static const char *const names[] = {"stitch", "loop", "none", "eager"};
+  for (int32_t i = 0; name && i < LOOM_ARRAY_LEN(names); i++)
+    if (strcmp(name, names[i]) == 0) return true;
+  return false;
+}
+
+void loom_count_ops(const loom_graph *g, int32_t *n_primitive, int32_t *n_memory, int32_t *n_gemm) {
+  int32_t prim = 0, mem = 0, gemm = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const loom_op_def *d = loom_op_get(g->nodes[i].op);
+    if (!d || d->cls == LOOM_OPCLASS_COMPOSITE) continue;
+    prim++;
+    if (d->cls == LOOM_OPCLASS_GEMM)
+      gemm++;
+    else
+      mem++;
+  }
+  if (n_primitive) *n_primitive = prim;
+  if (n_memory) *n_memory = mem;
+  if (n_gemm) *n_gemm = gemm;
+}
+
 loom_status loom_exec_node_ref(loom_ctx *ctx, const loom_graph *g, const loom_node *n,
                                loom_view *values) {
   const loom_op_def *d = loom_op_get(n->op);

@@ -1,12 +1,15 @@
 /*
- * Sessions: a graph decomposed, verified and memory-planned for one backend.
- * Non-input values live in one arena at the plan's offsets; inputs are read
- * in place from the caller's tensors; outputs are copied out at the end.
+ * Sessions: a graph decomposed, verified and prepared for one backend (which
+ * may fuse it into generated kernels) and memory-planned. Values in memory
+ * live in one arena at the plan's offsets; inputs are read in place from
+ * the caller's tensors; outputs are copied out at the end.
  */
 #include "runtime/session.h"
 
 #include "ir/dtype.h"
 #include "passes/memplan.h"
+#include "passes/simplify.h"
+#include "runtime/cpu/cpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +19,7 @@ struct loom_session {
   loom_ctx *ctx;
   loom_graph *g; /* the session's own, decomposed graph */
   loom_backend *backend;
-  loom_memplan plan;
+  loom_prepared prep; /* the backend's state, memory plan, stats, warning */
   void *arena;
   loom_view *values; /* one per value of g; inputs filled per run */
 };
@@ -24,8 +27,9 @@ struct loom_session {
 void loom_session_free(loom_session *s) {
   if (!s) return;
   if (s->arena) s->backend->iface->buffer_free(s->backend->context, s->arena);
+  if (s->prep.handle) s->backend->iface->release(s->backend->context, s->prep.handle);
   loom_backend_free(s->backend);
-  loom_memplan_free(&s->plan);
+  loom_memplan_free(&s->prep.plan);
   free(s->values);
   loom_graph_free(s->g);
   free(s);
@@ -46,28 +50,43 @@ loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g, const loom_sess
   if (!ctx) return LOOM_STATUS_INVALID_ARGUMENT;
   if (!g) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "session_new: graph is NULL");
   const char *bname = opts && opts->backend ? opts->backend : "cpu";
+  /* A misspelt mode is an error even where it would not apply (ref). */
+  if (opts && opts->fusion && !loom_fusion_name_known(opts->fusion))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "unknown fusion mode '%s' (known: " LOOM_FUSION_NAMES ")", opts->fusion);
   loom_session *s = loom_calloc(ctx, 1, sizeof *s);
   if (!s) return LOOM_STATUS_OUT_OF_MEMORY;
   s->ctx = ctx;
   loom_status st = loom_backend_new(ctx, bname, &s->backend);
   if (st) goto fail;
-  st = loom_graph_decompose(g, &s->g);
+  /* The graph passes, each followed by the verifier. */
+  loom_graph *lowered = NULL;
+  st = loom_graph_decompose(g, &lowered);
   if (st) {
     forward_error(ctx, g, st, "decompose");
     goto fail;
   }
-  s->g->ctx = ctx; /* later errors belong to the session's context */
-  st = loom_graph_verify(s->g);
+  lowered->ctx = ctx; /* later errors belong to the session's context */
+  st = loom_graph_verify(lowered);
+  if (!st) st = loom_graph_simplify(lowered, &s->g);
+  loom_graph_free(lowered);
+  if (!st) st = loom_graph_verify(s->g);
   if (st) {
-    loom_error_prefix(ctx, "session: verify");
+    loom_error_prefix(ctx, "session: after decompose and simplify");
     goto fail;
   }
-  st = loom_memplan_build(s->g, &s->plan);
-  if (st) goto fail;
-  s->arena = s->backend->iface->buffer_alloc(s->backend->context, (size_t)s->plan.peak_bytes);
+  loom_session_stats *stats = &s->prep.stats;
+  loom_count_ops(s->g, &stats->n_primitive_ops, &stats->n_memory_ops, NULL);
+  st = s->backend->iface->prepare(s->backend->context, ctx, s->g, opts, &s->prep);
+  if (st) {
+    memset(&s->prep, 0, sizeof s->prep); /* a failed prepare leaves nothing */
+    goto fail;
+  }
+  stats->peak_bytes = s->prep.plan.peak_bytes;
+  s->arena = s->backend->iface->buffer_alloc(s->backend->context, (size_t)s->prep.plan.peak_bytes);
   if (!s->arena) {
     st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "session: cannot allocate the %lld-byte arena",
-                    (long long)s->plan.peak_bytes);
+                    (long long)s->prep.plan.peak_bytes);
     goto fail;
   }
   s->values = loom_calloc(ctx, (size_t)(s->g->n_values ? s->g->n_values : 1), sizeof *s->values);
@@ -76,7 +95,7 @@ loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g, const loom_sess
     goto fail;
   }
   for (int32_t v = 0; v < s->g->n_values; v++) {
-    int64_t off = s->plan.offset[v];
+    int64_t off = s->prep.plan.offset[v];
     s->values[v] = loom_view_of(&s->g->values[v].type, off >= 0 ? (char *)s->arena + off : NULL);
   }
   *out = s;
@@ -86,7 +105,31 @@ fail:
   return st;
 }
 
-int64_t loom_session_peak_bytes(const loom_session *s) { return s ? s->plan.peak_bytes : 0; }
+int64_t loom_session_peak_bytes(const loom_session *s) { return s ? s->prep.plan.peak_bytes : 0; }
+
+loom_status loom_session_get_stats(const loom_session *s, loom_session_stats *out) {
+  if (!s || !out) return LOOM_STATUS_INVALID_ARGUMENT;
+  *out = s->prep.stats;
+  return LOOM_STATUS_OK;
+}
+
+const char *loom_session_warning(const loom_session *s) { return s ? s->prep.warning : ""; }
+
+const loom_graph *loom_session_graph(const loom_session *s) { return s ? s->g : NULL; }
+
+/* Only the cpu backend's handle is a program. */
+static const loom_cpu_program *cpu_program(const loom_session *s) {
+  if (!s || !s->prep.handle || strcmp(s->backend->iface->name, "cpu") != 0) return NULL;
+  return s->prep.handle;
+}
+
+const struct loom_program *loom_session_program(const loom_session *s) {
+  return loom_cpu_program_get(cpu_program(s));
+}
+
+const char *loom_session_source(const loom_session *s) {
+  return loom_cpu_program_source(cpu_program(s));
+}
 
 static const char *type_str(const loom_dtype dt, int32_t rank, const int64_t *shape, char *buf,
                             size_t n) {
@@ -156,9 +199,10 @@ loom_status loom_session_run(loom_session *s, int32_t n_inputs, const loom_tenso
     s->values[g->inputs[i]].data = inputs[i]->v.data;
   /* reshapes of inputs share the caller's memory too */
   for (int32_t v = 0; v < g->n_values; v++)
-    if (s->plan.root[v] != v && s->plan.offset[v] < 0)
-      s->values[v].data = s->values[s->plan.root[v]].data;
-  loom_status st = s->backend->iface->graph_compute(s->backend->context, ctx, g, s->values);
+    if (s->prep.plan.root[v] != v && s->prep.plan.offset[v] < 0)
+      s->values[v].data = s->values[s->prep.plan.root[v]].data;
+  loom_status st =
+      s->backend->iface->graph_compute(s->backend->context, ctx, g, s->prep.handle, s->values);
   if (st) return st;
 
   /* An output that is a graph input (or a reshape of one) is read from
@@ -175,7 +219,7 @@ loom_status loom_session_run(loom_session *s, int32_t n_inputs, const loom_tenso
     const loom_value_info *vi = &g->values[g->outputs[i]];
     if (!outputs[i])
       st = loom_tensor_new(ctx, vi->type.dtype, vi->type.rank, vi->type.shape, &fresh[i]);
-    if (st || s->plan.offset[g->outputs[i]] >= 0) continue; /* in the arena */
+    if (st || s->prep.plan.offset[g->outputs[i]] >= 0) continue; /* in the arena */
     const loom_view *src = &s->values[g->outputs[i]];
     size_t nb = (size_t)loom_view_numel(src) * loom_dtype_size(src->dtype);
     bool clash = false;

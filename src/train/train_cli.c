@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
 
@@ -36,6 +37,8 @@ static const char usage[] =
     "  --log-every N     a progress line every N steps (default 100)\n"
     "running:\n"
     "  --backend B       cpu (default) or ref\n"
+    "  --fusion M        cpu: stitch (default), loop, none (generated kernels)\n"
+    "                    or eager (one loop per op, no code generation)\n"
     "  --threads N       CPU threads, 0 = all cores (default 0)\n"
     "checkpoints (safetensors):\n"
     "  --save FILE       save parameters, AdamW state and config at the end\n"
@@ -49,6 +52,7 @@ typedef struct cli {
   loom_train_config cfg;
   int64_t log_every, stop_at;
   const char *save, *load;
+  const char *fusion; /* NULL: the backend's default */
   /* which flags were given, so --load knows what to keep */
   bool g_layers, g_dmodel, g_heads, g_context, g_dropout, g_batch, g_steps, g_lr, g_seed;
 } cli;
@@ -148,6 +152,11 @@ static int parse_args(int argc, char **argv, cli *c) {
       if (strcmp(val, "cpu") && strcmp(val, "ref"))
         return usage_error("--backend wants 'cpu' or 'ref', got '%s'", val);
       snprintf(c->cfg.backend, sizeof c->cfg.backend, "%s", val);
+    } else if (!strcmp(name, "--fusion")) {
+      if (strcmp(val, "stitch") && strcmp(val, "loop") && strcmp(val, "none") &&
+          strcmp(val, "eager"))
+        return usage_error("--fusion wants stitch, loop, none or eager, got '%s'", val);
+      c->fusion = val;
     } else if (!strcmp(name, "--save") || !strcmp(name, "--load")) {
       if (!*val) return usage_error("%s wants a file name", name);
       if (name[2] == 's')
@@ -213,6 +222,22 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
          cfg->model.n_head, cfg->model.context, (long long)loom_trainer_param_count(t), cfg->batch,
          (long long)cfg->steps, cfg->lr, cfg->model.dropout, (unsigned long long)cfg->seed,
          cfg->backend, (int)loom_ctx_threads(ctx));
+  /* what the step's session is made of, and its memory */
+  loom_session_stats ss;
+  const loom_session *s = loom_trainer_session(t);
+  if (loom_session_get_stats(s, &ss) == LOOM_STATUS_OK) {
+    printf("step graph: %d primitive ops (%d memory-intensive); ", ss.n_primitive_ops,
+           ss.n_memory_ops);
+    if (ss.n_kernels > 0)
+      printf("fusion %s: %d kernels, %d GEMMs, %d eager nodes; compiled in %.2fs%s; ",
+             c->fusion ? c->fusion : "stitch", ss.n_kernels, ss.n_gemm, ss.n_eager,
+             ss.compile_seconds, ss.cache_hit ? " (cache hit)" : "");
+    else
+      printf("%d nodes run one at a time; ", ss.n_eager + ss.n_gemm);
+    printf("peak %.2f MiB\n", (double)ss.peak_bytes / (1024.0 * 1024.0));
+  }
+  if (s && loom_session_warning(s)[0])
+    fprintf(stderr, "loom train: warning: %s\n", loom_session_warning(s));
   if (start > 0) printf("resumed from %s at step %lld\n", c->load, (long long)start);
   fflush(stdout);
   double t0 = now_s(), t_last = t0;
@@ -286,7 +311,7 @@ int loom_train_main(int argc, char **argv) {
     }
     if ((rc = merge_checkpoint(&c, &cfg)) >= 0) goto out;
   }
-  if (loom_trainer_new(ctx, &cfg, &t)) {
+  if (loom_trainer_new_fused(ctx, &cfg, c.fusion, &t)) {
     rc = fail(ctx, NULL);
     goto out;
   }

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+
 #include "ir/view.h"
 #include "train/prng.h"
 
@@ -13,6 +14,9 @@
 
 /* Held-out prompts are decoded in a short window: "\n99+99=" + "198\n". */
 #define EVAL_T 16
+
+/* Longest fusion mode name kept, with its NUL ("stitch", "eager", ...). */
+#define FUSION_MAX 16
 
 struct loom_trainer {
   loom_ctx *ctx;
@@ -32,6 +36,7 @@ struct loom_trainer {
   loom_graph *infer_g[2];
   loom_session *infer_s[2];
   int32_t infer_b[2], infer_t[2];
+  char fusion[FUSION_MAX]; /* the sessions' fusion mode; "" for the default */
 };
 
 void loom_train_config_default(loom_train_config *c) {
@@ -176,7 +181,7 @@ static loom_status setup(loom_trainer *t) {
 
   loom_gpt_optim o = {c->beta1, c->beta2, c->eps, c->weight_decay, c->seed};
   LOOM_TRY(loom_gpt_build_train(ctx, &c->model, b, tl, &o, &t->train_g, &t->rng_per_step));
-  loom_session_options so = {.backend = c->backend};
+  loom_session_options so = {.backend = c->backend, .fusion = t->fusion[0] ? t->fusion : NULL};
   LOOM_TRY(loom_session_new(ctx, t->train_g, &so, &t->train_s));
 
   /* inputs and outputs of the step; the state is updated in place */
@@ -194,14 +199,24 @@ static loom_status setup(loom_trainer *t) {
 }
 
 loom_status loom_trainer_new(loom_ctx *ctx, const loom_train_config *c, loom_trainer **out) {
+  return loom_trainer_new_fused(ctx, c, NULL, out);
+}
+
+const loom_session *loom_trainer_session(const loom_trainer *t) { return t ? t->train_s : NULL; }
+
+loom_status loom_trainer_new_fused(loom_ctx *ctx, const loom_train_config *c, const char *fusion,
+                                   loom_trainer **out) {
   if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "trainer_new: out is NULL");
   *out = NULL;
   LOOM_TRY(loom_train_config_check(ctx, c));
+  if (fusion && strlen(fusion) >= FUSION_MAX)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: unknown fusion mode '%s'", fusion);
   LOOM_TRY(loom_ctx_set_threads(ctx, c->threads));
   loom_trainer *t = loom_calloc(ctx, 1, sizeof *t);
   if (!t) return LOOM_STATUS_OUT_OF_MEMORY;
   t->ctx = ctx;
   t->cfg = *c;
+  if (fusion) snprintf(t->fusion, sizeof t->fusion, "%s", fusion);
   loom_status s = setup(t);
   if (s) {
     loom_trainer_free(t);
@@ -276,7 +291,7 @@ loom_status loom_trainer_set_steps_done(loom_trainer *t, int64_t steps) {
 static loom_status infer_session(loom_trainer *t, int32_t slot, int32_t b, int32_t tl) {
   if (t->infer_s[slot]) return LOOM_STATUS_OK;
   LOOM_TRY(loom_gpt_build_infer(t->ctx, &t->cfg.model, b, tl, &t->infer_g[slot]));
-  loom_session_options so = {.backend = t->cfg.backend};
+  loom_session_options so = {.backend = t->cfg.backend, .fusion = t->fusion[0] ? t->fusion : NULL};
   LOOM_TRY(loom_session_new(t->ctx, t->infer_g[slot], &so, &t->infer_s[slot]));
   t->infer_b[slot] = b;
   t->infer_t[slot] = tl;

@@ -38,6 +38,11 @@ typedef struct loom_trainer loom_trainer;
 /* Builds the corpus, the graphs and the session, and initialises the
  * parameters (normal(0, 0.02), LayerNorm gains 1, biases 0) from the seed. */
 loom_status loom_trainer_new(loom_ctx *ctx, const loom_train_config *c, loom_trainer **out);
+/* As loom_trainer_new with a fusion mode for the cpu backend (NULL: default). */
+loom_status loom_trainer_new_fused(loom_ctx *ctx, const loom_train_config *c, const char *fusion,
+                                   loom_trainer **out);
+/* The training-step session (for its stats: kernels, peak bytes). */
+const loom_session *loom_trainer_session(const loom_trainer *t);
 void loom_trainer_free(loom_trainer *t);
 
 /* Runs one training step; *loss is its loss (before the update). */

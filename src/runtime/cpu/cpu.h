@@ -10,6 +10,7 @@
 #define LOOM_RUNTIME_CPU_CPU_H
 
 #include "ir/view.h"
+#include "runtime/backend.h"
 
 /* Below this many elements a kernel runs on the calling thread only. */
 #define LOOM_CPU_PAR_MIN 16384
@@ -32,6 +33,37 @@ loom_cpu_kernel loom_cpu_layout_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_index_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_source_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_matmul_kernel(const loom_graph *g, const loom_node *n);
+
+/* Runs one node eagerly: its cpu kernel, else its reference kernel. */
+loom_status loom_cpu_exec_node(const loom_cpu *c, const loom_graph *g, const loom_node *n,
+                               loom_view *values);
+/* True if node n has a cpu kernel (else it runs its reference kernel). */
+bool loom_cpu_has_kernel(const loom_graph *g, const loom_node *n);
+
+/*
+ * Fused programs (cpu_program.c): fusion plan -> kernel IR -> generated C
+ * -> compiled, loaded, and run step by step. A program whose code cannot
+ * be compiled for want of a compiler runs eagerly (with a warning) but
+ * keeps its listing and source for reports.
+ */
+typedef struct loom_cpu_program loom_cpu_program;
+
+/* Fuses g in `mode` ("stitch", "loop", "none"), generates and loads the
+ * code, plans memory over the program's steps; fills out (handle = the
+ * program). */
+loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, const char *mode,
+                                     loom_prepared *out);
+void loom_cpu_program_free(loom_cpu_program *p);
+/* Runs the program's steps over values (as the session planned them). */
+loom_status loom_cpu_program_run(loom_cpu_program *p, const loom_cpu *c, const loom_graph *g,
+                                 loom_view *values);
+/* The fused program and its generated C (NULL if none), for reports. */
+const struct loom_program *loom_cpu_program_get(const loom_cpu_program *p);
+const char *loom_cpu_program_source(const loom_cpu_program *p);
+/* True if the program runs node by node (no compiler was found). */
+bool loom_cpu_program_is_eager(const loom_cpu_program *p);
+/* Stats and a node-based plan for running g eagerly on the cpu backend. */
+loom_status loom_cpu_prepare_eager(const loom_graph *g, loom_prepared *out);
 
 /* Attribute helpers by name (op files keep their slot numbers private). */
 int64_t loom_cpu_attr_i(const loom_node *n, const char *name);

@@ -1,7 +1,10 @@
 /*
- * The cpu backend: runs the graph eagerly, node by node. Nodes with a cpu
- * kernel (f32 compute, any-dtype data movement) run it; every other node
- * runs its reference kernel, so the backend is complete for every primitive.
+ * The cpu backend. With fusion "eager" it runs the graph node by node:
+ * nodes with a cpu kernel (f32 compute, any-dtype data movement) run it;
+ * every other node runs its reference kernel, so the backend is complete
+ * for every primitive. With "stitch" (the default), "loop" or "none" it
+ * runs a fused program of generated kernels (cpu_program.c), whose GEMM
+ * and leftover nodes run here one at a time.
  */
 #include "runtime/cpu/cpu.h"
 
@@ -9,6 +12,7 @@
 #include "runtime/session.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 int64_t loom_cpu_attr_i(const loom_node *n, const char *name) {
   int32_t i = loom_op_attr_index(n->op, name);
@@ -48,6 +52,10 @@ static bool cpu_supports_op(void *bctx, const loom_graph *g, const loom_node *n)
   return select_kernel(g, n) != NULL;
 }
 
+bool loom_cpu_has_kernel(const loom_graph *g, const loom_node *n) {
+  return select_kernel(g, n) != NULL;
+}
+
 static loom_status run_node(const loom_cpu *c, const loom_graph *g, const loom_node *n,
                             loom_cpu_kernel k, loom_view *values) {
   loom_view in_stack[8], out_stack[LOOM_PART_MAX_IO], *in = in_stack;
@@ -67,18 +75,47 @@ static loom_status run_node(const loom_cpu *c, const loom_graph *g, const loom_n
   return st;
 }
 
-static loom_status cpu_graph_compute(void *bctx, loom_ctx *ctx, const loom_graph *g,
+loom_status loom_cpu_exec_node(const loom_cpu *c, const loom_graph *g, const loom_node *n,
+                               loom_view *values) {
+  loom_cpu_kernel k = select_kernel(g, n);
+  if (k) return run_node(c, g, n, k, values);
+  return loom_exec_node_ref(c->ctx, g, n, values);
+}
+
+loom_status loom_cpu_prepare_eager(const loom_graph *g, loom_prepared *out) {
+  out->stats.n_kernels = 0;
+  out->stats.n_gemm = out->stats.n_eager = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const loom_node *n = &g->nodes[i];
+    if (n->op == LOOM_OP_MATMUL && select_kernel(g, n))
+      out->stats.n_gemm++;
+    else
+      out->stats.n_eager++;
+  }
+  return loom_memplan_build(g, &out->plan);
+}
+
+static loom_status cpu_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
+                               const loom_session_options *opts, loom_prepared *out) {
+  (void)bctx;
+  const char *mode = opts && opts->fusion ? opts->fusion : "stitch";
+  if (strcmp(mode, "eager") == 0) return loom_cpu_prepare_eager(g, out);
+  return loom_cpu_program_prepare(ctx, g, mode, out);
+}
+
+static void cpu_release(void *bctx, void *handle) {
+  (void)bctx;
+  loom_cpu_program_free(handle);
+}
+
+static loom_status cpu_graph_compute(void *bctx, loom_ctx *ctx, const loom_graph *g, void *handle,
                                      loom_view *values) {
   (void)bctx;
   loom_cpu c = {.ctx = ctx, .nt = loom_ctx_resolved_threads(ctx)};
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    const loom_node *n = &g->nodes[i];
-    loom_cpu_kernel k = select_kernel(g, n);
-    if (k)
-      LOOM_TRY(run_node(&c, g, n, k, values));
-    else
-      LOOM_TRY(loom_exec_node_ref(ctx, g, n, values));
-  }
+  if (handle && !loom_cpu_program_is_eager(handle))
+    return loom_cpu_program_run(handle, &c, g, values);
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    LOOM_TRY(loom_cpu_exec_node(&c, g, &g->nodes[i], values));
   return LOOM_STATUS_OK;
 }
 
@@ -88,6 +125,8 @@ static const loom_backend_iface cpu_iface = {
     .supports_op = cpu_supports_op,
     .buffer_alloc = loom_host_buffer_alloc,
     .buffer_free = loom_host_buffer_free,
+    .prepare = cpu_prepare,
+    .release = cpu_release,
     .graph_compute = cpu_graph_compute,
 };
 

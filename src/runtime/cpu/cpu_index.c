@@ -1,13 +1,14 @@
 /*
  * Index, random and source ops on the cpu backend: gather (any dtype),
  * scatter_add (f32, parallel over output rows so the sum order is fixed),
- * dropout (f32, the rng/philox.h mask), iota and constant (any dtype).
+ * dropout (f32, the rng/philox.h mask via the fast paths), iota and constant (any dtype).
  */
 #include "runtime/cpu/cpu.h"
 
 #include "ir/dtype.h"
 #include "ops/ops_util.h"
 #include "rng/philox.h"
+#include "rng/philox_fast.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -125,41 +126,10 @@ static loom_status k_scatter_add(const loom_cpu *c, const loom_node *n, const lo
   return LOOM_STATUS_OK;
 }
 
-/* Philox4x32-10 (rng/philox.h) on PHILOX_LANES consecutive blocks b0, ...
- * at once, lane by lane so the compiler vectorises it; w gets the words of
- * counter positions 4*b0, 4*b0 + 1, ... in order. */
-#define PHILOX_LANES 16
-static void philox_words(uint64_t b0, const uint32_t key[2], uint32_t *w) {
-  uint32_t c0[PHILOX_LANES], c1[PHILOX_LANES], c2[PHILOX_LANES], c3[PHILOX_LANES];
-  for (int l = 0; l < PHILOX_LANES; l++) {
-    uint64_t b = b0 + (uint64_t)l;
-    c0[l] = (uint32_t)b;
-    c1[l] = (uint32_t)(b >> 32);
-    c2[l] = c3[l] = 0;
-  }
-  uint32_t k0 = key[0], k1 = key[1];
-  for (int r = 0; r < 10; r++) {
-    if (r) {
-      k0 += LOOM_PHILOX_W0;
-      k1 += LOOM_PHILOX_W1;
-    }
-    for (int l = 0; l < PHILOX_LANES; l++) {
-      uint64_t p0 = (uint64_t)LOOM_PHILOX_M0 * c0[l], p1 = (uint64_t)LOOM_PHILOX_M1 * c2[l];
-      uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[l] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3[l] ^ k1;
-      c1[l] = (uint32_t)p1;
-      c3[l] = (uint32_t)p0;
-      c0[l] = n0;
-      c2[l] = n2;
-    }
-  }
-  for (int l = 0; l < PHILOX_LANES; l++) {
-    w[4 * l] = c0[l];
-    w[4 * l + 1] = c1[l];
-    w[4 * l + 2] = c2[l];
-    w[4 * l + 3] = c3[l];
-  }
-}
-
+/* The mask of rng/philox.h through the fast Philox paths (rng/philox_fast.h:
+ * AVX-512, AVX2 or portable, whichever the CPU runs), which give the
+ * reference's keep decisions and its double-precision x / (1 - p) bit for
+ * bit. Fixed-size tasks: the same result for any thread count. */
 static loom_status k_dropout(const loom_cpu *c, const loom_node *n, const loom_view *in,
                              const loom_view *out) {
   double p = loom_cpu_attr_f(n, "p");
@@ -174,22 +144,10 @@ static loom_status k_dropout(const loom_cpu *c, const loom_node *n, const loom_v
   float *y = out[0].data;
   int64_t total = loom_view_numel(&out[0]);
   int64_t tasks = (total + LOOM_CPU_CHUNK - 1) / LOOM_CPU_CHUNK;
-  uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
 #pragma omp parallel for num_threads(c->nt) schedule(static) if (total >= LOOM_CPU_PAR_MIN / 4)
   for (int64_t t = 0; t < tasks; t++) {
-    int64_t i = t * LOOM_CPU_CHUNK, i1 = LOOM_MIN(total, i + LOOM_CPU_CHUNK);
-    uint32_t w[4 * PHILOX_LANES];
-    while (i < i1) {
-      /* words for the positions of PHILOX_LANES whole blocks from j's */
-      uint64_t j = start + (uint64_t)i, b0 = j >> 2;
-      philox_words(b0, key, w);
-      int64_t n = (int64_t)(4 * (uint64_t)PHILOX_LANES - (j - 4 * b0));
-      n = LOOM_MIN(n, i1 - i);
-      const uint32_t *wj = w + (j - 4 * b0);
-      for (int64_t e = 0; e < n; e++)
-        y[i + e] = (uint64_t)wj[e] >= thr ? (float)((double)x[i + e] / keep_div) : 0.0f;
-      i += n;
-    }
+    int64_t i = t * LOOM_CPU_CHUNK, len = LOOM_MIN(total - i, (int64_t)LOOM_CPU_CHUNK);
+    loom_dropout_apply_f32(seed, start + (uint64_t)i, len, thr, keep_div, x + i, y + i);
   }
   return LOOM_STATUS_OK;
 }

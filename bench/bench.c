@@ -1,0 +1,207 @@
+/*
+ * `loom bench`: the command line. Measures the machine (machine.c), runs
+ * the workloads (run.c) and prints the reports (report.c).
+ */
+#include "bench.h"
+
+#include "harness.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define EXIT_USAGE 2
+#define DEFAULT_RUNS 5
+
+static const char usage[] =
+    "usage: loom bench [WORKLOAD...] [--size small|full] [--json] [--runs N]\n"
+    "                  [--modes LIST | --fusion M] [--threads N] [--with-reference]\n"
+    "                  [--quiet] [--list]\n"
+    "\n"
+    "Measures the machine's triad bandwidth and sgemm rate, then runs each\n"
+    "workload (all of them when none is named) in the modes reference (the\n"
+    "ref backend), eager (one C loop per op), none, loop and stitch (the\n"
+    "fusion modes of the cpu backend), and reports per workload and mode:\n"
+    "primitive ops, kernels, modeled bytes, the median time, GB/s counting\n"
+    "the minimum bytes the workload must move, that bandwidth as a fraction\n"
+    "of the triad, and the speedups between modes.\n"
+    "\n"
+    "  --size small|full    workload sizes (default full: issue 3's sizes)\n"
+    "  --json               one JSON object per line (machine line first)\n"
+    "  --runs N             timed runs per mode after one warm-up (default 5)\n"
+    "  --modes LIST         comma-separated subset of\n"
+    "                       reference,eager,none,loop,stitch (default all)\n"
+    "  --fusion M           one mode only: stitch, loop, none or eager\n"
+    "  --threads N          CPU threads (default 0 = all cores)\n"
+    "  --with-reference     run the reference mode at full size too (slow)\n"
+    "  --quiet              no progress on stderr\n"
+    "  --list               print the workloads and exit\n"
+    "  -h, --help           print this help\n"
+    "\n"
+    "Exit status: 0 success, 1 a failure (a mode that could not run), 2 wrong\n"
+    "arguments.\n";
+
+typedef struct opts {
+  loom_bench_opts run;
+  bool json;
+  int32_t threads;
+  int32_t n_names;
+  const char **names;
+} opts;
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "loom: ");
+  fprintf(stderr, fmt, arg);
+  const char *end = strstr(usage, "\n\n");
+  fprintf(stderr, "\n%.*s\nTry 'loom bench --help' for more.\n", (int)(end - usage), usage);
+  return EXIT_USAGE;
+}
+
+/* "--name VALUE" or "--name=VALUE": 1 matched, 0 not this flag, -1 no value. */
+static int flag_value(int argc, char **argv, int *i, const char *name, const char **value) {
+  const char *a = argv[*i];
+  size_t n = strlen(name);
+  if (strncmp(a, name, n) != 0) return 0;
+  if (a[n] == '=') {
+    *value = a + n + 1;
+    return 1;
+  }
+  if (a[n] != '\0') return 0;
+  if (*i + 1 >= argc) return -1;
+  *value = argv[++*i];
+  return 1;
+}
+
+static bool parse_int(const char *s, int32_t lo, int32_t hi, int32_t *out) {
+  char *end = NULL;
+  long v = strtol(s, &end, 10);
+  if (!*s || *end || v < lo || v > hi) return false;
+  *out = (int32_t)v;
+  return true;
+}
+
+static bool parse_modes(const char *s, bool *modes) {
+  memset(modes, 0, sizeof(bool) * LOOM_BENCH_MODE_COUNT);
+  bool any = false;
+  while (*s) {
+    size_t n = strcspn(s, ",");
+    int32_t m = -1;
+    for (int32_t k = 0; k < LOOM_BENCH_MODE_COUNT; k++) {
+      const char *name = loom_bench_mode_name((loom_bench_mode)k);
+      if (strlen(name) == n && strncmp(s, name, n) == 0) m = k;
+    }
+    if (m < 0) return false;
+    modes[m] = any = true;
+    s += n;
+    if (*s == ',') s++;
+  }
+  return any;
+}
+
+/* Parses argv; returns -1 to go on, else an exit status. */
+static int parse_args(int argc, char **argv, opts *o) {
+  o->run.runs = DEFAULT_RUNS;
+  for (int32_t k = 0; k < LOOM_BENCH_MODE_COUNT; k++)
+    o->run.modes[k] = true;
+  o->names = calloc((size_t)argc + 1, sizeof *o->names);
+  if (!o->names) {
+    fprintf(stderr, "loom: out of memory\n");
+    return 1;
+  }
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = NULL;
+    int r;
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      fputs(usage, stdout);
+      return 0;
+    } else if (strcmp(a, "--list") == 0) {
+      int32_t n;
+      const loom_bench_workload *w = loom_bench_workloads(&n);
+      for (int32_t k = 0; k < n; k++)
+        printf("%-26s %s (min bytes %s)\n", w[k].name, w[k].what, w[k].bytes_rule);
+      return 0;
+    } else if (strcmp(a, "--json") == 0) {
+      o->json = true;
+    } else if (strcmp(a, "--quiet") == 0) {
+      o->run.quiet = true;
+    } else if (strcmp(a, "--with-reference") == 0) {
+      o->run.with_reference = true;
+    } else if ((r = flag_value(argc, argv, &i, "--size", &v)) != 0) {
+      if (r < 0) return usage_error("%s needs a value", a);
+      if (strcmp(v, "small") == 0)
+        o->run.small = true;
+      else if (strcmp(v, "full") == 0)
+        o->run.small = false;
+      else
+        return usage_error("--size must be small or full, got '%s'", v);
+    } else if ((r = flag_value(argc, argv, &i, "--runs", &v)) != 0) {
+      if (r < 0) return usage_error("%s needs a value", a);
+      if (!parse_int(v, 1, 1000, &o->run.runs))
+        return usage_error("--runs must be an integer in [1, 1000], got '%s'", v);
+    } else if ((r = flag_value(argc, argv, &i, "--threads", &v)) != 0) {
+      if (r < 0) return usage_error("%s needs a value", a);
+      if (!parse_int(v, 0, 4096, &o->threads))
+        return usage_error("--threads must be an integer in [0, 4096], got '%s'", v);
+    } else if ((r = flag_value(argc, argv, &i, "--modes", &v)) != 0) {
+      if (r < 0) return usage_error("%s needs a value", a);
+      if (!parse_modes(v, o->run.modes))
+        return usage_error("--modes takes a comma-separated subset of "
+                           "reference,eager,none,loop,stitch, got '%s'", v);
+    } else if ((r = flag_value(argc, argv, &i, "--fusion", &v)) != 0) {
+      /* as on every command that compiles: one mode only */
+      if (r < 0) return usage_error("%s needs a value", a);
+      if (strchr(v, ',') || strcmp(v, "reference") == 0 || !parse_modes(v, o->run.modes))
+        return usage_error("--fusion must be stitch, loop, none or eager, got '%s'", v);
+    } else if (a[0] == '-') {
+      return usage_error("unknown option '%s'", a);
+    } else if (!loom_bench_find(a)) {
+      return usage_error("unknown workload '%s' (see 'loom bench --list')", a);
+    } else {
+      o->names[o->n_names++] = a;
+    }
+  }
+  return -1;
+}
+
+int loom_bench_main(int argc, char **argv) {
+  opts o = {0};
+  int rc = parse_args(argc, argv, &o);
+  if (rc >= 0) {
+    free(o.names);
+    return rc;
+  }
+  loom_ctx *ctx = NULL;
+  if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) {
+    fprintf(stderr, "loom: cannot create a context\n");
+    free(o.names);
+    return 1;
+  }
+  if (loom_ctx_set_threads(ctx, o.threads) != LOOM_STATUS_OK) {
+    fprintf(stderr, "loom: %s\n", loom_ctx_error(ctx));
+    loom_ctx_free(ctx);
+    free(o.names);
+    return 1;
+  }
+  int32_t n_all;
+  const loom_bench_workload *all = loom_bench_workloads(&n_all);
+  loom_bench_machine_info mi;
+  rc = 0;
+  if (loom_bench_measure_machine(ctx, o.run.small, o.run.quiet, &mi) != LOOM_STATUS_OK) {
+    fprintf(stderr, "loom: measuring the machine: %s\n", loom_ctx_error(ctx));
+    rc = 1;
+  } else {
+    loom_bench_print_machine(stdout, o.json, &mi);
+    loom_bench_print_header(stdout, o.json);
+    fflush(stdout);
+    int32_t n = o.n_names ? o.n_names : n_all;
+    for (int32_t i = 0; i < n; i++) {
+      const loom_bench_workload *w = o.n_names ? loom_bench_find(o.names[i]) : &all[i];
+      loom_bench_row row;
+      if (!loom_bench_run_workload(ctx, &o.run, w, &row)) rc = 1;
+      loom_bench_print_row(stdout, o.json, &row, &mi);
+      fflush(stdout);
+    }
+  }
+  loom_ctx_free(ctx);
+  free(o.names);
+  return rc;
+}

@@ -1,0 +1,86 @@
+/* Internals of `loom bench` shared by the runner (bench.c) and the
+ * reports (report.c). */
+#ifndef LOOM_BENCH_HARNESS_H
+#define LOOM_BENCH_HARNESS_H
+
+#include "perf/measure.h"
+#include "workloads.h"
+
+#include <stdio.h>
+
+/* Execution modes, in the order they run and are reported. */
+typedef enum loom_bench_mode {
+  LOOM_BENCH_REFERENCE = 0, /* backend "ref": the oracle */
+  LOOM_BENCH_EAGER,         /* backend "cpu", fusion "eager": one C loop per op */
+  LOOM_BENCH_NONE,          /* generated code, one kernel per primitive */
+  LOOM_BENCH_LOOP,          /* XLA-style loop fusion */
+  LOOM_BENCH_STITCH,        /* stitching fusion */
+  LOOM_BENCH_MODE_COUNT
+} loom_bench_mode;
+
+const char *loom_bench_mode_name(loom_bench_mode m);
+
+typedef enum loom_bench_outcome {
+  LOOM_BENCH_RAN = 0,
+  LOOM_BENCH_SKIPPED,
+  LOOM_BENCH_FAILED
+} loom_bench_outcome;
+
+/* One workload in one mode. */
+typedef struct loom_bench_result {
+  loom_bench_mode mode;
+  loom_bench_outcome outcome;
+  char note[512];             /* why skipped / the error */
+  loom_session_stats stats;
+  double median_s, min_s;
+  int32_t runs;
+  bool checked;               /* compared against the baseline mode */
+  loom_bench_mode baseline;
+  double max_err;             /* max |x - x_base| / max(1, max |x_base|) */
+  double vs[LOOM_BENCH_MODE_COUNT]; /* time(other) / time(this); 0: n/a */
+} loom_bench_result;
+
+/* A workload's results over all modes. */
+typedef struct loom_bench_row {
+  const loom_bench_workload *w;
+  char shape[96];
+  int64_t min_bytes;
+  double gemm_flops;
+  loom_bench_result r[LOOM_BENCH_MODE_COUNT];
+  bool wanted[LOOM_BENCH_MODE_COUNT];
+} loom_bench_row;
+
+/* How workloads run. */
+typedef struct loom_bench_opts {
+  bool small;          /* --size small */
+  bool with_reference; /* the reference mode at full size too */
+  bool quiet;          /* no progress on stderr */
+  int32_t runs;        /* timed runs per mode */
+  bool modes[LOOM_BENCH_MODE_COUNT];
+} loom_bench_opts;
+
+/* Runs workload w in every wanted mode into row (run.c); false if a mode
+ * (or building the workload) failed: row says why. */
+bool loom_bench_run_workload(loom_ctx *ctx, const loom_bench_opts *o,
+                             const loom_bench_workload *w, loom_bench_row *row);
+
+typedef struct loom_bench_machine_info {
+  loom_machine m;        /* sgemm_gflops: through Loom's GEMM (gemm.h) */
+  double sgemm_lib_gflops; /* oneDNN's own threaded sgemm, for comparison */
+  int64_t triad_bytes;   /* the three arrays together */
+  int64_t gemm_n;
+  double measure_s;      /* time spent measuring */
+  double loadavg;        /* 1-minute load average at the start (-1: unknown) */
+} loom_bench_machine_info;
+
+/* Measures triad and sgemm (machine.c); small: a smaller triad. */
+loom_status loom_bench_measure_machine(loom_ctx *ctx, bool small, bool quiet,
+                                       loom_bench_machine_info *mi);
+
+/* Reports: a JSON object per line, or a table for people. */
+void loom_bench_print_machine(FILE *f, bool json, const loom_bench_machine_info *mi);
+void loom_bench_print_header(FILE *f, bool json);
+void loom_bench_print_row(FILE *f, bool json, const loom_bench_row *row,
+                          const loom_bench_machine_info *mi);
+
+#endif

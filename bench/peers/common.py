@@ -1,0 +1,162 @@
+"""Shared by the peer scripts: the workloads' sizes (the same as `loom bench`,
+bench/wl_ops.c and bench/wl_model.c), their minimum bytes, timing and the
+JSON lines of `loom bench --json`. Standard library only."""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+WORKLOADS = [
+    "layernorm_fwd", "layernorm_bwd", "softmax_fwd", "softmax_bwd", "bias_gelu",
+    "bias_dropout_residual_ln", "cross_entropy", "adamw", "bert_layer", "gpt2_block",
+]
+MEMORY_BOUND = set(WORKLOADS[:8])
+
+
+def rows_cols(small):
+    """[R, C] of the row-wise workloads."""
+    return (2048, 256) if small else (32768, 1024)
+
+
+def ce_shape(small):
+    return (256, 1024) if small else (4096, 8192)
+
+
+def adamw_shapes(small):
+    """GPT-2-small-shaped tensors: wte, wpe and one block (10.0M at full size)."""
+    h, vocab, ctx = (128, 512, 256) if small else (768, 2776, 1024)
+    return [(vocab, h), (ctx, h), (h,), (h,), (h, 3 * h), (3 * h,), (h, h), (h,), (h,), (h,),
+            (h, 4 * h), (4 * h,), (4 * h, h), (h,)]
+
+
+def model_cfg(name, small):
+    """(batch, seq, hidden, heads, ffn)."""
+    if small:
+        return (2, 32, 128, 4, 512)
+    return (8, 128, 768, 12, 3072) if name == "bert_layer" else (4, 256, 768, 12, 3072)
+
+
+def numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def min_bytes(name, small, io_bytes=None):
+    """The minimum bytes of issue 3's Targets (2*N*4, 3*N*4, 7*P*4); for the
+    model workloads, every input, parameter and output once (io_bytes)."""
+    r, c = rows_cols(small)
+    n = r * c
+    if name in ("layernorm_fwd", "softmax_fwd", "bias_gelu"):
+        return 2 * n * 4
+    if name in ("layernorm_bwd", "softmax_bwd", "bias_dropout_residual_ln"):
+        return 3 * n * 4
+    if name == "cross_entropy":
+        return 2 * numel(ce_shape(small)) * 4
+    if name == "adamw":
+        return 7 * sum(numel(s) for s in adamw_shapes(small)) * 4
+    return io_bytes or 0
+
+
+def shape_str(name, small):
+    if name == "cross_entropy":
+        return "logits [%d, %d]" % ce_shape(small)
+    if name == "adamw":
+        shapes = adamw_shapes(small)
+        return "P=%d in %d tensors" % (sum(numel(s) for s in shapes), len(shapes))
+    if name in ("bert_layer", "gpt2_block"):
+        return "b%d s%d h%d nh%d ff%d" % model_cfg(name, small)
+    return "[%d, %d]" % rows_cols(small)
+
+
+def time_fn(fn, runs, sync=lambda: None):
+    """Median and min seconds of fn() over runs, after one warm-up call."""
+    fn()
+    sync()
+    ts = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts), min(ts)
+
+
+def parse_args(modes):
+    p = argparse.ArgumentParser(description="Runs `loom bench` workloads on a peer framework "
+                                            "and prints the same JSON lines.")
+    p.add_argument("workloads", nargs="*", help="default: all")
+    p.add_argument("--size", choices=["small", "full"], default="full")
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--modes", default=",".join(modes), help="comma-separated subset of "
+                   + ",".join(modes))
+    a = p.parse_args()
+    for w in a.workloads:
+        if w not in WORKLOADS:
+            p.error("unknown workload %r (known: %s)" % (w, ", ".join(WORKLOADS)))
+    a.modes = [m for m in a.modes.split(",") if m]
+    for m in a.modes:
+        if m not in modes:
+            p.error("unknown mode %r (known: %s)" % (m, ", ".join(modes)))
+    a.workloads = a.workloads or WORKLOADS
+    a.small = a.size == "small"
+    return a
+
+
+def emit(obj):
+    print(json.dumps(obj), flush=True)
+
+
+def machine_line(triad_gbps, sgemm_gflops, threads, framework, triad_bytes):
+    emit({"machine": {"triad_gbps": triad_gbps, "sgemm_gflops": sgemm_gflops,
+                      "llc_bytes": llc_bytes(), "threads": threads, "triad_bytes": triad_bytes,
+                      "triad_counting": "STREAM: 3 arrays x 4 bytes per element",
+                      "sgemm_n": 2048, "framework": framework}})
+
+
+def result_line(name, mode, small, median_s, min_s, runs, triad_gbps, framework, io_bytes=None,
+                gemm_flops=None, sgemm_gflops=None):
+    mb = min_bytes(name, small, io_bytes)
+    gbps = mb / median_s / 1e9 if median_s > 0 else 0.0
+    obj = {"workload": name, "mode": mode, "shape": shape_str(name, small), "ops": None,
+           "kernels": None, "bytes": None, "median_s": median_s, "gbps": gbps,
+           "bw_fraction": gbps / triad_gbps if triad_gbps else 0.0, "min_bytes": mb,
+           "memory_bound": name in MEMORY_BOUND, "min_s": min_s, "runs": runs,
+           "framework": framework}
+    if gemm_flops:
+        obj["gemm_flops"] = gemm_flops
+        obj["gflops"] = gemm_flops / median_s / 1e9
+        if sgemm_gflops:
+            obj["sgemm_fraction"] = obj["gflops"] / sgemm_gflops
+    emit(obj)
+
+
+def error_line(name, mode, small, msg):
+    emit({"workload": name, "mode": mode, "shape": shape_str(name, small), "error": msg})
+
+
+def llc_bytes():
+    """The largest cache of cpu0 from sysfs (as Loom reads it); 0 if unknown."""
+    best = 0
+    for i in range(16):
+        base = "/sys/devices/system/cpu/cpu0/cache/index%d/" % i
+        try:
+            with open(base + "size") as f:
+                s = f.read().strip()
+            with open(base + "type") as f:
+                if f.read().strip() == "Instruction":
+                    continue
+        except OSError:
+            break
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
+        digits = s[:-1] if s[-1:] in "KMG" else s
+        if digits.isdigit():
+            best = max(best, int(digits) * mult)
+    return best
+
+
+def progress(msg):
+    print("peer: " + msg, file=sys.stderr, flush=True)

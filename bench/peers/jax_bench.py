@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""The workloads of `loom bench` on JAX (jax.jit), printing the same JSON
+lines as `loom bench --json` (mode jax_jit).
+
+    python3 bench/peers/jax_bench.py --size small [WORKLOAD...]
+
+Never needed to build or test Loom; needs `pip install jax`."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common as C  # noqa: E402
+
+try:
+    import jax
+    import jax.numpy as jnp
+except ImportError:
+    print("jax_bench: JAX is not installed (pip install jax)", file=sys.stderr)
+    sys.exit(1)
+
+MODES = ["jax_jit"]
+LN_EPS = 1e-5
+P_DROP = 0.1
+
+
+def rand(shape, seed, scale=1.0, offset=0.0):
+    return jax.random.uniform(jax.random.PRNGKey(seed), shape, jnp.float32, -1.0, 1.0) * scale \
+        + offset
+
+
+def layer_norm(x, g, b, eps=LN_EPS):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) * jax.lax.rsqrt(var + eps) * g + b
+
+
+def dropout(key, x, p):
+    keep = jax.random.bernoulli(key, 1.0 - p, x.shape)
+    return jnp.where(keep, x / (1.0 - p), 0.0)
+
+
+def gelu(x, tanh):
+    return jax.nn.gelu(x, approximate=tanh)
+
+
+def mha(qkv, b, s, h, nh, causal, key=None, p=0.0):
+    q, k, v = [z.reshape(b, s, nh, h // nh).transpose(0, 2, 1, 3) for z in jnp.split(qkv, 3, -1)]
+    sc = q @ k.transpose(0, 1, 3, 2) / jnp.sqrt(h // nh)
+    if causal:
+        sc = jnp.where(jnp.tril(jnp.ones((s, s), bool)), sc, -jnp.inf)
+    pr = jax.nn.softmax(sc, -1)
+    if p > 0:
+        pr = dropout(key, pr, p)
+    return (pr @ v).transpose(0, 2, 1, 3).reshape(b, s, h)
+
+
+def block_params(h, ff):
+    shapes = {"qkv_w": (h, 3 * h), "qkv_b": (3 * h,), "proj_w": (h, h), "proj_b": (h,),
+              "ln1_g": (h,), "ln1_b": (h,), "fc_w": (h, ff), "fc_b": (ff,), "out_w": (ff, h),
+              "out_b": (h,), "ln2_g": (h,), "ln2_b": (h,)}
+    return {k: rand(s, i, 0.02, 1.0 if k.endswith("_g") else 0.0)
+            for i, (k, s) in enumerate(sorted(shapes.items()))}
+
+
+def block_flops(b, s, h, ff):
+    return 2 * b * s * (3 * h * h + h * h + 2 * h * ff) + 2 * 2 * b * s * s * h
+
+
+def nbytes(tree):
+    return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree))
+
+
+def build(name, small):
+    """(fn, io_bytes, gemm_flops): fn() runs the workload once and waits."""
+    r, c = C.rows_cols(small)
+    wait = jax.block_until_ready
+    if name in ("layernorm_fwd", "layernorm_bwd"):
+        x, g, b, dy = rand((r, c), 1), rand((c,), 2, 0.1, 1.0), rand((c,), 3, 0.02), rand((r, c), 4)
+        if name == "layernorm_fwd":
+            f = jax.jit(layer_norm)
+            return (lambda: wait(f(x, g, b))), None, None
+        f = jax.jit(lambda x, g, b, dy: jax.vjp(layer_norm, x, g, b)[1](dy))
+        return (lambda: wait(f(x, g, b, dy))), None, None
+    if name in ("softmax_fwd", "softmax_bwd"):
+        x, dy = rand((r, c), 1), rand((r, c), 4)
+        sm = lambda x: jax.nn.softmax(x, -1)  # noqa: E731
+        if name == "softmax_fwd":
+            f = jax.jit(sm)
+            return (lambda: wait(f(x))), None, None
+        f = jax.jit(lambda x, dy: jax.vjp(sm, x)[1](dy))
+        return (lambda: wait(f(x, dy))), None, None
+    if name == "bias_gelu":
+        x, b = rand((r, c), 1), rand((c,), 2, 0.02)
+        f = jax.jit(lambda x, b: gelu(x + b, True))
+        return (lambda: wait(f(x, b))), None, None
+    if name == "bias_dropout_residual_ln":
+        x, b, res = rand((r, c), 1), rand((c,), 2, 0.02), rand((r, c), 3)
+        g, beta, key = rand((c,), 4, 0.1, 1.0), rand((c,), 5, 0.02), jax.random.PRNGKey(7)
+        f = jax.jit(lambda x, b, res, g, beta, key: layer_norm(
+            dropout(key, x + b, P_DROP) + res, g, beta))
+        return (lambda: wait(f(x, b, res, g, beta, key))), None, None
+    if name == "cross_entropy":
+        n, k = C.ce_shape(small)
+        logits = rand((n, k), 1)
+        labels = jax.random.randint(jax.random.PRNGKey(2), (n,), 0, k)
+
+        def ce(lg):
+            lse = jax.nn.logsumexp(lg, -1)
+            return (lse - jnp.take_along_axis(lg, labels[:, None], -1)[:, 0]).mean()
+        f = jax.jit(jax.value_and_grad(ce))
+        return (lambda: wait(f(logits))), None, None
+    if name == "adamw":
+        shapes = C.adamw_shapes(small)
+        ps = [rand(s, i, 0.02) for i, s in enumerate(shapes)]
+        gs = [rand(s, 100 + i) for i, s in enumerate(shapes)]
+        ms = [rand(s, 200 + i, 0.02) for i, s in enumerate(shapes)]
+        vs = [rand(s, 300 + i, 0.5, 0.5) for i, s in enumerate(shapes)]
+        wds = [0.01 if len(s) == 2 else 0.0 for s in shapes]
+
+        def step(ps, gs, ms, vs, t):
+            out = []
+            for p, g, m, v, wd in zip(ps, gs, ms, vs, wds):
+                m = 0.9 * m + 0.1 * g
+                v = 0.999 * v + 0.001 * g * g
+                u = (m / (1 - 0.9 ** t)) / (jnp.sqrt(v / (1 - 0.999 ** t)) + 1e-8) + wd * p
+                out.append((p - 1e-3 * u, m, v))
+            return out
+        f = jax.jit(step)
+        return (lambda: wait(f(ps, gs, ms, vs, 10.0))), None, None
+    bsz, s, h, nh, ff = C.model_cfg(name, small)
+    x, w = rand((bsz, s, h), 1), block_params(h, ff)
+    if name == "bert_layer":
+        def bert(x, w):
+            a = mha(x @ w["qkv_w"] + w["qkv_b"], bsz, s, h, nh, False) @ w["proj_w"] + w["proj_b"]
+            x1 = layer_norm(x + a, w["ln1_g"], w["ln1_b"], 1e-12)
+            f2 = gelu(x1 @ w["fc_w"] + w["fc_b"], False) @ w["out_w"] + w["out_b"]
+            return layer_norm(x1 + f2, w["ln2_g"], w["ln2_b"], 1e-12)
+        f = jax.jit(bert)
+        return (lambda: wait(f(x, w))), 2 * nbytes(x) + nbytes(w), block_flops(bsz, s, h, ff)
+    dy, key = rand((bsz, s, h), 4), jax.random.PRNGKey(9)
+
+    def gpt(x, w, key):
+        k1, k2, k3 = jax.random.split(key, 3)
+        a = layer_norm(x, w["ln1_g"], w["ln1_b"])
+        a = mha(a @ w["qkv_w"] + w["qkv_b"], bsz, s, h, nh, True, k1, P_DROP)
+        x = x + dropout(k2, a @ w["proj_w"] + w["proj_b"], P_DROP)
+        m = gelu(layer_norm(x, w["ln2_g"], w["ln2_b"]) @ w["fc_w"] + w["fc_b"], True)
+        return x + dropout(k3, m @ w["out_w"] + w["out_b"], P_DROP)
+
+    def fwd_bwd(x, w, key, dy):
+        y, vjp = jax.vjp(lambda x, w: gpt(x, w, key), x, w)
+        return y, vjp(dy)
+    f = jax.jit(fwd_bwd)
+    io = 4 * nbytes(x) + 2 * nbytes(w)  # x, dy, params in; y, dx, dparams out
+    return (lambda: wait(f(x, w, key, dy))), io, 3 * block_flops(bsz, s, h, ff)
+
+
+def machine():
+    n = max(4 * C.llc_bytes(), 48 << 20) // 12
+    b, c = jnp.ones(n), jnp.full(n, 2.0)
+    f = jax.jit(lambda b, c: b + 3.0 * c)
+    med, _ = C.time_fn(lambda: jax.block_until_ready(f(b, c)), 7)
+    triad = 12 * n / med / 1e9
+    m1, m2 = rand((2048, 2048), 1), rand((2048, 2048), 2)
+    mm = jax.jit(lambda a, b: a @ b)
+    med, _ = C.time_fn(lambda: jax.block_until_ready(mm(m1, m2)), 5)
+    sgemm = 2 * 2048 ** 3 / med / 1e9
+    fw = "jax " + jax.__version__
+    C.machine_line(triad, sgemm, os.cpu_count(), fw, 12 * n)
+    return triad, sgemm, fw
+
+
+def main():
+    a = C.parse_args(MODES)
+    triad, sgemm, fw = machine()
+    for name in a.workloads:
+        for mode in a.modes:
+            C.progress("%s: %s" % (name, mode))
+            try:
+                fn, io, flops = build(name, a.small)
+                med, mn = C.time_fn(fn, a.runs)
+            except Exception as e:  # a peer failing is reported, not fatal
+                C.error_line(name, mode, a.small, "%s: %s" % (type(e).__name__, e))
+                continue
+            C.result_line(name, mode, a.small, med, mn, a.runs, triad, fw, io, flops, sgemm)
+
+
+if __name__ == "__main__":
+    main()

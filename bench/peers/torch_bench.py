@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""The workloads of `loom bench` on PyTorch, eager and torch.compile, printing
+the same JSON lines as `loom bench --json` (modes torch_eager, torch_compile).
+
+    python3 bench/peers/torch_bench.py --size small [WORKLOAD...]
+
+Never needed to build or test Loom; needs `pip install torch`."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common as C  # noqa: E402
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    print("torch_bench: PyTorch is not installed (pip install torch)", file=sys.stderr)
+    sys.exit(1)
+
+MODES = ["torch_eager", "torch_compile"]
+LN_EPS = 1e-5
+P_DROP = 0.1
+
+
+def rand(shape, seed, scale=1.0, offset=0.0, grad=False):
+    g = torch.Generator().manual_seed(seed)
+    t = (torch.rand(shape, generator=g) * 2 - 1) * scale + offset
+    return t.requires_grad_(grad)
+
+
+def nbytes(ts):
+    return sum(t.numel() * t.element_size() for t in ts)
+
+
+class GPT2Block(torch.nn.Module):
+    """Pre-LN, causal attention, GELU tanh, dropout 0.1 (as bench/wl_model.c)."""
+
+    def __init__(self, h, nh, ff, p):
+        super().__init__()
+        self.nh, self.p = nh, p
+        self.ln1, self.ln2 = torch.nn.LayerNorm(h, eps=LN_EPS), torch.nn.LayerNorm(h, eps=LN_EPS)
+        self.qkv, self.proj = torch.nn.Linear(h, 3 * h), torch.nn.Linear(h, h)
+        self.fc, self.out = torch.nn.Linear(h, ff), torch.nn.Linear(ff, h)
+
+    def forward(self, x):
+        b, t, h = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(h, dim=2)
+        q, k, v = [z.view(b, t, self.nh, h // self.nh).transpose(1, 2) for z in (q, k, v)]
+        a = F.scaled_dot_product_attention(q, k, v, dropout_p=self.p, is_causal=True)
+        x = x + F.dropout(self.proj(a.transpose(1, 2).reshape(b, t, h)), self.p)
+        m = self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+        return x + F.dropout(m, self.p)
+
+
+def block_flops(b, s, h, nh, ff):
+    """Matmul flops of one forward (full s x s attention, as Loom counts)."""
+    return 2 * b * s * (3 * h * h + h * h + 2 * h * ff) + 2 * 2 * b * s * s * h
+
+
+def build(name, small, compiled):
+    """(fn, io_bytes, gemm_flops): fn() runs the workload once."""
+    comp = torch.compile if compiled else (lambda f: f)
+    r, c = C.rows_cols(small)
+    if name in ("layernorm_fwd", "layernorm_bwd"):
+        x = rand((r, c), 1, grad=name.endswith("bwd"))
+        g = rand((c,), 2, 0.1, 1.0, grad=name.endswith("bwd"))
+        b = rand((c,), 3, 0.02, grad=name.endswith("bwd"))
+        f = comp(lambda x, g, b: F.layer_norm(x, (c,), g, b, LN_EPS))
+        if name == "layernorm_fwd":
+            return (lambda: f(x, g, b)), None, None
+        dy = rand((r, c), 4)
+        return (lambda: torch.autograd.grad(f(x, g, b), (x, g, b), dy)), None, None
+    if name in ("softmax_fwd", "softmax_bwd"):
+        x = rand((r, c), 1, grad=name.endswith("bwd"))
+        f = comp(lambda x: torch.softmax(x, -1))
+        if name == "softmax_fwd":
+            return (lambda: f(x)), None, None
+        dy = rand((r, c), 4)
+        return (lambda: torch.autograd.grad(f(x), (x,), dy)), None, None
+    if name == "bias_gelu":
+        x, b = rand((r, c), 1), rand((c,), 2, 0.02)
+        f = comp(lambda x, b: F.gelu(x + b, approximate="tanh"))
+        return (lambda: f(x, b)), None, None
+    if name == "bias_dropout_residual_ln":
+        x, b, res = rand((r, c), 1), rand((c,), 2, 0.02), rand((r, c), 3)
+        g, beta = rand((c,), 4, 0.1, 1.0), rand((c,), 5, 0.02)
+        f = comp(lambda x, b, res, g, beta: F.layer_norm(
+            F.dropout(x + b, P_DROP, True) + res, (c,), g, beta, LN_EPS))
+        return (lambda: f(x, b, res, g, beta)), None, None
+    if name == "cross_entropy":
+        n, k = C.ce_shape(small)
+        logits = rand((n, k), 1, grad=True)
+        labels = torch.randint(0, k, (n,), generator=torch.Generator().manual_seed(2))
+        f = comp(lambda lg, lb: F.cross_entropy(lg, lb))
+
+        def run():
+            loss = f(logits, labels)
+            return loss, torch.autograd.grad(loss, (logits,))
+        return run, None, None
+    if name == "adamw":
+        params = [rand(s, i, 0.02, grad=True) for i, s in enumerate(C.adamw_shapes(small))]
+        for i, p in enumerate(params):
+            p.grad = rand(p.shape, 100 + i)
+        groups = [{"params": [p for p in params if p.dim() == 2], "weight_decay": 0.01},
+                  {"params": [p for p in params if p.dim() != 2], "weight_decay": 0.0}]
+        opt = torch.optim.AdamW(groups, lr=1e-3, foreach=True)
+        step = comp(opt.step)
+        return (lambda: step()), None, None
+    bsz, s, h, nh, ff = C.model_cfg(name, small)
+    x = rand((bsz, s, h), 1, grad=name == "gpt2_block")
+    if name == "bert_layer":
+        layer = torch.nn.TransformerEncoderLayer(h, nh, ff, dropout=0.0, activation="gelu",
+                                                 layer_norm_eps=1e-12, batch_first=True,
+                                                 norm_first=False).eval()
+        f = comp(layer)
+
+        def run():
+            with torch.no_grad():
+                return f(x)
+        io = nbytes([x, x] + list(layer.parameters()))
+        return run, io, block_flops(bsz, s, h, nh, ff)
+    block = GPT2Block(h, nh, ff, P_DROP).train()
+    f = comp(block)
+    dy = rand((bsz, s, h), 4)
+    wrt = [x] + list(block.parameters())
+
+    def run():
+        return torch.autograd.grad(f(x), wrt, dy)
+    io = nbytes([x, dy, x] + wrt + wrt)  # x, params, dy in; y, dx, dparams out
+    return run, io, 3 * block_flops(bsz, s, h, nh, ff)
+
+
+def machine(threads):
+    n = max(4 * C.llc_bytes(), 48 << 20) // 12
+    a, b, c = torch.zeros(n), torch.ones(n), torch.full((n,), 2.0)
+    med, _ = C.time_fn(lambda: torch.add(b, c, alpha=3.0, out=a), 7)
+    triad = 12 * n / med / 1e9
+    m1, m2, m3 = torch.rand(2048, 2048), torch.rand(2048, 2048), torch.empty(2048, 2048)
+    med, _ = C.time_fn(lambda: torch.mm(m1, m2, out=m3), 5)
+    sgemm = 2 * 2048 ** 3 / med / 1e9
+    fw = "torch " + torch.__version__
+    C.machine_line(triad, sgemm, threads, fw, 12 * n)
+    return triad, sgemm, fw
+
+
+def main():
+    a = C.parse_args(MODES)
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    triad, sgemm, fw = machine(threads)
+    for name in a.workloads:
+        for mode in a.modes:
+            C.progress("%s: %s" % (name, mode))
+            try:
+                fn, io, flops = build(name, a.small, mode == "torch_compile")
+                med, mn = C.time_fn(fn, a.runs)
+            except Exception as e:  # a peer failing is reported, not fatal
+                C.error_line(name, mode, a.small, "%s: %s" % (type(e).__name__, e))
+                continue
+            C.result_line(name, mode, a.small, med, mn, a.runs, triad, fw, io, flops, sgemm)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+/*
+ * The reports of `loom bench`: one JSON object per line (--json; the
+ * schema of issue 3, point 8, plus extra fields) or a table for people.
+ */
+#include "harness.h"
+
+#include <math.h>
+#include <string.h>
+
+/* A finite number or 0: JSON has no NaN or infinity. */
+static double fin(double x) { return isfinite(x) ? x : 0.0; }
+
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c == '\n')
+      fputs("\\n", f);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+void loom_bench_print_machine(FILE *f, bool json, const loom_bench_machine_info *mi) {
+  const loom_machine *m = &mi->m;
+  if (json) {
+    fprintf(f,
+            "{\"machine\": {\"triad_gbps\": %.4g, \"sgemm_gflops\": %.4g, \"llc_bytes\": %lld, "
+            "\"threads\": %d, \"l1d_bytes\": %lld, \"l2_bytes\": %lld, "
+            "\"kernel_launch_s\": %.3g, \"triad_bytes\": %lld, "
+            "\"triad_counting\": \"STREAM: 3 arrays x 4 bytes per element\", "
+            "\"sgemm_n\": %lld, \"gemm_library\": \"oneDNN\", \"sgemm_onednn_gflops\": %.4g, "
+            "\"measure_s\": %.3g, \"loadavg_1m\": %.3g}}\n",
+            fin(m->triad_gbps), fin(m->sgemm_gflops), (long long)m->llc_bytes, (int)m->threads,
+            (long long)m->l1d_bytes, (long long)m->l2_bytes, fin(m->kernel_launch_s),
+            (long long)mi->triad_bytes, (long long)mi->gemm_n, fin(mi->sgemm_lib_gflops),
+            fin(mi->measure_s), fin(mi->loadavg));
+    return;
+  }
+  fprintf(f,
+          "machine: %d threads, L1d %lld KiB, L2 %lld KiB, LLC %lld MiB, kernel launch %.2g us,\n"
+          "         load average %.2f at the start\n"
+          "         triad %.1f GB/s (3 arrays, %lld MiB in all; STREAM byte counting; median)\n"
+          "         sgemm %.1f GFLOP/s (%lld^3 through Loom's GEMM tiles on oneDNN; median);\n"
+          "         oneDNN's own threaded sgemm: %.1f GFLOP/s\n",
+          (int)m->threads, (long long)(m->l1d_bytes >> 10), (long long)(m->l2_bytes >> 10),
+          (long long)(m->llc_bytes >> 20), m->kernel_launch_s * 1e6, mi->loadavg, m->triad_gbps,
+          (long long)(mi->triad_bytes >> 20), m->sgemm_gflops, (long long)mi->gemm_n,
+          mi->sgemm_lib_gflops);
+}
+
+void loom_bench_print_header(FILE *f, bool json) {
+  if (json) return;
+  fprintf(f,
+          "\nGB/s counts the minimum bytes each workload must move; modeled MB is the fusion\n"
+          "cost model's estimate; vs X = time(X) / time(this mode); err is the largest\n"
+          "difference from the first mode run (relative to the largest magnitude).\n");
+}
+
+static const char *const vs_modes[] = {"eager", "none", "loop", "stitch"};
+
+static void json_result(FILE *f, const loom_bench_row *row, const loom_bench_result *r,
+                        const loom_bench_machine_info *mi) {
+  fputs("{\"workload\": ", f);
+  json_string(f, row->w->name);
+  fputs(", \"mode\": ", f);
+  json_string(f, loom_bench_mode_name(r->mode));
+  fputs(", \"shape\": ", f);
+  json_string(f, row->shape);
+  if (r->outcome != LOOM_BENCH_RAN) {
+    fputs(r->outcome == LOOM_BENCH_SKIPPED ? ", \"skipped\": " : ", \"error\": ", f);
+    json_string(f, r->note);
+    fputs("}\n", f);
+    return;
+  }
+  const loom_session_stats *s = &r->stats;
+  double gbps = r->median_s > 0 ? (double)row->min_bytes / r->median_s / 1e9 : 0.0;
+  double frac = mi->m.triad_gbps > 0 ? gbps / mi->m.triad_gbps : 0.0;
+  fprintf(f,
+          ", \"ops\": %d, \"kernels\": %d, \"bytes\": %lld, \"median_s\": %.6g, \"gbps\": %.4g, "
+          "\"bw_fraction\": %.4g",
+          (int)s->n_primitive_ops, (int)s->n_kernels, (long long)s->modeled_bytes,
+          fin(r->median_s), fin(gbps), fin(frac));
+  fprintf(f,
+          ", \"memory_ops\": %d, \"gemm_calls\": %d, \"eager_nodes\": %d, \"min_bytes\": %lld, "
+          "\"memory_bound\": %s, \"min_s\": %.6g, \"runs\": %d, \"peak_bytes\": %lld, "
+          "\"compile_s\": %.4g, \"cache_hit\": %s",
+          (int)s->n_memory_ops, (int)s->n_gemm, (int)s->n_eager, (long long)row->min_bytes,
+          row->w->memory_bound ? "true" : "false", fin(r->min_s), (int)r->runs,
+          (long long)s->peak_bytes, fin(s->compile_seconds), s->cache_hit ? "true" : "false");
+  if (row->gemm_flops > 0 && r->median_s > 0) {
+    double gf = row->gemm_flops / r->median_s / 1e9;
+    fprintf(f, ", \"gemm_flops\": %.6g, \"gflops\": %.4g, \"sgemm_fraction\": %.4g",
+            row->gemm_flops, fin(gf), mi->m.sgemm_gflops > 0 ? fin(gf / mi->m.sgemm_gflops) : 0.0);
+  }
+  for (size_t k = 0; k < sizeof vs_modes / sizeof vs_modes[0]; k++) {
+    int32_t m = LOOM_BENCH_EAGER + (int32_t)k;
+    if (r->vs[m] > 0) fprintf(f, ", \"vs_%s\": %.4g", vs_modes[k], fin(r->vs[m]));
+  }
+  if (r->checked) {
+    fprintf(f, ", \"max_err\": %.3g, \"checked_against\": ", fin(r->max_err));
+    json_string(f, loom_bench_mode_name(r->baseline));
+  }
+  fputs("}\n", f);
+}
+
+/* "x1.23" or "-". */
+static const char *ratio(char *buf, size_t n, double x) {
+  if (x > 0)
+    snprintf(buf, n, "x%.2f", x);
+  else
+    snprintf(buf, n, "-");
+  return buf;
+}
+
+static void table_result(FILE *f, const loom_bench_row *row, const loom_bench_result *r,
+                         const loom_bench_machine_info *mi) {
+  const char *name = loom_bench_mode_name(r->mode);
+  if (r->outcome == LOOM_BENCH_SKIPPED) {
+    fprintf(f, "  %-10s skipped: %s\n", name, r->note);
+    return;
+  }
+  if (r->outcome == LOOM_BENCH_FAILED) {
+    fprintf(f, "  %-10s FAILED: %s\n", name, r->note);
+    return;
+  }
+  const loom_session_stats *s = &r->stats;
+  double gbps = r->median_s > 0 ? (double)row->min_bytes / r->median_s / 1e9 : 0.0;
+  double frac = mi->m.triad_gbps > 0 ? gbps / mi->m.triad_gbps : 0.0;
+  char gf[24] = "-", sg[24] = "-", v1[16], v2[16], v3[16], err[24] = "-";
+  if (row->gemm_flops > 0 && r->median_s > 0) {
+    double x = row->gemm_flops / r->median_s / 1e9;
+    snprintf(gf, sizeof gf, "%.1f", x);
+    if (mi->m.sgemm_gflops > 0) snprintf(sg, sizeof sg, "%.0f%%", 100.0 * x / mi->m.sgemm_gflops);
+  }
+  if (r->checked) snprintf(err, sizeof err, "%.1e", r->max_err);
+  fprintf(f, "  %-10s %5d %5d %5d %10.1f %10.3f %7.2f %6.0f%% %8s %6s %8s %8s %8s %8s\n", name,
+          (int)s->n_primitive_ops, (int)s->n_kernels, (int)s->n_gemm,
+          (double)s->modeled_bytes / 1e6, r->median_s * 1e3, gbps, 100.0 * frac, gf, sg,
+          ratio(v1, sizeof v1, r->vs[LOOM_BENCH_EAGER]), ratio(v2, sizeof v2, r->vs[LOOM_BENCH_NONE]),
+          ratio(v3, sizeof v3, r->vs[LOOM_BENCH_LOOP]), err);
+}
+
+void loom_bench_print_row(FILE *f, bool json, const loom_bench_row *row,
+                          const loom_bench_machine_info *mi) {
+  if (!json) {
+    fprintf(f, "\n%s %s: %s; min bytes %s = %.1f MB\n", row->w->name, row->shape, row->w->what,
+            row->w->bytes_rule, (double)row->min_bytes / 1e6);
+    fprintf(f, "  %-10s %5s %5s %5s %10s %10s %7s %7s %8s %6s %8s %8s %8s %8s\n", "mode", "ops",
+            "kern", "gemm", "modeled MB", "median ms", "GB/s", "triad", "GFLOP/s", "sgemm",
+            "vs eager", "vs none", "vs loop", "err");
+  }
+  for (int32_t m = 0; m < LOOM_BENCH_MODE_COUNT; m++) {
+    if (!row->wanted[m]) continue;
+    if (json)
+      json_result(f, row, &row->r[m], mi);
+    else
+      table_result(f, row, &row->r[m], mi);
+  }
+}

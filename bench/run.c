@@ -1,0 +1,318 @@
+/*
+ * Running one workload in every mode. Each mode gets one session, reused
+ * for all its runs: a warm-up run first (its outputs are checked against
+ * the first mode that ran), then --runs timed runs, of which the median
+ * is reported. The cpu modes run interleaved, one run of each mode per
+ * round, so that noise from other processes on a shared machine falls on
+ * every mode alike and their ratios stay fair. The reference mode (the
+ * oracle, slow) runs on its own first, with at most 3 timed runs.
+ *
+ * Inputs are deterministic pseudo-random data (a fixed generator seeded by
+ * each input's name); outputs go to tensors allocated once per workload.
+ */
+#include "harness.h"
+
+#include "ir/dtype.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define REFERENCE_MAX_RUNS 3
+/* A mode whose outputs differ more than this from the baseline's is flagged. */
+#define ERR_WARN 1e-3
+
+static const char *const mode_names[LOOM_BENCH_MODE_COUNT] = {"reference", "eager", "none",
+                                                              "loop", "stitch"};
+
+const char *loom_bench_mode_name(loom_bench_mode m) {
+  return m >= 0 && m < LOOM_BENCH_MODE_COUNT ? mode_names[m] : "?";
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* ---- inputs -------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1) with 24 bits: exact in f32. */
+static float unit(uint64_t *s) { return (float)(splitmix64(s) >> 40) * (1.0f / 16777216.0f); }
+
+static uint64_t name_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; s && *s; s++)
+    h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+static loom_status make_inputs(loom_ctx *ctx, const loom_bench_graph *b, loom_tensor **in) {
+  const loom_graph *g = b->g;
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    const loom_type *t = loom_value_type(g, g->inputs[i]);
+    LOOM_TRY(loom_tensor_new(ctx, t->dtype, t->rank, t->shape, &in[i]));
+    uint64_t seed = name_hash(g->values[g->inputs[i]].name);
+    int64_t n = loom_type_numel(t);
+    void *p = loom_tensor_data(in[i]);
+    loom_bench_fill fill = i < b->n_fill ? b->fill[i] : LOOM_BENCH_FILL_UNIFORM;
+    if (fill == LOOM_BENCH_FILL_LABELS) {
+      uint64_t classes = (uint64_t)(b->classes > 0 ? b->classes : 1);
+      for (int64_t k = 0; k < n; k++)
+        loom_store(t->dtype, p, k, (double)(splitmix64(&seed) % classes));
+      continue;
+    }
+    if (t->dtype != LOOM_DTYPE_F32) continue; /* zeros (tensor_new) */
+    float *f = p;
+    for (int64_t k = 0; k < n; k++) {
+      switch (fill) {
+      case LOOM_BENCH_FILL_UNIFORM: f[k] = 2.0f * unit(&seed) - 1.0f; break;
+      case LOOM_BENCH_FILL_POSITIVE: f[k] = unit(&seed); break;
+      case LOOM_BENCH_FILL_GAIN: f[k] = 1.0f + 0.2f * unit(&seed) - 0.1f; break;
+      case LOOM_BENCH_FILL_SMALL: f[k] = 0.02f * (2.0f * unit(&seed) - 1.0f); break;
+      case LOOM_BENCH_FILL_STEP: f[k] = 10.0f; break;
+      case LOOM_BENCH_FILL_LABELS: break;
+      }
+    }
+  }
+  return LOOM_STATUS_OK;
+}
+
+/* ---- one workload -------------------------------------------------------- */
+
+typedef struct wl_state {
+  loom_ctx *ctx;
+  const loom_bench_opts *o;
+  const loom_bench_workload *w;
+  loom_bench_graph b;
+  int32_t n_in, n_out;
+  loom_tensor **in, **out;
+  void **base; /* the baseline mode's outputs (copies) */
+  bool have_base;
+  loom_bench_mode base_mode;
+  loom_session *ses[LOOM_BENCH_MODE_COUNT];
+  double *t[LOOM_BENCH_MODE_COUNT]; /* timed runs */
+} wl_state;
+
+static void wl_free(wl_state *s) {
+  for (int32_t m = 0; m < LOOM_BENCH_MODE_COUNT; m++) {
+    loom_session_free(s->ses[m]);
+    free(s->t[m]);
+  }
+  for (int32_t i = 0; s->in && i < s->n_in; i++)
+    loom_tensor_free(s->in[i]);
+  for (int32_t i = 0; s->out && i < s->n_out; i++)
+    loom_tensor_free(s->out[i]);
+  for (int32_t i = 0; s->base && i < s->n_out; i++)
+    free(s->base[i]);
+  free(s->in);
+  free(s->out);
+  free(s->base);
+  loom_bench_graph_clear(&s->b);
+}
+
+static loom_status wl_setup(wl_state *s) {
+  loom_ctx *ctx = s->ctx;
+  const loom_graph *g = s->b.g;
+  s->n_in = g->n_inputs;
+  s->n_out = g->n_outputs;
+  s->in = loom_calloc(ctx, (size_t)(s->n_in ? s->n_in : 1), sizeof *s->in);
+  s->out = loom_calloc(ctx, (size_t)(s->n_out ? s->n_out : 1), sizeof *s->out);
+  s->base = loom_calloc(ctx, (size_t)(s->n_out ? s->n_out : 1), sizeof *s->base);
+  if (!s->in || !s->out || !s->base) return LOOM_STATUS_OUT_OF_MEMORY;
+  LOOM_TRY(make_inputs(ctx, &s->b, s->in));
+  for (int32_t i = 0; i < s->n_out; i++) {
+    const loom_type *t = loom_value_type(g, g->outputs[i]);
+    LOOM_TRY(loom_tensor_new(ctx, t->dtype, t->rank, t->shape, &s->out[i]));
+  }
+  return LOOM_STATUS_OK;
+}
+
+static size_t tensor_bytes(const loom_tensor *t) {
+  return (size_t)loom_tensor_numel(t) * loom_dtype_size(loom_tensor_dtype(t));
+}
+
+/* Saves the outputs as the baseline, or compares them with it. */
+static loom_status check_outputs(wl_state *s, loom_bench_result *r) {
+  if (!s->have_base) {
+    for (int32_t i = 0; i < s->n_out; i++) {
+      size_t nb = tensor_bytes(s->out[i]);
+      s->base[i] = loom_malloc(s->ctx, nb ? nb : 1);
+      if (!s->base[i]) return LOOM_STATUS_OUT_OF_MEMORY;
+      memcpy(s->base[i], loom_tensor_data(s->out[i]), nb);
+    }
+    s->have_base = true;
+    s->base_mode = r->mode;
+    return LOOM_STATUS_OK;
+  }
+  double err = 0.0;
+  for (int32_t i = 0; i < s->n_out; i++) {
+    loom_dtype dt = loom_tensor_dtype(s->out[i]);
+    int64_t n = loom_tensor_numel(s->out[i]);
+    const void *got = loom_tensor_data(s->out[i]);
+    double scale = 1.0, diff = 0.0;
+    for (int64_t k = 0; k < n; k++) {
+      double w = fabs(loom_load(dt, s->base[i], k));
+      if (w > scale) scale = w;
+    }
+    for (int64_t k = 0; k < n; k++) {
+      double d = fabs(loom_load(dt, got, k) - loom_load(dt, s->base[i], k));
+      if (!(d <= diff)) diff = d; /* NaN counts as the largest */
+    }
+    if (!(diff / scale <= err)) err = diff / scale;
+  }
+  r->checked = true;
+  r->baseline = s->base_mode;
+  r->max_err = err;
+  return LOOM_STATUS_OK;
+}
+
+static void progress(const wl_state *s, const char *what, const char *mode) {
+  if (s->o->quiet) return;
+  fprintf(stderr, "bench: %s: %s%s%s\n", s->w->name, what, mode ? " " : "", mode ? mode : "");
+  fflush(stderr);
+}
+
+static void fail(wl_state *s, loom_bench_result *r) {
+  r->outcome = LOOM_BENCH_FAILED;
+  snprintf(r->note, sizeof r->note, "%s", loom_ctx_error(s->ctx));
+  loom_session_free(s->ses[r->mode]);
+  s->ses[r->mode] = NULL;
+  if (!s->o->quiet)
+    fprintf(stderr, "bench: %s: %s failed: %s\n", s->w->name, mode_names[r->mode], r->note);
+}
+
+static loom_status run_once(wl_state *s, loom_bench_mode m, double *seconds) {
+  double t0 = now_s();
+  loom_status st =
+      loom_session_run(s->ses[m], s->n_in, (const loom_tensor *const *)s->in, s->n_out, s->out);
+  if (seconds) *seconds = now_s() - t0;
+  return st;
+}
+
+/* Prepares mode m: a session, the warm-up run (compiles where a backend
+ * compiles lazily, touches memory) and the output check. */
+static bool prepare_mode(wl_state *s, loom_bench_mode m, loom_bench_result *r, int32_t runs) {
+  progress(s, "preparing", mode_names[m]);
+  loom_session_options so = {.backend = m == LOOM_BENCH_REFERENCE ? "ref" : "cpu",
+                             .fusion = m == LOOM_BENCH_REFERENCE ? NULL : mode_names[m]};
+  loom_status st = loom_session_new(s->ctx, s->b.g, &so, &s->ses[m]);
+  if (!st) st = loom_session_get_stats(s->ses[m], &r->stats);
+  if (!st) st = run_once(s, m, NULL);
+  if (!st) st = check_outputs(s, r);
+  if (!st) {
+    s->t[m] = loom_calloc(s->ctx, (size_t)runs, sizeof *s->t[m]);
+    if (!s->t[m]) st = LOOM_STATUS_OUT_OF_MEMORY;
+  }
+  if (st) {
+    fail(s, r);
+    return false;
+  }
+  if (r->checked && !(r->max_err <= ERR_WARN) && !s->o->quiet)
+    fprintf(stderr, "bench: warning: %s: %s differs from %s by %.3g (relative)\n", s->w->name,
+            mode_names[m], mode_names[r->baseline], r->max_err);
+  return true;
+}
+
+static void finish_mode(wl_state *s, loom_bench_result *r, int32_t runs) {
+  double *t = s->t[r->mode];
+  qsort(t, (size_t)runs, sizeof *t, cmp_double);
+  r->runs = runs;
+  r->min_s = t[0];
+  r->median_s = runs % 2 ? t[runs / 2] : 0.5 * (t[runs / 2 - 1] + t[runs / 2]);
+  r->outcome = LOOM_BENCH_RAN;
+  loom_session_free(s->ses[r->mode]);
+  s->ses[r->mode] = NULL;
+}
+
+/* Runs the wanted modes into row; false if one failed. */
+static bool run_modes(wl_state *s, loom_bench_row *row) {
+  const loom_bench_opts *o = s->o;
+  bool ok = true;
+  loom_bench_result *ref = &row->r[LOOM_BENCH_REFERENCE];
+  if (row->wanted[LOOM_BENCH_REFERENCE]) {
+    int32_t runs = o->runs < REFERENCE_MAX_RUNS ? o->runs : REFERENCE_MAX_RUNS;
+    if (!o->small && !o->with_reference) {
+      ref->outcome = LOOM_BENCH_SKIPPED;
+      snprintf(ref->note, sizeof ref->note,
+               "too slow at full size (--with-reference runs it; --size small runs it quickly)");
+    } else if (prepare_mode(s, LOOM_BENCH_REFERENCE, ref, runs)) {
+      progress(s, "timing", "reference");
+      loom_status st = LOOM_STATUS_OK;
+      for (int32_t k = 0; !st && k < runs; k++)
+        st = run_once(s, LOOM_BENCH_REFERENCE, &s->t[LOOM_BENCH_REFERENCE][k]);
+      if (st)
+        fail(s, ref);
+      else
+        finish_mode(s, ref, runs);
+    }
+    ok = ref->outcome != LOOM_BENCH_FAILED;
+  }
+  bool live[LOOM_BENCH_MODE_COUNT] = {false};
+  for (int32_t m = LOOM_BENCH_EAGER; m < LOOM_BENCH_MODE_COUNT; m++)
+    if (row->wanted[m]) {
+      live[m] = prepare_mode(s, (loom_bench_mode)m, &row->r[m], o->runs);
+      ok = ok && live[m];
+    }
+  progress(s, "timing", NULL);
+  for (int32_t k = 0; k < o->runs; k++)
+    for (int32_t m = LOOM_BENCH_EAGER; m < LOOM_BENCH_MODE_COUNT; m++) {
+      if (!live[m]) continue;
+      if (run_once(s, (loom_bench_mode)m, &s->t[m][k]) != LOOM_STATUS_OK) {
+        fail(s, &row->r[m]);
+        live[m] = ok = false;
+      }
+    }
+  for (int32_t m = LOOM_BENCH_EAGER; m < LOOM_BENCH_MODE_COUNT; m++)
+    if (live[m]) finish_mode(s, &row->r[m], o->runs);
+  return ok;
+}
+
+bool loom_bench_run_workload(loom_ctx *ctx, const loom_bench_opts *o,
+                             const loom_bench_workload *w, loom_bench_row *row) {
+  memset(row, 0, sizeof *row);
+  row->w = w;
+  for (int32_t m = 0; m < LOOM_BENCH_MODE_COUNT; m++) {
+    row->wanted[m] = o->modes[m];
+    row->r[m].mode = (loom_bench_mode)m;
+  }
+  wl_state s = {.ctx = ctx, .o = o, .w = w};
+  progress(&s, "building the graph", NULL);
+  loom_status st = w->build(ctx, o->small, &s.b);
+  if (!st) st = wl_setup(&s);
+  if (st) {
+    for (int32_t m = 0; m < LOOM_BENCH_MODE_COUNT; m++) {
+      row->r[m].outcome = LOOM_BENCH_FAILED;
+      snprintf(row->r[m].note, sizeof row->r[m].note, "building the workload: %s",
+               loom_ctx_error(ctx));
+    }
+    if (!o->quiet) fprintf(stderr, "bench: %s: %s\n", w->name, row->r[0].note);
+    wl_free(&s);
+    return false;
+  }
+  snprintf(row->shape, sizeof row->shape, "%s", s.b.shape);
+  row->min_bytes = s.b.min_bytes;
+  row->gemm_flops = s.b.gemm_flops;
+  bool ok = run_modes(&s, row);
+  /* speedups between modes: time(b) / time(a) on a's line */
+  for (int32_t a = 0; a < LOOM_BENCH_MODE_COUNT; a++)
+    for (int32_t b = 0; b < LOOM_BENCH_MODE_COUNT; b++)
+      if (a != b && row->r[a].outcome == LOOM_BENCH_RAN && row->r[b].outcome == LOOM_BENCH_RAN &&
+          row->wanted[a] && row->wanted[b] && row->r[a].median_s > 0)
+        row->r[a].vs[b] = row->r[b].median_s / row->r[a].median_s;
+  wl_free(&s);
+  return ok;
+}

@@ -1,0 +1,175 @@
+/* Helpers shared by the workload builders: inputs with fill rules,
+ * attributes by name, backward graphs, flop and byte counts. */
+#include "workloads.h"
+
+#include "ir/build.h"
+#include "ops/op.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void loom_bench_graph_clear(loom_bench_graph *b) {
+  if (!b) return;
+  loom_graph_free(b->g);
+  free(b->fill);
+  memset(b, 0, sizeof *b);
+}
+
+int32_t loom_bench_input(loom_bench_graph *b, const char *name, loom_dtype dt, int32_t rank,
+                         const int64_t *shape, loom_bench_fill fill, bool is_param) {
+  loom_graph *g = b->g;
+  if (g->err) return -1;
+  if (!loom_grow(g->ctx, (void **)&b->fill, &b->cap_fill, b->n_fill + 1, sizeof *b->fill)) {
+    g->err = LOOM_STATUS_OUT_OF_MEMORY;
+    return -1;
+  }
+  loom_value v = -1;
+  loom_status st = is_param ? loom_graph_param(g, name, dt, rank, shape, &v)
+                            : loom_graph_input(g, name, dt, rank, shape, &v);
+  if (st) {
+    g->err = st;
+    return -1;
+  }
+  b->fill[b->n_fill++] = fill;
+  return v;
+}
+
+void loom_bench_attr(loom_graph *g, loom_op op, loom_attr_value *a, const char *name, int64_t i,
+                     double f) {
+  int32_t k = loom_op_attr_index(op, name);
+  if (k < 0) {
+    if (!g->err)
+      g->err = loom_error(g->ctx, LOOM_STATUS_INTERNAL, "bench: %s has no attribute '%s'",
+                          loom_op_name(op), name);
+    return;
+  }
+  a[k].i = i;
+  a[k].f = f;
+}
+
+int32_t loom_bench_vjp_loss(loom_graph *g, int32_t y, int32_t dy) {
+  if (g->err || y < 0) return -1;
+  int32_t r = loom_value_type(g, y)->rank;
+  int64_t axes[LOOM_MAX_RANK];
+  for (int32_t d = 0; d < r; d++)
+    axes[d] = d;
+  int32_t p = lb_mul(g, y, dy);
+  return r ? lb_sum(g, p, r, axes, false) : p;
+}
+
+/*
+ * A copy of src with the same inputs, only the nodes the given outputs
+ * need, and those outputs: dead code (the loss, forward values nobody
+ * reads) would otherwise run in the unfused modes and skew them.
+ */
+static loom_status extract(const loom_graph *src, int32_t n_out, char *const *names,
+                           const int32_t *vals, loom_graph **out) {
+  *out = NULL;
+  int32_t *map = NULL;
+  loom_graph *dst = NULL;
+  uint8_t *live = loom_calloc(src->ctx, (size_t)(src->n_values ? src->n_values : 1), 1);
+  if (!live) return LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t i = 0; i < n_out; i++)
+    live[vals[i]] = 1;
+  uint8_t *keep = loom_calloc(src->ctx, (size_t)(src->n_nodes ? src->n_nodes : 1), 1);
+  loom_status st = keep ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t i = src->n_nodes - 1; !st && i >= 0; i--) {
+    const loom_node *n = &src->nodes[i];
+    for (int32_t k = 0; k < n->n_out && !keep[i]; k++)
+      keep[i] = live[n->out[k]];
+    if (keep[i])
+      for (int32_t j = 0; j < n->n_in; j++)
+        live[n->in[j]] = 1;
+  }
+  if (!st) st = loom_graph_begin_copy(src, &dst, &map);
+  for (int32_t i = 0; !st && i < src->n_nodes; i++)
+    if (keep[i]) st = loom_graph_copy_node(dst, src, &src->nodes[i], map);
+  for (int32_t i = 0; !st && i < n_out; i++)
+    st = loom_graph_output(dst, names[i], map[vals[i]]);
+  free(live);
+  free(keep);
+  free(map);
+  if (st) {
+    loom_graph_free(dst);
+    return st;
+  }
+  *out = dst;
+  return LOOM_STATUS_OK;
+}
+
+loom_status loom_bench_make_backward(loom_bench_graph *b, int32_t n_wrt, const int32_t *wrt) {
+  loom_graph *g = b->g, *dg = NULL, *fin = NULL;
+  loom_ctx *ctx = g->ctx;
+  if (g->n_outputs < 1)
+    return loom_error(ctx, LOOM_STATUS_INTERNAL, "bench: a backward workload needs a loss");
+  LOOM_TRY(loom_graph_decompose(g, &dg));
+  int32_t n_keep = dg->n_outputs - 1, n_out = n_keep + n_wrt;
+  int32_t *wv = loom_calloc(ctx, (size_t)(n_wrt ? n_wrt : 1), sizeof *wv);
+  int32_t *vals = loom_calloc(ctx, (size_t)n_out, sizeof *vals);
+  char **names = loom_calloc(ctx, (size_t)n_out, sizeof *names);
+  loom_status st = wv && vals && names ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t i = 0; !st && i < n_wrt; i++) {
+    if (wrt[i] < 0 || wrt[i] >= dg->n_inputs)
+      st = loom_error(ctx, LOOM_STATUS_INTERNAL, "bench: wrt %d is not an input", wrt[i]);
+    else
+      wv[i] = dg->inputs[wrt[i]];
+  }
+  if (!st) st = loom_graph_grad(dg, dg->outputs[0], n_wrt, wv, vals + n_keep);
+  for (int32_t i = 0; !st && i < n_keep; i++) {
+    vals[i] = dg->outputs[i + 1];
+    names[i] = loom_strdup(ctx, dg->output_names[i + 1]);
+    if (!names[i]) st = LOOM_STATUS_OUT_OF_MEMORY;
+  }
+  for (int32_t i = 0; !st && i < n_wrt; i++) {
+    const char *in = dg->values[wv[i]].name;
+    size_t len = strlen(in) + 2;
+    names[n_keep + i] = loom_malloc(ctx, len);
+    if (!names[n_keep + i])
+      st = LOOM_STATUS_OUT_OF_MEMORY;
+    else
+      snprintf(names[n_keep + i], len, "d%s", in);
+  }
+  if (!st) st = extract(dg, n_out, names, vals, &fin);
+  for (int32_t i = 0; names && i < n_out; i++)
+    free(names[i]);
+  free(names);
+  free(vals);
+  free(wv);
+  loom_graph_free(dg);
+  if (st) return st;
+  loom_graph_free(b->g);
+  b->g = fin;
+  return LOOM_STATUS_OK;
+}
+
+loom_status loom_bench_count_flops(loom_bench_graph *b) {
+  loom_graph *dg = NULL;
+  LOOM_TRY(loom_graph_decompose(b->g, &dg));
+  double flops = 0.0;
+  int32_t ta = loom_op_attr_index(LOOM_OP_MATMUL, "trans_a");
+  for (int32_t i = 0; i < dg->n_nodes; i++) {
+    const loom_node *n = &dg->nodes[i];
+    if (n->op != LOOM_OP_MATMUL) continue;
+    const loom_type *a = loom_value_type(dg, n->in[0]);
+    bool trans_a = ta >= 0 && n->attr[ta].i != 0;
+    int64_t k = a->shape[a->rank - (trans_a ? 2 : 1)];
+    flops += 2.0 * (double)loom_type_numel(loom_value_type(dg, n->out[0])) * (double)k;
+  }
+  b->gemm_flops = flops;
+  loom_graph_free(dg);
+  return LOOM_STATUS_OK;
+}
+
+int64_t loom_bench_io_bytes(const loom_graph *g) {
+  int64_t bytes = 0;
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    const loom_type *t = loom_value_type(g, g->inputs[i]);
+    bytes += loom_type_numel(t) * (int64_t)loom_dtype_size(t->dtype);
+  }
+  for (int32_t i = 0; i < g->n_outputs; i++) {
+    const loom_type *t = loom_value_type(g, g->outputs[i]);
+    bytes += loom_type_numel(t) * (int64_t)loom_dtype_size(t->dtype);
+  }
+  return bytes;
+}

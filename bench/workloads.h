@@ -1,0 +1,79 @@
+/*
+ * The workloads of `loom bench`: Loom graphs built with the internal
+ * builder, each with its inputs' fill rule, the minimum bytes it must
+ * move and its shape. Sizes follow issue 3 (point 8); --size small
+ * shrinks every workload for quick runs.
+ */
+#ifndef LOOM_BENCH_WORKLOADS_H
+#define LOOM_BENCH_WORKLOADS_H
+
+#include "ir/graph.h"
+
+/* How an input is filled (deterministic pseudo-random data). */
+typedef enum loom_bench_fill {
+  LOOM_BENCH_FILL_UNIFORM = 0, /* [-1, 1) */
+  LOOM_BENCH_FILL_POSITIVE,    /* [0, 1): second moments */
+  LOOM_BENCH_FILL_GAIN,        /* 1 + [-0.1, 0.1): norm gains */
+  LOOM_BENCH_FILL_SMALL,       /* 0.02 x [-1, 1): weights */
+  LOOM_BENCH_FILL_LABELS,      /* integers in [0, classes) */
+  LOOM_BENCH_FILL_STEP         /* the optimiser step: 10 */
+} loom_bench_fill;
+
+/* A built workload. */
+typedef struct loom_bench_graph {
+  loom_graph *g;
+  loom_bench_fill *fill; /* one per graph input */
+  int32_t n_fill, cap_fill;
+  int64_t classes;       /* LABELS range */
+  int64_t min_bytes;     /* the least memory traffic the computation needs */
+  double gemm_flops;     /* matmul flops per run (0 for memory-bound ones) */
+  char shape[96];        /* e.g. "[32768, 1024]" */
+} loom_bench_graph;
+
+typedef struct loom_bench_workload {
+  const char *name;
+  const char *what;     /* one line for --list */
+  const char *bytes_rule; /* how min_bytes is counted, e.g. "2*N*4" */
+  bool memory_bound;    /* bw_fraction is meaningful */
+  loom_status (*build)(loom_ctx *ctx, bool small, loom_bench_graph *out);
+} loom_bench_workload;
+
+/* Every workload, in report order. */
+const loom_bench_workload *loom_bench_workloads(int32_t *n);
+/* The workload called name, or NULL. */
+const loom_bench_workload *loom_bench_find(const char *name);
+
+/* The model workloads (wl_model.c). */
+loom_status loom_bench_build_bert(loom_ctx *ctx, bool small, loom_bench_graph *b);
+loom_status loom_bench_build_gpt2(loom_ctx *ctx, bool small, loom_bench_graph *b);
+
+/* Frees a built workload's graph and arrays (not b itself). */
+void loom_bench_graph_clear(loom_bench_graph *b);
+
+/* ---- helpers for the workload files ------------------------------------ */
+
+/* Adds a graph input (param if is_param) with its fill rule; -1 on error
+ * (the status is left on g->err, as the builder does). */
+int32_t loom_bench_input(loom_bench_graph *b, const char *name, loom_dtype dt, int32_t rank,
+                         const int64_t *shape, loom_bench_fill fill, bool is_param);
+/* Sets attribute `name` of op in a (spec order); a missing name sets the
+ * builder's sticky error. */
+void loom_bench_attr(loom_graph *g, loom_op op, loom_attr_value *a, const char *name, int64_t i,
+                     double f);
+/* sum(y * dy) over every axis: the scalar whose gradient back-propagates
+ * dy through y. */
+int32_t loom_bench_vjp_loss(loom_graph *g, int32_t y, int32_t dy);
+/*
+ * Turns b->g (composites allowed; its outputs: the loss first, then any
+ * forward values to keep) into the backward workload: decomposes it,
+ * appends d(loss)/d(inputs wrt[0..n_wrt)) (indices into the graph's
+ * inputs), and keeps only what the kept forward outputs and the gradients
+ * need (the loss itself is dropped). Gradients are named "d" + input name.
+ */
+loom_status loom_bench_make_backward(loom_bench_graph *b, int32_t n_wrt, const int32_t *wrt);
+/* Sums the matmul flops of b->g after decomposition into b->gemm_flops. */
+loom_status loom_bench_count_flops(loom_bench_graph *b);
+/* Bytes of every graph input plus every graph output. */
+int64_t loom_bench_io_bytes(const loom_graph *g);
+
+#endif

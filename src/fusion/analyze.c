@@ -1,0 +1,153 @@
+/*
+ * What fusion may put in a kernel (loom_fusion_node_fusible), which values
+ * live in memory (loom_fusion_value_materialized), and what one group
+ * would cost as a kernel (loom_fusion_group_analyze). The analysis lowers
+ * the group for real (lower.c) and reads the figures off the kernel, so
+ * that what the cost model sees is exactly what would run: the same
+ * parts, stages, scratch rows and recomputation.
+ */
+#include "fusion/group.h"
+
+#include "ir/dtype.h"
+#include "ops/op.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Kernel values: f32 data, integers and bools (labels, masks, indices). */
+static bool kernel_dtype(loom_dtype dt) {
+  return dt == LOOM_DTYPE_F32 || dt == LOOM_DTYPE_I32 || dt == LOOM_DTYPE_I64 ||
+         dt == LOOM_DTYPE_BOOL || dt == LOOM_DTYPE_U8;
+}
+
+bool loom_fusion_node_fusible(const loom_graph *g, int32_t node) {
+  if (!g || node < 0 || node >= g->n_nodes) return false;
+  const loom_node *n = &g->nodes[node];
+  const loom_op_def *d = loom_op_get(n->op);
+  if (!d || n->n_out != 1) return false;
+  for (int32_t i = 0; i < n->n_in; i++)
+    if (!kernel_dtype(loom_value_type(g, n->in[i])->dtype)) return false;
+  loom_dtype out = loom_value_type(g, n->out[0])->dtype;
+  if (!kernel_dtype(out)) return false;
+  switch (d->cls) {
+  case LOOM_OPCLASS_ELEMENTWISE:
+  case LOOM_OPCLASS_SOURCE: return true;
+  /* reductions and dropout accumulate or scale f32 data only */
+  case LOOM_OPCLASS_REDUCE:
+  case LOOM_OPCLASS_RNG: return out == LOOM_DTYPE_F32;
+  /* views: folded into loads, or loops shared with their input */
+  case LOOM_OPCLASS_LAYOUT:
+    return n->op == LOOM_OP_RESHAPE || n->op == LOOM_OP_BROADCAST_TO ||
+           n->op == LOOM_OP_TRANSPOSE || n->op == LOOM_OP_SLICE;
+  default: return false; /* GEMM, gather/scatter, concat, pad: eager for now */
+  }
+}
+
+bool loom_fusion_value_materialized(const loom_graph *g, const int32_t *group_of_node,
+                                    int32_t v) {
+  if (!g || !loom_value_valid(g, v)) return false;
+  int32_t prod = g->values[v].node;
+  if (prod < 0) return true;
+  for (int32_t o = 0; o < g->n_outputs; o++)
+    if (g->outputs[o] == v) return true;
+  int32_t grp = group_of_node ? group_of_node[prod] : -1;
+  if (grp < 0) return true; /* produced by a GEMM or an eager node */
+  for (int32_t n = prod + 1; n < g->n_nodes; n++) {
+    if (group_of_node[n] == grp) continue;
+    const loom_node *nd = &g->nodes[n];
+    for (int32_t i = 0; i < nd->n_in; i++)
+      if (nd->in[i] == v) return true;
+  }
+  return false;
+}
+
+/* Element-wise evaluations of one stage: OP and KEEP expressions it
+ * reaches, once per element it runs for. mark holds the stamp of the last
+ * walk that reached each expression; stack has room for every one. */
+static int64_t stage_ops(const loom_kernel *k, const loom_kstage *st, int32_t *mark, int32_t stamp,
+                         int32_t *stack) {
+  int64_t n = 0;
+  int32_t sp = 0;
+  for (int32_t o = 0; o < st->n_out; o++) {
+    int32_t r = st->out[o].expr;
+    if (mark[r] == stamp) continue;
+    mark[r] = stamp;
+    stack[sp++] = r;
+    while (sp > 0) {
+      const loom_kexpr *e = &k->exprs[stack[--sp]];
+      n += e->kind == LOOM_KX_OP || e->kind == LOOM_KX_KEEP;
+      for (int32_t a = 0; a < e->n_a; a++)
+        if (mark[e->a[a]] != stamp) {
+          mark[e->a[a]] = stamp;
+          stack[sp++] = e->a[a];
+        }
+    }
+  }
+  return n;
+}
+
+/* Element-wise work the graph itself asks for (each node once). */
+static int64_t graph_ops(const loom_graph *g, const loom_kernel *k) {
+  int64_t n = 0;
+  for (int32_t i = 0; i < k->n_nodes; i++) {
+    const loom_node *nd = &g->nodes[k->nodes[i]];
+    loom_op_class c = loom_op_get(nd->op)->cls;
+    int64_t numel = loom_type_numel(loom_value_type(g, nd->out[0]));
+    if (c == LOOM_OPCLASS_ELEMENTWISE) n += numel;
+    if (c == LOOM_OPCLASS_RNG) n += 3 * numel; /* keep, scale, select */
+  }
+  return n;
+}
+
+static void fill_info(const loom_graph *g, const loom_kernel *k, loom_group_info *info) {
+  memset(info, 0, sizeof *info);
+  for (int32_t i = 0; i < k->n_args; i++) {
+    const loom_karg *a = &k->args[i];
+    if (a->temp) continue;
+    int64_t bytes = a->numel * (int64_t)loom_dtype_size(a->dtype);
+    if (a->is_output)
+      info->bytes_written += bytes;
+    else
+      info->bytes_read += bytes;
+  }
+  size_t ne = (size_t)(k->n_exprs > 0 ? k->n_exprs : 1);
+  int32_t *mark = calloc(ne * 2, sizeof(int32_t)), stamp = 0;
+  int64_t best = -1;
+  info->n_parts = k->n_parts;
+  for (int32_t pi = 0; pi < k->n_parts; pi++) {
+    const loom_kpart *p = &k->parts[pi];
+    int64_t rows = loom_kpart_rows(p), len = loom_kpart_row_len(p);
+    if (rows * len > best) {
+      best = rows * len;
+      info->rows = rows;
+      info->row_len = len;
+    }
+    info->n_stages += p->n_stages;
+    info->n_scratch = LOOM_MAX(info->n_scratch, p->n_scratch);
+    for (int32_t s = 0; s < p->n_stages; s++) {
+      const loom_kstage *st = &p->stages[s];
+      for (int32_t o = 0; o < st->n_out; o++) {
+        info->n_row_reduce += st->out[o].dst == LOOM_KDST_ROW_REDUCE;
+        info->n_col_reduce += st->out[o].dst == LOOM_KDST_COL_REDUCE;
+      }
+      if (mark)
+        info->elem_ops += stage_ops(k, st, mark, ++stamp, mark + ne) * rows *
+                          (st->kind == LOOM_KSTAGE_ROW ? len : 1);
+    }
+  }
+  free(mark);
+  int64_t need = graph_ops(g, k);
+  info->recompute_ops = info->elem_ops > need ? info->elem_ops - need : 0;
+}
+
+bool loom_fusion_group_analyze(const loom_graph *g, const int32_t *group_of_node, int32_t group,
+                               loom_fusion_mode mode, loom_group_info *info) {
+  loom_kernel k;
+  /* no context: a refusal is an answer here, not an error to report */
+  if (loom_fusion_group_lower(NULL, g, group_of_node, group, mode, NULL, "analyze", &k) !=
+      LOOM_STATUS_OK)
+    return false;
+  if (info) fill_info(g, &k, info);
+  loom_kernel_clear(&k);
+  return true;
+}

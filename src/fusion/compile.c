@@ -1,0 +1,141 @@
+/*
+ * loom_fusion_compile: classify, plan, schedule and lower a graph into a
+ * program (fusion.h). The plan (plan.c) fixes the groups and the order of
+ * the steps; the cost model (cost.c) fixes each kernel part's schedule
+ * from the part's own sizes once the group is lowered.
+ */
+#include "fusion/cost.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Schedules every part of a lowered kernel from its sizes: the kernel's
+ * global traffic per element, times the part's row length, and the
+ * extent of the part's column reductions. */
+static void schedule_parts(loom_kernel *k, const loom_group_info *info) {
+  int64_t elems = 0;
+  for (int32_t i = 0; i < k->n_parts; i++)
+    elems += loom_kpart_rows(&k->parts[i]) * loom_kpart_row_len(&k->parts[i]);
+  double per_elem =
+      elems > 0 ? (double)(info->bytes_read + info->bytes_written) / (double)elems : 4.0;
+  for (int32_t i = 0; i < k->n_parts; i++) {
+    loom_kpart *pt = &k->parts[i];
+    int64_t row_len = loom_kpart_row_len(pt), partial = 0;
+    for (int32_t s = 0; s < pt->n_stages; s++) {
+      for (int32_t o = 0; o < pt->stages[s].n_out; o++) {
+        const loom_kout *ko = &pt->stages[s].out[o];
+        if (ko->dst == LOOM_KDST_COL_REDUCE && ko->target >= 0 && ko->target < k->n_args)
+          partial += k->args[ko->target].numel;
+      }
+    }
+    int64_t bpr = (int64_t)(per_elem * (double)row_len + 0.5);
+    pt->sched = loom_cost_schedule(loom_kpart_rows(pt), row_len, bpr, partial);
+  }
+}
+
+static loom_status lower_group(loom_ctx *ctx, const loom_graph *g, const loom_fusion_plan *plan,
+                               int32_t group, loom_fusion_mode mode, const loom_machine *m,
+                               loom_kernel *k, int64_t *bytes, double *seconds) {
+  loom_group_info info;
+  memset(&info, 0, sizeof info);
+  if (!loom_fusion_group_analyze(g, plan->group_of_node, group, mode, &info))
+    return loom_error(ctx, LOOM_STATUS_INTERNAL,
+                      "fusion: the plan's group %d is not one kernel in mode %s", group,
+                      loom_fusion_mode_name(mode));
+  loom_cost_detail d;
+  *seconds = loom_cost_group(m, &info, &d);
+  *bytes = info.bytes_read + info.bytes_written;
+  char name[48];
+  snprintf(name, sizeof name, "k%d", group);
+  /* The largest part's schedule; every part gets its own once lowered. */
+  loom_status st =
+      loom_fusion_group_lower(ctx, g, plan->group_of_node, group, mode, &d.sched, name, k);
+  if (st) {
+    loom_error_prefix(ctx, "fusion: lowering group %d", group);
+    return st;
+  }
+  schedule_parts(k, &info);
+  return LOOM_STATUS_OK;
+}
+
+loom_status loom_fusion_compile(loom_ctx *ctx, const loom_graph *g, const loom_fusion_options *opts,
+                                loom_program *out) {
+  if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "fusion_compile: out is NULL");
+  memset(out, 0, sizeof *out);
+  if (!g || !opts)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "fusion_compile: NULL argument");
+  if ((int)opts->mode < LOOM_FUSION_NONE || (int)opts->mode > LOOM_FUSION_STITCH)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "fusion_compile: unknown mode %d",
+                      (int)opts->mode);
+  loom_machine fallback;
+  loom_fusion_options o = *opts;
+  if (!o.machine) {
+    loom_machine_default(&fallback);
+    o.machine = &fallback;
+  }
+  const loom_machine *m = o.machine;
+  out->mode = o.mode;
+  loom_node_class *cls = malloc(sizeof *cls * (size_t)(g->n_nodes ? g->n_nodes : 1));
+  loom_fusion_plan plan;
+  memset(&plan, 0, sizeof plan);
+  loom_status st = LOOM_STATUS_OK;
+  if (!cls) {
+    st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "fusion: out of memory");
+    goto fail;
+  }
+  loom_fusion_classify(g, cls);
+  st = loom_fusion_plan_build(ctx, g, cls, &o, &plan);
+  if (st) goto fail;
+
+  out->n_values = g->n_values;
+  out->kernels = calloc((size_t)(plan.n_groups ? plan.n_groups : 1), sizeof *out->kernels);
+  out->steps = malloc(sizeof *out->steps * (size_t)(plan.n_steps ? plan.n_steps : 1));
+  out->materialized = calloc((size_t)(g->n_values ? g->n_values : 1), sizeof *out->materialized);
+  out->kernel_bytes =
+      calloc((size_t)(plan.n_groups ? plan.n_groups : 1), sizeof *out->kernel_bytes);
+  out->kernel_seconds =
+      calloc((size_t)(plan.n_groups ? plan.n_groups : 1), sizeof *out->kernel_seconds);
+  if (!out->kernels || !out->steps || !out->materialized || !out->kernel_bytes ||
+      !out->kernel_seconds) {
+    st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "fusion: out of memory");
+    goto fail;
+  }
+  out->n_kernels = plan.n_groups; /* zeroed kernels clear safely on failure */
+  for (int32_t n = 0; n < g->n_nodes; n++)
+    out->n_memory_ops += cls[n] == LOOM_NODE_MEMORY;
+  /* Groups are numbered in step order: kernel i is group i, named k<i>. */
+  for (int32_t s = 0; s < plan.n_steps; s++) {
+    const loom_step *ps = &plan.steps[s];
+    out->steps[out->n_steps++] = *ps;
+    if (ps->kind == LOOM_STEP_KERNEL) {
+      int64_t bytes = 0;
+      double secs = 0;
+      st = lower_group(ctx, g, &plan, ps->kernel, o.mode, m, &out->kernels[ps->kernel], &bytes,
+                       &secs);
+      if (st) goto fail;
+      out->kernel_bytes[ps->kernel] = bytes;
+      out->kernel_seconds[ps->kernel] = secs;
+      out->modeled_bytes += bytes;
+      out->modeled_seconds += secs;
+    } else {
+      out->modeled_bytes += loom_cost_node_bytes(g, ps->node);
+      out->modeled_seconds += ps->kind == LOOM_STEP_GEMM ? loom_cost_gemm(m, g, ps->node)
+                                                         : loom_cost_eager(m, g, ps->node);
+    }
+  }
+  for (int32_t v = 0; v < g->n_values; v++) {
+    int32_t pr = g->values[v].node;
+    if (pr >= 0 && cls[pr] == LOOM_NODE_DEAD) continue; /* never computed */
+    out->materialized[v] = pr < 0 || plan.group_of_node[pr] < 0 ||
+                           loom_fusion_value_materialized(g, plan.group_of_node, v);
+  }
+  free(cls);
+  loom_fusion_plan_clear(&plan);
+  return LOOM_STATUS_OK;
+fail:
+  free(cls);
+  loom_fusion_plan_clear(&plan);
+  loom_program_clear(out);
+  return st;
+}

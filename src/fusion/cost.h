@@ -1,0 +1,43 @@
+/*
+ * The fusion cost model (formulas and constants: docs/FUSION.md). It turns
+ * what loom_fusion_group_analyze says about a group, plus the machine's
+ * measured facts, into modeled seconds, and chooses each kernel part's
+ * schedule. It reads machine->cores, never machine->threads: plans and
+ * schedules must not change with the thread count of a run.
+ */
+#ifndef LOOM_FUSION_COST_H
+#define LOOM_FUSION_COST_H
+
+#include "fusion/group.h"
+
+/* The terms of one kernel's modeled time (seconds unless named). */
+typedef struct loom_cost_detail {
+  loom_kschedule sched; /* of the largest part */
+  int64_t tiles;        /* of the largest part */
+  double utilization;   /* cores with work / cores, in (0, 1] */
+  double imbalance;     /* >= 1: waves of equal tiles vs perfect balance */
+  int64_t working_set;  /* bytes per row in flight: scratch + row I/O */
+  int64_t extra_bytes;  /* re-reads and scratch that spill out of cache */
+  double launch_s, memory_s, compute_s, tile_s, combine_s;
+  double total_s;
+} loom_cost_detail;
+
+/* A part's schedule from its sizes alone (never the thread count):
+ * rows_per_tile and vector_width. bytes_per_row is the part's global
+ * traffic per row (reads + writes); partial_elems the elements of its
+ * column-reduction results (each tile keeps a partial of them). */
+loom_kschedule loom_cost_schedule(int64_t rows, int64_t row_len, int64_t bytes_per_row,
+                                  int64_t partial_elems);
+
+/* Modeled seconds of one kernel described by info (detail may be NULL). */
+double loom_cost_group(const loom_machine *m, const loom_group_info *info,
+                       loom_cost_detail *detail);
+
+/* Bytes a node reads and writes when run alone (inputs + outputs). */
+int64_t loom_cost_node_bytes(const loom_graph *g, int32_t node);
+/* Modeled seconds of a matmul through the GEMM library. */
+double loom_cost_gemm(const loom_machine *m, const loom_graph *g, int32_t node);
+/* Modeled seconds of a node run eagerly (its bytes at the bandwidth). */
+double loom_cost_eager(const loom_machine *m, const loom_graph *g, int32_t node);
+
+#endif

@@ -1,0 +1,109 @@
+/*
+ * Fusion: classify ops, explore fusion plans with a cost model, and lower
+ * each fused group into a kernel of the kernel IR. The result is a program:
+ * an ordered list of steps (generated kernels, GEMM calls, and nodes run
+ * eagerly) that the runtime executes.
+ */
+#ifndef LOOM_FUSION_FUSION_H
+#define LOOM_FUSION_FUSION_H
+
+#include "kernel/kernel.h"
+#include "perf/machine.h"
+
+typedef enum loom_fusion_mode {
+  LOOM_FUSION_NONE = 0, /* one kernel per primitive */
+  LOOM_FUSION_LOOP,     /* XLA-style: element-wise into consumers, a
+                           reduction only as a kernel's root */
+  LOOM_FUSION_STITCH    /* the full approach: reductions, broadcasts and
+                           element-wise work with different parallelism */
+} loom_fusion_mode;
+
+/* "none", "loop", "stitch". */
+const char *loom_fusion_mode_name(loom_fusion_mode m);
+loom_status loom_fusion_mode_from_name(const char *name, loom_fusion_mode *out);
+
+typedef enum loom_step_kind {
+  LOOM_STEP_KERNEL = 0, /* a generated kernel */
+  LOOM_STEP_GEMM,       /* a matmul node through the GEMM library */
+  LOOM_STEP_NODE        /* a node run eagerly (no kernel form: other dtypes,
+                           gather/scatter, ...) */
+} loom_step_kind;
+
+typedef struct loom_step {
+  loom_step_kind kind;
+  int32_t kernel; /* LOOM_STEP_KERNEL: index into program->kernels */
+  int32_t node;   /* GEMM and NODE: the graph node */
+} loom_step;
+
+/* A program runs every node of its graph except dead ones (no graph output
+ * depends on them): those are in no step, and their values are not
+ * materialized. */
+typedef struct loom_program {
+  loom_fusion_mode mode;
+  int32_t n_kernels;
+  loom_kernel *kernels;
+  int32_t n_steps;
+  loom_step *steps;
+  /* Per graph value: true if it lives in memory between steps (inputs,
+   * outputs, values crossing steps); false if it lives only inside a
+   * kernel (registers or scratch). */
+  bool *materialized;
+  int32_t n_values;
+  /* Report: primitive memory-intensive ops, kernels, modeled bytes. */
+  int32_t n_memory_ops;
+  int64_t modeled_bytes;
+  double modeled_seconds;
+  /* Per kernel: the cost model's bytes and seconds (n_kernels each). */
+  int64_t *kernel_bytes;
+  double *kernel_seconds;
+} loom_program;
+
+typedef struct loom_fusion_options {
+  loom_fusion_mode mode;
+  const loom_machine *machine; /* rates and cache sizes for the cost model */
+  int32_t beam_width;          /* plans kept per step of the search (0: default) */
+} loom_fusion_options;
+
+/* --- the stages of loom_fusion_compile (exposed for tests and tools) --- */
+
+/* How a node is executed (classify.c). */
+typedef enum loom_node_class {
+  LOOM_NODE_MEMORY = 0, /* memory-intensive and fusible: the planner's */
+  LOOM_NODE_GEMM,       /* compute-intensive (matmul): the GEMM library */
+  LOOM_NODE_EAGER,      /* run alone, without generated code */
+  LOOM_NODE_DEAD        /* no graph output depends on it: not run at all */
+} loom_node_class;
+
+/* Classifies every node of g into cls (g->n_nodes entries). */
+void loom_fusion_classify(const loom_graph *g, loom_node_class *cls);
+
+/* A fusion plan: group_of_node (g->n_nodes entries) gives each MEMORY node
+ * that runs in a kernel its group (0 .. n_groups-1, numbered in execution
+ * order) and -1 to every other node. steps is a valid execution order of
+ * the groups (KERNEL steps, `kernel` = the group) and of the other nodes
+ * (GEMM and NODE steps). cost_s: the modeled time of the groups' kernels. */
+typedef struct loom_fusion_plan {
+  int32_t n_nodes;
+  int32_t *group_of_node;
+  int32_t n_groups;
+  int32_t n_steps;
+  loom_step *steps;
+  double cost_s;
+  int64_t n_analyzed; /* distinct candidate groups the search scored */
+} loom_fusion_plan;
+
+/* Explores fusion plans for g in opts->mode with the cost model and
+ * returns the best one (deterministic for a given graph and machine). */
+loom_status loom_fusion_plan_build(loom_ctx *ctx, const loom_graph *g, const loom_node_class *cls,
+                                   const loom_fusion_options *opts, loom_fusion_plan *out);
+void loom_fusion_plan_clear(loom_fusion_plan *p);
+
+/* Plans fusion over a decomposed, verified graph and lowers it. */
+loom_status loom_fusion_compile(loom_ctx *ctx, const loom_graph *g, const loom_fusion_options *opts,
+                                loom_program *out);
+void loom_program_clear(loom_program *p);
+/* A readable listing of the program (steps, kernels, nodes per kernel). */
+loom_status loom_program_print(loom_ctx *ctx, const loom_graph *g, const loom_program *p,
+                               char **out);
+
+#endif

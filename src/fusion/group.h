@@ -1,0 +1,51 @@
+/*
+ * Fused groups: the contract between plan exploration (plan.c, cost.c)
+ * and lowering (lower.c). A group is a set of memory-intensive nodes that
+ * would run as one kernel; group_of_node maps every graph node to its group
+ * (-1 for nodes outside any group: GEMMs and eager nodes). A value is
+ * materialized (written to memory) iff it is a graph output, or a graph
+ * input, or is used by a node outside its producer's group.
+ */
+#ifndef LOOM_FUSION_GROUP_H
+#define LOOM_FUSION_GROUP_H
+
+#include "fusion/fusion.h"
+
+/* What the cost model needs to know about one group. */
+typedef struct loom_group_info {
+  int64_t bytes_read;    /* global memory read (materialized inputs, once each) */
+  int64_t bytes_written; /* global memory written (materialized outputs) */
+  int64_t rows;          /* |P| of the largest part */
+  int64_t row_len;       /* |R| of that part */
+  int32_t n_parts;
+  int32_t n_stages;      /* over all parts */
+  int32_t n_row_reduce, n_col_reduce;
+  int32_t n_scratch;     /* scratch rows per tile */
+  int64_t elem_ops;      /* element-wise evaluations, recomputation included */
+  int64_t recompute_ops; /* of which recomputation */
+} loom_group_info;
+
+/* True if node n can be in a fused group at all (a memory-intensive
+ * primitive on dtypes the kernels handle). */
+bool loom_fusion_node_fusible(const loom_graph *g, int32_t node);
+
+/* True if group `group` can be lowered to one kernel in `mode`; fills info
+ * (may be NULL). Cheap enough to call for every candidate the search
+ * scores. Never fails loudly: false means "not one kernel". */
+bool loom_fusion_group_analyze(const loom_graph *g, const int32_t *group_of_node,
+                               int32_t group, loom_fusion_mode mode,
+                               loom_group_info *info);
+
+/* Lowers group `group` into kernel `out` (named `name`) with the given
+ * schedule for its parts. */
+loom_status loom_fusion_group_lower(loom_ctx *ctx, const loom_graph *g,
+                                    const int32_t *group_of_node, int32_t group,
+                                    loom_fusion_mode mode,
+                                    const loom_kschedule *sched,
+                                    const char *name, loom_kernel *out);
+
+/* Whether value v must live in memory under this grouping. */
+bool loom_fusion_value_materialized(const loom_graph *g,
+                                    const int32_t *group_of_node, int32_t v);
+
+#endif

@@ -1,0 +1,935 @@
+/*
+ * Fusion-plan exploration (docs/FUSION.md, "Plan search").
+ *
+ * A plan assigns every memory-intensive node to a group (one kernel). The
+ * search, per connected memory-intensive region, visits nodes consumers
+ * first and keeps a beam of partial plans: at node v each plan branches
+ * into "v alone", "v joins the group of consumer c" for each consumer
+ * group, and "v joins all of them" (stitching siblings through their
+ * common producer). Every branch is scored by the cost model; the best
+ * `beam_width` distinct plans survive. A final pass merges independent
+ * groups (horizontal fusion) while the cost model says it pays.
+ *
+ * Every group is legal (loom_fusion_group_analyze accepts it in the mode)
+ * and the groups stay schedulable: a merge is refused when a path leaves
+ * the new group and comes back to it through other nodes or groups (the
+ * quotient graph must stay acyclic, which also makes each group convex).
+ *
+ * Group ids are node indices: a group is named by its largest member, so
+ * ids stay stable while producers (smaller indices) join.
+ */
+#include "fusion/cost.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_BEAM 4
+#define HORIZONTAL_WINDOW 8 /* kernels apart, for shared-input pairs */
+#define HORIZONTAL_ROUNDS 64
+
+/* ---- analyze memo: group member set (128-bit hash) -> legality, cost ---- */
+
+typedef struct memo_ent {
+  uint64_t h1, h2;
+  bool used, ok;
+  double cost;
+} memo_ent;
+
+typedef struct plan_ctx {
+  loom_ctx *ctx;
+  const loom_graph *g;
+  const loom_node_class *cls;
+  loom_fusion_mode mode;
+  const loom_machine *m;
+  int32_t n;
+  int32_t *cons_off, *cons; /* distinct consumer nodes per node */
+  uint64_t *z1, *z2;        /* per-node keys: a set hashes to their sums */
+  int32_t *gon;             /* working assignment: group id or -1 */
+  int32_t *gmin;            /* per group id: smallest member */
+  int32_t *fnext;           /* finished groups: next smaller member or -1 */
+  int32_t *span;            /* span[x]: largest finished group id with gmin <= x */
+  int32_t *comp, *local;    /* region of each memory node, index in it */
+  int32_t cur;              /* region being searched (-1: none) */
+  const int32_t *cnodes;    /* its nodes, ascending */
+  int32_t ncn;
+  uint32_t *mark, *gmark, epoch;
+  int32_t *stack, *gbuf; /* DFS stack; members of a group it expands */
+  int32_t *mem, *old;    /* members of a tentative group, their labels */
+  memo_ent *memo;
+  int64_t memo_cap, memo_used;
+  int64_t n_analyze;
+  bool oom;
+} plan_ctx;
+
+static uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/* A node's contribution to a plan's key when it is in group gid. */
+static uint64_t state_mix(int32_t node, int32_t gid) {
+  return gid < 0 ? 0 : mix64(((uint64_t)(uint32_t)node << 32) ^ (uint32_t)gid ^ 0x5bd1e995u);
+}
+
+static memo_ent *memo_find(plan_ctx *p, uint64_t h1, uint64_t h2) {
+  uint64_t mask = (uint64_t)p->memo_cap - 1;
+  for (uint64_t i = h1 & mask;; i = (i + 1) & mask) {
+    memo_ent *e = &p->memo[i];
+    if (!e->used || (e->h1 == h1 && e->h2 == h2)) return e;
+  }
+}
+
+static bool memo_grow(plan_ctx *p) {
+  int64_t cap = p->memo_cap ? p->memo_cap * 2 : 4096;
+  memo_ent *old = p->memo;
+  int64_t old_cap = p->memo_cap;
+  p->memo = calloc((size_t)cap, sizeof *p->memo);
+  if (!p->memo) {
+    p->memo = old;
+    p->oom = true;
+    return false;
+  }
+  p->memo_cap = cap;
+  for (int64_t i = 0; i < old_cap; i++)
+    if (old[i].used) *memo_find(p, old[i].h1, old[i].h2) = old[i];
+  free(old);
+  return true;
+}
+
+/* Legality and cost of group `gid` as currently labelled in p->gon, whose
+ * member set hashes to (h1, h2). Cost is +inf when not one kernel. */
+static double group_cost(plan_ctx *p, int32_t gid, uint64_t h1, uint64_t h2, bool *ok) {
+  if (2 * (p->memo_used + 1) > p->memo_cap && !memo_grow(p)) {
+    *ok = false;
+    return 1e30;
+  }
+  memo_ent *e = memo_find(p, h1, h2);
+  if (!e->used) {
+    loom_group_info info;
+    memset(&info, 0, sizeof info);
+    p->n_analyze++;
+    e->used = true;
+    e->h1 = h1;
+    e->h2 = h2;
+    e->ok = loom_fusion_group_analyze(p->g, p->gon, gid, p->mode, &info);
+    e->cost = e->ok ? loom_cost_group(p->m, &info, NULL) : 1e30;
+    p->memo_used++;
+  }
+  *ok = e->ok;
+  return e->cost;
+}
+
+/* Members of group gid into out (descending for finished groups); count. */
+static int32_t members(const plan_ctx *p, int32_t gid, int32_t *out) {
+  int32_t k = 0;
+  if (p->cur >= 0 && p->comp[gid] == p->cur) {
+    for (int32_t j = p->local[gid]; j >= 0 && p->cnodes[j] >= p->gmin[gid]; j--)
+      if (p->gon[p->cnodes[j]] == gid) out[k++] = p->cnodes[j];
+  } else {
+    for (int32_t u = gid; u >= 0; u = p->fnext[u])
+      out[k++] = u;
+  }
+  return k;
+}
+
+/* The largest node a path out of a group ending at or below maxt can pass
+ * through and still come back: above it, no group reaches back down. */
+static int32_t return_bound(const plan_ctx *p, int32_t maxt) {
+  int32_t b = maxt;
+  for (;;) {
+    int32_t nb = LOOM_MAX(b, p->span[b]);
+    for (int32_t j = 0; p->cur >= 0 && j < p->ncn; j++) {
+      int32_t gid = p->gon[p->cnodes[j]];
+      if (gid >= 0 && p->gmin[gid] <= b && gid > nb) nb = gid;
+    }
+    if (nb == b) return b;
+    b = nb;
+  }
+}
+
+/* True if a path leaves group t (members mem[0..nm), all labelled t in
+ * p->gon) and comes back: merging would make the plan unschedulable. */
+static bool creates_cycle(plan_ctx *p, int32_t t, const int32_t *mem, int32_t nm) {
+  int32_t maxt = 0;
+  for (int32_t i = 0; i < nm; i++)
+    maxt = LOOM_MAX(maxt, mem[i]);
+  int32_t bound = return_bound(p, maxt);
+  uint32_t ep = ++p->epoch;
+  int32_t sp = 0;
+  for (int32_t i = 0; i < nm; i++) {
+    for (int32_t e = p->cons_off[mem[i]]; e < p->cons_off[mem[i] + 1]; e++) {
+      int32_t c = p->cons[e];
+      if (p->gon[c] == t || c > bound || p->mark[c] == ep) continue;
+      p->mark[c] = ep;
+      p->stack[sp++] = c;
+    }
+  }
+  while (sp > 0) {
+    int32_t u = p->stack[--sp], gid = p->gon[u];
+    int32_t *from = p->gbuf, nf = 1;
+    if (gid >= 0) {
+      if (p->gmark[gid] == ep) continue;
+      p->gmark[gid] = ep;
+      nf = members(p, gid, from);
+    } else {
+      from[0] = u;
+    }
+    for (int32_t i = 0; i < nf; i++) {
+      p->mark[from[i]] = ep;
+      for (int32_t e = p->cons_off[from[i]]; e < p->cons_off[from[i] + 1]; e++) {
+        int32_t c = p->cons[e];
+        if (p->gon[c] == t) return true;
+        if (c > bound || p->mark[c] == ep) continue;
+        p->mark[c] = ep;
+        p->stack[sp++] = c;
+      }
+    }
+  }
+  return false;
+}
+
+/* A node that, alone, needs no kernel: a reshape runs as an alias of its
+ * input's memory (the runtime's NODE step), where a kernel would copy. */
+static bool is_alias(const loom_graph *g, int32_t v) {
+  const loom_node *nd = &g->nodes[v];
+  return nd->op == LOOM_OP_RESHAPE && nd->n_in == 1 && nd->n_out == 1;
+}
+
+/* ---- the beam over one region ------------------------------------------ */
+
+typedef struct pstate {
+  int32_t *lg; /* per local node: group id or -1 */
+  double cost;
+  uint64_t key;
+} pstate;
+
+typedef struct child {
+  int32_t parent;
+  bool eager;    /* v runs outside kernels */
+  uint64_t mask; /* which of v's consumer groups v joins (bit i: gs[i]) */
+  double cost;
+  uint64_t key;
+} child;
+
+static int cmp_child(const void *a, const void *b) {
+  const child *x = a, *y = b;
+  if (x->cost != y->cost) return x->cost < y->cost ? -1 : 1;
+  if (x->parent != y->parent) return x->parent < y->parent ? -1 : 1;
+  if (x->eager != y->eager) return x->eager ? 1 : -1;
+  return (x->mask > y->mask) - (x->mask < y->mask);
+}
+
+/* The groups of gs[0..ng) selected by mask, into sel; count. */
+static int32_t select_groups(const int32_t *gs, int32_t ng, uint64_t mask, int32_t *sel) {
+  int32_t k = 0;
+  for (int32_t i = 0; i < ng && i < 64; i++)
+    if (mask >> i & 1) sel[k++] = gs[i];
+  return k;
+}
+
+/* Writes a state's labels for the region into p->gon and p->gmin. */
+static void load_state(plan_ctx *p, const pstate *s) {
+  for (int32_t j = p->ncn - 1; j >= 0; j--) {
+    int32_t u = p->cnodes[j], gid = s->lg[j];
+    p->gon[u] = gid;
+    if (gid >= 0) p->gmin[gid] = u; /* descending: the last write is the min */
+  }
+}
+
+/* The distinct groups of v's consumers in this state, ascending. */
+static int32_t consumer_groups(const plan_ctx *p, int32_t v, int32_t *out) {
+  int32_t k = 0;
+  for (int32_t e = p->cons_off[v]; e < p->cons_off[v + 1]; e++) {
+    int32_t gid = p->gon[p->cons[e]];
+    if (gid < 0 || p->comp[p->cons[e]] != p->cur) continue;
+    int32_t i = k;
+    while (i > 0 && out[i - 1] > gid)
+      i--;
+    if (i > 0 && out[i - 1] == gid) continue;
+    memmove(out + i + 1, out + i, sizeof *out * (size_t)(k - i));
+    out[i] = gid;
+    k++;
+  }
+  return k;
+}
+
+/*
+ * Scores "v joins groups gs[0..ng)" (ng == 0: v alone) in the loaded state
+ * of cost `cost`, key `key`; restores p->gon before returning. False when
+ * the group is not one kernel or would make a cycle.
+ */
+static bool eval_join(plan_ctx *p, int32_t v, const int32_t *gs, int32_t ng, double cost,
+                      uint64_t key, double *out_cost, uint64_t *out_key) {
+  int32_t t = v;
+  for (int32_t i = 0; i < ng; i++)
+    t = LOOM_MAX(t, gs[i]);
+  uint64_t h1 = p->z1[v], h2 = p->z2[v];
+  int32_t nm = 0;
+  double removed = 0;
+  for (int32_t i = 0; i < ng; i++) {
+    int32_t k = members(p, gs[i], p->mem + nm);
+    uint64_t g1 = 0, g2 = 0;
+    for (int32_t j = nm; j < nm + k; j++) {
+      g1 += p->z1[p->mem[j]];
+      g2 += p->z2[p->mem[j]];
+    }
+    bool ok;
+    removed += group_cost(p, gs[i], g1, g2, &ok);
+    h1 += g1;
+    h2 += g2;
+    nm += k;
+  }
+  for (int32_t j = 0; j < nm; j++) {
+    int32_t u = p->mem[j];
+    p->old[j] = p->gon[u];
+    key += state_mix(u, t) - state_mix(u, p->gon[u]);
+    p->gon[u] = t;
+  }
+  p->gon[v] = t;
+  key += state_mix(v, t);
+  p->mem[nm++] = v;
+  int32_t old_min = p->gmin[t];
+  p->gmin[t] = v;
+  bool ok;
+  double c = group_cost(p, t, h1, h2, &ok);
+  bool cyc = ok && ng > 0 && creates_cycle(p, t, p->mem, nm);
+  for (int32_t j = 0; j < nm - 1; j++)
+    p->gon[p->mem[j]] = p->old[j];
+  p->gon[v] = -1;
+  p->gmin[t] = old_min;
+  *out_cost = cost - removed + c;
+  *out_key = key;
+  return ok && !cyc;
+}
+
+/* Applies a chosen branch to a copy of its parent's labels. */
+static void apply_join(plan_ctx *p, pstate *dst, const pstate *src, int32_t vi, const int32_t *gs,
+                       int32_t ng) {
+  memcpy(dst->lg, src->lg, sizeof *dst->lg * (size_t)p->ncn);
+  int32_t t = p->cnodes[vi];
+  for (int32_t i = 0; i < ng; i++)
+    t = LOOM_MAX(t, gs[i]);
+  for (int32_t j = vi + 1; j < p->ncn; j++) {
+    for (int32_t i = 0; i < ng; i++)
+      if (dst->lg[j] == gs[i]) dst->lg[j] = t;
+  }
+  dst->lg[vi] = t;
+}
+
+/* Beam search over one region (nodes cn[0..ncn), ascending); writes the
+ * best plan's labels into p->gon. */
+static loom_status search_region(plan_ctx *p, int32_t beam) {
+  int32_t ncn = p->ncn;
+  int32_t nst = 2 * beam;
+  pstate *st = calloc((size_t)nst, sizeof *st);
+  int32_t *lab = malloc(sizeof *lab * (size_t)ncn * (size_t)nst);
+  int32_t *gs = malloc(sizeof *gs * (size_t)(p->n + 1)), *sel = malloc(sizeof *sel * 64);
+  int32_t cap_ch = 64;
+  child *ch = malloc(sizeof *ch * (size_t)cap_ch);
+  loom_status status = LOOM_STATUS_OK;
+  if (!st || !lab || !gs || !sel || !ch) {
+    status = LOOM_STATUS_OUT_OF_MEMORY;
+    goto done;
+  }
+  for (int32_t i = 0; i < nst; i++)
+    st[i].lg = lab + (size_t)i * (size_t)ncn;
+  for (int32_t j = 0; j < ncn; j++)
+    st[0].lg[j] = -1;
+  pstate *cur = st, *next = st + beam;
+  int32_t n_cur = 1;
+  for (int32_t vi = ncn - 1; vi >= 0; vi--) {
+    int32_t v = p->cnodes[vi], n_ch = 0;
+    for (int32_t s = 0; s < n_cur; s++) {
+      load_state(p, &cur[s]);
+      int32_t ng = consumer_groups(p, v, gs);
+      /* branches: alone, each consumer group, all of them, and (when all
+       * fails) the groups that can be joined, greedily in order */
+      int32_t nm = ng > 64 ? 0 : ng;
+      uint64_t all = nm == 64 ? ~0ull : (1ull << nm) - 1, greedy = 0;
+      bool all_ok = false;
+      for (int32_t o = 0; o < 3 + nm; o++) {
+        uint64_t mask = o == 0 ? 0 : o <= nm ? 1ull << (o - 1) : o == nm + 1 ? all : greedy;
+        if (o > 0 && o <= nm && ng == 0) continue;
+        if (o == nm + 1 && nm < 2) continue;
+        if (o == nm + 2) {
+          /* greedy: only when it differs from every branch above */
+          if (nm < 3 || all_ok) continue;
+          for (int32_t i = 0; i < nm; i++) {
+            int32_t ns = select_groups(gs, ng, greedy | 1ull << i, sel);
+            double c;
+            uint64_t k;
+            if (eval_join(p, v, sel, ns, cur[s].cost, cur[s].key, &c, &k)) greedy |= 1ull << i;
+          }
+          if (__builtin_popcountll(greedy) < 2) continue;
+          mask = greedy;
+        }
+        int32_t ns = select_groups(gs, ng, mask, sel);
+        double c = 0;
+        uint64_t k = 0;
+        bool alias = mask == 0 && is_alias(p->g, v);
+        bool ok = !alias && eval_join(p, v, sel, ns, cur[s].cost, cur[s].key, &c, &k);
+        bool eager = false;
+        if (o == nm + 1) all_ok = ok;
+        if (!ok && mask == 0) {
+          /* v alone runs outside kernels: free for a reshape (it aliases
+           * its input), eager for a node no kernel can hold */
+          c = cur[s].cost + (alias ? 0.0 : loom_cost_eager(p->m, p->g, v));
+          k = cur[s].key ^ mix64((uint64_t)v);
+          eager = ok = true;
+        }
+        if (!ok) continue;
+        if (n_ch == cap_ch) {
+          cap_ch *= 2;
+          child *nc = realloc(ch, sizeof *ch * (size_t)cap_ch);
+          if (!nc) {
+            status = LOOM_STATUS_OUT_OF_MEMORY;
+            goto done;
+          }
+          ch = nc;
+        }
+        ch[n_ch++] = (child){.parent = s, .eager = eager, .mask = mask, .cost = c, .key = k};
+      }
+    }
+    qsort(ch, (size_t)n_ch, sizeof *ch, cmp_child);
+    int32_t n_next = 0;
+    for (int32_t i = 0; i < n_ch && n_next < beam; i++) {
+      bool dup = false;
+      for (int32_t j = 0; j < i && !dup; j++)
+        dup = ch[j].key == ch[i].key && ch[j].cost == ch[i].cost;
+      if (dup) continue;
+      const pstate *par = &cur[ch[i].parent];
+      load_state(p, par);
+      int32_t ng = consumer_groups(p, v, gs);
+      int32_t ns = select_groups(gs, ng, ch[i].mask, sel);
+      pstate *dst = &next[n_next++];
+      apply_join(p, dst, par, vi, sel, ns);
+      if (ch[i].eager) dst->lg[vi] = -1;
+      dst->cost = ch[i].cost;
+      dst->key = ch[i].key;
+    }
+    if (n_next == 0) { /* cannot happen: "alone" always exists */
+      status = loom_error(p->ctx, LOOM_STATUS_INTERNAL, "fusion plan: empty beam at node %d", v);
+      goto done;
+    }
+    pstate *tmp = cur;
+    cur = next;
+    next = tmp;
+    n_cur = n_next;
+  }
+  load_state(p, &cur[0]);
+done:
+  free(st);
+  free(lab);
+  free(gs);
+  free(sel);
+  free(ch);
+  if (p->oom && !status) status = LOOM_STATUS_OUT_OF_MEMORY;
+  return status;
+}
+
+/* After a region is searched (or groups merged): links each finished
+ * group's members (descending) and refreshes span. */
+static void finish_groups(plan_ctx *p) {
+  int32_t *last = p->old;
+  for (int32_t u = p->n - 1; u >= 0; u--) {
+    int32_t gid = p->gon[u];
+    if (gid < 0) continue;
+    if (u == gid) {
+      p->fnext[u] = -1;
+    } else {
+      p->fnext[last[gid]] = u;
+      p->fnext[u] = -1;
+    }
+    last[gid] = u;
+    p->gmin[gid] = u;
+  }
+  for (int32_t x = 0; x < p->n; x++)
+    p->span[x] = x;
+  for (int32_t u = 0; u < p->n; u++)
+    if (p->gon[u] == u && p->span[p->gmin[u]] < u) p->span[p->gmin[u]] = u;
+  for (int32_t x = 1; x < p->n; x++)
+    p->span[x] = LOOM_MAX(p->span[x], p->span[x - 1]);
+}
+
+/* ---- execution order: Kahn over units (groups and lone nodes) ---------- */
+
+static int32_t unit_of(const plan_ctx *p, int32_t u) { return p->gon[u] >= 0 ? p->gon[u] : u; }
+static int32_t unit_key(const plan_ctx *p, int32_t unit) {
+  return p->gon[unit] >= 0 ? p->gmin[unit] : unit;
+}
+
+static void heap_push(const plan_ctx *p, int32_t *h, int32_t *n, int32_t x) {
+  int32_t i = (*n)++;
+  while (i > 0 && unit_key(p, h[(i - 1) / 2]) > unit_key(p, x)) {
+    h[i] = h[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  h[i] = x;
+}
+
+static int32_t heap_pop(const plan_ctx *p, int32_t *h, int32_t *n) {
+  int32_t top = h[0], x = h[--(*n)], i = 0;
+  for (;;) {
+    int32_t c = 2 * i + 1;
+    if (c >= *n) break;
+    if (c + 1 < *n && unit_key(p, h[c + 1]) < unit_key(p, h[c])) c++;
+    if (unit_key(p, h[c]) >= unit_key(p, x)) break;
+    h[i] = h[c];
+    i = c;
+  }
+  if (*n > 0) h[i] = x;
+  return top;
+}
+
+/* Units in a valid order, ties to the smallest first node (so the order
+ * follows the graph's own where it can); count, or -1 on a cycle. */
+static int32_t order_units(plan_ctx *p, int32_t *order, int32_t *indeg, int32_t *heap) {
+  int32_t n_units = 0, n_heap = 0, k = 0;
+  memset(indeg, 0, sizeof *indeg * (size_t)p->n);
+  for (int32_t u = 0; u < p->n; u++) {
+    if (p->cls[u] == LOOM_NODE_DEAD) continue;
+    if (unit_of(p, u) == u) n_units++;
+    for (int32_t e = p->cons_off[u]; e < p->cons_off[u + 1]; e++)
+      if (unit_of(p, p->cons[e]) != unit_of(p, u)) indeg[unit_of(p, p->cons[e])]++;
+  }
+  for (int32_t u = 0; u < p->n; u++)
+    if (p->cls[u] != LOOM_NODE_DEAD && unit_of(p, u) == u && indeg[u] == 0)
+      heap_push(p, heap, &n_heap, u);
+  while (n_heap > 0) {
+    int32_t unit = heap_pop(p, heap, &n_heap);
+    order[k++] = unit;
+    int32_t nm = 1;
+    if (p->gon[unit] >= 0)
+      nm = members(p, unit, p->gbuf);
+    else
+      p->gbuf[0] = unit;
+    for (int32_t i = 0; i < nm; i++) {
+      int32_t w = p->gbuf[i];
+      for (int32_t e = p->cons_off[w]; e < p->cons_off[w + 1]; e++) {
+        int32_t cu = unit_of(p, p->cons[e]);
+        if (cu != unit && --indeg[cu] == 0) heap_push(p, heap, &n_heap, cu);
+      }
+    }
+  }
+  return k == n_units ? k : -1;
+}
+
+/* ---- horizontal fusion: merging independent (or any) pairs of groups --- */
+
+typedef struct hpair {
+  int32_t a, b; /* group ids, a's position before b's */
+  int32_t pa, pb;
+  double gain;
+} hpair;
+
+static int cmp_i64(const void *x, const void *y) {
+  int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+  return (a > b) - (a < b);
+}
+
+static int cmp_hpair(const void *x, const void *y) {
+  const hpair *a = x, *b = y;
+  if (a->gain != b->gain) return a->gain > b->gain ? -1 : 1;
+  if (a->pa != b->pa) return a->pa < b->pa ? -1 : 1;
+  return (a->pb > b->pb) - (a->pb < b->pb);
+}
+
+/* Tentatively labels a and b as one group t = max(a, b); fills p->mem. */
+static int32_t label_pair(plan_ctx *p, int32_t a, int32_t b, int32_t t, uint64_t *h1,
+                          uint64_t *h2) {
+  int32_t nm = members(p, a, p->mem);
+  nm += members(p, b, p->mem + nm);
+  *h1 = *h2 = 0;
+  for (int32_t i = 0; i < nm; i++) {
+    *h1 += p->z1[p->mem[i]];
+    *h2 += p->z2[p->mem[i]];
+    p->gon[p->mem[i]] = t;
+  }
+  return nm;
+}
+
+static double pair_gain(plan_ctx *p, int32_t a, int32_t b) {
+  int32_t t = LOOM_MAX(a, b), lo = LOOM_MIN(p->gmin[a], p->gmin[b]);
+  int32_t old_min = p->gmin[t];
+  uint64_t h1, h2;
+  bool ok_a, ok_b, ok;
+  /* costs of the parts first, while their labels are still theirs */
+  int32_t na = members(p, a, p->mem), nb = members(p, b, p->mem + na);
+  uint64_t a1 = 0, a2 = 0, b1 = 0, b2 = 0;
+  for (int32_t i = 0; i < na; i++)
+    a1 += p->z1[p->mem[i]], a2 += p->z2[p->mem[i]];
+  for (int32_t i = na; i < na + nb; i++)
+    b1 += p->z1[p->mem[i]], b2 += p->z2[p->mem[i]];
+  double ca = group_cost(p, a, a1, a2, &ok_a), cb = group_cost(p, b, b1, b2, &ok_b);
+  int32_t nm = label_pair(p, a, b, t, &h1, &h2);
+  p->gmin[t] = lo;
+  double c = group_cost(p, t, h1, h2, &ok);
+  double gain = ok && ok_a && ok_b && !creates_cycle(p, t, p->mem, nm) ? ca + cb - c : -1;
+  for (int32_t i = 0; i < na; i++)
+    p->gon[p->mem[i]] = a;
+  for (int32_t i = na; i < nm; i++)
+    p->gon[p->mem[i]] = b;
+  p->gmin[t] = old_min;
+  return gain;
+}
+
+static loom_status horizontal(plan_ctx *p) {
+  int32_t n = p->n;
+  int32_t *order = malloc(sizeof *order * (size_t)n), *indeg = malloc(sizeof *indeg * (size_t)n);
+  int32_t *heap = malloc(sizeof *heap * (size_t)n), *pos = malloc(sizeof *pos * (size_t)n);
+  int32_t *kern = malloc(sizeof *kern * (size_t)n);
+  int64_t cap = 64, n_in = 0;
+  for (int32_t u = 0; u < n; u++)
+    n_in += p->g->nodes[u].n_in;
+  int64_t *uses = malloc(sizeof *uses * (size_t)(n_in + 1));
+  hpair *pairs = malloc(sizeof *pairs * (size_t)cap);
+  bool *touched = calloc((size_t)n, sizeof *touched);
+  loom_status status = LOOM_STATUS_OK;
+  if (!order || !indeg || !heap || !pos || !kern || !uses || !pairs || !touched) {
+    status = LOOM_STATUS_OUT_OF_MEMORY;
+    goto done;
+  }
+  p->cur = -1;
+  for (int32_t round = 0; round < HORIZONTAL_ROUNDS; round++) {
+    int32_t nu = order_units(p, order, indeg, heap);
+    if (nu < 0) {
+      status = loom_error(p->ctx, LOOM_STATUS_INTERNAL, "fusion plan: groups form a cycle");
+      goto done;
+    }
+    int32_t nk = 0;
+    for (int32_t i = 0; i < nu; i++)
+      if (p->gon[order[i]] >= 0) {
+        pos[order[i]] = nk;
+        kern[nk++] = order[i];
+      }
+    int32_t np = 0;
+#define ADD_PAIR(A, B)                                                                             \
+  do {                                                                                             \
+    if (np == cap) {                                                                               \
+      cap *= 2;                                                                                    \
+      hpair *q = realloc(pairs, sizeof *pairs * (size_t)cap);                                      \
+      if (!q) {                                                                                    \
+        status = LOOM_STATUS_OUT_OF_MEMORY;                                                        \
+        goto done;                                                                                 \
+      }                                                                                            \
+      pairs = q;                                                                                   \
+    }                                                                                              \
+    pairs[np++] = (hpair){.a = (A), .b = (B), .pa = pos[A], .pb = pos[B]};                         \
+  } while (0)
+    /* neighbours in the execution order */
+    for (int32_t i = 0; i + 1 < nk; i++)
+      ADD_PAIR(kern[i], kern[i + 1]);
+    /* groups reading the same value, a few kernels apart: (value, pos) */
+    int64_t nuse = 0;
+    for (int32_t u = 0; u < n; u++) {
+      if (p->gon[u] < 0) continue;
+      for (int32_t i = 0; i < p->g->nodes[u].n_in; i++) {
+        int32_t x = p->g->nodes[u].in[i], pr = p->g->values[x].node;
+        if (pr >= 0 && p->gon[pr] == p->gon[u]) continue;
+        uses[nuse++] = ((int64_t)x << 32) | pos[p->gon[u]];
+      }
+    }
+    qsort(uses, (size_t)nuse, sizeof *uses, cmp_i64);
+    for (int64_t i = 0; i + 1 < nuse; i++) {
+      int32_t x = (int32_t)(uses[i] >> 32), xa = (int32_t)(uses[i] & 0xffffffff);
+      int32_t xb = (int32_t)(uses[i + 1] & 0xffffffff);
+      if ((int32_t)(uses[i + 1] >> 32) != x || xa == xb) continue;
+      if (xb - xa > 1 && xb - xa <= HORIZONTAL_WINDOW) ADD_PAIR(kern[xa], kern[xb]);
+    }
+#undef ADD_PAIR
+    for (int32_t i = 0; i < np; i++)
+      pairs[i].gain = pair_gain(p, pairs[i].a, pairs[i].b);
+    if (p->oom) {
+      status = LOOM_STATUS_OUT_OF_MEMORY;
+      goto done;
+    }
+    qsort(pairs, (size_t)np, sizeof *pairs, cmp_hpair);
+    memset(touched, 0, sizeof *touched * (size_t)n);
+    int32_t merged = 0;
+    for (int32_t i = 0; i < np && pairs[i].gain > 0; i++) {
+      int32_t a = pairs[i].a, b = pairs[i].b;
+      if (touched[a] || touched[b]) continue;
+      /* earlier merges this round may have closed a cycle through a, b */
+      if (merged > 0 && pair_gain(p, a, b) <= 0) continue;
+      int32_t t = LOOM_MAX(a, b);
+      uint64_t h1, h2;
+      int32_t lo = LOOM_MIN(p->gmin[a], p->gmin[b]);
+      label_pair(p, a, b, t, &h1, &h2);
+      p->gmin[t] = lo;
+      touched[a] = touched[b] = true;
+      merged++;
+      finish_groups(p);
+    }
+    if (merged == 0) break;
+  }
+done:
+  free(order);
+  free(indeg);
+  free(heap);
+  free(pos);
+  free(kern);
+  free(uses);
+  free(pairs);
+  free(touched);
+  return status;
+}
+
+/* ---- the driver ---------------------------------------------------------- */
+
+static int32_t uf_find(int32_t *parent, int32_t x) {
+  while (parent[x] != x) {
+    parent[x] = parent[parent[x]];
+    x = parent[x];
+  }
+  return x;
+}
+
+/* Distinct consumer nodes of every node, in CSR form. */
+static bool build_consumers(plan_ctx *p) {
+  const loom_graph *g = p->g;
+  int32_t n = p->n;
+  int64_t total = 0;
+  p->cons_off = calloc((size_t)n + 1, sizeof *p->cons_off);
+  if (!p->cons_off) return false;
+  for (int32_t u = 0; u < n; u++)
+    total += g->nodes[u].n_in;
+  p->cons = malloc(sizeof *p->cons * (size_t)(total + 1));
+  int32_t *last = malloc(sizeof *last * (size_t)n);
+  if (!p->cons || !last) {
+    free(last);
+    return false;
+  }
+  for (int32_t u = 0; u < n; u++)
+    last[u] = -1;
+  /* count, then fill: a consumer appears once per producer */
+  for (int32_t c = 0; c < n; c++) {
+    if (p->cls[c] == LOOM_NODE_DEAD) continue; /* dead nodes run nowhere */
+    for (int32_t i = 0; i < g->nodes[c].n_in; i++) {
+      int32_t pr = g->values[g->nodes[c].in[i]].node;
+      if (pr < 0 || last[pr] == c) continue;
+      last[pr] = c;
+      p->cons_off[pr + 1]++;
+    }
+  }
+  for (int32_t u = 0; u < n; u++)
+    p->cons_off[u + 1] += p->cons_off[u];
+  int32_t *fill = p->old; /* scratch: next slot per producer */
+  for (int32_t u = 0; u < n; u++) {
+    fill[u] = p->cons_off[u];
+    last[u] = -1;
+  }
+  for (int32_t c = 0; c < n; c++) {
+    if (p->cls[c] == LOOM_NODE_DEAD) continue; /* dead nodes run nowhere */
+    for (int32_t i = 0; i < g->nodes[c].n_in; i++) {
+      int32_t pr = g->values[g->nodes[c].in[i]].node;
+      if (pr < 0 || last[pr] == c) continue;
+      last[pr] = c;
+      p->cons[fill[pr]++] = c;
+    }
+  }
+  free(last);
+  return true;
+}
+
+static void plan_ctx_free(plan_ctx *p) {
+  free(p->cons_off);
+  free(p->cons);
+  free(p->z1);
+  free(p->z2);
+  free(p->gon);
+  free(p->gmin);
+  free(p->fnext);
+  free(p->span);
+  free(p->comp);
+  free(p->local);
+  free(p->mark);
+  free(p->gmark);
+  free(p->stack);
+  free(p->gbuf);
+  free(p->mem);
+  free(p->old);
+  free(p->memo);
+}
+
+void loom_fusion_plan_clear(loom_fusion_plan *plan) {
+  if (!plan) return;
+  free(plan->group_of_node);
+  free(plan->steps);
+  memset(plan, 0, sizeof *plan);
+}
+
+/* Searches every region in turn (ascending by first node). */
+static loom_status search_regions(plan_ctx *p, int32_t beam) {
+  int32_t n = p->n;
+  int32_t *parent = malloc(sizeof *parent * (size_t)n);
+  int32_t *start = calloc((size_t)n + 1, sizeof *start), *nodes = malloc(sizeof *nodes * (size_t)n);
+  loom_status status = LOOM_STATUS_OK;
+  if (!parent || !start || !nodes) {
+    status = LOOM_STATUS_OUT_OF_MEMORY;
+    goto done;
+  }
+  for (int32_t u = 0; u < n; u++)
+    parent[u] = u;
+  for (int32_t u = 0; u < n; u++) {
+    if (p->cls[u] != LOOM_NODE_MEMORY) continue;
+    for (int32_t e = p->cons_off[u]; e < p->cons_off[u + 1]; e++) {
+      int32_t c = p->cons[e];
+      if (p->cls[c] != LOOM_NODE_MEMORY) continue;
+      int32_t a = uf_find(parent, u), b = uf_find(parent, c);
+      if (a != b) parent[LOOM_MAX(a, b)] = LOOM_MIN(a, b); /* root: smallest */
+    }
+  }
+  /* regions numbered by their smallest node; nodes listed ascending */
+  for (int32_t u = 0; u < n; u++) {
+    p->comp[u] = p->cls[u] == LOOM_NODE_MEMORY ? uf_find(parent, u) : -1;
+    if (p->comp[u] >= 0) start[p->comp[u] + 1]++;
+  }
+  for (int32_t u = 0; u < n; u++)
+    start[u + 1] += start[u];
+  for (int32_t u = 0; u < n; u++)
+    parent[u] = start[u]; /* reuse: fill cursor */
+  for (int32_t u = 0; u < n; u++) {
+    if (p->comp[u] < 0) continue;
+    p->local[u] = parent[p->comp[u]] - start[p->comp[u]];
+    nodes[parent[p->comp[u]]++] = u;
+  }
+  for (int32_t r = 0; r < n && !status; r++) {
+    int32_t cnt = start[r + 1] - start[r];
+    if (cnt == 0) continue;
+    p->cur = r;
+    p->cnodes = nodes + start[r];
+    p->ncn = cnt;
+    status = search_region(p, beam);
+    p->cur = -1;
+    finish_groups(p);
+  }
+done:
+  free(parent);
+  free(start);
+  free(nodes);
+  return status;
+}
+
+/* Every memory node alone (mode none); nodes no kernel can hold stay -1. */
+static void plan_singletons(plan_ctx *p) {
+  for (int32_t u = 0; u < p->n; u++) {
+    if (p->cls[u] != LOOM_NODE_MEMORY || is_alias(p->g, u)) continue;
+    bool ok;
+    p->gon[u] = u;
+    group_cost(p, u, p->z1[u], p->z2[u], &ok);
+    if (!ok) p->gon[u] = -1;
+  }
+  finish_groups(p);
+}
+
+/* Numbers the groups in execution order and writes the steps. */
+static loom_status write_plan(plan_ctx *p, loom_fusion_plan *out) {
+  int32_t n = p->n;
+  int32_t *order = malloc(sizeof *order * (size_t)(n ? n : 1));
+  int32_t *indeg = malloc(sizeof *indeg * (size_t)(n ? n : 1));
+  int32_t *heap = malloc(sizeof *heap * (size_t)(n ? n : 1));
+  out->group_of_node = malloc(sizeof *out->group_of_node * (size_t)(n ? n : 1));
+  out->steps = malloc(sizeof *out->steps * (size_t)(n ? n : 1));
+  loom_status status = LOOM_STATUS_OK;
+  if (!order || !indeg || !heap || !out->group_of_node || !out->steps) {
+    status = LOOM_STATUS_OUT_OF_MEMORY;
+    goto done;
+  }
+  p->cur = -1;
+  int32_t nu = order_units(p, order, indeg, heap);
+  if (nu < 0) {
+    status = loom_error(p->ctx, LOOM_STATUS_INTERNAL, "fusion plan: groups form a cycle");
+    goto done;
+  }
+  out->n_nodes = n;
+  out->n_groups = 0;
+  out->n_steps = nu;
+  out->cost_s = 0;
+  for (int32_t u = 0; u < n; u++)
+    out->group_of_node[u] = -1;
+  for (int32_t i = 0; i < nu; i++) {
+    int32_t unit = order[i];
+    loom_step *st = &out->steps[i];
+    if (p->gon[unit] >= 0) {
+      int32_t nm = members(p, unit, p->mem);
+      uint64_t h1 = 0, h2 = 0;
+      for (int32_t j = 0; j < nm; j++) {
+        out->group_of_node[p->mem[j]] = out->n_groups;
+        h1 += p->z1[p->mem[j]];
+        h2 += p->z2[p->mem[j]];
+      }
+      bool ok;
+      out->cost_s += group_cost(p, unit, h1, h2, &ok);
+      *st = (loom_step){.kind = LOOM_STEP_KERNEL, .kernel = out->n_groups++, .node = -1};
+    } else {
+      bool gemm = p->cls[unit] == LOOM_NODE_GEMM;
+      *st = (loom_step){.kind = gemm ? LOOM_STEP_GEMM : LOOM_STEP_NODE, .kernel = -1, .node = unit};
+    }
+  }
+  out->n_analyzed = p->n_analyze;
+done:
+  free(order);
+  free(indeg);
+  free(heap);
+  return status;
+}
+
+loom_status loom_fusion_plan_build(loom_ctx *ctx, const loom_graph *g, const loom_node_class *cls,
+                                   const loom_fusion_options *opts, loom_fusion_plan *out) {
+  if (!g || !cls || !opts || !opts->machine || !out)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "fusion plan: NULL argument");
+  memset(out, 0, sizeof *out);
+  plan_ctx p = {.ctx = ctx,
+                .g = g,
+                .cls = cls,
+                .mode = opts->mode,
+                .m = opts->machine,
+                .n = g->n_nodes,
+                .cur = -1};
+  size_t n = (size_t)(g->n_nodes ? g->n_nodes : 1);
+  p.z1 = malloc(sizeof *p.z1 * n);
+  p.z2 = malloc(sizeof *p.z2 * n);
+  p.gon = malloc(sizeof *p.gon * n);
+  p.gmin = malloc(sizeof *p.gmin * n);
+  p.fnext = malloc(sizeof *p.fnext * n);
+  p.span = malloc(sizeof *p.span * n);
+  p.comp = malloc(sizeof *p.comp * n);
+  p.local = calloc(n, sizeof *p.local);
+  p.mark = calloc(n, sizeof *p.mark);
+  p.gmark = calloc(n, sizeof *p.gmark);
+  p.stack = malloc(sizeof *p.stack * n);
+  p.gbuf = malloc(sizeof *p.gbuf * n);
+  p.mem = malloc(sizeof *p.mem * (n + 1));
+  p.old = malloc(sizeof *p.old * (n + 1));
+  loom_status status = LOOM_STATUS_OK;
+  if (!p.z1 || !p.z2 || !p.gon || !p.gmin || !p.fnext || !p.span || !p.comp || !p.local ||
+      !p.mark || !p.gmark || !p.stack || !p.gbuf || !p.mem || !p.old || !memo_grow(&p) ||
+      !build_consumers(&p)) {
+    status = LOOM_STATUS_OUT_OF_MEMORY;
+    goto done;
+  }
+  for (int32_t u = 0; u < p.n; u++) {
+    p.z1[u] = mix64(2 * (uint64_t)u + 1);
+    p.z2[u] = mix64(2 * (uint64_t)u + 2 + ((uint64_t)1 << 40));
+    p.gon[u] = -1;
+    p.gmin[u] = u;
+    p.fnext[u] = -1;
+    p.span[u] = u;
+  }
+  if (opts->mode == LOOM_FUSION_NONE) {
+    plan_singletons(&p);
+  } else {
+    int32_t beam = opts->beam_width > 0 ? opts->beam_width : DEFAULT_BEAM;
+    status = search_regions(&p, beam);
+    if (!status) status = horizontal(&p);
+  }
+  if (!status && p.oom) status = LOOM_STATUS_OUT_OF_MEMORY;
+  if (!status) status = write_plan(&p, out);
+done:
+  if (status == LOOM_STATUS_OUT_OF_MEMORY) loom_error(ctx, status, "fusion plan: out of memory");
+  if (status) loom_fusion_plan_clear(out);
+  plan_ctx_free(&p);
+  return status;
+}

@@ -1,0 +1,203 @@
+/*
+ * Machine facts for the cost models: thread count, cache sizes from sysfs,
+ * default rates (perf/measure.c replaces them with measured ones), and the
+ * fixed cost of one kernel launch, measured here because it is cheap.
+ */
+#include "perf/machine.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Conservative defaults: a small two-core machine. */
+#define DEFAULT_L1D (32 * 1024)
+#define DEFAULT_L2 (1024 * 1024)
+#define DEFAULT_LLC (8 * 1024 * 1024)
+#define DEFAULT_TRIAD_GBPS 10.0
+#define DEFAULT_SGEMM_GFLOPS 100.0
+#define DEFAULT_LAUNCH_S 5e-6
+
+/* Reads a small sysfs file into buf (NUL-terminated, newline stripped). */
+static bool read_small(const char *path, char *buf, size_t n) {
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  size_t got = fread(buf, 1, n - 1, f);
+  fclose(f);
+  buf[got] = '\0';
+  while (got > 0 && (buf[got - 1] == '\n' || buf[got - 1] == ' '))
+    buf[--got] = '\0';
+  return got > 0;
+}
+
+/* "48K", "2048K", "8M", "1G" or a plain byte count; -1 if unreadable. */
+static int64_t parse_size(const char *s) {
+  char *end = NULL;
+  long long v = strtoll(s, &end, 10);
+  if (end == s || v <= 0) return -1;
+  switch (*end) {
+  case 'K':
+  case 'k': return (int64_t)v << 10;
+  case 'M':
+  case 'm': return (int64_t)v << 20;
+  case 'G':
+  case 'g': return (int64_t)v << 30;
+  case '\0': return (int64_t)v;
+  default: return -1;
+  }
+}
+
+/* Fills l1d/l2/llc from /sys/devices/system/cpu/cpu0/cache/index*; the
+ * largest level found is the last-level cache. */
+static void read_caches(loom_machine *m) {
+  int32_t top_level = 0;
+  for (int i = 0; i < 16; i++) {
+    char path[128], level[32], type[32], size[32];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+    if (!read_small(path, level, sizeof level)) break;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+    if (!read_small(path, type, sizeof type)) continue;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    if (!read_small(path, size, sizeof size)) continue;
+    if (strcmp(type, "Instruction") == 0) continue;
+    int32_t lv = atoi(level);
+    int64_t bytes = parse_size(size);
+    if (bytes <= 0) continue;
+    if (lv == 1)
+      m->l1d_bytes = bytes;
+    else if (lv == 2)
+      m->l2_bytes = bytes;
+    if (lv >= 2 && lv >= top_level) {
+      top_level = lv;
+      m->llc_bytes = bytes;
+    }
+  }
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The fork/join of an empty parallel loop over the threads: what every
+ * generated kernel pays once. The minimum over a few dozen runs (at most
+ * ~3 ms in all): on a shared, busy machine a run waits for a core now and
+ * then, and the floor is the cost itself. */
+static double measure_launch(int32_t threads) {
+  enum { RUNS = 50 };
+  volatile int32_t sink = 0;
+  for (int warm = 0; warm < 3; warm++) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int32_t i = 0; i < threads; i++)
+      sink += 0;
+  }
+  double best = 1.0, start = now_s();
+  for (int r = 0; r < RUNS && now_s() - start < 3e-3; r++) {
+    double t0 = now_s();
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int32_t i = 0; i < threads; i++)
+      sink += 0;
+    double t = now_s() - t0;
+    if (t < best) best = t;
+  }
+  (void)sink;
+  /* Bounds keep the model sane with a coarse clock or a starved machine. */
+  return best < 2e-7 ? 2e-7 : best > 1e-4 ? 1e-4 : best;
+}
+
+/* Rounds to the 1-2-5 series: plans read this number, and a plan that
+ * flipped with timer noise would recompile and change results' rounding. */
+static double quantize(double s) {
+  double decade = 1e-9;
+  while (decade * 10 <= s)
+    decade *= 10;
+  double x = s / decade; /* in [1, 10) */
+  double q = x < 1.4 ? 1 : x < 3.2 ? 2 : x < 7.1 ? 5 : 10;
+  return q * decade;
+}
+
+/* $XDG_CACHE_HOME/loom (or ~/.cache/loom)/machine-<cores>.txt. */
+static bool profile_path(char *buf, size_t n, int32_t cores) {
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  char dir[3072];
+  if (xdg && xdg[0] == '/')
+    snprintf(dir, sizeof dir, "%s/loom", xdg);
+  else if (home && home[0] == '/')
+    snprintf(dir, sizeof dir, "%s/.cache/loom", home);
+  else
+    return false;
+  int w = snprintf(buf, n, "%s/machine-%d.txt", dir, (int)cores);
+  return w > 0 && (size_t)w < n;
+}
+
+static bool load_launch(const char *path, double *s) {
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  double v = 0;
+  bool ok = fscanf(f, "kernel_launch_s %lg", &v) == 1 && v >= 1e-9 && v <= 1e-3;
+  fclose(f);
+  if (ok) *s = v;
+  return ok;
+}
+
+/* Best effort: a missing or read-only cache directory only costs a
+ * measurement next time. Written to a temporary name, then renamed. */
+static void save_launch(const char *path, double s) {
+  char dir[4096], tmp[4200];
+  snprintf(dir, sizeof dir, "%s", path);
+  for (char *p = dir + 1; *p; p++) /* mkdir -p the directories above */
+    if (*p == '/') {
+      *p = '\0';
+      mkdir(dir, 0700);
+      *p = '/';
+    }
+  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) return;
+  bool ok = fprintf(f, "kernel_launch_s %.9g\n", s) > 0;
+  ok = fclose(f) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) remove(tmp);
+}
+
+void loom_machine_default(loom_machine *m) {
+  memset(m, 0, sizeof *m);
+  m->threads = 2;
+  m->cores = 2;
+  m->l1d_bytes = DEFAULT_L1D;
+  m->l2_bytes = DEFAULT_L2;
+  m->llc_bytes = DEFAULT_LLC;
+  m->triad_gbps = DEFAULT_TRIAD_GBPS;
+  m->sgemm_gflops = DEFAULT_SGEMM_GFLOPS;
+  m->kernel_launch_s = DEFAULT_LAUNCH_S;
+  m->measured = false;
+}
+
+void loom_machine_detect(loom_ctx *ctx, loom_machine *m) {
+  loom_machine_default(m);
+  m->threads = loom_ctx_resolved_threads(ctx);
+  if (m->threads < 1) m->threads = 1;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  m->cores = cores > 0 ? (int32_t)cores : 1;
+  read_caches(m);
+  if (m->l2_bytes < m->l1d_bytes) m->l2_bytes = m->l1d_bytes;
+  if (m->llc_bytes < m->l2_bytes) m->llc_bytes = m->l2_bytes;
+  /* Measured with the cores, like the plans that read it; the
+   * environment may pin it (reproducible plans on a noisy machine). */
+  const char *env = getenv("LOOM_KERNEL_LAUNCH_US");
+  double pinned = env ? strtod(env, NULL) : 0.0;
+  if (pinned > 0 && pinned < 1e6) {
+    m->kernel_launch_s = pinned * 1e-6;
+    return;
+  }
+  /* Measured once per machine and kept in the cache directory: a plan must
+   * not change from one process to the next with timer noise. */
+  char path[4096];
+  bool have_path = profile_path(path, sizeof path, m->cores);
+  if (have_path && load_launch(path, &m->kernel_launch_s)) return;
+  m->kernel_launch_s = quantize(measure_launch(m->cores));
+  if (have_path) save_launch(path, m->kernel_launch_s);
+}

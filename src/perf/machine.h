@@ -1,0 +1,32 @@
+/*
+ * Measured machine facts, in one place: what the cost models read.
+ * Cache sizes come from the system; rates are measured (perf/measure.c)
+ * or defaulted when not measured yet.
+ */
+#ifndef LOOM_PERF_MACHINE_H
+#define LOOM_PERF_MACHINE_H
+
+#include "core/ctx.h"
+
+typedef struct loom_machine {
+  int32_t threads; /* threads a run uses (the context's setting) */
+  /* Online cores: a fixed property of the machine. The cost models use it,
+   * never `threads`, so plans and schedules (and with them every result's
+   * rounding) do not change with the thread count of a run. */
+  int32_t cores;
+  int64_t l1d_bytes, l2_bytes, llc_bytes; /* per core for l1/l2; llc total */
+  double triad_gbps;                      /* STREAM-like triad bandwidth, all threads */
+  double sgemm_gflops;                    /* large sgemm rate, all threads */
+  double kernel_launch_s;                 /* fixed cost of one kernel launch (fork/join) */
+  bool measured;                          /* false: rates are defaults */
+} loom_machine;
+
+/* Reads cache sizes and thread count; rates get conservative defaults;
+ * measures the launch cost (at most ~3 ms), unless the environment
+ * variable LOOM_KERNEL_LAUNCH_US pins it (in microseconds). */
+void loom_machine_detect(loom_ctx *ctx, loom_machine *m);
+/* A fixed, unmeasured machine (2 cores, 32 KiB L1d, 1 MiB L2, 8 MiB LLC,
+ * default rates): for reproducible plans in tests and tools. */
+void loom_machine_default(loom_machine *m);
+
+#endif

@@ -1,0 +1,238 @@
+/*
+ * Fused execution on the cpu backend: a graph is fused into a program
+ * (fusion/fusion.h), its kernels become C (codegen/c_codegen.h) that the
+ * system compiler turns into a shared object (runtime/jit.h), and a run
+ * walks the program's steps: generated kernels, GEMMs through the cpu
+ * matmul path, and leftover nodes run eagerly. Only values the program
+ * materializes get memory (passes/memplan.h, step-based plan).
+ */
+#include "runtime/cpu/cpu.h"
+
+#include "codegen/c_codegen.h"
+#include "fusion/fusion.h"
+#include "perf/machine.h"
+#include "runtime/jit.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct loom_cpu_program {
+  loom_program prog;
+  char *source;         /* the generated C (NULL when no kernels) */
+  loom_jit_module *jit; /* NULL: no kernels, or no compiler (eager) */
+  loom_kernel_fn *fns;  /* per kernel */
+  bool eager;           /* no compiler: runs node by node */
+  void **args;          /* argument pointers, room for the widest kernel */
+  void *workspace;      /* grown to the largest kernel's need */
+  int64_t workspace_bytes;
+  int64_t *need;        /* per kernel: workspace bytes at need_threads */
+  int32_t need_threads; /* 0: need not computed yet */
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void loom_cpu_program_free(loom_cpu_program *p) {
+  if (!p) return;
+  loom_program_clear(&p->prog);
+  free(p->source);
+  free(p->fns);
+  free(p->args);
+  free(p->workspace);
+  free(p->need);
+  loom_jit_free(p->jit);
+  free(p);
+}
+
+const struct loom_program *loom_cpu_program_get(const loom_cpu_program *p) {
+  return p ? &p->prog : NULL;
+}
+
+const char *loom_cpu_program_source(const loom_cpu_program *p) { return p ? p->source : NULL; }
+
+bool loom_cpu_program_is_eager(const loom_cpu_program *p) { return !p || p->eager; }
+
+/* The memory plan over the program's steps: a kernel reads its input
+ * arguments and writes its outputs; GEMM and NODE steps their node's. */
+static loom_status plan_steps(loom_ctx *ctx, const loom_graph *g, const loom_program *prog,
+                              loom_memplan *plan) {
+  int32_t ns = prog->n_steps, total = 0;
+  for (int32_t s = 0; s < ns; s++) {
+    const loom_step *st = &prog->steps[s];
+    if (st->kind == LOOM_STEP_KERNEL)
+      total += prog->kernels[st->kernel].n_args;
+    else
+      total += g->nodes[st->node].n_in + g->nodes[st->node].n_out;
+  }
+  loom_memplan_step *steps = loom_calloc(ctx, (size_t)(ns ? ns : 1), sizeof *steps);
+  int32_t *ids = loom_malloc(ctx, sizeof(int32_t) * (size_t)(total ? total : 1));
+  if (!steps || !ids) {
+    free(steps);
+    free(ids);
+    return LOOM_STATUS_OUT_OF_MEMORY;
+  }
+  int32_t at = 0;
+  for (int32_t s = 0; s < ns; s++) {
+    const loom_step *st = &prog->steps[s];
+    loom_memplan_step *m = &steps[s];
+    if (st->kind == LOOM_STEP_KERNEL) {
+      const loom_kernel *k = &prog->kernels[st->kernel];
+      /* inputs, then outputs, in one run of ids */
+      /* temps live in the kernel's workspace, not in the arena */
+      m->in = ids + at;
+      for (int32_t a = 0; a < k->n_args; a++)
+        if (!k->args[a].is_output && !k->args[a].temp) ids[at + m->n_in++] = k->args[a].value;
+      m->out = ids + at + m->n_in;
+      for (int32_t a = 0; a < k->n_args; a++)
+        if (k->args[a].is_output) ids[at + m->n_in + m->n_out++] = k->args[a].value;
+      at += k->n_args;
+    } else {
+      const loom_node *n = &g->nodes[st->node];
+      *m = (loom_memplan_step){.n_in = n->n_in, .n_out = n->n_out, .in = n->in, .out = n->out};
+      if (n->op == LOOM_OP_RESHAPE && n->n_in == 1 && n->n_out == 1) {
+        const loom_type *a = &g->values[n->in[0]].type, *b = &g->values[n->out[0]].type;
+        m->alias = loom_type_numel(a) * (int64_t)loom_dtype_size(a->dtype) ==
+                   loom_type_numel(b) * (int64_t)loom_dtype_size(b->dtype);
+      }
+    }
+  }
+  loom_status st = loom_memplan_build_steps(g, ns, steps, prog->materialized, plan);
+  free(steps);
+  free(ids);
+  if (st)
+    loom_error_prefix(ctx, "cpu backend: memory plan of the %s program",
+                      loom_fusion_mode_name(prog->mode));
+  return st;
+}
+
+/* Compiles and loads the generated source; resolves every kernel. On a
+ * missing compiler sets p->eager and a warning instead of failing. */
+static loom_status load_code(loom_ctx *ctx, loom_cpu_program *p, loom_prepared *out) {
+  const loom_program *prog = &p->prog;
+  if (prog->n_kernels == 0) return LOOM_STATUS_OK; /* nothing to compile */
+  LOOM_TRY(loom_codegen_c(ctx, prog->kernels, prog->n_kernels, &p->source));
+  loom_jit_info info;
+  memset(&info, 0, sizeof info);
+  loom_status st = loom_jit_load_ex(ctx, p->source, &p->jit, &info);
+  if (st == LOOM_STATUS_UNSUPPORTED) {
+    snprintf(out->warning, sizeof out->warning,
+             "cannot compile generated code (%s): running the graph eagerly instead",
+             loom_ctx_error(ctx));
+    loom_error_clear(ctx);
+    p->eager = true;
+    return LOOM_STATUS_OK;
+  }
+  if (st) {
+    loom_error_prefix(ctx, "cpu backend: compiling the generated kernels");
+    return st;
+  }
+  out->stats.cache_hit = info.cache_hit;
+  p->fns = loom_calloc(ctx, (size_t)prog->n_kernels, sizeof *p->fns);
+  if (!p->fns) return LOOM_STATUS_OUT_OF_MEMORY;
+  int32_t max_args = 1;
+  for (int32_t i = 0; i < prog->n_kernels; i++) {
+    const loom_kernel *k = &prog->kernels[i];
+    void *sym = loom_jit_symbol(p->jit, k->name);
+    if (!sym)
+      return loom_error(ctx, LOOM_STATUS_INTERNAL,
+                        "cpu backend: the generated module has no kernel '%s'", k->name);
+    /* dlsym hands out data pointers; POSIX guarantees this conversion */
+    memcpy(&p->fns[i], &sym, sizeof sym);
+    max_args = LOOM_MAX(max_args, k->n_args);
+  }
+  p->args = loom_calloc(ctx, (size_t)max_args, sizeof *p->args);
+  p->need = loom_calloc(ctx, (size_t)prog->n_kernels, sizeof *p->need);
+  return p->args && p->need ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
+}
+
+loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, const char *mode,
+                                     loom_prepared *out) {
+  loom_fusion_mode fm;
+  if (loom_fusion_mode_from_name(mode, &fm))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "unknown fusion mode '%s' (known: " LOOM_FUSION_NAMES ")", mode);
+  double t0 = now_s();
+  loom_cpu_program *p = loom_calloc(ctx, 1, sizeof *p);
+  if (!p) return LOOM_STATUS_OUT_OF_MEMORY;
+  loom_machine machine;
+  loom_machine_detect(ctx, &machine);
+  loom_fusion_options fo = {.mode = fm, .machine = &machine};
+  loom_status st = loom_fusion_compile(ctx, g, &fo, &p->prog);
+  if (st) {
+    loom_error_prefix(ctx, "cpu backend: fusion (%s)", mode);
+    goto fail;
+  }
+  st = load_code(ctx, p, out);
+  if (st) goto fail;
+  const loom_program *prog = &p->prog;
+  if (p->eager) {
+    st = loom_cpu_prepare_eager(g, out);
+  } else {
+    out->stats.n_kernels = prog->n_kernels;
+    out->stats.n_gemm = out->stats.n_eager = 0;
+    for (int32_t s = 0; s < prog->n_steps; s++) {
+      out->stats.n_gemm += prog->steps[s].kind == LOOM_STEP_GEMM;
+      out->stats.n_eager += prog->steps[s].kind == LOOM_STEP_NODE;
+    }
+    st = plan_steps(ctx, g, prog, &out->plan);
+  }
+  if (st) goto fail;
+  out->stats.n_memory_ops = prog->n_memory_ops;
+  out->stats.modeled_bytes = prog->modeled_bytes;
+  out->stats.compile_seconds = now_s() - t0;
+  out->handle = p;
+  return LOOM_STATUS_OK;
+fail:
+  loom_memplan_free(&out->plan);
+  loom_cpu_program_free(p);
+  return st;
+}
+
+/* Sizes the workspace for nt threads: the largest kernel's need. */
+static loom_status reserve_workspace(loom_ctx *ctx, loom_cpu_program *p, int32_t nt) {
+  if (p->need_threads == nt) return LOOM_STATUS_OK;
+  int64_t most = 0;
+  for (int32_t i = 0; i < p->prog.n_kernels; i++) {
+    p->need[i] = loom_kernel_workspace_bytes(&p->prog.kernels[i], nt);
+    if (p->need[i] < 0)
+      return loom_error(ctx, LOOM_STATUS_INTERNAL, "cpu backend: kernel %s has no workspace layout",
+                        p->prog.kernels[i].name);
+    most = LOOM_MAX(most, p->need[i]);
+  }
+  if (most > p->workspace_bytes) {
+    free(p->workspace);
+    p->workspace_bytes = 0;
+    p->workspace = aligned_alloc(64, ((size_t)most + 63) / 64 * 64);
+    if (!p->workspace)
+      return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY,
+                        "cpu backend: cannot allocate a %lld-byte kernel workspace",
+                        (long long)most);
+    p->workspace_bytes = most;
+  }
+  p->need_threads = nt;
+  return LOOM_STATUS_OK;
+}
+
+loom_status loom_cpu_program_run(loom_cpu_program *p, const loom_cpu *c, const loom_graph *g,
+                                 loom_view *values) {
+  const loom_program *prog = &p->prog;
+  int32_t nt = LOOM_MAX(c->nt, 1);
+  if (prog->n_kernels) LOOM_TRY(reserve_workspace(c->ctx, p, nt));
+  for (int32_t s = 0; s < prog->n_steps; s++) {
+    const loom_step *st = &prog->steps[s];
+    if (st->kind != LOOM_STEP_KERNEL) {
+      LOOM_TRY(loom_cpu_exec_node(c, g, &g->nodes[st->node], values));
+      continue;
+    }
+    const loom_kernel *k = &prog->kernels[st->kernel];
+    for (int32_t a = 0; a < k->n_args; a++)
+      p->args[a] = k->args[a].temp ? NULL : values[k->args[a].value].data;
+    p->fns[st->kernel](p->args, p->workspace, nt);
+  }
+  return LOOM_STATUS_OK;
+}

@@ -1,0 +1,88 @@
+/*
+ * Run-time compilation of generated C: the system C compiler turns a
+ * translation unit into a shared object, which is loaded with dlopen.
+ *
+ * Compiler: $LOOM_CC, else $CC, else "cc" (split on blanks, so "ccache gcc"
+ * works; run with posix_spawnp, never through a shell). Flags:
+ *   -O3 -march=native -fopenmp -fPIC -shared -std=c11 -ffp-contract=off
+ *   -fno-trapping-math -fno-math-errno (and -mprefer-vector-width=512 on
+ *   x86).
+ * -ffp-contract=off keeps a*b+c two roundings: generated kernels promise
+ * results that do not depend on whether the compiler fuses into an FMA
+ * (they call fma() where they mean one). -fno-trapping-math and
+ * -fno-math-errno change no value (Loom never enables FP traps nor reads
+ * errno); they let gcc if-convert a select of a division and inline sqrt
+ * as one instruction, either of which otherwise stops vectorisation.
+ *
+ * Cache (content addressed): $XDG_CACHE_HOME/loom, else $HOME/.cache/loom
+ * (created with mode 0700). key = SHA-256 of (source, flags, compiler
+ * command and the first line of its --version). Entries:
+ *   KEY.c   the source as compiled (for people to read)
+ *   KEY.so  the shared object, followed by a trailer:
+ *           "LOOMJIT1" | SHA-256 of the bytes before the trailer | the key
+ *           (32 raw bytes each)
+ * Every module also exports `const char loom_module_key[]` (the key in
+ * hex), added to the source here. A hit checks the trailer before dlopen
+ * (so a truncated or overwritten file is never loaded) and the exported key
+ * after; any failure deletes the entry and rebuilds it. Files are written
+ * to unique temporary names in the same directory and renamed into place,
+ * so concurrent processes never see half-written entries. If the cache
+ * directory cannot be used, the module is built in a private temporary
+ * directory that is removed once the module is loaded. Entries are never
+ * evicted (delete the directory to reclaim it).
+ *
+ * The OpenMP runtime a module links (libgomp, libomp) is kept loaded after
+ * the module is freed: its idle worker threads outlive every parallel
+ * region, and a host that does not link OpenMP itself would otherwise
+ * unload it under them.
+ */
+#ifndef LOOM_RUNTIME_JIT_H
+#define LOOM_RUNTIME_JIT_H
+
+#include "core/ctx.h"
+
+typedef struct loom_jit_module loom_jit_module;
+
+/* What a load did. */
+typedef struct loom_jit_info {
+  bool cache_hit;   /* loaded from the cache, nothing compiled */
+  bool rebuilt;     /* a corrupt or mismatched entry was deleted and rebuilt */
+  bool private_dir; /* the cache was unusable: built in a temporary dir */
+  double compile_seconds; /* time spent in the compiler (0 on a hit) */
+  char key[65];     /* the cache key, hex */
+} loom_jit_info;
+
+/* Compiles (or finds in the cache) `source` and loads it. Errors: no
+ * compiler -> UNSUPPORTED; compiler failure -> INTERNAL with its message. */
+loom_status loom_jit_load(loom_ctx *ctx, const char *source,
+                          loom_jit_module **out, bool *cache_hit);
+/* loom_jit_load with a full report (info may be NULL). */
+loom_status loom_jit_load_ex(loom_ctx *ctx, const char *source,
+                             loom_jit_module **out, loom_jit_info *info);
+/* The address of an exported symbol, NULL if absent. */
+void *loom_jit_symbol(loom_jit_module *m, const char *name);
+/* The module's cache key (hex). */
+const char *loom_jit_module_key(const loom_jit_module *m);
+/* Unloads a module (dlclose); NULL is fine. */
+void loom_jit_free(loom_jit_module *m);
+
+/* The cache directory in use for this environment (malloc'ed; NULL when
+ * no HOME or XDG_CACHE_HOME is set). */
+char *loom_jit_cache_dir(void);
+/* The compiler flags (for reports and docs). */
+const char *loom_jit_flags(void);
+
+/* SHA-256, streaming. */
+typedef struct loom_sha256_state {
+  uint32_t h[8];
+  uint64_t len;
+  uint8_t buf[64];
+  uint32_t n_buf;
+} loom_sha256_state;
+void loom_sha256_init(loom_sha256_state *s);
+void loom_sha256_update(loom_sha256_state *s, const void *data, size_t n);
+void loom_sha256_final(loom_sha256_state *s, uint8_t out[32]);
+/* One-shot SHA-256. */
+void loom_sha256(const void *data, size_t n, uint8_t out[32]);
+
+#endif

@@ -1,0 +1,598 @@
+/*
+ * Lowering fused groups into kernels: whole graphs (decomposed, with
+ * gradients where training needs them) put in one group, analysed in each
+ * fusion mode, lowered, run by the kernel interpreter and compared with the
+ * reference executor (session backend "ref"), output by output.
+ */
+#include "common.h"
+
+#include "core/ctx.h"
+#include "fusion/group.h"
+#include "ir/build.h"
+#include "ir/dtype.h"
+#include "kernel/interp.h"
+#include "ops/op.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool quick(void) {
+  const char *q = getenv("LOOM_TEST_QUICK");
+  return q && q[0] == '1';
+}
+
+static bool verbose(void) {
+  const char *v = getenv("LOOM_TEST_VERBOSE");
+  return v && v[0] == '1';
+}
+
+typedef struct tcase {
+  const char *name;
+  double lo, hi;       /* f32 inputs uniform in [lo, hi) */
+  int64_t ilo, ihi;    /* integer inputs uniform in [ilo, ihi] */
+  int loop_ok;         /* expected loop-mode verdict: 1 yes, 0 no, -1 unchecked */
+  int32_t want_parts;  /* expected parts (0: unchecked) */
+  int32_t want_phases; /* expected phases (0: unchecked) */
+} tcase;
+
+/* Runs g (composites allowed) through the reference and through one
+ * stitched kernel; compares every output. */
+static void check_graph(loom_ctx *ctx, loom_graph *g0, const tcase *tc) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_decompose(g0, &g));
+  if (!g) return;
+  int32_t *gon = malloc(sizeof(int32_t) * (size_t)g->n_nodes);
+  int32_t non_fusible = 0;
+  for (int32_t n = 0; n < g->n_nodes; n++) {
+    gon[n] = loom_fusion_node_fusible(g, n) ? 7 : -1;
+    non_fusible += gon[n] < 0;
+  }
+  CHECK(non_fusible == 0);
+  loom_group_info info;
+  bool ok = loom_fusion_group_analyze(g, gon, 7, LOOM_FUSION_STITCH, &info);
+  CHECK(ok);
+  if (!ok) {
+    loom_kernel k;
+    loom_fusion_group_lower(ctx, g, gon, 7, LOOM_FUSION_STITCH, NULL, "k", &k);
+    fprintf(stderr, "%s: stitch refused: %s\n", tc->name, loom_ctx_error(ctx));
+  }
+  if (verbose()) {
+    char *text = NULL;
+    if (loom_graph_print(g, &text) == LOOM_STATUS_OK) fputs(text, stdout);
+    free(text);
+  }
+  if (tc->loop_ok >= 0) {
+    bool lo = loom_fusion_group_analyze(g, gon, 7, LOOM_FUSION_LOOP, NULL);
+    CHECK(lo == (tc->loop_ok == 1));
+    if (lo != (tc->loop_ok == 1)) fprintf(stderr, "%s: loop mode says %d\n", tc->name, lo);
+  }
+  if (g->n_nodes > 1) CHECK(!loom_fusion_group_analyze(g, gon, 7, LOOM_FUSION_NONE, NULL));
+  loom_kernel k = {0};
+  loom_kschedule sched = {.rows_per_tile = 2, .vector_width = 4};
+  CHECK_OK(ctx, loom_fusion_group_lower(ctx, g, gon, 7, LOOM_FUSION_STITCH, &sched, "k_test", &k));
+  if (k.n_parts > 0) {
+    if (tc->want_parts) CHECK(k.n_parts == tc->want_parts);
+    if (tc->want_phases) CHECK(k.parts[k.n_parts - 1].phase + 1 == tc->want_phases);
+    CHECK(info.n_parts == k.n_parts);
+    printf("%-28s nodes %3d  parts %d  phases %d  stages %2d  row/col reduce %d/%d  scratch %d  "
+           "read %lld B  written %lld B  recompute %lld/%lld\n",
+           tc->name, g->n_nodes, k.n_parts, k.parts[k.n_parts - 1].phase + 1, info.n_stages,
+           info.n_row_reduce, info.n_col_reduce, info.n_scratch, (long long)info.bytes_read,
+           (long long)info.bytes_written, (long long)info.recompute_ops,
+           (long long)info.elem_ops);
+    if (verbose()) {
+      char *text = NULL;
+      if (loom_kernel_print(ctx, &k, &text) == LOOM_STATUS_OK) fputs(text, stdout);
+      free(text);
+    }
+  }
+
+  /* inputs */
+  int32_t ni = loom_graph_num_inputs(g), no = loom_graph_num_outputs(g);
+  loom_tensor **in = calloc((size_t)ni, sizeof(loom_tensor *));
+  loom_tensor **ref = calloc((size_t)no, sizeof(loom_tensor *));
+  void **mine = calloc((size_t)no, sizeof(void *));
+  loom_test_rng rng = {0x1234 + (uint64_t)strlen(tc->name)};
+  for (int32_t i = 0; i < ni; i++) {
+    const loom_type *t = loom_value_type(g, loom_graph_input_value(g, i));
+    CHECK_OK(ctx, loom_tensor_new(ctx, t->dtype, t->rank, t->shape, &in[i]));
+    void *d = loom_tensor_data(in[i]);
+    int64_t n = loom_type_numel(t);
+    for (int64_t e = 0; e < n; e++) {
+      if (loom_dtype_is_int(t->dtype)) {
+        int64_t v = tc->ilo + (int64_t)loom_test_uniform(&rng, 0, (double)(tc->ihi - tc->ilo + 1));
+        loom_store(t->dtype, d, e, (double)LOOM_MIN(v, tc->ihi));
+      } else {
+        loom_store(t->dtype, d, e, loom_test_uniform(&rng, tc->lo, tc->hi));
+      }
+    }
+  }
+  loom_session *s = NULL;
+  loom_session_options opts = {.backend = "ref"};
+  CHECK_OK(ctx, loom_session_new(ctx, g, &opts, &s));
+  if (s) CHECK_OK(ctx, loom_session_run(s, ni, (const loom_tensor *const *)in, no, ref));
+  loom_session_free(s);
+
+  /* the kernel's arguments: graph inputs and outputs */
+  void **args = calloc((size_t)(k.n_args > 0 ? k.n_args : 1), sizeof(void *));
+  for (int32_t o = 0; o < no; o++) {
+    const loom_type *t = loom_value_type(g, loom_graph_output_value(g, o));
+    mine[o] = calloc((size_t)(loom_type_numel(t) + 1), loom_dtype_size(t->dtype));
+  }
+  for (int32_t a = 0; a < k.n_args; a++) {
+    int32_t v = k.args[a].value;
+    for (int32_t i = 0; i < ni; i++)
+      if (loom_graph_input_value(g, i) == v) args[a] = loom_tensor_data(in[i]);
+    for (int32_t o = 0; o < no; o++)
+      if (loom_graph_output_value(g, o) == v) args[a] = mine[o];
+    CHECK(args[a] != NULL || k.args[a].temp);
+  }
+  if (k.n_parts > 0) CHECK_OK(ctx, loom_kernel_interpret(ctx, &k, args));
+  for (int32_t o = 0; o < no && ref[o]; o++) {
+    const loom_type *t = loom_value_type(g, loom_graph_output_value(g, o));
+    int64_t n = loom_type_numel(t), bad = 0;
+    double maxabs = 0, worst = 0;
+    for (int64_t e = 0; e < n; e++) maxabs = fmax(maxabs, fabs(loom_load(t->dtype, loom_tensor_data(ref[o]), e)));
+    for (int64_t e = 0; e < n; e++) {
+      double want = loom_load(t->dtype, loom_tensor_data(ref[o]), e);
+      double got = loom_load(t->dtype, mine[o], e);
+      if ((want != want && got != got) || want == got) continue; /* NaNs, infinities */
+      double err = fabs(got - want) / fmax(fabs(want), 1e-3 * fmax(maxabs, 1e-30));
+      if (!(err <= 1e-5)) bad++;
+      if (err > worst || err != err) worst = err;
+    }
+    CHECK(bad == 0);
+    if (bad)
+      fprintf(stderr, "%s: output %d (%s): %lld of %lld differ, worst relative %g\n", tc->name, o,
+              loom_graph_output_name(g, o), (long long)bad, (long long)n, worst);
+  }
+  for (int32_t i = 0; i < ni; i++) loom_tensor_free(in[i]);
+  for (int32_t o = 0; o < no; o++) {
+    loom_tensor_free(ref[o]);
+    free(mine[o]);
+  }
+  free(in);
+  free(ref);
+  free(mine);
+  free(args);
+  loom_kernel_clear(&k);
+  free(gon);
+  loom_graph_free(g);
+}
+
+/* ---- graph builders ------------------------------------------------------ */
+
+static int32_t input(loom_graph *g, const char *name, loom_dtype dt, int32_t rank,
+                     const int64_t *shape) {
+  loom_value v = -1;
+  loom_graph_input(g, name, dt, rank, shape, &v);
+  return v;
+}
+
+static int32_t op1(loom_graph *g, loom_op op, int32_t n, const int32_t *in, int32_t n_attr,
+                   const loom_attr *attrs) {
+  loom_value out = -1;
+  loom_graph_op(g, op, n, in, n_attr, attrs, &out);
+  return out;
+}
+
+/* sum(y * w): a scalar loss whose gradient wrt y is w. */
+static int32_t weighted_loss(loom_graph *g, int32_t y, int32_t rank, const int64_t *shape) {
+  int32_t w = input(g, "w_loss", LOOM_DTYPE_F32, rank, shape);
+  return lb_sum(g, lb_mul(g, y, w), 0, NULL, false);
+}
+
+static void case_layernorm(loom_ctx *ctx, int64_t n, int64_t h, bool bwd) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int64_t xs[2] = {n, h};
+  int32_t x = input(g, "x", LOOM_DTYPE_F32, 2, xs);
+  int32_t gam = input(g, "gamma", LOOM_DTYPE_F32, 1, &h);
+  int32_t bet = input(g, "beta", LOOM_DTYPE_F32, 1, &h);
+  int32_t y = op1(g, LOOM_OP_LAYER_NORM, 3, (int32_t[]){x, gam, bet}, 0, NULL);
+  char name[64];
+  if (!bwd) {
+    loom_graph_output(g, "y", y);
+    snprintf(name, sizeof name, "layernorm fwd [%lld,%lld]", (long long)n, (long long)h);
+    tcase tc = {name, -2, 2, 0, 0, h > 1 ? 0 : 1, 1, 1};
+    check_graph(ctx, g, &tc);
+  } else {
+    int32_t loss = weighted_loss(g, y, 2, xs);
+    loom_value grads[3];
+    CHECK_OK(ctx, loom_graph_grad(g, loss, 3, (loom_value[]){x, gam, bet}, grads));
+    loom_graph_output(g, "dx", grads[0]);
+    loom_graph_output(g, "dgamma", grads[1]);
+    loom_graph_output(g, "dbeta", grads[2]);
+    snprintf(name, sizeof name, "layernorm bwd [%lld,%lld]", (long long)n, (long long)h);
+    tcase tc = {name, -2, 2, 0, 0, -1, 0, 1};
+    check_graph(ctx, g, &tc);
+  }
+  loom_graph_free(g);
+}
+
+static void case_softmax(loom_ctx *ctx, int32_t rank, const int64_t *shape, bool bwd) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int32_t x = input(g, "x", LOOM_DTYPE_F32, rank, shape);
+  int32_t y = op1(g, LOOM_OP_SOFTMAX, 1, &x, 0, NULL);
+  char name[64];
+  snprintf(name, sizeof name, "softmax %s rank %d [..%lld]", bwd ? "bwd" : "fwd", rank,
+           (long long)shape[rank - 1]);
+  if (!bwd) {
+    loom_graph_output(g, "y", y);
+  } else {
+    int32_t loss = weighted_loss(g, y, rank, shape);
+    loom_value dx;
+    CHECK_OK(ctx, loom_graph_grad(g, loss, 1, &x, &dx));
+    loom_graph_output(g, "dx", dx);
+  }
+  tcase tc = {name, -3, 3, 0, 0, shape[rank - 1] > 1 ? 0 : -1, 1, 1};
+  check_graph(ctx, g, &tc);
+  loom_graph_free(g);
+}
+
+/* y = layernorm(dropout(x + b) + residual) */
+static void case_bdrln(loom_ctx *ctx, int64_t n, int64_t h) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int64_t xs[2] = {n, h};
+  int32_t x = input(g, "x", LOOM_DTYPE_F32, 2, xs);
+  int32_t b = input(g, "b", LOOM_DTYPE_F32, 1, &h);
+  int32_t res = input(g, "res", LOOM_DTYPE_F32, 2, xs);
+  int32_t gam = input(g, "gamma", LOOM_DTYPE_F32, 1, &h);
+  int32_t bet = input(g, "beta", LOOM_DTYPE_F32, 1, &h);
+  int32_t d = lb_dropout(g, lb_add(g, x, b), 0.1, 1234, 77, -1);
+  int32_t s = lb_add(g, d, res);
+  int32_t y = op1(g, LOOM_OP_LAYER_NORM, 3, (int32_t[]){s, gam, bet}, 0, NULL);
+  loom_graph_output(g, "y", y);
+  loom_graph_output(g, "s", s); /* the residual stream, kept for later */
+  char name[64];
+  snprintf(name, sizeof name, "bias+dropout+res+ln [%lld,%lld]", (long long)n, (long long)h);
+  tcase tc = {name, -2, 2, 0, 0, 0, 1, 1};
+  check_graph(ctx, g, &tc);
+  loom_graph_free(g);
+}
+
+static void case_xent(loom_ctx *ctx, int64_t n, int64_t c, loom_dtype ldt) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int64_t xs[2] = {n, c};
+  int32_t x = input(g, "logits", LOOM_DTYPE_F32, 2, xs);
+  int32_t lab = input(g, "labels", ldt, 1, &n);
+  int32_t loss = op1(g, LOOM_OP_CROSS_ENTROPY, 2, (int32_t[]){x, lab}, 0, NULL);
+  loom_value dx;
+  CHECK_OK(ctx, loom_graph_grad(g, loss, 1, &x, &dx));
+  loom_graph_output(g, "loss", loss);
+  loom_graph_output(g, "dlogits", dx);
+  char name[64];
+  snprintf(name, sizeof name, "cross-entropy f+b [%lld,%lld]", (long long)n, (long long)c);
+  tcase tc = {name, -4, 4, 0, c - 1, 0, 0, 2};
+  check_graph(ctx, g, &tc);
+  loom_graph_free(g);
+}
+
+static void case_adamw(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int64_t s0[2] = {5, 7}, s1[1] = {33}, s2[3] = {2, 3, 4};
+  const int64_t *shapes[3] = {s0, s1, s2};
+  int32_t ranks[3] = {2, 1, 3};
+  int32_t step = input(g, "step", LOOM_DTYPE_F32, 0, NULL);
+  for (int i = 0; i < 3; i++) {
+    char nm[4][16];
+    snprintf(nm[0], 16, "p%d", i);
+    snprintf(nm[1], 16, "g%d", i);
+    snprintf(nm[2], 16, "m%d", i);
+    snprintf(nm[3], 16, "v%d", i);
+    int32_t p = input(g, nm[0], LOOM_DTYPE_F32, ranks[i], shapes[i]);
+    int32_t gr = input(g, nm[1], LOOM_DTYPE_F32, ranks[i], shapes[i]);
+    int32_t m = input(g, nm[2], LOOM_DTYPE_F32, ranks[i], shapes[i]);
+    int32_t v = input(g, nm[3], LOOM_DTYPE_F32, ranks[i], shapes[i]);
+    loom_value out[3];
+    loom_attr lr = {.name = "lr", .kind = LOOM_ATTR_FLOAT, .f = 0.01};
+    CHECK_OK(ctx, loom_graph_op_multi(g, LOOM_OP_ADAMW, 5, (loom_value[]){p, gr, m, v, step}, 1,
+                                      &lr, 3, out));
+    for (int j = 0; j < 3; j++) {
+      char on[16];
+      snprintf(on, sizeof on, "o%d_%d", i, j);
+      loom_graph_output(g, on, out[j]);
+    }
+  }
+  tcase tc = {"adamw x3", 0.1, 3, 0, 0, 1, 3, 1};
+  check_graph(ctx, g, &tc);
+  loom_graph_free(g);
+}
+
+static void case_bias_gelu(loom_ctx *ctx, int64_t n, int64_t h, bool approx) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int64_t xs[3] = {2, n, h};
+  int32_t x = input(g, "x", LOOM_DTYPE_F32, 3, xs);
+  int32_t b = input(g, "b", LOOM_DTYPE_F32, 1, &h);
+  loom_attr ap = {.name = "approximate", .kind = LOOM_ATTR_INT, .i = approx};
+  int32_t s = lb_add(g, x, b);
+  int32_t y = op1(g, LOOM_OP_GELU, 1, &s, 1, &ap);
+  loom_graph_output(g, "y", y);
+  char name[64];
+  snprintf(name, sizeof name, "bias+gelu(%s) [2,%lld,%lld]", approx ? "tanh" : "erf",
+           (long long)n, (long long)h);
+  tcase tc = {name, -3, 3, 0, 0, 1, 1, 1};
+  check_graph(ctx, g, &tc);
+  loom_graph_free(g);
+}
+
+/* A flat element-wise chain over a huge 1-D tensor: split into rows. */
+static void case_flat(loom_ctx *ctx, int64_t n) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int32_t x = input(g, "x", LOOM_DTYPE_F32, 1, &n);
+  int32_t y = lb_mul(g, lb_unary(g, LOOM_OP_SIGMOID, x), lb_scalar(g, LOOM_DTYPE_F32, 3.0));
+  loom_graph_output(g, "y", y);
+  loom_graph_output(g, "total", lb_sum(g, y, 0, NULL, false));
+  char name[64];
+  snprintf(name, sizeof name, "flat chain + total [%lld]", (long long)n);
+  tcase tc = {name, -3, 3, 0, 0, 1, 0, 1};
+  check_graph(ctx, g, &tc);
+  loom_graph_free(g);
+}
+
+/* Column statistics consumed by later work: a batch-norm-like graph. */
+static void case_batchnorm(loom_ctx *ctx, int64_t n, int64_t c) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int64_t xs[2] = {n, c};
+  int64_t ax0 = 0;
+  int32_t x = input(g, "x", LOOM_DTYPE_F32, 2, xs);
+  int32_t inv = lb_scalar(g, LOOM_DTYPE_F32, 1.0 / (double)n);
+  int32_t mean = lb_mul(g, lb_sum(g, x, 1, &ax0, true), inv);
+  int32_t d = lb_sub(g, x, mean);
+  int32_t var = lb_mul(g, lb_sum(g, lb_mul(g, d, d), 1, &ax0, true), inv);
+  int32_t y = lb_mul(g, d, lb_unary(g, LOOM_OP_RSQRT, lb_add(g, var, lb_scalar(g, LOOM_DTYPE_F32, 1e-5))));
+  loom_graph_output(g, "y", y);
+  loom_graph_output(g, "mean", mean); /* materialized, and loaded by later phases */
+  tcase tc = {"batchnorm (column stats)", -2, 2, 0, 0, 0, 0, 3};
+  check_graph(ctx, g, &tc);
+  loom_graph_free(g);
+}
+
+/* Transposed and sliced inputs fold into loads; broadcast_to and size-1
+ * reshapes of computed values share their loops. */
+static void case_layout(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int64_t as[2] = {7, 5}, bs[2] = {9, 7}, rs[3] = {5, 1, 7};
+  int32_t a = input(g, "a", LOOM_DTYPE_F32, 2, as);
+  int32_t b = input(g, "b", LOOM_DTYPE_F32, 2, bs);
+  int32_t at = lb_transpose(g, a, (int64_t[]){1, 0});              /* [5,7] */
+  int32_t bsl = lb_slice(g, b, (int64_t[]){2, 0}, (int64_t[]){7, 7}); /* [5,7] */
+  int32_t s = lb_add(g, at, bsl);
+  int64_t ax = 1;
+  int32_t mx = lb_reduce(g, LOOM_OP_REDUCE_MAX, s, 1, &ax, false); /* [5] */
+  int32_t mr = lb_reshape(g, mx, 2, (int64_t[]){5, 1});
+  int32_t e = lb_unary(g, LOOM_OP_EXP, lb_sub(g, s, lb_broadcast_to(g, mr, 2, (int64_t[]){5, 7})));
+  loom_graph_output(g, "e", lb_reshape(g, e, 3, rs));
+  loom_graph_output(g, "t", lb_transpose(g, e, (int64_t[]){1, 0}));
+  loom_graph_output(g, "flat", lb_reshape(g, lb_unary(g, LOOM_OP_TANH, e), 1, (int64_t[]){35}));
+  tcase tc = {"transpose/slice/reshape", -2, 2, 0, 0, 0, 1, 1};
+  check_graph(ctx, g, &tc);
+  loom_graph_free(g);
+}
+
+/* Attention's memory-bound middle: scale, causal mask (iota compare),
+ * softmax, dropout with a runtime counter base; forward and backward. */
+static void case_attn_middle(loom_ctx *ctx, int64_t sq, int64_t sk) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int64_t ss[4] = {2, 3, sq, sk}, ms[2] = {sq, sk};
+  int32_t sc = input(g, "scores", LOOM_DTYPE_F32, 4, ss);
+  int32_t base = input(g, "base", LOOM_DTYPE_I64, 0, NULL);
+  int32_t s = lb_mul(g, sc, lb_scalar(g, LOOM_DTYPE_F32, 0.125));
+  int32_t row = lb_iota(g, LOOM_DTYPE_I64, 2, ms, 0);
+  int32_t col = lb_iota(g, LOOM_DTYPE_I64, 2, ms, 1);
+  int32_t limit = lb_add(g, row, lb_scalar(g, LOOM_DTYPE_I64, (double)(sk - sq)));
+  int32_t masked = lb_broadcast_to(g, lb_binary(g, LOOM_OP_GT, col, limit), 4, ss);
+  int32_t ninf = lb_broadcast_to(g, lb_scalar(g, LOOM_DTYPE_F32, -INFINITY), 4, ss);
+  s = lb_select(g, masked, ninf, s);
+  loom_attr ax = {.name = "axis", .kind = LOOM_ATTR_INT, .i = -1};
+  int32_t pr = op1(g, LOOM_OP_SOFTMAX, 1, &s, 1, &ax);
+  int32_t y = lb_dropout(g, pr, 0.2, 99, 5, base);
+  int32_t loss = weighted_loss(g, y, 4, ss);
+  loom_value d;
+  CHECK_OK(ctx, loom_graph_grad(g, loss, 1, &sc, &d));
+  loom_graph_output(g, "y", y);
+  loom_graph_output(g, "dscores", d);
+  char name[64];
+  snprintf(name, sizeof name, "masked softmax+dropout f+b [2,3,%lld,%lld]", (long long)sq,
+           (long long)sk);
+  tcase tc = {name, -3, 3, 0, 1000, 0, 1, 1};
+  check_graph(ctx, g, &tc);
+  loom_graph_free(g);
+}
+
+/* Norms and activations nobody wrote a kernel for. */
+static void case_rmsnorm_bwd(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int64_t xs[3] = {2, 5, 24}, h = 24;
+  int32_t x = input(g, "x", LOOM_DTYPE_F32, 3, xs);
+  int32_t gam = input(g, "gamma", LOOM_DTYPE_F32, 1, &h);
+  int32_t y = op1(g, LOOM_OP_RMS_NORM, 2, (int32_t[]){x, gam}, 0, NULL);
+  int32_t z = op1(g, LOOM_OP_SILU, 1, &y, 0, NULL);
+  loom_attr ax = {.name = "axis", .kind = LOOM_ATTR_INT, .i = -1};
+  int32_t ls = op1(g, LOOM_OP_LOG_SOFTMAX, 1, &z, 1, &ax);
+  int32_t loss = weighted_loss(g, ls, 3, xs);
+  loom_value grads[2];
+  CHECK_OK(ctx, loom_graph_grad(g, loss, 2, (loom_value[]){x, gam}, grads));
+  loom_graph_output(g, "ls", ls);
+  loom_graph_output(g, "dx", grads[0]);
+  loom_graph_output(g, "dgamma", grads[1]);
+  tcase tc = {"rmsnorm+silu+logsoftmax f+b", -2, 2, 0, 0, 0, 1, 1};
+  check_graph(ctx, g, &tc);
+  loom_graph_free(g);
+}
+
+/* Empty tensors: loops of no iterations; reductions give their identity. */
+static void case_empty(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int64_t xs[2] = {3, 0}, ys[2] = {0, 5};
+  int64_t ax1 = 1, ax0 = 0;
+  int32_t x = input(g, "x", LOOM_DTYPE_F32, 2, xs);
+  int32_t y = input(g, "y", LOOM_DTYPE_F32, 2, ys);
+  loom_graph_output(g, "rowsum", lb_sum(g, lb_unary(g, LOOM_OP_EXP, x), 1, &ax1, false));
+  loom_graph_output(g, "rowmax", lb_reduce(g, LOOM_OP_REDUCE_MAX, x, 1, &ax1, true));
+  loom_graph_output(g, "colsum", lb_sum(g, y, 1, &ax0, false));
+  loom_graph_output(g, "ey", lb_unary(g, LOOM_OP_TANH, y));
+  tcase tc = {"empty dims", -2, 2, 0, 0, 1, 0, 0};
+  check_graph(ctx, g, &tc);
+  loom_graph_free(g);
+}
+
+/* ---- random DAGs ----------------------------------------------------------- */
+
+static void case_random(loom_ctx *ctx, uint64_t seed) {
+  loom_test_rng r = {seed * 7919 + 13};
+  for (int i = 0; i < 4; i++) loom_test_uniform(&r, 0, 1); /* small seeds start small */
+  static const int64_t sizes[] = {1, 2, 3, 7, 33};
+  int64_t A = sizes[(int)loom_test_uniform(&r, 0, 5)], B = sizes[(int)loom_test_uniform(&r, 0, 5)];
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int64_t s2[2] = {A, B}, sa[2] = {A, 1};
+  int32_t pool[64], np = 0;
+  pool[np++] = input(g, "x", LOOM_DTYPE_F32, 2, s2);
+  pool[np++] = input(g, "y", LOOM_DTYPE_F32, 1, &B);
+  pool[np++] = input(g, "z", LOOM_DTYPE_F32, 2, sa);
+  int32_t n_ops = 6 + (int32_t)loom_test_uniform(&r, 0, 8);
+  for (int32_t i = 0; i < n_ops && np < 60; i++) {
+    int32_t a = pool[(int)loom_test_uniform(&r, 0, np)];
+    int32_t b = pool[(int)loom_test_uniform(&r, 0, np)];
+    int kind = (int)loom_test_uniform(&r, 0, 10);
+    int32_t v;
+    int64_t ax1 = -1, ax0 = 0;
+    switch (kind) {
+    case 0: v = lb_unary(g, LOOM_OP_TANH, a); break;
+    case 1: v = lb_unary(g, LOOM_OP_SIGMOID, a); break;
+    case 2: v = lb_add(g, a, b); break;
+    case 3: v = lb_mul(g, a, b); break;
+    case 4: v = lb_binary(g, LOOM_OP_MAXIMUM, a, b); break;
+    case 5: v = lb_sub(g, a, b); break;
+    case 6: /* row reduction, kept as a broadcastable column */
+      v = loom_value_type(g, a)->rank == 2 ? lb_reduce(g, LOOM_OP_REDUCE_MAX, a, 1, &ax1, true)
+                                          : lb_unary(g, LOOM_OP_NEG, a);
+      break;
+    case 7:
+      v = loom_value_type(g, a)->rank == 2 ? lb_sum(g, a, 1, &ax1, true) : lb_unary(g, LOOM_OP_ABS, a);
+      break;
+    case 8: /* column reduction */
+      v = loom_value_type(g, a)->rank == 2 ? lb_sum(g, a, 1, &ax0, true) : lb_unary(g, LOOM_OP_TANH, a);
+      break;
+    default: v = lb_unary(g, LOOM_OP_EXP, lb_unary(g, LOOM_OP_TANH, a)); break;
+    }
+    if (v < 0) break;
+    pool[np++] = v;
+  }
+  CHECK_OK(ctx, loom_build_status(g));
+  /* outputs: the last two values, and the first computed one */
+  loom_graph_output(g, "o1", pool[np - 1]);
+  if (np - 2 > 2 && pool[np - 2] != pool[np - 1]) loom_graph_output(g, "o2", pool[np - 2]);
+  if (np - 1 > 3) loom_graph_output(g, "o3", pool[3]);
+  char name[64];
+  snprintf(name, sizeof name, "random %llu [%lld,%lld]", (unsigned long long)seed, (long long)A,
+           (long long)B);
+  tcase tc = {name, -2, 2, 0, 0, -1, 0, 0};
+  check_graph(ctx, g, &tc);
+  loom_graph_free(g);
+}
+
+/* A group that is not one kernel gives false from analyze and a message
+ * from lower, never a crash. */
+static void case_refusals(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int64_t s[2] = {4, 6};
+  int32_t x = input(g, "x", LOOM_DTYPE_F32, 2, s);
+  int32_t w = input(g, "w", LOOM_DTYPE_F32, 2, (int64_t[]){6, 3});
+  /* a reshape that splits computed dims, read again in the group */
+  int32_t r = lb_unary(g, LOOM_OP_NEG,
+                       lb_reshape(g, lb_unary(g, LOOM_OP_EXP, x), 2, (int64_t[]){8, 3}));
+  int32_t mm = lb_matmul(g, x, w, false, false);
+  loom_graph_output(g, "r", r);
+  loom_graph_output(g, "mm", mm);
+  CHECK_OK(ctx, loom_build_status(g));
+  int32_t gon[8];
+  CHECK(g->n_nodes == 4);
+  for (int32_t n = 0; n < g->n_nodes; n++) gon[n] = 3;
+  CHECK(!loom_fusion_node_fusible(g, g->values[mm].node));
+  CHECK(!loom_fusion_group_analyze(g, gon, 3, LOOM_FUSION_STITCH, NULL));
+  gon[g->values[mm].node] = -1;
+  CHECK(!loom_fusion_group_analyze(g, gon, 3, LOOM_FUSION_STITCH, NULL));
+  loom_kernel k;
+  CHECK_STATUS(ctx, LOOM_STATUS_UNSUPPORTED,
+               loom_fusion_group_lower(ctx, g, gon, 3, LOOM_FUSION_STITCH, NULL, "k", &k));
+  CHECK(k.n_parts == 0 && k.exprs == NULL);
+  CHECK(!loom_fusion_group_analyze(g, gon, 99, LOOM_FUSION_STITCH, NULL)); /* empty group */
+  /* without the neg the reshape is stored in the exp's loops; the exp
+   * alone is fine too, also in mode none */
+  gon[g->values[r].node] = -1;
+  CHECK(loom_fusion_group_analyze(g, gon, 3, LOOM_FUSION_STITCH, NULL));
+  gon[1] = -1; /* the reshape */
+  loom_group_info info;
+  CHECK(loom_fusion_group_analyze(g, gon, 3, LOOM_FUSION_NONE, &info));
+  CHECK(info.bytes_read == 24 * 4 && info.bytes_written == 24 * 4 && info.recompute_ops == 0);
+  CHECK(loom_fusion_value_materialized(g, gon, x));
+  CHECK(loom_fusion_value_materialized(g, gon, g->nodes[g->values[r].node].in[0]));
+  CHECK(!loom_fusion_value_materialized(g, (int32_t[]){3, 3, 3, 3}, g->nodes[1].out[0]));
+  loom_graph_free(g);
+}
+
+int main(void) {
+  loom_ctx *ctx = NULL;
+  if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) return 1;
+  bool q = quick();
+  const char *only = getenv("LOOM_TEST_RANDOM"); /* debugging: one random case */
+  if (only) {
+    case_random(ctx, (uint64_t)atoll(only));
+    loom_ctx_free(ctx);
+    return loom_test_finish("test_lower");
+  }
+  const char *one = getenv("LOOM_TEST_CASE"); /* debugging: one named case */
+  if (one) {
+    if (!strcmp(one, "xent")) case_xent(ctx, 3, 7, LOOM_DTYPE_I64);
+    if (!strcmp(one, "adamw")) case_adamw(ctx);
+    if (!strcmp(one, "lnb")) case_layernorm(ctx, 6, 33, true);
+    if (!strcmp(one, "ln")) case_layernorm(ctx, 4, 33, false);
+    if (!strcmp(one, "smb")) case_softmax(ctx, 3, (int64_t[]){2, 3, 7}, true);
+    if (!strcmp(one, "bdrln")) case_bdrln(ctx, 5, 33);
+    if (!strcmp(one, "bn")) case_batchnorm(ctx, 9, 5);
+    if (!strcmp(one, "flat")) case_flat(ctx, 8192);
+    loom_ctx_free(ctx);
+    return loom_test_finish("test_lower");
+  }
+  case_layernorm(ctx, 4, 33, false);
+  case_layernorm(ctx, 3, 7, false);
+  case_layernorm(ctx, 5, 1, false);
+  case_layernorm(ctx, 1, 64, false);
+  case_layernorm(ctx, 6, 33, true);
+  case_layernorm(ctx, 3, 1, true);
+  case_softmax(ctx, 2, (int64_t[]){5, 33}, false);
+  case_softmax(ctx, 3, (int64_t[]){2, 3, 7}, true);
+  case_softmax(ctx, 2, (int64_t[]){4, 1}, true);
+  case_bdrln(ctx, 5, 33);
+  case_xent(ctx, 6, 33, LOOM_DTYPE_I64);
+  case_xent(ctx, 3, 7, LOOM_DTYPE_I32);
+  case_adamw(ctx);
+  case_bias_gelu(ctx, 3, 33, true);
+  case_bias_gelu(ctx, 3, 7, false);
+  case_flat(ctx, q ? 8192 : 3 * 8192);
+  case_batchnorm(ctx, 9, 5);
+  case_layout(ctx);
+  case_attn_middle(ctx, 5, 5);
+  case_attn_middle(ctx, 3, 7);
+  case_rmsnorm_bwd(ctx);
+  case_empty(ctx);
+  case_refusals(ctx);
+  for (uint64_t s = 1; s <= (q ? 30u : 300u); s++) case_random(ctx, s);
+  loom_ctx_free(ctx);
+  return loom_test_finish("test_lower");
+}
