@@ -193,13 +193,20 @@ int loom_bench_main(int argc, char **argv) {
     loom_bench_print_header(stdout, o.json);
     fflush(stdout);
     int32_t n = o.n_names ? o.n_names : n_all;
+    loom_bench_row *rows = calloc((size_t)n, sizeof *rows);
+    if (!rows) {
+      fprintf(stderr, "loom: out of memory\n");
+      rc = 1;
+      n = 0;
+    }
     for (int32_t i = 0; i < n; i++) {
       const loom_bench_workload *w = o.n_names ? loom_bench_find(o.names[i]) : &all[i];
-      loom_bench_row row;
-      if (!loom_bench_run_workload(ctx, &o.run, w, &row)) rc = 1;
-      loom_bench_print_row(stdout, o.json, &row, &mi);
+      if (!loom_bench_run_workload(ctx, &o.run, w, &rows[i])) rc = 1;
+      loom_bench_print_row(stdout, o.json, &rows[i], &mi);
       fflush(stdout);
     }
+    if (!o.json && n) loom_bench_print_targets(stdout, rows, n, &mi, o.run.small);
+    free(rows);
   }
   loom_ctx_free(ctx);
   free(o.names);

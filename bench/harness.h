@@ -32,6 +32,9 @@ typedef struct loom_bench_result {
   loom_bench_outcome outcome;
   char note[512];             /* why skipped / the error */
   loom_session_stats stats;
+  bool have_warm;             /* a second session of the same graph was made */
+  double warm_compile_s;      /* its compile time (the kernel cache warm) */
+  bool warm_cache_hit;
   double median_s, min_s;
   int32_t runs;
   bool checked;               /* compared against the baseline mode */
@@ -82,5 +85,9 @@ void loom_bench_print_machine(FILE *f, bool json, const loom_bench_machine_info 
 void loom_bench_print_header(FILE *f, bool json);
 void loom_bench_print_row(FILE *f, bool json, const loom_bench_row *row,
                           const loom_bench_machine_info *mi);
+/* The table's closing section: issue 3's Targets, each with its figure
+ * (targets.c); only for workloads and modes that ran. */
+void loom_bench_print_targets(FILE *f, const loom_bench_row *rows, int32_t n,
+                              const loom_bench_machine_info *mi, bool small);
 
 #endif

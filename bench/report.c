@@ -93,6 +93,9 @@ static void json_result(FILE *f, const loom_bench_row *row, const loom_bench_res
           (int)s->n_memory_ops, (int)s->n_gemm, (int)s->n_eager, (long long)row->min_bytes,
           row->w->memory_bound ? "true" : "false", fin(r->min_s), (int)r->runs,
           (long long)s->peak_bytes, fin(s->compile_seconds), s->cache_hit ? "true" : "false");
+  if (r->have_warm)
+    fprintf(f, ", \"warm_compile_s\": %.4g, \"warm_cache_hit\": %s", fin(r->warm_compile_s),
+            r->warm_cache_hit ? "true" : "false");
   if (row->gemm_flops > 0 && r->median_s > 0) {
     double gf = row->gemm_flops / r->median_s / 1e9;
     fprintf(f, ", \"gemm_flops\": %.6g, \"gflops\": %.4g, \"sgemm_fraction\": %.4g",

@@ -4,9 +4,10 @@
  * would cost as a kernel (loom_fusion_group_analyze). The analysis lowers
  * the group for real (lower.c) and reads the figures off the kernel, so
  * that what the cost model sees is exactly what would run: the same
- * parts, stages, scratch rows and recomputation.
+ * parts, stages, scratch rows and recomputation. The per-graph index
+ * (group.h) lives here too: its consumer lists decide materialization.
  */
-#include "fusion/group.h"
+#include "fusion/lower_internal.h"
 
 #include "ir/dtype.h"
 #include "ops/op.h"
@@ -58,6 +59,58 @@ bool loom_fusion_value_materialized(const loom_graph *g, const int32_t *group_of
     for (int32_t i = 0; i < nd->n_in; i++)
       if (nd->in[i] == v) return true;
   }
+  return false;
+}
+
+loom_status loom_fusion_index_new(loom_ctx *ctx, const loom_graph *g, loom_fusion_index **out) {
+  if (!out || !g) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "fusion index: NULL argument");
+  *out = NULL;
+  loom_fusion_index *ix = calloc(1, sizeof *ix);
+  size_t nv = (size_t)(g->n_values > 0 ? g->n_values : 1);
+  int64_t uses = 0;
+  for (int32_t n = 0; n < g->n_nodes; n++) uses += g->nodes[n].n_in;
+  if (ix) {
+    ix->g = g;
+    ix->cons_off = calloc(nv + 1, sizeof *ix->cons_off);
+    ix->cons = malloc(sizeof *ix->cons * (size_t)(uses + 1));
+    ix->is_output = calloc(nv, sizeof *ix->is_output);
+    ix->loc = malloc(sizeof *ix->loc * nv);
+  }
+  if (!ix || !ix->cons_off || !ix->cons || !ix->is_output || !ix->loc) {
+    loom_fusion_index_free(ix);
+    return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "fusion index: out of memory");
+  }
+  /* consumers by value: count, prefix sums, fill (ascending node order) */
+  for (int32_t n = 0; n < g->n_nodes; n++)
+    for (int32_t i = 0; i < g->nodes[n].n_in; i++) ix->cons_off[g->nodes[n].in[i] + 1]++;
+  for (int32_t v = 0; v < g->n_values; v++) ix->cons_off[v + 1] += ix->cons_off[v];
+  for (int32_t v = 0; v < g->n_values; v++) ix->loc[v] = ix->cons_off[v]; /* fill cursors */
+  for (int32_t n = 0; n < g->n_nodes; n++)
+    for (int32_t i = 0; i < g->nodes[n].n_in; i++) ix->cons[ix->loc[g->nodes[n].in[i]]++] = n;
+  for (int32_t v = 0; v < g->n_values; v++) ix->loc[v] = -1;
+  for (int32_t o = 0; o < g->n_outputs; o++) ix->is_output[g->outputs[o]] = true;
+  *out = ix;
+  return LOOM_STATUS_OK;
+}
+
+void loom_fusion_index_free(loom_fusion_index *ix) {
+  if (!ix) return;
+  free(ix->cons_off);
+  free(ix->cons);
+  free(ix->is_output);
+  free(ix->loc);
+  free(ix);
+}
+
+bool loom_fusion_index_materialized(const loom_fusion_index *ix, const int32_t *group_of_node,
+                                    int32_t v) {
+  if (!ix || !loom_value_valid(ix->g, v)) return false;
+  int32_t prod = ix->g->values[v].node;
+  if (prod < 0 || ix->is_output[v]) return true;
+  int32_t grp = group_of_node ? group_of_node[prod] : -1;
+  if (grp < 0) return true; /* produced by a GEMM or an eager node */
+  for (int32_t e = ix->cons_off[v]; e < ix->cons_off[v + 1]; e++)
+    if (group_of_node[ix->cons[e]] != grp) return true;
   return false;
 }
 
@@ -138,6 +191,19 @@ static void fill_info(const loom_graph *g, const loom_kernel *k, loom_group_info
   free(mark);
   int64_t need = graph_ops(g, k);
   info->recompute_ops = info->elem_ops > need ? info->elem_ops - need : 0;
+}
+
+bool loom_fusion_group_analyze_members(loom_fusion_index *ix, const int32_t *group_of_node,
+                                       int32_t group, const int32_t *members, int32_t n_members,
+                                       loom_fusion_mode mode, loom_group_info *info) {
+  loom_kernel k;
+  /* no context: a refusal is an answer here, not an error to report */
+  if (loom_fusion_group_lower_members(NULL, ix, group_of_node, group, members, n_members, mode,
+                                      NULL, "analyze", &k) != LOOM_STATUS_OK)
+    return false;
+  if (info) fill_info(ix->g, &k, info);
+  loom_kernel_clear(&k);
+  return true;
 }
 
 bool loom_fusion_group_analyze(const loom_graph *g, const int32_t *group_of_node, int32_t group,

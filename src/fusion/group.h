@@ -48,4 +48,33 @@ loom_status loom_fusion_group_lower(loom_ctx *ctx, const loom_graph *g,
 bool loom_fusion_value_materialized(const loom_graph *g,
                                     const int32_t *group_of_node, int32_t v);
 
+/*
+ * For analysing and lowering many groups of one graph (the planner scores
+ * thousands): the consumers of every value and which values are graph
+ * outputs, built once in O(graph), plus scratch reused from call to call,
+ * so that one call costs O(the group's members and their edges) instead
+ * of O(graph). The calls above build a temporary index each time. An
+ * index is tied to its graph, which must not change while it lives, and
+ * is used by one thread at a time.
+ */
+typedef struct loom_fusion_index loom_fusion_index;
+
+loom_status loom_fusion_index_new(loom_ctx *ctx, const loom_graph *g, loom_fusion_index **out);
+void loom_fusion_index_free(loom_fusion_index *ix);
+
+/* loom_fusion_group_analyze and _lower with the group's members given:
+ * members[0..n_members), in any order, exactly the nodes that
+ * group_of_node labels `group`. */
+bool loom_fusion_group_analyze_members(loom_fusion_index *ix, const int32_t *group_of_node,
+                                       int32_t group, const int32_t *members, int32_t n_members,
+                                       loom_fusion_mode mode, loom_group_info *info);
+loom_status loom_fusion_group_lower_members(loom_ctx *ctx, loom_fusion_index *ix,
+                                            const int32_t *group_of_node, int32_t group,
+                                            const int32_t *members, int32_t n_members,
+                                            loom_fusion_mode mode, const loom_kschedule *sched,
+                                            const char *name, loom_kernel *out);
+/* loom_fusion_value_materialized in O(consumers of v). */
+bool loom_fusion_index_materialized(const loom_fusion_index *ix, const int32_t *group_of_node,
+                                    int32_t v);
+
 #endif

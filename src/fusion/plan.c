@@ -18,48 +18,13 @@
  * Group ids are node indices: a group is named by its largest member, so
  * ids stay stable while producers (smaller indices) join.
  */
-#include "fusion/cost.h"
+#include "fusion/plan_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define DEFAULT_BEAM 4
-#define HORIZONTAL_WINDOW 8 /* kernels apart, for shared-input pairs */
-#define HORIZONTAL_ROUNDS 64
-
-/* ---- analyze memo: group member set (128-bit hash) -> legality, cost ---- */
-
-typedef struct memo_ent {
-  uint64_t h1, h2;
-  bool used, ok;
-  double cost;
-} memo_ent;
-
-typedef struct plan_ctx {
-  loom_ctx *ctx;
-  const loom_graph *g;
-  const loom_node_class *cls;
-  loom_fusion_mode mode;
-  const loom_machine *m;
-  int32_t n;
-  int32_t *cons_off, *cons; /* distinct consumer nodes per node */
-  uint64_t *z1, *z2;        /* per-node keys: a set hashes to their sums */
-  int32_t *gon;             /* working assignment: group id or -1 */
-  int32_t *gmin;            /* per group id: smallest member */
-  int32_t *fnext;           /* finished groups: next smaller member or -1 */
-  int32_t *span;            /* span[x]: largest finished group id with gmin <= x */
-  int32_t *comp, *local;    /* region of each memory node, index in it */
-  int32_t cur;              /* region being searched (-1: none) */
-  const int32_t *cnodes;    /* its nodes, ascending */
-  int32_t ncn;
-  uint32_t *mark, *gmark, epoch;
-  int32_t *stack, *gbuf; /* DFS stack; members of a group it expands */
-  int32_t *mem, *old;    /* members of a tentative group, their labels */
-  memo_ent *memo;
-  int64_t memo_cap, memo_used;
-  int64_t n_analyze;
-  bool oom;
-} plan_ctx;
 
 static uint64_t mix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -98,9 +63,11 @@ static bool memo_grow(plan_ctx *p) {
   return true;
 }
 
-/* Legality and cost of group `gid` as currently labelled in p->gon, whose
- * member set hashes to (h1, h2). Cost is +inf when not one kernel. */
-static double group_cost(plan_ctx *p, int32_t gid, uint64_t h1, uint64_t h2, bool *ok) {
+/* Legality and cost of group `gid` as currently labelled in p->gon: its
+ * members mem[0..nm) (any order), whose set hashes to (h1, h2). Cost is
+ * +inf when not one kernel. */
+double loom_plan_group_cost(plan_ctx *p, int32_t gid, const int32_t *mem, int32_t nm, uint64_t h1,
+                            uint64_t h2, bool *ok) {
   if (2 * (p->memo_used + 1) > p->memo_cap && !memo_grow(p)) {
     *ok = false;
     return 1e30;
@@ -113,7 +80,7 @@ static double group_cost(plan_ctx *p, int32_t gid, uint64_t h1, uint64_t h2, boo
     e->used = true;
     e->h1 = h1;
     e->h2 = h2;
-    e->ok = loom_fusion_group_analyze(p->g, p->gon, gid, p->mode, &info);
+    e->ok = loom_fusion_group_analyze_members(p->ix, p->gon, gid, mem, nm, p->mode, &info);
     e->cost = e->ok ? loom_cost_group(p->m, &info, NULL) : 1e30;
     p->memo_used++;
   }
@@ -122,7 +89,7 @@ static double group_cost(plan_ctx *p, int32_t gid, uint64_t h1, uint64_t h2, boo
 }
 
 /* Members of group gid into out (descending for finished groups); count. */
-static int32_t members(const plan_ctx *p, int32_t gid, int32_t *out) {
+int32_t loom_plan_members(const plan_ctx *p, int32_t gid, int32_t *out) {
   int32_t k = 0;
   if (p->cur >= 0 && p->comp[gid] == p->cur) {
     for (int32_t j = p->local[gid]; j >= 0 && p->cnodes[j] >= p->gmin[gid]; j--)
@@ -151,7 +118,7 @@ static int32_t return_bound(const plan_ctx *p, int32_t maxt) {
 
 /* True if a path leaves group t (members mem[0..nm), all labelled t in
  * p->gon) and comes back: merging would make the plan unschedulable. */
-static bool creates_cycle(plan_ctx *p, int32_t t, const int32_t *mem, int32_t nm) {
+bool loom_plan_creates_cycle(plan_ctx *p, int32_t t, const int32_t *mem, int32_t nm) {
   int32_t maxt = 0;
   for (int32_t i = 0; i < nm; i++)
     maxt = LOOM_MAX(maxt, mem[i]);
@@ -172,7 +139,7 @@ static bool creates_cycle(plan_ctx *p, int32_t t, const int32_t *mem, int32_t nm
     if (gid >= 0) {
       if (p->gmark[gid] == ep) continue;
       p->gmark[gid] = ep;
-      nf = members(p, gid, from);
+      nf = loom_plan_members(p, gid, from);
     } else {
       from[0] = u;
     }
@@ -269,14 +236,14 @@ static bool eval_join(plan_ctx *p, int32_t v, const int32_t *gs, int32_t ng, dou
   int32_t nm = 0;
   double removed = 0;
   for (int32_t i = 0; i < ng; i++) {
-    int32_t k = members(p, gs[i], p->mem + nm);
+    int32_t k = loom_plan_members(p, gs[i], p->mem + nm);
     uint64_t g1 = 0, g2 = 0;
     for (int32_t j = nm; j < nm + k; j++) {
       g1 += p->z1[p->mem[j]];
       g2 += p->z2[p->mem[j]];
     }
     bool ok;
-    removed += group_cost(p, gs[i], g1, g2, &ok);
+    removed += loom_plan_group_cost(p, gs[i], p->mem + nm, k, g1, g2, &ok);
     h1 += g1;
     h2 += g2;
     nm += k;
@@ -293,8 +260,8 @@ static bool eval_join(plan_ctx *p, int32_t v, const int32_t *gs, int32_t ng, dou
   int32_t old_min = p->gmin[t];
   p->gmin[t] = v;
   bool ok;
-  double c = group_cost(p, t, h1, h2, &ok);
-  bool cyc = ok && ng > 0 && creates_cycle(p, t, p->mem, nm);
+  double c = loom_plan_group_cost(p, t, p->mem, nm, h1, h2, &ok);
+  bool cyc = ok && ng > 0 && loom_plan_creates_cycle(p, t, p->mem, nm);
   for (int32_t j = 0; j < nm - 1; j++)
     p->gon[p->mem[j]] = p->old[j];
   p->gon[v] = -1;
@@ -431,7 +398,7 @@ done:
 
 /* After a region is searched (or groups merged): links each finished
  * group's members (descending) and refreshes span. */
-static void finish_groups(plan_ctx *p) {
+void loom_plan_finish_groups(plan_ctx *p) {
   int32_t *last = p->old;
   for (int32_t u = p->n - 1; u >= 0; u--) {
     int32_t gid = p->gon[u];
@@ -451,229 +418,6 @@ static void finish_groups(plan_ctx *p) {
     if (p->gon[u] == u && p->span[p->gmin[u]] < u) p->span[p->gmin[u]] = u;
   for (int32_t x = 1; x < p->n; x++)
     p->span[x] = LOOM_MAX(p->span[x], p->span[x - 1]);
-}
-
-/* ---- execution order: Kahn over units (groups and lone nodes) ---------- */
-
-static int32_t unit_of(const plan_ctx *p, int32_t u) { return p->gon[u] >= 0 ? p->gon[u] : u; }
-static int32_t unit_key(const plan_ctx *p, int32_t unit) {
-  return p->gon[unit] >= 0 ? p->gmin[unit] : unit;
-}
-
-static void heap_push(const plan_ctx *p, int32_t *h, int32_t *n, int32_t x) {
-  int32_t i = (*n)++;
-  while (i > 0 && unit_key(p, h[(i - 1) / 2]) > unit_key(p, x)) {
-    h[i] = h[(i - 1) / 2];
-    i = (i - 1) / 2;
-  }
-  h[i] = x;
-}
-
-static int32_t heap_pop(const plan_ctx *p, int32_t *h, int32_t *n) {
-  int32_t top = h[0], x = h[--(*n)], i = 0;
-  for (;;) {
-    int32_t c = 2 * i + 1;
-    if (c >= *n) break;
-    if (c + 1 < *n && unit_key(p, h[c + 1]) < unit_key(p, h[c])) c++;
-    if (unit_key(p, h[c]) >= unit_key(p, x)) break;
-    h[i] = h[c];
-    i = c;
-  }
-  if (*n > 0) h[i] = x;
-  return top;
-}
-
-/* Units in a valid order, ties to the smallest first node (so the order
- * follows the graph's own where it can); count, or -1 on a cycle. */
-static int32_t order_units(plan_ctx *p, int32_t *order, int32_t *indeg, int32_t *heap) {
-  int32_t n_units = 0, n_heap = 0, k = 0;
-  memset(indeg, 0, sizeof *indeg * (size_t)p->n);
-  for (int32_t u = 0; u < p->n; u++) {
-    if (p->cls[u] == LOOM_NODE_DEAD) continue;
-    if (unit_of(p, u) == u) n_units++;
-    for (int32_t e = p->cons_off[u]; e < p->cons_off[u + 1]; e++)
-      if (unit_of(p, p->cons[e]) != unit_of(p, u)) indeg[unit_of(p, p->cons[e])]++;
-  }
-  for (int32_t u = 0; u < p->n; u++)
-    if (p->cls[u] != LOOM_NODE_DEAD && unit_of(p, u) == u && indeg[u] == 0)
-      heap_push(p, heap, &n_heap, u);
-  while (n_heap > 0) {
-    int32_t unit = heap_pop(p, heap, &n_heap);
-    order[k++] = unit;
-    int32_t nm = 1;
-    if (p->gon[unit] >= 0)
-      nm = members(p, unit, p->gbuf);
-    else
-      p->gbuf[0] = unit;
-    for (int32_t i = 0; i < nm; i++) {
-      int32_t w = p->gbuf[i];
-      for (int32_t e = p->cons_off[w]; e < p->cons_off[w + 1]; e++) {
-        int32_t cu = unit_of(p, p->cons[e]);
-        if (cu != unit && --indeg[cu] == 0) heap_push(p, heap, &n_heap, cu);
-      }
-    }
-  }
-  return k == n_units ? k : -1;
-}
-
-/* ---- horizontal fusion: merging independent (or any) pairs of groups --- */
-
-typedef struct hpair {
-  int32_t a, b; /* group ids, a's position before b's */
-  int32_t pa, pb;
-  double gain;
-} hpair;
-
-static int cmp_i64(const void *x, const void *y) {
-  int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-  return (a > b) - (a < b);
-}
-
-static int cmp_hpair(const void *x, const void *y) {
-  const hpair *a = x, *b = y;
-  if (a->gain != b->gain) return a->gain > b->gain ? -1 : 1;
-  if (a->pa != b->pa) return a->pa < b->pa ? -1 : 1;
-  return (a->pb > b->pb) - (a->pb < b->pb);
-}
-
-/* Tentatively labels a and b as one group t = max(a, b); fills p->mem. */
-static int32_t label_pair(plan_ctx *p, int32_t a, int32_t b, int32_t t, uint64_t *h1,
-                          uint64_t *h2) {
-  int32_t nm = members(p, a, p->mem);
-  nm += members(p, b, p->mem + nm);
-  *h1 = *h2 = 0;
-  for (int32_t i = 0; i < nm; i++) {
-    *h1 += p->z1[p->mem[i]];
-    *h2 += p->z2[p->mem[i]];
-    p->gon[p->mem[i]] = t;
-  }
-  return nm;
-}
-
-static double pair_gain(plan_ctx *p, int32_t a, int32_t b) {
-  int32_t t = LOOM_MAX(a, b), lo = LOOM_MIN(p->gmin[a], p->gmin[b]);
-  int32_t old_min = p->gmin[t];
-  uint64_t h1, h2;
-  bool ok_a, ok_b, ok;
-  /* costs of the parts first, while their labels are still theirs */
-  int32_t na = members(p, a, p->mem), nb = members(p, b, p->mem + na);
-  uint64_t a1 = 0, a2 = 0, b1 = 0, b2 = 0;
-  for (int32_t i = 0; i < na; i++)
-    a1 += p->z1[p->mem[i]], a2 += p->z2[p->mem[i]];
-  for (int32_t i = na; i < na + nb; i++)
-    b1 += p->z1[p->mem[i]], b2 += p->z2[p->mem[i]];
-  double ca = group_cost(p, a, a1, a2, &ok_a), cb = group_cost(p, b, b1, b2, &ok_b);
-  int32_t nm = label_pair(p, a, b, t, &h1, &h2);
-  p->gmin[t] = lo;
-  double c = group_cost(p, t, h1, h2, &ok);
-  double gain = ok && ok_a && ok_b && !creates_cycle(p, t, p->mem, nm) ? ca + cb - c : -1;
-  for (int32_t i = 0; i < na; i++)
-    p->gon[p->mem[i]] = a;
-  for (int32_t i = na; i < nm; i++)
-    p->gon[p->mem[i]] = b;
-  p->gmin[t] = old_min;
-  return gain;
-}
-
-static loom_status horizontal(plan_ctx *p) {
-  int32_t n = p->n;
-  int32_t *order = malloc(sizeof *order * (size_t)n), *indeg = malloc(sizeof *indeg * (size_t)n);
-  int32_t *heap = malloc(sizeof *heap * (size_t)n), *pos = malloc(sizeof *pos * (size_t)n);
-  int32_t *kern = malloc(sizeof *kern * (size_t)n);
-  int64_t cap = 64, n_in = 0;
-  for (int32_t u = 0; u < n; u++)
-    n_in += p->g->nodes[u].n_in;
-  int64_t *uses = malloc(sizeof *uses * (size_t)(n_in + 1));
-  hpair *pairs = malloc(sizeof *pairs * (size_t)cap);
-  bool *touched = calloc((size_t)n, sizeof *touched);
-  loom_status status = LOOM_STATUS_OK;
-  if (!order || !indeg || !heap || !pos || !kern || !uses || !pairs || !touched) {
-    status = LOOM_STATUS_OUT_OF_MEMORY;
-    goto done;
-  }
-  p->cur = -1;
-  for (int32_t round = 0; round < HORIZONTAL_ROUNDS; round++) {
-    int32_t nu = order_units(p, order, indeg, heap);
-    if (nu < 0) {
-      status = loom_error(p->ctx, LOOM_STATUS_INTERNAL, "fusion plan: groups form a cycle");
-      goto done;
-    }
-    int32_t nk = 0;
-    for (int32_t i = 0; i < nu; i++)
-      if (p->gon[order[i]] >= 0) {
-        pos[order[i]] = nk;
-        kern[nk++] = order[i];
-      }
-    int32_t np = 0;
-#define ADD_PAIR(A, B)                                                                             \
-  do {                                                                                             \
-    if (np == cap) {                                                                               \
-      cap *= 2;                                                                                    \
-      hpair *q = realloc(pairs, sizeof *pairs * (size_t)cap);                                      \
-      if (!q) {                                                                                    \
-        status = LOOM_STATUS_OUT_OF_MEMORY;                                                        \
-        goto done;                                                                                 \
-      }                                                                                            \
-      pairs = q;                                                                                   \
-    }                                                                                              \
-    pairs[np++] = (hpair){.a = (A), .b = (B), .pa = pos[A], .pb = pos[B]};                         \
-  } while (0)
-    /* neighbours in the execution order */
-    for (int32_t i = 0; i + 1 < nk; i++)
-      ADD_PAIR(kern[i], kern[i + 1]);
-    /* groups reading the same value, a few kernels apart: (value, pos) */
-    int64_t nuse = 0;
-    for (int32_t u = 0; u < n; u++) {
-      if (p->gon[u] < 0) continue;
-      for (int32_t i = 0; i < p->g->nodes[u].n_in; i++) {
-        int32_t x = p->g->nodes[u].in[i], pr = p->g->values[x].node;
-        if (pr >= 0 && p->gon[pr] == p->gon[u]) continue;
-        uses[nuse++] = ((int64_t)x << 32) | pos[p->gon[u]];
-      }
-    }
-    qsort(uses, (size_t)nuse, sizeof *uses, cmp_i64);
-    for (int64_t i = 0; i + 1 < nuse; i++) {
-      int32_t x = (int32_t)(uses[i] >> 32), xa = (int32_t)(uses[i] & 0xffffffff);
-      int32_t xb = (int32_t)(uses[i + 1] & 0xffffffff);
-      if ((int32_t)(uses[i + 1] >> 32) != x || xa == xb) continue;
-      if (xb - xa > 1 && xb - xa <= HORIZONTAL_WINDOW) ADD_PAIR(kern[xa], kern[xb]);
-    }
-#undef ADD_PAIR
-    for (int32_t i = 0; i < np; i++)
-      pairs[i].gain = pair_gain(p, pairs[i].a, pairs[i].b);
-    if (p->oom) {
-      status = LOOM_STATUS_OUT_OF_MEMORY;
-      goto done;
-    }
-    qsort(pairs, (size_t)np, sizeof *pairs, cmp_hpair);
-    memset(touched, 0, sizeof *touched * (size_t)n);
-    int32_t merged = 0;
-    for (int32_t i = 0; i < np && pairs[i].gain > 0; i++) {
-      int32_t a = pairs[i].a, b = pairs[i].b;
-      if (touched[a] || touched[b]) continue;
-      /* earlier merges this round may have closed a cycle through a, b */
-      if (merged > 0 && pair_gain(p, a, b) <= 0) continue;
-      int32_t t = LOOM_MAX(a, b);
-      uint64_t h1, h2;
-      int32_t lo = LOOM_MIN(p->gmin[a], p->gmin[b]);
-      label_pair(p, a, b, t, &h1, &h2);
-      p->gmin[t] = lo;
-      touched[a] = touched[b] = true;
-      merged++;
-      finish_groups(p);
-    }
-    if (merged == 0) break;
-  }
-done:
-  free(order);
-  free(indeg);
-  free(heap);
-  free(pos);
-  free(kern);
-  free(uses);
-  free(pairs);
-  free(touched);
-  return status;
 }
 
 /* ---- the driver ---------------------------------------------------------- */
@@ -734,6 +478,7 @@ static bool build_consumers(plan_ctx *p) {
 }
 
 static void plan_ctx_free(plan_ctx *p) {
+  loom_fusion_index_free(p->ix);
   free(p->cons_off);
   free(p->cons);
   free(p->z1);
@@ -801,9 +546,10 @@ static loom_status search_regions(plan_ctx *p, int32_t beam) {
     p->cur = r;
     p->cnodes = nodes + start[r];
     p->ncn = cnt;
+    if (getenv("LOOM_DBG_REGION")) fprintf(stderr, "region %d: %d nodes\n", r, cnt);
     status = search_region(p, beam);
     p->cur = -1;
-    finish_groups(p);
+    loom_plan_finish_groups(p);
   }
 done:
   free(parent);
@@ -818,10 +564,10 @@ static void plan_singletons(plan_ctx *p) {
     if (p->cls[u] != LOOM_NODE_MEMORY || is_alias(p->g, u)) continue;
     bool ok;
     p->gon[u] = u;
-    group_cost(p, u, p->z1[u], p->z2[u], &ok);
+    loom_plan_group_cost(p, u, &u, 1, p->z1[u], p->z2[u], &ok);
     if (!ok) p->gon[u] = -1;
   }
-  finish_groups(p);
+  loom_plan_finish_groups(p);
 }
 
 /* Numbers the groups in execution order and writes the steps. */
@@ -838,7 +584,7 @@ static loom_status write_plan(plan_ctx *p, loom_fusion_plan *out) {
     goto done;
   }
   p->cur = -1;
-  int32_t nu = order_units(p, order, indeg, heap);
+  int32_t nu = loom_plan_order_units(p, order, indeg, heap);
   if (nu < 0) {
     status = loom_error(p->ctx, LOOM_STATUS_INTERNAL, "fusion plan: groups form a cycle");
     goto done;
@@ -853,7 +599,7 @@ static loom_status write_plan(plan_ctx *p, loom_fusion_plan *out) {
     int32_t unit = order[i];
     loom_step *st = &out->steps[i];
     if (p->gon[unit] >= 0) {
-      int32_t nm = members(p, unit, p->mem);
+      int32_t nm = loom_plan_members(p, unit, p->mem);
       uint64_t h1 = 0, h2 = 0;
       for (int32_t j = 0; j < nm; j++) {
         out->group_of_node[p->mem[j]] = out->n_groups;
@@ -861,7 +607,7 @@ static loom_status write_plan(plan_ctx *p, loom_fusion_plan *out) {
         h2 += p->z2[p->mem[j]];
       }
       bool ok;
-      out->cost_s += group_cost(p, unit, h1, h2, &ok);
+      out->cost_s += loom_plan_group_cost(p, unit, p->mem, nm, h1, h2, &ok);
       *st = (loom_step){.kind = LOOM_STEP_KERNEL, .kernel = out->n_groups++, .node = -1};
     } else {
       bool gemm = p->cls[unit] == LOOM_NODE_GEMM;
@@ -906,6 +652,7 @@ loom_status loom_fusion_plan_build(loom_ctx *ctx, const loom_graph *g, const loo
   loom_status status = LOOM_STATUS_OK;
   if (!p.z1 || !p.z2 || !p.gon || !p.gmin || !p.fnext || !p.span || !p.comp || !p.local ||
       !p.mark || !p.gmark || !p.stack || !p.gbuf || !p.mem || !p.old || !memo_grow(&p) ||
+      loom_fusion_index_new(ctx, g, &p.ix) != LOOM_STATUS_OK ||
       !build_consumers(&p)) {
     status = LOOM_STATUS_OUT_OF_MEMORY;
     goto done;
@@ -923,7 +670,7 @@ loom_status loom_fusion_plan_build(loom_ctx *ctx, const loom_graph *g, const loo
   } else {
     int32_t beam = opts->beam_width > 0 ? opts->beam_width : DEFAULT_BEAM;
     status = search_regions(&p, beam);
-    if (!status) status = horizontal(&p);
+    if (!status) status = loom_plan_horizontal(&p);
   }
   if (!status && p.oom) status = LOOM_STATUS_OUT_OF_MEMORY;
   if (!status) status = write_plan(&p, out);

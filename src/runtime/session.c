@@ -169,6 +169,51 @@ static size_t tensor_bytes(const loom_tensor *t) {
   return (size_t)loom_view_numel(&t->v) * loom_dtype_size(t->v.dtype);
 }
 
+/* Points value root (and the reshapes sharing its memory) at p. */
+static void point_value(loom_session *s, int32_t root, void *p) {
+  const loom_memplan *plan = &s->prep.plan;
+  for (int32_t v = 0; v < s->g->n_values; v++)
+    if (plan->root[v] == root && plan->offset[v] >= 0) s->values[v].data = p;
+}
+
+/*
+ * Zero-copy outputs: a caller-given output whose value lives in the arena
+ * is computed straight into the caller's memory instead of being copied
+ * there afterwards — unless that memory overlaps an input or another
+ * output (an in-place update must read the old values until the end), or
+ * the value is another output's too. direct[i] says which were bound.
+ */
+static void bind_outputs(loom_session *s, int32_t n_inputs, const loom_tensor *const *inputs,
+                         int32_t n_outputs, loom_tensor *const *outputs, bool *direct) {
+  const loom_graph *g = s->g;
+  const loom_memplan *plan = &s->prep.plan;
+  for (int32_t i = 0; i < n_outputs; i++) {
+    int32_t v = g->outputs[i];
+    loom_tensor *t = outputs[i];
+    if (!t || plan->offset[v] < 0 || plan->root[v] != v || !loom_view_is_contiguous(&t->v))
+      continue;
+    bool ok = true;
+    for (int32_t k = 0; k < n_outputs && ok; k++)
+      ok = k == i || (g->outputs[k] != v &&
+                      !(outputs[k] && ranges_overlap(outputs[k]->v.data, tensor_bytes(outputs[k]),
+                                                     t->v.data, tensor_bytes(t))));
+    for (int32_t k = 0; k < n_inputs && ok; k++)
+      ok = !ranges_overlap(inputs[k]->v.data, tensor_bytes(inputs[k]), t->v.data, tensor_bytes(t));
+    if (!ok) continue;
+    direct[i] = true;
+    point_value(s, v, t->v.data);
+  }
+}
+
+/* Puts bound outputs back at their arena offsets for the next run. */
+static void unbind_outputs(loom_session *s, int32_t n_outputs, const bool *direct) {
+  for (int32_t i = 0; i < n_outputs; i++)
+    if (direct[i]) {
+      int32_t v = s->g->outputs[i];
+      point_value(s, v, (char *)s->arena + s->prep.plan.offset[v]);
+    }
+}
+
 loom_status loom_session_run(loom_session *s, int32_t n_inputs, const loom_tensor *const *inputs,
                              int32_t n_outputs, loom_tensor **outputs) {
   if (!s) return LOOM_STATUS_INVALID_ARGUMENT;
@@ -201,9 +246,16 @@ loom_status loom_session_run(loom_session *s, int32_t n_inputs, const loom_tenso
   for (int32_t v = 0; v < g->n_values; v++)
     if (s->prep.plan.root[v] != v && s->prep.plan.offset[v] < 0)
       s->values[v].data = s->values[s->prep.plan.root[v]].data;
+  bool *direct = loom_calloc(ctx, (size_t)(n_outputs ? n_outputs : 1), sizeof *direct);
+  if (!direct) return LOOM_STATUS_OUT_OF_MEMORY;
+  bind_outputs(s, n_inputs, inputs, n_outputs, outputs, direct);
   loom_status st =
       s->backend->iface->graph_compute(s->backend->context, ctx, g, s->prep.handle, s->values);
-  if (st) return st;
+  unbind_outputs(s, n_outputs, direct);
+  if (st) {
+    free(direct);
+    return st;
+  }
 
   /* An output that is a graph input (or a reshape of one) is read from
    * caller memory, which an earlier output may overwrite: snapshot such
@@ -235,6 +287,7 @@ loom_status loom_session_run(loom_session *s, int32_t n_inputs, const loom_tenso
   }
   if (!st) {
     for (int32_t i = 0; i < n_outputs; i++) {
+      if (direct[i]) continue; /* computed in place */
       loom_tensor *t = outputs[i] ? outputs[i] : fresh[i];
       loom_view src = s->values[g->outputs[i]];
       if (snap[i]) src.data = snap[i];
@@ -249,5 +302,6 @@ loom_status loom_session_run(loom_session *s, int32_t n_inputs, const loom_tenso
     free(snap[i]);
   free(snap);
   free(fresh);
+  free(direct);
   return st;
 }

@@ -1,0 +1,136 @@
+/*
+ * Private to the C code generator (c_codegen.c, c_prelude.c, c_expr.c,
+ * c_stage.c): the output buffer, what is known about a part while its
+ * code is written, and where a stage body is being written.
+ */
+#ifndef LOOM_CODEGEN_C_INTERNAL_H
+#define LOOM_CODEGEN_C_INTERNAL_H
+
+#include "kernel/kernel.h"
+
+#include <stdarg.h>
+
+/* ---- output buffer ------------------------------------------------------ */
+
+typedef struct cg_buf {
+  char *s;
+  size_t len, cap;
+  bool oom;
+  int indent;
+} cg_buf;
+
+/* Appends printf-style text; on failure sets b->oom and drops the rest. */
+void loom_cg_vput(cg_buf *b, const char *fmt, va_list ap);
+
+static inline void put(cg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void put(cg_buf *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  loom_cg_vput(b, fmt, ap);
+  va_end(ap);
+}
+/* One indented line. */
+static inline void line(cg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void line(cg_buf *b, const char *fmt, ...) {
+  put(b, "%*s", 2 * b->indent, "");
+  va_list ap;
+  va_start(ap, fmt);
+  loom_cg_vput(b, fmt, ap);
+  va_end(ap);
+  put(b, "\n");
+}
+
+/* ---- the prelude and the fast paths (c_prelude.c) ------------------------ */
+
+/* The helpers every kernel may use (lm_*), erf's coefficients included. */
+void loom_cg_put_prelude(cg_buf *b);
+
+/* Ops with a fast path (f32 results only): function and input range. */
+typedef struct cg_fast {
+  loom_op op;
+  const char *fn;
+  double lo, hi;
+} cg_fast;
+extern const cg_fast loom_cg_fast_table[];
+
+/* Index into loom_cg_fast_table + 1 if expr e has a fast path, else 0. */
+int8_t loom_cg_fast_kind(const loom_kernel *k, int32_t e);
+
+/* Elements per chunk of a stage with fast ops (a multiple of every W). */
+#define CG_CHUNK 512
+/* cg_site.fast value of a KEEP over consecutive counters: its words come
+ * from one Philox block per four elements, made before the chunk's loop. */
+#define CG_KEEP_BLOCK 100
+
+/* ---- parts and sites -------------------------------------------------------- */
+
+/* The loop nest of a part's ROW stages: the R dims of extent > 1, each
+ * merged into the previous one where every map of the part allows it
+ * (stride[prev] == stride[j] * extent[j]), so the usual row is one loop. */
+typedef struct cg_loops {
+  int32_t n;
+  int64_t extent[LOOM_MAX_RANK];
+  int32_t dim[LOOM_MAX_RANK]; /* the innermost r dim of each loop: its stride */
+} cg_loops;
+
+typedef struct cg_part {
+  const loom_kernel *k;
+  const loom_kpart *part;
+  int32_t index;
+  cg_loops loops;
+  bool need_pidx;     /* some map needs the p multi-index */
+  uint8_t *reach;     /* scratch for reachability (n_exprs) */
+  uint8_t *level;     /* per expr: 1 if it varies along R in this part */
+  loom_dtype *reg_dt; /* per register: its writer's dtype */
+} cg_part;
+
+/* Where a stage body is being emitted. */
+typedef struct cg_site {
+  const cg_part *cp;
+  int32_t stage;
+  bool scalar;         /* SCALAR stage: every r is 0 */
+  const char *idx[LOOM_MAX_RANK]; /* C names of the loop indices */
+  const char *flat;    /* the flat r index */
+  const char *lane;    /* the row-reduction lane */
+  const int8_t *fast;  /* per expr: index into fast_table + 1, or 0 */
+  int tmode;           /* how fast exprs are emitted (TM_*) */
+} cg_site;
+
+/* Fast exprs in a chunked ROW stage: computed fast into t<e>[] with a
+ * `bad` flag, recomputed exactly where flagged, then read back. */
+enum { TM_NONE = 0, TM_FAST, TM_EXACT, TM_BUF };
+
+/* ---- expressions (c_expr.c) ----------------------------------------------- */
+
+/* The C type of dtype dt (NULL for dtypes generated C does not handle). */
+const char *loom_cg_ctype(loom_dtype dt);
+bool loom_cg_is_float(loom_dtype dt);
+/* Writes `x` (a C expression of dtype from) converted to dtype to, as
+ * loom_store converts (kernel.h, "Convert x to dtype"). */
+void loom_cg_conv(cg_buf *b, const char *x, loom_dtype from, loom_dtype to);
+/* Marks in seen every expr e depends on (e included). */
+void loom_cg_mark_reach(const loom_kernel *k, int32_t e, uint8_t *seen);
+/* True if m's p strides collapse to one stride over the flat row index
+ * (row-major over the non-unit p dims); *stride gets it. */
+bool loom_cg_p_flat(const loom_kmap *m, const loom_kpart *part, int64_t *stride);
+/* The element offset of map m: its row base (named base) plus r terms. */
+void loom_cg_put_offset(cg_buf *b, const cg_site *si, const char *base, const loom_kmap *m);
+/* The row base of map m (the p terms), as a C expression. */
+void loom_cg_put_row_base(cg_buf *b, const cg_part *cp, const loom_kmap *m);
+/* `const T v<e> = ...;` for expr e at site si. */
+loom_status loom_cg_emit_expr(loom_ctx *ctx, cg_buf *b, const cg_site *si, int32_t e);
+/* The identity of a reduction's combine, in double or float. */
+const char *loom_cg_ident(loom_op combine, bool dbl);
+/* "acc = combine(acc, v)" in double (or float for max/min lanes). */
+void loom_cg_put_combine(cg_buf *b, loom_op combine, const char *acc, const char *v, bool dbl);
+
+/* ---- stages (c_stage.c) ---------------------------------------------------- */
+
+/* Stage s of part cp: row bases, hoisted row-level exprs, the loop nest
+ * over R with lanes for row reductions, the lane fold. need: scratch of
+ * n_exprs + 1 bytes; col_first: kernel-order index of the stage's first
+ * column reduction. */
+loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int32_t s,
+                               uint8_t *need, int32_t col_first);
+
+#endif

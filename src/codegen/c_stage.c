@@ -1,0 +1,355 @@
+/*
+ * Stages of generated C (c_codegen.c describes the shape): a stage's loop
+ * nest over R, row-reduction lanes, and the chunked fast path for exp,
+ * tanh, sigmoid, erf and dropout masks.
+ */
+#include "codegen/c_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- stages ---------------------------------------------------------------- */
+
+/* The stage outputs for one element (the body of the R loop). */
+static loom_status emit_outputs(loom_ctx *ctx, cg_buf *b, const cg_site *si, int32_t col_first) {
+  const cg_part *cp = si->cp;
+  const loom_kernel *k = cp->k;
+  const loom_kstage *st = &cp->part->stages[si->stage];
+  int32_t col = col_first;
+  for (int32_t o = 0; o < st->n_out; o++) {
+    const loom_kout *ko = &st->out[o];
+    const loom_kexpr *x = &k->exprs[ko->expr];
+    char v[24], base[24];
+    snprintf(v, sizeof v, "v%d", ko->expr);
+    snprintf(base, sizeof base, "bo%d", o);
+    put(b, "%*s", 2 * b->indent, "");
+    switch (ko->dst) {
+    case LOOM_KDST_STORE:
+      put(b, "a%d[", ko->target);
+      loom_cg_put_offset(b, si, base, &ko->map);
+      put(b, "] = ");
+      loom_cg_conv(b, v, x->dtype, k->args[ko->target].dtype);
+      break;
+    case LOOM_KDST_SCRATCH:
+      put(b, "s%d[%s] = ", ko->target, si->scalar ? "0" : si->flat);
+      loom_cg_conv(b, v, x->dtype, LOOM_DTYPE_F32);
+      break;
+    case LOOM_KDST_REG:
+      put(b, "reg%d = %s", ko->target, v);
+      break;
+    case LOOM_KDST_ROW_REDUCE: {
+      bool dbl = ko->combine == LOOM_OP_ADD;
+      char acc[48];
+      cg_buf t = {0};
+      snprintf(acc, sizeof acc, "acc%d[%s]", o, si->lane);
+      loom_cg_conv(&t, v, x->dtype, dbl ? LOOM_DTYPE_F64 : LOOM_DTYPE_F32);
+      if (!t.oom) loom_cg_put_combine(b, ko->combine, acc, t.s, dbl);
+      b->oom |= t.oom;
+      free(t.s);
+      break;
+    }
+    case LOOM_KDST_COL_REDUCE: {
+      cg_buf a = {0}, t = {0};
+      put(&a, "pc%d[", col);
+      loom_cg_put_offset(&a, si, base, &ko->map);
+      put(&a, "]");
+      loom_cg_conv(&t, v, x->dtype, LOOM_DTYPE_F64);
+      if (!a.oom && !t.oom) loom_cg_put_combine(b, ko->combine, a.s, t.s, true);
+      b->oom |= a.oom || t.oom;
+      free(a.s);
+      free(t.s);
+      col++;
+      break;
+    }
+    default:
+      return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "kernel %s: bad destination %d", k->name,
+                        (int)ko->dst);
+    }
+    put(b, ";\n");
+  }
+  return LOOM_STATUS_OK;
+}
+
+/* Element-level exprs of `need` (the row-level ones were emitted before
+ * the loop), then the stage outputs unless `pre`. */
+static loom_status emit_body(loom_ctx *ctx, cg_buf *b, const cg_site *si, const uint8_t *need,
+                             int32_t col_first, bool pre) {
+  const cg_part *cp = si->cp;
+  for (int32_t e = 0; e < cp->k->n_exprs; e++)
+    if (need[e] && cp->level[e]) LOOM_TRY(loom_cg_emit_expr(ctx, b, si, e));
+  return pre ? LOOM_STATUS_OK : emit_outputs(ctx, b, si, col_first);
+}
+
+/* The loop over flat r in [lo, hi) of a one-loop part: blocks of W
+ * elements with lane l = r mod W (lo is a multiple of W), then the tail;
+ * or a plain loop when there are no lanes. */
+static loom_status emit_range(loom_ctx *ctx, cg_buf *b, cg_site si, const uint8_t *need,
+                              int32_t col_first, int32_t W, const char *lo, const char *hi) {
+  if (W <= 1) {
+    line(b, "for (int64_t i0 = %s; i0 < %s; i0++) {", lo, hi);
+    b->indent++;
+    si.idx[0] = si.flat = "i0";
+    LOOM_TRY(emit_body(ctx, b, &si, need, col_first, false));
+    b->indent--;
+    line(b, "}");
+    return LOOM_STATUS_OK;
+  }
+  line(b, "int64_t i0 = %s;", lo);
+  line(b, "for (; i0 + %d <= %s; i0 += %d) {", W, hi, W);
+  b->indent++;
+  line(b, "#pragma GCC unroll 0"); /* unrolled first, the lanes would not vectorise */
+  line(b, "for (int l = 0; l < %d; l++) {", W);
+  b->indent++;
+  line(b, "const int64_t r = i0 + l;");
+  si.idx[0] = si.flat = "r";
+  si.lane = "l";
+  LOOM_TRY(emit_body(ctx, b, &si, need, col_first, false));
+  b->indent--;
+  line(b, "}");
+  b->indent--;
+  line(b, "}");
+  line(b, "for (int l = 0; l < %d && i0 < %s; i0++, l++) {", W, hi);
+  b->indent++;
+  si.idx[0] = si.flat = "i0";
+  LOOM_TRY(emit_body(ctx, b, &si, need, col_first, false));
+  b->indent--;
+  line(b, "}");
+  return LOOM_STATUS_OK;
+}
+
+/* True if KEEP expr e counts consecutive positions along the part's one
+ * loop: one operand an i64 INDEX with stride 1 there, the others
+ * row-level. */
+static bool keep_block(const cg_part *cp, int32_t e) {
+  const loom_kernel *k = cp->k;
+  const loom_kexpr *x = &k->exprs[e];
+  if (x->kind != LOOM_KX_KEEP || cp->loops.n != 1) return false;
+  int32_t n_el = 0;
+  for (int32_t i = 0; i < x->n_a; i++) {
+    const loom_kexpr *a = &k->exprs[x->a[i]];
+    if (loom_cg_is_float(a->dtype)) return false;
+    if (!cp->level[x->a[i]]) continue;
+    if (a->kind != LOOM_KX_INDEX || a->dtype != LOOM_DTYPE_I64 ||
+        a->map.r[cp->loops.dim[0]] != 1)
+      return false;
+    n_el++;
+  }
+  return n_el == 1;
+}
+
+/* Marks what e reaches without going through fast exprs (they are read
+ * back from their buffers). */
+static void mark_reach_stop(const loom_kernel *k, int32_t e, uint8_t *seen, const int8_t *fast) {
+  if (e < 0 || e >= k->n_exprs || seen[e]) return;
+  seen[e] = 1;
+  const loom_kexpr *x = &k->exprs[e];
+  if (fast[e] || (x->kind != LOOM_KX_OP && x->kind != LOOM_KX_KEEP)) return;
+  for (int32_t a = 0; a < x->n_a && a < 3; a++) mark_reach_stop(k, x->a[a], seen, fast);
+}
+
+/* A one-loop ROW stage with fast exprs, chunk by chunk: the fast exprs
+ * (and what they need) for the whole chunk into stack buffers, exact libm
+ * where flagged, then the stage's loop over the chunk reading them back.
+ * (Running the stage with the fast exprs inline and redoing a flagged
+ * chunk measured 2x slower: the separate pass streams better.) */
+static loom_status emit_chunked(loom_ctx *ctx, cg_buf *b, cg_site si, int8_t *fast,
+                                int32_t col_first, int32_t W) {
+  const cg_part *cp = si.cp;
+  const loom_kernel *k = cp->k;
+  const loom_kstage *st = &cp->part->stages[si.stage];
+  long long n = (long long)cp->loops.extent[0];
+  int32_t ch = n < CG_CHUNK ? (int32_t)(n > 0 ? n : 1) : CG_CHUNK; /* one chunk for short rows */
+  size_t ne = (size_t)k->n_exprs + 1;
+  uint8_t *pre = calloc(ne, 1), *main_need = calloc(ne, 1);
+  if (!pre || !main_need) {
+    free(pre);
+    free(main_need);
+    return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory generating C");
+  }
+  bool any_fn = false;
+  for (int32_t e = 0; e < k->n_exprs; e++)
+    if (fast[e] && fast[e] != CG_KEEP_BLOCK) {
+      loom_cg_mark_reach(k, e, pre);
+      any_fn = true;
+    }
+  for (int32_t o = 0; o < st->n_out; o++) mark_reach_stop(k, st->out[o].expr, main_need, fast);
+  loom_status status = LOOM_STATUS_OK;
+  line(b, "for (int64_t c0 = 0; c0 < %lld; c0 += %d) {", n, ch);
+  b->indent++;
+  line(b, "const int64_t c1 = c0 + %d < %lld ? c0 + %d : %lld;", ch, n, ch, n);
+  for (int32_t e = 0; e < k->n_exprs && status == LOOM_STATUS_OK; e++) {
+    if (fast[e] != CG_KEEP_BLOCK) continue;
+    const loom_kexpr *x = &k->exprs[e];
+    line(b, "uint32_t w%d_[%d];", e, ch + 8);
+    line(b, "const uint32_t *w%d;", e);
+    line(b, "{ /* dropout words: one Philox block per four consecutive counters */");
+    b->indent++;
+    cg_site s0 = si;
+    s0.idx[0] = s0.flat = "c0";
+    for (int32_t i = 0; i < x->n_a && status == LOOM_STATUS_OK; i++)
+      if (cp->level[x->a[i]]) status = loom_cg_emit_expr(ctx, b, &s0, x->a[i]);
+    put(b, "%*sconst uint64_t j0 = ", 2 * b->indent, "");
+    for (int32_t i = 0; i < x->n_a; i++) put(b, "(uint64_t)v%d + ", x->a[i]);
+    put(b, "%lluull;\n", (unsigned long long)x->offset);
+    line(b, "const int64_t nq = (int64_t)(((j0 & 3) + (uint64_t)(c1 - c0) + 3) >> 2);");
+    line(b, "for (int64_t q = 0; q < nq; q++) /* block = j >> 2 < 2^62, even past a wrap */");
+    line(b, "  lm_philox4(%lluull, ((j0 >> 2) + (uint64_t)q) & 0x3fffffffffffffffull, w%d_ + 4 * q);",
+         (unsigned long long)x->seed, e);
+    line(b, "w%d = w%d_ + (j0 & 3);", e, e);
+    b->indent--;
+    line(b, "}");
+  }
+  if (!any_fn) {
+    si.fast = fast;
+    si.tmode = TM_BUF;
+    if (status == LOOM_STATUS_OK)
+      status = emit_range(ctx, b, si, main_need, col_first, W, "c0", "c1");
+    b->indent--;
+    line(b, "}");
+    free(pre);
+    free(main_need);
+    return status;
+  }
+  for (int32_t e = 0; e < k->n_exprs; e++)
+    if (fast[e] && fast[e] != CG_KEEP_BLOCK) line(b, "float t%d[%d];", e, ch);
+  line(b, "uint8_t tb[%d];", ch);
+  line(b, "int tbad = 0;");
+  line(b, "for (int64_t i0 = c0; i0 < c1; i0++) { /* fast pass */");
+  b->indent++;
+  line(b, "int bad = 0;");
+  si.idx[0] = si.flat = "i0";
+  si.fast = fast;
+  si.tmode = TM_FAST;
+  if (status == LOOM_STATUS_OK) status = emit_body(ctx, b, &si, pre, col_first, true);
+  line(b, "tb[i0 - c0] = (uint8_t)bad;");
+  line(b, "tbad |= bad;");
+  b->indent--;
+  line(b, "}");
+  line(b, "if (tbad) /* exact libm where the fast value might round differently */");
+  line(b, "  for (int64_t i0 = c0; i0 < c1; i0++) {");
+  b->indent += 2;
+  line(b, "if (!tb[i0 - c0]) continue;");
+  si.tmode = TM_EXACT;
+  if (status == LOOM_STATUS_OK) status = emit_body(ctx, b, &si, pre, col_first, true);
+  b->indent--;
+  line(b, "}");
+  b->indent--;
+  si.tmode = TM_BUF;
+  if (status == LOOM_STATUS_OK)
+    status = emit_range(ctx, b, si, main_need, col_first, W, "c0", "c1");
+  b->indent--;
+  line(b, "}");
+  free(pre);
+  free(main_need);
+  return status;
+}
+
+loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int32_t s,
+                              uint8_t *need, int32_t col_first) {
+  const loom_kernel *k = cp->k;
+  const loom_kstage *st = &cp->part->stages[s];
+  bool scalar = st->kind == LOOM_KSTAGE_SCALAR;
+  memset(need, 0, (size_t)k->n_exprs + 1);
+  for (int32_t o = 0; o < st->n_out; o++) loom_cg_mark_reach(k, st->out[o].expr, need);
+
+  line(b, "{ /* stage %d (%s) */", s, scalar ? "scalar: once per row" : "row: over R");
+  b->indent++;
+  /* row bases of every map in the stage */
+  for (int32_t e = 0; e < k->n_exprs; e++) {
+    const loom_kexpr *x = &k->exprs[e];
+    if (!need[e] || (x->kind != LOOM_KX_LOAD && x->kind != LOOM_KX_INDEX)) continue;
+    put(b, "%*sconst int64_t b%d = ", 2 * b->indent, "", e);
+    loom_cg_put_row_base(b, cp, &x->map);
+    put(b, ";\n");
+  }
+  bool has_rr = false;
+  for (int32_t o = 0; o < st->n_out; o++) {
+    const loom_kout *ko = &st->out[o];
+    if (ko->dst == LOOM_KDST_STORE || ko->dst == LOOM_KDST_COL_REDUCE) {
+      put(b, "%*sconst int64_t bo%d = ", 2 * b->indent, "", o);
+      loom_cg_put_row_base(b, cp, &ko->map);
+      put(b, ";\n");
+    }
+    has_rr |= ko->dst == LOOM_KDST_ROW_REDUCE;
+  }
+  cg_site si = {.cp = cp, .stage = s, .scalar = scalar, .flat = "0", .lane = "0"};
+  /* row-level exprs: hoisted out of the R loop */
+  for (int32_t e = 0; e < k->n_exprs; e++)
+    if (need[e] && (scalar || !cp->level[e])) LOOM_TRY(loom_cg_emit_expr(ctx, b, &si, e));
+  if (scalar) {
+    LOOM_TRY(emit_outputs(ctx, b, &si, col_first));
+    b->indent--;
+    line(b, "}");
+    return LOOM_STATUS_OK;
+  }
+  int32_t W = cp->part->sched.vector_width > 0 ? cp->part->sched.vector_width : 1;
+  if (!has_rr) W = 1;
+  for (int32_t o = 0; o < st->n_out; o++) {
+    const loom_kout *ko = &st->out[o];
+    if (ko->dst != LOOM_KDST_ROW_REDUCE) continue;
+    bool dbl = ko->combine == LOOM_OP_ADD;
+    line(b, "%s acc%d[%d]; /* lanes of row reduction %d */", dbl ? "double" : "float", o, W, o);
+    line(b, "for (int l = 0; l < %d; l++) acc%d[l] = %s;", W, o, loom_cg_ident(ko->combine, dbl));
+  }
+  const cg_loops *lp = &cp->loops;
+  static const char *const ix[LOOM_MAX_RANK] = {"i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7"};
+  if (lp->n == 0) { /* one element per row */
+    LOOM_TRY(emit_body(ctx, b, &si, need, col_first, false));
+  } else if (lp->n == 1) {
+    int8_t *fast = calloc((size_t)k->n_exprs + 1, 1);
+    if (!fast) return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory generating C");
+    bool any = false;
+    for (int32_t e = 0; e < k->n_exprs; e++) {
+      fast[e] = !need[e] || !cp->level[e] ? 0
+                : keep_block(cp, e)       ? CG_KEEP_BLOCK
+                                          : loom_cg_fast_kind(k, e);
+      any |= fast[e] != 0;
+    }
+    char n[32];
+    snprintf(n, sizeof n, "%lld", (long long)lp->extent[0]);
+    loom_status st2 = any ? emit_chunked(ctx, b, si, fast, col_first, W)
+                          : emit_range(ctx, b, si, need, col_first, W, "0", n);
+    free(fast);
+    LOOM_TRY(st2);
+  } else {
+    /* a loop per merged dim; the flat index counts along */
+    char lane[48];
+    snprintf(lane, sizeof lane, "(f %% %d)", W);
+    for (int32_t d = 0; d < lp->n; d++) si.idx[d] = ix[d];
+    si.flat = "f";
+    si.lane = W > 1 ? lane : "0";
+    line(b, "int64_t f = 0;");
+    for (int32_t d = 0; d < lp->n; d++) {
+      line(b, "for (int64_t %s = 0; %s < %lld; %s++) {", ix[d], ix[d],
+           (long long)lp->extent[d], ix[d]);
+      b->indent++;
+    }
+    LOOM_TRY(emit_body(ctx, b, &si, need, col_first, false));
+    line(b, "f++;");
+    for (int32_t d = 0; d < lp->n; d++) {
+      b->indent--;
+      line(b, "}");
+    }
+  }
+  /* lanes folded left in lane order, rounded to f32 */
+  for (int32_t o = 0; o < st->n_out; o++) {
+    const loom_kout *ko = &st->out[o];
+    if (ko->dst != LOOM_KDST_ROW_REDUCE) continue;
+    bool dbl = ko->combine == LOOM_OP_ADD;
+    line(b, "{");
+    b->indent++;
+    line(b, "%s res = acc%d[0];", dbl ? "double" : "float", o);
+    char a[32];
+    snprintf(a, sizeof a, "acc%d[l]", o);
+    put(b, "%*sfor (int l = 1; l < %d; l++) ", 2 * b->indent, "", W);
+    loom_cg_put_combine(b, ko->combine, "res", a, dbl);
+    put(b, ";\n");
+    line(b, "reg%d = (float)res;", ko->target);
+    b->indent--;
+    line(b, "}");
+  }
+  b->indent--;
+  line(b, "}");
+  return LOOM_STATUS_OK;
+}

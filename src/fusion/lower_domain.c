@@ -1,0 +1,647 @@
+/*
+ * Lowering, steps 1-4 (lower.c describes them): the group's members and
+ * values, dim classes, components and their domains (P x R), and the
+ * reductions and phases.
+ */
+#include "fusion/lower_internal.h"
+
+#include "ops/op.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- 1. members and values ---------------------------------------------- */
+
+static int32_t add_value(lw *w, int32_t v) {
+  if (w->loc[v] >= 0) return w->loc[v];
+  if (!loom_grow(w->ctx, (void **)&w->lv, &w->cap_lv, w->n_lv + 1, sizeof(lval))) return -1;
+  lval *l = &w->lv[w->n_lv];
+  memset(l, 0, sizeof *l);
+  l->v = v;
+  l->prod = -1;
+  l->src = -1;
+  l->comp = -1;
+  l->alias = -1;
+  w->loc[v] = w->n_lv;
+  return w->n_lv++;
+}
+
+/* Local values of the members in w->mem, with uses, producers and the
+ * materialized flag. */
+static loom_status collect_values(lw *w) {
+  for (int32_t l = 0; l < w->n_lv; l++) w->loc[w->lv[l].v] = -1;
+  w->n_lv = 0;
+  for (int32_t m = 0; m < w->n_mem; m++) {
+    const loom_node *nd = mnode(w, m);
+    for (int32_t i = 0; i < nd->n_in; i++) {
+      int32_t l = add_value(w, nd->in[i]);
+      if (l < 0) return LOOM_STATUS_OUT_OF_MEMORY;
+      w->lv[l].n_use++;
+    }
+    for (int32_t o = 0; o < nd->n_out; o++) {
+      int32_t l = add_value(w, nd->out[o]);
+      if (l < 0) return LOOM_STATUS_OUT_OF_MEMORY;
+      w->lv[l].prod = m;
+    }
+  }
+  /* materialized: a graph output, or used by a node outside the group
+   * (any node, dead ones too) */
+  const loom_fusion_index *ix = w->ix;
+  for (int32_t l = 0; l < w->n_lv; l++) {
+    lval *x = &w->lv[l];
+    if (x->prod >= 0) {
+      x->mat = ix->is_output[x->v];
+      for (int32_t e = ix->cons_off[x->v]; e < ix->cons_off[x->v + 1] && !x->mat; e++)
+        x->mat = w->gon[ix->cons[e]] != w->group;
+      continue;
+    }
+    x->mat = true; /* produced outside: in memory */
+    x->view = true;
+    x->src = x->v;
+    contiguous(vt(w, l), x->stride);
+  }
+  return LOOM_STATUS_OK;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  return (x > y) - (x < y);
+}
+
+static loom_status collect(lw *w) {
+  const loom_graph *g = w->g;
+  size_t cap = (size_t)(w->n_given > 0 ? w->n_given : 1);
+  w->mem = malloc(sizeof(int32_t) * cap * 2);
+  if (!w->mem) return loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+  w->all_mem = w->mem + cap;
+  w->loc = w->ix->loc;
+  w->n_all = w->n_given;
+  bool sorted = true;
+  for (int32_t m = 0; m < w->n_all; m++) {
+    w->all_mem[m] = w->given[m];
+    sorted = sorted && (m == 0 || w->given[m - 1] < w->given[m]);
+  }
+  if (!sorted) qsort(w->all_mem, (size_t)w->n_all, sizeof(int32_t), cmp_i32);
+  for (int32_t m = 0; m < w->n_all; m++) {
+    int32_t u = w->all_mem[m];
+    if (u < 0 || u >= g->n_nodes || w->gon[u] != w->group || (m > 0 && w->all_mem[m - 1] == u))
+      return loom_error(w->ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                        "group %d: member list does not match the grouping (node %d)", w->group,
+                        u);
+  }
+  if (w->n_all == 0) return loom_lower_fail(w, "has no nodes");
+  if (w->mode == LOOM_FUSION_NONE && w->n_all != 1)
+    return loom_lower_fail(w, "mode none takes one node per kernel, not %d", w->n_all);
+  for (int32_t m = 0; m < w->n_all; m++) {
+    w->mem[m] = w->all_mem[m];
+    const loom_node *nd = &g->nodes[w->mem[m]];
+    if (!loom_fusion_node_fusible(g, w->mem[m]))
+      return loom_lower_fail(w, "node %d (%s) cannot be fused", w->mem[m], loom_op_name(nd->op));
+  }
+  w->n_mem = w->n_all;
+  LOOM_TRY(collect_values(w));
+  /* members nothing materialized depends on are dead: leave them out */
+  bool *live = calloc((size_t)w->n_mem, sizeof(bool));
+  if (!live) return loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+  int32_t n_live = 0;
+  for (int32_t m = w->n_mem - 1; m >= 0; m--) {
+    const loom_node *nd = mnode(w, m);
+    live[m] = live[m] || w->lv[w->loc[nd->out[0]]].mat;
+    if (!live[m]) continue;
+    n_live++;
+    for (int32_t i = 0; i < nd->n_in; i++) {
+      int32_t p = w->lv[w->loc[nd->in[i]]].prod;
+      if (p >= 0) live[p] = true;
+    }
+  }
+  if (n_live < w->n_mem) {
+    int32_t k = 0;
+    for (int32_t m = 0; m < w->n_mem; m++)
+      if (live[m]) w->mem[k++] = w->mem[m];
+    w->n_mem = k;
+    free(live);
+    if (k == 0) return loom_lower_fail(w, "produces nothing");
+    return collect_values(w);
+  }
+  free(live);
+  return LOOM_STATUS_OK;
+}
+
+/* ---- 2. views and dim classes ------------------------------------------- */
+
+static int32_t uf_find(int32_t *uf, int32_t a) {
+  while (uf[a] != a) {
+    uf[a] = uf[uf[a]];
+    a = uf[a];
+  }
+  return a;
+}
+
+static void uf_union(int32_t *uf, int32_t a, int32_t b) {
+  a = uf_find(uf, a);
+  b = uf_find(uf, b);
+  if (a != b) uf[a < b ? b : a] = a < b ? a : b;
+}
+
+/* Unifies the dims of a (rank ra) with b's, right-aligned, where sizes
+ * match and exceed 1 (NumPy broadcasting). */
+static void unify_aligned(lw *w, int32_t la, int32_t lb) {
+  const loom_type *ta = vt(w, la), *tb = vt(w, lb);
+  for (int32_t i = 1; i <= ta->rank && i <= tb->rank; i++) {
+    int32_t da = ta->rank - i, db = tb->rank - i;
+    if (ta->shape[da] != 1 && ta->shape[da] == tb->shape[db])
+      uf_union(w->uf, la * MAXR + da, lb * MAXR + db);
+  }
+}
+
+/* The reduced-axes mask of a reduce node over its input rank. */
+static uint32_t reduce_mask(const loom_node *nd, int32_t rank) {
+  const loom_ints *axes = &nd->attr[0].ints;
+  if (axes->n == 0) return rank ? (uint32_t)((UINT64_C(1) << rank) - 1) : 0;
+  uint32_t m = 0;
+  for (int32_t i = 0; i < axes->n; i++) {
+    int64_t a = axes->v[i] < 0 ? axes->v[i] + rank : axes->v[i];
+    if (a >= 0 && a < rank) m |= 1u << a;
+  }
+  return m;
+}
+
+/* Strides of a reshape of a strided view, if every merged run of input
+ * dims is itself contiguous; false otherwise. */
+static bool reshape_strides(const loom_type *in, const int64_t *istr, const loom_type *out,
+                            int64_t *ostr) {
+  int32_t i = 0, o = 0;
+  while (i < in->rank || o < out->rank) {
+    /* skip size-1 dims on both sides */
+    if (i < in->rank && in->shape[i] == 1) { i++; continue; }
+    if (o < out->rank && out->shape[o] == 1) { ostr[o++] = 0; continue; }
+    if (i >= in->rank || o >= out->rank) return false;
+    int32_t i0 = i, o0 = o;
+    int64_t pi = in->shape[i++], po = out->shape[o++];
+    while (pi != po) {
+      if (pi < po) {
+        if (i >= in->rank) return false;
+        pi *= in->shape[i++];
+      } else {
+        if (o >= out->rank) return false;
+        po *= out->shape[o++];
+      }
+    }
+    /* the input block i0..i must be mergeable: stride[d] = stride[d+1]*shape[d+1] */
+    int32_t last = -1;
+    for (int32_t d = i0; d < i; d++) {
+      if (in->shape[d] == 1) continue;
+      if (last >= 0 && istr[last] != istr[d] * in->shape[d]) return false;
+      last = d;
+    }
+    if (pi == 0) return false;
+    int64_t s = last >= 0 ? istr[last] : 1;
+    for (int32_t d = o - 1; d >= o0; d--) {
+      ostr[d] = out->shape[d] == 1 ? 0 : s;
+      s *= out->shape[d];
+    }
+  }
+  return true;
+}
+
+/* A layout op over a view gives a view (no work: the load moves). */
+static bool view_through(lw *w, const loom_node *nd, int32_t li, int32_t lo) {
+  const lval *x = &w->lv[li];
+  lval *y = &w->lv[lo];
+  const loom_type *ti = vt(w, li), *to = vt(w, lo);
+  y->src = x->src;
+  y->base = x->base;
+  switch (nd->op) {
+  case LOOM_OP_RESHAPE:
+    if (!reshape_strides(ti, x->stride, to, y->stride)) return false;
+    break;
+  case LOOM_OP_TRANSPOSE:
+    for (int32_t d = 0; d < to->rank; d++) y->stride[d] = x->stride[nd->attr[0].ints.v[d]];
+    break;
+  case LOOM_OP_SLICE:
+    for (int32_t d = 0; d < ti->rank; d++) {
+      int64_t s = nd->attr[0].ints.v[d];
+      if (s < 0) s += ti->shape[d];
+      y->base += s * x->stride[d];
+      y->stride[d] = x->stride[d];
+    }
+    break;
+  case LOOM_OP_BROADCAST_TO:
+    for (int32_t d = 0; d < to->rank; d++) {
+      int32_t di = d - (to->rank - ti->rank);
+      y->stride[d] = di >= 0 && ti->shape[di] == to->shape[d] ? x->stride[di] : 0;
+    }
+    break;
+  default: return false;
+  }
+  y->view = true;
+  return true;
+}
+
+static loom_status classes(lw *w) {
+  w->uf = malloc(sizeof(int32_t) * (size_t)w->n_lv * MAXR);
+  if (!w->uf) return loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+  for (int32_t i = 0; i < w->n_lv * MAXR; i++) w->uf[i] = i;
+  for (int32_t m = 0; m < w->n_mem; m++) {
+    const loom_node *nd = mnode(w, m);
+    const loom_op_def *d = loom_op_get(nd->op);
+    int32_t lo = w->loc[nd->out[0]];
+    int32_t li = nd->n_in > 0 ? w->loc[nd->in[0]] : -1;
+    if (d->cls == LOOM_OPCLASS_LAYOUT) {
+      if (w->lv[li].view && view_through(w, nd, li, lo)) continue;
+      const loom_type *ti = vt(w, li), *to = vt(w, lo);
+      if (nd->op == LOOM_OP_TRANSPOSE) {
+        for (int32_t k = 0; k < to->rank; k++)
+          if (to->shape[k] != 1)
+            uf_union(w->uf, lo * MAXR + k, li * MAXR + (int32_t)nd->attr[0].ints.v[k]);
+      } else if (nd->op == LOOM_OP_BROADCAST_TO) {
+        unify_aligned(w, li, lo);
+      } else if (nd->op == LOOM_OP_RESHAPE) {
+        /* size-1 dims may come and go between computed values; a reshape
+         * that merges or splits dims is stored in its input's loops (the
+         * flat order is the same) if nothing in the group reads it */
+        int32_t a = 0, b = 0;
+        bool same = true;
+        for (;;) {
+          while (a < ti->rank && ti->shape[a] == 1) a++;
+          while (b < to->rank && to->shape[b] == 1) b++;
+          if (a >= ti->rank || b >= to->rank) break;
+          if (ti->shape[a++] != to->shape[b++]) same = false;
+        }
+        same = same && a >= ti->rank && b >= to->rank;
+        if (!same && w->lv[lo].n_use == 0) {
+          w->lv[lo].alias = w->lv[li].alias >= 0 ? w->lv[li].alias : li;
+          continue;
+        }
+        if (!same)
+          return loom_lower_fail(w, "reshape (node %d) merges or splits dims read in the group",
+                                 w->mem[m]);
+        a = b = 0;
+        for (;;) {
+          while (a < ti->rank && ti->shape[a] == 1) a++;
+          while (b < to->rank && to->shape[b] == 1) b++;
+          if (a >= ti->rank || b >= to->rank) break;
+          uf_union(w->uf, li * MAXR + a++, lo * MAXR + b++);
+        }
+      } else {
+        return loom_lower_fail(w, "%s (node %d) of a computed value", d->name, w->mem[m]);
+      }
+    } else if (d->cls == LOOM_OPCLASS_REDUCE) {
+      const loom_type *ti = vt(w, li);
+      uint32_t mask = reduce_mask(nd, ti->rank);
+      bool keep = nd->attr[1].i != 0;
+      for (int32_t k = 0, od = 0; k < ti->rank; k++) {
+        if (mask & (1u << k)) {
+          od += keep;
+          continue;
+        }
+        if (ti->shape[k] != 1) uf_union(w->uf, li * MAXR + k, lo * MAXR + od);
+        od++;
+      }
+    } else if (d->cls == LOOM_OPCLASS_ELEMENTWISE || d->cls == LOOM_OPCLASS_RNG) {
+      for (int32_t i = 0; i < nd->n_in; i++) unify_aligned(w, w->loc[nd->in[i]], lo);
+    }
+  }
+  /* class ids: uf roots of dims != 1 (an empty dim is a loop of no
+   * iterations); a value may not hold a class twice */
+  for (int32_t l = 0; l < w->n_lv; l++) {
+    const loom_type *t = vt(w, l);
+    for (int32_t d = 0; d < MAXR; d++) {
+      w->lv[l].uf[d] = d < t->rank && t->shape[d] != 1 && w->lv[l].alias < 0
+                           ? uf_find(w->uf, l * MAXR + d)
+                           : -1;
+      for (int32_t e = 0; e < d && w->lv[l].uf[d] >= 0; e++)
+        if (w->lv[l].uf[e] == w->lv[l].uf[d])
+          return loom_lower_fail(w, "value %d iterates one loop twice (a diagonal)", w->lv[l].v);
+    }
+  }
+  return LOOM_STATUS_OK;
+}
+
+/* ---- 3. components and domains ------------------------------------------ */
+
+static int32_t count_cls(const lval *x) {
+  int32_t n = 0;
+  for (int32_t d = 0; d < MAXR; d++) n += x->uf[d] >= 0;
+  return n;
+}
+
+/* Domain dims a set of classes covers (a class may span two after a split). */
+static uint32_t cls_mask(const lcomp *c, const int32_t *cls, int32_t n) {
+  uint32_t m = 0;
+  for (int32_t j = 0; j < n; j++)
+    for (int32_t i = 0; i < c->nd; i++)
+      if (cls[j] >= 0 && c->dcls[i] == cls[j]) m |= 1u << i;
+  return m;
+}
+
+/* Classes a reduce node reduces (dims != 1), into out; returns the count. */
+static int32_t reduced_classes(const lw *w, int32_t m, int32_t *out) {
+  const loom_node *nd = mnode(w, m);
+  int32_t li = w->loc[nd->in[0]];
+  uint32_t mask = reduce_mask(nd, vt(w, li)->rank);
+  int32_t n = 0;
+  for (int32_t d = 0; d < MAXR; d++)
+    if ((mask & (1u << d)) && w->lv[li].uf[d] >= 0) out[n++] = w->lv[li].uf[d];
+  return n;
+}
+
+/* Splits domain dim j of c into (size/inner, inner), inner a divisor in
+ * [512, 8192]; the outer half goes to P (k = j + 1). */
+static void split_dim(lcomp *c, int32_t j) {
+  int64_t n = c->dsize[j], inner = 0;
+  for (int64_t t = 8192; t >= 512; t--)
+    if (n % t == 0 && n / t >= 2) {
+      inner = t;
+      break;
+    }
+  if (!inner || c->nd >= MAXD) return;
+  for (int32_t i = c->nd; i > j; i--) {
+    c->dcls[i] = c->dcls[i - 1];
+    c->dsize[i] = c->dsize[i - 1];
+    c->dmult[i] = c->dmult[i - 1];
+  }
+  c->nd++;
+  c->dsize[j] = n / inner;
+  c->dmult[j] = inner * c->dmult[j + 1];
+  c->dsize[j + 1] = inner;
+  c->k = j + 1;
+}
+
+static bool has_cls(const lval *x, int32_t c) {
+  for (int32_t d = 0; d < MAXR; d++)
+    if (x->uf[d] == c) return true;
+  return false;
+}
+
+static int64_t cls_size(const lw *w, int32_t c) {
+  for (int32_t l = 0; l < w->n_lv; l++)
+    for (int32_t d = 0; d < MAXR; d++)
+      if (w->lv[l].uf[d] == c) return vt(w, l)->shape[d];
+  return 0;
+}
+
+/* Loops no op ties together may still run as one: when a piece of the
+ * group has no value spanning all its loops (x[a, b] and z[c, b] sharing
+ * only b), a loop c that never meets loop a in one value and has its size
+ * is merged into it. Returns true if it merged anything. */
+static bool merge_one(lw *w, int32_t *cuf) {
+  int32_t nuf = w->n_lv * MAXR;
+  int32_t *ncls = calloc((size_t)nuf * 3, sizeof(int32_t));
+  if (!ncls) return false;
+  int32_t *best = ncls + nuf, *seen = ncls + 2 * nuf;
+  for (int32_t i = 0; i < nuf; i++) {
+    cuf[i] = i;
+    best[i] = -1;
+  }
+  for (int32_t l = 0; l < w->n_lv; l++) {
+    int32_t first = -1;
+    for (int32_t d = 0; d < MAXR; d++) {
+      int32_t c = w->lv[l].uf[d];
+      if (c < 0) continue;
+      if (first < 0) first = c;
+      else uf_union(cuf, first, c);
+    }
+  }
+  /* per piece: its loop count and its fullest value */
+  for (int32_t l = 0; l < w->n_lv; l++)
+    for (int32_t d = 0; d < MAXR; d++) {
+      int32_t c = w->lv[l].uf[d];
+      if (c < 0) continue;
+      int32_t r = uf_find(cuf, c);
+      if (!seen[c]) {
+        seen[c] = 1;
+        ncls[r]++;
+      }
+      if (best[r] < 0 || count_cls(&w->lv[l]) > count_cls(&w->lv[best[r]])) best[r] = l;
+    }
+  bool merged = false;
+  for (int32_t r = 0; r < nuf && !merged; r++) {
+    if (best[r] < 0 || count_cls(&w->lv[best[r]]) == ncls[r]) continue;
+    const lval *f = &w->lv[best[r]];
+    for (int32_t l2 = 0; l2 < w->n_lv && !merged; l2++)
+      for (int32_t d = 0; d < MAXR && !merged; d++) {
+        int32_t c = w->lv[l2].uf[d];
+        if (c < 0 || uf_find(cuf, c) != r || has_cls(f, c)) continue;
+        int64_t sz = cls_size(w, c);
+        for (int32_t e = 0; e < MAXR && !merged; e++) {
+          int32_t t = f->uf[e];
+          if (t < 0 || cls_size(w, t) != sz) continue;
+          bool meet = false;
+          for (int32_t l3 = 0; l3 < w->n_lv && !meet; l3++)
+            meet = has_cls(&w->lv[l3], c) && has_cls(&w->lv[l3], t);
+          if (meet) continue;
+          for (int32_t l3 = 0; l3 < w->n_lv; l3++)
+            for (int32_t d3 = 0; d3 < MAXR; d3++)
+              if (w->lv[l3].uf[d3] == c) w->lv[l3].uf[d3] = t;
+          merged = true;
+        }
+      }
+  }
+  free(ncls);
+  return merged;
+}
+
+static loom_status domains(lw *w) {
+  int32_t nuf = w->n_lv * MAXR;
+  int32_t *cuf = malloc(sizeof(int32_t) * (size_t)nuf * 2);
+  if (!cuf) return loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+  w->cls_comp = cuf + nuf;
+  for (int32_t guard = 0; guard < 64 && merge_one(w, cuf); guard++) {
+  }
+  for (int32_t i = 0; i < nuf; i++) {
+    cuf[i] = i;
+    w->cls_comp[i] = -1;
+  }
+  for (int32_t l = 0; l < w->n_lv; l++) {
+    int32_t first = -1;
+    for (int32_t d = 0; d < MAXR; d++) {
+      int32_t c = w->lv[l].uf[d];
+      if (c < 0) continue;
+      if (first < 0) first = c;
+      else uf_union(cuf, first, c);
+    }
+  }
+  /* components: one per class-union root, domain from its fullest value */
+  w->comp = calloc((size_t)(w->n_lv > 0 ? w->n_lv : 1), sizeof(lcomp));
+  if (!w->comp) {
+    free(w->uf);
+    w->uf = cuf;
+    return loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+  }
+  int32_t *reds = malloc(sizeof(int32_t) * (size_t)(w->n_mem > 0 ? w->n_mem : 1)), n_red = 0;
+  if (reds)
+    for (int32_t m = 0; m < w->n_mem; m++)
+      if (loom_op_get(mnode(w, m)->op)->cls == LOOM_OPCLASS_REDUCE) reds[n_red++] = m;
+  int32_t *root_comp = malloc(sizeof(int32_t) * (size_t)nuf);
+  int32_t *ncls = calloc((size_t)nuf, sizeof(int32_t));
+  int32_t *full = malloc(sizeof(int32_t) * (size_t)(w->n_lv > 0 ? w->n_lv : 1));
+  loom_status st = LOOM_STATUS_OK;
+  if (!reds || !root_comp || !ncls || !full) {
+    st = loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+    goto done;
+  }
+  for (int32_t i = 0; i < nuf; i++) root_comp[i] = -1;
+  for (int32_t l = 0; l < w->n_lv; l++)
+    for (int32_t d = 0; d < MAXR; d++) {
+      int32_t c = w->lv[l].uf[d];
+      if (c < 0 || w->cls_comp[c] >= 0) continue;
+      int32_t r = uf_find(cuf, c);
+      if (root_comp[r] < 0) {
+        root_comp[r] = w->n_comp;
+        full[w->n_comp++] = -1;
+      }
+      w->cls_comp[c] = root_comp[r];
+      ncls[root_comp[r]]++;
+    }
+  for (int32_t l = 0; l < w->n_lv; l++) {
+    int32_t c0 = -1;
+    for (int32_t d = 0; d < MAXR && c0 < 0; d++)
+      if (w->lv[l].uf[d] >= 0) c0 = w->cls_comp[w->lv[l].uf[d]];
+    w->lv[l].comp = c0;
+    if (c0 >= 0 && count_cls(&w->lv[l]) == ncls[c0] && full[c0] < 0) full[c0] = l;
+  }
+  for (int32_t ci = 0; ci < w->n_comp; ci++) {
+    if (full[ci] < 0) {
+      st = loom_lower_fail(w, "no value spans every loop of one of its pieces");
+      goto done;
+    }
+    lcomp *c = &w->comp[ci];
+    const lval *f = &w->lv[full[ci]];
+    const loom_type *t = vt(w, full[ci]);
+    for (int32_t d = 0; d < t->rank; d++)
+      if (f->uf[d] >= 0) {
+        c->dcls[c->nd] = f->uf[d];
+        c->dsize[c->nd] = t->shape[d];
+        c->dmult[c->nd++] = 1;
+      }
+    /* R: what the row reductions reduce (a common trailing run), else a
+     * trailing run of unreduced dims big enough to vectorise */
+    int32_t last = c->dcls[c->nd - 1], j = c->nd, any_row = 0;
+    uint32_t reduced_any = 0;
+    for (int32_t q = 0; q < n_red; q++) {
+      int32_t m = reds[q];
+      int32_t rc[MAXR], nr = reduced_classes(w, m, rc);
+      if (nr == 0 || w->cls_comp[rc[0]] != ci) continue;
+      uint32_t rm = cls_mask(c, rc, nr);
+      reduced_any |= rm;
+      bool has_last = false;
+      for (int32_t i = 0; i < nr; i++) has_last |= rc[i] == last;
+      if (!has_last) continue;
+      int32_t s = c->nd;
+      while (s > 0 && (rm & (1u << (s - 1)))) s--;
+      j = any_row ? LOOM_MAX(j, s) : s; /* the run every row reduction reduces */
+      any_row = 1;
+    }
+    if (!any_row) {
+      int32_t s = c->nd;
+      while (s > 0 && !(reduced_any & (1u << (s - 1)))) s--;
+      /* shortest suffix within [s, nd) of at least 512 elements */
+      int64_t prod = 1;
+      j = c->nd;
+      while (j > s && prod < 512) prod *= c->dsize[--j];
+    }
+    c->k = j;
+    /* too few rows for the threads: move leading R dims to P while rows
+     * stay long, then split a lone huge dim (a row reduction then also
+     * reduces over P: row + column) */
+    int64_t rows = 1, rlen = 1;
+    for (int32_t i = 0; i < c->k; i++) rows *= c->dsize[i];
+    for (int32_t i = c->k; i < c->nd; i++) rlen *= c->dsize[i];
+    while (rows < 16 && c->nd - c->k >= 2 && c->dsize[c->k] > 0 &&
+           rlen / c->dsize[c->k] >= 1024) {
+      rows *= c->dsize[c->k];
+      rlen /= c->dsize[c->k++];
+    }
+    if (rows < 16 && c->k < c->nd && c->dsize[c->k] >= 4096) split_dim(c, c->k);
+    if (c->k > LOOM_MAX_RANK || c->nd - c->k > LOOM_MAX_RANK) {
+      st = loom_lower_fail(w, "too many loops");
+      goto done;
+    }
+  }
+  for (int32_t l = 0; l < w->n_lv; l++) {
+    lval *x = &w->lv[l];
+    if (x->comp >= 0) x->space = cls_mask(&w->comp[x->comp], x->uf, MAXR);
+  }
+done:
+  free(reds);
+  free(root_comp);
+  free(ncls);
+  free(full);
+  /* the dim union-find is done with; cls_comp lives in the cuf block */
+  free(w->uf);
+  w->uf = cuf;
+  return st;
+}
+
+/* ---- 4. reductions and phases ------------------------------------------- */
+
+/* True if member m's one-element result reaches, through one-element
+ * values, a node iterating loops of another component. */
+static bool feeds_other_piece(const lw *w, int32_t m) {
+  int32_t comp = w->lv[w->loc[mnode(w, m)->in[0]]].comp;
+  bool *tm = calloc((size_t)w->n_lv, sizeof(bool));
+  if (!tm) return true;
+  tm[w->loc[mnode(w, m)->out[0]]] = true;
+  bool other = false;
+  for (int32_t m2 = m + 1; m2 < w->n_mem && !other; m2++) {
+    const loom_node *nd = mnode(w, m2);
+    bool hit = false;
+    for (int32_t i = 0; i < nd->n_in; i++) hit |= tm[w->loc[nd->in[i]]];
+    if (!hit) continue;
+    int32_t lo = w->loc[nd->out[0]];
+    if (w->lv[lo].comp < 0)
+      tm[lo] = true;
+    else
+      other = w->lv[lo].comp != comp;
+  }
+  free(tm);
+  return other;
+}
+
+static loom_status reductions(lw *w) {
+  w->red = calloc((size_t)w->n_mem, 1);
+  w->phase = calloc((size_t)w->n_mem, sizeof(int32_t));
+  if (!w->red || !w->phase) return loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+  for (int32_t m = 0; m < w->n_mem; m++) {
+    const loom_node *nd = mnode(w, m);
+    if (loom_op_get(nd->op)->cls != LOOM_OPCLASS_REDUCE) continue;
+    int32_t rc[MAXR], nr = reduced_classes(w, m, rc);
+    if (nr == 0) {
+      w->red[m] = RED_IDENT;
+      continue;
+    }
+    const lcomp *c = &w->comp[w->cls_comp[rc[0]]];
+    uint32_t rd = cls_mask(c, rc, nr), R = rmask(c);
+    uint32_t rowp = rd & R, colp = rd & ~R;
+    if (rowp && rowp != R) return loom_lower_fail(w, "node %d reduces part of a row", w->mem[m]);
+    w->red[m] = rowp && colp ? RED_ROWCOL : rowp ? RED_ROW : RED_COL;
+    /* a reduction to one element that feeds work over other loops (another
+     * piece of the group) ends a phase, through a column step */
+    if (w->red[m] == RED_ROW && w->lv[w->loc[nd->out[0]]].comp < 0 && feeds_other_piece(w, m))
+      w->red[m] = RED_ROWCOL;
+  }
+  for (int32_t m = 0; m < w->n_mem; m++) {
+    const loom_node *nd = mnode(w, m);
+    int32_t ph = 0;
+    for (int32_t i = 0; i < nd->n_in; i++) {
+      int32_t p = w->lv[w->loc[nd->in[i]]].prod;
+      if (p < 0) continue;
+      if (w->mode == LOOM_FUSION_LOOP && w->red[p] >= RED_ROW)
+        return loom_lower_fail(w, "loop mode: reduction node %d feeds node %d in the group",
+                               w->mem[p], w->mem[m]);
+      ph = LOOM_MAX(ph, w->phase[p] + (w->red[p] == RED_COL || w->red[p] == RED_ROWCOL));
+    }
+    w->phase[m] = ph;
+    w->max_phase = LOOM_MAX(w->max_phase, ph);
+  }
+  return LOOM_STATUS_OK;
+}
+
+loom_status loom_lower_domains(lw *w) {
+  loom_status st = collect(w);
+  if (st == LOOM_STATUS_OK) st = classes(w);
+  if (st == LOOM_STATUS_OK) st = domains(w);
+  if (st == LOOM_STATUS_OK) st = reductions(w);
+  return st;
+}

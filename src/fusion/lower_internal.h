@@ -1,0 +1,150 @@
+/*
+ * Private to the lowering of fused groups (lower.c, lower_domain.c,
+ * lower_emit.c): the lowering state and the steps' entry points. The
+ * steps themselves are described at the top of lower.c.
+ */
+#ifndef LOOM_FUSION_LOWER_INTERNAL_H
+#define LOOM_FUSION_LOWER_INTERNAL_H
+
+#include "fusion/group.h"
+
+#define MAXR LOOM_MAX_RANK
+#define MAXD (2 * LOOM_MAX_RANK) /* domain dims of a component */
+
+/* Reduction kinds relative to the domain. */
+enum { RED_NONE = 0, RED_IDENT, RED_ROW, RED_COL, RED_ROWCOL };
+
+typedef struct lval {
+  int32_t v;      /* graph value id */
+  int32_t prod;   /* producing member (local index), -1 if produced outside */
+  bool mat;       /* materialized */
+  bool view;      /* loadable from buffer src with base and strides */
+  int32_t src;
+  int64_t base;
+  int64_t stride[MAXR];
+  int32_t uf[MAXR]; /* class per dim (after step 2), -1 for size-1 dims */
+  int32_t comp;     /* component, -1 for values without classes (tiny) */
+  uint32_t space;   /* domain dims of its component it iterates */
+  int32_t n_use;    /* uses by member nodes */
+  int32_t alias;    /* a reshape stored without looping over its own dims:
+                       the local value it reshapes (same flat order), or -1 */
+} lval;
+
+typedef struct lcomp {
+  int32_t nd, k; /* domain dims, of which the first k are P */
+  int32_t dcls[MAXD];
+  int64_t dsize[MAXD], dmult[MAXD];
+} lcomp;
+
+/* The per-graph index of group.h. */
+struct loom_fusion_index {
+  const loom_graph *g;
+  int32_t *cons_off, *cons; /* consumer nodes of each value (CSR, one per use) */
+  bool *is_output;          /* per value: a graph output */
+  int32_t *loc;             /* per value: scratch for lw.loc, all -1 between calls */
+};
+
+typedef struct lw {
+  loom_ctx *ctx;
+  const loom_graph *g;
+  loom_fusion_index *ix;
+  const int32_t *gon;
+  int32_t group;
+  loom_fusion_mode mode;
+  const int32_t *given;  /* the caller's member list (any order) */
+  int32_t n_given;
+  int32_t *mem, n_mem;  /* live member node ids, ascending */
+  int32_t *all_mem, n_all; /* every member (the kernel's node list) */
+  int32_t *loc;         /* graph value -> local value index, -1 (ix->loc: set
+                           back to -1 by lw_free) */
+  lval *lv;
+  int32_t n_lv, cap_lv;
+  int32_t *uf;          /* union-find over local dims (n_lv * MAXR) */
+  int32_t *cls_comp;    /* class (uf root) -> component */
+  lcomp *comp;
+  int32_t n_comp;
+  uint8_t *red;         /* per member: RED_* */
+  int32_t *phase;       /* per member */
+  int32_t max_phase;
+  loom_status err; /* the first failure while emitting */
+} lw;
+
+/* Fails lowering with UNSUPPORTED: "group G: <message>" (lower.c). */
+loom_status loom_lower_fail(lw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static inline const loom_type *vt(const lw *w, int32_t l) {
+  return loom_value_type(w->g, w->lv[l].v);
+}
+static inline const loom_node *mnode(const lw *w, int32_t m) { return &w->g->nodes[w->mem[m]]; }
+
+/* Row-major strides of a contiguous value of type t. */
+static inline void contiguous(const loom_type *t, int64_t *stride) {
+  int64_t s = 1;
+  for (int32_t d = t->rank - 1; d >= 0; d--) {
+    stride[d] = s;
+    s *= t->shape[d];
+  }
+}
+
+/* The R dims of a component's domain, as a mask. */
+static inline uint32_t rmask(const lcomp *c) {
+  return (uint32_t)(((UINT64_C(1) << c->nd) - 1) & ~((UINT64_C(1) << c->k) - 1));
+}
+
+/* Steps 1-4 (lower_domain.c): members and values, dim classes, domains,
+ * reductions and phases. */
+loom_status loom_lower_domains(lw *w);
+
+/* ---- kernel building (lower_emit.c) -------------------------------------- */
+
+typedef struct kbuild {
+  loom_kernel *k;
+  int32_t cap_args, cap_exprs;
+} kbuild;
+
+enum { AV_NONE = 0, AV_REG, AV_SCRATCH };
+
+/* What one part needs while it is built. */
+typedef struct lpart {
+  int32_t phase, comp;
+  uint32_t pmask, rmask_;    /* domain dims in P / R */
+  int32_t pidx[MAXD], ridx[MAXD]; /* domain dim -> P / R coordinate */
+  bool *in_clo;              /* per member: computed in this part */
+  int32_t *level;            /* per local value */
+  uint8_t *avail;            /* per local value: AV_* from an earlier stage */
+  int32_t *avail_id;         /* its register or scratch row */
+  bool *scratch;             /* per local value: kept in scratch */
+  int32_t *rowreg;           /* per member (ROWCOL): register of the row part */
+  int32_t *memo;             /* per local value: expr in the current stage */
+  int32_t *memo_stamp;       /* memo[l] is valid iff memo_stamp[l] == stamp */
+  int32_t stamp;
+  const int32_t *cl;         /* members computed, ascending */
+  int32_t n_cl;
+  /* per local value, work arrays of build_part (zero between parts) */
+  int32_t *cost, *set_l, *set_kind, *set_id;
+  bool *later, *need_reg, *wants_reg;
+  loom_kpart *kp;
+} lpart;
+
+/* True if value l is loaded (not computed) in phase ph. */
+static inline bool loadable(const lw *w, int32_t l, int32_t ph) {
+  const lval *x = &w->lv[l];
+  if (x->view) return true;
+  int32_t p = x->prod;
+  return w->phase[p] < ph && (x->mat || w->red[p] == RED_COL || w->red[p] == RED_ROWCOL);
+}
+
+/* The value whose loops store value l: itself, or what an alias reshapes. */
+static inline int32_t store_src(const lw *w, int32_t l) {
+  return w->lv[l].alias >= 0 ? w->lv[l].alias : l;
+}
+
+typedef struct lroot {
+  int32_t l, m;  /* value and its producer */
+  bool col;      /* COL_REDUCE (else STORE) */
+} lroot;
+
+/* Emits the stages of one part: roots[0..n) are its values to produce. */
+loom_status loom_lower_build_part(lw *w, kbuild *b, lpart *P, const lroot *roots, int32_t n);
+
+#endif

@@ -1,0 +1,237 @@
+/*
+ * Plan exploration, second half (docs/FUSION.md, "Plan search", steps 2
+ * and 3): horizontal fusion of pairs of groups while the cost model says
+ * it pays, and the execution order of groups and lone nodes.
+ */
+#include "fusion/plan_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define HORIZONTAL_WINDOW 8 /* kernels apart, for shared-input pairs */
+#define HORIZONTAL_ROUNDS 64
+
+/* ---- execution order: Kahn over units (groups and lone nodes) ---------- */
+
+static int32_t unit_of(const plan_ctx *p, int32_t u) { return p->gon[u] >= 0 ? p->gon[u] : u; }
+static int32_t unit_key(const plan_ctx *p, int32_t unit) {
+  return p->gon[unit] >= 0 ? p->gmin[unit] : unit;
+}
+
+static void heap_push(const plan_ctx *p, int32_t *h, int32_t *n, int32_t x) {
+  int32_t i = (*n)++;
+  while (i > 0 && unit_key(p, h[(i - 1) / 2]) > unit_key(p, x)) {
+    h[i] = h[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  h[i] = x;
+}
+
+static int32_t heap_pop(const plan_ctx *p, int32_t *h, int32_t *n) {
+  int32_t top = h[0], x = h[--(*n)], i = 0;
+  for (;;) {
+    int32_t c = 2 * i + 1;
+    if (c >= *n) break;
+    if (c + 1 < *n && unit_key(p, h[c + 1]) < unit_key(p, h[c])) c++;
+    if (unit_key(p, h[c]) >= unit_key(p, x)) break;
+    h[i] = h[c];
+    i = c;
+  }
+  if (*n > 0) h[i] = x;
+  return top;
+}
+
+/* Units in a valid order, ties to the smallest first node (so the order
+ * follows the graph's own where it can); count, or -1 on a cycle. */
+int32_t loom_plan_order_units(plan_ctx *p, int32_t *order, int32_t *indeg, int32_t *heap) {
+  int32_t n_units = 0, n_heap = 0, k = 0;
+  memset(indeg, 0, sizeof *indeg * (size_t)p->n);
+  for (int32_t u = 0; u < p->n; u++) {
+    if (p->cls[u] == LOOM_NODE_DEAD) continue;
+    if (unit_of(p, u) == u) n_units++;
+    for (int32_t e = p->cons_off[u]; e < p->cons_off[u + 1]; e++)
+      if (unit_of(p, p->cons[e]) != unit_of(p, u)) indeg[unit_of(p, p->cons[e])]++;
+  }
+  for (int32_t u = 0; u < p->n; u++)
+    if (p->cls[u] != LOOM_NODE_DEAD && unit_of(p, u) == u && indeg[u] == 0)
+      heap_push(p, heap, &n_heap, u);
+  while (n_heap > 0) {
+    int32_t unit = heap_pop(p, heap, &n_heap);
+    order[k++] = unit;
+    int32_t nm = 1;
+    if (p->gon[unit] >= 0)
+      nm = loom_plan_members(p, unit, p->gbuf);
+    else
+      p->gbuf[0] = unit;
+    for (int32_t i = 0; i < nm; i++) {
+      int32_t w = p->gbuf[i];
+      for (int32_t e = p->cons_off[w]; e < p->cons_off[w + 1]; e++) {
+        int32_t cu = unit_of(p, p->cons[e]);
+        if (cu != unit && --indeg[cu] == 0) heap_push(p, heap, &n_heap, cu);
+      }
+    }
+  }
+  return k == n_units ? k : -1;
+}
+
+/* ---- horizontal fusion: merging independent (or any) pairs of groups --- */
+
+typedef struct hpair {
+  int32_t a, b; /* group ids, a's position before b's */
+  int32_t pa, pb;
+  double gain;
+} hpair;
+
+static int cmp_i64(const void *x, const void *y) {
+  int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+  return (a > b) - (a < b);
+}
+
+static int cmp_hpair(const void *x, const void *y) {
+  const hpair *a = x, *b = y;
+  if (a->gain != b->gain) return a->gain > b->gain ? -1 : 1;
+  if (a->pa != b->pa) return a->pa < b->pa ? -1 : 1;
+  return (a->pb > b->pb) - (a->pb < b->pb);
+}
+
+/* Tentatively labels a and b as one group t = max(a, b); fills p->mem. */
+static int32_t label_pair(plan_ctx *p, int32_t a, int32_t b, int32_t t, uint64_t *h1,
+                          uint64_t *h2) {
+  int32_t nm = loom_plan_members(p, a, p->mem);
+  nm += loom_plan_members(p, b, p->mem + nm);
+  *h1 = *h2 = 0;
+  for (int32_t i = 0; i < nm; i++) {
+    *h1 += p->z1[p->mem[i]];
+    *h2 += p->z2[p->mem[i]];
+    p->gon[p->mem[i]] = t;
+  }
+  return nm;
+}
+
+static double pair_gain(plan_ctx *p, int32_t a, int32_t b) {
+  int32_t t = LOOM_MAX(a, b), lo = LOOM_MIN(p->gmin[a], p->gmin[b]);
+  int32_t old_min = p->gmin[t];
+  uint64_t h1, h2;
+  bool ok_a, ok_b, ok;
+  /* costs of the parts first, while their labels are still theirs */
+  int32_t na = loom_plan_members(p, a, p->mem), nb = loom_plan_members(p, b, p->mem + na);
+  uint64_t a1 = 0, a2 = 0, b1 = 0, b2 = 0;
+  for (int32_t i = 0; i < na; i++)
+    a1 += p->z1[p->mem[i]], a2 += p->z2[p->mem[i]];
+  for (int32_t i = na; i < na + nb; i++)
+    b1 += p->z1[p->mem[i]], b2 += p->z2[p->mem[i]];
+  double ca = loom_plan_group_cost(p, a, p->mem, na, a1, a2, &ok_a);
+  double cb = loom_plan_group_cost(p, b, p->mem + na, nb, b1, b2, &ok_b);
+  int32_t nm = label_pair(p, a, b, t, &h1, &h2);
+  p->gmin[t] = lo;
+  double c = loom_plan_group_cost(p, t, p->mem, nm, h1, h2, &ok);
+  double gain = ok && ok_a && ok_b && !loom_plan_creates_cycle(p, t, p->mem, nm) ? ca + cb - c : -1;
+  for (int32_t i = 0; i < na; i++)
+    p->gon[p->mem[i]] = a;
+  for (int32_t i = na; i < nm; i++)
+    p->gon[p->mem[i]] = b;
+  p->gmin[t] = old_min;
+  return gain;
+}
+
+loom_status loom_plan_horizontal(plan_ctx *p) {
+  int32_t n = p->n;
+  int32_t *order = malloc(sizeof *order * (size_t)n), *indeg = malloc(sizeof *indeg * (size_t)n);
+  int32_t *heap = malloc(sizeof *heap * (size_t)n), *pos = malloc(sizeof *pos * (size_t)n);
+  int32_t *kern = malloc(sizeof *kern * (size_t)n);
+  int64_t cap = 64, n_in = 0;
+  for (int32_t u = 0; u < n; u++)
+    n_in += p->g->nodes[u].n_in;
+  int64_t *uses = malloc(sizeof *uses * (size_t)(n_in + 1));
+  hpair *pairs = malloc(sizeof *pairs * (size_t)cap);
+  bool *touched = calloc((size_t)n, sizeof *touched);
+  loom_status status = LOOM_STATUS_OK;
+  if (!order || !indeg || !heap || !pos || !kern || !uses || !pairs || !touched) {
+    status = LOOM_STATUS_OUT_OF_MEMORY;
+    goto done;
+  }
+  p->cur = -1;
+  for (int32_t round = 0; round < HORIZONTAL_ROUNDS; round++) {
+    int32_t nu = loom_plan_order_units(p, order, indeg, heap);
+    if (nu < 0) {
+      status = loom_error(p->ctx, LOOM_STATUS_INTERNAL, "fusion plan: groups form a cycle");
+      goto done;
+    }
+    int32_t nk = 0;
+    for (int32_t i = 0; i < nu; i++)
+      if (p->gon[order[i]] >= 0) {
+        pos[order[i]] = nk;
+        kern[nk++] = order[i];
+      }
+    int32_t np = 0;
+#define ADD_PAIR(A, B)                                                                             \
+  do {                                                                                             \
+    if (np == cap) {                                                                               \
+      cap *= 2;                                                                                    \
+      hpair *q = realloc(pairs, sizeof *pairs * (size_t)cap);                                      \
+      if (!q) {                                                                                    \
+        status = LOOM_STATUS_OUT_OF_MEMORY;                                                        \
+        goto done;                                                                                 \
+      }                                                                                            \
+      pairs = q;                                                                                   \
+    }                                                                                              \
+    pairs[np++] = (hpair){.a = (A), .b = (B), .pa = pos[A], .pb = pos[B]};                         \
+  } while (0)
+    /* neighbours in the execution order */
+    for (int32_t i = 0; i + 1 < nk; i++)
+      ADD_PAIR(kern[i], kern[i + 1]);
+    /* groups reading the same value, a few kernels apart: (value, pos) */
+    int64_t nuse = 0;
+    for (int32_t u = 0; u < n; u++) {
+      if (p->gon[u] < 0) continue;
+      for (int32_t i = 0; i < p->g->nodes[u].n_in; i++) {
+        int32_t x = p->g->nodes[u].in[i], pr = p->g->values[x].node;
+        if (pr >= 0 && p->gon[pr] == p->gon[u]) continue;
+        uses[nuse++] = ((int64_t)x << 32) | pos[p->gon[u]];
+      }
+    }
+    qsort(uses, (size_t)nuse, sizeof *uses, cmp_i64);
+    for (int64_t i = 0; i + 1 < nuse; i++) {
+      int32_t x = (int32_t)(uses[i] >> 32), xa = (int32_t)(uses[i] & 0xffffffff);
+      int32_t xb = (int32_t)(uses[i + 1] & 0xffffffff);
+      if ((int32_t)(uses[i + 1] >> 32) != x || xa == xb) continue;
+      if (xb - xa > 1 && xb - xa <= HORIZONTAL_WINDOW) ADD_PAIR(kern[xa], kern[xb]);
+    }
+#undef ADD_PAIR
+    for (int32_t i = 0; i < np; i++)
+      pairs[i].gain = pair_gain(p, pairs[i].a, pairs[i].b);
+    if (p->oom) {
+      status = LOOM_STATUS_OUT_OF_MEMORY;
+      goto done;
+    }
+    qsort(pairs, (size_t)np, sizeof *pairs, cmp_hpair);
+    memset(touched, 0, sizeof *touched * (size_t)n);
+    int32_t merged = 0;
+    for (int32_t i = 0; i < np && pairs[i].gain > 0; i++) {
+      int32_t a = pairs[i].a, b = pairs[i].b;
+      if (touched[a] || touched[b]) continue;
+      /* earlier merges this round may have closed a cycle through a, b */
+      if (merged > 0 && pair_gain(p, a, b) <= 0) continue;
+      int32_t t = LOOM_MAX(a, b);
+      uint64_t h1, h2;
+      int32_t lo = LOOM_MIN(p->gmin[a], p->gmin[b]);
+      label_pair(p, a, b, t, &h1, &h2);
+      p->gmin[t] = lo;
+      touched[a] = touched[b] = true;
+      merged++;
+      loom_plan_finish_groups(p);
+    }
+    if (merged == 0) break;
+  }
+done:
+  free(order);
+  free(indeg);
+  free(heap);
+  free(pos);
+  free(kern);
+  free(uses);
+  free(pairs);
+  free(touched);
+  return status;
+}
+
