@@ -337,6 +337,39 @@ static void case_flat(loom_ctx *ctx, int64_t n) {
   loom_graph_free(g);
 }
 
+/* Element-wise work over short rows keeps rows for the threads: [512, 128]
+ * is not one row of 65536 (one tile), and [4096, 4] is not 4096 rows of 4. */
+static void case_short_rows(loom_ctx *ctx, int64_t n, int64_t h) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int64_t xs[2] = {n, h};
+  int32_t x = input(g, "x", LOOM_DTYPE_F32, 2, xs);
+  int32_t b = input(g, "b", LOOM_DTYPE_F32, 1, &h);
+  int32_t t = lb_unary(g, LOOM_OP_TANH, lb_add(g, x, b));
+  loom_graph_output(g, "y", lb_mul(g, t, lb_scalar(g, LOOM_DTYPE_F32, 0.5)));
+  CHECK_OK(ctx, loom_build_status(g));
+  char name[64];
+  snprintf(name, sizeof name, "short rows [%lld,%lld]", (long long)n, (long long)h);
+  tcase tc = {name, -3, 3, 0, 0, 1, 1, 1};
+  check_graph(ctx, g, &tc);
+  int32_t *gon = malloc(sizeof(int32_t) * (size_t)g->n_nodes);
+  for (int32_t i = 0; i < g->n_nodes; i++) gon[i] = 7;
+  loom_group_info info;
+  CHECK(loom_fusion_group_analyze(g, gon, 7, LOOM_FUSION_STITCH, &info));
+  CHECK(info.rows >= 16 && info.rows * info.row_len == n * h);
+  loom_kernel k;
+  CHECK_OK(ctx, loom_fusion_group_lower(ctx, g, gon, 7, LOOM_FUSION_STITCH, NULL, "k", &k));
+  CHECK(k.n_parts == 1);
+  if (k.n_parts == 1) {
+    int64_t rows = loom_kpart_rows(&k.parts[0]), len = loom_kpart_row_len(&k.parts[0]);
+    CHECK(rows >= 16 && len >= 8 && rows * len == n * h);
+    printf("%-28s rows %lld x row %lld\n", name, (long long)rows, (long long)len);
+  }
+  loom_kernel_clear(&k);
+  free(gon);
+  loom_graph_free(g);
+}
+
 /* Column statistics consumed by later work: a batch-norm-like graph. */
 static void case_batchnorm(loom_ctx *ctx, int64_t n, int64_t c) {
   loom_graph *g = NULL;
@@ -585,6 +618,9 @@ int main(void) {
   case_bias_gelu(ctx, 3, 33, true);
   case_bias_gelu(ctx, 3, 7, false);
   case_flat(ctx, q ? 8192 : 3 * 8192);
+  case_short_rows(ctx, 512, 128);
+  case_short_rows(ctx, 4096, 4);
+  case_short_rows(ctx, 64, 128);
   case_batchnorm(ctx, 9, 5);
   case_layout(ctx);
   case_attn_middle(ctx, 5, 5);

@@ -241,7 +241,7 @@ static int cmp_i32(const void *a, const void *b) {
 
 /* The union of the closures of roots idx[0..n) as an ascending member list
  * (marked in uclo, which the caller clears by the list). */
-static int32_t union_closure(bool *uclo, const int32_t *clo_off, const int32_t *clo_m,
+static int32_t union_closure(bool *uclo, int32_t nm, const int32_t *clo_off, const int32_t *clo_m,
                              const int32_t *idx, int32_t n, int32_t *out) {
   int32_t k = 0;
   for (int32_t q = 0; q < n; q++)
@@ -250,7 +250,13 @@ static int32_t union_closure(bool *uclo, const int32_t *clo_off, const int32_t *
         uclo[clo_m[t]] = true;
         out[k++] = clo_m[t];
       }
-  qsort(out, (size_t)k, sizeof(int32_t), cmp_i32);
+  if (k < nm / 8) {
+    qsort(out, (size_t)k, sizeof(int32_t), cmp_i32);
+  } else { /* most members: reading the marks in order is cheaper */
+    k = 0;
+    for (int32_t m = 0; m < nm; m++)
+      if (uclo[m]) out[k++] = m;
+  }
   return k;
 }
 
@@ -338,7 +344,7 @@ static loom_status parts(lw *w, kbuild *b) {
         uint32_t mask;
         for (z = a; z < nr && label[order[z]] == lab; z++) {
         }
-        int32_t nu = union_closure(mark, clo_off, clo_m, order + a, z - a, ulist);
+        int32_t nu = union_closure(mark, nm, clo_off, clo_m, order + a, z - a, ulist);
         for (int32_t q = 0; q < nu; q++) mark[ulist[q]] = false;
         part_domain(w, roots, nr, label, lab, ulist, nu, &comp, &mask);
         if (comp < 0) continue;
@@ -349,7 +355,7 @@ static loom_status parts(lw *w, kbuild *b) {
           if (root_fits(w, rt, pm, rm)) continue;
           if (z - a == 1) {
             st = loom_lower_fail(w, "value %d cannot be written once per element of its loops",
-                      w->lv[rt->l].v);
+                                 w->lv[rt->l].v);
             break;
           }
           label[order[q]] = next_label++;
@@ -364,7 +370,7 @@ static loom_status parts(lw *w, kbuild *b) {
       uint32_t mask;
       for (z = a; z < nr && label[order[z]] == lab; z++) {
       }
-      int32_t nu = union_closure(mark, clo_off, clo_m, order + a, z - a, ulist);
+      int32_t nu = union_closure(mark, nm, clo_off, clo_m, order + a, z - a, ulist);
       part_domain(w, roots, nr, label, lab, ulist, nu, &comp, &mask);
       st = new_part(w, b, &cap_parts, &P, comp, mask, ph);
       if (st == LOOM_STATUS_OK) {

@@ -76,12 +76,16 @@ static loom_status collect(lw *w) {
   w->all_mem = w->mem + cap;
   w->loc = w->ix->loc;
   w->n_all = w->n_given;
-  bool sorted = true;
+  bool up = true, down = true; /* the planner lists groups descending */
   for (int32_t m = 0; m < w->n_all; m++) {
     w->all_mem[m] = w->given[m];
-    sorted = sorted && (m == 0 || w->given[m - 1] < w->given[m]);
+    up = up && (m == 0 || w->given[m - 1] < w->given[m]);
+    down = down && (m == 0 || w->given[m - 1] > w->given[m]);
   }
-  if (!sorted) qsort(w->all_mem, (size_t)w->n_all, sizeof(int32_t), cmp_i32);
+  if (down)
+    for (int32_t m = 0; m < w->n_all; m++) w->all_mem[m] = w->given[w->n_all - 1 - m];
+  else if (!up)
+    qsort(w->all_mem, (size_t)w->n_all, sizeof(int32_t), cmp_i32);
   for (int32_t m = 0; m < w->n_all; m++) {
     int32_t u = w->all_mem[m];
     if (u < 0 || u >= g->n_nodes || w->gon[u] != w->group || (m > 0 && w->all_mem[m - 1] == u))
@@ -346,16 +350,10 @@ static int32_t reduced_classes(const lw *w, int32_t m, int32_t *out) {
   return n;
 }
 
-/* Splits domain dim j of c into (size/inner, inner), inner a divisor in
- * [512, 8192]; the outer half goes to P (k = j + 1). */
-static void split_dim(lcomp *c, int32_t j) {
-  int64_t n = c->dsize[j], inner = 0;
-  for (int64_t t = 8192; t >= 512; t--)
-    if (n % t == 0 && n / t >= 2) {
-      inner = t;
-      break;
-    }
-  if (!inner || c->nd >= MAXD) return;
+/* Splits domain dim j of c into (size/inner, inner); the outer half goes
+ * to P (k = j + 1). */
+static void split_at(lcomp *c, int32_t j, int64_t inner) {
+  int64_t n = c->dsize[j];
   for (int32_t i = c->nd; i > j; i--) {
     c->dcls[i] = c->dcls[i - 1];
     c->dsize[i] = c->dsize[i - 1];
@@ -366,6 +364,32 @@ static void split_dim(lcomp *c, int32_t j) {
   c->dmult[j] = inner * c->dmult[j + 1];
   c->dsize[j + 1] = inner;
   c->k = j + 1;
+}
+
+/* Splits a lone huge dim j: inner a divisor in [512, 8192]. */
+static void split_dim(lcomp *c, int32_t j) {
+  int64_t n = c->dsize[j], inner = 0;
+  for (int64_t t = 8192; t >= 512; t--)
+    if (n % t == 0 && n / t >= 2) {
+      inner = t;
+      break;
+    }
+  if (!inner || c->nd >= MAXD) return;
+  split_at(c, j, inner);
+}
+
+/* A row of `len` elements left short so that `rows` rows remain: P dim
+ * j - 1 (the last) lends R a divisor of its size, the smallest giving a
+ * row of 512, else the largest that keeps 16 rows. */
+static void lengthen_row(lcomp *c, int32_t j, int64_t rows, int64_t len) {
+  int64_t d = c->dsize[j - 1], inner = 0;
+  if (c->nd >= MAXD || c->nd + 1 - j > LOOM_MAX_RANK) return;
+  for (int64_t t = 2; t <= 512 && t < d && t <= rows / 16; t++) {
+    if (d % t) continue;
+    inner = t;
+    if (len * t >= 512) break;
+  }
+  if (inner) split_at(c, j - 1, inner);
 }
 
 static bool has_cls(const lval *x, int32_t c) {
@@ -463,12 +487,6 @@ static loom_status domains(lw *w) {
     }
   }
   /* components: one per class-union root, domain from its fullest value */
-  w->comp = calloc((size_t)(w->n_lv > 0 ? w->n_lv : 1), sizeof(lcomp));
-  if (!w->comp) {
-    free(w->uf);
-    w->uf = cuf;
-    return loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
-  }
   int32_t *reds = malloc(sizeof(int32_t) * (size_t)(w->n_mem > 0 ? w->n_mem : 1)), n_red = 0;
   if (reds)
     for (int32_t m = 0; m < w->n_mem; m++)
@@ -494,6 +512,11 @@ static loom_status domains(lw *w) {
       w->cls_comp[c] = root_comp[r];
       ncls[root_comp[r]]++;
     }
+  w->comp = calloc((size_t)(w->n_comp > 0 ? w->n_comp : 1), sizeof(lcomp));
+  if (!w->comp) {
+    st = loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+    goto done;
+  }
   for (int32_t l = 0; l < w->n_lv; l++) {
     int32_t c0 = -1;
     for (int32_t d = 0; d < MAXR && c0 < 0; d++)
@@ -536,10 +559,22 @@ static loom_status domains(lw *w) {
     if (!any_row) {
       int32_t s = c->nd;
       while (s > 0 && !(reduced_any & (1u << (s - 1)))) s--;
-      /* shortest suffix within [s, nd) of at least 512 elements */
-      int64_t prod = 1;
+      /* shortest suffix within [s, nd) of at least 512 elements, but not
+       * at the price of fewer rows than the threads need: an element-wise
+       * [512, 128] is not one row of 65536 */
+      int64_t prod = 1, rows = 1;
+      for (int32_t i = 0; i < c->nd; i++) rows *= c->dsize[i];
       j = c->nd;
-      while (j > s && prod < 512) prod *= c->dsize[--j];
+      while (j > s && prod < 512) {
+        int64_t d = c->dsize[j - 1];
+        if (j < c->nd && rows >= 16 && rows / d < 16) break;
+        prod *= d;
+        rows = rows > 0 ? rows / d : 0;
+        j--;
+      }
+      c->k = j;
+      if (j > s && prod < 512 && rows > 0) lengthen_row(c, j, rows, prod);
+      j = c->k;
     }
     c->k = j;
     /* too few rows for the threads: move leading R dims to P while rows

@@ -104,13 +104,14 @@ int32_t loom_plan_members(const plan_ctx *p, int32_t gid, int32_t *out) {
 /* The largest node a path out of a group ending at or below maxt can pass
  * through and still come back: above it, no group reaches back down. */
 static int32_t return_bound(const plan_ctx *p, int32_t maxt) {
-  int32_t b = maxt;
+  /* a group has its smallest member <= b iff one of its members is: the
+   * region's groups are found by one ascending scan of its labelled
+   * nodes (from p->lo) while b grows */
+  int32_t b = maxt, j = p->cur >= 0 ? p->lo : p->ncn, top = -1;
   for (;;) {
-    int32_t nb = LOOM_MAX(b, p->span[b]);
-    for (int32_t j = 0; p->cur >= 0 && j < p->ncn; j++) {
-      int32_t gid = p->gon[p->cnodes[j]];
-      if (gid >= 0 && p->gmin[gid] <= b && gid > nb) nb = gid;
-    }
+    for (; j < p->ncn && p->cnodes[j] <= b; j++)
+      top = LOOM_MAX(top, p->gon[p->cnodes[j]]);
+    int32_t nb = LOOM_MAX(LOOM_MAX(b, p->span[b]), top);
     if (nb == b) return b;
     b = nb;
   }
@@ -196,9 +197,10 @@ static int32_t select_groups(const int32_t *gs, int32_t ng, uint64_t mask, int32
   return k;
 }
 
-/* Writes a state's labels for the region into p->gon and p->gmin. */
+/* Writes a state's labels for the region into p->gon and p->gmin (nodes
+ * below p->lo are unlabelled in every state). */
 static void load_state(plan_ctx *p, const pstate *s) {
-  for (int32_t j = p->ncn - 1; j >= 0; j--) {
+  for (int32_t j = p->ncn - 1; j >= p->lo; j--) {
     int32_t u = p->cnodes[j], gid = s->lg[j];
     p->gon[u] = gid;
     if (gid >= 0) p->gmin[gid] = u; /* descending: the last write is the min */
@@ -271,10 +273,11 @@ static bool eval_join(plan_ctx *p, int32_t v, const int32_t *gs, int32_t ng, dou
   return ok && !cyc;
 }
 
-/* Applies a chosen branch to a copy of its parent's labels. */
+/* Applies a chosen branch to a copy of its parent's labels (those from vi
+ * on: below, every state is unlabelled). */
 static void apply_join(plan_ctx *p, pstate *dst, const pstate *src, int32_t vi, const int32_t *gs,
                        int32_t ng) {
-  memcpy(dst->lg, src->lg, sizeof *dst->lg * (size_t)p->ncn);
+  memcpy(dst->lg + vi, src->lg + vi, sizeof *dst->lg * (size_t)(p->ncn - vi));
   int32_t t = p->cnodes[vi];
   for (int32_t i = 0; i < ng; i++)
     t = LOOM_MAX(t, gs[i]);
@@ -292,25 +295,32 @@ static loom_status search_region(plan_ctx *p, int32_t beam) {
   int32_t nst = 2 * beam;
   pstate *st = calloc((size_t)nst, sizeof *st);
   int32_t *lab = malloc(sizeof *lab * (size_t)ncn * (size_t)nst);
-  int32_t *gs = malloc(sizeof *gs * (size_t)(p->n + 1)), *sel = malloc(sizeof *sel * 64);
+  int32_t maxc = 0; /* most consumers of a node: room for its groups */
+  for (int32_t j = 0; j < ncn; j++)
+    maxc = LOOM_MAX(maxc, p->cons_off[p->cnodes[j] + 1] - p->cons_off[p->cnodes[j]]);
+  /* per beam state: v's consumer groups in it (kept for the selection) */
+  int32_t *pgs = malloc(sizeof *pgs * (size_t)(maxc + 1) * (size_t)beam);
+  int32_t *png = malloc(sizeof *png * (size_t)beam), *sel = malloc(sizeof *sel * 64);
   int32_t cap_ch = 64;
   child *ch = malloc(sizeof *ch * (size_t)cap_ch);
   loom_status status = LOOM_STATUS_OK;
-  if (!st || !lab || !gs || !sel || !ch) {
+  if (!st || !lab || !pgs || !png || !sel || !ch) {
     status = LOOM_STATUS_OUT_OF_MEMORY;
     goto done;
   }
   for (int32_t i = 0; i < nst; i++)
     st[i].lg = lab + (size_t)i * (size_t)ncn;
-  for (int32_t j = 0; j < ncn; j++)
-    st[0].lg[j] = -1;
+  for (size_t j = 0; j < (size_t)ncn * (size_t)nst; j++)
+    lab[j] = -1;
   pstate *cur = st, *next = st + beam;
   int32_t n_cur = 1;
   for (int32_t vi = ncn - 1; vi >= 0; vi--) {
     int32_t v = p->cnodes[vi], n_ch = 0;
+    p->lo = vi; /* nodes below v are unlabelled in every state */
     for (int32_t s = 0; s < n_cur; s++) {
       load_state(p, &cur[s]);
-      int32_t ng = consumer_groups(p, v, gs);
+      int32_t *gs = pgs + (size_t)s * (size_t)(maxc + 1);
+      int32_t ng = png[s] = consumer_groups(p, v, gs);
       /* branches: alone, each consumer group, all of them, and (when all
        * fails) the groups that can be joined, greedily in order */
       int32_t nm = ng > 64 ? 0 : ng;
@@ -367,9 +377,8 @@ static loom_status search_region(plan_ctx *p, int32_t beam) {
         dup = ch[j].key == ch[i].key && ch[j].cost == ch[i].cost;
       if (dup) continue;
       const pstate *par = &cur[ch[i].parent];
-      load_state(p, par);
-      int32_t ng = consumer_groups(p, v, gs);
-      int32_t ns = select_groups(gs, ng, ch[i].mask, sel);
+      const int32_t *gs = pgs + (size_t)ch[i].parent * (size_t)(maxc + 1);
+      int32_t ns = select_groups(gs, png[ch[i].parent], ch[i].mask, sel);
       pstate *dst = &next[n_next++];
       apply_join(p, dst, par, vi, sel, ns);
       if (ch[i].eager) dst->lg[vi] = -1;
@@ -385,11 +394,13 @@ static loom_status search_region(plan_ctx *p, int32_t beam) {
     next = tmp;
     n_cur = n_next;
   }
+  p->lo = 0;
   load_state(p, &cur[0]);
 done:
   free(st);
   free(lab);
-  free(gs);
+  free(pgs);
+  free(png);
   free(sel);
   free(ch);
   if (p->oom && !status) status = LOOM_STATUS_OUT_OF_MEMORY;

@@ -34,6 +34,7 @@ typedef struct plan_ctx {
   int32_t cur;              /* region being searched (-1: none) */
   const int32_t *cnodes;    /* its nodes, ascending */
   int32_t ncn;
+  int32_t lo;               /* its nodes below cnodes[lo] are unlabelled */
   uint32_t *mark, *gmark, epoch;
   int32_t *stack, *gbuf; /* DFS stack; members of a group it expands */
   int32_t *mem, *old;    /* members of a tentative group, their labels */
