@@ -4,9 +4,20 @@
 #include <omp.h>
 #include <string.h>
 
-/* Tile of C per task: fixed, so the split never depends on the threads. */
-#define GEMM_MB 64
-#define GEMM_NB 128
+/* The square tile of C per task: the largest that still gives at least
+ * GEMM_MIN_TASKS tasks, so big products run big, efficient sgemm calls and
+ * small ones still spread over the cores. It depends on the shapes only,
+ * never on the thread count, so results do not change with threads. */
+#define GEMM_MIN_TASKS 16
+
+static int64_t gemm_tile(const loom_gemm *p) {
+  static const int64_t sizes[] = {512, 256, 128};
+  for (int i = 0; i < 3; i++) {
+    int64_t t = sizes[i];
+    if (p->batch * ((p->m + t - 1) / t) * ((p->n + t - 1) / t) >= GEMM_MIN_TASKS) return t;
+  }
+  return 64;
+}
 
 loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   if (p->m <= 0 || p->n <= 0 || p->batch <= 0) return LOOM_STATUS_OK;
@@ -16,7 +27,8 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
         memset(p->c + bi * p->c_stride + i * p->ldc, 0, sizeof(float) * (size_t)p->n);
     return LOOM_STATUS_OK;
   }
-  int64_t mb = (p->m + GEMM_MB - 1) / GEMM_MB, nb = (p->n + GEMM_NB - 1) / GEMM_NB;
+  const int64_t tile = gemm_tile(p);
+  int64_t mb = (p->m + tile - 1) / tile, nb = (p->n + tile - 1) / tile;
   int64_t tasks = p->batch * mb * nb;
   double flops = 2.0 * (double)p->batch * (double)p->m * (double)p->n * (double)p->k;
   int failed = 0;
@@ -27,9 +39,9 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   omp_set_num_threads(1);
 #pragma omp parallel for num_threads(nt) schedule(static) if (tasks > 1 && flops >= 1e6)
   for (int64_t t = 0; t < tasks; t++) {
-    int64_t bi = t / (mb * nb), r = t % (mb * nb), i0 = (r / nb) * GEMM_MB, j0 = (r % nb) * GEMM_NB;
-    int64_t m = p->m - i0 < GEMM_MB ? p->m - i0 : GEMM_MB;
-    int64_t n = p->n - j0 < GEMM_NB ? p->n - j0 : GEMM_NB;
+    int64_t bi = t / (mb * nb), r = t % (mb * nb), i0 = (r / nb) * tile, j0 = (r % nb) * tile;
+    int64_t m = p->m - i0 < tile ? p->m - i0 : tile;
+    int64_t n = p->n - j0 < tile ? p->n - j0 : tile;
     const float *a = p->a + (p->a_off ? p->a_off[bi] : 0) + (p->trans_a ? i0 : i0 * p->lda);
     const float *b = p->b + (p->b_off ? p->b_off[bi] : 0) + (p->trans_b ? j0 * p->ldb : j0);
     float *c = p->c + bi * p->c_stride + i0 * p->ldc + j0;
