@@ -370,6 +370,64 @@ static void case_short_rows(loom_ctx *ctx, int64_t n, int64_t h) {
   loom_graph_free(g);
 }
 
+static bool same_info(const loom_group_info *a, const loom_group_info *b) {
+  return a->bytes_read == b->bytes_read && a->bytes_written == b->bytes_written &&
+         a->rows == b->rows && a->row_len == b->row_len && a->n_parts == b->n_parts &&
+         a->n_stages == b->n_stages && a->n_row_reduce == b->n_row_reduce &&
+         a->n_col_reduce == b->n_col_reduce && a->n_scratch == b->n_scratch &&
+         a->elem_ops == b->elem_ops && a->recompute_ops == b->recompute_ops;
+}
+
+/* The per-graph index answers as the graph-scanning calls do: every value's
+ * materialization, and a group's analysis from its members in any order. */
+static void case_index(loom_ctx *ctx) {
+  loom_graph *g0 = NULL, *g = NULL;
+  loom_graph_new(ctx, &g0);
+  int64_t n = 6, h = 40, ax1 = 1;
+  int64_t xs[2] = {n, h};
+  int32_t x = input(g0, "x", LOOM_DTYPE_F32, 2, xs);
+  int32_t b = input(g0, "b", LOOM_DTYPE_F32, 1, &h);
+  int32_t e = lb_unary(g0, LOOM_OP_EXP, lb_add(g0, x, b));
+  int32_t s = lb_sum(g0, e, 1, &ax1, true);
+  loom_graph_output(g0, "p", lb_div(g0, e, s));
+  loom_graph_output(g0, "t", lb_unary(g0, LOOM_OP_TANH, e));
+  CHECK_OK(ctx, loom_build_status(g0));
+  CHECK_OK(ctx, loom_graph_decompose(g0, &g));
+  loom_graph_free(g0);
+  if (!g) return;
+  loom_fusion_index *ix = NULL;
+  CHECK_OK(ctx, loom_fusion_index_new(ctx, g, &ix));
+  int32_t nn = g->n_nodes, *gon = malloc(sizeof(int32_t) * (size_t)nn);
+  int32_t *mem = malloc(sizeof(int32_t) * (size_t)nn);
+  /* the last node alone in group 1, the rest in group 0 */
+  for (int32_t i = 0; i < nn; i++) gon[i] = i + 1 < nn ? 0 : 1;
+  for (int32_t v = 0; v < g->n_values; v++)
+    CHECK(loom_fusion_index_materialized(ix, gon, v) == loom_fusion_value_materialized(g, gon, v));
+  for (int32_t i = 0; i + 1 < nn; i++) mem[i] = nn - 2 - i; /* descending */
+  loom_group_info a, m;
+  CHECK(loom_fusion_group_analyze(g, gon, 0, LOOM_FUSION_STITCH, &a));
+  CHECK(loom_fusion_group_analyze_members(ix, gon, 0, mem, nn - 1, LOOM_FUSION_STITCH, &m));
+  CHECK(same_info(&a, &m));
+  if (nn > 3) { /* an unordered list gives the same kernel */
+    int32_t tmp = mem[0];
+    mem[0] = mem[1];
+    mem[1] = tmp;
+    CHECK(loom_fusion_group_analyze_members(ix, gon, 0, mem, nn - 1, LOOM_FUSION_STITCH, &m));
+    CHECK(same_info(&a, &m));
+  }
+  /* a list that is not the group's: refused, and the index stays usable */
+  loom_kernel k;
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_fusion_group_lower_members(ctx, ix, gon, 0, mem, nn, LOOM_FUSION_STITCH, NULL,
+                                               "k", &k));
+  CHECK(!loom_fusion_group_analyze_members(ix, gon, 1, mem, 1, LOOM_FUSION_STITCH, NULL));
+  CHECK(loom_fusion_group_analyze_members(ix, gon, 0, mem, nn - 1, LOOM_FUSION_STITCH, NULL));
+  free(gon);
+  free(mem);
+  loom_fusion_index_free(ix);
+  loom_graph_free(g);
+}
+
 /* Column statistics consumed by later work: a batch-norm-like graph. */
 static void case_batchnorm(loom_ctx *ctx, int64_t n, int64_t c) {
   loom_graph *g = NULL;
@@ -621,6 +679,7 @@ int main(void) {
   case_short_rows(ctx, 512, 128);
   case_short_rows(ctx, 4096, 4);
   case_short_rows(ctx, 64, 128);
+  case_index(ctx);
   case_batchnorm(ctx, 9, 5);
   case_layout(ctx);
   case_attn_middle(ctx, 5, 5);

@@ -63,8 +63,9 @@ bool loom_fusion_value_materialized(const loom_graph *g, const int32_t *group_of
 }
 
 loom_status loom_fusion_index_new(loom_ctx *ctx, const loom_graph *g, loom_fusion_index **out) {
-  if (!out || !g) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "fusion index: NULL argument");
-  *out = NULL;
+  if (out) *out = NULL;
+  if (!out || !g)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "fusion index: NULL argument");
   loom_fusion_index *ix = calloc(1, sizeof *ix);
   size_t nv = (size_t)(g->n_values > 0 ? g->n_values : 1);
   int64_t uses = 0;

@@ -15,8 +15,10 @@
  *     parts); a component's domain is the dim order of a value that holds
  *     all its classes, split into P (rows) and R (inside a row): R is what
  *     the row reductions reduce, or for groups without them a trailing
- *     suffix big enough to vectorise. A lone huge dim is split in two so
- *     that rows exist for the threads.
+ *     suffix big enough to vectorise (512 elements) that leaves 16 rows
+ *     for the threads; a row that rule leaves short borrows a divisor of
+ *     the last P dim. A lone huge dim is split in two so that rows exist
+ *     for the threads.
  *  4. Reductions reduce R (row: ROW_REDUCE into a register), P (column:
  *     COL_REDUCE) or both (row, then column over the register). A column
  *     result consumed inside the group moves its consumers to a later

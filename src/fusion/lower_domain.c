@@ -392,6 +392,26 @@ static void lengthen_row(lcomp *c, int32_t j, int64_t rows, int64_t len) {
   if (inner) split_at(c, j - 1, inner);
 }
 
+/* R of a component without row reductions: the shortest suffix within
+ * [s, nd) of at least 512 elements (enough to vectorise), but not at the
+ * price of fewer rows than the threads need (16): an element-wise
+ * [512, 128] is not one row of 65536. A row that rule leaves short
+ * borrows from the last P dim (lengthen_row). Sets c->k. */
+static void plain_suffix(lcomp *c, int32_t s) {
+  int64_t prod = 1, rows = 1;
+  for (int32_t i = 0; i < c->nd; i++) rows *= c->dsize[i];
+  int32_t j = c->nd;
+  while (j > s && prod < 512) {
+    int64_t d = c->dsize[j - 1];
+    if (j < c->nd && rows >= 16 && rows / d < 16) break;
+    prod *= d;
+    rows = rows > 0 ? rows / d : 0;
+    j--;
+  }
+  c->k = j;
+  if (j > s && prod < 512 && rows > 0) lengthen_row(c, j, rows, prod);
+}
+
 static bool has_cls(const lval *x, int32_t c) {
   for (int32_t d = 0; d < MAXR; d++)
     if (x->uf[d] == c) return true;
@@ -556,27 +576,12 @@ static loom_status domains(lw *w) {
       j = any_row ? LOOM_MAX(j, s) : s; /* the run every row reduction reduces */
       any_row = 1;
     }
-    if (!any_row) {
-      int32_t s = c->nd;
-      while (s > 0 && !(reduced_any & (1u << (s - 1)))) s--;
-      /* shortest suffix within [s, nd) of at least 512 elements, but not
-       * at the price of fewer rows than the threads need: an element-wise
-       * [512, 128] is not one row of 65536 */
-      int64_t prod = 1, rows = 1;
-      for (int32_t i = 0; i < c->nd; i++) rows *= c->dsize[i];
-      j = c->nd;
-      while (j > s && prod < 512) {
-        int64_t d = c->dsize[j - 1];
-        if (j < c->nd && rows >= 16 && rows / d < 16) break;
-        prod *= d;
-        rows = rows > 0 ? rows / d : 0;
-        j--;
-      }
-      c->k = j;
-      if (j > s && prod < 512 && rows > 0) lengthen_row(c, j, rows, prod);
-      j = c->k;
-    }
     c->k = j;
+    if (!any_row) {
+      int32_t s = c->nd; /* R stays after the last reduced dim */
+      while (s > 0 && !(reduced_any & (1u << (s - 1)))) s--;
+      plain_suffix(c, s);
+    }
     /* too few rows for the threads: move leading R dims to P while rows
      * stay long, then split a lone huge dim (a row reduction then also
      * reduces over P: row + column) */

@@ -8,7 +8,8 @@
  * group, and "v joins all of them" (stitching siblings through their
  * common producer). Every branch is scored by the cost model; the best
  * `beam_width` distinct plans survive. A final pass merges independent
- * groups (horizontal fusion) while the cost model says it pays.
+ * groups (horizontal fusion) while the cost model says it pays; it and the
+ * execution order are in plan_merge.c.
  *
  * Every group is legal (loom_fusion_group_analyze accepts it in the mode)
  * and the groups stay schedulable: a merge is refused when a path leaves
@@ -16,11 +17,12 @@
  * quotient graph must stay acyclic, which also makes each group convex).
  *
  * Group ids are node indices: a group is named by its largest member, so
- * ids stay stable while producers (smaller indices) join.
+ * ids stay stable while producers (smaller indices) join. Groups are
+ * analysed through one loom_fusion_index of the graph, with their member
+ * lists, so that scoring a candidate costs O(its size), not O(graph).
  */
 #include "fusion/plan_internal.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -557,7 +559,6 @@ static loom_status search_regions(plan_ctx *p, int32_t beam) {
     p->cur = r;
     p->cnodes = nodes + start[r];
     p->ncn = cnt;
-    if (getenv("LOOM_DBG_REGION")) fprintf(stderr, "region %d: %d nodes\n", r, cnt);
     status = search_region(p, beam);
     p->cur = -1;
     loom_plan_finish_groups(p);
