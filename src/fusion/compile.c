@@ -34,12 +34,13 @@ static void schedule_parts(loom_kernel *k, const loom_group_info *info) {
   }
 }
 
-static loom_status lower_group(loom_ctx *ctx, const loom_graph *g, const loom_fusion_plan *plan,
-                               int32_t group, loom_fusion_mode mode, const loom_machine *m,
-                               loom_kernel *k, int64_t *bytes, double *seconds) {
+static loom_status lower_group(loom_ctx *ctx, loom_fusion_index *ix, const loom_fusion_plan *plan,
+                               int32_t group, const int32_t *mem, int32_t n_mem,
+                               loom_fusion_mode mode, const loom_machine *m, loom_kernel *k,
+                               int64_t *bytes, double *seconds) {
   loom_group_info info;
   memset(&info, 0, sizeof info);
-  if (!loom_fusion_group_analyze(g, plan->group_of_node, group, mode, &info))
+  if (!loom_fusion_group_analyze_members(ix, plan->group_of_node, group, mem, n_mem, mode, &info))
     return loom_error(ctx, LOOM_STATUS_INTERNAL,
                       "fusion: the plan's group %d is not one kernel in mode %s", group,
                       loom_fusion_mode_name(mode));
@@ -49,8 +50,8 @@ static loom_status lower_group(loom_ctx *ctx, const loom_graph *g, const loom_fu
   char name[48];
   snprintf(name, sizeof name, "k%d", group);
   /* The largest part's schedule; every part gets its own once lowered. */
-  loom_status st =
-      loom_fusion_group_lower(ctx, g, plan->group_of_node, group, mode, &d.sched, name, k);
+  loom_status st = loom_fusion_group_lower_members(ctx, ix, plan->group_of_node, group, mem, n_mem,
+                                                   mode, &d.sched, name, k);
   if (st) {
     loom_error_prefix(ctx, "fusion: lowering group %d", group);
     return st;
@@ -79,6 +80,8 @@ loom_status loom_fusion_compile(loom_ctx *ctx, const loom_graph *g, const loom_f
   loom_node_class *cls = malloc(sizeof *cls * (size_t)(g->n_nodes ? g->n_nodes : 1));
   loom_fusion_plan plan;
   memset(&plan, 0, sizeof plan);
+  loom_fusion_index *ix = NULL;
+  int32_t *mem_off = NULL, *mem = NULL; /* members of each group (CSR) */
   loom_status st = LOOM_STATUS_OK;
   if (!cls) {
     st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "fusion: out of memory");
@@ -102,6 +105,29 @@ loom_status loom_fusion_compile(loom_ctx *ctx, const loom_graph *g, const loom_f
     goto fail;
   }
   out->n_kernels = plan.n_groups; /* zeroed kernels clear safely on failure */
+  /* one index and member lists for all groups: lowering is O(graph) */
+  st = loom_fusion_index_new(ctx, g, &ix);
+  if (st) goto fail;
+  mem_off = calloc((size_t)plan.n_groups + 1, sizeof *mem_off);
+  mem = malloc(sizeof *mem * (size_t)(g->n_nodes ? g->n_nodes : 1));
+  if (!mem_off || !mem) {
+    st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "fusion: out of memory");
+    goto fail;
+  }
+  for (int32_t n = 0; n < g->n_nodes; n++)
+    if (plan.group_of_node[n] >= 0) mem_off[plan.group_of_node[n] + 1]++;
+  for (int32_t i = 0; i < plan.n_groups; i++) mem_off[i + 1] += mem_off[i];
+  {
+    int32_t *cur = malloc(sizeof *cur * (size_t)(plan.n_groups ? plan.n_groups : 1));
+    if (!cur) {
+      st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "fusion: out of memory");
+      goto fail;
+    }
+    memcpy(cur, mem_off, sizeof *cur * (size_t)plan.n_groups);
+    for (int32_t n = 0; n < g->n_nodes; n++)
+      if (plan.group_of_node[n] >= 0) mem[cur[plan.group_of_node[n]]++] = n;
+    free(cur);
+  }
   for (int32_t n = 0; n < g->n_nodes; n++)
     out->n_memory_ops += cls[n] == LOOM_NODE_MEMORY;
   /* Groups are numbered in step order: kernel i is group i, named k<i>. */
@@ -111,8 +137,9 @@ loom_status loom_fusion_compile(loom_ctx *ctx, const loom_graph *g, const loom_f
     if (ps->kind == LOOM_STEP_KERNEL) {
       int64_t bytes = 0;
       double secs = 0;
-      st = lower_group(ctx, g, &plan, ps->kernel, o.mode, m, &out->kernels[ps->kernel], &bytes,
-                       &secs);
+      int32_t gi = ps->kernel;
+      st = lower_group(ctx, ix, &plan, gi, mem + mem_off[gi], mem_off[gi + 1] - mem_off[gi],
+                       o.mode, m, &out->kernels[gi], &bytes, &secs);
       if (st) goto fail;
       out->kernel_bytes[ps->kernel] = bytes;
       out->kernel_seconds[ps->kernel] = secs;
@@ -128,13 +155,19 @@ loom_status loom_fusion_compile(loom_ctx *ctx, const loom_graph *g, const loom_f
     int32_t pr = g->values[v].node;
     if (pr >= 0 && cls[pr] == LOOM_NODE_DEAD) continue; /* never computed */
     out->materialized[v] = pr < 0 || plan.group_of_node[pr] < 0 ||
-                           loom_fusion_value_materialized(g, plan.group_of_node, v);
+                           loom_fusion_index_materialized(ix, plan.group_of_node, v);
   }
   free(cls);
+  loom_fusion_index_free(ix);
+  free(mem_off);
+  free(mem);
   loom_fusion_plan_clear(&plan);
   return LOOM_STATUS_OK;
 fail:
   free(cls);
+  loom_fusion_index_free(ix);
+  free(mem_off);
+  free(mem);
   loom_fusion_plan_clear(&plan);
   loom_program_clear(out);
   return st;
