@@ -1,10 +1,13 @@
 /*
  * `loom bench`: the command line. Measures the machine (machine.c), runs
- * the workloads (run.c) and prints the reports (report.c).
+ * the workloads (run.c) and prints the reports (report.c); `rng` measures
+ * the Philox paths instead (rng.c).
  */
 #include "bench.h"
 
 #include "harness.h"
+
+#include "rng/philox_fast.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +18,7 @@
 static const char usage[] =
     "usage: loom bench [WORKLOAD...] [--size small|full] [--json] [--runs N]\n"
     "                  [--modes LIST | --fusion M] [--threads N] [--with-reference]\n"
-    "                  [--quiet] [--list]\n"
+    "                  [--quiet] [--list] [--rounds N] [--seconds S]\n"
     "\n"
     "Measures the machine's triad bandwidth and sgemm rate, then runs each\n"
     "workload (all of them when none is named) in the modes reference (the\n"
@@ -24,6 +27,12 @@ static const char usage[] =
     "primitive ops, kernels, modeled bytes, the median time, GB/s counting\n"
     "the minimum bytes the workload must move, that bandwidth as a fraction\n"
     "of the triad, and the speedups between modes.\n"
+    "\n"
+    "The workload 'rng' (run only when named) measures instead the random\n"
+    "bytes per second of every Philox4x32 path (ref, portable, avx2, avx512;\n"
+    "those this CPU lacks are listed as skipped) on 1 thread (per core) and on\n"
+    "all threads (in total), next to the scalar reference; alone it skips the\n"
+    "machine measurement.\n"
     "\n"
     "  --size small|full    workload sizes (default full: issue 3's sizes)\n"
     "  --json               one JSON object per line (machine line first)\n"
@@ -35,6 +44,8 @@ static const char usage[] =
     "  --with-reference     run the reference mode at full size too (slow)\n"
     "  --quiet              no progress on stderr\n"
     "  --list               print the workloads and exit\n"
+    "  --rounds N           rng: Philox rounds, 0-16 (default both 10 and 7)\n"
+    "  --seconds S          rng: seconds per figure, (0, 60] (default 0.5)\n"
     "  -h, --help           print this help\n"
     "\n"
     "Exit status: 0 success, 1 a failure (a mode that could not run), 2 wrong\n"
@@ -42,6 +53,8 @@ static const char usage[] =
 
 typedef struct opts {
   loom_bench_opts run;
+  int32_t rng_rounds; /* -1: the defaults */
+  double rng_seconds;
   bool json;
   int32_t threads;
   int32_t n_names;
@@ -79,6 +92,16 @@ static bool parse_int(const char *s, int32_t lo, int32_t hi, int32_t *out) {
   return true;
 }
 
+static bool parse_seconds(const char *s, double *out) {
+  char *end = NULL;
+  double v = strtod(s, &end);
+  if (!*s || *end || !(v > 0.0) || v > 60.0) return false;
+  *out = v;
+  return true;
+}
+
+static bool is_rng(const char *name) { return strcmp(name, LOOM_BENCH_RNG_NAME) == 0; }
+
 static bool parse_modes(const char *s, bool *modes) {
   memset(modes, 0, sizeof(bool) * LOOM_BENCH_MODE_COUNT);
   bool any = false;
@@ -100,6 +123,8 @@ static bool parse_modes(const char *s, bool *modes) {
 /* Parses argv; returns -1 to go on, else an exit status. */
 static int parse_args(int argc, char **argv, opts *o) {
   o->run.runs = DEFAULT_RUNS;
+  o->rng_rounds = -1;
+  o->rng_seconds = LOOM_BENCH_RNG_SECONDS;
   for (int32_t k = 0; k < LOOM_BENCH_MODE_COUNT; k++)
     o->run.modes[k] = true;
   o->names = calloc((size_t)argc + 1, sizeof *o->names);
@@ -118,6 +143,9 @@ static int parse_args(int argc, char **argv, opts *o) {
       const loom_bench_workload *w = loom_bench_workloads(&n);
       for (int32_t k = 0; k < n; k++)
         printf("%-26s %s (min bytes %s)\n", w[k].name, w[k].what, w[k].bytes_rule);
+      printf("%-26s Philox4x32 random bytes/s per path, per core and in total (only when "
+             "named)\n",
+             LOOM_BENCH_RNG_NAME);
       return 0;
     } else if (strcmp(a, "--json") == 0) {
       o->json = true;
@@ -137,6 +165,14 @@ static int parse_args(int argc, char **argv, opts *o) {
       if (r < 0) return usage_error("%s needs a value", a);
       if (!parse_int(v, 1, 1000, &o->run.runs))
         return usage_error("--runs must be an integer in [1, 1000], got '%s'", v);
+    } else if ((r = flag_value(argc, argv, &i, "--rounds", &v)) != 0) {
+      if (r < 0) return usage_error("%s needs a value", a);
+      if (!parse_int(v, 0, LOOM_PHILOX_MAX_ROUNDS, &o->rng_rounds))
+        return usage_error("--rounds must be an integer in [0, 16], got '%s'", v);
+    } else if ((r = flag_value(argc, argv, &i, "--seconds", &v)) != 0) {
+      if (r < 0) return usage_error("%s needs a value", a);
+      if (!parse_seconds(v, &o->rng_seconds))
+        return usage_error("--seconds must be a number in (0, 60], got '%s'", v);
     } else if ((r = flag_value(argc, argv, &i, "--threads", &v)) != 0) {
       if (r < 0) return usage_error("%s needs a value", a);
       if (!parse_int(v, 0, 4096, &o->threads))
@@ -153,7 +189,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         return usage_error("--fusion must be stitch, loop, none or eager, got '%s'", v);
     } else if (a[0] == '-') {
       return usage_error("unknown option '%s'", a);
-    } else if (!loom_bench_find(a)) {
+    } else if (!is_rng(a) && !loom_bench_find(a)) {
       return usage_error("unknown workload '%s' (see 'loom bench --list')", a);
     } else {
       o->names[o->n_names++] = a;
@@ -183,27 +219,50 @@ int loom_bench_main(int argc, char **argv) {
   }
   int32_t n_all;
   const loom_bench_workload *all = loom_bench_workloads(&n_all);
+  /* Graph workloads to run: the named ones (rng aside), or all of them
+   * when none is named; rng runs only when named, where it is named. */
+  int32_t n_graph = 0, n_rng = 0;
+  for (int32_t i = 0; i < o.n_names; i++) {
+    if (is_rng(o.names[i]))
+      n_rng++;
+    else
+      n_graph++;
+  }
+  if (!o.n_names) n_graph = n_all;
+  loom_bench_rng_opts ro = {.rounds = o.rng_rounds, .seconds = o.rng_seconds,
+                            .threads = loom_ctx_threads(ctx), .quiet = o.run.quiet};
   loom_bench_machine_info mi;
   rc = 0;
-  if (loom_bench_measure_machine(ctx, o.run.small, o.run.quiet, &mi) != LOOM_STATUS_OK) {
+  if (n_graph == 0) {
+    /* rng alone: the triad and sgemm say nothing about it, so skip them */
+    for (int32_t i = 0; i < n_rng; i++)
+      if (!loom_bench_run_rng(stdout, o.json, &ro)) rc = 1;
+  } else if (loom_bench_measure_machine(ctx, o.run.small, o.run.quiet, &mi) != LOOM_STATUS_OK) {
     fprintf(stderr, "loom: measuring the machine: %s\n", loom_ctx_error(ctx));
     rc = 1;
   } else {
     loom_bench_print_machine(stdout, o.json, &mi);
     loom_bench_print_header(stdout, o.json);
     fflush(stdout);
-    int32_t n = o.n_names ? o.n_names : n_all;
+    int32_t n = n_graph;
     loom_bench_row *rows = calloc((size_t)n, sizeof *rows);
     if (!rows) {
       fprintf(stderr, "loom: out of memory\n");
       rc = 1;
       n = 0;
     }
-    for (int32_t i = 0; i < n; i++) {
+    int32_t n_steps = o.n_names ? o.n_names : n, k = 0;
+    for (int32_t i = 0; rows && i < n_steps; i++) {
+      if (o.n_names && is_rng(o.names[i])) {
+        if (!loom_bench_run_rng(stdout, o.json, &ro)) rc = 1;
+        fflush(stdout);
+        continue;
+      }
       const loom_bench_workload *w = o.n_names ? loom_bench_find(o.names[i]) : &all[i];
-      if (!loom_bench_run_workload(ctx, &o.run, w, &rows[i])) rc = 1;
-      loom_bench_print_row(stdout, o.json, &rows[i], &mi);
+      if (!loom_bench_run_workload(ctx, &o.run, w, &rows[k])) rc = 1;
+      loom_bench_print_row(stdout, o.json, &rows[k], &mi);
       fflush(stdout);
+      k++;
     }
     if (!o.json && n) loom_bench_print_targets(stdout, rows, n, &mi, o.run.small);
     free(rows);

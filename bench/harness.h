@@ -80,6 +80,29 @@ typedef struct loom_bench_machine_info {
 loom_status loom_bench_measure_machine(loom_ctx *ctx, bool small, bool quiet,
                                        loom_bench_machine_info *mi);
 
+/* The 1-minute load average from /proc/loadavg, or -1 (machine.c). */
+double loom_bench_loadavg(void);
+
+/* ---- `loom bench rng` (rng.c) ------------------------------------------- */
+
+/* The name that selects it on the command line; not a graph workload, and
+ * not part of the default run (only when named). */
+#define LOOM_BENCH_RNG_NAME "rng"
+/* Seconds each figure is measured for when --seconds is not given. */
+#define LOOM_BENCH_RNG_SECONDS 0.5
+
+typedef struct loom_bench_rng_opts {
+  int32_t rounds;  /* Philox rounds; -1: both 10 and 7 */
+  double seconds;  /* measuring time per path, rounds and thread count */
+  int32_t threads; /* the "in total" thread count (>= 1) */
+  bool quiet;      /* no progress on stderr */
+} loom_bench_rng_opts;
+
+/* Measures every Philox path (unsupported ones reported as skipped) on
+ * 1 thread and on o->threads, and prints a table or one JSON line per
+ * path, rounds and thread count; false if a measurement failed. */
+bool loom_bench_run_rng(FILE *f, bool json, const loom_bench_rng_opts *o);
+
 /* Reports: a JSON object per line, or a table for people. */
 void loom_bench_print_machine(FILE *f, bool json, const loom_bench_machine_info *mi);
 void loom_bench_print_header(FILE *f, bool json);

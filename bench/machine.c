@@ -38,7 +38,7 @@ static loom_status onednn_sgemm(loom_ctx *ctx, int32_t threads, int64_t m, int64
 
 /* Other processes' load: a shared machine's timings are only as good as
  * it is quiet, so the report says how busy it was. */
-static double loadavg(void) {
+double loom_bench_loadavg(void) {
   FILE *f = fopen("/proc/loadavg", "r");
   double x = -1.0;
   if (!f) return -1.0;
@@ -56,7 +56,7 @@ static double now_s(void) {
 loom_status loom_bench_measure_machine(loom_ctx *ctx, bool small, bool quiet,
                                        loom_bench_machine_info *mi) {
   memset(mi, 0, sizeof *mi);
-  mi->loadavg = loadavg();
+  mi->loadavg = loom_bench_loadavg();
   loom_machine_detect(ctx, &mi->m);
   /* STREAM's rule is arrays several times the LLC; --size small settles
    * for one LLC's worth in all so quick runs stay quick. */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `loom bench` end to end at --size small: the JSON lines carry the keys of
-# issue 3 (a machine line first, then one line per mode), the table prints,
-# and wrong arguments exit 2 with a usage message. Timings are never
+# issue 3 (a machine line first, then one line per mode), `loom bench rng`
+# those of issue 4 (one line per Philox path, rounds and thread count), the
+# tables print, and wrong arguments exit 2 with a usage message. Timings are never
 # checked (machines are noisy). Needs only bash, coreutils and grep.
 #
 # usage: bash tests/cli_bench.sh PATH/TO/loom PATH/TO/tests/data
@@ -65,6 +66,54 @@ line=$(printf '%s\n' "$out" | grep -F '"mode": "stitch"')
 check "json: stitch reports its speedup over loop" has_keys "$line" vs_loop vs_none
 check "json: outputs checked against the reference" has_keys "$line" max_err
 
+check "json: rng runs only when named" test "${out#*\"workload\": \"rng\"}" == "$out"
+
+# ---- rng: the Philox paths (issue 4, point 1) -------------------------------
+# Every path has a line per rounds (10 and 7 by default): either the rate on
+# 1 thread and, with more than one thread, on all of them, or "skipped"
+# (a path this CPU lacks). ref and portable run everywhere.
+run bench --json --seconds 0.02 --quiet rng
+check "rng --json exits 0" test "$rc" -eq 0
+check "rng alone: no machine line" test "${out#*\"machine\"}" == "$out"
+check "rng --quiet prints nothing on stderr" test -z "$err"
+for path in ref portable avx2 avx512; do
+  for rounds in 10 7; do
+    sel=$(printf '%s\n' "$out" | grep -F "\"path\": \"$path\", \"rounds\": $rounds,")
+    check "rng: lines for $path at $rounds rounds" test -n "$sel"
+    if [[ $sel == *'"skipped": '* ]]; then
+      check "rng: $path skipped is one line" test "$(printf '%s\n' "$sel" | wc -l)" -eq 1
+      check "rng: $path may be skipped" test "$path" != ref -a "$path" != portable
+      continue
+    fi
+    while IFS= read -r line; do
+      check "rng: $path $rounds has the schema's keys" has_keys "$line" workload path rounds \
+        bytes_per_s threads per_core_bytes_per_s vs_ref
+      check "rng: $path $rounds names the workload" test "${line#*\"workload\": \"rng\"}" != "$line"
+    done <<<"$sel"
+    check "rng: $path $rounds on 1 thread" test "${sel#*\"threads\": 1,}" != "$sel"
+  done
+done
+run bench --json --seconds 0.02 --quiet --rounds 7 --threads 1 rng
+check "rng --rounds 7 --threads 1 exits 0" test "$rc" -eq 0
+check "rng --rounds 7: no 10-round line" test "${out#*\"rounds\": 10}" == "$out"
+check "rng --threads 1: no 2-thread line" test "${out#*\"threads\": 2}" == "$out"
+line=$(printf '%s\n' "$out" | grep -F '"path": "ref"')
+check "rng --rounds 7 --threads 1: one ref line" test "$(printf '%s\n' "$line" | wc -l)" -eq 1
+check "rng: ref is its own reference" has_keys "$line" vs_ref
+run bench --seconds 0.02 --rounds 10 --quiet rng
+check "rng table exits 0" test "$rc" -eq 0
+for path in ref portable avx2 avx512; do
+  check "rng table: a row for $path" test "${out#*  $path }" != "$out"
+done
+check "rng table: ratios to the reference" test "${out#*vs ref}" != "$out"
+run bench --size small --json --runs 1 --modes stitch --seconds 0.02 --rounds 10 --quiet \
+  softmax_fwd rng
+check "rng with a workload exits 0" test "$rc" -eq 0
+mapfile -t lines <<<"$out"
+check "rng with a workload: machine line first" has_keys "${lines[0]}" machine triad_gbps
+check "rng with a workload: the workload ran" test "${out#*\"workload\": \"softmax_fwd\"}" != "$out"
+check "rng with a workload: rng ran" test "${out#*\"workload\": \"rng\"}" != "$out"
+
 # ---- table ---------------------------------------------------------------
 run bench --size small --modes eager,stitch --runs 1 --quiet bias_gelu
 check "table exits 0" test "$rc" -eq 0
@@ -90,10 +139,16 @@ run bench --fusion warp
 check "bad --fusion exits 2" test "$rc" -eq 2
 run bench --runs
 check "--runs without a value exits 2" test "$rc" -eq 2
+run bench --rounds 17 rng
+check "--rounds 17 exits 2" test "$rc" -eq 2
+run bench --seconds 0 rng
+check "--seconds 0 exits 2" test "$rc" -eq 2
+run bench --seconds abc rng
+check "bad --seconds exits 2" test "$rc" -eq 2
 run bench --list
 check "--list exits 0" test "$rc" -eq 0
 for w in layernorm_fwd layernorm_bwd softmax_fwd softmax_bwd bias_gelu \
-  bias_dropout_residual_ln cross_entropy adamw bert_layer gpt2_block; do
+  bias_dropout_residual_ln cross_entropy adamw bert_layer gpt2_block rng; do
   check "--list names $w" test "${out#*$w}" != "$out"
 done
 run bench --help

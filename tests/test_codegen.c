@@ -432,7 +432,7 @@ static void test_iota(void) {
 /* Dropout: keep = philox(seed, index + base + offset), y = keep ? x / (1-p) : 0.
  * Counters along a row are consecutive (stride 1: Philox blocks shared by
  * four elements, rows longer than a chunk) or strided (per element). */
-static void test_dropout(int64_t R, int64_t stride) {
+static void test_dropout(int64_t R, int64_t stride, int64_t bval) {
   const int64_t P = quick ? 5 : 23, N = P * R;
   const double prob = 0.1;
   const uint64_t seed = 0x1234567890abcdefull, offset = 77;
@@ -462,7 +462,6 @@ static void test_dropout(int64_t R, int64_t stride) {
   bufs in;
   bufs_alloc(&k, &in);
   fill_f32(in.p[ax], N, -3, 3);
-  int64_t bval = ((int64_t)1 << 40) + 5;
   *(int64_t *)in.p[abase] = bval;
   check_kernel(&k, &in, false);
   int bad = 0, kept = 0;
@@ -845,9 +844,14 @@ int main(void) {
   test_column(101);
   test_column(0);
   test_iota();
-  test_dropout(129, 1);
-  test_dropout(quick ? 1100 : 2053, 1);
-  test_dropout(37, 3);
+  test_dropout(129, 1, ((int64_t)1 << 40) + 5);
+  test_dropout(quick ? 1100 : 2053, 1, ((int64_t)1 << 40) + 5);
+  test_dropout(37, 3, ((int64_t)1 << 40) + 5);
+  /* Philox blocks whose low word carries into the high one, and the 2^62
+   * wrap of the block number, inside a row (the vector runs leave them to
+   * the scalar loop). */
+  test_dropout(1024, 1, ((int64_t)1 << 34) - 2000);
+  test_dropout(1024, 1, -3000);
   test_multipart();
   test_fast_math();
   static const loom_dtype dts[] = {LOOM_DTYPE_F32, LOOM_DTYPE_F64, LOOM_DTYPE_I32,

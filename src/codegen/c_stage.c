@@ -193,8 +193,7 @@ static loom_status emit_chunked(loom_ctx *ctx, cg_buf *b, cg_site si, int8_t *fa
     for (int32_t i = 0; i < x->n_a; i++) put(b, "(uint64_t)v%d + ", x->a[i]);
     put(b, "%lluull;\n", (unsigned long long)x->offset);
     line(b, "const int64_t nq = (int64_t)(((j0 & 3) + (uint64_t)(c1 - c0) + 3) >> 2);");
-    line(b, "for (int64_t q = 0; q < nq; q++) /* block = j >> 2 < 2^62, even past a wrap */");
-    line(b, "  lm_philox4(%lluull, ((j0 >> 2) + (uint64_t)q) & 0x3fffffffffffffffull, w%d_ + 4 * q);",
+    line(b, "lm_philox_run(%lluull, j0 >> 2, nq, w%d_); /* blocks mod 2^62, even past a wrap */",
          (unsigned long long)x->seed, e);
     line(b, "w%d = w%d_ + (j0 & 3);", e, e);
     b->indent--;

@@ -30,7 +30,7 @@ static const char usage[] =
     "  --dropout P       attention and residual dropout (default 0.1, [0, 1))\n"
     "training:\n"
     "  --batch N         sequences per step (default 16, 1..4096)\n"
-    "  --steps N         steps of the schedule (default 1200)\n"
+    "  --steps N         steps of the schedule (default 2000)\n"
     "  --lr X            peak learning rate, warmup then cosine (default 0.002)\n"
     "  --seed N          corpus, init, batches and dropout (default 1)\n"
     "  --stop-at K       stop after step K; the schedule still spans --steps\n"
