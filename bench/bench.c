@@ -1,7 +1,7 @@
 /*
  * `loom bench`: the command line. Measures the machine (machine.c), runs
  * the workloads (run.c) and prints the reports (report.c); `rng` measures
- * the Philox paths instead (rng.c).
+ * the Philox paths instead (run.c, at its end).
  */
 #include "bench.h"
 
@@ -35,7 +35,8 @@ static const char usage[] =
     "machine measurement.\n"
     "\n"
     "  --size small|full    workload sizes (default full: issue 3's sizes)\n"
-    "  --json               one JSON object per line (machine line first)\n"
+    "  --json               one JSON object per line (the machine line first,\n"
+    "                       but none for rng alone)\n"
     "  --runs N             timed runs per mode after one warm-up (default 5)\n"
     "  --modes LIST         comma-separated subset of\n"
     "                       reference,eager,none,loop,stitch (default all)\n"

@@ -83,7 +83,7 @@ loom_status loom_bench_measure_machine(loom_ctx *ctx, bool small, bool quiet,
 /* The 1-minute load average from /proc/loadavg, or -1 (machine.c). */
 double loom_bench_loadavg(void);
 
-/* ---- `loom bench rng` (rng.c) ------------------------------------------- */
+/* ---- `loom bench rng` (run.c) ------------------------------------------- */
 
 /* The name that selects it on the command line; not a graph workload, and
  * not part of the default run (only when named). */

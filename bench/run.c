@@ -9,10 +9,14 @@
  *
  * Inputs are deterministic pseudo-random data (a fixed generator seeded by
  * each input's name); outputs go to tensors allocated once per workload.
+ *
+ * The rng workload is not a graph: its runner is at the end of this file.
  */
 #include "harness.h"
 
 #include "ir/dtype.h"
+#include "perf/rng_rate.h"
+#include "rng/philox_fast.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -327,5 +331,173 @@ bool loom_bench_run_workload(loom_ctx *ctx, const loom_bench_opts *o,
           row->wanted[a] && row->wanted[b] && row->r[a].median_s > 0)
         row->r[a].vs[b] = row->r[b].median_s / row->r[a].median_s;
   wl_free(&s);
+  return ok;
+}
+
+/* ---- `loom bench rng` ------------------------------------------------------
+ * The random bytes per second of every Philox4x32 path (rng/philox_fast.h),
+ * measured by loom_philox_bench (perf/rng_rate.h) on one thread (per core)
+ * and on all threads (in total), each next to the scalar reference path at
+ * the same rounds and thread count. Issue 4, point 1; docs/PERFORMANCE.md
+ * ("RNG") describes the output. */
+
+/* The rounds measured when --rounds is not given: the standard 10 and
+ * FlashAttention's 7. */
+static const int32_t default_rounds[] = {10, 7};
+
+/* issue 4's target: vectorised Philox >= 4x the scalar reference per core
+ * on AVX-512. */
+#define TARGET_SPEEDUP 4.0
+
+/* A finite number or 0: JSON has no NaN or infinity. */
+static double rng_fin(double x) { return isfinite(x) ? x : 0.0; }
+
+/* Why path cannot run here. */
+static const char *skip_reason(int path) {
+  if (!LOOM_PHILOX_HAVE_X86) return "not compiled in (x86 only)";
+  if (path == LOOM_PHILOX_PATH_AVX2) return "this CPU lacks AVX2 or FMA";
+  if (path == LOOM_PHILOX_PATH_AVX512) return "this CPU lacks AVX-512F";
+  return "not supported here";
+}
+
+/* One measured figure: bytes/s of path at rounds on threads threads. */
+typedef struct rng_point {
+  double bytes_per_s; /* < 0: failed */
+  double vs_ref;      /* bytes_per_s / the ref path's (0: n/a) */
+} rng_point;
+
+static void json_point(FILE *f, int path, int32_t rounds, int32_t threads, const rng_point *p,
+                       const loom_bench_rng_opts *o, double loadavg) {
+  fprintf(f, "{\"workload\": \"rng\", \"path\": \"%s\", \"rounds\": %d",
+          loom_philox_path_name(path), (int)rounds);
+  if (p->bytes_per_s < 0) {
+    fprintf(f, ", \"threads\": %d, \"error\": \"loom_philox_bench failed\"}\n", (int)threads);
+    return;
+  }
+  fprintf(f,
+          ", \"bytes_per_s\": %.6g, \"threads\": %d, \"per_core_bytes_per_s\": %.6g, "
+          "\"vs_ref\": %.4g, \"best\": %s, \"seconds\": %.3g, \"loadavg_1m\": %.3g}\n",
+          rng_fin(p->bytes_per_s), (int)threads, rng_fin(p->bytes_per_s / threads),
+          rng_fin(p->vs_ref), path == loom_philox_best_path() ? "true" : "false", o->seconds,
+          rng_fin(loadavg));
+}
+
+static void json_skipped(FILE *f, int path, int32_t rounds) {
+  fprintf(f, "{\"workload\": \"rng\", \"path\": \"%s\", \"rounds\": %d, \"skipped\": \"%s\"}\n",
+          loom_philox_path_name(path), (int)rounds, skip_reason(path));
+}
+
+/* "12.34" GB/s or "FAILED". */
+static const char *gbps(char *buf, size_t n, double bytes_per_s) {
+  if (bytes_per_s < 0)
+    snprintf(buf, n, "FAILED");
+  else
+    snprintf(buf, n, "%.2f", bytes_per_s / 1e9);
+  return buf;
+}
+
+static const char *times(char *buf, size_t n, double x) {
+  if (x > 0)
+    snprintf(buf, n, "x%.2f", x);
+  else
+    snprintf(buf, n, "-");
+  return buf;
+}
+
+bool loom_bench_run_rng(FILE *f, bool json, const loom_bench_rng_opts *o) {
+  int32_t rounds_list[2], n_rounds = 0;
+  if (o->rounds >= 0) {
+    rounds_list[n_rounds++] = o->rounds;
+  } else {
+    for (size_t k = 0; k < sizeof default_rounds / sizeof default_rounds[0]; k++)
+      rounds_list[n_rounds++] = default_rounds[k];
+  }
+  /* Per core: one thread. In total: every thread, unless that is one. */
+  int32_t thread_counts[2] = {1, o->threads}, n_threads = o->threads > 1 ? 2 : 1;
+  int n_paths = loom_philox_path_count();
+  double loadavg = loom_bench_loadavg();
+  bool ok = true;
+  double ref_avx512_vs = 0.0; /* the target: avx512 vs ref, 1 thread, 10 rounds */
+  bool have_target = false;
+
+  if (!json) {
+    fprintf(f,
+            "\nrng: Philox4x32 random bytes per second (GB/s = 1e9 bytes/s), each path on 1\n"
+            "thread (per core) and on %d threads (in total); vs ref = rate / the scalar\n"
+            "reference's at the same rounds and threads; ~%.2g s per figure, median of 5\n"
+            "windows; load average %.2f at the start. Best path here: %s.\n",
+            (int)o->threads, o->seconds, loadavg, loom_philox_path_name(loom_philox_best_path()));
+  }
+  for (int32_t ri = 0; ri < n_rounds; ri++) {
+    int32_t rounds = rounds_list[ri];
+    rng_point pt[LOOM_PHILOX_PATH_COUNT][2];
+    memset(pt, 0, sizeof pt);
+    if (!json) {
+      fprintf(f, "\n  rounds %-3d %10s %8s", (int)rounds, "1 thr GB/s", "vs ref");
+      if (n_threads > 1) {
+        char head[32];
+        snprintf(head, sizeof head, "%d thr GB/s", (int)o->threads);
+        fprintf(f, " %13s %8s %12s %8s", head, "vs ref", "per core", "scaling");
+      }
+      fputc('\n', f);
+    }
+    for (int path = 0; path < n_paths && path < LOOM_PHILOX_PATH_COUNT; path++) {
+      const char *name = loom_philox_path_name(path);
+      if (!loom_philox_path_supported(path)) {
+        if (json)
+          json_skipped(f, path, rounds);
+        else
+          fprintf(f, "  %-10s skipped: %s\n", name, skip_reason(path));
+        fflush(f);
+        continue;
+      }
+      for (int32_t t = 0; t < n_threads; t++) {
+        if (!o->quiet)
+          fprintf(stderr, "bench: rng %s, %d rounds, %d thread%s\n", name, (int)rounds,
+                  (int)thread_counts[t], thread_counts[t] == 1 ? "" : "s");
+        rng_point *p = &pt[path][t];
+        p->bytes_per_s = loom_philox_bench(path, rounds, thread_counts[t], o->seconds);
+        if (p->bytes_per_s < 0) ok = false;
+        /* ref is path 0, measured first */
+        double ref = pt[LOOM_PHILOX_PATH_REF][t].bytes_per_s;
+        p->vs_ref = ref > 0 && p->bytes_per_s > 0 ? p->bytes_per_s / ref : 0.0;
+        if (json) {
+          json_point(f, path, rounds, thread_counts[t], p, o, loadavg);
+          fflush(f);
+        }
+      }
+      if (path == LOOM_PHILOX_PATH_AVX512 && rounds == 10 && pt[path][0].vs_ref > 0) {
+        ref_avx512_vs = pt[path][0].vs_ref;
+        have_target = true;
+      }
+      if (!json) {
+        char a[24], b[16], c[24], d[16], e[24], s[16];
+        fprintf(f, "  %-10s %10s %8s", name, gbps(a, sizeof a, pt[path][0].bytes_per_s),
+                times(b, sizeof b, pt[path][0].vs_ref));
+        if (n_threads > 1) {
+          double tot = pt[path][1].bytes_per_s, one = pt[path][0].bytes_per_s;
+          fprintf(f, " %13s %8s %12s %8s", gbps(c, sizeof c, tot),
+                  times(d, sizeof d, pt[path][1].vs_ref),
+                  gbps(e, sizeof e, tot < 0 ? tot : tot / o->threads),
+                  times(s, sizeof s, tot > 0 && one > 0 ? tot / one : 0.0));
+        }
+        fputc('\n', f);
+        fflush(f);
+      }
+    }
+  }
+  if (!json) {
+    fprintf(f,
+            "\n  target (issue 4): vectorised Philox >= %.0fx the scalar reference per core"
+            " on AVX-512: ",
+            TARGET_SPEEDUP);
+    if (have_target)
+      fprintf(f, "avx512 x%.2f at 10 rounds, 1 thread: %s\n", ref_avx512_vs,
+              ref_avx512_vs >= TARGET_SPEEDUP ? "met" : "not met");
+    else
+      fprintf(f, "not measured (%s)\n",
+              loom_philox_path_supported(LOOM_PHILOX_PATH_AVX512) ? "10 rounds not run"
+                                                                  : "no AVX-512 here");
+  }
   return ok;
 }
