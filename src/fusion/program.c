@@ -4,6 +4,7 @@
  */
 #include "fusion/fusion.h"
 
+#include "core/strbuf.h"
 #include "ops/op.h"
 
 #include <stdarg.h>
@@ -40,73 +41,38 @@ void loom_program_clear(loom_program *p) {
   memset(p, 0, sizeof *p);
 }
 
-/* A growing output string; `oom` makes later writes no-ops. */
-typedef struct pbuf {
-  char *p;
-  size_t n, cap;
-  bool oom;
-} pbuf;
-
-static void put(pbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(pbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-    va_end(ap);
-    if (w < 0) {
-      b->oom = true;
-      return;
-    }
-    if (b->p && (size_t)w < b->cap - b->n) {
-      b->n += (size_t)w;
-      return;
-    }
-    size_t cap = b->cap * 2 + (size_t)w + 256;
-    char *np = realloc(b->p, cap);
-    if (!np) {
-      b->oom = true;
-      return;
-    }
-    b->p = np;
-    b->cap = cap;
-  }
-}
-
-/* %name for named values, %vN otherwise (N: the value id). */
-static void put_value(pbuf *b, const loom_graph *g, int32_t v) {
+static void put_value(loom_strbuf *b, const loom_graph *g, int32_t v) {
   if (!loom_value_valid(g, v))
-    put(b, "%%?");
+    loom_strbuf_put(b, "%%?");
   else if (g->values[v].name)
-    put(b, "%%%s", g->values[v].name);
+    loom_strbuf_put(b, "%%%s", g->values[v].name);
   else
-    put(b, "%%v%d", v);
+    loom_strbuf_put(b, "%%v%d", v);
 }
 
 /* "%out = op(%a, %b) f32[4, 8]" for node n. */
-static void put_node(pbuf *b, const loom_graph *g, int32_t n) {
+static void put_node(loom_strbuf *b, const loom_graph *g, int32_t n) {
   const loom_node *nd = &g->nodes[n];
   for (int32_t o = 0; o < nd->n_out; o++) {
-    if (o) put(b, ", ");
+    if (o) loom_strbuf_put(b, ", ");
     put_value(b, g, nd->out[o]);
   }
-  put(b, " = %s(", loom_op_name(nd->op));
+  loom_strbuf_put(b, " = %s(", loom_op_name(nd->op));
   for (int32_t i = 0; i < nd->n_in; i++) {
-    if (i) put(b, ", ");
+    if (i) loom_strbuf_put(b, ", ");
     put_value(b, g, nd->in[i]);
   }
   char tb[128];
-  put(b, ") %s", nd->n_out > 0 ? loom_type_str(loom_value_type(g, nd->out[0]), tb, sizeof tb) : "");
+  loom_strbuf_put(b, ") %s", nd->n_out > 0 ? loom_type_str(loom_value_type(g, nd->out[0]), tb, sizeof tb) : "");
 }
 
-static void put_kernel(pbuf *b, const loom_graph *g, const loom_program *p, int32_t ki) {
+static void put_kernel(loom_strbuf *b, const loom_graph *g, const loom_program *p, int32_t ki) {
   const loom_kernel *k = &p->kernels[ki];
-  put(b, "kernel %s: %d node%s, %d part%s", k->name, k->n_nodes, k->n_nodes == 1 ? "" : "s",
+  loom_strbuf_put(b, "kernel %s: %d node%s, %d part%s", k->name, k->n_nodes, k->n_nodes == 1 ? "" : "s",
       k->n_parts, k->n_parts == 1 ? "" : "s");
   if (p->kernel_bytes && p->kernel_seconds) {
     double by = (double)p->kernel_bytes[ki], t = p->kernel_seconds[ki];
-    put(b, ", modeled %.4g %s %.4g %s",
+    loom_strbuf_put(b, ", modeled %.4g %s %.4g %s",
         by >= 1e6   ? by / 1e6
         : by >= 1e3 ? by / 1e3
                     : by,
@@ -115,15 +81,15 @@ static void put_kernel(pbuf *b, const loom_graph *g, const loom_program *p, int3
                     : "B",
         t >= 1e-3 ? t * 1e3 : t * 1e6, t >= 1e-3 ? "ms" : "us");
   }
-  put(b, "; args");
+  loom_strbuf_put(b, "; args");
   for (int32_t a = 0; a < k->n_args; a++) {
-    put(b, " %s", k->args[a].is_output ? "out:" : "");
+    loom_strbuf_put(b, " %s", k->args[a].is_output ? "out:" : "");
     put_value(b, g, k->args[a].value);
   }
-  put(b, "\n");
+  loom_strbuf_put(b, "\n");
   for (int32_t i = 0; i < k->n_parts; i++) {
     const loom_kpart *pt = &k->parts[i];
-    put(b,
+    loom_strbuf_put(b,
         "  part %d: rows %lld x row %lld, %d stage%s, %d scratch, %d regs, "
         "rows_per_tile %lld, vector %d\n",
         i, (long long)loom_kpart_rows(pt), (long long)loom_kpart_row_len(pt), pt->n_stages,
@@ -133,13 +99,13 @@ static void put_kernel(pbuf *b, const loom_graph *g, const loom_program *p, int3
   for (int32_t i = 0; i < k->n_nodes; i++) {
     int32_t n = k->nodes[i];
     if (n < 0 || n >= g->n_nodes) continue;
-    put(b, "    ");
+    loom_strbuf_put(b, "    ");
     put_node(b, g, n);
     /* Values that stay inside the kernel are what fusion saved. */
     const loom_node *nd = &g->nodes[n];
     bool kept = nd->n_out > 0 && p->materialized && nd->out[0] < p->n_values &&
                 !p->materialized[nd->out[0]];
-    put(b, "%s\n", kept ? "  [in kernel]" : "");
+    loom_strbuf_put(b, "%s\n", kept ? "  [in kernel]" : "");
   }
 }
 
@@ -149,7 +115,7 @@ loom_status loom_program_print(loom_ctx *ctx, const loom_graph *g, const loom_pr
   *out = NULL;
   if (!g || !p)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "program_print: NULL argument");
-  pbuf b = {0};
+  loom_strbuf b = {0};
   int32_t n_gemm = 0, n_node = 0, n_run = 0;
   for (int32_t s = 0; s < p->n_steps; s++) {
     if (p->steps[s].kind == LOOM_STEP_GEMM) n_gemm++;
@@ -159,14 +125,14 @@ loom_status loom_program_print(loom_ctx *ctx, const loom_graph *g, const loom_pr
     else if (p->steps[s].kernel >= 0 && p->steps[s].kernel < p->n_kernels)
       n_run += p->kernels[p->steps[s].kernel].n_nodes;
   }
-  put(&b,
+  loom_strbuf_put(&b,
       "# fusion %s: %d memory-intensive ops in %d kernels, %d gemm, %d eager, %d dead; "
       "modeled %lld bytes, %.3g s\n",
       loom_fusion_mode_name(p->mode), p->n_memory_ops, p->n_kernels, n_gemm, n_node,
       g->n_nodes - n_run, (long long)p->modeled_bytes, p->modeled_seconds);
   for (int32_t s = 0; s < p->n_steps; s++) {
     const loom_step *st = &p->steps[s];
-    put(&b, "step %d: ", s);
+    loom_strbuf_put(&b, "step %d: ", s);
     if (st->kind == LOOM_STEP_KERNEL && st->kernel >= 0 && st->kernel < p->n_kernels) {
       put_kernel(&b, g, p, st->kernel);
     } else if (st->node >= 0 && st->node < g->n_nodes) {
@@ -174,17 +140,14 @@ loom_status loom_program_print(loom_ctx *ctx, const loom_graph *g, const loom_pr
       const char *what = st->kind == LOOM_STEP_GEMM                 ? "gemm"
                          : g->nodes[st->node].op == LOOM_OP_RESHAPE ? "alias"
                                                                     : "eager";
-      put(&b, "%s ", what);
+      loom_strbuf_put(&b, "%s ", what);
       put_node(&b, g, st->node);
-      put(&b, "\n");
+      loom_strbuf_put(&b, "\n");
     } else {
-      put(&b, "<invalid step>\n");
+      loom_strbuf_put(&b, "<invalid step>\n");
     }
   }
-  if (b.oom || !b.p) {
-    free(b.p);
-    return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "program_print: out of memory");
-  }
-  *out = b.p;
+  *out = loom_strbuf_take(&b);
+  if (!*out) return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "program_print: out of memory");
   return LOOM_STATUS_OK;
 }

@@ -7,6 +7,7 @@
  */
 #include "ir/text_ir.h"
 
+#include "core/strbuf.h"
 #include "ops/op.h"
 
 #include <math.h>
@@ -14,100 +15,67 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct sbuf {
-  char *p;
-  size_t n, cap;
-  bool oom;
-} sbuf;
-
-static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
-    va_end(ap);
-    if (w < 0) {
-      b->oom = true;
-      return;
-    }
-    if ((size_t)w < b->cap - b->n) {
-      b->n += (size_t)w;
-      return;
-    }
-    size_t cap = b->cap * 2 + (size_t)w;
-    char *np = realloc(b->p, cap);
-    if (!np) {
-      b->oom = true;
-      return;
-    }
-    b->p = np;
-    b->cap = cap;
-  }
-}
-
 /* A name: bare when it is an identifier, else quoted with escapes. */
-static void put_name(sbuf *b, const char *name) {
+static void put_name(loom_strbuf *b, const char *name) {
   if (loom_text_is_ident(name)) {
-    put(b, "%s", name);
+    loom_strbuf_put(b, "%s", name);
     return;
   }
-  put(b, "\"");
+  loom_strbuf_put(b, "\"");
   for (const unsigned char *s = (const unsigned char *)name; *s; s++) {
     if (*s == '"' || *s == '\\')
-      put(b, "\\%c", *s);
+      loom_strbuf_put(b, "\\%c", *s);
     else if (*s < 0x20 || *s >= 0x7f)
-      put(b, "\\x%02x", *s);
+      loom_strbuf_put(b, "\\x%02x", *s);
     else
-      put(b, "%c", *s);
+      loom_strbuf_put(b, "%c", *s);
   }
-  put(b, "\"");
+  loom_strbuf_put(b, "\"");
 }
 
 /* num[v] >= 0: the number of unnamed value v. */
-static void put_ref(sbuf *b, const loom_graph *g, const int32_t *num, int32_t v) {
+static void put_ref(loom_strbuf *b, const loom_graph *g, const int32_t *num, int32_t v) {
   if (!loom_value_valid(g, v)) {
-    put(b, "%%<invalid %d>", v); /* only for broken graphs; will not parse */
+    loom_strbuf_put(b, "%%<invalid %d>", v); /* only for broken graphs; will not parse */
   } else if (g->values[v].name) {
-    put(b, "%%");
+    loom_strbuf_put(b, "%%");
     put_name(b, g->values[v].name);
   } else {
-    put(b, "%%%d", num[v]);
+    loom_strbuf_put(b, "%%%d", num[v]);
   }
 }
 
-static void put_type(sbuf *b, const loom_type *t) {
+static void put_type(loom_strbuf *b, const loom_type *t) {
   const char *dn = loom_dtype_name(t->dtype);
   if (dn)
-    put(b, "%s[", dn);
+    loom_strbuf_put(b, "%s[", dn);
   else
-    put(b, "<dtype %d>[", (int)t->dtype);
+    loom_strbuf_put(b, "<dtype %d>[", (int)t->dtype);
   for (int32_t d = 0; d < t->rank && d < LOOM_MAX_RANK; d++)
-    put(b, d ? ", %lld" : "%lld", (long long)t->shape[d]);
-  put(b, "]");
+    loom_strbuf_put(b, d ? ", %lld" : "%lld", (long long)t->shape[d]);
+  loom_strbuf_put(b, "]");
 }
 
 /* The shortest %.Ng (N <= 17) that reads back as the same double. */
-static void put_double(sbuf *b, double v) {
+static void put_double(loom_strbuf *b, double v) {
   if (isnan(v)) {
-    put(b, "nan");
+    loom_strbuf_put(b, "nan");
     return;
   }
   if (isinf(v)) {
-    put(b, v < 0 ? "-inf" : "inf");
+    loom_strbuf_put(b, v < 0 ? "-inf" : "inf");
     return;
   }
   char s[40];
   if (v == floor(v) && fabs(v) < 1e15) { /* integral: 100, not 1e+02 */
-    put(b, "%.0f", v);
+    loom_strbuf_put(b, "%.0f", v);
     return;
   }
   for (int prec = 1; prec <= 17; prec++) {
     snprintf(s, sizeof s, "%.*g", prec, v);
     if (strtod(s, NULL) == v) break;
   }
-  put(b, "%s", s);
+  loom_strbuf_put(b, "%s", s);
 }
 
 static bool attr_is_default(const loom_attr_spec *s, const loom_attr_value *a) {
@@ -120,64 +88,59 @@ static bool attr_is_default(const loom_attr_spec *s, const loom_attr_value *a) {
   return false;
 }
 
-static void put_attr(sbuf *b, const loom_attr_spec *s, const loom_attr_value *a) {
-  put(b, "%s=", s->name);
+static void put_attr(loom_strbuf *b, const loom_attr_spec *s, const loom_attr_value *a) {
+  loom_strbuf_put(b, "%s=", s->name);
   if (s->kind == LOOM_ATTR_FLOAT) {
     put_double(b, a->f);
   } else if (s->kind == LOOM_ATTR_INTS) {
-    put(b, "[");
+    loom_strbuf_put(b, "[");
     for (int32_t k = 0; k < a->ints.n && k < LOOM_MAX_RANK; k++)
-      put(b, k ? ", %lld" : "%lld", (long long)a->ints.v[k]);
-    put(b, "]");
+      loom_strbuf_put(b, k ? ", %lld" : "%lld", (long long)a->ints.v[k]);
+    loom_strbuf_put(b, "]");
   } else if (s->fmt == LOOM_ATTR_FMT_BOOL && (a->i == 0 || a->i == 1)) {
-    put(b, "%s", a->i ? "true" : "false");
+    loom_strbuf_put(b, "%s", a->i ? "true" : "false");
   } else if (s->fmt == LOOM_ATTR_FMT_DTYPE && a->i >= 0 && a->i < LOOM_DTYPE_COUNT) {
-    put(b, "%s", loom_dtype_name((loom_dtype)a->i));
+    loom_strbuf_put(b, "%s", loom_dtype_name((loom_dtype)a->i));
   } else {
-    put(b, "%lld", (long long)a->i);
+    loom_strbuf_put(b, "%lld", (long long)a->i);
   }
 }
 
-static void put_node(sbuf *b, const loom_graph *g, const int32_t *num, const loom_node *n) {
+static void put_node(loom_strbuf *b, const loom_graph *g, const int32_t *num, const loom_node *n) {
   const loom_op_def *d = loom_op_get(n->op);
   for (int32_t o = 0; n->out && o < n->n_out; o++) {
     int32_t v = n->out[o];
-    if (o) put(b, ", ");
+    if (o) loom_strbuf_put(b, ", ");
     put_ref(b, g, num, v);
     if (loom_value_valid(g, v)) {
-      put(b, " : ");
+      loom_strbuf_put(b, " : ");
       put_type(b, &g->values[v].type);
     }
   }
   if (d)
-    put(b, " = %s(", d->name);
+    loom_strbuf_put(b, " = %s(", d->name);
   else
-    put(b, " = <op %d>(", (int)n->op);
+    loom_strbuf_put(b, " = <op %d>(", (int)n->op);
   for (int32_t i = 0; n->in && i < n->n_in; i++) {
-    if (i) put(b, ", ");
+    if (i) loom_strbuf_put(b, ", ");
     put_ref(b, g, num, n->in[i]);
   }
   bool first = n->n_in == 0;
   for (int32_t a = 0; d && a < d->n_attrs; a++) {
     if (attr_is_default(&d->attrs[a], &n->attr[a])) continue;
-    if (!first) put(b, ", ");
+    if (!first) loom_strbuf_put(b, ", ");
     first = false;
     put_attr(b, &d->attrs[a], &n->attr[a]);
   }
-  put(b, ")\n");
+  loom_strbuf_put(b, ")\n");
 }
 
 loom_status loom_graph_print(const loom_graph *g, char **out) {
   if (out) *out = NULL;
   if (!g || !out) return LOOM_STATUS_INVALID_ARGUMENT;
-  sbuf b = {.p = malloc(256), .cap = 256};
+  loom_strbuf b = {0};
   int32_t *num = malloc(sizeof(int32_t) * (size_t)(g->n_values > 0 ? g->n_values : 1));
-  if (!b.p || !num) {
-    free(b.p);
-    free(num);
-    return loom_error(g->ctx, LOOM_STATUS_OUT_OF_MEMORY, "graph_print: out of memory");
-  }
-  b.p[0] = '\0';
+  if (!num) return loom_error(g->ctx, LOOM_STATUS_OUT_OF_MEMORY, "graph_print: out of memory");
   /* Number the unnamed values in order of definition: inputs, then nodes. */
   int32_t next_num = 0;
   for (int32_t v = 0; v < g->n_values; v++) num[v] = -1;
@@ -193,27 +156,24 @@ loom_status loom_graph_print(const loom_graph *g, char **out) {
   for (int32_t i = 0; i < g->n_inputs; i++) {
     int32_t v = g->inputs[i];
     bool param = loom_value_valid(g, v) && g->values[v].kind == LOOM_VALUE_PARAM;
-    put(&b, "%s ", param ? "param" : "input");
+    loom_strbuf_put(&b, "%s ", param ? "param" : "input");
     put_ref(&b, g, num, v);
     if (loom_value_valid(g, v)) {
-      put(&b, " : ");
+      loom_strbuf_put(&b, " : ");
       put_type(&b, &g->values[v].type);
     }
-    put(&b, "\n");
+    loom_strbuf_put(&b, "\n");
   }
   for (int32_t i = 0; i < g->n_nodes; i++) put_node(&b, g, num, &g->nodes[i]);
   for (int32_t i = 0; i < g->n_outputs; i++) {
-    put(&b, "output ");
+    loom_strbuf_put(&b, "output ");
     put_name(&b, g->output_names[i] ? g->output_names[i] : "");
-    put(&b, " = ");
+    loom_strbuf_put(&b, " = ");
     put_ref(&b, g, num, g->outputs[i]);
-    put(&b, "\n");
+    loom_strbuf_put(&b, "\n");
   }
   free(num);
-  if (b.oom) {
-    free(b.p);
-    return loom_error(g->ctx, LOOM_STATUS_OUT_OF_MEMORY, "graph_print: out of memory");
-  }
-  *out = b.p;
+  *out = loom_strbuf_take(&b);
+  if (!*out) return loom_error(g->ctx, LOOM_STATUS_OUT_OF_MEMORY, "graph_print: out of memory");
   return LOOM_STATUS_OK;
 }
