@@ -2,6 +2,7 @@
  * the printer. */
 #include "kernel/kernel.h"
 
+#include "core/strbuf.h"
 #include "ir/dtype.h"
 #include "ops/op.h"
 
@@ -122,40 +123,6 @@ const char *loom_kdst_kind_name(loom_kdst_kind k) {
 
 /* ---- printing ------------------------------------------------------------ */
 
-typedef struct sbuf {
-  char *s;
-  size_t len, cap;
-  bool oom;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->oom = true;
-      return;
-    }
-    if (b->s && b->len + (size_t)n < b->cap) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = b->cap ? b->cap * 2 : 1024;
-    while (cap < b->len + (size_t)n + 1) cap *= 2;
-    char *p = realloc(b->s, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->s = p;
-    b->cap = cap;
-  }
-}
-
 static const char *dt_name(loom_dtype dt) {
   const char *n = loom_dtype_name(dt);
   return n ? n : "?";
@@ -167,104 +134,100 @@ static const char *op_name(loom_op op) {
 }
 
 /* "base + p0*s + r1*s" with zero terms left out. */
-static void print_map(sbuf *b, const loom_kmap *m) {
-  sb_printf(b, "%lld", (long long)m->base);
+static void print_map(loom_strbuf *b, const loom_kmap *m) {
+  loom_strbuf_put(b, "%lld", (long long)m->base);
   for (int32_t i = 0; i < LOOM_MAX_RANK; i++)
-    if (m->p[i]) sb_printf(b, " + p%d*%lld", i, (long long)m->p[i]);
+    if (m->p[i]) loom_strbuf_put(b, " + p%d*%lld", i, (long long)m->p[i]);
   for (int32_t j = 0; j < LOOM_MAX_RANK; j++)
-    if (m->r[j]) sb_printf(b, " + r%d*%lld", j, (long long)m->r[j]);
+    if (m->r[j]) loom_strbuf_put(b, " + r%d*%lld", j, (long long)m->r[j]);
 }
 
-static void print_dims(sbuf *b, int32_t rank, const int64_t *shape) {
-  sb_printf(b, "[");
-  for (int32_t i = 0; i < rank; i++) sb_printf(b, "%s%lld", i ? ", " : "", (long long)shape[i]);
-  sb_printf(b, "]");
+static void print_dims(loom_strbuf *b, int32_t rank, const int64_t *shape) {
+  loom_strbuf_put(b, "[");
+  for (int32_t i = 0; i < rank; i++) loom_strbuf_put(b, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  loom_strbuf_put(b, "]");
 }
 
-static void print_expr(sbuf *b, int32_t i, const loom_kexpr *e) {
-  sb_printf(b, "  e%d = ", i);
+static void print_expr(loom_strbuf *b, int32_t i, const loom_kexpr *e) {
+  loom_strbuf_put(b, "  e%d = ", i);
   switch (e->kind) {
   case LOOM_KX_LOAD:
-    sb_printf(b, "load a%d[", e->arg);
+    loom_strbuf_put(b, "load a%d[", e->arg);
     print_map(b, &e->map);
-    sb_printf(b, "]");
+    loom_strbuf_put(b, "]");
     break;
-  case LOOM_KX_CONST: sb_printf(b, "const %.17g", e->c); break;
+  case LOOM_KX_CONST: loom_strbuf_put(b, "const %.17g", e->c); break;
   case LOOM_KX_INDEX:
-    sb_printf(b, "index ");
+    loom_strbuf_put(b, "index ");
     print_map(b, &e->map);
     break;
   case LOOM_KX_OP:
-    sb_printf(b, "%s", op_name(e->op));
-    for (int32_t a = 0; a < e->n_a && a < 3; a++) sb_printf(b, " e%d", e->a[a]);
+    loom_strbuf_put(b, "%s", op_name(e->op));
+    for (int32_t a = 0; a < e->n_a && a < 3; a++) loom_strbuf_put(b, " e%d", e->a[a]);
     break;
-  case LOOM_KX_REG: sb_printf(b, "reg r%d", e->reg); break;
-  case LOOM_KX_SCRATCH: sb_printf(b, "scratch s%d", e->scratch); break;
+  case LOOM_KX_REG: loom_strbuf_put(b, "reg r%d", e->reg); break;
+  case LOOM_KX_SCRATCH: loom_strbuf_put(b, "scratch s%d", e->scratch); break;
   case LOOM_KX_KEEP:
-    sb_printf(b, "keep");
-    for (int32_t a = 0; a < e->n_a && a < 3; a++) sb_printf(b, " e%d", e->a[a]);
-    sb_printf(b, " seed=%llu offset=%llu threshold=%llu", (unsigned long long)e->seed,
+    loom_strbuf_put(b, "keep");
+    for (int32_t a = 0; a < e->n_a && a < 3; a++) loom_strbuf_put(b, " e%d", e->a[a]);
+    loom_strbuf_put(b, " seed=%llu offset=%llu threshold=%llu", (unsigned long long)e->seed,
               (unsigned long long)e->offset, (unsigned long long)e->threshold);
     break;
-  default: sb_printf(b, "? kind %d", (int)e->kind); break;
+  default: loom_strbuf_put(b, "? kind %d", (int)e->kind); break;
   }
-  sb_printf(b, " : %s\n", dt_name(e->dtype));
+  loom_strbuf_put(b, " : %s\n", dt_name(e->dtype));
 }
 
-static void print_out(sbuf *b, const loom_kout *o) {
-  sb_printf(b, "      %s", loom_kdst_kind_name(o->dst));
+static void print_out(loom_strbuf *b, const loom_kout *o) {
+  loom_strbuf_put(b, "      %s", loom_kdst_kind_name(o->dst));
   if (o->dst == LOOM_KDST_ROW_REDUCE || o->dst == LOOM_KDST_COL_REDUCE)
-    sb_printf(b, ".%s", op_name(o->combine));
+    loom_strbuf_put(b, ".%s", op_name(o->combine));
   switch (o->dst) {
   case LOOM_KDST_STORE:
   case LOOM_KDST_COL_REDUCE:
-    sb_printf(b, " a%d[", o->target);
+    loom_strbuf_put(b, " a%d[", o->target);
     print_map(b, &o->map);
-    sb_printf(b, "]");
+    loom_strbuf_put(b, "]");
     break;
-  case LOOM_KDST_SCRATCH: sb_printf(b, " s%d", o->target); break;
-  default: sb_printf(b, " r%d", o->target); break;
+  case LOOM_KDST_SCRATCH: loom_strbuf_put(b, " s%d", o->target); break;
+  default: loom_strbuf_put(b, " r%d", o->target); break;
   }
-  sb_printf(b, " <- e%d\n", o->expr);
+  loom_strbuf_put(b, " <- e%d\n", o->expr);
 }
 
 loom_status loom_kernel_print(loom_ctx *ctx, const loom_kernel *k, char **out) {
-  sbuf b = {0};
-  sb_printf(&b, "kernel %s", k->name);
+  loom_strbuf b = {0};
+  loom_strbuf_put(&b, "kernel %s", k->name);
   if (k->n_nodes > 0) {
-    sb_printf(&b, " (nodes");
-    for (int32_t i = 0; i < k->n_nodes; i++) sb_printf(&b, " %d", k->nodes[i]);
-    sb_printf(&b, ")");
+    loom_strbuf_put(&b, " (nodes");
+    for (int32_t i = 0; i < k->n_nodes; i++) loom_strbuf_put(&b, " %d", k->nodes[i]);
+    loom_strbuf_put(&b, ")");
   }
-  sb_printf(&b, "\n");
+  loom_strbuf_put(&b, "\n");
   for (int32_t i = 0; i < k->n_args; i++) {
     const loom_karg *a = &k->args[i];
-    sb_printf(&b, "  a%d: %s %s[%lld] v%d\n", i,
+    loom_strbuf_put(&b, "  a%d: %s %s[%lld] v%d\n", i,
               a->temp ? "temp" : a->is_output ? "out" : "in", dt_name(a->dtype),
               (long long)a->numel, a->value);
   }
   for (int32_t i = 0; i < k->n_exprs; i++) print_expr(&b, i, &k->exprs[i]);
   for (int32_t pi = 0; pi < k->n_parts; pi++) {
     const loom_kpart *p = &k->parts[pi];
-    sb_printf(&b, "  part %d phase %d: P ", pi, p->phase);
+    loom_strbuf_put(&b, "  part %d phase %d: P ", pi, p->phase);
     print_dims(&b, p->p_rank, p->p_shape);
-    sb_printf(&b, " R ");
+    loom_strbuf_put(&b, " R ");
     print_dims(&b, p->r_rank, p->r_shape);
-    sb_printf(&b, " rows/tile %lld vec %d regs %d scratch %d\n",
+    loom_strbuf_put(&b, " rows/tile %lld vec %d regs %d scratch %d\n",
               (long long)p->sched.rows_per_tile, p->sched.vector_width, p->n_regs,
               p->n_scratch);
     for (int32_t s = 0; s < p->n_stages; s++) {
       const loom_kstage *st = &p->stages[s];
-      sb_printf(&b, "    stage %d %s\n", s, st->kind == LOOM_KSTAGE_ROW ? "row" : "scalar");
+      loom_strbuf_put(&b, "    stage %d %s\n", s, st->kind == LOOM_KSTAGE_ROW ? "row" : "scalar");
       for (int32_t o = 0; o < st->n_out; o++) print_out(&b, &st->out[o]);
     }
   }
-  if (b.oom || !b.s) {
-    free(b.s);
-    *out = NULL;
-    return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory printing a kernel");
-  }
-  *out = b.s;
+  *out = loom_strbuf_take(&b);
+  if (!*out) return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory printing a kernel");
   return LOOM_STATUS_OK;
 }
 
