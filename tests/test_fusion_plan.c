@@ -467,7 +467,7 @@ static plan_result compile_checked(const char *name, const loom_graph *g, loom_f
     for (int32_t i = 0; i < p.kernels[k].n_parts; i++) {
       const loom_kschedule *s = &p.kernels[k].parts[i].sched;
       CHECK(s->rows_per_tile >= 1);
-      CHECK(s->vector_width == 1 || s->vector_width == 8);
+      CHECK(s->vector_width == 1 || s->vector_width == 8 || s->vector_width == 16);
     }
   }
   r.kernels = p.n_kernels;
@@ -541,7 +541,11 @@ static void test_cost_model(void) {
   /* 32768 rows of 1024 f32 in and out: 8 KiB per row; 256 tiles wanted,
    * 32 KiB per tile at least -> max(4, 128) = 128 rows per tile */
   loom_kschedule s = loom_cost_schedule(32768, 1024, 8192, 0);
-  CHECK(s.rows_per_tile == 128 && s.vector_width == 8);
+  CHECK(s.rows_per_tile == 128 && s.vector_width == 16);
+  /* lanes: 16 from 256-element rows on, 8 from 8, else 1 */
+  CHECK(loom_cost_vector_width(256) == 16 && loom_cost_vector_width(255) == 8);
+  CHECK(loom_cost_vector_width(8) == 8 && loom_cost_vector_width(7) == 1);
+  CHECK(loom_cost_schedule(32768, 64, 512, 0).vector_width == 8);
   /* tiny rows: amortisation wins (32 KiB / 8 B = 4096 rows per tile) */
   s = loom_cost_schedule(100000, 1, 8, 0);
   CHECK(s.rows_per_tile == 4096 && s.vector_width == 1);

@@ -28,6 +28,8 @@
 /* Re-reading a row from L2 rather than L1 costs this fraction of reading
  * it from memory. */
 #define L2_REREAD_FRACTION 0.1
+/* Rows at least this long get 16 vector lanes rather than 8. */
+#define LONG_ROW 256
 
 static int64_t ceil_div(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; }
 
@@ -38,9 +40,19 @@ static int64_t pow2_at_least(int64_t x) {
   return p;
 }
 
+/* Lanes of R loops and row reductions: 16 on long rows (two AVX-512
+ * vectors of double accumulators, or four AVX2 ones: the reductions'
+ * dependency chains are half as long as with 8; the softmax forward
+ * kernel measured faster, docs/FUSION.md), 8 on shorter ones, 1 below 8. The
+ * choice depends on the row length only, never on the machine or the
+ * thread count, so a plan computes the same bits everywhere. */
+int32_t loom_cost_vector_width(int64_t row_len) {
+  return row_len >= LONG_ROW ? 16 : row_len >= 8 ? 8 : 1;
+}
+
 loom_kschedule loom_cost_schedule(int64_t rows, int64_t row_len, int64_t bytes_per_row,
                                   int64_t partial_elems) {
-  loom_kschedule s = {.rows_per_tile = 1, .vector_width = row_len >= 8 ? 8 : 1};
+  loom_kschedule s = {.rows_per_tile = 1, .vector_width = loom_cost_vector_width(row_len)};
   if (rows <= 1) return s;
   if (bytes_per_row < 1) bytes_per_row = 1;
   /* Big enough to amortise a tile, small enough for TILE_TARGET tiles;

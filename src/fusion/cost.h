@@ -22,6 +22,9 @@ typedef struct loom_cost_detail {
   double total_s;
 } loom_cost_detail;
 
+/* The vector lanes of a part whose rows are row_len long: 16, 8 or 1. */
+int32_t loom_cost_vector_width(int64_t row_len);
+
 /* A part's schedule from its sizes alone (never the thread count):
  * rows_per_tile and vector_width. bytes_per_row is the part's global
  * traffic per row (reads + writes); partial_elems the elements of its

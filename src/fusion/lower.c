@@ -36,6 +36,7 @@
  * roots of each phase into parts, puts parts in canonical form, schedules
  * them, and holds the entry point.
  */
+#include "fusion/cost.h"
 #include "fusion/lower_internal.h"
 
 #include "ops/op.h"
@@ -212,7 +213,7 @@ static void schedule(loom_kernel *k, const loom_kschedule *sched) {
   int64_t blen = LOOM_MAX(loom_kpart_row_len(bp), 1), brows = loom_kpart_rows(bp);
   int64_t rpt = sched && sched->rows_per_tile > 0 ? sched->rows_per_tile
                                                   : (16384 + blen - 1) / blen;
-  int32_t vw = sched ? sched->vector_width : (blen >= 8 ? 8 : 1);
+  int32_t vw = sched ? sched->vector_width : loom_cost_vector_width(blen);
   if (!(vw == 1 || vw == 2 || vw == 4 || vw == 8 || vw == 16)) vw = 8;
   int64_t tile_elems = LOOM_MIN(rpt, LOOM_MAX(brows, 1)) * blen;
   for (int32_t i = 0; i < k->n_parts; i++) {
