@@ -33,35 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- output buffer ------------------------------------------------------ */
-
-void loom_cg_vput(cg_buf *b, const char *fmt, va_list ap) {
-  if (b->oom) return;
-  for (;;) {
-    va_list aq;
-    va_copy(aq, ap);
-    int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, aq);
-    va_end(aq);
-    if (n < 0) {
-      b->oom = true;
-      return;
-    }
-    if (b->s && b->len + (size_t)n < b->cap) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = b->cap ? b->cap * 2 : 16384;
-    while (cap < b->len + (size_t)n + 1) cap *= 2;
-    char *p = realloc(b->s, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->s = p;
-    b->cap = cap;
-  }
-}
-
 /* ---- per-part analysis --------------------------------------------------- */
 
 /* Calls fn for every map the part evaluates. */
@@ -511,12 +482,12 @@ loom_status loom_codegen_c(loom_ctx *ctx, const loom_kernel *kernels, int32_t n,
   loom_cg_put_prelude(&b);
   loom_status st = LOOM_STATUS_OK;
   for (int32_t i = 0; i < n && st == LOOM_STATUS_OK; i++) st = emit_kernel(ctx, &b, &kernels[i]);
-  if (st == LOOM_STATUS_OK && (b.oom || !b.s))
+  if (st == LOOM_STATUS_OK && (b.buf.oom || !b.buf.p))
     st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory generating C");
   if (st != LOOM_STATUS_OK) {
-    free(b.s);
+    free(b.buf.p);
     return st;
   }
-  *source = b.s;
+  *source = b.buf.p;
   return LOOM_STATUS_OK;
 }

@@ -235,7 +235,7 @@ static loom_status render_op(loom_ctx *ctx, cg_buf *b, const loom_kernel *k, int
     res = LOOM_DTYPE_BOOL;
   } else if (all_int && op != LOOM_OP_POW) {
     if (!r->intg) {
-      free(t.s);
+      free(t.buf.p);
       return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "kernel %s: e%d: %s of integers", k->name,
                         e, loom_op_name(op));
     }
@@ -260,9 +260,9 @@ static loom_status render_op(loom_ctx *ctx, cg_buf *b, const loom_kernel *k, int
     put(&t, ")");
     res = LOOM_DTYPE_F64;
   }
-  if (t.oom) b->oom = true;
-  else loom_cg_conv(b, t.s, res, x->dtype);
-  free(t.s);
+  if (t.buf.oom) b->buf.oom = true;
+  else loom_cg_conv(b, t.buf.p, res, x->dtype);
+  free(t.buf.p);
   return LOOM_STATUS_OK;
 }
 
@@ -278,9 +278,9 @@ loom_status loom_cg_emit_expr(loom_ctx *ctx, cg_buf *b, const cg_site *si, int32
       put(&t, "(uint8_t)(w%d[%s - c0] >= %lluull)", e, si->idx[0],
           (unsigned long long)x->threshold);
       put(b, "%*sconst %s v%d = ", 2 * b->indent, "", loom_cg_ctype(x->dtype), e);
-      if (!t.oom) loom_cg_conv(b, t.s, LOOM_DTYPE_BOOL, x->dtype);
-      b->oom |= t.oom;
-      free(t.s);
+      if (!t.buf.oom) loom_cg_conv(b, t.buf.p, LOOM_DTYPE_BOOL, x->dtype);
+      b->buf.oom |= t.buf.oom;
+      free(t.buf.p);
       put(b, "; /* keep */\n");
       return LOOM_STATUS_OK;
     }
@@ -314,9 +314,9 @@ loom_status loom_cg_emit_expr(loom_ctx *ctx, cg_buf *b, const cg_site *si, int32
     put(&t, "a%d[", x->arg);
     loom_cg_put_offset(&t, si, base, &x->map);
     put(&t, "]");
-    if (!t.oom) loom_cg_conv(b, t.s, k->args[x->arg].dtype, x->dtype);
-    b->oom |= t.oom;
-    free(t.s);
+    if (!t.buf.oom) loom_cg_conv(b, t.buf.p, k->args[x->arg].dtype, x->dtype);
+    b->buf.oom |= t.buf.oom;
+    free(t.buf.p);
     put(b, ";\n");
     return LOOM_STATUS_OK;
   }
@@ -326,9 +326,9 @@ loom_status loom_cg_emit_expr(loom_ctx *ctx, cg_buf *b, const cg_site *si, int32
     put(&t, "(");
     loom_cg_put_offset(&t, si, base, &x->map);
     put(&t, ")");
-    if (!t.oom) loom_cg_conv(b, t.s, LOOM_DTYPE_I64, x->dtype);
-    b->oom |= t.oom;
-    free(t.s);
+    if (!t.buf.oom) loom_cg_conv(b, t.buf.p, LOOM_DTYPE_I64, x->dtype);
+    b->buf.oom |= t.buf.oom;
+    free(t.buf.p);
     break;
   }
   case LOOM_KX_OP: LOOM_TRY(render_op(ctx, b, k, e)); break;

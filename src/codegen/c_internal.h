@@ -8,25 +8,23 @@
 
 #include "kernel/kernel.h"
 
+#include "core/strbuf.h"
+
 #include <stdarg.h>
 
 /* ---- output buffer ------------------------------------------------------ */
 
+/* The generated text and the current indentation (in levels of 2). */
 typedef struct cg_buf {
-  char *s;
-  size_t len, cap;
-  bool oom;
+  loom_strbuf buf;
   int indent;
 } cg_buf;
-
-/* Appends printf-style text; on failure sets b->oom and drops the rest. */
-void loom_cg_vput(cg_buf *b, const char *fmt, va_list ap);
 
 static inline void put(cg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static inline void put(cg_buf *b, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  loom_cg_vput(b, fmt, ap);
+  loom_strbuf_vput(&b->buf, fmt, ap);
   va_end(ap);
 }
 /* One indented line. */
@@ -35,7 +33,7 @@ static inline void line(cg_buf *b, const char *fmt, ...) {
   put(b, "%*s", 2 * b->indent, "");
   va_list ap;
   va_start(ap, fmt);
-  loom_cg_vput(b, fmt, ap);
+  loom_strbuf_vput(&b->buf, fmt, ap);
   va_end(ap);
   put(b, "\n");
 }

@@ -44,9 +44,9 @@ static loom_status emit_outputs(loom_ctx *ctx, cg_buf *b, const cg_site *si, int
       cg_buf t = {0};
       snprintf(acc, sizeof acc, "acc%d[%s]", o, si->lane);
       loom_cg_conv(&t, v, x->dtype, dbl ? LOOM_DTYPE_F64 : LOOM_DTYPE_F32);
-      if (!t.oom) loom_cg_put_combine(b, ko->combine, acc, t.s, dbl);
-      b->oom |= t.oom;
-      free(t.s);
+      if (!t.buf.oom) loom_cg_put_combine(b, ko->combine, acc, t.buf.p, dbl);
+      b->buf.oom |= t.buf.oom;
+      free(t.buf.p);
       break;
     }
     case LOOM_KDST_COL_REDUCE: {
@@ -55,10 +55,10 @@ static loom_status emit_outputs(loom_ctx *ctx, cg_buf *b, const cg_site *si, int
       loom_cg_put_offset(&a, si, base, &ko->map);
       put(&a, "]");
       loom_cg_conv(&t, v, x->dtype, LOOM_DTYPE_F64);
-      if (!a.oom && !t.oom) loom_cg_put_combine(b, ko->combine, a.s, t.s, true);
-      b->oom |= a.oom || t.oom;
-      free(a.s);
-      free(t.s);
+      if (!a.buf.oom && !t.buf.oom) loom_cg_put_combine(b, ko->combine, a.buf.p, t.buf.p, true);
+      b->buf.oom |= a.buf.oom || t.buf.oom;
+      free(a.buf.p);
+      free(t.buf.p);
       col++;
       break;
     }
