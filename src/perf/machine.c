@@ -120,7 +120,9 @@ static double quantize(double s) {
   return q * decade;
 }
 
-/* $XDG_CACHE_HOME/loom (or ~/.cache/loom)/machine-<cores>.txt. */
+/* $XDG_CACHE_HOME/loom (or ~/.cache/loom)/machine-<cores>[-<wait policy>].txt:
+ * OMP_WAIT_POLICY=passive makes every fork/join a futex wake-up (~100x the
+ * spinning cost), so each policy keeps its own measurement. */
 static bool profile_path(char *buf, size_t n, int32_t cores) {
   const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   char dir[3072];
@@ -130,7 +132,16 @@ static bool profile_path(char *buf, size_t n, int32_t cores) {
     snprintf(dir, sizeof dir, "%s/.cache/loom", home);
   else
     return false;
-  int w = snprintf(buf, n, "%s/machine-%d.txt", dir, (int)cores);
+  const char *policy = getenv("OMP_WAIT_POLICY");
+  char tag[16] = "";
+  if (policy && *policy) {
+    size_t k = 0;
+    tag[k++] = '-';
+    for (const char *c = policy; *c && k + 1 < sizeof tag; c++)
+      if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z')) tag[k++] = (char)(*c | 0x20);
+    tag[k] = '\0';
+  }
+  int w = snprintf(buf, n, "%s/machine-%d%s.txt", dir, (int)cores, tag);
   return w > 0 && (size_t)w < n;
 }
 
