@@ -9,78 +9,8 @@ set -u
 
 LOOM=${1:?usage: cli_basic.sh LOOM DATA_DIR}
 DATA=${2:?usage: cli_basic.sh LOOM DATA_DIR}/cli
-# Absolute paths: one test runs from another directory.
-LOOM=$(cd "$(dirname "$LOOM")" && pwd)/$(basename "$LOOM")
 DATA=$(cd "$DATA" && pwd) || exit 1
-passed=0
-failed=0
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/loom_cli.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
-
-# Runs loom with the arguments; sets out, err and rc.
-run() {
-  out=$("$LOOM" "$@" 2>"$tmp/stderr")
-  rc=$?
-  err=$(<"$tmp/stderr")
-}
-
-ok() {
-  passed=$((passed + 1))
-}
-
-bad() {
-  failed=$((failed + 1))
-  echo "FAIL: $1" >&2
-  echo "  rc=$rc" >&2
-  echo "  stdout: ${out:0:2000}" >&2
-  echo "  stderr: ${err:0:2000}" >&2
-}
-
-# matches STR PATTERN: '*' matches anything, every other character is
-# literal (so "f32[2, 3]" needs no escaping); "" matches only "".
-matches() {
-  local s=$1 pat=$2 frag
-  [[ -z $pat ]] && { [[ -z $s ]]; return; }
-  if [[ $pat != \** ]]; then
-    frag=${pat%%\**}
-    [[ $s == "$frag"* ]] || return 1
-    s=${s#"$frag"}
-    pat=${pat#"$frag"}
-  fi
-  while [[ -n $pat ]]; do
-    pat=${pat#\*}
-    frag=${pat%%\**}
-    pat=${pat#"$frag"}
-    [[ -z $frag ]] && continue
-    [[ $s == *"$frag"* ]] || return 1
-    s=${s#*"$frag"}
-  done
-  return 0
-}
-
-# expect DESC RC [PATTERN_IN_STDOUT] [PATTERN_IN_STDERR]
-expect() {
-  local desc=$1 want_rc=$2 pout=${3-*} perr=${4-*}
-  if [[ $rc == "$want_rc" ]] && matches "$out" "$pout" && matches "$err" "$perr"; then
-    ok
-  else
-    bad "$desc (wanted rc $want_rc, stdout ~ '$pout', stderr ~ '$perr')"
-  fi
-}
-
-# same_bytes DESC FILE EXPECTED: files equal byte for byte (od is coreutils).
-same_bytes() {
-  local a b
-  a=$(od -An -v -tx1 "$2" 2>&1)
-  b=$(od -An -v -tx1 "$3" 2>&1)
-  if [[ -f $2 && $a == "$b" ]]; then
-    ok
-  else
-    bad "$1: $2 differs from $3"
-    echo "  got:    $a" >&2
-    echo "  wanted: $b" >&2
-  fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_harness.sh"
 
 inputs=(--input "x=$DATA/x.npy" --input "w1=$DATA/w1.npy"
         --input "b1=$DATA/b1.npy" --input "w2=$DATA/w2.npy"
@@ -215,5 +145,4 @@ expect "run: input file missing" 1 "" "loom: *none.npy*"
 run run "$DATA/mlp.loom" "${inputs[@]}" --out "$DATA/mlp.loom"
 expect "run: --out is a file" 1 "" "loom: *not a directory*"
 
-echo "cli_basic: $passed passed, $failed failed"
-[[ $failed == 0 ]]
+finish cli_basic

@@ -9,36 +9,10 @@
 set -u
 
 LOOM=${1:?usage: cli_bench.sh LOOM DATA_DIR}
-passed=0
-failed=0
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/loom_bench.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_harness.sh"
 # A private kernel cache, so the test neither reads nor fills the user's.
 export XDG_CACHE_HOME=$tmp/cache
 
-run() {
-  out=$("$LOOM" "$@" 2>"$tmp/stderr")
-  rc=$?
-  err=$(<"$tmp/stderr")
-}
-
-ok() { passed=$((passed + 1)); }
-
-bad() {
-  failed=$((failed + 1))
-  echo "FAIL: $1" >&2
-  echo "  rc=$rc" >&2
-  echo "  stdout: ${out:0:3000}" >&2
-  echo "  stderr: ${err:0:3000}" >&2
-}
-
-check() { # check NAME COMMAND...: passes if the command succeeds
-  local name=$1
-  shift
-  if "$@"; then ok; else bad "$name"; fi
-}
-
-# has_keys LINE KEY...: every "KEY": appears in LINE, and LINE is one object
 has_keys() {
   local line=$1 k
   shift
@@ -155,5 +129,4 @@ run bench --help
 check "--help exits 0" test "$rc" -eq 0
 check "--help prints usage" test "${out#*usage: loom bench}" != "$out"
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+finish cli_bench

@@ -10,70 +10,11 @@ set -u
 
 LOOM=${1:?usage: cli_fusion.sh LOOM DATA_DIR}
 DATA=${2:?usage: cli_fusion.sh LOOM DATA_DIR}
-LOOM=$(cd "$(dirname "$LOOM")" && pwd)/$(basename "$LOOM")
 DATA=$(cd "$DATA" && pwd) || exit 1
 CLI=$DATA/cli
-passed=0
-failed=0
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/loom_fusion.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_harness.sh"
 # A private kernel cache: the first compile of a program misses, the next hits.
 export XDG_CACHE_HOME=$tmp/cache
-
-run() {
-  out=$("$LOOM" "$@" 2>"$tmp/stderr")
-  rc=$?
-  err=$(<"$tmp/stderr")
-}
-
-ok() { passed=$((passed + 1)); }
-
-bad() {
-  failed=$((failed + 1))
-  echo "FAIL: $1" >&2
-  echo "  rc=$rc" >&2
-  echo "  stdout: ${out:0:2000}" >&2
-  echo "  stderr: ${err:0:2000}" >&2
-}
-
-# matches STR PATTERN: '*' matches anything, everything else is literal.
-matches() {
-  local s=$1 pat=$2 frag
-  [[ -z $pat ]] && { [[ -z $s ]]; return; }
-  if [[ $pat != \** ]]; then
-    frag=${pat%%\**}
-    [[ $s == "$frag"* ]] || return 1
-    s=${s#"$frag"}
-    pat=${pat#"$frag"}
-  fi
-  while [[ -n $pat ]]; do
-    pat=${pat#\*}
-    frag=${pat%%\**}
-    pat=${pat#"$frag"}
-    [[ -z $frag ]] && continue
-    [[ $s == *"$frag"* ]] || return 1
-    s=${s#*"$frag"}
-  done
-  return 0
-}
-
-# expect DESC RC [PATTERN_IN_STDOUT] [PATTERN_IN_STDERR]
-expect() {
-  local desc=$1 want_rc=$2 pout=${3-*} perr=${4-*}
-  if [[ $rc == "$want_rc" ]] && matches "$out" "$pout" && matches "$err" "$perr"; then
-    ok
-  else
-    bad "$desc (wanted rc $want_rc, stdout ~ '$pout', stderr ~ '$perr')"
-  fi
-}
-
-same_bytes() {
-  if [[ -f $2 && -f $3 ]] && cmp -s "$2" "$3"; then
-    ok
-  else
-    bad "$1: $2 differs from $3"
-  fi
-}
 
 summary="*fusion *primitive ops*memory ops*kernels*GEMMs*eager nodes*modeled bytes*peak bytes*compile time*kernel cache*"
 
@@ -190,5 +131,4 @@ expect "train --fusion fast" 2 "" "*--fusion wants stitch, loop, none or eager*"
 run train --layers 1 --d-model 16 --heads 2 --context 8 --batch 2 --steps 2 --log-every 1 --fusion loop --threads 1
 expect "train --fusion loop" 0 "*fusion loop: * kernels*peak * MiB*step      2/2*" ""
 
-echo "cli_fusion: $passed passed, $failed failed"
-[[ $failed == 0 ]]
+finish cli_fusion
