@@ -6,6 +6,7 @@
 #include "bench.h"
 
 #include "harness.h"
+#include "cli_args.h"
 
 #include "rng/philox_fast.h"
 
@@ -70,25 +71,9 @@ static int usage_error(const char *fmt, const char *arg) {
   return EXIT_USAGE;
 }
 
-/* "--name VALUE" or "--name=VALUE": 1 matched, 0 not this flag, -1 no value. */
-static int flag_value(int argc, char **argv, int *i, const char *name, const char **value) {
-  const char *a = argv[*i];
-  size_t n = strlen(name);
-  if (strncmp(a, name, n) != 0) return 0;
-  if (a[n] == '=') {
-    *value = a + n + 1;
-    return 1;
-  }
-  if (a[n] != '\0') return 0;
-  if (*i + 1 >= argc) return -1;
-  *value = argv[++*i];
-  return 1;
-}
-
 static bool parse_int(const char *s, int32_t lo, int32_t hi, int32_t *out) {
-  char *end = NULL;
-  long v = strtol(s, &end, 10);
-  if (!*s || *end || v < lo || v > hi) return false;
+  long v;
+  if (!loom_cli_parse_long(s, lo, hi, &v)) return false;
   *out = (int32_t)v;
   return true;
 }
@@ -154,7 +139,7 @@ static int parse_args(int argc, char **argv, opts *o) {
       o->run.quiet = true;
     } else if (strcmp(a, "--with-reference") == 0) {
       o->run.with_reference = true;
-    } else if ((r = flag_value(argc, argv, &i, "--size", &v)) != 0) {
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--size", &v)) != 0) {
       if (r < 0) return usage_error("%s needs a value", a);
       if (strcmp(v, "small") == 0)
         o->run.small = true;
@@ -162,28 +147,28 @@ static int parse_args(int argc, char **argv, opts *o) {
         o->run.small = false;
       else
         return usage_error("--size must be small or full, got '%s'", v);
-    } else if ((r = flag_value(argc, argv, &i, "--runs", &v)) != 0) {
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--runs", &v)) != 0) {
       if (r < 0) return usage_error("%s needs a value", a);
       if (!parse_int(v, 1, 1000, &o->run.runs))
         return usage_error("--runs must be an integer in [1, 1000], got '%s'", v);
-    } else if ((r = flag_value(argc, argv, &i, "--rounds", &v)) != 0) {
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--rounds", &v)) != 0) {
       if (r < 0) return usage_error("%s needs a value", a);
       if (!parse_int(v, 0, LOOM_PHILOX_MAX_ROUNDS, &o->rng_rounds))
         return usage_error("--rounds must be an integer in [0, 16], got '%s'", v);
-    } else if ((r = flag_value(argc, argv, &i, "--seconds", &v)) != 0) {
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--seconds", &v)) != 0) {
       if (r < 0) return usage_error("%s needs a value", a);
       if (!parse_seconds(v, &o->rng_seconds))
         return usage_error("--seconds must be a number in (0, 60], got '%s'", v);
-    } else if ((r = flag_value(argc, argv, &i, "--threads", &v)) != 0) {
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--threads", &v)) != 0) {
       if (r < 0) return usage_error("%s needs a value", a);
       if (!parse_int(v, 0, 4096, &o->threads))
         return usage_error("--threads must be an integer in [0, 4096], got '%s'", v);
-    } else if ((r = flag_value(argc, argv, &i, "--modes", &v)) != 0) {
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--modes", &v)) != 0) {
       if (r < 0) return usage_error("%s needs a value", a);
       if (!parse_modes(v, o->run.modes))
         return usage_error("--modes takes a comma-separated subset of "
                            "reference,eager,none,loop,stitch, got '%s'", v);
-    } else if ((r = flag_value(argc, argv, &i, "--fusion", &v)) != 0) {
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--fusion", &v)) != 0) {
       /* as on every command that compiles: one mode only */
       if (r < 0) return usage_error("%s needs a value", a);
       if (strchr(v, ',') || strcmp(v, "reference") == 0 || !parse_modes(v, o->run.modes))

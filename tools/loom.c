@@ -18,10 +18,12 @@
 #include "ir/text_ir.h"
 #include "fusion/fusion.h"
 #include "ops/op.h"
+#include "runtime/backend.h"
 #include "runtime/session.h"
 #include "train/train_cli.h"
 
 #include "bench.h"
+#include "cli_args.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -136,41 +138,6 @@ static int fail(loom_ctx *ctx) {
 
 static bool is_help(const char *a) {
   return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0;
-}
-
-/*
- * Matches "--name VALUE" and "--name=VALUE" at argv[*i]; advances *i past
- * the value. Returns 1 on a match, 0 if argv[*i] is another flag, -1 if
- * the value is missing.
- */
-static int flag_value(int argc, char **argv, int *i, const char *name,
-                      const char **value) {
-  const char *a = argv[*i];
-  size_t n = strlen(name);
-  if (strncmp(a, name, n) != 0) return 0;
-  if (a[n] == '=') {
-    *value = a + n + 1;
-    return 1;
-  }
-  if (a[n] != '\0') return 0;
-  if (*i + 1 >= argc) return -1;
-  *value = argv[++*i];
-  return 1;
-}
-
-static bool parse_int(const char *s, long lo, long hi, long *out) {
-  if (!s || !*s) return false;
-  char *end = NULL;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || *end != '\0' || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
-static bool fusion_known(const char *v) {
-  return strcmp(v, "stitch") == 0 || strcmp(v, "loop") == 0 ||
-         strcmp(v, "none") == 0 || strcmp(v, "eager") == 0;
 }
 
 /* "f32[4, 8]" of a graph value. */
@@ -557,7 +524,7 @@ static int cmd_run(int argc, char **argv) {
       rc = 0;
       goto done;
     }
-    if ((m = flag_value(argc, argv, &i, "--input", &v)) != 0) {
+    if ((m = loom_cli_flag_value(argc, argv, &i, "--input", &v)) != 0) {
       if (m < 0) goto missing;
       const char *eq = strchr(v, '=');
       if (!eq || eq == v || !eq[1]) {
@@ -573,31 +540,31 @@ static int cmd_run(int argc, char **argv) {
         }
       ins[n_ins].name = v;
       ins[n_ins++].path = eq + 1;
-    } else if ((m = flag_value(argc, argv, &i, "--out", &v)) != 0) {
+    } else if ((m = loom_cli_flag_value(argc, argv, &i, "--out", &v)) != 0) {
       if (m < 0) goto missing;
       if (!v[0]) {
         rc = usage_error(usage_run, "--out wants a directory");
         goto done;
       }
       out_dir = v;
-    } else if ((m = flag_value(argc, argv, &i, "--backend", &v)) != 0) {
+    } else if ((m = loom_cli_flag_value(argc, argv, &i, "--backend", &v)) != 0) {
       if (m < 0) goto missing;
       if (strcmp(v, "cpu") != 0 && strcmp(v, "ref") != 0) {
         rc = usage_error(usage_run, "unknown backend '%s' (ref or cpu)", v);
         goto done;
       }
       backend = v;
-    } else if ((m = flag_value(argc, argv, &i, "--fusion", &v)) != 0) {
+    } else if ((m = loom_cli_flag_value(argc, argv, &i, "--fusion", &v)) != 0) {
       if (m < 0) goto missing;
-      if (!fusion_known(v)) {
+      if (!loom_fusion_name_known(v)) {
         rc = usage_error(usage_run,
                          "unknown fusion mode '%s' (stitch, loop, none or eager)", v);
         goto done;
       }
       fusion = v;
-    } else if ((m = flag_value(argc, argv, &i, "--threads", &v)) != 0) {
+    } else if ((m = loom_cli_flag_value(argc, argv, &i, "--threads", &v)) != 0) {
       if (m < 0) goto missing;
-      if (!parse_int(v, 0, 4096, &threads)) {
+      if (!loom_cli_parse_long(v, 0, 4096, &threads)) {
         rc = usage_error(usage_run, "--threads wants a number in [0, 4096], "
                                     "got '%s'", v);
         goto done;
@@ -689,26 +656,26 @@ static int cmd_compile(int argc, char **argv) {
       fputs(usage_compile, stdout);
       return 0;
     }
-    if ((m = flag_value(argc, argv, &i, "--fusion", &v)) != 0) {
+    if ((m = loom_cli_flag_value(argc, argv, &i, "--fusion", &v)) != 0) {
       if (m < 0) return usage_error(usage_compile, "%s needs a value", a);
-      if (!fusion_known(v))
+      if (!loom_fusion_name_known(v))
         return usage_error(usage_compile,
                            "unknown fusion mode '%s' (stitch, loop, none or eager)", v);
       fusion = v;
-    } else if ((m = flag_value(argc, argv, &i, "--emit", &v)) != 0) {
+    } else if ((m = loom_cli_flag_value(argc, argv, &i, "--emit", &v)) != 0) {
       if (m < 0) return usage_error(usage_compile, "%s needs a value", a);
       if (strcmp(v, "c") && strcmp(v, "kernels") && strcmp(v, "program"))
         return usage_error(usage_compile, "--emit wants c, kernels or program, got '%s'", v);
       emit = v;
-    } else if ((m = flag_value(argc, argv, &i, "--dump-after", &v)) != 0) {
+    } else if ((m = loom_cli_flag_value(argc, argv, &i, "--dump-after", &v)) != 0) {
       if (m < 0) return usage_error(usage_compile, "%s needs a value", a);
       if (strcmp(v, "decompose") && strcmp(v, "fuse") && strcmp(v, "lower"))
         return usage_error(usage_compile,
                            "--dump-after wants decompose, fuse or lower, got '%s'", v);
       dump = v;
-    } else if ((m = flag_value(argc, argv, &i, "--threads", &v)) != 0) {
+    } else if ((m = loom_cli_flag_value(argc, argv, &i, "--threads", &v)) != 0) {
       if (m < 0) return usage_error(usage_compile, "%s needs a value", a);
-      if (!parse_int(v, 0, 4096, &threads))
+      if (!loom_cli_parse_long(v, 0, 4096, &threads))
         return usage_error(usage_compile, "--threads wants a number in [0, 4096], got '%s'", v);
     } else if (a[0] == '-' && a[1] != '\0') {
       return usage_error(usage_compile, "unknown flag '%s' for 'compile'", a);
