@@ -49,37 +49,6 @@ static kval convert(loom_dtype dst, loom_dtype src, kval v) {
 
 static double as_double(loom_dtype dt, kval v) { return is_int(dt) ? (double)v.i : v.f; }
 
-static int64_t sat_neg(int64_t x) { return x == INT64_MIN ? INT64_MAX : -x; }
-
-static int64_t int_op(loom_op op, int64_t a, int64_t b) {
-  int64_t r;
-  switch (op) {
-  case LOOM_OP_NEG: return sat_neg(a);
-  case LOOM_OP_ABS: return a < 0 ? sat_neg(a) : a;
-  case LOOM_OP_SIGN: return a > 0 ? 1 : a < 0 ? -1 : 0;
-  case LOOM_OP_RELU: return a < 0 ? 0 : a;
-  case LOOM_OP_ADD:
-    if (__builtin_add_overflow(a, b, &r)) return a > 0 ? INT64_MAX : INT64_MIN;
-    return r;
-  case LOOM_OP_SUB:
-    if (__builtin_sub_overflow(a, b, &r)) return a >= 0 ? INT64_MAX : INT64_MIN;
-    return r;
-  case LOOM_OP_MUL:
-    if (__builtin_mul_overflow(a, b, &r)) return (a < 0) != (b < 0) ? INT64_MIN : INT64_MAX;
-    return r;
-  case LOOM_OP_DIV: return b == 0 ? 0 : b == -1 ? sat_neg(a) : a / b;
-  case LOOM_OP_MAXIMUM: return a > b ? a : b;
-  case LOOM_OP_MINIMUM: return a < b ? a : b;
-  case LOOM_OP_EQ: return a == b;
-  case LOOM_OP_NE: return a != b;
-  case LOOM_OP_LT: return a < b;
-  case LOOM_OP_LE: return a <= b;
-  case LOOM_OP_GT: return a > b;
-  case LOOM_OP_GE: return a >= b;
-  default: return 0;
-  }
-}
-
 typedef struct irun {
   const loom_kernel *k;
   char **ptr;        /* per arg: base pointer */
@@ -132,7 +101,7 @@ static kval eval_one(irun *x, const loom_kexpr *e) {
   bool all_int = is_int(d0) && (e->n_a < 2 || is_int(ex[e->a[1]].dtype));
   if (all_int && e->op != LOOM_OP_POW) {
     int64_t b = e->n_a > 1 ? x->val[e->a[1]].i : 0;
-    return convert(e->dtype, LOOM_DTYPE_I64, (kval){.i = int_op(e->op, a0.i, b)});
+    return convert(e->dtype, LOOM_DTYPE_I64, (kval){.i = loom_int_elementwise(e->op, a0.i, b)});
   }
   double r;
   if (e->n_a == 1)

@@ -133,6 +133,11 @@ static int64_t int_binary(loom_op op, int64_t a, int64_t b) {
   }
 }
 
+int64_t loom_int_elementwise(loom_op op, int64_t a, int64_t b) {
+  const loom_op_def *d = loom_op_get(op);
+  return d && d->min_in == 1 ? int_unary(op, a) : int_binary(op, a, b);
+}
+
 /* ---- shape inference ---------------------------------------------------- */
 
 static loom_status check_dtype(loom_ctx *ctx, const loom_type *t) {

@@ -91,6 +91,11 @@ typedef struct loom_op_def {
   double (*scalar2)(double a, double b);
 } loom_op_def;
 
+/* The exact integer semantics of an element-wise op (unary ops ignore b):
+ * int64, saturating, x / 0 == 0. The reference kernels and the kernel IR
+ * interpreter both use it; generated code must match it. */
+int64_t loom_int_elementwise(loom_op op, int64_t a, int64_t b);
+
 /* The definition of op (NULL if out of range). */
 const loom_op_def *loom_op_get(loom_op op);
 /* Index of attribute `name` in op's spec, -1 if none. */
