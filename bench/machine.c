@@ -6,6 +6,7 @@
  * measured beside it, so a gap between the two shows.
  */
 #include "harness.h"
+#include "core/clock.h"
 
 #include "runtime/cpu/gemm.h"
 
@@ -47,12 +48,6 @@ double loom_bench_loadavg(void) {
   return x;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 loom_status loom_bench_measure_machine(loom_ctx *ctx, bool small, bool quiet,
                                        loom_bench_machine_info *mi) {
   memset(mi, 0, sizeof *mi);
@@ -66,12 +61,12 @@ loom_status loom_bench_measure_machine(loom_ctx *ctx, bool small, bool quiet,
   if (!quiet)
     fprintf(stderr, "bench: measuring the machine (triad over %lld MiB, sgemm %d^3)\n",
             (long long)(mo.triad_bytes >> 20), GEMM_N);
-  double t0 = now_s();
+  double t0 = loom_now_s();
   loom_triad_result tr;
   LOOM_TRY(loom_machine_measure(ctx, &mo, &mi->m, &tr));
   LOOM_TRY(loom_measure_sgemm(ctx, onednn_sgemm, mi->m.threads, GEMM_N, 0,
                               &mi->sgemm_lib_gflops));
-  mi->measure_s = now_s() - t0;
+  mi->measure_s = loom_now_s() - t0;
   mi->triad_bytes = tr.bytes;
   mi->gemm_n = GEMM_N;
   return LOOM_STATUS_OK;

@@ -13,6 +13,7 @@
  * The rng workload is not a graph: its runner is at the end of this file.
  */
 #include "harness.h"
+#include "core/clock.h"
 
 #include "ir/dtype.h"
 #include "perf/rng_rate.h"
@@ -32,17 +33,6 @@ static const char *const mode_names[LOOM_BENCH_MODE_COUNT] = {"reference", "eage
 
 const char *loom_bench_mode_name(loom_bench_mode m) {
   return m >= 0 && m < LOOM_BENCH_MODE_COUNT ? mode_names[m] : "?";
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
 }
 
 /* ---- inputs -------------------------------------------------------------- */
@@ -200,10 +190,10 @@ static void fail(wl_state *s, loom_bench_result *r) {
 }
 
 static loom_status run_once(wl_state *s, loom_bench_mode m, double *seconds) {
-  double t0 = now_s();
+  double t0 = loom_now_s();
   loom_status st =
       loom_session_run(s->ses[m], s->n_in, (const loom_tensor *const *)s->in, s->n_out, s->out);
-  if (seconds) *seconds = now_s() - t0;
+  if (seconds) *seconds = loom_now_s() - t0;
   return st;
 }
 
@@ -246,10 +236,9 @@ static bool prepare_mode(wl_state *s, loom_bench_mode m, loom_bench_result *r, i
 
 static void finish_mode(wl_state *s, loom_bench_result *r, int32_t runs) {
   double *t = s->t[r->mode];
-  qsort(t, (size_t)runs, sizeof *t, cmp_double);
   r->runs = runs;
+  r->median_s = loom_median(t, runs); /* sorts t */
   r->min_s = t[0];
-  r->median_s = runs % 2 ? t[runs / 2] : 0.5 * (t[runs / 2 - 1] + t[runs / 2]);
   r->outcome = LOOM_BENCH_RAN;
   loom_session_free(s->ses[r->mode]);
   s->ses[r->mode] = NULL;

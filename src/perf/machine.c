@@ -4,6 +4,7 @@
  * fixed cost of one kernel launch, measured here because it is cheap.
  */
 #include "perf/machine.h"
+#include "core/clock.h"
 
 #include <omp.h>
 #include <stdio.h>
@@ -77,12 +78,6 @@ static void read_caches(loom_machine *m) {
   }
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The fork/join of an empty parallel loop over the threads: what every
  * generated kernel pays once. The minimum over a few dozen runs (at most
  * ~3 ms in all): on a shared, busy machine a run waits for a core now and
@@ -95,13 +90,13 @@ static double measure_launch(int32_t threads) {
     for (int32_t i = 0; i < threads; i++)
       sink += 0;
   }
-  double best = 1.0, start = now_s();
-  for (int r = 0; r < RUNS && now_s() - start < 3e-3; r++) {
-    double t0 = now_s();
+  double best = 1.0, start = loom_now_s();
+  for (int r = 0; r < RUNS && loom_now_s() - start < 3e-3; r++) {
+    double t0 = loom_now_s();
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int32_t i = 0; i < threads; i++)
       sink += 0;
-    double t = now_s() - t0;
+    double t = loom_now_s() - t0;
     if (t < best) best = t;
   }
   (void)sink;

@@ -3,6 +3,7 @@
  * sgemm rate of a GEMM the caller passes in.
  */
 #include "perf/measure.h"
+#include "core/clock.h"
 
 #include <omp.h>
 #include <stdlib.h>
@@ -17,21 +18,6 @@
 /* Never let the triad take more than this share of physical memory. */
 #define TRIAD_MEM_SHARE 4
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *t, int32_t n) {
-  qsort(t, (size_t)n, sizeof t[0], cmp_double);
-  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
 
 static float *alloc_f32(loom_ctx *ctx, int64_t n) {
   void *p = NULL;
@@ -73,9 +59,9 @@ loom_status loom_measure_triad(loom_ctx *ctx, int32_t threads, int64_t n, int32_
     }
     triad_pass(a, b, c, n, threads); /* warm-up: page tables, thread pool */
     for (int32_t r = 0; r < trials; r++) {
-      double t0 = now_s();
+      double t0 = loom_now_s();
       triad_pass(a, b, c, n, threads);
-      t[r] = now_s() - t0;
+      t[r] = loom_now_s() - t0;
     }
     /* Check the result so the passes cannot be optimised away. */
     const float want = 1.0f + TRIAD_SCALAR * 2.0f;
@@ -85,7 +71,7 @@ loom_status loom_measure_triad(loom_ctx *ctx, int32_t threads, int64_t n, int32_
   if (!st) {
     out->n = n;
     out->bytes = 3 * (int64_t)sizeof(float) * n;
-    out->median_s = median(t, trials);
+    out->median_s = loom_median(t, trials);
     out->gbps = out->median_s > 0 ? (double)out->bytes / out->median_s / 1e9 : 0.0;
   }
   free(a);
@@ -118,9 +104,9 @@ loom_status loom_measure_sgemm(loom_ctx *ctx, loom_sgemm_fn fn, int32_t threads,
     memset(c, 0, (size_t)nn * sizeof *c);
     st = fn(ctx, threads, n, n, n, a, b, c); /* warm-up */
     for (int32_t r = 0; !st && r < trials; r++) {
-      double t0 = now_s();
+      double t0 = loom_now_s();
       st = fn(ctx, threads, n, n, n, a, b, c);
-      t[r] = now_s() - t0;
+      t[r] = loom_now_s() - t0;
     }
     if (!st) {
       /* Spot check one element against a double-precision dot product. */
@@ -136,7 +122,7 @@ loom_status loom_measure_sgemm(loom_ctx *ctx, loom_sgemm_fn fn, int32_t threads,
     }
   }
   if (!st) {
-    double s = median(t, trials);
+    double s = loom_median(t, trials);
     *gflops = s > 0 ? 2.0 * (double)n * (double)n * (double)n / s / 1e9 : 0.0;
   }
   free(a);

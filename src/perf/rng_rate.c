@@ -1,4 +1,5 @@
 #include "perf/rng_rate.h"
+#include "core/clock.h"
 
 #include "rng/philox_fast.h"
 
@@ -10,17 +11,6 @@
 #define BENCH_BLOCKS 1024
 /* Timed windows; the rate is their median. */
 #define BENCH_WINDOWS 5
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 double loom_philox_bench(int path, int rounds, int threads, double seconds) {
   if (path == LOOM_PHILOX_PATH_BEST) path = loom_philox_best_path();
@@ -45,13 +35,13 @@ double loom_philox_bench(int path, int rounds, int threads, double seconds) {
 #pragma omp master
       {
         made = 0;
-        t0 = now_s();
+        t0 = loom_now_s();
       }
 #pragma omp barrier
       double end = t0 + (w < 0 ? 0.02 : window);
       int64_t mine = 0;
       uint64_t b = 0;
-      while (buf && now_s() < end) {
+      while (buf && loom_now_s() < end) {
         loom_philox_blocks(path, (uint64_t)w, b, BENCH_BLOCKS, rounds, buf);
         b += BENCH_BLOCKS;
         mine += BENCH_BLOCKS;
@@ -60,12 +50,11 @@ double loom_philox_bench(int path, int rounds, int threads, double seconds) {
       made += mine;
 #pragma omp barrier
 #pragma omp master
-      if (w >= 0) rate[w] = (double)made * 16.0 / (now_s() - t0);
+      if (w >= 0) rate[w] = (double)made * 16.0 / (loom_now_s() - t0);
 #pragma omp barrier
     }
     free(buf);
   }
   if (failed) return -1.0;
-  qsort(rate, BENCH_WINDOWS, sizeof(double), cmp_double);
-  return rate[BENCH_WINDOWS / 2];
+  return loom_median(rate, BENCH_WINDOWS);
 }

@@ -2,6 +2,7 @@
  * Run-time compilation and the content-addressed kernel cache (jit.h).
  */
 #include "runtime/jit.h"
+#include "core/clock.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -460,12 +461,6 @@ static void replace_all(const char *s, const char *from, const char *to, char *o
   out[len] = '\0';
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Unique temporary names in dir: pid plus a process-wide counter. */
 static atomic_uint jit_tmp_counter;
 
@@ -513,9 +508,9 @@ static loom_status build(jit_job *j, const char *so_path, double *seconds) {
     return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
   }
   int status = 0;
-  double t0 = now_s();
+  double t0 = loom_now_s();
   int err = run_capture(argv, out, JIT_MSG_MAX, &status);
-  *seconds = now_s() - t0;
+  *seconds = loom_now_s() - t0;
   const char *final_name = j->keep_source ? final_c : "(deleted)";
   if (j->keep_source)
     rename(tmp_c, final_c);

@@ -1,4 +1,5 @@
 #include "train/train_cli.h"
+#include "core/clock.h"
 
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -206,12 +207,6 @@ static int merge_checkpoint(const cli *c, loom_train_config *ck) {
   return -1;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Training, sample, accuracy, save. */
 static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
   const loom_train_config *cfg = loom_trainer_config(t);
@@ -240,7 +235,7 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
     fprintf(stderr, "loom train: warning: %s\n", loom_session_warning(s));
   if (start > 0) printf("resumed from %s at step %lld\n", c->load, (long long)start);
   fflush(stdout);
-  double t0 = now_s(), t_last = t0;
+  double t0 = loom_now_s(), t_last = t0;
   int64_t last_logged = start;
   float loss = NAN, first = NAN;
   int64_t tok_per_step = (int64_t)cfg->batch * cfg->model.context;
@@ -249,7 +244,7 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
     if (k == start) first = loss;
     int64_t done = k + 1;
     if (done == start + 1 || done % c->log_every == 0 || done == end) {
-      double now = now_s();
+      double now = loom_now_s();
       double tps = (double)((done - last_logged) * tok_per_step) / LOOM_MAX(now - t_last, 1e-9);
       printf("step %6lld/%lld  loss %.4f  lr %.2e  %8.0f tok/s  %7.1fs\n", (long long)done,
              (long long)cfg->steps, (double)loss, loom_train_lr_at(cfg, k), tps, now - t0);
@@ -258,7 +253,7 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
       last_logged = done;
     }
   }
-  double train_s = now_s() - t0;
+  double train_s = loom_now_s() - t0;
   if (end > start)
     printf("final loss %.4f (first %.4f) after step %lld: %.1fs, %.0f tok/s\n", (double)loss,
            (double)first, (long long)end, train_s,

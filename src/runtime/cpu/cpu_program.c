@@ -7,6 +7,7 @@
  * materializes get memory (passes/memplan.h, step-based plan).
  */
 #include "runtime/cpu/cpu.h"
+#include "core/clock.h"
 
 #include "codegen/c_codegen.h"
 #include "fusion/fusion.h"
@@ -30,12 +31,6 @@ struct loom_cpu_program {
   int64_t *need;        /* per kernel: workspace bytes at need_threads */
   int32_t need_threads; /* 0: need not computed yet */
 };
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void loom_cpu_program_free(loom_cpu_program *p) {
   if (!p) return;
@@ -156,7 +151,7 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, const c
   if (loom_fusion_mode_from_name(mode, &fm))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "unknown fusion mode '%s' (known: " LOOM_FUSION_NAMES ")", mode);
-  double t0 = now_s();
+  double t0 = loom_now_s();
   loom_cpu_program *p = loom_calloc(ctx, 1, sizeof *p);
   if (!p) return LOOM_STATUS_OUT_OF_MEMORY;
   loom_machine machine;
@@ -184,7 +179,7 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, const c
   if (st) goto fail;
   out->stats.n_memory_ops = prog->n_memory_ops;
   out->stats.modeled_bytes = prog->modeled_bytes;
-  out->stats.compile_seconds = now_s() - t0;
+  out->stats.compile_seconds = loom_now_s() - t0;
   out->handle = p;
   return LOOM_STATUS_OK;
 fail:
