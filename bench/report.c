@@ -87,10 +87,12 @@ static void json_result(FILE *f, const loom_bench_row *row, const loom_bench_res
           (int)s->n_primitive_ops, (int)s->n_kernels, (long long)s->modeled_bytes,
           fin(r->median_s), fin(gbps), fin(frac));
   fprintf(f,
-          ", \"memory_ops\": %d, \"gemm_calls\": %d, \"eager_nodes\": %d, \"min_bytes\": %lld, "
+          ", \"memory_ops\": %d, \"gemm_calls\": %d, \"gemm_epilogues\": %d, \"eager_nodes\": %d, "
+          "\"min_bytes\": %lld, "
           "\"memory_bound\": %s, \"min_s\": %.6g, \"runs\": %d, \"peak_bytes\": %lld, "
           "\"compile_s\": %.4g, \"cache_hit\": %s",
-          (int)s->n_memory_ops, (int)s->n_gemm, (int)s->n_eager, (long long)row->min_bytes,
+          (int)s->n_memory_ops, (int)s->n_gemm, (int)s->n_epilogues, (int)s->n_eager,
+          (long long)row->min_bytes,
           row->w->memory_bound ? "true" : "false", fin(r->min_s), (int)r->runs,
           (long long)s->peak_bytes, fin(s->compile_seconds), s->cache_hit ? "true" : "false");
   if (r->have_warm)
@@ -142,8 +144,8 @@ static void table_result(FILE *f, const loom_bench_row *row, const loom_bench_re
     if (mi->m.sgemm_gflops > 0) snprintf(sg, sizeof sg, "%.0f%%", 100.0 * x / mi->m.sgemm_gflops);
   }
   if (r->checked) snprintf(err, sizeof err, "%.1e", r->max_err);
-  fprintf(f, "  %-10s %5d %5d %5d %10.1f %10.3f %7.2f %6.0f%% %8s %6s %8s %8s %8s %8s\n", name,
-          (int)s->n_primitive_ops, (int)s->n_kernels, (int)s->n_gemm,
+  fprintf(f, "  %-10s %5d %5d %5d %4d %10.1f %10.3f %7.2f %6.0f%% %8s %6s %8s %8s %8s %8s\n",
+          name, (int)s->n_primitive_ops, (int)s->n_kernels, (int)s->n_gemm, (int)s->n_epilogues,
           (double)s->modeled_bytes / 1e6, r->median_s * 1e3, gbps, 100.0 * frac, gf, sg,
           ratio(v1, sizeof v1, r->vs[LOOM_BENCH_EAGER]), ratio(v2, sizeof v2, r->vs[LOOM_BENCH_NONE]),
           ratio(v3, sizeof v3, r->vs[LOOM_BENCH_LOOP]), err);
@@ -154,8 +156,8 @@ void loom_bench_print_row(FILE *f, bool json, const loom_bench_row *row,
   if (!json) {
     fprintf(f, "\n%s %s: %s; min bytes %s = %.1f MB\n", row->w->name, row->shape, row->w->what,
             row->w->bytes_rule, (double)row->min_bytes / 1e6);
-    fprintf(f, "  %-10s %5s %5s %5s %10s %10s %7s %7s %8s %6s %8s %8s %8s %8s\n", "mode", "ops",
-            "kern", "gemm", "modeled MB", "median ms", "GB/s", "triad", "GFLOP/s", "sgemm",
+    fprintf(f, "  %-10s %5s %5s %5s %4s %10s %10s %7s %7s %8s %6s %8s %8s %8s %8s\n", "mode",
+            "ops", "kern", "gemm", "epi", "modeled MB", "median ms", "GB/s", "triad", "GFLOP/s", "sgemm",
             "vs eager", "vs none", "vs loop", "err");
   }
   for (int32_t m = 0; m < LOOM_BENCH_MODE_COUNT; m++) {

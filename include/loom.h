@@ -276,6 +276,7 @@ typedef struct loom_session_stats {
   int32_t n_primitive_ops; /* after decomposition */
   int32_t n_memory_ops;    /* memory-intensive primitives among them */
   int32_t n_kernels;       /* generated kernels */
+  int32_t n_epilogues;     /* of which run inside a GEMM, on its product's rows */
   int32_t n_gemm;          /* GEMM library calls */
   int32_t n_eager;         /* nodes run one at a time without generated code */
   int64_t modeled_bytes;   /* global memory traffic the cost model predicts */

@@ -293,24 +293,27 @@ static bool place_steps(const loom_graph *g, const loom_program *p, placement *p
   for (int32_t n = 0; n < g->n_nodes; n++)
     pl->step_of[n] = pl->kernel_of[n] = -1;
   bool ok = true;
+  /* step s is at 2 s; a GEMM's epilogue runs after the GEMM, at 2 s + 1 */
   for (int32_t s = 0; s < p->n_steps; s++) {
     const loom_step *st = &p->steps[s];
-    if (st->kind == LOOM_STEP_KERNEL) {
+    if (st->kind == LOOM_STEP_KERNEL || st->epilogue_rows > 0) {
       if (st->kernel < 0 || st->kernel >= p->n_kernels) return false;
+      if (st->epilogue_rows > 0 && st->kind != LOOM_STEP_GEMM) return false;
       const loom_kernel *k = &p->kernels[st->kernel];
       for (int32_t i = 0; i < k->n_nodes; i++) {
         int32_t n = k->nodes[i];
         if (n < 0 || n >= g->n_nodes || pl->step_of[n] >= 0)
           ok = false;
         else
-          pl->step_of[n] = s, pl->kernel_of[n] = st->kernel;
+          pl->step_of[n] = 2 * s + (st->kind == LOOM_STEP_GEMM), pl->kernel_of[n] = st->kernel;
       }
-    } else {
+    }
+    if (st->kind != LOOM_STEP_KERNEL) {
       int32_t n = st->node;
       if (n < 0 || n >= g->n_nodes || pl->step_of[n] >= 0)
         ok = false;
       else
-        pl->step_of[n] = s;
+        pl->step_of[n] = 2 * s;
       if (n >= 0 && n < g->n_nodes)
         ok = ok && ((g->nodes[n].op == LOOM_OP_MATMUL) == (st->kind == LOOM_STEP_GEMM) ||
                     st->kind == LOOM_STEP_NODE);
@@ -393,11 +396,9 @@ static bool same_plan(const loom_program *a, const loom_program *b) {
   if (a->n_steps != b->n_steps || a->n_kernels != b->n_kernels) return false;
   for (int32_t s = 0; s < a->n_steps; s++) {
     const loom_step *x = &a->steps[s], *y = &b->steps[s];
-    if (x->kind != y->kind) return false;
-    if (x->kind != LOOM_STEP_KERNEL) {
-      if (x->node != y->node) return false;
-      continue;
-    }
+    if (x->kind != y->kind || x->epilogue_rows != y->epilogue_rows) return false;
+    if (x->kind != LOOM_STEP_KERNEL && x->node != y->node) return false;
+    if (x->kind != LOOM_STEP_KERNEL && x->epilogue_rows <= 0) continue;
     const loom_kernel *kx = &a->kernels[x->kernel], *ky = &b->kernels[y->kernel];
     if (kx->n_nodes != ky->n_nodes) return false;
     for (int32_t i = 0; i < kx->n_nodes; i++)
@@ -689,8 +690,17 @@ static void test_gemm_split(void) {
   CHECK_OK(ctx, loom_graph_output(g, "y", y));
   g = finish(g);
   if (!g) return;
-  plan_result r = compile_checked("gemm-split", g, LOOM_FUSION_STITCH);
-  CHECK(r.kernels == 2 && r.steps == 3);
+  /* the second region reads the product row by row: the GEMM's epilogue
+   * (element-wise, so in loop mode too); none mode has no epilogues */
+  static const loom_fusion_mode modes[] = {LOOM_FUSION_STITCH, LOOM_FUSION_LOOP};
+  for (int i = 0; i < 2; i++) {
+    plan_result r = compile_checked("gemm-split", g, modes[i]);
+    CHECK(r.kernels == 2 && r.steps == 2);
+    CHECK(r.listing && strstr(r.listing, "epilogue on blocks of"));
+    free(r.listing);
+  }
+  plan_result r = compile_checked("gemm-split", g, LOOM_FUSION_NONE);
+  CHECK(r.listing && !strstr(r.listing, "epilogue on"));
   free(r.listing);
   loom_graph_free(g);
 }

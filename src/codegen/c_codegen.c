@@ -6,7 +6,9 @@
  *   and rounded once, or in float where that gives the same bits;
  * - a part is a static function running one tile; the kernel function runs
  *   the tiles of each phase in one `omp for` (schedule(static)), then the
- *   phase's column-reduction combines, inside one parallel region;
+ *   phase's column-reduction combines, inside one parallel region; a
+ *   kernel whose rows are independent also gets NAME_rows, which runs any
+ *   range of rows on the calling thread (a GEMM's epilogue, kernel.h);
  * - a ROW stage is a loop nest over the part's R dims, adjacent dims merged
  *   where every map allows, so the innermost loop is usually one unit-stride
  *   loop over the whole row. With row reductions it runs in blocks of W
@@ -167,11 +169,13 @@ static void part_args(const loom_kernel *k, int32_t pi, uint8_t *need, uint8_t *
       used[k->exprs[e].arg] = 1;
 }
 
-/* The call of part pi's tile function for tile `tile` (a C expression):
- * its arguments as typed pointers (temps: into the workspace). */
+/* The call of part pi's function for tile `tile` over rows [row_begin,
+ * row_end) (C expressions): its arguments as typed pointers (temps: into
+ * the workspace). */
 static void put_part_call(cg_buf *b, const loom_kernel *k, const loom_kworkspace *ws, int32_t pi,
-                          const uint8_t *used, const char *tile) {
-  put(b, "%s_part%d(%s, ws, scratch", k->name, pi, tile);
+                          const uint8_t *used, const char *tile, const char *row_begin,
+                          const char *row_end) {
+  put(b, "%s_part%d(%s, %s, %s, ws, scratch", k->name, pi, tile, row_begin, row_end);
   for (int32_t a = 0; a < k->n_args; a++) {
     if (!used[a]) continue;
     if (k->args[a].temp)
@@ -236,7 +240,9 @@ static void emit_prefetch(cg_buf *b, const cg_part *cp, const uint8_t *need) {
   line(b, "}");
 }
 
-/* The tile function of a part. Arguments come in as restrict parameters:
+/* The function of a part: rows [row_begin, row_end), which are tile
+ * `tile` (its column partials) or, through NAME_rows, any range of a part
+ * without column reductions. Arguments come in as restrict parameters:
  * gcc disambiguates those, where restrict locals loaded from args[] would
  * leave it one run-time alias check per pair, and no vectorisation past
  * ten pairs. */
@@ -246,15 +252,17 @@ static loom_status emit_part(loom_ctx *ctx, cg_buf *b, cg_part *cp, const loom_k
   const loom_kpart *part = cp->part;
   part_comment(b, cp);
   part_args(k, cp->index, need, used);
-  put(b, "static void %s_part%d(int64_t tile, char *restrict ws, float *restrict scratch", k->name,
-      cp->index);
+  put(b,
+      "static void %s_part%d(int64_t tile, int64_t row_begin, int64_t row_end, char *restrict ws,"
+      " float *restrict scratch",
+      k->name, cp->index);
   for (int32_t a = 0; a < k->n_args; a++)
     if (used[a])
       put(b, ",\n    %s%s *restrict a%d", used[a] == 2 ? "" : "const ",
           loom_cg_ctype(k->args[a].dtype), a);
   put(b, ") {\n");
   b->indent++;
-  line(b, "(void)ws; (void)scratch;");
+  line(b, "(void)tile; (void)ws; (void)scratch;");
   for (int32_t a = 0; a < k->n_args; a++)
     if (used[a])
       line(b, "/* a%d: %s v%d%s */", a, used[a] == 2 ? "writes" : "reads", k->args[a].value,
@@ -275,11 +283,7 @@ static loom_status emit_part(loom_ctx *ctx, cg_buf *b, cg_part *cp, const loom_k
            loom_cg_ident(ko->combine, true));
       col++;
     }
-  int64_t rows = loom_kpart_rows(part), rpt = part->sched.rows_per_tile;
-  line(b, "const int64_t row_end = tile * %lld + %lld < %lld ? tile * %lld + %lld : %lld;",
-       (long long)rpt, (long long)rpt, (long long)rows, (long long)rpt, (long long)rpt,
-       (long long)rows);
-  line(b, "for (int64_t row = tile * %lld; row < row_end; row++) {", (long long)rpt);
+  line(b, "for (int64_t row = row_begin; row < row_end; row++) {");
   b->indent++;
   if (cp->need_pidx) {
     line(b, "int64_t q = row;");
@@ -438,12 +442,17 @@ static loom_status emit_kernel(loom_ctx *ctx, cg_buf *b, const loom_kernel *k) {
         for (int32_t q = pi; q < pj; q++) {
           int64_t nt = loom_kpart_tiles(&k->parts[q]);
           if (nt == 0) continue;
-          char tile[48];
+          int64_t rows = loom_kpart_rows(&k->parts[q]), rpt = k->parts[q].sched.rows_per_tile;
+          char tile[48], r0[64], r1[128];
           snprintf(tile, sizeof tile, "t - %lld", (long long)start);
+          snprintf(r0, sizeof r0, "(t - %lld) * %lld", (long long)start, (long long)rpt);
+          snprintf(r1, sizeof r1, "(t - %lld) * %lld + %lld < %lld ? (t - %lld) * %lld + %lld : %lld",
+                   (long long)start, (long long)rpt, (long long)rpt, (long long)rows,
+                   (long long)start, (long long)rpt, (long long)rpt, (long long)rows);
           part_args(k, q, need, used);
           put(b, "%*s%s", 2 * b->indent, "", start ? "else " : "");
           if (start + nt < total) put(b, "if (t < %lld) ", (long long)(start + nt));
-          put_part_call(b, k, &ws, q, used, tile);
+          put_part_call(b, k, &ws, q, used, tile, r0, r1);
           put(b, ";\n");
           start += nt;
         }
@@ -457,6 +466,19 @@ static loom_status emit_kernel(loom_ctx *ctx, cg_buf *b, const loom_kernel *k) {
     line(b, "}");
     b->indent = 0;
     put(b, "}\n");
+    if (loom_kernel_has_rows_entry(k)) {
+      part_args(k, 0, need, used);
+      put(b, "void %s_rows(void *const *args, void *workspace, int32_t thread, int64_t row_begin, "
+             "int64_t row_end) {\n", k->name);
+      b->indent = 1;
+      line(b, "char *const ws = (char *)workspace;");
+      line(b, "float *const scratch = (float *)(ws + %lld + (size_t)thread * %lld);",
+           (long long)ws.scratch, (long long)ws.scratch_thread_bytes);
+      put(b, "  ");
+      put_part_call(b, k, &ws, 0, used, "0", "row_begin", "row_end");
+      put(b, ";\n}\n");
+      b->indent = 0;
+    }
   }
   free(need);
   free(reach);

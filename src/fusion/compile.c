@@ -157,6 +157,8 @@ loom_status loom_fusion_compile(loom_ctx *ctx, const loom_graph *g, const loom_f
     out->materialized[v] = pr < 0 || plan.group_of_node[pr] < 0 ||
                            loom_fusion_index_materialized(ix, plan.group_of_node, v);
   }
+  st = loom_fusion_attach_epilogues(ctx, g, m, out);
+  if (st) goto fail;
   free(cls);
   loom_fusion_index_free(ix);
   free(mem_off);

@@ -31,8 +31,13 @@ typedef enum loom_step_kind {
 
 typedef struct loom_step {
   loom_step_kind kind;
-  int32_t kernel; /* LOOM_STEP_KERNEL: index into program->kernels */
+  int32_t kernel; /* KERNEL: index into program->kernels; GEMM with an
+                     epilogue: the epilogue kernel */
   int32_t node;   /* GEMM and NODE: the graph node */
+  /* GEMM: epilogue_rows > 0 runs kernel `kernel` (which has a rows entry,
+   * kernel.h) on each block of that many rows of the product as soon as
+   * the block is computed (fusion/epilogue.c). */
+  int64_t epilogue_rows;
 } loom_step;
 
 /* A program runs every node of its graph except dead ones (no graph output
@@ -97,6 +102,13 @@ typedef struct loom_fusion_plan {
 loom_status loom_fusion_plan_build(loom_ctx *ctx, const loom_graph *g, const loom_node_class *cls,
                                    const loom_fusion_options *opts, loom_fusion_plan *out);
 void loom_fusion_plan_clear(loom_fusion_plan *p);
+
+/* Moves kernels that read a GEMM's product row by row into that GEMM as
+ * its epilogue where the cost model says it pays (epilogue.c): element-wise
+ * kernels in loop mode, any kernel with independent rows in stitch mode,
+ * none in none mode. Part of loom_fusion_compile. */
+loom_status loom_fusion_attach_epilogues(loom_ctx *ctx, const loom_graph *g, const loom_machine *m,
+                                         loom_program *p);
 
 /* Plans fusion over a decomposed, verified graph and lowers it. */
 loom_status loom_fusion_compile(loom_ctx *ctx, const loom_graph *g, const loom_fusion_options *opts,

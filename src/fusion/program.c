@@ -116,19 +116,20 @@ loom_status loom_program_print(loom_ctx *ctx, const loom_graph *g, const loom_pr
   if (!g || !p)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "program_print: NULL argument");
   loom_strbuf b = {0};
-  int32_t n_gemm = 0, n_node = 0, n_run = 0;
+  int32_t n_gemm = 0, n_node = 0, n_run = 0, n_epi = 0;
   for (int32_t s = 0; s < p->n_steps; s++) {
     if (p->steps[s].kind == LOOM_STEP_GEMM) n_gemm++;
+    if (p->steps[s].kind == LOOM_STEP_GEMM && p->steps[s].epilogue_rows > 0) n_epi++;
     if (p->steps[s].kind == LOOM_STEP_NODE) n_node++;
-    if (p->steps[s].kind != LOOM_STEP_KERNEL)
-      n_run++;
-    else if (p->steps[s].kernel >= 0 && p->steps[s].kernel < p->n_kernels)
+    if (p->steps[s].kind != LOOM_STEP_KERNEL) n_run++;
+    bool has_kernel = p->steps[s].kind == LOOM_STEP_KERNEL || p->steps[s].epilogue_rows > 0;
+    if (has_kernel && p->steps[s].kernel >= 0 && p->steps[s].kernel < p->n_kernels)
       n_run += p->kernels[p->steps[s].kernel].n_nodes;
   }
   loom_strbuf_put(&b,
-      "# fusion %s: %d memory-intensive ops in %d kernels, %d gemm, %d eager, %d dead; "
-      "modeled %lld bytes, %.3g s\n",
-      loom_fusion_mode_name(p->mode), p->n_memory_ops, p->n_kernels, n_gemm, n_node,
+      "# fusion %s: %d memory-intensive ops in %d kernels (%d of them gemm epilogues), %d gemm, "
+      "%d eager, %d dead; modeled %lld bytes, %.3g s\n",
+      loom_fusion_mode_name(p->mode), p->n_memory_ops, p->n_kernels, n_epi, n_gemm, n_node,
       g->n_nodes - n_run, (long long)p->modeled_bytes, p->modeled_seconds);
   for (int32_t s = 0; s < p->n_steps; s++) {
     const loom_step *st = &p->steps[s];
@@ -143,6 +144,11 @@ loom_status loom_program_print(loom_ctx *ctx, const loom_graph *g, const loom_pr
       loom_strbuf_put(&b, "%s ", what);
       put_node(&b, g, st->node);
       loom_strbuf_put(&b, "\n");
+      if (st->kind == LOOM_STEP_GEMM && st->epilogue_rows > 0 && st->kernel >= 0 &&
+          st->kernel < p->n_kernels) {
+        loom_strbuf_put(&b, "  epilogue on blocks of %lld rows: ", (long long)st->epilogue_rows);
+        put_kernel(&b, g, p, st->kernel);
+      }
     } else {
       loom_strbuf_put(&b, "<invalid step>\n");
     }

@@ -33,6 +33,17 @@ int64_t loom_kpart_scratch_stride(const loom_kpart *part) {
   return (loom_kpart_row_len(part) + 15) / 16 * 16;
 }
 
+bool loom_kernel_has_rows_entry(const loom_kernel *k) {
+  if (k->n_parts != 1) return false;
+  for (int32_t a = 0; a < k->n_args; a++)
+    if (k->args[a].temp) return false;
+  const loom_kpart *part = &k->parts[0];
+  for (int32_t s = 0; s < part->n_stages; s++)
+    for (int32_t o = 0; o < part->stages[s].n_out; o++)
+      if (part->stages[s].out[o].dst == LOOM_KDST_COL_REDUCE) return false;
+  return true;
+}
+
 static int64_t align64(int64_t n) { return (n + 63) / 64 * 64; }
 
 loom_status loom_kernel_workspace_layout(loom_ctx *ctx, const loom_kernel *k,

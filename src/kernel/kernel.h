@@ -68,7 +68,8 @@
  * range (bool is 0 or 1). The rule is "compute in double, round to the
  * expression's dtype" once per expression, exactly as the reference
  * executor computes once per graph node, so an expression DAG that mirrors
- * graph nodes reproduces the reference bit for bit (reductions aside).
+ * graph nodes reproduces the reference bit for bit (reductions and f32
+ * exp/tanh/sigmoid aside, see OP below).
  * "Convert x to dtype" below means loom_store's conversion: to f32 round
  * to nearest; to an integer dtype truncate toward zero and saturate (NaN
  * gives 0); to bool x != 0.
@@ -85,12 +86,20 @@
  *             int64 result (saturating add/sub/mul/neg/abs, div truncating
  *             with x/0 = 0, comparisons 0/1), saturated to dtype, as the
  *             reference does (ops/elementwise.c);
+ *           - EXP, TANH or SIGMOID of an f32 operand with an f32 result:
+ *             the kernel IR's own f32 functions lm_expf, lm_tanhf,
+ *             lm_sigmoidf (kernel/kmath.h: float arithmetic and fmaf only,
+ *             within 1, 1 and 2 ulp of the correctly rounded value), which
+ *             generated code must reproduce bit for bit (the C generator
+ *             pastes kmath.h's text into its prelude). So such an
+ *             expression may differ from the reference executor (libm in
+ *             double, rounded) by those ulps;
  *           - otherwise: operands converted to double, the op table's
  *             scalar1/scalar2 applied in double, the result converted to
  *             dtype (comparisons give bool).
  *           A generator may use float arithmetic where that is bitwise
  *           identical (+, -, *, /, sqrt of f32 operands rounded to f32 are;
- *           exp, tanh, erf, pow are not: call the double functions).
+ *           erf, log, pow are not: call the double functions).
  *   REG     the register's value; dtype == the dtype of its writer's expr.
  *   SCRATCH the scratch row's element at the current flat r (f32).
  *   KEEP    dropout's keep bit (bool): counter position
@@ -252,6 +261,22 @@ typedef struct loom_kernel {
  */
 typedef void (*loom_kernel_fn)(void *const *args, void *workspace,
                                int32_t n_threads);
+
+/*
+ * The row-range entry, NAME_rows, generated for kernels where
+ * loom_kernel_has_rows_entry is true (one part, no column reductions, no
+ * temps: every row is independent of every other):
+ *   void NAME_rows(void *const *args, void *workspace, int32_t thread,
+ *                  int64_t row_begin, int64_t row_end);
+ * runs rows [row_begin, row_end) of the part, in order, on the calling
+ * thread, with scratch block `thread` of a workspace sized for more than
+ * `thread` threads. Any split of the rows into ranges gives the kernel's
+ * results bit for bit (a GEMM runs its epilogue this way, block by block
+ * as the rows of its product are computed).
+ */
+typedef void (*loom_kernel_rows_fn)(void *const *args, void *workspace, int32_t thread,
+                                    int64_t row_begin, int64_t row_end);
+bool loom_kernel_has_rows_entry(const loom_kernel *k);
 
 /* Rows in part (product of p_shape), elements per row, and tiles. */
 int64_t loom_kpart_rows(const loom_kpart *part);

@@ -33,6 +33,12 @@ loom_cpu_kernel loom_cpu_layout_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_index_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_source_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_matmul_kernel(const loom_graph *g, const loom_node *n);
+/* Runs f32 matmul node n (loom_cpu_matmul_kernel said yes) with the GEMM
+ * epilogue of `epi` (its epilogue_* fields; NULL: none), rows of the
+ * output counted row-major over all its leading dims. */
+struct loom_gemm;
+loom_status loom_cpu_matmul(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                            const loom_view *out, const struct loom_gemm *epi);
 
 /* Runs one node eagerly: its cpu kernel, else its reference kernel. */
 loom_status loom_cpu_exec_node(const loom_cpu *c, const loom_graph *g, const loom_node *n,

@@ -8,6 +8,7 @@
  */
 #include "runtime/cpu/cpu.h"
 #include "core/clock.h"
+#include "runtime/cpu/gemm.h"
 
 #include "codegen/c_codegen.h"
 #include "fusion/fusion.h"
@@ -24,6 +25,7 @@ struct loom_cpu_program {
   char *source;         /* the generated C (NULL when no kernels) */
   loom_jit_module *jit; /* NULL: no kernels, or no compiler (eager) */
   loom_kernel_fn *fns;  /* per kernel */
+  loom_kernel_rows_fn *rows_fns; /* per kernel: its rows entry, or NULL */
   bool eager;           /* no compiler: runs node by node */
   void **args;          /* argument pointers, room for the widest kernel */
   void *workspace;      /* grown to the largest kernel's need */
@@ -37,6 +39,7 @@ void loom_cpu_program_free(loom_cpu_program *p) {
   loom_program_clear(&p->prog);
   free(p->source);
   free(p->fns);
+  free(p->rows_fns);
   free(p->args);
   free(p->workspace);
   free(p->need);
@@ -53,16 +56,17 @@ const char *loom_cpu_program_source(const loom_cpu_program *p) { return p ? p->s
 bool loom_cpu_program_is_eager(const loom_cpu_program *p) { return !p || p->eager; }
 
 /* The memory plan over the program's steps: a kernel reads its input
- * arguments and writes its outputs; GEMM and NODE steps their node's. */
+ * arguments and writes its outputs; GEMM and NODE steps their node's; a
+ * GEMM with an epilogue both (the product is an output of the step, so
+ * nothing the epilogue writes shares its memory). */
 static loom_status plan_steps(loom_ctx *ctx, const loom_graph *g, const loom_program *prog,
                               loom_memplan *plan) {
   int32_t ns = prog->n_steps, total = 0;
   for (int32_t s = 0; s < ns; s++) {
     const loom_step *st = &prog->steps[s];
-    if (st->kind == LOOM_STEP_KERNEL)
+    if (st->kind == LOOM_STEP_KERNEL || st->epilogue_rows > 0)
       total += prog->kernels[st->kernel].n_args;
-    else
-      total += g->nodes[st->node].n_in + g->nodes[st->node].n_out;
+    if (st->kind != LOOM_STEP_KERNEL) total += g->nodes[st->node].n_in + g->nodes[st->node].n_out;
   }
   loom_memplan_step *steps = loom_calloc(ctx, (size_t)(ns ? ns : 1), sizeof *steps);
   int32_t *ids = loom_malloc(ctx, sizeof(int32_t) * (size_t)(total ? total : 1));
@@ -86,6 +90,19 @@ static loom_status plan_steps(loom_ctx *ctx, const loom_graph *g, const loom_pro
       for (int32_t a = 0; a < k->n_args; a++)
         if (k->args[a].is_output) ids[at + m->n_in + m->n_out++] = k->args[a].value;
       at += k->n_args;
+    } else if (st->epilogue_rows > 0) { /* GEMM node's, then the epilogue's */
+      const loom_node *n = &g->nodes[st->node];
+      const loom_kernel *k = &prog->kernels[st->kernel];
+      m->in = ids + at;
+      for (int32_t i = 0; i < n->n_in; i++) ids[at + m->n_in++] = n->in[i];
+      for (int32_t a = 0; a < k->n_args; a++)
+        if (!k->args[a].is_output && k->args[a].value != n->out[0])
+          ids[at + m->n_in++] = k->args[a].value;
+      m->out = ids + at + m->n_in;
+      ids[at + m->n_in + m->n_out++] = n->out[0];
+      for (int32_t a = 0; a < k->n_args; a++)
+        if (k->args[a].is_output) ids[at + m->n_in + m->n_out++] = k->args[a].value;
+      at += m->n_in + m->n_out;
     } else {
       const loom_node *n = &g->nodes[st->node];
       *m = (loom_memplan_step){.n_in = n->n_in, .n_out = n->n_out, .in = n->in, .out = n->out};
@@ -128,7 +145,8 @@ static loom_status load_code(loom_ctx *ctx, loom_cpu_program *p, loom_prepared *
   }
   out->stats.cache_hit = info.cache_hit;
   p->fns = loom_calloc(ctx, (size_t)prog->n_kernels, sizeof *p->fns);
-  if (!p->fns) return LOOM_STATUS_OUT_OF_MEMORY;
+  p->rows_fns = loom_calloc(ctx, (size_t)prog->n_kernels, sizeof *p->rows_fns);
+  if (!p->fns || !p->rows_fns) return LOOM_STATUS_OUT_OF_MEMORY;
   int32_t max_args = 1;
   for (int32_t i = 0; i < prog->n_kernels; i++) {
     const loom_kernel *k = &prog->kernels[i];
@@ -138,6 +156,15 @@ static loom_status load_code(loom_ctx *ctx, loom_cpu_program *p, loom_prepared *
                         "cpu backend: the generated module has no kernel '%s'", k->name);
     /* dlsym hands out data pointers; POSIX guarantees this conversion */
     memcpy(&p->fns[i], &sym, sizeof sym);
+    if (loom_kernel_has_rows_entry(k)) {
+      char rows_name[sizeof k->name + 8];
+      snprintf(rows_name, sizeof rows_name, "%s_rows", k->name);
+      sym = loom_jit_symbol(p->jit, rows_name);
+      if (!sym)
+        return loom_error(ctx, LOOM_STATUS_INTERNAL,
+                          "cpu backend: the generated module has no entry '%s'", rows_name);
+      memcpy(&p->rows_fns[i], &sym, sizeof sym);
+    }
     max_args = LOOM_MAX(max_args, k->n_args);
   }
   p->args = loom_calloc(ctx, (size_t)max_args, sizeof *p->args);
@@ -172,6 +199,7 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, const c
     out->stats.n_gemm = out->stats.n_eager = 0;
     for (int32_t s = 0; s < prog->n_steps; s++) {
       out->stats.n_gemm += prog->steps[s].kind == LOOM_STEP_GEMM;
+      out->stats.n_epilogues += prog->steps[s].epilogue_rows > 0;
       out->stats.n_eager += prog->steps[s].kind == LOOM_STEP_NODE;
     }
     st = plan_steps(ctx, g, prog, &out->plan);
@@ -213,6 +241,22 @@ static loom_status reserve_workspace(loom_ctx *ctx, loom_cpu_program *p, int32_t
   return LOOM_STATUS_OK;
 }
 
+/* A GEMM's epilogue block: the kernel's rows entry on the same elements
+ * (its rows are row_len long, the product's n_cols; fusion made every
+ * block end on a kernel row). */
+typedef struct epilogue_call {
+  loom_kernel_rows_fn fn;
+  void *const *args;
+  void *workspace;
+  int64_t n_cols, row_len;
+} epilogue_call;
+
+static void run_epilogue(void *user, int32_t thread, int64_t row0, int64_t row1) {
+  const epilogue_call *e = user;
+  e->fn(e->args, e->workspace, thread, row0 * e->n_cols / e->row_len,
+        row1 * e->n_cols / e->row_len);
+}
+
 loom_status loom_cpu_program_run(loom_cpu_program *p, const loom_cpu *c, const loom_graph *g,
                                  loom_view *values) {
   const loom_program *prog = &p->prog;
@@ -220,14 +264,29 @@ loom_status loom_cpu_program_run(loom_cpu_program *p, const loom_cpu *c, const l
   if (prog->n_kernels) LOOM_TRY(reserve_workspace(c->ctx, p, nt));
   for (int32_t s = 0; s < prog->n_steps; s++) {
     const loom_step *st = &prog->steps[s];
-    if (st->kind != LOOM_STEP_KERNEL) {
+    if (st->kind == LOOM_STEP_NODE || (st->kind == LOOM_STEP_GEMM && st->epilogue_rows <= 0)) {
       LOOM_TRY(loom_cpu_exec_node(c, g, &g->nodes[st->node], values));
       continue;
     }
     const loom_kernel *k = &prog->kernels[st->kernel];
     for (int32_t a = 0; a < k->n_args; a++)
       p->args[a] = k->args[a].temp ? NULL : values[k->args[a].value].data;
-    p->fns[st->kernel](p->args, p->workspace, nt);
+    if (st->kind == LOOM_STEP_KERNEL) {
+      p->fns[st->kernel](p->args, p->workspace, nt);
+      continue;
+    }
+    const loom_node *n = &g->nodes[st->node];
+    const loom_view *cv = &values[n->out[0]];
+    epilogue_call call = {p->rows_fns[st->kernel], p->args, p->workspace,
+                          cv->shape[cv->rank - 1], loom_kpart_row_len(&k->parts[0])};
+    loom_gemm epi = {.epilogue_rows = st->epilogue_rows, .epilogue = run_epilogue,
+                     .epilogue_user = &call};
+    loom_view in[2] = {values[n->in[0]], values[n->in[1]]};
+    loom_status rs = loom_cpu_matmul(c, n, in, &values[n->out[0]], &epi);
+    if (rs) {
+      loom_error_prefix(c->ctx, "matmul with epilogue %s (node %d)", k->name, st->node);
+      return rs;
+    }
   }
   return LOOM_STATUS_OK;
 }

@@ -11,6 +11,7 @@
 #define GEMM_MIN_TASKS 16
 
 static int64_t gemm_tile(const loom_gemm *p) {
+  if (p->epilogue_rows > 0) return p->epilogue_rows;
   static const int64_t sizes[] = {512, 256, 128};
   for (int i = 0; i < 3; i++) {
     int64_t t = sizes[i];
@@ -21,14 +22,18 @@ static int64_t gemm_tile(const loom_gemm *p) {
 
 loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   if (p->m <= 0 || p->n <= 0 || p->batch <= 0) return LOOM_STATUS_OK;
+  const bool epi = p->epilogue_rows > 0 && p->epilogue;
   if (p->k == 0) { /* an empty sum: zeros (sgemm may not touch C) */
     for (int64_t bi = 0; bi < p->batch; bi++)
       for (int64_t i = 0; i < p->m; i++)
         memset(p->c + bi * p->c_stride + i * p->ldc, 0, sizeof(float) * (size_t)p->n);
+    if (epi) p->epilogue(p->epilogue_user, 0, 0, p->batch * p->m);
     return LOOM_STATUS_OK;
   }
   const int64_t tile = gemm_tile(p);
-  int64_t mb = (p->m + tile - 1) / tile, nb = (p->n + tile - 1) / tile;
+  /* with an epilogue a tile is whole rows: the epilogue needs them all */
+  int64_t mb = (p->m + tile - 1) / tile, nb = epi ? 1 : (p->n + tile - 1) / tile;
+  const int64_t tile_n = epi ? p->n : tile;
   int64_t tasks = p->batch * mb * nb;
   double flops = 2.0 * (double)p->batch * (double)p->m * (double)p->n * (double)p->k;
   int failed = 0;
@@ -39,9 +44,9 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   omp_set_num_threads(1);
 #pragma omp parallel for num_threads(nt) schedule(static) if (tasks > 1 && flops >= 1e6)
   for (int64_t t = 0; t < tasks; t++) {
-    int64_t bi = t / (mb * nb), r = t % (mb * nb), i0 = (r / nb) * tile, j0 = (r % nb) * tile;
+    int64_t bi = t / (mb * nb), r = t % (mb * nb), i0 = (r / nb) * tile, j0 = (r % nb) * tile_n;
     int64_t m = p->m - i0 < tile ? p->m - i0 : tile;
-    int64_t n = p->n - j0 < tile ? p->n - j0 : tile;
+    int64_t n = p->n - j0 < tile_n ? p->n - j0 : tile_n;
     const float *a = p->a + (p->a_off ? p->a_off[bi] : 0) + (p->trans_a ? i0 : i0 * p->lda);
     const float *b = p->b + (p->b_off ? p->b_off[bi] : 0) + (p->trans_b ? j0 * p->ldb : j0);
     float *c = p->c + bi * p->c_stride + i0 * p->ldc + j0;
@@ -51,6 +56,8 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
     if (st != dnnl_success) {
 #pragma omp atomic write
       failed = (int)st;
+    } else if (epi) {
+      p->epilogue(p->epilogue_user, omp_get_thread_num(), bi * p->m + i0, bi * p->m + i0 + m);
     }
   }
   omp_set_num_threads(prev);

@@ -22,6 +22,14 @@ typedef struct loom_gemm {
   const int64_t *b_off;
   float *c;
   int64_t ldc, c_stride; /* row stride of C; offset between batch elements */
+  /* Optional epilogue (epilogue_rows > 0): the tiles become blocks of
+   * epilogue_rows whole rows of C, and epilogue(user, thread, r0, r1)
+   * runs on rows [r0, r1) of C (counted over batch * m) on the thread
+   * that computed them, right after they are computed, while they are
+   * still in its cache. */
+  int64_t epilogue_rows;
+  void (*epilogue)(void *user, int32_t thread, int64_t row0, int64_t row1);
+  void *epilogue_user;
 } loom_gemm;
 
 /* Runs p with nt OpenMP threads. */
