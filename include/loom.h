@@ -101,8 +101,10 @@ typedef enum loom_dtype {
   X(CONSTANT, constant)                                                        \
   /* compute-intensive */                                                      \
   X(MATMUL, matmul)                                                            \
+  X(FLASH_ATTENTION, flash_attention)                                          \
+  X(FLASH_ATTENTION_GRAD, flash_attention_grad)                                \
   /* random */                                                                 \
-  X(DROPOUT, dropout)                                                          \
+  X(DROPOUT, dropout) X(DROPOUT_MASK, dropout_mask)                            \
   /* composites: lowered to the primitives above by the decompose pass */      \
   X(REDUCE_MEAN, reduce_mean) X(SOFTMAX, softmax)                              \
   X(LOG_SOFTMAX, log_softmax) X(LAYER_NORM, layer_norm)                        \
@@ -269,6 +271,17 @@ typedef struct loom_session_options {
    * per primitive) or "eager" (no code generation: one C loop per op).
    * ref ignores it; an unknown name is LOOM_STATUS_INVALID_ARGUMENT. */
   const char *fusion;
+  /* cpu: "flash" (default: each attention op becomes one fused
+   * flash-attention kernel, forward and backward) or "decomposed" (its
+   * primitives, fused like any others). ref always decomposes. */
+  const char *attention;
+  /* With flash attention and dropout, where the random numbers come from:
+   * "auto" (default: a performance model picks per attention op),
+   * "fused" (inside the attention kernels), "overlap" (a 1-bit mask made
+   * by a worker thread while the GEMMs before attention run) or
+   * "sequential" (a mask made just before attention). The masks, and so
+   * the results, are the same bit for bit (docs/DROPOUT.md). */
+  const char *rng;
 } loom_session_options;
 
 /* What preparing a session did. */

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#define MAX_IN 4
+#define MAX_IN 8
 
 typedef struct operand {
   loom_dtype dt;
@@ -33,6 +33,7 @@ typedef struct op_case {
   loom_attr attrs[4];
   int64_t ints[4][LOOM_MAX_RANK]; /* storage for INTS attributes */
   double rtol;
+  int32_t n_out, out_index; /* multi-output ops: which output is compared */
   char label[96];
 } op_case;
 
@@ -339,6 +340,47 @@ static void build_dropout_cases(void) {
   add_case(LOOM_OP_DROPOUT, 1, &e);
 }
 
+/* flash_attention, its gradient (every output; from arbitrary o, lse and
+ * d_o: the op's formulas hold for any), and dropout_mask. */
+static void build_attention_cases(void) {
+  const int64_t q[4] = {2, 3, 17, 8}, k[4] = {2, 3, 21, 8}, v[4] = {2, 3, 21, 5};
+  const int64_t o[4] = {2, 3, 17, 5}, lse[3] = {2, 3, 17}, bits[1] = {(2 * 3 * 17 * 21 + 7) / 8};
+  operand in[8] = {opnd(LOOM_DTYPE_F32, 4, q, -1, 1), opnd(LOOM_DTYPE_F32, 4, k, -1, 1),
+                   opnd(LOOM_DTYPE_F32, 4, v, -1, 1), opnd(LOOM_DTYPE_I64, 0, NULL, 0, 1000),
+                   opnd(LOOM_DTYPE_U8, 1, bits, 0, 256)};
+  for (int32_t variant = 0; variant < 3; variant++) { /* plain, causal+dropout, with a mask */
+    for (int32_t out = 0; out < 2; out++) {
+      op_case *c = add_case(LOOM_OP_FLASH_ATTENTION, variant == 2 ? 5 : 4, in);
+      c->n_out = 2;
+      c->out_index = out;
+      c->rtol = 1e-4;
+      if (variant) {
+        attr_i(c, "causal", 1);
+        attr_f(c, "p", 0.2);
+        attr_i(c, "seed", 99);
+        attr_i(c, "offset", 5);
+      }
+    }
+  }
+  operand gin[8] = {in[0], in[1], in[2], opnd(LOOM_DTYPE_F32, 4, o, -1, 1),
+                    opnd(LOOM_DTYPE_F32, 3, lse, 1, 2), opnd(LOOM_DTYPE_F32, 4, o, -1, 1), in[3],
+                    in[4]};
+  for (int32_t variant = 0; variant < 2; variant++)
+    for (int32_t out = 0; out < 3; out++) {
+      op_case *c = add_case(LOOM_OP_FLASH_ATTENTION_GRAD, variant ? 8 : 7, gin);
+      c->n_out = 3;
+      c->out_index = out;
+      c->rtol = 1e-4;
+      attr_i(c, "causal", variant);
+      attr_f(c, "p", 0.3);
+      attr_i(c, "seed", 3);
+    }
+  op_case *c = add_case(LOOM_OP_DROPOUT_MASK, 1, &in[3]);
+  attr_f(c, "p", 0.25);
+  attr_i(c, "seed", 11);
+  attr_i(c, "numel", 100003);
+}
+
 /* Fills a tensor with values in [lo, hi]; integers are rounded down. */
 static void fill(loom_tensor *t, const operand *o, loom_test_rng *rng) {
   int64_t n = loom_tensor_numel(t);
@@ -439,7 +481,10 @@ static loom_graph *build_graph(loom_ctx *ctx, int32_t first, int32_t n) {
            LOOM_STATUS_OK;
     }
     snprintf(name, sizeof name, "c%d", k);
-    ok = ok && loom_graph_op(g, c->op, c->n_in, vin, c->n_attrs, c->attrs, &y) == LOOM_STATUS_OK;
+    loom_value outs[4];
+    ok = ok && loom_graph_op_multi(g, c->op, c->n_in, vin, c->n_attrs, c->attrs,
+                                   c->n_out ? c->n_out : 1, outs) == LOOM_STATUS_OK;
+    y = outs[c->out_index];
     ok = ok && loom_graph_output(g, name, y) == LOOM_STATUS_OK;
     if (!ok) {
       fprintf(stderr, "%s: cannot build: %s\n", c->label, loom_ctx_error(ctx));
@@ -592,6 +637,7 @@ int main(void) {
   build_index_cases();
   build_matmul_cases();
   build_dropout_cases();
+  build_attention_cases();
 
   /* Every primitive op has at least one case. */
   for (int op = 0; op < LOOM_OP_COUNT; op++)

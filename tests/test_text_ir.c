@@ -287,6 +287,16 @@ static loom_graph *build_all_ops(loom_ctx *ctx) {
   OPA(ATTENTION, (q, k, v, base), AI("causal", 1), AF("p", 0.1), AI("seed", 7),
       AI("offset", -3), AF("scale", 0.125));
   OPN(ATTENTION, (q, k, v));
+  /* what the attention pass makes of it: a mask, the flash ops */
+  loom_value bits = OPA(DROPOUT_MASK, (base), AF("p", 0.1), AI("seed", 7), AI("offset", -3),
+                        AI("numel", 4), AI("overlap", 1));
+  loom_value fa[2], fg[3];
+  CHECK_OK(ctx, loom_graph_op_multi(g, LOOM_OP_FLASH_ATTENTION, 5,
+                                    (loom_value[]){q, k, v, base, bits}, 2,
+                                    (loom_attr[]){AI("causal", 1), AF("p", 0.1)}, 2, fa));
+  CHECK_OK(ctx, loom_graph_op_multi(g, LOOM_OP_FLASH_ATTENTION_GRAD, 7,
+                                    (loom_value[]){q, k, v, fa[0], fa[1], fa[0], base}, 0, NULL,
+                                    3, fg));
   /* adamw: three outputs, inputs declared after nodes (ids interleave) */
   loom_value gw = in(g, false, "gw", LOOM_DTYPE_F32, SH(3, 4));
   loom_value m = in(g, false, "m", LOOM_DTYPE_F32, SH(3, 4));

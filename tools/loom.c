@@ -273,6 +273,7 @@ static const char *class_name(loom_op_class c) {
   case LOOM_OPCLASS_SOURCE: return "source";
   case LOOM_OPCLASS_GEMM: return "gemm";
   case LOOM_OPCLASS_RNG: return "rng";
+  case LOOM_OPCLASS_ATTENTION: return "attention";
   case LOOM_OPCLASS_COMPOSITE: return "composite";
   }
   return "?";

@@ -16,7 +16,8 @@ typedef enum loom_op_class {
   LOOM_OPCLASS_INDEX,   /* gather, scatter_add */
   LOOM_OPCLASS_SOURCE,  /* iota, constant: no inputs */
   LOOM_OPCLASS_GEMM,    /* matmul: compute-intensive */
-  LOOM_OPCLASS_RNG,     /* dropout */
+  LOOM_OPCLASS_RNG,     /* dropout, dropout_mask */
+  LOOM_OPCLASS_ATTENTION, /* flash_attention (+ grad): compute-intensive, one kernel */
   LOOM_OPCLASS_COMPOSITE
 } loom_op_class;
 

@@ -70,7 +70,7 @@ void loom_count_ops(const loom_graph *g, int32_t *n_primitive, int32_t *n_memory
     const loom_op_def *d = loom_op_get(g->nodes[i].op);
     if (!d || d->cls == LOOM_OPCLASS_COMPOSITE) continue;
     prim++;
-    if (d->cls == LOOM_OPCLASS_GEMM)
+    if (d->cls == LOOM_OPCLASS_GEMM || d->cls == LOOM_OPCLASS_ATTENTION)
       gemm++;
     else
       mem++;

@@ -7,6 +7,8 @@
 #include "runtime/session.h"
 
 #include "ir/dtype.h"
+#include "ops/op.h"
+#include "passes/attention.h"
 #include "passes/memplan.h"
 #include "passes/simplify.h"
 #include "runtime/cpu/cpu.h"
@@ -43,6 +45,36 @@ static loom_status forward_error(loom_ctx *ctx, const loom_graph *g, loom_status
   return st;
 }
 
+/* The attention pass for the cpu backend (passes/attention.h): *out is a
+ * new graph, or NULL when the graph keeps its attention composites. */
+static loom_status fuse_attention(loom_ctx *ctx, const loom_graph *g, const char *backend,
+                                  const loom_session_options *opts, loom_graph **out) {
+  *out = NULL;
+  const char *mode = opts && opts->attention ? opts->attention : "flash";
+  const char *rng = opts && opts->rng ? opts->rng : "auto";
+  loom_rng_placement placement;
+  if (strcmp(mode, "flash") != 0 && strcmp(mode, "decomposed") != 0)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "unknown attention mode '%s' (known: flash, decomposed)", mode);
+  if (loom_rng_placement_from_name(rng, &placement))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "unknown rng placement '%s' (known: " LOOM_RNG_NAMES ")", rng);
+  if (strcmp(backend, "cpu") != 0 || strcmp(mode, "flash") != 0) return LOOM_STATUS_OK;
+  bool any = false, dropout = false;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].op == LOOM_OP_ATTENTION) {
+      any = true;
+      dropout |= g->nodes[i].attr[loom_op_attr_index(LOOM_OP_ATTENTION, "p")].f > 0.0;
+    }
+  if (!any) return LOOM_STATUS_OK;
+  loom_rng_model model;
+  if (placement == LOOM_RNG_AUTO && dropout)
+    loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &model);
+  loom_status st = loom_graph_fuse_attention(g, placement, &model, out, NULL);
+  if (st) forward_error(ctx, g, st, "attention");
+  return st;
+}
+
 loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g, const loom_session_options *opts,
                              loom_session **out) {
   if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "session_new: out is NULL");
@@ -60,8 +92,11 @@ loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g, const loom_sess
   loom_status st = loom_backend_new(ctx, bname, &s->backend);
   if (st) goto fail;
   /* The graph passes, each followed by the verifier. */
-  loom_graph *lowered = NULL;
-  st = loom_graph_decompose(g, &lowered);
+  loom_graph *lowered = NULL, *flash = NULL;
+  st = fuse_attention(ctx, g, bname, opts, &flash);
+  if (st) goto fail;
+  st = loom_graph_decompose(flash ? flash : g, &lowered);
+  loom_graph_free(flash);
   if (st) {
     forward_error(ctx, g, st, "decompose");
     goto fail;

@@ -32,6 +32,12 @@ loom_cpu_kernel loom_cpu_reduce_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_layout_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_index_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_source_kernel(const loom_graph *g, const loom_node *n);
+loom_cpu_kernel loom_cpu_attention_kernel(const loom_graph *g, const loom_node *n);
+
+/* The RNG placement model's rates for this machine, measured with the cpu
+ * backend's kernels on `threads` threads (rng_rates.c, about 0.1 s). */
+#include "perf/rng_model.h"
+void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m);
 loom_cpu_kernel loom_cpu_matmul_kernel(const loom_graph *g, const loom_node *n);
 /* Runs f32 matmul node n (loom_cpu_matmul_kernel said yes) with the GEMM
  * epilogue of `epi` (its epilogue_* fields; NULL: none), rows of the

@@ -38,7 +38,9 @@ static loom_cpu_kernel select_kernel(const loom_graph *g, const loom_node *n) {
   case LOOM_OPCLASS_REDUCE: return loom_cpu_reduce_kernel(g, n);
   case LOOM_OPCLASS_LAYOUT: return loom_cpu_layout_kernel(g, n);
   case LOOM_OPCLASS_INDEX:
-  case LOOM_OPCLASS_RNG: return loom_cpu_index_kernel(g, n);
+  case LOOM_OPCLASS_RNG: return n->op == LOOM_OP_DROPOUT_MASK ? loom_cpu_attention_kernel(g, n)
+                                                             : loom_cpu_index_kernel(g, n);
+  case LOOM_OPCLASS_ATTENTION: return loom_cpu_attention_kernel(g, n);
   case LOOM_OPCLASS_SOURCE: return loom_cpu_source_kernel(g, n);
   case LOOM_OPCLASS_GEMM: return loom_cpu_matmul_kernel(g, n);
   default: return NULL;

@@ -1,0 +1,364 @@
+/*
+ * Fused attention primitives (what the attention pass, passes/attention.c,
+ * turns scaled dot-product attention into) and the dropout bitmask:
+ *
+ *   flash_attention(q, k, v, base[, mask]) -> o, lse
+ *   flash_attention_grad(q, k, v, o, lse, d_o, base[, mask]) -> dq, dk, dv
+ *   dropout_mask([base]) -> bits u8[(numel + 7) / 8]   (overlap: a hint that
+ *     the backend may run it concurrently with the work before its users)
+ *
+ * q [..., Sq, D], k [..., Sk, D], v [..., Sk, Dv] with equal leading dims;
+ * the attributes are the `attention` composite's (causal, p, seed, offset,
+ * scale; scale 0 means 1/sqrt(D)) and so are the semantics: o is the
+ * composite's output, lse [..., Sq] the log-sum-exp of each row's scaled,
+ * masked scores (-inf for a row that sees no key). Dropout element e (flat
+ * index of the [..., Sq, Sk] probabilities) uses counter base + offset + e
+ * (docs/DROPOUT.md). With `mask` (u8, 1 bit per probability, bit e % 8 of
+ * byte e / 8: what dropout_mask writes for the same seed, offset and p),
+ * the keep decisions are read from it instead of generated: the mask must
+ * hold exactly the generated bits, so both forms give the same result.
+ * lse carries no gradient.
+ *
+ * The reference kernels compute in double, row by row, exactly as written
+ * above; the cpu kernels are runtime/cpu/flash_attention.c.
+ */
+#include "ir/build.h"
+#include "ir/dtype.h"
+#include "ops/grad.h"
+#include "ops/ops_util.h"
+#include "rng/philox.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+enum { FA_CAUSAL = 0, FA_P, FA_SEED, FA_OFFSET, FA_SCALE };
+
+#define FA_ATTRS                                                                                   \
+  {{"causal", LOOM_ATTR_INT, LOOM_ATTR_FMT_BOOL, false, 0, 0.0},                                 \
+   {"p", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.0},                                   \
+   {"seed", LOOM_ATTR_INT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.0},                                  \
+   {"offset", LOOM_ATTR_INT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.0},                                \
+   {"scale", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.0}}
+
+/* Sizes of an attention node: BH (leading dims flattened), Sq, Sk, D, Dv. */
+typedef struct fa_dims {
+  int64_t bh, sq, sk, d, dv;
+} fa_dims;
+
+static fa_dims dims_of(const loom_type *q, const loom_type *k, const loom_type *v) {
+  int32_t r = q->rank;
+  fa_dims m = {1, q->shape[r - 2], k->shape[r - 2], q->shape[r - 1], v->shape[r - 1]};
+  for (int32_t i = 0; i < r - 2; i++) m.bh *= q->shape[i];
+  return m;
+}
+
+static loom_status check_base(loom_ctx *ctx, const loom_type *b) {
+  char buf[128];
+  if ((b->dtype != LOOM_DTYPE_I64 && b->dtype != LOOM_DTYPE_I32) || b->rank != 0)
+    return loom_error(ctx, LOOM_STATUS_DTYPE_MISMATCH,
+                      "base (the dropout counter) must be an i64 or i32 scalar, got %s",
+                      loom_type_str(b, buf, sizeof buf));
+  return LOOM_STATUS_OK;
+}
+
+static loom_status check_mask(loom_ctx *ctx, const loom_type *m, int64_t numel) {
+  char buf[128];
+  int64_t want = (numel + 7) / 8;
+  if (m->dtype != LOOM_DTYPE_U8 || m->rank != 1 || m->shape[0] != want)
+    return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+                      "mask must be u8[%lld] (1 bit per probability), got %s", (long long)want,
+                      loom_type_str(m, buf, sizeof buf));
+  return LOOM_STATUS_OK;
+}
+
+/* q, k, v and the attributes, shared by both ops. */
+static loom_status check_qkv(loom_ctx *ctx, const loom_node *n, const loom_type *in) {
+  char qs[128], ks[128], vs[128];
+  const loom_type *q = &in[0], *k = &in[1], *v = &in[2];
+  int32_t r = q->rank;
+  bool ok = r >= 2 && k->rank == r && v->rank == r && loom_dtype_is_float(q->dtype) &&
+            k->dtype == q->dtype && v->dtype == q->dtype;
+  for (int32_t d = 0; ok && d < r - 2; d++)
+    ok = k->shape[d] == q->shape[d] && v->shape[d] == q->shape[d];
+  if (ok) ok = k->shape[r - 1] == q->shape[r - 1] && v->shape[r - 2] == k->shape[r - 2];
+  if (!ok)
+    return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+                      "expected float q [..., Sq, D], k [..., Sk, D], v [..., Sk, Dv] of one "
+                      "dtype with equal leading dims, got q %s, k %s, v %s",
+                      loom_type_str(q, qs, sizeof qs), loom_type_str(k, ks, sizeof ks),
+                      loom_type_str(v, vs, sizeof vs));
+  double p = n->attr[FA_P].f, scale = n->attr[FA_SCALE].f;
+  if (!(p >= 0.0 && p < 1.0))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "dropout p must be in [0, 1), got %g", p);
+  if (!isfinite(scale))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "scale must be finite, got %g", scale);
+  return LOOM_STATUS_OK;
+}
+
+static loom_status infer_flash(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                               loom_type *out) {
+  LOOM_TRY(check_qkv(ctx, n, in));
+  LOOM_TRY(check_base(ctx, &in[3]));
+  fa_dims m = dims_of(&in[0], &in[1], &in[2]);
+  if (n->n_in > 4) LOOM_TRY(check_mask(ctx, &in[4], m.bh * m.sq * m.sk));
+  int32_t r = in[0].rank;
+  out[0] = in[0];
+  out[0].shape[r - 1] = m.dv;
+  out[1] = in[0];
+  out[1].rank = r - 1; /* lse [..., Sq] */
+  return LOOM_STATUS_OK;
+}
+
+static loom_status infer_flash_grad(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                                    loom_type *out) {
+  char buf[128];
+  LOOM_TRY(check_qkv(ctx, n, in));
+  fa_dims m = dims_of(&in[0], &in[1], &in[2]);
+  loom_type ot = in[0], lt = in[0];
+  ot.shape[ot.rank - 1] = m.dv;
+  lt.rank--;
+  const loom_type *want[3] = {&ot, &lt, &ot};
+  static const char *const what[3] = {"o", "lse", "d_o"};
+  for (int32_t i = 0; i < 3; i++)
+    if (!loom_type_equal(&in[3 + i], want[i]))
+      return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH, "%s must be %s", what[i],
+                        loom_type_str(want[i], buf, sizeof buf));
+  LOOM_TRY(check_base(ctx, &in[6]));
+  if (n->n_in > 7) LOOM_TRY(check_mask(ctx, &in[7], m.bh * m.sq * m.sk));
+  out[0] = in[0];
+  out[1] = in[1];
+  out[2] = in[2];
+  return LOOM_STATUS_OK;
+}
+
+/* What the reference kernels share: sizes, scale, dropout. */
+typedef struct fa_ref {
+  fa_dims m;
+  double scale, p;
+  bool causal;
+  uint64_t seed, j0, thr;
+  const loom_view *mask; /* NULL: generate */
+} fa_ref;
+
+static fa_ref ref_setup(const loom_node *n, const loom_view *in, const loom_view *base,
+                        const loom_view *mask) {
+  int32_t r = in[0].rank;
+  fa_ref f = {.m = {1, in[0].shape[r - 2], in[1].shape[r - 2], in[0].shape[r - 1],
+                    in[2].shape[r - 1]}};
+  for (int32_t i = 0; i < r - 2; i++) f.m.bh *= in[0].shape[i];
+  f.scale = n->attr[FA_SCALE].f;
+  if (f.scale == 0.0) f.scale = f.m.d > 0 ? 1.0 / sqrt((double)f.m.d) : 1.0;
+  f.p = n->attr[FA_P].f;
+  f.causal = n->attr[FA_CAUSAL].i != 0;
+  f.seed = (uint64_t)n->attr[FA_SEED].i;
+  f.j0 = (uint64_t)n->attr[FA_OFFSET].i + (uint64_t)loom_view_get_i64(base, 0);
+  f.thr = loom_dropout_threshold(f.p);
+  f.mask = mask;
+  return f;
+}
+
+/* Element (b, i, j) of a [BH, rows, cols] tensor viewed flat. */
+static double at(const loom_view *x, int64_t b, int64_t rows, int64_t cols, int64_t i, int64_t j) {
+  return loom_view_get(x, (b * rows + i) * cols + j);
+}
+
+static bool visible(const fa_ref *f, int64_t i, int64_t j) {
+  return !f->causal || j <= i + (f->m.sk - f->m.sq);
+}
+
+/* The dropout factor of probability (b, i, j): 0 or 1 / (1 - p). */
+static double keep_factor(const fa_ref *f, int64_t b, int64_t i, int64_t j) {
+  if (f->p <= 0.0) return 1.0;
+  int64_t e = (b * f->m.sq + i) * f->m.sk + j;
+  bool keep = f->mask ? ((int64_t)loom_view_get(f->mask, e / 8) >> (e % 8)) & 1
+                      : loom_dropout_keep(f->seed, f->j0 + (uint64_t)e, f->thr);
+  return keep ? 1.0 / (1.0 - f->p) : 0.0;
+}
+
+/* Row (b, i) of the scaled, masked scores into s (Sk doubles); returns
+ * their maximum. */
+static double row_scores(const fa_ref *f, const loom_view *q, const loom_view *k, int64_t b,
+                         int64_t i, double *s) {
+  const fa_dims *m = &f->m;
+  double mx = -INFINITY;
+  for (int64_t j = 0; j < m->sk; j++) {
+    double dot = 0;
+    for (int64_t c = 0; c < m->d; c++) dot += at(q, b, m->sq, m->d, i, c) * at(k, b, m->sk, m->d, j, c);
+    s[j] = visible(f, i, j) ? f->scale * dot : -INFINITY;
+    if (s[j] > mx) mx = s[j];
+  }
+  return mx;
+}
+
+/* Row (b, i): probabilities P[j] (NaN for a row that sees no key) and its
+ * log-sum-exp. s is scratch of Sk doubles. */
+static double row_probs(const fa_ref *f, const loom_view *q, const loom_view *k, int64_t b,
+                        int64_t i, double *s) {
+  const fa_dims *m = &f->m;
+  double mx = row_scores(f, q, k, b, i, s);
+  double sum = 0;
+  for (int64_t j = 0; j < m->sk; j++) sum += exp(s[j] - mx);
+  for (int64_t j = 0; j < m->sk; j++) s[j] = exp(s[j] - mx) / sum;
+  return mx + log(sum);
+}
+
+static loom_status ref_flash(loom_ctx *ctx, const loom_node *n, const loom_view *in,
+                             const loom_view *out) {
+  fa_ref f = ref_setup(n, in, &in[3], n->n_in > 4 ? &in[4] : NULL);
+  const fa_dims *m = &f.m;
+  double *s = malloc(sizeof *s * (size_t)(m->sk + 1));
+  if (!s) return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "flash_attention: out of memory");
+  for (int64_t b = 0; b < m->bh; b++)
+    for (int64_t i = 0; i < m->sq; i++) {
+      double lse = row_probs(&f, &in[0], &in[1], b, i, s);
+      loom_view_set(&out[1], b * m->sq + i, m->sk > 0 ? lse : -INFINITY);
+      for (int64_t c = 0; c < m->dv; c++) {
+        double acc = 0;
+        for (int64_t j = 0; j < m->sk; j++)
+          acc += s[j] * keep_factor(&f, b, i, j) * at(&in[2], b, m->sk, m->dv, j, c);
+        loom_view_set(&out[0], (b * m->sq + i) * m->dv + c, acc);
+      }
+    }
+  free(s);
+  return LOOM_STATUS_OK;
+}
+
+/* P = exp(S - lse) from the given lse (the forward's: then P is the
+ * softmax); dS = P (dP - D) with D = rowsum(dO o) over visible keys (masked
+ * ones get no gradient, as through the composite's select); dv = Pd^T dO
+ * over every key (a row that sees no key has lse -inf and spreads NaN, as
+ * the composite's gradient does). */
+static loom_status ref_flash_grad(loom_ctx *ctx, const loom_node *n, const loom_view *in,
+                                  const loom_view *out) {
+  fa_ref f = ref_setup(n, in, &in[6], n->n_in > 7 ? &in[7] : NULL);
+  const fa_dims *m = &f.m;
+  const loom_view *q = &in[0], *k = &in[1], *v = &in[2], *o = &in[3], *d_o = &in[5];
+  int64_t nk = m->bh * m->sk * m->d, nv = m->bh * m->sk * m->dv;
+  double *s = malloc(sizeof *s * (size_t)(m->sk + 1));
+  double *dk = calloc((size_t)(nk + 1), sizeof *dk), *dv = calloc((size_t)(nv + 1), sizeof *dv);
+  if (!s || !dk || !dv) {
+    free(s);
+    free(dk);
+    free(dv);
+    return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "flash_attention_grad: out of memory");
+  }
+  for (int64_t b = 0; b < m->bh; b++)
+    for (int64_t i = 0; i < m->sq; i++) {
+      row_scores(&f, q, k, b, i, s);
+      double lse = loom_view_get(&in[4], b * m->sq + i);
+      for (int64_t j = 0; j < m->sk; j++) s[j] = exp(s[j] - lse);
+      double dsum = 0; /* D = sum_c dO O */
+      for (int64_t c = 0; c < m->dv; c++)
+        dsum += at(d_o, b, m->sq, m->dv, i, c) * at(o, b, m->sq, m->dv, i, c);
+      for (int64_t c = 0; c < m->d; c++) loom_view_set(&out[0], (b * m->sq + i) * m->d + c, 0.0);
+      for (int64_t j = 0; j < m->sk; j++) {
+        double kf = keep_factor(&f, b, i, j), dp = 0;
+        for (int64_t c = 0; c < m->dv; c++) {
+          double g = at(d_o, b, m->sq, m->dv, i, c);
+          dp += g * at(v, b, m->sk, m->dv, j, c);
+          dv[(b * m->sk + j) * m->dv + c] += s[j] * kf * g;
+        }
+        if (!visible(&f, i, j)) continue;
+        double ds = s[j] * (dp * kf - dsum);
+        for (int64_t c = 0; c < m->d; c++) {
+          int64_t qi = (b * m->sq + i) * m->d + c;
+          loom_view_set(&out[0], qi,
+                        loom_view_get(&out[0], qi) + f.scale * ds * at(k, b, m->sk, m->d, j, c));
+          dk[(b * m->sk + j) * m->d + c] += f.scale * ds * at(q, b, m->sq, m->d, i, c);
+        }
+      }
+    }
+  for (int64_t e = 0; e < nk; e++) loom_view_set(&out[1], e, dk[e]);
+  for (int64_t e = 0; e < nv; e++) loom_view_set(&out[2], e, dv[e]);
+  free(s);
+  free(dk);
+  free(dv);
+  return LOOM_STATUS_OK;
+}
+
+static void grad_flash(loom_graph *g, const loom_node *n, const int32_t *dout, int32_t *din) {
+  if (dout[0] < 0 || g->err) return; /* lse carries no gradient */
+  int32_t in[8] = {n->in[0], n->in[1], n->in[2], n->out[0], n->out[1], dout[0], n->in[3], -1};
+  int32_t n_in = 7, out[3] = {-1, -1, -1};
+  if (n->n_in > 4) in[n_in++] = n->in[4];
+  loom_attr_value attrs[LOOM_MAX_ATTRS];
+  for (int32_t a = 0; a < loom_opdef_flash_attention.n_attrs; a++) attrs[a] = n->attr[a];
+  lb_op_multi(g, LOOM_OP_FLASH_ATTENTION_GRAD, n_in, in, attrs, 3, out);
+  for (int32_t i = 0; i < 3; i++) din[i] = out[i];
+}
+
+const loom_op_def loom_opdef_flash_attention = {
+    .name = "flash_attention",
+    .cls = LOOM_OPCLASS_ATTENTION,
+    .min_in = 4,
+    .max_in = 5,
+    .n_out = 2,
+    .n_attrs = 5,
+    .attrs = FA_ATTRS,
+    .infer = infer_flash,
+    .ref = ref_flash,
+    .grad = grad_flash,
+};
+
+const loom_op_def loom_opdef_flash_attention_grad = {
+    .name = "flash_attention_grad",
+    .cls = LOOM_OPCLASS_ATTENTION,
+    .min_in = 7,
+    .max_in = 8,
+    .n_out = 3,
+    .n_attrs = 5,
+    .attrs = FA_ATTRS,
+    .infer = infer_flash_grad,
+    .ref = ref_flash_grad,
+};
+
+/* ---- dropout_mask --------------------------------------------------------- */
+
+enum { DM_P = 0, DM_SEED, DM_OFFSET, DM_NUMEL, DM_OVERLAP };
+
+static loom_status infer_mask(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                              loom_type *out) {
+  double p = n->attr[DM_P].f;
+  int64_t numel = n->attr[DM_NUMEL].i;
+  if (!(p >= 0.0 && p < 1.0))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "'p' must satisfy 0 <= p < 1, got %g", p);
+  if (numel < 0 || numel > INT64_MAX - 7)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "'numel' must be >= 0, got %lld",
+                      (long long)numel);
+  if (n->n_in > 0) LOOM_TRY(check_base(ctx, &in[0]));
+  out[0] = (loom_type){.dtype = LOOM_DTYPE_U8, .rank = 1, .shape = {(numel + 7) / 8}};
+  return LOOM_STATUS_OK;
+}
+
+static loom_status ref_mask(loom_ctx *ctx, const loom_node *n, const loom_view *in,
+                            const loom_view *out) {
+  (void)ctx;
+  uint64_t j0 = (uint64_t)n->attr[DM_OFFSET].i;
+  if (n->n_in > 0) j0 += (uint64_t)loom_view_get_i64(&in[0], 0);
+  uint64_t seed = (uint64_t)n->attr[DM_SEED].i, thr = loom_dropout_threshold(n->attr[DM_P].f);
+  int64_t numel = n->attr[DM_NUMEL].i;
+  for (int64_t byte = 0; byte < (numel + 7) / 8; byte++) {
+    int v = 0;
+    for (int64_t b = 0; b < 8 && byte * 8 + b < numel; b++)
+      v |= loom_dropout_keep(seed, j0 + (uint64_t)(byte * 8 + b), thr) << b;
+    loom_view_set(&out[0], byte, (double)v);
+  }
+  return LOOM_STATUS_OK;
+}
+
+const loom_op_def loom_opdef_dropout_mask = {
+    .name = "dropout_mask",
+    .cls = LOOM_OPCLASS_RNG,
+    .min_in = 0,
+    .max_in = 1,
+    .n_out = 1,
+    .n_attrs = 5,
+    .attrs = {{.name = "p", .kind = LOOM_ATTR_FLOAT, .def_f = 0.1},
+              {.name = "seed", .kind = LOOM_ATTR_INT},
+              {.name = "offset", .kind = LOOM_ATTR_INT},
+              {.name = "numel", .kind = LOOM_ATTR_INT, .required = true},
+              /* a scheduling hint: may run concurrently with earlier work */
+              {.name = "overlap", .kind = LOOM_ATTR_INT, .fmt = LOOM_ATTR_FMT_BOOL}},
+    .infer = infer_mask,
+    .ref = ref_mask,
+};

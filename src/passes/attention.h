@@ -1,0 +1,32 @@
+/*
+ * The attention pass: scaled dot-product attention (the `attention`
+ * composite) becomes one flash_attention node (ops/attention.c), whose
+ * kernel never materializes the [Sq, Sk] probabilities, and whose gradient
+ * rule is one flash_attention_grad node. With dropout, the RNG placement
+ * decides where the keep bits come from:
+ *
+ *   fused       generated inside the attention kernels (forward and again
+ *               in the backward);
+ *   sequential  a dropout_mask node (1 bit per probability) just before
+ *               attention; forward and backward read it;
+ *   overlap     the same node marked `overlap`: the cpu backend runs it on
+ *               a worker thread while the GEMMs before the attention run;
+ *   auto        per attention node, the placement the RNG performance model
+ *               (perf/rng_model.h) predicts fastest on this machine.
+ *
+ * Every placement gives the same masks (docs/DROPOUT.md), so the same
+ * results bit for bit.
+ */
+#ifndef LOOM_PASSES_ATTENTION_H
+#define LOOM_PASSES_ATTENTION_H
+
+#include "ir/graph.h"
+#include "perf/rng_model.h"
+
+/* A copy of g with every attention composite replaced as above. model may
+ * be NULL unless placement is AUTO. *n_replaced (may be NULL) counts them. */
+loom_status loom_graph_fuse_attention(const loom_graph *g, loom_rng_placement placement,
+                                      const loom_rng_model *model, loom_graph **out,
+                                      int32_t *n_replaced);
+
+#endif

@@ -1,0 +1,103 @@
+/*
+ * The attention primitives on the cpu backend (ops/attention.c): fused
+ * flash attention forward and backward (runtime/cpu/flash_attention.c) and
+ * the dropout bitmask (the fast Philox paths), f32 with contiguous
+ * operands; other cases run their reference kernels.
+ */
+#include "runtime/cpu/cpu.h"
+#include "runtime/cpu/flash_attention.h"
+
+#include "ir/dtype.h"
+#include "ops/op.h"
+#include "rng/philox.h"
+#include "rng/philox_fast.h"
+
+#include <math.h>
+
+/* The op's attributes and sizes as the flash kernels take them; the
+ * counter base is input `base`, the optional mask input `mask` (-1: none). */
+static loom_flash_attn flash_args(const loom_node *n, const loom_view *in, int32_t base,
+                                  int32_t mask) {
+  int32_t r = in[0].rank;
+  loom_flash_attn a = {.bh = 1,
+                       .sq = in[0].shape[r - 2],
+                       .sk = in[1].shape[r - 2],
+                       .d = in[0].shape[r - 1],
+                       .dv = in[2].shape[r - 1],
+                       .q = in[0].data,
+                       .k = in[1].data,
+                       .v = in[2].data};
+  for (int32_t i = 0; i < r - 2; i++) a.bh *= in[0].shape[i];
+  a.scale = loom_cpu_attr_f(n, "scale");
+  if (a.scale == 0.0) a.scale = a.d > 0 ? 1.0 / sqrt((double)a.d) : 1.0;
+  a.causal = loom_cpu_attr_i(n, "causal") != 0;
+  a.p = loom_cpu_attr_f(n, "p");
+  a.seed = (uint64_t)loom_cpu_attr_i(n, "seed");
+  a.j0 = (uint64_t)loom_cpu_attr_i(n, "offset") +
+         (uint64_t)loom_load_i64(in[base].dtype, in[base].data, 0);
+  a.mask_bits = mask >= 0 && n->n_in > mask ? in[mask].data : NULL;
+  return a;
+}
+
+/* Buffers of the cpu backend are contiguous; a strided view here would be
+ * a bug upstream, not a case to compute. */
+static loom_status need_contiguous(const loom_cpu *c, const loom_node *n, const loom_view *in) {
+  for (int32_t i = 0; i < n->n_in; i++)
+    if (!loom_view_is_contiguous(&in[i]))
+      return loom_error(c->ctx, LOOM_STATUS_INTERNAL, "%s: input %d is not contiguous",
+                        loom_op_name(n->op), i);
+  return LOOM_STATUS_OK;
+}
+
+static loom_status k_flash(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                           const loom_view *out) {
+  LOOM_TRY(need_contiguous(c, n, in));
+  loom_flash_attn a = flash_args(n, in, 3, 4);
+  return loom_flash_attn_fwd(c->ctx, c->nt, &a, out[0].data, out[1].data);
+}
+
+static loom_status k_flash_grad(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                                const loom_view *out) {
+  LOOM_TRY(need_contiguous(c, n, in));
+  loom_flash_attn a = flash_args(n, in, 6, 7);
+  return loom_flash_attn_bwd(c->ctx, c->nt, &a, in[3].data, in[4].data, in[5].data, out[0].data,
+                             out[1].data, out[2].data);
+}
+
+/* Bytes per task: a multiple of 8 elements keeps every task on whole bytes. */
+#define MASK_TASK_BYTES 4096
+
+static loom_status k_dropout_mask(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                                  const loom_view *out) {
+  uint64_t j0 = (uint64_t)loom_cpu_attr_i(n, "offset");
+  if (n->n_in > 0) j0 += (uint64_t)loom_load_i64(in[0].dtype, in[0].data, 0);
+  uint64_t seed = (uint64_t)loom_cpu_attr_i(n, "seed");
+  uint64_t thr = loom_dropout_threshold(loom_cpu_attr_f(n, "p"));
+  int64_t numel = loom_cpu_attr_i(n, "numel"), bytes = (numel + 7) / 8;
+  uint8_t *bits = out[0].data;
+  int64_t tasks = (bytes + MASK_TASK_BYTES - 1) / MASK_TASK_BYTES;
+#pragma omp parallel for num_threads(c->nt) schedule(static) if (tasks > 1)
+  for (int64_t t = 0; t < tasks; t++) {
+    int64_t e = t * MASK_TASK_BYTES * 8, len = LOOM_MIN(numel - e, (int64_t)MASK_TASK_BYTES * 8);
+    loom_dropout_mask_bits(seed, j0 + (uint64_t)e, len, thr, bits + t * MASK_TASK_BYTES);
+  }
+  return LOOM_STATUS_OK;
+}
+
+static bool is_f32(const loom_graph *g, int32_t v) {
+  return g->values[v].type.dtype == LOOM_DTYPE_F32;
+}
+
+loom_cpu_kernel loom_cpu_attention_kernel(const loom_graph *g, const loom_node *n) {
+  switch (n->op) {
+  case LOOM_OP_FLASH_ATTENTION:
+  case LOOM_OP_FLASH_ATTENTION_GRAD: {
+    int32_t n_float = n->op == LOOM_OP_FLASH_ATTENTION ? 3 : 6;
+    for (int32_t i = 0; i < n_float; i++)
+      if (!is_f32(g, n->in[i])) return NULL;
+    return n->op == LOOM_OP_FLASH_ATTENTION ? k_flash : k_flash_grad;
+  }
+  case LOOM_OP_DROPOUT_MASK: return k_dropout_mask;
+  default: return NULL;
+  }
+}
