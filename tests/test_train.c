@@ -164,7 +164,7 @@ static void test_graphs(loom_ctx *ctx) {
   CHECK(n > 0 && strcmp(ps[0].name, "wte") == 0 && strcmp(ps[2].name, "h0.ln1.g") == 0 &&
         ps[2].init == LOOM_GPT_INIT_ONES && strcmp(ps[n - 1].name, "lnf.b") == 0);
 
-  loom_gpt_optim o = {0.9, 0.95, 1e-8, 0.1, 5};
+  loom_gpt_optim o = {0.9, 0.95, 1e-8, 0.1, 5, NULL};
   loom_graph *g = NULL;
   int64_t per_step = 0;
   CHECK_OK(ctx, loom_gpt_build_train(ctx, &c, 3, 8, &o, &g, &per_step));
@@ -595,6 +595,31 @@ static void test_backends(loom_ctx *ctx) {
     CHECK(fabs(l[1][k] - l[2][k]) < 1e-3);
 }
 
+/* Every RNG placement draws the same masks: the same losses bit for bit;
+ * decomposed attention follows within rounding. */
+static void test_rng_placements(loom_ctx *ctx) {
+  loom_train_config c;
+  tiny_config(&c);
+  enum { N = 4 };
+  static const char *const rng[] = {"sequential", "fused", "overlap", "auto"};
+  float l[5][N] = {{0}};
+  for (int32_t v = 0; v < 5; v++) {
+    loom_train_config vc = c;
+    if (v < 4) snprintf(vc.rng, sizeof vc.rng, "%s", rng[v]);
+    if (v == 4) snprintf(vc.attention, sizeof vc.attention, "decomposed");
+    loom_trainer *t = NULL;
+    CHECK_OK(ctx, loom_trainer_new(ctx, &vc, &t));
+    if (t) train_range(ctx, t, N, l[v]);
+    loom_trainer_free(t);
+  }
+  for (int32_t v = 1; v < 4; v++) CHECK(memcmp(l[0], l[v], sizeof l[0]) == 0);
+  for (int32_t k = 0; k < N; k++) CHECK(fabs(l[0][k] - l[4][k]) < 1e-3);
+  loom_train_config bad = c;
+  snprintf(bad.rng, sizeof bad.rng, "later");
+  loom_trainer *t = NULL;
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_trainer_new(ctx, &bad, &t));
+}
+
 /* A bad checkpoint: metadata or tensors that do not fit. */
 static void test_bad_checkpoints(loom_ctx *ctx, const char *path) {
   loom_train_config c;
@@ -695,6 +720,7 @@ int main(void) {
   test_graphs(ctx);
   test_training(ctx, path);
   test_backends(ctx);
+  test_rng_placements(ctx);
   test_gradients(ctx);
   test_forward(ctx);
   test_bad_checkpoints(ctx, path);

@@ -2,6 +2,8 @@
 
 #include "ir/build.h"
 #include "ops/op.h"
+#include "passes/attention.h"
+#include "runtime/cpu/cpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,6 +190,21 @@ static int32_t attention(fwd *f, int32_t q, int32_t k, int32_t v) {
   /* the probabilities [B, H, T, T] take the next counter range */
   if (p > 0.0) f->offset += f->b * f->c->n_head * f->t * f->t;
   return y;
+}
+
+/* The attention pass on *g (replaced), placement by name. */
+static loom_status flash_attention(loom_ctx *ctx, const char *rng, loom_graph **g) {
+  loom_rng_placement placement;
+  if (loom_rng_placement_from_name(rng, &placement))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "unknown rng placement '%s' (known: " LOOM_RNG_NAMES ")", rng);
+  loom_rng_model model;
+  if (placement == LOOM_RNG_AUTO) loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &model);
+  loom_graph *f = NULL;
+  LOOM_TRY(loom_graph_fuse_attention(*g, placement, &model, &f, NULL));
+  loom_graph_free(*g);
+  *g = f;
+  return LOOM_STATUS_OK;
 }
 
 static int32_t block(fwd *f, int32_t x, const int32_t *p) {
@@ -385,6 +402,7 @@ loom_status loom_gpt_build_train(loom_ctx *ctx, const loom_gpt_config *c, int32_
     s = loom_build_status(g);
     if (!s) s = loom_graph_output(g, "loss", loss);
   }
+  if (!s && o->rng) s = flash_attention(ctx, o->rng, &g);
   /* differentiate the primitives, so nothing is recomputed per composite */
   if (!s) s = loom_graph_decompose(g, &dg);
   if (!s) s = add_updates(dg, ps, n, o);

@@ -41,6 +41,13 @@ static const char usage[] =
     "  --fusion M        cpu: stitch (default), loop, none (generated kernels)\n"
     "                    or eager (one loop per op, no code generation)\n"
     "  --threads N       CPU threads, 0 = all cores (default 0)\n"
+    "  --attention A     flash (default: fused flash-attention kernels, forward\n"
+    "                    and backward) or decomposed (its primitives)\n"
+    "  --rng P           where attention dropout's random numbers come from:\n"
+    "                    auto (default: a performance model picks), fused (in\n"
+    "                    the attention kernels), overlap (a bitmask made by a\n"
+    "                    worker thread beside the GEMMs before) or sequential\n"
+    "                    (a bitmask made just before); same masks, same losses\n"
     "checkpoints (safetensors):\n"
     "  --save FILE       save parameters, AdamW state and config at the end\n"
     "  --load FILE       resume from FILE; its model and schedule are used\n"
@@ -158,6 +165,15 @@ static int parse_args(int argc, char **argv, cli *c) {
           strcmp(val, "eager"))
         return usage_error("--fusion wants stitch, loop, none or eager, got '%s'", val);
       c->fusion = val;
+    } else if (!strcmp(name, "--attention")) {
+      if (strcmp(val, "flash") && strcmp(val, "decomposed"))
+        return usage_error("--attention wants flash or decomposed, got '%s'", val);
+      snprintf(c->cfg.attention, sizeof c->cfg.attention, "%s", val);
+    } else if (!strcmp(name, "--rng")) {
+      loom_rng_placement pl;
+      if (loom_rng_placement_from_name(val, &pl))
+        return usage_error("--rng wants one of " LOOM_RNG_NAMES ", got '%s'", val);
+      snprintf(c->cfg.rng, sizeof c->cfg.rng, "%s", val);
     } else if (!strcmp(name, "--save") || !strcmp(name, "--load")) {
       if (!*val) return usage_error("%s wants a file name", name);
       if (name[2] == 's')

@@ -54,6 +54,8 @@ void loom_train_config_default(loom_train_config *c) {
   c->seed = 1;
   c->threads = 0;
   snprintf(c->backend, sizeof c->backend, "cpu");
+  snprintf(c->attention, sizeof c->attention, "flash");
+  snprintf(c->rng, sizeof c->rng, "auto");
   c->corpus_lines = 50000;
   c->heldout = 100;
 }
@@ -86,6 +88,13 @@ loom_status loom_train_config_check(loom_ctx *ctx, const loom_train_config *c) {
   if (c->threads < 0 || c->threads > 4096)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: threads %d is outside [0, 4096]",
                       c->threads);
+  loom_rng_placement placement;
+  if (strcmp(c->attention, "flash") && strcmp(c->attention, "decomposed"))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "train: attention '%s' is not 'flash' or 'decomposed'", c->attention);
+  if (loom_rng_placement_from_name(c->rng, &placement))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "train: rng placement '%s' is not one of " LOOM_RNG_NAMES, c->rng);
   if (strcmp(c->backend, "cpu") && strcmp(c->backend, "ref"))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "train: backend '%s' is not 'cpu' or 'ref'", c->backend);
@@ -179,7 +188,8 @@ static loom_status setup(loom_trainer *t) {
   LOOM_TRY(loom_tensor_new(ctx, LOOM_DTYPE_F32, 0, NULL, &t->loss_t));
   init_params(t);
 
-  loom_gpt_optim o = {c->beta1, c->beta2, c->eps, c->weight_decay, c->seed};
+  loom_gpt_optim o = {c->beta1, c->beta2, c->eps, c->weight_decay, c->seed,
+                      strcmp(c->attention, "flash") == 0 ? c->rng : NULL};
   LOOM_TRY(loom_gpt_build_train(ctx, &c->model, b, tl, &o, &t->train_g, &t->rng_per_step));
   loom_session_options so = {.backend = c->backend, .fusion = t->fusion[0] ? t->fusion : NULL};
   LOOM_TRY(loom_session_new(ctx, t->train_g, &so, &t->train_s));

@@ -10,6 +10,7 @@
 #define LOOM_TRAIN_TRAINER_H
 
 #include "model/gpt.h"
+#include "perf/rng_model.h"
 #include "train/corpus.h"
 
 typedef struct loom_train_config {
@@ -23,6 +24,10 @@ typedef struct loom_train_config {
   uint64_t seed;   /* corpus, init, batches, dropout */
   int32_t threads; /* 0: all cores */
   char backend[8]; /* "cpu" or "ref" */
+  /* Attention: "flash" (fused kernels, dropout RNG placed per `rng`) or
+   * "decomposed" (primitives, differentiated as such). */
+  char attention[16];
+  char rng[16]; /* "auto", "fused", "overlap" or "sequential" */
   int32_t corpus_lines, heldout;
 } loom_train_config;
 
