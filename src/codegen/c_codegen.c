@@ -14,11 +14,12 @@
  *   loop over the whole row. With row reductions it runs in blocks of W
  *   elements with W explicit lane accumulators (lane l takes flat r = l mod
  *   W), which gcc vectorises; a tail loop finishes the row;
- * - exp, tanh and sigmoid (f32 results) go through vectorisable double
- *   versions with a check that the f32 result is provably libm's, exact
- *   libm where it is not (about 1 element in 30000); dropout masks along a
- *   row share one Philox block per four elements. Both run chunk by chunk
- *   before the stage's loop, into stack buffers (emit_chunked).
+ * - f32 exp, tanh and sigmoid are Loom's own (kernel/kmath.h, shared
+ *   with the interpreter); erf goes through a vectorisable double version
+ *   checked against libm; dropout masks along a row share one Philox block
+ *   per four elements. The last two run chunk by chunk before the stage's
+ *   loop, into stack buffers (emit_chunked); rows are prefetched in the
+ *   loop and large outputs are written with streaming stores (c_stage.c).
  *
  * Files: c_prelude.c (the lm_* helpers and the fast paths), c_expr.c
  * (ops, conversions, maps, one expression), c_stage.c (a stage's loops),
@@ -186,60 +187,6 @@ static void put_part_call(cg_buf *b, const loom_kernel *k, const loom_kworkspace
   put(b, ")");
 }
 
-/* Software prefetch of the next row, for parts that draw dropout words.
- * Such a part computes the Philox words of a chunk before it reads the
- * chunk, so the memory sits idle while it does, and each row of the big
- * shapes (1024 f32) is one 4 KiB page, where the hardware prefetchers
- * restart: every row began with demand misses. At the start of each row
- * the part touches the next row's cache lines of every argument it reads
- * as one contiguous run per row (a flat row stride, stride 1 along a
- * single loop). Without dropout the prefetchers keep up and the burst of
- * prefetches only costs (measured on softmax), so other parts get none.
- * Prefetches are hints: the results are unchanged. */
-static void emit_prefetch(cg_buf *b, const cg_part *cp, const uint8_t *need) {
-  const loom_kernel *k = cp->k;
-  const loom_kpart *part = cp->part;
-  const cg_loops *lp = &cp->loops;
-  if (lp->n != 1) return;
-  bool keep = false;
-  for (int32_t e = 0; e < k->n_exprs && !keep; e++)
-    keep = need[e] && k->exprs[e].kind == LOOM_KX_KEEP;
-  if (!keep) return;
-  enum { MAXS = 16 };
-  int32_t arg[MAXS], n = 0;
-  int64_t base[MAXS], stride[MAXS], bytes = 0;
-  int64_t rows = loom_kpart_rows(part);
-  for (int32_t e = 0; e < k->n_exprs && n < MAXS; e++) {
-    if (!need[e] || k->exprs[e].kind != LOOM_KX_LOAD) continue;
-    const loom_kmap *m = &k->exprs[e].map;
-    int32_t a = k->exprs[e].arg;
-    int64_t st;
-    if (!loom_cg_p_flat(m, part, &st) || st <= 0 || m->r[lp->dim[0]] != 1) continue;
-    int64_t sz = (int64_t)loom_dtype_size(k->args[a].dtype);
-    if (st * sz < 1024 || lp->extent[0] * sz < 1024) continue; /* short rows: the prefetchers cope */
-    bool dup = false;
-    for (int32_t q = 0; q < n && !dup; q++) dup = arg[q] == a && base[q] == m->base;
-    if (dup) continue;
-    arg[n] = a;
-    base[n] = m->base;
-    stride[n] = st;
-    bytes = LOOM_MAX(bytes, lp->extent[0] * sz);
-    n++;
-  }
-  if (n == 0 || bytes > 65536) return;
-  line(b, "if (row + 1 < %lld) { /* prefetch the next row (hints only) */", (long long)rows);
-  b->indent++;
-  for (int32_t q = 0; q < n; q++) {
-    int64_t sz = (int64_t)loom_dtype_size(k->args[arg[q]].dtype);
-    line(b, "for (int64_t pf = 0; pf < %lld; pf += %lld) __builtin_prefetch(&a%d[(int64_t)%lld + "
-            "(row + 1) * (%lld) + pf], 0, 3);",
-         (long long)lp->extent[0], (long long)(64 / sz), arg[q], (long long)base[q],
-         (long long)stride[q]);
-  }
-  b->indent--;
-  line(b, "}");
-}
-
 /* The function of a part: rows [row_begin, row_end), which are tile
  * `tile` (its column partials) or, through NAME_rows, any range of a part
  * without column reductions. Arguments come in as restrict parameters:
@@ -293,7 +240,6 @@ static loom_status emit_part(loom_ctx *ctx, cg_buf *b, cg_part *cp, const loom_k
     }
   }
   for (int32_t r = 0; r < part->n_regs; r++) line(b, "%s reg%d;", loom_cg_ctype(cp->reg_dt[r]), r);
-  emit_prefetch(b, cp, need);
   for (int32_t s = 0; s < part->n_stages; s++)
     LOOM_TRY(loom_cg_emit_stage(ctx, b, cp, s, need, col_index(k, cp->index, s)));
   b->indent--;

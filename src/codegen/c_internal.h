@@ -54,8 +54,29 @@ extern const cg_fast loom_cg_fast_table[];
 /* Index into loom_cg_fast_table + 1 if expr e has a fast path, else 0. */
 int8_t loom_cg_fast_kind(const loom_kernel *k, int32_t e);
 
-/* Elements per chunk of a stage with fast ops (a multiple of every W). */
+/* Elements per chunk of a stage with fast ops or streamed stores (a
+ * multiple of every W). */
 #define CG_CHUNK 512
+/* A STORE into an f32 output of at least this many bytes, unit stride
+ * along a part's one loop, goes through streaming (non-temporal) stores:
+ * an output that large is not re-read from cache anyway, and the stores
+ * then skip the read-for-ownership of every line (a third of the traffic
+ * of a kernel that reads one tensor and writes one). A constant, not the
+ * machine's cache size: it changes no result, only the traffic. */
+#define CG_STREAM_MIN_BYTES ((int64_t)8 << 20)
+/* Software prefetch: a part's first stage to load a row of an argument of
+ * at least CG_PREFETCH_MIN_BYTES (flat row stride, unit stride along the
+ * one loop) prefetches, one line per block of the R loop, the same
+ * elements CG_PREFETCH_AHEAD bytes of rows ahead (at least one row). The
+ * hardware prefetchers stop at every 4 KiB page, which is a row of 1024
+ * f32, and a stitched part spends most of a row's time on its later
+ * stages, with nothing in flight; the prefetches keep the next rows
+ * coming meanwhile. Hints only: the results are unchanged. */
+#define CG_PREFETCH_MIN_BYTES ((int64_t)1 << 20)
+#define CG_PREFETCH_AHEAD 4096
+/* Rows at least this long get streamed stores (shorter ones would spend
+ * their few lines on the aligned head and tail). */
+#define CG_STREAM_MIN_ROW 64
 /* cg_site.fast value of a KEEP over consecutive counters: its words come
  * from one Philox block per four elements, made before the chunk's loop. */
 #define CG_KEEP_BLOCK 100
@@ -92,6 +113,10 @@ typedef struct cg_site {
   const char *lane;    /* the row-reduction lane */
   const int8_t *fast;  /* per expr: index into fast_table + 1, or 0 */
   int tmode;           /* how fast exprs are emitted (TM_*) */
+  const uint8_t *stream; /* per stage output: 1 if its STORE goes through a
+                          * chunk buffer so<o>[] and streaming stores */
+  int32_t n_pf;          /* LOAD exprs whose rows ahead are prefetched */
+  const int32_t *pf;     /* in the R loop (offset pf<e> ahead of b<e>) */
 } cg_site;
 
 /* Fast exprs in a chunked ROW stage: computed fast into t<e>[] with a

@@ -1,7 +1,7 @@
 /*
  * Stages of generated C (c_codegen.c describes the shape): a stage's loop
- * nest over R, row-reduction lanes, and the chunked fast path for exp,
- * tanh, sigmoid, erf and dropout masks.
+ * nest over R, row-reduction lanes, the chunked fast path for erf and
+ * dropout masks, and streaming stores of large outputs.
  */
 #include "codegen/c_internal.h"
 
@@ -26,9 +26,13 @@ static loom_status emit_outputs(loom_ctx *ctx, cg_buf *b, const cg_site *si, int
     put(b, "%*s", 2 * b->indent, "");
     switch (ko->dst) {
     case LOOM_KDST_STORE:
-      put(b, "a%d[", ko->target);
-      loom_cg_put_offset(b, si, base, &ko->map);
-      put(b, "] = ");
+      if (si->stream && si->stream[o] && !si->scalar) {
+        put(b, "so%d[%s - c0] = ", o, si->idx[0]); /* streamed after the chunk */
+      } else {
+        put(b, "a%d[", ko->target);
+        loom_cg_put_offset(b, si, base, &ko->map);
+        put(b, "] = ");
+      }
       loom_cg_conv(b, v, x->dtype, k->args[ko->target].dtype);
       break;
     case LOOM_KDST_SCRATCH:
@@ -81,12 +85,22 @@ static loom_status emit_body(loom_ctx *ctx, cg_buf *b, const cg_site *si, const 
   return pre ? LOOM_STATUS_OK : emit_outputs(ctx, b, si, col_first);
 }
 
+/* Prefetches of the rows ahead for the block of the R loop at i0. */
+static void emit_pf(cg_buf *b, const cg_site *si) {
+  const loom_kernel *k = si->cp->k;
+  for (int32_t q = 0; q < si->n_pf; q++) {
+    int32_t e = si->pf[q];
+    line(b, "__builtin_prefetch(&a%d[b%d + pf%d + i0], 0, 3);", k->exprs[e].arg, e, e);
+  }
+}
+
 /* The loop over flat r in [lo, hi) of a one-loop part: blocks of W
  * elements with lane l = r mod W (lo is a multiple of W), then the tail;
- * or a plain loop when there are no lanes. */
+ * or a plain loop when there are no lanes (in blocks of 16 when it
+ * prefetches, one prefetch per block). */
 static loom_status emit_range(loom_ctx *ctx, cg_buf *b, cg_site si, const uint8_t *need,
                               int32_t col_first, int32_t W, const char *lo, const char *hi) {
-  if (W <= 1) {
+  if (W <= 1 && si.n_pf == 0) {
     line(b, "for (int64_t i0 = %s; i0 < %s; i0++) {", lo, hi);
     b->indent++;
     si.idx[0] = si.flat = "i0";
@@ -95,27 +109,116 @@ static loom_status emit_range(loom_ctx *ctx, cg_buf *b, cg_site si, const uint8_
     line(b, "}");
     return LOOM_STATUS_OK;
   }
+  bool lanes = W > 1;
+  int32_t B = lanes ? W : 16;
   line(b, "int64_t i0 = %s;", lo);
-  line(b, "for (; i0 + %d <= %s; i0 += %d) {", W, hi, W);
+  line(b, "for (; i0 + %d <= %s; i0 += %d) {", B, hi, B);
   b->indent++;
-  line(b, "#pragma GCC unroll 0"); /* unrolled first, the lanes would not vectorise */
-  line(b, "for (int l = 0; l < %d; l++) {", W);
+  emit_pf(b, &si);
+  if (lanes) line(b, "#pragma GCC unroll 0"); /* unrolled first, the lanes would not vectorise */
+  line(b, "for (int l = 0; l < %d; l++) {", B);
   b->indent++;
   line(b, "const int64_t r = i0 + l;");
   si.idx[0] = si.flat = "r";
-  si.lane = "l";
+  si.lane = lanes ? "l" : "0";
   LOOM_TRY(emit_body(ctx, b, &si, need, col_first, false));
   b->indent--;
   line(b, "}");
   b->indent--;
   line(b, "}");
-  line(b, "for (int l = 0; l < %d && i0 < %s; i0++, l++) {", W, hi);
+  if (lanes)
+    line(b, "for (int l = 0; l < %d && i0 < %s; i0++, l++) {", W, hi);
+  else
+    line(b, "for (; i0 < %s; i0++) {", hi);
   b->indent++;
   si.idx[0] = si.flat = "i0";
   LOOM_TRY(emit_body(ctx, b, &si, need, col_first, false));
   b->indent--;
   line(b, "}");
   return LOOM_STATUS_OK;
+}
+
+/* The LOAD exprs of stage s (marked in need) whose rows ahead stage s
+ * prefetches (CG_PREFETCH_MIN_BYTES), into pf[]; emits their distances
+ * pf<e> (0 on the last rows: the current row again). */
+static int32_t prefetch_loads(cg_buf *b, const cg_part *cp, int32_t s, const uint8_t *need,
+                              int32_t *pf) {
+  const loom_kernel *k = cp->k;
+  const loom_kpart *part = cp->part;
+  const cg_loops *lp = &cp->loops;
+  if (lp->n != 1 || part->stages[s].kind != LOOM_KSTAGE_ROW) return 0;
+  int64_t rows = loom_kpart_rows(part);
+  int32_t n = 0;
+  for (int32_t e = 0; e < k->n_exprs; e++) {
+    const loom_kexpr *x = &k->exprs[e];
+    if (!need[e] || x->kind != LOOM_KX_LOAD || k->args[x->arg].temp) continue;
+    int64_t sz = (int64_t)loom_dtype_size(x->dtype), st;
+    if (!loom_cg_p_flat(&x->map, part, &st) || st <= 0 || x->map.r[lp->dim[0]] != 1 ||
+        k->args[x->arg].numel * sz < CG_PREFETCH_MIN_BYTES)
+      continue;
+    bool dup = false; /* the same row loaded by an earlier stage or expr */
+    for (int32_t t = 0; t <= s && !dup; t++) {
+      uint8_t *m = calloc((size_t)k->n_exprs + 1, 1);
+      if (!m) return n;
+      for (int32_t o = 0; o < part->stages[t].n_out; o++)
+        loom_cg_mark_reach(k, part->stages[t].out[o].expr, m);
+      for (int32_t f = 0; f < k->n_exprs && !dup; f++) {
+        const loom_kexpr *y = &k->exprs[f];
+        if (!m[f] || y->kind != LOOM_KX_LOAD || y->arg != x->arg) continue;
+        if (y->map.base == x->map.base && (t < s || f < e)) dup = true;
+      }
+      free(m);
+    }
+    if (dup) continue;
+    int64_t row_bytes = lp->extent[0] * sz;
+    int64_t ahead = (CG_PREFETCH_AHEAD + row_bytes - 1) / row_bytes;
+    if (ahead < 1) ahead = 1;
+    line(b, "const int64_t pf%d = row + %lld < %lld ? (int64_t)%lld : 0; /* prefetch ahead */", e,
+         (long long)ahead, (long long)rows, (long long)(ahead * st));
+    pf[n++] = e;
+  }
+  return n;
+}
+
+/* Marks in stream[] the outputs of ROW stage st of a one-loop part that
+ * go through streaming stores (CG_STREAM_MIN_BYTES); returns how many. */
+static int32_t stream_outputs(const cg_part *cp, const loom_kstage *st, uint8_t *stream) {
+  const loom_kernel *k = cp->k;
+  const cg_loops *lp = &cp->loops;
+  int32_t n = 0;
+  for (int32_t o = 0; o < st->n_out; o++) {
+    const loom_kout *ko = &st->out[o];
+    stream[o] = 0;
+    if (st->kind != LOOM_KSTAGE_ROW || lp->n != 1 || ko->dst != LOOM_KDST_STORE) continue;
+    const loom_karg *g = &k->args[ko->target];
+    if (g->dtype != LOOM_DTYPE_F32 || g->numel * 4 < CG_STREAM_MIN_BYTES ||
+        lp->extent[0] < CG_STREAM_MIN_ROW || ko->map.r[lp->dim[0]] != 1)
+      continue;
+    stream[o] = 1;
+    n++;
+  }
+  return n;
+}
+
+/* The chunk buffers of streamed outputs (ch floats each). */
+static void emit_stream_decl(cg_buf *b, const cg_site *si, int32_t ch) {
+  const loom_kstage *st = &si->cp->part->stages[si->stage];
+  for (int32_t o = 0; si->stream && o < st->n_out; o++)
+    if (si->stream[o]) line(b, "float so%d[%d] __attribute__((aligned(64)));", o, ch);
+}
+
+/* Streams the chunk [c0, c1) of every streamed output to memory. */
+static void emit_stream_flush(cg_buf *b, cg_site si) {
+  const loom_kstage *st = &si.cp->part->stages[si.stage];
+  si.idx[0] = si.flat = "c0";
+  for (int32_t o = 0; si.stream && o < st->n_out; o++) {
+    if (!si.stream[o]) continue;
+    char base[24];
+    snprintf(base, sizeof base, "bo%d", o);
+    put(b, "%*slm_stream_f32(&a%d[", 2 * b->indent, "", st->out[o].target);
+    loom_cg_put_offset(b, &si, base, &st->out[o].map);
+    put(b, "], so%d, c1 - c0);\n", o);
+  }
 }
 
 /* True if KEEP expr e counts consecutive positions along the part's one
@@ -178,6 +281,7 @@ static loom_status emit_chunked(loom_ctx *ctx, cg_buf *b, cg_site si, int8_t *fa
   line(b, "for (int64_t c0 = 0; c0 < %lld; c0 += %d) {", n, ch);
   b->indent++;
   line(b, "const int64_t c1 = c0 + %d < %lld ? c0 + %d : %lld;", ch, n, ch, n);
+  emit_stream_decl(b, &si, ch);
   for (int32_t e = 0; e < k->n_exprs && status == LOOM_STATUS_OK; e++) {
     if (fast[e] != CG_KEEP_BLOCK) continue;
     const loom_kexpr *x = &k->exprs[e];
@@ -204,6 +308,7 @@ static loom_status emit_chunked(loom_ctx *ctx, cg_buf *b, cg_site si, int8_t *fa
     si.tmode = TM_BUF;
     if (status == LOOM_STATUS_OK)
       status = emit_range(ctx, b, si, main_need, col_first, W, "c0", "c1");
+    emit_stream_flush(b, si);
     b->indent--;
     line(b, "}");
     free(pre);
@@ -237,6 +342,7 @@ static loom_status emit_chunked(loom_ctx *ctx, cg_buf *b, cg_site si, int8_t *fa
   si.tmode = TM_BUF;
   if (status == LOOM_STATUS_OK)
     status = emit_range(ctx, b, si, main_need, col_first, W, "c0", "c1");
+  emit_stream_flush(b, si);
   b->indent--;
   line(b, "}");
   free(pre);
@@ -297,7 +403,16 @@ loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int3
     LOOM_TRY(emit_body(ctx, b, &si, need, col_first, false));
   } else if (lp->n == 1) {
     int8_t *fast = calloc((size_t)k->n_exprs + 1, 1);
-    if (!fast) return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory generating C");
+    uint8_t *stream = calloc((size_t)st->n_out + 1, 1);
+    int32_t *pf = calloc((size_t)k->n_exprs + 1, sizeof(int32_t));
+    if (!fast || !stream || !pf) {
+      free(fast);
+      free(stream);
+      free(pf);
+      return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory generating C");
+    }
+    si.n_pf = prefetch_loads(b, cp, s, need, pf);
+    si.pf = pf;
     bool any = false;
     for (int32_t e = 0; e < k->n_exprs; e++) {
       fast[e] = !need[e] || !cp->level[e] ? 0
@@ -307,9 +422,29 @@ loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int3
     }
     char n[32];
     snprintf(n, sizeof n, "%lld", (long long)lp->extent[0]);
-    loom_status st2 = any ? emit_chunked(ctx, b, si, fast, col_first, W)
-                          : emit_range(ctx, b, si, need, col_first, W, "0", n);
+    int32_t n_stream = stream_outputs(cp, st, stream);
+    si.stream = n_stream ? stream : NULL;
+    loom_status st2;
+    if (any) {
+      st2 = emit_chunked(ctx, b, si, fast, col_first, W);
+    } else if (n_stream) { /* chunks only for the streamed stores */
+      long long ne = (long long)lp->extent[0];
+      int32_t ch = ne < CG_CHUNK ? (int32_t)ne : CG_CHUNK;
+      line(b, "for (int64_t c0 = 0; c0 < %lld; c0 += %d) {", ne, ch);
+      b->indent++;
+      line(b, "const int64_t c1 = c0 + %d < %lld ? c0 + %d : %lld;", ch, ne, ch, ne);
+      emit_stream_decl(b, &si, ch);
+      st2 = emit_range(ctx, b, si, need, col_first, W, "c0", "c1");
+      emit_stream_flush(b, si);
+      b->indent--;
+      line(b, "}");
+    } else {
+      st2 = emit_range(ctx, b, si, need, col_first, W, "0", n);
+    }
+    if (n_stream) line(b, "if (row + 1 == row_end) lm_sfence(); /* streamed stores done */");
     free(fast);
+    free(stream);
+    free(pf);
     LOOM_TRY(st2);
   } else {
     /* a loop per merged dim; the flat index counts along */

@@ -3,6 +3,7 @@
  * dtypes; every conversion goes through loom_store/loom_load so that it is
  * the reference executor's conversion by construction. */
 #include "kernel/interp.h"
+#include "kernel/kmath.h"
 
 #include "ir/dtype.h"
 #include "ops/op.h"
@@ -97,6 +98,16 @@ static kval eval_one(irun *x, const loom_kexpr *e) {
     return convert(e->dtype, ex[pick].dtype, x->val[pick]);
   }
   if (e->op == LOOM_OP_CAST) return convert(e->dtype, d0, a0);
+  if (e->dtype == LOOM_DTYPE_F32 && d0 == LOOM_DTYPE_F32 && e->n_a == 1) {
+    /* the kernel IR's own f32 functions (kernel/kmath.h) */
+    float a = (float)a0.f;
+    switch (e->op) {
+    case LOOM_OP_EXP: return (kval){.f = lm_expf(a)};
+    case LOOM_OP_TANH: return (kval){.f = lm_tanhf(a)};
+    case LOOM_OP_SIGMOID: return (kval){.f = lm_sigmoidf(a)};
+    default: break;
+    }
+  }
   const loom_op_def *d = loom_op_get(e->op);
   bool all_int = is_int(d0) && (e->n_a < 2 || is_int(ex[e->a[1]].dtype));
   if (all_int && e->op != LOOM_OP_POW) {

@@ -1,0 +1,116 @@
+/*
+ * The kernel IR's own f32 transcendental functions (kernel.h, "Numeric
+ * semantics"): exp, tanh and sigmoid of an f32 operand with an f32 result
+ * are defined as these functions, not as libm's double functions rounded.
+ * The interpreter (kernel/interp.c) calls them; the C generator pastes the
+ * very same text into the prelude of every generated file
+ * (codegen/c_prelude.c, LOOM_KMATH_STR), so generated code and the
+ * interpreter agree bit for bit while gcc vectorises the functions in
+ * float lanes (16 per AVX-512 vector, where double needed 8 and a check).
+ *
+ * Each function is a macro holding its definition, so that one token
+ * sequence is both compiled here and stringified for generated C. The
+ * bodies use only operations that are correctly rounded in IEEE single
+ * precision (+, -, *, /, fmaf, comparisons, selects, exact bit
+ * manipulation of powers of two), each in its own statement, so the
+ * result does not depend on the compiler, vectorisation or FMA
+ * contraction (the interpreter is built as ISO C, where gcc does not
+ * contract; clang contracts only inside one expression, and every
+ * rounding step here is a statement of its own). No macros (INFINITY,
+ * memcpy, ...) inside: they would be expanded into the stringified text.
+ *
+ * Accuracy (measured over every f32 input against libm's double result
+ * rounded to f32; tests/test_codegen.c checks a sample): lm_expf and
+ * lm_tanhf within 1 ulp, lm_sigmoidf within 2 ulp. Specials: exp(-inf) =
+ * 0, exp(inf) = inf, tanh(+-inf) = +-1, sigmoid(-inf) = 0, sigmoid(inf) =
+ * 1, tanh(+-0) = +-0 (tanh(x) = x below 2^-12); overflow gives inf and
+ * underflow rounds through the subnormals; a NaN operand is returned as
+ * it is (sign and payload: a NaN made inside would differ between vector
+ * and scalar code).
+ *
+ * lm_expf: x = k ln2 + r with k = round(x / ln2) (the 1.5 * 2^23 shift),
+ * r = x - k ln2_hi exactly (one fmaf: k ln2_hi has its low bit at 2^-24
+ * and |r| < 0.5, so r fits in 24 bits), minus k ln2_lo; exp(r) =
+ * 1 + r (1 + r P(r)) with Cephes' expf polynomial P (relative error
+ * 4e-9 on |r| <= ln2 / 2); times 2^k as two exact powers of two (the
+ * second multiplication rounds once, into the subnormals if need be).
+ * x is clamped to [-104, 89] first (exp rounds to 0 and inf beyond).
+ * lm_tanhf: Cephes' odd polynomial below |x| = 0.625, 1 - 2 / (e^2|x| + 1)
+ * above (with the sign of x). lm_sigmoidf: 1 / (1 + e^-x) for x >= 0,
+ * e^x / (1 + e^x) below, as the op table's sigmoid.
+ */
+#ifndef LOOM_KERNEL_KMATH_H
+#define LOOM_KERNEL_KMATH_H
+
+#include <math.h>
+#include <stdint.h>
+
+#define LOOM_KMATH_EXPF                                                                          \
+  static inline float lm_expf(float x) {                                                          \
+    float xc = x > 89.0f ? 89.0f : x;                                                             \
+    xc = xc < -104.0f ? -104.0f : xc;                                                             \
+    float kx = xc * 0x1.715476p+0f;                                                               \
+    float kf = kx + 0x1.8p+23f;                                                                   \
+    union { float f; uint32_t u; } kb = {kf};                                                     \
+    int32_t k = (int32_t)(kb.u - 0x4b400000u);                                                    \
+    kf = kf - 0x1.8p+23f;                                                                         \
+    float r = fmaf(-kf, 0x1.62e43p-1f, xc);                                                       \
+    r = fmaf(-kf, -0x1.05c61p-29f, r);                                                            \
+    float p = 0x1.a0d2cep-13f;                                                                    \
+    p = fmaf(p, r, 0x1.6e879cp-10f);                                                              \
+    p = fmaf(p, r, 0x1.11121p-7f);                                                               \
+    p = fmaf(p, r, 0x1.555382p-5f);                                                               \
+    p = fmaf(p, r, 0x1.555554p-3f);                                                               \
+    p = fmaf(p, r, 0x1p-1f);                                                               \
+    p = fmaf(p, r, 1.0f);                                                                         \
+    p = fmaf(p, r, 1.0f);                                                                         \
+    int32_t k1 = k >> 1;                                                                          \
+    int32_t k2 = k - k1;                                                                          \
+    union { uint32_t u; float f; } s1 = {(uint32_t)(k1 + 127) << 23};                            \
+    union { uint32_t u; float f; } s2 = {(uint32_t)(k2 + 127) << 23};                            \
+    p = p * s1.f;                                                                                 \
+    p = p * s2.f;                                                                                 \
+    return x != x ? x : p;                                                                        \
+  }
+
+#define LOOM_KMATH_TANHF                                                                         \
+  static inline float lm_tanhf(float x) {                                                         \
+    float a = fabsf(x);                                                                           \
+    float z = x * x;                                                                              \
+    float p = -0x1.75e1d4p-8f;                                                                    \
+    p = fmaf(p, z, 0x1.52269cp-6f);                                                               \
+    p = fmaf(p, z, -0x1.b83c5ap-5f);                                                              \
+    p = fmaf(p, z, 0x1.110726p-3f);                                                               \
+    p = fmaf(p, z, -0x1.555532p-2f);                                                              \
+    float xz = x * z;                                                                             \
+    float s = fmaf(p, xz, x);                                                                     \
+    s = a < 0x1p-12f ? x : s;                                                                     \
+    float aa = a + a;                                                                             \
+    float e = lm_expf(aa);                                                                        \
+    float d = e + 1.0f;                                                                           \
+    float q = 2.0f / d;                                                                           \
+    float t = 1.0f - q;                                                                           \
+    t = copysignf(t, x);                                                                          \
+    t = a < 0.625f ? s : t;                                                                       \
+    return x != x ? x : t;                                                                        \
+  }
+
+#define LOOM_KMATH_SIGMOIDF                                                                      \
+  static inline float lm_sigmoidf(float x) {                                                      \
+    float m = -fabsf(x);                                                                          \
+    float e = lm_expf(m);                                                                         \
+    float d = 1.0f + e;                                                                           \
+    float n = x >= 0.0f ? 1.0f : e;                                                               \
+    float y = n / d;                                                                              \
+    return x != x ? x : y;                                                                        \
+  }
+
+LOOM_KMATH_EXPF
+LOOM_KMATH_TANHF
+LOOM_KMATH_SIGMOIDF
+
+/* The text of a LOOM_KMATH_* definition, for generated C. */
+#define LOOM_KMATH_STR_(...) #__VA_ARGS__
+#define LOOM_KMATH_STR(...) LOOM_KMATH_STR_(__VA_ARGS__)
+
+#endif
