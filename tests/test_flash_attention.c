@@ -145,8 +145,9 @@ static bool close_to(const char *what, const float *x, const double *ref, int64_
   bool ok = nan_bad == 0 && err <= tol * fmax(big, 0.1);
   if (err / fmax(big, 0.1) > worst_rel) worst_rel = err / fmax(big, 0.1);
   if (!ok)
-    fprintf(stderr, "  %s: max error %.3g (max |ref| %.3g, relative %.3g), %lld NaN/inf mismatches\n",
-            what, err, big, err / fmax(big, 1e-30), (long long)nan_bad);
+    fprintf(stderr,
+            "  %s: max error %.3g (max |ref| %.3g, relative %.3g), %lld NaN/inf mismatches\n", what,
+            err, big, err / fmax(big, 1e-30), (long long)nan_bad);
   return ok;
 }
 
@@ -202,21 +203,34 @@ static void check_case(loom_ctx *ctx, const shape *s, bool causal, double p, uin
   loom_test_rng rng = {(uint64_t)(s->bh * 1000003 + s->sq * 1009 + s->sk * 17 + s->d + 1)};
   const int64_t nq = s->bh * s->sq * s->d, nk = s->bh * s->sk * s->d, nv = s->bh * s->sk * s->dv;
   const int64_t no = s->bh * s->sq * s->dv;
-  float *q = malloc(sizeof(float) * (size_t)(nq + 1)), *k = malloc(sizeof(float) * (size_t)(nk + 1));
-  float *v = malloc(sizeof(float) * (size_t)(nv + 1)), *d_o = malloc(sizeof(float) * (size_t)(no + 1));
+  float *q = malloc(sizeof(float) * (size_t)(nq + 1)),
+        *k = malloc(sizeof(float) * (size_t)(nk + 1));
+  float *v = malloc(sizeof(float) * (size_t)(nv + 1)),
+        *d_o = malloc(sizeof(float) * (size_t)(no + 1));
   fill(q, nq, &rng, -1.5, 1.5);
   fill(k, nk, &rng, -1.5, 1.5);
   fill(v, nv, &rng, -1.0, 1.0);
   fill(d_o, no, &rng, -1.0, 1.0);
-  loom_flash_attn a = {.bh = s->bh, .sq = s->sq, .sk = s->sk, .d = s->d, .dv = s->dv,
-                       .q = q, .k = k, .v = v,
-                       .scale = scale ? scale : s->d ? 1.0 / sqrt((double)s->d) : 1.0,
-                       .causal = causal, .p = p, .seed = 0x1234abcdull + (uint64_t)s->sk,
-                       .j0 = j0, .impl = impl};
+  loom_flash_attn a = {.bh = s->bh,
+                       .sq = s->sq,
+                       .sk = s->sk,
+                       .d = s->d,
+                       .dv = s->dv,
+                       .q = q,
+                       .k = k,
+                       .v = v,
+                       .scale = scale  ? scale
+                                : s->d ? 1.0 / sqrt((double)s->d)
+                                       : 1.0,
+                       .causal = causal,
+                       .p = p,
+                       .seed = 0x1234abcdull + (uint64_t)s->sk,
+                       .j0 = j0,
+                       .impl = impl};
   char what[160];
   snprintf(what, sizeof what, "bh %lld sq %lld sk %lld d %lld dv %lld causal %d p %g impl %d",
-           (long long)s->bh, (long long)s->sq, (long long)s->sk, (long long)s->d,
-           (long long)s->dv, causal, p, impl);
+           (long long)s->bh, (long long)s->sq, (long long)s->sk, (long long)s->d, (long long)s->dv,
+           causal, p, impl);
 
   ref_out r;
   reference(&a, d_o, &r);
@@ -272,9 +286,9 @@ static void check_case(loom_ctx *ctx, const shape *s, bool causal, double p, uin
 
 static void test_against_reference(loom_ctx *ctx, int32_t impl) {
   static const shape full[] = {
-      {2, 37, 37, 16, 16},  {1, 1, 65, 3, 5},     {2, 65, 1, 8, 8},    {2, 9, 3, 5, 7},
-      {2, 130, 200, 64, 64}, {2, 200, 130, 24, 40}, {3, 129, 129, 64, 32}, {1, 257, 300, 64, 64},
-      {1, 70, 70, 0, 6},    {1, 33, 40, 7, 0},    {1, 300, 1100, 32, 16}, {2, 513, 700, 64, 64}};
+      {2, 37, 37, 16, 16},   {1, 1, 65, 3, 5},      {2, 65, 1, 8, 8},       {2, 9, 3, 5, 7},
+      {2, 130, 200, 64, 64}, {2, 200, 130, 24, 40}, {3, 129, 129, 64, 32},  {1, 257, 300, 64, 64},
+      {1, 70, 70, 0, 6},     {1, 33, 40, 7, 0},     {1, 300, 1100, 32, 16}, {2, 513, 700, 64, 64}};
   static const shape small[] = {{2, 37, 37, 16, 16}, {1, 1, 65, 3, 5},  {2, 9, 3, 5, 7},
                                 {1, 70, 90, 17, 9},  {1, 90, 70, 8, 8}, {1, 20, 20, 0, 3}};
   const shape *sh = quick ? small : full;
@@ -313,8 +327,19 @@ static void test_finite_differences(loom_ctx *ctx, int32_t impl, bool causal, do
   fill(k, nk, &rng, -1.0, 1.0);
   fill(v, nv, &rng, -1.0, 1.0);
   fill(w, no, &rng, -1.0, 1.0);
-  loom_flash_attn a = {.bh = s.bh, .sq = s.sq, .sk = s.sk, .d = s.d, .dv = s.dv, .q = q, .k = k,
-                       .v = v, .scale = 0.7, .causal = causal, .p = p, .seed = 99, .j0 = 5,
+  loom_flash_attn a = {.bh = s.bh,
+                       .sq = s.sq,
+                       .sk = s.sk,
+                       .d = s.d,
+                       .dv = s.dv,
+                       .q = q,
+                       .k = k,
+                       .v = v,
+                       .scale = 0.7,
+                       .causal = causal,
+                       .p = p,
+                       .seed = 99,
+                       .j0 = 5,
                        .impl = impl};
   outs u;
   outs_alloc(&u, &s);
@@ -343,8 +368,10 @@ static void test_finite_differences(loom_ctx *ctx, int32_t impl, bool causal, do
       emax = fmax(emax, fabs(fd - grads[t][i]));
     }
     if (emax > 2e-2 * gmax) {
-      fprintf(stderr, "  finite differences: tensor %d error %.3g (max |grad| %.3g), causal %d p %g impl %d\n",
-              t, emax, gmax, causal, p, impl);
+      fprintf(
+          stderr,
+          "  finite differences: tensor %d error %.3g (max |grad| %.3g), causal %d p %g impl %d\n",
+          t, emax, gmax, causal, p, impl);
       bad++;
     }
   }
@@ -367,8 +394,8 @@ static void test_zero_sizes(loom_ctx *ctx) {
   CHECK_OK(ctx, loom_flash_attn_fwd(ctx, 2, &a, NULL, NULL)); /* empty: NULLs are fine */
   CHECK_OK(ctx, loom_flash_attn_bwd(ctx, 2, &a, NULL, NULL, NULL, NULL, NULL, NULL));
   /* Sk = 0: O = 0 (an empty sum), lse = -inf, dq = 0 */
-  a = (loom_flash_attn){.bh = 2, .sq = 3, .sk = 0, .d = 4, .dv = 4, .q = q, .scale = 0.5,
-                        .causal = true};
+  a = (loom_flash_attn){
+      .bh = 2, .sq = 3, .sk = 0, .d = 4, .dv = 4, .q = q, .scale = 0.5, .causal = true};
   for (int i = 0; i < 64; i++)
     o[i] = dq[i] = 9.0f;
   CHECK_OK(ctx, loom_flash_attn_fwd(ctx, 2, &a, o, lse));
@@ -394,16 +421,16 @@ static void test_zero_sizes(loom_ctx *ctx) {
     ok = ok && dk[i] == 0.0f && dv[i] == 0.0f;
   CHECK(ok);
   /* n_threads 0: the context's setting */
-  a = (loom_flash_attn){.bh = 1, .sq = 4, .sk = 4, .d = 4, .dv = 4, .q = q, .k = k, .v = v,
-                        .scale = 0.5};
+  a = (loom_flash_attn){
+      .bh = 1, .sq = 4, .sk = 4, .d = 4, .dv = 4, .q = q, .k = k, .v = v, .scale = 0.5};
   CHECK_OK(ctx, loom_flash_attn_fwd(ctx, 0, &a, o, lse));
   CHECK_OK(ctx, loom_flash_attn_bwd(ctx, 0, &a, o, lse, d_o, dq, dk, dv));
 }
 
 static void test_errors(loom_ctx *ctx) {
   float x[64] = {0}, o[64], lse[16], g[64];
-  loom_flash_attn good = {.bh = 1, .sq = 4, .sk = 4, .d = 4, .dv = 4, .q = x, .k = x, .v = x,
-                          .scale = 0.5};
+  loom_flash_attn good = {
+      .bh = 1, .sq = 4, .sk = 4, .d = 4, .dv = 4, .q = x, .k = x, .v = x, .scale = 0.5};
   CHECK_OK(ctx, loom_flash_attn_fwd(ctx, 1, &good, o, lse));
   loom_error_clear(ctx);
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_flash_attn_fwd(ctx, 1, NULL, o, lse));
@@ -462,15 +489,26 @@ static void test_workspace(void) {
   int64_t f = loom_flash_attn_workspace_bytes(&a, 2, false);
   int64_t b = loom_flash_attn_workspace_bytes(&a, 2, true);
   int64_t qbytes = a.bh * a.sq * a.d * 4, sbytes = a.bh * a.sq * a.sk * 4;
-  CHECK(f > 0 && f < 1 << 20);           /* tiles only */
-  CHECK(b > 0 && b <= 2 * qbytes);       /* tiles, Di and partial dq: at most ~ one dq */
-  CHECK(b < sbytes / 50);                /* never the probabilities */
+  CHECK(f > 0 && f < 1 << 20);     /* tiles only */
+  CHECK(b > 0 && b <= 2 * qbytes); /* tiles, Di and partial dq: at most ~ one dq */
+  CHECK(b < sbytes / 50);          /* never the probabilities */
+  a.p = 0.1; /* dropout: the forward keeps its rows' keep bits, 16 bytes per key per thread */
+  int64_t fp = loom_flash_attn_workspace_bytes(&a, 2, false);
+  CHECK(fp > f && fp <= f + 2 * 16 * a.sk + 256);
+  CHECK(loom_flash_attn_workspace_bytes(&a, 2, true) == b);
+  if (getenv("LOOM_FA_BENCH"))
+    printf("workspace at BH 8, Sq = Sk = 4096, D 64, 2 threads: forward %lld bytes (%lld with "
+           "dropout), backward %lld bytes\n",
+           (long long)f, (long long)fp, (long long)b);
+  a.p = 0.0;
   a.sq = a.sk = 8192;
   CHECK(loom_flash_attn_workspace_bytes(&a, 2, false) == f); /* forward: independent of length */
+  CHECK(loom_flash_attn_workspace_bytes(&a, 64, false) > f); /* grows with the threads... */
+  a.bh = 1;
+  a.sq = 100;
+  CHECK(loom_flash_attn_workspace_bytes(&a, 64, false) ==
+        loom_flash_attn_workspace_bytes(&a, 1, false)); /* ...that have a task */
   CHECK(loom_flash_attn_workspace_bytes(NULL, 2, false) == 0);
-  if (getenv("LOOM_FA_BENCH"))
-    printf("workspace at BH 8, Sq = Sk = 4096, D 64, 2 threads: forward %lld bytes, backward %lld "
-           "bytes\n", (long long)f, (long long)b);
 }
 
 /* ---- timings (LOOM_FA_BENCH=1) ------------------------------------------------ */
@@ -495,12 +533,21 @@ static void bench(loom_ctx *ctx) {
         fill(k, nq, &rng, -1, 1);
         fill(v, nq, &rng, -1, 1);
         fill(d_o, nq, &rng, -1, 1);
-        loom_flash_attn a = {.bh = s.bh, .sq = s.sq, .sk = s.sk, .d = s.d, .dv = s.dv, .q = q,
-                             .k = k, .v = v, .scale = 0.125, .causal = causal,
-                             .p = pi ? 0.1 : 0.0, .seed = 7};
+        loom_flash_attn a = {.bh = s.bh,
+                             .sq = s.sq,
+                             .sk = s.sk,
+                             .d = s.d,
+                             .dv = s.dv,
+                             .q = q,
+                             .k = k,
+                             .v = v,
+                             .scale = 0.125,
+                             .causal = causal,
+                             .p = pi ? 0.1 : 0.0,
+                             .seed = 7};
         outs u;
         outs_alloc(&u, &s);
-        int reps = lens[li] <= 512 ? 5 : lens[li] <= 1024 ? 3 : 2;
+        int reps = lens[li] <= 512 ? 10 : lens[li] <= 1024 ? 5 : 3; /* the best of */
         double tf = 1e30, tb = 1e30;
         for (int r = 0; r < reps; r++) {
           double t0 = now_s();

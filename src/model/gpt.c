@@ -199,9 +199,10 @@ static loom_status flash_attention(loom_ctx *ctx, const char *rng, loom_graph **
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "unknown rng placement '%s' (known: " LOOM_RNG_NAMES ")", rng);
   loom_rng_model model;
-  if (placement == LOOM_RNG_AUTO) loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &model);
+  bool measured = placement == LOOM_RNG_AUTO;
+  if (measured) loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &model);
   loom_graph *f = NULL;
-  LOOM_TRY(loom_graph_fuse_attention(*g, placement, &model, &f, NULL));
+  LOOM_TRY(loom_graph_fuse_attention(*g, placement, measured ? &model : NULL, &f, NULL));
   loom_graph_free(*g);
   *g = f;
   return LOOM_STATUS_OK;

@@ -38,7 +38,7 @@ static loom_status replace(loom_graph *dst, const loom_graph *src, const loom_no
                          .gemm_before_flops = producing_gemm_flops(src, n->in[0])};
   for (int32_t i = 0; i < r - 2; i++) shape.bh *= q->shape[i];
   double p = n->attr[ATT_P].f;
-  if (placement == LOOM_RNG_AUTO) {
+  if (placement == LOOM_RNG_AUTO && p > 0.0) {
     double t[LOOM_RNG_COUNT];
     placement = model ? loom_rng_model_predict(model, &shape, NULL, t) : LOOM_RNG_FUSED;
   }

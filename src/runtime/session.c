@@ -68,9 +68,9 @@ static loom_status fuse_attention(loom_ctx *ctx, const loom_graph *g, const char
     }
   if (!any) return LOOM_STATUS_OK;
   loom_rng_model model;
-  if (placement == LOOM_RNG_AUTO && dropout)
-    loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &model);
-  loom_status st = loom_graph_fuse_attention(g, placement, &model, out, NULL);
+  bool measured = placement == LOOM_RNG_AUTO && dropout;
+  if (measured) loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &model);
+  loom_status st = loom_graph_fuse_attention(g, placement, measured ? &model : NULL, out, NULL);
   if (st) forward_error(ctx, g, st, "attention");
   return st;
 }

@@ -27,9 +27,11 @@
  * dv of its key blocks and a partial dq, and the partial dq are summed in
  * a fixed order afterwards (no atomics). Tasks depend on the shapes only,
  * never on the thread count, so results are bitwise identical for any
- * n_threads. Extra memory: per-thread tiles and, in the backward, BH * Sq
- * floats of Di plus at most 15 partial [Sq, D] dq slices in all
- * (loom_flash_attn_workspace_bytes) -- never Sq x Sk. The keep mask is
+ * n_threads. Extra memory (loom_flash_attn_workspace_bytes), never
+ * Sq x Sk: per-thread tiles (about 130 KB at D = Dv = 64; with dropout the
+ * forward adds 16 bytes per key per thread of keep bits) and, in the
+ * backward, BH * Sq floats of Di plus at most 15 partial [Sq, D] dq slices
+ * in all. The keep mask is
  * generated per tile row with the fast Philox paths
  * (loom_dropout_mask_bits) or read from mask_bits; both give bitwise the
  * same results. Outputs must not overlap the inputs.
@@ -54,8 +56,8 @@ typedef struct loom_flash_attn {
   const float *q, *k, *v;    /* may be NULL only when the tensor is empty */
   double scale;              /* finite; the caller resolves the op's 0 to 1/sqrt(D) */
   bool causal;
-  double p;                  /* dropout probability in [0, 1); 0: no dropout */
-  uint64_t seed, j0;         /* dropout key and first counter position (base + offset) */
+  double p;          /* dropout probability in [0, 1); 0: no dropout */
+  uint64_t seed, j0; /* dropout key and first counter position (base + offset) */
   /* Optional, read only when p > 0: the keep mask as 1 bit per element of
    * the flat [BH, Sq, Sk] tensor, element e in bit e % 8 of byte e / 8 (the
    * layout loom_dropout_mask_bits(seed, j0, BH*Sq*Sk, thr, bits) writes),
@@ -82,9 +84,8 @@ loom_status loom_flash_attn_bwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
                                 float *dk, float *dv);
 
 /* Bytes of memory the forward (backward: true) allocates for these sizes
- * and n_threads (0: the core count): O(n_threads * tiles + BH * Sq * D),
- * never O(Sq * Sk). 0 for a NULL or invalid a. */
-int64_t loom_flash_attn_workspace_bytes(const loom_flash_attn *a, int32_t n_threads,
-                                        bool backward);
+ * and n_threads (0: the core count): O(n_threads * (tiles + Sk) + BH * Sq
+ * * D), never O(Sq * Sk). 0 for a NULL or invalid a. */
+int64_t loom_flash_attn_workspace_bytes(const loom_flash_attn *a, int32_t n_threads, bool backward);
 
 #endif
