@@ -24,21 +24,13 @@
  */
 #include "ir/build.h"
 #include "ir/dtype.h"
+#include "ops/composite_util.h"
 #include "ops/grad.h"
 #include "ops/ops_util.h"
 #include "rng/philox.h"
 
 #include <math.h>
 #include <stdlib.h>
-
-enum { FA_CAUSAL = 0, FA_P, FA_SEED, FA_OFFSET, FA_SCALE };
-
-#define FA_ATTRS                                                                                   \
-  {{"causal", LOOM_ATTR_INT, LOOM_ATTR_FMT_BOOL, false, 0, 0.0},                                 \
-   {"p", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.0},                                   \
-   {"seed", LOOM_ATTR_INT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.0},                                  \
-   {"offset", LOOM_ATTR_INT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.0},                                \
-   {"scale", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.0}}
 
 /* Sizes of an attention node: BH (leading dims flattened), Sq, Sk, D, Dv. */
 typedef struct fa_dims {
@@ -71,34 +63,9 @@ static loom_status check_mask(loom_ctx *ctx, const loom_type *m, int64_t numel) 
   return LOOM_STATUS_OK;
 }
 
-/* q, k, v and the attributes, shared by both ops. */
-static loom_status check_qkv(loom_ctx *ctx, const loom_node *n, const loom_type *in) {
-  char qs[128], ks[128], vs[128];
-  const loom_type *q = &in[0], *k = &in[1], *v = &in[2];
-  int32_t r = q->rank;
-  bool ok = r >= 2 && k->rank == r && v->rank == r && loom_dtype_is_float(q->dtype) &&
-            k->dtype == q->dtype && v->dtype == q->dtype;
-  for (int32_t d = 0; ok && d < r - 2; d++)
-    ok = k->shape[d] == q->shape[d] && v->shape[d] == q->shape[d];
-  if (ok) ok = k->shape[r - 1] == q->shape[r - 1] && v->shape[r - 2] == k->shape[r - 2];
-  if (!ok)
-    return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
-                      "expected float q [..., Sq, D], k [..., Sk, D], v [..., Sk, Dv] of one "
-                      "dtype with equal leading dims, got q %s, k %s, v %s",
-                      loom_type_str(q, qs, sizeof qs), loom_type_str(k, ks, sizeof ks),
-                      loom_type_str(v, vs, sizeof vs));
-  double p = n->attr[FA_P].f, scale = n->attr[FA_SCALE].f;
-  if (!(p >= 0.0 && p < 1.0))
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "dropout p must be in [0, 1), got %g", p);
-  if (!isfinite(scale))
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "scale must be finite, got %g", scale);
-  return LOOM_STATUS_OK;
-}
-
 static loom_status infer_flash(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                loom_type *out) {
-  LOOM_TRY(check_qkv(ctx, n, in));
-  LOOM_TRY(check_base(ctx, &in[3]));
+  LOOM_TRY(loom_composite_check_attention(ctx, n, in, &in[3]));
   fa_dims m = dims_of(&in[0], &in[1], &in[2]);
   if (n->n_in > 4) LOOM_TRY(check_mask(ctx, &in[4], m.bh * m.sq * m.sk));
   int32_t r = in[0].rank;
@@ -112,7 +79,7 @@ static loom_status infer_flash(loom_ctx *ctx, const loom_node *n, const loom_typ
 static loom_status infer_flash_grad(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                     loom_type *out) {
   char buf[128];
-  LOOM_TRY(check_qkv(ctx, n, in));
+  LOOM_TRY(loom_composite_check_attention(ctx, n, in, &in[6]));
   fa_dims m = dims_of(&in[0], &in[1], &in[2]);
   loom_type ot = in[0], lt = in[0];
   ot.shape[ot.rank - 1] = m.dv;
@@ -123,7 +90,6 @@ static loom_status infer_flash_grad(loom_ctx *ctx, const loom_node *n, const loo
     if (!loom_type_equal(&in[3 + i], want[i]))
       return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH, "%s must be %s", what[i],
                         loom_type_str(want[i], buf, sizeof buf));
-  LOOM_TRY(check_base(ctx, &in[6]));
   if (n->n_in > 7) LOOM_TRY(check_mask(ctx, &in[7], m.bh * m.sq * m.sk));
   out[0] = in[0];
   out[1] = in[1];
@@ -146,12 +112,12 @@ static fa_ref ref_setup(const loom_node *n, const loom_view *in, const loom_view
   fa_ref f = {.m = {1, in[0].shape[r - 2], in[1].shape[r - 2], in[0].shape[r - 1],
                     in[2].shape[r - 1]}};
   for (int32_t i = 0; i < r - 2; i++) f.m.bh *= in[0].shape[i];
-  f.scale = n->attr[FA_SCALE].f;
+  f.scale = n->attr[LOOM_ATT_SCALE].f;
   if (f.scale == 0.0) f.scale = f.m.d > 0 ? 1.0 / sqrt((double)f.m.d) : 1.0;
-  f.p = n->attr[FA_P].f;
-  f.causal = n->attr[FA_CAUSAL].i != 0;
-  f.seed = (uint64_t)n->attr[FA_SEED].i;
-  f.j0 = (uint64_t)n->attr[FA_OFFSET].i + (uint64_t)loom_view_get_i64(base, 0);
+  f.p = n->attr[LOOM_ATT_P].f;
+  f.causal = n->attr[LOOM_ATT_CAUSAL].i != 0;
+  f.seed = (uint64_t)n->attr[LOOM_ATT_SEED].i;
+  f.j0 = (uint64_t)n->attr[LOOM_ATT_OFFSET].i + (uint64_t)loom_view_get_i64(base, 0);
   f.thr = loom_dropout_threshold(f.p);
   f.mask = mask;
   return f;
@@ -294,7 +260,7 @@ const loom_op_def loom_opdef_flash_attention = {
     .max_in = 5,
     .n_out = 2,
     .n_attrs = 5,
-    .attrs = FA_ATTRS,
+    .attrs = LOOM_ATTENTION_ATTRS,
     .infer = infer_flash,
     .ref = ref_flash,
     .grad = grad_flash,
@@ -307,7 +273,7 @@ const loom_op_def loom_opdef_flash_attention_grad = {
     .max_in = 8,
     .n_out = 3,
     .n_attrs = 5,
-    .attrs = FA_ATTRS,
+    .attrs = LOOM_ATTENTION_ATTRS,
     .infer = infer_flash_grad,
     .ref = ref_flash_grad,
 };

@@ -67,3 +67,42 @@ int32_t loom_composite_softmax(loom_graph *g, int32_t x, int32_t axis, bool log)
   if (log) return lb_sub(g, sh, lb_unary(g, LOOM_OP_LOG, s));
   return lb_div(g, e, s);
 }
+
+loom_status loom_composite_check_attention(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                                           const loom_type *base) {
+  /* in: q, k, v */
+  static const char *const what[3] = {"q", "k", "v"};
+  for (int32_t i = 0; i < 3; i++) {
+    LOOM_TRY(loom_composite_need_float(ctx, what[i], &in[i]));
+    if (i) LOOM_TRY(loom_composite_same_dtype(ctx, what[i], &in[i], "q", &in[0]));
+  }
+  const loom_type *q = &in[0], *k = &in[1], *v = &in[2];
+  int32_t r = q->rank;
+  char qs[128], ks[128], vs[128];
+  bool ok = r >= 2 && k->rank == r && v->rank == r;
+  for (int32_t d = 0; ok && d < r - 2; d++)
+    ok = k->shape[d] == q->shape[d] && v->shape[d] == q->shape[d];
+  /* q·k contracts D; probabilities · v contracts Sk */
+  if (ok) ok = k->shape[r - 1] == q->shape[r - 1] && v->shape[r - 2] == k->shape[r - 2];
+  if (!ok)
+    return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+                      "expected q [..., Sq, D], k [..., Sk, D], v [..., Sk, Dv] with equal "
+                      "leading dims, got q %s, k %s, v %s",
+                      loom_type_str(q, qs, sizeof qs), loom_type_str(k, ks, sizeof ks),
+                      loom_type_str(v, vs, sizeof vs));
+  if (base) {
+    const loom_type *b = base;
+    if (b->dtype != LOOM_DTYPE_I64 && b->dtype != LOOM_DTYPE_I32)
+      return loom_error(ctx, LOOM_STATUS_DTYPE_MISMATCH,
+                        "base (the dropout counter) must be i64 or i32");
+    if (b->rank != 0)
+      return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+                        "base (the dropout counter) must be a scalar, got rank %d", b->rank);
+  }
+  double p = n->attr[LOOM_ATT_P].f, scale = n->attr[LOOM_ATT_SCALE].f;
+  if (!(p >= 0.0 && p < 1.0))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "dropout p must be in [0, 1), got %g", p);
+  if (!isfinite(scale))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "scale must be finite, got %g", scale);
+  return LOOM_STATUS_OK;
+}

@@ -3,11 +3,9 @@
 #include "passes/attention.h"
 
 #include "ir/build.h"
-#include "ops/op.h"
+#include "ops/composite_util.h"
 
 #include <stdlib.h>
-
-enum { ATT_CAUSAL = 0, ATT_P, ATT_SEED, ATT_OFFSET, ATT_SCALE }; /* the composite's */
 
 /* FLOPs of the matmul that produces x through layout ops (reshape,
  * transpose, slice): the GEMM an overlapped mask task would run beside. */
@@ -34,10 +32,10 @@ static loom_status replace(loom_graph *dst, const loom_graph *src, const loom_no
   int32_t r = q->rank;
   loom_rng_attn shape = {.bh = 1, .sq = q->shape[r - 2], .sk = k->shape[r - 2],
                          .d = q->shape[r - 1], .dv = v->shape[r - 1],
-                         .causal = n->attr[ATT_CAUSAL].i != 0, .backward = true,
+                         .causal = n->attr[LOOM_ATT_CAUSAL].i != 0, .backward = true,
                          .gemm_before_flops = producing_gemm_flops(src, n->in[0])};
   for (int32_t i = 0; i < r - 2; i++) shape.bh *= q->shape[i];
-  double p = n->attr[ATT_P].f;
+  double p = n->attr[LOOM_ATT_P].f;
   if (placement == LOOM_RNG_AUTO && p > 0.0) {
     double t[LOOM_RNG_COUNT];
     placement = model ? loom_rng_model_predict(model, &shape, NULL, t) : LOOM_RNG_FUSED;
@@ -49,14 +47,14 @@ static loom_status replace(loom_graph *dst, const loom_graph *src, const loom_no
     loom_attr_value ma[LOOM_MAX_ATTRS];
     loom_attrs_default(LOOM_OP_DROPOUT_MASK, ma);
     ma[0].f = p;                       /* p */
-    ma[1].i = n->attr[ATT_SEED].i;     /* seed */
-    ma[2].i = n->attr[ATT_OFFSET].i;   /* offset */
+    ma[1].i = n->attr[LOOM_ATT_SEED].i;     /* seed */
+    ma[2].i = n->attr[LOOM_ATT_OFFSET].i;   /* offset */
     ma[3].i = shape.bh * shape.sq * shape.sk; /* numel */
     ma[4].i = placement == LOOM_RNG_OVERLAP; /* overlap */
     in[n_in++] = lb_op(dst, LOOM_OP_DROPOUT_MASK, 1, &base, ma);
   }
   loom_attr_value fa[LOOM_MAX_ATTRS];
-  for (int32_t a = 0; a < 5; a++) fa[a] = n->attr[a];
+  for (int32_t a = 0; a < loom_op_get(LOOM_OP_ATTENTION)->n_attrs; a++) fa[a] = n->attr[a]; /* one layout */
   int32_t out[2] = {-1, -1};
   lb_op_multi(dst, LOOM_OP_FLASH_ATTENTION, n_in, in, fa, 2, out);
   LOOM_TRY(loom_build_status(dst));

@@ -7,7 +7,7 @@
 #include "runtime/session.h"
 
 #include "ir/dtype.h"
-#include "ops/op.h"
+#include "ops/composite_util.h"
 #include "passes/attention.h"
 #include "passes/memplan.h"
 #include "passes/simplify.h"
@@ -64,7 +64,7 @@ static loom_status fuse_attention(loom_ctx *ctx, const loom_graph *g, const char
   for (int32_t i = 0; i < g->n_nodes; i++)
     if (g->nodes[i].op == LOOM_OP_ATTENTION) {
       any = true;
-      dropout |= g->nodes[i].attr[loom_op_attr_index(LOOM_OP_ATTENTION, "p")].f > 0.0;
+      dropout |= g->nodes[i].attr[LOOM_ATT_P].f > 0.0;
     }
   if (!any) return LOOM_STATUS_OK;
   loom_rng_model model;
