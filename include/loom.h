@@ -138,6 +138,14 @@ void loom_ctx_free(loom_ctx *ctx);
 const char *loom_ctx_error(const loom_ctx *ctx);
 /* Sets the number of CPU threads (0 = all cores). */
 loom_status loom_ctx_set_threads(loom_ctx *ctx, int32_t n_threads);
+/* A timeline of runs, as Chrome trace JSON (chrome://tracing,
+ * ui.perfetto.dev): after _begin, every session run on this context
+ * records its steps (generated kernels, GEMMs, eager nodes) on the main
+ * lane and concurrent tasks (an overlapped dropout mask) on worker lanes.
+ * _end writes what was recorded to path, replacing it atomically, and
+ * stops recording; _begin while recording starts over. */
+loom_status loom_ctx_trace_begin(loom_ctx *ctx);
+loom_status loom_ctx_trace_end(loom_ctx *ctx, const char *path);
 /* The number of CPU threads the backends use. */
 int32_t loom_ctx_threads(const loom_ctx *ctx);
 

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static loom_ctx *ctx;
 
@@ -196,6 +197,51 @@ static void test_peak_4096(void) {
   }
 }
 
+/* With the overlap placement the mask runs on the worker lane, during the
+ * GEMM step before attention; the timeline shows it. */
+static void test_overlap_trace(void) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx,
+                                 "input %x : f32[2, 2, 64, 16]\n"
+                                 "input %w : f32[16, 16]\n"
+                                 "input %k : f32[2, 2, 64, 16]\n"
+                                 "input %v : f32[2, 2, 64, 16]\n"
+                                 "input %base : i64[]\n"
+                                 "%q : f32[2, 2, 64, 16] = matmul(%x, %w)\n"
+                                 "%y : f32[2, 2, 64, 16] = attention(%q, %k, %v, %base, "
+                                 "causal=true, p=0.1, seed=5)\n"
+                                 "output y = %y\n",
+                                 &g));
+  if (!g) return;
+  loom_session *s = NULL;
+  CHECK_OK(ctx, loom_session_new(ctx, g, &(loom_session_options){.rng = "overlap"}, &s));
+  loom_tensor *in[5] = {0}, *out[4] = {0};
+  for (int32_t i = 0; i < 5; i++) {
+    const loom_type *t = loom_value_type(g, g->inputs[i]);
+    CHECK_OK(ctx, loom_tensor_new(ctx, t->dtype, t->rank, t->shape, &in[i]));
+  }
+  char path[] = "/tmp/loom_trace_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_ctx_trace_end(ctx, path)); /* not begun */
+  CHECK_OK(ctx, loom_ctx_trace_begin(ctx));
+  if (s) CHECK_OK(ctx, loom_session_run(s, 5, (const loom_tensor *const *)in, 1, out));
+  CHECK_OK(ctx, loom_ctx_trace_end(ctx, path));
+  FILE *f = fopen(path, "rb");
+  char buf[1 << 16];
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  buf[n] = '\0';
+  if (f) fclose(f);
+  CHECK(strstr(buf, "\"traceEvents\"") && strstr(buf, "\"rng worker 0\""));
+  CHECK(strstr(buf, "\"name\":\"dropout_mask\"") && strstr(buf, "\"cat\":\"gemm\""));
+  remove(path);
+  free4(out);
+  for (int32_t i = 0; i < 5; i++) loom_tensor_free(in[i]);
+  loom_session_free(s);
+  loom_graph_free(g);
+}
+
 int main(void) {
   if (loom_ctx_new(&ctx)) return 1;
   test_case(2, 3, 33, 33, 16, true, 0.1);
@@ -205,6 +251,7 @@ int main(void) {
   test_options();
   test_session_pass();
   test_peak_4096();
+  test_overlap_trace();
   loom_ctx_free(ctx);
   return loom_test_finish("test_attention");
 }

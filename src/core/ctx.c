@@ -11,7 +11,10 @@ loom_status loom_ctx_new(loom_ctx **out) {
   return *out ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
 }
 
-void loom_ctx_free(loom_ctx *ctx) { free(ctx); }
+void loom_ctx_free(loom_ctx *ctx) {
+  if (ctx && ctx->trace && ctx->trace_free) ctx->trace_free(ctx->trace);
+  free(ctx);
+}
 
 const char *loom_ctx_error(const loom_ctx *ctx) {
   return ctx ? ctx->error : "no context (NULL)";

@@ -8,10 +8,16 @@
 
 #define LOOM_ERROR_MAX 1024
 
+struct loom_trace;
+
 struct loom_ctx {
   char error[LOOM_ERROR_MAX];
   loom_status last;
   int32_t n_threads; /* 0 = all cores */
+  /* The timeline being recorded (runtime/trace.h), or NULL; freed through
+   * trace_free, which the runtime sets (core does not know the type). */
+  struct loom_trace *trace;
+  void (*trace_free)(struct loom_trace *);
 };
 
 /* Records a formatted message on ctx and returns status (ctx may be NULL). */

@@ -370,3 +370,27 @@ loom_status loom_trace_save(loom_ctx *ctx, loom_trace *t, const char *path) {
   free(tmp);
   return s;
 }
+
+/* ---- the context's timeline (loom.h) ------------------------------------- */
+
+loom_status loom_ctx_trace_begin(loom_ctx *ctx) {
+  if (!ctx) return LOOM_STATUS_INVALID_ARGUMENT;
+  loom_trace *t = NULL;
+  LOOM_TRY(loom_trace_new(ctx, &t));
+  loom_trace_free(ctx->trace);
+  ctx->trace = t;
+  ctx->trace_free = loom_trace_free;
+  return LOOM_STATUS_OK;
+}
+
+loom_status loom_ctx_trace_end(loom_ctx *ctx, const char *path) {
+  if (!ctx) return LOOM_STATUS_INVALID_ARGUMENT;
+  if (!ctx->trace)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "trace: nothing is being recorded (call loom_ctx_trace_begin first)");
+  if (!path || !*path) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "trace: no path");
+  loom_status st = loom_trace_save(ctx, ctx->trace, path);
+  loom_trace_free(ctx->trace);
+  ctx->trace = NULL;
+  return st;
+}

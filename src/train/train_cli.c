@@ -5,6 +5,7 @@
 #include "train/trainer.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,10 @@ static const char usage[] =
     "                    the attention kernels), overlap (a bitmask made by a\n"
     "                    worker thread beside the GEMMs before) or sequential\n"
     "                    (a bitmask made just before); same masks, same losses\n"
+    "  --trace FILE      write a timeline of steps 2-4 (Chrome trace JSON:\n"
+    "                    chrome://tracing, ui.perfetto.dev): kernels, GEMMs and\n"
+    "                    overlapped RNG tasks on their own lane\n"
+    "  --force           overwrite the --trace file if it exists\n"
     "checkpoints (safetensors):\n"
     "  --save FILE       save parameters, AdamW state and config at the end\n"
     "  --load FILE       resume from FILE; its model and schedule are used\n"
@@ -61,6 +66,8 @@ typedef struct cli {
   int64_t log_every, stop_at;
   const char *save, *load;
   const char *fusion; /* NULL: the backend's default */
+  const char *trace;  /* NULL: none */
+  bool force;
   /* which flags were given, so --load knows what to keep */
   bool g_layers, g_dmodel, g_heads, g_context, g_dropout, g_batch, g_steps, g_lr, g_seed;
 } cli;
@@ -111,6 +118,10 @@ static int parse_args(int argc, char **argv, cli *c) {
     if (nl >= sizeof name) return usage_error("unknown flag '%s'", a);
     memcpy(name, a, nl);
     name[nl] = '\0';
+    if (!strcmp(name, "--force") && !eq) {
+      c->force = true;
+      continue;
+    }
     if (eq) {
       val = eq + 1;
     } else {
@@ -174,6 +185,9 @@ static int parse_args(int argc, char **argv, cli *c) {
       if (loom_rng_placement_from_name(val, &pl))
         return usage_error("--rng wants one of " LOOM_RNG_NAMES ", got '%s'", val);
       snprintf(c->cfg.rng, sizeof c->cfg.rng, "%s", val);
+    } else if (!strcmp(name, "--trace")) {
+      if (!*val) return usage_error("--trace wants a file name");
+      c->trace = val;
     } else if (!strcmp(name, "--save") || !strcmp(name, "--load")) {
       if (!*val) return usage_error("%s wants a file name", name);
       if (name[2] == 's')
@@ -183,6 +197,11 @@ static int parse_args(int argc, char **argv, cli *c) {
     } else {
       return usage_error("unknown flag '%s'", name);
     }
+  }
+  struct stat sb;
+  if (c->trace && !c->force && stat(c->trace, &sb) == 0) {
+    fprintf(stderr, "loom train: %s already exists (use --force to overwrite)\n", c->trace);
+    return EXIT_FAIL;
   }
   loom_gpt_config *m = &c->cfg.model;
   if (m->n_head > m->d_model || m->d_model % m->n_head)
@@ -255,8 +274,16 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
   int64_t last_logged = start;
   float loss = NAN, first = NAN;
   int64_t tok_per_step = (int64_t)cfg->batch * cfg->model.context;
+  /* the timeline: steps 2-4 of this run (the first one warms up) */
+  int64_t trace_from = start + 1, trace_to = LOOM_MIN(start + 4, end);
   for (int64_t k = start; k < end; k++) {
+    if (c->trace && k == trace_from && loom_ctx_trace_begin(ctx)) return fail(ctx, "tracing");
     if (loom_trainer_step(t, &loss)) return fail(ctx, NULL);
+    if (c->trace && k + 1 == trace_to && trace_from < trace_to) {
+      if (loom_ctx_trace_end(ctx, c->trace)) return fail(ctx, NULL);
+      printf("wrote the timeline of steps %lld-%lld to %s\n", (long long)trace_from + 1,
+             (long long)trace_to, c->trace);
+    }
     if (k == start) first = loss;
     int64_t done = k + 1;
     if (done == start + 1 || done % c->log_every == 0 || done == end) {

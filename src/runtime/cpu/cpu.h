@@ -34,6 +34,14 @@ loom_cpu_kernel loom_cpu_index_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_source_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_attention_kernel(const loom_graph *g, const loom_node *n);
 
+/* Overlapped RNG (cpu_overlap.c): moves every dropout_mask step marked
+ * `overlap` to just before the last GEMM step ahead of its first user and
+ * sets (*async)[s] for it (a new array of n_steps flags; NULL when no step
+ * moved): the program runs that step on a worker beside the GEMM. */
+struct loom_program;
+loom_status loom_cpu_overlap_schedule(loom_ctx *ctx, const loom_graph *g, struct loom_program *p,
+                                      bool **async);
+
 /* The RNG placement model's rates for this machine, measured with the cpu
  * backend's kernels on `threads` threads (rng_rates.c, about 0.1 s). */
 #include "perf/rng_model.h"

@@ -14,6 +14,8 @@
 #include "fusion/fusion.h"
 #include "perf/machine.h"
 #include "runtime/jit.h"
+#include "runtime/trace.h"
+#include "runtime/worker.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,11 @@ struct loom_cpu_program {
   int64_t workspace_bytes;
   int64_t *need;        /* per kernel: workspace bytes at need_threads */
   int32_t need_threads; /* 0: need not computed yet */
+  /* Overlapped RNG: per step, a dropout mask to run on `worker` while the
+   * next step (a GEMM) runs on the other cores (NULL: none). */
+  bool *async;
+  loom_worker *worker;
+  loom_ctx *task_ctx; /* the worker task's own context, for its errors */
 };
 
 void loom_cpu_program_free(loom_cpu_program *p) {
@@ -43,6 +50,9 @@ void loom_cpu_program_free(loom_cpu_program *p) {
   free(p->args);
   free(p->workspace);
   free(p->need);
+  free(p->async);
+  loom_worker_free(p->worker);
+  loom_ctx_free(p->task_ctx);
   loom_jit_free(p->jit);
   free(p);
 }
@@ -190,6 +200,9 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, const c
     goto fail;
   }
   st = load_code(ctx, p, out);
+  if (!st && !p->eager) st = loom_cpu_overlap_schedule(ctx, g, &p->prog, &p->async);
+  if (!st && p->async) st = loom_worker_new(ctx, 1, &p->worker);
+  if (!st && p->async) st = loom_ctx_new(&p->task_ctx);
   if (st) goto fail;
   const loom_program *prog = &p->prog;
   if (p->eager) {
@@ -257,36 +270,99 @@ static void run_epilogue(void *user, int32_t thread, int64_t row0, int64_t row1)
         row1 * e->n_cols / e->row_len);
 }
 
+/* A dropout mask computed on the worker: its own cpu view (one thread,
+ * its own context) of the shared values. */
+typedef struct mask_task {
+  loom_cpu cpu;
+  const loom_graph *g;
+  const loom_node *n;
+  loom_view *values;
+  loom_status st;
+} mask_task;
+
+static void run_mask_task(void *arg, int32_t index, int32_t count) {
+  (void)index;
+  (void)count;
+  mask_task *t = arg;
+  t->st = loom_cpu_exec_node(&t->cpu, t->g, t->n, t->values);
+}
+
+/* The trace name of step st ("k3", "matmul + k4", an op name). */
+static const char *step_name(const loom_graph *g, const loom_program *prog, const loom_step *st,
+                             char *buf, size_t n) {
+  if (st->kind == LOOM_STEP_KERNEL) return prog->kernels[st->kernel].name;
+  if (st->epilogue_rows > 0) {
+    snprintf(buf, n, "matmul + %s", prog->kernels[st->kernel].name);
+    return buf;
+  }
+  return loom_op_name(g->nodes[st->node].op);
+}
+
+static const char *const step_category[] = {"kernel", "gemm", "eager"};
+
+/* Runs step st (a GEMM: with its epilogue, if any) with c's threads. */
+static loom_status run_step(loom_cpu_program *p, const loom_cpu *c, const loom_graph *g,
+                            loom_view *values, const loom_step *st, int32_t nt) {
+  const loom_program *prog = &p->prog;
+  if (st->kind == LOOM_STEP_NODE || (st->kind == LOOM_STEP_GEMM && st->epilogue_rows <= 0))
+    return loom_cpu_exec_node(c, g, &g->nodes[st->node], values);
+  const loom_kernel *k = &prog->kernels[st->kernel];
+  for (int32_t a = 0; a < k->n_args; a++)
+    p->args[a] = k->args[a].temp ? NULL : values[k->args[a].value].data;
+  if (st->kind == LOOM_STEP_KERNEL) {
+    p->fns[st->kernel](p->args, p->workspace, nt);
+    return LOOM_STATUS_OK;
+  }
+  const loom_node *n = &g->nodes[st->node];
+  const loom_view *cv = &values[n->out[0]];
+  epilogue_call call = {p->rows_fns[st->kernel], p->args, p->workspace, cv->shape[cv->rank - 1],
+                        loom_kpart_row_len(&k->parts[0])};
+  loom_gemm epi = {.epilogue_rows = st->epilogue_rows, .epilogue = run_epilogue,
+                   .epilogue_user = &call};
+  loom_view in[2] = {values[n->in[0]], values[n->in[1]]};
+  loom_status rs = loom_cpu_matmul(c, n, in, &values[n->out[0]], &epi);
+  if (rs) loom_error_prefix(c->ctx, "matmul with epilogue %s (node %d)", k->name, st->node);
+  return rs;
+}
+
 loom_status loom_cpu_program_run(loom_cpu_program *p, const loom_cpu *c, const loom_graph *g,
                                  loom_view *values) {
   const loom_program *prog = &p->prog;
   int32_t nt = LOOM_MAX(c->nt, 1);
   if (prog->n_kernels) LOOM_TRY(reserve_workspace(c->ctx, p, nt));
+  loom_trace *trace = c->ctx->trace;
+  mask_task task;
+  bool pending = false;
   for (int32_t s = 0; s < prog->n_steps; s++) {
     const loom_step *st = &prog->steps[s];
-    if (st->kind == LOOM_STEP_NODE || (st->kind == LOOM_STEP_GEMM && st->epilogue_rows <= 0)) {
-      LOOM_TRY(loom_cpu_exec_node(c, g, &g->nodes[st->node], values));
+    if (p->async && p->async[s] && !pending) {
+      task = (mask_task){.cpu = {.ctx = p->task_ctx, .nt = 1}, .g = g,
+                         .n = &g->nodes[st->node], .values = values};
+      loom_worker_trace wt = {.trace = trace, .name = "dropout_mask", .cat = "rng",
+                              .lane = "rng worker", .tid0 = 100};
+      LOOM_TRY(loom_worker_submit(p->worker, run_mask_task, &task, trace ? &wt : NULL));
+      pending = true;
       continue;
     }
-    const loom_kernel *k = &prog->kernels[st->kernel];
-    for (int32_t a = 0; a < k->n_args; a++)
-      p->args[a] = k->args[a].temp ? NULL : values[k->args[a].value].data;
-    if (st->kind == LOOM_STEP_KERNEL) {
-      p->fns[st->kernel](p->args, p->workspace, nt);
-      continue;
+    /* the GEMM beside a mask task leaves it a core */
+    loom_cpu cs = *c;
+    if (pending) cs.nt = LOOM_MAX(1, nt - 1);
+    double t0 = loom_trace_now(trace);
+    loom_status rs = run_step(p, &cs, g, values, st, cs.nt);
+    if (trace) {
+      char buf[64];
+      loom_trace_event(trace, 0, step_name(g, prog, st, buf, sizeof buf),
+                       step_category[st->kind], t0, loom_trace_now(trace));
     }
-    const loom_node *n = &g->nodes[st->node];
-    const loom_view *cv = &values[n->out[0]];
-    epilogue_call call = {p->rows_fns[st->kernel], p->args, p->workspace,
-                          cv->shape[cv->rank - 1], loom_kpart_row_len(&k->parts[0])};
-    loom_gemm epi = {.epilogue_rows = st->epilogue_rows, .epilogue = run_epilogue,
-                     .epilogue_user = &call};
-    loom_view in[2] = {values[n->in[0]], values[n->in[1]]};
-    loom_status rs = loom_cpu_matmul(c, n, in, &values[n->out[0]], &epi);
-    if (rs) {
-      loom_error_prefix(c->ctx, "matmul with epilogue %s (node %d)", k->name, st->node);
-      return rs;
+    if (pending) {
+      loom_worker_wait(p->worker);
+      pending = false;
+      if (!rs && task.st)
+        rs = loom_error(c->ctx, task.st, "dropout_mask on the worker: %s",
+                        loom_ctx_error(p->task_ctx));
     }
+    if (rs) return rs;
   }
+  if (pending) loom_worker_wait(p->worker);
   return LOOM_STATUS_OK;
 }
