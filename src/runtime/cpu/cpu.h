@@ -47,12 +47,12 @@ loom_status loom_cpu_overlap_schedule(loom_ctx *ctx, const loom_graph *g, struct
 #include "perf/rng_model.h"
 void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m);
 loom_cpu_kernel loom_cpu_matmul_kernel(const loom_graph *g, const loom_node *n);
-/* Runs f32 matmul node n (loom_cpu_matmul_kernel said yes) with the GEMM
- * epilogue of `epi` (its epilogue_* fields; NULL: none), rows of the
- * output counted row-major over all its leading dims. */
-struct loom_gemm;
+/* Runs f32 matmul node n (loom_cpu_matmul_kernel said yes) with a GEMM
+ * epilogue (gemm.h; NULL: none), rows of the output counted row-major
+ * over all its leading dims. */
+struct loom_gemm_epilogue;
 loom_status loom_cpu_matmul(const loom_cpu *c, const loom_node *n, const loom_view *in,
-                            const loom_view *out, const struct loom_gemm *epi);
+                            const loom_view *out, const struct loom_gemm_epilogue *epi);
 
 /* Runs one node eagerly: its cpu kernel, else its reference kernel. */
 loom_status loom_cpu_exec_node(const loom_cpu *c, const loom_graph *g, const loom_node *n,

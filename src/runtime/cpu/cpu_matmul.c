@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 loom_status loom_cpu_matmul(const loom_cpu *c, const loom_node *n, const loom_view *in,
-                            const loom_view *out, const loom_gemm *epi) {
+                            const loom_view *out, const loom_gemm_epilogue *epi) {
   const loom_view *o = &out[0];
   int32_t br = o->rank - 2, ra = in[0].rank, rb = in[1].rank;
   bool ta = loom_cpu_attr_i(n, "trans_a") != 0, tb = loom_cpu_attr_i(n, "trans_b") != 0;
@@ -28,11 +28,7 @@ loom_status loom_cpu_matmul(const loom_cpu *c, const loom_node *n, const loom_vi
       .ldc = o->shape[br + 1],
       .c_stride = o->shape[br] * o->shape[br + 1],
   };
-  if (epi) {
-    p.epilogue_rows = epi->epilogue_rows;
-    p.epilogue = epi->epilogue;
-    p.epilogue_user = epi->epilogue_user;
-  }
+  if (epi) p.epilogue = *epi;
   int64_t a_batch = 1, b_batch = 1;
   for (int32_t d = 0; d < br; d++)
     p.batch *= o->shape[d];

@@ -317,8 +317,7 @@ static loom_status run_step(loom_cpu_program *p, const loom_cpu *c, const loom_g
   const loom_view *cv = &values[n->out[0]];
   epilogue_call call = {p->rows_fns[st->kernel], p->args, p->workspace, cv->shape[cv->rank - 1],
                         loom_kpart_row_len(&k->parts[0])};
-  loom_gemm epi = {.epilogue_rows = st->epilogue_rows, .epilogue = run_epilogue,
-                   .epilogue_user = &call};
+  loom_gemm_epilogue epi = {st->epilogue_rows, run_epilogue, &call};
   loom_view in[2] = {values[n->in[0]], values[n->in[1]]};
   loom_status rs = loom_cpu_matmul(c, n, in, &values[n->out[0]], &epi);
   if (rs) loom_error_prefix(c->ctx, "matmul with epilogue %s (node %d)", k->name, st->node);

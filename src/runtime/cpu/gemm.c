@@ -11,7 +11,7 @@
 #define GEMM_MIN_TASKS 16
 
 static int64_t gemm_tile(const loom_gemm *p) {
-  if (p->epilogue_rows > 0) return p->epilogue_rows;
+  if (p->epilogue.rows > 0) return p->epilogue.rows;
   static const int64_t sizes[] = {512, 256, 128};
   for (int i = 0; i < 3; i++) {
     int64_t t = sizes[i];
@@ -22,12 +22,12 @@ static int64_t gemm_tile(const loom_gemm *p) {
 
 loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   if (p->m <= 0 || p->n <= 0 || p->batch <= 0) return LOOM_STATUS_OK;
-  const bool epi = p->epilogue_rows > 0 && p->epilogue;
+  const bool epi = p->epilogue.rows > 0 && p->epilogue.fn;
   if (p->k == 0) { /* an empty sum: zeros (sgemm may not touch C) */
     for (int64_t bi = 0; bi < p->batch; bi++)
       for (int64_t i = 0; i < p->m; i++)
         memset(p->c + bi * p->c_stride + i * p->ldc, 0, sizeof(float) * (size_t)p->n);
-    if (epi) p->epilogue(p->epilogue_user, 0, 0, p->batch * p->m);
+    if (epi) p->epilogue.fn(p->epilogue.user, 0, 0, p->batch * p->m);
     return LOOM_STATUS_OK;
   }
   const int64_t tile = gemm_tile(p);
@@ -57,7 +57,7 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
 #pragma omp atomic write
       failed = (int)st;
     } else if (epi) {
-      p->epilogue(p->epilogue_user, omp_get_thread_num(), bi * p->m + i0, bi * p->m + i0 + m);
+      p->epilogue.fn(p->epilogue.user, omp_get_thread_num(), bi * p->m + i0, bi * p->m + i0 + m);
     }
   }
   omp_set_num_threads(prev);

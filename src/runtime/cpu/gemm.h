@@ -11,6 +11,16 @@
 
 #include "core/ctx.h"
 
+/* Optional work on the product (rows > 0): the tiles become blocks of
+ * `rows` whole rows of C, and fn(user, thread, r0, r1) runs on rows
+ * [r0, r1) of C (counted over batch * m) on the thread that computed them,
+ * right after they are computed, while they are still in its cache. */
+typedef struct loom_gemm_epilogue {
+  int64_t rows;
+  void (*fn)(void *user, int32_t thread, int64_t row0, int64_t row1);
+  void *user;
+} loom_gemm_epilogue;
+
 typedef struct loom_gemm {
   bool trans_a, trans_b; /* A stored [K, M] / B stored [N, K] */
   int64_t m, n, k, batch;
@@ -22,14 +32,7 @@ typedef struct loom_gemm {
   const int64_t *b_off;
   float *c;
   int64_t ldc, c_stride; /* row stride of C; offset between batch elements */
-  /* Optional epilogue (epilogue_rows > 0): the tiles become blocks of
-   * epilogue_rows whole rows of C, and epilogue(user, thread, r0, r1)
-   * runs on rows [r0, r1) of C (counted over batch * m) on the thread
-   * that computed them, right after they are computed, while they are
-   * still in its cache. */
-  int64_t epilogue_rows;
-  void (*epilogue)(void *user, int32_t thread, int64_t row0, int64_t row1);
-  void *epilogue_user;
+  loom_gemm_epilogue epilogue; /* none when rows == 0 */
 } loom_gemm;
 
 /* Runs p with nt OpenMP threads. */
