@@ -197,6 +197,63 @@ static void test_peak_4096(void) {
   }
 }
 
+/* Attention written as primitives is recognised too: fewer primitives
+ * than its decomposition, and the reference's results. */
+static void test_primitive_pattern(void) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx,
+                                 "input %q : f32[2, 3, 40, 16]\n"
+                                 "input %k : f32[2, 3, 24, 16]\n"
+                                 "input %v : f32[2, 3, 24, 8]\n"
+                                 "input %base : i64[]\n"
+                                 "%s : f32[2, 3, 40, 24] = matmul(%q, %k, trans_b=true)\n"
+                                 "%c : f32[] = constant(value=0.25)\n"
+                                 "%t : f32[2, 3, 40, 24] = mul(%s, %c)\n"
+                                 "%p : f32[2, 3, 40, 24] = softmax(%t, axis=-1)\n"
+                                 "%d : f32[2, 3, 40, 24] = dropout(%p, %base, p=0.2, seed=3, "
+                                 "offset=7)\n"
+                                 "%y : f32[2, 3, 40, 8] = matmul(%d, %v)\n"
+                                 "output y = %y\n",
+                                 &g));
+  if (!g) return;
+  loom_test_rng rng = {77};
+  loom_tensor *in[4] = {0};
+  for (int32_t i = 0; i < 4; i++) {
+    const loom_type *t = loom_value_type(g, g->inputs[i]);
+    CHECK_OK(ctx, loom_tensor_new(ctx, t->dtype, t->rank, t->shape, &in[i]));
+    if (!in[i]) return;
+    if (t->dtype == LOOM_DTYPE_I64) {
+      *(int64_t *)loom_tensor_data(in[i]) = 12345;
+      continue;
+    }
+    float *x = loom_tensor_data(in[i]);
+    for (int64_t e = 0; e < loom_tensor_numel(in[i]); e++) x[e] = (float)loom_test_uniform(&rng, -1, 1);
+  }
+  static const loom_session_options opts[3] = {
+      {.backend = "ref"}, {.backend = "cpu"}, {.backend = "cpu", .attention = "decomposed"}};
+  loom_tensor *out[3] = {0};
+  loom_session_stats st[3];
+  for (int m = 0; m < 3; m++) {
+    loom_session *s = NULL;
+    CHECK_OK(ctx, loom_session_new(ctx, g, &opts[m], &s));
+    memset(&st[m], 0, sizeof st[m]);
+    if (s) CHECK_OK(ctx, loom_session_get_stats(s, &st[m]));
+    if (s) CHECK_OK(ctx, loom_session_run(s, 4, (const loom_tensor *const *)in, 1, &out[m]));
+    loom_session_free(s);
+  }
+  CHECK(st[1].n_primitive_ops < st[2].n_primitive_ops);
+  for (int m = 1; m < 3 && out[0]; m++) {
+    double worst = 0;
+    const float *a = out[m] ? loom_tensor_data(out[m]) : NULL, *b = loom_tensor_data(out[0]);
+    for (int64_t e = 0; a && e < loom_tensor_numel(out[0]); e++)
+      worst = fmax(worst, fabs((double)a[e] - b[e]) / (1.0 + fabs((double)b[e])));
+    CHECK(a && worst <= 1e-4);
+  }
+  for (int m = 0; m < 3; m++) loom_tensor_free(out[m]);
+  for (int32_t i = 0; i < 4; i++) loom_tensor_free(in[i]);
+  loom_graph_free(g);
+}
+
 /* With the overlap placement the mask runs on the worker lane, during the
  * GEMM step before attention; the timeline shows it. */
 static void test_overlap_trace(void) {
@@ -252,6 +309,7 @@ int main(void) {
   test_session_pass();
   test_peak_4096();
   test_overlap_trace();
+  test_primitive_pattern();
   loom_ctx_free(ctx);
   return loom_test_finish("test_attention");
 }

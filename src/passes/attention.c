@@ -1,11 +1,14 @@
-/* The attention pass (attention.h): attention composites -> flash_attention,
- * with the dropout mask placed as asked or as the model predicts best. */
+/* The attention pass (attention.h): scaled dot-product attention — the
+ * composite, or matmul / scale / softmax / dropout / matmul written as
+ * primitives — becomes flash_attention, with the dropout mask placed as
+ * asked or as the model predicts best. */
 #include "passes/attention.h"
 
 #include "ir/build.h"
 #include "ops/composite_util.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* FLOPs of the matmul that produces x through layout ops (reshape,
  * transpose, slice): the GEMM an overlapped mask task would run beside. */
@@ -24,41 +27,128 @@ static double producing_gemm_flops(const loom_graph *g, int32_t x) {
   return 0.0;
 }
 
-/* Emits the flash form of attention node n (inputs already mapped). */
-static loom_status replace(loom_graph *dst, const loom_graph *src, const loom_node *n, int32_t *map,
+/* One scaled dot-product attention found in the source graph: the
+ * composite, or the same computation written as primitives. */
+typedef struct sdpa {
+  int32_t q, k, v, base; /* source values; base -1: none */
+  int32_t out;           /* the source value it computes */
+  loom_attr_value attr[LOOM_MAX_ATTRS]; /* the attention layout (composite_util.h) */
+} sdpa;
+
+static sdpa from_composite(const loom_node *n) {
+  sdpa a = {n->in[0], n->in[1], n->in[2], n->n_in > 3 ? n->in[3] : -1, n->out[0], {{0}}};
+  for (int32_t i = 0; i < loom_op_get(LOOM_OP_ATTENTION)->n_attrs; i++) a.attr[i] = n->attr[i];
+  return a;
+}
+
+/* The node producing v, if v has exactly one use (by anything) and is not
+ * a graph output; else NULL. */
+static const loom_node *sole_producer(const loom_graph *g, const int32_t *uses, int32_t v) {
+  if (v < 0 || g->values[v].node < 0 || uses[v] != 1) return NULL;
+  for (int32_t i = 0; i < g->n_outputs; i++)
+    if (g->outputs[i] == v) return NULL;
+  return &g->nodes[g->values[v].node];
+}
+
+static bool attr_int(const loom_node *n, const char *name, int64_t *out) {
+  int32_t i = loom_op_attr_index(n->op, name);
+  if (i < 0) return false;
+  *out = n->attr[i].i;
+  return true;
+}
+
+/* Matches y = matmul(dropout?(softmax(mul?(matmul(q, k^T), c), -1)), v),
+ * every intermediate used once, c a rank-0 constant; marks the
+ * intermediate nodes in skip. (A causal mask written as primitives is not
+ * matched: the composite carries it.) */
+static bool match_primitives(const loom_graph *g, const int32_t *uses, const loom_node *y,
+                             uint8_t *skip, sdpa *a) {
+  int64_t ta, tb;
+  if (y->op != LOOM_OP_MATMUL || !attr_int(y, "trans_a", &ta) || !attr_int(y, "trans_b", &tb) ||
+      ta || tb)
+    return false;
+  const loom_node *chain[4];
+  int32_t n_chain = 0;
+  const loom_node *x = sole_producer(g, uses, y->in[0]);
+  memset(a, 0, sizeof *a);
+  a->base = -1;
+  a->attr[LOOM_ATT_SCALE].f = 1.0;
+  if (x && x->op == LOOM_OP_DROPOUT) {
+    int32_t ip = loom_op_attr_index(LOOM_OP_DROPOUT, "p");
+    a->attr[LOOM_ATT_P].f = x->attr[ip].f;
+    attr_int(x, "seed", &a->attr[LOOM_ATT_SEED].i);
+    attr_int(x, "offset", &a->attr[LOOM_ATT_OFFSET].i);
+    a->base = x->n_in > 1 ? x->in[1] : -1;
+    chain[n_chain++] = x;
+    x = sole_producer(g, uses, x->in[0]);
+  }
+  int64_t axis;
+  if (!x || x->op != LOOM_OP_SOFTMAX || !attr_int(x, "axis", &axis)) return false;
+  int32_t rank = loom_value_type(g, x->out[0])->rank;
+  if (axis != -1 && axis != rank - 1) return false;
+  chain[n_chain++] = x;
+  x = sole_producer(g, uses, x->in[0]);
+  if (x && x->op == LOOM_OP_MUL) {
+    const loom_node *c = g->values[x->in[1]].node >= 0 ? &g->nodes[g->values[x->in[1]].node] : NULL;
+    int32_t iv = loom_op_attr_index(LOOM_OP_CONSTANT, "value");
+    if (!c || c->op != LOOM_OP_CONSTANT || loom_value_type(g, x->in[1])->rank != 0) return false;
+    a->attr[LOOM_ATT_SCALE].f = c->attr[iv].f;
+    if (a->attr[LOOM_ATT_SCALE].f == 0.0) return false; /* 0 means 1/sqrt(D) to flash */
+    chain[n_chain++] = x;
+    x = sole_producer(g, uses, x->in[0]);
+  }
+  if (!x || x->op != LOOM_OP_MATMUL || !attr_int(x, "trans_a", &ta) ||
+      !attr_int(x, "trans_b", &tb) || ta || !tb)
+    return false;
+  chain[n_chain++] = x;
+  a->q = x->in[0];
+  a->k = x->in[1];
+  a->v = y->in[1];
+  a->out = y->out[0];
+  /* the flash op's own checks: same ranks and leading dims, float */
+  const loom_type *tq = loom_value_type(g, a->q), *tk = loom_value_type(g, a->k),
+                  *tv = loom_value_type(g, a->v);
+  bool ok = tq->rank >= 2 && tk->rank == tq->rank && tv->rank == tq->rank;
+  for (int32_t d = 0; ok && d < tq->rank - 2; d++)
+    ok = tk->shape[d] == tq->shape[d] && tv->shape[d] == tq->shape[d];
+  if (!ok) return false;
+  for (int32_t i = 0; i < n_chain; i++) skip[chain[i] - g->nodes] = 1;
+  return true;
+}
+
+/* Emits the flash form of a (inputs already mapped). */
+static loom_status replace(loom_graph *dst, const loom_graph *src, const sdpa *a, int32_t *map,
                            loom_rng_placement placement, const loom_rng_model *model) {
-  const loom_type *q = loom_value_type(src, n->in[0]), *k = loom_value_type(src, n->in[1]);
-  const loom_type *v = loom_value_type(src, n->in[2]);
+  const loom_type *q = loom_value_type(src, a->q), *k = loom_value_type(src, a->k);
+  const loom_type *v = loom_value_type(src, a->v);
   int32_t r = q->rank;
   loom_rng_attn shape = {.bh = 1, .sq = q->shape[r - 2], .sk = k->shape[r - 2],
                          .d = q->shape[r - 1], .dv = v->shape[r - 1],
-                         .causal = n->attr[LOOM_ATT_CAUSAL].i != 0, .backward = true,
-                         .gemm_before_flops = producing_gemm_flops(src, n->in[0])};
+                         .causal = a->attr[LOOM_ATT_CAUSAL].i != 0, .backward = true,
+                         .gemm_before_flops = producing_gemm_flops(src, a->q)};
   for (int32_t i = 0; i < r - 2; i++) shape.bh *= q->shape[i];
-  double p = n->attr[LOOM_ATT_P].f;
+  double p = a->attr[LOOM_ATT_P].f;
   if (placement == LOOM_RNG_AUTO && p > 0.0) {
     double t[LOOM_RNG_COUNT];
     placement = model ? loom_rng_model_predict(model, &shape, NULL, t) : LOOM_RNG_FUSED;
   }
   (void)loom_build_status(dst);
-  int32_t base = n->n_in > 3 ? map[n->in[3]] : lb_scalar(dst, LOOM_DTYPE_I64, 0.0);
-  int32_t in[5] = {map[n->in[0]], map[n->in[1]], map[n->in[2]], base, -1}, n_in = 4;
+  int32_t base = a->base >= 0 ? map[a->base] : lb_scalar(dst, LOOM_DTYPE_I64, 0.0);
+  int32_t in[5] = {map[a->q], map[a->k], map[a->v], base, -1}, n_in = 4;
   if (p > 0.0 && placement != LOOM_RNG_FUSED) {
     loom_attr_value ma[LOOM_MAX_ATTRS];
     loom_attrs_default(LOOM_OP_DROPOUT_MASK, ma);
-    ma[0].f = p;                       /* p */
-    ma[1].i = n->attr[LOOM_ATT_SEED].i;     /* seed */
-    ma[2].i = n->attr[LOOM_ATT_OFFSET].i;   /* offset */
-    ma[3].i = shape.bh * shape.sq * shape.sk; /* numel */
-    ma[4].i = placement == LOOM_RNG_OVERLAP; /* overlap */
+    ma[0].f = p;                                /* p */
+    ma[1].i = a->attr[LOOM_ATT_SEED].i;         /* seed */
+    ma[2].i = a->attr[LOOM_ATT_OFFSET].i;       /* offset */
+    ma[3].i = shape.bh * shape.sq * shape.sk;   /* numel */
+    ma[4].i = placement == LOOM_RNG_OVERLAP;    /* overlap */
     in[n_in++] = lb_op(dst, LOOM_OP_DROPOUT_MASK, 1, &base, ma);
   }
-  loom_attr_value fa[LOOM_MAX_ATTRS];
-  for (int32_t a = 0; a < loom_op_get(LOOM_OP_ATTENTION)->n_attrs; a++) fa[a] = n->attr[a]; /* one layout */
   int32_t out[2] = {-1, -1};
-  lb_op_multi(dst, LOOM_OP_FLASH_ATTENTION, n_in, in, fa, 2, out);
+  lb_op_multi(dst, LOOM_OP_FLASH_ATTENTION, n_in, in, a->attr, 2, out);
   LOOM_TRY(loom_build_status(dst));
-  map[n->out[0]] = out[0];
+  map[a->out] = out[0];
   return LOOM_STATUS_OK;
 }
 
@@ -67,19 +157,38 @@ loom_status loom_graph_fuse_attention(const loom_graph *g, loom_rng_placement pl
                                       int32_t *n_replaced) {
   *out = NULL;
   if (n_replaced) *n_replaced = 0;
+  /* uses of every value, and which primitive nodes an attention replaces */
+  int32_t *uses = calloc((size_t)g->n_values + 1, sizeof *uses);
+  uint8_t *skip = calloc((size_t)g->n_nodes + 1, 1);
+  if (!uses || !skip) {
+    free(uses);
+    free(skip);
+    return loom_error(g->ctx, LOOM_STATUS_OUT_OF_MEMORY, "attention pass: out of memory");
+  }
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    for (int32_t j = 0; j < g->nodes[i].n_in; j++) uses[g->nodes[i].in[j]]++;
+  sdpa a;
+  for (int32_t i = 0; i < g->n_nodes; i++) /* mark the matches' inner nodes first */
+    match_primitives(g, uses, &g->nodes[i], skip, &a);
   int32_t *map = NULL;
   loom_graph *dst = NULL;
-  LOOM_TRY(loom_graph_begin_copy(g, &dst, &map));
-  loom_status st = LOOM_STATUS_OK;
+  loom_status st = loom_graph_begin_copy(g, &dst, &map);
   for (int32_t i = 0; i < g->n_nodes && !st; i++) {
     const loom_node *n = &g->nodes[i];
-    if (n->op == LOOM_OP_ATTENTION) {
-      st = replace(dst, g, n, map, placement, model);
+    bool found = n->op == LOOM_OP_ATTENTION;
+    if (found)
+      a = from_composite(n);
+    else
+      found = match_primitives(g, uses, n, skip, &a);
+    if (found) {
+      st = replace(dst, g, &a, map, placement, model);
       if (!st && n_replaced) (*n_replaced)++;
-    } else {
+    } else if (!skip[i]) {
       st = loom_graph_copy_node(dst, g, n, map);
     }
   }
+  free(uses);
+  free(skip);
   if (!st) st = loom_graph_finish_copy(dst, g, map);
   free(map);
   if (st) {

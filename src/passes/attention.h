@@ -1,6 +1,8 @@
 /*
  * The attention pass: scaled dot-product attention (the `attention`
- * composite) becomes one flash_attention node (ops/attention.c), whose
+ * composite, or softmax(q k^T [* c]) [dropout] v written with matmul, mul
+ * by a constant, softmax over the last axis and dropout, each result used
+ * once) becomes one flash_attention node (ops/attention.c), whose
  * kernel never materializes the [Sq, Sk] probabilities, and whose gradient
  * rule is one flash_attention_grad node. With dropout, the RNG placement
  * decides where the keep bits come from:

@@ -60,13 +60,16 @@ static loom_status fuse_attention(loom_ctx *ctx, const loom_graph *g, const char
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "unknown rng placement '%s' (known: " LOOM_RNG_NAMES ")", rng);
   if (strcmp(backend, "cpu") != 0 || strcmp(mode, "flash") != 0) return LOOM_STATUS_OK;
-  bool any = false, dropout = false;
-  for (int32_t i = 0; i < g->n_nodes; i++)
-    if (g->nodes[i].op == LOOM_OP_ATTENTION) {
-      any = true;
-      dropout |= g->nodes[i].attr[LOOM_ATT_P].f > 0.0;
-    }
-  if (!any) return LOOM_STATUS_OK;
+  /* attention is an `attention` node or a pattern around a softmax; the
+   * model's rates are measured only where a placement is to be chosen */
+  bool candidate = false, dropout = false;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    loom_op op = g->nodes[i].op;
+    candidate |= op == LOOM_OP_ATTENTION || op == LOOM_OP_SOFTMAX;
+    dropout |= (op == LOOM_OP_ATTENTION && g->nodes[i].attr[LOOM_ATT_P].f > 0.0) ||
+               op == LOOM_OP_DROPOUT;
+  }
+  if (!candidate) return LOOM_STATUS_OK;
   loom_rng_model model;
   bool measured = placement == LOOM_RNG_AUTO && dropout;
   if (measured) loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &model);
