@@ -1,7 +1,8 @@
 /*
  * `loom bench`: the command line. Measures the machine (machine.c), runs
  * the workloads (run.c) and prints the reports (report.c); `rng` measures
- * the Philox paths instead (run.c, at its end).
+ * the Philox paths instead (run.c, at its end), `attention` the RNG
+ * placements of flash attention against their model (wl_attention.c).
  */
 #include "bench.h"
 
@@ -12,6 +13,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define EXIT_USAGE 2
 #define DEFAULT_RUNS 5
@@ -20,6 +22,7 @@ static const char usage[] =
     "usage: loom bench [WORKLOAD...] [--size small|full] [--json] [--runs N]\n"
     "                  [--modes LIST | --fusion M] [--threads N] [--with-reference]\n"
     "                  [--quiet] [--list] [--rounds N] [--seconds S]\n"
+    "                  [--trace FILE [--force]]\n"
     "\n"
     "Measures the machine's triad bandwidth and sgemm rate, then runs each\n"
     "workload (all of them when none is named) in the modes reference (the\n"
@@ -35,10 +38,22 @@ static const char usage[] =
     "all threads (in total), next to the scalar reference; alone it skips the\n"
     "machine measurement.\n"
     "\n"
+    "The workload 'attention' (run only when named; about a minute at full size)\n"
+    "sweeps sequence lengths 128-4096 and head dims 64 and 128 (--size small:\n"
+    "128 and 256, head dim 64) for one pre-LN GPT block, forward + backward,\n"
+    "batch 1, 4 heads, causal, with attention dropout 0.1 under each RNG\n"
+    "placement (fused, sequential, overlap) and without dropout (none), and\n"
+    "reports per point each one's measured and predicted time, the RNG\n"
+    "performance model's pick and the measured best. Its sessions use the\n"
+    "default options (--modes and --fusion do not apply); it measures the\n"
+    "machine first, as its prediction prices memory traffic at the triad.\n"
+    "\n"
     "  --size small|full    workload sizes (default full: issue 3's sizes)\n"
     "  --json               one JSON object per line (the machine line first,\n"
-    "                       but none for rng alone)\n"
-    "  --runs N             timed runs per mode after one warm-up (default 5)\n"
+    "                       but none for rng alone); attention: one line per\n"
+    "                       point and placement\n"
+    "  --runs N             timed runs per mode (attention: per placement) after\n"
+    "                       one warm-up (default 5)\n"
     "  --modes LIST         comma-separated subset of\n"
     "                       reference,eager,none,loop,stitch (default all)\n"
     "  --fusion M           one mode only: stitch, loop, none or eager\n"
@@ -48,6 +63,11 @@ static const char usage[] =
     "  --list               print the workloads and exit\n"
     "  --rounds N           rng: Philox rounds, 0-16 (default both 10 and 7)\n"
     "  --seconds S          rng: seconds per figure, (0, 60] (default 0.5)\n"
+    "  --trace FILE         write a Chrome trace (chrome://tracing, ui.perfetto.dev)\n"
+    "                       of every session run after the machine measurement:\n"
+    "                       kernels, GEMMs and overlapped mask tasks per lane\n"
+    "  --force              overwrite the --trace FILE if it exists (otherwise\n"
+    "                       refused, exit 1, before anything runs)\n"
     "  -h, --help           print this help\n"
     "\n"
     "Exit status: 0 success, 1 a failure (a mode that could not run), 2 wrong\n"
@@ -58,6 +78,8 @@ typedef struct opts {
   int32_t rng_rounds; /* -1: the defaults */
   double rng_seconds;
   bool json;
+  bool force;
+  const char *trace; /* --trace FILE, or NULL */
   int32_t threads;
   int32_t n_names;
   const char **names;
@@ -87,6 +109,11 @@ static bool parse_seconds(const char *s, double *out) {
 }
 
 static bool is_rng(const char *name) { return strcmp(name, LOOM_BENCH_RNG_NAME) == 0; }
+static bool is_attention(const char *name) {
+  return strcmp(name, LOOM_BENCH_ATTENTION_NAME) == 0;
+}
+/* Run only when named: not graph workloads of the default run. */
+static bool is_special(const char *name) { return is_rng(name) || is_attention(name); }
 
 static bool parse_modes(const char *s, bool *modes) {
   memset(modes, 0, sizeof(bool) * LOOM_BENCH_MODE_COUNT);
@@ -132,11 +159,19 @@ static int parse_args(int argc, char **argv, opts *o) {
       printf("%-26s Philox4x32 random bytes/s per path, per core and in total (only when "
              "named)\n",
              LOOM_BENCH_RNG_NAME);
+      printf("%-26s RNG placements of attention dropout, measured vs the model, one GPT "
+             "block per sequence length and head dim (only when named)\n",
+             LOOM_BENCH_ATTENTION_NAME);
       return 0;
     } else if (strcmp(a, "--json") == 0) {
       o->json = true;
     } else if (strcmp(a, "--quiet") == 0) {
       o->run.quiet = true;
+    } else if (strcmp(a, "--force") == 0) {
+      o->force = true;
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--trace", &v)) != 0) {
+      if (r < 0 || !*v) return usage_error("%s needs a file name", a);
+      o->trace = v;
     } else if (strcmp(a, "--with-reference") == 0) {
       o->run.with_reference = true;
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--size", &v)) != 0) {
@@ -175,13 +210,29 @@ static int parse_args(int argc, char **argv, opts *o) {
         return usage_error("--fusion must be stitch, loop, none or eager, got '%s'", v);
     } else if (a[0] == '-') {
       return usage_error("unknown option '%s'", a);
-    } else if (!is_rng(a) && !loom_bench_find(a)) {
+    } else if (!is_special(a) && !loom_bench_find(a)) {
       return usage_error("unknown workload '%s' (see 'loom bench --list')", a);
     } else {
       o->names[o->n_names++] = a;
     }
   }
+  struct stat st;
+  if (o->trace && !o->force && stat(o->trace, &st) == 0) {
+    fprintf(stderr, "loom: %s already exists (use --force to overwrite)\n", o->trace);
+    return 1;
+  }
   return -1;
+}
+
+/* Starts recording the --trace timeline (*tracing: it started); 0 or 1
+ * (after a message). */
+static int start_trace(loom_ctx *ctx, bool *tracing) {
+  if (loom_ctx_trace_begin(ctx) != LOOM_STATUS_OK) {
+    fprintf(stderr, "loom: starting the trace: %s\n", loom_ctx_error(ctx));
+    return 1;
+  }
+  *tracing = true;
+  return 0;
 }
 
 int loom_bench_main(int argc, char **argv) {
@@ -205,12 +256,15 @@ int loom_bench_main(int argc, char **argv) {
   }
   int32_t n_all;
   const loom_bench_workload *all = loom_bench_workloads(&n_all);
-  /* Graph workloads to run: the named ones (rng aside), or all of them
-   * when none is named; rng runs only when named, where it is named. */
-  int32_t n_graph = 0, n_rng = 0;
+  /* Graph workloads to run: the named ones (rng and attention aside), or
+   * all of them when none is named; rng and attention run only when
+   * named, where they are named. */
+  int32_t n_graph = 0, n_rng = 0, n_attn = 0;
   for (int32_t i = 0; i < o.n_names; i++) {
     if (is_rng(o.names[i]))
       n_rng++;
+    else if (is_attention(o.names[i]))
+      n_attn++;
     else
       n_graph++;
   }
@@ -218,29 +272,44 @@ int loom_bench_main(int argc, char **argv) {
   loom_bench_rng_opts ro = {.rounds = o.rng_rounds, .seconds = o.rng_seconds,
                             .threads = loom_ctx_threads(ctx), .quiet = o.run.quiet};
   loom_bench_machine_info mi;
+  bool tracing = false;
   rc = 0;
-  if (n_graph == 0) {
+  if (n_graph == 0 && n_attn == 0) {
     /* rng alone: the triad and sgemm say nothing about it, so skip them */
-    for (int32_t i = 0; i < n_rng; i++)
-      if (!loom_bench_run_rng(stdout, o.json, &ro)) rc = 1;
+    if (o.trace && start_trace(ctx, &tracing) != 0)
+      rc = 1;
+    else
+      for (int32_t i = 0; i < n_rng; i++)
+        if (!loom_bench_run_rng(stdout, o.json, &ro)) rc = 1;
   } else if (loom_bench_measure_machine(ctx, o.run.small, o.run.quiet, &mi) != LOOM_STATUS_OK) {
     fprintf(stderr, "loom: measuring the machine: %s\n", loom_ctx_error(ctx));
     rc = 1;
   } else {
     loom_bench_print_machine(stdout, o.json, &mi);
-    loom_bench_print_header(stdout, o.json);
+    if (n_graph) loom_bench_print_header(stdout, o.json);
     fflush(stdout);
     int32_t n = n_graph;
-    loom_bench_row *rows = calloc((size_t)n, sizeof *rows);
+    loom_bench_row *rows = calloc((size_t)(n ? n : 1), sizeof *rows);
     if (!rows) {
       fprintf(stderr, "loom: out of memory\n");
       rc = 1;
+      n = 0;
+    }
+    if (rows && o.trace && start_trace(ctx, &tracing) != 0) {
+      rc = 1;
+      free(rows);
+      rows = NULL;
       n = 0;
     }
     int32_t n_steps = o.n_names ? o.n_names : n, k = 0;
     for (int32_t i = 0; rows && i < n_steps; i++) {
       if (o.n_names && is_rng(o.names[i])) {
         if (!loom_bench_run_rng(stdout, o.json, &ro)) rc = 1;
+        fflush(stdout);
+        continue;
+      }
+      if (o.n_names && is_attention(o.names[i])) {
+        if (!loom_bench_run_attention(ctx, stdout, o.json, &o.run, &mi)) rc = 1;
         fflush(stdout);
         continue;
       }
@@ -252,6 +321,14 @@ int loom_bench_main(int argc, char **argv) {
     }
     if (!o.json && n) loom_bench_print_targets(stdout, rows, n, &mi, o.run.small);
     free(rows);
+  }
+  if (o.trace && tracing) {
+    if (loom_ctx_trace_end(ctx, o.trace) != LOOM_STATUS_OK) {
+      fprintf(stderr, "loom: writing the trace: %s\n", loom_ctx_error(ctx));
+      rc = 1;
+    } else if (!o.run.quiet) {
+      fprintf(stderr, "bench: trace written to %s\n", o.trace);
+    }
   }
   loom_ctx_free(ctx);
   free(o.names);

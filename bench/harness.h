@@ -103,6 +103,21 @@ typedef struct loom_bench_rng_opts {
  * path, rounds and thread count; false if a measurement failed. */
 bool loom_bench_run_rng(FILE *f, bool json, const loom_bench_rng_opts *o);
 
+/* ---- `loom bench attention` (wl_attention.c) ------------------------------ */
+
+/* The name that selects it; like rng, it runs only when named. */
+#define LOOM_BENCH_ATTENTION_NAME "attention"
+
+/* Sweeps sequence lengths and head dims for one GPT block, forward and
+ * backward, with attention dropout 0.1 under each RNG placement and
+ * without dropout: measured (median of o->runs after a warm-up) against
+ * the RNG performance model's prediction, the model's pick and the
+ * measured best; a table with issue 4's targets, or one JSON line per
+ * point and placement. mi: the machine measured in this run (its triad
+ * and sgemm feed the prediction). false if a point failed. */
+bool loom_bench_run_attention(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *o,
+                              const loom_bench_machine_info *mi);
+
 /* Reports: a JSON object per line, or a table for people. */
 void loom_bench_print_machine(FILE *f, bool json, const loom_bench_machine_info *mi);
 void loom_bench_print_header(FILE *f, bool json);

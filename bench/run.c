@@ -54,7 +54,7 @@ static uint64_t name_hash(const char *s) {
   return h;
 }
 
-static loom_status make_inputs(loom_ctx *ctx, const loom_bench_graph *b, loom_tensor **in) {
+loom_status loom_bench_make_inputs(loom_ctx *ctx, const loom_bench_graph *b, loom_tensor **in) {
   const loom_graph *g = b->g;
   for (int32_t i = 0; i < g->n_inputs; i++) {
     const loom_type *t = loom_value_type(g, g->inputs[i]);
@@ -127,7 +127,7 @@ static loom_status wl_setup(wl_state *s) {
   s->out = loom_calloc(ctx, (size_t)(s->n_out ? s->n_out : 1), sizeof *s->out);
   s->base = loom_calloc(ctx, (size_t)(s->n_out ? s->n_out : 1), sizeof *s->base);
   if (!s->in || !s->out || !s->base) return LOOM_STATUS_OUT_OF_MEMORY;
-  LOOM_TRY(make_inputs(ctx, &s->b, s->in));
+  LOOM_TRY(loom_bench_make_inputs(ctx, &s->b, s->in));
   for (int32_t i = 0; i < s->n_out; i++) {
     const loom_type *t = loom_value_type(g, g->outputs[i]);
     LOOM_TRY(loom_tensor_new(ctx, t->dtype, t->rank, t->shape, &s->out[i]));

@@ -165,3 +165,32 @@ loom_status loom_bench_build_gpt2(loom_ctx *ctx, bool small, loom_bench_graph *b
   b->min_bytes = loom_bench_io_bytes(b->g);
   return loom_bench_count_flops(b);
 }
+
+/* ---- one GPT block for `loom bench attention` ---------------------------- */
+
+_Static_assert(LOOM_BENCH_ATTN_BLOCK_WRT == 1 + N_W, "x and the parameters");
+
+loom_status loom_bench_build_attn_block(loom_ctx *ctx, int64_t seq, int64_t heads,
+                                        int64_t head_dim, double p, loom_bench_graph *b) {
+  tcfg c = {1, seq, heads * head_dim, heads, 4 * heads * head_dim};
+  LOOM_TRY(loom_graph_new(ctx, &b->g));
+  loom_graph *g = b->g;
+  int64_t xs[3] = {c.b, c.s, c.h};
+  int32_t x = loom_bench_input(b, "x", LOOM_DTYPE_F32, 3, xs, LOOM_BENCH_FILL_UNIFORM, false);
+  int32_t w[N_W];
+  declare_params(b, &c, w);
+  int32_t dy = loom_bench_input(b, "dy", LOOM_DTYPE_F32, 3, xs, LOOM_BENCH_FILL_UNIFORM, false);
+  int64_t offset = 0;
+  /* pre-LN: x1 = x + attn(LN(x)), y = x1 + mlp(LN(x1)) */
+  int32_t a = layer_norm(g, x, w[LN1_G], w[LN1_B], LN_EPS_GPT);
+  a = mha(g, &c, linear(g, a, w[W_QKV], w[B_QKV]), true, p, &offset);
+  int32_t x1 = lb_add(g, x, linear(g, a, w[W_PROJ], w[B_PROJ]));
+  int32_t m = layer_norm(g, x1, w[LN2_G], w[LN2_B], LN_EPS_GPT);
+  m = linear(g, gelu(g, linear(g, m, w[W_FC], w[B_FC]), true), w[W_OUT], w[B_OUT]);
+  int32_t y = lb_add(g, x1, m);
+  int32_t loss = loom_bench_vjp_loss(g, y, dy);
+  LOOM_TRY(loom_build_status(g));
+  LOOM_TRY(loom_graph_output(g, "objective", loss));
+  model_shape(b, &c);
+  return LOOM_STATUS_OK;
+}

@@ -47,6 +47,20 @@ const loom_bench_workload *loom_bench_find(const char *name);
 loom_status loom_bench_build_bert(loom_ctx *ctx, bool small, loom_bench_graph *b);
 loom_status loom_bench_build_gpt2(loom_ctx *ctx, bool small, loom_bench_graph *b);
 
+/* One pre-LN GPT block's forward for `loom bench attention` (wl_model.c):
+ * batch 1, seq tokens, heads heads of head_dim (d_model = heads *
+ * head_dim, MLP 4 d_model), causal attention with dropout p on the
+ * probabilities (the `attention` composite), no residual dropout; inputs
+ * x, the block's parameters, dy; one output "objective" = sum(y * dy). */
+loom_status loom_bench_build_attn_block(loom_ctx *ctx, int64_t seq, int64_t heads,
+                                        int64_t head_dim, double p, loom_bench_graph *b);
+/* The block's inputs x and parameters (the gradients' wrt). */
+#define LOOM_BENCH_ATTN_BLOCK_WRT 13
+
+/* Fills b's inputs with deterministic pseudo-random data per its fill
+ * rules (run.c); in: one tensor slot per graph input. */
+loom_status loom_bench_make_inputs(loom_ctx *ctx, const loom_bench_graph *b, loom_tensor **in);
+
 /* Frees a built workload's graph and arrays (not b itself). */
 void loom_bench_graph_clear(loom_bench_graph *b);
 

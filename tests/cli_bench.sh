@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # `loom bench` end to end at --size small: the JSON lines carry the keys of
 # issue 3 (a machine line first, then one line per mode), `loom bench rng`
-# those of issue 4 (one line per Philox path, rounds and thread count), the
-# tables print, and wrong arguments exit 2 with a usage message. Timings are never
-# checked (machines are noisy). Needs only bash, coreutils and grep.
+# those of issue 4 (one line per Philox path, rounds and thread count), `loom
+# bench attention` one line per point and RNG placement (issue 4, point 5),
+# --trace writes a Chrome trace and never overwrites without --force, the
+# tables print, and wrong arguments exit 2 with a usage message. Timings are
+# never checked (machines are noisy). Needs only bash, coreutils and grep
+# (python3, where there is one, checks that the trace parses as JSON).
 #
 # usage: bash tests/cli_bench.sh PATH/TO/loom PATH/TO/tests/data
 set -u
@@ -88,6 +91,57 @@ check "rng with a workload: machine line first" has_keys "${lines[0]}" machine t
 check "rng with a workload: the workload ran" test "${out#*\"workload\": \"softmax_fwd\"}" != "$out"
 check "rng with a workload: rng ran" test "${out#*\"workload\": \"rng\"}" != "$out"
 
+# ---- attention: RNG placements against their model (issue 4, point 5) ------
+# --size small: seq 128 and 256 at head dim 64; per point a line for each
+# placement and for the block without dropout ("none").
+trace=$tmp/attention.trace.json
+run bench attention --size small --runs 1 --json --quiet --trace "$trace"
+check "attention --json exits 0" test "$rc" -eq 0
+check "attention --quiet prints nothing on stderr" test -z "$err"
+mapfile -t lines <<<"$out"
+check "attention: 9 lines (machine + 2 points x 4)" test "${#lines[@]}" -eq 9
+check "attention: machine line first" has_keys "${lines[0]}" machine triad_gbps sgemm_gflops
+names_placement() { # LINE KEY: the value of KEY is a placement's name
+  [[ $1 =~ \"$2\":\ \"(fused|sequential|overlap)\" ]] ||
+    { echo "  $2 is not a placement in: $1" >&2; return 1; }
+}
+for seq in 128 256; do
+  for pl in none fused sequential overlap; do
+    sel=$(printf '%s\n' "$out" | grep -F "\"seq\": $seq, \"head_dim\": 64, \"placement\": \"$pl\"")
+    check "attention: one line for seq $seq $pl" test "$(printf '%s\n' "$sel" | grep -c .)" -eq 1
+    check "attention: seq $seq $pl has the keys" has_keys "$sel" workload seq head_dim \
+      placement predicted_s measured_s picked best
+    check "attention: seq $seq $pl names its workload" \
+      test "${sel#*\"workload\": \"attention\"}" != "$sel"
+    check "attention: seq $seq $pl: picked is a placement" names_placement "$sel" picked
+    check "attention: seq $seq $pl: best is a placement" names_placement "$sel" best
+    if [[ $pl != none ]]; then
+      check "attention: seq $seq $pl gives the same results as fused" \
+        test "${sel#*\"same_results\": true}" != "$sel"
+    fi
+  done
+done
+check "--trace writes the file" test -s "$trace"
+if command -v python3 >/dev/null 2>&1; then
+  check "--trace: the file parses as JSON with traceEvents" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert isinstance(d["traceEvents"], list) and d["traceEvents"], "no events"' "$trace"
+else
+  check "--trace: the file has traceEvents" grep -q '"traceEvents"' "$trace"
+fi
+cp "$trace" "$tmp/trace.before"
+run bench attention --size small --runs 1 --json --quiet --trace "$trace"
+check "--trace refuses an existing file (exit 1)" test "$rc" -eq 1
+check "--trace refusal names --force" test "${err#*--force}" != "$err"
+check "--trace refusal runs nothing" test -z "$out"
+same_bytes "--trace refusal leaves the file" "$trace" "$tmp/trace.before"
+run bench --seconds 0.02 --rounds 10 --quiet --trace "$trace" --force rng
+check "--trace --force overwrites (exit 0)" test "$rc" -eq 0
+check "--trace --force: a new file" test "$(od -An -v -tx1 "$trace")" != \
+  "$(od -An -v -tx1 "$tmp/trace.before")"
+check "--trace --force: still a trace" grep -q '"traceEvents"' "$trace"
+
 # ---- table ---------------------------------------------------------------
 run bench --size small --modes eager,stitch --runs 1 --quiet bias_gelu
 check "table exits 0" test "$rc" -eq 0
@@ -122,11 +176,15 @@ check "bad --seconds exits 2" test "$rc" -eq 2
 run bench --list
 check "--list exits 0" test "$rc" -eq 0
 for w in layernorm_fwd layernorm_bwd softmax_fwd softmax_bwd bias_gelu \
-  bias_dropout_residual_ln cross_entropy adamw bert_layer gpt2_block rng; do
+  bias_dropout_residual_ln cross_entropy adamw bert_layer gpt2_block rng attention; do
   check "--list names $w" test "${out#*$w}" != "$out"
 done
 run bench --help
 check "--help exits 0" test "$rc" -eq 0
 check "--help prints usage" test "${out#*usage: loom bench}" != "$out"
+check "--help documents attention and --trace" \
+  test "${out#*attention}" != "$out" -a "${out#*--trace FILE}" != "$out"
+run bench --trace
+check "--trace without a file exits 2" test "$rc" -eq 2
 
 finish cli_bench

@@ -15,7 +15,7 @@
  *    f32 forward (relative 2e-2: f32 differences with h = 1e-2);
  *  - zero sizes, bad arguments, workspace bounds.
  * LOOM_TEST_QUICK=1 (the sanitizer build) runs fewer, smaller shapes.
- * LOOM_FA_BENCH=1 prints forward and forward+backward timings instead. */
+ * Timings belong to `loom bench attention`, not here. */
 #include "common.h"
 
 #include "rng/philox.h"
@@ -25,7 +25,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static bool quick;
 
@@ -496,10 +495,6 @@ static void test_workspace(void) {
   int64_t fp = loom_flash_attn_workspace_bytes(&a, 2, false);
   CHECK(fp > f && fp <= f + 2 * 16 * a.sk + 256);
   CHECK(loom_flash_attn_workspace_bytes(&a, 2, true) == b);
-  if (getenv("LOOM_FA_BENCH"))
-    printf("workspace at BH 8, Sq = Sk = 4096, D 64, 2 threads: forward %lld bytes (%lld with "
-           "dropout), backward %lld bytes\n",
-           (long long)f, (long long)fp, (long long)b);
   a.p = 0.0;
   a.sq = a.sk = 8192;
   CHECK(loom_flash_attn_workspace_bytes(&a, 2, false) == f); /* forward: independent of length */
@@ -511,78 +506,11 @@ static void test_workspace(void) {
   CHECK(loom_flash_attn_workspace_bytes(NULL, 2, false) == 0);
 }
 
-/* ---- timings (LOOM_FA_BENCH=1) ------------------------------------------------ */
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static void bench(loom_ctx *ctx) {
-  static const int64_t lens[] = {512, 1024, 2048};
-  for (int li = 0; li < 3; li++)
-    for (int causal = 0; causal < 2; causal++)
-      for (int pi = 0; pi < 2; pi++) {
-        shape s = {8, lens[li], lens[li], 64, 64};
-        int64_t nq = s.bh * s.sq * s.d;
-        loom_test_rng rng = {42};
-        float *q = malloc(sizeof(float) * (size_t)nq), *k = malloc(sizeof(float) * (size_t)nq);
-        float *v = malloc(sizeof(float) * (size_t)nq), *d_o = malloc(sizeof(float) * (size_t)nq);
-        fill(q, nq, &rng, -1, 1);
-        fill(k, nq, &rng, -1, 1);
-        fill(v, nq, &rng, -1, 1);
-        fill(d_o, nq, &rng, -1, 1);
-        loom_flash_attn a = {.bh = s.bh,
-                             .sq = s.sq,
-                             .sk = s.sk,
-                             .d = s.d,
-                             .dv = s.dv,
-                             .q = q,
-                             .k = k,
-                             .v = v,
-                             .scale = 0.125,
-                             .causal = causal,
-                             .p = pi ? 0.1 : 0.0,
-                             .seed = 7};
-        outs u;
-        outs_alloc(&u, &s);
-        int reps = lens[li] <= 512 ? 10 : lens[li] <= 1024 ? 5 : 3; /* the best of */
-        double tf = 1e30, tb = 1e30;
-        for (int r = 0; r < reps; r++) {
-          double t0 = now_s();
-          loom_flash_attn_fwd(ctx, 2, &a, u.o, u.lse);
-          double t1 = now_s();
-          loom_flash_attn_bwd(ctx, 2, &a, u.o, u.lse, d_o, u.dq, u.dk, u.dv);
-          double t2 = now_s();
-          tf = fmin(tf, t1 - t0);
-          tb = fmin(tb, t2 - t1);
-        }
-        double flops = 4.0 * (double)s.bh * (double)s.sq * (double)s.sk * (double)s.d;
-        if (causal) flops /= 2;
-        printf("S=%-5lld causal=%d p=%.1f  fwd %8.2f ms (%6.1f GFLOP/s)  fwd+bwd %8.2f ms "
-               "(%6.1f GFLOP/s at 3.5x fwd flops)\n",
-               (long long)s.sq, causal, a.p, 1e3 * tf, flops / tf * 1e-9, 1e3 * (tf + tb),
-               3.5 * flops / (tf + tb) * 1e-9);
-        outs_free(&u);
-        free(q);
-        free(k);
-        free(v);
-        free(d_o);
-      }
-}
-
 int main(void) {
   const char *qe = getenv("LOOM_TEST_QUICK");
   quick = qe && qe[0] && strcmp(qe, "0") != 0;
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) return 1;
-  if (getenv("LOOM_FA_BENCH")) {
-    test_workspace();
-    bench(ctx);
-    loom_ctx_free(ctx);
-    return 0;
-  }
   for (int32_t impl = LOOM_FLASH_ATTN_IMPL_PORTABLE; impl < LOOM_FLASH_ATTN_IMPL_COUNT; impl++) {
     if (!loom_flash_attn_impl_supported(impl)) {
       printf("flash attention implementation %d: not supported on this CPU, skipped\n", impl);
