@@ -143,7 +143,9 @@ static loom_status replace(loom_graph *dst, const loom_graph *src, const sdpa *a
     ma[2].i = a->attr[LOOM_ATT_OFFSET].i;       /* offset */
     ma[3].i = shape.bh * shape.sq * shape.sk;   /* numel */
     ma[4].i = placement == LOOM_RNG_OVERLAP;    /* overlap */
-    in[n_in++] = lb_op(dst, LOOM_OP_DROPOUT_MASK, 1, &base, ma);
+    /* without a base the mask takes none: a constant would tie it to
+     * whichever kernel computes that constant, and to its place */
+    in[n_in++] = lb_op(dst, LOOM_OP_DROPOUT_MASK, a->base >= 0 ? 1 : 0, &base, ma);
   }
   int32_t out[2] = {-1, -1};
   lb_op_multi(dst, LOOM_OP_FLASH_ATTENTION, n_in, in, a->attr, 2, out);

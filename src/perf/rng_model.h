@@ -30,9 +30,13 @@ typedef struct loom_rng_model {
   bool gpu;                 /* RNG in idle integer units while tensor cores run the GEMM */
   double rng_words_core;    /* Philox 32-bit words per second per core (SM) */
   double gemm_flops;        /* sgemm (GPU: tensor-core) FLOP/s, whole machine */
-  double attn_fwd_flops;    /* flash attention forward FLOP/s, whole machine */
-  double attn_bwd_flops;    /* flash attention backward FLOP/s */
-  double bandwidth;         /* bytes/s to memory */
+  /* Flash attention FLOP/s, whole machine, at long sequences; at Sk keys
+   * the kernels reach attn_*_flops * Sk / (Sk + attn_s0) (short rows pay
+   * per-tile and diagonal-tile costs). */
+  double attn_fwd_flops, attn_bwd_flops;
+  double attn_s0;
+  double bandwidth;         /* bytes/s to memory (writing a mask) */
+  double mask_read_bit_s;   /* seconds an attention kernel spends per mask bit it reads */
   double fused_rng_penalty; /* >= 1: how much slower words come inside the attention kernel */
   int32_t overlap_cores;    /* cores (SMs) a concurrent mask task takes from the GEMM */
 } loom_rng_model;

@@ -1,10 +1,12 @@
 /*
  * The RNG placement model's rates for this machine (perf/rng_model.h),
  * measured with the kernels the cpu backend runs: the best Philox path on
- * one core, a GEMM and the flash-attention kernels on a small block, all
- * threads. About 0.1 s. Memory bandwidth is the machine's triad figure
- * (measured by `loom bench`, a default otherwise): the mask traffic it
- * prices is small next to the other terms.
+ * one core, a GEMM, and the flash-attention kernels on a small causal block
+ * without dropout, with words drawn inside (how much dearer they are there
+ * than alone: the fused penalty) and with the mask read from bits (the
+ * cost of a mask bit). All threads, best of three; about 0.1 s. Memory
+ * bandwidth (for writing a mask) is the machine's triad figure, measured
+ * by `loom bench`, a default otherwise.
  */
 #include "runtime/cpu/cpu.h"
 #include "core/clock.h"
@@ -13,11 +15,35 @@
 
 #include "perf/machine.h"
 #include "perf/rng_rate.h"
+#include "rng/philox.h"
 #include "rng/philox_fast.h"
 
 #include <stdlib.h>
 
-enum { RATE_BH = 4, RATE_S = 256, RATE_D = 64, RATE_GEMM = 384, RATE_REPS = 3 };
+/* The flash rates are taken at two lengths, RATE_S and RATE_S2 (one head),
+ * to fit the efficiency curve Sk / (Sk + s0). */
+enum { RATE_BH = 4, RATE_S = 256, RATE_S2 = 1024, RATE_D = 64, RATE_GEMM = 384, RATE_REPS = 3 };
+
+/* Best-of-RATE_REPS seconds of the flash forward and backward on a. */
+static bool time_flash(loom_ctx *ctx, int32_t threads, const loom_flash_attn *a, float *o,
+                       float *lse, const float *d_o, float *dq, double *fwd, double *bwd) {
+  *fwd = *bwd = 1e30;
+  for (int r = 0; r < RATE_REPS; r++) {
+    double t0 = loom_now_s();
+    loom_status s1 = loom_flash_attn_fwd(ctx, threads, a, o, lse);
+    double t1 = loom_now_s();
+    /* rates only: the three gradients may share one buffer */
+    loom_status s2 = loom_flash_attn_bwd(ctx, threads, a, o, lse, d_o, dq, dq, dq);
+    double t2 = loom_now_s();
+    if (s1 || s2) {
+      loom_error_clear(ctx);
+      return false;
+    }
+    *fwd = t1 - t0 < *fwd ? t1 - t0 : *fwd;
+    *bwd = t2 - t1 < *bwd ? t2 - t1 : *bwd;
+  }
+  return true;
+}
 
 void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m) {
   loom_machine mc;
@@ -28,42 +54,64 @@ void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m) {
                         .attn_fwd_flops = mc.sgemm_gflops * 1e9 / 4,
                         .attn_bwd_flops = mc.sgemm_gflops * 1e9 / 6,
                         .bandwidth = mc.triad_gbps * 1e9,
+                        .mask_read_bit_s = 1.0 / (8.0 * mc.triad_gbps * 1e9),
                         .fused_rng_penalty = 1.0,
                         .overlap_cores = 1};
   double bytes = loom_philox_bench(loom_philox_best_path(), 10, 1, 0.03);
   m->rng_words_core = bytes > 0 ? bytes / 4.0 : 1e8;
-  int64_t qn = (int64_t)RATE_BH * RATE_S * RATE_D, gn = (int64_t)RATE_GEMM * RATE_GEMM;
-  float *buf = calloc((size_t)(7 * qn + 3 * gn + RATE_BH * RATE_S), sizeof *buf);
-  if (!buf) return; /* keep the estimates */
-  for (int64_t i = 0; i < 7 * qn + 3 * gn; i++) buf[i] = (float)((i * 37 % 101) - 50) / 100.0f;
+  const int64_t qn = (int64_t)RATE_S2 * RATE_D, gn = (int64_t)RATE_GEMM * RATE_GEMM;
+  const int64_t n = (int64_t)RATE_BH * RATE_S * RATE_S;
+  float *buf = calloc((size_t)(6 * qn + 3 * gn + RATE_S2), sizeof *buf);
+  uint8_t *bits = calloc((size_t)(n + 7) / 8, 1);
+  if (!buf || !bits) { /* keep the estimates */
+    free(buf);
+    free(bits);
+    return;
+  }
+  for (int64_t i = 0; i < 6 * qn + 3 * gn; i++) buf[i] = (float)((i * 37 % 101) - 50) / 100.0f;
   float *q = buf, *k = q + qn, *v = k + qn, *o = v + qn, *d_o = o + qn, *dq = d_o + qn;
-  float *ga = buf + 7 * qn, *gb = ga + gn, *gc = gb + gn, *lse = gc + gn;
-  float *dk = dq, *dv = dq; /* rates only: outputs may overlap */
-  loom_flash_attn a = {.bh = RATE_BH, .sq = RATE_S, .sk = RATE_S, .d = RATE_D, .dv = RATE_D,
-                       .q = q, .k = k, .v = v, .scale = 0.125};
+  float *ga = buf + 6 * qn, *gb = ga + gn, *gc = gb + gn, *lse = gc + gn;
   loom_gemm gm = {.m = RATE_GEMM, .n = RATE_GEMM, .k = RATE_GEMM, .batch = 1, .a = ga,
                   .lda = RATE_GEMM, .b = gb, .ldb = RATE_GEMM, .c = gc, .ldc = RATE_GEMM,
                   .c_stride = gn};
-  double best[3] = {1e30, 1e30, 1e30};
+  double g_best = 1e30;
   for (int r = 0; r < RATE_REPS; r++) {
     double t0 = loom_now_s();
-    loom_status s1 = loom_gemm_f32(ctx, threads, &gm);
-    double t1 = loom_now_s();
-    loom_status s2 = loom_flash_attn_fwd(ctx, threads, &a, o, lse);
-    double t2 = loom_now_s();
-    loom_status s3 = loom_flash_attn_bwd(ctx, threads, &a, o, lse, d_o, dq, dk, dv);
-    double t3 = loom_now_s();
-    if (s1 || s2 || s3) {
+    if (loom_gemm_f32(ctx, threads, &gm)) {
       loom_error_clear(ctx);
       break;
     }
-    best[0] = t1 - t0 < best[0] ? t1 - t0 : best[0];
-    best[1] = t2 - t1 < best[1] ? t2 - t1 : best[1];
-    best[2] = t3 - t2 < best[2] ? t3 - t2 : best[2];
+    g_best = LOOM_MIN(g_best, loom_now_s() - t0);
   }
+  if (g_best < 1e30) m->gemm_flops = 2.0 * (double)RATE_GEMM * RATE_GEMM * RATE_GEMM / g_best;
+  /* a causal block three ways: no dropout, words drawn in the kernel (the
+   * fused penalty), the mask read from bits (the cost of reading it) */
+  loom_flash_attn a = {.bh = RATE_BH, .sq = RATE_S, .sk = RATE_S, .d = RATE_D, .dv = RATE_D,
+                       .q = q, .k = k, .v = v, .scale = 0.125, .causal = true};
+  double f0, b0, f1, b1, f2, b2, fl, bl;
+  loom_flash_attn along = a;
+  along.bh = 1;
+  along.sq = along.sk = RATE_S2;
+  bool ok = time_flash(ctx, threads, &along, o, lse, d_o, dq, &fl, &bl);
+  ok = ok && time_flash(ctx, threads, &a, o, lse, d_o, dq, &f0, &b0);
+  a.p = 0.1;
+  a.seed = 1;
+  ok = ok && time_flash(ctx, threads, &a, o, lse, d_o, dq, &f1, &b1);
+  loom_dropout_mask_bits(1, 0, n, loom_dropout_threshold(0.1), bits);
+  a.mask_bits = bits;
+  ok = ok && time_flash(ctx, threads, &a, o, lse, d_o, dq, &f2, &b2);
   free(buf);
-  double attn = 4.0 * RATE_BH * RATE_S * (double)RATE_S * RATE_D;
-  if (best[0] < 1e30) m->gemm_flops = 2.0 * (double)RATE_GEMM * RATE_GEMM * RATE_GEMM / best[0];
-  if (best[1] < 1e30) m->attn_fwd_flops = attn / best[1];
-  if (best[2] < 1e30) m->attn_bwd_flops = 2.5 * attn / best[2];
+  free(bits);
+  if (!ok) return;
+  /* causal: half the scores; rate(S) = R S / (S + s0) through both points */
+  double flops = 0.5 * 4.0 * (double)n * RATE_D, flops_l = 0.5 * 4.0 * RATE_S2 * RATE_S2 * RATE_D;
+  double r1 = (flops / f0 + 2.5 * flops / b0) / 2, r2 = (flops_l / fl + 2.5 * flops_l / bl) / 2;
+  double den = r2 / RATE_S2 - r1 / RATE_S;
+  m->attn_s0 = den < 0 ? LOOM_MAX(0.0, (r1 - r2) / den) : 0.0;
+  double lift = (RATE_S + m->attn_s0) / RATE_S; /* from S to long rows */
+  m->attn_fwd_flops = flops / f0 * lift;
+  m->attn_bwd_flops = 2.5 * flops / b0 * lift;
+  double drawn = 2.0 * (0.5 * (double)n) / (m->rng_words_core * m->cores); /* twice, visible */
+  m->fused_rng_penalty = LOOM_MAX(0.25, ((f1 + b1) - (f0 + b0)) / drawn);
+  m->mask_read_bit_s = LOOM_MAX(0.0, ((f2 + b2) - (f0 + b0)) / (2.0 * (double)n));
 }
