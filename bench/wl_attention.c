@@ -420,6 +420,56 @@ static void table_targets(FILE *f, const attn_point *pts, int32_t n, bool small,
             100.0 * sum_err2 / n_err2, 100.0 * max_err2, (int)n_err2);
 }
 
+/* The same model with a GPU's published rates (perf/rng_model.c) on one
+ * Llama2-7B block (d 4096, 32 heads of 128, SwiGLU FFN 11008, sequence
+ * 4096, batch 1, causal), forward and backward: the paper behind this
+ * reports 1.14x for overlap over fused on such a block (GH100, FP8). The
+ * linear layers are 3 x 2 T (4 d^2 + 3 d ff) flops at the model's GEMM
+ * rate; the mask hides behind the layer's QKV projection, or behind the
+ * previous layer's MLP. Nothing is measured. */
+static void gpu_regime(FILE *f, bool json) {
+  const double t = 4096, d = 4096, ff = 11008;
+  const double linear = 3 * 2 * t * (4 * d * d + 3 * d * ff);
+  const double behind[2] = {2 * t * d * 3 * d, 2 * t * 3 * d * ff};
+  static const char *const behind_name[2] = {"qkv", "mlp"};
+  if (!json)
+    fprintf(f, "\nGPU regime (the model with published rates, nothing measured): one Llama2-7B\n"
+               "block, seq 4096, forward+backward, predicted ms\n"
+               "  %-28s %-7s %8s %8s %10s %8s %-9s %s\n",
+            "machine", "mask by", "none", "fused", "sequential", "overlap", "pick",
+            "overlap vs fused");
+  for (int gpu = 0; gpu < 2; gpu++) {
+    loom_rng_model m;
+    if (gpu == 0)
+      loom_rng_model_h100(&m);
+    else
+      loom_rng_model_h200(&m);
+    for (int b = 0; b < 2; b++) {
+      loom_rng_attn a = {.bh = 32, .sq = 4096, .sk = 4096, .d = 128, .dv = 128, .causal = true,
+                         .backward = true, .gemm_before_flops = behind[b]};
+      double none, tp[LOOM_RNG_COUNT], g = linear / m.gemm_flops;
+      loom_rng_placement pick = loom_rng_model_predict(&m, &a, &none, tp);
+      double speedup = (g + tp[LOOM_RNG_FUSED]) / (g + tp[LOOM_RNG_OVERLAP]);
+      if (json)
+        fprintf(f,
+                "{\"workload\": \"attention_gpu_model\", \"machine\": \"%s\", \"block\": "
+                "\"llama2-7b seq 4096\", \"mask_behind\": \"%s\", \"none_s\": %.6g, "
+                "\"fused_s\": %.6g, \"sequential_s\": %.6g, \"overlap_s\": %.6g, \"picked\": "
+                "\"%s\", \"overlap_vs_fused\": %.4g}\n",
+                m.machine, behind_name[b], g + none, g + tp[LOOM_RNG_FUSED],
+                g + tp[LOOM_RNG_SEQUENTIAL], g + tp[LOOM_RNG_OVERLAP],
+                loom_rng_placement_name(pick), speedup);
+      else
+        fprintf(f, "  %-28s %-7s %8.2f %8.2f %10.2f %8.2f %-9s x%.3f\n", m.machine,
+                behind_name[b], (g + none) * 1e3, (g + tp[LOOM_RNG_FUSED]) * 1e3,
+                (g + tp[LOOM_RNG_SEQUENTIAL]) * 1e3, (g + tp[LOOM_RNG_OVERLAP]) * 1e3,
+                loom_rng_placement_name(pick), speedup);
+    }
+  }
+  if (!json)
+    fprintf(f, "  (the paper reports x1.14 for overlap over fused on a Llama2 block, GH100, FP8)\n");
+}
+
 bool loom_bench_run_attention(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *o,
                               const loom_bench_machine_info *mi) {
   const int64_t *seqs = o->small ? small_seqs : full_seqs;
@@ -457,6 +507,7 @@ bool loom_bench_run_attention(loom_ctx *ctx, FILE *f, bool json, const loom_benc
       fflush(f);
     }
   if (!json) table_targets(f, pts, n, o->small, o->runs);
+  gpu_regime(f, json);
   free(pts);
   return ok;
 }

@@ -99,7 +99,12 @@ run bench attention --size small --runs 1 --json --quiet --trace "$trace"
 check "attention --json exits 0" test "$rc" -eq 0
 check "attention --quiet prints nothing on stderr" test -z "$err"
 mapfile -t lines <<<"$out"
-check "attention: 9 lines (machine + 2 points x 4)" test "${#lines[@]}" -eq 9
+check "attention: 13 lines (machine + 2 points x 4 + the GPU model's 4)" test "${#lines[@]}" -eq 13
+gpu=$(printf '%s\n' "$out" | grep -F '"workload": "attention_gpu_model"')
+check "attention: the GPU model's lines, H100 and H200" \
+  test "$(printf '%s\n' "$gpu" | grep -c 'H100')" -eq 2 -a "$(printf '%s\n' "$gpu" | grep -c 'H200')" -eq 2
+check "attention: the GPU model's lines have the keys" has_keys "$(printf '%s\n' "$gpu" | head -1)" \
+  machine none_s fused_s sequential_s overlap_s picked overlap_vs_fused
 check "attention: machine line first" has_keys "${lines[0]}" machine triad_gbps sgemm_gflops
 names_placement() { # LINE KEY: the value of KEY is a placement's name
   [[ $1 =~ \"$2\":\ \"(fused|sequential|overlap)\" ]] ||
