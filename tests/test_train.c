@@ -691,6 +691,12 @@ static void test_cli(const char *path) {
   CHECK(CLI("train", "--bogus", "1") == 2);
   CHECK(CLI("train", "extra") == 2);
   CHECK(CLI("train", "--steps", "10", "--stop-at", "11") == 2);
+  CHECK(CLI("train", "--rng", "later") == 2);
+  CHECK(CLI("train", "--attention", "magic") == 2);
+  CHECK(CLI("train", "--trace", "") == 2);
+  FILE *keep = fopen(path, "wb"); /* an existing file: not overwritten without --force */
+  if (keep) fclose(keep);
+  CHECK(keep && CLI("train", "--trace", path) == 1);
 
   /* a short run with a checkpoint, resumed; then bad loads fail with 1 */
   const char *st = quick ? "6" : "10", *half = quick ? "3" : "5";

@@ -239,6 +239,8 @@ static int merge_checkpoint(const cli *c, loom_train_config *ck) {
   if (c->g_seed) ck->seed = c->cfg.seed;
   ck->threads = c->cfg.threads;
   memcpy(ck->backend, c->cfg.backend, sizeof ck->backend);
+  memcpy(ck->attention, c->cfg.attention, sizeof ck->attention); /* how to run, not what */
+  memcpy(ck->rng, c->cfg.rng, sizeof ck->rng);
   return -1;
 }
 
@@ -266,6 +268,13 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
       printf("%d nodes run one at a time; ", ss.n_eager + ss.n_gemm);
     printf("peak %.2f MiB\n", (double)ss.peak_bytes / (1024.0 * 1024.0));
   }
+  loom_trainer_rng_counts rc = loom_trainer_rng_placements(t);
+  if (rc.flash > 0)
+    printf("attention: %d flash op%s; dropout RNG (--rng %s): %d fused, %d overlap, %d "
+           "sequential\n",
+           rc.flash, rc.flash == 1 ? "" : "s", cfg->rng, rc.fused, rc.overlap, rc.sequential);
+  else
+    printf("attention: decomposed into primitives (--attention %s)\n", cfg->attention);
   if (s && loom_session_warning(s)[0])
     fprintf(stderr, "loom train: warning: %s\n", loom_session_warning(s));
   if (start > 0) printf("resumed from %s at step %lld\n", c->load, (long long)start);

@@ -48,6 +48,13 @@ loom_status loom_trainer_new_fused(loom_ctx *ctx, const loom_train_config *c, co
                                    loom_trainer **out);
 /* The training-step session (for its stats: kernels, peak bytes). */
 const loom_session *loom_trainer_session(const loom_trainer *t);
+/* Where the step's attention dropout draws its random numbers: how many
+ * flash attention ops take them inside the kernel (fused), from a mask
+ * made on a worker beside a GEMM (overlap) or just before (sequential). */
+typedef struct loom_trainer_rng_counts {
+  int32_t flash, fused, overlap, sequential;
+} loom_trainer_rng_counts;
+loom_trainer_rng_counts loom_trainer_rng_placements(const loom_trainer *t);
 void loom_trainer_free(loom_trainer *t);
 
 /* Runs one training step; *loss is its loss (before the update). */
