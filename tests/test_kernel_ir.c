@@ -98,13 +98,13 @@ static void kb_out(loom_kstage *s, loom_kdst_kind dst, int32_t expr, int32_t tar
 
 /* ---- softmax over rows, with scratch and two row reductions ---------------- */
 
-/* The sum the spec defines: W lanes in double, folded in lane order. */
+/* The sum the spec defines: W lanes in f32, folded in lane order. */
 static float lane_sum(const float *v, int64_t n, int32_t w) {
-  double acc[16] = {0};
-  for (int64_t i = 0; i < n; i++) acc[i % w] += (double)v[i];
-  double r = acc[0];
+  float acc[16] = {0};
+  for (int64_t i = 0; i < n; i++) acc[i % w] += v[i];
+  float r = acc[0];
   for (int32_t l = 1; l < w; l++) r += acc[l];
-  return (float)r;
+  return r;
 }
 
 static void test_softmax(loom_ctx *ctx, int64_t rows, int64_t n, int32_t w) {

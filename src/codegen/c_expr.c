@@ -374,7 +374,8 @@ const char *loom_cg_ident(loom_op combine, bool dbl) {
   return combine == LOOM_OP_MAXIMUM ? "-INFINITY" : "INFINITY";
 }
 
-/* "acc = combine(acc, v)" in double (or float for max/min lanes). */
+/* "acc = combine(acc, v)" in double (column partials) or float (row
+ * reduction lanes, kernel.h). */
 void loom_cg_put_combine(cg_buf *b, loom_op combine, const char *acc, const char *v, bool dbl) {
   if (combine == LOOM_OP_ADD)
     put(b, "%s = %s + %s", acc, acc, v);

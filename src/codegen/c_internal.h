@@ -144,7 +144,8 @@ void loom_cg_put_row_base(cg_buf *b, const cg_part *cp, const loom_kmap *m);
 loom_status loom_cg_emit_expr(loom_ctx *ctx, cg_buf *b, const cg_site *si, int32_t e);
 /* The identity of a reduction's combine, in double or float. */
 const char *loom_cg_ident(loom_op combine, bool dbl);
-/* "acc = combine(acc, v)" in double (or float for max/min lanes). */
+/* "acc = combine(acc, v)" in double (column partials) or float (row
+ * reduction lanes, kernel.h). */
 void loom_cg_put_combine(cg_buf *b, loom_op combine, const char *acc, const char *v, bool dbl);
 
 /* ---- stages (c_stage.c) ---------------------------------------------------- */

@@ -43,12 +43,11 @@ static loom_status emit_outputs(loom_ctx *ctx, cg_buf *b, const cg_site *si, int
       put(b, "reg%d = %s", ko->target, v);
       break;
     case LOOM_KDST_ROW_REDUCE: {
-      bool dbl = ko->combine == LOOM_OP_ADD;
-      char acc[48];
+      char acc[48]; /* f32 lanes (kernel.h): float adds and compares */
       cg_buf t = {0};
       snprintf(acc, sizeof acc, "acc%d[%s]", o, si->lane);
-      loom_cg_conv(&t, v, x->dtype, dbl ? LOOM_DTYPE_F64 : LOOM_DTYPE_F32);
-      if (!t.buf.oom) loom_cg_put_combine(b, ko->combine, acc, t.buf.p, dbl);
+      loom_cg_conv(&t, v, x->dtype, LOOM_DTYPE_F32);
+      if (!t.buf.oom) loom_cg_put_combine(b, ko->combine, acc, t.buf.p, false);
       b->buf.oom |= t.buf.oom;
       free(t.buf.p);
       break;
@@ -393,9 +392,8 @@ loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int3
   for (int32_t o = 0; o < st->n_out; o++) {
     const loom_kout *ko = &st->out[o];
     if (ko->dst != LOOM_KDST_ROW_REDUCE) continue;
-    bool dbl = ko->combine == LOOM_OP_ADD;
-    line(b, "%s acc%d[%d]; /* lanes of row reduction %d */", dbl ? "double" : "float", o, W, o);
-    line(b, "for (int l = 0; l < %d; l++) acc%d[l] = %s;", W, o, loom_cg_ident(ko->combine, dbl));
+    line(b, "float acc%d[%d]; /* f32 lanes of row reduction %d */", o, W, o);
+    line(b, "for (int l = 0; l < %d; l++) acc%d[l] = %s;", W, o, loom_cg_ident(ko->combine, false));
   }
   const cg_loops *lp = &cp->loops;
   static const char *const ix[LOOM_MAX_RANK] = {"i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7"};
@@ -470,14 +468,13 @@ loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int3
   for (int32_t o = 0; o < st->n_out; o++) {
     const loom_kout *ko = &st->out[o];
     if (ko->dst != LOOM_KDST_ROW_REDUCE) continue;
-    bool dbl = ko->combine == LOOM_OP_ADD;
     line(b, "{");
     b->indent++;
-    line(b, "%s res = acc%d[0];", dbl ? "double" : "float", o);
+    line(b, "float res = acc%d[0];", o);
     char a[32];
     snprintf(a, sizeof a, "acc%d[l]", o);
     put(b, "%*sfor (int l = 1; l < %d; l++) ", 2 * b->indent, "", W);
-    loom_cg_put_combine(b, ko->combine, "res", a, dbl);
+    loom_cg_put_combine(b, ko->combine, "res", a, false);
     put(b, ";\n");
     line(b, "reg%d = (float)res;", ko->target);
     b->indent--;

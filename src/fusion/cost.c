@@ -40,8 +40,8 @@ static int64_t pow2_at_least(int64_t x) {
   return p;
 }
 
-/* Lanes of R loops and row reductions: 16 on long rows (two AVX-512
- * vectors of double accumulators, or four AVX2 ones: the reductions'
+/* Lanes of R loops and row reductions: 16 on long rows (one AVX-512
+ * vector of f32 accumulators, or two AVX2 ones: the reductions'
  * dependency chains are half as long as with 8; the softmax forward
  * kernel measured faster, docs/FUSION.md), 8 on shorter ones, 1 below 8. The
  * choice depends on the row length only, never on the machine or the

@@ -194,9 +194,9 @@ static void run_stage(irun *x, const loom_kstage *st, int32_t n_need, const int3
       }
       case LOOM_KDST_SCRATCH: x->scratch[ko->target * x->stride + rf] = (float)v.f; break;
       case LOOM_KDST_REG: x->reg[ko->target] = v; break;
-      case LOOM_KDST_ROW_REDUCE: {
+      case LOOM_KDST_ROW_REDUCE: { /* f32 lanes: every combine rounded to f32 */
         double *acc = &lanes[o * W + rf % W];
-        *acc = combine2(ko->combine, *acc, v.f);
+        *acc = (double)(float)combine2(ko->combine, *acc, v.f);
         break;
       }
       case LOOM_KDST_COL_REDUCE: {
@@ -213,7 +213,8 @@ static void run_stage(irun *x, const loom_kstage *st, int32_t n_need, const int3
     const loom_kout *ko = &st->out[o];
     if (ko->dst != LOOM_KDST_ROW_REDUCE) continue;
     double res = lanes[o * W];
-    for (int32_t l = 1; l < W; l++) res = combine2(ko->combine, res, lanes[o * W + l]);
+    for (int32_t l = 1; l < W; l++)
+      res = (double)(float)combine2(ko->combine, res, lanes[o * W + l]);
     x->reg[ko->target] = from_double(LOOM_DTYPE_F32, res);
   }
 }

@@ -110,15 +110,22 @@
  *           select(keep, x / f64(1 - p), 0), the reference's formula.
  *
  * Row reductions (ROW_REDUCE, combine ADD, MAXIMUM or MINIMUM) run in
- * W = sched.vector_width lanes, accumulated in double. Lane l starts at
- * the identity (+0.0, -inf, +inf) and takes, in increasing r, the
- * elements whose flat r index is congruent to l mod W:
- *   acc_l = combine(acc_l, (double)v_r).
- * The row's result is the left fold over lanes in lane order,
- *   res = combine(...combine(combine(acc_0, acc_1), acc_2)..., acc_{W-1}),
- * converted to f32 into the register. combine is the op table's scalar2
- * (ADD: a + b; MAXIMUM/MINIMUM: NaN-propagating, combine(acc, v) with acc
- * first). Max and min are exact, so a generator may compare in float.
+ * W = sched.vector_width lanes, accumulated in f32: every combine is
+ * rounded to f32. Lane l starts at the identity (+0.0, -inf, +inf) and
+ * takes, in increasing r, the elements whose flat r index is congruent to
+ * l mod W:
+ *   acc_l = f32(combine(acc_l, v_r)).
+ * The row's result, into the register, is the left fold over lanes in
+ * lane order, each step rounded to f32 likewise:
+ *   res = combine(...combine(combine(acc_0, acc_1), acc_2)..., acc_{W-1}).
+ * combine is the op table's scalar2 (ADD: a + b; MAXIMUM/MINIMUM:
+ * NaN-propagating, combine(acc, v) with acc first). An f32 add rounded
+ * once is float addition (double holds the exact sum of two floats), and
+ * max and min are exact, so a generator adds and compares in float: one
+ * vector add per W elements, where double lanes cost a conversion and two
+ * adds. The order is fixed by W and the row length (never by threads);
+ * the error of a sum is that of W interleaved f32 sums of row_len / W
+ * terms each (the reference sums in double; docs/FUSION.md).
  *
  * Column reductions (COL_REDUCE into argument A with numel N): every tile
  * owns a partial of N doubles, all at the identity. The tile's rows, in
