@@ -4,6 +4,7 @@
 #include "common.h"
 
 #include "runtime/jit.h"
+#include "core/sha256.h"
 
 #include <dirent.h>
 #include <fcntl.h>
