@@ -154,6 +154,8 @@ static loom_status load_code(loom_ctx *ctx, loom_cpu_program *p, loom_prepared *
     return st;
   }
   out->stats.cache_hit = info.cache_hit;
+  if (info.warning[0] && !out->warning[0])
+    snprintf(out->warning, sizeof out->warning, "%s", info.warning);
   p->fns = loom_calloc(ctx, (size_t)prog->n_kernels, sizeof *p->fns);
   p->rows_fns = loom_calloc(ctx, (size_t)prog->n_kernels, sizeof *p->rows_fns);
   if (!p->fns || !p->rows_fns) return LOOM_STATUS_OUT_OF_MEMORY;
