@@ -133,8 +133,9 @@ loom_status jit_dir_open_private(loom_ctx *ctx, jit_dir *d) {
     }
     rmdir(dir);
   }
-  return loom_error(ctx, LOOM_STATUS_IO, "no usable cache directory and no temporary directory (%s)",
-                    why);
+  /* UNSUPPORTED: nowhere safe to compile, so the backend runs eagerly */
+  return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
+                    "no usable cache directory and no safe temporary directory (%s)", why);
 }
 
 void jit_dir_close(jit_dir *d) {

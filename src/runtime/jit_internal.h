@@ -83,7 +83,8 @@ typedef struct jit_dir {
  * user may change (writable by others without the sticky bit, or owned by
  * neither us nor root). */
 bool jit_dir_open_cache(jit_dir *d, const char *dir, char *why, size_t n);
-/* A fresh private directory (mkdtemp, 0700) under $TMPDIR or /tmp. */
+/* A fresh private directory (mkdtemp, 0700) under $TMPDIR or /tmp, with
+ * the same checks; UNSUPPORTED when neither is safe. */
 loom_status jit_dir_open_private(loom_ctx *ctx, jit_dir *d);
 /* Closes (and for a temporary directory removes) d. */
 void jit_dir_close(jit_dir *d);
