@@ -331,6 +331,12 @@ static void test_argv_as_run(void) {
   remove(log);
 }
 
+/* A graph with a kernel to compile, for the session-level checks. */
+static const char *const small_graph = "input %x : f32[4]\n"
+                                       "%y : f32[4] = tanh(%x)\n"
+                                       "%z : f32[4] = mul(%y, %y)\n"
+                                       "output z = %z\n";
+
 /* ---- what others could plant -------------------------------------------- */
 
 /* A shared object that, loaded, would run: its constructor creates marker
@@ -446,6 +452,16 @@ static void test_planted_entries(void) {
   char c_entry[1100];
   snprintf(c_entry, sizeof c_entry, "%s/loom/%s.c", root, key);
   CHECK(!exists(c_entry)); /* nothing written there either */
+  /* and a session says so */
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx, small_graph, &g));
+  setenv("XDG_CACHE_HOME", root, 1);
+  loom_session *sess = NULL;
+  if (g) CHECK_OK(ctx, loom_session_new(ctx, g, NULL, &sess));
+  setenv("XDG_CACHE_HOME", cache_root, 1);
+  CHECK(sess && strstr(loom_session_warning(sess), "not used") != NULL);
+  loom_session_free(sess);
+  loom_graph_free(g);
 
   /* a parent another user may change (writable, not sticky) */
   snprintf(root, sizeof root, "%s/open-parent", cache_root);
@@ -534,12 +550,8 @@ static void test_bad_compilers(void) {
   printf("/bin/true: %s\n", loom_ctx_error(ctx));
 
   /* a session runs the graph eagerly instead, with a warning, and right */
-  const char *text = "input %x : f32[4]\n"
-                     "%y : f32[4] = tanh(%x)\n"
-                     "%z : f32[4] = mul(%y, %y)\n"
-                     "output z = %z\n";
   loom_graph *g = NULL;
-  CHECK_OK(ctx, loom_graph_parse(ctx, text, &g));
+  CHECK_OK(ctx, loom_graph_parse(ctx, small_graph, &g));
   const char *compilers[2] = {"/bin/true", script};
   const char *reasons[2] = {"wrote no shared object", "did not finish within 1 s"};
   for (int c = 0; c < 2 && g; c++) {
