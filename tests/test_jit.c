@@ -517,18 +517,48 @@ static double now_s(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* The process whose id is in pidfile has exited (or is a zombie) within
+ * a few seconds. */
+static bool process_gone(const char *pidfile) {
+  FILE *f = fopen(pidfile, "r");
+  long pid = 0;
+  if (!f || fscanf(f, "%ld", &pid) != 1 || pid <= 0) {
+    if (f) fclose(f);
+    return false;
+  }
+  fclose(f);
+  for (int i = 0; i < 300; i++) {
+    if (kill((pid_t)pid, 0) != 0) return true;
+    char path[64], state = '?';
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *st = fopen(path, "r");
+    if (st) {
+      if (fscanf(st, "%*d (%*[^)]) %c", &state) != 1) state = '?';
+      fclose(st);
+    }
+    if (state == 'Z') return true;
+    nanosleep(&(struct timespec){0, 10000000L}, NULL);
+  }
+  return false;
+}
+
 static void test_bad_compilers(void) {
   loom_jit_module *m = NULL;
   char src[1024];
   snprintf(src, sizeof src, "%s/* bad compilers */\n", src_add);
 
   /* never exits (and its child neither): killed after LOOM_CC_TIMEOUT */
-  char script[512];
+  char script[512], pidfile[512], text[1200];
   snprintf(script, sizeof script, "%s/slowcc", cache_root);
-  CHECK(write_script(script, "#!/bin/sh\n"
-                             "if [ \"$1\" = --version ]; then echo slow-cc 1.0; exit 0; fi\n"
-                             "sleep 60\n"
-                             "exit 0\n"));
+  snprintf(pidfile, sizeof pidfile, "%s/slowcc.pid", cache_root);
+  snprintf(text, sizeof text,
+           "#!/bin/sh\n"
+           "if [ \"$1\" = --version ]; then echo slow-cc 1.0; exit 0; fi\n"
+           "sleep 60 &\n"
+           "echo $! > '%s'\n"
+           "wait\n",
+           pidfile);
+  CHECK(write_script(script, text));
   setenv("LOOM_CC", script, 1);
   setenv("LOOM_CC_TIMEOUT", "1", 1);
   double t0 = now_s();
@@ -538,6 +568,7 @@ static void test_bad_compilers(void) {
   CHECK(strstr(loom_ctx_error(ctx), "did not finish within 1 s") != NULL);
   CHECK(strstr(loom_ctx_error(ctx), "killed") != NULL);
   printf("hanging compiler stopped after %.2f s: %s\n", took, loom_ctx_error(ctx));
+  CHECK(process_gone(pidfile)); /* its child was killed too (process group) */
   setenv("LOOM_CC_TIMEOUT", "soon", 1);
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_jit_load(ctx, src, &m, NULL));
   CHECK(strstr(loom_ctx_error(ctx), "LOOM_CC_TIMEOUT") != NULL);

@@ -118,7 +118,11 @@ void jit_trailer(const uint8_t *data, size_t n, const uint8_t key[32],
 
 /* dlopen of exactly these (already checked) bytes: written to a private
  * file of d (O_EXCL, 0600) that is removed once loaded, so nothing can
- * change between the check and the load. NULL with a reason on failure. */
+ * change between the check and the load. (Not /proc/self/fd/N: glibc
+ * matches an already loaded object by that name, and descriptor numbers
+ * are reused, so a second module could get the first one's handle; a
+ * unique name per load avoids it, and needs no /proc.) NULL with a reason
+ * on failure. */
 void *jit_dlopen_bytes(const jit_dir *d, const uint8_t *data, size_t n, char *why,
                        size_t why_n);
 
