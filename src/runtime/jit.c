@@ -172,6 +172,8 @@ static loom_status build(jit_job *j, const jit_dir *d, uint8_t **so, size_t *so_
                          double *seconds) {
   loom_ctx *ctx = j->ctx;
   const char *cmd = j->c->cc.cmd;
+  *so = NULL;
+  *so_n = 0;
   char tmp_c[128], tmp_so[128], final_c[80], final_so[80];
   jit_tmp_name(tmp_c, sizeof tmp_c, "tmp", j->hex, "c");
   jit_tmp_name(tmp_so, sizeof tmp_so, "tmp", j->hex, "so");
