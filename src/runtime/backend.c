@@ -18,7 +18,7 @@ static const struct {
 
 /* The names joined by ", "; the leading separator skipped. */
 #define LOOM_BACKEND_NAME_STR(name) ", " #name
-const char *loom_backend_names(void) { return LOOM_BACKEND_LIST(LOOM_BACKEND_NAME_STR) + 2; }
+const char *loom_backend_names(void) { return &LOOM_BACKEND_LIST(LOOM_BACKEND_NAME_STR)[2]; }
 #undef LOOM_BACKEND_NAME_STR
 
 bool loom_backend_name_known(const char *name) {

@@ -58,7 +58,7 @@ typedef struct loom_backend_iface {
    * (and, in the training builders, before autodiff, so that a rewritten
    * op brings its own gradient): the cpu backend makes flash attention of
    * attention, with its RNG placement. opts: the session options (names
-   * already checked). *out is a new graph, or NULL when nothing changed;
+   * already checked). *out is a new graph, or NULL when it keeps g as is;
    * *n_rewritten (not NULL) counts the nodes replaced. Errors go to ctx. */
   loom_status (*rewrite)(void *bctx, loom_ctx *ctx, const loom_graph *g,
                          const loom_session_options *opts, loom_graph **out,
@@ -117,7 +117,7 @@ bool loom_backend_name_known(const char *name);
  * autodiff (model/gpt.c, the attention bench) without naming a backend:
  * the backend opts->backend names (default: the default backend) rewrites
  * g with these options (attention and RNG names checked here). *out: a new
- * graph, or NULL when nothing changed; *n_rewritten (may be NULL) counts
+ * graph, or NULL when the backend keeps g; *n_rewritten (may be NULL) counts
  * the nodes replaced.
  */
 loom_status loom_backend_rewrite(loom_ctx *ctx, const loom_session_options *opts,
