@@ -16,6 +16,8 @@ void loom_ctx_free(loom_ctx *ctx) {
   free(ctx);
 }
 
+void loom_free(void *p) { free(p); }
+
 const char *loom_ctx_error(const loom_ctx *ctx) {
   return ctx ? ctx->error : "no context (NULL)";
 }
