@@ -68,9 +68,11 @@ bool loom_cpu_program_is_eager(const loom_cpu_program *p) { return !p || p->eage
 /* The memory plan over the program's steps: a kernel reads its input
  * arguments and writes its outputs; GEMM and NODE steps their node's; a
  * GEMM with an epilogue both (the product is an output of the step, so
- * nothing the epilogue writes shares its memory). */
+ * nothing the epilogue writes shares its memory). A step run on the
+ * worker (async[s]) keeps its values until it is joined, after the next
+ * step (loom_cpu_program_run). */
 static loom_status plan_steps(loom_ctx *ctx, const loom_graph *g, const loom_program *prog,
-                              loom_memplan *plan) {
+                              const bool *async, loom_memplan *plan) {
   int32_t ns = prog->n_steps, total = 0;
   for (int32_t s = 0; s < ns; s++) {
     const loom_step *st = &prog->steps[s];
@@ -122,6 +124,7 @@ static loom_status plan_steps(loom_ctx *ctx, const loom_graph *g, const loom_pro
                    loom_type_numel(b) * (int64_t)loom_dtype_size(b->dtype);
       }
     }
+    m->async = async && async[s];
   }
   loom_status st = loom_memplan_build_steps(g, ns, steps, prog->materialized, plan);
   free(steps);
@@ -215,7 +218,7 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, const c
       out->stats.n_epilogues += prog->steps[s].epilogue_rows > 0;
       out->stats.n_eager += prog->steps[s].kind == LOOM_STEP_NODE;
     }
-    st = plan_steps(ctx, g, prog, &out->plan);
+    st = plan_steps(ctx, g, prog, p->async, &out->plan);
   }
   if (st) goto fail;
   out->stats.n_memory_ops = prog->n_memory_ops;
