@@ -57,8 +57,12 @@ typedef loom_status (*writer_fn)(loom_ctx *ctx, const char *path);
 static float data4[4] = {1, 2, 3, 4};
 
 static loom_status write_st(loom_ctx *ctx, const char *path) {
-  loom_st_tensor t = {.name = "w", .dtype = LOOM_DTYPE_F32, .rank = 1, .shape = {4},
-                      .data = data4, .nbytes = sizeof data4};
+  loom_st_tensor t = {.name = "w",
+                      .dtype = LOOM_DTYPE_F32,
+                      .rank = 1,
+                      .shape = {4},
+                      .data = data4,
+                      .nbytes = sizeof data4};
   return loom_safetensors_save(ctx, path, 1, &t, 0, NULL, NULL);
 }
 
@@ -186,8 +190,12 @@ static void *save_loop(void *arg) {
   float *d = big[s->fill > 1.5f];
   for (int i = 0; i < (1 << 16); i++)
     d[i] = s->fill;
-  loom_st_tensor t = {.name = "w", .dtype = LOOM_DTYPE_F32, .rank = 1, .shape = {1 << 16},
-                      .data = d, .nbytes = sizeof big[0]};
+  loom_st_tensor t = {.name = "w",
+                      .dtype = LOOM_DTYPE_F32,
+                      .rank = 1,
+                      .shape = {1 << 16},
+                      .data = d,
+                      .nbytes = sizeof big[0]};
   for (int it = 0; it < 30; it++)
     if (loom_safetensors_save(ctx, s->path, 1, &t, 0, NULL, NULL)) s->fails++;
   loom_ctx_free(ctx);
@@ -248,7 +256,10 @@ static void test_escape(void) {
   CHECK(strcmp(loom_escape("\x1b]0;X\x07", b, sizeof b), "\\x1b]0;X\\x07") == 0);
   CHECK(strcmp(loom_escape("caf\xc3\xa9 ok", b, sizeof b), "caf\xc3\xa9 ok") == 0);
   /* C1 control U+009B (CSI) and a stray continuation byte */
-  CHECK(strcmp(loom_escape("a\xc2\x9b" "b\x80", b, sizeof b), "a\\xc2\\x9bb\\x80") == 0);
+  CHECK(strcmp(loom_escape("a\xc2\x9b"
+                           "b\x80",
+                           b, sizeof b),
+               "a\\xc2\\x9bb\\x80") == 0);
   CHECK(strcmp(loom_escape("\x7f\n", b, sizeof b), "\\x7f\\x0a") == 0);
   /* truncation never splits an escape */
   CHECK(strcmp(loom_escape("ab\x01", b, 5), "ab") == 0);

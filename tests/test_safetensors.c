@@ -392,8 +392,8 @@ static void test_save_errors(loom_ctx *ctx, const char *path) {
  * bit, two writers mixed) is refused: the digest in the metadata says so. */
 static void test_digest(loom_ctx *ctx, const char *path) {
   float f[6] = {1, 2, 3, 4, 5, 6};
-  loom_st_tensor t = {.name = "w", .dtype = LOOM_DTYPE_F32, .rank = 1, .shape = {6},
-                      .data = f, .nbytes = sizeof f};
+  loom_st_tensor t = {
+      .name = "w", .dtype = LOOM_DTYPE_F32, .rank = 1, .shape = {6}, .data = f, .nbytes = sizeof f};
   const char *k[1] = {"step"}, *v[1] = {"7"};
   CHECK_OK(ctx, loom_safetensors_save(ctx, path, 1, &t, 1, k, v));
   size_t n = 0;

@@ -41,6 +41,11 @@ int32_t loom_ctx_resolved_threads(const loom_ctx *ctx) {
   return n > 0 ? (int32_t)n : 1;
 }
 
+int64_t loom_physical_memory_bytes(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? (int64_t)pages * size : 0;
+}
+
 const char *loom_status_name(loom_status s) {
   static const char *const names[LOOM_STATUS_COUNT] = {
       [LOOM_STATUS_OK] = "ok",

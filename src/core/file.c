@@ -99,7 +99,8 @@ static loom_status check_target(loom_ctx *ctx, const char *path, unsigned flags,
                       "%s is %s; Loom writes only regular files and will not replace it", path,
                       kind_of(st.st_mode));
   if (!(flags & LOOM_FILE_REPLACE))
-    return loom_error(ctx, LOOM_STATUS_IO, "%s already exists", path);
+    return loom_error(ctx, LOOM_STATUS_IO, "%s already exists%s", path,
+                      flags & LOOM_FILE_HINT_FORCE ? " (use --force to overwrite)" : "");
   /* no write bit at all says "keep this", even to root */
   if ((st.st_mode & 0222) == 0 || access(path, W_OK) != 0)
     return loom_error(ctx, LOOM_STATUS_IO, "%s is read-only; Loom does not replace it", path);
@@ -113,8 +114,7 @@ loom_status loom_file_check_output(loom_ctx *ctx, const char *path, unsigned fla
                       "output file name '%s' holds control bytes; refused", path);
   size_t n = strlen(path);
   if (path[n - 1] == '/')
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s names a directory, not a file",
-                      path);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s names a directory, not a file", path);
   char *dir = dir_of(ctx, path);
   if (!dir) return LOOM_STATUS_OUT_OF_MEMORY;
   struct stat st;
@@ -125,8 +125,8 @@ loom_status loom_file_check_output(loom_ctx *ctx, const char *path, unsigned fla
   else if (!S_ISDIR(st.st_mode))
     s = loom_error(ctx, LOOM_STATUS_IO, "cannot write %s: %s is not a directory", path, dir);
   else if (access(dir, W_OK | X_OK) != 0)
-    s = loom_error(ctx, LOOM_STATUS_IO, "cannot write %s: directory %s is not writable (%s)",
-                   path, dir, strerror(errno));
+    s = loom_error(ctx, LOOM_STATUS_IO, "cannot write %s: directory %s is not writable (%s)", path,
+                   dir, strerror(errno));
   free(dir);
   bool exists;
   mode_t mode;
@@ -138,8 +138,7 @@ bool loom_file_same(const char *a, const char *b) {
   if (!a || !b) return false;
   if (strcmp(a, b) == 0) return true;
   struct stat sa, sb;
-  return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
-         sa.st_ino == sb.st_ino;
+  return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 /* ---- writing ------------------------------------------------------------- */
@@ -147,9 +146,8 @@ bool loom_file_same(const char *a, const char *b) {
 /* A name no other writer will pick: pid, a counter and the clock. */
 static void temp_name(char *tmp, size_t cap, const char *path, int attempt) {
   static _Atomic unsigned counter;
-  uint64_t x = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^
-               (uint64_t)(loom_now_s() * 1e9) ^ ((uint64_t)++counter << 40) ^
-               (uint64_t)attempt * 0xbf58476d1ce4e5b9ull;
+  uint64_t x = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull ^ (uint64_t)(loom_now_s() * 1e9) ^
+               ((uint64_t)++counter << 40) ^ (uint64_t)attempt * 0xbf58476d1ce4e5b9ull;
   x ^= x >> 31;
   x *= 0x94d049bb133111ebull;
   x ^= x >> 29;
@@ -192,8 +190,10 @@ loom_status loom_file_begin(loom_ctx *ctx, const char *path, unsigned flags, loo
   if (fd >= 0 && exists && fchmod(fd, mode & 07777) != 0) err = errno, close(fd), fd = -1;
   if (fd >= 0) w->f = fdopen(fd, "wb");
   if (!w->f) {
-    if (fd >= 0) err = errno, close(fd);
-    else free(w->tmp), w->tmp = NULL; /* nothing was created */
+    if (fd >= 0)
+      err = errno, close(fd);
+    else
+      free(w->tmp), w->tmp = NULL; /* nothing was created */
     loom_file_abort(w);
     return loom_error(ctx, LOOM_STATUS_IO, "cannot create a temporary file beside %s: %s", path,
                       strerror(err));
@@ -204,8 +204,10 @@ loom_status loom_file_begin(loom_ctx *ctx, const char *path, unsigned flags, loo
 static void sync_dir(const char *path) {
   const char *slash = strrchr(path, '/');
   char dir[4096];
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else
+    snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0) {
     (void)fsync(fd); /* some filesystems refuse a directory fsync: nothing to do then */

@@ -21,6 +21,9 @@
 enum {
   /* an existing regular, writable file at the target may be replaced */
   LOOM_FILE_REPLACE = 1u << 0,
+  /* the command line's message for an existing target: "... already
+   * exists (use --force to overwrite)" */
+  LOOM_FILE_HINT_FORCE = 1u << 1,
 };
 
 /* Checks that path can be written with these flags, without touching it:
