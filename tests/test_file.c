@@ -271,6 +271,9 @@ static void test_escape(void) {
   CHECK(strcmp(loom_ctx_error(ctx), "name '\\x1b[2J'") == 0);
   loom_error_prefix(ctx, "in \x07");
   CHECK(strcmp(loom_ctx_error(ctx), "in \\x07: name '\\x1b[2J'") == 0);
+  /* a message keeps its lines (a compiler's output) */
+  loom_error(ctx, LOOM_STATUS_INTERNAL, "failed:\n\tline\x1b");
+  CHECK(strcmp(loom_ctx_error(ctx), "failed:\n\tline\\x1b") == 0);
   loom_ctx_free(ctx);
 }
 

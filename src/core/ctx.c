@@ -71,7 +71,7 @@ loom_status loom_verror(loom_ctx *ctx, loom_status status, const char *fmt,
     /* names come from files: no control byte reaches a terminal */
     char raw[LOOM_ERROR_MAX];
     vsnprintf(raw, sizeof raw, fmt, ap);
-    loom_escape(raw, ctx->error, sizeof ctx->error);
+    loom_escape_message(raw, ctx->error, sizeof ctx->error);
     ctx->last = status;
   }
   return status;
@@ -93,7 +93,7 @@ void loom_error_prefix(loom_ctx *ctx, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(raw, sizeof raw, fmt, ap);
   va_end(ap);
-  loom_escape(raw, prefix, sizeof prefix);
+  loom_escape_message(raw, prefix, sizeof prefix);
   memcpy(old, ctx->error, sizeof old);
   /* Truncation is fine: messages are for people, capped at LOOM_ERROR_MAX. */
   size_t k = strnlen(prefix, sizeof ctx->error - 3);

@@ -27,11 +27,12 @@ static int utf8_len(const unsigned char *s) {
 
 static bool is_control(unsigned char c) { return c < 0x20 || c == 0x7f; }
 
-const char *loom_escape(const char *s, char *buf, size_t cap) {
+static const char *escape(const char *s, char *buf, size_t cap, bool keep_lines) {
   size_t k = 0;
   const unsigned char *p = (const unsigned char *)(s ? s : "");
   while (*p) {
-    int n = *p < 0x80 ? (is_control(*p) ? 0 : 1) : utf8_len(p);
+    bool layout = keep_lines && (*p == '\n' || *p == '\t');
+    int n = *p < 0x80 ? (is_control(*p) && !layout ? 0 : 1) : utf8_len(p);
     if (n == 0) {
       if (k + 5 > cap) break;
       static const char hex[] = "0123456789abcdef";
@@ -49,6 +50,14 @@ const char *loom_escape(const char *s, char *buf, size_t cap) {
   }
   buf[k] = '\0';
   return buf;
+}
+
+const char *loom_escape(const char *s, char *buf, size_t cap) {
+  return escape(s, buf, cap, false);
+}
+
+const char *loom_escape_message(const char *s, char *buf, size_t cap) {
+  return escape(s, buf, cap, true);
 }
 
 bool loom_has_control_bytes(const char *s) {

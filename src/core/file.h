@@ -69,10 +69,13 @@ FILE *loom_file_open_read(loom_ctx *ctx, const char *path);
 /* Copies s into buf (cap bytes, cap >= 1) with control bytes, DEL, C1
  * controls and bytes that are not UTF-8 written as \xHH, so a name from a
  * file cannot drive the terminal; truncated to fit. Returns buf. Every
- * error message passes through it (loom_error), and so does every name
- * the command line prints. */
+ * name the command line prints passes through it. */
 const char *loom_escape(const char *s, char *buf, size_t cap);
-/* True when s holds a byte loom_escape would escape. */
+/* As loom_escape but keeping '\n' and '\t' (messages may span lines, such
+ * as a compiler's output); what loom_error applies to every message. */
+const char *loom_escape_message(const char *s, char *buf, size_t cap);
+/* True when s holds a control byte (C0, DEL, or a C1 control in UTF-8):
+ * such a name is refused as a file name. */
 bool loom_has_control_bytes(const char *s);
 
 #endif
