@@ -196,13 +196,14 @@ loom_status loom_file_begin(loom_ctx *ctx, const char *path, unsigned flags, loo
     if (fd < 0 && errno != EEXIST) break;
   }
   int err = errno;
-  if (fd >= 0 && exists && fchmod(fd, mode & 07777) != 0) err = errno, close(fd), fd = -1;
-  if (fd >= 0) w->f = fdopen(fd, "wb");
+  if (fd < 0) {
+    free(w->tmp); /* nothing was created */
+    w->tmp = NULL;
+  } else if ((exists && fchmod(fd, mode & 0777) != 0) || !(w->f = fdopen(fd, "wb"))) {
+    err = errno;
+    close(fd);
+  }
   if (!w->f) {
-    if (fd >= 0)
-      err = errno, close(fd);
-    else
-      free(w->tmp), w->tmp = NULL; /* nothing was created */
     loom_file_abort(w);
     return loom_error(ctx, LOOM_STATUS_IO, "cannot create a temporary file beside %s: %s", path,
                       strerror(err));
