@@ -14,7 +14,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define EXIT_USAGE 2
 #define DEFAULT_RUNS 5

@@ -9,12 +9,10 @@
 #include "core/clock.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* Strings are offsets into the pool (it moves when it grows), plus one so
  * that 0 means "none". */

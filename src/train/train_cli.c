@@ -7,7 +7,6 @@
 #include "train/trainer.h"
 
 #include <errno.h>
-#include <sys/stat.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
