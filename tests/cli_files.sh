@@ -72,6 +72,8 @@ expect "train --save into a missing directory: refused before training" 1 "" \
 [[ -z $out ]] && ok || bad "train: nothing trained before the refusal"
 run train "${tiny[@]}" --steps 2 --save "$tmp/same" --trace "$tmp/same"
 expect "train --save X --trace X: refused" 1 "" "*--save and --trace name the same file*"
+run train "${tiny[@]}" --steps 2 --save "$tmp/same" --trace "$tmp/./same"
+expect "train --save X --trace ./X (neither there yet): refused" 1 "" "*name the same file*"
 printf 'keep' >"$tmp/ro.ck"
 chmod 0444 "$tmp/ro.ck"
 run train "${tiny[@]}" --steps 2 --save "$tmp/ro.ck" --force

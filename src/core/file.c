@@ -52,9 +52,7 @@ static const char *escape(const char *s, char *buf, size_t cap, bool keep_lines)
   return buf;
 }
 
-const char *loom_escape(const char *s, char *buf, size_t cap) {
-  return escape(s, buf, cap, false);
-}
+const char *loom_escape(const char *s, char *buf, size_t cap) { return escape(s, buf, cap, false); }
 
 const char *loom_escape_message(const char *s, char *buf, size_t cap) {
   return escape(s, buf, cap, true);
@@ -143,11 +141,26 @@ loom_status loom_file_check_output(loom_ctx *ctx, const char *path, unsigned fla
   return s;
 }
 
+/* The directory of path, stat'ed, and its last name: where a file that
+ * does not exist yet will be (so "a" and "./a" are one file). */
+static bool where(const char *path, struct stat *dir, const char **base) {
+  const char *slash = strrchr(path, '/');
+  *base = slash ? slash + 1 : path;
+  char *d = dir_of(NULL, path);
+  bool ok = d && stat(d, dir) == 0;
+  free(d);
+  return ok;
+}
+
 bool loom_file_same(const char *a, const char *b) {
   if (!a || !b) return false;
   if (strcmp(a, b) == 0) return true;
   struct stat sa, sb;
-  return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  bool ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+  if (ea || eb) return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  const char *na, *nb;
+  return where(a, &sa, &na) && where(b, &sb, &nb) && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino && strcmp(na, nb) == 0;
 }
 
 /* ---- writing ------------------------------------------------------------- */

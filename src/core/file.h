@@ -33,8 +33,9 @@ enum {
  * ending "already exists". */
 loom_status loom_file_check_output(loom_ctx *ctx, const char *path, unsigned flags);
 
-/* True when a and b name the same file: the same path, or both exist and
- * have the same device and inode. */
+/* True when a and b name the same file: the same path; both existing with
+ * the same device and inode; or neither existing, with the same name in
+ * the same directory (by device and inode: "a" and "./a"). */
 bool loom_file_same(const char *a, const char *b);
 
 /* One file being written: write to f, then commit or abort. */
