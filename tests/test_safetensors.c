@@ -167,7 +167,8 @@ static void test_round_trip(loom_ctx *ctx, const char *path) {
   loom_safetensors *st = NULL;
   CHECK_OK(ctx, loom_safetensors_load(ctx, path, &st));
   if (st) {
-    CHECK(st->n_tensors == 3 && st->n_meta == 2);
+    CHECK(st->n_tensors == 3 && st->n_meta == 3); /* with the saver's digest */
+    CHECK(loom_safetensors_meta(st, LOOM_SAFETENSORS_DIGEST_KEY) != NULL);
     const loom_st_tensor *a = loom_safetensors_find(st, "w.0");
     CHECK(a && a->dtype == LOOM_DTYPE_F32 && a->rank == 2 && a->shape[0] == 2 && a->shape[1] == 3 &&
           a->nbytes == sizeof f);
@@ -383,8 +384,39 @@ static void test_save_errors(loom_ctx *ctx, const char *path) {
   CHECK_OK(ctx, loom_safetensors_save(ctx, path, 1, &t, 0, NULL, NULL));
   loom_safetensors *st = NULL;
   CHECK_OK(ctx, loom_safetensors_load(ctx, path, &st));
-  CHECK(st && st->n_tensors == 1 && st->n_meta == 0);
+  CHECK(st && st->n_tensors == 1 && st->n_meta == 1);
   loom_safetensors_free(st);
+}
+
+/* A saved file whose data changed after the save (a torn write, a flipped
+ * bit, two writers mixed) is refused: the digest in the metadata says so. */
+static void test_digest(loom_ctx *ctx, const char *path) {
+  float f[6] = {1, 2, 3, 4, 5, 6};
+  loom_st_tensor t = {
+      .name = "w", .dtype = LOOM_DTYPE_F32, .rank = 1, .shape = {6}, .data = f, .nbytes = sizeof f};
+  const char *k[1] = {"step"}, *v[1] = {"7"};
+  CHECK_OK(ctx, loom_safetensors_save(ctx, path, 1, &t, 1, k, v));
+  size_t n = 0;
+  char *raw = read_all(path, &n);
+  CHECK(raw && n > sizeof f);
+  if (!raw) return;
+  loom_safetensors *st = NULL;
+  CHECK_OK(ctx, loom_safetensors_parse(ctx, raw, n, &st));
+  const char *d = st ? loom_safetensors_meta(st, LOOM_SAFETENSORS_DIGEST_KEY) : NULL;
+  CHECK(d && strlen(d) == 64);
+  loom_safetensors_free(st);
+  for (size_t at = n - sizeof f; at < n; at += 5) {
+    raw[at] ^= 0x10;
+    st = NULL;
+    CHECK_STATUS(ctx, LOOM_STATUS_PARSE, loom_safetensors_parse(ctx, raw, n, &st));
+    CHECK(st == NULL && strstr(loom_ctx_error(ctx), "checksum") != NULL);
+    raw[at] ^= 0x10;
+  }
+  /* the saver owns the key */
+  const char *k2[1] = {LOOM_SAFETENSORS_DIGEST_KEY};
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_safetensors_save(ctx, path, 1, &t, 1, k2, v));
+  free(raw);
 }
 
 int main(void) {
@@ -396,6 +428,7 @@ int main(void) {
   test_round_trip(ctx, path);
   test_malformed(ctx);
   test_save_errors(ctx, path);
+  test_digest(ctx, path);
   remove(path);
   loom_ctx_free(ctx);
   return loom_test_finish("test_safetensors");

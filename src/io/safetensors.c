@@ -1,12 +1,13 @@
 #include "io/safetensors.h"
 
+#include "core/file.h"
+#include "core/sha256.h"
 #include "io/json.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static const struct {
   const char *name;
@@ -203,6 +204,29 @@ static loom_status check_spans(loom_ctx *ctx, span *sp, int32_t n, const loom_sa
   return LOOM_STATUS_OK;
 }
 
+static void digest_hex(const uint8_t d[32], char hex[65]) {
+  for (int k = 0; k < 32; k++)
+    snprintf(hex + 2 * k, 3, "%02x", d[k]);
+}
+
+/* A file that says what its data hashes to must hash to it: a torn or
+ * altered file is found here, not used. Files without the key pass. */
+static loom_status check_digest(loom_ctx *ctx, const loom_safetensors *st, const uint8_t *data,
+                                size_t n) {
+  const char *want = loom_safetensors_meta(st, LOOM_SAFETENSORS_DIGEST_KEY);
+  if (!want) return LOOM_STATUS_OK;
+  uint8_t d[32];
+  char got[65];
+  loom_sha256(data, n, d);
+  digest_hex(d, got);
+  if (strcmp(want, got) != 0)
+    return loom_error(ctx, LOOM_STATUS_PARSE,
+                      "safetensors: the data does not match its checksum (%s %.16s..., data "
+                      "hashes to %.16s...): the file is damaged",
+                      LOOM_SAFETENSORS_DIGEST_KEY, want, got);
+  return LOOM_STATUS_OK;
+}
+
 static loom_status parse_header(loom_ctx *ctx, loom_safetensors *st) {
   if (st->size < 8)
     return loom_error(ctx, LOOM_STATUS_PARSE,
@@ -258,6 +282,7 @@ static loom_status parse_header(loom_ctx *ctx, loom_safetensors *st) {
     st->n_tensors++;
   }
   s = check_spans(ctx, sp, st->n_tensors, st, data_size);
+  if (!s) s = check_digest(ctx, st, st->bytes + data_off, data_size);
 done:
   free(sp);
   loom_json_free(h);
@@ -294,34 +319,12 @@ loom_status loom_safetensors_load(loom_ctx *ctx, const char *path, loom_safetens
   if (!out || !path)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "safetensors_load: NULL argument");
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return loom_error(ctx, LOOM_STATUS_IO, "cannot open '%s': %s", path, strerror(errno));
-  uint8_t *buf = NULL;
-  size_t size = 0, cap = 0;
-  loom_status s = LOOM_STATUS_OK;
-  for (;;) {
-    if (size == cap) {
-      size_t nc = cap ? cap * 2 : 1 << 16;
-      uint8_t *nb = realloc(buf, nc);
-      if (!nb) {
-        s = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory reading '%s'", path);
-        break;
-      }
-      buf = nb;
-      cap = nc;
-    }
-    size_t got = fread(buf + size, 1, cap - size, f);
-    size += got;
-    if (got == 0) {
-      if (ferror(f)) s = loom_error(ctx, LOOM_STATUS_IO, "cannot read '%s'", path);
-      break;
-    }
-  }
-  fclose(f);
-  if (!s) {
-    s = loom_safetensors_parse(ctx, buf, size, out);
-    if (s) loom_error_prefix(ctx, "%s", path);
-  }
+  char *buf = NULL;
+  size_t size = 0;
+  /* regular files only: a FIFO or /dev/zero is refused, not read forever */
+  LOOM_TRY(loom_file_read(ctx, path, SIZE_MAX / 2, &buf, &size));
+  loom_status s = loom_safetensors_parse(ctx, buf, size, out);
+  if (s) loom_error_prefix(ctx, "%s", path);
   free(buf);
   return s;
 }
@@ -337,6 +340,9 @@ static loom_status build_header(loom_ctx *ctx, int32_t n, const loom_st_tensor *
       if (!keys[i] || !values[i])
         return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                           "safetensors_save: metadata %d is NULL", i);
+      if (strcmp(keys[i], LOOM_SAFETENSORS_DIGEST_KEY) == 0)
+        return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                          "safetensors_save: metadata key '%s' is written by the saver", keys[i]);
       for (int32_t j = 0; j < i; j++)
         if (strcmp(keys[i], keys[j]) == 0)
           return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
@@ -346,8 +352,21 @@ static loom_status build_header(loom_ctx *ctx, int32_t n, const loom_st_tensor *
       loom_jbuf_append(b, ":", 1);
       loom_jbuf_string(b, values[i]);
     }
-    loom_jbuf_append(b, "}", 1);
   }
+  /* the digest of the data, last in the metadata */
+  loom_sha256_state sh;
+  loom_sha256_init(&sh);
+  for (int32_t i = 0; i < n; i++)
+    if (ts[i].nbytes && ts[i].data) loom_sha256_update(&sh, ts[i].data, ts[i].nbytes);
+  uint8_t d[32];
+  char hex[65];
+  loom_sha256_final(&sh, d);
+  digest_hex(d, hex);
+  loom_jbuf_append(b, n_meta > 0 ? "," : "\"__metadata__\":{", n_meta > 0 ? 1 : 16);
+  loom_jbuf_string(b, LOOM_SAFETENSORS_DIGEST_KEY);
+  loom_jbuf_append(b, ":", 1);
+  loom_jbuf_string(b, hex);
+  loom_jbuf_append(b, "}", 1);
   uint64_t at = 0;
   for (int32_t i = 0; i < n; i++) {
     const loom_st_tensor *t = &ts[i];
@@ -377,7 +396,7 @@ static loom_status build_header(loom_ctx *ctx, int32_t n, const loom_st_tensor *
                         "safetensors_save: tensor '%s' has %zu bytes, which do not match "
                         "its dtype and shape",
                         t->name, t->nbytes);
-    if (n_meta > 0 || i) loom_jbuf_append(b, ",", 1);
+    loom_jbuf_append(b, ",", 1); /* after the metadata */
     loom_jbuf_string(b, t->name);
     loom_jbuf_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", dn);
     for (int32_t d = 0; d < t->rank; d++)
@@ -411,42 +430,24 @@ loom_status loom_safetensors_save(loom_ctx *ctx, const char *path, int32_t n,
   loom_jbuf hb;
   loom_jbuf_init(&hb);
   loom_status s = build_header(ctx, n, tensors, n_meta, meta_keys, meta_values, &hb);
+  loom_file_writer w;
+  if (!s) s = loom_file_begin(ctx, path, LOOM_FILE_REPLACE, &w);
   if (s) {
     loom_jbuf_free(&hb);
     return s;
-  }
-  size_t plen = strlen(path);
-  char *tmp = loom_malloc(ctx, plen + 5);
-  if (!tmp) {
-    loom_jbuf_free(&hb);
-    return LOOM_STATUS_OUT_OF_MEMORY;
-  }
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp", 5);
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    s = loom_error(ctx, LOOM_STATUS_IO, "cannot create '%s': %s", tmp, strerror(errno));
-    goto out;
   }
   uint8_t len8[8];
   uint64_t hl = hb.len;
   for (int k = 0; k < 8; k++)
     len8[k] = (uint8_t)(hl >> (8 * k));
-  s = write_all(ctx, f, len8, 8, tmp);
-  if (!s) s = write_all(ctx, f, hb.data, hb.len, tmp);
+  s = write_all(ctx, w.f, len8, 8, path);
+  if (!s) s = write_all(ctx, w.f, hb.data, hb.len, path);
   for (int32_t i = 0; !s && i < n; i++)
-    s = write_all(ctx, f, tensors[i].data, tensors[i].nbytes, tmp);
-  /* the data must be on disk before the rename makes it the checkpoint */
-  if (!s && (fflush(f) != 0 || fsync(fileno(f)) != 0))
-    s = loom_error(ctx, LOOM_STATUS_IO, "cannot write '%s': %s", tmp, strerror(errno));
-  if (fclose(f) != 0 && !s)
-    s = loom_error(ctx, LOOM_STATUS_IO, "cannot write '%s': %s", tmp, strerror(errno));
-  if (!s && rename(tmp, path) != 0)
-    s = loom_error(ctx, LOOM_STATUS_IO, "cannot rename '%s' to '%s': %s", tmp, path,
-                   strerror(errno));
-  if (s) remove(tmp);
-out:
-  free(tmp);
+    s = write_all(ctx, w.f, tensors[i].data, tensors[i].nbytes, path);
+  if (s)
+    loom_file_abort(&w);
+  else
+    s = loom_file_commit(ctx, &w);
   loom_jbuf_free(&hb);
   return s;
 }

@@ -6,6 +6,8 @@
  */
 #include "ir/text_ir.h"
 
+#include "core/file.h"
+
 #include "ir/dtype.h"
 #include "ops/op.h"
 
@@ -542,34 +544,11 @@ loom_status loom_graph_load(loom_ctx *ctx, const char *path, loom_graph **out) {
   if (out) *out = NULL;
   if (!path || !out)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "graph_load: path or out is NULL");
-  FILE *f = fopen(path, "rb");
-  if (!f) return loom_error(ctx, LOOM_STATUS_IO, "%s: %s", path, strerror(errno));
-  size_t cap = 4096, len = 0;
-  char *buf = loom_malloc(ctx, cap);
-  loom_status st = buf ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
-  while (!st) {
-    if (len == cap) {
-      if (cap >= LOOM_TEXT_MAX_FILE) {
-        st = loom_error(ctx, LOOM_STATUS_IO, "%s: larger than %zu bytes", path,
-                        LOOM_TEXT_MAX_FILE);
-        break;
-      }
-      char *nb = loom_realloc(ctx, buf, cap * 2);
-      if (!nb) {
-        st = LOOM_STATUS_OUT_OF_MEMORY;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) {
-      if (ferror(f)) st = loom_error(ctx, LOOM_STATUS_IO, "%s: %s", path, strerror(errno));
-      break;
-    }
-  }
-  fclose(f);
+  /* regular files only, at most LOOM_TEXT_MAX_FILE bytes: a FIFO or
+   * /dev/zero is refused before a byte is read */
+  char *buf = NULL;
+  size_t len = 0;
+  loom_status st = loom_file_read(ctx, path, LOOM_TEXT_MAX_FILE, &buf, &len);
   if (!st) {
     st = loom_graph_parse_text(ctx, buf, len, out);
     if (st) {
