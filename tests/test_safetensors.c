@@ -254,6 +254,19 @@ static void test_malformed(loom_ctx *ctx) {
   CHECK_STATUS(ctx, LOOM_STATUS_PARSE,
                parse_image(ctx, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-1,7]}}",
                            d16, 8));
+  /* 2^61 f64 elements are 2^64 bytes: that wraps to 0 in 64 bits and must
+   * not match empty offsets; a zero dim must not hide huge other dims */
+  CHECK_STATUS(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+               parse_image(ctx,
+                           "{\"a\":{\"dtype\":\"F64\",\"shape\":[2305843009213693952],"
+                           "\"data_offsets\":[0,0]}}",
+                           d16, 0));
+  CHECK(strstr(loom_ctx_error(ctx), "too many elements") != NULL);
+  CHECK_STATUS(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+               parse_image(ctx,
+                           "{\"a\":{\"dtype\":\"F32\",\"shape\":[0,9223372036854775807,"
+                           "9223372036854775807],\"data_offsets\":[0,0]}}",
+                           d16, 0));
   /* wrong / unknown dtype, and a dtype that does not match the byte count */
   CHECK_STATUS(ctx, LOOM_STATUS_UNSUPPORTED,
                parse_image(ctx,

@@ -1,6 +1,7 @@
 #include "io/safetensors.h"
 
 #include "io/json.h"
+#include "ir/graph.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -131,17 +132,15 @@ static loom_status parse_entry(loom_ctx *ctx, const char *name, const loom_json 
                       "safetensors: tensor '%s' has rank %d, more than Loom's %d", name, sh->n,
                       LOOM_MAX_RANK);
   t->rank = sh->n;
-  uint64_t numel = 1;
-  bool too_big = false;
-  for (int32_t d = 0; d < sh->n; d++) {
+  for (int32_t d = 0; d < sh->n; d++)
     if (!json_uint(&sh->items[d], &t->shape[d]))
       return loom_error(ctx, LOOM_STATUS_PARSE,
                         "safetensors: shape of '%s' must hold non-negative integers", name);
-    uint64_t ext = (uint64_t)t->shape[d];
-    if (ext && numel > (UINT64_C(1) << 62) / ext)
-      too_big = true;
-    else
-      numel *= ext;
+  /* Loom's limit on shapes keeps numel * dtype size far from overflow. */
+  int64_t numel = 0;
+  if (loom_shape_check(ctx, t->rank, t->shape, &numel)) {
+    loom_error_prefix(ctx, "safetensors: tensor '%s'", name);
+    return LOOM_STATUS_SHAPE_MISMATCH;
   }
   if (off->kind != LOOM_JSON_ARRAY || off->n != 2 || !json_uint(&off->items[0], begin) ||
       !json_uint(&off->items[1], end))
@@ -158,12 +157,12 @@ static loom_status parse_entry(loom_ctx *ctx, const char *name, const loom_json 
                       "safetensors: data_offsets of '%s' [%lld, %lld] lie outside the "
                       "%zu data bytes",
                       name, (long long)*begin, (long long)*end, data_size);
-  uint64_t want = numel * loom_dtype_size(t->dtype);
-  if (too_big || want != (uint64_t)(*end - *begin))
+  uint64_t want = (uint64_t)numel * loom_dtype_size(t->dtype);
+  if (want != (uint64_t)(*end - *begin))
     return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
                       "safetensors: tensor '%s' needs %llu bytes for its dtype and shape, "
                       "but data_offsets give %lld",
-                      name, too_big ? 0ull : (unsigned long long)want, (long long)(*end - *begin));
+                      name, (unsigned long long)want, (long long)(*end - *begin));
   t->nbytes = (size_t)want;
   return LOOM_STATUS_OK;
 }
@@ -362,17 +361,12 @@ static loom_status build_header(loom_ctx *ctx, int32_t n, const loom_st_tensor *
     if (!dn)
       return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
                         "safetensors_save: tensor '%s' has an unsupported dtype", t->name);
-    if (t->rank < 0 || t->rank > LOOM_MAX_RANK)
-      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                        "safetensors_save: tensor '%s' has rank %d", t->name, t->rank);
-    uint64_t numel = 1;
-    for (int32_t d = 0; d < t->rank; d++) {
-      if (t->shape[d] < 0)
-        return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                          "safetensors_save: tensor '%s' has a negative dim", t->name);
-      numel *= (uint64_t)t->shape[d];
+    int64_t numel = 0;
+    if (loom_shape_check(ctx, t->rank, t->shape, &numel)) {
+      loom_error_prefix(ctx, "safetensors_save: tensor '%s'", t->name);
+      return LOOM_STATUS_INVALID_ARGUMENT;
     }
-    if (numel * loom_dtype_size(t->dtype) != t->nbytes || (t->nbytes && !t->data))
+    if ((uint64_t)numel * loom_dtype_size(t->dtype) != t->nbytes || (t->nbytes && !t->data))
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                         "safetensors_save: tensor '%s' has %zu bytes, which do not match "
                         "its dtype and shape",

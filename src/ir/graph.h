@@ -110,6 +110,12 @@ loom_status loom_graph_finish_copy(loom_graph *dst, const loom_graph *src,
 void loom_graph_replace(loom_graph *dst, loom_graph *src);
 
 /* Shape helpers. */
+/* The rule every value's and tensor's shape obeys (core/checked.h): rank in
+ * [0, LOOM_MAX_RANK], dims >= 0, and the dims, zeros counted as one,
+ * multiply to at most LOOM_MAX_NUMEL. Writes the element count if numel. */
+loom_status loom_shape_check(loom_ctx *ctx, int32_t rank, const int64_t *shape,
+                             int64_t *numel);
+/* Cannot overflow for a shape that passed loom_shape_check. */
 int64_t loom_type_numel(const loom_type *t);
 bool loom_type_equal(const loom_type *a, const loom_type *b);
 /* "f32[4, 8]" into buf. */

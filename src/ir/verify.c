@@ -36,11 +36,8 @@ static loom_status fail(const loom_graph *g, const char *fmt, ...) {
 }
 
 static bool type_ok(const loom_type *t) {
-  if (!loom_dtype_valid(t->dtype) || t->rank < 0 || t->rank > LOOM_MAX_RANK)
-    return false;
-  for (int32_t d = 0; d < t->rank; d++)
-    if (t->shape[d] < 0) return false;
-  return true;
+  return loom_dtype_valid(t->dtype) &&
+         loom_shape_check(NULL, t->rank, t->shape, NULL) == LOOM_STATUS_OK;
 }
 
 /* FNV-1a, for the name-uniqueness check. */
