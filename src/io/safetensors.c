@@ -42,14 +42,14 @@ void loom_safetensors_free(loom_safetensors *st) {
   free(st->meta_keys);
   free(st->meta_values);
   free(st->bytes);
+  loom_strmap_free(&st->by_name);
   free(st);
 }
 
 const loom_st_tensor *loom_safetensors_find(const loom_safetensors *st, const char *name) {
   if (!st || !name) return NULL;
-  for (int32_t i = 0; i < st->n_tensors; i++)
-    if (strcmp(st->tensors[i].name, name) == 0) return &st->tensors[i];
-  return NULL;
+  int32_t i = loom_strmap_get(&st->by_name, name, strlen(name));
+  return i >= 0 ? &st->tensors[i] : NULL;
 }
 
 const char *loom_safetensors_meta(const loom_safetensors *st, const char *key) {
@@ -248,8 +248,10 @@ static loom_status parse_header(loom_ctx *ctx, loom_safetensors *st) {
     int64_t b = 0, e = 0;
     if ((s = parse_entry(ctx, name, &h->items[i], data_size, t, &b, &e))) goto done;
     t->name = loom_strdup(ctx, name);
-    if (!t->name) {
-      s = LOOM_STATUS_OUT_OF_MEMORY;
+    if (!t->name || !loom_strmap_put(&st->by_name, name, strlen(name), st->n_tensors)) {
+      free((char *)t->name);
+      t->name = NULL;
+      s = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "safetensors: out of memory");
       goto done;
     }
     t->data = st->bytes + data_off + b;
@@ -327,8 +329,53 @@ loom_status loom_safetensors_load(loom_ctx *ctx, const char *path, loom_safetens
 
 /* ---- saving ------------------------------------------------------------- */
 
+/* The first name (of n, name_at(i); NULL ones skipped) seen twice, or NULL;
+ * *oom on running out of memory. */
+static const char *first_duplicate(int32_t n, const char *(*name_at)(const void *, int32_t),
+                                   const void *arr, bool *oom) {
+  loom_strmap seen = {0};
+  const char *dup = NULL;
+  *oom = false;
+  for (int32_t i = 0; i < n && !dup && !*oom; i++) {
+    const char *nm = name_at(arr, i);
+    if (!nm) continue;
+    size_t len = strlen(nm);
+    if (loom_strmap_get(&seen, nm, len) >= 0)
+      dup = nm;
+    else
+      *oom = !loom_strmap_put(&seen, nm, len, i);
+  }
+  loom_strmap_free(&seen);
+  return dup;
+}
+
+static const char *meta_key_at(const void *arr, int32_t i) {
+  return ((const char *const *)arr)[i];
+}
+
+static const char *tensor_name_at(const void *arr, int32_t i) {
+  return ((const loom_st_tensor *)arr)[i].name;
+}
+
+/* Names and keys must be unique: checked with a hash, not pair by pair. */
+static loom_status check_unique(loom_ctx *ctx, int32_t n, const loom_st_tensor *ts, int32_t n_meta,
+                                const char *const *keys) {
+  bool oom = false;
+  const char *dup = n_meta > 0 ? first_duplicate(n_meta, meta_key_at, keys, &oom) : NULL;
+  if (dup)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "safetensors_save: duplicate metadata key '%s'", dup);
+  if (!oom && n > 0) dup = first_duplicate(n, tensor_name_at, ts, &oom);
+  if (oom) return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "safetensors_save: out of memory");
+  if (dup)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "safetensors_save: duplicate tensor name '%s'", dup);
+  return LOOM_STATUS_OK;
+}
+
 static loom_status build_header(loom_ctx *ctx, int32_t n, const loom_st_tensor *ts, int32_t n_meta,
                                 const char *const *keys, const char *const *values, loom_jbuf *b) {
+  LOOM_TRY(check_unique(ctx, n, ts, n_meta, keys));
   loom_jbuf_append(b, "{", 1);
   if (n_meta > 0) {
     loom_jbuf_append(b, "\"__metadata__\":{", 16);
@@ -336,10 +383,6 @@ static loom_status build_header(loom_ctx *ctx, int32_t n, const loom_st_tensor *
       if (!keys[i] || !values[i])
         return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                           "safetensors_save: metadata %d is NULL", i);
-      for (int32_t j = 0; j < i; j++)
-        if (strcmp(keys[i], keys[j]) == 0)
-          return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                            "safetensors_save: duplicate metadata key '%s'", keys[i]);
       if (i) loom_jbuf_append(b, ",", 1);
       loom_jbuf_string(b, keys[i]);
       loom_jbuf_append(b, ":", 1);
@@ -354,10 +397,6 @@ static loom_status build_header(loom_ctx *ctx, int32_t n, const loom_st_tensor *
     if (!t->name || !t->name[0] || strcmp(t->name, "__metadata__") == 0)
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                         "safetensors_save: tensor %d has an invalid name", i);
-    for (int32_t j = 0; j < i; j++)
-      if (strcmp(t->name, ts[j].name) == 0)
-        return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                          "safetensors_save: duplicate tensor name '%s'", t->name);
     if (!dn)
       return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
                         "safetensors_save: tensor '%s' has an unsupported dtype", t->name);

@@ -32,6 +32,8 @@ static void graph_clear(loom_graph *g) {
   free(g->inputs);
   free(g->outputs);
   free(g->output_names);
+  loom_strmap_free(&g->value_names);
+  loom_strmap_free(&g->output_index);
 }
 
 void loom_graph_free(loom_graph *g) {
@@ -122,9 +124,7 @@ static int32_t add_value(loom_graph *g, const loom_type *t, loom_value_kind kind
 }
 
 int32_t loom_graph_find_value(const loom_graph *g, const char *name) {
-  for (int32_t i = 0; i < g->n_values; i++)
-    if (g->values[i].name && strcmp(g->values[i].name, name) == 0) return i;
-  return -1;
+  return loom_strmap_get(&g->value_names, name, strlen(name));
 }
 
 loom_status loom_value_set_name(loom_graph *g, int32_t v, const char *name) {
@@ -137,7 +137,12 @@ loom_status loom_value_set_name(loom_graph *g, int32_t v, const char *name) {
     return loom_error(g->ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "the name '%s' is already used", name);
   char *copy = loom_strdup(g->ctx, name);
-  if (!copy) return LOOM_STATUS_OUT_OF_MEMORY;
+  if (!copy || !loom_strmap_put(&g->value_names, name, strlen(name), v)) {
+    free(copy);
+    return loom_error(g->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory naming a value");
+  }
+  if (g->values[v].name && strcmp(g->values[v].name, name) != 0)
+    loom_strmap_remove(&g->value_names, g->values[v].name, strlen(g->values[v].name));
   free(g->values[v].name);
   g->values[v].name = copy;
   return LOOM_STATUS_OK;
@@ -345,10 +350,9 @@ loom_status loom_graph_output(loom_graph *g, const char *name, loom_value v) {
   if (!loom_value_valid(g, v))
     return loom_error(g->ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "output '%s': %d is not a value of this graph", name, v);
-  for (int32_t i = 0; i < g->n_outputs; i++)
-    if (strcmp(g->output_names[i], name) == 0)
-      return loom_error(g->ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                        "output name '%s' is already used", name);
+  if (loom_strmap_get(&g->output_index, name, strlen(name)) >= 0)
+    return loom_error(g->ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "output name '%s' is already used", name);
   int32_t cap = g->cap_outputs;
   if (!loom_grow(g->ctx, (void **)&g->outputs, &cap, g->n_outputs + 1, sizeof *g->outputs))
     return LOOM_STATUS_OUT_OF_MEMORY;
@@ -358,7 +362,10 @@ loom_status loom_graph_output(loom_graph *g, const char *name, loom_value v) {
     return LOOM_STATUS_OUT_OF_MEMORY;
   g->cap_outputs = cap;
   char *copy = loom_strdup(g->ctx, name);
-  if (!copy) return LOOM_STATUS_OUT_OF_MEMORY;
+  if (!copy || !loom_strmap_put(&g->output_index, name, strlen(name), g->n_outputs)) {
+    free(copy);
+    return loom_error(g->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory adding an output");
+  }
   g->outputs[g->n_outputs] = v;
   g->output_names[g->n_outputs++] = copy;
   return LOOM_STATUS_OK;

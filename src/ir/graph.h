@@ -8,6 +8,7 @@
 #define LOOM_IR_GRAPH_H
 
 #include "core/ctx.h"
+#include "core/strmap.h"
 
 #define LOOM_MAX_ATTRS 6
 
@@ -62,6 +63,10 @@ struct loom_graph {
   int32_t *outputs;
   char **output_names;
   int32_t n_outputs, cap_outputs;
+  /* name -> value id, and output name -> output index: lookups by name
+   * stay constant time on graphs with 100k names. Kept in step with
+   * values[].name and output_names by the functions of graph.c. */
+  loom_strmap value_names, output_index;
   /* Sticky status for the internal builder (ir/build.h): once an add
    * fails, later adds return -1 until the caller reads and clears it. */
   loom_status err;
