@@ -226,11 +226,13 @@ static int32_t consumer_groups(const plan_ctx *p, int32_t v, int32_t *out) {
   return k;
 }
 
-/* The most nodes one kernel may hold. Scoring a join lowers the whole
- * group, so without a bound a chain of n ops costs O(n^2) to plan (a 10k
- * chain: minutes); with it, planning stays linear in the graph. The bound
- * is far above real fused groups (the train step of test_models has one
- * of more than 256 nodes, none of 512), so it changes no plan of theirs. */
+/* The most nodes a join of the search may make a group hold. Scoring a
+ * join lowers the whole group, so without a bound a chain of n ops costs
+ * O(n^2) to plan (a 10k chain: minutes); with it, the search stays linear
+ * in the graph (the pair merges after it still join such groups, a few
+ * times each). The bound is far above real fused groups (the train step
+ * of test_models has one of more than 256 nodes, none of 512), so it
+ * changes no plan of theirs. */
 #define PLAN_MAX_MEMBERS 1024
 
 /*
