@@ -290,6 +290,10 @@ static void test_malformed(loom_ctx *ctx) {
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 28,
        LOOM_STATUS_PARSE},
       /* absurd shapes */
+      /* no elements, but strides past 64 bits: refused before any tensor */
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': "
+       "(0, 9223372036854775807, 9223372036854775807)}",
+       0, LOOM_STATUS_PARSE},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': "
        "(99999999999999999999,)}",
        4, LOOM_STATUS_PARSE},

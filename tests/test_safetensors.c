@@ -255,6 +255,19 @@ static void test_malformed(loom_ctx *ctx) {
   CHECK_STATUS(ctx, LOOM_STATUS_PARSE,
                parse_image(ctx, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-1,7]}}",
                            d16, 8));
+  /* 2^61 f64 elements are 2^64 bytes: that wraps to 0 in 64 bits and must
+   * not match empty offsets; a zero dim must not hide huge other dims */
+  CHECK_STATUS(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+               parse_image(ctx,
+                           "{\"a\":{\"dtype\":\"F64\",\"shape\":[2305843009213693952],"
+                           "\"data_offsets\":[0,0]}}",
+                           d16, 0));
+  CHECK(strstr(loom_ctx_error(ctx), "too many elements") != NULL);
+  CHECK_STATUS(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+               parse_image(ctx,
+                           "{\"a\":{\"dtype\":\"F32\",\"shape\":[0,9223372036854775807,"
+                           "9223372036854775807],\"data_offsets\":[0,0]}}",
+                           d16, 0));
   /* wrong / unknown dtype, and a dtype that does not match the byte count */
   CHECK_STATUS(ctx, LOOM_STATUS_UNSUPPORTED,
                parse_image(ctx,
@@ -419,6 +432,62 @@ static void test_digest(loom_ctx *ctx, const char *path) {
   free(raw);
 }
 
+/* 100k tensors: every one found by name, a duplicate key as the last one
+ * refused on load and on save (issue 8 bug 7: these were pair-by-pair
+ * scans, 30 s for 100k keys). */
+static void test_many_keys(loom_ctx *ctx) {
+  enum { N = 100000 };
+  size_t cap = (size_t)N * 96 + 64, len = 8;
+  uint8_t *file = malloc(cap + (size_t)N * 4);
+  len += (size_t)snprintf((char *)file + len, cap - len, "{");
+  for (int i = 0; i < N; i++)
+    len += (size_t)snprintf((char *)file + len, cap - len,
+                            "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%d,%d]}",
+                            i ? "," : "", i, 4 * i, 4 * i + 4);
+  len += (size_t)snprintf((char *)file + len, cap - len, "}");
+  uint64_t hlen = len - 8;
+  for (int k = 0; k < 8; k++) file[k] = (uint8_t)(hlen >> (8 * k));
+  for (int i = 0; i < N; i++) {
+    float v = (float)i;
+    memcpy(file + len + 4 * (size_t)i, &v, 4);
+  }
+  loom_safetensors *st = NULL;
+  CHECK_OK(ctx, loom_safetensors_parse(ctx, file, len + (size_t)N * 4, &st));
+  if (st) {
+    CHECK(st->n_tensors == N);
+    char nm[32];
+    int good = 0;
+    for (int i = 0; i < N; i++) {
+      snprintf(nm, sizeof nm, "t%d", i);
+      const loom_st_tensor *t = loom_safetensors_find(st, nm);
+      float v = -1;
+      if (t) memcpy(&v, t->data, 4);
+      good += t && v == (float)i;
+    }
+    CHECK(good == N);
+    CHECK(loom_safetensors_find(st, "t100000") == NULL);
+    /* save refuses the same name twice, found at the end */
+    loom_st_tensor *ts = malloc(sizeof *ts * N);
+    memcpy(ts, st->tensors, sizeof *ts * N);
+    ts[N - 1].name = "t17";
+    CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                 loom_safetensors_save(ctx, "/nonexistent-dir/x.safetensors", N, ts, 0, NULL, NULL));
+    CHECK(strstr(loom_ctx_error(ctx), "duplicate tensor name 't17'") != NULL);
+    free(ts);
+    loom_safetensors_free(st);
+  }
+  /* the last key renamed to repeat an early one */
+  char *last = strstr((char *)file + 8, "\"t99999\"");
+  CHECK(last != NULL);
+  if (last) {
+    memcpy(last, "\"t1\"    ", 8);
+    st = NULL;
+    CHECK_STATUS(ctx, LOOM_STATUS_PARSE, loom_safetensors_parse(ctx, file, len + (size_t)N * 4, &st));
+    CHECK(st == NULL && strstr(loom_ctx_error(ctx), "duplicate key") != NULL);
+  }
+  free(file);
+}
+
 int main(void) {
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx)) return 1;
@@ -429,6 +498,7 @@ int main(void) {
   test_malformed(ctx);
   test_save_errors(ctx, path);
   test_digest(ctx, path);
+  test_many_keys(ctx);
   remove(path);
   loom_ctx_free(ctx);
   return loom_test_finish("test_safetensors");

@@ -287,13 +287,11 @@ static loom_status load_from(loom_ctx *ctx, FILE *f, const char *path,
   free(header);
   if (st_ != LOOM_STATUS_OK) return st_;
 
-  int64_t esize = (int64_t)loom_dtype_size(dt), numel = 1;
-  for (int32_t d = 0; d < rank; d++) {
-    if (shape[d] != 0 && numel > INT64_MAX / esize / shape[d])
-      return loom_error(ctx, LOOM_STATUS_PARSE,
-                        "%s: shape is too large (element count overflows)",
-                        path);
-    numel *= shape[d];
+  /* Loom's shape limit (ir/graph.h) keeps numel * esize far from overflow. */
+  int64_t esize = (int64_t)loom_dtype_size(dt), numel = 0;
+  if (loom_shape_check(ctx, rank, shape, &numel)) {
+    loom_error_prefix(ctx, "%s", path);
+    return LOOM_STATUS_PARSE;
   }
   int64_t bytes = numel * esize;
   if (file_size >= 0 && file_size - prefix - (int64_t)hlen != bytes) {

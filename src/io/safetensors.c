@@ -3,6 +3,7 @@
 #include "core/file.h"
 #include "core/sha256.h"
 #include "io/json.h"
+#include "ir/graph.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -42,14 +43,14 @@ void loom_safetensors_free(loom_safetensors *st) {
   free(st->meta_keys);
   free(st->meta_values);
   free(st->bytes);
+  loom_strmap_free(&st->by_name);
   free(st);
 }
 
 const loom_st_tensor *loom_safetensors_find(const loom_safetensors *st, const char *name) {
   if (!st || !name) return NULL;
-  for (int32_t i = 0; i < st->n_tensors; i++)
-    if (strcmp(st->tensors[i].name, name) == 0) return &st->tensors[i];
-  return NULL;
+  int32_t i = loom_strmap_get(&st->by_name, name, strlen(name));
+  return i >= 0 ? &st->tensors[i] : NULL;
 }
 
 const char *loom_safetensors_meta(const loom_safetensors *st, const char *key) {
@@ -132,17 +133,15 @@ static loom_status parse_entry(loom_ctx *ctx, const char *name, const loom_json 
                       "safetensors: tensor '%s' has rank %d, more than Loom's %d", name, sh->n,
                       LOOM_MAX_RANK);
   t->rank = sh->n;
-  uint64_t numel = 1;
-  bool too_big = false;
-  for (int32_t d = 0; d < sh->n; d++) {
+  for (int32_t d = 0; d < sh->n; d++)
     if (!json_uint(&sh->items[d], &t->shape[d]))
       return loom_error(ctx, LOOM_STATUS_PARSE,
                         "safetensors: shape of '%s' must hold non-negative integers", name);
-    uint64_t ext = (uint64_t)t->shape[d];
-    if (ext && numel > (UINT64_C(1) << 62) / ext)
-      too_big = true;
-    else
-      numel *= ext;
+  /* Loom's limit on shapes keeps numel * dtype size far from overflow. */
+  int64_t numel = 0;
+  if (loom_shape_check(ctx, t->rank, t->shape, &numel)) {
+    loom_error_prefix(ctx, "safetensors: tensor '%s'", name);
+    return LOOM_STATUS_SHAPE_MISMATCH;
   }
   if (off->kind != LOOM_JSON_ARRAY || off->n != 2 || !json_uint(&off->items[0], begin) ||
       !json_uint(&off->items[1], end))
@@ -159,12 +158,12 @@ static loom_status parse_entry(loom_ctx *ctx, const char *name, const loom_json 
                       "safetensors: data_offsets of '%s' [%lld, %lld] lie outside the "
                       "%zu data bytes",
                       name, (long long)*begin, (long long)*end, data_size);
-  uint64_t want = numel * loom_dtype_size(t->dtype);
-  if (too_big || want != (uint64_t)(*end - *begin))
+  uint64_t want = (uint64_t)numel * loom_dtype_size(t->dtype);
+  if (want != (uint64_t)(*end - *begin))
     return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
                       "safetensors: tensor '%s' needs %llu bytes for its dtype and shape, "
                       "but data_offsets give %lld",
-                      name, too_big ? 0ull : (unsigned long long)want, (long long)(*end - *begin));
+                      name, (unsigned long long)want, (long long)(*end - *begin));
   t->nbytes = (size_t)want;
   return LOOM_STATUS_OK;
 }
@@ -273,8 +272,10 @@ static loom_status parse_header(loom_ctx *ctx, loom_safetensors *st) {
     int64_t b = 0, e = 0;
     if ((s = parse_entry(ctx, name, &h->items[i], data_size, t, &b, &e))) goto done;
     t->name = loom_strdup(ctx, name);
-    if (!t->name) {
-      s = LOOM_STATUS_OUT_OF_MEMORY;
+    if (!t->name || !loom_strmap_put(&st->by_name, name, strlen(name), st->n_tensors)) {
+      free((char *)t->name);
+      t->name = NULL;
+      s = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "safetensors: out of memory");
       goto done;
     }
     t->data = st->bytes + data_off + b;
@@ -331,8 +332,53 @@ loom_status loom_safetensors_load(loom_ctx *ctx, const char *path, loom_safetens
 
 /* ---- saving ------------------------------------------------------------- */
 
+/* The first name (of n, name_at(i); NULL ones skipped) seen twice, or NULL;
+ * *oom on running out of memory. */
+static const char *first_duplicate(int32_t n, const char *(*name_at)(const void *, int32_t),
+                                   const void *arr, bool *oom) {
+  loom_strmap seen = {0};
+  const char *dup = NULL;
+  *oom = false;
+  for (int32_t i = 0; i < n && !dup && !*oom; i++) {
+    const char *nm = name_at(arr, i);
+    if (!nm) continue;
+    size_t len = strlen(nm);
+    if (loom_strmap_get(&seen, nm, len) >= 0)
+      dup = nm;
+    else
+      *oom = !loom_strmap_put(&seen, nm, len, i);
+  }
+  loom_strmap_free(&seen);
+  return dup;
+}
+
+static const char *meta_key_at(const void *arr, int32_t i) {
+  return ((const char *const *)arr)[i];
+}
+
+static const char *tensor_name_at(const void *arr, int32_t i) {
+  return ((const loom_st_tensor *)arr)[i].name;
+}
+
+/* Names and keys must be unique: checked with a hash, not pair by pair. */
+static loom_status check_unique(loom_ctx *ctx, int32_t n, const loom_st_tensor *ts, int32_t n_meta,
+                                const char *const *keys) {
+  bool oom = false;
+  const char *dup = n_meta > 0 ? first_duplicate(n_meta, meta_key_at, keys, &oom) : NULL;
+  if (dup)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "safetensors_save: duplicate metadata key '%s'", dup);
+  if (!oom && n > 0) dup = first_duplicate(n, tensor_name_at, ts, &oom);
+  if (oom) return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "safetensors_save: out of memory");
+  if (dup)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "safetensors_save: duplicate tensor name '%s'", dup);
+  return LOOM_STATUS_OK;
+}
+
 static loom_status build_header(loom_ctx *ctx, int32_t n, const loom_st_tensor *ts, int32_t n_meta,
                                 const char *const *keys, const char *const *values, loom_jbuf *b) {
+  LOOM_TRY(check_unique(ctx, n, ts, n_meta, keys));
   loom_jbuf_append(b, "{", 1);
   if (n_meta > 0) {
     loom_jbuf_append(b, "\"__metadata__\":{", 16);
@@ -343,10 +389,6 @@ static loom_status build_header(loom_ctx *ctx, int32_t n, const loom_st_tensor *
       if (strcmp(keys[i], LOOM_SAFETENSORS_DIGEST_KEY) == 0)
         return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                           "safetensors_save: metadata key '%s' is written by the saver", keys[i]);
-      for (int32_t j = 0; j < i; j++)
-        if (strcmp(keys[i], keys[j]) == 0)
-          return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                            "safetensors_save: duplicate metadata key '%s'", keys[i]);
       if (i) loom_jbuf_append(b, ",", 1);
       loom_jbuf_string(b, keys[i]);
       loom_jbuf_append(b, ":", 1);
@@ -374,24 +416,15 @@ static loom_status build_header(loom_ctx *ctx, int32_t n, const loom_st_tensor *
     if (!t->name || !t->name[0] || strcmp(t->name, "__metadata__") == 0)
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                         "safetensors_save: tensor %d has an invalid name", i);
-    for (int32_t j = 0; j < i; j++)
-      if (strcmp(t->name, ts[j].name) == 0)
-        return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                          "safetensors_save: duplicate tensor name '%s'", t->name);
     if (!dn)
       return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
                         "safetensors_save: tensor '%s' has an unsupported dtype", t->name);
-    if (t->rank < 0 || t->rank > LOOM_MAX_RANK)
-      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                        "safetensors_save: tensor '%s' has rank %d", t->name, t->rank);
-    uint64_t numel = 1;
-    for (int32_t d = 0; d < t->rank; d++) {
-      if (t->shape[d] < 0)
-        return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                          "safetensors_save: tensor '%s' has a negative dim", t->name);
-      numel *= (uint64_t)t->shape[d];
+    int64_t numel = 0;
+    if (loom_shape_check(ctx, t->rank, t->shape, &numel)) {
+      loom_error_prefix(ctx, "safetensors_save: tensor '%s'", t->name);
+      return LOOM_STATUS_INVALID_ARGUMENT;
     }
-    if (numel * loom_dtype_size(t->dtype) != t->nbytes || (t->nbytes && !t->data))
+    if ((uint64_t)numel * loom_dtype_size(t->dtype) != t->nbytes || (t->nbytes && !t->data))
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                         "safetensors_save: tensor '%s' has %zu bytes, which do not match "
                         "its dtype and shape",

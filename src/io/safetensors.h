@@ -15,6 +15,7 @@
 #define LOOM_IO_SAFETENSORS_H
 
 #include "core/ctx.h"
+#include "core/strmap.h"
 
 /* Headers larger than this are rejected (as in the reference reader). */
 #define LOOM_SAFETENSORS_MAX_HEADER (100u * 1000u * 1000u)
@@ -40,6 +41,7 @@ typedef struct loom_safetensors {
   char **meta_keys, **meta_values;
   uint8_t *bytes; /* the whole file */
   size_t size;
+  loom_strmap by_name; /* tensor name -> index into tensors */
 } loom_safetensors;
 
 /* Reads and validates a file. */
