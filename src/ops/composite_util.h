@@ -21,7 +21,6 @@ loom_status loom_composite_trailing_axis(loom_ctx *ctx, int64_t axis, int32_t ra
  * ops/attrs.h) and one check of in = {q [..., Sq, D], k [..., Sk, D], v [..., Sk, Dv]}
  * (one float dtype, equal leading dims), of base (NULL: absent; an i64 or
  * i32 scalar) and of the attributes p and scale. */
-enum { LOOM_ATT_CAUSAL = 0, LOOM_ATT_P, LOOM_ATT_SEED, LOOM_ATT_OFFSET, LOOM_ATT_SCALE };
 loom_status loom_composite_check_attention(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                            const loom_type *base);
 

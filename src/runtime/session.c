@@ -7,7 +7,7 @@
 #include "runtime/session.h"
 
 #include "ir/dtype.h"
-#include "ops/composite_util.h"
+#include "ops/attrs.h"
 #include "passes/attention.h"
 #include "passes/memplan.h"
 #include "passes/simplify.h"
@@ -66,7 +66,7 @@ static loom_status fuse_attention(loom_ctx *ctx, const loom_graph *g, const char
   for (int32_t i = 0; i < g->n_nodes; i++) {
     loom_op op = g->nodes[i].op;
     candidate |= op == LOOM_OP_ATTENTION || op == LOOM_OP_SOFTMAX;
-    dropout |= (op == LOOM_OP_ATTENTION && g->nodes[i].attr[LOOM_ATT_P].f > 0.0) ||
+    dropout |= (op == LOOM_OP_ATTENTION && LOOM_ATTR_F(&g->nodes[i], attention, p) > 0.0) ||
                op == LOOM_OP_DROPOUT;
   }
   if (!candidate) return LOOM_STATUS_OK;

@@ -14,22 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t loom_cpu_attr_i(const loom_node *n, const char *name) {
-  int32_t i = loom_op_attr_index(n->op, name);
-  return i >= 0 ? n->attr[i].i : 0;
-}
-
-double loom_cpu_attr_f(const loom_node *n, const char *name) {
-  int32_t i = loom_op_attr_index(n->op, name);
-  return i >= 0 ? n->attr[i].f : 0.0;
-}
-
-const loom_ints *loom_cpu_attr_ints(const loom_node *n, const char *name) {
-  static const loom_ints none = {0, {0}};
-  int32_t i = loom_op_attr_index(n->op, name);
-  return i >= 0 ? &n->attr[i].ints : &none;
-}
-
 static loom_cpu_kernel select_kernel(const loom_graph *g, const loom_node *n) {
   const loom_op_def *d = loom_op_get(n->op);
   if (!d) return NULL;
