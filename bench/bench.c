@@ -285,6 +285,8 @@ int loom_bench_main(int argc, char **argv) {
     fprintf(stderr, "loom: measuring the machine: %s\n", loom_ctx_error(ctx));
     rc = 1;
   } else {
+    o.run.roof_kit = mi.roof_kit;
+    o.run.threads = mi.m.threads;
     loom_bench_print_machine(stdout, o.json, &mi);
     if (n_graph) loom_bench_print_header(stdout, o.json);
     fflush(stdout);
@@ -322,6 +324,7 @@ int loom_bench_main(int argc, char **argv) {
     if (!o.json && n) loom_bench_print_targets(stdout, rows, n, &mi, o.run.small);
     free(rows);
   }
+  if (n_graph || n_attn) loom_bench_machine_info_clear(&mi);
   if (o.trace && tracing) {
     if (loom_ctx_trace_end(ctx, o.trace) != LOOM_STATUS_OK) {
       fprintf(stderr, "loom: writing the trace: %s\n", loom_ctx_error(ctx));
