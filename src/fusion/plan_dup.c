@@ -51,6 +51,11 @@ typedef struct dup_state {
   loom_fusion_dups view;
 } dup_state;
 
+static void sync(dup_state *d) {
+  d->view = (loom_fusion_dups){.n = d->n, .group = d->grp, .node = d->node};
+  loom_fusion_index_set_dups(d->p->ix, &d->view);
+}
+
 static bool push_pair(dup_state *d, int32_t g, int32_t u) {
   if (d->n == d->cap) {
     int32_t cap = d->cap ? 2 * d->cap : 64;
@@ -65,12 +70,8 @@ static bool push_pair(dup_state *d, int32_t g, int32_t u) {
   d->grp[d->n] = g;
   d->node[d->n] = u;
   d->n++;
+  sync(d); /* the index sees the pairs, in their (maybe moved) arrays */
   return true;
-}
-
-static void sync(dup_state *d) {
-  d->view = (loom_fusion_dups){.n = d->n, .group = d->grp, .node = d->node};
-  loom_fusion_index_set_dups(d->p->ix, &d->view);
 }
 
 /* A node that may be duplicated: a cheap, fusible, single-output memory
@@ -107,11 +108,15 @@ static bool add_cone(dup_state *d, int32_t h, int32_t q, int32_t n0, int32_t dep
   return true;
 }
 
-static void add_group(int32_t *gs, int32_t *ng, int32_t g) {
-  if (g < 0) return;
+/* Adds group g to gs once; false when gs is full (the candidate is then
+ * left alone: a cost over some of the groups it touches proves nothing). */
+static bool add_group(int32_t *gs, int32_t *ng, int32_t g) {
+  if (g < 0) return true;
   for (int32_t i = 0; i < *ng; i++)
-    if (gs[i] == g) return;
-  if (*ng < 4 * MAX_GROUPS) gs[(*ng)++] = g;
+    if (gs[i] == g) return true;
+  if (*ng == 4 * MAX_GROUPS) return false;
+  gs[(*ng)++] = g;
+  return true;
 }
 
 /* The modeled seconds of group gid with its copies under the current
@@ -184,24 +189,25 @@ loom_status loom_plan_duplicate(plan_ctx *p, int32_t **dup_group, int32_t **dup_
      * values may no longer be loaded), the groups that copy, and the
      * owners of what the copies read (now loaded by more groups) */
     int32_t ng = 0;
-    for (int32_t i = n0; i < d.n; i++) {
-      add_group(gs, &ng, d.grp[i]);
-      add_group(gs, &ng, p->gon[d.node[i]]);
+    bool fits = true;
+    for (int32_t i = n0; i < d.n && fits; i++) {
+      fits = add_group(gs, &ng, d.grp[i]) && add_group(gs, &ng, p->gon[d.node[i]]);
       const loom_node *nd = &p->g->nodes[d.node[i]];
-      for (int32_t k = 0; k < nd->n_in; k++) {
+      for (int32_t k = 0; k < nd->n_in && fits; k++) {
         int32_t pr = p->g->values[nd->in[k]].node;
-        if (pr >= 0) add_group(gs, &ng, p->gon[pr]);
+        if (pr >= 0) fits = add_group(gs, &ng, p->gon[pr]);
       }
     }
     int32_t n1 = d.n;
     double before = 0, after = 0;
     d.n = n0;
     sync(&d);
-    bool ok0 = total_cost(&d, gs, ng, &before);
+    bool ok0 = fits && total_cost(&d, gs, ng, &before);
     d.n = n1;
     sync(&d);
     bool ok1 = ok0 && total_cost(&d, gs, ng, &after);
     if (!ok1 || !(after < before * (1.0 - 1e-9))) d.n = n0; /* not one kernel, or no gain */
+    sync(&d);
   }
   loom_fusion_index_set_dups(p->ix, NULL);
   if (st) {
