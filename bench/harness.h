@@ -43,6 +43,51 @@ typedef struct loom_bench_result {
   double vs[LOOM_BENCH_MODE_COUNT]; /* time(other) / time(this); 0: n/a */
 } loom_bench_result;
 
+/* ---- the memory roof (roof.c) ------------------------------------------- */
+
+/* Variants: triad (a = b + 3 c) and copy (a = b), ordinary stores and
+ * streaming stores, in this order. */
+#define LOOM_ROOF_VARIANTS 4
+const char *loom_bench_roof_variant_name(int32_t v);
+
+/* The roof's kernels, JIT-compiled like generated code (once per run). */
+typedef struct loom_bench_roof_kit loom_bench_roof_kit;
+loom_status loom_bench_roof_load(loom_ctx *ctx, loom_bench_roof_kit **out);
+void loom_bench_roof_free(loom_bench_roof_kit *kit);
+
+/* The roof at one footprint: every variant's arrays together are
+ * `footprint` bytes (counted: each array once, no write-allocate). */
+typedef struct loom_bench_roof {
+  int64_t footprint;
+  int32_t runs;                           /* timed runs per variant */
+  int32_t best;                           /* the variant with the largest gbps (-1: none) */
+  double roof_gbps;                       /* gbps[best]: what fractions are taken against */
+  double gbps[LOOM_ROOF_VARIANTS];        /* counted bytes / best_s */
+  double moved_gbps[LOOM_ROOF_VARIANTS];  /* with the write-allocate of ordinary stores */
+  double best_s[LOOM_ROOF_VARIANTS];      /* the best run */
+} loom_bench_roof;
+
+/* A roof measured in rounds (one run of each variant per round), so that
+ * its runs can be interleaved with a workload's. */
+typedef struct loom_bench_roof_run {
+  const loom_bench_roof_kit *kit;
+  int32_t threads, runs, done;
+  int64_t footprint, n_max;
+  float *a, *b, *c;
+  double *t; /* [variant][run] */
+} loom_bench_roof_run;
+
+/* Allocates and fills the arrays, runs and checks every variant once. */
+loom_status loom_bench_roof_begin(loom_ctx *ctx, const loom_bench_roof_kit *kit, int32_t threads,
+                                  int64_t footprint, int32_t runs, loom_bench_roof_run *r);
+/* Timed run k (0 .. runs-1) of every variant. */
+void loom_bench_roof_round(loom_bench_roof_run *r, int32_t k);
+/* The result (out may be NULL) and frees the arrays. */
+void loom_bench_roof_end(loom_bench_roof_run *r, loom_bench_roof *out);
+/* begin, `runs` rounds, end. */
+loom_status loom_bench_roof_measure(loom_ctx *ctx, const loom_bench_roof_kit *kit, int32_t threads,
+                                    int64_t footprint, int32_t runs, loom_bench_roof *out);
+
 /* A workload's results over all modes. */
 typedef struct loom_bench_row {
   const loom_bench_workload *w;
@@ -51,6 +96,8 @@ typedef struct loom_bench_row {
   double gemm_flops;
   loom_bench_result r[LOOM_BENCH_MODE_COUNT];
   bool wanted[LOOM_BENCH_MODE_COUNT];
+  bool have_roof;      /* measured at this workload's footprint (min_bytes) */
+  loom_bench_roof roof;
 } loom_bench_row;
 
 /* How workloads run. */
@@ -60,6 +107,10 @@ typedef struct loom_bench_opts {
   bool quiet;          /* no progress on stderr */
   int32_t runs;        /* timed runs per mode */
   bool modes[LOOM_BENCH_MODE_COUNT];
+  /* The roof's kernels: with them, memory-bound workloads measure the roof
+   * at their own footprint, interleaved with their runs (NULL: not). */
+  const loom_bench_roof_kit *roof_kit;
+  int32_t threads;     /* for the roof's kernels */
 } loom_bench_opts;
 
 /* Runs workload w in every wanted mode into row (run.c); false if a mode
@@ -74,7 +125,14 @@ typedef struct loom_bench_machine_info {
   int64_t gemm_n;
   double measure_s;      /* time spent measuring */
   double loadavg;        /* 1-minute load average at the start (-1: unknown) */
+  loom_bench_roof_kit *roof_kit; /* owned: freed by loom_bench_machine_info_clear */
+  loom_bench_roof roof;  /* at triad_bytes: the machine's memory roof */
 } loom_bench_machine_info;
+
+void loom_bench_machine_info_clear(loom_bench_machine_info *mi);
+/* The roof a workload's fraction is taken against: its own footprint's
+ * when measured, else the machine's (GB/s; 0: none). */
+double loom_bench_row_roof(const loom_bench_row *row, const loom_bench_machine_info *mi);
 
 /* Measures triad and sgemm (machine.c); small: a smaller triad. */
 loom_status loom_bench_measure_machine(loom_ctx *ctx, bool small, bool quiet,

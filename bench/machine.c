@@ -18,6 +18,8 @@
 #define GEMM_N 2048
 /* A floor for the triad arrays (all three) when the LLC reads small. */
 #define TRIAD_MIN_BYTES ((int64_t)48 << 20)
+/* Timed runs of each roof variant at the machine's size. */
+#define ROOF_RUNS 7
 
 static loom_status via_loom_gemm(loom_ctx *ctx, int32_t threads, int64_t m, int64_t n, int64_t k,
                               const float *a, const float *b, float *c) {
@@ -35,6 +37,16 @@ static loom_status onednn_sgemm(loom_ctx *ctx, int32_t threads, int64_t m, int64
   if (st != dnnl_success)
     return loom_error(ctx, LOOM_STATUS_INTERNAL, "dnnl_sgemm failed (status %d)", (int)st);
   return LOOM_STATUS_OK;
+}
+
+void loom_bench_machine_info_clear(loom_bench_machine_info *mi) {
+  loom_bench_roof_free(mi->roof_kit);
+  mi->roof_kit = NULL;
+}
+
+double loom_bench_row_roof(const loom_bench_row *row, const loom_bench_machine_info *mi) {
+  if (row && row->have_roof && row->roof.roof_gbps > 0) return row->roof.roof_gbps;
+  return mi->roof.roof_gbps > 0 ? mi->roof.roof_gbps : mi->m.triad_gbps;
 }
 
 /* Other processes' load: a shared machine's timings are only as good as
@@ -66,6 +78,11 @@ loom_status loom_bench_measure_machine(loom_ctx *ctx, bool small, bool quiet,
   LOOM_TRY(loom_machine_measure(ctx, &mo, &mi->m, &tr));
   LOOM_TRY(loom_measure_sgemm(ctx, onednn_sgemm, mi->m.threads, GEMM_N, 0,
                               &mi->sgemm_lib_gflops));
+  /* The roof over the same bytes as the triad, with the kernels built
+   * like generated code (roof.c). */
+  LOOM_TRY(loom_bench_roof_load(ctx, &mi->roof_kit));
+  LOOM_TRY(loom_bench_roof_measure(ctx, mi->roof_kit, mi->m.threads, tr.bytes, ROOF_RUNS,
+                                   &mi->roof));
   mi->measure_s = loom_now_s() - t0;
   mi->triad_bytes = tr.bytes;
   mi->gemm_n = GEMM_N;

@@ -26,6 +26,26 @@ static void json_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
+/* ", "roof_gbps": F, ..." of a roof, keys prefixed by pre. */
+static void json_roof(FILE *f, const loom_bench_roof *r, const char *pre) {
+  fprintf(f, ", \"%sgbps\": %.4g, \"%svariant\": \"%s\", \"%sbytes\": %lld, \"%sruns\": %d", pre,
+          fin(r->roof_gbps), pre, loom_bench_roof_variant_name(r->best), pre,
+          (long long)r->footprint, pre, (int)r->runs);
+  fprintf(f, ", \"%scounting\": \"each array read or written once, no write-allocate; best run\"",
+          pre);
+  for (int32_t v = 0; v < LOOM_ROOF_VARIANTS; v++)
+    fprintf(f, ", \"%s%s_gbps\": %.4g, \"%s%s_moved_gbps\": %.4g", pre,
+            loom_bench_roof_variant_name(v), fin(r->gbps[v]), pre,
+            loom_bench_roof_variant_name(v), fin(r->moved_gbps[v]));
+}
+
+/* "triad 20.1, triad_stream 25.3, ..." */
+static void table_roof(FILE *f, const loom_bench_roof *r) {
+  for (int32_t v = 0; v < LOOM_ROOF_VARIANTS; v++)
+    fprintf(f, "%s%s %.1f%s", v ? ", " : "", loom_bench_roof_variant_name(v), r->gbps[v],
+            v == r->best ? "*" : "");
+}
+
 void loom_bench_print_machine(FILE *f, bool json, const loom_bench_machine_info *mi) {
   const loom_machine *m = &mi->m;
   if (json) {
@@ -35,31 +55,43 @@ void loom_bench_print_machine(FILE *f, bool json, const loom_bench_machine_info 
             "\"kernel_launch_s\": %.3g, \"triad_bytes\": %lld, "
             "\"triad_counting\": \"STREAM: 3 arrays x 4 bytes per element\", "
             "\"sgemm_n\": %lld, \"gemm_library\": \"oneDNN\", \"sgemm_onednn_gflops\": %.4g, "
-            "\"measure_s\": %.3g, \"loadavg_1m\": %.3g}}\n",
+            "\"measure_s\": %.3g, \"loadavg_1m\": %.3g",
             fin(m->triad_gbps), fin(m->sgemm_gflops), (long long)m->llc_bytes, (int)m->threads,
             (long long)m->l1d_bytes, (long long)m->l2_bytes, fin(m->kernel_launch_s),
             (long long)mi->triad_bytes, (long long)mi->gemm_n, fin(mi->sgemm_lib_gflops),
             fin(mi->measure_s), fin(mi->loadavg));
+    json_roof(f, &mi->roof, "roof_");
+    fputs("}}\n", f);
     return;
   }
   fprintf(f,
           "machine: %d threads, L1d %lld KiB, L2 %lld KiB, LLC %lld MiB, kernel launch %.2g us,\n"
           "         load average %.2f at the start\n"
-          "         triad %.1f GB/s (3 arrays, %lld MiB in all; STREAM byte counting; median)\n"
+          "         triad %.1f GB/s (3 arrays, %lld MiB in all; STREAM byte counting; median;\n"
+          "         -O3, ordinary stores: the rate the cost models read)\n"
           "         sgemm %.1f GFLOP/s (%lld^3 through Loom's GEMM tiles on oneDNN; median);\n"
           "         oneDNN's own threaded sgemm: %.1f GFLOP/s\n",
           (int)m->threads, (long long)(m->l1d_bytes >> 10), (long long)(m->l2_bytes >> 10),
           (long long)(m->llc_bytes >> 20), m->kernel_launch_s * 1e6, mi->loadavg, m->triad_gbps,
           (long long)(mi->triad_bytes >> 20), m->sgemm_gflops, (long long)mi->gemm_n,
           mi->sgemm_lib_gflops);
+  fprintf(f,
+          "         memory roof %.1f GB/s (%s; kernels built like generated code, same\n"
+          "         bytes; counted: each array once, no write-allocate; best of %d):\n"
+          "         ",
+          mi->roof.roof_gbps, loom_bench_roof_variant_name(mi->roof.best), (int)mi->roof.runs);
+  table_roof(f, &mi->roof);
+  fprintf(f, "\n");
 }
 
 void loom_bench_print_header(FILE *f, bool json) {
   if (json) return;
   fprintf(f,
-          "\nGB/s counts the minimum bytes each workload must move; modeled MB is the fusion\n"
-          "cost model's estimate; vs X = time(X) / time(this mode); err is the largest\n"
-          "difference from the first mode run (relative to the largest magnitude).\n");
+          "\nGB/s counts the minimum bytes each workload must move; roof is that as a share\n"
+          "of the memory roof measured at the workload's own footprint (its minimum bytes,\n"
+          "in the same rounds as its runs); modeled MB is the fusion cost model's\n"
+          "estimate; vs X = time(X) / time(this mode); err is the largest difference from\n"
+          "the first mode run (relative to the largest magnitude).\n");
 }
 
 static const char *const vs_modes[] = {"eager", "none", "loop", "stitch"};
@@ -80,7 +112,8 @@ static void json_result(FILE *f, const loom_bench_row *row, const loom_bench_res
   }
   const loom_session_stats *s = &r->stats;
   double gbps = r->median_s > 0 ? (double)row->min_bytes / r->median_s / 1e9 : 0.0;
-  double frac = mi->m.triad_gbps > 0 ? gbps / mi->m.triad_gbps : 0.0;
+  double roof = loom_bench_row_roof(row, mi);
+  double frac = roof > 0 ? gbps / roof : 0.0;
   fprintf(f,
           ", \"ops\": %d, \"kernels\": %d, \"bytes\": %lld, \"median_s\": %.6g, \"gbps\": %.4g, "
           "\"bw_fraction\": %.4g",
@@ -111,6 +144,8 @@ static void json_result(FILE *f, const loom_bench_row *row, const loom_bench_res
     fprintf(f, ", \"max_err\": %.3g, \"checked_against\": ", fin(r->max_err));
     json_string(f, loom_bench_mode_name(r->baseline));
   }
+  if (mi->m.triad_gbps > 0) fprintf(f, ", \"triad_fraction\": %.4g", fin(gbps / mi->m.triad_gbps));
+  if (row->have_roof) json_roof(f, &row->roof, "roof_");
   fputs("}\n", f);
 }
 
@@ -136,7 +171,8 @@ static void table_result(FILE *f, const loom_bench_row *row, const loom_bench_re
   }
   const loom_session_stats *s = &r->stats;
   double gbps = r->median_s > 0 ? (double)row->min_bytes / r->median_s / 1e9 : 0.0;
-  double frac = mi->m.triad_gbps > 0 ? gbps / mi->m.triad_gbps : 0.0;
+  double roof = loom_bench_row_roof(row, mi);
+  double frac = roof > 0 ? gbps / roof : 0.0;
   char gf[24] = "-", sg[24] = "-", v1[16], v2[16], v3[16], err[24] = "-";
   if (row->gemm_flops > 0 && r->median_s > 0) {
     double x = row->gemm_flops / r->median_s / 1e9;
@@ -156,8 +192,13 @@ void loom_bench_print_row(FILE *f, bool json, const loom_bench_row *row,
   if (!json) {
     fprintf(f, "\n%s %s: %s; min bytes %s = %.1f MB\n", row->w->name, row->shape, row->w->what,
             row->w->bytes_rule, (double)row->min_bytes / 1e6);
+    if (row->have_roof) {
+      fprintf(f, "  roof at this footprint %.1f GB/s (", row->roof.roof_gbps);
+      table_roof(f, &row->roof);
+      fprintf(f, ")\n");
+    }
     fprintf(f, "  %-10s %5s %5s %5s %4s %10s %10s %7s %7s %8s %6s %8s %8s %8s %8s\n", "mode",
-            "ops", "kern", "gemm", "epi", "modeled MB", "median ms", "GB/s", "triad", "GFLOP/s", "sgemm",
+            "ops", "kern", "gemm", "epi", "modeled MB", "median ms", "GB/s", "roof", "GFLOP/s", "sgemm",
             "vs eager", "vs none", "vs loop", "err");
   }
   for (int32_t m = 0; m < LOOM_BENCH_MODE_COUNT; m++) {

@@ -273,8 +273,22 @@ static bool run_modes(wl_state *s, loom_bench_row *row) {
       live[m] = prepare_mode(s, (loom_bench_mode)m, &row->r[m], o->runs);
       ok = ok && live[m];
     }
+  /* The memory roof at this workload's footprint, one run of each variant
+   * per round (roof.c): the same noise, and the same cache state, as the
+   * modes' runs. */
+  loom_bench_roof_run roof;
+  bool have_roof = false;
+  if (o->roof_kit && s->w->memory_bound && row->min_bytes > 0) {
+    progress(s, "preparing", "roof");
+    if (loom_bench_roof_begin(s->ctx, o->roof_kit, o->threads, row->min_bytes, o->runs, &roof)) {
+      ok = false;
+      fprintf(stderr, "bench: %s: measuring the roof: %s\n", s->w->name, loom_ctx_error(s->ctx));
+    } else {
+      have_roof = true;
+    }
+  }
   progress(s, "timing", NULL);
-  for (int32_t k = 0; k < o->runs; k++)
+  for (int32_t k = 0; k < o->runs; k++) {
     for (int32_t m = LOOM_BENCH_EAGER; m < LOOM_BENCH_MODE_COUNT; m++) {
       if (!live[m]) continue;
       if (run_once(s, (loom_bench_mode)m, &s->t[m][k]) != LOOM_STATUS_OK) {
@@ -282,6 +296,12 @@ static bool run_modes(wl_state *s, loom_bench_row *row) {
         live[m] = ok = false;
       }
     }
+    if (have_roof) loom_bench_roof_round(&roof, k);
+  }
+  if (have_roof) {
+    loom_bench_roof_end(&roof, &row->roof);
+    row->have_roof = true;
+  }
   for (int32_t m = LOOM_BENCH_EAGER; m < LOOM_BENCH_MODE_COUNT; m++)
     if (live[m]) finish_mode(s, &row->r[m], o->runs);
   return ok;

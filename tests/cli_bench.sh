@@ -43,6 +43,23 @@ line=$(printf '%s\n' "$out" | grep -F '"mode": "stitch"')
 check "json: stitch reports its speedup over loop" has_keys "$line" vs_loop vs_none
 check "json: outputs checked against the reference" has_keys "$line" max_err
 
+# The memory roof (issue 8, point 7) is the best of its variants, on the
+# machine line and on every memory-bound workload's line (its footprint).
+json_num() { [[ $1 =~ \"$2\":\ ([-0-9.e+]+) ]] && printf '%s\n' "${BASH_REMATCH[1]}"; }
+roof_is_max() {
+  local line=$1 v best
+  best=$(for v in triad triad_stream copy copy_stream; do json_num "$line" "roof_${v}_gbps"; done |
+         sort -g | tail -n 1)
+  [[ -n $best && $(json_num "$line" roof_gbps) == "$best" ]] ||
+    { echo "  roof_gbps is not the best variant in: $line" >&2; return 1; }
+}
+check "json: machine roof is the best variant" roof_is_max "${lines[0]}"
+check "json: machine roof says how it counts" has_keys "${lines[0]}" roof_variant roof_counting \
+  roof_bytes roof_triad_stream_gbps
+line=$(printf '%s\n' "$out" | grep -F '"mode": "stitch"')
+check "json: the workload's roof is the best variant" roof_is_max "$line"
+check "json: the fraction is of the workload's roof" has_keys "$line" roof_bytes triad_fraction
+
 check "json: rng runs only when named" test "${out#*\"workload\": \"rng\"}" == "$out"
 
 # ---- rng: the Philox paths (issue 4, point 1) -------------------------------

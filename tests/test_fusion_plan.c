@@ -362,6 +362,13 @@ static bool convex(const loom_graph *g, const placement *pl, int32_t k, uint8_t 
   return true;
 }
 
+/* True if kernel k recomputes node u (a duplicated producer). */
+static bool recomputed(const loom_program *p, int32_t k, int32_t u) {
+  for (int32_t i = 0; k >= 0 && i < p->n_dups; i++)
+    if (p->dup_kernel[i] == k && p->dup_node[i] == u) return true;
+  return false;
+}
+
 static bool materialized_consistent(const loom_graph *g, const loom_program *p,
                                     const placement *pl) {
   if (!p->materialized || p->n_values != g->n_values) return false;
@@ -374,7 +381,7 @@ static bool materialized_consistent(const loom_graph *g, const loom_program *p,
     for (int32_t i = 0; i < g->nodes[n].n_in; i++) {
       int32_t v = g->nodes[n].in[i], pr = g->values[v].node;
       if (pr < 0 || pl->kernel_of[pr] < 0 || pl->kernel_of[pr] != pl->kernel_of[n])
-        crosses[v] = true;
+        crosses[v] = crosses[v] || !recomputed(p, pl->kernel_of[n], pr);
     }
   }
   bool ok = true;
@@ -748,6 +755,64 @@ static void test_gpt(void) {
   loom_graph_free(g);
 }
 
+/* Producer duplication (docs/FUSION.md): h = f(x + b) read by a row sum
+ * and, past the sum, by y = h * sum: loop mode cannot put both readers in
+ * one kernel (a reduction only as a root), so XLA recomputes the cheap
+ * broadcast-add in the second kernel instead of writing h and reading it
+ * back; an exp it leaves alone. */
+static void test_duplication(void) {
+  for (int expensive = 0; expensive < 2; expensive++) {
+    loom_graph *g = NULL;
+    CHECK_OK(ctx, loom_graph_new(ctx, &g));
+    loom_value x = in_f32(g, "x", 2, SHAPE(R, C)), b = in_f32(g, "b", 1, SHAPE(C));
+    loom_value h = op2(g, LOOM_OP_ADD, x, b);
+    if (expensive) h = op1(g, LOOM_OP_EXP, h, 0, NULL);
+    loom_attr a[2] = {A_INTS("axes", 1, 1), A_INT("keepdims", 1)};
+    loom_value s = op1(g, LOOM_OP_REDUCE_SUM, h, 2, a);
+    CHECK_OK(ctx, loom_graph_output(g, "y", op2(g, LOOM_OP_MUL, h, s)));
+    g = finish(g);
+    if (!g) return;
+    loom_program p[2];
+    for (int dup = 0; dup < 2; dup++) {
+      loom_fusion_options o = {.mode = LOOM_FUSION_LOOP, .machine = &machine,
+                               .duplicate = dup ? 0 : -1}; /* 0: loop's default, on */
+      CHECK_OK(ctx, loom_fusion_compile(ctx, g, &o, &p[dup]));
+    }
+    /* the value h lives in memory only without duplication */
+    int32_t hv = -1, n_add = 0, n_exp = 0;
+    for (int32_t n = 0; n < g->n_nodes; n++) {
+      if (g->nodes[n].op == LOOM_OP_REDUCE_SUM) hv = g->nodes[n].in[0];
+    }
+    for (int32_t i = 0; i < p[1].n_dups; i++) {
+      n_add += g->nodes[p[1].dup_node[i]].op == LOOM_OP_ADD;
+      n_exp += g->nodes[p[1].dup_node[i]].op == LOOM_OP_EXP;
+    }
+    CHECK(p[0].n_dups == 0);
+    CHECK(n_exp == 0);
+    if (!expensive) {
+      CHECK(n_add == 1);
+      CHECK(hv >= 0 && p[0].materialized[hv] && !p[1].materialized[hv]);
+      CHECK(p[1].modeled_bytes < p[0].modeled_bytes);
+      printf("duplication: broadcast-add into 2 kernels: MB %.1f -> %.1f, %d copies\n",
+             p[0].modeled_bytes / 1e6, p[1].modeled_bytes / 1e6, (int)p[1].n_dups);
+    } else {
+      CHECK(p[1].n_dups == 0);
+      CHECK(hv >= 0 && p[1].materialized[hv]);
+      CHECK(p[1].modeled_bytes == p[0].modeled_bytes);
+    }
+    /* stitch needs no copies here: one kernel */
+    loom_fusion_options so = {.mode = LOOM_FUSION_STITCH, .machine = &machine};
+    loom_program sp;
+    CHECK_OK(ctx, loom_fusion_compile(ctx, g, &so, &sp));
+    CHECK(sp.n_kernels == 1 && sp.n_dups == 0);
+    loom_program_clear(&sp);
+    free(compile_checked("duplication", g, LOOM_FUSION_LOOP).listing);
+    loom_program_clear(&p[0]);
+    loom_program_clear(&p[1]);
+    loom_graph_free(g);
+  }
+}
+
 int main(void) {
   quick = getenv("LOOM_TEST_QUICK") && atoi(getenv("LOOM_TEST_QUICK")) != 0;
   if (loom_ctx_new(&ctx)) return 1;
@@ -756,6 +821,7 @@ int main(void) {
   test_machine();
   test_cost_model();
   test_gemm_split();
+  test_duplication();
   check_pattern("layernorm fwd", build_layernorm_fwd(), 1, true);
   check_pattern("layernorm bwd", build_layernorm_bwd(), 1, true);
   check_pattern("softmax fwd", build_softmax_fwd(), 1, true);

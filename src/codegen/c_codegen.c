@@ -459,3 +459,16 @@ loom_status loom_codegen_c(loom_ctx *ctx, const loom_kernel *kernels, int32_t n,
   *source = b.buf.p;
   return LOOM_STATUS_OK;
 }
+
+loom_status loom_codegen_c_prelude(loom_ctx *ctx, char **source) {
+  if (!source) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "loom_codegen_c_prelude: NULL");
+  cg_buf b = {0};
+  loom_cg_put_prelude(&b);
+  if (b.buf.oom || !b.buf.p) {
+    free(b.buf.p);
+    *source = NULL;
+    return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory generating C");
+  }
+  *source = b.buf.p;
+  return LOOM_STATUS_OK;
+}

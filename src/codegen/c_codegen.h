@@ -28,5 +28,11 @@
 /* Generates C for n kernels into *source (malloc'ed, NUL-terminated). */
 loom_status loom_codegen_c(loom_ctx *ctx, const loom_kernel *kernels,
                            int32_t n, char **source);
+/* The prelude every generated translation unit starts with (its helpers,
+ * streaming stores included), into *source (malloc'ed): for hand-written
+ * kernels that must be built exactly like generated ones (the memory
+ * roof of `loom bench`). */
+loom_status loom_codegen_c_prelude(loom_ctx *ctx, char **source);
+#define LOOM_CODEGEN_CHUNK 512 /* elements per streamed chunk (c_internal.h) */
 
 #endif

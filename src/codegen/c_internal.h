@@ -6,6 +6,7 @@
 #ifndef LOOM_CODEGEN_C_INTERNAL_H
 #define LOOM_CODEGEN_C_INTERNAL_H
 
+#include "codegen/c_codegen.h"
 #include "kernel/kernel.h"
 
 #include "core/strbuf.h"
@@ -56,7 +57,7 @@ int8_t loom_cg_fast_kind(const loom_kernel *k, int32_t e);
 
 /* Elements per chunk of a stage with fast ops or streamed stores (a
  * multiple of every W). */
-#define CG_CHUNK 512
+#define CG_CHUNK LOOM_CODEGEN_CHUNK
 /* A STORE into an f32 output of at least this many bytes, unit stride
  * along a part's one loop, goes through streaming (non-temporal) stores:
  * an output that large is not re-read from cache anyway, and the stores

@@ -103,6 +103,17 @@ void loom_fusion_index_free(loom_fusion_index *ix) {
   free(ix);
 }
 
+void loom_fusion_index_set_dups(loom_fusion_index *ix, const loom_fusion_dups *dups) {
+  if (ix) ix->dups = dups && dups->n > 0 ? dups : NULL;
+}
+
+bool loom_fusion_index_dup(const loom_fusion_index *ix, int32_t group, int32_t node) {
+  if (!ix || !ix->dups || group < 0) return false;
+  for (int32_t i = 0; i < ix->dups->n; i++)
+    if (ix->dups->node[i] == node && ix->dups->group[i] == group) return true;
+  return false;
+}
+
 bool loom_fusion_index_materialized(const loom_fusion_index *ix, const int32_t *group_of_node,
                                     int32_t v) {
   if (!ix || !loom_value_valid(ix->g, v)) return false;
@@ -110,8 +121,16 @@ bool loom_fusion_index_materialized(const loom_fusion_index *ix, const int32_t *
   if (prod < 0 || ix->is_output[v]) return true;
   int32_t grp = group_of_node ? group_of_node[prod] : -1;
   if (grp < 0) return true; /* produced by a GEMM or an eager node */
-  for (int32_t e = ix->cons_off[v]; e < ix->cons_off[v + 1]; e++)
-    if (group_of_node[ix->cons[e]] != grp) return true;
+  const loom_fusion_dups *d = ix->dups;
+  for (int32_t e = ix->cons_off[v]; e < ix->cons_off[v + 1]; e++) {
+    int32_t c = ix->cons[e], h = group_of_node[c];
+    /* a consumer's own group loads v unless it recomputes the producer */
+    if (h != grp && !loom_fusion_index_dup(ix, h, prod)) return true;
+    /* and so does every group that recomputes the consumer */
+    for (int32_t i = 0; d && i < d->n; i++)
+      if (d->node[i] == c && d->group[i] != grp && !loom_fusion_index_dup(ix, d->group[i], prod))
+        return true;
+  }
   return false;
 }
 

@@ -108,14 +108,19 @@ loom_status loom_fusion_compile(loom_ctx *ctx, const loom_graph *g, const loom_f
   /* one index and member lists for all groups: lowering is O(graph) */
   st = loom_fusion_index_new(ctx, g, &ix);
   if (st) goto fail;
+  /* duplicated producers: lowered with the groups that recompute them,
+   * and counted in what is materialized */
+  loom_fusion_dups dups = {.n = plan.n_dups, .group = plan.dup_group, .node = plan.dup_node};
+  loom_fusion_index_set_dups(ix, &dups);
   mem_off = calloc((size_t)plan.n_groups + 1, sizeof *mem_off);
-  mem = malloc(sizeof *mem * (size_t)(g->n_nodes ? g->n_nodes : 1));
+  mem = malloc(sizeof *mem * (size_t)(g->n_nodes + plan.n_dups > 0 ? g->n_nodes + plan.n_dups : 1));
   if (!mem_off || !mem) {
     st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "fusion: out of memory");
     goto fail;
   }
   for (int32_t n = 0; n < g->n_nodes; n++)
     if (plan.group_of_node[n] >= 0) mem_off[plan.group_of_node[n] + 1]++;
+  for (int32_t i = 0; i < plan.n_dups; i++) mem_off[plan.dup_group[i] + 1]++;
   for (int32_t i = 0; i < plan.n_groups; i++) mem_off[i + 1] += mem_off[i];
   {
     int32_t *cur = malloc(sizeof *cur * (size_t)(plan.n_groups ? plan.n_groups : 1));
@@ -126,6 +131,7 @@ loom_status loom_fusion_compile(loom_ctx *ctx, const loom_graph *g, const loom_f
     memcpy(cur, mem_off, sizeof *cur * (size_t)plan.n_groups);
     for (int32_t n = 0; n < g->n_nodes; n++)
       if (plan.group_of_node[n] >= 0) mem[cur[plan.group_of_node[n]]++] = n;
+    for (int32_t i = 0; i < plan.n_dups; i++) mem[cur[plan.dup_group[i]]++] = plan.dup_node[i];
     free(cur);
   }
   for (int32_t n = 0; n < g->n_nodes; n++)
@@ -156,6 +162,13 @@ loom_status loom_fusion_compile(loom_ctx *ctx, const loom_graph *g, const loom_f
     if (pr >= 0 && cls[pr] == LOOM_NODE_DEAD) continue; /* never computed */
     out->materialized[v] = pr < 0 || plan.group_of_node[pr] < 0 ||
                            loom_fusion_index_materialized(ix, plan.group_of_node, v);
+  }
+  if (plan.n_dups > 0) { /* kernel i is group i */
+    out->n_dups = plan.n_dups;
+    out->dup_kernel = plan.dup_group;
+    out->dup_node = plan.dup_node;
+    plan.dup_group = plan.dup_node = NULL;
+    plan.n_dups = 0;
   }
   st = loom_fusion_attach_epilogues(ctx, g, m, out);
   if (st) goto fail;

@@ -61,13 +61,28 @@ typedef struct loom_program {
   /* Per kernel: the cost model's bytes and seconds (n_kernels each). */
   int64_t *kernel_bytes;
   double *kernel_seconds;
+  /* Duplicated producers: kernel dup_kernel[i] recomputes node
+   * dup_node[i], which kernel_of its owner lists in its nodes. */
+  int32_t n_dups;
+  int32_t *dup_kernel, *dup_node;
 } loom_program;
 
 typedef struct loom_fusion_options {
   loom_fusion_mode mode;
   const loom_machine *machine; /* rates and cache sizes for the cost model */
   int32_t beam_width;          /* plans kept per step of the search (0: default) */
+  /* Producer duplication (docs/FUSION.md, "Producer duplication"): cheap
+   * element-wise and layout producers recomputed in the kernels that read
+   * their value, where the cost model says that saves traffic, as XLA's
+   * loop fusion does. 0: the mode's default (loom_fusion_mode_duplicates);
+   * 1: on; -1: off. */
+  int32_t duplicate;
 } loom_fusion_options;
+
+/* Whether mode duplicates cheap producers by default: loop does (XLA's
+ * rule), and so does stitch (the cost model keeps only copies that pay);
+ * none does not. */
+bool loom_fusion_mode_duplicates(loom_fusion_mode m);
 
 /* --- the stages of loom_fusion_compile (exposed for tests and tools) --- */
 
@@ -95,6 +110,11 @@ typedef struct loom_fusion_plan {
   loom_step *steps;
   double cost_s;
   int64_t n_analyzed; /* distinct candidate groups the search scored */
+  /* Duplicated producers: group dup_group[i] also computes node
+   * dup_node[i] (a member of another group) instead of loading its
+   * value. */
+  int32_t n_dups;
+  int32_t *dup_group, *dup_node;
 } loom_fusion_plan;
 
 /* Explores fusion plans for g in opts->mode with the cost model and

@@ -73,7 +73,22 @@ loom_status loom_fusion_group_lower_members(loom_ctx *ctx, loom_fusion_index *ix
                                             const int32_t *members, int32_t n_members,
                                             loom_fusion_mode mode, const loom_kschedule *sched,
                                             const char *name, loom_kernel *out);
-/* loom_fusion_value_materialized in O(consumers of v). */
+/* Producer duplication: group group[i] recomputes node node[i], which
+ * another group owns. With dups set on an index, lowering accepts those
+ * nodes in a member list (computed, never stored: the owner stores what
+ * others still load) and materialization counts a value as loaded by a
+ * group only where the group does not recompute its producer. The arrays
+ * are the caller's; NULL clears. */
+typedef struct loom_fusion_dups {
+  int32_t n;
+  const int32_t *group, *node;
+} loom_fusion_dups;
+void loom_fusion_index_set_dups(loom_fusion_index *ix, const loom_fusion_dups *dups);
+/* True if group recomputes node under ix's dups. */
+bool loom_fusion_index_dup(const loom_fusion_index *ix, int32_t group, int32_t node);
+
+/* loom_fusion_value_materialized in O(consumers of v) (with dups: times
+ * their count). */
 bool loom_fusion_index_materialized(const loom_fusion_index *ix, const int32_t *group_of_node,
                                     int32_t v);
 

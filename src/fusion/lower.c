@@ -447,8 +447,11 @@ loom_status loom_fusion_group_lower_members(loom_ctx *ctx, loom_fusion_index *ix
     if (!out->nodes) {
       st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
     } else {
-      memcpy(out->nodes, w.all_mem, sizeof(int32_t) * (size_t)w.n_all);
-      out->n_nodes = w.n_all;
+      /* the group's own nodes: duplicated producers it recomputes belong
+       * to their owner's kernel (group.h, loom_fusion_dups) */
+      out->n_nodes = 0;
+      for (int32_t m = 0; m < w.n_all; m++)
+        if (group_of_node[w.all_mem[m]] == group) out->nodes[out->n_nodes++] = w.all_mem[m];
       st = loom_kernel_verify(ctx, out);
     }
   }

@@ -50,9 +50,9 @@ static loom_status collect_values(lw *w) {
   for (int32_t l = 0; l < w->n_lv; l++) {
     lval *x = &w->lv[l];
     if (x->prod >= 0) {
-      x->mat = ix->is_output[x->v];
-      for (int32_t e = ix->cons_off[x->v]; e < ix->cons_off[x->v + 1] && !x->mat; e++)
-        x->mat = w->gon[ix->cons[e]] != w->group;
+      /* a duplicated producer's value is its owner's to store */
+      x->mat = w->gon[w->mem[x->prod]] == w->group &&
+               loom_fusion_index_materialized(ix, w->gon, x->v);
       continue;
     }
     x->mat = true; /* produced outside: in memory */
@@ -88,7 +88,9 @@ static loom_status collect(lw *w) {
     qsort(w->all_mem, (size_t)w->n_all, sizeof(int32_t), cmp_i32);
   for (int32_t m = 0; m < w->n_all; m++) {
     int32_t u = w->all_mem[m];
-    if (u < 0 || u >= g->n_nodes || w->gon[u] != w->group || (m > 0 && w->all_mem[m - 1] == u))
+    if (u < 0 || u >= g->n_nodes ||
+        (w->gon[u] != w->group && !loom_fusion_index_dup(w->ix, w->group, u)) ||
+        (m > 0 && w->all_mem[m - 1] == u))
       return loom_error(w->ctx, LOOM_STATUS_INVALID_ARGUMENT,
                         "group %d: member list does not match the grouping (node %d)", w->group,
                         u);

@@ -42,6 +42,7 @@ struct loom_fusion_index {
   int32_t *cons_off, *cons; /* consumer nodes of each value (CSR, one per use) */
   bool *is_output;          /* per value: a graph output */
   int32_t *loc;             /* per value: scratch for lw.loc, all -1 between calls */
+  const loom_fusion_dups *dups; /* duplicated producers, or NULL */
 };
 
 typedef struct lw {

@@ -525,6 +525,8 @@ void loom_fusion_plan_clear(loom_fusion_plan *plan) {
   if (!plan) return;
   free(plan->group_of_node);
   free(plan->steps);
+  free(plan->dup_group);
+  free(plan->dup_node);
   memset(plan, 0, sizeof *plan);
 }
 
@@ -694,8 +696,23 @@ loom_status loom_fusion_plan_build(loom_ctx *ctx, const loom_graph *g, const loo
     status = search_regions(&p, beam);
     if (!status) status = loom_plan_horizontal(&p);
   }
+  bool dup = opts->duplicate > 0 || (opts->duplicate == 0 && loom_fusion_mode_duplicates(opts->mode));
+  int32_t *dup_group = NULL, *dup_node = NULL, n_dups = 0;
+  if (!status && !p.oom && dup && opts->mode != LOOM_FUSION_NONE)
+    status = loom_plan_duplicate(&p, &dup_group, &dup_node, &n_dups);
   if (!status && p.oom) status = LOOM_STATUS_OUT_OF_MEMORY;
   if (!status) status = write_plan(&p, out);
+  if (!status && n_dups > 0) {
+    /* group ids are largest members: renumber to the plan's groups */
+    for (int32_t i = 0; i < n_dups; i++)
+      dup_group[i] = out->group_of_node[dup_group[i]];
+    out->n_dups = n_dups;
+    out->dup_group = dup_group;
+    out->dup_node = dup_node;
+  } else {
+    free(dup_group);
+    free(dup_node);
+  }
 done:
   if (status == LOOM_STATUS_OUT_OF_MEMORY) loom_error(ctx, status, "fusion plan: out of memory");
   if (status) loom_fusion_plan_clear(out);

@@ -64,5 +64,9 @@ void loom_plan_finish_groups(plan_ctx *p);
 int32_t loom_plan_order_units(plan_ctx *p, int32_t *order, int32_t *indeg, int32_t *heap);
 /* Horizontal fusion over the whole graph (plan_merge.c). */
 loom_status loom_plan_horizontal(plan_ctx *p);
+/* Producer duplication over the finished groups (plan_dup.c): the
+ * (group id, node) pairs, malloc'ed (NULL when none). */
+loom_status loom_plan_duplicate(plan_ctx *p, int32_t **dup_group, int32_t **dup_node,
+                                int32_t *n_dups);
 
 #endif

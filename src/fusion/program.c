@@ -38,6 +38,8 @@ void loom_program_clear(loom_program *p) {
   free(p->materialized);
   free(p->kernel_bytes);
   free(p->kernel_seconds);
+  free(p->dup_kernel);
+  free(p->dup_node);
   memset(p, 0, sizeof *p);
 }
 
