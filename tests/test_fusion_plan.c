@@ -262,7 +262,7 @@ static loom_graph *build_gpt(int32_t n_layer) {
     c.d_ff = 3072;
     c.context = 256;
   }
-  loom_gpt_optim o = {0.9, 0.999, 1e-8, 0.01, 1, NULL};
+  loom_gpt_optim o = {0.9, 0.999, 1e-8, 0.01, 1, LOOM_ATTENTION_DECOMPOSED, LOOM_RNG_AUTO};
   loom_graph *g = NULL;
   int64_t per_step = 0;
   CHECK_OK(ctx, loom_gpt_build_train(ctx, &c, quick ? 2 : 4, quick ? 16 : 256, &o, &g, &per_step));
@@ -433,6 +433,9 @@ typedef struct plan_result {
 } plan_result;
 
 /* Compiles g in mode, checks the program's structure, returns a summary. */
+/* The fusing modes, in the order the reports print them (r[0], r[1], r[2]). */
+static const loom_fusion_mode plan_modes[3] = {LOOM_FUSION_NONE, LOOM_FUSION_LOOP, LOOM_FUSION_STITCH};
+
 static plan_result compile_checked(const char *name, const loom_graph *g, loom_fusion_mode mode) {
   plan_result r = {0};
   loom_program p;
@@ -505,7 +508,7 @@ static void check_pattern(const char *name, loom_graph *g, int32_t stitch_kernel
   }
   plan_result r[3];
   for (int m = 0; m < 3; m++)
-    r[m] = compile_checked(name, g, (loom_fusion_mode)m);
+    r[m] = compile_checked(name, g, plan_modes[m]);
   if (only && getenv("LOOM_TEST_DUMP")) /* debugging: the programs */
     for (int m = 0; m < 3; m++)
       fprintf(stderr, "%s", r[m].listing ? r[m].listing : "");
@@ -712,7 +715,7 @@ static void test_gpt(void) {
   double t[3];
   for (int m = 0; m < 3; m++) {
     double t0 = now_s();
-    r[m] = compile_checked("gpt block", g, (loom_fusion_mode)m);
+    r[m] = compile_checked("gpt block", g, plan_modes[m]);
     t[m] = now_s() - t0;
   }
   printf("gpt block fwd+bwd+adamw: %d nodes, %d memory ops; kernels none %d loop %d stitch %d; "

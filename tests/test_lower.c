@@ -109,7 +109,7 @@ static void check_graph(loom_ctx *ctx, loom_graph *g0, const tcase *tc) {
     }
   }
   loom_session *s = NULL;
-  loom_session_options opts = {.backend = "ref"};
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = "ref");
   CHECK_OK(ctx, loom_session_new(ctx, g, &opts, &s));
   if (s) CHECK_OK(ctx, loom_session_run(s, ni, (const loom_tensor *const *)in, no, ref));
   loom_session_free(s);

@@ -204,7 +204,7 @@ static void test_random_dags(loom_ctx *ctx) {
           d[e] = (float)loom_test_uniform(&r, -1, 1);
       }
       loom_session *s = NULL;
-      loom_session_options o = {.backend = "ref"};
+      loom_session_options o = LOOM_SESSION_OPTIONS(.backend = "ref");
       CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
       CHECK_OK(ctx,
                loom_session_run(s, g->n_inputs, (const loom_tensor *const *)in, g->n_outputs, out));
@@ -293,7 +293,7 @@ static void test_reshape_alias(loom_ctx *ctx) {
   CHECK_OK(ctx, loom_tensor_wrap(ctx, LOOM_DTYPE_F32, 2, (int64_t[]){4, 6}, xv, &xt));
   for (int k = 0; k < 2; k++) {
     CHECK_OK(ctx,
-             loom_session_new(ctx, g, &(loom_session_options){.backend = k ? "cpu" : "ref"}, &s));
+             loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.backend = k ? "cpu" : "ref"), &s));
     CHECK_OK(ctx, loom_session_run(s, 1, (const loom_tensor *const *)&xt, 1, out));
     int bad = 0; /* generated f32 exp is within 2 ulp of libm's (kernel/kmath.h) */
     for (int i = 0; out[0] && i < 24; i++) {

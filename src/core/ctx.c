@@ -51,12 +51,15 @@ const char *loom_status_name(loom_status s) {
       [LOOM_STATUS_PARSE] = "parse error",
       [LOOM_STATUS_OUT_OF_RANGE] = "out of range",
       [LOOM_STATUS_INTERNAL] = "internal error",
+      [LOOM_STATUS_BUSY] = "busy",
   };
   if ((unsigned)s >= LOOM_STATUS_COUNT) return "unknown status";
   return names[s];
 }
 
 const char *loom_version(void) { return LOOM_VERSION_STRING; }
+
+void loom_free(void *p) { free(p); }
 
 loom_status loom_verror(loom_ctx *ctx, loom_status status, const char *fmt,
                         va_list ap) {

@@ -192,12 +192,12 @@ static int32_t attention(fwd *f, int32_t q, int32_t k, int32_t v) {
   return y;
 }
 
-/* The attention pass on *g (replaced), placement by name. */
-static loom_status flash_attention(loom_ctx *ctx, const char *rng, loom_graph **g) {
-  loom_rng_placement placement;
-  if (loom_rng_placement_from_name(rng, &placement))
+/* The attention pass on *g (replaced). */
+static loom_status flash_attention(loom_ctx *ctx, loom_rng_placement placement, loom_graph **g) {
+  if ((unsigned)placement >= LOOM_RNG_COUNT)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "unknown rng placement '%s' (known: " LOOM_RNG_NAMES ")", rng);
+                      "unknown rng placement %d (known: " LOOM_RNG_PLACEMENT_NAMES ")",
+                      (int)placement);
   loom_rng_model model;
   bool measured = placement == LOOM_RNG_AUTO;
   if (measured) loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &model);
@@ -403,7 +403,7 @@ loom_status loom_gpt_build_train(loom_ctx *ctx, const loom_gpt_config *c, int32_
     s = loom_build_status(g);
     if (!s) s = loom_graph_output(g, "loss", loss);
   }
-  if (!s && o->rng) s = flash_attention(ctx, o->rng, &g);
+  if (!s && o->attention == LOOM_ATTENTION_FLASH) s = flash_attention(ctx, o->rng, &g);
   /* differentiate the primitives, so nothing is recomputed per composite */
   if (!s) s = loom_graph_decompose(g, &dg);
   if (!s) s = add_updates(dg, ps, n, o);

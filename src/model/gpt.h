@@ -53,11 +53,11 @@ loom_status loom_gpt_params(loom_ctx *ctx, const loom_gpt_config *c, loom_gpt_pa
 typedef struct loom_gpt_optim {
   double beta1, beta2, eps, weight_decay;
   uint64_t seed; /* dropout masks */
-  /* NULL: attention stays a composite, differentiated through its
-   * primitives. Else the attention pass (passes/attention.h) makes flash
-   * attention of it before autodiff, with this RNG placement: "auto",
-   * "fused", "overlap" or "sequential". */
-  const char *rng;
+  /* DECOMPOSED: attention stays a composite, differentiated through its
+   * primitives. FLASH: the attention pass (passes/attention.h) makes flash
+   * attention of it before autodiff, with RNG placement `rng`. */
+  loom_attention_mode attention;
+  loom_rng_placement rng;
 } loom_gpt_optim;
 
 /*

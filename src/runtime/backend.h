@@ -38,7 +38,7 @@ typedef struct loom_backend_iface {
   void *(*buffer_alloc)(void *bctx, size_t bytes);
   void (*buffer_free)(void *bctx, void *p);
   /* Prepares a decomposed, verified graph to run with these options
-   * (opts->fusion already checked to be a known mode name, or NULL).
+   * (never NULL: the session's complete copy, every mode checked).
    * Fills out (zeroed by the caller but for the stats' op counts, which
    * a fusing backend may refine); on failure leaves nothing to release. */
   loom_status (*prepare)(void *bctx, loom_ctx *ctx, const loom_graph *g,
@@ -65,11 +65,6 @@ void loom_backend_free(loom_backend *b);
 /* Runs one node with its reference kernel (the oracle and the fallback). */
 loom_status loom_exec_node_ref(loom_ctx *ctx, const loom_graph *g, const loom_node *n,
                                loom_view *values);
-
-/* Fusion modes a session accepts: "stitch", "loop", "none", "eager". */
-bool loom_fusion_name_known(const char *name);
-/* The list above as text, for error messages. */
-#define LOOM_FUSION_NAMES "stitch, loop, none, eager"
 
 /* Counts a graph's nodes by kind for the session stats: primitives,
  * memory-intensive ones (everything but GEMMs) and GEMMs. */

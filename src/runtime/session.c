@@ -13,6 +13,7 @@
 #include "passes/simplify.h"
 #include "runtime/cpu/cpu.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,9 @@ struct loom_session {
   loom_prepared prep; /* the backend's state, memory plan, stats, warning */
   void *arena;
   loom_view *values; /* one per value of g; inputs filled per run */
+  /* A run is in progress: values, the arena and the backend's per-run
+   * state belong to it, so a second thread is refused (loom.h). */
+  atomic_flag running;
 };
 
 void loom_session_free(loom_session *s) {
@@ -50,16 +54,8 @@ static loom_status forward_error(loom_ctx *ctx, const loom_graph *g, loom_status
 static loom_status fuse_attention(loom_ctx *ctx, const loom_graph *g, const char *backend,
                                   const loom_session_options *opts, loom_graph **out) {
   *out = NULL;
-  const char *mode = opts && opts->attention ? opts->attention : "flash";
-  const char *rng = opts && opts->rng ? opts->rng : "auto";
-  loom_rng_placement placement;
-  if (strcmp(mode, "flash") != 0 && strcmp(mode, "decomposed") != 0)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "unknown attention mode '%s' (known: flash, decomposed)", mode);
-  if (loom_rng_placement_from_name(rng, &placement))
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "unknown rng placement '%s' (known: " LOOM_RNG_NAMES ")", rng);
-  if (strcmp(backend, "cpu") != 0 || strcmp(mode, "flash") != 0) return LOOM_STATUS_OK;
+  loom_rng_placement placement = opts->rng;
+  if (strcmp(backend, "cpu") != 0 || opts->attention != LOOM_ATTENTION_FLASH) return LOOM_STATUS_OK;
   /* attention is an `attention` node or a pattern around a softmax; the
    * model's rates are measured only where a placement is to be chosen */
   bool candidate = false, dropout = false;
@@ -78,20 +74,49 @@ static loom_status fuse_attention(loom_ctx *ctx, const loom_graph *g, const char
   return st;
 }
 
-loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g, const loom_session_options *opts,
+/* The caller's options as this library's struct: the fields the caller's
+ * struct_size covers, defaults for the rest (a caller built against an
+ * older loom.h); each mode checked, even where it does not apply (ref). */
+static loom_status read_options(loom_ctx *ctx, const loom_session_options *opts,
+                                loom_session_options *o) {
+  loom_session_options_init(o);
+  if (!opts) return LOOM_STATUS_OK;
+  if (opts->struct_size == 0 || opts->struct_size > sizeof *o)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "session_new: options.struct_size is %zu (this library knows %zu): make "
+                      "options with LOOM_SESSION_OPTIONS(...) or loom_session_options_init",
+                      opts->struct_size, sizeof *o);
+  memcpy(o, opts, opts->struct_size);
+  o->struct_size = sizeof *o;
+  if ((unsigned)o->fusion >= LOOM_FUSION_COUNT)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "session_new: unknown fusion mode %d (known: " LOOM_FUSION_MODE_NAMES ")",
+                      (int)o->fusion);
+  if ((unsigned)o->attention >= LOOM_ATTENTION_COUNT)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "session_new: unknown attention mode %d (known: " LOOM_ATTENTION_MODE_NAMES
+                      ")",
+                      (int)o->attention);
+  if ((unsigned)o->rng >= LOOM_RNG_COUNT)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "session_new: unknown rng placement %d (known: " LOOM_RNG_PLACEMENT_NAMES ")",
+                      (int)o->rng);
+  return LOOM_STATUS_OK;
+}
+
+loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g, const loom_session_options *user,
                              loom_session **out) {
   if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "session_new: out is NULL");
   *out = NULL;
   if (!ctx) return LOOM_STATUS_INVALID_ARGUMENT;
   if (!g) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "session_new: graph is NULL");
-  const char *bname = opts && opts->backend ? opts->backend : "cpu";
-  /* A misspelt mode is an error even where it would not apply (ref). */
-  if (opts && opts->fusion && !loom_fusion_name_known(opts->fusion))
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "unknown fusion mode '%s' (known: " LOOM_FUSION_NAMES ")", opts->fusion);
+  loom_session_options options, *opts = &options;
+  LOOM_TRY(read_options(ctx, user, opts));
+  const char *bname = opts->backend ? opts->backend : "cpu";
   loom_session *s = loom_calloc(ctx, 1, sizeof *s);
   if (!s) return LOOM_STATUS_OUT_OF_MEMORY;
   s->ctx = ctx;
+  atomic_flag_clear(&s->running);
   loom_status st = loom_backend_new(ctx, bname, &s->backend);
   if (st) goto fail;
   /* The graph passes, each followed by the verifier. */
@@ -252,9 +277,8 @@ static void unbind_outputs(loom_session *s, int32_t n_outputs, const bool *direc
     }
 }
 
-loom_status loom_session_run(loom_session *s, int32_t n_inputs, const loom_tensor *const *inputs,
+static loom_status run_alone(loom_session *s, int32_t n_inputs, const loom_tensor *const *inputs,
                              int32_t n_outputs, loom_tensor **outputs) {
-  if (!s) return LOOM_STATUS_INVALID_ARGUMENT;
   loom_ctx *ctx = s->ctx;
   const loom_graph *g = s->g;
   if (n_inputs != g->n_inputs)
@@ -341,5 +365,17 @@ loom_status loom_session_run(loom_session *s, int32_t n_inputs, const loom_tenso
   free(snap);
   free(fresh);
   free(direct);
+  return st;
+}
+
+/* One run at a time: a concurrent call is refused before it touches the
+ * session or its context, both of which the running thread is using. */
+loom_status loom_session_run(loom_session *s, int32_t n_inputs, const loom_tensor *const *inputs,
+                             int32_t n_outputs, loom_tensor **outputs) {
+  if (!s) return LOOM_STATUS_INVALID_ARGUMENT;
+  if (atomic_flag_test_and_set_explicit(&s->running, memory_order_acquire))
+    return LOOM_STATUS_BUSY;
+  loom_status st = run_alone(s, n_inputs, inputs, n_outputs, outputs);
+  atomic_flag_clear_explicit(&s->running, memory_order_release);
   return st;
 }

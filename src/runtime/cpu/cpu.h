@@ -68,10 +68,10 @@ bool loom_cpu_has_kernel(const loom_graph *g, const loom_node *n);
  */
 typedef struct loom_cpu_program loom_cpu_program;
 
-/* Fuses g in `mode` ("stitch", "loop", "none"), generates and loads the
+/* Fuses g in `mode` (stitch, loop or none), generates and loads the
  * code, plans memory over the program's steps; fills out (handle = the
  * program). */
-loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, const char *mode,
+loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fusion_mode mode,
                                      loom_prepared *out);
 void loom_cpu_program_free(loom_cpu_program *p);
 /* Runs the program's steps over values (as the session planned them). */

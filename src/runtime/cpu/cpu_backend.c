@@ -100,9 +100,8 @@ loom_status loom_cpu_prepare_eager(const loom_graph *g, loom_prepared *out) {
 static loom_status cpu_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
                                const loom_session_options *opts, loom_prepared *out) {
   (void)bctx;
-  const char *mode = opts && opts->fusion ? opts->fusion : "stitch";
-  if (strcmp(mode, "eager") == 0) return loom_cpu_prepare_eager(g, out);
-  return loom_cpu_program_prepare(ctx, g, mode, out);
+  if (opts->fusion == LOOM_FUSION_EAGER) return loom_cpu_prepare_eager(g, out);
+  return loom_cpu_program_prepare(ctx, g, opts->fusion, out);
 }
 
 static void cpu_release(void *bctx, void *handle) {
