@@ -669,6 +669,16 @@ static void test_api(void) {
   loom_program p;
   loom_fusion_options o = {.mode = LOOM_FUSION_STITCH};
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_fusion_compile(ctx, NULL, &o, &p));
+  /* eager is the cpu backend's mode, not one that fuses */
+  loom_graph *tiny = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx, "input %x : f32[4]\n%y = exp(%x)\noutput y = %y\n", &tiny));
+  loom_fusion_options eager = {.mode = LOOM_FUSION_EAGER};
+  if (tiny) {
+    CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_fusion_compile(ctx, tiny, &eager, &p));
+    CHECK(strstr(loom_ctx_error(ctx), "(eager) does not fuse") != NULL);
+    loom_program_clear(&p);
+  }
+  loom_graph_free(tiny);
   loom_program_clear(&p); /* cleared by the failed call: safe */
   loom_program_clear(NULL);
   /* an empty graph: no steps */

@@ -60,7 +60,7 @@ static void check_graph(loom_ctx *ctx, loom_graph *g0, const tcase *tc) {
   if (verbose()) {
     char *text = NULL;
     if (loom_graph_print(g, &text) == LOOM_STATUS_OK) fputs(text, stdout);
-    free(text);
+    loom_free(text);
   }
   if (tc->loop_ok >= 0) {
     bool lo = loom_fusion_group_analyze(g, gon, 7, LOOM_FUSION_LOOP, NULL);
