@@ -39,7 +39,8 @@
  * entry inserted in the middle fails the build. Options structs carry
  * their size (struct_size, set by LOOM_SESSION_OPTIONS(...) or
  * loom_session_options_init), so fields can be added at the end without
- * breaking a caller built against an older loom.h.
+ * breaking a caller built against an older loom.h; the stats struct is
+ * filled as far as the caller's size (loom_session_get_stats passes it).
  *
  * Threads: a context, and every graph and session made on it, is used by
  * one thread at a time: any call may write the context's error message
@@ -438,9 +439,15 @@ loom_status loom_session_run(loom_session *s, int32_t n_inputs,
                              int32_t n_outputs, loom_tensor **outputs);
 /* Peak bytes of the session's memory plan (its one arena). */
 int64_t loom_session_peak_bytes(const loom_session *s);
-/* What preparing the session did (kernels, bytes, compile time). */
-loom_status loom_session_get_stats(const loom_session *s,
-                                   loom_session_stats *out);
+/* What preparing the session did (kernels, bytes, compile time). The
+ * struct may gain fields at the end, so the call passes the caller's size
+ * (the macro does): an older caller gets the fields it knows, a newer one
+ * zeros in fields this library does not fill. */
+loom_status loom_session_get_stats_sized(const loom_session *s,
+                                         loom_session_stats *out,
+                                         size_t out_size);
+#define loom_session_get_stats(s, out)                                         \
+  loom_session_get_stats_sized((s), (out), sizeof *(out))
 /* A warning from preparing the session ("" if none), e.g. that no C
  * compiler was found and the graph runs eagerly instead. */
 const char *loom_session_warning(const loom_session *s);

@@ -288,6 +288,23 @@ static void check_options(loom_ctx *ctx) {
   if (s) {
     CHECK_OK(ctx, loom_session_get_stats(s, &st));
     CHECK(st.n_kernels == 0 && st.n_eager == 1); /* backend "ref" was read */
+    /* stats grow the same way: a newer caller's tail is zeroed, an older
+     * caller's struct is filled only as far as it goes */
+    unsigned char newer_stats[sizeof(loom_session_stats) + 16];
+    memset(newer_stats, 0x5a, sizeof newer_stats);
+    CHECK_OK(ctx, loom_session_get_stats_sized(s, (loom_session_stats *)(void *)newer_stats,
+                                               sizeof newer_stats));
+    int tail = 0;
+    for (size_t i = sizeof(loom_session_stats); i < sizeof newer_stats; i++) tail += newer_stats[i];
+    CHECK(tail == 0 && memcmp(newer_stats, &st, sizeof st) == 0);
+    unsigned char older_stats[sizeof(int32_t) + 4];
+    memset(older_stats, 0x5a, sizeof older_stats);
+    CHECK_OK(ctx, loom_session_get_stats_sized(s, (loom_session_stats *)(void *)older_stats,
+                                               sizeof(int32_t)));
+    int32_t n_prim;
+    memcpy(&n_prim, older_stats, sizeof n_prim);
+    CHECK(n_prim == st.n_primitive_ops && older_stats[sizeof(int32_t)] == 0x5a);
+    CHECK(loom_session_get_stats_sized(s, &st, 0) == LOOM_STATUS_INVALID_ARGUMENT);
   }
   loom_session_free(s);
   s = NULL;

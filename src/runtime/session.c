@@ -170,9 +170,12 @@ fail:
 
 int64_t loom_session_peak_bytes(const loom_session *s) { return s ? s->prep.plan.peak_bytes : 0; }
 
-loom_status loom_session_get_stats(const loom_session *s, loom_session_stats *out) {
-  if (!s || !out) return LOOM_STATUS_INVALID_ARGUMENT;
-  *out = s->prep.stats;
+loom_status loom_session_get_stats_sized(const loom_session *s, loom_session_stats *out,
+                                         size_t out_size) {
+  if (!s || !out || out_size == 0) return LOOM_STATUS_INVALID_ARGUMENT;
+  size_t n = LOOM_MIN(out_size, sizeof s->prep.stats);
+  memcpy(out, &s->prep.stats, n);
+  if (out_size > n) memset((char *)out + n, 0, out_size - n);
   return LOOM_STATUS_OK;
 }
 
