@@ -399,8 +399,11 @@ typedef struct loom_session_options {
                           __VA_ARGS__})
 /* The same for a variable (and from C++): sets the size and defaults. */
 static inline void loom_session_options_init(loom_session_options *o) {
-  *o = (loom_session_options){0};
-  o->struct_size = sizeof *o;
+  /* every field, in order (-Wextra flags one left out) */
+  loom_session_options defaults = {sizeof(loom_session_options), NULL,
+                                   LOOM_FUSION_STITCH, LOOM_ATTENTION_FLASH,
+                                   LOOM_RNG_AUTO};
+  *o = defaults;
 }
 
 /* What preparing a session did. */
