@@ -30,8 +30,10 @@
 
 /* The cpu modes are fusion modes, named by loom.h's list. */
 static const loom_fusion_mode mode_fusion[LOOM_BENCH_MODE_COUNT] = {
-    [LOOM_BENCH_EAGER] = LOOM_FUSION_EAGER, [LOOM_BENCH_NONE] = LOOM_FUSION_NONE,
-    [LOOM_BENCH_LOOP] = LOOM_FUSION_LOOP, [LOOM_BENCH_STITCH] = LOOM_FUSION_STITCH};
+    [LOOM_BENCH_EAGER] = LOOM_FUSION_EAGER,
+    [LOOM_BENCH_NONE] = LOOM_FUSION_NONE,
+    [LOOM_BENCH_LOOP] = LOOM_FUSION_LOOP,
+    [LOOM_BENCH_STITCH] = LOOM_FUSION_STITCH};
 
 const char *loom_bench_mode_name(loom_bench_mode m) {
   if (m == LOOM_BENCH_REFERENCE) return "reference";
@@ -189,7 +191,8 @@ static void fail(wl_state *s, loom_bench_result *r) {
   loom_session_free(s->ses[r->mode]);
   s->ses[r->mode] = NULL;
   if (!s->o->quiet)
-    fprintf(stderr, "bench: %s: %s failed: %s\n", s->w->name, loom_bench_mode_name(r->mode), r->note);
+    fprintf(stderr, "bench: %s: %s failed: %s\n", s->w->name, loom_bench_mode_name(r->mode),
+            r->note);
 }
 
 static loom_status run_once(wl_state *s, loom_bench_mode m, double *seconds) {
@@ -204,8 +207,9 @@ static loom_status run_once(wl_state *s, loom_bench_mode m, double *seconds) {
  * compiles lazily, touches memory) and the output check. */
 static bool prepare_mode(wl_state *s, loom_bench_mode m, loom_bench_result *r, int32_t runs) {
   progress(s, "preparing", loom_bench_mode_name(m));
-  loom_session_options so = LOOM_SESSION_OPTIONS(
-          .backend = m == LOOM_BENCH_REFERENCE ? "ref" : "cpu", .fusion = mode_fusion[m]);
+  loom_session_options so =
+      LOOM_SESSION_OPTIONS(.backend = m == LOOM_BENCH_REFERENCE ? "ref" : "cpu",
+                           .fusion = mode_fusion[m]);
   loom_status st = loom_session_new(s->ctx, s->b.g, &so, &s->ses[m]);
   if (!st) st = loom_session_get_stats(s->ses[m], &r->stats);
   if (!st && m >= LOOM_BENCH_NONE) {

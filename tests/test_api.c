@@ -171,8 +171,8 @@ static void check_mode_names(void) {
   for (int i = 0; i < LOOM_FUSION_COUNT; i++) {
     loom_fusion_mode m = LOOM_FUSION_COUNT;
     const char *name = loom_fusion_mode_name((loom_fusion_mode)i);
-    n += name && loom_fusion_mode_from_name(name, &m) == LOOM_STATUS_OK && m == (loom_fusion_mode)i &&
-         strstr(LOOM_FUSION_MODE_NAMES, name);
+    n += name && loom_fusion_mode_from_name(name, &m) == LOOM_STATUS_OK &&
+         m == (loom_fusion_mode)i && strstr(LOOM_FUSION_MODE_NAMES, name);
   }
   for (int i = 0; i < LOOM_ATTENTION_COUNT; i++) {
     loom_attention_mode m = LOOM_ATTENTION_COUNT;
@@ -217,8 +217,10 @@ static void check_header_example(loom_ctx *ctx) {
   CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, (int64_t[]){8, 16}, &wt));
   if (s && xt && wt) {
     float *xv = loom_tensor_data(xt), *wv = loom_tensor_data(wt);
-    for (int i = 0; i < 32; i++) xv[i] = (float)(i % 5) - 2.0f;       /* -2..2 */
-    for (int i = 0; i < 128; i++) wv[i] = (float)(i % 3) - 1.0f;      /* -1..1 */
+    for (int i = 0; i < 32; i++)
+      xv[i] = (float)(i % 5) - 2.0f; /* -2..2 */
+    for (int i = 0; i < 128; i++)
+      wv[i] = (float)(i % 3) - 1.0f; /* -1..1 */
     loom_tensor *in[2] = {xt, wt}, *out[1] = {NULL};
     CHECK_OK(ctx, loom_session_run(s, 2, (const loom_tensor *const *)in, 1, out));
     if (out[0]) {
@@ -227,7 +229,8 @@ static void check_header_example(loom_ctx *ctx) {
       for (int r = 0; r < 4; r++)
         for (int c = 0; c < 16; c++) {
           float acc = 0;
-          for (int k = 0; k < 8; k++) acc += xv[r * 8 + k] * wv[k * 16 + c];
+          for (int k = 0; k < 8; k++)
+            acc += xv[r * 8 + k] * wv[k * 16 + c];
           bad += yv[r * 16 + c] != (acc > 0 ? acc : 0); /* small integers: exact */
         }
       CHECK(bad == 0);
@@ -273,8 +276,8 @@ static void check_options(loom_ctx *ctx) {
   memset(&a, 0x5a, sizeof a);
   loom_session_options_init(&a);
   CHECK(a.struct_size == sizeof a && b.struct_size == sizeof b);
-  CHECK(a.backend == NULL && a.fusion == LOOM_FUSION_STITCH && a.attention == LOOM_ATTENTION_FLASH &&
-        a.rng == LOOM_RNG_AUTO);
+  CHECK(a.backend == NULL && a.fusion == LOOM_FUSION_STITCH &&
+        a.attention == LOOM_ATTENTION_FLASH && a.rng == LOOM_RNG_AUTO);
   CHECK(b.backend == NULL && b.fusion == a.fusion && b.attention == a.attention && b.rng == a.rng);
 
   /* an older caller knew only struct_size and backend: a fusion field
@@ -295,7 +298,8 @@ static void check_options(loom_ctx *ctx) {
     CHECK_OK(ctx, loom_session_get_stats_sized(s, (loom_session_stats *)(void *)newer_stats,
                                                sizeof newer_stats));
     int tail = 0;
-    for (size_t i = sizeof(loom_session_stats); i < sizeof newer_stats; i++) tail += newer_stats[i];
+    for (size_t i = sizeof(loom_session_stats); i < sizeof newer_stats; i++)
+      tail += newer_stats[i];
     CHECK(tail == 0 && memcmp(newer_stats, &st, sizeof st) == 0);
     unsigned char older_stats[sizeof(int32_t) + 4];
     memset(older_stats, 0x5a, sizeof older_stats);

@@ -149,8 +149,9 @@ static void test_options(void) {
   CHECK(strstr(loom_ctx_error(ctx), "rng placement 7") != NULL);
   CHECK(strstr(loom_ctx_error(ctx), "auto, fused, overlap, sequential") != NULL);
   CHECK(s == NULL);
-  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-               loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.attention = LOOM_ATTENTION_COUNT), &s));
+  CHECK_STATUS(
+      ctx, LOOM_STATUS_INVALID_ARGUMENT,
+      loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.attention = LOOM_ATTENTION_COUNT), &s));
   CHECK(strstr(loom_ctx_error(ctx), "flash, decomposed") != NULL);
   /* names, from the one table */
   loom_rng_placement pl = LOOM_RNG_AUTO;

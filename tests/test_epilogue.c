@@ -116,8 +116,8 @@ static void test_workload(const workload *w) {
     int32_t want = m ? w->epilogues_stitch : w->epilogues_loop;
     CHECK(stats.n_epilogues == want);
     if (stats.n_epilogues != want)
-      fprintf(stderr, "  %s (%s): %d epilogues, expected %d\n", w->name, loom_fusion_mode_name(modes[m]),
-              stats.n_epilogues, want);
+      fprintf(stderr, "  %s (%s): %d epilogues, expected %d\n", w->name,
+              loom_fusion_mode_name(modes[m]), stats.n_epilogues, want);
     double worst = 0;
     for (int32_t o = 0; o < n_out; o++) {
       const float *a = loom_tensor_data(out[o]), *b = loom_tensor_data(ref[o]);
@@ -129,7 +129,8 @@ static void test_workload(const workload *w) {
     }
     /* f32 GEMM in a different tile order than the reference's doubles */
     CHECK(worst <= 2e-5);
-    if (!(worst <= 2e-5)) fprintf(stderr, "  %s (%s): error %g\n", w->name, loom_fusion_mode_name(modes[m]), worst);
+    if (!(worst <= 2e-5))
+      fprintf(stderr, "  %s (%s): error %g\n", w->name, loom_fusion_mode_name(modes[m]), worst);
   }
   for (int32_t o = 0; o < n_out; o++) loom_tensor_free(ref[o]);
   for (int32_t i = 0; i < n_in; i++) loom_tensor_free(in[i]);

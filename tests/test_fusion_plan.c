@@ -434,7 +434,8 @@ typedef struct plan_result {
 
 /* Compiles g in mode, checks the program's structure, returns a summary. */
 /* The fusing modes, in the order the reports print them (r[0], r[1], r[2]). */
-static const loom_fusion_mode plan_modes[3] = {LOOM_FUSION_NONE, LOOM_FUSION_LOOP, LOOM_FUSION_STITCH};
+static const loom_fusion_mode plan_modes[3] = {LOOM_FUSION_NONE, LOOM_FUSION_LOOP,
+                                               LOOM_FUSION_STITCH};
 
 static plan_result compile_checked(const char *name, const loom_graph *g, loom_fusion_mode mode) {
   plan_result r = {0};

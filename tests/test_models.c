@@ -252,7 +252,8 @@ static loom_tensor **run(loom_ctx *ctx, const loom_graph *g, const mode *m, loom
                               out) == LOOM_STATUS_OK;
   loom_ctx_set_threads(ctx, 0);
   if (!ok) {
-    fprintf(stderr, "%s/%s: %s\n", m->backend, loom_fusion_mode_name(m->fusion), loom_ctx_error(ctx));
+    fprintf(stderr, "%s/%s: %s\n", m->backend, loom_fusion_mode_name(m->fusion),
+            loom_ctx_error(ctx));
     free_tensors(out, no);
     out = NULL;
   }
@@ -309,13 +310,12 @@ static void check_model(loom_ctx *ctx, const char *name, const loom_graph *g, lo
     double err = compare(g, ref, got, &worst_name);
     printf("%-10s %-6s kernels %4d  GEMMs %3d  eager %4d  peak %8lld B  compile %5.2fs%s  "
            "error %.2g (%s)\n",
-           name, loom_fusion_mode_name(modes[m].fusion), stats[m].n_kernels, stats[m].n_gemm, stats[m].n_eager,
-           (long long)stats[m].peak_bytes, stats[m].compile_seconds,
+           name, loom_fusion_mode_name(modes[m].fusion), stats[m].n_kernels, stats[m].n_gemm,
+           stats[m].n_eager, (long long)stats[m].peak_bytes, stats[m].compile_seconds,
            stats[m].cache_hit ? " (hit)" : "", err, worst_name);
     if (!(err <= TOL))
       fprintf(stderr, "%s on %s: error %g in output %s (tolerance %g)\n", name,
-              loom_fusion_mode_name(modes[m].fusion),
-              err, worst_name, TOL);
+              loom_fusion_mode_name(modes[m].fusion), err, worst_name, TOL);
     CHECK(err <= TOL);
     /* fused kernels give the same bytes on any thread count */
     if (m == M_STITCH) {

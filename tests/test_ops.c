@@ -508,7 +508,8 @@ static bool run_graph(loom_ctx *ctx, int32_t first, int32_t n, const mode *m,
   loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = m->backend, .fusion = m->fusion);
   bool ok = loom_session_new(ctx, g, &opts, &s) == LOOM_STATUS_OK;
   if (ok && loom_session_warning(s)[0])
-    fprintf(stderr, "warning (%s): %s\n", loom_fusion_mode_name(m->fusion), loom_session_warning(s));
+    fprintf(stderr, "warning (%s): %s\n", loom_fusion_mode_name(m->fusion),
+            loom_session_warning(s));
   ok = ok && loom_ctx_set_threads(ctx, threads) == LOOM_STATUS_OK;
   ok = ok && loom_session_run(s, g->n_inputs, (const loom_tensor *const *)inputs, n, out) ==
                  LOOM_STATUS_OK;
@@ -534,7 +535,8 @@ static bool compare(const op_case *c, const mode *m, const loom_tensor *ref,
   if (!ref || !got) return false;
   if (loom_tensor_dtype(ref) != loom_tensor_dtype(got) ||
       loom_tensor_numel(ref) != loom_tensor_numel(got)) {
-    fprintf(stderr, "%s on %s: dtype or size differs\n", c->label, loom_fusion_mode_name(m->fusion));
+    fprintf(stderr, "%s on %s: dtype or size differs\n", c->label,
+            loom_fusion_mode_name(m->fusion));
     return false;
   }
   int64_t n = loom_tensor_numel(ref), bad = 0;

@@ -116,8 +116,9 @@ static void test_mlp(loom_ctx *ctx) {
   loom_memplan plan;
   CHECK_OK(ctx, loom_memplan_build(dg, &plan));
   loom_session *s = NULL;
-  CHECK_OK(ctx, loom_session_new(ctx, g,
-                                 &LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = LOOM_FUSION_EAGER), &s));
+  CHECK_OK(ctx,
+           loom_session_new(
+               ctx, g, &LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = LOOM_FUSION_EAGER), &s));
   CHECK(loom_session_peak_bytes(s) == plan.peak_bytes);
   CHECK(plan.peak_bytes >= (B * H + B * O) * 4);
   loom_memplan_free(&plan);
@@ -646,7 +647,8 @@ static void test_ops_differential(loom_ctx *ctx) {
     loom_session *sr = NULL, *sc = NULL;
     CHECK_OK(ctx, loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.backend = "ref"), &sr));
     CHECK_OK(ctx, loom_session_new(
-                      ctx, g, &LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = LOOM_FUSION_EAGER), &sc));
+                      ctx, g, &LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = LOOM_FUSION_EAGER),
+                      &sc));
     CHECK_OK(ctx, loom_session_run(sr, g->n_inputs, (const loom_tensor *const *)in, no, ref_out));
     const int threads[3] = {1, 2, 3};
     for (int t = 0; t < 3; t++) {
@@ -763,17 +765,18 @@ static void test_fusion_stats(loom_ctx *ctx) {
                loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.fusion = (loom_fusion_mode)9), &s));
   CHECK(strstr(loom_ctx_error(ctx), "fusion mode 9") &&
         strstr(loom_ctx_error(ctx), "(known: stitch, loop, none, eager)"));
-  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-               loom_session_new(ctx, g,
-                                &LOOM_SESSION_OPTIONS(.backend = "ref", .fusion = LOOM_FUSION_COUNT),
-                                &s));
+  CHECK_STATUS(
+      ctx, LOOM_STATUS_INVALID_ARGUMENT,
+      loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.backend = "ref", .fusion = LOOM_FUSION_COUNT),
+                       &s));
   CHECK(s == NULL);
   CHECK(loom_session_get_stats(NULL, &st) == LOOM_STATUS_INVALID_ARGUMENT);
   CHECK(strcmp(loom_session_warning(NULL), "") == 0);
 
   /* ref ignores the mode: one node at a time */
-  CHECK_OK(ctx, loom_session_new(ctx, g,
-                                 &LOOM_SESSION_OPTIONS(.backend = "ref", .fusion = LOOM_FUSION_LOOP), &s));
+  CHECK_OK(ctx,
+           loom_session_new(
+               ctx, g, &LOOM_SESSION_OPTIONS(.backend = "ref", .fusion = LOOM_FUSION_LOOP), &s));
   CHECK_OK(ctx, loom_session_run(s, 3, (const loom_tensor *const *)in, 2, want));
   CHECK(loom_session_get_stats(s, NULL) == LOOM_STATUS_INVALID_ARGUMENT);
   CHECK_OK(ctx, loom_session_get_stats(s, &st));
@@ -784,8 +787,9 @@ static void test_fusion_stats(loom_ctx *ctx) {
   loom_session_free(s);
 
   /* eager cpu: the matmul through the GEMM library, the rest node by node */
-  CHECK_OK(ctx, loom_session_new(ctx, g,
-                                 &LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = LOOM_FUSION_EAGER), &s));
+  CHECK_OK(ctx,
+           loom_session_new(
+               ctx, g, &LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = LOOM_FUSION_EAGER), &s));
   CHECK_OK(ctx, loom_session_get_stats(s, &st));
   CHECK(st.n_primitive_ops == n_prim && st.n_gemm == 1 && st.n_eager == n_prim - 1 &&
         st.n_kernels == 0 && !st.cache_hit && st.modeled_bytes == 0);

@@ -51,7 +51,8 @@ static loom_tensor *filled(loom_ctx *ctx, int32_t rank, uint64_t seed, double lo
   if (!t) return NULL;
   loom_test_rng r = {seed};
   float *d = loom_tensor_data(t);
-  for (int64_t i = 0; i < loom_tensor_numel(t); i++) d[i] = (float)loom_test_uniform(&r, lo, hi);
+  for (int64_t i = 0; i < loom_tensor_numel(t); i++)
+    d[i] = (float)loom_test_uniform(&r, lo, hi);
   return t;
 }
 
@@ -66,7 +67,8 @@ static bool work_init(loom_ctx *ctx, work *w, uint64_t seed) {
 }
 
 static void work_free(work *w) {
-  for (int i = 0; i < 3; i++) loom_tensor_free(w->in[i]);
+  for (int i = 0; i < 3; i++)
+    loom_tensor_free(w->in[i]);
   loom_tensor_free(w->out);
   free(w->want);
 }
@@ -88,7 +90,8 @@ static void expect_alone(loom_ctx *ctx, loom_session *s, work *w) {
   for (int i = 0; i < N; i++)
     for (int j = 0; j < N; j++) {
       double acc = 0;
-      for (int k = 0; k < N; k++) acc += (double)x[i * N + k] * wt[k * N + j];
+      for (int k = 0; k < N; k++)
+        acc += (double)x[i * N + k] * wt[k * N + j];
       double y = tanh(acc) * 0.5 + x[i * N + j];
       worst = fmax(worst, fabs(y - w->want[i * N + j]));
     }
@@ -146,8 +149,10 @@ static void test_two_sessions(void) {
   }
   if (ready) {
     pthread_t th[2];
-    for (int i = 0; i < 2; i++) CHECK(pthread_create(&th[i], NULL, own_thread, &o[i]) == 0);
-    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++)
+      CHECK(pthread_create(&th[i], NULL, own_thread, &o[i]) == 0);
+    for (int i = 0; i < 2; i++)
+      pthread_join(th[i], NULL);
     for (int i = 0; i < 2; i++) {
       if (o[i].failed) fprintf(stderr, "thread %d: %s\n", i, loom_ctx_error(o[i].ctx));
       CHECK(o[i].failed == 0 && o[i].wrong == 0);

@@ -376,8 +376,7 @@ static loom_status run_alone(loom_session *s, int32_t n_inputs, const loom_tenso
 loom_status loom_session_run(loom_session *s, int32_t n_inputs, const loom_tensor *const *inputs,
                              int32_t n_outputs, loom_tensor **outputs) {
   if (!s) return LOOM_STATUS_INVALID_ARGUMENT;
-  if (atomic_flag_test_and_set_explicit(&s->running, memory_order_acquire))
-    return LOOM_STATUS_BUSY;
+  if (atomic_flag_test_and_set_explicit(&s->running, memory_order_acquire)) return LOOM_STATUS_BUSY;
   loom_status st = run_alone(s, n_inputs, inputs, n_outputs, outputs);
   atomic_flag_clear_explicit(&s->running, memory_order_release);
   return st;

@@ -267,7 +267,8 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
   if (rc.flash > 0)
     printf("attention: %d flash op%s; dropout RNG (--rng %s): %d fused, %d overlap, %d "
            "sequential\n",
-           rc.flash, rc.flash == 1 ? "" : "s", loom_rng_placement_name(cfg->rng), rc.fused, rc.overlap, rc.sequential);
+           rc.flash, rc.flash == 1 ? "" : "s", loom_rng_placement_name(cfg->rng), rc.fused,
+           rc.overlap, rc.sequential);
   else
     printf("attention: decomposed into primitives (--attention %s)\n",
            loom_attention_mode_name(cfg->attention));

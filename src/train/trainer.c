@@ -92,7 +92,8 @@ loom_status loom_train_config_check(loom_ctx *ctx, const loom_train_config *c) {
                       (int)c->attention);
   if ((unsigned)c->rng >= LOOM_RNG_COUNT)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "train: rng placement %d is not one of " LOOM_RNG_PLACEMENT_NAMES, (int)c->rng);
+                      "train: rng placement %d is not one of " LOOM_RNG_PLACEMENT_NAMES,
+                      (int)c->rng);
   if (strcmp(c->backend, "cpu") && strcmp(c->backend, "ref"))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "train: backend '%s' is not 'cpu' or 'ref'", c->backend);
