@@ -6,8 +6,8 @@
  * Per point of the sweep (sequence length x head dim) one pre-LN GPT block
  * (wl_model.c: batch 1, 4 heads, causal, attention dropout 0.1, no
  * residual dropout) is built four times: the attention pass
- * (passes/attention.h) runs on the forward graph before autodiff, as the
- * GPT training step does, with each placement (fused, sequential,
+ * (the default backend's graph rewrite, loom_backend_rewrite) runs on the
+ * forward graph before autodiff, as the GPT training step does, with each placement (fused, sequential,
  * overlap), and once more on the same block without dropout ("none").
  * Each graph gets a session with the default options; after a warm-up run
  * (whose outputs must agree bit for bit between the three placements), the
@@ -15,7 +15,7 @@
  * from other processes falls on all of them alike; the median is reported.
  *
  * The prediction is the model's alone: the attention op's time per
- * placement (loom_rng_model_predict, rates from loom_cpu_rng_model) plus
+ * placement (loom_rng_model_predict, rates from loom_backend_rng_model) plus
  * the rest of the block, priced the same way the model prices work: the
  * GEMM flops of the block's matmuls (forward and backward) at the model's
  * GEMM rate, the memory traffic the fusion cost model predicts for the
@@ -27,8 +27,7 @@
 #include "harness.h"
 #include "core/clock.h"
 
-#include "passes/attention.h"
-#include "runtime/cpu/cpu.h"
+#include "runtime/backend.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -105,11 +104,15 @@ static void variant_free(variant *v) {
 static loom_status build_variant(loom_ctx *ctx, int64_t seq, int64_t d, double p,
                                  loom_rng_placement placement, variant *v) {
   LOOM_TRY(loom_bench_build_attn_block(ctx, seq, ATTN_HEADS, d, p, &v->b));
+  /* the default backend's rewrite makes flash attention with this placement */
   loom_graph *flash = NULL;
   int32_t n = 0;
-  LOOM_TRY(loom_graph_fuse_attention(v->b.g, placement, NULL, &flash, &n));
-  loom_graph_free(v->b.g);
-  v->b.g = flash;
+  loom_session_options so = LOOM_SESSION_OPTIONS(.rng = placement);
+  LOOM_TRY(loom_backend_rewrite(ctx, &so, v->b.g, &flash, &n));
+  if (flash) {
+    loom_graph_free(v->b.g);
+    v->b.g = flash;
+  }
   if (n != 1)
     return loom_error(ctx, LOOM_STATUS_INTERNAL, "bench: the attention pass replaced %d ops, not 1",
                       (int)n);
@@ -486,7 +489,11 @@ bool loom_bench_run_attention(loom_ctx *ctx, FILE *f, bool json, const loom_benc
   }
   if (!o->quiet) fprintf(stderr, "bench: attention: measuring the model's rates\n");
   loom_rng_model m;
-  loom_cpu_rng_model(ctx, loom_ctx_threads(ctx), &m);
+  if (loom_backend_rng_model(ctx, NULL, loom_ctx_threads(ctx), &m) != LOOM_STATUS_OK) {
+    fprintf(stderr, "loom: bench attention: %s\n", loom_ctx_error(ctx));
+    free(pts);
+    return false;
+  }
   /* the model's bandwidth is a default unless told the triad measured here */
   if (mi && mi->m.triad_gbps > 0) m.bandwidth = mi->m.triad_gbps * 1e9;
   if (!json) table_head(f, &m, mi ? mi->m.kernel_launch_s : 0.0, o);

@@ -270,10 +270,6 @@ loom_status loom_attention_mode_from_name(const char *name,
 loom_status loom_rng_placement_from_name(const char *name,
                                          loom_rng_placement *out);
 
-/* Releases memory Loom allocated and handed to the caller (the text of
- * loom_graph_print); NULL is fine. Objects with a _free use that. */
-void loom_free(void *p);
-
 /* ---- tensors (host memory) ---------------------------------------------- */
 
 /* Allocates a zero-filled contiguous tensor. */
@@ -285,6 +281,8 @@ loom_status loom_tensor_wrap(loom_ctx *ctx, loom_dtype dt, int32_t rank,
                              loom_tensor **out);
 /* Frees a tensor (and its data, unless wrapped); NULL is fine. */
 void loom_tensor_free(loom_tensor *t);
+/* Frees a buffer Loom returned (loom_graph_print's text, ...); NULL is fine. */
+void loom_free(void *p);
 /* Pointer to the first element. */
 void *loom_tensor_data(const loom_tensor *t);
 loom_dtype loom_tensor_dtype(const loom_tensor *t);
@@ -418,6 +416,8 @@ typedef struct loom_session_stats {
   int64_t peak_bytes;      /* the memory plan's arena */
   double compile_seconds;  /* fusion, code generation and compilation */
   bool cache_hit;          /* the compiled code came from the kernel cache */
+  int32_t n_fallback;      /* nodes run one at a time on the reference
+                            * kernels: the backend does not support them */
 } loom_session_stats;
 
 /* Decomposes, verifies and prepares a graph to run: on cpu, fuses it and
@@ -454,6 +454,20 @@ loom_status loom_session_get_stats_sized(const loom_session *s,
 /* A warning from preparing the session ("" if none), e.g. that no C
  * compiler was found and the graph runs eagerly instead. */
 const char *loom_session_warning(const loom_session *s);
+
+/* What a session prepared, as text for reports (`loom compile`). */
+typedef enum loom_session_artifact {
+  LOOM_ARTIFACT_GRAPH = 0, /* the decomposed, simplified graph (text IR) */
+  LOOM_ARTIFACT_PROGRAM,   /* the fused program's listing: its steps */
+  LOOM_ARTIFACT_KERNELS,   /* its kernels in the kernel IR */
+  LOOM_ARTIFACT_SOURCE,    /* the generated source ("" when no kernels) */
+  LOOM_ARTIFACT_COUNT
+} loom_session_artifact;
+/* *text (release with loom_free) describes one artifact; the backend
+ * writes all but the graph. LOOM_STATUS_UNSUPPORTED (with a message) when
+ * the session has no such artifact (ref, eager: no program). */
+loom_status loom_session_describe(const loom_session *s,
+                                  loom_session_artifact what, char **text);
 
 #ifdef __cplusplus
 }

@@ -46,6 +46,11 @@ extern int loom_test_checks;
 /* Prints "N passed, N failed" and returns the exit code for main. */
 int loom_test_finish(const char *name);
 
+/* Removes a file or a directory tree (symlinks are removed, not followed).
+ * Each test program runs with XDG_CACHE_HOME set to a private temporary
+ * directory that common.c creates before main and removes at exit. */
+void loom_test_remove_tree(const char *path);
+
 /* Deterministic pseudo-random numbers for test data (xorshift). */
 typedef struct loom_test_rng {
   uint64_t s;

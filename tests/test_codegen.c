@@ -8,8 +8,8 @@
  * generated, compiled through the jit and run with 1, 2 and 3 threads.
  * Results equal the interpreter bit for bit, are identical across thread
  * counts, and match values computed here directly (the op table's scalar
- * functions, loom_dropout_keep, sums in double). The cache is the user's
- * (XDG_CACHE_HOME): a second run compiles nothing. */
+ * functions, loom_dropout_keep, sums in double). The kernel cache is a
+ * private temporary directory (tests/common.c), never the user's. */
 #include "common.h"
 
 #include "codegen/c_codegen.h"
@@ -981,6 +981,12 @@ int main(void) {
     test_casts(dts[i]);
   }
   test_errors();
+  /* everything above was compiled into the private cache */
+  const char *cache = getenv("XDG_CACHE_HOME");
+  char *dir = loom_jit_cache_dir();
+  CHECK(cache && strstr(cache, "/loom-test-cache-") != NULL);
+  CHECK(cache && dir && strncmp(dir, cache, strlen(cache)) == 0);
+  free(dir);
   loom_ctx_free(ctx);
   return loom_test_finish("test_codegen");
 }

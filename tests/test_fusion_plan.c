@@ -262,7 +262,7 @@ static loom_graph *build_gpt(int32_t n_layer) {
     c.d_ff = 3072;
     c.context = 256;
   }
-  loom_gpt_optim o = {0.9, 0.999, 1e-8, 0.01, 1, LOOM_ATTENTION_DECOMPOSED, LOOM_RNG_AUTO};
+  loom_gpt_optim o = {0.9, 0.999, 1e-8, 0.01, 1, NULL};
   loom_graph *g = NULL;
   int64_t per_step = 0;
   CHECK_OK(ctx, loom_gpt_build_train(ctx, &c, quick ? 2 : 4, quick ? 16 : 256, &o, &g, &per_step));

@@ -1,13 +1,20 @@
 /* The run-time compiler and its content-addressed cache: SHA-256 known
  * answers, compile + call, cache hits, corrupt and mismatched entries
- * rebuilt, compiler errors, a missing compiler, an unusable cache dir. */
+ * rebuilt, compiler errors, a missing compiler, an unusable cache dir;
+ * the key (CPU identity, the argv as run); what other users could plant
+ * (foreign or shared directories and entries, symlinks) is never loaded;
+ * FIFO entries, compilers that hang or write nothing. Everything happens
+ * in temporary directories, never in the user's cache. */
 #include "common.h"
 
 #include "runtime/jit.h"
+#include "core/cpu_id.h"
 #include "core/sha256.h"
 
-#include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -264,21 +271,348 @@ static void test_concurrent(void) {
   CHECK(ok == 3);
 }
 
-static void remove_tree(const char *path) {
-  DIR *d = opendir(path);
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d))) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char p[1024];
-      snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-      remove_tree(p);
-    }
-    closedir(d);
-    rmdir(path);
-  } else {
-    unlink(path);
+/* ---- the key ------------------------------------------------------------ */
+
+/* The key carries the CPU identity: code built with -march=native must not
+ * be loaded on another CPU from a shared cache. */
+static void test_key_has_cpu(void) {
+  const char *cpu = loom_cpu_identity();
+  CHECK(cpu && strlen(cpu) > 8);
+  printf("cpu identity: %s\n", cpu);
+  loom_jit_info a = load_and_call(src_add);
+  char here[65] = "", same[65] = "", other[65] = "";
+  CHECK_OK(ctx, loom_jit_key_hex(ctx, src_add, NULL, here));
+  CHECK_OK(ctx, loom_jit_key_hex(ctx, src_add, cpu, same));
+  CHECK_OK(ctx, loom_jit_key_hex(ctx, src_add, "x86 GenuineIntel | some other CPU", other));
+  CHECK(strcmp(here, a.key) == 0); /* what the loader uses */
+  CHECK(strcmp(same, a.key) == 0);
+  CHECK(strlen(other) == 64 && strcmp(other, a.key) != 0);
+}
+
+/* Writes an executable script. */
+static bool write_script(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return false;
+  fputs(text, f);
+  return fclose(f) == 0 && chmod(path, 0755) == 0;
+}
+
+static bool file_contains(const char *path, const char *needle) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  static char buf[1 << 16];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return strstr(buf, needle) != NULL;
+}
+
+/* The flags reported are the flags passed (one argv, hashed as run). */
+static void test_argv_as_run(void) {
+  char script[512], log[512], text[1024];
+  snprintf(script, sizeof script, "%s/logcc", cache_root);
+  snprintf(log, sizeof log, "%s/logcc.log", cache_root);
+  snprintf(text, sizeof text,
+           "#!/bin/sh\n"
+           "echo \"$*\" >> '%s'\n"
+           "exec cc \"$@\"\n",
+           log);
+  CHECK(write_script(script, text));
+  setenv("LOOM_CC", script, 1);
+  loom_jit_info a = load_and_call(src_add);
+  CHECK(!a.cache_hit);
+  char plain[65] = "";
+  unsetenv("LOOM_CC");
+  CHECK_OK(ctx, loom_jit_key_hex(ctx, src_add, NULL, plain));
+  CHECK(strcmp(plain, a.key) != 0); /* another compiler command, another key */
+  CHECK(file_contains(log, loom_jit_flags()));
+  CHECK(file_contains(log, " -lm"));
+  remove(script);
+  remove(log);
+}
+
+/* A graph with a kernel to compile, for the session-level checks. */
+static const char *const small_graph = "input %x : f32[4]\n"
+                                       "%y : f32[4] = tanh(%x)\n"
+                                       "%z : f32[4] = mul(%y, %y)\n"
+                                       "output z = %z\n";
+
+/* ---- what others could plant -------------------------------------------- */
+
+/* A shared object that, loaded, would run: its constructor creates marker
+ * and its loom_test_add subtracts. It exports the right key and carries a
+ * valid trailer (the checksum is forgeable: only ownership protects). */
+static bool build_planted(const char *so_path, const char *key_hex, const char *marker) {
+  char c_path[600], cmd[2048];
+  snprintf(c_path, sizeof c_path, "%s.c", so_path);
+  FILE *f = fopen(c_path, "w");
+  if (!f) return false;
+  fprintf(f,
+          "#include <stdio.h>\n"
+          "__attribute__((constructor)) static void planted(void) {\n"
+          "  FILE *f = fopen(\"%s\", \"w\");\n"
+          "  if (f) fclose(f);\n"
+          "}\n"
+          "int loom_test_add(int a, int b) { return a - b; }\n"
+          "long loom_test_sum(int n, int nt) { (void)n; (void)nt; return -1; }\n"
+          "const char loom_module_key[] = \"%s\";\n",
+          marker, key_hex);
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "cc -shared -fPIC -o '%s.tmp' '%s'", so_path, c_path);
+  bool ok = system(cmd) == 0;
+  remove(c_path);
+  if (!ok) return false;
+  char tmp[620];
+  snprintf(tmp, sizeof tmp, "%s.tmp", so_path);
+  f = fopen(tmp, "rb");
+  static char buf[1 << 20];
+  size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+  if (f) fclose(f);
+  remove(tmp);
+  if (n == 0 || n + 72 > sizeof buf) return false;
+  uint8_t tail[72];
+  memcpy(tail, "LOOMJIT1", 8);
+  loom_sha256(buf, n, tail + 8);
+  for (int i = 0; i < 32; i++) {
+    unsigned v = 0;
+    sscanf(key_hex + 2 * i, "%2x", &v);
+    tail[40 + i] = (uint8_t)v;
   }
+  memcpy(buf + n, tail, sizeof tail);
+  f = fopen(so_path, "wb");
+  if (!f) return false;
+  ok = fwrite(buf, 1, n + 72, f) == n + 72;
+  return fclose(f) == 0 && chmod(so_path, 0600) == 0 && ok;
+}
+
+static bool exists(const char *path) {
+  struct stat st;
+  return lstat(path, &st) == 0;
+}
+
+/* Loads `src` with the cache at root/loom; checks that the planted code
+ * did not run and that the real code did. */
+static loom_jit_info load_unplanted(const char *root, const char *src, const char *marker) {
+  char saved[256];
+  snprintf(saved, sizeof saved, "%s", getenv("XDG_CACHE_HOME"));
+  setenv("XDG_CACHE_HOME", root, 1);
+  loom_jit_info info = load_and_call(src); /* checks add(40, 2) == 42 */
+  setenv("XDG_CACHE_HOME", saved, 1);
+  CHECK(!exists(marker));
+  if (info.warning[0]) printf("warning: %s\n", info.warning);
+  return info;
+}
+
+/* Makes root/loom with the given mode (and owner, when uid >= 0). */
+static void make_cache(const char *root, mode_t mode, int uid) {
+  char dir[600];
+  mkdir(root, 0700);
+  snprintf(dir, sizeof dir, "%s/loom", root);
+  mkdir(dir, 0700);
+  CHECK(chmod(dir, mode) == 0);
+  if (uid >= 0) CHECK(chown(dir, (uid_t)uid, (gid_t)-1) == 0);
+}
+
+static void test_planted_entries(void) {
+  char marker[512], so[1024], src[1024], key[65];
+  snprintf(marker, sizeof marker, "%s/planted-code-ran", cache_root);
+
+  /* an entry group and others may write, in our own directory */
+  snprintf(src, sizeof src, "%s/* plant 1 */\n", src_add);
+  CHECK_OK(ctx, loom_jit_key_hex(ctx, src, NULL, key));
+  entry_path(key, "so", so, sizeof so);
+  CHECK(build_planted(so, key, marker) && chmod(so, 0666) == 0);
+  loom_jit_info a = load_unplanted(cache_root, src, marker);
+  CHECK(a.rebuilt && !a.cache_hit && strstr(a.warning, "writable by group or others"));
+  loom_jit_info a2 = load_unplanted(cache_root, src, marker); /* replaced by ours */
+  CHECK(a2.cache_hit && a2.warning[0] == '\0');
+
+  /* a symlink entry is not followed (its target is ours and valid) */
+  char target[512];
+  snprintf(src, sizeof src, "%s/* plant 2 */\n", src_add);
+  CHECK_OK(ctx, loom_jit_key_hex(ctx, src, NULL, key));
+  entry_path(key, "so", so, sizeof so);
+  snprintf(target, sizeof target, "%s/elsewhere.so", cache_root);
+  CHECK(build_planted(target, key, marker) && symlink(target, so) == 0);
+  loom_jit_info b = load_unplanted(cache_root, src, marker);
+  CHECK(b.rebuilt && strstr(b.warning, "symbolic link"));
+  CHECK(exists(target)); /* the link was removed, not what it pointed to */
+
+  /* a directory group and others may write: not used at all */
+  char root[512];
+  snprintf(root, sizeof root, "%s/shared", cache_root);
+  make_cache(root, 0777, -1);
+  snprintf(src, sizeof src, "%s/* plant 3 */\n", src_add);
+  CHECK_OK(ctx, loom_jit_key_hex(ctx, src, NULL, key));
+  snprintf(so, sizeof so, "%s/loom/%s.so", root, key);
+  CHECK(build_planted(so, key, marker));
+  loom_jit_info c = load_unplanted(root, src, marker);
+  CHECK(c.private_dir && !c.cache_hit && strstr(c.warning, "not used") &&
+        strstr(c.warning, "group or others may write"));
+  char c_entry[1100];
+  snprintf(c_entry, sizeof c_entry, "%s/loom/%s.c", root, key);
+  CHECK(!exists(c_entry)); /* nothing written there either */
+  /* and a session says so */
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx, small_graph, &g));
+  setenv("XDG_CACHE_HOME", root, 1);
+  loom_session *sess = NULL;
+  if (g) CHECK_OK(ctx, loom_session_new(ctx, g, NULL, &sess));
+  setenv("XDG_CACHE_HOME", cache_root, 1);
+  CHECK(sess && strstr(loom_session_warning(sess), "not used") != NULL);
+  loom_session_free(sess);
+  loom_graph_free(g);
+
+  /* a parent another user may change (writable, not sticky) */
+  snprintf(root, sizeof root, "%s/open-parent", cache_root);
+  make_cache(root, 0700, -1);
+  CHECK(chmod(root, 0777) == 0);
+  loom_jit_info d = load_unplanted(root, src, marker);
+  CHECK(d.private_dir && strstr(d.warning, "its parent"));
+
+  if (geteuid() != 0) {
+    printf("not root: directories and entries owned by another user not tested\n");
+    return;
+  }
+  /* as root: an entry owned by another user, in our directory */
+  snprintf(src, sizeof src, "%s/* plant 4 */\n", src_add);
+  CHECK_OK(ctx, loom_jit_key_hex(ctx, src, NULL, key));
+  entry_path(key, "so", so, sizeof so);
+  CHECK(build_planted(so, key, marker) && chown(so, 65534, 65534) == 0);
+  loom_jit_info e = load_unplanted(cache_root, src, marker);
+  CHECK(e.rebuilt && strstr(e.warning, "owned by uid 65534"));
+
+  /* as root: a directory owned by another user (mode 0755), with a valid
+   * entry in it */
+  snprintf(root, sizeof root, "%s/foreign", cache_root);
+  make_cache(root, 0755, -1);
+  snprintf(so, sizeof so, "%s/loom/%s.so", root, key);
+  CHECK(build_planted(so, key, marker));
+  CHECK(chown(so, 65534, 65534) == 0);
+  make_cache(root, 0755, 65534);
+  loom_jit_info f = load_unplanted(root, src, marker);
+  CHECK(f.private_dir && !f.cache_hit && strstr(f.warning, "owned by uid 65534"));
+}
+
+/* A FIFO in place of an entry: neither blocks nor is trusted. */
+static void test_fifo_entry(void) {
+  char src[1024], key[65], so[512];
+  snprintf(src, sizeof src, "%s/* fifo */\n", src_add);
+  CHECK_OK(ctx, loom_jit_key_hex(ctx, src, NULL, key));
+  entry_path(key, "so", so, sizeof so);
+  CHECK(mkfifo(so, 0600) == 0);
+  alarm(120); /* a regression blocks in open: fail instead of hanging */
+  loom_jit_info a = load_and_call(src);
+  alarm(0);
+  CHECK(a.rebuilt && strstr(a.warning, "not a regular file"));
+  loom_jit_info b = load_and_call(src);
+  CHECK(b.cache_hit);
+}
+
+/* ---- compilers that hang or write nothing ------------------------------- */
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The process whose id is in pidfile has exited (or is a zombie) within
+ * a few seconds. */
+static bool process_gone(const char *pidfile) {
+  FILE *f = fopen(pidfile, "r");
+  long pid = 0;
+  if (!f || fscanf(f, "%ld", &pid) != 1 || pid <= 0) {
+    if (f) fclose(f);
+    return false;
+  }
+  fclose(f);
+  for (int i = 0; i < 300; i++) {
+    if (kill((pid_t)pid, 0) != 0) return true;
+    char path[64], state = '?';
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *st = fopen(path, "r");
+    if (st) {
+      if (fscanf(st, "%*d (%*[^)]) %c", &state) != 1) state = '?';
+      fclose(st);
+    }
+    if (state == 'Z') return true;
+    nanosleep(&(struct timespec){0, 10000000L}, NULL);
+  }
+  return false;
+}
+
+static void test_bad_compilers(void) {
+  loom_jit_module *m = NULL;
+  char src[1024];
+  snprintf(src, sizeof src, "%s/* bad compilers */\n", src_add);
+
+  /* never exits (and its child neither): killed after LOOM_CC_TIMEOUT */
+  char script[512], pidfile[512], text[1200];
+  snprintf(script, sizeof script, "%s/slowcc", cache_root);
+  snprintf(pidfile, sizeof pidfile, "%s/slowcc.pid", cache_root);
+  snprintf(text, sizeof text,
+           "#!/bin/sh\n"
+           "if [ \"$1\" = --version ]; then echo slow-cc 1.0; exit 0; fi\n"
+           "sleep 60 &\n"
+           "echo $! > '%s'\n"
+           "wait\n",
+           pidfile);
+  CHECK(write_script(script, text));
+  setenv("LOOM_CC", script, 1);
+  setenv("LOOM_CC_TIMEOUT", "1", 1);
+  double t0 = now_s();
+  CHECK_STATUS(ctx, LOOM_STATUS_UNSUPPORTED, loom_jit_load(ctx, src, &m, NULL));
+  double took = now_s() - t0;
+  CHECK(m == NULL && took < 20);
+  CHECK(strstr(loom_ctx_error(ctx), "did not finish within 1 s") != NULL);
+  CHECK(strstr(loom_ctx_error(ctx), "killed") != NULL);
+  printf("hanging compiler stopped after %.2f s: %s\n", took, loom_ctx_error(ctx));
+  CHECK(process_gone(pidfile)); /* its child was killed too (process group) */
+  setenv("LOOM_CC_TIMEOUT", "soon", 1);
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_jit_load(ctx, src, &m, NULL));
+  CHECK(strstr(loom_ctx_error(ctx), "LOOM_CC_TIMEOUT") != NULL);
+  unsetenv("LOOM_CC_TIMEOUT");
+
+  /* exits 0 and writes nothing */
+  setenv("LOOM_CC", "/bin/true", 1);
+  CHECK_STATUS(ctx, LOOM_STATUS_UNSUPPORTED, loom_jit_load(ctx, src, &m, NULL));
+  CHECK(m == NULL && strstr(loom_ctx_error(ctx), "wrote no shared object") != NULL);
+  printf("/bin/true: %s\n", loom_ctx_error(ctx));
+
+  /* a session runs the graph eagerly instead, with a warning, and right */
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx, small_graph, &g));
+  const char *compilers[2] = {"/bin/true", script};
+  const char *reasons[2] = {"wrote no shared object", "did not finish within 1 s"};
+  for (int c = 0; c < 2 && g; c++) {
+    setenv("LOOM_CC", compilers[c], 1);
+    setenv("LOOM_CC_TIMEOUT", "1", 1);
+    loom_session *s = NULL;
+    CHECK_OK(ctx, loom_session_new(ctx, g, NULL, &s));
+    if (!s) continue;
+    const char *w = loom_session_warning(s);
+    CHECK(strstr(w, "eager") != NULL && strstr(w, reasons[c]) != NULL);
+    loom_session_stats st;
+    CHECK_OK(ctx, loom_session_get_stats(s, &st));
+    CHECK(st.n_kernels == 0);
+    float xs[4] = {0.f, 0.5f, -1.f, 2.f};
+    int64_t shape[1] = {4};
+    loom_tensor *x = NULL, *z = NULL;
+    CHECK_OK(ctx, loom_tensor_wrap(ctx, LOOM_DTYPE_F32, 1, shape, xs, &x));
+    CHECK_OK(ctx, loom_session_run(s, 1, (const loom_tensor *const *)&x, 1, &z));
+    if (z) {
+      const float *zv = loom_tensor_data(z);
+      for (int i = 0; i < 4; i++) CHECK(fabs(zv[i] - tanh(xs[i]) * tanh(xs[i])) < 1e-6);
+    }
+    loom_tensor_free(z);
+    loom_tensor_free(x);
+    loom_session_free(s);
+  }
+  loom_graph_free(g);
+  unsetenv("LOOM_CC");
+  unsetenv("LOOM_CC_TIMEOUT");
+  remove(script);
 }
 
 int main(void) {
@@ -296,8 +630,13 @@ int main(void) {
   test_compiler_errors();
   test_private_dir();
   test_concurrent();
+  test_key_has_cpu();
+  test_argv_as_run();
+  test_planted_entries();
+  test_fifo_entry();
+  test_bad_compilers();
 
-  remove_tree(cache_root);
+  loom_test_remove_tree(cache_root);
   loom_ctx_free(ctx);
   return loom_test_finish("test_jit");
 }

@@ -359,7 +359,7 @@ static void test_train_step(loom_ctx *ctx) {
   c.d_ff = 4 * c.d_model;
   c.dropout = 0.1;
   int32_t B = 2, T = quick ? 8 : 16;
-  loom_gpt_optim o = {0.9, 0.95, 1e-8, 0.1, 11, LOOM_ATTENTION_DECOMPOSED, LOOM_RNG_AUTO};
+  loom_gpt_optim o = {0.9, 0.95, 1e-8, 0.1, 11, NULL};
   loom_graph *g = NULL;
   int64_t rng_per_step = 0;
   CHECK_OK(ctx, loom_gpt_build_train(ctx, &c, B, T, &o, &g, &rng_per_step));

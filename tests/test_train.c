@@ -164,7 +164,7 @@ static void test_graphs(loom_ctx *ctx) {
   CHECK(n > 0 && strcmp(ps[0].name, "wte") == 0 && strcmp(ps[2].name, "h0.ln1.g") == 0 &&
         ps[2].init == LOOM_GPT_INIT_ONES && strcmp(ps[n - 1].name, "lnf.b") == 0);
 
-  loom_gpt_optim o = {0.9, 0.95, 1e-8, 0.1, 5, LOOM_ATTENTION_DECOMPOSED, LOOM_RNG_AUTO};
+  loom_gpt_optim o = {0.9, 0.95, 1e-8, 0.1, 5, NULL};
   loom_graph *g = NULL;
   int64_t per_step = 0;
   CHECK_OK(ctx, loom_gpt_build_train(ctx, &c, 3, 8, &o, &g, &per_step));

@@ -16,10 +16,8 @@
 #include "ir/dtype.h"
 #include "ir/graph.h"
 #include "ir/text_ir.h"
-#include "fusion/fusion.h"
 #include "ops/op.h"
 #include "runtime/backend.h"
-#include "runtime/session.h"
 #include "train/train_cli.h"
 
 #include "bench.h"
@@ -562,8 +560,8 @@ static int cmd_run(int argc, char **argv) {
       out_dir = v;
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--backend", &v)) != 0) {
       if (m < 0) goto missing;
-      if (strcmp(v, "cpu") != 0 && strcmp(v, "ref") != 0) {
-        rc = usage_error(usage_run, "unknown backend '%s' (ref or cpu)", v);
+      if (!loom_backend_name_known(v)) {
+        rc = usage_error(usage_run, "unknown backend '%s' (%s)", v, loom_backend_names());
         goto done;
       }
       backend = v;
@@ -725,41 +723,32 @@ static int cmd_compile(int argc, char **argv) {
   }
   if (loom_session_warning(s)[0])
     fprintf(stderr, "loom: warning: %s\n", loom_session_warning(s));
-  const loom_graph *sg = loom_session_graph(s);
-  const loom_program *prog = loom_session_program(s);
-  if ((want_program || want_kernels || want_c) && !prog) {
-    fprintf(stderr, "loom: no fused program to print (%s)\n",
-            loom_session_warning(s)[0] ? loom_session_warning(s) : "nothing was fused");
-    goto done;
-  }
-  if (want_decompose) {
-    if (loom_graph_print(sg, &text) != LOOM_STATUS_OK) {
-      rc = fail(ctx);
-      goto done;
-    }
-    put_text(text);
-  }
-  if (want_program) {
+  /* each artifact as text from the session, in the order asked for */
+  const struct {
+    bool wanted;
+    loom_session_artifact what;
+  } show[] = {{want_decompose, LOOM_ARTIFACT_GRAPH},
+              {want_program, LOOM_ARTIFACT_PROGRAM},
+              {want_kernels, LOOM_ARTIFACT_KERNELS},
+              {want_c, LOOM_ARTIFACT_SOURCE}};
+  for (size_t i = 0; i < sizeof show / sizeof show[0]; i++) {
+    if (!show[i].wanted) continue;
     loom_free(text);
     text = NULL;
-    if (loom_program_print(ctx, sg, prog, &text) != LOOM_STATUS_OK) {
+    loom_status ds = loom_session_describe(s, show[i].what, &text);
+    if (ds == LOOM_STATUS_UNSUPPORTED) {
+      fprintf(stderr, "loom: no fused program to print (%s)\n",
+              loom_session_warning(s)[0] ? loom_session_warning(s) : loom_ctx_error(ctx));
+      goto done;
+    }
+    if (ds != LOOM_STATUS_OK) {
       rc = fail(ctx);
       goto done;
     }
-    put_text(text);
-  }
-  for (int32_t k = 0; want_kernels && k < prog->n_kernels; k++) {
-    loom_free(text);
-    text = NULL;
-    if (loom_kernel_print(ctx, &prog->kernels[k], &text) != LOOM_STATUS_OK) {
-      rc = fail(ctx);
-      goto done;
-    }
-    put_text(text);
-  }
-  if (want_c) {
-    const char *src = loom_session_source(s);
-    put_text(src ? src : "/* no generated kernels: every step is a GEMM or an eager node */\n");
+    if (show[i].what == LOOM_ARTIFACT_SOURCE && !text[0])
+      put_text("/* no generated kernels: every step is a GEMM or an eager node */\n");
+    else
+      put_text(text);
   }
   loom_session_stats st;
   loom_session_get_stats(s, &st);

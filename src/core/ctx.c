@@ -16,6 +16,8 @@ void loom_ctx_free(loom_ctx *ctx) {
   free(ctx);
 }
 
+void loom_free(void *p) { free(p); }
+
 const char *loom_ctx_error(const loom_ctx *ctx) {
   return ctx ? ctx->error : "no context (NULL)";
 }
@@ -58,8 +60,6 @@ const char *loom_status_name(loom_status s) {
 }
 
 const char *loom_version(void) { return LOOM_VERSION_STRING; }
-
-void loom_free(void *p) { free(p); }
 
 loom_status loom_verror(loom_ctx *ctx, loom_status status, const char *fmt,
                         va_list ap) {

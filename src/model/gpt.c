@@ -2,8 +2,7 @@
 
 #include "ir/build.h"
 #include "ops/op.h"
-#include "passes/attention.h"
-#include "runtime/cpu/cpu.h"
+#include "runtime/backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,19 +191,15 @@ static int32_t attention(fwd *f, int32_t q, int32_t k, int32_t v) {
   return y;
 }
 
-/* The attention pass on *g (replaced). */
-static loom_status flash_attention(loom_ctx *ctx, loom_rng_placement placement, loom_graph **g) {
-  if ((unsigned)placement >= LOOM_RNG_COUNT)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "unknown rng placement %d (known: " LOOM_RNG_PLACEMENT_NAMES ")",
-                      (int)placement);
-  loom_rng_model model;
-  bool measured = placement == LOOM_RNG_AUTO;
-  if (measured) loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &model);
-  loom_graph *f = NULL;
-  LOOM_TRY(loom_graph_fuse_attention(*g, placement, measured ? &model : NULL, &f, NULL));
-  loom_graph_free(*g);
-  *g = f;
+/* The backend's graph rewrite on *g (replaced when it rewrote). */
+static loom_status backend_rewrite(loom_ctx *ctx, const loom_session_options *opts,
+                                   loom_graph **g) {
+  loom_graph *r = NULL;
+  LOOM_TRY(loom_backend_rewrite(ctx, opts, *g, &r, NULL));
+  if (r) {
+    loom_graph_free(*g);
+    *g = r;
+  }
   return LOOM_STATUS_OK;
 }
 
@@ -403,7 +398,7 @@ loom_status loom_gpt_build_train(loom_ctx *ctx, const loom_gpt_config *c, int32_
     s = loom_build_status(g);
     if (!s) s = loom_graph_output(g, "loss", loss);
   }
-  if (!s && o->attention == LOOM_ATTENTION_FLASH) s = flash_attention(ctx, o->rng, &g);
+  if (!s && o->session) s = backend_rewrite(ctx, o->session, &g);
   /* differentiate the primitives, so nothing is recomputed per composite */
   if (!s) s = loom_graph_decompose(g, &dg);
   if (!s) s = add_updates(dg, ps, n, o);

@@ -53,11 +53,13 @@ loom_status loom_gpt_params(loom_ctx *ctx, const loom_gpt_config *c, loom_gpt_pa
 typedef struct loom_gpt_optim {
   double beta1, beta2, eps, weight_decay;
   uint64_t seed; /* dropout masks */
-  /* DECOMPOSED: attention stays a composite, differentiated through its
-   * primitives. FLASH: the attention pass (passes/attention.h) makes flash
-   * attention of it before autodiff, with RNG placement `rng`. */
-  loom_attention_mode attention;
-  loom_rng_placement rng;
+  /* The options of the session the step will run in, or NULL. Not NULL:
+   * that backend's graph rewrite (loom_backend_rewrite) runs on the
+   * forward graph before autodiff, so that what it makes brings its own
+   * gradient (cpu: flash attention, with opts->attention and opts->rng).
+   * NULL: attention stays a composite, differentiated through its
+   * primitives. */
+  const loom_session_options *session;
 } loom_gpt_optim;
 
 /*

@@ -1,4 +1,4 @@
-/* Backend creation by name and the reference node executor (the fallback). */
+/* The backend registry, backend-neutral entry points and the one node executor. */
 #include "runtime/backend.h"
 
 #include "ops/op.h"
@@ -9,20 +9,30 @@
 
 typedef loom_status (*backend_init_fn)(loom_ctx *ctx, loom_backend *b);
 
+#define LOOM_BACKEND_ENTRY(name) {#name, loom_##name##_backend_init},
 static const struct {
   const char *name;
   backend_init_fn init;
-} backends[] = {
-    {"ref", loom_ref_backend_init},
-    {"cpu", loom_cpu_backend_init},
-};
+} backends[] = {LOOM_BACKEND_LIST(LOOM_BACKEND_ENTRY)};
+#undef LOOM_BACKEND_ENTRY
+
+/* The names joined by ", "; the leading separator skipped. */
+#define LOOM_BACKEND_NAME_STR(name) ", " #name
+const char *loom_backend_names(void) { return &LOOM_BACKEND_LIST(LOOM_BACKEND_NAME_STR)[2]; }
+#undef LOOM_BACKEND_NAME_STR
+
+bool loom_backend_name_known(const char *name) {
+  for (int32_t i = 0; name && i < LOOM_ARRAY_LEN(backends); i++)
+    if (strcmp(backends[i].name, name) == 0) return true;
+  return false;
+}
 
 loom_status loom_backend_new(loom_ctx *ctx, const char *name, loom_backend **out) {
   if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "backend_new: out is NULL");
   *out = NULL;
   if (!name)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "backend_new: the backend name is NULL (known: ref, cpu)");
+                      "backend_new: the backend name is NULL (known: %s)", loom_backend_names());
   for (int32_t i = 0; i < LOOM_ARRAY_LEN(backends); i++) {
     if (strcmp(backends[i].name, name) != 0) continue;
     loom_backend *b = loom_calloc(ctx, 1, sizeof *b);
@@ -35,8 +45,22 @@ loom_status loom_backend_new(loom_ctx *ctx, const char *name, loom_backend **out
     *out = b;
     return LOOM_STATUS_OK;
   }
-  return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "unknown backend '%s' (known: ref, cpu)",
-                    name);
+  return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "unknown backend '%s' (known: %s)", name,
+                    loom_backend_names());
+}
+
+loom_status loom_backend_rng_model(loom_ctx *ctx, const loom_session_options *opts,
+                                   int32_t threads, loom_rng_model *m) {
+  loom_backend *b = NULL;
+  LOOM_TRY(loom_backend_new(ctx, opts && opts->backend ? opts->backend : LOOM_BACKEND_DEFAULT, &b));
+  loom_status st = LOOM_STATUS_OK;
+  if (b->iface->rng_model)
+    b->iface->rng_model(b->context, ctx, threads, m);
+  else
+    st = loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "backend %s has no RNG placement model",
+                    b->iface->name);
+  loom_backend_free(b);
+  return st;
 }
 
 void loom_backend_free(loom_backend *b) {
@@ -73,15 +97,25 @@ void loom_count_ops(const loom_graph *g, int32_t *n_primitive, int32_t *n_memory
   if (n_gemm) *n_gemm = gemm;
 }
 
-loom_status loom_exec_node_ref(loom_ctx *ctx, const loom_graph *g, const loom_node *n,
-                               loom_view *values) {
+/* The reference kernel as a node kernel (self: the context). */
+static loom_status ref_kernel(const void *self, const loom_node *n, const loom_view *in,
+                              const loom_view *out) {
+  loom_ctx *ctx = (loom_ctx *)self;
   const loom_op_def *d = loom_op_get(n->op);
-  if (!d) return loom_error(ctx, LOOM_STATUS_INTERNAL, "unknown op %d", (int)n->op);
   if (d->cls == LOOM_OPCLASS_COMPOSITE || !d->ref)
     return loom_error(ctx, LOOM_STATUS_INTERNAL,
-                      "%s has no reference kernel (composites must be "
-                      "decomposed before execution)",
-                      d->name);
+                      "no reference kernel (composites must be decomposed before execution)");
+  return d->ref(ctx, n, in, out);
+}
+
+loom_status loom_exec_node(loom_ctx *ctx, const loom_graph *g, const loom_node *n,
+                           loom_view *values, loom_node_kernel_fn kernel, const void *self) {
+  const loom_op_def *d = loom_op_get(n->op);
+  if (!d) return loom_error(ctx, LOOM_STATUS_INTERNAL, "unknown op %d", (int)n->op);
+  if (!kernel) {
+    kernel = ref_kernel;
+    self = ctx;
+  }
   /* a reshape planned in place (passes/memplan.h) has nothing to move */
   if (n->op == LOOM_OP_RESHAPE && n->n_in == 1 && values[n->in[0]].data == values[n->out[0]].data)
     return LOOM_STATUS_OK;
@@ -97,8 +131,13 @@ loom_status loom_exec_node_ref(loom_ctx *ctx, const loom_graph *g, const loom_no
     in[i] = values[n->in[i]];
   for (int32_t o = 0; o < n->n_out; o++)
     out_stack[o] = values[n->out[o]];
-  loom_status st = d->ref(ctx, n, in, out_stack);
+  loom_status st = kernel(self, n, in, out_stack);
   if (in != in_stack) free(in);
   if (st) loom_error_prefix(ctx, "%s (node %d)", d->name, (int32_t)(n - g->nodes));
   return st;
+}
+
+loom_status loom_exec_node_ref(loom_ctx *ctx, const loom_graph *g, const loom_node *n,
+                               loom_view *values) {
+  return loom_exec_node(ctx, g, n, values, NULL, NULL);
 }

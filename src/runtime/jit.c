@@ -1,64 +1,24 @@
 /*
- * Run-time compilation and the content-addressed kernel cache (jit.h).
+ * Run-time compilation and the content-addressed kernel cache (jit.h):
+ * the key, building an entry, and loading it. The compiler process is in
+ * jit_cc.c, the directory and entry checks in jit_cache.c.
  */
 #include "runtime/jit.h"
+#include "core/cpu_id.h"
+#include "runtime/jit_internal.h"
 #include "core/clock.h"
-#include "core/sha256.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <spawn.h>
-#include <stdatomic.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-extern char **environ;
-
-/* x86: 512-bit vectors where the CPU has them (measured faster for the
- * double-precision lanes of generated kernels); a no-op on AVX2 CPUs. */
-#if defined(__x86_64__) || defined(__i386__)
-#define JIT_X86_FLAG " -mprefer-vector-width=512"
-#else
-#define JIT_X86_FLAG ""
-#endif
-#define JIT_FLAGS                                                                      \
-  "-O3 -march=native -fopenmp -fPIC -shared -std=c11 -ffp-contract=off -fno-trapping-math " \
-  "-fno-math-errno"                                                                        \
-  JIT_X86_FLAG
-static const char *const jit_flag_list[] = {"-O3",      "-march=native", "-fopenmp",
-                                            "-fPIC",    "-shared",       "-std=c11",
-                                            "-ffp-contract=off", "-fno-trapping-math",
-                                            "-fno-math-errno",
-#if defined(__x86_64__) || defined(__i386__)
-                                            "-mprefer-vector-width=512"
-#endif
-};
-#define JIT_N_FLAGS ((int)(sizeof jit_flag_list / sizeof jit_flag_list[0]))
-#define JIT_MAX_WORDS 16
-#define JIT_MSG_MAX 2048 /* compiler output kept for the error message */
-#define TRAILER_MAGIC "LOOMJIT1"
-#define TRAILER_BYTES (8 + 32 + 32)
-
-const char *loom_jit_flags(void) { return JIT_FLAGS; }
-
-/* Copies src into dst[n], truncating (no format-truncation warnings). */
-static void scopy(char *dst, size_t n, const char *src) {
-  size_t l = strlen(src);
-  if (l >= n) l = n - 1;
-  memcpy(dst, src, l);
-  dst[l] = '\0';
-}
-
-/* ---- SHA-256 (FIPS 180-4) ----------------------------------------------- */
-
+const char *loom_jit_flags(void) { return jit_flags_string(); }
 
 static void to_hex(const uint8_t d[32], char hex[65]) {
   static const char digits[] = "0123456789abcdef";
@@ -68,123 +28,6 @@ static void to_hex(const uint8_t d[32], char hex[65]) {
   }
   hex[64] = '\0';
 }
-
-/* ---- processes ---------------------------------------------------------- */
-
-/* The compiler command: words of $LOOM_CC, $CC or "cc". */
-typedef struct jit_cc {
-  char buf[1024];
-  char *words[JIT_MAX_WORDS];
-  int n;
-  const char *from; /* "LOOM_CC", "CC" or "default" */
-} jit_cc;
-
-static bool cc_parse(jit_cc *cc) {
-  const char *v = getenv("LOOM_CC");
-  cc->from = "LOOM_CC";
-  if (!v || !v[0]) {
-    v = getenv("CC");
-    cc->from = "CC";
-  }
-  if (!v || !v[0]) {
-    v = "cc";
-    cc->from = "default";
-  }
-  scopy(cc->buf, sizeof cc->buf, v);
-  cc->n = 0;
-  for (char *p = cc->buf; *p;) {
-    while (*p == ' ' || *p == '\t') *p++ = '\0';
-    if (!*p) break;
-    if (cc->n == JIT_MAX_WORDS - 1) return false;
-    cc->words[cc->n++] = p;
-    while (*p && *p != ' ' && *p != '\t') p++;
-  }
-  cc->words[cc->n] = NULL;
-  return cc->n > 0;
-}
-
-/* Runs argv (PATH lookup, no shell) with stdout and stderr captured into
- * out (first cap-1 bytes, the rest drained). Returns 0 and the exit status
- * in *status (128+signal if killed), or an errno if it could not start. */
-static int run_capture(char *const argv[], char *out, size_t cap, int *status) {
-  int fds[2];
-  if (pipe(fds) != 0) return errno;
-  fcntl(fds[0], F_SETFD, FD_CLOEXEC);
-  fcntl(fds[1], F_SETFD, FD_CLOEXEC);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-  pid_t pid;
-  int err = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(fds[1]);
-  if (err != 0) {
-    close(fds[0]);
-    return err;
-  }
-  size_t len = 0;
-  char tmp[4096];
-  for (;;) {
-    ssize_t r = read(fds[0], tmp, sizeof tmp);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    size_t take = LOOM_MIN((size_t)r, cap - 1 - len);
-    memcpy(out + len, tmp, take);
-    len += take;
-  }
-  out[len] = '\0';
-  close(fds[0]);
-  int ws = 0;
-  while (waitpid(pid, &ws, 0) < 0) {
-    if (errno != EINTR) return errno;
-  }
-  *status = WIFEXITED(ws) ? WEXITSTATUS(ws) : WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : 255;
-  return 0;
-}
-
-/* The compiler's identity (first line of --version), memoised per process
- * and compiler command: asking costs a process spawn per load otherwise. */
-static pthread_mutex_t ident_lock = PTHREAD_MUTEX_INITIALIZER;
-static char ident_cmd[1024], ident_line[256];
-
-static loom_status cc_identity(loom_ctx *ctx, jit_cc *cc, const char *cmd, char *line,
-                               size_t n) {
-  pthread_mutex_lock(&ident_lock);
-  bool known = ident_line[0] && strcmp(ident_cmd, cmd) == 0;
-  if (known) scopy(line, n, ident_line);
-  pthread_mutex_unlock(&ident_lock);
-  if (known) return LOOM_STATUS_OK;
-
-  char *argv[JIT_MAX_WORDS + 1];
-  for (int i = 0; i < cc->n; i++) argv[i] = cc->words[i];
-  argv[cc->n] = "--version";
-  argv[cc->n + 1] = NULL;
-  char out[1024];
-  int status = 0;
-  int err = run_capture(argv, out, sizeof out, &status);
-  if (err != 0 || status == 127)
-    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
-                      "no C compiler (tried %s%s%s): %s; set LOOM_CC or CC to a C compiler",
-                      strcmp(cc->from, "default") ? cc->from : "",
-                      strcmp(cc->from, "default") ? "=" : "", cmd,
-                      err ? strerror(err) : "command not found");
-  if (status != 0)
-    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
-                      "no C compiler (tried %s): '%s --version' exited with status %d", cmd, cmd,
-                      status);
-  out[strcspn(out, "\r\n")] = '\0';
-  if (!out[0]) scopy(out, sizeof out, "(no version line)");
-  scopy(line, n, out);
-  pthread_mutex_lock(&ident_lock);
-  scopy(ident_cmd, sizeof ident_cmd, cmd);
-  scopy(ident_line, sizeof ident_line, out);
-  pthread_mutex_unlock(&ident_lock);
-  return LOOM_STATUS_OK;
-}
-
-/* ---- files -------------------------------------------------------------- */
 
 char *loom_jit_cache_dir(void) {
   const char *x = getenv("XDG_CACHE_HOME");
@@ -203,101 +46,51 @@ char *loom_jit_cache_dir(void) {
   return p;
 }
 
-/* mkdir -p with mode 0700 for what it creates; true if dir is usable. */
-static bool make_dirs(const char *dir) {
-  char path[4096];
-  if (strlen(dir) >= sizeof path) return false;
-  scopy(path, sizeof path, dir);
-  for (char *p = path + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(path, 0700) != 0 && errno != EEXIST) return false;
-    *p = '/';
-  }
-  if (mkdir(path, 0700) != 0 && errno != EEXIST) return false;
-  struct stat st;
-  return stat(path, &st) == 0 && S_ISDIR(st.st_mode) && access(path, W_OK | X_OK) == 0;
+/* ---- the key ------------------------------------------------------------ */
+
+/* What a compile depends on: the compiler's argv (placeholders for the
+ * file names), its --version output, the CPU identity (-march=native) and
+ * the source. */
+static void compute_key(const jit_argv *a, const char *version, const char *cpu,
+                        const char *source, uint8_t key[32]) {
+  loom_sha256_state s;
+  loom_sha256_init(&s);
+  static const char tag[] = "loom-jit-2";
+  loom_sha256_update(&s, tag, sizeof tag);
+  jit_argv_hash(a, &s);
+  loom_sha256_update(&s, version, strlen(version) + 1);
+  loom_sha256_update(&s, cpu, strlen(cpu) + 1);
+  loom_sha256_update(&s, source, strlen(source));
+  loom_sha256_final(&s, key);
 }
 
-/* Reads a whole file (malloc'ed); NULL on error. */
-static uint8_t *read_file(const char *path, size_t *n) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return NULL;
-  struct stat st;
-  uint8_t *buf = NULL;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 0) {
-    size_t size = (size_t)st.st_size, got = 0;
-    buf = malloc(size ? size : 1);
-    while (buf && got < size) {
-      ssize_t r = read(fd, buf + got, size - got);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
-      got += (size_t)r;
-    }
-    if (buf && got != size) {
-      free(buf);
-      buf = NULL;
-    }
-    *n = got;
-  }
-  close(fd);
-  return buf;
+/* The compiler of this environment: command, argv, timeout, version. */
+typedef struct jit_compiler {
+  jit_cc cc;
+  jit_argv argv;
+  double timeout_s;
+  char version[JIT_VERSION_MAX];
+} jit_compiler;
+
+static loom_status compiler_find(loom_ctx *ctx, jit_compiler *c) {
+  if (!jit_cc_parse(&c->cc))
+    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
+                      "no C compiler (tried %s): cannot parse the compiler command", c->cc.from);
+  jit_argv_make(&c->argv, &c->cc);
+  LOOM_TRY(jit_timeout(ctx, &c->timeout_s));
+  return jit_cc_version(ctx, &c->cc, c->timeout_s, c->version, sizeof c->version);
 }
 
-static bool write_all(int fd, const void *data, size_t n) {
-  const char *p = data;
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= (size_t)w;
-  }
-  return true;
-}
-
-/* Checks an entry's trailer against its contents and the key. */
-static bool entry_valid(const char *path, const uint8_t key[32], const char **why) {
-  size_t n = 0;
-  uint8_t *buf = read_file(path, &n);
-  if (!buf) {
-    *why = "unreadable";
-    return false;
-  }
-  bool ok = false;
-  if (n < TRAILER_BYTES + 64) {
-    *why = "truncated";
-  } else {
-    const uint8_t *t = buf + n - TRAILER_BYTES;
-    uint8_t d[32];
-    loom_sha256(buf, n - TRAILER_BYTES, d);
-    if (memcmp(t, TRAILER_MAGIC, 8) != 0)
-      *why = "no trailer (truncated or overwritten)";
-    else if (memcmp(t + 40, key, 32) != 0)
-      *why = "built for another key";
-    else if (memcmp(t + 8, d, 32) != 0)
-      *why = "contents do not match their checksum";
-    else
-      ok = true;
-  }
-  free(buf);
-  return ok;
-}
-
-/* Appends the trailer to a freshly built shared object. */
-static bool add_trailer(const char *path, const uint8_t key[32]) {
-  size_t n = 0;
-  uint8_t *buf = read_file(path, &n);
-  if (!buf) return false;
-  uint8_t t[TRAILER_BYTES];
-  memcpy(t, TRAILER_MAGIC, 8);
-  loom_sha256(buf, n, t + 8);
-  memcpy(t + 40, key, 32);
-  free(buf);
-  int fd = open(path, O_WRONLY | O_APPEND);
-  if (fd < 0) return false;
-  bool ok = write_all(fd, t, sizeof t);
-  return close(fd) == 0 && ok;
+loom_status loom_jit_key_hex(loom_ctx *ctx, const char *source, const char *cpu,
+                             char hex[65]) {
+  if (!source || !hex)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "loom_jit_key_hex: NULL argument");
+  jit_compiler c;
+  LOOM_TRY(compiler_find(ctx, &c));
+  uint8_t key[32];
+  compute_key(&c.argv, c.version, cpu ? cpu : loom_cpu_identity(), source, key);
+  to_hex(key, hex);
+  return LOOM_STATUS_OK;
 }
 
 /* ---- modules ------------------------------------------------------------ */
@@ -323,27 +116,26 @@ void loom_jit_free(loom_jit_module *m) {
  * worker threads outlive every parallel region, so unloading it with the
  * last module (when the host process does not link it itself) would pull
  * their code from under them. The extra reference is never dropped. */
+static pthread_mutex_t pin_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void pin_openmp_runtime(void) {
   static const char *const names[] = {"libgomp.so.1", "libomp.so.5", "libomp.so", "libiomp5.so"};
   static bool pinned[sizeof names / sizeof names[0]];
-  pthread_mutex_lock(&ident_lock);
+  pthread_mutex_lock(&pin_lock);
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!pinned[i] && dlopen(names[i], RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE)) pinned[i] = true;
-  pthread_mutex_unlock(&ident_lock);
+  pthread_mutex_unlock(&pin_lock);
 }
 
-/* dlopen + the exported key check. */
-static void *open_checked(const char *path, const char *hex, char *why, size_t n) {
-  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    const char *e = dlerror();
-    snprintf(why, n, "dlopen failed: %s", e ? e : "unknown error");
-    return NULL;
-  }
+/* dlopen of checked bytes + the exported key check. */
+static void *open_checked(const jit_dir *d, const uint8_t *data, size_t n, const char *hex,
+                          char *why, size_t why_n) {
+  void *h = jit_dlopen_bytes(d, data, n, why, why_n);
+  if (!h) return NULL;
   pin_openmp_runtime();
   const char *k = dlsym(h, "loom_module_key");
   if (!k || strcmp(k, hex) != 0) {
-    scopy(why, n, k ? "its loom_module_key does not match" : "no loom_module_key");
+    jit_scopy(why, why_n, k ? "its loom_module_key does not match" : "no loom_module_key");
     dlclose(h);
     return NULL;
   }
@@ -365,111 +157,152 @@ static void replace_all(const char *s, const char *from, const char *to, char *o
   out[len] = '\0';
 }
 
-/* Unique temporary names in dir: pid plus a process-wide counter. */
-static atomic_uint jit_tmp_counter;
-
 typedef struct jit_job {
   loom_ctx *ctx;
-  jit_cc *cc;
-  const char *cmd;
-  const char *dir;
+  jit_compiler *c;
   char hex[65];
   uint8_t key[32];
   const char *source; /* the final source (with loom_module_key) */
-  bool keep_source;   /* rename the source to KEY.c (cache) or delete it */
 } jit_job;
 
-/* Writes the source, compiles it to KEY.so (trailer added) atomically. */
-static loom_status build(jit_job *j, const char *so_path, double *seconds) {
+/* Compiles the source in d. In the cache (not a temporary dir) the source
+ * is kept as KEY.c and the result, trailer appended, renamed to KEY.so.
+ * *so holds the result's bytes (malloc'ed) for loading. */
+static loom_status build(jit_job *j, const jit_dir *d, uint8_t **so, size_t *so_n,
+                         double *seconds) {
   loom_ctx *ctx = j->ctx;
-  char tmp_c[4200], tmp_so[4200], final_c[4200];
-  unsigned id = atomic_fetch_add(&jit_tmp_counter, 1u);
-  snprintf(tmp_c, sizeof tmp_c, "%s/.tmp-%.16s-%ld-%u.c", j->dir, j->hex, (long)getpid(), id);
-  snprintf(tmp_so, sizeof tmp_so, "%s/.tmp-%.16s-%ld-%u.so", j->dir, j->hex, (long)getpid(), id);
-  snprintf(final_c, sizeof final_c, "%s/%s.c", j->dir, j->hex);
+  const char *cmd = j->c->cc.cmd;
+  *so = NULL;
+  *so_n = 0;
+  char tmp_c[128], tmp_so[128], final_c[80], final_so[80];
+  jit_tmp_name(tmp_c, sizeof tmp_c, "tmp", j->hex, "c");
+  jit_tmp_name(tmp_so, sizeof tmp_so, "tmp", j->hex, "so");
+  snprintf(final_c, sizeof final_c, "%s.c", j->hex);
+  snprintf(final_so, sizeof final_so, "%s.so", j->hex);
 
-  int fd = open(tmp_c, O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0)
-    return loom_error(ctx, LOOM_STATUS_IO, "cannot write %s: %s", tmp_c, strerror(errno));
-  bool ok = write_all(fd, j->source, strlen(j->source));
-  if (close(fd) != 0 || !ok) {
-    unlink(tmp_c);
-    return loom_error(ctx, LOOM_STATUS_IO, "cannot write %s: %s", tmp_c, strerror(errno));
-  }
-
-  char *argv[JIT_MAX_WORDS + JIT_N_FLAGS + 8];
-  int a = 0;
-  for (int i = 0; i < j->cc->n; i++) argv[a++] = j->cc->words[i];
-  for (int i = 0; i < JIT_N_FLAGS; i++) argv[a++] = (char *)jit_flag_list[i];
-  argv[a++] = "-o";
-  argv[a++] = tmp_so;
-  argv[a++] = tmp_c;
-  argv[a++] = "-lm";
-  argv[a] = NULL;
+  if (!jit_file_create(d, tmp_c, j->source, strlen(j->source), "", 0))
+    return loom_error(ctx, LOOM_STATUS_IO, "cannot write %s/%s: %s", d->path, tmp_c,
+                      strerror(errno));
+  char out_path[4300], src_path[4300];
+  snprintf(out_path, sizeof out_path, "%s/%s", d->path, tmp_so);
+  snprintf(src_path, sizeof src_path, "%s/%s", d->path, tmp_c);
+  jit_argv a = j->c->argv;
+  a.argv[a.out_slot] = out_path;
+  a.argv[a.src_slot] = src_path;
   char *out = malloc(JIT_MSG_MAX);
   if (!out) {
-    unlink(tmp_c);
+    unlinkat(d->fd, tmp_c, 0);
     return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
   }
   int status = 0;
+  bool timed_out = false;
   double t0 = loom_now_s();
-  int err = run_capture(argv, out, JIT_MSG_MAX, &status);
+  int err = jit_run(a.argv, j->c->timeout_s, out, JIT_MSG_MAX, &status, &timed_out);
   *seconds = loom_now_s() - t0;
-  const char *final_name = j->keep_source ? final_c : "(deleted)";
-  if (j->keep_source)
-    rename(tmp_c, final_c);
-  else
-    unlink(tmp_c);
+  const char *final_name = d->temporary ? "(deleted)" : final_c;
+  if (d->temporary || renameat(d->fd, tmp_c, d->fd, final_c) != 0) unlinkat(d->fd, tmp_c, 0);
 
   loom_status st = LOOM_STATUS_OK;
+  char why[256] = "";
   if (err != 0) {
-    st = loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "no C compiler (tried %s): %s", j->cmd,
+    st = loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "no C compiler (tried %s): %s", cmd,
                     strerror(err));
+  } else if (timed_out) {
+    st = loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
+                    "C compiler '%s' did not finish within %g s (LOOM_CC_TIMEOUT) and was killed",
+                    cmd, j->c->timeout_s);
   } else if (status != 0) {
     /* Show the message against the kept file's name, not the temporary. */
     char *msg = malloc(JIT_MSG_MAX);
-    if (msg) {
-      char base[80];
-      snprintf(base, sizeof base, "%s.c", j->hex);
-      replace_all(out, tmp_c, base, msg, JIT_MSG_MAX);
-    }
+    if (msg) replace_all(out, src_path, final_c, msg, JIT_MSG_MAX);
     st = loom_error(ctx, LOOM_STATUS_INTERNAL,
-                    "C compiler failed ('%s' exited with status %d; source: %s):\n%s", j->cmd,
+                    "C compiler failed ('%s' exited with status %d; source: %s):\n%s", cmd,
                     status, final_name, msg ? msg : out);
     free(msg);
-  } else if (!add_trailer(tmp_so, j->key) || rename(tmp_so, so_path) != 0) {
-    st = loom_error(ctx, LOOM_STATUS_IO, "cannot write %s: %s", so_path, strerror(errno));
+  } else {
+    jit_entry_state es = jit_entry_read(d, tmp_so, NULL, so, so_n, why, sizeof why);
+    if (es == JIT_ENTRY_ABSENT || (es == JIT_ENTRY_OK && *so_n == 0))
+      st = loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
+                      "'%s' exited with status 0 but wrote no shared object (is it a C "
+                      "compiler?)",
+                      cmd);
+    else if (es != JIT_ENTRY_OK)
+      st = loom_error(ctx, LOOM_STATUS_IO, "the compiled module %s/%s is %s", d->path, tmp_so,
+                      why);
   }
-  if (st != LOOM_STATUS_OK) unlink(tmp_so);
+  unlinkat(d->fd, tmp_so, 0);
+  if (st == LOOM_STATUS_OK && !d->temporary) {
+    uint8_t t[JIT_TRAILER_BYTES];
+    jit_trailer(*so, *so_n, j->key, t);
+    char tmp_entry[128];
+    jit_tmp_name(tmp_entry, sizeof tmp_entry, "tmp", j->hex, "so");
+    if (!jit_entry_write(d, tmp_entry, final_so, *so, *so_n, t, sizeof t))
+      st = loom_error(ctx, LOOM_STATUS_IO, "cannot write %s/%s: %s", d->path, final_so,
+                      strerror(errno));
+  }
+  if (st != LOOM_STATUS_OK) {
+    free(*so);
+    *so = NULL;
+  }
   free(out);
   return st;
 }
 
-/* Builds in a private temporary dir, loads, and removes the files. */
+/* Builds in d and loads the result. */
+static loom_status build_and_load(jit_job *j, const jit_dir *d, void **handle,
+                                  double *seconds) {
+  uint8_t *so = NULL;
+  size_t n = 0;
+  LOOM_TRY(build(j, d, &so, &n, seconds));
+  char why[512];
+  *handle = open_checked(d, so, n, j->hex, why, sizeof why);
+  free(so);
+  if (!*handle)
+    return loom_error(j->ctx, LOOM_STATUS_INTERNAL, "cannot load the compiled module: %s", why);
+  return LOOM_STATUS_OK;
+}
+
+/* Builds in a private temporary directory, loads, and removes it. */
 static loom_status load_private(jit_job *j, void **handle, double *seconds) {
-  const char *tmpdir = getenv("TMPDIR");
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s/loom-jit-XXXXXX", tmpdir && tmpdir[0] ? tmpdir : "/tmp");
-  if (!mkdtemp(dir)) {
-    snprintf(dir, sizeof dir, "/tmp/loom-jit-XXXXXX");
-    if (!mkdtemp(dir))
-      return loom_error(j->ctx, LOOM_STATUS_IO,
-                        "no usable cache directory and no temporary directory: %s",
-                        strerror(errno));
-  }
-  j->dir = dir;
-  j->keep_source = false;
-  char so_path[4200], why[512];
-  snprintf(so_path, sizeof so_path, "%s/%s.so", dir, j->hex);
-  loom_status st = build(j, so_path, seconds);
-  if (st == LOOM_STATUS_OK) {
-    *handle = open_checked(so_path, j->hex, why, sizeof why);
-    if (!*handle)
-      st = loom_error(j->ctx, LOOM_STATUS_INTERNAL, "cannot load the compiled module: %s", why);
-  }
-  unlink(so_path);
-  rmdir(dir);
+  jit_dir d;
+  LOOM_TRY(jit_dir_open_private(j->ctx, &d));
+  loom_status st = build_and_load(j, &d, handle, seconds);
+  jit_dir_close(&d);
   return st;
+}
+
+/* Says what the user should know (truncated to fit). */
+static void set_warning(loom_jit_info *info, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void set_warning(loom_jit_info *info, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(info->warning, sizeof info->warning, fmt, ap);
+  va_end(ap);
+}
+
+/* A hit in d: checked entry, loaded. Anything wrong with it removes it
+ * (info->rebuilt; a warning when it was unsafe) and returns NULL. */
+static void *load_entry(jit_job *j, const jit_dir *d, loom_jit_info *info) {
+  char name[80], why[512] = "";
+  snprintf(name, sizeof name, "%s.so", j->hex);
+  uint8_t *data = NULL;
+  size_t n = 0;
+  jit_entry_state es = jit_entry_read(d, name, j->key, &data, &n, why, sizeof why);
+  if (es == JIT_ENTRY_ABSENT) return NULL;
+  void *h = NULL;
+  if (es == JIT_ENTRY_OK) h = open_checked(d, data, n, j->hex, why, sizeof why);
+  free(data);
+  if (h) {
+    info->cache_hit = true;
+    return h;
+  }
+  if (es == JIT_ENTRY_UNSAFE)
+    set_warning(info,
+             "kernel cache entry %s/%s was %s: not loaded, rebuilt", d->path, name, why);
+  unlinkat(d->fd, name, 0); /* the entry itself, never what a link points to */
+  info->rebuilt = true;
+  return NULL;
 }
 
 loom_status loom_jit_load_ex(loom_ctx *ctx, const char *source, loom_jit_module **out,
@@ -481,29 +314,10 @@ loom_status loom_jit_load_ex(loom_ctx *ctx, const char *source, loom_jit_module 
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "loom_jit_load: NULL argument");
   *out = NULL;
 
-  jit_cc cc;
-  if (!cc_parse(&cc))
-    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
-                      "no C compiler (tried %s): cannot parse the compiler command",
-                      cc.from);
-  char cmd[1024] = "";
-  for (int i = 0; i < cc.n; i++) {
-    size_t l = strlen(cmd);
-    snprintf(cmd + l, sizeof cmd - l, "%s%s", i ? " " : "", cc.words[i]);
-  }
-  char ident[256];
-  LOOM_TRY(cc_identity(ctx, &cc, cmd, ident, sizeof ident));
-
-  jit_job j = {.ctx = ctx, .cc = &cc, .cmd = cmd};
-  loom_sha256_state s;
-  loom_sha256_init(&s);
-  static const char tag[] = "loom-jit-1";
-  loom_sha256_update(&s, tag, sizeof tag);
-  loom_sha256_update(&s, cmd, strlen(cmd) + 1);
-  loom_sha256_update(&s, ident, strlen(ident) + 1);
-  loom_sha256_update(&s, JIT_FLAGS, sizeof JIT_FLAGS);
-  loom_sha256_update(&s, source, strlen(source));
-  loom_sha256_final(&s, j.key);
+  jit_compiler c;
+  LOOM_TRY(compiler_find(ctx, &c));
+  jit_job j = {.ctx = ctx, .c = &c};
+  compute_key(&c.argv, c.version, loom_cpu_identity(), source, j.key);
   to_hex(j.key, j.hex);
   memcpy(info->key, j.hex, sizeof j.hex);
 
@@ -524,40 +338,26 @@ loom_status loom_jit_load_ex(loom_ctx *ctx, const char *source, loom_jit_module 
 
   loom_status st = LOOM_STATUS_OK;
   char *dir = loom_jit_cache_dir();
-  if (!dir || !make_dirs(dir)) {
+  char why[512] = "";
+  jit_dir d;
+  if (!dir || !jit_dir_open_cache(&d, dir, why, sizeof why)) {
+    if (dir)
+      set_warning(info,
+               "kernel cache %s not used: %s; compiled in a private temporary directory", dir,
+               why);
     info->private_dir = true;
     st = load_private(&j, &m->handle, &info->compile_seconds);
   } else {
-    j.dir = dir;
-    j.keep_source = true;
-    char so_path[4200], why[512];
-    snprintf(so_path, sizeof so_path, "%s/%s.so", dir, j.hex);
-    const char *bad = NULL;
-    if (access(so_path, F_OK) == 0) {
-      if (entry_valid(so_path, j.key, &bad)) {
-        m->handle = open_checked(so_path, j.hex, why, sizeof why);
-        if (m->handle)
-          info->cache_hit = true;
-        else
-          bad = why;
-      }
-      if (bad) {
-        unlink(so_path); /* corrupt or mismatched: rebuild below */
-        info->rebuilt = true;
-      }
-    }
+    m->handle = load_entry(&j, &d, info);
     if (!m->handle) {
-      st = build(&j, so_path, &info->compile_seconds);
-      if (st == LOOM_STATUS_OK) {
-        m->handle = open_checked(so_path, j.hex, why, sizeof why);
-        if (!m->handle)
-          st = loom_error(ctx, LOOM_STATUS_INTERNAL, "cannot load %s: %s", so_path, why);
-      } else if (st == LOOM_STATUS_IO) { /* a full or read-only cache: build aside */
+      st = build_and_load(&j, &d, &m->handle, &info->compile_seconds);
+      if (st == LOOM_STATUS_IO) { /* a full or read-only cache: build aside */
         loom_error_clear(ctx);
         info->private_dir = true;
         st = load_private(&j, &m->handle, &info->compile_seconds);
       }
     }
+    jit_dir_close(&d);
   }
   free(dir);
   free(full);

@@ -7,11 +7,8 @@
 #include "runtime/session.h"
 
 #include "ir/dtype.h"
-#include "ops/composite_util.h"
-#include "passes/attention.h"
 #include "passes/memplan.h"
 #include "passes/simplify.h"
-#include "runtime/cpu/cpu.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -23,6 +20,7 @@ struct loom_session {
   loom_graph *g; /* the session's own, decomposed graph */
   loom_backend *backend;
   loom_prepared prep; /* the backend's state, memory plan, stats, warning */
+  bool *supported;    /* per node of g: supports_op's answer (prep.supported) */
   void *arena;
   loom_view *values; /* one per value of g; inputs filled per run */
   /* A run is in progress: values, the arena and the backend's per-run
@@ -37,6 +35,7 @@ void loom_session_free(loom_session *s) {
   loom_backend_free(s->backend);
   loom_memplan_free(&s->prep.plan);
   free(s->values);
+  free(s->supported);
   loom_graph_free(s->g);
   free(s);
 }
@@ -49,28 +48,19 @@ static loom_status forward_error(loom_ctx *ctx, const loom_graph *g, loom_status
   return st;
 }
 
-/* The attention pass for the cpu backend (passes/attention.h): *out is a
- * new graph, or NULL when the graph keeps its attention composites. */
-static loom_status fuse_attention(loom_ctx *ctx, const loom_graph *g, const char *backend,
-                                  const loom_session_options *opts, loom_graph **out) {
+/* Runs backend b's graph rewrite (if it has one) with checked options:
+ * *out is a new graph, or NULL. */
+static loom_status rewrite(loom_ctx *ctx, const loom_backend *b, const loom_graph *g,
+                           const loom_session_options *opts, loom_graph **out,
+                           int32_t *n_rewritten) {
   *out = NULL;
-  loom_rng_placement placement = opts->rng;
-  if (strcmp(backend, "cpu") != 0 || opts->attention != LOOM_ATTENTION_FLASH) return LOOM_STATUS_OK;
-  /* attention is an `attention` node or a pattern around a softmax; the
-   * model's rates are measured only where a placement is to be chosen */
-  bool candidate = false, dropout = false;
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    loom_op op = g->nodes[i].op;
-    candidate |= op == LOOM_OP_ATTENTION || op == LOOM_OP_SOFTMAX;
-    dropout |= (op == LOOM_OP_ATTENTION && g->nodes[i].attr[LOOM_ATT_P].f > 0.0) ||
-               op == LOOM_OP_DROPOUT;
+  *n_rewritten = 0;
+  if (!b->iface->rewrite) return LOOM_STATUS_OK;
+  loom_status st = b->iface->rewrite(b->context, ctx, g, opts, out, n_rewritten);
+  if (st) {
+    loom_error_prefix(ctx, "%s backend: graph rewrite", b->iface->name);
+    *out = NULL;
   }
-  if (!candidate) return LOOM_STATUS_OK;
-  loom_rng_model model;
-  bool measured = placement == LOOM_RNG_AUTO && dropout;
-  if (measured) loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &model);
-  loom_status st = loom_graph_fuse_attention(g, placement, measured ? &model : NULL, out, NULL);
-  if (st) forward_error(ctx, g, st, "attention");
   return st;
 }
 
@@ -83,24 +73,52 @@ static loom_status read_options(loom_ctx *ctx, const loom_session_options *opts,
   if (!opts) return LOOM_STATUS_OK;
   if (opts->struct_size == 0 || opts->struct_size > sizeof *o)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "session_new: options.struct_size is %zu (this library knows %zu): make "
+                      "session options: struct_size is %zu (this library knows %zu): make "
                       "options with LOOM_SESSION_OPTIONS(...) or loom_session_options_init",
                       opts->struct_size, sizeof *o);
   memcpy(o, opts, opts->struct_size);
   o->struct_size = sizeof *o;
   if ((unsigned)o->fusion >= LOOM_FUSION_COUNT)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "session_new: unknown fusion mode %d (known: " LOOM_FUSION_MODE_NAMES ")",
+                      "session options: unknown fusion mode %d (known: " LOOM_FUSION_MODE_NAMES ")",
                       (int)o->fusion);
   if ((unsigned)o->attention >= LOOM_ATTENTION_COUNT)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "session_new: unknown attention mode %d (known: " LOOM_ATTENTION_MODE_NAMES
+                      "session options: unknown attention mode %d (known: " LOOM_ATTENTION_MODE_NAMES
                       ")",
                       (int)o->attention);
   if ((unsigned)o->rng >= LOOM_RNG_COUNT)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "session_new: unknown rng placement %d (known: " LOOM_RNG_PLACEMENT_NAMES ")",
+                      "session options: unknown rng placement %d (known: " LOOM_RNG_PLACEMENT_NAMES ")",
                       (int)o->rng);
+  return LOOM_STATUS_OK;
+}
+
+/* Here, not in backend.c: it shares the session's option checks. */
+loom_status loom_backend_rewrite(loom_ctx *ctx, const loom_session_options *opts,
+                                 const loom_graph *g, loom_graph **out, int32_t *n_rewritten) {
+  if (!out || !g)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "backend_rewrite: NULL argument");
+  *out = NULL;
+  int32_t n = 0;
+  loom_session_options o;
+  LOOM_TRY(read_options(ctx, opts, &o));
+  loom_backend *b = NULL;
+  LOOM_TRY(loom_backend_new(ctx, o.backend ? o.backend : LOOM_BACKEND_DEFAULT, &b));
+  loom_status st = rewrite(ctx, b, g, &o, out, &n);
+  loom_backend_free(b);
+  if (n_rewritten) *n_rewritten = n;
+  return st;
+}
+
+/* Which nodes the backend runs itself: supports_op, asked once per node. */
+static loom_status assign_nodes(loom_session *s) {
+  const loom_graph *g = s->g;
+  s->supported = loom_calloc(s->ctx, (size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *s->supported);
+  if (!s->supported) return LOOM_STATUS_OUT_OF_MEMORY;
+  const loom_backend *b = s->backend;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    s->supported[i] = b->iface->supports_op(b->context, g, &g->nodes[i]);
   return LOOM_STATUS_OK;
 }
 
@@ -112,7 +130,7 @@ loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g, const loom_sess
   if (!g) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "session_new: graph is NULL");
   loom_session_options options, *opts = &options;
   LOOM_TRY(read_options(ctx, user, opts));
-  const char *bname = opts->backend ? opts->backend : "cpu";
+  const char *bname = opts->backend ? opts->backend : LOOM_BACKEND_DEFAULT;
   loom_session *s = loom_calloc(ctx, 1, sizeof *s);
   if (!s) return LOOM_STATUS_OUT_OF_MEMORY;
   s->ctx = ctx;
@@ -120,11 +138,12 @@ loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g, const loom_sess
   loom_status st = loom_backend_new(ctx, bname, &s->backend);
   if (st) goto fail;
   /* The graph passes, each followed by the verifier. */
-  loom_graph *lowered = NULL, *flash = NULL;
-  st = fuse_attention(ctx, g, bname, opts, &flash);
+  loom_graph *lowered = NULL, *rewritten = NULL;
+  int32_t n_rewritten = 0;
+  st = rewrite(ctx, s->backend, g, opts, &rewritten, &n_rewritten);
   if (st) goto fail;
-  st = loom_graph_decompose(flash ? flash : g, &lowered);
-  loom_graph_free(flash);
+  st = loom_graph_decompose(rewritten ? rewritten : g, &lowered);
+  loom_graph_free(rewritten);
   if (st) {
     forward_error(ctx, g, st, "decompose");
     goto fail;
@@ -140,9 +159,13 @@ loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g, const loom_sess
   }
   loom_session_stats *stats = &s->prep.stats;
   loom_count_ops(s->g, &stats->n_primitive_ops, &stats->n_memory_ops, NULL);
+  st = assign_nodes(s);
+  if (st) goto fail;
+  s->prep.supported = s->supported;
   st = s->backend->iface->prepare(s->backend->context, ctx, s->g, opts, &s->prep);
   if (st) {
     memset(&s->prep, 0, sizeof s->prep); /* a failed prepare leaves nothing */
+    s->prep.supported = s->supported;
     goto fail;
   }
   stats->peak_bytes = s->prep.plan.peak_bytes;
@@ -181,20 +204,18 @@ loom_status loom_session_get_stats_sized(const loom_session *s, loom_session_sta
 
 const char *loom_session_warning(const loom_session *s) { return s ? s->prep.warning : ""; }
 
-const loom_graph *loom_session_graph(const loom_session *s) { return s ? s->g : NULL; }
-
-/* Only the cpu backend's handle is a program. */
-static const loom_cpu_program *cpu_program(const loom_session *s) {
-  if (!s || !s->prep.handle || strcmp(s->backend->iface->name, "cpu") != 0) return NULL;
-  return s->prep.handle;
-}
-
-const struct loom_program *loom_session_program(const loom_session *s) {
-  return loom_cpu_program_get(cpu_program(s));
-}
-
-const char *loom_session_source(const loom_session *s) {
-  return loom_cpu_program_source(cpu_program(s));
+loom_status loom_session_describe(const loom_session *s, loom_session_artifact what, char **text) {
+  if (!s || !text) return LOOM_STATUS_INVALID_ARGUMENT;
+  *text = NULL;
+  if (what == LOOM_ARTIFACT_GRAPH) return loom_graph_print(s->g, text);
+  if (what < 0 || what >= LOOM_ARTIFACT_COUNT)
+    return loom_error(s->ctx, LOOM_STATUS_INVALID_ARGUMENT, "session_describe: unknown artifact %d",
+                      (int)what);
+  const loom_backend *b = s->backend;
+  if (!b->iface->describe || !s->prep.handle)
+    return loom_error(s->ctx, LOOM_STATUS_UNSUPPORTED, "the %s backend prepared no program",
+                      b->iface->name);
+  return b->iface->describe(b->context, s->ctx, s->g, s->prep.handle, what, text);
 }
 
 static const char *type_str(const loom_dtype dt, int32_t rank, const int64_t *shape, char *buf,

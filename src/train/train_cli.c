@@ -1,6 +1,7 @@
 #include "train/train_cli.h"
 #include "core/clock.h"
 
+#include "runtime/backend.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -168,8 +169,8 @@ static int parse_args(int argc, char **argv, cli *c) {
       c->cfg.model.dropout = fv;
       c->g_dropout = true;
     } else if (!strcmp(name, "--backend")) {
-      if (strcmp(val, "cpu") && strcmp(val, "ref"))
-        return usage_error("--backend wants 'cpu' or 'ref', got '%s'", val);
+      if (!loom_backend_name_known(val))
+        return usage_error("--backend wants one of %s, got '%s'", loom_backend_names(), val);
       snprintf(c->cfg.backend, sizeof c->cfg.backend, "%s", val);
     } else if (!strcmp(name, "--fusion")) {
       if (loom_fusion_mode_from_name(val, &c->fusion))

@@ -3,6 +3,7 @@
 
 #include "ir/view.h"
 #include "ops/op.h"
+#include "runtime/backend.h"
 #include "train/prng.h"
 
 #include <math.h>
@@ -94,9 +95,9 @@ loom_status loom_train_config_check(loom_ctx *ctx, const loom_train_config *c) {
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "train: rng placement %d is not one of " LOOM_RNG_PLACEMENT_NAMES,
                       (int)c->rng);
-  if (strcmp(c->backend, "cpu") && strcmp(c->backend, "ref"))
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "train: backend '%s' is not 'cpu' or 'ref'", c->backend);
+  if (!loom_backend_name_known(c->backend))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: backend '%s' is not one of %s",
+                      c->backend, loom_backend_names());
   if (c->corpus_lines < 100 || c->heldout < 1 || c->heldout > 1000)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: corpus size out of range");
   return LOOM_STATUS_OK;
@@ -187,9 +188,11 @@ static loom_status setup(loom_trainer *t) {
   LOOM_TRY(loom_tensor_new(ctx, LOOM_DTYPE_F32, 0, NULL, &t->loss_t));
   init_params(t);
 
-  loom_gpt_optim o = {c->beta1, c->beta2, c->eps, c->weight_decay, c->seed, c->attention, c->rng};
+  /* the backend's rewrite (flash attention) runs in the builder, before autodiff */
+  loom_session_options so = LOOM_SESSION_OPTIONS(.backend = c->backend, .fusion = t->fusion,
+                                                 .attention = c->attention, .rng = c->rng);
+  loom_gpt_optim o = {c->beta1, c->beta2, c->eps, c->weight_decay, c->seed, &so};
   LOOM_TRY(loom_gpt_build_train(ctx, &c->model, b, tl, &o, &t->train_g, &t->rng_per_step));
-  loom_session_options so = LOOM_SESSION_OPTIONS(.backend = c->backend, .fusion = t->fusion);
   LOOM_TRY(loom_session_new(ctx, t->train_g, &so, &t->train_s));
 
   /* inputs and outputs of the step; the state is updated in place */

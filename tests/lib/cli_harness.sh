@@ -8,6 +8,7 @@ passed=0
 failed=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/loom_cli.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
+export XDG_CACHE_HOME=$tmp/cache # a private kernel cache, never the user's
 
 # run ARGS...: runs loom; sets out, err and rc.
 run() {

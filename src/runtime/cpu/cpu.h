@@ -17,13 +17,18 @@
 /* Elements per task along a long contiguous row. */
 #define LOOM_CPU_CHUNK 8192
 
-typedef struct loom_cpu {
-  loom_ctx *ctx;
-  int32_t nt; /* OpenMP threads for this run */
-} loom_cpu;
-
+typedef struct loom_cpu loom_cpu;
 typedef loom_status (*loom_cpu_kernel)(const loom_cpu *c, const loom_node *n, const loom_view *in,
                                        const loom_view *out);
+
+struct loom_cpu {
+  loom_ctx *ctx;
+  int32_t nt; /* OpenMP threads for this run */
+  /* Per node of the graph being run: its cpu kernel, chosen at prepare
+   * where supports_op took the node; NULL (or no table): the reference
+   * kernel. */
+  const loom_cpu_kernel *kernels;
+};
 
 /* Each family returns its kernel for node n of g, or NULL when the cpu
  * backend does not handle that case (the node then runs its ref kernel). */
@@ -54,11 +59,10 @@ struct loom_gemm_epilogue;
 loom_status loom_cpu_matmul(const loom_cpu *c, const loom_node *n, const loom_view *in,
                             const loom_view *out, const struct loom_gemm_epilogue *epi);
 
-/* Runs one node eagerly: its cpu kernel, else its reference kernel. */
+/* Runs one node eagerly through loom_exec_node: its kernel in
+ * c->kernels, else its reference kernel. */
 loom_status loom_cpu_exec_node(const loom_cpu *c, const loom_graph *g, const loom_node *n,
                                loom_view *values);
-/* True if node n has a cpu kernel (else it runs its reference kernel). */
-bool loom_cpu_has_kernel(const loom_graph *g, const loom_node *n);
 
 /*
  * Fused programs (cpu_program.c): fusion plan -> kernel IR -> generated C
@@ -69,21 +73,25 @@ bool loom_cpu_has_kernel(const loom_graph *g, const loom_node *n);
 typedef struct loom_cpu_program loom_cpu_program;
 
 /* Fuses g in `mode` (stitch, loop or none), generates and loads the
- * code, plans memory over the program's steps; fills out (handle = the
- * program). */
+ * code, plans memory over the program's steps; fills out's plan, stats
+ * and warning and sets *prog. kernels: per node, as loom_cpu.kernels. */
 loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fusion_mode mode,
-                                     loom_prepared *out);
+                                     const loom_cpu_kernel *kernels, loom_prepared *out,
+                                     loom_cpu_program **prog);
 void loom_cpu_program_free(loom_cpu_program *p);
 /* Runs the program's steps over values (as the session planned them). */
 loom_status loom_cpu_program_run(loom_cpu_program *p, const loom_cpu *c, const loom_graph *g,
                                  loom_view *values);
-/* The fused program and its generated C (NULL if none), for reports. */
-const struct loom_program *loom_cpu_program_get(const loom_cpu_program *p);
-const char *loom_cpu_program_source(const loom_cpu_program *p);
+/* The program's listing, kernels or generated C as text (*text malloc'ed;
+ * the backend's describe hook). */
+loom_status loom_cpu_program_describe(loom_ctx *ctx, const loom_graph *g,
+                                      const loom_cpu_program *p, loom_session_artifact what,
+                                      char **text);
 /* True if the program runs node by node (no compiler was found). */
 bool loom_cpu_program_is_eager(const loom_cpu_program *p);
 /* Stats and a node-based plan for running g eagerly on the cpu backend. */
-loom_status loom_cpu_prepare_eager(const loom_graph *g, loom_prepared *out);
+loom_status loom_cpu_prepare_eager(const loom_graph *g, const loom_cpu_kernel *kernels,
+                                   loom_prepared *out);
 
 /* Attribute helpers by name (op files keep their slot numbers private). */
 int64_t loom_cpu_attr_i(const loom_node *n, const char *name);

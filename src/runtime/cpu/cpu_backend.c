@@ -1,14 +1,19 @@
 /*
- * The cpu backend. With fusion "eager" it runs the graph node by node:
- * nodes with a cpu kernel (f32 compute, any-dtype data movement) run it;
- * every other node runs its reference kernel, so the backend is complete
- * for every primitive. With "stitch" (the default), "loop" or "none" it
- * runs a fused program of generated kernels (cpu_program.c), whose GEMM
- * and leftover nodes run here one at a time.
+ * The cpu backend. Before decomposition it rewrites attention into flash
+ * attention with an RNG placement. With fusion "eager" it runs the graph
+ * node by node: nodes with a cpu kernel (f32 compute, any-dtype data
+ * movement; supports_op, asked at prepare) run it, every other node runs
+ * its reference kernel through the same executor (loom_exec_node), so the
+ * backend is complete for every primitive. With "stitch" (the default),
+ * "loop" or "none" it runs a fused program of generated kernels
+ * (cpu_program.c), whose GEMM and leftover nodes run here one at a time
+ * by the same rule.
  */
 #include "runtime/cpu/cpu.h"
 
+#include "ops/composite_util.h"
 #include "ops/op.h"
+#include "passes/attention.h"
 #include "runtime/session.h"
 
 #include <stdlib.h>
@@ -54,70 +59,129 @@ static bool cpu_supports_op(void *bctx, const loom_graph *g, const loom_node *n)
   return select_kernel(g, n) != NULL;
 }
 
-bool loom_cpu_has_kernel(const loom_graph *g, const loom_node *n) {
-  return select_kernel(g, n) != NULL;
-}
+/* What prepare made: the kernel table and, unless eager, the program. */
+typedef struct cpu_prepared {
+  loom_cpu_kernel *kernels; /* per node; NULL: the reference kernel */
+  loom_cpu_program *program;
+} cpu_prepared;
 
-static loom_status run_node(const loom_cpu *c, const loom_graph *g, const loom_node *n,
-                            loom_cpu_kernel k, loom_view *values) {
-  loom_view in_stack[8], out_stack[LOOM_PART_MAX_IO], *in = in_stack;
-  if (n->n_out > LOOM_PART_MAX_IO)
-    return loom_error(c->ctx, LOOM_STATUS_INTERNAL, "too many outputs (%d)", n->n_out);
-  if (n->n_in > LOOM_ARRAY_LEN(in_stack)) {
-    in = loom_malloc(c->ctx, sizeof *in * (size_t)n->n_in);
-    if (!in) return LOOM_STATUS_OUT_OF_MEMORY;
-  }
-  for (int32_t i = 0; i < n->n_in; i++)
-    in[i] = values[n->in[i]];
-  for (int32_t o = 0; o < n->n_out; o++)
-    out_stack[o] = values[n->out[o]];
-  loom_status st = k(c, n, in, out_stack);
-  if (in != in_stack) free(in);
-  if (st) loom_error_prefix(c->ctx, "%s (node %d)", loom_op_name(n->op), (int32_t)(n - g->nodes));
-  return st;
+/* loom_exec_node's view of a cpu kernel. */
+typedef struct cpu_call {
+  const loom_cpu *c;
+  loom_cpu_kernel k;
+} cpu_call;
+
+static loom_status call_cpu_kernel(const void *self, const loom_node *n, const loom_view *in,
+                                   const loom_view *out) {
+  const cpu_call *cc = self;
+  return cc->k(cc->c, n, in, out);
 }
 
 loom_status loom_cpu_exec_node(const loom_cpu *c, const loom_graph *g, const loom_node *n,
                                loom_view *values) {
-  loom_cpu_kernel k = select_kernel(g, n);
-  if (k) return run_node(c, g, n, k, values);
-  return loom_exec_node_ref(c->ctx, g, n, values);
+  cpu_call cc = {c, c->kernels ? c->kernels[n - g->nodes] : NULL};
+  return loom_exec_node(c->ctx, g, n, values, cc.k ? call_cpu_kernel : NULL, &cc);
 }
 
-loom_status loom_cpu_prepare_eager(const loom_graph *g, loom_prepared *out) {
+loom_status loom_cpu_prepare_eager(const loom_graph *g, const loom_cpu_kernel *kernels,
+                                   loom_prepared *out) {
   out->stats.n_kernels = 0;
-  out->stats.n_gemm = out->stats.n_eager = 0;
+  out->stats.n_gemm = out->stats.n_eager = out->stats.n_fallback = 0;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const loom_node *n = &g->nodes[i];
-    if (n->op == LOOM_OP_MATMUL && select_kernel(g, n))
+    if (n->op == LOOM_OP_MATMUL && kernels[i])
       out->stats.n_gemm++;
     else
       out->stats.n_eager++;
+    out->stats.n_fallback += !kernels[i];
   }
   return loom_memplan_build(g, &out->plan);
 }
 
-static loom_status cpu_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
-                               const loom_session_options *opts, loom_prepared *out) {
-  (void)bctx;
-  if (opts->fusion == LOOM_FUSION_EAGER) return loom_cpu_prepare_eager(g, out);
-  return loom_cpu_program_prepare(ctx, g, opts->fusion, out);
-}
-
 static void cpu_release(void *bctx, void *handle) {
   (void)bctx;
-  loom_cpu_program_free(handle);
+  cpu_prepared *h = handle;
+  if (!h) return;
+  loom_cpu_program_free(h->program);
+  free(h->kernels);
+  free(h);
+}
+
+static loom_status cpu_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
+                               const loom_session_options *opts, loom_prepared *out) {
+  cpu_prepared *h = loom_calloc(ctx, 1, sizeof *h);
+  if (!h) return LOOM_STATUS_OUT_OF_MEMORY;
+  h->kernels = loom_calloc(ctx, (size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *h->kernels);
+  if (!h->kernels) {
+    cpu_release(bctx, h);
+    return LOOM_STATUS_OUT_OF_MEMORY;
+  }
+  /* the nodes supports_op took, and only those, run a cpu kernel */
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    if (out->supported && out->supported[i]) h->kernels[i] = select_kernel(g, &g->nodes[i]);
+  loom_status st = opts->fusion == LOOM_FUSION_EAGER
+                       ? loom_cpu_prepare_eager(g, h->kernels, out)
+                       : loom_cpu_program_prepare(ctx, g, opts->fusion, h->kernels, out, &h->program);
+  if (st) {
+    cpu_release(bctx, h);
+    return st;
+  }
+  out->handle = h;
+  return LOOM_STATUS_OK;
+}
+
+static loom_status cpu_describe(void *bctx, loom_ctx *ctx, const loom_graph *g,
+                                const void *handle, loom_session_artifact what, char **text) {
+  (void)bctx;
+  const cpu_prepared *h = handle;
+  if (!h || !h->program)
+    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
+                      "the cpu backend runs this graph node by node (fusion eager): no program");
+  return loom_cpu_program_describe(ctx, g, h->program, what, text);
 }
 
 static loom_status cpu_graph_compute(void *bctx, loom_ctx *ctx, const loom_graph *g, void *handle,
                                      loom_view *values) {
   (void)bctx;
-  loom_cpu c = {.ctx = ctx, .nt = loom_ctx_resolved_threads(ctx)};
-  if (handle && !loom_cpu_program_is_eager(handle))
-    return loom_cpu_program_run(handle, &c, g, values);
+  const cpu_prepared *h = handle;
+  loom_cpu c = {.ctx = ctx, .nt = loom_ctx_resolved_threads(ctx), .kernels = h->kernels};
+  if (h->program && !loom_cpu_program_is_eager(h->program))
+    return loom_cpu_program_run(h->program, &c, g, values);
   for (int32_t i = 0; i < g->n_nodes; i++)
     LOOM_TRY(loom_cpu_exec_node(&c, g, &g->nodes[i], values));
   return LOOM_STATUS_OK;
+}
+
+/* Attention becomes flash attention (passes/attention.h) unless the
+ * options ask for it decomposed; the RNG placement model (rng_rates.c) is
+ * measured only where a placement is to be chosen. */
+static loom_status cpu_rewrite(void *bctx, loom_ctx *ctx, const loom_graph *g,
+                               const loom_session_options *opts, loom_graph **out,
+                               int32_t *n_rewritten) {
+  (void)bctx;
+  loom_rng_placement placement = opts->rng;
+  if (opts->attention != LOOM_ATTENTION_FLASH) return LOOM_STATUS_OK;
+  /* attention is an `attention` node or a pattern around a softmax */
+  bool candidate = false, dropout = false;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    loom_op op = g->nodes[i].op;
+    candidate |= op == LOOM_OP_ATTENTION || op == LOOM_OP_SOFTMAX;
+    dropout |= (op == LOOM_OP_ATTENTION && g->nodes[i].attr[LOOM_ATT_P].f > 0.0) ||
+               op == LOOM_OP_DROPOUT;
+  }
+  if (!candidate) return LOOM_STATUS_OK;
+  loom_rng_model model;
+  bool measured = placement == LOOM_RNG_AUTO && dropout;
+  if (measured) loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &model);
+  loom_status st =
+      loom_graph_fuse_attention(g, placement, measured ? &model : NULL, out, n_rewritten);
+  if (st && g->ctx != ctx) loom_error(ctx, st, "%s", loom_ctx_error(g->ctx));
+  return st;
+}
+
+static void cpu_rng_model(void *bctx, loom_ctx *ctx, int32_t threads, loom_rng_model *m) {
+  (void)bctx;
+  loom_cpu_rng_model(ctx, threads, m);
 }
 
 static const loom_backend_iface cpu_iface = {
@@ -126,8 +190,11 @@ static const loom_backend_iface cpu_iface = {
     .supports_op = cpu_supports_op,
     .buffer_alloc = loom_host_buffer_alloc,
     .buffer_free = loom_host_buffer_free,
+    .rewrite = cpu_rewrite,
+    .rng_model = cpu_rng_model,
     .prepare = cpu_prepare,
     .release = cpu_release,
+    .describe = cpu_describe,
     .graph_compute = cpu_graph_compute,
 };
 

@@ -8,6 +8,7 @@
  */
 #include "runtime/cpu/cpu.h"
 #include "core/clock.h"
+#include "core/strbuf.h"
 #include "runtime/cpu/gemm.h"
 
 #include "codegen/c_codegen.h"
@@ -57,11 +58,33 @@ void loom_cpu_program_free(loom_cpu_program *p) {
   free(p);
 }
 
-const struct loom_program *loom_cpu_program_get(const loom_cpu_program *p) {
-  return p ? &p->prog : NULL;
+loom_status loom_cpu_program_describe(loom_ctx *ctx, const loom_graph *g,
+                                      const loom_cpu_program *p, loom_session_artifact what,
+                                      char **text) {
+  *text = NULL;
+  if (what == LOOM_ARTIFACT_PROGRAM) return loom_program_print(ctx, g, &p->prog, text);
+  loom_strbuf b = {0};
+  if (what == LOOM_ARTIFACT_SOURCE) {
+    loom_strbuf_put(&b, "%s", p->source ? p->source : "");
+  } else if (what == LOOM_ARTIFACT_KERNELS) {
+    for (int32_t k = 0; k < p->prog.n_kernels; k++) {
+      char *kt = NULL;
+      loom_status st = loom_kernel_print(ctx, &p->prog.kernels[k], &kt);
+      if (st) {
+        free(loom_strbuf_take(&b));
+        return st;
+      }
+      size_t n = strlen(kt);
+      loom_strbuf_put(&b, "%s%s", kt, n && kt[n - 1] != '\n' ? "\n" : "");
+      free(kt);
+    }
+  } else {
+    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "cpu backend: nothing to describe as %d",
+                      (int)what);
+  }
+  *text = loom_strbuf_take(&b);
+  return *text ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
 }
-
-const char *loom_cpu_program_source(const loom_cpu_program *p) { return p ? p->source : NULL; }
 
 bool loom_cpu_program_is_eager(const loom_cpu_program *p) { return !p || p->eager; }
 
@@ -154,6 +177,8 @@ static loom_status load_code(loom_ctx *ctx, loom_cpu_program *p, loom_prepared *
     return st;
   }
   out->stats.cache_hit = info.cache_hit;
+  if (info.warning[0] && !out->warning[0])
+    snprintf(out->warning, sizeof out->warning, "%s", info.warning);
   p->fns = loom_calloc(ctx, (size_t)prog->n_kernels, sizeof *p->fns);
   p->rows_fns = loom_calloc(ctx, (size_t)prog->n_kernels, sizeof *p->rows_fns);
   if (!p->fns || !p->rows_fns) return LOOM_STATUS_OUT_OF_MEMORY;
@@ -183,7 +208,9 @@ static loom_status load_code(loom_ctx *ctx, loom_cpu_program *p, loom_prepared *
 }
 
 loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fusion_mode fm,
-                                     loom_prepared *out) {
+                                     const loom_cpu_kernel *kernels, loom_prepared *out,
+                                     loom_cpu_program **program) {
+  *program = NULL;
   double t0 = loom_now_s();
   loom_cpu_program *p = loom_calloc(ctx, 1, sizeof *p);
   if (!p) return LOOM_STATUS_OUT_OF_MEMORY;
@@ -202,14 +229,18 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
   if (st) goto fail;
   const loom_program *prog = &p->prog;
   if (p->eager) {
-    st = loom_cpu_prepare_eager(g, out);
+    st = loom_cpu_prepare_eager(g, kernels, out);
   } else {
     out->stats.n_kernels = prog->n_kernels;
-    out->stats.n_gemm = out->stats.n_eager = 0;
+    out->stats.n_gemm = out->stats.n_eager = out->stats.n_fallback = 0;
     for (int32_t s = 0; s < prog->n_steps; s++) {
-      out->stats.n_gemm += prog->steps[s].kind == LOOM_STEP_GEMM;
-      out->stats.n_epilogues += prog->steps[s].epilogue_rows > 0;
-      out->stats.n_eager += prog->steps[s].kind == LOOM_STEP_NODE;
+      const loom_step *ps = &prog->steps[s];
+      out->stats.n_gemm += ps->kind == LOOM_STEP_GEMM;
+      out->stats.n_epilogues += ps->epilogue_rows > 0;
+      out->stats.n_eager += ps->kind == LOOM_STEP_NODE;
+      /* a GEMM with an epilogue runs the cpu matmul itself */
+      out->stats.n_fallback += ps->kind != LOOM_STEP_KERNEL && ps->epilogue_rows <= 0 &&
+                               !kernels[ps->node];
     }
     st = plan_steps(ctx, g, prog, &out->plan);
   }
@@ -217,7 +248,7 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
   out->stats.n_memory_ops = prog->n_memory_ops;
   out->stats.modeled_bytes = prog->modeled_bytes;
   out->stats.compile_seconds = loom_now_s() - t0;
-  out->handle = p;
+  *program = p;
   return LOOM_STATUS_OK;
 fail:
   loom_memplan_free(&out->plan);
@@ -331,7 +362,7 @@ loom_status loom_cpu_program_run(loom_cpu_program *p, const loom_cpu *c, const l
   for (int32_t s = 0; s < prog->n_steps; s++) {
     const loom_step *st = &prog->steps[s];
     if (p->async && p->async[s] && !pending) {
-      task = (mask_task){.cpu = {.ctx = p->task_ctx, .nt = 1}, .g = g,
+      task = (mask_task){.cpu = {.ctx = p->task_ctx, .nt = 1, .kernels = c->kernels}, .g = g,
                          .n = &g->nodes[st->node], .values = values};
       loom_worker_trace wt = {.trace = trace, .name = "dropout_mask", .cat = "rng",
                               .lane = "rng worker", .tid0 = 100};
