@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Loom needs to build and test, if missing.
+# --fuzz adds what `make fuzz` needs: clang and its libFuzzer runtime.
 set -euo pipefail
 
 packages=(cmake make gcc libc6-dev libdnnl-dev)
+if [ "${1:-}" = "--fuzz" ]; then
+  packages+=(clang libclang-rt-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,13 +1,16 @@
 /* Memory planning: reuse on chains, no overlap between live values on
  * random DAGs, outputs kept to the end, arena execution equal to
  * execution with one private buffer per value, and plans over the steps
- * of fused programs (only materialized values get memory). */
+ * of fused programs (only materialized values get memory; an async step's
+ * values live until it is joined). */
 #include "common.h"
 
 #include "ir/build.h"
 #include "ir/view.h"
 #include "passes/memplan.h"
+#include "fusion/fusion.h"
 #include "runtime/backend.h"
+#include "runtime/cpu/cpu.h"
 
 #include <float.h>
 #include <math.h>
@@ -370,7 +373,7 @@ static void test_steps_match_nodes(loom_ctx *ctx) {
     loom_memplan_step *steps = calloc((size_t)g->n_nodes + 1, sizeof *steps);
     for (int32_t j = 0; j < g->n_nodes; j++) {
       const loom_node *n = &g->nodes[j];
-      steps[j] = (loom_memplan_step){n->n_in, n->n_out, n->in, n->out, n->op == LOOM_OP_RESHAPE};
+      steps[j] = (loom_memplan_step){n->n_in, n->n_out, n->in, n->out, n->op == LOOM_OP_RESHAPE, false};
     }
     loom_memplan a, b;
     CHECK_OK(ctx, loom_memplan_build(g, &a));
@@ -388,6 +391,105 @@ static void test_steps_match_nodes(loom_ctx *ctx) {
   CHECK(made > 20 && same == made);
 }
 
+
+/* An async step (a dropout mask on the worker, beside the next step's
+ * GEMM) keeps its inputs and outputs until it is joined after that step:
+ * step 0 a = exp(x); step 1 (async) m = neg(a), a's last read; step 2
+ * y = matmul(x, w), as big as a; step 3 z = m + y. Planned as if step 1
+ * were done when step 2 starts, y would take a's memory while the worker
+ * still reads it. At the join a is released, so z can reuse it. */
+static void test_async_step(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  int32_t x, w;
+  CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 2, (int64_t[]){64, 64}, &x));
+  CHECK_OK(ctx, loom_graph_input(g, "w", LOOM_DTYPE_F32, 2, (int64_t[]){64, 64}, &w));
+  int32_t a = lb_unary(g, LOOM_OP_EXP, x);
+  int32_t m = lb_unary(g, LOOM_OP_NEG, a);
+  int32_t y = lb_matmul(g, x, w, false, false);
+  int32_t z = lb_add(g, m, y);
+  CHECK_OK(ctx, loom_build_status(g));
+  CHECK_OK(ctx, loom_graph_output(g, "z", z));
+  if (loom_build_status(g)) {
+    loom_graph_free(g);
+    return;
+  }
+  loom_memplan_step steps[4];
+  for (int32_t j = 0; j < 4; j++) {
+    const loom_node *n = &g->nodes[j];
+    steps[j] = (loom_memplan_step){.n_in = n->n_in, .n_out = n->n_out, .in = n->in, .out = n->out};
+  }
+  loom_memplan p;
+  CHECK_OK(ctx, loom_memplan_build_steps(g, 4, steps, NULL, &p));
+  bool reused = p.offset[y] == p.offset[a]; /* fine when step 1 is synchronous */
+  loom_memplan_free(&p);
+  steps[1].async = true;
+  CHECK_OK(ctx, loom_memplan_build_steps(g, 4, steps, NULL, &p));
+  CHECK(p.last[a] == 2 && p.last[m] == 3 && p.first[y] == 2);
+  CHECK(p.offset[y] != p.offset[a] && p.offset[y] != p.offset[m]);
+  CHECK(p.offset[z] == p.offset[a]); /* released at the join, reused */
+  CHECK(p.peak_bytes == 3 * 64 * 64 * 4);
+  printf("async step: y %s a's memory when step 1 is synchronous, not when it is async\n",
+         reused ? "takes" : "does not take");
+  loom_memplan_free(&p);
+  /* an async last step has nothing to run beside: ranges as usual */
+  loom_memplan_step last[4] = {steps[0], steps[1], steps[2], steps[3]};
+  last[1].async = false;
+  last[3].async = true;
+  CHECK_OK(ctx, loom_memplan_build_steps(g, 4, last, NULL, &p));
+  CHECK(p.last[z] == 4 && p.last[a] == 1);
+  loom_memplan_free(&p);
+  loom_graph_free(g);
+}
+
+/* The cpu backend plans an overlapped dropout mask as async: with its
+ * base computed in the arena (b = base + one, read by the mask only), the
+ * mask runs on the worker beside the GEMM step after it, and b stays live
+ * through that GEMM, apart from the product. */
+static void test_overlap_program(loom_ctx *ctx) {
+  loom_graph *g = NULL, *d = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx,
+                                 "input %q : f32[1, 2, 32, 16]\n"
+                                 "input %k : f32[1, 2, 32, 16]\n"
+                                 "input %v : f32[1, 2, 32, 16]\n"
+                                 "input %base : i64[]\n"
+                                 "input %one : i64[]\n"
+                                 "input %a : f32[64, 64]\n"
+                                 "%b : i64[] = add(%base, %one)\n"
+                                 "%c : f32[64, 64] = matmul(%a, %a)\n"
+                                 "%m : u8[256] = dropout_mask(%b, seed=5, numel=2048, overlap=true)\n"
+                                 "%y : f32[1, 2, 32, 16], %l : f32[1, 2, 32] = flash_attention("
+                                 "%q, %k, %v, %base, %m, causal=true, p=0.1, seed=5)\n"
+                                 "output y = %y\n"
+                                 "output c = %c\n",
+                                 &g));
+  if (g) CHECK_OK(ctx, loom_graph_decompose(g, &d));
+  loom_prepared prep;
+  memset(&prep, 0, sizeof prep);
+  /* no cpu kernels: every node step would run its reference kernel */
+  loom_cpu_kernel *kernels = d ? calloc((size_t)d->n_nodes, sizeof *kernels) : NULL;
+  loom_cpu_program *cp = NULL;
+  if (kernels) CHECK_OK(ctx, loom_cpu_program_prepare(ctx, d, LOOM_FUSION_STITCH, kernels, &prep, &cp));
+  const loom_program *prog = cp ? loom_cpu_program_get(cp) : NULL;
+  int32_t checked = 0;
+  for (int32_t s = 0; prog && s + 1 < prog->n_steps; s++) {
+    const loom_step *st = &prog->steps[s], *next = &prog->steps[s + 1];
+    if (st->kind != LOOM_STEP_NODE || d->nodes[st->node].op != LOOM_OP_DROPOUT_MASK) continue;
+    CHECK(next->kind == LOOM_STEP_GEMM); /* moved beside the GEMM */
+    int32_t b = d->nodes[st->node].in[0], c = d->nodes[next->node].out[0];
+    CHECK(prep.plan.offset[b] >= 0 && prep.plan.last[b] == s + 1);
+    CHECK(prep.plan.offset[b] + prep.plan.size[b] <= prep.plan.offset[c] ||
+          prep.plan.offset[c] + prep.plan.size[c] <= prep.plan.offset[b]);
+    checked++;
+  }
+  CHECK(checked == 1);
+  loom_memplan_free(&prep.plan);
+  loom_cpu_program_free(cp);
+  free(kernels);
+  loom_graph_free(d);
+  loom_graph_free(g);
+}
+
 int main(void) {
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx)) return 1;
@@ -397,6 +499,8 @@ int main(void) {
   test_random_dags(ctx);
   test_steps(ctx);
   test_steps_match_nodes(ctx);
+  test_async_step(ctx);
+  test_overlap_program(ctx);
   loom_ctx_free(ctx);
   return loom_test_finish("test_memplan");
 }

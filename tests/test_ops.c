@@ -2,14 +2,19 @@
  * The generic differential op harness: every primitive op, over shapes with
  * broadcasting, size-1, empty and odd dims, on the cpu backend in every
  * fusion mode (eager, and generated code: none, loop, stitch), against the
- * reference executor. A backend that does not run a node itself falls back
- * to the reference kernel, so this also exercises the fallback path.
+ * reference executor. A node the cpu backend has no kernel for (f64 and
+ * bf16 element-wise, f64 matmul, ...) falls back to its reference kernel:
+ * such a case checks the fallback path, not the cpu backend, so each case
+ * is classified per mode before it runs and reported as cpu coverage or as
+ * a fallback, never both ("N cases on cpu kernels, M fallbacks to ref").
  * (The reference kernels themselves are checked by known answers in
  * test_ops_ref_*.c; gradients by finite differences in test_grad.c.)
  */
 #include "common.h"
 
+#include "fusion/group.h"
 #include "ops/op.h"
+#include "runtime/backend.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -35,6 +40,9 @@ typedef struct op_case {
   double rtol;
   int32_t n_out, out_index; /* multi-output ops: which output is compared */
   char label[96];
+  /* Runs on the reference kernels in cpu mode eager / in the fused modes
+   * (classify_cases): a fallback, not cpu coverage. */
+  bool ref_eager, ref_fused;
 } op_case;
 
 static op_case *cases;
@@ -310,6 +318,11 @@ static void build_matmul_cases(void) {
       {2, {3, 0}, 2, {0, 4}, false, false},
       {2, {1, 1}, 2, {1, 1}, false, false},
       {2, {65, 130}, 2, {130, 33}, false, false},
+      /* above the GEMM's 1e6-flop threshold, several tiles: the threaded
+       * path, under the 1/2/3-thread determinism check */
+      {2, {130, 200}, 2, {200, 70}, false, false},
+      {2, {200, 130}, 2, {70, 200}, true, true},
+      {3, {4, 64, 96}, 3, {4, 96, 80}, false, false},
   };
   for (int32_t k = 0; k < LOOM_ARRAY_LEN(mm); k++) {
     operand in[2] = {opnd(LOOM_DTYPE_F32, mm[k].ra, mm[k].a, -1, 1),
@@ -556,17 +569,73 @@ static bool same_bytes(const loom_tensor *a, const loom_tensor *b) {
          memcmp(loom_tensor_data(a), loom_tensor_data(b), nb) == 0;
 }
 
-/* One batch on every mode against ref; stitch also at 1 and 3 threads
- * (bitwise equal). Returns the number of (case, mode) pairs compared. */
-static int32_t check_batch(loom_ctx *ctx, int32_t first, int32_t n, loom_test_rng *rng) {
-  int32_t n_in = 0, pairs = 0;
+/*
+ * Which cases the cpu backend runs itself. Eager: every node of the
+ * decomposed case has a cpu kernel (the backend's supports_op). Fused
+ * modes: each node is in a generated kernel (fusible) or, run as a GEMM
+ * or eager step, has a cpu kernel. Anything else falls back to ref.
+ */
+static void classify_cases(loom_ctx *ctx) {
+  loom_backend *cpu = NULL;
+  CHECK_OK(ctx, loom_backend_new(ctx, "cpu", &cpu));
+  if (!cpu) return;
+  for (int32_t k = 0; k < n_cases; k++) {
+    op_case *c = &cases[k];
+    describe(c);
+    loom_graph *g = build_graph(ctx, k, 1), *d = NULL;
+    if (g) CHECK_OK(ctx, loom_graph_decompose(g, &d));
+    for (int32_t j = 0; d && j < d->n_nodes; j++) {
+      bool kernel = cpu->iface->supports_op(cpu->context, d, &d->nodes[j]);
+      c->ref_eager = c->ref_eager || !kernel;
+      c->ref_fused = c->ref_fused || !(kernel || loom_fusion_node_fusible(d, j));
+    }
+    loom_graph_free(d);
+    loom_graph_free(g);
+  }
+  loom_backend_free(cpu);
+}
+
+static bool is_fallback(const op_case *c, const mode *m) {
+  return m->fusion == LOOM_FUSION_EAGER ? c->ref_eager : c->ref_fused;
+}
+
+/* (case, mode) pairs compared, per mode: on cpu code / fallbacks to ref. */
+static int32_t on_cpu[LOOM_ARRAY_LEN(modes)], on_ref[LOOM_ARRAY_LEN(modes)];
+
+/* Thread counts of the determinism check: 1, 2 and 3 give the bytes of
+ * the default (all cores), so threaded paths (the GEMM's above its flop
+ * threshold, split reductions) split differently and must still agree. */
+static const int32_t det_threads[] = {1, 2, 3};
+
+/* Runs the batch in mode m at each of det_threads and compares with got. */
+static void check_threads(loom_ctx *ctx, int32_t first, int32_t n, const mode *m,
+                          loom_tensor **inputs, loom_tensor **got, loom_tensor **alt) {
+  for (int32_t t = 0; t < LOOM_ARRAY_LEN(det_threads); t++) {
+    bool ok = run_graph(ctx, first, n, m, inputs, alt, det_threads[t]);
+    CHECK(ok);
+    for (int32_t k = 0; ok && k < n; k++) {
+      if (!same_bytes(alt[k], got[k]))
+        fprintf(stderr, "%s on %s: %d thread(s) differ from all cores\n", cases[first + k].label,
+                loom_fusion_mode_name(m->fusion), det_threads[t]);
+      CHECK(same_bytes(alt[k], got[k]));
+    }
+    for (int32_t k = 0; k < n; k++) {
+      loom_tensor_free(alt[k]);
+      alt[k] = NULL;
+    }
+  }
+}
+
+/* One batch on every mode against ref; eager and stitch also at 1, 2 and
+ * 3 threads (bitwise equal). Counts the pairs compared in on_cpu/on_ref. */
+static void check_batch(loom_ctx *ctx, int32_t first, int32_t n, loom_test_rng *rng) {
+  int32_t n_in = 0;
   for (int32_t k = first; k < first + n; k++) n_in += case_inputs(k);
   loom_tensor **inputs = calloc((size_t)n_in + 1, sizeof *inputs);
   loom_tensor **ref = calloc((size_t)n, sizeof *ref), **got = calloc((size_t)n, sizeof *got);
   loom_tensor **alt = calloc((size_t)n, sizeof *alt);
   int32_t at = 0;
   for (int32_t k = first; k < first + n; k++) {
-    describe(&cases[k]);
     for (int32_t i = 0; i < cases[k].n_in; i++, at++) {
       CHECK_OK(ctx, loom_tensor_new(ctx, cases[k].in[i].dt, cases[k].in[i].rank,
                                     cases[k].in[i].shape, &inputs[at]));
@@ -589,30 +658,13 @@ static int32_t check_batch(loom_ctx *ctx, int32_t first, int32_t n, loom_test_rn
     CHECK(ok);
     for (int32_t k = 0; ok && k < n; k++) {
       CHECK(compare(&cases[first + k], &modes[m], ref[k], got[k]));
-      pairs++;
+      if (is_fallback(&cases[first + k], &modes[m]))
+        on_ref[m]++;
+      else
+        on_cpu[m]++;
     }
-    /* determinism: 1 and 3 threads give the same bytes */
-    if (ok && modes[m].fusion == LOOM_FUSION_STITCH) {
-      bool ok1 = run_graph(ctx, first, n, &modes[m], inputs, alt, 1);
-      CHECK(ok1);
-      for (int32_t k = 0; ok1 && k < n; k++) {
-        if (!same_bytes(alt[k], got[k]))
-          fprintf(stderr, "%s on stitch: 1 thread differs from all cores\n",
-                  cases[first + k].label);
-        CHECK(same_bytes(alt[k], got[k]));
-      }
-      for (int32_t k = 0; k < n; k++) {
-        loom_tensor_free(alt[k]);
-        alt[k] = NULL;
-      }
-      ok1 = run_graph(ctx, first, n, &modes[m], inputs, alt, 3);
-      CHECK(ok1);
-      for (int32_t k = 0; ok1 && k < n; k++) CHECK(same_bytes(alt[k], got[k]));
-      for (int32_t k = 0; k < n; k++) {
-        loom_tensor_free(alt[k]);
-        alt[k] = NULL;
-      }
-    }
+    if (ok && (modes[m].fusion == LOOM_FUSION_STITCH || modes[m].fusion == LOOM_FUSION_EAGER))
+      check_threads(ctx, first, n, &modes[m], inputs, got, alt);
     for (int32_t k = 0; k < n; k++) {
       loom_tensor_free(got[k]);
       got[k] = NULL;
@@ -624,7 +676,6 @@ static int32_t check_batch(loom_ctx *ctx, int32_t first, int32_t n, loom_test_rn
   free(ref);
   free(got);
   free(alt);
-  return pairs;
 }
 
 static double now_s(void) {
@@ -645,23 +696,44 @@ int main(void) {
   build_dropout_cases();
   build_attention_cases();
 
-  /* Every primitive op has at least one case. */
-  for (int op = 0; op < LOOM_OP_COUNT; op++)
-    if (!loom_op_is_composite((loom_op)op) && !covered[op]) {
-      fprintf(stderr, "no harness case for op %s\n", loom_op_name((loom_op)op));
-      CHECK(covered[op]);
-    }
+  classify_cases(ctx);
+
+  /* Every primitive op has at least one case, and one the cpu backend
+   * runs itself (eager); the ops seen only through a fallback are named. */
+  bool on_cpu_eager[LOOM_OP_COUNT] = {false};
+  for (int32_t k = 0; k < n_cases; k++)
+    if (!cases[k].ref_eager) on_cpu_eager[cases[k].op] = true;
+  for (int op = 0; op < LOOM_OP_COUNT; op++) {
+    if (loom_op_is_composite((loom_op)op)) continue;
+    if (!covered[op]) fprintf(stderr, "no harness case for op %s\n", loom_op_name((loom_op)op));
+    CHECK(covered[op]);
+    if (covered[op] && !on_cpu_eager[op])
+      fprintf(stderr, "op %s: no case on a cpu kernel (fallbacks to ref only)\n",
+              loom_op_name((loom_op)op));
+    CHECK(!covered[op] || on_cpu_eager[op]);
+  }
 
   /* Batches of cases: each fusion mode compiles one program per batch. */
   const char *quick = getenv("LOOM_TEST_QUICK");
   int32_t batch = quick && quick[0] == '1' ? 128 : 64;
   loom_test_rng rng = {42};
-  int32_t pairs = 0, batches = 0;
+  int32_t batches = 0;
   for (int32_t first = 0; first < n_cases; first += batch, batches++)
-    pairs += check_batch(ctx, first, LOOM_MIN(batch, n_cases - first), &rng);
-  printf("op harness: %d cases x %d modes (cpu eager, none, loop, stitch) against ref, "
-         "%d batches, %d comparisons, %.1fs\n",
-         n_cases, LOOM_ARRAY_LEN(modes), batches, pairs, now_s() - t0);
+    check_batch(ctx, first, LOOM_MIN(batch, n_cases - first), &rng);
+  printf("op harness: %d cases x %d modes against ref, %d batches, %.1fs\n", n_cases,
+         LOOM_ARRAY_LEN(modes), batches, now_s() - t0);
+  for (int32_t m = 0; m < LOOM_ARRAY_LEN(modes); m++)
+    printf("  cpu %-6s: %d cases on cpu kernels, %d fallbacks to ref\n",
+           loom_fusion_mode_name(modes[m].fusion),
+           on_cpu[m], on_ref[m]);
+  for (int32_t fused = 0; fused < 2; fused++) {
+    printf("  %s fall back to ref on:", fused ? "none/loop/stitch" : "eager");
+    for (int32_t k = 0; k < n_cases; k++)
+      if (fused ? cases[k].ref_fused : cases[k].ref_eager) printf(" %s", cases[k].label);
+    printf("\n");
+  }
+  /* the known fallbacks (f64, bf16, f64 matmul) are there, not counted as cpu */
+  CHECK(on_ref[0] > 0 && on_cpu[0] + on_ref[0] == n_cases);
   free(cases);
   loom_ctx_free(ctx);
   return loom_test_finish("test_ops");

@@ -141,6 +141,12 @@ static loom_status plan_ranges(const loom_graph *g, int32_t n_steps, const loom_
                           "memplan: step %d aliases values of different sizes", j);
       out->root[s->out[0]] = out->root[s->in[0]];
     }
+    /* an async step is joined after the next one: it uses its values until then */
+    if (s->async && j + 1 < n_steps)
+      for (int32_t k = 0; k < s->n_in + s->n_out; k++) {
+        int32_t v = k < s->n_in ? s->in[k] : s->out[k - s->n_in];
+        out->last[v] = LOOM_MAX(out->last[v], j + 1);
+      }
   }
   for (int32_t i = 0; i < g->n_outputs; i++) {
     int32_t v = g->outputs[i];
@@ -236,14 +242,18 @@ loom_status loom_memplan_build_steps(const loom_graph *g, int32_t n_steps,
   out->last = loom_malloc(ctx, sizeof(int32_t) * nv);
   out->root = loom_malloc(ctx, sizeof(int32_t) * nv);
   int32_t *end = loom_malloc(ctx, sizeof(int32_t) * nv); /* per root */
-  if (!out->offset || !out->size || !out->first || !out->last || !out->root || !end) {
+  bool *released = loom_calloc(ctx, nv, sizeof *released); /* per root */
+  if (!out->offset || !out->size || !out->first || !out->last || !out->root || !end ||
+      !released) {
     free(end);
+    free(released);
     loom_memplan_free(out);
     return LOOM_STATUS_OUT_OF_MEMORY;
   }
   loom_status st = plan_ranges(g, n_steps, steps, materialized, out);
   if (st) {
     free(end);
+    free(released);
     loom_memplan_free(out);
     return st;
   }
@@ -264,20 +274,22 @@ loom_status loom_memplan_build_steps(const loom_graph *g, int32_t n_steps,
       else
         out->offset[v] = plan_alloc(&p, align_up(out->size[v]));
     }
-    /* Then release what dies here (each buffer once, even if read twice). */
-    for (int32_t k = 0; k < s->n_in + s->n_out && !st; k++) {
-      int32_t v = k < s->n_in ? s->in[k] : s->out[k - s->n_in];
-      v = out->root[v];
-      if (end[v] != j || out->offset[v] < 0) continue;
-      bool dup = false;
-      for (int32_t e = 0; e < k && !dup; e++)
-        dup = out->root[e < s->n_in ? s->in[e] : s->out[e - s->n_in]] == v;
-      if (dup) continue;
-      int64_t sz = align_up(out->size[v]);
-      if (sz && !plan_release(&p, out->offset[v], sz)) st = LOOM_STATUS_OUT_OF_MEMORY;
+    /* Then release what dies here (each buffer once, even if read twice):
+     * this step's values, and an async previous step's, joined now. */
+    const loom_memplan_step *prev = j > 0 && steps[j - 1].async ? &steps[j - 1] : NULL;
+    for (int32_t pass = 0; pass < (prev ? 2 : 1) && !st; pass++) {
+      const loom_memplan_step *r = pass ? prev : s;
+      for (int32_t k = 0; k < r->n_in + r->n_out && !st; k++) {
+        int32_t v = out->root[k < r->n_in ? r->in[k] : r->out[k - r->n_in]];
+        if (end[v] != j || out->offset[v] < 0 || released[v]) continue;
+        released[v] = true;
+        int64_t sz = align_up(out->size[v]);
+        if (sz && !plan_release(&p, out->offset[v], sz)) st = LOOM_STATUS_OUT_OF_MEMORY;
+      }
     }
   }
   free(p.free);
+  free(released);
   out->peak_bytes = p.top;
   /* Keep the tighter of the two placements. */
   int64_t *off = st ? NULL : loom_malloc(ctx, sizeof(int64_t) * nv);

@@ -1,18 +1,9 @@
-// libFuzzer entry point over the text IR parser. Not part of the default
-// build (it does not match tests/test_*.c). Build and run from the
-// repository root with clang:
-//
-//   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined \
-//     -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc tests/fuzz/fuzz_text_ir.c \
-//     src/core/*.c src/ir/*.c src/ops/*.c src/rng/*.c -lm -o /tmp/fuzz_text_ir
-//   mkdir -p /tmp/fuzz_corpus
-//   /tmp/fuzz_text_ir -max_total_time=60 -max_len=4096 /tmp/fuzz_corpus \
-//     tests/data tests/data/malformed
-//
-// (the first directory collects new inputs; the others seed it). Properties:
-// no crash or sanitizer report on any bytes; a rejected input leaves a
-// "LINE:COL: ..." message; an accepted one is a graph that verifies and
-// whose printed form parses back and prints identically.
+// libFuzzer target over the text IR parser (loom_graph_parse_text).
+// Properties: no crash or sanitizer report on any bytes; a rejected input
+// leaves a "LINE:COL: ..." message and no graph; an accepted one is a
+// graph that verifies and whose printed form parses back and prints
+// identically. Built by `make fuzz` (clang, libFuzzer); replayed over
+// tests/fuzz/corpus/text_ir by `make test` (tests/fuzz/replay.c).
 #include "ir/graph.h"
 #include "ir/text_ir.h"
 

@@ -87,6 +87,8 @@ loom_status loom_cpu_program_run(loom_cpu_program *p, const loom_cpu *c, const l
 loom_status loom_cpu_program_describe(loom_ctx *ctx, const loom_graph *g,
                                       const loom_cpu_program *p, loom_session_artifact what,
                                       char **text);
+/* The fused program's steps and kernels (for tests that check its plan). */
+const struct loom_program *loom_cpu_program_get(const loom_cpu_program *p);
 /* True if the program runs node by node (no compiler was found). */
 bool loom_cpu_program_is_eager(const loom_cpu_program *p);
 /* Stats and a node-based plan for running g eagerly on the cpu backend. */

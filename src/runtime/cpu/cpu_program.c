@@ -91,9 +91,11 @@ bool loom_cpu_program_is_eager(const loom_cpu_program *p) { return !p || p->eage
 /* The memory plan over the program's steps: a kernel reads its input
  * arguments and writes its outputs; GEMM and NODE steps their node's; a
  * GEMM with an epilogue both (the product is an output of the step, so
- * nothing the epilogue writes shares its memory). */
+ * nothing the epilogue writes shares its memory). A step run on the
+ * worker (async[s]) keeps its values until it is joined, after the next
+ * step (loom_cpu_program_run). */
 static loom_status plan_steps(loom_ctx *ctx, const loom_graph *g, const loom_program *prog,
-                              loom_memplan *plan) {
+                              const bool *async, loom_memplan *plan) {
   int32_t ns = prog->n_steps, total = 0;
   for (int32_t s = 0; s < ns; s++) {
     const loom_step *st = &prog->steps[s];
@@ -145,6 +147,7 @@ static loom_status plan_steps(loom_ctx *ctx, const loom_graph *g, const loom_pro
                    loom_type_numel(b) * (int64_t)loom_dtype_size(b->dtype);
       }
     }
+    m->async = async && async[s];
   }
   loom_status st = loom_memplan_build_steps(g, ns, steps, prog->materialized, plan);
   free(steps);
@@ -207,6 +210,8 @@ static loom_status load_code(loom_ctx *ctx, loom_cpu_program *p, loom_prepared *
   return p->args && p->need ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
 }
 
+const loom_program *loom_cpu_program_get(const loom_cpu_program *p) { return p ? &p->prog : NULL; }
+
 loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fusion_mode fm,
                                      const loom_cpu_kernel *kernels, loom_prepared *out,
                                      loom_cpu_program **program) {
@@ -242,7 +247,7 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
       out->stats.n_fallback += ps->kind != LOOM_STEP_KERNEL && ps->epilogue_rows <= 0 &&
                                !kernels[ps->node];
     }
-    st = plan_steps(ctx, g, prog, &out->plan);
+    st = plan_steps(ctx, g, prog, p->async, &out->plan);
   }
   if (st) goto fail;
   out->stats.n_memory_ops = prog->n_memory_ops;

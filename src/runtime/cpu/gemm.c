@@ -20,6 +20,25 @@ static int64_t gemm_tile(const loom_gemm *p) {
   return 64;
 }
 
+/* Tiles per row of C and their count (with an epilogue, whole rows). */
+static int64_t gemm_tasks(const loom_gemm *p, int64_t tile, int64_t *mb, int64_t *nb) {
+  const bool epi = p->epilogue.rows > 0 && p->epilogue.fn;
+  *mb = (p->m + tile - 1) / tile;
+  *nb = epi ? 1 : (p->n + tile - 1) / tile;
+  return p->batch * *mb * *nb;
+}
+
+static bool gemm_parallel(const loom_gemm *p, int64_t tasks) {
+  double flops = 2.0 * (double)p->batch * (double)p->m * (double)p->n * (double)p->k;
+  return tasks > 1 && flops >= LOOM_GEMM_PARALLEL_FLOPS;
+}
+
+int64_t loom_gemm_parallel_tasks(const loom_gemm *p) {
+  if (p->m <= 0 || p->n <= 0 || p->batch <= 0 || p->k == 0) return 1;
+  int64_t mb, nb, tasks = gemm_tasks(p, gemm_tile(p), &mb, &nb);
+  return gemm_parallel(p, tasks) ? tasks : 1;
+}
+
 loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   if (p->m <= 0 || p->n <= 0 || p->batch <= 0) return LOOM_STATUS_OK;
   const bool epi = p->epilogue.rows > 0 && p->epilogue.fn;
@@ -32,17 +51,16 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   }
   const int64_t tile = gemm_tile(p);
   /* with an epilogue a tile is whole rows: the epilogue needs them all */
-  int64_t mb = (p->m + tile - 1) / tile, nb = epi ? 1 : (p->n + tile - 1) / tile;
+  int64_t mb, nb, tasks = gemm_tasks(p, tile, &mb, &nb);
   const int64_t tile_n = epi ? p->n : tile;
-  int64_t tasks = p->batch * mb * nb;
-  double flops = 2.0 * (double)p->batch * (double)p->m * (double)p->n * (double)p->k;
+  const bool parallel = gemm_parallel(p, tasks);
   int failed = 0;
   /* oneDNN threads itself unless it runs inside an active parallel region;
    * a one-thread (inactive) region would still let it use every core with
    * a different split, so pin its view of the thread count to 1. */
   int prev = omp_get_max_threads();
   omp_set_num_threads(1);
-#pragma omp parallel for num_threads(nt) schedule(static) if (tasks > 1 && flops >= 1e6)
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel)
   for (int64_t t = 0; t < tasks; t++) {
     int64_t bi = t / (mb * nb), r = t % (mb * nb), i0 = (r / nb) * tile, j0 = (r % nb) * tile_n;
     int64_t m = p->m - i0 < tile ? p->m - i0 : tile;

@@ -35,7 +35,13 @@ typedef struct loom_gemm {
   loom_gemm_epilogue epilogue; /* none when rows == 0 */
 } loom_gemm;
 
+/* Products below this many flops run on the calling thread. */
+#define LOOM_GEMM_PARALLEL_FLOPS 1e6
+
 /* Runs p with nt OpenMP threads. */
 loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p);
+/* The number of tiles p is split into when they run in parallel; 1 when
+ * p runs on the calling thread (one tile, or below the flop threshold). */
+int64_t loom_gemm_parallel_tasks(const loom_gemm *p);
 
 #endif
