@@ -8,12 +8,12 @@
 
 #include "harness.h"
 #include "cli_args.h"
+#include "core/file.h"
 
 #include "rng/philox_fast.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define EXIT_USAGE 2
 #define DEFAULT_RUNS 5
@@ -216,11 +216,6 @@ static int parse_args(int argc, char **argv, opts *o) {
       o->names[o->n_names++] = a;
     }
   }
-  struct stat st;
-  if (o->trace && !o->force && stat(o->trace, &st) == 0) {
-    fprintf(stderr, "loom: %s already exists (use --force to overwrite)\n", o->trace);
-    return 1;
-  }
   return -1;
 }
 
@@ -248,7 +243,10 @@ int loom_bench_main(int argc, char **argv) {
     free(o.names);
     return 1;
   }
-  if (loom_ctx_set_threads(ctx, o.threads) != LOOM_STATUS_OK) {
+  /* the trace file can be written: checked before the work (core/file.h) */
+  if ((o.trace && loom_file_check_output(
+                      ctx, o.trace, LOOM_FILE_HINT_FORCE | (o.force ? LOOM_FILE_REPLACE : 0))) ||
+      loom_ctx_set_threads(ctx, o.threads) != LOOM_STATUS_OK) {
     fprintf(stderr, "loom: %s\n", loom_ctx_error(ctx));
     loom_ctx_free(ctx);
     free(o.names);

@@ -232,7 +232,10 @@ loom_status loom_ctx_set_threads(loom_ctx *ctx, int32_t n_threads);
  * records its steps (generated kernels, GEMMs, eager nodes) on the main
  * lane and concurrent tasks (an overlapped dropout mask) on worker lanes.
  * _end writes what was recorded to path, replacing it atomically, and
- * stops recording; _begin while recording starts over. */
+ * stops recording; _begin while recording starts over. Files are written
+ * through a fresh temporary file and rename, and only a regular, writable
+ * file is replaced: a symlink, device, FIFO or read-only file at path is an
+ * error (so are _save_npy's targets). Error messages escape control bytes. */
 loom_status loom_ctx_trace_begin(loom_ctx *ctx);
 loom_status loom_ctx_trace_end(loom_ctx *ctx, const char *path);
 /* The number of CPU threads the backends use. */

@@ -73,6 +73,13 @@ run run "$DATA/bad.loom" --input "x=$DATA/x.npy" --out "$tmp/o0"
 expect "run: malformed text IR" 1 "" "loom: *bad.loom:3:25:*"
 run show "$DATA/bad_shape.loom"
 expect "show: shape error" 1 "" "loom: *bad_shape.loom:4:*matmul*"
+# sizes that overflow 64 bits are errors, not wrapped shapes (issue 8 bug 1)
+run show "$DATA/../malformed/pad_overflow.loom"
+expect "show: pad overflow" 1 "" "loom: *pad_overflow.loom:3:6: pad: dim 0:*overflows*"
+run run "$DATA/../malformed/pad_overflow.loom" --input "x=$DATA/x.npy" --out "$tmp/o0"
+expect "run: pad overflow" 1 "" "loom: *pad_overflow.loom:3:6: pad: dim 0:*overflows*"
+run compile "$DATA/../malformed/zero_dim_huge_strides.loom"
+expect "compile: huge zero-size input" 1 "" "loom: *shape has too many elements*"
 
 # ---- show --------------------------------------------------------------------
 run show "$DATA/mlp.loom"

@@ -10,6 +10,7 @@
 #include "fusion/group.h"
 #include "ir/build.h"
 #include "ir/dtype.h"
+#include "codegen/c_codegen.h"
 #include "kernel/interp.h"
 #include "ops/op.h"
 
@@ -340,6 +341,35 @@ static void case_flat(loom_ctx *ctx, int64_t n) {
   loom_graph_free(g);
 }
 
+/* A chain of n tanh (issue 8 bug 5): lowering, the kernel verifier and
+ * interpreter, and C generation walk expressions 10k deep without
+ * recursion (a recursive emitter overflowed the stack), and match the
+ * reference. */
+static void case_deep_chain(loom_ctx *ctx, int32_t n) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int32_t x = input(g, "x", LOOM_DTYPE_F32, 1, (int64_t[]){16});
+  for (int32_t i = 0; i < n; i++) x = lb_unary(g, i % 2 ? LOOM_OP_TANH : LOOM_OP_NEG, x);
+  loom_graph_output(g, "y", x);
+  char name[64];
+  snprintf(name, sizeof name, "chain of %d neg/tanh", n);
+  tcase tc = {name, -3, 3, 0, 0, 1, 1, 1};
+  check_graph(ctx, g, &tc);
+  /* C for the same kernel (generated, not compiled) */
+  int32_t *gon = malloc(sizeof(int32_t) * (size_t)g->n_nodes);
+  for (int32_t i = 0; i < g->n_nodes; i++) gon[i] = 0;
+  loom_kernel k = {0};
+  loom_kschedule sched = {.rows_per_tile = 2, .vector_width = 4};
+  CHECK_OK(ctx, loom_fusion_group_lower(ctx, g, gon, 0, LOOM_FUSION_STITCH, &sched, "k_deep", &k));
+  char *src = NULL;
+  CHECK_OK(ctx, loom_codegen_c(ctx, &k, 1, &src));
+  CHECK(src && strstr(src, "k_deep") != NULL);
+  free(src);
+  loom_kernel_clear(&k);
+  free(gon);
+  loom_graph_free(g);
+}
+
 /* Element-wise work over short rows keeps rows for the threads: [512, 128]
  * is not one row of 65536 (one tile), and [4096, 4] is not 4096 rows of 4. */
 static void case_short_rows(loom_ctx *ctx, int64_t n, int64_t h) {
@@ -660,6 +690,7 @@ int main(void) {
     if (!strcmp(one, "bdrln")) case_bdrln(ctx, 5, 33);
     if (!strcmp(one, "bn")) case_batchnorm(ctx, 9, 5);
     if (!strcmp(one, "flat")) case_flat(ctx, 8192);
+    if (!strcmp(one, "deep")) case_deep_chain(ctx, 10000);
     loom_ctx_free(ctx);
     return loom_test_finish("test_lower");
   }
@@ -679,6 +710,7 @@ int main(void) {
   case_bias_gelu(ctx, 3, 33, true);
   case_bias_gelu(ctx, 3, 7, false);
   case_flat(ctx, q ? 8192 : 3 * 8192);
+  case_deep_chain(ctx, 10000);
   case_short_rows(ctx, 512, 128);
   case_short_rows(ctx, 4096, 4);
   case_short_rows(ctx, 64, 128);

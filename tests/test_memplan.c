@@ -46,6 +46,26 @@ static void test_chain(loom_ctx *ctx) {
   loom_graph_free(g);
 }
 
+/* 4100 buffers of 2^51 bytes alive at once sum past int64: the planner
+ * must refuse, not wrap its offsets and peak (issue 8 bug 1). */
+static void test_sizes_overflow(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  enum { N = 4100 };
+  int32_t *a = malloc(sizeof(int32_t) * N);
+  for (int i = 0; i < N; i++)
+    a[i] = lb_iota(g, LOOM_DTYPE_F64, 1, (int64_t[]){INT64_C(1) << 48}, 0);
+  int32_t sum = a[0];
+  for (int i = 1; i < N; i++) sum = lb_add(g, sum, a[i]);
+  CHECK_OK(ctx, loom_build_status(g));
+  CHECK_OK(ctx, loom_graph_output(g, "y", sum));
+  loom_memplan p;
+  CHECK_STATUS(ctx, LOOM_STATUS_OUT_OF_MEMORY, loom_memplan_build(g, &p));
+  CHECK(strstr(loom_ctx_error(ctx), "more than 2^62 bytes") != NULL);
+  free(a);
+  loom_graph_free(g);
+}
+
 /* A random DAG over a few shapes; returns the graph. */
 static loom_graph *random_dag(loom_ctx *ctx, loom_test_rng *r, int32_t n_ops) {
   static const int64_t shapes[][2] = {{4, 8}, {1, 8}, {4, 1}, {8, 8}, {4, 16}};
@@ -494,6 +514,7 @@ int main(void) {
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx)) return 1;
   test_chain(ctx);
+  test_sizes_overflow(ctx);
   test_no_in_place(ctx);
   test_reshape_alias(ctx);
   test_random_dags(ctx);

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[64];
@@ -289,6 +290,10 @@ static void test_malformed(loom_ctx *ctx) {
       {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 28,
        LOOM_STATUS_PARSE},
       /* absurd shapes */
+      /* no elements, but strides past 64 bits: refused before any tensor */
+      {"{'descr': '<f4', 'fortran_order': False, 'shape': "
+       "(0, 9223372036854775807, 9223372036854775807)}",
+       0, LOOM_STATUS_PARSE},
       {"{'descr': '<f4', 'fortran_order': False, 'shape': "
        "(99999999999999999999,)}",
        4, LOOM_STATUS_PARSE},
@@ -412,6 +417,20 @@ static void remove_dir(void) {
   rmdir(dir);
 }
 
+/* A dtype string from the file is echoed escaped, never raw: it could
+ * drive the terminal. And a FIFO is refused, not waited on. */
+static void test_hostile_names(loom_ctx *ctx) {
+  const char *p = tmp_path("esc.npy");
+  write_npy(p, "{'descr': '<\x1b]0;X\x07', 'fortran_order': False, 'shape': (2,), }\n", 8);
+  expect_fail(ctx, LOOM_STATUS_UNSUPPORTED, p, "control bytes in descr");
+  CHECK(strchr(loom_ctx_error(ctx), '\x1b') == NULL && strchr(loom_ctx_error(ctx), '\x07') == NULL);
+  CHECK(strstr(loom_ctx_error(ctx), "'<\\x1b]0;X\\x07'") != NULL);
+  const char *fifo = tmp_path("fifo.npy");
+  CHECK(mkfifo(fifo, 0600) == 0);
+  expect_fail(ctx, LOOM_STATUS_IO, fifo, "a FIFO");
+  CHECK(strstr(loom_ctx_error(ctx), "FIFO") != NULL);
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/loom_test_npy_XXXXXX");
   if (!mkdtemp(dir)) {
@@ -425,6 +444,7 @@ int main(void) {
   test_malformed(ctx);
   test_save_errors(ctx);
   test_strided_save(ctx);
+  test_hostile_names(ctx);
   loom_ctx_free(ctx);
   remove_dir();
   return loom_test_finish("test_npy");

@@ -167,7 +167,8 @@ static void test_round_trip(loom_ctx *ctx, const char *path) {
   loom_safetensors *st = NULL;
   CHECK_OK(ctx, loom_safetensors_load(ctx, path, &st));
   if (st) {
-    CHECK(st->n_tensors == 3 && st->n_meta == 2);
+    CHECK(st->n_tensors == 3 && st->n_meta == 3); /* with the saver's digest */
+    CHECK(loom_safetensors_meta(st, LOOM_SAFETENSORS_DIGEST_KEY) != NULL);
     const loom_st_tensor *a = loom_safetensors_find(st, "w.0");
     CHECK(a && a->dtype == LOOM_DTYPE_F32 && a->rank == 2 && a->shape[0] == 2 && a->shape[1] == 3 &&
           a->nbytes == sizeof f);
@@ -254,6 +255,19 @@ static void test_malformed(loom_ctx *ctx) {
   CHECK_STATUS(ctx, LOOM_STATUS_PARSE,
                parse_image(ctx, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-1,7]}}",
                            d16, 8));
+  /* 2^61 f64 elements are 2^64 bytes: that wraps to 0 in 64 bits and must
+   * not match empty offsets; a zero dim must not hide huge other dims */
+  CHECK_STATUS(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+               parse_image(ctx,
+                           "{\"a\":{\"dtype\":\"F64\",\"shape\":[2305843009213693952],"
+                           "\"data_offsets\":[0,0]}}",
+                           d16, 0));
+  CHECK(strstr(loom_ctx_error(ctx), "too many elements") != NULL);
+  CHECK_STATUS(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+               parse_image(ctx,
+                           "{\"a\":{\"dtype\":\"F32\",\"shape\":[0,9223372036854775807,"
+                           "9223372036854775807],\"data_offsets\":[0,0]}}",
+                           d16, 0));
   /* wrong / unknown dtype, and a dtype that does not match the byte count */
   CHECK_STATUS(ctx, LOOM_STATUS_UNSUPPORTED,
                parse_image(ctx,
@@ -383,8 +397,95 @@ static void test_save_errors(loom_ctx *ctx, const char *path) {
   CHECK_OK(ctx, loom_safetensors_save(ctx, path, 1, &t, 0, NULL, NULL));
   loom_safetensors *st = NULL;
   CHECK_OK(ctx, loom_safetensors_load(ctx, path, &st));
-  CHECK(st && st->n_tensors == 1 && st->n_meta == 0);
+  CHECK(st && st->n_tensors == 1 && st->n_meta == 1);
   loom_safetensors_free(st);
+}
+
+/* A saved file whose data changed after the save (a torn write, a flipped
+ * bit, two writers mixed) is refused: the digest in the metadata says so. */
+static void test_digest(loom_ctx *ctx, const char *path) {
+  float f[6] = {1, 2, 3, 4, 5, 6};
+  loom_st_tensor t = {
+      .name = "w", .dtype = LOOM_DTYPE_F32, .rank = 1, .shape = {6}, .data = f, .nbytes = sizeof f};
+  const char *k[1] = {"step"}, *v[1] = {"7"};
+  CHECK_OK(ctx, loom_safetensors_save(ctx, path, 1, &t, 1, k, v));
+  size_t n = 0;
+  char *raw = read_all(path, &n);
+  CHECK(raw && n > sizeof f);
+  if (!raw) return;
+  loom_safetensors *st = NULL;
+  CHECK_OK(ctx, loom_safetensors_parse(ctx, raw, n, &st));
+  const char *d = st ? loom_safetensors_meta(st, LOOM_SAFETENSORS_DIGEST_KEY) : NULL;
+  CHECK(d && strlen(d) == 64);
+  loom_safetensors_free(st);
+  for (size_t at = n - sizeof f; at < n; at += 5) {
+    raw[at] ^= 0x10;
+    st = NULL;
+    CHECK_STATUS(ctx, LOOM_STATUS_PARSE, loom_safetensors_parse(ctx, raw, n, &st));
+    CHECK(st == NULL && strstr(loom_ctx_error(ctx), "checksum") != NULL);
+    raw[at] ^= 0x10;
+  }
+  /* the saver owns the key */
+  const char *k2[1] = {LOOM_SAFETENSORS_DIGEST_KEY};
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_safetensors_save(ctx, path, 1, &t, 1, k2, v));
+  free(raw);
+}
+
+/* 100k tensors: every one found by name, a duplicate key as the last one
+ * refused on load and on save (issue 8 bug 7: these were pair-by-pair
+ * scans, 30 s for 100k keys). */
+static void test_many_keys(loom_ctx *ctx) {
+  enum { N = 100000 };
+  size_t cap = (size_t)N * 96 + 64, len = 8;
+  uint8_t *file = malloc(cap + (size_t)N * 4);
+  len += (size_t)snprintf((char *)file + len, cap - len, "{");
+  for (int i = 0; i < N; i++)
+    len += (size_t)snprintf((char *)file + len, cap - len,
+                            "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%d,%d]}",
+                            i ? "," : "", i, 4 * i, 4 * i + 4);
+  len += (size_t)snprintf((char *)file + len, cap - len, "}");
+  uint64_t hlen = len - 8;
+  for (int k = 0; k < 8; k++) file[k] = (uint8_t)(hlen >> (8 * k));
+  for (int i = 0; i < N; i++) {
+    float v = (float)i;
+    memcpy(file + len + 4 * (size_t)i, &v, 4);
+  }
+  loom_safetensors *st = NULL;
+  CHECK_OK(ctx, loom_safetensors_parse(ctx, file, len + (size_t)N * 4, &st));
+  if (st) {
+    CHECK(st->n_tensors == N);
+    char nm[32];
+    int good = 0;
+    for (int i = 0; i < N; i++) {
+      snprintf(nm, sizeof nm, "t%d", i);
+      const loom_st_tensor *t = loom_safetensors_find(st, nm);
+      float v = -1;
+      if (t) memcpy(&v, t->data, 4);
+      good += t && v == (float)i;
+    }
+    CHECK(good == N);
+    CHECK(loom_safetensors_find(st, "t100000") == NULL);
+    /* save refuses the same name twice, found at the end */
+    loom_st_tensor *ts = malloc(sizeof *ts * N);
+    memcpy(ts, st->tensors, sizeof *ts * N);
+    ts[N - 1].name = "t17";
+    CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                 loom_safetensors_save(ctx, "/nonexistent-dir/x.safetensors", N, ts, 0, NULL, NULL));
+    CHECK(strstr(loom_ctx_error(ctx), "duplicate tensor name 't17'") != NULL);
+    free(ts);
+    loom_safetensors_free(st);
+  }
+  /* the last key renamed to repeat an early one */
+  char *last = strstr((char *)file + 8, "\"t99999\"");
+  CHECK(last != NULL);
+  if (last) {
+    memcpy(last, "\"t1\"    ", 8);
+    st = NULL;
+    CHECK_STATUS(ctx, LOOM_STATUS_PARSE, loom_safetensors_parse(ctx, file, len + (size_t)N * 4, &st));
+    CHECK(st == NULL && strstr(loom_ctx_error(ctx), "duplicate key") != NULL);
+  }
+  free(file);
 }
 
 int main(void) {
@@ -396,6 +497,8 @@ int main(void) {
   test_round_trip(ctx, path);
   test_malformed(ctx);
   test_save_errors(ctx, path);
+  test_digest(ctx, path);
+  test_many_keys(ctx);
   remove(path);
   loom_ctx_free(ctx);
   return loom_test_finish("test_safetensors");

@@ -3,6 +3,7 @@
  * LOOM_TEST_QUICK=1 (the sanitizer build) shrinks it further. */
 #include "common.h"
 
+#include "core/ctx.h"
 #include "io/safetensors.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
@@ -714,6 +715,29 @@ static void test_cli(const char *path) {
   CHECK(CLI("train", "--load", path) == 1);
 }
 
+/* The parameters' memory is checked from the configuration before any of
+ * it is allocated: a model too big for the machine fails with the numbers
+ * instead of being allocated and touched until the OOM killer comes. */
+static void test_memory_check(loom_ctx *ctx) {
+  loom_train_config c;
+  tiny_config(&c);
+  loom_trainer *t = NULL;
+  CHECK_OK(ctx, loom_train_check_memory(ctx, &c, 0));
+  CHECK_OK(ctx, loom_train_check_memory(ctx, &c, (int64_t)1 << 30));
+  CHECK_STATUS(ctx, LOOM_STATUS_OUT_OF_MEMORY, loom_train_check_memory(ctx, &c, 1000));
+  CHECK(strstr(loom_ctx_error(ctx), "GiB") != NULL);
+  /* 64 layers of d_model 4096: 144 GiB with the AdamW moments */
+  c.model.n_layer = 64;
+  c.model.d_model = 4096;
+  c.model.n_head = 32;
+  c.model.d_ff = 4 * 4096;
+  int64_t mem = loom_physical_memory_bytes();
+  if (mem > 0 && mem < (int64_t)144 << 30) {
+    CHECK_STATUS(ctx, LOOM_STATUS_OUT_OF_MEMORY, loom_trainer_new(ctx, &c, &t));
+    CHECK(t == NULL && strstr(loom_ctx_error(ctx), "144.05 GiB") != NULL);
+  }
+}
+
 int main(void) {
   const char *q = getenv("LOOM_TEST_QUICK");
   quick = q && *q && strcmp(q, "0") != 0;
@@ -724,6 +748,7 @@ int main(void) {
   test_prng();
   test_corpus(ctx);
   test_schedule();
+  test_memory_check(ctx);
   test_graphs(ctx);
   test_training(ctx, path);
   test_backends(ctx);

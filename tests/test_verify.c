@@ -49,10 +49,49 @@ static void expect_broken(loom_ctx *ctx, loom_graph *g, const char *what,
   }
 }
 
+/* Shape arithmetic on huge dims fails with a message naming the op, never
+ * wraps (issue 8 bug 1); a zero dim does not excuse huge other dims,
+ * whose strides would overflow. */
+static void test_shape_overflow(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  loom_value x, z, y;
+  CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 1, (int64_t[]){4}, &x));
+  const int64_t big[] = {INT64_MAX};
+  loom_attr pad[] = {{.name = "lo", .kind = LOOM_ATTR_INTS, .n_ints = 1, .ints = big},
+                     {.name = "hi", .kind = LOOM_ATTR_INTS, .n_ints = 1, .ints = big}};
+  CHECK_STATUS(ctx, LOOM_STATUS_SHAPE_MISMATCH, loom_graph_op(g, LOOM_OP_PAD, 1, &x, 2, pad, &y));
+  CHECK(strstr(loom_ctx_error(ctx), "pad") && strstr(loom_ctx_error(ctx), "overflow"));
+  CHECK(g->n_nodes == 0);
+  const int64_t half[] = {INT64_C(1) << 47};
+  loom_attr pad2[] = {{.name = "lo", .kind = LOOM_ATTR_INTS, .n_ints = 1, .ints = half},
+                      {.name = "hi", .kind = LOOM_ATTR_INTS, .n_ints = 1, .ints = half}};
+  CHECK_STATUS(ctx, LOOM_STATUS_SHAPE_MISMATCH, loom_graph_op(g, LOOM_OP_PAD, 1, &x, 2, pad2, &y));
+  CHECK(strstr(loom_ctx_error(ctx), "pad output: shape has too many elements") != NULL);
+
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_input(g, "h", LOOM_DTYPE_F32, 3,
+                                (int64_t[]){0, INT64_MAX, INT64_MAX}, &z));
+  CHECK_OK(ctx, loom_graph_input(g, "z", LOOM_DTYPE_F32, 2,
+                                 (int64_t[]){0, INT64_C(1) << 48}, &z));
+  loom_value zz[3] = {z, z, z};
+  loom_attr axis1 = {.name = "axis", .kind = LOOM_ATTR_INT, .i = 1};
+  CHECK_STATUS(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+               loom_graph_op(g, LOOM_OP_CONCAT, 3, zz, 1, &axis1, &y));
+  CHECK(strstr(loom_ctx_error(ctx), "concat") != NULL);
+  loom_graph_free(g);
+
+  loom_tensor *t = NULL;
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_tensor_new(ctx, LOOM_DTYPE_F32, 3, (int64_t[]){0, INT64_MAX, INT64_MAX}, &t));
+  CHECK(t == NULL);
+}
+
 int main(void) {
   loom_ctx *ctx = NULL;
   CHECK_OK(ctx, loom_ctx_new(&ctx));
   CHECK(loom_graph_verify(NULL) == LOOM_STATUS_INVALID_ARGUMENT);
+  test_shape_overflow(ctx);
 
   /* Valid graphs pass: an empty one and the one above. */
   loom_graph *g = NULL;

@@ -13,6 +13,7 @@
  */
 #include "loom.h"
 
+#include "core/file.h"
 #include "ir/dtype.h"
 #include "ir/graph.h"
 #include "ir/text_ir.h"
@@ -148,6 +149,15 @@ static const char *value_type_str(const loom_graph *g, loom_value v, char *buf,
   return loom_type_str(loom_value_type(g, v), buf, n);
 }
 
+/* A name from a file as printed: control bytes escaped, so it cannot
+ * drive the terminal (core/file.h). Four calls may share one printf. */
+static const char *shown(const char *name) {
+  static char buf[4][1024];
+  static int k;
+  k = (k + 1) % 4;
+  return loom_escape(name, buf[k], sizeof buf[k]);
+}
+
 /* "%name", or "%N" numbered as the text IR printer numbers unnamed values
  * (num[v], in order of definition), so the two listings agree. */
 static void print_value_ref(const loom_graph *g, const int32_t *num,
@@ -158,7 +168,7 @@ static void print_value_ref(const loom_graph *g, const int32_t *num,
   else if (loom_text_is_ident(name))
     printf("%%%s", name);
   else
-    printf("%%\"%s\"", name);
+    printf("%%\"%s\"", shown(name));
 }
 
 /* The printer's numbering: unnamed inputs first, then node outputs. */
@@ -246,7 +256,7 @@ static int cmd_show(int argc, char **argv) {
          n_in - n_params, n_params, (long long)loom_graph_param_count(g));
   printf("outputs:");
   for (int32_t i = 0; i < loom_graph_num_outputs(g); i++)
-    printf(" %s", loom_graph_output_name(g, i));
+    printf(" %s", shown(loom_graph_output_name(g, i)));
   printf("\n\n");
 
   if (loom_graph_decompose(g, &dg) != LOOM_STATUS_OK) {
@@ -353,7 +363,7 @@ static void print_summary(const char *name, const loom_tensor *t,
   loom_type ty = {.dtype = loom_tensor_dtype(t), .rank = loom_tensor_rank(t)};
   for (int32_t d = 0; d < ty.rank; d++) ty.shape[d] = loom_tensor_dim(t, d);
   char buf[160];
-  printf("%s: %s -> %s  [", name, loom_type_str(&ty, buf, sizeof buf), path);
+  printf("%s: %s -> %s  [", shown(name), loom_type_str(&ty, buf, sizeof buf), shown(path));
   int64_t n = loom_tensor_numel(t), shown = n < 6 ? n : 6;
   for (int64_t i = 0; i < shown; i++)
     printf("%s%.6g", i ? ", " : "", loom_load(ty.dtype, loom_tensor_data(t), i));
@@ -362,7 +372,8 @@ static void print_summary(const char *name, const loom_tensor *t,
 
 /* An output name must stay inside DIR: no '/', not "." or "..". */
 static bool safe_file_name(const char *s) {
-  return s[0] && !strchr(s, '/') && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+  return s[0] && !strchr(s, '/') && strcmp(s, ".") != 0 && strcmp(s, "..") != 0 &&
+         !loom_has_control_bytes(s);
 }
 
 static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
@@ -426,6 +437,8 @@ static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
                  out_dir, strerror(errno));
       goto fail;
     }
+    /* it can be made: its parent exists and is writable */
+    if (loom_file_check_output(ctx, out_dir, 0) != LOOM_STATUS_OK) goto fail;
     make_dir = true;
   } else if (!S_ISDIR(st.st_mode)) {
     loom_error(ctx, LOOM_STATUS_IO, "'%s' is not a directory", out_dir);
@@ -435,7 +448,9 @@ static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
     const char *name = loom_graph_output_name(g, i);
     if (!safe_file_name(name)) {
       loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                 "output name '%s' cannot be used as a file name", name);
+                 "output name '%s' cannot be used as a file name (a '/', '.', '..', "
+                 "or control bytes)",
+                 name);
       goto fail;
     }
     size_t len = strlen(out_dir) + strlen(name) + 6;
@@ -451,11 +466,10 @@ static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
                    "two outputs are named '%s'", name);
         goto fail;
       }
-    if (!force && stat(paths[i], &st) == 0) {
-      loom_error(ctx, LOOM_STATUS_IO,
-                 "%s already exists (use --force to overwrite)", paths[i]);
+    /* writable now, not found out after the graph ran */
+    if (!make_dir && loom_file_check_output(ctx, paths[i],
+                                            LOOM_FILE_HINT_FORCE | (force ? LOOM_FILE_REPLACE : 0)))
       goto fail;
-    }
   }
 
   for (int32_t i = 0; i < n_in; i++) {

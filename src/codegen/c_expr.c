@@ -146,12 +146,33 @@ static void put_const(cg_buf *b, double c, loom_dtype dt) {
     put(b, "((%s)%lldLL)", loom_cg_ctype(dt), (long long)i);
 }
 
-void loom_cg_mark_reach(const loom_kernel *k, int32_t e, uint8_t *seen) {
+/* Operands are earlier expressions (the kernel verifier checks it), so one
+ * downward sweep from e visits each reached expression once, with no
+ * recursion (a chain of 10k ops would overflow the stack): 2 marks
+ * "reached, operands not yet marked", 1 "done"; the sweep stops when
+ * nothing is pending. */
+void loom_cg_mark_reach_stop(const loom_kernel *k, int32_t e, uint8_t *seen, const int8_t *stop) {
   if (e < 0 || e >= k->n_exprs || seen[e]) return;
-  seen[e] = 1;
-  const loom_kexpr *x = &k->exprs[e];
-  if (x->kind == LOOM_KX_OP || x->kind == LOOM_KX_KEEP)
-    for (int32_t a = 0; a < x->n_a && a < 3; a++) loom_cg_mark_reach(k, x->a[a], seen);
+  seen[e] = 2;
+  int64_t pending = 1;
+  for (int32_t i = e; i >= 0 && pending > 0; i--) {
+    if (seen[i] != 2) continue;
+    seen[i] = 1;
+    pending--;
+    const loom_kexpr *x = &k->exprs[i];
+    if ((stop && stop[i]) || (x->kind != LOOM_KX_OP && x->kind != LOOM_KX_KEEP)) continue;
+    for (int32_t a = 0; a < x->n_a && a < 3; a++) {
+      int32_t o = x->a[a];
+      if (o >= 0 && o < i && !seen[o]) {
+        seen[o] = 2;
+        pending++;
+      }
+    }
+  }
+}
+
+void loom_cg_mark_reach(const loom_kernel *k, int32_t e, uint8_t *seen) {
+  loom_cg_mark_reach_stop(k, e, seen, NULL);
 }
 
 /* True if m's p strides collapse to one stride over the flat row index

@@ -133,6 +133,9 @@ bool loom_cg_is_float(loom_dtype dt);
 void loom_cg_conv(cg_buf *b, const char *x, loom_dtype from, loom_dtype to);
 /* Marks in seen every expr e depends on (e included). */
 void loom_cg_mark_reach(const loom_kernel *k, int32_t e, uint8_t *seen);
+/* As loom_cg_mark_reach, not looking past expressions with stop[i] set
+ * (they are marked themselves). */
+void loom_cg_mark_reach_stop(const loom_kernel *k, int32_t e, uint8_t *seen, const int8_t *stop);
 /* True if m's p strides collapse to one stride over the flat row index
  * (row-major over the non-unit p dims); *stride gets it. */
 bool loom_cg_p_flat(const loom_kmap *m, const loom_kpart *part, int64_t *stride);

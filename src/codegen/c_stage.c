@@ -240,16 +240,6 @@ static bool keep_block(const cg_part *cp, int32_t e) {
   return n_el == 1;
 }
 
-/* Marks what e reaches without going through fast exprs (they are read
- * back from their buffers). */
-static void mark_reach_stop(const loom_kernel *k, int32_t e, uint8_t *seen, const int8_t *fast) {
-  if (e < 0 || e >= k->n_exprs || seen[e]) return;
-  seen[e] = 1;
-  const loom_kexpr *x = &k->exprs[e];
-  if (fast[e] || (x->kind != LOOM_KX_OP && x->kind != LOOM_KX_KEEP)) return;
-  for (int32_t a = 0; a < x->n_a && a < 3; a++) mark_reach_stop(k, x->a[a], seen, fast);
-}
-
 /* A one-loop ROW stage with fast exprs, chunk by chunk: the fast exprs
  * (and what they need) for the whole chunk into stack buffers, exact libm
  * where flagged, then the stage's loop over the chunk reading them back.
@@ -275,7 +265,7 @@ static loom_status emit_chunked(loom_ctx *ctx, cg_buf *b, cg_site si, int8_t *fa
       loom_cg_mark_reach(k, e, pre);
       any_fn = true;
     }
-  for (int32_t o = 0; o < st->n_out; o++) mark_reach_stop(k, st->out[o].expr, main_need, fast);
+  for (int32_t o = 0; o < st->n_out; o++) loom_cg_mark_reach_stop(k, st->out[o].expr, main_need, fast);
   loom_status status = LOOM_STATUS_OK;
   line(b, "for (int64_t c0 = 0; c0 < %lld; c0 += %d) {", n, ch);
   b->indent++;

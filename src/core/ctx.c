@@ -1,5 +1,7 @@
 #include "core/ctx.h"
 
+#include "core/file.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +43,11 @@ int32_t loom_ctx_resolved_threads(const loom_ctx *ctx) {
   return n > 0 ? (int32_t)n : 1;
 }
 
+int64_t loom_physical_memory_bytes(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? (int64_t)pages * size : 0;
+}
+
 const char *loom_status_name(loom_status s) {
   static const char *const names[LOOM_STATUS_COUNT] = {
       [LOOM_STATUS_OK] = "ok",
@@ -64,7 +71,10 @@ const char *loom_version(void) { return LOOM_VERSION_STRING; }
 loom_status loom_verror(loom_ctx *ctx, loom_status status, const char *fmt,
                         va_list ap) {
   if (ctx) {
-    vsnprintf(ctx->error, sizeof ctx->error, fmt, ap);
+    /* names come from files: no control byte reaches a terminal */
+    char raw[LOOM_ERROR_MAX];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    loom_escape_message(raw, ctx->error, sizeof ctx->error);
     ctx->last = status;
   }
   return status;
@@ -81,11 +91,12 @@ loom_status loom_error(loom_ctx *ctx, loom_status status, const char *fmt,
 
 void loom_error_prefix(loom_ctx *ctx, const char *fmt, ...) {
   if (!ctx) return;
-  char prefix[LOOM_ERROR_MAX], old[LOOM_ERROR_MAX];
+  char raw[LOOM_ERROR_MAX], prefix[LOOM_ERROR_MAX], old[LOOM_ERROR_MAX];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(prefix, sizeof prefix, fmt, ap);
+  vsnprintf(raw, sizeof raw, fmt, ap);
   va_end(ap);
+  loom_escape_message(raw, prefix, sizeof prefix);
   memcpy(old, ctx->error, sizeof old);
   /* Truncation is fine: messages are for people, capped at LOOM_ERROR_MAX. */
   size_t k = strnlen(prefix, sizeof ctx->error - 3);

@@ -33,6 +33,8 @@ void loom_error_clear(loom_ctx *ctx);
 
 /* The thread count to use now (resolves 0 to the core count). */
 int32_t loom_ctx_resolved_threads(const loom_ctx *ctx);
+/* The machine's physical memory in bytes, 0 if unknown. */
+int64_t loom_physical_memory_bytes(void);
 
 /* Checked allocation helpers: NULL and an error on ctx when out of memory. */
 void *loom_malloc(loom_ctx *ctx, size_t n);

@@ -288,6 +288,7 @@ static loom_status parts(lw *w, kbuild *b) {
   P.set_kind = P.level + 6 * nl;
   P.set_id = P.level + 7 * nl;
   P.rowreg = P.level + 8 * nl; /* per member: nm <= nl */
+  P.emit_stack = P.level + 9 * nl;
   P.scratch = (bool *)P.avail + nl;
   P.later = (bool *)P.avail + 2 * nl;
   P.need_reg = (bool *)P.avail + 3 * nl;

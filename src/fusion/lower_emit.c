@@ -60,7 +60,8 @@ static loom_kmap value_map(const lw *w, const lpart *P, int32_t l, const int64_t
   return m;
 }
 
-static int32_t emit(lw *w, kbuild *b, lpart *P, int32_t l);
+/* The expression of l, emitted earlier in this stage (emit ensures it). */
+static int32_t got(const lpart *P, int32_t l) { return P->memo[l]; }
 
 static int32_t emit_const(lw *w, kbuild *b, loom_dtype dt, double c) {
   return kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_CONST, .dtype = dt, .c = c});
@@ -83,7 +84,8 @@ static int32_t emit_load(lw *w, kbuild *b, lpart *P, int32_t l) {
                                     .map = value_map(w, P, l, st, 0)});
 }
 
-/* The expression computing local value l (output of member m). */
+/* The expression computing local value l (output of member m); the values
+ * it reads (node_dep) have their expressions already. */
 static int32_t emit_node(lw *w, kbuild *b, lpart *P, int32_t l, int32_t m) {
   const loom_node *nd = mnode(w, m);
   const loom_type *t = vt(w, l);
@@ -97,9 +99,9 @@ static int32_t emit_node(lw *w, kbuild *b, lpart *P, int32_t l, int32_t m) {
     return kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_INDEX, .dtype = t->dtype,
                                       .map = value_map(w, P, l, st, 0)});
   }
-  case LOOM_OPCLASS_LAYOUT: return emit(w, b, P, w->loc[nd->in[0]]);
+  case LOOM_OPCLASS_LAYOUT: return got(P, w->loc[nd->in[0]]);
   case LOOM_OPCLASS_REDUCE: {
-    int32_t x = emit(w, b, P, w->loc[nd->in[0]]);
+    int32_t x = got(P, w->loc[nd->in[0]]);
     if (w->red[m] != RED_IDENT) { /* a bug: a row reduction's register is missing */
       w->err = loom_error(w->ctx, LOOM_STATUS_INTERNAL,
                           "group %d: reduction node %d used before its stage", w->group, w->mem[m]);
@@ -112,12 +114,12 @@ static int32_t emit_node(lw *w, kbuild *b, lpart *P, int32_t l, int32_t m) {
                                       .n_a = 2, .a = {z, x}});
   }
   case LOOM_OPCLASS_RNG: {
-    int32_t x = emit(w, b, P, w->loc[nd->in[0]]);
+    int32_t x = got(P, w->loc[nd->in[0]]);
     int64_t st[MAXR];
     contiguous(t, st);
     int32_t idx = kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_INDEX, .dtype = LOOM_DTYPE_I64,
                                              .map = value_map(w, P, l, st, 0)});
-    int32_t base = nd->n_in > 1 ? emit(w, b, P, w->loc[nd->in[1]]) : -1;
+    int32_t base = nd->n_in > 1 ? got(P, w->loc[nd->in[1]]) : -1;
     double p = nd->attr[0].f;
     loom_kexpr keep = {.kind = LOOM_KX_KEEP, .dtype = LOOM_DTYPE_BOOL, .n_a = base >= 0 ? 2 : 1,
                        .a = {idx, base}, .seed = (uint64_t)nd->attr[1].i,
@@ -136,16 +138,31 @@ static int32_t emit_node(lw *w, kbuild *b, lpart *P, int32_t l, int32_t m) {
   }
   loom_kexpr e = {.kind = LOOM_KX_OP, .dtype = t->dtype, .op = nd->op, .n_a = nd->n_in};
   for (int32_t i = 0; i < nd->n_in; i++) {
-    e.a[i] = emit(w, b, P, w->loc[nd->in[i]]);
+    e.a[i] = got(P, w->loc[nd->in[i]]);
     if (e.a[i] < 0) return e.a[i];
   }
   return kb_expr(w, b, e);
 }
 
-/* The expression for local value l in the current stage (memoised). */
-static int32_t emit(lw *w, kbuild *b, lpart *P, int32_t l) {
-  if (P->memo_stamp[l] == P->stamp) return P->memo[l];
-  const lval *x = &w->lv[l];
+static bool memoised(const lpart *P, int32_t l) { return P->memo_stamp[l] == P->stamp; }
+
+/* Register, scratch row or load: an expression that reads no other value. */
+static bool is_leaf(const lw *w, const lpart *P, int32_t l) {
+  return P->avail[l] == AV_REG || P->avail[l] == AV_SCRATCH || loadable(w, l, P->phase);
+}
+
+/* The i-th local value emit_node reads for l, or -1 past the last. */
+static int32_t node_dep(const lw *w, int32_t l, int32_t i) {
+  const loom_node *nd = mnode(w, w->lv[l].prod);
+  loom_op_class c = loom_op_get(nd->op)->cls;
+  int32_t n = c == LOOM_OPCLASS_SOURCE ? 0
+              : c == LOOM_OPCLASS_LAYOUT || c == LOOM_OPCLASS_REDUCE ? 1
+                                                                     : nd->n_in;
+  return i < n ? w->loc[nd->in[i]] : -1;
+}
+
+/* The expression of l, whose operands are all memoised. */
+static int32_t emit_one(lw *w, kbuild *b, lpart *P, int32_t l) {
   int32_t e;
   if (P->avail[l] == AV_REG)
     e = kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_REG, .dtype = vt(w, l)->dtype,
@@ -156,12 +173,38 @@ static int32_t emit(lw *w, kbuild *b, lpart *P, int32_t l) {
   else if (loadable(w, l, P->phase))
     e = emit_load(w, b, P, l);
   else
-    e = emit_node(w, b, P, l, x->prod);
+    e = emit_node(w, b, P, l, w->lv[l].prod);
   if (e >= 0) {
     P->memo[l] = e;
     P->memo_stamp[l] = P->stamp;
   }
   return e;
+}
+
+/* The expression for local value l in the current stage (memoised), its
+ * operands first, depth first in operand order. An explicit stack, not
+ * recursion: a chain of 10k element-wise ops is 10k deep. The stack holds
+ * one path of the (acyclic) value graph, so n_lv entries suffice. */
+static int32_t emit(lw *w, kbuild *b, lpart *P, int32_t l) {
+  if (memoised(P, l)) return P->memo[l];
+  int32_t *stack = P->emit_stack, top = 0;
+  stack[top++] = l;
+  while (top > 0) {
+    int32_t t = stack[top - 1], next = -1;
+    if (!is_leaf(w, P, t))
+      for (int32_t i = 0, d; (d = node_dep(w, t, i)) >= 0; i++)
+        if (!memoised(P, d)) {
+          next = d;
+          break;
+        }
+    if (next >= 0) {
+      stack[top++] = next;
+      continue;
+    }
+    if (emit_one(w, b, P, t) < 0) return -1;
+    top--;
+  }
+  return P->memo[l];
 }
 
 static int32_t op_weight(const lw *w, int32_t m) {

@@ -118,6 +118,7 @@ typedef struct lpart {
   int32_t *memo;             /* per local value: expr in the current stage */
   int32_t *memo_stamp;       /* memo[l] is valid iff memo_stamp[l] == stamp */
   int32_t stamp;
+  int32_t *emit_stack;       /* per local value: emit's work stack (a DAG path) */
   const int32_t *cl;         /* members computed, ascending */
   int32_t n_cl;
   /* per local value, work arrays of build_part (zero between parts) */

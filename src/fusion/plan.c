@@ -226,6 +226,15 @@ static int32_t consumer_groups(const plan_ctx *p, int32_t v, int32_t *out) {
   return k;
 }
 
+/* The most nodes a join of the search may make a group hold. Scoring a
+ * join lowers the whole group, so without a bound a chain of n ops costs
+ * O(n^2) to plan (a 10k chain: minutes); with it, the search stays linear
+ * in the graph (the pair merges after it still join such groups, a few
+ * times each). The bound is far above real fused groups (the train step
+ * of test_models has one of more than 256 nodes, none of 512), so it
+ * changes no plan of theirs. */
+#define PLAN_MAX_MEMBERS 1024
+
 /*
  * Scores "v joins groups gs[0..ng)" (ng == 0: v alone) in the loaded state
  * of cost `cost`, key `key`; restores p->gon before returning. False when
@@ -241,6 +250,7 @@ static bool eval_join(plan_ctx *p, int32_t v, const int32_t *gs, int32_t ng, dou
   double removed = 0;
   for (int32_t i = 0; i < ng; i++) {
     int32_t k = loom_plan_members(p, gs[i], p->mem + nm);
+    if (nm + k + 1 > PLAN_MAX_MEMBERS) return false; /* nothing changed yet */
     uint64_t g1 = 0, g2 = 0;
     for (int32_t j = nm; j < nm + k; j++) {
       g1 += p->z1[p->mem[j]];

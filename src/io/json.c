@@ -1,5 +1,7 @@
 #include "io/json.h"
 
+#include "core/strmap.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -316,7 +318,9 @@ static bool grow_items(jparser *p, loom_json *j, int32_t *cap, bool keys) {
   return true;
 }
 
-static loom_status parse_container(jparser *p, loom_json *j, int depth, bool object) {
+/* seen: an object's keys so far (key -> index), for the duplicate check. */
+static loom_status parse_items(jparser *p, loom_json *j, int depth, bool object,
+                               loom_strmap *seen) {
   j->kind = object ? LOOM_JSON_OBJECT : LOOM_JSON_ARRAY;
   char close = object ? '}' : ']';
   int32_t cap = 0;
@@ -336,12 +340,16 @@ static loom_status parse_container(jparser *p, loom_json *j, int depth, bool obj
       size_t key_pos = p->pos;
       char *key = NULL;
       LOOM_TRY(parse_string(p, &key));
-      for (int32_t k = 0; k < j->n; k++)
-        if (strcmp(j->keys[k], key) == 0) {
-          free(key);
-          p->pos = key_pos;
-          return jerr(p, "duplicate key in object");
-        }
+      size_t key_len = strlen(key);
+      if (loom_strmap_get(seen, key, key_len) >= 0) {
+        free(key);
+        p->pos = key_pos;
+        return jerr(p, "duplicate key in object");
+      }
+      if (!loom_strmap_put(seen, key, key_len, j->n)) {
+        free(key);
+        return loom_error(p->ctx, LOOM_STATUS_OUT_OF_MEMORY, "json: out of memory");
+      }
       j->keys[j->n] = key;
       skip_ws(p);
       if (!at(p, ':')) {
@@ -377,6 +385,13 @@ static loom_status parse_container(jparser *p, loom_json *j, int depth, bool obj
     }
     return jerr(p, object ? "expected ',' or '}'" : "expected ',' or ']'");
   }
+}
+
+static loom_status parse_container(jparser *p, loom_json *j, int depth, bool object) {
+  loom_strmap seen = {0};
+  loom_status st = parse_items(p, j, depth, object, &seen);
+  loom_strmap_free(&seen);
+  return st;
 }
 
 static bool literal(jparser *p, const char *word) {

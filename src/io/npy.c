@@ -15,16 +15,15 @@
  * growth padding included), so saved files can be compared byte for byte.
  */
 #include "core/ctx.h"
+#include "core/file.h"
 #include "ir/dtype.h"
 #include "ir/view.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #define NPY_MAGIC "\x93NUMPY"
 #define NPY_MAGIC_LEN 6
@@ -288,13 +287,11 @@ static loom_status load_from(loom_ctx *ctx, FILE *f, const char *path,
   free(header);
   if (st_ != LOOM_STATUS_OK) return st_;
 
-  int64_t esize = (int64_t)loom_dtype_size(dt), numel = 1;
-  for (int32_t d = 0; d < rank; d++) {
-    if (shape[d] != 0 && numel > INT64_MAX / esize / shape[d])
-      return loom_error(ctx, LOOM_STATUS_PARSE,
-                        "%s: shape is too large (element count overflows)",
-                        path);
-    numel *= shape[d];
+  /* Loom's shape limit (ir/graph.h) keeps numel * esize far from overflow. */
+  int64_t esize = (int64_t)loom_dtype_size(dt), numel = 0;
+  if (loom_shape_check(ctx, rank, shape, &numel)) {
+    loom_error_prefix(ctx, "%s", path);
+    return LOOM_STATUS_PARSE;
   }
   int64_t bytes = numel * esize;
   if (file_size >= 0 && file_size - prefix - (int64_t)hlen != bytes) {
@@ -339,10 +336,8 @@ loom_status loom_tensor_load_npy(loom_ctx *ctx, const char *path,
   if (!host_is_little_endian())
     return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
                       "%s: .npy reading needs a little-endian host", path);
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return loom_error(ctx, LOOM_STATUS_IO, "%s: cannot open: %s", path,
-                      strerror(errno));
+  FILE *f = loom_file_open_read(ctx, path); /* regular files only */
+  if (!f) return LOOM_STATUS_IO;
   loom_status s = load_from(ctx, f, path, out);
   fclose(f);
   return s;
@@ -382,25 +377,6 @@ static size_t build_header(const char *descr, const loom_view *v, char *buf,
   buf[8] = (char)(n & 0xff);
   buf[9] = (char)(n >> 8);
   return 10 + n;
-}
-
-/* Opens a fresh temporary file beside path (honours the umask, unlike
- * mkstemp, so the result has the usual permissions). */
-static FILE *open_temp(const char *path, char *tmp, size_t cap) {
-  for (int attempt = 0; attempt < 100; attempt++) {
-    snprintf(tmp, cap, "%s.tmp%ld.%d", path, (long)getpid(), attempt);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
-    if (fd >= 0) {
-      FILE *f = fdopen(fd, "wb");
-      if (!f) {
-        close(fd);
-        unlink(tmp);
-      }
-      return f;
-    }
-    if (errno != EEXIST) return NULL;
-  }
-  return NULL;
 }
 
 loom_status loom_tensor_save_npy(loom_ctx *ctx, const loom_tensor *t,
@@ -445,34 +421,18 @@ loom_status loom_tensor_save_npy(loom_ctx *ctx, const loom_tensor *t,
     data = packed;
   }
 
-  size_t plen = strlen(path);
-  char *tmp = loom_malloc(ctx, plen + 40);
-  if (!tmp) {
-    free(packed);
-    return LOOM_STATUS_OUT_OF_MEMORY;
-  }
-  loom_status s = LOOM_STATUS_OK;
-  FILE *f = open_temp(path, tmp, plen + 40);
-  if (!f) {
-    s = loom_error(ctx, LOOM_STATUS_IO, "%s: cannot create a file beside it: %s",
-                   path, strerror(errno));
-  } else {
-    bool ok = fwrite(header, 1, hbytes, f) == hbytes &&
-              (bytes == 0 || fwrite(data, 1, bytes, f) == bytes);
-    int err = errno;
-    if (fclose(f) != 0 && ok) {
-      ok = false;
-      err = errno;
+  loom_file_writer w;
+  loom_status s = loom_file_begin(ctx, path, LOOM_FILE_REPLACE, &w);
+  if (!s) {
+    bool ok = fwrite(header, 1, hbytes, w.f) == hbytes &&
+              (bytes == 0 || fwrite(data, 1, bytes, w.f) == bytes);
+    if (!ok) {
+      s = loom_error(ctx, LOOM_STATUS_IO, "%s: write failed: %s", path, strerror(errno));
+      loom_file_abort(&w);
+    } else {
+      s = loom_file_commit(ctx, &w);
     }
-    if (!ok)
-      s = loom_error(ctx, LOOM_STATUS_IO, "%s: write failed: %s", path,
-                     strerror(err));
-    else if (rename(tmp, path) != 0)
-      s = loom_error(ctx, LOOM_STATUS_IO, "%s: cannot rename %s into place: %s",
-                     path, tmp, strerror(errno));
-    if (s != LOOM_STATUS_OK) unlink(tmp);
   }
-  free(tmp);
   free(packed);
   return s;
 }

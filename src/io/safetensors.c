@@ -1,12 +1,14 @@
 #include "io/safetensors.h"
 
+#include "core/file.h"
+#include "core/sha256.h"
 #include "io/json.h"
+#include "ir/graph.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static const struct {
   const char *name;
@@ -41,14 +43,14 @@ void loom_safetensors_free(loom_safetensors *st) {
   free(st->meta_keys);
   free(st->meta_values);
   free(st->bytes);
+  loom_strmap_free(&st->by_name);
   free(st);
 }
 
 const loom_st_tensor *loom_safetensors_find(const loom_safetensors *st, const char *name) {
   if (!st || !name) return NULL;
-  for (int32_t i = 0; i < st->n_tensors; i++)
-    if (strcmp(st->tensors[i].name, name) == 0) return &st->tensors[i];
-  return NULL;
+  int32_t i = loom_strmap_get(&st->by_name, name, strlen(name));
+  return i >= 0 ? &st->tensors[i] : NULL;
 }
 
 const char *loom_safetensors_meta(const loom_safetensors *st, const char *key) {
@@ -131,17 +133,15 @@ static loom_status parse_entry(loom_ctx *ctx, const char *name, const loom_json 
                       "safetensors: tensor '%s' has rank %d, more than Loom's %d", name, sh->n,
                       LOOM_MAX_RANK);
   t->rank = sh->n;
-  uint64_t numel = 1;
-  bool too_big = false;
-  for (int32_t d = 0; d < sh->n; d++) {
+  for (int32_t d = 0; d < sh->n; d++)
     if (!json_uint(&sh->items[d], &t->shape[d]))
       return loom_error(ctx, LOOM_STATUS_PARSE,
                         "safetensors: shape of '%s' must hold non-negative integers", name);
-    uint64_t ext = (uint64_t)t->shape[d];
-    if (ext && numel > (UINT64_C(1) << 62) / ext)
-      too_big = true;
-    else
-      numel *= ext;
+  /* Loom's limit on shapes keeps numel * dtype size far from overflow. */
+  int64_t numel = 0;
+  if (loom_shape_check(ctx, t->rank, t->shape, &numel)) {
+    loom_error_prefix(ctx, "safetensors: tensor '%s'", name);
+    return LOOM_STATUS_SHAPE_MISMATCH;
   }
   if (off->kind != LOOM_JSON_ARRAY || off->n != 2 || !json_uint(&off->items[0], begin) ||
       !json_uint(&off->items[1], end))
@@ -158,12 +158,12 @@ static loom_status parse_entry(loom_ctx *ctx, const char *name, const loom_json 
                       "safetensors: data_offsets of '%s' [%lld, %lld] lie outside the "
                       "%zu data bytes",
                       name, (long long)*begin, (long long)*end, data_size);
-  uint64_t want = numel * loom_dtype_size(t->dtype);
-  if (too_big || want != (uint64_t)(*end - *begin))
+  uint64_t want = (uint64_t)numel * loom_dtype_size(t->dtype);
+  if (want != (uint64_t)(*end - *begin))
     return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
                       "safetensors: tensor '%s' needs %llu bytes for its dtype and shape, "
                       "but data_offsets give %lld",
-                      name, too_big ? 0ull : (unsigned long long)want, (long long)(*end - *begin));
+                      name, (unsigned long long)want, (long long)(*end - *begin));
   t->nbytes = (size_t)want;
   return LOOM_STATUS_OK;
 }
@@ -200,6 +200,29 @@ static loom_status check_spans(loom_ctx *ctx, span *sp, int32_t n, const loom_sa
     return loom_error(ctx, LOOM_STATUS_PARSE,
                       "safetensors: %lld data bytes after the last tensor belong to no tensor",
                       (long long)(data_size - (uint64_t)at));
+  return LOOM_STATUS_OK;
+}
+
+static void digest_hex(const uint8_t d[32], char hex[65]) {
+  for (int k = 0; k < 32; k++)
+    snprintf(hex + 2 * k, 3, "%02x", d[k]);
+}
+
+/* A file that says what its data hashes to must hash to it: a torn or
+ * altered file is found here, not used. Files without the key pass. */
+static loom_status check_digest(loom_ctx *ctx, const loom_safetensors *st, const uint8_t *data,
+                                size_t n) {
+  const char *want = loom_safetensors_meta(st, LOOM_SAFETENSORS_DIGEST_KEY);
+  if (!want) return LOOM_STATUS_OK;
+  uint8_t d[32];
+  char got[65];
+  loom_sha256(data, n, d);
+  digest_hex(d, got);
+  if (strcmp(want, got) != 0)
+    return loom_error(ctx, LOOM_STATUS_PARSE,
+                      "safetensors: the data does not match its checksum (%s %.16s..., data "
+                      "hashes to %.16s...): the file is damaged",
+                      LOOM_SAFETENSORS_DIGEST_KEY, want, got);
   return LOOM_STATUS_OK;
 }
 
@@ -249,8 +272,10 @@ static loom_status parse_header(loom_ctx *ctx, loom_safetensors *st) {
     int64_t b = 0, e = 0;
     if ((s = parse_entry(ctx, name, &h->items[i], data_size, t, &b, &e))) goto done;
     t->name = loom_strdup(ctx, name);
-    if (!t->name) {
-      s = LOOM_STATUS_OUT_OF_MEMORY;
+    if (!t->name || !loom_strmap_put(&st->by_name, name, strlen(name), st->n_tensors)) {
+      free((char *)t->name);
+      t->name = NULL;
+      s = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "safetensors: out of memory");
       goto done;
     }
     t->data = st->bytes + data_off + b;
@@ -258,6 +283,7 @@ static loom_status parse_header(loom_ctx *ctx, loom_safetensors *st) {
     st->n_tensors++;
   }
   s = check_spans(ctx, sp, st->n_tensors, st, data_size);
+  if (!s) s = check_digest(ctx, st, st->bytes + data_off, data_size);
 done:
   free(sp);
   loom_json_free(h);
@@ -294,42 +320,65 @@ loom_status loom_safetensors_load(loom_ctx *ctx, const char *path, loom_safetens
   if (!out || !path)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "safetensors_load: NULL argument");
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return loom_error(ctx, LOOM_STATUS_IO, "cannot open '%s': %s", path, strerror(errno));
-  uint8_t *buf = NULL;
-  size_t size = 0, cap = 0;
-  loom_status s = LOOM_STATUS_OK;
-  for (;;) {
-    if (size == cap) {
-      size_t nc = cap ? cap * 2 : 1 << 16;
-      uint8_t *nb = realloc(buf, nc);
-      if (!nb) {
-        s = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory reading '%s'", path);
-        break;
-      }
-      buf = nb;
-      cap = nc;
-    }
-    size_t got = fread(buf + size, 1, cap - size, f);
-    size += got;
-    if (got == 0) {
-      if (ferror(f)) s = loom_error(ctx, LOOM_STATUS_IO, "cannot read '%s'", path);
-      break;
-    }
-  }
-  fclose(f);
-  if (!s) {
-    s = loom_safetensors_parse(ctx, buf, size, out);
-    if (s) loom_error_prefix(ctx, "%s", path);
-  }
+  char *buf = NULL;
+  size_t size = 0;
+  /* regular files only: a FIFO or /dev/zero is refused, not read forever */
+  LOOM_TRY(loom_file_read(ctx, path, SIZE_MAX / 2, &buf, &size));
+  loom_status s = loom_safetensors_parse(ctx, buf, size, out);
+  if (s) loom_error_prefix(ctx, "%s", path);
   free(buf);
   return s;
 }
 
 /* ---- saving ------------------------------------------------------------- */
 
+/* The first name (of n, name_at(i); NULL ones skipped) seen twice, or NULL;
+ * *oom on running out of memory. */
+static const char *first_duplicate(int32_t n, const char *(*name_at)(const void *, int32_t),
+                                   const void *arr, bool *oom) {
+  loom_strmap seen = {0};
+  const char *dup = NULL;
+  *oom = false;
+  for (int32_t i = 0; i < n && !dup && !*oom; i++) {
+    const char *nm = name_at(arr, i);
+    if (!nm) continue;
+    size_t len = strlen(nm);
+    if (loom_strmap_get(&seen, nm, len) >= 0)
+      dup = nm;
+    else
+      *oom = !loom_strmap_put(&seen, nm, len, i);
+  }
+  loom_strmap_free(&seen);
+  return dup;
+}
+
+static const char *meta_key_at(const void *arr, int32_t i) {
+  return ((const char *const *)arr)[i];
+}
+
+static const char *tensor_name_at(const void *arr, int32_t i) {
+  return ((const loom_st_tensor *)arr)[i].name;
+}
+
+/* Names and keys must be unique: checked with a hash, not pair by pair. */
+static loom_status check_unique(loom_ctx *ctx, int32_t n, const loom_st_tensor *ts, int32_t n_meta,
+                                const char *const *keys) {
+  bool oom = false;
+  const char *dup = n_meta > 0 ? first_duplicate(n_meta, meta_key_at, keys, &oom) : NULL;
+  if (dup)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "safetensors_save: duplicate metadata key '%s'", dup);
+  if (!oom && n > 0) dup = first_duplicate(n, tensor_name_at, ts, &oom);
+  if (oom) return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "safetensors_save: out of memory");
+  if (dup)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "safetensors_save: duplicate tensor name '%s'", dup);
+  return LOOM_STATUS_OK;
+}
+
 static loom_status build_header(loom_ctx *ctx, int32_t n, const loom_st_tensor *ts, int32_t n_meta,
                                 const char *const *keys, const char *const *values, loom_jbuf *b) {
+  LOOM_TRY(check_unique(ctx, n, ts, n_meta, keys));
   loom_jbuf_append(b, "{", 1);
   if (n_meta > 0) {
     loom_jbuf_append(b, "\"__metadata__\":{", 16);
@@ -337,17 +386,29 @@ static loom_status build_header(loom_ctx *ctx, int32_t n, const loom_st_tensor *
       if (!keys[i] || !values[i])
         return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                           "safetensors_save: metadata %d is NULL", i);
-      for (int32_t j = 0; j < i; j++)
-        if (strcmp(keys[i], keys[j]) == 0)
-          return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                            "safetensors_save: duplicate metadata key '%s'", keys[i]);
+      if (strcmp(keys[i], LOOM_SAFETENSORS_DIGEST_KEY) == 0)
+        return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                          "safetensors_save: metadata key '%s' is written by the saver", keys[i]);
       if (i) loom_jbuf_append(b, ",", 1);
       loom_jbuf_string(b, keys[i]);
       loom_jbuf_append(b, ":", 1);
       loom_jbuf_string(b, values[i]);
     }
-    loom_jbuf_append(b, "}", 1);
   }
+  /* the digest of the data, last in the metadata */
+  loom_sha256_state sh;
+  loom_sha256_init(&sh);
+  for (int32_t i = 0; i < n; i++)
+    if (ts[i].nbytes && ts[i].data) loom_sha256_update(&sh, ts[i].data, ts[i].nbytes);
+  uint8_t d[32];
+  char hex[65];
+  loom_sha256_final(&sh, d);
+  digest_hex(d, hex);
+  loom_jbuf_append(b, n_meta > 0 ? "," : "\"__metadata__\":{", n_meta > 0 ? 1 : 16);
+  loom_jbuf_string(b, LOOM_SAFETENSORS_DIGEST_KEY);
+  loom_jbuf_append(b, ":", 1);
+  loom_jbuf_string(b, hex);
+  loom_jbuf_append(b, "}", 1);
   uint64_t at = 0;
   for (int32_t i = 0; i < n; i++) {
     const loom_st_tensor *t = &ts[i];
@@ -355,29 +416,20 @@ static loom_status build_header(loom_ctx *ctx, int32_t n, const loom_st_tensor *
     if (!t->name || !t->name[0] || strcmp(t->name, "__metadata__") == 0)
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                         "safetensors_save: tensor %d has an invalid name", i);
-    for (int32_t j = 0; j < i; j++)
-      if (strcmp(t->name, ts[j].name) == 0)
-        return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                          "safetensors_save: duplicate tensor name '%s'", t->name);
     if (!dn)
       return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
                         "safetensors_save: tensor '%s' has an unsupported dtype", t->name);
-    if (t->rank < 0 || t->rank > LOOM_MAX_RANK)
-      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                        "safetensors_save: tensor '%s' has rank %d", t->name, t->rank);
-    uint64_t numel = 1;
-    for (int32_t d = 0; d < t->rank; d++) {
-      if (t->shape[d] < 0)
-        return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                          "safetensors_save: tensor '%s' has a negative dim", t->name);
-      numel *= (uint64_t)t->shape[d];
+    int64_t numel = 0;
+    if (loom_shape_check(ctx, t->rank, t->shape, &numel)) {
+      loom_error_prefix(ctx, "safetensors_save: tensor '%s'", t->name);
+      return LOOM_STATUS_INVALID_ARGUMENT;
     }
-    if (numel * loom_dtype_size(t->dtype) != t->nbytes || (t->nbytes && !t->data))
+    if ((uint64_t)numel * loom_dtype_size(t->dtype) != t->nbytes || (t->nbytes && !t->data))
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                         "safetensors_save: tensor '%s' has %zu bytes, which do not match "
                         "its dtype and shape",
                         t->name, t->nbytes);
-    if (n_meta > 0 || i) loom_jbuf_append(b, ",", 1);
+    loom_jbuf_append(b, ",", 1); /* after the metadata */
     loom_jbuf_string(b, t->name);
     loom_jbuf_printf(b, ":{\"dtype\":\"%s\",\"shape\":[", dn);
     for (int32_t d = 0; d < t->rank; d++)
@@ -411,42 +463,24 @@ loom_status loom_safetensors_save(loom_ctx *ctx, const char *path, int32_t n,
   loom_jbuf hb;
   loom_jbuf_init(&hb);
   loom_status s = build_header(ctx, n, tensors, n_meta, meta_keys, meta_values, &hb);
+  loom_file_writer w;
+  if (!s) s = loom_file_begin(ctx, path, LOOM_FILE_REPLACE, &w);
   if (s) {
     loom_jbuf_free(&hb);
     return s;
-  }
-  size_t plen = strlen(path);
-  char *tmp = loom_malloc(ctx, plen + 5);
-  if (!tmp) {
-    loom_jbuf_free(&hb);
-    return LOOM_STATUS_OUT_OF_MEMORY;
-  }
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp", 5);
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    s = loom_error(ctx, LOOM_STATUS_IO, "cannot create '%s': %s", tmp, strerror(errno));
-    goto out;
   }
   uint8_t len8[8];
   uint64_t hl = hb.len;
   for (int k = 0; k < 8; k++)
     len8[k] = (uint8_t)(hl >> (8 * k));
-  s = write_all(ctx, f, len8, 8, tmp);
-  if (!s) s = write_all(ctx, f, hb.data, hb.len, tmp);
+  s = write_all(ctx, w.f, len8, 8, path);
+  if (!s) s = write_all(ctx, w.f, hb.data, hb.len, path);
   for (int32_t i = 0; !s && i < n; i++)
-    s = write_all(ctx, f, tensors[i].data, tensors[i].nbytes, tmp);
-  /* the data must be on disk before the rename makes it the checkpoint */
-  if (!s && (fflush(f) != 0 || fsync(fileno(f)) != 0))
-    s = loom_error(ctx, LOOM_STATUS_IO, "cannot write '%s': %s", tmp, strerror(errno));
-  if (fclose(f) != 0 && !s)
-    s = loom_error(ctx, LOOM_STATUS_IO, "cannot write '%s': %s", tmp, strerror(errno));
-  if (!s && rename(tmp, path) != 0)
-    s = loom_error(ctx, LOOM_STATUS_IO, "cannot rename '%s' to '%s': %s", tmp, path,
-                   strerror(errno));
-  if (s) remove(tmp);
-out:
-  free(tmp);
+    s = write_all(ctx, w.f, tensors[i].data, tensors[i].nbytes, path);
+  if (s)
+    loom_file_abort(&w);
+  else
+    s = loom_file_commit(ctx, &w);
   loom_jbuf_free(&hb);
   return s;
 }

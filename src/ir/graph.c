@@ -1,5 +1,7 @@
 #include "ir/graph.h"
 
+#include "core/checked.h"
+
 #include "ir/dtype.h"
 #include "ops/op.h"
 
@@ -30,6 +32,8 @@ static void graph_clear(loom_graph *g) {
   free(g->inputs);
   free(g->outputs);
   free(g->output_names);
+  loom_strmap_free(&g->value_names);
+  loom_strmap_free(&g->output_index);
 }
 
 void loom_graph_free(loom_graph *g) {
@@ -78,30 +82,31 @@ bool loom_broadcast_shapes(int32_t ra, const int64_t *a, int32_t rb,
   return true;
 }
 
-static bool valid_shape(loom_ctx *ctx, int32_t rank, const int64_t *shape) {
-  if (rank < 0 || rank > LOOM_MAX_RANK) {
-    loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "rank %d is outside [0, %d]",
-               rank, LOOM_MAX_RANK);
-    return false;
-  }
-  if (rank > 0 && !shape) {
-    loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "shape is NULL for rank %d", rank);
-    return false;
-  }
-  int64_t numel = 1;
+loom_status loom_shape_check(loom_ctx *ctx, int32_t rank, const int64_t *shape,
+                             int64_t *numel) {
+  if (rank < 0 || rank > LOOM_MAX_RANK)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "rank %d is outside [0, %d]", rank,
+                      LOOM_MAX_RANK);
+  if (rank > 0 && !shape)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "shape is NULL for rank %d", rank);
+  /* Zero dims count as one in the bound so that strides stay bounded too
+   * (f32[0, 2^62, 2^62] has no elements but a stride of 2^62). */
+  int64_t n = 1, extent = 1;
   for (int32_t d = 0; d < rank; d++) {
-    if (shape[d] < 0) {
-      loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                 "dimension %d has negative extent %lld", d, (long long)shape[d]);
-      return false;
-    }
-    if (shape[d] > 0 && numel > (INT64_C(1) << 48) / shape[d]) {
-      loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "shape has too many elements");
-      return false;
-    }
-    numel *= shape[d];
+    if (shape[d] < 0)
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                        "dimension %d has negative extent %lld", d, (long long)shape[d]);
+    int64_t s = shape[d] ? shape[d] : 1;
+    if (extent > LOOM_MAX_NUMEL / s)
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                        "shape has too many elements (dim %d is %lld; the dims, zeros counted "
+                        "as one, may multiply to at most 2^48)",
+                        d, (long long)shape[d]);
+    extent *= s;
+    n *= shape[d];
   }
-  return true;
+  if (numel) *numel = n;
+  return LOOM_STATUS_OK;
 }
 
 static int32_t add_value(loom_graph *g, const loom_type *t, loom_value_kind kind,
@@ -119,9 +124,7 @@ static int32_t add_value(loom_graph *g, const loom_type *t, loom_value_kind kind
 }
 
 int32_t loom_graph_find_value(const loom_graph *g, const char *name) {
-  for (int32_t i = 0; i < g->n_values; i++)
-    if (g->values[i].name && strcmp(g->values[i].name, name) == 0) return i;
-  return -1;
+  return loom_strmap_get(&g->value_names, name, strlen(name));
 }
 
 loom_status loom_value_set_name(loom_graph *g, int32_t v, const char *name) {
@@ -134,7 +137,12 @@ loom_status loom_value_set_name(loom_graph *g, int32_t v, const char *name) {
     return loom_error(g->ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "the name '%s' is already used", name);
   char *copy = loom_strdup(g->ctx, name);
-  if (!copy) return LOOM_STATUS_OUT_OF_MEMORY;
+  if (!copy || !loom_strmap_put(&g->value_names, name, strlen(name), v)) {
+    free(copy);
+    return loom_error(g->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory naming a value");
+  }
+  if (g->values[v].name && strcmp(g->values[v].name, name) != 0)
+    loom_strmap_remove(&g->value_names, g->values[v].name, strlen(g->values[v].name));
   free(g->values[v].name);
   g->values[v].name = copy;
   return LOOM_STATUS_OK;
@@ -150,7 +158,7 @@ static loom_status add_input(loom_graph *g, const char *name, loom_dtype dt,
   if (!loom_dtype_valid(dt))
     return loom_error(g->ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "input '%s': invalid dtype %d", name, (int)dt);
-  if (!valid_shape(g->ctx, rank, shape)) {
+  if (loom_shape_check(g->ctx, rank, shape, NULL)) {
     loom_error_prefix(g->ctx, "input '%s'", name);
     return LOOM_STATUS_INVALID_ARGUMENT;
   }
@@ -287,7 +295,7 @@ loom_status loom_graph_add(loom_graph *g, loom_op op, int32_t n_in,
     return st;
   }
   for (int32_t o = 0; o < n_out; o++)
-    if (!valid_shape(ctx, out_types[o].rank, out_types[o].shape)) {
+    if (loom_shape_check(ctx, out_types[o].rank, out_types[o].shape, NULL)) {
       loom_error_prefix(ctx, "%s output", d->name);
       return LOOM_STATUS_SHAPE_MISMATCH;
     }
@@ -342,10 +350,9 @@ loom_status loom_graph_output(loom_graph *g, const char *name, loom_value v) {
   if (!loom_value_valid(g, v))
     return loom_error(g->ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "output '%s': %d is not a value of this graph", name, v);
-  for (int32_t i = 0; i < g->n_outputs; i++)
-    if (strcmp(g->output_names[i], name) == 0)
-      return loom_error(g->ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                        "output name '%s' is already used", name);
+  if (loom_strmap_get(&g->output_index, name, strlen(name)) >= 0)
+    return loom_error(g->ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "output name '%s' is already used", name);
   int32_t cap = g->cap_outputs;
   if (!loom_grow(g->ctx, (void **)&g->outputs, &cap, g->n_outputs + 1, sizeof *g->outputs))
     return LOOM_STATUS_OUT_OF_MEMORY;
@@ -355,7 +362,10 @@ loom_status loom_graph_output(loom_graph *g, const char *name, loom_value v) {
     return LOOM_STATUS_OUT_OF_MEMORY;
   g->cap_outputs = cap;
   char *copy = loom_strdup(g->ctx, name);
-  if (!copy) return LOOM_STATUS_OUT_OF_MEMORY;
+  if (!copy || !loom_strmap_put(&g->output_index, name, strlen(name), g->n_outputs)) {
+    free(copy);
+    return loom_error(g->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory adding an output");
+  }
   g->outputs[g->n_outputs] = v;
   g->output_names[g->n_outputs++] = copy;
   return LOOM_STATUS_OK;

@@ -8,6 +8,7 @@
 #define LOOM_IR_GRAPH_H
 
 #include "core/ctx.h"
+#include "core/strmap.h"
 
 #define LOOM_MAX_ATTRS 6
 
@@ -62,6 +63,10 @@ struct loom_graph {
   int32_t *outputs;
   char **output_names;
   int32_t n_outputs, cap_outputs;
+  /* name -> value id, and output name -> output index: lookups by name
+   * stay constant time on graphs with 100k names. Kept in step with
+   * values[].name and output_names by the functions of graph.c. */
+  loom_strmap value_names, output_index;
   /* Sticky status for the internal builder (ir/build.h): once an add
    * fails, later adds return -1 until the caller reads and clears it. */
   loom_status err;
@@ -110,6 +115,12 @@ loom_status loom_graph_finish_copy(loom_graph *dst, const loom_graph *src,
 void loom_graph_replace(loom_graph *dst, loom_graph *src);
 
 /* Shape helpers. */
+/* The rule every value's and tensor's shape obeys (core/checked.h): rank in
+ * [0, LOOM_MAX_RANK], dims >= 0, and the dims, zeros counted as one,
+ * multiply to at most LOOM_MAX_NUMEL. Writes the element count if numel. */
+loom_status loom_shape_check(loom_ctx *ctx, int32_t rank, const int64_t *shape,
+                             int64_t *numel);
+/* Cannot overflow for a shape that passed loom_shape_check. */
 int64_t loom_type_numel(const loom_type *t);
 bool loom_type_equal(const loom_type *a, const loom_type *b);
 /* "f32[4, 8]" into buf. */

@@ -5,30 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Largest element count a tensor may have (keeps byte sizes far from
- * overflow, and matches the graph's own limit). */
-#define TENSOR_MAX_NUMEL (INT64_C(1) << 48)
-
 static loom_status check_args(loom_ctx *ctx, const char *fn, loom_dtype dt, int32_t rank,
                               const int64_t *shape, int64_t *numel) {
   if (!loom_dtype_valid(dt))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s: invalid dtype %d", fn, (int)dt);
-  if (rank < 0 || rank > LOOM_MAX_RANK)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s: rank %d is outside [0, %d]", fn, rank,
-                      LOOM_MAX_RANK);
-  if (rank > 0 && !shape)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s: shape is NULL for rank %d", fn, rank);
-  int64_t n = 1;
-  for (int32_t d = 0; d < rank; d++) {
-    if (shape[d] < 0)
-      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                        "%s: dimension %d has negative extent %lld", fn, d, (long long)shape[d]);
-    if (shape[d] > 0 && n > TENSOR_MAX_NUMEL / shape[d])
-      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s: shape has too many elements", fn);
-    n *= shape[d];
-  }
-  *numel = n;
-  return LOOM_STATUS_OK;
+  loom_status st = loom_shape_check(ctx, rank, shape, numel);
+  if (st) loom_error_prefix(ctx, "%s", fn);
+  return st;
 }
 
 static loom_status make(loom_ctx *ctx, const char *fn, loom_dtype dt, int32_t rank,

@@ -6,6 +6,8 @@
  */
 #include "ir/text_ir.h"
 
+#include "core/file.h"
+
 #include "ir/dtype.h"
 #include "ops/op.h"
 
@@ -15,72 +17,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- symbol table: "n" + name or "d" + digits -> value id ---------------- */
+/* ---- symbol table: %name and %digits -> value id ------------------------ */
 
-typedef struct sym {
-  char *key;
-  int32_t value;
-} sym;
-
+/* The two kinds of %value live apart: tag 'n' for names, 'd' for numbers. */
 typedef struct symtab {
-  sym *slots;
-  size_t cap, n;
+  loom_strmap names, nums;
 } symtab;
 
-static uint64_t hash_key(char tag, const char *s) {
-  uint64_t h = (1469598103934665603ull ^ (uint8_t)tag) * 1099511628211ull;
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-  return h;
-}
-
-static sym *sym_slot(const symtab *t, char tag, const char *name) {
-  size_t h = (size_t)hash_key(tag, name) & (t->cap - 1);
-  while (t->slots[h].key) {
-    if (t->slots[h].key[0] == tag && strcmp(t->slots[h].key + 1, name) == 0) break;
-    h = (h + 1) & (t->cap - 1);
-  }
-  return &t->slots[h];
-}
-
 static int32_t sym_find(const symtab *t, char tag, const char *name) {
-  if (!t->cap) return -1;
-  sym *s = sym_slot(t, tag, name);
-  return s->key ? s->value : -1;
+  return loom_strmap_get(tag == 'n' ? &t->names : &t->nums, name, strlen(name));
 }
 
 static bool sym_insert(symtab *t, char tag, const char *name, int32_t value) {
-  if ((t->n + 1) * 2 > t->cap) {
-    size_t cap = t->cap ? t->cap * 2 : 64;
-    sym *old = t->slots;
-    size_t old_cap = t->cap;
-    t->slots = calloc(cap, sizeof *t->slots);
-    if (!t->slots) {
-      t->slots = old;
-      return false;
-    }
-    t->cap = cap;
-    for (size_t i = 0; i < old_cap; i++)
-      if (old[i].key) *sym_slot(t, old[i].key[0], old[i].key + 1) = old[i];
-    free(old);
-  }
-  size_t len = strlen(name);
-  char *key = malloc(len + 2);
-  if (!key) return false;
-  key[0] = tag;
-  memcpy(key + 1, name, len + 1);
-  sym *s = sym_slot(t, tag, name);
-  s->key = key;
-  s->value = value;
-  t->n++;
-  return true;
+  return loom_strmap_put(tag == 'n' ? &t->names : &t->nums, name, strlen(name), value);
 }
 
 static void sym_free(symtab *t) {
-  for (size_t i = 0; i < t->cap; i++) free(t->slots[i].key);
-  free(t->slots);
+  loom_strmap_free(&t->names);
+  loom_strmap_free(&t->nums);
 }
-
-/* ---- parser state ------------------------------------------------------- */
 
 typedef struct parser {
   loom_ctx *ctx;
@@ -542,34 +497,11 @@ loom_status loom_graph_load(loom_ctx *ctx, const char *path, loom_graph **out) {
   if (out) *out = NULL;
   if (!path || !out)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "graph_load: path or out is NULL");
-  FILE *f = fopen(path, "rb");
-  if (!f) return loom_error(ctx, LOOM_STATUS_IO, "%s: %s", path, strerror(errno));
-  size_t cap = 4096, len = 0;
-  char *buf = loom_malloc(ctx, cap);
-  loom_status st = buf ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
-  while (!st) {
-    if (len == cap) {
-      if (cap >= LOOM_TEXT_MAX_FILE) {
-        st = loom_error(ctx, LOOM_STATUS_IO, "%s: larger than %zu bytes", path,
-                        LOOM_TEXT_MAX_FILE);
-        break;
-      }
-      char *nb = loom_realloc(ctx, buf, cap * 2);
-      if (!nb) {
-        st = LOOM_STATUS_OUT_OF_MEMORY;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) {
-      if (ferror(f)) st = loom_error(ctx, LOOM_STATUS_IO, "%s: %s", path, strerror(errno));
-      break;
-    }
-  }
-  fclose(f);
+  /* regular files only, at most LOOM_TEXT_MAX_FILE bytes: a FIFO or
+   * /dev/zero is refused before a byte is read */
+  char *buf = NULL;
+  size_t len = 0;
+  loom_status st = loom_file_read(ctx, path, LOOM_TEXT_MAX_FILE, &buf, &len);
   if (!st) {
     st = loom_graph_parse_text(ctx, buf, len, out);
     if (st) {

@@ -36,46 +36,31 @@ static loom_status fail(const loom_graph *g, const char *fmt, ...) {
 }
 
 static bool type_ok(const loom_type *t) {
-  if (!loom_dtype_valid(t->dtype) || t->rank < 0 || t->rank > LOOM_MAX_RANK)
-    return false;
-  for (int32_t d = 0; d < t->rank; d++)
-    if (t->shape[d] < 0) return false;
-  return true;
+  return loom_dtype_valid(t->dtype) &&
+         loom_shape_check(NULL, t->rank, t->shape, NULL) == LOOM_STATUS_OK;
 }
 
-/* FNV-1a, for the name-uniqueness check. */
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-  return h;
-}
-
-/* Names must be unique among values, and among outputs. Open addressing
- * over indices into names[]; returns the index of a duplicate or -1. */
+/* Names must be unique among values, and among outputs: the indices of
+ * the first duplicate pair in dup_a, dup_b (-1 if none). */
 static loom_status find_duplicate(const loom_graph *g, int32_t n,
                                   char *const *names, int32_t *dup_a,
                                   int32_t *dup_b) {
   *dup_a = *dup_b = -1;
-  size_t cap = 16;
-  while (cap < (size_t)n * 2) cap *= 2;
-  int32_t *slot = malloc(cap * sizeof *slot);
-  if (!slot) return loom_error(g->ctx, LOOM_STATUS_OUT_OF_MEMORY, "verify: out of memory");
-  for (size_t i = 0; i < cap; i++) slot[i] = -1;
-  for (int32_t i = 0; i < n && *dup_a < 0; i++) {
+  loom_strmap seen = {0};
+  loom_status st = LOOM_STATUS_OK;
+  for (int32_t i = 0; i < n && *dup_a < 0 && !st; i++) {
     if (!names[i]) continue;
-    size_t h = (size_t)hash_str(names[i]) & (cap - 1);
-    while (slot[h] >= 0) {
-      if (strcmp(names[slot[h]], names[i]) == 0) {
-        *dup_a = slot[h];
-        *dup_b = i;
-        break;
-      }
-      h = (h + 1) & (cap - 1);
+    size_t len = strlen(names[i]);
+    int32_t first = loom_strmap_get(&seen, names[i], len);
+    if (first >= 0) {
+      *dup_a = first;
+      *dup_b = i;
+    } else if (!loom_strmap_put(&seen, names[i], len, i)) {
+      st = loom_error(g->ctx, LOOM_STATUS_OUT_OF_MEMORY, "verify: out of memory");
     }
-    if (*dup_a < 0) slot[h] = i;
   }
-  free(slot);
-  return LOOM_STATUS_OK;
+  loom_strmap_free(&seen);
+  return st;
 }
 
 static loom_status verify_values(const loom_graph *g) {

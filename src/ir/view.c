@@ -4,6 +4,9 @@
 
 #include <string.h>
 
+/* Strides and counts below need no overflow checks: every type and tensor
+ * passed loom_shape_check, which bounds the dims' product (zeros counted
+ * as one) by LOOM_MAX_NUMEL. */
 loom_view loom_view_of(const loom_type *t, void *data) {
   loom_view v;
   memset(&v, 0, sizeof v);

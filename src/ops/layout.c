@@ -6,6 +6,7 @@
 #include "ops/grad.h"
 #include "ops/ops_util.h"
 
+#include "core/checked.h"
 #include "ir/dtype.h"
 
 #include <string.h>
@@ -59,7 +60,7 @@ static loom_status reshape_infer(loom_ctx *ctx, const loom_node *n,
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                         "shape dim %d is %lld (only -1 may be negative)", d,
                         (long long)s->v[d]);
-    } else if (s->v[d] > 0 && known > (INT64_C(1) << 48) / s->v[d]) {
+    } else if (s->v[d] > 0 && known > LOOM_MAX_NUMEL / s->v[d]) {
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                         "shape has too many elements");
     } else {
@@ -352,7 +353,10 @@ static loom_status concat_infer(loom_ctx *ctx, const loom_node *n,
                         "input %d %s does not match input 0 %s outside axis %d",
                         i, loom_type_str(&in[i], a, sizeof a),
                         loom_type_str(&in[0], b, sizeof b), axis);
-    out->shape[axis] += in[i].shape[axis];
+    if (loom_add_overflows(out->shape[axis], in[i].shape[axis], &out->shape[axis]))
+      return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+                        "the inputs' extents along axis %d overflow a 64-bit size (at input %d)",
+                        axis, i);
   }
   return LOOM_STATUS_OK;
 }
@@ -419,7 +423,11 @@ static loom_status pad_infer(loom_ctx *ctx, const loom_node *n,
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                         "dim %d: padding (%lld, %lld) must not be negative", d,
                         (long long)lo->v[d], (long long)hi->v[d]);
-    out->shape[d] += lo->v[d] + hi->v[d];
+    if (loom_add_overflows(out->shape[d], lo->v[d], &out->shape[d]) ||
+        loom_add_overflows(out->shape[d], hi->v[d], &out->shape[d]))
+      return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+                        "dim %d: %lld padded by (%lld, %lld) overflows a 64-bit size", d,
+                        (long long)in[0].shape[d], (long long)lo->v[d], (long long)hi->v[d]);
   }
   return LOOM_STATUS_OK;
 }

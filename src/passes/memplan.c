@@ -1,5 +1,7 @@
 #include "passes/memplan.h"
 
+#include "core/checked.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,6 +256,19 @@ loom_status loom_memplan_build_steps(const loom_graph *g, int32_t n_steps,
   if (st) {
     free(end);
     free(released);
+    loom_memplan_free(out);
+    return st;
+  }
+  /* Offsets and peaks are sums of buffer sizes: bound the sum of them all
+   * once so that no later sum can overflow. */
+  int64_t all = 0;
+  for (int32_t v = 0; v < g->n_values && !st; v++)
+    if (out->root[v] == v && out->first[v] >= 0 &&
+        (loom_add_overflows(all, align_up(out->size[v]), &all) || all > INT64_MAX / 2))
+      st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY,
+                      "memplan: the graph's intermediate values need more than 2^62 bytes");
+  if (st) {
+    free(end);
     loom_memplan_free(out);
     return st;
   }

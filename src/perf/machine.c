@@ -5,6 +5,7 @@
  */
 #include "perf/machine.h"
 #include "core/clock.h"
+#include "core/file.h"
 
 #include <omp.h>
 #include <stdio.h>
@@ -151,9 +152,9 @@ static bool load_launch(const char *path, double *s) {
 }
 
 /* Best effort: a missing or read-only cache directory only costs a
- * measurement next time. Written to a temporary name, then renamed. */
+ * measurement next time. Written through core/file.h. */
 static void save_launch(const char *path, double s) {
-  char dir[4096], tmp[4200];
+  char dir[4096];
   snprintf(dir, sizeof dir, "%s", path);
   for (char *p = dir + 1; *p; p++) /* mkdir -p the directories above */
     if (*p == '/') {
@@ -161,12 +162,10 @@ static void save_launch(const char *path, double s) {
       mkdir(dir, 0700);
       *p = '/';
     }
-  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f) return;
-  bool ok = fprintf(f, "kernel_launch_s %.9g\n", s) > 0;
-  ok = fclose(f) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) remove(tmp);
+  char line[64];
+  int n = snprintf(line, sizeof line, "kernel_launch_s %.9g\n", s);
+  /* the shared safe writer: a planted symlink or FIFO is left alone */
+  (void)loom_file_write_atomic(NULL, path, line, (size_t)n, LOOM_FILE_REPLACE);
 }
 
 void loom_machine_default(loom_machine *m) {

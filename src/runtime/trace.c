@@ -4,15 +4,15 @@
  * that a lock-free buffer would not pay for its complexity here.
  */
 #include "runtime/trace.h"
+
+#include "core/file.h"
 #include "core/clock.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* Strings are offsets into the pool (it moves when it grows), plus one so
  * that 0 means "none". */
@@ -335,40 +335,15 @@ loom_status loom_trace_write(loom_ctx *ctx, loom_trace *t, FILE *f) {
 loom_status loom_trace_save(loom_ctx *ctx, loom_trace *t, const char *path) {
   if (!t || !path)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "trace_save: trace and path must not be NULL");
-  size_t cap = strlen(path) + 48;
-  char *tmp = loom_malloc(ctx, cap);
-  if (!tmp) return LOOM_STATUS_OUT_OF_MEMORY;
-  /* a fresh name beside path: rename is atomic only within a filesystem */
-  int fd = -1;
-  for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-    snprintf(tmp, cap, "%s.tmp%ld.%d", path, (long)getpid(), attempt);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
-    if (fd < 0 && errno != EEXIST) break;
-  }
-  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-  if (!f) {
-    loom_status s = loom_error(ctx, LOOM_STATUS_IO, "%s: cannot create a file beside it: %s",
-                               path, strerror(errno));
-    if (fd >= 0) {
-      close(fd);
-      unlink(tmp);
-    }
-    free(tmp);
+  loom_file_writer w;
+  LOOM_TRY(loom_file_begin(ctx, path, LOOM_FILE_REPLACE, &w));
+  loom_status s = loom_trace_write(ctx, t, w.f);
+  if (s != LOOM_STATUS_OK) {
+    loom_error_prefix(ctx, "%s", path);
+    loom_file_abort(&w);
     return s;
   }
-  loom_status s = loom_trace_write(ctx, t, f);
-  if (s != LOOM_STATUS_OK) loom_error_prefix(ctx, "%s", path);
-  /* the data must be on disk before the rename makes it the file */
-  if (s == LOOM_STATUS_OK && fsync(fileno(f)) != 0)
-    s = loom_error(ctx, LOOM_STATUS_IO, "%s: sync failed: %s", path, strerror(errno));
-  if (fclose(f) != 0 && s == LOOM_STATUS_OK)
-    s = loom_error(ctx, LOOM_STATUS_IO, "%s: write failed: %s", path, strerror(errno));
-  if (s == LOOM_STATUS_OK && rename(tmp, path) != 0)
-    s = loom_error(ctx, LOOM_STATUS_IO, "%s: cannot rename %s into place: %s", path, tmp,
-                   strerror(errno));
-  if (s != LOOM_STATUS_OK) unlink(tmp);
-  free(tmp);
-  return s;
+  return loom_file_commit(ctx, &w);
 }
 
 /* ---- the context's timeline (loom.h) ------------------------------------- */

@@ -68,9 +68,10 @@ loom_status loom_trace_name_lane(loom_ctx *ctx, loom_trace *t, int32_t tid, cons
  * OUT_OF_MEMORY / INVALID_ARGUMENT, before writing anything, if events were
  * dropped; IO if writing fails. */
 loom_status loom_trace_write(loom_ctx *ctx, loom_trace *t, FILE *f);
-/* Writes the JSON to path atomically (a temporary file beside it, then
- * rename); an existing file is replaced (whether to allow that is the
- * caller's decision). Errors name the path. */
+/* Writes the JSON to path safely (core/file.h: a fresh temporary file
+ * beside it, synced, then renamed); an existing regular, writable file is
+ * replaced (whether to allow that is the caller's decision), anything else
+ * (symlink, device, FIFO, read-only file) is refused. Errors name the path. */
 loom_status loom_trace_save(loom_ctx *ctx, loom_trace *t, const char *path);
 
 /* Events recorded so far (for tests and summaries). */

@@ -10,7 +10,9 @@
 #include "io/safetensors.h"
 #include "train/trainer.h"
 
-/* Writes t's state to path (atomically: path.tmp, then rename). */
+/* Writes t's state to path (safely, core/file.h: a fresh temporary file,
+ * synced and renamed over a regular file only; a read-only file is kept),
+ * with the SHA-256 of the data in the metadata, which loading checks. */
 loom_status loom_checkpoint_save(loom_trainer *t, const char *path);
 
 /* Reads a checkpoint's configuration (from its metadata) into cfg; the

@@ -1,4 +1,6 @@
 #include "train/train_cli.h"
+
+#include "core/file.h"
 #include "core/clock.h"
 
 #include "runtime/backend.h"
@@ -6,7 +8,6 @@
 #include "train/trainer.h"
 
 #include <errno.h>
-#include <sys/stat.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,11 +195,6 @@ static int parse_args(int argc, char **argv, cli *c) {
       return usage_error("unknown flag '%s'", name);
     }
   }
-  struct stat sb;
-  if (c->trace && !c->force && stat(c->trace, &sb) == 0) {
-    fprintf(stderr, "loom train: %s already exists (use --force to overwrite)\n", c->trace);
-    return EXIT_FAIL;
-  }
   loom_gpt_config *m = &c->cfg.model;
   if (m->n_head > m->d_model || m->d_model % m->n_head)
     return usage_error("--heads %d does not divide --d-model %d", m->n_head, m->d_model);
@@ -212,6 +208,26 @@ static int parse_args(int argc, char **argv, cli *c) {
 static int fail(loom_ctx *ctx, const char *what) {
   fprintf(stderr, "loom train: %s%s%s\n", what ? what : "", what ? ": " : "", loom_ctx_error(ctx));
   return EXIT_FAIL;
+}
+
+/* Every output is checked before training starts, so a run is not lost at
+ * its end: -1 to go on, else the exit code. --save replaces a checkpoint
+ * (runs save over their own); --trace does only with --force. */
+static int check_outputs(loom_ctx *ctx, const cli *c) {
+  if (c->save && loom_file_check_output(ctx, c->save, LOOM_FILE_REPLACE))
+    return fail(ctx, "--save");
+  if (c->trace && loom_file_check_output(ctx, c->trace,
+                                         LOOM_FILE_HINT_FORCE | (c->force ? LOOM_FILE_REPLACE : 0)))
+    return fail(ctx, "--trace");
+  if (c->save && c->trace && loom_file_same(c->save, c->trace)) {
+    fprintf(stderr, "loom train: --save and --trace name the same file (%s)\n", c->trace);
+    return EXIT_FAIL;
+  }
+  if (c->load && c->trace && loom_file_same(c->load, c->trace)) {
+    fprintf(stderr, "loom train: --trace %s would overwrite the --load checkpoint\n", c->trace);
+    return EXIT_FAIL;
+  }
+  return -1;
 }
 
 /* Merges a checkpoint's configuration with the flags given. */
@@ -315,12 +331,13 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
   char sample[160];
   if (loom_trainer_generate(t, "\n12+34=", 64, sample, sizeof sample)) return fail(ctx, "sampling");
   printf("sample (greedy, prompt \"12+34=\"):\n");
-  /* indent each generated line; skip the prompt's leading newline */
-  for (const char *p = sample + 1; *p;) {
-    const char *nl = strchr(p, '\n');
-    int n = nl ? (int)(nl - p) : (int)strlen(p);
-    printf("  %.*s\n", n, p);
-    p += n + (nl ? 1 : 0);
+  /* indent each generated line; skip the prompt's leading newline. The
+   * model emits any byte: control bytes are shown escaped. */
+  for (char *p = sample + 1; *p;) {
+    char *nl = strchr(p, '\n'), shown[4 * sizeof sample];
+    if (nl) *nl = '\0';
+    printf("  %s\n", loom_escape(p, shown, sizeof shown));
+    p = nl ? nl + 1 : p + strlen(p);
   }
   int32_t ok = 0, total = 0;
   if (loom_trainer_accuracy(t, &ok, &total)) return fail(ctx, "accuracy");
@@ -349,11 +366,18 @@ int loom_train_main(int argc, char **argv) {
   loom_safetensors *st = NULL;
   loom_trainer *t = NULL;
   loom_train_config cfg = c.cfg;
+  if ((rc = check_outputs(ctx, &c)) >= 0) goto out;
   if (c.load) {
     if (loom_checkpoint_read(ctx, c.load, &cfg, &st)) {
       rc = fail(ctx, NULL);
       goto out;
     }
+    /* older checkpoints have no digest: they load, unverified */
+    if (!loom_safetensors_meta(st, LOOM_SAFETENSORS_DIGEST_KEY))
+      fprintf(stderr,
+              "loom train: note: %s has no data checksum (saved by an older Loom); "
+              "its content cannot be verified\n",
+              c.load);
     if ((rc = merge_checkpoint(&c, &cfg)) >= 0) goto out;
   }
   if (loom_trainer_new_fused(ctx, &cfg, c.fusion, &t)) {

@@ -161,10 +161,32 @@ static void init_params(loom_trainer *t) {
   }
 }
 
+loom_status loom_train_check_memory(loom_ctx *ctx, const loom_train_config *c,
+                                    int64_t limit_bytes) {
+  loom_gpt_param *ps = NULL;
+  int32_t n = 0;
+  LOOM_TRY(loom_gpt_params(ctx, &c->model, &ps, &n));
+  double params = 0; /* double: no overflow, and exact far past any machine */
+  for (int32_t i = 0; i < n; i++)
+    params += (double)(ps[i].rank > 0 ? ps[i].shape[0] : 1) *
+              (double)(ps[i].rank > 1 ? ps[i].shape[1] : 1);
+  free(ps);
+  double need = 3.0 * 4.0 * params;
+  if (limit_bytes > 0 && need > (double)limit_bytes)
+    return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY,
+                      "train: %.0f parameters with their AdamW moments need %.2f GiB (3 x 4 "
+                      "bytes each), more than the machine's %.2f GiB of memory; use a smaller "
+                      "--layers or --d-model",
+                      params, need / 1073741824.0, (double)limit_bytes / 1073741824.0);
+  return LOOM_STATUS_OK;
+}
+
 static loom_status setup(loom_trainer *t) {
   loom_ctx *ctx = t->ctx;
   const loom_train_config *c = &t->cfg;
   int32_t b = c->batch, tl = c->model.context;
+  /* before anything big is allocated (and touched: init_params) */
+  LOOM_TRY(loom_train_check_memory(ctx, c, loom_physical_memory_bytes()));
   LOOM_TRY(loom_corpus_new(ctx, c->seed, c->corpus_lines, c->heldout, &t->corpus));
   if (t->corpus->len <= (size_t)tl + 1)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,

@@ -35,6 +35,11 @@ typedef struct loom_train_config {
 void loom_train_config_default(loom_train_config *c);
 /* Checks every field. */
 loom_status loom_train_config_check(loom_ctx *ctx, const loom_train_config *c);
+/* Fails, with the numbers, when c's parameters and AdamW moments (3 x 4
+ * bytes a parameter) need more than limit_bytes (0: no limit). Creating a
+ * trainer checks this against the physical memory before allocating any of
+ * it; the step's arena comes on top and is checked when it is allocated. */
+loom_status loom_train_check_memory(loom_ctx *ctx, const loom_train_config *c, int64_t limit_bytes);
 /* The learning rate of step index k (0-based). */
 double loom_train_lr_at(const loom_train_config *c, int64_t k);
 
