@@ -24,8 +24,8 @@ typedef struct tcfg {
 static int32_t layer_norm(loom_graph *g, int32_t x, int32_t gain, int32_t bias, double eps) {
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_LAYER_NORM, a);
-  loom_bench_attr(g, LOOM_OP_LAYER_NORM, a, "axis", -1, 0.0);
-  loom_bench_attr(g, LOOM_OP_LAYER_NORM, a, "eps", 0, eps);
+  LOOM_ATTRV_I(a, layer_norm, axis) = -1;
+  LOOM_ATTRV_F(a, layer_norm, eps) = eps;
   int32_t in[3] = {x, gain, bias};
   return lb_op(g, LOOM_OP_LAYER_NORM, 3, in, a);
 }
@@ -38,7 +38,7 @@ static int32_t linear(loom_graph *g, int32_t x, int32_t w, int32_t bias) {
 static int32_t gelu(loom_graph *g, int32_t x, bool tanh_approx) {
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_GELU, a);
-  loom_bench_attr(g, LOOM_OP_GELU, a, "approximate", tanh_approx ? 1 : 0, 0.0);
+  LOOM_ATTRV_I(a, gelu, approximate) = tanh_approx ? 1 : 0;
   return lb_op(g, LOOM_OP_GELU, 1, &x, a);
 }
 
@@ -58,10 +58,10 @@ static int32_t mha(loom_graph *g, const tcfg *c, int32_t qkv, bool causal, doubl
   }
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_ATTENTION, a);
-  loom_bench_attr(g, LOOM_OP_ATTENTION, a, "causal", causal ? 1 : 0, 0.0);
-  loom_bench_attr(g, LOOM_OP_ATTENTION, a, "p", 0, p);
-  loom_bench_attr(g, LOOM_OP_ATTENTION, a, "seed", GPT_SEED, 0.0);
-  loom_bench_attr(g, LOOM_OP_ATTENTION, a, "offset", *offset, 0.0);
+  LOOM_ATTRV_I(a, attention, causal) = causal ? 1 : 0;
+  LOOM_ATTRV_F(a, attention, p) = p;
+  LOOM_ATTRV_I(a, attention, seed) = GPT_SEED;
+  LOOM_ATTRV_I(a, attention, offset) = *offset;
   if (p > 0.0) *offset += c->b * c->heads * c->s * c->s;
   int32_t y = lb_op(g, LOOM_OP_ATTENTION, 3, part, a);
   int64_t perm4[4] = {0, 2, 1, 3}, s3[3] = {c->b, c->s, c->h};

@@ -36,8 +36,8 @@ static void shape_str(loom_bench_graph *b, const char *prefix, int64_t r, int64_
 static int32_t layer_norm(loom_graph *g, int32_t x, int32_t gain, int32_t bias) {
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_LAYER_NORM, a);
-  loom_bench_attr(g, LOOM_OP_LAYER_NORM, a, "axis", -1, 0.0);
-  loom_bench_attr(g, LOOM_OP_LAYER_NORM, a, "eps", 0, LN_EPS);
+  LOOM_ATTRV_I(a, layer_norm, axis) = -1;
+  LOOM_ATTRV_F(a, layer_norm, eps) = LN_EPS;
   int32_t in[3] = {x, gain, bias};
   return lb_op(g, LOOM_OP_LAYER_NORM, 3, in, a);
 }
@@ -45,7 +45,7 @@ static int32_t layer_norm(loom_graph *g, int32_t x, int32_t gain, int32_t bias) 
 static int32_t softmax(loom_graph *g, int32_t x) {
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_SOFTMAX, a);
-  loom_bench_attr(g, LOOM_OP_SOFTMAX, a, "axis", -1, 0.0);
+  LOOM_ATTRV_I(a, softmax, axis) = -1;
   return lb_op(g, LOOM_OP_SOFTMAX, 1, &x, a);
 }
 
@@ -134,7 +134,7 @@ static loom_status build_bias_gelu(loom_ctx *ctx, bool small, loom_bench_graph *
   loom_graph *g = b->g;
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_GELU, a);
-  loom_bench_attr(g, LOOM_OP_GELU, a, "approximate", 1, 0.0); /* tanh, as Megatron's */
+  LOOM_ATTRV_I(a, gelu, approximate) = 1; /* tanh, as Megatron's */
   int32_t h = lb_add(g, x, bias);
   return finish(b, "y", lb_op(g, LOOM_OP_GELU, 1, &h, a));
 }
@@ -221,8 +221,8 @@ static loom_status build_adamw(loom_ctx *ctx, bool small, loom_bench_graph *b) {
   for (int32_t i = 0; i < NT && !g->err; i++) {
     loom_attr_value a[LOOM_MAX_ATTRS];
     loom_attrs_default(LOOM_OP_ADAMW, a);
-    loom_bench_attr(g, LOOM_OP_ADAMW, a, "lr", 0, 1e-3);
-    loom_bench_attr(g, LOOM_OP_ADAMW, a, "weight_decay", 0, ts[i].rank == 2 ? 0.01 : 0.0);
+    LOOM_ATTRV_F(a, adamw, lr) = 1e-3;
+    LOOM_ATTRV_F(a, adamw, weight_decay) = ts[i].rank == 2 ? 0.01 : 0.0;
     int32_t in[5] = {p[i], gr[i], m[i], v[i], step}, out[3] = {-1, -1, -1};
     lb_op_multi(g, LOOM_OP_ADAMW, 5, in, a, 3, out);
     if (g->err) break;

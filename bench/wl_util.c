@@ -1,5 +1,5 @@
 /* Helpers shared by the workload builders: inputs with fill rules,
- * attributes by name, backward graphs, flop and byte counts. */
+ * backward graphs, flop and byte counts. */
 #include "workloads.h"
 
 #include "ir/build.h"
@@ -33,19 +33,6 @@ int32_t loom_bench_input(loom_bench_graph *b, const char *name, loom_dtype dt, i
   }
   b->fill[b->n_fill++] = fill;
   return v;
-}
-
-void loom_bench_attr(loom_graph *g, loom_op op, loom_attr_value *a, const char *name, int64_t i,
-                     double f) {
-  int32_t k = loom_op_attr_index(op, name);
-  if (k < 0) {
-    if (!g->err)
-      g->err = loom_error(g->ctx, LOOM_STATUS_INTERNAL, "bench: %s has no attribute '%s'",
-                          loom_op_name(op), name);
-    return;
-  }
-  a[k].i = i;
-  a[k].f = f;
 }
 
 int32_t loom_bench_vjp_loss(loom_graph *g, int32_t y, int32_t dy) {
@@ -147,12 +134,11 @@ loom_status loom_bench_count_flops(loom_bench_graph *b) {
   loom_graph *dg = NULL;
   LOOM_TRY(loom_graph_decompose(b->g, &dg));
   double flops = 0.0;
-  int32_t ta = loom_op_attr_index(LOOM_OP_MATMUL, "trans_a");
   for (int32_t i = 0; i < dg->n_nodes; i++) {
     const loom_node *n = &dg->nodes[i];
     if (n->op != LOOM_OP_MATMUL) continue;
     const loom_type *a = loom_value_type(dg, n->in[0]);
-    bool trans_a = ta >= 0 && n->attr[ta].i != 0;
+    bool trans_a = LOOM_ATTR_I(n, matmul, trans_a) != 0;
     int64_t k = a->shape[a->rank - (trans_a ? 2 : 1)];
     flops += 2.0 * (double)loom_type_numel(loom_value_type(dg, n->out[0])) * (double)k;
   }

@@ -70,10 +70,6 @@ void loom_bench_graph_clear(loom_bench_graph *b);
  * (the status is left on g->err, as the builder does). */
 int32_t loom_bench_input(loom_bench_graph *b, const char *name, loom_dtype dt, int32_t rank,
                          const int64_t *shape, loom_bench_fill fill, bool is_param);
-/* Sets attribute `name` of op in a (spec order); a missing name sets the
- * builder's sticky error. */
-void loom_bench_attr(loom_graph *g, loom_op op, loom_attr_value *a, const char *name, int64_t i,
-                     double f);
 /* sum(y * dy) over every axis: the scalar whose gradient back-propagates
  * dy through y. */
 int32_t loom_bench_vjp_loss(loom_graph *g, int32_t y, int32_t dy);

@@ -317,19 +317,22 @@ static bool traced_run(loom_session *s, loom_tensor **in, int32_t n_in, loom_ten
  * GEMM step before attention runs on the other threads: the timeline shows
  * both, and their intervals intersect. The GEMM ([768, 768]^2, ~0.9
  * GFLOP) is long against the worker's wake-up even on a loaded machine;
- * up to 10 runs are tried and any overlapping one counts. A schedule that
+ * up to 20 runs are tried and any overlapping one counts. The mask
+ * ([4, 512, 512] bits, ~0.5 ms) outlasts the gap between its submission
+ * and the GEMM's start, so an idle worker cannot finish it before then.
+ * A schedule that
  * ran the mask before or after the GEMM (serially) never overlaps, so
  * with at least 2 threads and 2 cores overlap is required. */
 static void test_overlap_trace(void) {
   loom_graph *g = NULL;
   CHECK_OK(ctx, loom_graph_parse(ctx,
-                                 "input %q : f32[1, 2, 64, 16]\n"
-                                 "input %k : f32[1, 2, 64, 16]\n"
-                                 "input %v : f32[1, 2, 64, 16]\n"
+                                 "input %q : f32[1, 4, 512, 16]\n"
+                                 "input %k : f32[1, 4, 512, 16]\n"
+                                 "input %v : f32[1, 4, 512, 16]\n"
                                  "input %base : i64[]\n"
                                  "input %a : f32[768, 768]\n"
                                  "%c : f32[768, 768] = matmul(%a, %a)\n"
-                                 "%y : f32[1, 2, 64, 16] = attention(%q, %k, %v, %base, "
+                                 "%y : f32[1, 4, 512, 16] = attention(%q, %k, %v, %base, "
                                  "causal=true, p=0.1, seed=5)\n"
                                  "output y = %y\n"
                                  "output c = %c\n",
@@ -353,7 +356,7 @@ static void test_overlap_trace(void) {
   bool cores2 = sysconf(_SC_NPROCESSORS_ONLN) >= 2, overlapped = false;
   double mask[2] = {0, 0}, gemm[2] = {0, 0};
   int tries = 0;
-  while (s && !overlapped && tries < 10) {
+  while (s && !overlapped && tries < 20) {
     tries++;
     bool found = traced_run(s, in, 5, out, path, mask, gemm);
     CHECK(found);

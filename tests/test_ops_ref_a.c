@@ -148,23 +148,23 @@ static void test_cast(loom_ctx *ctx) {
   loom_type tx = {LOOM_DTYPE_F32, 1, {5}}, ty = {LOOM_DTYPE_I32, 1, {5}};
   loom_attr_value at[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_CAST, at);
-  at[loom_op_attr_index(LOOM_OP_CAST, "dtype")].i = LOOM_DTYPE_I32;
+  LOOM_ATTRV_I(at, cast, dtype) = LOOM_DTYPE_I32;
   CHECK_OK(ctx, run_op(ctx, LOOM_OP_CAST, at, 1, &tx, (void *[]){x}, &ty, y));
   CHECK(y[0] == -2 && y[1] == 2 && y[2] == INT32_MAX && y[3] == INT32_MIN && y[4] == 0);
   uint8_t bo[5];
   loom_type tbo = {LOOM_DTYPE_BOOL, 1, {5}};
   float z[5] = {0.0f, -0.5f, 3.0f, -0.0f, 1e-30f};
-  at[0].i = LOOM_DTYPE_BOOL;
+  LOOM_ATTRV_I(at, cast, dtype) = LOOM_DTYPE_BOOL;
   CHECK_OK(ctx, run_op(ctx, LOOM_OP_CAST, at, 1, &tx, (void *[]){z}, &tbo, bo));
   CHECK(bo[0] == 0 && bo[1] == 1 && bo[2] == 1 && bo[3] == 0 && bo[4] == 1);
   /* i64 -> i32 saturates; i64 -> i64 keeps every bit */
   int64_t w[2] = {INT64_C(1) << 40, (INT64_C(1) << 60) + 1}, w2[2];
   int32_t w3[2];
   loom_type tw = {LOOM_DTYPE_I64, 1, {2}}, tw3 = {LOOM_DTYPE_I32, 1, {2}};
-  at[0].i = LOOM_DTYPE_I32;
+  LOOM_ATTRV_I(at, cast, dtype) = LOOM_DTYPE_I32;
   CHECK_OK(ctx, run_op(ctx, LOOM_OP_CAST, at, 1, &tw, (void *[]){w}, &tw3, w3));
   CHECK(w3[0] == INT32_MAX && w3[1] == INT32_MAX);
-  at[0].i = LOOM_DTYPE_I64;
+  LOOM_ATTRV_I(at, cast, dtype) = LOOM_DTYPE_I64;
   CHECK_OK(ctx, run_op(ctx, LOOM_OP_CAST, at, 1, &tw, (void *[]){w}, &tw, w2));
   CHECK(w2[1] == (INT64_C(1) << 60) + 1);
 }
@@ -173,19 +173,18 @@ static void test_reduce(loom_ctx *ctx) {
   float x[6] = {1, 2, 3, 4, 5, 6}, y[6];
   loom_type t = {LOOM_DTYPE_F32, 2, {2, 3}};
   loom_attr_value at[LOOM_MAX_ATTRS];
-  int32_t ax = loom_op_attr_index(LOOM_OP_REDUCE_SUM, "axes");
-  int32_t kd = loom_op_attr_index(LOOM_OP_REDUCE_SUM, "keepdims");
-  CHECK(ax >= 0 && kd >= 0);
+  loom_ints *axes = &LOOM_ATTRV_INTS(at, reduce_sum, axes);
+  int64_t *keepdims = &LOOM_ATTRV_I(at, reduce_sum, keepdims);
   loom_attrs_default(LOOM_OP_REDUCE_SUM, at);
-  at[ax].ints.n = 1;
-  at[ax].ints.v[0] = 1;
-  at[kd].i = 1;
+  axes->n = 1;
+  axes->v[0] = 1;
+  *keepdims = 1;
   loom_type w21 = {LOOM_DTYPE_F32, 2, {2, 1}};
   CHECK_OK(ctx, run_op(ctx, LOOM_OP_REDUCE_SUM, at, 1, &t, (void *[]){x}, &w21, y));
   CHECK(y[0] == 6 && y[1] == 15);
   /* axis -2 without keepdims: column sums */
-  at[ax].ints.v[0] = -2;
-  at[kd].i = 0;
+  axes->v[0] = -2;
+  *keepdims = 0;
   loom_type w3 = {LOOM_DTYPE_F32, 1, {3}};
   CHECK_OK(ctx, run_op(ctx, LOOM_OP_REDUCE_MAX, at, 1, &t, (void *[]){x}, &w3, y));
   CHECK(y[0] == 4 && y[1] == 5 && y[2] == 6);
@@ -197,7 +196,7 @@ static void test_reduce(loom_ctx *ctx) {
   CHECK(y[0] == 1);
   /* an empty reduced axis: sum 0, max -inf, min +inf (ints saturate) */
   loom_type te = {LOOM_DTYPE_F32, 2, {2, 0}}, we = {LOOM_DTYPE_F32, 1, {2}};
-  at[ax].ints.v[0] = 1;
+  axes->v[0] = 1;
   CHECK_OK(ctx, run_op(ctx, LOOM_OP_REDUCE_MAX, at, 1, &te, (void *[]){x}, &we, y));
   CHECK(y[0] == -INFINITY && y[1] == -INFINITY);
   CHECK_OK(ctx, run_op(ctx, LOOM_OP_REDUCE_MIN, at, 1, &te, (void *[]){x}, &we, y));
@@ -224,14 +223,11 @@ static void test_matmul(loom_ctx *ctx) {
   loom_type t23 = {LOOM_DTYPE_F32, 2, {2, 3}}, t32 = {LOOM_DTYPE_F32, 2, {3, 2}};
   loom_type t22 = {LOOM_DTYPE_F32, 2, {2, 2}};
   loom_attr_value at[LOOM_MAX_ATTRS];
-  int32_t ia = loom_op_attr_index(LOOM_OP_MATMUL, "trans_a");
-  int32_t ib = loom_op_attr_index(LOOM_OP_MATMUL, "trans_b");
-  CHECK(ia >= 0 && ib >= 0);
   for (int ta = 0; ta < 2; ta++)
     for (int tb = 0; tb < 2; tb++) {
       loom_attrs_default(LOOM_OP_MATMUL, at);
-      at[ia].i = ta;
-      at[ib].i = tb;
+      LOOM_ATTRV_I(at, matmul, trans_a) = ta;
+      LOOM_ATTRV_I(at, matmul, trans_b) = tb;
       loom_type in[2] = {ta ? t32 : t23, tb ? t23 : t32};
       memset(y, 0, sizeof y);
       CHECK_OK(ctx, run_op(ctx, LOOM_OP_MATMUL, at, 2, in, (void *[]){ta ? At : A, tb ? Bt : B},

@@ -100,9 +100,9 @@ static loom_status run_dropout(loom_ctx *ctx, const float *x, float *y, int64_t 
   node.n_in = base ? 2 : 1;
   node.n_out = 1;
   loom_attrs_default(LOOM_OP_DROPOUT, node.attr);
-  node.attr[loom_op_attr_index(LOOM_OP_DROPOUT, "p")].f = p;
-  node.attr[loom_op_attr_index(LOOM_OP_DROPOUT, "seed")].i = seed;
-  node.attr[loom_op_attr_index(LOOM_OP_DROPOUT, "offset")].i = offset;
+  LOOM_ATTR_F(&node, dropout, p) = p;
+  LOOM_ATTR_I(&node, dropout, seed) = seed;
+  LOOM_ATTR_I(&node, dropout, offset) = offset;
   loom_type tx = {.dtype = LOOM_DTYPE_F32, .rank = 1, .shape = {n}};
   loom_type tb = {.dtype = LOOM_DTYPE_I64, .rank = 0};
   loom_view in[2] = {loom_view_of(&tx, (void *)x), loom_view_of(&tb, (void *)base)};
@@ -118,7 +118,6 @@ static void test_dropout_ref(loom_ctx *ctx) {
     x[i] = (float)loom_test_uniform(&rng, 0.5, 2.0);
   const double p = 0.3;
   const int64_t seed = 99;
-  CHECK(loom_op_attr_index(LOOM_OP_DROPOUT, "p") >= 0);
   CHECK_OK(ctx, run_dropout(ctx, x, whole, N, p, seed, 0, NULL));
   CHECK_OK(ctx, run_dropout(ctx, x, parts, 400, p, seed, 0, NULL));
   CHECK_OK(ctx, run_dropout(ctx, x + 400, parts + 400, N - 400, p, seed, 400, NULL));

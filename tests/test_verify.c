@@ -3,6 +3,7 @@
 #include "common.h"
 
 #include "ir/graph.h"
+#include "ops/attrs.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -177,7 +178,7 @@ int main(void) {
 
   /* Attribute INTS count beyond LOOM_MAX_RANK. */
   g = build(ctx);
-  g->nodes[2].attr[0].ints.n = LOOM_MAX_RANK + 1;
+  LOOM_ATTR_INTS(&g->nodes[2], reduce_sum, axes).n = LOOM_MAX_RANK + 1;
   expect_broken(ctx, g, "ints count", "node 2 (reduce_sum): attribute 'axes'", "9 integers");
   loom_graph_free(g);
 

@@ -146,7 +146,7 @@ int64_t loom_cost_node_bytes(const loom_graph *g, int32_t node) {
 double loom_cost_gemm(const loom_machine *m, const loom_graph *g, int32_t node) {
   const loom_node *nd = &g->nodes[node];
   const loom_type *a = loom_value_type(g, nd->in[0]);
-  bool ta = nd->attr[0].i != 0;
+  bool ta = LOOM_ATTR_I(nd, matmul, trans_a) != 0;
   int64_t k = a->rank >= 2 ? a->shape[a->rank - (ta ? 2 : 1)] : 1;
   double flops = 2.0 * (double)loom_type_numel(loom_value_type(g, nd->out[0])) * (double)k;
   double gemm_rate = (m->sgemm_gflops > 0 ? m->sgemm_gflops : 100.0) * 1e9;

@@ -160,7 +160,7 @@ static void unify_aligned(lw *w, int32_t la, int32_t lb) {
 
 /* The reduced-axes mask of a reduce node over its input rank. */
 static uint32_t reduce_mask(const loom_node *nd, int32_t rank) {
-  const loom_ints *axes = &nd->attr[0].ints;
+  const loom_ints *axes = &LOOM_ATTR_INTS(nd, reduce_sum, axes); /* sum, max, min */
   if (axes->n == 0) return rank ? (uint32_t)((UINT64_C(1) << rank) - 1) : 0;
   uint32_t m = 0;
   for (int32_t i = 0; i < axes->n; i++) {
@@ -220,11 +220,12 @@ static bool view_through(lw *w, const loom_node *nd, int32_t li, int32_t lo) {
     if (!reshape_strides(ti, x->stride, to, y->stride)) return false;
     break;
   case LOOM_OP_TRANSPOSE:
-    for (int32_t d = 0; d < to->rank; d++) y->stride[d] = x->stride[nd->attr[0].ints.v[d]];
+    for (int32_t d = 0; d < to->rank; d++)
+      y->stride[d] = x->stride[LOOM_ATTR_INTS(nd, transpose, perm).v[d]];
     break;
   case LOOM_OP_SLICE:
     for (int32_t d = 0; d < ti->rank; d++) {
-      int64_t s = nd->attr[0].ints.v[d];
+      int64_t s = LOOM_ATTR_INTS(nd, slice, starts).v[d];
       if (s < 0) s += ti->shape[d];
       y->base += s * x->stride[d];
       y->stride[d] = x->stride[d];
@@ -257,7 +258,8 @@ static loom_status classes(lw *w) {
       if (nd->op == LOOM_OP_TRANSPOSE) {
         for (int32_t k = 0; k < to->rank; k++)
           if (to->shape[k] != 1)
-            uf_union(w->uf, lo * MAXR + k, li * MAXR + (int32_t)nd->attr[0].ints.v[k]);
+            uf_union(w->uf, lo * MAXR + k,
+                     li * MAXR + (int32_t)LOOM_ATTR_INTS(nd, transpose, perm).v[k]);
       } else if (nd->op == LOOM_OP_BROADCAST_TO) {
         unify_aligned(w, li, lo);
       } else if (nd->op == LOOM_OP_RESHAPE) {
@@ -293,7 +295,7 @@ static loom_status classes(lw *w) {
     } else if (d->cls == LOOM_OPCLASS_REDUCE) {
       const loom_type *ti = vt(w, li);
       uint32_t mask = reduce_mask(nd, ti->rank);
-      bool keep = nd->attr[1].i != 0;
+      bool keep = LOOM_ATTR_I(nd, reduce_sum, keepdims) != 0;
       for (int32_t k = 0, od = 0; k < ti->rank; k++) {
         if (mask & (1u << k)) {
           od += keep;

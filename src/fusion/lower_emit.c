@@ -92,8 +92,10 @@ static int32_t emit_node(lw *w, kbuild *b, lpart *P, int32_t l, int32_t m) {
   const loom_op_def *d = loom_op_get(nd->op);
   switch (d->cls) {
   case LOOM_OPCLASS_SOURCE: {
-    if (nd->op == LOOM_OP_CONSTANT) return emit_const(w, b, t->dtype, nd->attr[2].f);
-    int64_t axis = nd->attr[1].i < 0 ? nd->attr[1].i + t->rank : nd->attr[1].i;
+    if (nd->op == LOOM_OP_CONSTANT)
+      return emit_const(w, b, t->dtype, LOOM_ATTR_F(nd, constant, value));
+    int64_t axis = LOOM_ATTR_I(nd, iota, axis);
+    if (axis < 0) axis += t->rank;
     int64_t st[MAXR] = {0};
     st[axis] = 1;
     return kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_INDEX, .dtype = t->dtype,
@@ -120,10 +122,11 @@ static int32_t emit_node(lw *w, kbuild *b, lpart *P, int32_t l, int32_t m) {
     int32_t idx = kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_INDEX, .dtype = LOOM_DTYPE_I64,
                                              .map = value_map(w, P, l, st, 0)});
     int32_t base = nd->n_in > 1 ? got(P, w->loc[nd->in[1]]) : -1;
-    double p = nd->attr[0].f;
+    double p = LOOM_ATTR_F(nd, dropout, p);
     loom_kexpr keep = {.kind = LOOM_KX_KEEP, .dtype = LOOM_DTYPE_BOOL, .n_a = base >= 0 ? 2 : 1,
-                       .a = {idx, base}, .seed = (uint64_t)nd->attr[1].i,
-                       .offset = (uint64_t)nd->attr[2].i, .threshold = loom_dropout_threshold(p)};
+                       .a = {idx, base}, .seed = (uint64_t)LOOM_ATTR_I(nd, dropout, seed),
+                       .offset = (uint64_t)LOOM_ATTR_I(nd, dropout, offset),
+                       .threshold = loom_dropout_threshold(p)};
     int32_t kp = kb_expr(w, b, keep);
     int32_t sc = emit_const(w, b, LOOM_DTYPE_F64, 1.0 - p);
     int32_t dv = kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_OP, .dtype = t->dtype,

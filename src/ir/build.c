@@ -53,23 +53,10 @@ int32_t lb_select(loom_graph *g, int32_t cond, int32_t a, int32_t b) {
   return lb_op(g, LOOM_OP_SELECT, 3, in, NULL);
 }
 
-/* Attribute slots by name, so builders do not hard-code spec order. */
-static void set_i(loom_op op, loom_attr_value *a, const char *name, int64_t v) {
-  int32_t i = loom_op_attr_index(op, name);
-  if (i >= 0) a[i].i = v;
-}
-
-static void set_f(loom_op op, loom_attr_value *a, const char *name, double v) {
-  int32_t i = loom_op_attr_index(op, name);
-  if (i >= 0) a[i].f = v;
-}
-
-static void set_ints(loom_op op, loom_attr_value *a, const char *name,
-                     int32_t n, const int64_t *v) {
-  int32_t i = loom_op_attr_index(op, name);
-  if (i < 0) return;
-  a[i].ints.n = n;
-  for (int32_t k = 0; k < n && k < LOOM_MAX_RANK; k++) a[i].ints.v[k] = v[k];
+/* Sets an INTS attribute value from n integers. */
+static void set_ints(loom_ints *dst, int32_t n, const int64_t *v) {
+  dst->n = n;
+  for (int32_t k = 0; k < n && k < LOOM_MAX_RANK; k++) dst->v[k] = v[k];
 }
 
 int32_t lb_cast(loom_graph *g, int32_t x, loom_dtype dt) {
@@ -77,7 +64,7 @@ int32_t lb_cast(loom_graph *g, int32_t x, loom_dtype dt) {
   if (g->values[x].type.dtype == dt) return x;
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_CAST, a);
-  set_i(LOOM_OP_CAST, a, "dtype", dt);
+  LOOM_ATTRV_I(a, cast, dtype) = dt;
   return lb_op(g, LOOM_OP_CAST, 1, &x, a);
 }
 
@@ -85,9 +72,9 @@ int32_t lb_const(loom_graph *g, loom_dtype dt, int32_t rank,
                  const int64_t *shape, double value) {
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_CONSTANT, a);
-  set_i(LOOM_OP_CONSTANT, a, "dtype", dt);
-  set_ints(LOOM_OP_CONSTANT, a, "shape", rank, shape);
-  set_f(LOOM_OP_CONSTANT, a, "value", value);
+  LOOM_ATTRV_I(a, constant, dtype) = dt;
+  set_ints(&LOOM_ATTRV_INTS(a, constant, shape), rank, shape);
+  LOOM_ATTRV_F(a, constant, value) = value;
   return lb_op(g, LOOM_OP_CONSTANT, 0, NULL, a);
 }
 
@@ -110,9 +97,9 @@ int32_t lb_iota(loom_graph *g, loom_dtype dt, int32_t rank,
                 const int64_t *shape, int32_t axis) {
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_IOTA, a);
-  set_i(LOOM_OP_IOTA, a, "dtype", dt);
-  set_ints(LOOM_OP_IOTA, a, "shape", rank, shape);
-  set_i(LOOM_OP_IOTA, a, "axis", axis);
+  LOOM_ATTRV_I(a, iota, dtype) = dt;
+  set_ints(&LOOM_ATTRV_INTS(a, iota, shape), rank, shape);
+  LOOM_ATTRV_I(a, iota, axis) = axis;
   return lb_op(g, LOOM_OP_IOTA, 0, NULL, a);
 }
 
@@ -120,8 +107,9 @@ int32_t lb_reduce(loom_graph *g, loom_op op, int32_t x, int32_t n_axes,
                   const int64_t *axes, bool keepdims) {
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(op, a);
-  set_ints(op, a, "axes", n_axes, axes);
-  set_i(op, a, "keepdims", keepdims);
+  /* every reduction has reduce_sum's attribute list (ops/attrs.h) */
+  set_ints(&LOOM_ATTRV_INTS(a, reduce_sum, axes), n_axes, axes);
+  LOOM_ATTRV_I(a, reduce_sum, keepdims) = keepdims;
   return lb_op(g, op, 1, &x, a);
 }
 
@@ -137,7 +125,7 @@ int32_t lb_reshape(loom_graph *g, int32_t x, int32_t rank, const int64_t *shape)
     return x;
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_RESHAPE, a);
-  set_ints(LOOM_OP_RESHAPE, a, "shape", rank, shape);
+  set_ints(&LOOM_ATTRV_INTS(a, reshape, shape), rank, shape);
   return lb_op(g, LOOM_OP_RESHAPE, 1, &x, a);
 }
 
@@ -145,7 +133,7 @@ int32_t lb_transpose(loom_graph *g, int32_t x, const int64_t *perm) {
   if (g->err || x < 0) return -1;
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_TRANSPOSE, a);
-  set_ints(LOOM_OP_TRANSPOSE, a, "perm", g->values[x].type.rank, perm);
+  set_ints(&LOOM_ATTRV_INTS(a, transpose, perm), g->values[x].type.rank, perm);
   return lb_op(g, LOOM_OP_TRANSPOSE, 1, &x, a);
 }
 
@@ -169,7 +157,7 @@ int32_t lb_broadcast_to(loom_graph *g, int32_t x, int32_t rank,
     return x;
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_BROADCAST_TO, a);
-  set_ints(LOOM_OP_BROADCAST_TO, a, "shape", rank, shape);
+  set_ints(&LOOM_ATTRV_INTS(a, broadcast_to, shape), rank, shape);
   return lb_op(g, LOOM_OP_BROADCAST_TO, 1, &x, a);
 }
 
@@ -185,15 +173,15 @@ int32_t lb_slice(loom_graph *g, int32_t x, const int64_t *starts,
   int32_t r = g->values[x].type.rank;
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_SLICE, a);
-  set_ints(LOOM_OP_SLICE, a, "starts", r, starts);
-  set_ints(LOOM_OP_SLICE, a, "ends", r, ends);
+  set_ints(&LOOM_ATTRV_INTS(a, slice, starts), r, starts);
+  set_ints(&LOOM_ATTRV_INTS(a, slice, ends), r, ends);
   return lb_op(g, LOOM_OP_SLICE, 1, &x, a);
 }
 
 int32_t lb_concat(loom_graph *g, int32_t n, const int32_t *xs, int32_t axis) {
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_CONCAT, a);
-  set_i(LOOM_OP_CONCAT, a, "axis", axis);
+  LOOM_ATTRV_I(a, concat, axis) = axis;
   return lb_op(g, LOOM_OP_CONCAT, n, xs, a);
 }
 
@@ -203,16 +191,16 @@ int32_t lb_pad(loom_graph *g, int32_t x, const int64_t *lo, const int64_t *hi,
   int32_t r = g->values[x].type.rank;
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_PAD, a);
-  set_ints(LOOM_OP_PAD, a, "lo", r, lo);
-  set_ints(LOOM_OP_PAD, a, "hi", r, hi);
-  set_f(LOOM_OP_PAD, a, "value", value);
+  set_ints(&LOOM_ATTRV_INTS(a, pad, lo), r, lo);
+  set_ints(&LOOM_ATTRV_INTS(a, pad, hi), r, hi);
+  LOOM_ATTRV_F(a, pad, value) = value;
   return lb_op(g, LOOM_OP_PAD, 1, &x, a);
 }
 
 int32_t lb_gather(loom_graph *g, int32_t data, int32_t idx, int32_t axis) {
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_GATHER, a);
-  set_i(LOOM_OP_GATHER, a, "axis", axis);
+  LOOM_ATTRV_I(a, gather, axis) = axis;
   int32_t in[2] = {data, idx};
   return lb_op(g, LOOM_OP_GATHER, 2, in, a);
 }
@@ -221,8 +209,8 @@ int32_t lb_scatter_add(loom_graph *g, int32_t idx, int32_t updates,
                        int32_t rank, const int64_t *shape, int32_t axis) {
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_SCATTER_ADD, a);
-  set_i(LOOM_OP_SCATTER_ADD, a, "axis", axis);
-  set_ints(LOOM_OP_SCATTER_ADD, a, "shape", rank, shape);
+  LOOM_ATTRV_I(a, scatter_add, axis) = axis;
+  set_ints(&LOOM_ATTRV_INTS(a, scatter_add, shape), rank, shape);
   int32_t in[2] = {idx, updates};
   return lb_op(g, LOOM_OP_SCATTER_ADD, 2, in, a);
 }
@@ -231,8 +219,8 @@ int32_t lb_matmul(loom_graph *g, int32_t a_, int32_t b_, bool trans_a,
                   bool trans_b) {
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_MATMUL, a);
-  set_i(LOOM_OP_MATMUL, a, "trans_a", trans_a);
-  set_i(LOOM_OP_MATMUL, a, "trans_b", trans_b);
+  LOOM_ATTRV_I(a, matmul, trans_a) = trans_a;
+  LOOM_ATTRV_I(a, matmul, trans_b) = trans_b;
   int32_t in[2] = {a_, b_};
   return lb_op(g, LOOM_OP_MATMUL, 2, in, a);
 }
@@ -241,9 +229,9 @@ int32_t lb_dropout(loom_graph *g, int32_t x, double p, int64_t seed,
                    int64_t offset, int32_t base) {
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_DROPOUT, a);
-  set_f(LOOM_OP_DROPOUT, a, "p", p);
-  set_i(LOOM_OP_DROPOUT, a, "seed", seed);
-  set_i(LOOM_OP_DROPOUT, a, "offset", offset);
+  LOOM_ATTRV_F(a, dropout, p) = p;
+  LOOM_ATTRV_I(a, dropout, seed) = seed;
+  LOOM_ATTRV_I(a, dropout, offset) = offset;
   int32_t in[2] = {x, base};
   return lb_op(g, LOOM_OP_DROPOUT, base >= 0 ? 2 : 1, in, a);
 }

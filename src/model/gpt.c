@@ -130,26 +130,11 @@ typedef struct fwd {
   int64_t offset; /* running dropout counter offset within a step */
 } fwd;
 
-/* Sets attribute `name` of op in a (spec order); a missing name is a bug
- * in this file, reported through the builder's sticky error. */
-static void set_attr(loom_graph *g, loom_op op, loom_attr_value *a, const char *name, int64_t i,
-                     double f) {
-  int32_t k = loom_op_attr_index(op, name);
-  if (k < 0) {
-    if (!g->err)
-      g->err = loom_error(g->ctx, LOOM_STATUS_INTERNAL, "gpt: %s has no attribute '%s'",
-                          loom_op_name(op), name);
-    return;
-  }
-  a[k].i = i;
-  a[k].f = f;
-}
-
 static int32_t layer_norm(fwd *f, int32_t x, int32_t gain, int32_t bias) {
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_LAYER_NORM, a);
-  set_attr(f->g, LOOM_OP_LAYER_NORM, a, "axis", -1, 0.0);
-  set_attr(f->g, LOOM_OP_LAYER_NORM, a, "eps", 0, 1e-5);
+  LOOM_ATTRV_I(a, layer_norm, axis) = -1;
+  LOOM_ATTRV_F(a, layer_norm, eps) = 1e-5;
   int32_t in[3] = {x, gain, bias};
   return lb_op(f->g, LOOM_OP_LAYER_NORM, 3, in, a);
 }
@@ -157,7 +142,7 @@ static int32_t layer_norm(fwd *f, int32_t x, int32_t gain, int32_t bias) {
 static int32_t gelu(fwd *f, int32_t x) {
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_GELU, a);
-  set_attr(f->g, LOOM_OP_GELU, a, "approximate", 1, 0.0); /* tanh, as GPT-2 */
+  LOOM_ATTRV_I(a, gelu, approximate) = 1; /* tanh, as GPT-2 */
   return lb_op(f->g, LOOM_OP_GELU, 1, &x, a);
 }
 
@@ -180,10 +165,10 @@ static int32_t attention(fwd *f, int32_t q, int32_t k, int32_t v) {
   double p = f->train ? f->c->dropout : 0.0;
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_ATTENTION, a);
-  set_attr(g, LOOM_OP_ATTENTION, a, "causal", 1, 0.0);
-  set_attr(g, LOOM_OP_ATTENTION, a, "p", 0, p);
-  set_attr(g, LOOM_OP_ATTENTION, a, "seed", (int64_t)f->seed, 0.0);
-  set_attr(g, LOOM_OP_ATTENTION, a, "offset", f->offset, 0.0);
+  LOOM_ATTRV_I(a, attention, causal) = 1;
+  LOOM_ATTRV_F(a, attention, p) = p;
+  LOOM_ATTRV_I(a, attention, seed) = (int64_t)f->seed;
+  LOOM_ATTRV_I(a, attention, offset) = f->offset;
   int32_t in[4] = {q, k, v, f->base};
   int32_t y = lb_op(g, LOOM_OP_ATTENTION, p > 0.0 ? 4 : 3, in, a);
   /* the probabilities [B, H, T, T] take the next counter range */
@@ -338,22 +323,17 @@ static loom_status add_updates(loom_graph *dg, const loom_gpt_param *ps, int32_t
     pv[i] = dg->inputs[LOOM_GPT_IN_PARAMS + i];
   if (!s) s = loom_graph_grad(dg, dg->outputs[0], n, pv, gr);
   int32_t step = dg->inputs[LOOM_GPT_IN_STEP], lr = dg->inputs[LOOM_GPT_IN_LR];
-  static const char *const names[5] = {"lr", "beta1", "beta2", "eps", "weight_decay"};
-  int32_t slot[5];
-  for (int32_t k = 0; k < 5; k++) {
-    slot[k] = loom_op_attr_index(LOOM_OP_ADAMW, names[k]);
-    if (slot[k] < 0 && !s)
-      s = loom_error(dg->ctx, LOOM_STATUS_INTERNAL, "gpt: adamw has no attribute '%s'", names[k]);
-  }
   for (int32_t i = 0; !s && i < n; i++) {
     int32_t m = dg->inputs[LOOM_GPT_IN_PARAMS + n + i];
     int32_t v = dg->inputs[LOOM_GPT_IN_PARAMS + 2 * n + i];
     int32_t grad = gr[i] >= 0 ? gr[i] : lb_zeros_like(dg, pv[i]);
     loom_attr_value a[LOOM_MAX_ATTRS];
     loom_attrs_default(LOOM_OP_ADAMW, a);
-    const double vals[5] = {1.0, o->beta1, o->beta2, o->eps, ps[i].decay ? o->weight_decay : 0.0};
-    for (int32_t k = 0; k < 5; k++)
-      a[slot[k]].f = vals[k];
+    LOOM_ATTRV_F(a, adamw, lr) = 1.0;
+    LOOM_ATTRV_F(a, adamw, beta1) = o->beta1;
+    LOOM_ATTRV_F(a, adamw, beta2) = o->beta2;
+    LOOM_ATTRV_F(a, adamw, eps) = o->eps;
+    LOOM_ATTRV_F(a, adamw, weight_decay) = ps[i].decay ? o->weight_decay : 0.0;
     int32_t in[5] = {pv[i], grad, m, v, step}, outs[3] = {-1, -1, -1};
     lb_op_multi(dg, LOOM_OP_ADAMW, 5, in, a, 3, outs);
     int32_t delta = lb_sub(dg, outs[0], pv[i]);

@@ -112,12 +112,12 @@ static fa_ref ref_setup(const loom_node *n, const loom_view *in, const loom_view
   fa_ref f = {.m = {1, in[0].shape[r - 2], in[1].shape[r - 2], in[0].shape[r - 1],
                     in[2].shape[r - 1]}};
   for (int32_t i = 0; i < r - 2; i++) f.m.bh *= in[0].shape[i];
-  f.scale = n->attr[LOOM_ATT_SCALE].f;
+  f.scale = LOOM_ATTR_F(n, flash_attention, scale);
   if (f.scale == 0.0) f.scale = f.m.d > 0 ? 1.0 / sqrt((double)f.m.d) : 1.0;
-  f.p = n->attr[LOOM_ATT_P].f;
-  f.causal = n->attr[LOOM_ATT_CAUSAL].i != 0;
-  f.seed = (uint64_t)n->attr[LOOM_ATT_SEED].i;
-  f.j0 = (uint64_t)n->attr[LOOM_ATT_OFFSET].i + (uint64_t)loom_view_get_i64(base, 0);
+  f.p = LOOM_ATTR_F(n, flash_attention, p);
+  f.causal = LOOM_ATTR_I(n, flash_attention, causal) != 0;
+  f.seed = (uint64_t)LOOM_ATTR_I(n, flash_attention, seed);
+  f.j0 = (uint64_t)LOOM_ATTR_I(n, flash_attention, offset) + (uint64_t)loom_view_get_i64(base, 0);
   f.thr = loom_dropout_threshold(f.p);
   f.mask = mask;
   return f;
@@ -248,7 +248,9 @@ static void grad_flash(loom_graph *g, const loom_node *n, const int32_t *dout, i
   int32_t n_in = 7, out[3] = {-1, -1, -1};
   if (n->n_in > 4) in[n_in++] = n->in[4];
   loom_attr_value attrs[LOOM_MAX_ATTRS];
-  for (int32_t a = 0; a < loom_opdef_flash_attention.n_attrs; a++) attrs[a] = n->attr[a];
+  /* One layout (ops/attrs.h); copied, since adding to g may move n. */
+  for (int32_t a = 0; a < LOOM_ATTR_COUNT(flash_attention); a++)
+    attrs[a] = n->attr[a];
   lb_op_multi(g, LOOM_OP_FLASH_ATTENTION_GRAD, n_in, in, attrs, 3, out);
   for (int32_t i = 0; i < 3; i++) din[i] = out[i];
 }
@@ -259,8 +261,8 @@ const loom_op_def loom_opdef_flash_attention = {
     .min_in = 4,
     .max_in = 5,
     .n_out = 2,
-    .n_attrs = 5,
-    .attrs = LOOM_ATTENTION_ATTRS,
+    .n_attrs = LOOM_ATTR_COUNT(flash_attention),
+    .attrs = LOOM_ATTR_SPECS(flash_attention),
     .infer = infer_flash,
     .ref = ref_flash,
     .grad = grad_flash,
@@ -272,20 +274,18 @@ const loom_op_def loom_opdef_flash_attention_grad = {
     .min_in = 7,
     .max_in = 8,
     .n_out = 3,
-    .n_attrs = 5,
-    .attrs = LOOM_ATTENTION_ATTRS,
+    .n_attrs = LOOM_ATTR_COUNT(flash_attention_grad),
+    .attrs = LOOM_ATTR_SPECS(flash_attention_grad),
     .infer = infer_flash_grad,
     .ref = ref_flash_grad,
 };
 
 /* ---- dropout_mask --------------------------------------------------------- */
 
-enum { DM_P = 0, DM_SEED, DM_OFFSET, DM_NUMEL, DM_OVERLAP };
-
 static loom_status infer_mask(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                               loom_type *out) {
-  double p = n->attr[DM_P].f;
-  int64_t numel = n->attr[DM_NUMEL].i;
+  double p = LOOM_ATTR_F(n, dropout_mask, p);
+  int64_t numel = LOOM_ATTR_I(n, dropout_mask, numel);
   if (!(p >= 0.0 && p < 1.0))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "'p' must satisfy 0 <= p < 1, got %g", p);
   if (numel < 0 || numel > INT64_MAX - 7)
@@ -299,10 +299,11 @@ static loom_status infer_mask(loom_ctx *ctx, const loom_node *n, const loom_type
 static loom_status ref_mask(loom_ctx *ctx, const loom_node *n, const loom_view *in,
                             const loom_view *out) {
   (void)ctx;
-  uint64_t j0 = (uint64_t)n->attr[DM_OFFSET].i;
+  uint64_t j0 = (uint64_t)LOOM_ATTR_I(n, dropout_mask, offset);
   if (n->n_in > 0) j0 += (uint64_t)loom_view_get_i64(&in[0], 0);
-  uint64_t seed = (uint64_t)n->attr[DM_SEED].i, thr = loom_dropout_threshold(n->attr[DM_P].f);
-  int64_t numel = n->attr[DM_NUMEL].i;
+  uint64_t seed = (uint64_t)LOOM_ATTR_I(n, dropout_mask, seed),
+           thr = loom_dropout_threshold(LOOM_ATTR_F(n, dropout_mask, p));
+  int64_t numel = LOOM_ATTR_I(n, dropout_mask, numel);
   for (int64_t byte = 0; byte < (numel + 7) / 8; byte++) {
     int v = 0;
     for (int64_t b = 0; b < 8 && byte * 8 + b < numel; b++)
@@ -318,13 +319,8 @@ const loom_op_def loom_opdef_dropout_mask = {
     .min_in = 0,
     .max_in = 1,
     .n_out = 1,
-    .n_attrs = 5,
-    .attrs = {{.name = "p", .kind = LOOM_ATTR_FLOAT, .def_f = 0.1},
-              {.name = "seed", .kind = LOOM_ATTR_INT},
-              {.name = "offset", .kind = LOOM_ATTR_INT},
-              {.name = "numel", .kind = LOOM_ATTR_INT, .required = true},
-              /* a scheduling hint: may run concurrently with earlier work */
-              {.name = "overlap", .kind = LOOM_ATTR_INT, .fmt = LOOM_ATTR_FMT_BOOL}},
+    .n_attrs = LOOM_ATTR_COUNT(dropout_mask),
+    .attrs = LOOM_ATTR_SPECS(dropout_mask),
     .infer = infer_mask,
     .ref = ref_mask,
 };

@@ -26,12 +26,12 @@ static void attention_decompose(loom_graph *g, const loom_node *n, const int32_t
   int32_t r = qt.rank;
   int64_t sq = qt.shape[r - 2], d = qt.shape[r - 1];
   int64_t sk = loom_value_type(g, in[1])->shape[r - 2];
-  double scale = n->attr[LOOM_ATT_SCALE].f;
+  double scale = LOOM_ATTR_F(n, attention, scale);
   if (scale == 0.0) scale = d > 0 ? 1.0 / sqrt((double)d) : 1.0;
 
   int32_t s = lb_matmul(g, in[0], in[1], false, true); /* [..., Sq, Sk] */
   s = lb_mul(g, s, lb_scalar(g, qt.dtype, scale));
-  if (n->attr[LOOM_ATT_CAUSAL].i) {
+  if (LOOM_ATTR_I(n, attention, causal)) {
     /* query i sees keys j <= i + (Sk - Sq): the queries are the last Sq
      * positions of the Sk-long sequence */
     int64_t sshape[LOOM_MAX_RANK], mshape[2] = {sq, sk};
@@ -47,10 +47,11 @@ static void attention_decompose(loom_graph *g, const loom_node *n, const int32_t
     s = lb_select(g, masked, ninf, s);
   }
   int32_t probs = loom_composite_softmax(g, s, r - 1, false);
-  double p = n->attr[LOOM_ATT_P].f;
+  double p = LOOM_ATTR_F(n, attention, p);
   if (p > 0.0) {
     int32_t base = n->n_in > 3 ? in[3] : -1; /* dropout takes i64 or i32 */
-    probs = lb_dropout(g, probs, p, n->attr[LOOM_ATT_SEED].i, n->attr[LOOM_ATT_OFFSET].i, base);
+    probs = lb_dropout(g, probs, p, LOOM_ATTR_I(n, attention, seed),
+                       LOOM_ATTR_I(n, attention, offset), base);
   }
   out[0] = lb_matmul(g, probs, in[2], false, false);
 }
@@ -61,8 +62,8 @@ const loom_op_def loom_opdef_attention = {
     .min_in = 3,
     .max_in = 4,
     .n_out = 1,
-    .n_attrs = 5,
-    .attrs = LOOM_ATTENTION_ATTRS,
+    .n_attrs = LOOM_ATTR_COUNT(attention),
+    .attrs = LOOM_ATTR_SPECS(attention),
     .infer = attention_infer,
     .decompose = attention_decompose,
 };

@@ -14,7 +14,7 @@ static loom_status softmax_infer(loom_ctx *ctx, const loom_node *n, const loom_t
                                  loom_type *out) {
   LOOM_TRY(loom_composite_need_float(ctx, "the input", &in[0]));
   int32_t axis;
-  LOOM_TRY(loom_composite_trailing_axis(ctx, n->attr[0].i, in[0].rank, &axis));
+  LOOM_TRY(loom_composite_trailing_axis(ctx, LOOM_ATTR_I(n, softmax, axis), in[0].rank, &axis));
   out[0] = in[0];
   return LOOM_STATUS_OK;
 }
@@ -22,7 +22,7 @@ static loom_status softmax_infer(loom_ctx *ctx, const loom_node *n, const loom_t
 static void softmax_common(loom_graph *g, const loom_node *n, const int32_t *in, int32_t *out,
                            bool log) {
   int32_t axis = 0;
-  loom_norm_axis(n->attr[0].i, loom_value_type(g, in[0])->rank, &axis);
+  loom_norm_axis(LOOM_ATTR_I(n, softmax, axis), loom_value_type(g, in[0])->rank, &axis);
   out[0] = loom_composite_softmax(g, in[0], axis, log);
 }
 
@@ -41,8 +41,8 @@ const loom_op_def loom_opdef_softmax = {
     .min_in = 1,
     .max_in = 1,
     .n_out = 1,
-    .n_attrs = 1,
-    .attrs = {{"axis", LOOM_ATTR_INT, LOOM_ATTR_FMT_PLAIN, false, -1, 0.0}},
+    .n_attrs = LOOM_ATTR_COUNT(softmax),
+    .attrs = LOOM_ATTR_SPECS(softmax),
     .infer = softmax_infer,
     .decompose = softmax_decompose,
 };
@@ -53,8 +53,8 @@ const loom_op_def loom_opdef_log_softmax = {
     .min_in = 1,
     .max_in = 1,
     .n_out = 1,
-    .n_attrs = 1,
-    .attrs = {{"axis", LOOM_ATTR_INT, LOOM_ATTR_FMT_PLAIN, false, -1, 0.0}},
+    .n_attrs = LOOM_ATTR_COUNT(log_softmax),
+    .attrs = LOOM_ATTR_SPECS(log_softmax),
     .infer = softmax_infer,
     .decompose = log_softmax_decompose,
 };
@@ -71,7 +71,7 @@ static loom_status float_unary_infer(loom_ctx *ctx, const loom_node *n, const lo
 
 static void gelu_decompose(loom_graph *g, const loom_node *n, const int32_t *in, int32_t *out) {
   int32_t x = in[0], t;
-  if (n->attr[0].i) {
+  if (LOOM_ATTR_I(n, gelu, approximate)) {
     /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
     int32_t x3 = lb_mul(g, lb_mul(g, x, x), x);
     int32_t inner = lb_add(g, x, lb_mul(g, x3, lb_scalar_like(g, x, 0.044715)));
@@ -91,8 +91,8 @@ const loom_op_def loom_opdef_gelu = {
     .min_in = 1,
     .max_in = 1,
     .n_out = 1,
-    .n_attrs = 1,
-    .attrs = {{"approximate", LOOM_ATTR_INT, LOOM_ATTR_FMT_BOOL, false, 0, 0.0}},
+    .n_attrs = LOOM_ATTR_COUNT(gelu),
+    .attrs = LOOM_ATTR_SPECS(gelu),
     .infer = float_unary_infer,
     .decompose = gelu_decompose,
 };

@@ -7,13 +7,11 @@
 
 /* ---- reduce_mean(x): axes (empty = all), keepdims ------------------------ */
 
-enum { MEAN_AXES = 0, MEAN_KEEPDIMS };
-
 /* The axes to reduce as a sorted list (empty attribute = every axis). */
 static bool mean_axes(const loom_node *n, int32_t rank, int32_t *n_axes, int64_t *axes) {
   uint32_t mask = 0;
-  if (!loom_axes_mask(&n->attr[MEAN_AXES].ints, rank, &mask)) return false;
-  if (n->attr[MEAN_AXES].ints.n == 0) mask = rank ? (1u << rank) - 1u : 0u;
+  if (!loom_axes_mask(&LOOM_ATTR_INTS(n, reduce_mean, axes), rank, &mask)) return false;
+  if (LOOM_ATTR_INTS(n, reduce_mean, axes).n == 0) mask = rank ? (1u << rank) - 1u : 0u;
   *n_axes = 0;
   for (int32_t d = 0; d < rank; d++)
     if (mask & (1u << d)) axes[(*n_axes)++] = d;
@@ -28,7 +26,7 @@ static loom_status reduce_mean_infer(loom_ctx *ctx, const loom_node *n, const lo
   if (!mean_axes(n, in[0].rank, &n_axes, axes))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "axes are out of range or repeated for rank %d", in[0].rank);
-  bool keep = n->attr[MEAN_KEEPDIMS].i != 0;
+  bool keep = LOOM_ATTR_I(n, reduce_mean, keepdims) != 0;
   out[0].dtype = in[0].dtype;
   out[0].rank = 0;
   for (int32_t d = 0, k = 0; d < in[0].rank; d++) {
@@ -47,7 +45,7 @@ static void reduce_mean_decompose(loom_graph *g, const loom_node *n, const int32
   int32_t n_axes = 0;
   int64_t axes[LOOM_MAX_RANK];
   mean_axes(n, loom_value_type(g, in[0])->rank, &n_axes, axes);
-  out[0] = loom_composite_mean(g, in[0], n_axes, axes, n->attr[MEAN_KEEPDIMS].i != 0);
+  out[0] = loom_composite_mean(g, in[0], n_axes, axes, LOOM_ATTR_I(n, reduce_mean, keepdims) != 0);
 }
 
 const loom_op_def loom_opdef_reduce_mean = {
@@ -56,25 +54,21 @@ const loom_op_def loom_opdef_reduce_mean = {
     .min_in = 1,
     .max_in = 1,
     .n_out = 1,
-    .n_attrs = 2,
-    .attrs = {{"axes", LOOM_ATTR_INTS, LOOM_ATTR_FMT_PLAIN, false, 0, 0.0},
-              {"keepdims", LOOM_ATTR_INT, LOOM_ATTR_FMT_BOOL, false, 0, 0.0}},
+    .n_attrs = LOOM_ATTR_COUNT(reduce_mean),
+    .attrs = LOOM_ATTR_SPECS(reduce_mean),
     .infer = reduce_mean_infer,
     .decompose = reduce_mean_decompose,
 };
 
 /* ---- layer_norm(x, [gamma], [beta]) and rms_norm(x, [gamma]) ------------- */
 
-/* Both: attr 0 = axis (normalise over axis..rank-1), attr 1 = eps. */
-enum { NORM_AXIS = 0, NORM_EPS };
-
 static loom_status norm_infer(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                               loom_type *out) {
   static const char *const what[3] = {"x", "gamma", "beta"};
   LOOM_TRY(loom_composite_need_float(ctx, "x", &in[0]));
   int32_t axis;
-  LOOM_TRY(loom_composite_trailing_axis(ctx, n->attr[NORM_AXIS].i, in[0].rank, &axis));
-  double eps = n->attr[NORM_EPS].f;
+  LOOM_TRY(loom_composite_trailing_axis(ctx, LOOM_ATTR_I(n, layer_norm, axis), in[0].rank, &axis));
+  double eps = LOOM_ATTR_F(n, layer_norm, eps);
   if (!(eps >= 0.0) || isinf(eps))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "eps must be finite and >= 0, got %g",
                       eps);
@@ -91,7 +85,7 @@ static loom_status norm_infer(loom_ctx *ctx, const loom_node *n, const loom_type
 /* The trailing axes axis..rank-1 of x. */
 static int32_t norm_axes(loom_graph *g, const loom_node *n, int32_t x, int64_t *axes) {
   int32_t rank = loom_value_type(g, x)->rank, axis = rank - 1;
-  loom_norm_axis(n->attr[NORM_AXIS].i, rank, &axis);
+  loom_norm_axis(LOOM_ATTR_I(n, layer_norm, axis), rank, &axis);
   for (int32_t d = axis; d < rank; d++)
     axes[d - axis] = d;
   return rank - axis;
@@ -106,7 +100,8 @@ static void layer_norm_decompose(loom_graph *g, const loom_node *n, const int32_
   int32_t mean = loom_composite_mean(g, x, na, axes, true);
   int32_t d = lb_sub(g, x, mean);
   int32_t var = loom_composite_mean(g, lb_mul(g, d, d), na, axes, true);
-  int32_t r = lb_unary(g, LOOM_OP_RSQRT, lb_add(g, var, lb_scalar_like(g, x, n->attr[NORM_EPS].f)));
+  int32_t r = lb_unary(g, LOOM_OP_RSQRT,
+                       lb_add(g, var, lb_scalar_like(g, x, LOOM_ATTR_F(n, layer_norm, eps))));
   int32_t y = lb_mul(g, d, r);
   if (n->n_in > 1) y = lb_mul(g, y, in[1]);
   if (n->n_in > 2) y = lb_add(g, y, in[2]);
@@ -117,7 +112,8 @@ static void rms_norm_decompose(loom_graph *g, const loom_node *n, const int32_t 
   int64_t axes[LOOM_MAX_RANK];
   int32_t x = in[0], na = norm_axes(g, n, x, axes);
   int32_t ms = loom_composite_mean(g, lb_mul(g, x, x), na, axes, true);
-  int32_t r = lb_unary(g, LOOM_OP_RSQRT, lb_add(g, ms, lb_scalar_like(g, x, n->attr[NORM_EPS].f)));
+  int32_t r = lb_unary(g, LOOM_OP_RSQRT,
+                       lb_add(g, ms, lb_scalar_like(g, x, LOOM_ATTR_F(n, layer_norm, eps))));
   int32_t y = lb_mul(g, x, r);
   if (n->n_in > 1) y = lb_mul(g, y, in[1]);
   out[0] = y;
@@ -129,9 +125,8 @@ const loom_op_def loom_opdef_layer_norm = {
     .min_in = 1,
     .max_in = 3,
     .n_out = 1,
-    .n_attrs = 2,
-    .attrs = {{"axis", LOOM_ATTR_INT, LOOM_ATTR_FMT_PLAIN, false, -1, 0.0},
-              {"eps", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 1e-5}},
+    .n_attrs = LOOM_ATTR_COUNT(layer_norm),
+    .attrs = LOOM_ATTR_SPECS(layer_norm),
     .infer = norm_infer,
     .decompose = layer_norm_decompose,
 };
@@ -142,9 +137,8 @@ const loom_op_def loom_opdef_rms_norm = {
     .min_in = 1,
     .max_in = 2,
     .n_out = 1,
-    .n_attrs = 2,
-    .attrs = {{"axis", LOOM_ATTR_INT, LOOM_ATTR_FMT_PLAIN, false, -1, 0.0},
-              {"eps", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 1e-6}},
+    .n_attrs = LOOM_ATTR_COUNT(rms_norm),
+    .attrs = LOOM_ATTR_SPECS(rms_norm),
     .infer = norm_infer,
     .decompose = rms_norm_decompose,
 };

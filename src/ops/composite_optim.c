@@ -4,8 +4,6 @@
 
 #include <math.h>
 
-enum { ADAM_LR = 0, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, ADAM_WD };
-
 static loom_status adamw_infer(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                loom_type *out) {
   static const char *const what[4] = {"param", "grad", "m", "v"};
@@ -18,11 +16,11 @@ static loom_status adamw_infer(loom_ctx *ctx, const loom_node *n, const loom_typ
   if (in[4].rank != 0)
     return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH, "step must be a scalar, got rank %d",
                       in[4].rank);
-  double b1 = n->attr[ADAM_BETA1].f, b2 = n->attr[ADAM_BETA2].f;
+  double b1 = LOOM_ATTR_F(n, adamw, beta1), b2 = LOOM_ATTR_F(n, adamw, beta2);
   if (!(b1 >= 0.0 && b1 < 1.0) || !(b2 >= 0.0 && b2 < 1.0))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "beta1 and beta2 must be in [0, 1), got %g and %g", b1, b2);
-  for (int32_t a = 0; a < 5; a++) {
+  for (int32_t a = 0; a < LOOM_ATTR_COUNT(adamw); a++) { /* all FLOAT */
     double f = n->attr[a].f;
     if (!isfinite(f))
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "attribute %d (%g) must be finite", a,
@@ -35,8 +33,9 @@ static loom_status adamw_infer(loom_ctx *ctx, const loom_node *n, const loom_typ
 static void adamw_decompose(loom_graph *g, const loom_node *n, const int32_t *in, int32_t *out) {
   int32_t param = in[0], grad = in[1], m = in[2], v = in[3];
   loom_dtype dt = loom_value_type(g, param)->dtype;
-  double lr = n->attr[ADAM_LR].f, b1 = n->attr[ADAM_BETA1].f, b2 = n->attr[ADAM_BETA2].f;
-  double eps = n->attr[ADAM_EPS].f, wd = n->attr[ADAM_WD].f;
+  double lr = LOOM_ATTR_F(n, adamw, lr), b1 = LOOM_ATTR_F(n, adamw, beta1),
+         b2 = LOOM_ATTR_F(n, adamw, beta2);
+  double eps = LOOM_ATTR_F(n, adamw, eps), wd = LOOM_ATTR_F(n, adamw, weight_decay);
   int32_t step = lb_cast(g, in[4], dt);
 #define K(x) lb_scalar(g, dt, (x))
   int32_t m1 = lb_add(g, lb_mul(g, m, K(b1)), lb_mul(g, grad, K(1.0 - b1)));
@@ -59,12 +58,8 @@ const loom_op_def loom_opdef_adamw = {
     .min_in = 5,
     .max_in = 5,
     .n_out = 3,
-    .n_attrs = 5,
-    .attrs = {{"lr", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 1e-3},
-              {"beta1", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.9},
-              {"beta2", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.999},
-              {"eps", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 1e-8},
-              {"weight_decay", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.01}},
+    .n_attrs = LOOM_ATTR_COUNT(adamw),
+    .attrs = LOOM_ATTR_SPECS(adamw),
     .infer = adamw_infer,
     .decompose = adamw_decompose,
 };

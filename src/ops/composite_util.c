@@ -99,7 +99,7 @@ loom_status loom_composite_check_attention(loom_ctx *ctx, const loom_node *n, co
       return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
                         "base (the dropout counter) must be a scalar, got rank %d", b->rank);
   }
-  double p = n->attr[LOOM_ATT_P].f, scale = n->attr[LOOM_ATT_SCALE].f;
+  double p = LOOM_ATTR_F(n, attention, p), scale = LOOM_ATTR_F(n, attention, scale);
   if (!(p >= 0.0 && p < 1.0))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "dropout p must be in [0, 1), got %g", p);
   if (!isfinite(scale))

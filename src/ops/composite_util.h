@@ -17,17 +17,10 @@ loom_status loom_composite_need_shape(loom_ctx *ctx, const char *what, const loo
 loom_status loom_composite_trailing_axis(loom_ctx *ctx, int64_t axis, int32_t rank, int32_t *out);
 
 /* Scaled dot-product attention, the composite and its flash form
- * (ops/attention.c): one attribute layout (LOOM_ATTENTION_ATTRS, in this
- * order) and one check of in = {q [..., Sq, D], k [..., Sk, D], v [..., Sk, Dv]}
+ * (ops/attention.c): one attribute list (LOOM_ATTR_LIST_ATTENTION in
+ * ops/attrs.h) and one check of in = {q [..., Sq, D], k [..., Sk, D], v [..., Sk, Dv]}
  * (one float dtype, equal leading dims), of base (NULL: absent; an i64 or
  * i32 scalar) and of the attributes p and scale. */
-enum { LOOM_ATT_CAUSAL = 0, LOOM_ATT_P, LOOM_ATT_SEED, LOOM_ATT_OFFSET, LOOM_ATT_SCALE };
-#define LOOM_ATTENTION_ATTRS                                                                       \
-  {{"causal", LOOM_ATTR_INT, LOOM_ATTR_FMT_BOOL, false, 0, 0.0},                                 \
-   {"p", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.0},                                   \
-   {"seed", LOOM_ATTR_INT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.0},                                  \
-   {"offset", LOOM_ATTR_INT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.0},                                \
-   {"scale", LOOM_ATTR_FLOAT, LOOM_ATTR_FMT_PLAIN, false, 0, 0.0}}
 loom_status loom_composite_check_attention(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                            const loom_type *base);
 

@@ -11,15 +11,13 @@
 
 #include <stdio.h>
 
-enum { DO_P = 0, DO_SEED = 1, DO_OFFSET = 2 };
-
 static loom_status infer_dropout(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                  loom_type *out) {
   char buf[128];
   if (!loom_dtype_is_float(in[0].dtype))
     return loom_error(ctx, LOOM_STATUS_DTYPE_MISMATCH, "x needs a float dtype, got %s",
                       loom_type_str(&in[0], buf, sizeof buf));
-  double p = n->attr[DO_P].f;
+  double p = LOOM_ATTR_F(n, dropout, p);
   if (!(p >= 0.0 && p < 1.0))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "'p' must satisfy 0 <= p < 1, got %g", p);
   if (n->n_in > 1) {
@@ -36,14 +34,14 @@ static loom_status infer_dropout(loom_ctx *ctx, const loom_node *n, const loom_t
 
 static loom_status ref_dropout(loom_ctx *ctx, const loom_node *n, const loom_view *in,
                                const loom_view *out) {
-  double p = n->attr[DO_P].f;
+  double p = LOOM_ATTR_F(n, dropout, p);
   if (!(p >= 0.0 && p < 1.0))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "dropout: 'p' must satisfy 0 <= p < 1, got %g", p);
   /* unsigned arithmetic: counter positions wrap mod 2^64, never overflow */
-  uint64_t start = (uint64_t)n->attr[DO_OFFSET].i;
+  uint64_t start = (uint64_t)LOOM_ATTR_I(n, dropout, offset);
   if (n->n_in > 1) start += (uint64_t)loom_view_get_i64(&in[1], 0);
-  uint64_t seed = (uint64_t)n->attr[DO_SEED].i;
+  uint64_t seed = (uint64_t)LOOM_ATTR_I(n, dropout, seed);
   uint64_t thr = loom_dropout_threshold(p);
   double scale_div = 1.0 - p;
   loom_view x = loom_view_broadcast(&in[0], out[0].rank, out[0].shape);
@@ -79,10 +77,8 @@ const loom_op_def loom_opdef_dropout = {
     .min_in = 1,
     .max_in = 2,
     .n_out = 1,
-    .n_attrs = 3,
-    .attrs = {{.name = "p", .kind = LOOM_ATTR_FLOAT, .def_f = 0.1},
-              {.name = "seed", .kind = LOOM_ATTR_INT},
-              {.name = "offset", .kind = LOOM_ATTR_INT}},
+    .n_attrs = LOOM_ATTR_COUNT(dropout),
+    .attrs = LOOM_ATTR_SPECS(dropout),
     .infer = infer_dropout,
     .ref = ref_dropout,
     .grad = loom_grad_dropout,

@@ -221,12 +221,10 @@ static loom_status infer_select(loom_ctx *ctx, const loom_node *n, const loom_ty
   return LOOM_STATUS_OK;
 }
 
-enum { CAST_DTYPE = 0 };
-
 static loom_status infer_cast(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                               loom_type *out) {
   LOOM_TRY(check_dtype(ctx, &in[0]));
-  int64_t dt = n->attr[CAST_DTYPE].i;
+  int64_t dt = LOOM_ATTR_I(n, cast, dtype);
   if (dt < 0 || dt >= LOOM_DTYPE_COUNT)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "'dtype' is not a valid dtype (%lld)",
                       (long long)dt);
@@ -389,9 +387,8 @@ const loom_op_def loom_opdef_cast = {
     .min_in = 1,
     .max_in = 1,
     .n_out = 1,
-    .n_attrs = 1,
-    .attrs =
-        {{.name = "dtype", .kind = LOOM_ATTR_INT, .fmt = LOOM_ATTR_FMT_DTYPE, .required = true}},
+    .n_attrs = LOOM_ATTR_COUNT(cast),
+    .attrs = LOOM_ATTR_SPECS(cast),
     .infer = infer_cast,
     .ref = ref_cast,
     .grad = loom_grad_cast,

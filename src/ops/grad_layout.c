@@ -8,17 +8,6 @@
 #include "ir/build.h"
 #include "ops/ops_util.h"
 
-/* The attribute `name` of n (NULL, with an error on g, if the op has none). */
-static const loom_attr_value *attr(loom_graph *g, const loom_node *n,
-                                   const char *name) {
-  int32_t i = loom_op_attr_index(n->op, name);
-  if (i >= 0) return &n->attr[i];
-  if (!g->err)
-    g->err = loom_error(g->ctx, LOOM_STATUS_INTERNAL, "grad of %s: no attribute '%s'",
-                        loom_op_name(n->op), name);
-  return NULL;
-}
-
 void loom_grad_reshape(loom_graph *g, const loom_node *n, const int32_t *dout,
                        int32_t *din) {
   if (dout[0] < 0 || g->err) return;
@@ -30,10 +19,10 @@ void loom_grad_reshape(loom_graph *g, const loom_node *n, const int32_t *dout,
 void loom_grad_transpose(loom_graph *g, const loom_node *n, const int32_t *dout,
                          int32_t *din) {
   if (dout[0] < 0 || g->err) return;
-  const loom_attr_value *a = attr(g, n, "perm");
-  if (!a) return;
+  const loom_ints *perm = &LOOM_ATTR_INTS(n, transpose, perm);
   int64_t inv[LOOM_MAX_RANK];
-  for (int32_t d = 0; d < a->ints.n; d++) inv[a->ints.v[d]] = d;
+  for (int32_t d = 0; d < perm->n; d++)
+    inv[perm->v[d]] = d;
   din[0] = lb_transpose(g, dout[0], inv);
 }
 
@@ -48,13 +37,12 @@ void loom_grad_broadcast_to(loom_graph *g, const loom_node *n,
 void loom_grad_slice(loom_graph *g, const loom_node *n, const int32_t *dout,
                      int32_t *din) {
   if (dout[0] < 0 || g->err) return;
-  const loom_attr_value *s = attr(g, n, "starts");
-  if (!s) return;
+  const loom_ints *s = &LOOM_ATTR_INTS(n, slice, starts);
   const loom_type *x = &g->values[n->in[0]].type;
   const loom_type *y = &g->values[n->out[0]].type;
   int64_t lo[LOOM_MAX_RANK], hi[LOOM_MAX_RANK];
   for (int32_t d = 0; d < x->rank; d++) {
-    lo[d] = s->ints.v[d] < 0 ? s->ints.v[d] + x->shape[d] : s->ints.v[d];
+    lo[d] = s->v[d] < 0 ? s->v[d] + x->shape[d] : s->v[d];
     hi[d] = x->shape[d] - lo[d] - y->shape[d];
   }
   din[0] = lb_pad(g, dout[0], lo, hi, 0.0);
@@ -64,12 +52,11 @@ void loom_grad_slice(loom_graph *g, const loom_node *n, const int32_t *dout,
 void loom_grad_pad(loom_graph *g, const loom_node *n, const int32_t *dout,
                    int32_t *din) {
   if (dout[0] < 0 || g->err) return;
-  const loom_attr_value *lo = attr(g, n, "lo");
-  if (!lo) return;
+  const loom_ints *lo = &LOOM_ATTR_INTS(n, pad, lo);
   const loom_type *x = &g->values[n->in[0]].type;
   int64_t s[LOOM_MAX_RANK], e[LOOM_MAX_RANK];
   for (int32_t d = 0; d < x->rank; d++) {
-    s[d] = lo->ints.v[d];
+    s[d] = lo->v[d];
     e[d] = s[d] + x->shape[d];
   }
   din[0] = lb_slice(g, dout[0], s, e);
@@ -79,13 +66,12 @@ void loom_grad_pad(loom_graph *g, const loom_node *n, const int32_t *dout,
 void loom_grad_concat(loom_graph *g, const loom_node *n, const int32_t *dout,
                       int32_t *din) {
   if (dout[0] < 0 || g->err) return;
-  const loom_attr_value *a = attr(g, n, "axis");
-  if (!a) return;
+  int64_t a = LOOM_ATTR_I(n, concat, axis);
   loom_type y = g->values[n->out[0]].type;
   int32_t axis;
-  if (!loom_norm_axis(a->i, y.rank, &axis)) {
-    g->err = loom_error(g->ctx, LOOM_STATUS_INTERNAL, "grad of concat: bad axis %lld",
-                        (long long)a->i);
+  if (!loom_norm_axis(a, y.rank, &axis)) {
+    g->err =
+        loom_error(g->ctx, LOOM_STATUS_INTERNAL, "grad of concat: bad axis %lld", (long long)a);
     return;
   }
   int64_t s[LOOM_MAX_RANK] = {0}, e[LOOM_MAX_RANK];

@@ -6,25 +6,12 @@
 
 #include "ir/build.h"
 
-static bool attr_i(loom_graph *g, const loom_node *n, const char *name,
-                   int64_t *v) {
-  int32_t i = loom_op_attr_index(n->op, name);
-  if (i >= 0) {
-    *v = n->attr[i].i;
-    return true;
-  }
-  if (!g->err)
-    g->err = loom_error(g->ctx, LOOM_STATUS_INTERNAL, "grad of %s: no attribute '%s'",
-                        loom_op_name(n->op), name);
-  return false;
-}
-
 /* gather(data, idx): each gathered element's gradient is added back at the
  * position it was read from. */
 void loom_grad_gather(loom_graph *g, const loom_node *n, const int32_t *dout,
                       int32_t *din) {
-  int64_t axis;
-  if (dout[0] < 0 || g->err || !attr_i(g, n, "axis", &axis)) return;
+  int64_t axis = LOOM_ATTR_I(n, gather, axis);
+  if (dout[0] < 0 || g->err) return;
   loom_type t = g->values[n->in[0]].type;
   din[0] = lb_scatter_add(g, n->in[1], dout[0], t.rank, t.shape, (int32_t)axis);
 }
@@ -32,8 +19,8 @@ void loom_grad_gather(loom_graph *g, const loom_node *n, const int32_t *dout,
 /* scatter_add(idx, updates): an update's gradient is read where it went. */
 void loom_grad_scatter_add(loom_graph *g, const loom_node *n,
                            const int32_t *dout, int32_t *din) {
-  int64_t axis;
-  if (dout[0] < 0 || g->err || !attr_i(g, n, "axis", &axis)) return;
+  int64_t axis = LOOM_ATTR_I(n, scatter_add, axis);
+  if (dout[0] < 0 || g->err) return;
   din[1] = lb_gather(g, dout[0], n->in[0], (int32_t)axis);
 }
 
@@ -48,10 +35,8 @@ void loom_grad_scatter_add(loom_graph *g, const loom_node *n,
  */
 void loom_grad_matmul(loom_graph *g, const loom_node *n, const int32_t *dout,
                       int32_t *din) {
-  int64_t ta, tb;
-  if (dout[0] < 0 || g->err || !attr_i(g, n, "trans_a", &ta) ||
-      !attr_i(g, n, "trans_b", &tb))
-    return;
+  int64_t ta = LOOM_ATTR_I(n, matmul, trans_a), tb = LOOM_ATTR_I(n, matmul, trans_b);
+  if (dout[0] < 0 || g->err) return;
   int32_t a = n->in[0], b = n->in[1], d = dout[0];
   int32_t da = ta ? lb_matmul(g, b, d, tb != 0, true) : lb_matmul(g, d, b, false, tb == 0);
   int32_t db = tb ? lb_matmul(g, d, a, true, ta != 0) : lb_matmul(g, a, d, ta == 0, false);
@@ -64,15 +49,8 @@ void loom_grad_matmul(loom_graph *g, const loom_node *n, const int32_t *dout,
 /* The same mask (same seed, offset, p and base) scaled the same way. */
 void loom_grad_dropout(loom_graph *g, const loom_node *n, const int32_t *dout,
                        int32_t *din) {
-  int64_t seed, offset;
-  int32_t ip = loom_op_attr_index(n->op, "p");
-  if (dout[0] < 0 || g->err || !attr_i(g, n, "seed", &seed) ||
-      !attr_i(g, n, "offset", &offset))
-    return;
-  if (ip < 0) {
-    g->err = loom_error(g->ctx, LOOM_STATUS_INTERNAL, "grad of dropout: no attribute 'p'");
-    return;
-  }
+  if (dout[0] < 0 || g->err) return;
+  int64_t seed = LOOM_ATTR_I(n, dropout, seed), offset = LOOM_ATTR_I(n, dropout, offset);
   int32_t base = n->n_in > 1 ? n->in[1] : -1;
-  din[0] = lb_dropout(g, dout[0], n->attr[ip].f, seed, offset, base);
+  din[0] = lb_dropout(g, dout[0], LOOM_ATTR_F(n, dropout, p), seed, offset, base);
 }

@@ -11,10 +11,8 @@
 /* The input's shape with the reduced axes of n set to 1 (axes empty: all). */
 static bool keep_shape(const loom_graph *g, const loom_node *n, loom_type *kt) {
   const loom_type *x = &g->values[n->in[0]].type;
-  int32_t ia = loom_op_attr_index(n->op, "axes");
   uint32_t mask = 0;
-  if (ia < 0) return false;
-  const loom_ints *axes = &n->attr[ia].ints;
+  const loom_ints *axes = &LOOM_ATTR_INTS(n, reduce_sum, axes); /* sum, max, min */
   if (axes->n == 0)
     mask = x->rank ? (uint32_t)((UINT64_C(1) << x->rank) - 1) : 0;
   else if (!loom_axes_mask(axes, x->rank, &mask))

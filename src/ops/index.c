@@ -12,9 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { GATHER_AXIS = 0 };
-enum { SCATTER_SHAPE = 0, SCATTER_AXIS = 1 };
-
 static bool index_dtype(loom_dtype dt) {
   return dt == LOOM_DTYPE_I32 || dt == LOOM_DTYPE_I64;
 }
@@ -70,10 +67,10 @@ static loom_status gather_infer(loom_ctx *ctx, const loom_node *n,
                                 const loom_type *in, loom_type *out) {
   const loom_type *data = &in[0], *idx = &in[1];
   int32_t axis;
-  if (!loom_norm_axis(n->attr[GATHER_AXIS].i, data->rank, &axis))
+  if (!loom_norm_axis(LOOM_ATTR_I(n, gather, axis), data->rank, &axis))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "axis %lld is out of range for data of rank %d",
-                      (long long)n->attr[GATHER_AXIS].i, data->rank);
+                      (long long)LOOM_ATTR_I(n, gather, axis), data->rank);
   if (!index_dtype(idx->dtype))
     return loom_error(ctx, LOOM_STATUS_DTYPE_MISMATCH,
                       "indices must be i32 or i64, got %s",
@@ -90,7 +87,7 @@ static loom_status gather_ref(loom_ctx *ctx, const loom_node *n,
                               const loom_view *in, const loom_view *out) {
   const loom_view *data = &in[0], *idx = &in[1];
   int32_t axis;
-  if (!loom_norm_axis(n->attr[GATHER_AXIS].i, data->rank, &axis))
+  if (!loom_norm_axis(LOOM_ATTR_I(n, gather, axis), data->rank, &axis))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gather: bad axis");
   int64_t extent = data->shape[axis], outer, inner, *iv = NULL;
   outer_inner(data->shape, data->rank, axis, &outer, &inner);
@@ -123,7 +120,7 @@ static void gather_partition(const loom_node *n, const loom_type *in,
   const loom_type *data = &in[0], *idx = &in[1];
   loom_partition_init(p, 2, 1);
   int32_t axis;
-  if (!loom_norm_axis(n->attr[GATHER_AXIS].i, data->rank, &axis)) {
+  if (!loom_norm_axis(LOOM_ATTR_I(n, gather, axis), data->rank, &axis)) {
     loom_partition_init(p, 0, 1);
     return;
   }
@@ -149,8 +146,8 @@ const loom_op_def loom_opdef_gather = {
     .min_in = 2,
     .max_in = 2,
     .n_out = 1,
-    .n_attrs = 1,
-    .attrs = {{.name = "axis", .kind = LOOM_ATTR_INT, .def_i = 0}},
+    .n_attrs = LOOM_ATTR_COUNT(gather),
+    .attrs = LOOM_ATTR_SPECS(gather),
     .infer = gather_infer,
     .ref = gather_ref,
     .grad = loom_grad_gather,
@@ -162,12 +159,12 @@ const loom_op_def loom_opdef_gather = {
 static loom_status scatter_add_infer(loom_ctx *ctx, const loom_node *n,
                                      const loom_type *in, loom_type *out) {
   const loom_type *idx = &in[0], *upd = &in[1];
-  const loom_ints *shape = &n->attr[SCATTER_SHAPE].ints;
+  const loom_ints *shape = &LOOM_ATTR_INTS(n, scatter_add, shape);
   int32_t axis;
-  if (!loom_norm_axis(n->attr[SCATTER_AXIS].i, shape->n, &axis))
+  if (!loom_norm_axis(LOOM_ATTR_I(n, scatter_add, axis), shape->n, &axis))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "axis %lld is out of range for an output of rank %d",
-                      (long long)n->attr[SCATTER_AXIS].i, shape->n);
+                      (long long)LOOM_ATTR_I(n, scatter_add, axis), shape->n);
   for (int32_t d = 0; d < shape->n; d++)
     if (shape->v[d] < 0)
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
@@ -200,7 +197,7 @@ static loom_status scatter_add_ref(loom_ctx *ctx, const loom_node *n,
                                    const loom_view *in, const loom_view *out) {
   const loom_view *idx = &in[0], *upd = &in[1];
   int32_t axis;
-  if (!loom_norm_axis(n->attr[SCATTER_AXIS].i, out->rank, &axis))
+  if (!loom_norm_axis(LOOM_ATTR_I(n, scatter_add, axis), out->rank, &axis))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "scatter_add: bad axis");
   int64_t extent = out->shape[axis], outer, inner, *iv = NULL;
   outer_inner(out->shape, out->rank, axis, &outer, &inner);
@@ -236,7 +233,7 @@ static void scatter_add_partition(const loom_node *n, const loom_type *in,
   const loom_type *idx = &in[0];
   loom_partition_init(p, 2, 1);
   int32_t axis;
-  if (!loom_norm_axis(n->attr[SCATTER_AXIS].i, out->rank, &axis)) {
+  if (!loom_norm_axis(LOOM_ATTR_I(n, scatter_add, axis), out->rank, &axis)) {
     loom_partition_init(p, 0, 1);
     return;
   }
@@ -262,9 +259,8 @@ const loom_op_def loom_opdef_scatter_add = {
     .min_in = 2,
     .max_in = 2,
     .n_out = 1,
-    .n_attrs = 2,
-    .attrs = {{.name = "shape", .kind = LOOM_ATTR_INTS, .required = true},
-              {.name = "axis", .kind = LOOM_ATTR_INT, .def_i = 0}},
+    .n_attrs = LOOM_ATTR_COUNT(scatter_add),
+    .attrs = LOOM_ATTR_SPECS(scatter_add),
     .infer = scatter_add_infer,
     .ref = scatter_add_ref,
     .grad = loom_grad_scatter_add,

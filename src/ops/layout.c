@@ -11,14 +11,6 @@
 
 #include <string.h>
 
-/* Attribute slots, in spec order. */
-enum { RESHAPE_SHAPE = 0 };
-enum { TRANSPOSE_PERM = 0 };
-enum { BROADCAST_SHAPE = 0 };
-enum { SLICE_STARTS = 0, SLICE_ENDS = 1 };
-enum { CONCAT_AXIS = 0 };
-enum { PAD_LO = 0, PAD_HI = 1, PAD_VALUE = 2 };
-
 static void set_out(loom_type *out, loom_dtype dt, int32_t rank,
                     const int64_t *shape) {
   out->dtype = dt;
@@ -46,7 +38,7 @@ static void label_dims(loom_partition *p, int32_t rank, const bool *keep,
 
 static loom_status reshape_infer(loom_ctx *ctx, const loom_node *n,
                                  const loom_type *in, loom_type *out) {
-  const loom_ints *s = &n->attr[RESHAPE_SHAPE].ints;
+  const loom_ints *s = &LOOM_ATTR_INTS(n, reshape, shape);
   int64_t known = 1;
   int32_t infer_at = -1;
   for (int32_t d = 0; d < s->n; d++) {
@@ -127,8 +119,8 @@ const loom_op_def loom_opdef_reshape = {
     .min_in = 1,
     .max_in = 1,
     .n_out = 1,
-    .n_attrs = 1,
-    .attrs = {{.name = "shape", .kind = LOOM_ATTR_INTS, .required = true}},
+    .n_attrs = LOOM_ATTR_COUNT(reshape),
+    .attrs = LOOM_ATTR_SPECS(reshape),
     .infer = reshape_infer,
     .ref = reshape_ref,
     .grad = loom_grad_reshape,
@@ -139,7 +131,7 @@ const loom_op_def loom_opdef_reshape = {
 
 static loom_status transpose_infer(loom_ctx *ctx, const loom_node *n,
                                    const loom_type *in, loom_type *out) {
-  const loom_ints *perm = &n->attr[TRANSPOSE_PERM].ints;
+  const loom_ints *perm = &LOOM_ATTR_INTS(n, transpose, perm);
   if (perm->n != in[0].rank)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "perm has %d entries for an input of rank %d", perm->n,
@@ -162,7 +154,7 @@ static loom_status transpose_infer(loom_ctx *ctx, const loom_node *n,
 static loom_status transpose_ref(loom_ctx *ctx, const loom_node *n,
                                  const loom_view *in, const loom_view *out) {
   (void)ctx;
-  loom_view src = loom_view_permute(&in[0], n->attr[TRANSPOSE_PERM].ints.v);
+  loom_view src = loom_view_permute(&in[0], LOOM_ATTR_INTS(n, transpose, perm).v);
   loom_view_copy(&out[0], &src);
   return LOOM_STATUS_OK;
 }
@@ -171,7 +163,7 @@ static void transpose_partition(const loom_node *n, const loom_type *in,
                                 const loom_type *out, loom_partition *p) {
   (void)out;
   loom_partition_init(p, 1, 1);
-  const loom_ints *perm = &n->attr[TRANSPOSE_PERM].ints;
+  const loom_ints *perm = &LOOM_ATTR_INTS(n, transpose, perm);
   for (int32_t d = 0; d < in[0].rank; d++)
     p->in[0][d] = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
   for (int32_t d = 0; d < in[0].rank && d < perm->n; d++)
@@ -184,8 +176,8 @@ const loom_op_def loom_opdef_transpose = {
     .min_in = 1,
     .max_in = 1,
     .n_out = 1,
-    .n_attrs = 1,
-    .attrs = {{.name = "perm", .kind = LOOM_ATTR_INTS, .required = true}},
+    .n_attrs = LOOM_ATTR_COUNT(transpose),
+    .attrs = LOOM_ATTR_SPECS(transpose),
     .infer = transpose_infer,
     .ref = transpose_ref,
     .grad = loom_grad_transpose,
@@ -196,7 +188,7 @@ const loom_op_def loom_opdef_transpose = {
 
 static loom_status broadcast_to_infer(loom_ctx *ctx, const loom_node *n,
                                       const loom_type *in, loom_type *out) {
-  const loom_ints *s = &n->attr[BROADCAST_SHAPE].ints;
+  const loom_ints *s = &LOOM_ATTR_INTS(n, broadcast_to, shape);
   char buf[128];
   if (s->n < in[0].rank)
     return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
@@ -233,8 +225,8 @@ const loom_op_def loom_opdef_broadcast_to = {
     .min_in = 1,
     .max_in = 1,
     .n_out = 1,
-    .n_attrs = 1,
-    .attrs = {{.name = "shape", .kind = LOOM_ATTR_INTS, .required = true}},
+    .n_attrs = LOOM_ATTR_COUNT(broadcast_to),
+    .attrs = LOOM_ATTR_SPECS(broadcast_to),
     .infer = broadcast_to_infer,
     .ref = broadcast_to_ref,
     .grad = loom_grad_broadcast_to,
@@ -248,7 +240,7 @@ const loom_op_def loom_opdef_broadcast_to = {
  * dim in *bad) unless 0 <= start <= end <= extent everywhere. */
 static bool slice_bounds(const loom_node *n, const loom_type *t, int64_t *lo,
                          int64_t *hi, int32_t *bad) {
-  const loom_ints *s = &n->attr[SLICE_STARTS].ints, *e = &n->attr[SLICE_ENDS].ints;
+  const loom_ints *s = &LOOM_ATTR_INTS(n, slice, starts), *e = &LOOM_ATTR_INTS(n, slice, ends);
   *bad = -1;
   if (s->n != t->rank || e->n != t->rank) return false;
   for (int32_t d = 0; d < t->rank; d++) {
@@ -264,7 +256,7 @@ static bool slice_bounds(const loom_node *n, const loom_type *t, int64_t *lo,
 
 static loom_status slice_infer(loom_ctx *ctx, const loom_node *n,
                                const loom_type *in, loom_type *out) {
-  const loom_ints *s = &n->attr[SLICE_STARTS].ints, *e = &n->attr[SLICE_ENDS].ints;
+  const loom_ints *s = &LOOM_ATTR_INTS(n, slice, starts), *e = &LOOM_ATTR_INTS(n, slice, ends);
   int64_t lo[LOOM_MAX_RANK], hi[LOOM_MAX_RANK];
   int32_t bad;
   if (s->n != in[0].rank || e->n != in[0].rank)
@@ -320,9 +312,8 @@ const loom_op_def loom_opdef_slice = {
     .min_in = 1,
     .max_in = 1,
     .n_out = 1,
-    .n_attrs = 2,
-    .attrs = {{.name = "starts", .kind = LOOM_ATTR_INTS, .required = true},
-              {.name = "ends", .kind = LOOM_ATTR_INTS, .required = true}},
+    .n_attrs = LOOM_ATTR_COUNT(slice),
+    .attrs = LOOM_ATTR_SPECS(slice),
     .infer = slice_infer,
     .ref = slice_ref,
     .grad = loom_grad_slice,
@@ -334,10 +325,10 @@ const loom_op_def loom_opdef_slice = {
 static loom_status concat_infer(loom_ctx *ctx, const loom_node *n,
                                 const loom_type *in, loom_type *out) {
   int32_t axis;
-  if (!loom_norm_axis(n->attr[CONCAT_AXIS].i, in[0].rank, &axis))
+  if (!loom_norm_axis(LOOM_ATTR_I(n, concat, axis), in[0].rank, &axis))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "axis %lld is out of range for rank %d",
-                      (long long)n->attr[CONCAT_AXIS].i, in[0].rank);
+                      (long long)LOOM_ATTR_I(n, concat, axis), in[0].rank);
   *out = in[0];
   char a[128], b[128];
   for (int32_t i = 1; i < n->n_in; i++) {
@@ -364,7 +355,7 @@ static loom_status concat_infer(loom_ctx *ctx, const loom_node *n,
 static loom_status concat_ref(loom_ctx *ctx, const loom_node *n,
                               const loom_view *in, const loom_view *out) {
   int32_t axis;
-  if (!loom_norm_axis(n->attr[CONCAT_AXIS].i, out[0].rank, &axis))
+  if (!loom_norm_axis(LOOM_ATTR_I(n, concat, axis), out[0].rank, &axis))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "concat: bad axis");
   int64_t off[LOOM_MAX_RANK] = {0};
   for (int32_t i = 0; i < n->n_in; i++) {
@@ -381,7 +372,8 @@ static loom_status concat_ref(loom_ctx *ctx, const loom_node *n,
 static void concat_partition(const loom_node *n, const loom_type *in,
                              const loom_type *out, loom_partition *p) {
   int32_t axis;
-  if (n->n_in > LOOM_PART_MAX_IO || !loom_norm_axis(n->attr[CONCAT_AXIS].i, out[0].rank, &axis)) {
+  if (n->n_in > LOOM_PART_MAX_IO ||
+      !loom_norm_axis(LOOM_ATTR_I(n, concat, axis), out[0].rank, &axis)) {
     loom_partition_init(p, 0, 1); /* replicate */
     return;
   }
@@ -400,8 +392,8 @@ const loom_op_def loom_opdef_concat = {
     .min_in = 1,
     .max_in = -1,
     .n_out = 1,
-    .n_attrs = 1,
-    .attrs = {{.name = "axis", .kind = LOOM_ATTR_INT, .def_i = 0}},
+    .n_attrs = LOOM_ATTR_COUNT(concat),
+    .attrs = LOOM_ATTR_SPECS(concat),
     .infer = concat_infer,
     .ref = concat_ref,
     .grad = loom_grad_concat,
@@ -412,7 +404,7 @@ const loom_op_def loom_opdef_concat = {
 
 static loom_status pad_infer(loom_ctx *ctx, const loom_node *n,
                              const loom_type *in, loom_type *out) {
-  const loom_ints *lo = &n->attr[PAD_LO].ints, *hi = &n->attr[PAD_HI].ints;
+  const loom_ints *lo = &LOOM_ATTR_INTS(n, pad, lo), *hi = &LOOM_ATTR_INTS(n, pad, hi);
   if (lo->n != in[0].rank || hi->n != in[0].rank)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "lo and hi need one entry per input dim (%d), got %d and %d",
@@ -434,14 +426,14 @@ static loom_status pad_infer(loom_ctx *ctx, const loom_node *n,
 
 static loom_status pad_ref(loom_ctx *ctx, const loom_node *n,
                            const loom_view *in, const loom_view *out) {
-  const loom_ints *lo = &n->attr[PAD_LO].ints;
+  const loom_ints *lo = &LOOM_ATTR_INTS(n, pad, lo);
   if (lo->n != out[0].rank)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "pad: bad lo");
   /* Fill with the value (converted once), then copy the input inside. */
   int64_t total = loom_view_numel(&out[0]);
   size_t es = loom_dtype_size(out[0].dtype);
   if (total > 0) {
-    loom_store(out[0].dtype, out[0].data, 0, n->attr[PAD_VALUE].f);
+    loom_store(out[0].dtype, out[0].data, 0, LOOM_ATTR_F(n, pad, value));
     for (int64_t i = 1; i < total; i++)
       memcpy((char *)out[0].data + i * (int64_t)es, out[0].data, es);
   }
@@ -456,7 +448,7 @@ static void pad_partition(const loom_node *n, const loom_type *in,
                           const loom_type *out, loom_partition *p) {
   (void)out;
   loom_partition_init(p, 1, 1);
-  const loom_ints *lo = &n->attr[PAD_LO].ints, *hi = &n->attr[PAD_HI].ints;
+  const loom_ints *lo = &LOOM_ATTR_INTS(n, pad, lo), *hi = &LOOM_ATTR_INTS(n, pad, hi);
   bool keep[LOOM_MAX_RANK];
   for (int32_t d = 0; d < in[0].rank; d++)
     keep[d] = d < lo->n && d < hi->n && lo->v[d] == 0 && hi->v[d] == 0;
@@ -470,10 +462,8 @@ const loom_op_def loom_opdef_pad = {
     .min_in = 1,
     .max_in = 1,
     .n_out = 1,
-    .n_attrs = 3,
-    .attrs = {{.name = "lo", .kind = LOOM_ATTR_INTS, .required = true},
-              {.name = "hi", .kind = LOOM_ATTR_INTS, .required = true},
-              {.name = "value", .kind = LOOM_ATTR_FLOAT, .def_f = 0.0}},
+    .n_attrs = LOOM_ATTR_COUNT(pad),
+    .attrs = LOOM_ATTR_SPECS(pad),
     .infer = pad_infer,
     .ref = pad_ref,
     .grad = loom_grad_pad,

@@ -6,8 +6,6 @@
 #include "ops/grad.h"
 #include "ops/ops_util.h"
 
-enum { MM_TRANS_A = 0, MM_TRANS_B = 1 };
-
 static loom_status infer_matmul(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                 loom_type *out) {
   char ba[128], bb[128];
@@ -19,7 +17,7 @@ static loom_status infer_matmul(loom_ctx *ctx, const loom_node *n, const loom_ty
     return loom_error(ctx, LOOM_STATUS_DTYPE_MISMATCH,
                       "inputs need the same float dtype, got %s and %s",
                       loom_type_str(a, ba, sizeof ba), loom_type_str(b, bb, sizeof bb));
-  bool ta = n->attr[MM_TRANS_A].i != 0, tb = n->attr[MM_TRANS_B].i != 0;
+  bool ta = LOOM_ATTR_I(n, matmul, trans_a) != 0, tb = LOOM_ATTR_I(n, matmul, trans_b) != 0;
   int64_t m = a->shape[a->rank - (ta ? 1 : 2)], ka = a->shape[a->rank - (ta ? 2 : 1)];
   int64_t kb = b->shape[b->rank - (tb ? 1 : 2)], nn = b->shape[b->rank - (tb ? 2 : 1)];
   if (ka != kb)
@@ -64,8 +62,8 @@ static loom_status ref_matmul(loom_ctx *ctx, const loom_node *n, const loom_view
   if (in[0].rank < 2 || in[1].rank < 2 || o->rank < 2)
     return loom_error(ctx, LOOM_STATUS_INTERNAL, "matmul: rank below 2");
   int32_t br = o->rank - 2;
-  loom_view a = matmul_operand(&in[0], n->attr[MM_TRANS_A].i != 0, br, o->shape);
-  loom_view b = matmul_operand(&in[1], n->attr[MM_TRANS_B].i != 0, br, o->shape);
+  loom_view a = matmul_operand(&in[0], LOOM_ATTR_I(n, matmul, trans_a) != 0, br, o->shape);
+  loom_view b = matmul_operand(&in[1], LOOM_ATTR_I(n, matmul, trans_b) != 0, br, o->shape);
   int64_t M = o->shape[br], N = o->shape[br + 1], K = a.shape[br + 1];
   int64_t n_batch = 1;
   for (int32_t d = 0; d < br; d++)
@@ -109,7 +107,7 @@ static void partition_matmul(const loom_node *n, const loom_type *in, const loom
   int8_t m = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
   int8_t k = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_PARTIAL, LOOM_OP_ADD);
   int8_t nl = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
-  bool ta = n->attr[MM_TRANS_A].i != 0, tb = n->attr[MM_TRANS_B].i != 0;
+  bool ta = LOOM_ATTR_I(n, matmul, trans_a) != 0, tb = LOOM_ATTR_I(n, matmul, trans_b) != 0;
   int32_t ra = in[0].rank, rb = in[1].rank;
   p->in[0][ra - 2] = ta ? k : m;
   p->in[0][ra - 1] = ta ? m : k;
@@ -125,9 +123,8 @@ const loom_op_def loom_opdef_matmul = {
     .min_in = 2,
     .max_in = 2,
     .n_out = 1,
-    .n_attrs = 2,
-    .attrs = {{.name = "trans_a", .kind = LOOM_ATTR_INT, .fmt = LOOM_ATTR_FMT_BOOL},
-              {.name = "trans_b", .kind = LOOM_ATTR_INT, .fmt = LOOM_ATTR_FMT_BOOL}},
+    .n_attrs = LOOM_ATTR_COUNT(matmul),
+    .attrs = LOOM_ATTR_SPECS(matmul),
     .infer = infer_matmul,
     .ref = ref_matmul,
     .grad = loom_grad_matmul,

@@ -8,6 +8,7 @@
 
 #include "ir/graph.h"
 #include "ir/view.h"
+#include "ops/attrs.h"
 
 typedef enum loom_op_class {
   LOOM_OPCLASS_ELEMENTWISE = 0, /* incl. select, cast, comparisons */
@@ -99,7 +100,8 @@ int64_t loom_int_elementwise(loom_op op, int64_t a, int64_t b);
 
 /* The definition of op (NULL if out of range). */
 const loom_op_def *loom_op_get(loom_op op);
-/* Index of attribute `name` in op's spec, -1 if none. */
+/* Index of attribute `name` in op's spec, -1 if none. Only for names the
+ * user gives (text IR, loom_graph_op); code reads slots (ops/attrs.h). */
 int32_t loom_op_attr_index(loom_op op, const char *name);
 
 /* Empties p for n_in inputs and n_out outputs (every dim slot unused). */

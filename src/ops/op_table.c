@@ -1,6 +1,7 @@
 #include "ops/op.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define LOOM_X_ENTRY(NAME, name) [LOOM_OP_##NAME] = &loom_opdef_##name,
@@ -40,6 +41,15 @@ int32_t loom_op_attr_index(loom_op op, const char *name) {
   for (int32_t i = 0; i < d->n_attrs; i++)
     if (strcmp(d->attrs[i].name, name) == 0) return i;
   return -1;
+}
+
+int32_t loom_attr_slot_checked(loom_op op, int32_t slot, const char *name) {
+  const loom_op_def *d = loom_op_get(op);
+  if (d && slot < d->n_attrs && strcmp(d->attrs[slot].name, name) == 0) return slot;
+  /* Only code reads by slot, so this is a bug in Loom, never bad input. */
+  fprintf(stderr, "loom: internal error: %s has no attribute '%s' in slot %d\n", d ? d->name : "?",
+          name, (int)slot);
+  abort();
 }
 
 void loom_partition_init(loom_partition *p, int32_t n_in, int32_t n_out) {

@@ -14,11 +14,9 @@
 
 #include <math.h>
 
-enum { RED_AXES = 0, RED_KEEPDIMS = 1 };
-
 /* The mask of reduced axes (empty list: all of them). */
 static loom_status reduce_mask(loom_ctx *ctx, const loom_node *n, int32_t rank, uint32_t *mask) {
-  const loom_ints *axes = &n->attr[RED_AXES].ints;
+  const loom_ints *axes = &LOOM_ATTR_INTS(n, reduce_sum, axes);
   if (axes->n == 0) {
     *mask = rank ? (uint32_t)((UINT64_C(1) << rank) - 1) : 0;
     return LOOM_STATUS_OK;
@@ -35,7 +33,7 @@ static loom_status infer_reduce(loom_ctx *ctx, const loom_node *n, const loom_ty
     return loom_error(ctx, LOOM_STATUS_DTYPE_MISMATCH, "invalid dtype %d", (int)in[0].dtype);
   uint32_t mask;
   LOOM_TRY(reduce_mask(ctx, n, in[0].rank, &mask));
-  bool keep = n->attr[RED_KEEPDIMS].i != 0;
+  bool keep = LOOM_ATTR_I(n, reduce_sum, keepdims) != 0;
   loom_type t = {.dtype = in[0].dtype};
   for (int32_t d = 0; d < in[0].rank; d++) {
     if (!(mask & (1u << d)))
@@ -116,7 +114,7 @@ static void partition_reduce(const loom_node *n, const loom_type *in, const loom
   (void)out;
   loom_partition_init(p, 1, 1);
   uint32_t mask = 0;
-  const loom_ints *axes = &n->attr[RED_AXES].ints;
+  const loom_ints *axes = &LOOM_ATTR_INTS(n, reduce_sum, axes);
   if (axes->n == 0)
     mask = in[0].rank ? (uint32_t)((UINT64_C(1) << in[0].rank) - 1) : 0;
   else if (!loom_axes_mask(axes, in[0].rank, &mask)) {
@@ -126,7 +124,7 @@ static void partition_reduce(const loom_node *n, const loom_type *in, const loom
   loom_op combine = n->op == LOOM_OP_REDUCE_SUM   ? LOOM_OP_ADD
                     : n->op == LOOM_OP_REDUCE_MAX ? LOOM_OP_MAXIMUM
                                                   : LOOM_OP_MINIMUM;
-  bool keep = n->attr[RED_KEEPDIMS].i != 0;
+  bool keep = LOOM_ATTR_I(n, reduce_sum, keepdims) != 0;
   int32_t od = 0;
   for (int32_t d = 0; d < in[0].rank; d++) {
     if (mask & (1u << d)) {
@@ -147,10 +145,8 @@ static void partition_reduce(const loom_node *n, const loom_type *in, const loom
       .min_in = 1,                                                                                 \
       .max_in = 1,                                                                                 \
       .n_out = 1,                                                                                  \
-      .n_attrs = 2,                                                                                \
-      .attrs =                                                                                     \
-          {{.name = "axes", .kind = LOOM_ATTR_INTS},                                               \
-           {.name = "keepdims", .kind = LOOM_ATTR_INT, .fmt = LOOM_ATTR_FMT_BOOL, .def_i = 0}},    \
+      .n_attrs = LOOM_ATTR_COUNT(nm),                                                              \
+      .attrs = LOOM_ATTR_SPECS(nm),                                                                \
       .infer = infer_reduce,                                                                       \
       .ref = ref_reduce,                                                                           \
       .grad = loom_grad_##nm,                                                                      \

@@ -5,9 +5,6 @@
 
 #include <string.h>
 
-enum { IOTA_SHAPE = 0, IOTA_AXIS = 1, IOTA_DTYPE = 2 };
-enum { CONST_SHAPE = 0, CONST_DTYPE = 1, CONST_VALUE = 2 };
-
 /* Checks a shape attribute and a dtype attribute and writes the type. */
 static loom_status source_type(loom_ctx *ctx, const loom_ints *shape,
                                int64_t dtype, loom_type *out) {
@@ -29,20 +26,20 @@ static loom_status source_type(loom_ctx *ctx, const loom_ints *shape,
 static loom_status iota_infer(loom_ctx *ctx, const loom_node *n,
                               const loom_type *in, loom_type *out) {
   (void)in;
-  const loom_ints *shape = &n->attr[IOTA_SHAPE].ints;
+  const loom_ints *shape = &LOOM_ATTR_INTS(n, iota, shape);
   int32_t axis;
-  if (!loom_norm_axis(n->attr[IOTA_AXIS].i, shape->n, &axis))
+  if (!loom_norm_axis(LOOM_ATTR_I(n, iota, axis), shape->n, &axis))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "axis %lld is out of range for rank %d",
-                      (long long)n->attr[IOTA_AXIS].i, shape->n);
-  return source_type(ctx, shape, n->attr[IOTA_DTYPE].i, out);
+                      (long long)LOOM_ATTR_I(n, iota, axis), shape->n);
+  return source_type(ctx, shape, LOOM_ATTR_I(n, iota, dtype), out);
 }
 
 static loom_status iota_ref(loom_ctx *ctx, const loom_node *n,
                             const loom_view *in, const loom_view *out) {
   (void)in;
   int32_t axis;
-  if (!loom_norm_axis(n->attr[IOTA_AXIS].i, out->rank, &axis))
+  if (!loom_norm_axis(LOOM_ATTR_I(n, iota, axis), out->rank, &axis))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "iota: bad axis");
   int64_t extent = out->shape[axis], inner = 1, total = loom_view_numel(out);
   for (int32_t d = axis + 1; d < out->rank; d++) inner *= out->shape[d];
@@ -58,7 +55,7 @@ static void iota_partition(const loom_node *n, const loom_type *in,
   (void)in;
   loom_partition_init(p, 0, 1);
   int32_t axis;
-  if (!loom_norm_axis(n->attr[IOTA_AXIS].i, out->rank, &axis)) axis = -1;
+  if (!loom_norm_axis(LOOM_ATTR_I(n, iota, axis), out->rank, &axis)) axis = -1;
   for (int32_t d = 0; d < out->rank; d++)
     p->out[0][d] = (int8_t)(d == axis ? -1
                                       : loom_partition_new_label(p, LOOM_SPLIT_SPATIAL,
@@ -71,11 +68,8 @@ const loom_op_def loom_opdef_iota = {
     .min_in = 0,
     .max_in = 0,
     .n_out = 1,
-    .n_attrs = 3,
-    .attrs = {{.name = "shape", .kind = LOOM_ATTR_INTS, .required = true},
-              {.name = "axis", .kind = LOOM_ATTR_INT, .def_i = 0},
-              {.name = "dtype", .kind = LOOM_ATTR_INT, .fmt = LOOM_ATTR_FMT_DTYPE,
-               .def_i = LOOM_DTYPE_I64}},
+    .n_attrs = LOOM_ATTR_COUNT(iota),
+    .attrs = LOOM_ATTR_SPECS(iota),
     .infer = iota_infer,
     .ref = iota_ref,
     .grad = NULL,
@@ -87,7 +81,8 @@ const loom_op_def loom_opdef_iota = {
 static loom_status constant_infer(loom_ctx *ctx, const loom_node *n,
                                   const loom_type *in, loom_type *out) {
   (void)in;
-  return source_type(ctx, &n->attr[CONST_SHAPE].ints, n->attr[CONST_DTYPE].i, out);
+  return source_type(ctx, &LOOM_ATTR_INTS(n, constant, shape), LOOM_ATTR_I(n, constant, dtype),
+                     out);
 }
 
 static loom_status constant_ref(loom_ctx *ctx, const loom_node *n,
@@ -98,7 +93,7 @@ static loom_status constant_ref(loom_ctx *ctx, const loom_node *n,
   size_t es = loom_dtype_size(out->dtype);
   if (total <= 0) return LOOM_STATUS_OK;
   /* Convert once, then replicate the bytes. */
-  loom_store(out->dtype, out->data, 0, n->attr[CONST_VALUE].f);
+  loom_store(out->dtype, out->data, 0, LOOM_ATTR_F(n, constant, value));
   for (int64_t i = 1; i < total; i++)
     memcpy((char *)out->data + i * (int64_t)es, out->data, es);
   return LOOM_STATUS_OK;
@@ -119,11 +114,8 @@ const loom_op_def loom_opdef_constant = {
     .min_in = 0,
     .max_in = 0,
     .n_out = 1,
-    .n_attrs = 3,
-    .attrs = {{.name = "shape", .kind = LOOM_ATTR_INTS},
-              {.name = "dtype", .kind = LOOM_ATTR_INT, .fmt = LOOM_ATTR_FMT_DTYPE,
-               .def_i = LOOM_DTYPE_F32},
-              {.name = "value", .kind = LOOM_ATTR_FLOAT, .def_f = 0.0}},
+    .n_attrs = LOOM_ATTR_COUNT(constant),
+    .attrs = LOOM_ATTR_SPECS(constant),
     .infer = constant_infer,
     .ref = constant_ref,
     .grad = NULL,

@@ -5,7 +5,7 @@
 #include "passes/attention.h"
 
 #include "ir/build.h"
-#include "ops/composite_util.h"
+#include "ops/op.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,12 +32,12 @@ static double producing_gemm_flops(const loom_graph *g, int32_t x) {
 typedef struct sdpa {
   int32_t q, k, v, base; /* source values; base -1: none */
   int32_t out;           /* the source value it computes */
-  loom_attr_value attr[LOOM_MAX_ATTRS]; /* the attention layout (composite_util.h) */
+  loom_attr_value attr[LOOM_MAX_ATTRS]; /* attention's, which flash_attention shares */
 } sdpa;
 
 static sdpa from_composite(const loom_node *n) {
   sdpa a = {n->in[0], n->in[1], n->in[2], n->n_in > 3 ? n->in[3] : -1, n->out[0], {{0}}};
-  for (int32_t i = 0; i < loom_op_get(LOOM_OP_ATTENTION)->n_attrs; i++) a.attr[i] = n->attr[i];
+  for (int32_t i = 0; i < LOOM_ATTR_COUNT(attention); i++) a.attr[i] = n->attr[i];
   return a;
 }
 
@@ -50,55 +50,45 @@ static const loom_node *sole_producer(const loom_graph *g, const int32_t *uses, 
   return &g->nodes[g->values[v].node];
 }
 
-static bool attr_int(const loom_node *n, const char *name, int64_t *out) {
-  int32_t i = loom_op_attr_index(n->op, name);
-  if (i < 0) return false;
-  *out = n->attr[i].i;
-  return true;
-}
-
 /* Matches y = matmul(dropout?(softmax(mul?(matmul(q, k^T), c), -1)), v),
  * every intermediate used once, c a rank-0 constant; marks the
  * intermediate nodes in skip. (A causal mask written as primitives is not
  * matched: the composite carries it.) */
 static bool match_primitives(const loom_graph *g, const int32_t *uses, const loom_node *y,
                              uint8_t *skip, sdpa *a) {
-  int64_t ta, tb;
-  if (y->op != LOOM_OP_MATMUL || !attr_int(y, "trans_a", &ta) || !attr_int(y, "trans_b", &tb) ||
-      ta || tb)
+  if (y->op != LOOM_OP_MATMUL || LOOM_ATTR_I(y, matmul, trans_a) ||
+      LOOM_ATTR_I(y, matmul, trans_b))
     return false;
   const loom_node *chain[4];
   int32_t n_chain = 0;
   const loom_node *x = sole_producer(g, uses, y->in[0]);
   memset(a, 0, sizeof *a);
   a->base = -1;
-  a->attr[LOOM_ATT_SCALE].f = 1.0;
+  LOOM_ATTRV_F(a->attr, attention, scale) = 1.0;
   if (x && x->op == LOOM_OP_DROPOUT) {
-    int32_t ip = loom_op_attr_index(LOOM_OP_DROPOUT, "p");
-    a->attr[LOOM_ATT_P].f = x->attr[ip].f;
-    attr_int(x, "seed", &a->attr[LOOM_ATT_SEED].i);
-    attr_int(x, "offset", &a->attr[LOOM_ATT_OFFSET].i);
+    LOOM_ATTRV_F(a->attr, attention, p) = LOOM_ATTR_F(x, dropout, p);
+    LOOM_ATTRV_I(a->attr, attention, seed) = LOOM_ATTR_I(x, dropout, seed);
+    LOOM_ATTRV_I(a->attr, attention, offset) = LOOM_ATTR_I(x, dropout, offset);
     a->base = x->n_in > 1 ? x->in[1] : -1;
     chain[n_chain++] = x;
     x = sole_producer(g, uses, x->in[0]);
   }
-  int64_t axis;
-  if (!x || x->op != LOOM_OP_SOFTMAX || !attr_int(x, "axis", &axis)) return false;
+  if (!x || x->op != LOOM_OP_SOFTMAX) return false;
+  int64_t axis = LOOM_ATTR_I(x, softmax, axis);
   int32_t rank = loom_value_type(g, x->out[0])->rank;
   if (axis != -1 && axis != rank - 1) return false;
   chain[n_chain++] = x;
   x = sole_producer(g, uses, x->in[0]);
   if (x && x->op == LOOM_OP_MUL) {
     const loom_node *c = g->values[x->in[1]].node >= 0 ? &g->nodes[g->values[x->in[1]].node] : NULL;
-    int32_t iv = loom_op_attr_index(LOOM_OP_CONSTANT, "value");
     if (!c || c->op != LOOM_OP_CONSTANT || loom_value_type(g, x->in[1])->rank != 0) return false;
-    a->attr[LOOM_ATT_SCALE].f = c->attr[iv].f;
-    if (a->attr[LOOM_ATT_SCALE].f == 0.0) return false; /* 0 means 1/sqrt(D) to flash */
+    LOOM_ATTRV_F(a->attr, attention, scale) = LOOM_ATTR_F(c, constant, value);
+    if (LOOM_ATTRV_F(a->attr, attention, scale) == 0.0) return false; /* 1/sqrt(D) to flash */
     chain[n_chain++] = x;
     x = sole_producer(g, uses, x->in[0]);
   }
-  if (!x || x->op != LOOM_OP_MATMUL || !attr_int(x, "trans_a", &ta) ||
-      !attr_int(x, "trans_b", &tb) || ta || !tb)
+  if (!x || x->op != LOOM_OP_MATMUL || LOOM_ATTR_I(x, matmul, trans_a) ||
+      !LOOM_ATTR_I(x, matmul, trans_b))
     return false;
   chain[n_chain++] = x;
   a->q = x->in[0];
@@ -124,10 +114,10 @@ static loom_status replace(loom_graph *dst, const loom_graph *src, const sdpa *a
   int32_t r = q->rank;
   loom_rng_attn shape = {.bh = 1, .sq = q->shape[r - 2], .sk = k->shape[r - 2],
                          .d = q->shape[r - 1], .dv = v->shape[r - 1],
-                         .causal = a->attr[LOOM_ATT_CAUSAL].i != 0, .backward = true,
+                         .causal = LOOM_ATTRV_I(a->attr, attention, causal) != 0, .backward = true,
                          .gemm_before_flops = producing_gemm_flops(src, a->q)};
   for (int32_t i = 0; i < r - 2; i++) shape.bh *= q->shape[i];
-  double p = a->attr[LOOM_ATT_P].f;
+  double p = LOOM_ATTRV_F(a->attr, attention, p);
   if (placement == LOOM_RNG_AUTO && p > 0.0) {
     double t[LOOM_RNG_COUNT];
     placement = model ? loom_rng_model_predict(model, &shape, NULL, t) : LOOM_RNG_FUSED;
@@ -138,11 +128,11 @@ static loom_status replace(loom_graph *dst, const loom_graph *src, const sdpa *a
   if (p > 0.0 && placement != LOOM_RNG_FUSED) {
     loom_attr_value ma[LOOM_MAX_ATTRS];
     loom_attrs_default(LOOM_OP_DROPOUT_MASK, ma);
-    ma[0].f = p;                                /* p */
-    ma[1].i = a->attr[LOOM_ATT_SEED].i;         /* seed */
-    ma[2].i = a->attr[LOOM_ATT_OFFSET].i;       /* offset */
-    ma[3].i = shape.bh * shape.sq * shape.sk;   /* numel */
-    ma[4].i = placement == LOOM_RNG_OVERLAP;    /* overlap */
+    LOOM_ATTRV_F(ma, dropout_mask, p) = p;
+    LOOM_ATTRV_I(ma, dropout_mask, seed) = LOOM_ATTRV_I(a->attr, attention, seed);
+    LOOM_ATTRV_I(ma, dropout_mask, offset) = LOOM_ATTRV_I(a->attr, attention, offset);
+    LOOM_ATTRV_I(ma, dropout_mask, numel) = shape.bh * shape.sq * shape.sk;
+    LOOM_ATTRV_I(ma, dropout_mask, overlap) = placement == LOOM_RNG_OVERLAP;
     /* without a base the mask takes none: a constant would tie it to
      * whichever kernel computes that constant, and to its place */
     in[n_in++] = lb_op(dst, LOOM_OP_DROPOUT_MASK, a->base >= 0 ? 1 : 0, &base, ma);

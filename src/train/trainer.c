@@ -240,15 +240,13 @@ const loom_session *loom_trainer_session(const loom_trainer *t) { return t ? t->
 loom_trainer_rng_counts loom_trainer_rng_placements(const loom_trainer *t) {
   loom_trainer_rng_counts c = {0, 0, 0, 0};
   const loom_graph *g = t ? t->train_g : NULL;
-  int32_t ip = loom_op_attr_index(LOOM_OP_FLASH_ATTENTION, "p");
-  int32_t io = loom_op_attr_index(LOOM_OP_DROPOUT_MASK, "overlap");
   for (int32_t i = 0; g && i < g->n_nodes; i++) {
     const loom_node *n = &g->nodes[i];
     if (n->op == LOOM_OP_FLASH_ATTENTION) {
       c.flash++;
-      c.fused += n->attr[ip].f > 0.0 && n->n_in < 5;
+      c.fused += LOOM_ATTR_F(n, flash_attention, p) > 0.0 && n->n_in < 5;
     } else if (n->op == LOOM_OP_DROPOUT_MASK) {
-      if (n->attr[io].i)
+      if (LOOM_ATTR_I(n, dropout_mask, overlap))
         c.overlap++;
       else
         c.sequential++;

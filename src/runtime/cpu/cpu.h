@@ -95,11 +95,6 @@ bool loom_cpu_program_is_eager(const loom_cpu_program *p);
 loom_status loom_cpu_prepare_eager(const loom_graph *g, const loom_cpu_kernel *kernels,
                                    loom_prepared *out);
 
-/* Attribute helpers by name (op files keep their slot numbers private). */
-int64_t loom_cpu_attr_i(const loom_node *n, const char *name);
-double loom_cpu_attr_f(const loom_node *n, const char *name);
-const loom_ints *loom_cpu_attr_ints(const loom_node *n, const char *name);
-
 /* An n-d iteration over up to 4 same-shaped operands (strides in elements;
  * 0 for broadcast), with size-1 dims dropped and mergeable dims merged. */
 #define LOOM_CPU_MAX_OPS 4

@@ -28,12 +28,12 @@ static loom_flash_attn flash_args(const loom_node *n, const loom_view *in, int32
                        .k = in[1].data,
                        .v = in[2].data};
   for (int32_t i = 0; i < r - 2; i++) a.bh *= in[0].shape[i];
-  a.scale = loom_cpu_attr_f(n, "scale");
+  a.scale = LOOM_ATTR_F(n, flash_attention, scale);
   if (a.scale == 0.0) a.scale = a.d > 0 ? 1.0 / sqrt((double)a.d) : 1.0;
-  a.causal = loom_cpu_attr_i(n, "causal") != 0;
-  a.p = loom_cpu_attr_f(n, "p");
-  a.seed = (uint64_t)loom_cpu_attr_i(n, "seed");
-  a.j0 = (uint64_t)loom_cpu_attr_i(n, "offset") +
+  a.causal = LOOM_ATTR_I(n, flash_attention, causal) != 0;
+  a.p = LOOM_ATTR_F(n, flash_attention, p);
+  a.seed = (uint64_t)LOOM_ATTR_I(n, flash_attention, seed);
+  a.j0 = (uint64_t)LOOM_ATTR_I(n, flash_attention, offset) +
          (uint64_t)loom_load_i64(in[base].dtype, in[base].data, 0);
   a.mask_bits = mask >= 0 && n->n_in > mask ? in[mask].data : NULL;
   return a;
@@ -69,11 +69,11 @@ static loom_status k_flash_grad(const loom_cpu *c, const loom_node *n, const loo
 
 static loom_status k_dropout_mask(const loom_cpu *c, const loom_node *n, const loom_view *in,
                                   const loom_view *out) {
-  uint64_t j0 = (uint64_t)loom_cpu_attr_i(n, "offset");
+  uint64_t j0 = (uint64_t)LOOM_ATTR_I(n, dropout_mask, offset);
   if (n->n_in > 0) j0 += (uint64_t)loom_load_i64(in[0].dtype, in[0].data, 0);
-  uint64_t seed = (uint64_t)loom_cpu_attr_i(n, "seed");
-  uint64_t thr = loom_dropout_threshold(loom_cpu_attr_f(n, "p"));
-  int64_t numel = loom_cpu_attr_i(n, "numel"), bytes = (numel + 7) / 8;
+  uint64_t seed = (uint64_t)LOOM_ATTR_I(n, dropout_mask, seed);
+  uint64_t thr = loom_dropout_threshold(LOOM_ATTR_F(n, dropout_mask, p));
+  int64_t numel = LOOM_ATTR_I(n, dropout_mask, numel), bytes = (numel + 7) / 8;
   uint8_t *bits = out[0].data;
   int64_t tasks = (bytes + MASK_TASK_BYTES - 1) / MASK_TASK_BYTES;
 #pragma omp parallel for num_threads(c->nt) schedule(static) if (tasks > 1)

@@ -19,22 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t loom_cpu_attr_i(const loom_node *n, const char *name) {
-  int32_t i = loom_op_attr_index(n->op, name);
-  return i >= 0 ? n->attr[i].i : 0;
-}
-
-double loom_cpu_attr_f(const loom_node *n, const char *name) {
-  int32_t i = loom_op_attr_index(n->op, name);
-  return i >= 0 ? n->attr[i].f : 0.0;
-}
-
-const loom_ints *loom_cpu_attr_ints(const loom_node *n, const char *name) {
-  static const loom_ints none = {0, {0}};
-  int32_t i = loom_op_attr_index(n->op, name);
-  return i >= 0 ? &n->attr[i].ints : &none;
-}
-
 static loom_cpu_kernel select_kernel(const loom_graph *g, const loom_node *n) {
   const loom_op_def *d = loom_op_get(n->op);
   if (!d) return NULL;
@@ -166,7 +150,7 @@ static loom_status cpu_rewrite(void *bctx, loom_ctx *ctx, const loom_graph *g,
   for (int32_t i = 0; i < g->n_nodes; i++) {
     loom_op op = g->nodes[i].op;
     candidate |= op == LOOM_OP_ATTENTION || op == LOOM_OP_SOFTMAX;
-    dropout |= (op == LOOM_OP_ATTENTION && g->nodes[i].attr[LOOM_ATT_P].f > 0.0) ||
+    dropout |= (op == LOOM_OP_ATTENTION && LOOM_ATTR_F(&g->nodes[i], attention, p) > 0.0) ||
                op == LOOM_OP_DROPOUT;
   }
   if (!candidate) return LOOM_STATUS_OK;

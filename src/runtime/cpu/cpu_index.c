@@ -50,7 +50,7 @@ static loom_status k_gather(const loom_cpu *c, const loom_node *n, const loom_vi
                             const loom_view *out) {
   const loom_view *data = &in[0];
   int32_t axis;
-  if (!loom_norm_axis(loom_cpu_attr_i(n, "axis"), data->rank, &axis))
+  if (!loom_norm_axis(LOOM_ATTR_I(n, gather, axis), data->rank, &axis))
     return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT, "gather: bad axis");
   int64_t extent = data->shape[axis], outer, inner, *iv = NULL;
   outer_inner(data, axis, &outer, &inner);
@@ -75,7 +75,7 @@ static loom_status k_gather(const loom_cpu *c, const loom_node *n, const loom_vi
 static loom_status k_scatter_add(const loom_cpu *c, const loom_node *n, const loom_view *in,
                                  const loom_view *out) {
   int32_t axis;
-  if (!loom_norm_axis(loom_cpu_attr_i(n, "axis"), out[0].rank, &axis))
+  if (!loom_norm_axis(LOOM_ATTR_I(n, scatter_add, axis), out[0].rank, &axis))
     return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT, "scatter_add: bad axis");
   int64_t extent = out[0].shape[axis], outer, inner, *iv = NULL;
   outer_inner(&out[0], axis, &outer, &inner);
@@ -132,13 +132,13 @@ static loom_status k_scatter_add(const loom_cpu *c, const loom_node *n, const lo
  * bit. Fixed-size tasks: the same result for any thread count. */
 static loom_status k_dropout(const loom_cpu *c, const loom_node *n, const loom_view *in,
                              const loom_view *out) {
-  double p = loom_cpu_attr_f(n, "p");
+  double p = LOOM_ATTR_F(n, dropout, p);
   if (!(p >= 0.0 && p < 1.0))
     return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "dropout: 'p' must satisfy 0 <= p < 1, got %g", p);
-  uint64_t start = (uint64_t)loom_cpu_attr_i(n, "offset");
+  uint64_t start = (uint64_t)LOOM_ATTR_I(n, dropout, offset);
   if (n->n_in > 1) start += (uint64_t)loom_load_i64(in[1].dtype, in[1].data, 0);
-  uint64_t seed = (uint64_t)loom_cpu_attr_i(n, "seed"), thr = loom_dropout_threshold(p);
+  uint64_t seed = (uint64_t)LOOM_ATTR_I(n, dropout, seed), thr = loom_dropout_threshold(p);
   double keep_div = 1.0 - p;
   const float *x = in[0].data;
   float *y = out[0].data;
@@ -184,7 +184,7 @@ static loom_status k_iota(const loom_cpu *c, const loom_node *n, const loom_view
                           const loom_view *out) {
   (void)in;
   int32_t axis;
-  if (!loom_norm_axis(loom_cpu_attr_i(n, "axis"), out[0].rank, &axis))
+  if (!loom_norm_axis(LOOM_ATTR_I(n, iota, axis), out[0].rank, &axis))
     return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT, "iota: bad axis");
   int64_t extent = out[0].shape[axis], inner = 1, total = loom_view_numel(&out[0]);
   for (int32_t d = axis + 1; d < out[0].rank; d++)
@@ -201,7 +201,7 @@ static loom_status k_constant(const loom_cpu *c, const loom_node *n, const loom_
                               const loom_view *out) {
   (void)in;
   uint64_t val = 0; /* converted once, replicated as bytes */
-  loom_store(out[0].dtype, &val, 0, loom_cpu_attr_f(n, "value"));
+  loom_store(out[0].dtype, &val, 0, LOOM_ATTR_F(n, constant, value));
   loom_cpu_fill(c, out[0].data, loom_view_numel(&out[0]), loom_dtype_size(out[0].dtype), &val);
   return LOOM_STATUS_OK;
 }

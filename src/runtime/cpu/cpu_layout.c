@@ -213,7 +213,7 @@ static loom_status k_reshape(const loom_cpu *c, const loom_node *n, const loom_v
 
 static loom_status k_transpose(const loom_cpu *c, const loom_node *n, const loom_view *in,
                                const loom_view *out) {
-  const loom_ints *perm = loom_cpu_attr_ints(n, "perm");
+  const loom_ints *perm = &LOOM_ATTR_INTS(n, transpose, perm);
   if (perm->n != in[0].rank)
     return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT, "transpose: bad perm");
   loom_view s = loom_view_permute(&in[0], perm->v);
@@ -239,7 +239,7 @@ static void *at(const loom_view *v, const int64_t *lo) {
 
 static loom_status k_slice(const loom_cpu *c, const loom_node *n, const loom_view *in,
                            const loom_view *out) {
-  const loom_ints *st = loom_cpu_attr_ints(n, "starts");
+  const loom_ints *st = &LOOM_ATTR_INTS(n, slice, starts);
   if (st->n != in[0].rank)
     return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT, "slice: bad starts");
   int64_t lo[LOOM_MAX_RANK];
@@ -259,7 +259,7 @@ static loom_status k_slice(const loom_cpu *c, const loom_node *n, const loom_vie
 static loom_status k_concat(const loom_cpu *c, const loom_node *n, const loom_view *in,
                             const loom_view *out) {
   int32_t axis;
-  if (!loom_norm_axis(loom_cpu_attr_i(n, "axis"), out[0].rank, &axis))
+  if (!loom_norm_axis(LOOM_ATTR_I(n, concat, axis), out[0].rank, &axis))
     return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT, "concat: bad axis");
   int64_t off[LOOM_MAX_RANK] = {0};
   for (int32_t i = 0; i < n->n_in; i++) {
@@ -274,10 +274,10 @@ static loom_status k_concat(const loom_cpu *c, const loom_node *n, const loom_vi
 
 static loom_status k_pad(const loom_cpu *c, const loom_node *n, const loom_view *in,
                          const loom_view *out) {
-  const loom_ints *lo = loom_cpu_attr_ints(n, "lo");
+  const loom_ints *lo = &LOOM_ATTR_INTS(n, pad, lo);
   if (lo->n != out[0].rank) return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT, "pad: bad lo");
   uint64_t val = 0; /* the value converted once, as bytes */
-  loom_store(out[0].dtype, &val, 0, loom_cpu_attr_f(n, "value"));
+  loom_store(out[0].dtype, &val, 0, LOOM_ATTR_F(n, pad, value));
   loom_cpu_fill(c, out[0].data, loom_view_numel(&out[0]), loom_dtype_size(out[0].dtype), &val);
   loom_view d = out[0];
   d.data = at(&out[0], lo->v);

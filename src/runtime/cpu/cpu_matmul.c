@@ -6,13 +6,15 @@
 #include "runtime/cpu/cpu.h"
 #include "runtime/cpu/gemm.h"
 
+#include "ops/attrs.h"
+
 #include <stdlib.h>
 
 loom_status loom_cpu_matmul(const loom_cpu *c, const loom_node *n, const loom_view *in,
                             const loom_view *out, const loom_gemm_epilogue *epi) {
   const loom_view *o = &out[0];
   int32_t br = o->rank - 2, ra = in[0].rank, rb = in[1].rank;
-  bool ta = loom_cpu_attr_i(n, "trans_a") != 0, tb = loom_cpu_attr_i(n, "trans_b") != 0;
+  bool ta = LOOM_ATTR_I(n, matmul, trans_a) != 0, tb = LOOM_ATTR_I(n, matmul, trans_b) != 0;
   loom_gemm p = {
       .trans_a = ta,
       .trans_b = tb,

@@ -62,11 +62,10 @@ static void move_step(loom_program *p, bool *async, int32_t from, int32_t to) {
 loom_status loom_cpu_overlap_schedule(loom_ctx *ctx, const loom_graph *g, loom_program *p,
                                       bool **async_out) {
   *async_out = NULL;
-  int32_t overlap = loom_op_attr_index(LOOM_OP_DROPOUT_MASK, "overlap");
   bool any = false;
   for (int32_t s = 0; s < p->n_steps && !any; s++)
     any = p->steps[s].kind == LOOM_STEP_NODE && g->nodes[p->steps[s].node].op == LOOM_OP_DROPOUT_MASK &&
-          g->nodes[p->steps[s].node].attr[overlap].i;
+          LOOM_ATTR_I(&g->nodes[p->steps[s].node], dropout_mask, overlap);
   if (!any) return LOOM_STATUS_OK;
   bool *async = loom_calloc(ctx, (size_t)p->n_steps, sizeof *async);
   if (!async) return LOOM_STATUS_OUT_OF_MEMORY;
@@ -74,7 +73,7 @@ loom_status loom_cpu_overlap_schedule(loom_ctx *ctx, const loom_graph *g, loom_p
     const loom_step *st = &p->steps[s];
     if (st->kind != LOOM_STEP_NODE || async[s]) continue;
     const loom_node *n = &g->nodes[st->node];
-    if (n->op != LOOM_OP_DROPOUT_MASK || !n->attr[overlap].i) continue;
+    if (n->op != LOOM_OP_DROPOUT_MASK || !LOOM_ATTR_I(n, dropout_mask, overlap)) continue;
     int32_t user = p->n_steps, ready = -1; /* first reader; last writer of an input */
     for (int32_t t = 0; t < p->n_steps; t++) {
       if (t > s && t < user && step_reads(g, p, &p->steps[t], n->out[0])) user = t;

@@ -22,7 +22,7 @@
  * block. An empty axes list reduces everything. */
 static bool reduce_split(const loom_node *n, const loom_type *t, int64_t *O, int64_t *R,
                          int64_t *I) {
-  const loom_ints *axes = loom_cpu_attr_ints(n, "axes");
+  const loom_ints *axes = &LOOM_ATTR_INTS(n, reduce_sum, axes);
   uint32_t mask = 0;
   if (axes->n == 0)
     mask = t->rank ? (uint32_t)((UINT64_C(1) << t->rank) - 1) : 0;

@@ -1,0 +1,182 @@
+/*
+ * Every op's attributes, in one list per op. Each list expands twice: into
+ * the op's loom_attr_spec array (its definition in src/ops, which the text
+ * IR, `loom ops` and loom_graph_op's named attributes read), and into an
+ * enum of slot indices, so that code reads an attribute by a name the
+ * compiler checks:
+ *
+ *   bool ta = LOOM_ATTR_I(n, matmul, trans_a) != 0;
+ *
+ * A misspelt op or attribute name is a build error; so is reading an INT
+ * attribute as FLOAT. In builds without NDEBUG a node read through the
+ * wrong op's slots (n->op has no attribute NAME at that slot) aborts with
+ * a message. Names given by the user (the text IR, loom_graph_op) are the
+ * only ones looked up as strings, with loom_op_attr_index, and an unknown
+ * one is an error there.
+ *
+ * X(OP, NAME, KIND, FMT, REQUIRED, DEF_I, DEF_F): KIND is INT, FLOAT or
+ * INTS (loom_attr_kind); FMT is how the text IR shows an INT (PLAIN, BOOL,
+ * DTYPE); defaults apply when not required (INTS default to empty). The
+ * order of a list is the op's spec order: the text IR prints attributes in
+ * it, so reordering a list changes printed graphs.
+ */
+#ifndef LOOM_OPS_ATTRS_H
+#define LOOM_OPS_ATTRS_H
+
+#include "ir/graph.h"
+
+/* ---- the lists -------------------------------------------------------- */
+
+#define LOOM_ATTR_LIST_cast(X, OP) X(OP, dtype, INT, DTYPE, true, 0, 0.0)
+
+/* reduce_sum/max/min and the reduce_mean composite share one layout. */
+#define LOOM_ATTR_LIST_REDUCE(X, OP)                                                               \
+  X(OP, axes, INTS, PLAIN, false, 0, 0.0) /* empty: every axis */                                  \
+  X(OP, keepdims, INT, BOOL, false, 0, 0.0)
+#define LOOM_ATTR_LIST_reduce_sum LOOM_ATTR_LIST_REDUCE
+#define LOOM_ATTR_LIST_reduce_max LOOM_ATTR_LIST_REDUCE
+#define LOOM_ATTR_LIST_reduce_min LOOM_ATTR_LIST_REDUCE
+#define LOOM_ATTR_LIST_reduce_mean LOOM_ATTR_LIST_REDUCE
+
+#define LOOM_ATTR_LIST_reshape(X, OP) X(OP, shape, INTS, PLAIN, true, 0, 0.0)
+#define LOOM_ATTR_LIST_transpose(X, OP) X(OP, perm, INTS, PLAIN, true, 0, 0.0)
+#define LOOM_ATTR_LIST_broadcast_to(X, OP) X(OP, shape, INTS, PLAIN, true, 0, 0.0)
+#define LOOM_ATTR_LIST_slice(X, OP)                                                                \
+  X(OP, starts, INTS, PLAIN, true, 0, 0.0)                                                         \
+  X(OP, ends, INTS, PLAIN, true, 0, 0.0)
+#define LOOM_ATTR_LIST_concat(X, OP) X(OP, axis, INT, PLAIN, false, 0, 0.0)
+#define LOOM_ATTR_LIST_pad(X, OP)                                                                  \
+  X(OP, lo, INTS, PLAIN, true, 0, 0.0)                                                             \
+  X(OP, hi, INTS, PLAIN, true, 0, 0.0)                                                             \
+  X(OP, value, FLOAT, PLAIN, false, 0, 0.0)
+
+#define LOOM_ATTR_LIST_gather(X, OP) X(OP, axis, INT, PLAIN, false, 0, 0.0)
+#define LOOM_ATTR_LIST_scatter_add(X, OP)                                                          \
+  X(OP, shape, INTS, PLAIN, true, 0, 0.0)                                                          \
+  X(OP, axis, INT, PLAIN, false, 0, 0.0)
+#define LOOM_ATTR_LIST_iota(X, OP)                                                                 \
+  X(OP, shape, INTS, PLAIN, true, 0, 0.0)                                                          \
+  X(OP, axis, INT, PLAIN, false, 0, 0.0)                                                           \
+  X(OP, dtype, INT, DTYPE, false, LOOM_DTYPE_I64, 0.0)
+#define LOOM_ATTR_LIST_constant(X, OP)                                                             \
+  X(OP, shape, INTS, PLAIN, false, 0, 0.0)                                                         \
+  X(OP, dtype, INT, DTYPE, false, LOOM_DTYPE_F32, 0.0)                                             \
+  X(OP, value, FLOAT, PLAIN, false, 0, 0.0)
+
+#define LOOM_ATTR_LIST_matmul(X, OP)                                                               \
+  X(OP, trans_a, INT, BOOL, false, 0, 0.0)                                                         \
+  X(OP, trans_b, INT, BOOL, false, 0, 0.0)
+
+/* The attention composite and its flash forms: one layout, so a pass can
+ * copy the attributes from one to the other slot by slot. scale 0 means
+ * 1/sqrt(D). */
+#define LOOM_ATTR_LIST_ATTENTION(X, OP)                                                            \
+  X(OP, causal, INT, BOOL, false, 0, 0.0)                                                          \
+  X(OP, p, FLOAT, PLAIN, false, 0, 0.0)                                                            \
+  X(OP, seed, INT, PLAIN, false, 0, 0.0)                                                           \
+  X(OP, offset, INT, PLAIN, false, 0, 0.0)                                                         \
+  X(OP, scale, FLOAT, PLAIN, false, 0, 0.0)
+#define LOOM_ATTR_LIST_attention LOOM_ATTR_LIST_ATTENTION
+#define LOOM_ATTR_LIST_flash_attention LOOM_ATTR_LIST_ATTENTION
+#define LOOM_ATTR_LIST_flash_attention_grad LOOM_ATTR_LIST_ATTENTION
+
+#define LOOM_ATTR_LIST_dropout(X, OP)                                                              \
+  X(OP, p, FLOAT, PLAIN, false, 0, 0.1)                                                            \
+  X(OP, seed, INT, PLAIN, false, 0, 0.0)                                                           \
+  X(OP, offset, INT, PLAIN, false, 0, 0.0)
+/* overlap is a scheduling hint: the mask may run concurrently with
+ * earlier work. */
+#define LOOM_ATTR_LIST_dropout_mask(X, OP)                                                         \
+  X(OP, p, FLOAT, PLAIN, false, 0, 0.1)                                                            \
+  X(OP, seed, INT, PLAIN, false, 0, 0.0)                                                           \
+  X(OP, offset, INT, PLAIN, false, 0, 0.0)                                                         \
+  X(OP, numel, INT, PLAIN, true, 0, 0.0)                                                           \
+  X(OP, overlap, INT, BOOL, false, 0, 0.0)
+
+#define LOOM_ATTR_LIST_SOFTMAX(X, OP) X(OP, axis, INT, PLAIN, false, -1, 0.0)
+#define LOOM_ATTR_LIST_softmax LOOM_ATTR_LIST_SOFTMAX
+#define LOOM_ATTR_LIST_log_softmax LOOM_ATTR_LIST_SOFTMAX
+/* Normalise over axis..rank-1; the norms differ only in eps's default. */
+#define LOOM_ATTR_LIST_NORM(X, OP, EPS)                                                            \
+  X(OP, axis, INT, PLAIN, false, -1, 0.0)                                                          \
+  X(OP, eps, FLOAT, PLAIN, false, 0, EPS)
+#define LOOM_ATTR_LIST_layer_norm(X, OP) LOOM_ATTR_LIST_NORM(X, OP, 1e-5)
+#define LOOM_ATTR_LIST_rms_norm(X, OP) LOOM_ATTR_LIST_NORM(X, OP, 1e-6)
+#define LOOM_ATTR_LIST_gelu(X, OP) X(OP, approximate, INT, BOOL, false, 0, 0.0)
+#define LOOM_ATTR_LIST_adamw(X, OP)                                                                \
+  X(OP, lr, FLOAT, PLAIN, false, 0, 1e-3)                                                          \
+  X(OP, beta1, FLOAT, PLAIN, false, 0, 0.9)                                                        \
+  X(OP, beta2, FLOAT, PLAIN, false, 0, 0.999)                                                      \
+  X(OP, eps, FLOAT, PLAIN, false, 0, 1e-8)                                                         \
+  X(OP, weight_decay, FLOAT, PLAIN, false, 0, 0.01)
+
+/* The ops that have a list above (the others have no attributes). */
+/* clang-format off */
+#define LOOM_ATTR_OPS(Y)                                                                           \
+  Y(cast) Y(reduce_sum) Y(reduce_max) Y(reduce_min)                                                \
+  Y(reshape) Y(transpose) Y(broadcast_to) Y(slice) Y(concat) Y(pad)                                \
+  Y(gather) Y(scatter_add) Y(iota) Y(constant)                                                     \
+  Y(matmul) Y(flash_attention) Y(flash_attention_grad) Y(dropout) Y(dropout_mask)                  \
+  Y(reduce_mean) Y(softmax) Y(log_softmax) Y(layer_norm) Y(rms_norm) Y(gelu) Y(attention)          \
+  Y(adamw)
+/* clang-format on */
+
+/* ---- what the lists expand into --------------------------------------- */
+
+/* LOOM_ATTR_SLOT_<op>_<name>: the slot; LOOM_ATTR_COUNT_<op>: how many. */
+#define LOOM_X_ATTR_SLOT(OP, NAME, ...) LOOM_ATTR_SLOT_##OP##_##NAME,
+/* LOOM_ATTR_KIND_<op>_<name>: the loom_attr_kind, for the typed reads. */
+#define LOOM_X_ATTR_KIND(OP, NAME, KIND, ...) LOOM_ATTR_KIND_##OP##_##NAME = LOOM_ATTR_##KIND,
+#define LOOM_X_ATTR_ENUMS(OP)                                                                      \
+  enum { LOOM_ATTR_LIST_##OP(LOOM_X_ATTR_SLOT, OP) LOOM_ATTR_COUNT_##OP };                         \
+  enum { LOOM_ATTR_LIST_##OP(LOOM_X_ATTR_KIND, OP) };                                              \
+  _Static_assert(LOOM_ATTR_COUNT_##OP <= LOOM_MAX_ATTRS, #OP ": too many attributes");
+LOOM_ATTR_OPS(LOOM_X_ATTR_ENUMS)
+#undef LOOM_X_ATTR_ENUMS
+
+/* The spec array of an op's definition: `.n_attrs = LOOM_ATTR_COUNT(matmul),
+ * .attrs = LOOM_ATTR_SPECS(matmul)`. */
+#define LOOM_X_ATTR_SPEC(OP, NAME, KIND, FMT, REQ, DEF_I, DEF_F)                                   \
+  {.name = #NAME,                                                                                  \
+   .kind = LOOM_ATTR_##KIND,                                                                       \
+   .fmt = LOOM_ATTR_FMT_##FMT,                                                                     \
+   .required = (REQ),                                                                              \
+   .def_i = (DEF_I),                                                                               \
+   .def_f = (DEF_F)},
+#define LOOM_ATTR_SPECS(OP)                                                                        \
+  { LOOM_ATTR_LIST_##OP(LOOM_X_ATTR_SPEC, OP) }
+#define LOOM_ATTR_COUNT(OP) LOOM_ATTR_COUNT_##OP
+
+/* ---- typed reads ------------------------------------------------------ */
+
+/* The slot of OP's attribute NAME; a build error unless it is of KIND
+ * (the negative array size is the check). */
+#define LOOM_ATTR_KIND_CHECK_(OP, NAME, KIND)                                                      \
+  (0 * sizeof(char[(int)LOOM_ATTR_KIND_##OP##_##NAME == (int)LOOM_ATTR_##KIND ? 1 : -1]))
+#define LOOM_ATTR_SLOT(OP, NAME, KIND)                                                             \
+  ((int32_t)(LOOM_ATTR_SLOT_##OP##_##NAME + LOOM_ATTR_KIND_CHECK_(OP, NAME, KIND)))
+
+/* Returns slot when op's attribute at slot is called name; otherwise
+ * reports the misuse on stderr and aborts (a bug in Loom, not in input). */
+int32_t loom_attr_slot_checked(loom_op op, int32_t slot, const char *name);
+
+#ifdef NDEBUG
+#define LOOM_ATTR_NODE_(n, OP, NAME, KIND) ((n)->attr[LOOM_ATTR_SLOT(OP, NAME, KIND)])
+#else
+#define LOOM_ATTR_NODE_(n, OP, NAME, KIND)                                                         \
+  ((n)->attr[loom_attr_slot_checked((n)->op, LOOM_ATTR_SLOT(OP, NAME, KIND), #NAME)])
+#endif
+
+/* Attribute NAME of node n, whose op has OP's attributes (OP itself or an
+ * op sharing its list). Lvalues: they also set. */
+#define LOOM_ATTR_I(n, OP, NAME) (LOOM_ATTR_NODE_(n, OP, NAME, INT).i)
+#define LOOM_ATTR_F(n, OP, NAME) (LOOM_ATTR_NODE_(n, OP, NAME, FLOAT).f)
+#define LOOM_ATTR_INTS(n, OP, NAME) (LOOM_ATTR_NODE_(n, OP, NAME, INTS).ints)
+
+/* The same on a spec-ordered value array (loom_attr_value[LOOM_MAX_ATTRS],
+ * as lb_op and loom_graph_add take it). */
+#define LOOM_ATTRV_I(a, OP, NAME) ((a)[LOOM_ATTR_SLOT(OP, NAME, INT)].i)
+#define LOOM_ATTRV_F(a, OP, NAME) ((a)[LOOM_ATTR_SLOT(OP, NAME, FLOAT)].f)
+#define LOOM_ATTRV_INTS(a, OP, NAME) ((a)[LOOM_ATTR_SLOT(OP, NAME, INTS)].ints)
+
+#endif
