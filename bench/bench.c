@@ -59,7 +59,7 @@ static const char usage[] =
     "                       one warm-up (default 5)\n"
     "  --modes LIST         comma-separated subset of\n"
     "                       reference,eager,none,loop,stitch (default all)\n"
-    "  --fusion M           one mode only: stitch, loop, none or eager\n"
+    "  --fusion M           one mode only: " LOOM_FUSION_MODE_NAMES "\n"
     "  --threads N          CPU threads (default 0 = all cores)\n"
     "  --with-reference     run the reference mode at full size too (slow)\n"
     "  --quiet              no progress on stderr\n"
@@ -210,7 +210,7 @@ static int parse_args(int argc, char **argv, opts *o) {
       /* as on every command that compiles: one mode only */
       if (r < 0) return usage_error("%s needs a value", a);
       if (strchr(v, ',') || strcmp(v, "reference") == 0 || !parse_modes(v, o->run.modes))
-        return usage_error("--fusion must be stitch, loop, none or eager, got '%s'", v);
+        return usage_error("--fusion must be one of " LOOM_FUSION_MODE_NAMES ", got '%s'", v);
     } else if (a[0] == '-') {
       return usage_error("unknown option '%s'", a);
     } else if (!is_special(a) && !loom_bench_find(a)) {

@@ -94,8 +94,6 @@ void loom_bench_print_header(FILE *f, bool json) {
           "the first mode run (relative to the largest magnitude).\n");
 }
 
-static const char *const vs_modes[] = {"eager", "none", "loop", "stitch"};
-
 static void json_result(FILE *f, const loom_bench_row *row, const loom_bench_result *r,
                         const loom_bench_machine_info *mi) {
   fputs("{\"workload\": ", f);
@@ -136,10 +134,9 @@ static void json_result(FILE *f, const loom_bench_row *row, const loom_bench_res
     fprintf(f, ", \"gemm_flops\": %.6g, \"gflops\": %.4g, \"sgemm_fraction\": %.4g",
             row->gemm_flops, fin(gf), mi->m.sgemm_gflops > 0 ? fin(gf / mi->m.sgemm_gflops) : 0.0);
   }
-  for (size_t k = 0; k < sizeof vs_modes / sizeof vs_modes[0]; k++) {
-    int32_t m = LOOM_BENCH_EAGER + (int32_t)k;
-    if (r->vs[m] > 0) fprintf(f, ", \"vs_%s\": %.4g", vs_modes[k], fin(r->vs[m]));
-  }
+  for (int32_t m = LOOM_BENCH_EAGER; m < LOOM_BENCH_MODE_COUNT; m++)
+    if (r->vs[m] > 0)
+      fprintf(f, ", \"vs_%s\": %.4g", loom_bench_mode_name((loom_bench_mode)m), fin(r->vs[m]));
   if (r->checked) {
     fprintf(f, ", \"max_err\": %.3g, \"checked_against\": ", fin(r->max_err));
     json_string(f, loom_bench_mode_name(r->baseline));

@@ -28,11 +28,16 @@
 /* A mode whose outputs differ more than this from the baseline's is flagged. */
 #define ERR_WARN 1e-3
 
-static const char *const mode_names[LOOM_BENCH_MODE_COUNT] = {"reference", "eager", "none",
-                                                              "loop", "stitch"};
+/* The cpu modes are fusion modes, named by loom.h's list. */
+static const loom_fusion_mode mode_fusion[LOOM_BENCH_MODE_COUNT] = {
+    [LOOM_BENCH_EAGER] = LOOM_FUSION_EAGER,
+    [LOOM_BENCH_NONE] = LOOM_FUSION_NONE,
+    [LOOM_BENCH_LOOP] = LOOM_FUSION_LOOP,
+    [LOOM_BENCH_STITCH] = LOOM_FUSION_STITCH};
 
 const char *loom_bench_mode_name(loom_bench_mode m) {
-  return m >= 0 && m < LOOM_BENCH_MODE_COUNT ? mode_names[m] : "?";
+  if (m == LOOM_BENCH_REFERENCE) return "reference";
+  return m > 0 && m < LOOM_BENCH_MODE_COUNT ? loom_fusion_mode_name(mode_fusion[m]) : "?";
 }
 
 /* ---- inputs -------------------------------------------------------------- */
@@ -186,7 +191,8 @@ static void fail(wl_state *s, loom_bench_result *r) {
   loom_session_free(s->ses[r->mode]);
   s->ses[r->mode] = NULL;
   if (!s->o->quiet)
-    fprintf(stderr, "bench: %s: %s failed: %s\n", s->w->name, mode_names[r->mode], r->note);
+    fprintf(stderr, "bench: %s: %s failed: %s\n", s->w->name, loom_bench_mode_name(r->mode),
+            r->note);
 }
 
 static loom_status run_once(wl_state *s, loom_bench_mode m, double *seconds) {
@@ -200,9 +206,10 @@ static loom_status run_once(wl_state *s, loom_bench_mode m, double *seconds) {
 /* Prepares mode m: a session, the warm-up run (compiles where a backend
  * compiles lazily, touches memory) and the output check. */
 static bool prepare_mode(wl_state *s, loom_bench_mode m, loom_bench_result *r, int32_t runs) {
-  progress(s, "preparing", mode_names[m]);
-  loom_session_options so = {.backend = m == LOOM_BENCH_REFERENCE ? "ref" : "cpu",
-                             .fusion = m == LOOM_BENCH_REFERENCE ? NULL : mode_names[m]};
+  progress(s, "preparing", loom_bench_mode_name(m));
+  loom_session_options so =
+      LOOM_SESSION_OPTIONS(.backend = m == LOOM_BENCH_REFERENCE ? "ref" : "cpu",
+                           .fusion = mode_fusion[m]);
   loom_status st = loom_session_new(s->ctx, s->b.g, &so, &s->ses[m]);
   if (!st) st = loom_session_get_stats(s->ses[m], &r->stats);
   if (!st && m >= LOOM_BENCH_NONE) {
@@ -230,7 +237,7 @@ static bool prepare_mode(wl_state *s, loom_bench_mode m, loom_bench_result *r, i
   }
   if (r->checked && !(r->max_err <= ERR_WARN) && !s->o->quiet)
     fprintf(stderr, "bench: warning: %s: %s differs from %s by %.3g (relative)\n", s->w->name,
-            mode_names[m], mode_names[r->baseline], r->max_err);
+            loom_bench_mode_name(m), loom_bench_mode_name(r->baseline), r->max_err);
   return true;
 }
 

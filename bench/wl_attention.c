@@ -107,7 +107,7 @@ static loom_status build_variant(loom_ctx *ctx, int64_t seq, int64_t d, double p
   /* the default backend's rewrite makes flash attention with this placement */
   loom_graph *flash = NULL;
   int32_t n = 0;
-  loom_session_options so = {.rng = loom_rng_placement_name(placement)};
+  loom_session_options so = LOOM_SESSION_OPTIONS(.rng = placement);
   LOOM_TRY(loom_backend_rewrite(ctx, &so, v->b.g, &flash, &n));
   if (flash) {
     loom_graph_free(v->b.g);

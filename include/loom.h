@@ -14,7 +14,8 @@
  *   loom_graph_op(g, LOOM_OP_MATMUL, 2, (loom_value[]){x, w}, 0, NULL, &h);
  *   loom_graph_op(g, LOOM_OP_RELU, 1, &h, 0, NULL, &y);
  *   loom_graph_output(g, "y", y);
- *   if (loom_session_new(ctx, g, NULL, &s) != LOOM_STATUS_OK)
+ *   loom_session_options o = LOOM_SESSION_OPTIONS(.fusion = LOOM_FUSION_STITCH);
+ *   if (loom_session_new(ctx, g, &o, &s) != LOOM_STATUS_OK)
  *     fprintf(stderr, "loom: %s\n", loom_ctx_error(ctx));
  *   // inputs in declaration order; outputs allocated by the session when NULL
  *   loom_tensor *in[2] = {xt, wt}, *out[1] = {NULL};
@@ -28,7 +29,30 @@
  *
  * Conventions: every call that can fail returns a loom_status and leaves a
  * readable message on its context (loom_ctx_error). Every _new has a _free
- * that accepts NULL. No call aborts or exits on bad input.
+ * that accepts NULL; memory Loom hands out otherwise (loom_graph_print's
+ * text) is released with loom_free. No call aborts or exits on bad input.
+ *
+ * Compatibility: the values of every public enum (status, dtype, op, the
+ * session modes) are fixed once released. A new value goes at the end of
+ * its list, just before its _COUNT (which is not a value and moves); none
+ * is renumbered, reused or removed. src/core/abi.c pins every value, so an
+ * entry inserted in the middle fails the build. Options structs carry
+ * their size (struct_size, set by LOOM_SESSION_OPTIONS(...) or
+ * loom_session_options_init), so fields can be added at the end without
+ * breaking a caller built against an older loom.h; the stats struct is
+ * filled as far as the caller's size (loom_session_get_stats passes it).
+ *
+ * Threads: a context, and every graph and session made on it, is used by
+ * one thread at a time: any call may write the context's error message
+ * (a graph's passes report to the graph's context), and a session run may
+ * record into the context's trace. For parallel work give each thread its
+ * own context, graphs and sessions; sessions on different contexts run at
+ * the same time safely (the kernel cache on disk is shared safely). One
+ * session entered by a second thread while a run is in progress refuses
+ * that call with LOOM_STATUS_BUSY, without touching the context (it
+ * belongs to the running thread), and the first run completes correctly.
+ * Tensors belong to no context: one may be read by several runs at once,
+ * but not written while another run reads it.
  */
 #ifndef LOOM_H
 #define LOOM_H
@@ -60,7 +84,8 @@ typedef enum loom_status {
   LOOM_STATUS_PARSE,            /* malformed text or file contents */
   LOOM_STATUS_OUT_OF_RANGE,     /* an index outside its tensor */
   LOOM_STATUS_INTERNAL,         /* a bug in Loom: please report */
-  LOOM_STATUS_COUNT
+  LOOM_STATUS_BUSY,             /* the session is running on another thread */
+  LOOM_STATUS_COUNT             /* not a status: append new ones above */
 } loom_status;
 
 typedef enum loom_dtype {
@@ -79,6 +104,13 @@ typedef enum loom_dtype {
  * The op list: every op Loom knows, primitive or composite. X(ENUM, name)
  * expands to the enum below and to the op table in src/ops; an op missing
  * its definition there is a link error. Attributes per op: docs/OPS.md.
+ *
+ * Append-only: an op's value is its position here, and callers keep it
+ * (in binaries, saved values, bindings). A new op goes at the END of the
+ * list, whatever its kind; the grouping below is history, and ops are
+ * grouped by class only in docs/OPS.md and `loom ops`. src/core/abi.c pins
+ * every value and LOOM_OP_COUNT: an op inserted in the middle fails the
+ * build there, and a new op at the end gets its pin added.
  */
 #define LOOM_OP_LIST(X)                                                        \
   /* element-wise unary */                                                     \
@@ -118,6 +150,63 @@ typedef enum loom_op {
 #undef LOOM_X_ENUM
   LOOM_OP_COUNT
 } loom_op;
+
+/* ---- session modes ------------------------------------------------------
+ * Each mode is one list, X(ENUM, name, help) with SEP between entries,
+ * expanded into its enum here, its names table (src/core/modes.c), the
+ * known-names string of messages (LOOM_*_NAMES) and the command line's
+ * --help lines. The first entry is the default: value 0, what zeroed
+ * options mean. Append-only, like every public enum (see the top). */
+
+/* How the cpu backend turns a graph into code (the ref backend ignores
+ * it). */
+#define LOOM_FUSION_MODE_LIST(X, SEP)                                          \
+  X(STITCH, stitch, "stitching fusion (default)") SEP                          \
+  X(LOOP, loop, "XLA-style loop fusion") SEP                                   \
+  X(NONE, none, "generated code, one kernel per primitive") SEP                \
+  X(EAGER, eager, "no code generation, one C loop per op")
+
+/* What becomes of attention ops on the cpu backend (ref decomposes). */
+#define LOOM_ATTENTION_MODE_LIST(X, SEP)                                       \
+  X(FLASH, flash, "fused flash-attention kernels, fwd and bwd (default)") SEP  \
+  X(DECOMPOSED, decomposed, "its primitives, fused like any others")
+
+/* With flash attention and dropout, where the random numbers come from.
+ * The masks, and so the results, are the same bit for bit
+ * (docs/DROPOUT.md). */
+#define LOOM_RNG_PLACEMENT_LIST(X, SEP)                                        \
+  X(AUTO, auto, "a performance model picks per op (default)") SEP              \
+  X(FUSED, fused, "inside the attention kernels") SEP                          \
+  X(OVERLAP, overlap, "a bitmask made by a worker beside earlier GEMMs") SEP   \
+  X(SEQUENTIAL, sequential, "a bitmask made just before attention")
+
+#define LOOM_X_MODE_NAME(ENUM, name, help) #name
+/* "stitch, loop, none, eager" and the like: string literals. */
+#define LOOM_FUSION_MODE_NAMES LOOM_FUSION_MODE_LIST(LOOM_X_MODE_NAME, ", ")
+#define LOOM_ATTENTION_MODE_NAMES                                              \
+  LOOM_ATTENTION_MODE_LIST(LOOM_X_MODE_NAME, ", ")
+#define LOOM_RNG_PLACEMENT_NAMES LOOM_RNG_PLACEMENT_LIST(LOOM_X_MODE_NAME, ", ")
+
+typedef enum loom_fusion_mode {
+#define LOOM_X_ENUM(ENUM, name, help) LOOM_FUSION_##ENUM,
+  LOOM_FUSION_MODE_LIST(LOOM_X_ENUM, )
+#undef LOOM_X_ENUM
+  LOOM_FUSION_COUNT
+} loom_fusion_mode;
+
+typedef enum loom_attention_mode {
+#define LOOM_X_ENUM(ENUM, name, help) LOOM_ATTENTION_##ENUM,
+  LOOM_ATTENTION_MODE_LIST(LOOM_X_ENUM, )
+#undef LOOM_X_ENUM
+  LOOM_ATTENTION_COUNT
+} loom_attention_mode;
+
+typedef enum loom_rng_placement {
+#define LOOM_X_ENUM(ENUM, name, help) LOOM_RNG_##ENUM,
+  LOOM_RNG_PLACEMENT_LIST(LOOM_X_ENUM, )
+#undef LOOM_X_ENUM
+  LOOM_RNG_COUNT
+} loom_rng_placement;
 
 /* A value in a graph (an input, a parameter or an op's output). */
 typedef int32_t loom_value;
@@ -171,6 +260,18 @@ const char *loom_op_name(loom_op op);
 loom_status loom_op_from_name(const char *name, loom_op *out);
 /* True for composite ops (lowered to primitives before execution). */
 bool loom_op_is_composite(loom_op op);
+
+/* A mode's name ("stitch", "flash", "overlap", ...); NULL if out of range. */
+const char *loom_fusion_mode_name(loom_fusion_mode m);
+const char *loom_attention_mode_name(loom_attention_mode m);
+const char *loom_rng_placement_name(loom_rng_placement p);
+/* Parses a mode name; LOOM_STATUS_INVALID_ARGUMENT if unknown (the known
+ * ones: LOOM_*_NAMES above). */
+loom_status loom_fusion_mode_from_name(const char *name, loom_fusion_mode *out);
+loom_status loom_attention_mode_from_name(const char *name,
+                                          loom_attention_mode *out);
+loom_status loom_rng_placement_from_name(const char *name,
+                                         loom_rng_placement *out);
 
 /* ---- tensors (host memory) ---------------------------------------------- */
 
@@ -268,7 +369,7 @@ loom_status loom_graph_grad(loom_graph *g, loom_value loss, int32_t n_wrt,
 
 /* ---- text IR ------------------------------------------------------------ */
 
-/* Prints a graph as text IR; *out is malloc'ed, release with free(). */
+/* Prints a graph as text IR; release *out with loom_free. */
 loom_status loom_graph_print(const loom_graph *g, char **out);
 /* Parses text IR; errors carry "line:column". */
 loom_status loom_graph_parse(loom_ctx *ctx, const char *text,
@@ -279,23 +380,32 @@ loom_status loom_graph_load(loom_ctx *ctx, const char *path, loom_graph **out);
 /* ---- sessions: a graph prepared for one backend ------------------------- */
 
 typedef struct loom_session_options {
-  const char *backend; /* "cpu" (default) or "ref" */
-  /* cpu: "stitch" (default), "loop", "none" (generated code, one kernel
-   * per primitive) or "eager" (no code generation: one C loop per op).
-   * ref ignores it; an unknown name is LOOM_STATUS_INVALID_ARGUMENT. */
-  const char *fusion;
-  /* cpu: "flash" (default: each attention op becomes one fused
-   * flash-attention kernel, forward and backward) or "decomposed" (its
-   * primitives, fused like any others). ref always decomposes. */
-  const char *attention;
-  /* With flash attention and dropout, where the random numbers come from:
-   * "auto" (default: a performance model picks per attention op),
-   * "fused" (inside the attention kernels), "overlap" (a 1-bit mask made
-   * by a worker thread while the GEMMs before attention run) or
-   * "sequential" (a mask made just before attention). The masks, and so
-   * the results, are the same bit for bit (docs/DROPOUT.md). */
-  const char *rng;
+  /* sizeof(loom_session_options) as the caller was compiled: set it with
+   * LOOM_SESSION_OPTIONS(...) or loom_session_options_init. loom_session_new
+   * reads only the fields it covers (a caller built against an older
+   * loom.h gets the defaults of fields added since) and refuses 0 or a
+   * size larger than it knows. */
+  size_t struct_size;
+  const char *backend; /* "cpu" (default, NULL) or "ref" */
+  loom_fusion_mode fusion;       /* LOOM_FUSION_MODE_LIST */
+  loom_attention_mode attention; /* LOOM_ATTENTION_MODE_LIST */
+  loom_rng_placement rng;        /* LOOM_RNG_PLACEMENT_LIST */
 } loom_session_options;
+
+/* Options with their size set and every other field at its default, then
+ * the given fields: LOOM_SESSION_OPTIONS(.backend = "ref"). An expression
+ * (a compound literal), so &LOOM_SESSION_OPTIONS(...) may be passed as is. */
+#define LOOM_SESSION_OPTIONS(...)                                              \
+  ((loom_session_options){.struct_size = sizeof(loom_session_options),         \
+                          __VA_ARGS__})
+/* The same for a variable (and from C++): sets the size and defaults. */
+static inline void loom_session_options_init(loom_session_options *o) {
+  /* every field, in order (-Wextra flags one left out) */
+  loom_session_options defaults = {sizeof(loom_session_options), NULL,
+                                   LOOM_FUSION_STITCH, LOOM_ATTENTION_FLASH,
+                                   LOOM_RNG_AUTO};
+  *o = defaults;
+}
 
 /* What preparing a session did. */
 typedef struct loom_session_stats {
@@ -314,7 +424,8 @@ typedef struct loom_session_stats {
 } loom_session_stats;
 
 /* Decomposes, verifies and prepares a graph to run: on cpu, fuses it and
- * compiles the generated kernels (per opts->fusion), then plans memory. */
+ * compiles the generated kernels (per opts->fusion), then plans memory.
+ * opts NULL: every default. */
 loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g,
                              const loom_session_options *opts,
                              loom_session **out);
@@ -325,15 +436,24 @@ void loom_session_free(loom_session *s);
  * outputs[i] == NULL: a new tensor is allocated (caller frees it); else it
  * must match the output's dtype and shape and is written. Outputs are written
  * after all computation, so an output may alias an input (in-place update).
+ * One run at a time per session: a call made while another thread is
+ * inside loom_session_run on the same session returns LOOM_STATUS_BUSY at
+ * once, writing nothing (no outputs, no message on the context).
  */
 loom_status loom_session_run(loom_session *s, int32_t n_inputs,
                              const loom_tensor *const *inputs,
                              int32_t n_outputs, loom_tensor **outputs);
 /* Peak bytes of the session's memory plan (its one arena). */
 int64_t loom_session_peak_bytes(const loom_session *s);
-/* What preparing the session did (kernels, bytes, compile time). */
-loom_status loom_session_get_stats(const loom_session *s,
-                                   loom_session_stats *out);
+/* What preparing the session did (kernels, bytes, compile time). The
+ * struct may gain fields at the end, so the call passes the caller's size
+ * (the macro does): an older caller gets the fields it knows, a newer one
+ * zeros in fields this library does not fill. */
+loom_status loom_session_get_stats_sized(const loom_session *s,
+                                         loom_session_stats *out,
+                                         size_t out_size);
+#define loom_session_get_stats(s, out)                                         \
+  loom_session_get_stats_sized((s), (out), sizeof *(out))
 /* A warning from preparing the session ("" if none), e.g. that no C
  * compiler was found and the graph runs eagerly instead. */
 const char *loom_session_warning(const loom_session *s);

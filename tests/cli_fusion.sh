@@ -79,7 +79,7 @@ fi
 run compile
 expect "compile without FILE" 2 "" "*FILE*"
 run compile "$DATA/mlp.loom" --fusion fast
-expect "compile --fusion fast" 2 "" "*unknown fusion mode 'fast'*"
+expect "compile --fusion fast" 2 "" "*unknown fusion mode 'fast' (known: stitch, loop, none, eager)*"
 run compile "$DATA/mlp.loom" --fusion
 expect "compile --fusion without value" 2 "" "*needs a value*"
 run compile "$DATA/mlp.loom" --emit asm
@@ -115,7 +115,7 @@ done
 run run "$CLI/mlp.loom" "${inputs[@]}" --out "$tmp/run_ref" --backend ref --fusion loop
 expect "run --backend ref --fusion loop (ignored)" 0 "*logits*"
 run run "$CLI/mlp.loom" "${inputs[@]}" --out "$tmp/run_bad" --fusion fast
-expect "run --fusion fast" 2 "" "*unknown fusion mode 'fast'*"
+expect "run --fusion fast" 2 "" "*unknown fusion mode 'fast' (known: stitch, loop, none, eager)*"
 run run "$CLI/mlp.loom" "${inputs[@]}" --out "$tmp/run_bad" --fusion
 expect "run --fusion without value" 2 "" "*needs a value*"
 [[ ! -e $tmp/run_bad ]] && ok || bad "run: a usage error writes nothing"
@@ -127,7 +127,18 @@ same_bytes "run without a compiler: logits" "$tmp/run_nocc/logits.npy" "$CLI/exp
 
 # ---- train --fusion -----------------------------------------------------------------
 run train --fusion fast
-expect "train --fusion fast" 2 "" "*--fusion wants stitch, loop, none or eager*"
+expect "train --fusion fast" 2 "" "*--fusion wants one of stitch, loop, none, eager, got 'fast'*"
+run train --attention magic
+expect "train --attention magic" 2 "" "*--attention wants one of flash, decomposed, got 'magic'*"
+run train --rng later
+expect "train --rng later" 2 "" "*--rng wants one of auto, fused, overlap, sequential, got 'later'*"
+# every mode is in --help, with its line from the one table (include/loom.h)
+run train --help
+expect "train --help: modes" 0 "*stitch: stitching fusion (default)*eager: no code generation*flash: fused flash-attention*decomposed: its primitives*auto: a performance model picks*sequential: a bitmask made just before attention*"
+for cmd in run compile; do
+  run "$cmd" --help
+  expect "$cmd --help: fusion modes" 0 "*stitch: stitching fusion (default)*loop: XLA-style*none: generated code*eager: no code generation*"
+done
 run train --layers 1 --d-model 16 --heads 2 --context 8 --batch 2 --steps 2 --log-every 1 --fusion loop --threads 1
 expect "train --fusion loop" 0 "*fusion loop: * kernels*peak * MiB*step      2/2*" ""
 

@@ -105,11 +105,11 @@ static void test_case(int64_t bh0, int64_t bh1, int64_t sq, int64_t sk, int64_t 
     for (int64_t e = 0; e < loom_tensor_numel(in[i]); e++) x[e] = (float)loom_test_uniform(&rng, -1, 1);
   }
   loom_tensor *ref[4], *first[4] = {0};
-  if (run(g, &(loom_session_options){.backend = "ref"}, in, ref)) {
+  if (run(g, &LOOM_SESSION_OPTIONS(.backend = "ref"), in, ref)) {
     for (int pl = 0; pl < 4; pl++) {
       loom_tensor *got[4];
       loom_graph *gf = build(bh0, bh1, sq, sk, d, causal, p, placements[pl]);
-      bool ok = gf && run(gf, &(loom_session_options){.backend = "cpu"}, in, got);
+      bool ok = gf && run(gf, &LOOM_SESSION_OPTIONS(.backend = "cpu"), in, got);
       loom_graph_free(gf);
       if (!ok) continue;
       double worst = 0;
@@ -149,10 +149,24 @@ static void test_options(void) {
   if (!g) return;
   loom_session *s = NULL;
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-               loom_session_new(ctx, g, &(loom_session_options){.rng = "sometimes"}, &s));
-  CHECK(strstr(loom_ctx_error(ctx), "sometimes") != NULL);
-  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-               loom_session_new(ctx, g, &(loom_session_options){.attention = "magic"}, &s));
+               loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.rng = (loom_rng_placement)7), &s));
+  CHECK(strstr(loom_ctx_error(ctx), "rng placement 7") != NULL);
+  CHECK(strstr(loom_ctx_error(ctx), "auto, fused, overlap, sequential") != NULL);
+  CHECK(s == NULL);
+  CHECK_STATUS(
+      ctx, LOOM_STATUS_INVALID_ARGUMENT,
+      loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.attention = LOOM_ATTENTION_COUNT), &s));
+  CHECK(strstr(loom_ctx_error(ctx), "flash, decomposed") != NULL);
+  /* names, from the one table */
+  loom_rng_placement pl = LOOM_RNG_AUTO;
+  CHECK(loom_rng_placement_from_name("sometimes", &pl) == LOOM_STATUS_INVALID_ARGUMENT);
+  CHECK(loom_rng_placement_from_name("overlap", &pl) == LOOM_STATUS_OK && pl == LOOM_RNG_OVERLAP);
+  loom_attention_mode am = LOOM_ATTENTION_FLASH;
+  CHECK(loom_attention_mode_from_name("magic", &am) == LOOM_STATUS_INVALID_ARGUMENT);
+  CHECK(loom_attention_mode_from_name("decomposed", &am) == LOOM_STATUS_OK &&
+        am == LOOM_ATTENTION_DECOMPOSED);
+  CHECK(strcmp(loom_attention_mode_name(LOOM_ATTENTION_FLASH), "flash") == 0);
+  CHECK(loom_attention_mode_name(LOOM_ATTENTION_COUNT) == NULL);
   loom_graph_free(g);
 }
 
@@ -169,10 +183,10 @@ static void test_session_pass(void) {
                                  &g));
   if (!g) return;
   loom_session_stats st[2];
-  static const char *const modes[2] = {"flash", "decomposed"};
+  static const loom_attention_mode modes[2] = {LOOM_ATTENTION_FLASH, LOOM_ATTENTION_DECOMPOSED};
   for (int i = 0; i < 2; i++) {
     loom_session *s = NULL;
-    CHECK_OK(ctx, loom_session_new(ctx, g, &(loom_session_options){.attention = modes[i]}, &s));
+    CHECK_OK(ctx, loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.attention = modes[i]), &s));
     memset(&st[i], 0, sizeof st[i]);
     if (s) CHECK_OK(ctx, loom_session_get_stats(s, &st[i]));
     loom_session_free(s);
@@ -233,8 +247,9 @@ static void test_primitive_pattern(void) {
     float *x = loom_tensor_data(in[i]);
     for (int64_t e = 0; e < loom_tensor_numel(in[i]); e++) x[e] = (float)loom_test_uniform(&rng, -1, 1);
   }
-  static const loom_session_options opts[3] = {
-      {.backend = "ref"}, {.backend = "cpu"}, {.backend = "cpu", .attention = "decomposed"}};
+  const loom_session_options opts[3] = {
+      LOOM_SESSION_OPTIONS(.backend = "ref"), LOOM_SESSION_OPTIONS(.backend = "cpu"),
+      LOOM_SESSION_OPTIONS(.backend = "cpu", .attention = LOOM_ATTENTION_DECOMPOSED)};
   loom_tensor *out[3] = {0};
   loom_session_stats st[3];
   for (int m = 0; m < 3; m++) {
@@ -324,7 +339,7 @@ static void test_overlap_trace(void) {
                                  &g));
   if (!g) return;
   loom_session *s = NULL;
-  CHECK_OK(ctx, loom_session_new(ctx, g, &(loom_session_options){.rng = "overlap"}, &s));
+  CHECK_OK(ctx, loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.rng = LOOM_RNG_OVERLAP), &s));
   loom_tensor *in[5] = {0}, *out[4] = {0};
   for (int32_t i = 0; i < 5; i++) {
     const loom_type *t = loom_value_type(g, g->inputs[i]);

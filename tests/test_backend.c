@@ -120,10 +120,10 @@ static void test_fallback(void) {
   CHECK_OK(ctx, loom_tensor_wrap(ctx, LOOM_DTYPE_F64, 1, (int64_t[]){4}, a, &in[0]));
   CHECK_OK(ctx, loom_tensor_wrap(ctx, LOOM_DTYPE_F64, 1, (int64_t[]){4}, b, &in[1]));
   CHECK_OK(ctx, loom_tensor_wrap(ctx, LOOM_DTYPE_F32, 1, (int64_t[]){4}, c, &in[2]));
-  static const char *const fusion[] = {"eager", "stitch"};
+  static const loom_fusion_mode fusion[] = {LOOM_FUSION_EAGER, LOOM_FUSION_STITCH};
   for (int f = 0; f < 2; f++) {
     loom_session *s = NULL;
-    loom_session_options o = {.backend = "cpu", .fusion = fusion[f]};
+    loom_session_options o = LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = fusion[f]);
     CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
     if (!s) continue;
     loom_session_stats st;
@@ -144,7 +144,7 @@ static void test_fallback(void) {
   }
   /* ref runs everything on its own (reference) kernels: no fallback */
   loom_session *s = NULL;
-  CHECK_OK(ctx, loom_session_new(ctx, g, &(loom_session_options){.backend = "ref"}, &s));
+  CHECK_OK(ctx, loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.backend = "ref"), &s));
   loom_session_stats st;
   if (s) CHECK_OK(ctx, loom_session_get_stats(s, &st));
   if (s) CHECK(st.n_fallback == 0 && st.n_eager == 3);
@@ -174,24 +174,24 @@ static void test_rewrite(void) {
   loom_graph_free(r);
   /* asked for decomposed attention, or on ref: nothing to rewrite */
   r = NULL;
-  CHECK_OK(ctx, loom_backend_rewrite(ctx, &(loom_session_options){.attention = "decomposed"}, g,
+  CHECK_OK(ctx, loom_backend_rewrite(ctx, &LOOM_SESSION_OPTIONS(.attention = LOOM_ATTENTION_DECOMPOSED), g,
                                      &r, &n));
   CHECK(r == NULL && n == 0);
-  CHECK_OK(ctx, loom_backend_rewrite(ctx, &(loom_session_options){.backend = "ref"}, g, &r, &n));
+  CHECK_OK(ctx, loom_backend_rewrite(ctx, &LOOM_SESSION_OPTIONS(.backend = "ref"), g, &r, &n));
   CHECK(r == NULL && n == 0);
   /* the options are checked whether or not the backend rewrites */
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-               loom_backend_rewrite(ctx, &(loom_session_options){.backend = "ref", .rng = "later"},
+               loom_backend_rewrite(ctx, &LOOM_SESSION_OPTIONS(.backend = "ref", .rng = LOOM_RNG_COUNT),
                                     g, &r, &n));
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-               loom_backend_rewrite(ctx, &(loom_session_options){.backend = "gpu"}, g, &r, &n));
+               loom_backend_rewrite(ctx, &LOOM_SESSION_OPTIONS(.backend = "gpu"), g, &r, &n));
   /* a session runs the same hook before decomposition: flash on cpu
    * (a primitive or two), its dozen-odd primitives on ref */
   int32_t prims[2] = {0, 0};
   static const char *const backends[2] = {"cpu", "ref"};
   for (int b = 0; b < 2; b++) {
     loom_session *s = NULL;
-    CHECK_OK(ctx, loom_session_new(ctx, g, &(loom_session_options){.backend = backends[b]}, &s));
+    CHECK_OK(ctx, loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.backend = backends[b]), &s));
     loom_session_stats st;
     if (s && !loom_session_get_stats(s, &st)) prims[b] = st.n_primitive_ops;
     loom_session_free(s);
@@ -201,7 +201,7 @@ static void test_rewrite(void) {
   loom_rng_model m;
   memset(&m, 0, sizeof m);
   CHECK_STATUS(ctx, LOOM_STATUS_UNSUPPORTED,
-               loom_backend_rng_model(ctx, &(loom_session_options){.backend = "ref"}, 1, &m));
+               loom_backend_rng_model(ctx, &LOOM_SESSION_OPTIONS(.backend = "ref"), 1, &m));
   CHECK_OK(ctx, loom_backend_rng_model(ctx, NULL, 1, &m));
   CHECK(m.rng_words_core > 0 && m.gemm_flops > 0);
   loom_graph_free(g);
@@ -218,7 +218,7 @@ static void test_describe(void) {
                         "output b = %b\n");
   if (!g) return;
   loom_session *s = NULL;
-  CHECK_OK(ctx, loom_session_new(ctx, g, &(loom_session_options){.fusion = "stitch"}, &s));
+  CHECK_OK(ctx, loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.fusion = LOOM_FUSION_STITCH), &s));
   if (s) {
     char *t[LOOM_ARTIFACT_COUNT] = {NULL};
     for (int a = 0; a < LOOM_ARTIFACT_COUNT; a++)
@@ -241,7 +241,8 @@ static void test_describe(void) {
   }
   loom_session_free(s);
   /* no program on ref or in eager mode: the graph only */
-  static const loom_session_options none[2] = {{.backend = "ref"}, {.fusion = "eager"}};
+  const loom_session_options none[2] = {LOOM_SESSION_OPTIONS(.backend = "ref"),
+                                        LOOM_SESSION_OPTIONS(.fusion = LOOM_FUSION_EAGER)};
   for (int i = 0; i < 2; i++) {
     s = NULL;
     CHECK_OK(ctx, loom_session_new(ctx, g, &none[i], &s));

@@ -130,7 +130,7 @@ static bool run_op_multi(loom_op op, int32_t n_in, loom_tensor *const *ins, int3
     snprintf(name, sizeof name, "out%d", o);
     CHECK_OK(ctx, loom_graph_output(g, name, out_v[o]));
   }
-  loom_session_options opts = {.backend = "ref"};
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = "ref");
   st = loom_session_new(ctx, g, &opts, &s);
   CHECK_OK(ctx, st);
   if (st) goto done;
@@ -429,7 +429,7 @@ static void test_cross_entropy_grad(void) {
   CHECK_OK(ctx, st);
   if (st) goto done;
   CHECK_OK(ctx, loom_graph_output(d, "dlogits", dx));
-  loom_session_options opts = {.backend = "ref"};
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = "ref");
   st = loom_session_new(ctx, d, &opts, &s);
   CHECK_OK(ctx, st);
   if (st) goto done;
@@ -709,7 +709,7 @@ static void fd_check(const char *what, loom_op op, int32_t n_in, loom_tensor *co
     snprintf(name, sizeof name, "grad%d", k);
     CHECK_OK(ctx, loom_graph_output(d, name, grads[k]));
   }
-  loom_session_options opts = {.backend = "ref"};
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = "ref");
   st = loom_session_new(ctx, d, &opts, &s);
   CHECK_OK(ctx, st);
   if (st) goto done;

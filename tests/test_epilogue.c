@@ -79,10 +79,10 @@ static loom_tensor *random_tensor(loom_dtype dt, int32_t rank, const int64_t *sh
 }
 
 /* Runs g on backend/fusion with the given inputs; outputs into out[]. */
-static bool run(const loom_graph *g, const char *backend, const char *fusion, loom_tensor **in,
+static bool run(const loom_graph *g, const char *backend, loom_fusion_mode fusion, loom_tensor **in,
                 int32_t n_in, loom_tensor **out, int32_t n_out, loom_session_stats *stats) {
   loom_session *s = NULL;
-  loom_session_options o = {.backend = backend, .fusion = fusion};
+  loom_session_options o = LOOM_SESSION_OPTIONS(.backend = backend, .fusion = fusion);
   CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
   if (!s) return false;
   if (stats) CHECK_OK(ctx, loom_session_get_stats(s, stats));
@@ -106,8 +106,8 @@ static void test_workload(const workload *w) {
   }
   loom_tensor *ref[4] = {0};
   int32_t n_out = g->n_outputs;
-  bool ok = run(g, "ref", NULL, in, n_in, ref, n_out, NULL);
-  static const char *const modes[] = {"loop", "stitch"};
+  bool ok = run(g, "ref", LOOM_FUSION_STITCH, in, n_in, ref, n_out, NULL);
+  static const loom_fusion_mode modes[] = {LOOM_FUSION_LOOP, LOOM_FUSION_STITCH};
   for (int m = 0; ok && m < 2; m++) {
     loom_tensor *out[4] = {0};
     loom_session_stats stats;
@@ -116,8 +116,8 @@ static void test_workload(const workload *w) {
     int32_t want = m ? w->epilogues_stitch : w->epilogues_loop;
     CHECK(stats.n_epilogues == want);
     if (stats.n_epilogues != want)
-      fprintf(stderr, "  %s (%s): %d epilogues, expected %d\n", w->name, modes[m],
-              stats.n_epilogues, want);
+      fprintf(stderr, "  %s (%s): %d epilogues, expected %d\n", w->name,
+              loom_fusion_mode_name(modes[m]), stats.n_epilogues, want);
     double worst = 0;
     for (int32_t o = 0; o < n_out; o++) {
       const float *a = loom_tensor_data(out[o]), *b = loom_tensor_data(ref[o]);
@@ -129,7 +129,8 @@ static void test_workload(const workload *w) {
     }
     /* f32 GEMM in a different tile order than the reference's doubles */
     CHECK(worst <= 2e-5);
-    if (!(worst <= 2e-5)) fprintf(stderr, "  %s (%s): error %g\n", w->name, modes[m], worst);
+    if (!(worst <= 2e-5))
+      fprintf(stderr, "  %s (%s): error %g\n", w->name, loom_fusion_mode_name(modes[m]), worst);
   }
   for (int32_t o = 0; o < n_out; o++) loom_tensor_free(ref[o]);
   for (int32_t i = 0; i < n_in; i++) loom_tensor_free(in[i]);

@@ -440,6 +440,10 @@ typedef struct plan_result {
 } plan_result;
 
 /* Compiles g in mode, checks the program's structure, returns a summary. */
+/* The fusing modes, in the order the reports print them (r[0], r[1], r[2]). */
+static const loom_fusion_mode plan_modes[3] = {LOOM_FUSION_NONE, LOOM_FUSION_LOOP,
+                                               LOOM_FUSION_STITCH};
+
 static plan_result compile_checked(const char *name, const loom_graph *g, loom_fusion_mode mode) {
   plan_result r = {0};
   loom_program p;
@@ -512,7 +516,7 @@ static void check_pattern(const char *name, loom_graph *g, int32_t stitch_kernel
   }
   plan_result r[3];
   for (int m = 0; m < 3; m++)
-    r[m] = compile_checked(name, g, (loom_fusion_mode)m);
+    r[m] = compile_checked(name, g, plan_modes[m]);
   if (only && getenv("LOOM_TEST_DUMP")) /* debugging: the programs */
     for (int m = 0; m < 3; m++)
       fprintf(stderr, "%s", r[m].listing ? r[m].listing : "");
@@ -673,6 +677,16 @@ static void test_api(void) {
   loom_program p;
   loom_fusion_options o = {.mode = LOOM_FUSION_STITCH};
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_fusion_compile(ctx, NULL, &o, &p));
+  /* eager is the cpu backend's mode, not one that fuses */
+  loom_graph *tiny = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx, "input %x : f32[4]\n%y = exp(%x)\noutput y = %y\n", &tiny));
+  loom_fusion_options eager = {.mode = LOOM_FUSION_EAGER};
+  if (tiny) {
+    CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_fusion_compile(ctx, tiny, &eager, &p));
+    CHECK(strstr(loom_ctx_error(ctx), "(eager) does not fuse") != NULL);
+    loom_program_clear(&p);
+  }
+  loom_graph_free(tiny);
   loom_program_clear(&p); /* cleared by the failed call: safe */
   loom_program_clear(NULL);
   /* an empty graph: no steps */
@@ -719,7 +733,7 @@ static void test_gpt(void) {
   double t[3];
   for (int m = 0; m < 3; m++) {
     double t0 = now_s();
-    r[m] = compile_checked("gpt block", g, (loom_fusion_mode)m);
+    r[m] = compile_checked("gpt block", g, plan_modes[m]);
     t[m] = now_s() - t0;
   }
   printf("gpt block fwd+bwd+adamw: %d nodes, %d memory ops; kernels none %d loop %d stitch %d; "

@@ -165,7 +165,7 @@ static bool prepare(tc *c, loom_value loss, prepared *p) {
     snprintf(nm, sizeof nm, "grad%d", (int)i);
     CHECK_OK(c->ctx, loom_graph_output(c->g, nm, grads[i]));
   }
-  loom_session_options opts = {.backend = "ref"};
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = "ref");
   CHECK_OK(c->ctx, loom_session_new(c->ctx, c->g, &opts, &p->s));
   if (loom_test_failures != before) {
     fprintf(stderr, "  (in case %s)\n", c->name);
@@ -299,7 +299,7 @@ static void test_pow_zero_base(void) {
   CHECK_OK(c.ctx, loom_graph_grad(c.g, loss, 1, &b, &gb));
   CHECK_OK(c.ctx, loom_graph_output(c.g, "gb", gb));
   loom_session *s = NULL;
-  loom_session_options opts = {.backend = "ref"};
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = "ref");
   CHECK_OK(c.ctx, loom_session_new(c.ctx, c.g, &opts, &s));
   loom_tensor *out = NULL;
   CHECK_OK(c.ctx, loom_session_run(s, c.n, (const loom_tensor *const *)c.t, 1, &out));
@@ -354,7 +354,7 @@ static void test_cast_f32(void) {
   CHECK(dt == LOOM_DTYPE_F64);
   CHECK_OK(c.ctx, loom_graph_output(c.g, "gx", gx));
   loom_session *s = NULL;
-  loom_session_options opts = {.backend = "ref"};
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = "ref");
   CHECK_OK(c.ctx, loom_session_new(c.ctx, c.g, &opts, &s));
   loom_tensor *out = NULL;
   CHECK_OK(c.ctx, loom_session_run(s, c.n, (const loom_tensor *const *)c.t, 1, &out));
@@ -412,7 +412,7 @@ static void test_reduce_ties(void) {
     CHECK_OK(c.ctx, loom_graph_grad(c.g, l, 1, &x, &gx));
     CHECK_OK(c.ctx, loom_graph_output(c.g, "gx", gx));
     loom_session *s = NULL;
-    loom_session_options opts = {.backend = "ref"};
+    loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = "ref");
     CHECK_OK(c.ctx, loom_session_new(c.ctx, c.g, &opts, &s));
     loom_tensor *out = NULL;
     CHECK_OK(c.ctx, loom_session_run(s, c.n, (const loom_tensor *const *)c.t, 1, &out));
@@ -440,7 +440,7 @@ static void test_extremum_ties(void) {
     CHECK_OK(c.ctx, loom_graph_output(c.g, "ga", gr[0]));
     CHECK_OK(c.ctx, loom_graph_output(c.g, "gb", gr[1]));
     loom_session *s = NULL;
-    loom_session_options opts = {.backend = "ref"};
+    loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = "ref");
     CHECK_OK(c.ctx, loom_session_new(c.ctx, c.g, &opts, &s));
     loom_tensor *out[2] = {NULL, NULL};
     CHECK_OK(c.ctx, loom_session_run(s, c.n, (const loom_tensor *const *)c.t, 2, out));
@@ -573,7 +573,7 @@ static void test_dropout(void) {
   CHECK_OK(c.ctx, loom_graph_grad(c.g, l, 1, &x, &gx));
   CHECK_OK(c.ctx, loom_graph_output(c.g, "gx", gx));
   loom_session *s = NULL;
-  loom_session_options opts = {.backend = "ref"};
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = "ref");
   CHECK_OK(c.ctx, loom_session_new(c.ctx, c.g, &opts, &s));
   loom_tensor *out = NULL;
   CHECK_OK(c.ctx, loom_session_run(s, c.n, (const loom_tensor *const *)c.t, 1, &out));
@@ -723,7 +723,7 @@ static void test_intermediate_wrt(void) {
   CHECK_OK(c.ctx, loom_graph_output(c.g, "gx", grads[1]));
   CHECK_OK(c.ctx, loom_graph_output(c.g, "gl", grads[2]));
   loom_session *s = NULL;
-  loom_session_options opts = {.backend = "ref"};
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = "ref");
   CHECK_OK(c.ctx, loom_session_new(c.ctx, c.g, &opts, &s));
   loom_tensor *out[3] = {NULL, NULL, NULL};
   CHECK_OK(c.ctx, loom_session_run(s, c.n, (const loom_tensor *const *)c.t, 3, out));
@@ -777,7 +777,7 @@ static void test_misuse(void) {
   CHECK_OK(c.ctx, loom_graph_output(c.g, "gz", gr[1]));
   CHECK_OK(c.ctx, loom_graph_output(c.g, "gn", gr[2]));
   loom_session *s = NULL;
-  loom_session_options opts = {.backend = "ref"};
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = "ref");
   CHECK_OK(c.ctx, loom_session_new(c.ctx, c.g, &opts, &s));
   loom_tensor *out[3] = {NULL, NULL, NULL};
   CHECK_OK(c.ctx, loom_session_run(s, c.n, (const loom_tensor *const *)c.t, 3, out));

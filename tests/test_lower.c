@@ -61,7 +61,7 @@ static void check_graph(loom_ctx *ctx, loom_graph *g0, const tcase *tc) {
   if (verbose()) {
     char *text = NULL;
     if (loom_graph_print(g, &text) == LOOM_STATUS_OK) fputs(text, stdout);
-    free(text);
+    loom_free(text);
   }
   if (tc->loop_ok >= 0) {
     bool lo = loom_fusion_group_analyze(g, gon, 7, LOOM_FUSION_LOOP, NULL);
@@ -110,7 +110,7 @@ static void check_graph(loom_ctx *ctx, loom_graph *g0, const tcase *tc) {
     }
   }
   loom_session *s = NULL;
-  loom_session_options opts = {.backend = "ref"};
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = "ref");
   CHECK_OK(ctx, loom_session_new(ctx, g, &opts, &s));
   if (s) CHECK_OK(ctx, loom_session_run(s, ni, (const loom_tensor *const *)in, no, ref));
   loom_session_free(s);

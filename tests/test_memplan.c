@@ -227,7 +227,7 @@ static void test_random_dags(loom_ctx *ctx) {
           d[e] = (float)loom_test_uniform(&r, -1, 1);
       }
       loom_session *s = NULL;
-      loom_session_options o = {.backend = "ref"};
+      loom_session_options o = LOOM_SESSION_OPTIONS(.backend = "ref");
       CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
       CHECK_OK(ctx,
                loom_session_run(s, g->n_inputs, (const loom_tensor *const *)in, g->n_outputs, out));
@@ -316,7 +316,7 @@ static void test_reshape_alias(loom_ctx *ctx) {
   CHECK_OK(ctx, loom_tensor_wrap(ctx, LOOM_DTYPE_F32, 2, (int64_t[]){4, 6}, xv, &xt));
   for (int k = 0; k < 2; k++) {
     CHECK_OK(ctx,
-             loom_session_new(ctx, g, &(loom_session_options){.backend = k ? "cpu" : "ref"}, &s));
+             loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.backend = k ? "cpu" : "ref"), &s));
     CHECK_OK(ctx, loom_session_run(s, 1, (const loom_tensor *const *)&xt, 1, out));
     int bad = 0; /* generated f32 exp is within 2 ulp of libm's (kernel/kmath.h) */
     for (int i = 0; out[0] && i < 24; i++) {
@@ -489,7 +489,7 @@ static void test_overlap_program(loom_ctx *ctx) {
   /* no cpu kernels: every node step would run its reference kernel */
   loom_cpu_kernel *kernels = d ? calloc((size_t)d->n_nodes, sizeof *kernels) : NULL;
   loom_cpu_program *cp = NULL;
-  if (kernels) CHECK_OK(ctx, loom_cpu_program_prepare(ctx, d, "stitch", kernels, &prep, &cp));
+  if (kernels) CHECK_OK(ctx, loom_cpu_program_prepare(ctx, d, LOOM_FUSION_STITCH, kernels, &prep, &cp));
   const loom_program *prog = cp ? loom_cpu_program_get(cp) : NULL;
   int32_t checked = 0;
   for (int32_t s = 0; prog && s + 1 < prog->n_steps; s++) {

@@ -45,14 +45,15 @@
 static bool quick;
 
 typedef struct mode {
-  const char *backend, *fusion;
+  const char *backend;
+  loom_fusion_mode fusion;
 } mode;
 
 static const mode modes[] = {
-    {"cpu", "eager"},
-    {"cpu", "none"},
-    {"cpu", "loop"},
-    {"cpu", "stitch"},
+    {"cpu", LOOM_FUSION_EAGER},
+    {"cpu", LOOM_FUSION_NONE},
+    {"cpu", LOOM_FUSION_LOOP},
+    {"cpu", LOOM_FUSION_STITCH},
 };
 enum { N_MODES = 4, M_LOOP = 2, M_STITCH = 3 };
 
@@ -256,10 +257,10 @@ static loom_tensor **run(loom_ctx *ctx, const loom_graph *g, const mode *m, loom
   loom_session *s = NULL;
   int32_t no = loom_graph_num_outputs(g);
   loom_tensor **out = calloc((size_t)no + 1, sizeof *out);
-  loom_session_options o = {.backend = m->backend, .fusion = m->fusion};
+  loom_session_options o = LOOM_SESSION_OPTIONS(.backend = m->backend, .fusion = m->fusion);
   bool ok = loom_session_new(ctx, g, &o, &s) == LOOM_STATUS_OK;
   if (ok && loom_session_warning(s)[0])
-    fprintf(stderr, "warning (%s): %s\n", m->fusion ? m->fusion : m->backend,
+    fprintf(stderr, "warning (%s): %s\n", loom_fusion_mode_name(m->fusion),
             loom_session_warning(s));
   if (ok && stats) loom_session_get_stats(s, stats);
   ok = ok && loom_ctx_set_threads(ctx, threads) == LOOM_STATUS_OK;
@@ -267,7 +268,8 @@ static loom_tensor **run(loom_ctx *ctx, const loom_graph *g, const mode *m, loom
                               out) == LOOM_STATUS_OK;
   loom_ctx_set_threads(ctx, 0);
   if (!ok) {
-    fprintf(stderr, "%s/%s: %s\n", m->backend, m->fusion ? m->fusion : "-", loom_ctx_error(ctx));
+    fprintf(stderr, "%s/%s: %s\n", m->backend, loom_fusion_mode_name(m->fusion),
+            loom_ctx_error(ctx));
     free_tensors(out, no);
     out = NULL;
   }
@@ -334,7 +336,7 @@ static bool same_bytes(const loom_graph *g, loom_tensor **a, loom_tensor **b) {
 static void check_model(loom_ctx *ctx, const char *name, const loom_graph *g, loom_tensor **in,
                         loom_tensor *const *bases, loom_session_stats *stats) {
   int32_t no = loom_graph_num_outputs(g);
-  const mode ref_mode = {"ref", NULL};
+  const mode ref_mode = {"ref", LOOM_FUSION_STITCH}; /* ref ignores the fusion mode */
   loom_tensor **ref = run(ctx, g, &ref_mode, in, 0, NULL);
   CHECK(ref != NULL);
   if (!ref) return;
@@ -347,12 +349,13 @@ static void check_model(loom_ctx *ctx, const char *name, const loom_graph *g, lo
     double err = 0, frac = compare(g, ref, got, bases, &worst_name, &err);
     printf("%-10s %-6s kernels %4d  GEMMs %3d  eager %4d  peak %8lld B  compile %5.2fs%s  "
            "error %.2g (%s, %.0f%% of tol)\n",
-           name, modes[m].fusion, stats[m].n_kernels, stats[m].n_gemm, stats[m].n_eager,
+           name, loom_fusion_mode_name(modes[m].fusion), stats[m].n_kernels, stats[m].n_gemm,
+           stats[m].n_eager,
            (long long)stats[m].peak_bytes, stats[m].compile_seconds,
            stats[m].cache_hit ? " (hit)" : "", err, worst_name, 100 * frac);
     if (!(frac <= 1))
       fprintf(stderr, "%s on %s: error %g in output %s (%.3g x its tolerance)\n", name,
-              modes[m].fusion, err, worst_name, frac);
+              loom_fusion_mode_name(modes[m].fusion), err, worst_name, frac);
     CHECK(frac <= 1);
     /* fused kernels give the same bytes on any thread count */
     if (m == M_STITCH) {
@@ -390,7 +393,7 @@ static void test_graph(loom_ctx *ctx, const char *name, loom_graph *g, int64_t i
  * every update 1% too large (a bias correction off by 1%). */
 static void check_catches_wrong_update(loom_ctx *ctx, const loom_graph *g, loom_tensor **in,
                                        loom_tensor *const *bases) {
-  const mode ref_mode = {"ref", NULL};
+  const mode ref_mode = {"ref", LOOM_FUSION_STITCH}; /* ref ignores the fusion mode */
   int32_t no = loom_graph_num_outputs(g), n_params = (no - 1) / 3;
   loom_tensor **ref = run(ctx, g, &ref_mode, in, 0, NULL);
   loom_tensor **bad = run(ctx, g, &ref_mode, in, 0, NULL);

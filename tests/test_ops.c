@@ -472,11 +472,15 @@ static void describe(op_case *c) {
  * rerun case by case to name the culprit.
  */
 typedef struct mode {
-  const char *backend, *fusion;
+  const char *backend;
+  loom_fusion_mode fusion;
 } mode;
 
 static const mode modes[] = {
-    {"cpu", "eager"}, {"cpu", "none"}, {"cpu", "loop"}, {"cpu", "stitch"},
+    {"cpu", LOOM_FUSION_EAGER},
+    {"cpu", LOOM_FUSION_NONE},
+    {"cpu", LOOM_FUSION_LOOP},
+    {"cpu", LOOM_FUSION_STITCH},
 };
 
 /* Graph of cases [first, first + n); NULL on failure (message printed). */
@@ -514,17 +518,18 @@ static bool run_graph(loom_ctx *ctx, int32_t first, int32_t n, const mode *m,
   loom_graph *g = build_graph(ctx, first, n);
   if (!g) return false;
   loom_session *s = NULL;
-  loom_session_options opts = {.backend = m->backend, .fusion = m->fusion};
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = m->backend, .fusion = m->fusion);
   bool ok = loom_session_new(ctx, g, &opts, &s) == LOOM_STATUS_OK;
   if (ok && loom_session_warning(s)[0])
-    fprintf(stderr, "warning (%s): %s\n", m->fusion, loom_session_warning(s));
+    fprintf(stderr, "warning (%s): %s\n", loom_fusion_mode_name(m->fusion),
+            loom_session_warning(s));
   ok = ok && loom_ctx_set_threads(ctx, threads) == LOOM_STATUS_OK;
   ok = ok && loom_session_run(s, g->n_inputs, (const loom_tensor *const *)inputs, n, out) ==
                  LOOM_STATUS_OK;
   loom_ctx_set_threads(ctx, 0);
   if (!ok) {
     fprintf(stderr, "%s..%s on %s/%s: %s\n", cases[first].label, cases[first + n - 1].label,
-            m->backend, m->fusion ? m->fusion : "-", loom_ctx_error(ctx));
+            m->backend, loom_fusion_mode_name(m->fusion), loom_ctx_error(ctx));
     for (int32_t k = 0; k < n; k++) {
       loom_tensor_free(out[k]);
       out[k] = NULL;
@@ -543,14 +548,15 @@ static bool compare(const op_case *c, const mode *m, const loom_tensor *ref,
   if (!ref || !got) return false;
   if (loom_tensor_dtype(ref) != loom_tensor_dtype(got) ||
       loom_tensor_numel(ref) != loom_tensor_numel(got)) {
-    fprintf(stderr, "%s on %s: dtype or size differs\n", c->label, m->fusion);
+    fprintf(stderr, "%s on %s: dtype or size differs\n", c->label,
+            loom_fusion_mode_name(m->fusion));
     return false;
   }
   int64_t n = loom_tensor_numel(ref), bad = 0;
   for (int64_t i = 0; i < n && bad < 3; i++)
     if (!close_enough(elem(ref, i), elem(got, i), c->rtol)) {
       fprintf(stderr, "%s on %s/%s: element %lld: ref %.9g, got %.9g\n", c->label, m->backend,
-              m->fusion, (long long)i, elem(ref, i), elem(got, i));
+              loom_fusion_mode_name(m->fusion), (long long)i, elem(ref, i), elem(got, i));
       bad++;
     }
   return bad == 0;
@@ -590,7 +596,7 @@ static void classify_cases(loom_ctx *ctx) {
 }
 
 static bool is_fallback(const op_case *c, const mode *m) {
-  return strcmp(m->fusion, "eager") == 0 ? c->ref_eager : c->ref_fused;
+  return m->fusion == LOOM_FUSION_EAGER ? c->ref_eager : c->ref_fused;
 }
 
 /* (case, mode) pairs compared, per mode: on cpu code / fallbacks to ref. */
@@ -610,7 +616,7 @@ static void check_threads(loom_ctx *ctx, int32_t first, int32_t n, const mode *m
     for (int32_t k = 0; ok && k < n; k++) {
       if (!same_bytes(alt[k], got[k]))
         fprintf(stderr, "%s on %s: %d thread(s) differ from all cores\n", cases[first + k].label,
-                m->fusion, det_threads[t]);
+                loom_fusion_mode_name(m->fusion), det_threads[t]);
       CHECK(same_bytes(alt[k], got[k]));
     }
     for (int32_t k = 0; k < n; k++) {
@@ -636,7 +642,7 @@ static void check_batch(loom_ctx *ctx, int32_t first, int32_t n, loom_test_rng *
       if (inputs[at]) fill(inputs[at], &cases[k].in[i], rng);
     }
   }
-  const mode ref_mode = {"ref", NULL};
+  const mode ref_mode = {"ref", LOOM_FUSION_STITCH}; /* ref ignores the fusion mode */
   CHECK(run_graph(ctx, first, n, &ref_mode, inputs, ref, 0));
   for (int32_t m = 0; m < LOOM_ARRAY_LEN(modes); m++) {
     bool ok = run_graph(ctx, first, n, &modes[m], inputs, got, 0);
@@ -657,7 +663,7 @@ static void check_batch(loom_ctx *ctx, int32_t first, int32_t n, loom_test_rng *
       else
         on_cpu[m]++;
     }
-    if (ok && (strcmp(modes[m].fusion, "stitch") == 0 || strcmp(modes[m].fusion, "eager") == 0))
+    if (ok && (modes[m].fusion == LOOM_FUSION_STITCH || modes[m].fusion == LOOM_FUSION_EAGER))
       check_threads(ctx, first, n, &modes[m], inputs, got, alt);
     for (int32_t k = 0; k < n; k++) {
       loom_tensor_free(got[k]);
@@ -717,7 +723,8 @@ int main(void) {
   printf("op harness: %d cases x %d modes against ref, %d batches, %.1fs\n", n_cases,
          LOOM_ARRAY_LEN(modes), batches, now_s() - t0);
   for (int32_t m = 0; m < LOOM_ARRAY_LEN(modes); m++)
-    printf("  cpu %-6s: %d cases on cpu kernels, %d fallbacks to ref\n", modes[m].fusion,
+    printf("  cpu %-6s: %d cases on cpu kernels, %d fallbacks to ref\n",
+           loom_fusion_mode_name(modes[m].fusion),
            on_cpu[m], on_ref[m]);
   for (int32_t fused = 0; fused < 2; fused++) {
     printf("  %s fall back to ref on:", fused ? "none/loop/stitch" : "eager");

@@ -73,12 +73,12 @@ static void test_mlp(loom_ctx *ctx) {
     for (int o = 0; o < O; o++)
       want[b][o] = exp(zs[o] - zmax) / sum;
   }
-  static const loom_session_options modes[] = {
-      {.backend = "ref"},
-      {.backend = "cpu", .fusion = "eager"},
-      {.backend = "cpu", .fusion = "none"},
-      {.backend = "cpu", .fusion = "loop"},
-      {.backend = "cpu", .fusion = "stitch"},
+  const loom_session_options modes[] = {
+      LOOM_SESSION_OPTIONS(.backend = "ref"),
+      LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = LOOM_FUSION_EAGER),
+      LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = LOOM_FUSION_NONE),
+      LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = LOOM_FUSION_LOOP),
+      LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = LOOM_FUSION_STITCH),
   };
   for (int k = 0; k < LOOM_ARRAY_LEN(modes); k++) {
     loom_session *s = NULL;
@@ -116,8 +116,9 @@ static void test_mlp(loom_ctx *ctx) {
   loom_memplan plan;
   CHECK_OK(ctx, loom_memplan_build(dg, &plan));
   loom_session *s = NULL;
-  CHECK_OK(ctx, loom_session_new(ctx, g,
-                                 &(loom_session_options){.backend = "cpu", .fusion = "eager"}, &s));
+  CHECK_OK(ctx,
+           loom_session_new(
+               ctx, g, &LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = LOOM_FUSION_EAGER), &s));
   CHECK(loom_session_peak_bytes(s) == plan.peak_bytes);
   CHECK(plan.peak_bytes >= (B * H + B * O) * 4);
   loom_memplan_free(&plan);
@@ -186,7 +187,7 @@ static void test_session_misuse(loom_ctx *ctx) {
   CHECK(s == NULL);
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_session_new(ctx, NULL, NULL, &s));
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_session_new(ctx, g, NULL, NULL));
-  loom_session_options bad = {.backend = "tpu"};
+  loom_session_options bad = LOOM_SESSION_OPTIONS(.backend = "tpu");
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_session_new(ctx, g, &bad, &s));
   CHECK(strstr(loom_ctx_error(ctx), "tpu") && strstr(loom_ctx_error(ctx), "cpu"));
   loom_backend *b = NULL;
@@ -254,7 +255,7 @@ static void test_session_misuse(loom_ctx *ctx) {
   CHECK_OK(ctx, loom_graph_op(g2, LOOM_OP_GATHER, 2, (loom_value[]){tab, idx}, 0, NULL, &gy));
   CHECK_OK(ctx, loom_graph_output(g2, "rows", gy));
   for (int k = 0; k < 2; k++) {
-    loom_session_options o = {.backend = k ? "cpu" : "ref"};
+    loom_session_options o = LOOM_SESSION_OPTIONS(.backend = k ? "cpu" : "ref");
     CHECK_OK(ctx, loom_session_new(ctx, g2, &o, &s));
     loom_tensor *tt = rand_tensor(ctx, &r, 2, (int64_t[]){3, 4}), *it = NULL;
     CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_I64, 1, (int64_t[]){2}, &it));
@@ -301,7 +302,7 @@ static void test_aliasing(loom_ctx *ctx) {
   CHECK_OK(ctx, loom_graph_output(g, "first", gr));
   CHECK_OK(ctx, loom_graph_output(g, "second", w));
   for (int k = 0; k < 2; k++) {
-    loom_session_options o = {.backend = k ? "cpu" : "ref"};
+    loom_session_options o = LOOM_SESSION_OPTIONS(.backend = k ? "cpu" : "ref");
     loom_session *s = NULL;
     CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
     float wv[5] = {1, 2, 3, 4, 5}, gv[5] = {2, 2, 2, 2, -2}, w2[5], g2[5];
@@ -644,9 +645,10 @@ static void test_ops_differential(loom_ctx *ctx) {
     int32_t no = g->n_outputs;
     loom_tensor *ref_out[16] = {NULL}, *cpu_out[3][16] = {{NULL}};
     loom_session *sr = NULL, *sc = NULL;
-    CHECK_OK(ctx, loom_session_new(ctx, g, &(loom_session_options){.backend = "ref"}, &sr));
+    CHECK_OK(ctx, loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.backend = "ref"), &sr));
     CHECK_OK(ctx, loom_session_new(
-                      ctx, g, &(loom_session_options){.backend = "cpu", .fusion = "eager"}, &sc));
+                      ctx, g, &LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = LOOM_FUSION_EAGER),
+                      &sc));
     CHECK_OK(ctx, loom_session_run(sr, g->n_inputs, (const loom_tensor *const *)in, no, ref_out));
     const int threads[3] = {1, 2, 3};
     for (int t = 0; t < 3; t++) {
@@ -760,19 +762,21 @@ static void test_fusion_stats(loom_ctx *ctx) {
 
   /* unknown modes are refused, naming the known ones, on every backend */
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-               loom_session_new(ctx, g, &(loom_session_options){.fusion = "fast"}, &s));
-  CHECK(strstr(loom_ctx_error(ctx), "'fast'") && strstr(loom_ctx_error(ctx), "stitch") &&
-        strstr(loom_ctx_error(ctx), "eager"));
+               loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.fusion = (loom_fusion_mode)9), &s));
+  CHECK(strstr(loom_ctx_error(ctx), "fusion mode 9") &&
+        strstr(loom_ctx_error(ctx), "(known: stitch, loop, none, eager)"));
   CHECK_STATUS(
       ctx, LOOM_STATUS_INVALID_ARGUMENT,
-      loom_session_new(ctx, g, &(loom_session_options){.backend = "ref", .fusion = ""}, &s));
+      loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.backend = "ref", .fusion = LOOM_FUSION_COUNT),
+                       &s));
   CHECK(s == NULL);
   CHECK(loom_session_get_stats(NULL, &st) == LOOM_STATUS_INVALID_ARGUMENT);
   CHECK(strcmp(loom_session_warning(NULL), "") == 0);
 
   /* ref ignores the mode: one node at a time */
-  CHECK_OK(ctx, loom_session_new(ctx, g,
-                                 &(loom_session_options){.backend = "ref", .fusion = "loop"}, &s));
+  CHECK_OK(ctx,
+           loom_session_new(
+               ctx, g, &LOOM_SESSION_OPTIONS(.backend = "ref", .fusion = LOOM_FUSION_LOOP), &s));
   CHECK_OK(ctx, loom_session_run(s, 3, (const loom_tensor *const *)in, 2, want));
   CHECK(loom_session_get_stats(s, NULL) == LOOM_STATUS_INVALID_ARGUMENT);
   CHECK_OK(ctx, loom_session_get_stats(s, &st));
@@ -783,8 +787,9 @@ static void test_fusion_stats(loom_ctx *ctx) {
   loom_session_free(s);
 
   /* eager cpu: the matmul through the GEMM library, the rest node by node */
-  CHECK_OK(ctx, loom_session_new(ctx, g,
-                                 &(loom_session_options){.backend = "cpu", .fusion = "eager"}, &s));
+  CHECK_OK(ctx,
+           loom_session_new(
+               ctx, g, &LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = LOOM_FUSION_EAGER), &s));
   CHECK_OK(ctx, loom_session_get_stats(s, &st));
   CHECK(st.n_primitive_ops == n_prim && st.n_gemm == 1 && st.n_eager == n_prim - 1 &&
         st.n_kernels == 0 && !st.cache_hit && st.modeled_bytes == 0);
@@ -792,10 +797,10 @@ static void test_fusion_stats(loom_ctx *ctx) {
   loom_session_free(s);
 
   /* generated code: fewer kernels the more is fused, same numbers */
-  static const char *const modes[] = {"none", "loop", "stitch"};
+  static const loom_fusion_mode modes[] = {LOOM_FUSION_NONE, LOOM_FUSION_LOOP, LOOM_FUSION_STITCH};
   int32_t kernels[3] = {0, 0, 0};
   for (int m = 0; m < 3; m++) {
-    loom_session_options o = {.backend = "cpu", .fusion = modes[m]};
+    loom_session_options o = LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = modes[m]);
     CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
     if (!s) continue;
     CHECK_OK(ctx, loom_session_get_stats(s, &st));
@@ -804,7 +809,8 @@ static void test_fusion_stats(loom_ctx *ctx) {
           st.peak_bytes == loom_session_peak_bytes(s));
     CHECK(strcmp(loom_session_warning(s), "") == 0);
     double err = run_small(ctx, s, in, want);
-    if (err >= 1e-5) fprintf(stderr, "fusion %s: max error %g\n", modes[m], err);
+    if (err >= 1e-5)
+      fprintf(stderr, "fusion %s: max error %g\n", loom_fusion_mode_name(modes[m]), err);
     CHECK(err < 1e-5);
     loom_session_free(s);
     /* the same graph again comes from the kernel cache */

@@ -30,10 +30,10 @@ int main(void) {
   CHECK_OK(ctx, loom_graph_output(g, "w_new", w2));
   CHECK_OK(ctx, loom_graph_output(g, "sum", sum));
 
-  static const char *const modes[] = {"eager", "stitch"};
+  static const loom_fusion_mode modes[] = {LOOM_FUSION_EAGER, LOOM_FUSION_STITCH};
   for (int m = 0; m < 2; m++) {
     loom_session *s = NULL;
-    loom_session_options o = {.backend = "cpu", .fusion = modes[m]};
+    loom_session_options o = LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = modes[m]);
     CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
     loom_tensor *xt = NULL, *wt = NULL, *yt = NULL, *st = NULL;
     CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, shape, &xt));

@@ -17,7 +17,7 @@ static int32_t count_op(const loom_graph *g, loom_op op) {
 static void run(loom_ctx *ctx, const loom_graph *g, float *y, int64_t n) {
   loom_session *s = NULL;
   loom_tensor *x = NULL, *out = NULL;
-  loom_session_options o = {.backend = "ref"};
+  loom_session_options o = LOOM_SESSION_OPTIONS(.backend = "ref");
   CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
   CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, (int64_t[]){3, 4}, &x));
   if (x) {

@@ -134,7 +134,7 @@ static char *check_roundtrip(loom_ctx *ctx, const loom_graph *g, const char *wha
   CHECK_OK(ctx, st);
   if (st) {
     fprintf(stderr, "%s: the printed text does not parse:\n%s\n", what, t1);
-    free(t1);
+    loom_free(t1);
     return NULL;
   }
   CHECK_OK(ctx, loom_graph_verify(g2));
@@ -145,7 +145,7 @@ static char *check_roundtrip(loom_ctx *ctx, const loom_graph *g, const char *wha
   bool same = same_graph(g, g2);
   CHECK(same);
   if (!same) fprintf(stderr, "%s: parsed graph differs from the original\n", what);
-  free(t2);
+  loom_free(t2);
   loom_graph_free(g2);
   return t1;
 }

@@ -602,12 +602,13 @@ static void test_rng_placements(loom_ctx *ctx) {
   loom_train_config c;
   tiny_config(&c);
   enum { N = 4 };
-  static const char *const rng[] = {"sequential", "fused", "overlap", "auto"};
+  static const loom_rng_placement rng[] = {LOOM_RNG_SEQUENTIAL, LOOM_RNG_FUSED, LOOM_RNG_OVERLAP,
+                                           LOOM_RNG_AUTO};
   float l[5][N] = {{0}};
   for (int32_t v = 0; v < 5; v++) {
     loom_train_config vc = c;
-    if (v < 4) snprintf(vc.rng, sizeof vc.rng, "%s", rng[v]);
-    if (v == 4) snprintf(vc.attention, sizeof vc.attention, "decomposed");
+    if (v < 4) vc.rng = rng[v];
+    if (v == 4) vc.attention = LOOM_ATTENTION_DECOMPOSED;
     loom_trainer *t = NULL;
     CHECK_OK(ctx, loom_trainer_new(ctx, &vc, &t));
     if (t) train_range(ctx, t, N, l[v]);
@@ -616,7 +617,7 @@ static void test_rng_placements(loom_ctx *ctx) {
   for (int32_t v = 1; v < 4; v++) CHECK(memcmp(l[0], l[v], sizeof l[0]) == 0);
   for (int32_t k = 0; k < N; k++) CHECK(fabs(l[0][k] - l[4][k]) < 1e-3);
   loom_train_config bad = c;
-  snprintf(bad.rng, sizeof bad.rng, "later");
+  bad.rng = LOOM_RNG_COUNT;
   loom_trainer *t = NULL;
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_trainer_new(ctx, &bad, &t));
 }

@@ -34,6 +34,9 @@
 
 #define EXIT_USAGE 2
 
+/* A --help line per fusion mode, from the mode list in loom.h. */
+#define HELP_MODE(ENUM, name, help) "                       " #name ": " help "\n"
+
 static const char usage_main[] =
     "usage: loom <command> [options]\n"
     "\n"
@@ -63,8 +66,8 @@ static const char usage_run[] =
     "  --input NAME=PATH    the .npy file for graph input NAME (repeatable)\n"
     "  --out DIR            where outputs go (default '.'; created if missing)\n"
     "  --backend NAME       'cpu' (default) or 'ref' (the reference kernels)\n"
-    "  --fusion MODE        cpu: 'stitch' (default), 'loop', 'none' (generated\n"
-    "                       kernels) or 'eager' (one C loop per op)\n"
+    "  --fusion MODE        how the cpu backend makes code:\n"
+    LOOM_FUSION_MODE_LIST(HELP_MODE, )
     "  --threads N          CPU threads (0 = all cores, the default)\n"
     "  --force              overwrite output files that already exist\n"
     "  -h, --help           print this help\n";
@@ -81,7 +84,8 @@ static const char usage_compile[] =
     "With --emit or --dump-after the artifact goes to stdout and the\n"
     "summary to stderr.\n"
     "\n"
-    "  --fusion MODE        'stitch' (default), 'loop', 'none' or 'eager'\n"
+    "  --fusion MODE        how the cpu backend makes code:\n"
+    LOOM_FUSION_MODE_LIST(HELP_MODE, )
     "  --emit WHAT          c: the generated C source; kernels: the kernel IR;\n"
     "                       program: the fused program's steps\n"
     "  --dump-after PASS    decompose: the text IR after decomposition;\n"
@@ -263,7 +267,7 @@ static int cmd_show(int argc, char **argv) {
 
 done:
   free(num);
-  free(text);
+  loom_free(text);
   loom_graph_free(dg);
   loom_graph_free(g);
   loom_ctx_free(ctx);
@@ -315,9 +319,16 @@ static int cmd_ops(int argc, char **argv) {
   }
   printf("| op | class | inputs | outputs | attributes (default) | gradient |\n");
   printf("|---|---|---|---|---|---|\n");
-  for (int op = 0; op < LOOM_OP_COUNT; op++) {
-    const loom_op_def *d = loom_op_get((loom_op)op);
-    if (!d) continue;
+  /* Grouped by class, in list order within one: the op list itself is
+   * append-only (loom.h), so its order is history, not a grouping. */
+  loom_op order[LOOM_OP_COUNT];
+  int n_ops = 0;
+  for (int cls = 0; cls <= LOOM_OPCLASS_COMPOSITE; cls++)
+    for (int op = 0; op < LOOM_OP_COUNT; op++)
+      if (loom_op_get((loom_op)op) && (int)loom_op_get((loom_op)op)->cls == cls)
+        order[n_ops++] = (loom_op)op;
+  for (int i = 0; i < n_ops; i++) {
+    const loom_op_def *d = loom_op_get(order[i]);
     printf("| `%s` | %s | ", d->name, class_name(d->cls));
     /* The notation of docs/TEXT_IR.md: "2", "1-3", "1+". */
     if (d->max_in < 0)
@@ -367,7 +378,7 @@ static bool safe_file_name(const char *s) {
 
 static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
                      int n_ins, const char *out_dir, const char *backend,
-                     const char *fusion, bool force) {
+                     loom_fusion_mode fusion, bool force) {
   loom_graph *g = NULL;
   loom_session *s = NULL;
   loom_tensor **inputs = NULL, **outputs = NULL;
@@ -485,7 +496,7 @@ static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
     }
   }
 
-  loom_session_options opts = {.backend = backend, .fusion = fusion};
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = backend, .fusion = fusion);
   if (loom_session_new(ctx, g, &opts, &s) != LOOM_STATUS_OK) goto fail;
   if (loom_session_warning(s)[0])
     fprintf(stderr, "loom: warning: %s\n", loom_session_warning(s));
@@ -520,7 +531,8 @@ done:
 }
 
 static int cmd_run(int argc, char **argv) {
-  const char *file = NULL, *out_dir = ".", *backend = "cpu", *fusion = NULL;
+  const char *file = NULL, *out_dir = ".", *backend = "cpu";
+  loom_fusion_mode fusion = LOOM_FUSION_STITCH;
   long threads = 0;
   bool force = false;
   run_input *ins = calloc((size_t)argc, sizeof *ins);
@@ -569,12 +581,11 @@ static int cmd_run(int argc, char **argv) {
       backend = v;
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--fusion", &v)) != 0) {
       if (m < 0) goto missing;
-      if (!loom_fusion_name_known(v)) {
-        rc = usage_error(usage_run,
-                         "unknown fusion mode '%s' (stitch, loop, none or eager)", v);
+      if (loom_fusion_mode_from_name(v, &fusion)) {
+        rc = usage_error(usage_run, "unknown fusion mode '%s' (known: " LOOM_FUSION_MODE_NAMES ")",
+                         v);
         goto done;
       }
-      fusion = v;
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--threads", &v)) != 0) {
       if (m < 0) goto missing;
       if (!loom_cli_parse_long(v, 0, 4096, &threads)) {
@@ -636,9 +647,9 @@ static void print_bytes(FILE *f, int64_t b) {
     fprintf(f, "%lld (%.1f %s)", (long long)b, x, unit[u]);
 }
 
-static void print_compile_summary(FILE *f, const char *file, const char *fusion,
+static void print_compile_summary(FILE *f, const char *file, loom_fusion_mode fusion,
                                   const loom_session_stats *st) {
-  fprintf(f, "%s: fusion %s\n", file, fusion);
+  fprintf(f, "%s: fusion %s\n", file, loom_fusion_mode_name(fusion));
   fprintf(f, "  primitive ops   %d\n", st->n_primitive_ops);
   fprintf(f, "  memory ops      %d\n", st->n_memory_ops);
   fprintf(f, "  kernels         %d\n", st->n_kernels);
@@ -660,7 +671,8 @@ static void put_text(const char *text) {
 }
 
 static int cmd_compile(int argc, char **argv) {
-  const char *file = NULL, *fusion = "stitch", *emit = NULL, *dump = NULL;
+  const char *file = NULL, *emit = NULL, *dump = NULL;
+  loom_fusion_mode fusion = LOOM_FUSION_STITCH;
   long threads = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = NULL;
@@ -671,10 +683,9 @@ static int cmd_compile(int argc, char **argv) {
     }
     if ((m = loom_cli_flag_value(argc, argv, &i, "--fusion", &v)) != 0) {
       if (m < 0) return usage_error(usage_compile, "%s needs a value", a);
-      if (!loom_fusion_name_known(v))
+      if (loom_fusion_mode_from_name(v, &fusion))
         return usage_error(usage_compile,
-                           "unknown fusion mode '%s' (stitch, loop, none or eager)", v);
-      fusion = v;
+                           "unknown fusion mode '%s' (known: " LOOM_FUSION_MODE_NAMES ")", v);
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--emit", &v)) != 0) {
       if (m < 0) return usage_error(usage_compile, "%s needs a value", a);
       if (strcmp(v, "c") && strcmp(v, "kernels") && strcmp(v, "program"))
@@ -704,7 +715,7 @@ static int cmd_compile(int argc, char **argv) {
   bool want_program = (dump && strcmp(dump, "fuse") == 0) || (emit && strcmp(emit, "program") == 0);
   bool want_kernels = (dump && strcmp(dump, "lower") == 0) || (emit && strcmp(emit, "kernels") == 0);
   bool want_c = emit && strcmp(emit, "c") == 0;
-  if (strcmp(fusion, "eager") == 0 && (want_program || want_kernels || want_c))
+  if (fusion == LOOM_FUSION_EAGER && (want_program || want_kernels || want_c))
     return usage_error(usage_compile, "%s %s needs a fusion mode other than eager",
                        emit ? "--emit" : "--dump-after", emit ? emit : dump);
 
@@ -717,7 +728,7 @@ static int cmd_compile(int argc, char **argv) {
   loom_session *s = NULL;
   char *text = NULL;
   int rc = 1;
-  loom_session_options opts = {.backend = "cpu", .fusion = fusion};
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = fusion);
   if (loom_ctx_set_threads(ctx, (int32_t)threads) != LOOM_STATUS_OK ||
       loom_graph_load(ctx, file, &g) != LOOM_STATUS_OK ||
       loom_session_new(ctx, g, &opts, &s) != LOOM_STATUS_OK) {

@@ -60,6 +60,7 @@ const char *loom_status_name(loom_status s) {
       [LOOM_STATUS_PARSE] = "parse error",
       [LOOM_STATUS_OUT_OF_RANGE] = "out of range",
       [LOOM_STATUS_INTERNAL] = "internal error",
+      [LOOM_STATUS_BUSY] = "busy",
   };
   if ((unsigned)s >= LOOM_STATUS_COUNT) return "unknown status";
   return names[s];

@@ -66,9 +66,11 @@ loom_status loom_fusion_compile(loom_ctx *ctx, const loom_graph *g, const loom_f
   memset(out, 0, sizeof *out);
   if (!g || !opts)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "fusion_compile: NULL argument");
-  if ((int)opts->mode < LOOM_FUSION_NONE || (int)opts->mode > LOOM_FUSION_STITCH)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "fusion_compile: unknown mode %d",
-                      (int)opts->mode);
+  if (opts->mode != LOOM_FUSION_NONE && opts->mode != LOOM_FUSION_LOOP &&
+      opts->mode != LOOM_FUSION_STITCH)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "fusion_compile: mode %d (%s) does not fuse", (int)opts->mode,
+                      loom_fusion_mode_name(opts->mode) ? loom_fusion_mode_name(opts->mode) : "?");
   loom_machine fallback;
   loom_fusion_options o = *opts;
   if (!o.machine) {

@@ -10,17 +10,12 @@
 #include "kernel/kernel.h"
 #include "perf/machine.h"
 
-typedef enum loom_fusion_mode {
-  LOOM_FUSION_NONE = 0, /* one kernel per primitive */
-  LOOM_FUSION_LOOP,     /* XLA-style: element-wise into consumers, a
-                           reduction only as a kernel's root */
-  LOOM_FUSION_STITCH    /* the full approach: reductions, broadcasts and
-                           element-wise work with different parallelism */
-} loom_fusion_mode;
-
-/* "none", "loop", "stitch". */
-const char *loom_fusion_mode_name(loom_fusion_mode m);
-loom_status loom_fusion_mode_from_name(const char *name, loom_fusion_mode *out);
+/* Fusion modes are loom_fusion_mode (loom.h): LOOM_FUSION_NONE is one
+ * kernel per primitive; LOOP is XLA-style (element-wise into consumers, a
+ * reduction only as a kernel's root); STITCH is the full approach
+ * (reductions, broadcasts and element-wise work with different
+ * parallelism in one kernel). EAGER is the cpu backend's, not fusion's:
+ * loom_fusion_compile refuses it. */
 
 typedef enum loom_step_kind {
   LOOM_STEP_KERNEL = 0, /* a generated kernel */

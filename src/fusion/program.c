@@ -1,5 +1,5 @@
 /*
- * Programs: mode names, release, and the readable listing behind
+ * Programs: release, and the readable listing behind
  * `loom compile --dump-after fuse`.
  */
 #include "fusion/fusion.h"
@@ -11,23 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char *const mode_names[] = {"none", "loop", "stitch"};
-
-const char *loom_fusion_mode_name(loom_fusion_mode m) {
-  if ((int)m < 0 || (int)m >= LOOM_ARRAY_LEN(mode_names)) return "?";
-  return mode_names[m];
-}
-
-loom_status loom_fusion_mode_from_name(const char *name, loom_fusion_mode *out) {
-  for (int32_t i = 0; name && i < LOOM_ARRAY_LEN(mode_names); i++) {
-    if (strcmp(name, mode_names[i]) == 0) {
-      *out = (loom_fusion_mode)i;
-      return LOOM_STATUS_OK;
-    }
-  }
-  return LOOM_STATUS_INVALID_ARGUMENT;
-}
 
 void loom_program_clear(loom_program *p) {
   if (!p) return;

@@ -25,22 +25,6 @@
 #include "perf/rng_model.h"
 
 #include <math.h>
-#include <string.h>
-
-static const char *const names[LOOM_RNG_COUNT] = {"auto", "fused", "overlap", "sequential"};
-
-const char *loom_rng_placement_name(loom_rng_placement p) {
-  return (int)p >= 0 && p < LOOM_RNG_COUNT ? names[p] : "?";
-}
-
-loom_status loom_rng_placement_from_name(const char *name, loom_rng_placement *out) {
-  for (int i = 0; name && i < LOOM_RNG_COUNT; i++)
-    if (strcmp(name, names[i]) == 0) {
-      *out = (loom_rng_placement)i;
-      return LOOM_STATUS_OK;
-    }
-  return LOOM_STATUS_INVALID_ARGUMENT;
-}
 
 static double words_time(const loom_rng_model *m, double words, double cores) {
   double rate = m->rng_words_core * cores;

@@ -11,18 +11,10 @@
 
 #include "core/ctx.h"
 
-typedef enum loom_rng_placement {
-  LOOM_RNG_AUTO = 0,   /* the model picks per attention op */
-  LOOM_RNG_FUSED,      /* inside the attention kernels */
-  LOOM_RNG_OVERLAP,    /* a bitmask made by a concurrent task during the GEMMs before */
-  LOOM_RNG_SEQUENTIAL, /* a bitmask made just before attention */
-  LOOM_RNG_COUNT
-} loom_rng_placement;
-
-/* "auto", "fused", "overlap", "sequential". */
-const char *loom_rng_placement_name(loom_rng_placement p);
-loom_status loom_rng_placement_from_name(const char *name, loom_rng_placement *out);
-#define LOOM_RNG_NAMES "auto, fused, overlap, sequential"
+/* The placements are loom_rng_placement (loom.h): AUTO (the model picks
+ * per attention op), FUSED (inside the attention kernels), OVERLAP (a
+ * bitmask made by a concurrent task during the GEMMs before), SEQUENTIAL
+ * (a bitmask made just before attention). */
 
 typedef struct loom_rng_model {
   const char *machine;      /* what the rates describe, for reports */

@@ -81,13 +81,6 @@ void loom_host_buffer_free(void *bctx, void *p) {
   free(p);
 }
 
-bool loom_fusion_name_known(const char *name) {
-  static const char *const names[] = {"stitch", "loop", "none", "eager"};
-  for (int32_t i = 0; name && i < LOOM_ARRAY_LEN(names); i++)
-    if (strcmp(name, names[i]) == 0) return true;
-  return false;
-}
-
 void loom_count_ops(const loom_graph *g, int32_t *n_primitive, int32_t *n_memory, int32_t *n_gemm) {
   int32_t prim = 0, mem = 0, gemm = 0;
   for (int32_t i = 0; i < g->n_nodes; i++) {

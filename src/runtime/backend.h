@@ -67,7 +67,7 @@ typedef struct loom_backend_iface {
    * kernels with `threads` threads (perf/rng_model.h). */
   void (*rng_model)(void *bctx, loom_ctx *ctx, int32_t threads, loom_rng_model *m);
   /* Prepares a decomposed, verified graph to run with these options
-   * (opts->fusion already checked to be a known mode name, or NULL).
+   * (never NULL: the session's complete copy, every mode checked).
    * Fills out (zeroed by the caller but for `supported` and the stats' op
    * counts, which a fusing backend may refine); on failure leaves nothing
    * to release. */
@@ -145,11 +145,6 @@ loom_status loom_exec_node(loom_ctx *ctx, const loom_graph *g, const loom_node *
 /* loom_exec_node with the reference kernel. */
 loom_status loom_exec_node_ref(loom_ctx *ctx, const loom_graph *g, const loom_node *n,
                                loom_view *values);
-
-/* Fusion modes a session accepts: "stitch", "loop", "none", "eager". */
-bool loom_fusion_name_known(const char *name);
-/* The list above as text, for error messages. */
-#define LOOM_FUSION_NAMES "stitch, loop, none, eager"
 
 /* Counts a graph's nodes by kind for the session stats: primitives,
  * memory-intensive ones (everything but GEMMs) and GEMMs. */

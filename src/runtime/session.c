@@ -10,6 +10,7 @@
 #include "passes/memplan.h"
 #include "passes/simplify.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,9 @@ struct loom_session {
   bool *supported;    /* per node of g: supports_op's answer (prep.supported) */
   void *arena;
   loom_view *values; /* one per value of g; inputs filled per run */
+  /* A run is in progress: values, the arena and the backend's per-run
+   * state belong to it, so a second thread is refused (loom.h). */
+  atomic_flag running;
 };
 
 void loom_session_free(loom_session *s) {
@@ -44,22 +48,13 @@ static loom_status forward_error(loom_ctx *ctx, const loom_graph *g, loom_status
   return st;
 }
 
-/* Checks the attention and RNG options, then runs backend b's graph
- * rewrite (if it has one): *out is a new graph, or NULL. */
+/* Runs backend b's graph rewrite (if it has one) with checked options:
+ * *out is a new graph, or NULL. */
 static loom_status rewrite(loom_ctx *ctx, const loom_backend *b, const loom_graph *g,
                            const loom_session_options *opts, loom_graph **out,
                            int32_t *n_rewritten) {
   *out = NULL;
   *n_rewritten = 0;
-  const char *mode = opts && opts->attention ? opts->attention : "flash";
-  const char *rng = opts && opts->rng ? opts->rng : "auto";
-  loom_rng_placement placement;
-  if (strcmp(mode, "flash") != 0 && strcmp(mode, "decomposed") != 0)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "unknown attention mode '%s' (known: flash, decomposed)", mode);
-  if (loom_rng_placement_from_name(rng, &placement))
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "unknown rng placement '%s' (known: " LOOM_RNG_NAMES ")", rng);
   if (!b->iface->rewrite) return LOOM_STATUS_OK;
   loom_status st = b->iface->rewrite(b->context, ctx, g, opts, out, n_rewritten);
   if (st) {
@@ -69,15 +64,48 @@ static loom_status rewrite(loom_ctx *ctx, const loom_backend *b, const loom_grap
   return st;
 }
 
+/* The caller's options as this library's struct: the fields the caller's
+ * struct_size covers, defaults for the rest (a caller built against an
+ * older loom.h); each mode checked, even where it does not apply (ref). */
+static loom_status read_options(loom_ctx *ctx, const loom_session_options *opts,
+                                loom_session_options *o) {
+  loom_session_options_init(o);
+  if (!opts) return LOOM_STATUS_OK;
+  if (opts->struct_size == 0 || opts->struct_size > sizeof *o)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "session options: struct_size is %zu (this library knows %zu): make "
+                      "options with LOOM_SESSION_OPTIONS(...) or loom_session_options_init",
+                      opts->struct_size, sizeof *o);
+  memcpy(o, opts, opts->struct_size);
+  o->struct_size = sizeof *o;
+  if ((unsigned)o->fusion >= LOOM_FUSION_COUNT)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "session options: unknown fusion mode %d (known: " LOOM_FUSION_MODE_NAMES ")",
+                      (int)o->fusion);
+  if ((unsigned)o->attention >= LOOM_ATTENTION_COUNT)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "session options: unknown attention mode %d (known: " LOOM_ATTENTION_MODE_NAMES
+                      ")",
+                      (int)o->attention);
+  if ((unsigned)o->rng >= LOOM_RNG_COUNT)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "session options: unknown rng placement %d (known: " LOOM_RNG_PLACEMENT_NAMES ")",
+                      (int)o->rng);
+  return LOOM_STATUS_OK;
+}
+
 /* Here, not in backend.c: it shares the session's option checks. */
 loom_status loom_backend_rewrite(loom_ctx *ctx, const loom_session_options *opts,
                                  const loom_graph *g, loom_graph **out, int32_t *n_rewritten) {
   if (!out || !g)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "backend_rewrite: NULL argument");
+  *out = NULL;
   int32_t n = 0;
+  loom_session_options o;
+  LOOM_TRY(read_options(ctx, opts, &o));
   loom_backend *b = NULL;
-  LOOM_TRY(loom_backend_new(ctx, opts && opts->backend ? opts->backend : LOOM_BACKEND_DEFAULT, &b));
-  loom_status st = rewrite(ctx, b, g, opts, out, &n);
+  LOOM_TRY(loom_backend_new(ctx, o.backend ? o.backend : LOOM_BACKEND_DEFAULT, &b));
+  loom_status st = rewrite(ctx, b, g, &o, out, &n);
   loom_backend_free(b);
   if (n_rewritten) *n_rewritten = n;
   return st;
@@ -94,20 +122,19 @@ static loom_status assign_nodes(loom_session *s) {
   return LOOM_STATUS_OK;
 }
 
-loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g, const loom_session_options *opts,
+loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g, const loom_session_options *user,
                              loom_session **out) {
   if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "session_new: out is NULL");
   *out = NULL;
   if (!ctx) return LOOM_STATUS_INVALID_ARGUMENT;
   if (!g) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "session_new: graph is NULL");
-  const char *bname = opts && opts->backend ? opts->backend : LOOM_BACKEND_DEFAULT;
-  /* A misspelt mode is an error even where it would not apply (ref). */
-  if (opts && opts->fusion && !loom_fusion_name_known(opts->fusion))
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "unknown fusion mode '%s' (known: " LOOM_FUSION_NAMES ")", opts->fusion);
+  loom_session_options options, *opts = &options;
+  LOOM_TRY(read_options(ctx, user, opts));
+  const char *bname = opts->backend ? opts->backend : LOOM_BACKEND_DEFAULT;
   loom_session *s = loom_calloc(ctx, 1, sizeof *s);
   if (!s) return LOOM_STATUS_OUT_OF_MEMORY;
   s->ctx = ctx;
+  atomic_flag_clear(&s->running);
   loom_status st = loom_backend_new(ctx, bname, &s->backend);
   if (st) goto fail;
   /* The graph passes, each followed by the verifier. */
@@ -166,9 +193,12 @@ fail:
 
 int64_t loom_session_peak_bytes(const loom_session *s) { return s ? s->prep.plan.peak_bytes : 0; }
 
-loom_status loom_session_get_stats(const loom_session *s, loom_session_stats *out) {
-  if (!s || !out) return LOOM_STATUS_INVALID_ARGUMENT;
-  *out = s->prep.stats;
+loom_status loom_session_get_stats_sized(const loom_session *s, loom_session_stats *out,
+                                         size_t out_size) {
+  if (!s || !out || out_size == 0) return LOOM_STATUS_INVALID_ARGUMENT;
+  size_t n = LOOM_MIN(out_size, sizeof s->prep.stats);
+  memcpy(out, &s->prep.stats, n);
+  if (out_size > n) memset((char *)out + n, 0, out_size - n);
   return LOOM_STATUS_OK;
 }
 
@@ -271,9 +301,8 @@ static void unbind_outputs(loom_session *s, int32_t n_outputs, const bool *direc
     }
 }
 
-loom_status loom_session_run(loom_session *s, int32_t n_inputs, const loom_tensor *const *inputs,
+static loom_status run_alone(loom_session *s, int32_t n_inputs, const loom_tensor *const *inputs,
                              int32_t n_outputs, loom_tensor **outputs) {
-  if (!s) return LOOM_STATUS_INVALID_ARGUMENT;
   loom_ctx *ctx = s->ctx;
   const loom_graph *g = s->g;
   if (n_inputs != g->n_inputs)
@@ -360,5 +389,16 @@ loom_status loom_session_run(loom_session *s, int32_t n_inputs, const loom_tenso
   free(snap);
   free(fresh);
   free(direct);
+  return st;
+}
+
+/* One run at a time: a concurrent call is refused before it touches the
+ * session or its context, both of which the running thread is using. */
+loom_status loom_session_run(loom_session *s, int32_t n_inputs, const loom_tensor *const *inputs,
+                             int32_t n_outputs, loom_tensor **outputs) {
+  if (!s) return LOOM_STATUS_INVALID_ARGUMENT;
+  if (atomic_flag_test_and_set_explicit(&s->running, memory_order_acquire)) return LOOM_STATUS_BUSY;
+  loom_status st = run_alone(s, n_inputs, inputs, n_outputs, outputs);
+  atomic_flag_clear_explicit(&s->running, memory_order_release);
   return st;
 }

@@ -18,6 +18,9 @@
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
 
+/* A --help line per mode, from the mode's list in loom.h. */
+#define HELP_MODE(ENUM, name, help) "                    " #name ": " help "\n"
+
 static const char usage[] =
     "usage: loom train [flags]\n"
     "\n"
@@ -41,16 +44,13 @@ static const char usage[] =
     "  --log-every N     a progress line every N steps (default 100)\n"
     "running:\n"
     "  --backend B       cpu (default) or ref\n"
-    "  --fusion M        cpu: stitch (default), loop, none (generated kernels)\n"
-    "                    or eager (one loop per op, no code generation)\n"
+    "  --fusion M        how the cpu backend makes code:\n" LOOM_FUSION_MODE_LIST(HELP_MODE, )
     "  --threads N       CPU threads, 0 = all cores (default 0)\n"
-    "  --attention A     flash (default: fused flash-attention kernels, forward\n"
-    "                    and backward) or decomposed (its primitives)\n"
-    "  --rng P           where attention dropout's random numbers come from:\n"
-    "                    auto (default: a performance model picks), fused (in\n"
-    "                    the attention kernels), overlap (a bitmask made by a\n"
-    "                    worker thread beside the GEMMs before) or sequential\n"
-    "                    (a bitmask made just before); same masks, same losses\n"
+    "  --attention A     what the cpu backend makes of attention:\n"
+    LOOM_ATTENTION_MODE_LIST(HELP_MODE, )
+    "  --rng P           where attention dropout's random numbers come from\n"
+    "                    (the same masks, so the same losses, each way):\n"
+    LOOM_RNG_PLACEMENT_LIST(HELP_MODE, )
     "  --trace FILE      write a timeline of steps 2-4 (Chrome trace JSON:\n"
     "                    chrome://tracing, ui.perfetto.dev): kernels, GEMMs and\n"
     "                    overlapped RNG tasks on their own lane\n"
@@ -67,7 +67,7 @@ typedef struct cli {
   loom_train_config cfg;
   int64_t log_every, stop_at;
   const char *save, *load;
-  const char *fusion; /* NULL: the backend's default */
+  loom_fusion_mode fusion;
   const char *trace;  /* NULL: none */
   bool force;
   /* which flags were given, so --load knows what to keep */
@@ -174,19 +174,14 @@ static int parse_args(int argc, char **argv, cli *c) {
         return usage_error("--backend wants one of %s, got '%s'", loom_backend_names(), val);
       snprintf(c->cfg.backend, sizeof c->cfg.backend, "%s", val);
     } else if (!strcmp(name, "--fusion")) {
-      if (strcmp(val, "stitch") && strcmp(val, "loop") && strcmp(val, "none") &&
-          strcmp(val, "eager"))
-        return usage_error("--fusion wants stitch, loop, none or eager, got '%s'", val);
-      c->fusion = val;
+      if (loom_fusion_mode_from_name(val, &c->fusion))
+        return usage_error("--fusion wants one of " LOOM_FUSION_MODE_NAMES ", got '%s'", val);
     } else if (!strcmp(name, "--attention")) {
-      if (strcmp(val, "flash") && strcmp(val, "decomposed"))
-        return usage_error("--attention wants flash or decomposed, got '%s'", val);
-      snprintf(c->cfg.attention, sizeof c->cfg.attention, "%s", val);
+      if (loom_attention_mode_from_name(val, &c->cfg.attention))
+        return usage_error("--attention wants one of " LOOM_ATTENTION_MODE_NAMES ", got '%s'", val);
     } else if (!strcmp(name, "--rng")) {
-      loom_rng_placement pl;
-      if (loom_rng_placement_from_name(val, &pl))
-        return usage_error("--rng wants one of " LOOM_RNG_NAMES ", got '%s'", val);
-      snprintf(c->cfg.rng, sizeof c->cfg.rng, "%s", val);
+      if (loom_rng_placement_from_name(val, &c->cfg.rng))
+        return usage_error("--rng wants one of " LOOM_RNG_PLACEMENT_NAMES ", got '%s'", val);
     } else if (!strcmp(name, "--trace")) {
       if (!*val) return usage_error("--trace wants a file name");
       c->trace = val;
@@ -256,8 +251,8 @@ static int merge_checkpoint(const cli *c, loom_train_config *ck) {
   if (c->g_seed) ck->seed = c->cfg.seed;
   ck->threads = c->cfg.threads;
   memcpy(ck->backend, c->cfg.backend, sizeof ck->backend);
-  memcpy(ck->attention, c->cfg.attention, sizeof ck->attention); /* how to run, not what */
-  memcpy(ck->rng, c->cfg.rng, sizeof ck->rng);
+  ck->attention = c->cfg.attention; /* how to run, not what */
+  ck->rng = c->cfg.rng;
   return -1;
 }
 
@@ -279,7 +274,7 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
            ss.n_memory_ops);
     if (ss.n_kernels > 0)
       printf("fusion %s: %d kernels, %d GEMMs, %d eager nodes; compiled in %.2fs%s; ",
-             c->fusion ? c->fusion : "stitch", ss.n_kernels, ss.n_gemm, ss.n_eager,
+             loom_fusion_mode_name(c->fusion), ss.n_kernels, ss.n_gemm, ss.n_eager,
              ss.compile_seconds, ss.cache_hit ? " (cache hit)" : "");
     else
       printf("%d nodes run one at a time; ", ss.n_eager + ss.n_gemm);
@@ -289,9 +284,11 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
   if (rc.flash > 0)
     printf("attention: %d flash op%s; dropout RNG (--rng %s): %d fused, %d overlap, %d "
            "sequential\n",
-           rc.flash, rc.flash == 1 ? "" : "s", cfg->rng, rc.fused, rc.overlap, rc.sequential);
+           rc.flash, rc.flash == 1 ? "" : "s", loom_rng_placement_name(cfg->rng), rc.fused,
+           rc.overlap, rc.sequential);
   else
-    printf("attention: decomposed into primitives (--attention %s)\n", cfg->attention);
+    printf("attention: decomposed into primitives (--attention %s)\n",
+           loom_attention_mode_name(cfg->attention));
   if (s && loom_session_warning(s)[0])
     fprintf(stderr, "loom train: warning: %s\n", loom_session_warning(s));
   if (start > 0) printf("resumed from %s at step %lld\n", c->load, (long long)start);

@@ -17,9 +17,6 @@
 /* Held-out prompts are decoded in a short window: "\n99+99=" + "198\n". */
 #define EVAL_T 16
 
-/* Longest fusion mode name kept, with its NUL ("stitch", "eager", ...). */
-#define FUSION_MAX 16
-
 struct loom_trainer {
   loom_ctx *ctx;
   loom_train_config cfg;
@@ -38,7 +35,7 @@ struct loom_trainer {
   loom_graph *infer_g[2];
   loom_session *infer_s[2];
   int32_t infer_b[2], infer_t[2];
-  char fusion[FUSION_MAX]; /* the sessions' fusion mode; "" for the default */
+  loom_fusion_mode fusion; /* the sessions' */
 };
 
 void loom_train_config_default(loom_train_config *c) {
@@ -56,8 +53,8 @@ void loom_train_config_default(loom_train_config *c) {
   c->seed = 1;
   c->threads = 0;
   snprintf(c->backend, sizeof c->backend, "cpu");
-  snprintf(c->attention, sizeof c->attention, "flash");
-  snprintf(c->rng, sizeof c->rng, "auto");
+  c->attention = LOOM_ATTENTION_FLASH;
+  c->rng = LOOM_RNG_AUTO;
   c->corpus_lines = 50000;
   c->heldout = 100;
 }
@@ -90,13 +87,14 @@ loom_status loom_train_config_check(loom_ctx *ctx, const loom_train_config *c) {
   if (c->threads < 0 || c->threads > 4096)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: threads %d is outside [0, 4096]",
                       c->threads);
-  loom_rng_placement placement;
-  if (strcmp(c->attention, "flash") && strcmp(c->attention, "decomposed"))
+  if ((unsigned)c->attention >= LOOM_ATTENTION_COUNT)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "train: attention '%s' is not 'flash' or 'decomposed'", c->attention);
-  if (loom_rng_placement_from_name(c->rng, &placement))
+                      "train: attention mode %d is not one of " LOOM_ATTENTION_MODE_NAMES,
+                      (int)c->attention);
+  if ((unsigned)c->rng >= LOOM_RNG_COUNT)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "train: rng placement '%s' is not one of " LOOM_RNG_NAMES, c->rng);
+                      "train: rng placement %d is not one of " LOOM_RNG_PLACEMENT_NAMES,
+                      (int)c->rng);
   if (!loom_backend_name_known(c->backend))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: backend '%s' is not one of %s",
                       c->backend, loom_backend_names());
@@ -213,8 +211,8 @@ static loom_status setup(loom_trainer *t) {
   init_params(t);
 
   /* the backend's rewrite (flash attention) runs in the builder, before autodiff */
-  loom_session_options so = {.backend = c->backend, .fusion = t->fusion[0] ? t->fusion : NULL,
-                             .attention = c->attention, .rng = c->rng};
+  loom_session_options so = LOOM_SESSION_OPTIONS(.backend = c->backend, .fusion = t->fusion,
+                                                 .attention = c->attention, .rng = c->rng);
   loom_gpt_optim o = {c->beta1, c->beta2, c->eps, c->weight_decay, c->seed, &so};
   LOOM_TRY(loom_gpt_build_train(ctx, &c->model, b, tl, &o, &t->train_g, &t->rng_per_step));
   LOOM_TRY(loom_session_new(ctx, t->train_g, &so, &t->train_s));
@@ -234,7 +232,7 @@ static loom_status setup(loom_trainer *t) {
 }
 
 loom_status loom_trainer_new(loom_ctx *ctx, const loom_train_config *c, loom_trainer **out) {
-  return loom_trainer_new_fused(ctx, c, NULL, out);
+  return loom_trainer_new_fused(ctx, c, LOOM_FUSION_STITCH, out);
 }
 
 const loom_session *loom_trainer_session(const loom_trainer *t) { return t ? t->train_s : NULL; }
@@ -257,19 +255,20 @@ loom_trainer_rng_counts loom_trainer_rng_placements(const loom_trainer *t) {
   return c;
 }
 
-loom_status loom_trainer_new_fused(loom_ctx *ctx, const loom_train_config *c, const char *fusion,
-                                   loom_trainer **out) {
+loom_status loom_trainer_new_fused(loom_ctx *ctx, const loom_train_config *c,
+                                   loom_fusion_mode fusion, loom_trainer **out) {
   if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "trainer_new: out is NULL");
   *out = NULL;
   LOOM_TRY(loom_train_config_check(ctx, c));
-  if (fusion && strlen(fusion) >= FUSION_MAX)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: unknown fusion mode '%s'", fusion);
+  if ((unsigned)fusion >= LOOM_FUSION_COUNT)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "train: fusion mode %d is not one of " LOOM_FUSION_MODE_NAMES, (int)fusion);
   LOOM_TRY(loom_ctx_set_threads(ctx, c->threads));
   loom_trainer *t = loom_calloc(ctx, 1, sizeof *t);
   if (!t) return LOOM_STATUS_OUT_OF_MEMORY;
   t->ctx = ctx;
   t->cfg = *c;
-  if (fusion) snprintf(t->fusion, sizeof t->fusion, "%s", fusion);
+  t->fusion = fusion;
   loom_status s = setup(t);
   if (s) {
     loom_trainer_free(t);
@@ -344,7 +343,7 @@ loom_status loom_trainer_set_steps_done(loom_trainer *t, int64_t steps) {
 static loom_status infer_session(loom_trainer *t, int32_t slot, int32_t b, int32_t tl) {
   if (t->infer_s[slot]) return LOOM_STATUS_OK;
   LOOM_TRY(loom_gpt_build_infer(t->ctx, &t->cfg.model, b, tl, &t->infer_g[slot]));
-  loom_session_options so = {.backend = t->cfg.backend, .fusion = t->fusion[0] ? t->fusion : NULL};
+  loom_session_options so = LOOM_SESSION_OPTIONS(.backend = t->cfg.backend, .fusion = t->fusion);
   LOOM_TRY(loom_session_new(t->ctx, t->infer_g[slot], &so, &t->infer_s[slot]));
   t->infer_b[slot] = b;
   t->infer_t[slot] = tl;

@@ -24,10 +24,10 @@ typedef struct loom_train_config {
   uint64_t seed;   /* corpus, init, batches, dropout */
   int32_t threads; /* 0: all cores */
   char backend[8]; /* "cpu" or "ref" */
-  /* Attention: "flash" (fused kernels, dropout RNG placed per `rng`) or
-   * "decomposed" (primitives, differentiated as such). */
-  char attention[16];
-  char rng[16]; /* "auto", "fused", "overlap" or "sequential" */
+  /* Attention: flash (fused kernels, dropout RNG placed per `rng`) or
+   * decomposed (primitives, differentiated as such). */
+  loom_attention_mode attention;
+  loom_rng_placement rng;
   int32_t corpus_lines, heldout;
 } loom_train_config;
 
@@ -48,9 +48,9 @@ typedef struct loom_trainer loom_trainer;
 /* Builds the corpus, the graphs and the session, and initialises the
  * parameters (normal(0, 0.02), LayerNorm gains 1, biases 0) from the seed. */
 loom_status loom_trainer_new(loom_ctx *ctx, const loom_train_config *c, loom_trainer **out);
-/* As loom_trainer_new with a fusion mode for the cpu backend (NULL: default). */
-loom_status loom_trainer_new_fused(loom_ctx *ctx, const loom_train_config *c, const char *fusion,
-                                   loom_trainer **out);
+/* As loom_trainer_new with a fusion mode for the cpu backend. */
+loom_status loom_trainer_new_fused(loom_ctx *ctx, const loom_train_config *c,
+                                   loom_fusion_mode fusion, loom_trainer **out);
 /* The training-step session (for its stats: kernels, peak bytes). */
 const loom_session *loom_trainer_session(const loom_trainer *t);
 /* Where the step's attention dropout draws its random numbers: how many

@@ -37,8 +37,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (loom_graph_parse(ctx, t1, &g2) != LOOM_STATUS_OK) fail("printed text does not parse", loom_ctx_error(ctx));
   if (loom_graph_print(g2, &t2) != LOOM_STATUS_OK) fail("print 2", loom_ctx_error(ctx));
   if (strcmp(t1, t2) != 0) fail("print(parse(print(g))) != print(g)", t1);
-  free(t1);
-  free(t2);
+  loom_free(t1);
+  loom_free(t2);
   loom_graph_free(g);
   loom_graph_free(g2);
   return 0;

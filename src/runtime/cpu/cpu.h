@@ -72,10 +72,10 @@ loom_status loom_cpu_exec_node(const loom_cpu *c, const loom_graph *g, const loo
  */
 typedef struct loom_cpu_program loom_cpu_program;
 
-/* Fuses g in `mode` ("stitch", "loop", "none"), generates and loads the
+/* Fuses g in `mode` (stitch, loop or none), generates and loads the
  * code, plans memory over the program's steps; fills out's plan, stats
  * and warning and sets *prog. kernels: per node, as loom_cpu.kernels. */
-loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, const char *mode,
+loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fusion_mode mode,
                                      const loom_cpu_kernel *kernels, loom_prepared *out,
                                      loom_cpu_program **prog);
 void loom_cpu_program_free(loom_cpu_program *p);

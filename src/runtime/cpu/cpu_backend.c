@@ -93,7 +93,6 @@ static void cpu_release(void *bctx, void *handle) {
 
 static loom_status cpu_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
                                const loom_session_options *opts, loom_prepared *out) {
-  const char *mode = opts && opts->fusion ? opts->fusion : "stitch";
   cpu_prepared *h = loom_calloc(ctx, 1, sizeof *h);
   if (!h) return LOOM_STATUS_OUT_OF_MEMORY;
   h->kernels = loom_calloc(ctx, (size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *h->kernels);
@@ -104,9 +103,9 @@ static loom_status cpu_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
   /* the nodes supports_op took, and only those, run a cpu kernel */
   for (int32_t i = 0; i < g->n_nodes; i++)
     if (out->supported && out->supported[i]) h->kernels[i] = select_kernel(g, &g->nodes[i]);
-  loom_status st = strcmp(mode, "eager") == 0
+  loom_status st = opts->fusion == LOOM_FUSION_EAGER
                        ? loom_cpu_prepare_eager(g, h->kernels, out)
-                       : loom_cpu_program_prepare(ctx, g, mode, h->kernels, out, &h->program);
+                       : loom_cpu_program_prepare(ctx, g, opts->fusion, h->kernels, out, &h->program);
   if (st) {
     cpu_release(bctx, h);
     return st;
@@ -144,12 +143,8 @@ static loom_status cpu_rewrite(void *bctx, loom_ctx *ctx, const loom_graph *g,
                                const loom_session_options *opts, loom_graph **out,
                                int32_t *n_rewritten) {
   (void)bctx;
-  const char *mode = opts && opts->attention ? opts->attention : "flash";
-  const char *rng = opts && opts->rng ? opts->rng : "auto";
-  loom_rng_placement placement;
-  if (strcmp(mode, "flash") != 0) return LOOM_STATUS_OK;
-  if (loom_rng_placement_from_name(rng, &placement))
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "unknown rng placement '%s'", rng);
+  loom_rng_placement placement = opts->rng;
+  if (opts->attention != LOOM_ATTENTION_FLASH) return LOOM_STATUS_OK;
   /* attention is an `attention` node or a pattern around a softmax */
   bool candidate = false, dropout = false;
   for (int32_t i = 0; i < g->n_nodes; i++) {

@@ -212,14 +212,10 @@ static loom_status load_code(loom_ctx *ctx, loom_cpu_program *p, loom_prepared *
 
 const loom_program *loom_cpu_program_get(const loom_cpu_program *p) { return p ? &p->prog : NULL; }
 
-loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, const char *mode,
+loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fusion_mode fm,
                                      const loom_cpu_kernel *kernels, loom_prepared *out,
                                      loom_cpu_program **program) {
   *program = NULL;
-  loom_fusion_mode fm;
-  if (loom_fusion_mode_from_name(mode, &fm))
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "unknown fusion mode '%s' (known: " LOOM_FUSION_NAMES ")", mode);
   double t0 = loom_now_s();
   loom_cpu_program *p = loom_calloc(ctx, 1, sizeof *p);
   if (!p) return LOOM_STATUS_OUT_OF_MEMORY;
@@ -228,7 +224,7 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, const c
   loom_fusion_options fo = {.mode = fm, .machine = &machine};
   loom_status st = loom_fusion_compile(ctx, g, &fo, &p->prog);
   if (st) {
-    loom_error_prefix(ctx, "cpu backend: fusion (%s)", mode);
+    loom_error_prefix(ctx, "cpu backend: fusion (%s)", loom_fusion_mode_name(fm));
     goto fail;
   }
   st = load_code(ctx, p, out);
