@@ -269,6 +269,7 @@ loom_status loom_memplan_build_steps(const loom_graph *g, int32_t n_steps,
                       "memplan: the graph's intermediate values need more than 2^62 bytes");
   if (st) {
     free(end);
+    free(released);
     loom_memplan_free(out);
     return st;
   }
