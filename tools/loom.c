@@ -531,7 +531,7 @@ done:
 }
 
 static int cmd_run(int argc, char **argv) {
-  const char *file = NULL, *out_dir = ".", *backend = "cpu";
+  const char *file = NULL, *out_dir = ".", *backend = LOOM_BACKEND_DEFAULT;
   loom_fusion_mode fusion = LOOM_FUSION_STITCH;
   long threads = 0;
   bool force = false;
@@ -728,7 +728,7 @@ static int cmd_compile(int argc, char **argv) {
   loom_session *s = NULL;
   char *text = NULL;
   int rc = 1;
-  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = fusion);
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.fusion = fusion) /* the default backend */;
   if (loom_ctx_set_threads(ctx, (int32_t)threads) != LOOM_STATUS_OK ||
       loom_graph_load(ctx, file, &g) != LOOM_STATUS_OK ||
       loom_session_new(ctx, g, &opts, &s) != LOOM_STATUS_OK) {

@@ -52,7 +52,7 @@ void loom_train_config_default(loom_train_config *c) {
   c->weight_decay = 0.1;
   c->seed = 1;
   c->threads = 0;
-  snprintf(c->backend, sizeof c->backend, "cpu");
+  snprintf(c->backend, sizeof c->backend, "%s", LOOM_BACKEND_DEFAULT);
   c->attention = LOOM_ATTENTION_FLASH;
   c->rng = LOOM_RNG_AUTO;
   c->corpus_lines = 50000;

@@ -23,7 +23,7 @@ typedef struct loom_train_config {
   double beta1, beta2, eps, weight_decay;
   uint64_t seed;   /* corpus, init, batches, dropout */
   int32_t threads; /* 0: all cores */
-  char backend[8]; /* "cpu" or "ref" */
+  char backend[16]; /* a registered backend name (runtime/backend.h) */
   /* Attention: flash (fused kernels, dropout RNG placed per `rng`) or
    * decomposed (primitives, differentiated as such). */
   loom_attention_mode attention;
