@@ -6,6 +6,7 @@
  */
 #include "common.h"
 
+#include "ir/text_ir.h"
 #include "parallel/vtensor.h"
 
 #include <stdlib.h>
@@ -97,6 +98,9 @@ static void test_intersect_and_bytes(void) {
   loom_vlayout_piece(&hd, 23, &p);
   CHECK(hd.n_pieces == 24 && loom_vpiece_bytes(&h, &p) == 2 * 4 * 1 * 2);
   CHECK(p.box.start[0] == 6 && p.box.start[2] == 1 && p.replica == 2);
+  loom_type pt = loom_vpiece_type(&h, &p);
+  CHECK(pt.dtype == LOOM_DTYPE_F16 && pt.rank == 3 && pt.shape[0] == 2 && pt.shape[1] == 4 &&
+        pt.shape[2] == 1);
 }
 
 static void test_cover(void) {
@@ -225,7 +229,9 @@ static void test_text(void) {
       {"R(0)", "1:3:", "part count 0 is outside"},
       {"D(-1,2)", "1:3:", "a dim -1 is outside"},
       {"D(0 2)", "1:5:", "expected ','"},
-      {"X(2)", "1:1:", "expected a factor"},
+      {"X(2)", "1:1:", "expected a layout"},
+      {"D(0,2)X(2)", "1:7:", "expected a factor"},
+      {"D(0,2) 5", "1:8:", "expected a factor"},
       {"D(0,2", "1:6:", "expected ')'"},
       {"R[2]", "1:2:", "expected '('"},
       {"D(0,2)\nR(2)", "2:1:", "expected the end of the layout"},
@@ -246,6 +252,21 @@ static void test_text(void) {
   loom_vlayout l;
   CHECK_STATUS(ctx, LOOM_STATUS_PARSE, loom_vlayout_parse(ctx, &T46, "R(2)D(0,3)", 10, 7, 20, &l));
   CHECK(strncmp(loom_ctx_error(ctx), "7:24:", 5) == 0);
+  /* Inside a larger line (a plan file): the layout ends at the first token
+   * that does not start a factor, which is left for the caller. */
+  const char *line = "layout %x D(0,2) R(2) on 0\n";
+  loom_lexer lx;
+  loom_token tok;
+  loom_lexer_init(&lx, line, strlen(line));
+  for (int i = 0; i < 3; i++) loom_lexer_next(&lx, &tok); /* layout, %x, D */
+  CHECK_OK(ctx, loom_vlayout_parse_lexer(ctx, &T46, &lx, &tok, &l));
+  CHECK(strcmp(loom_vlayout_str(&l, s, sizeof s), "D(0,2)R(2)") == 0);
+  CHECK(tok.kind == LOOM_TOK_IDENT && strcmp(tok.text, "on") == 0 && tok.col == 23);
+  const char *bad_line = "layout %x R(2) D(1,4)\n";
+  loom_lexer_init(&lx, bad_line, strlen(bad_line));
+  for (int i = 0; i < 3; i++) loom_lexer_next(&lx, &tok);
+  CHECK_STATUS(ctx, LOOM_STATUS_PARSE, loom_vlayout_parse_lexer(ctx, &T46, &lx, &tok, &l));
+  CHECK(strncmp(loom_ctx_error(ctx), "1:16:", 5) == 0);
   /* Errors from make, without parsing. */
   loom_vfactor zero = {LOOM_VF_V, -1, 0};
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_vlayout_make(ctx, &T46, 1, &zero, &l));

@@ -192,6 +192,13 @@ const char *loom_vpiece_str(const loom_vpiece *p, char *buf, size_t n) {
   return buf;
 }
 
+loom_type loom_vpiece_type(const loom_type *t, const loom_vpiece *p) {
+  loom_type r = {.dtype = t->dtype, .rank = p->box.rank};
+  for (int32_t d = 0; d < p->box.rank; d++)
+    r.shape[d] = LOOM_MAX(p->box.end[d] - p->box.start[d], 0);
+  return r;
+}
+
 int64_t loom_vpiece_bytes(const loom_type *t, const loom_vpiece *p) {
   return loom_vbox_numel(&p->box) * (int64_t)loom_dtype_size(t->dtype);
 }

@@ -68,6 +68,16 @@ loom_status loom_vlayout_make(loom_ctx *ctx, const loom_type *type, int32_t n_fa
 loom_status loom_vlayout_parse(loom_ctx *ctx, const loom_type *type, const char *text,
                                size_t len, int32_t line, int32_t col, loom_vlayout *out);
 
+/* For parsers of larger texts (plan files), over the text IR lexer
+ * (ir/text_ir.h): reads factors starting at the current token *tok of lx
+ * and stops at the first token that does not start a factor (a newline,
+ * a name, ...), which it leaves in *tok for the caller. */
+struct loom_lexer;
+struct loom_token;
+loom_status loom_vlayout_parse_lexer(loom_ctx *ctx, const loom_type *type,
+                                     struct loom_lexer *lx, struct loom_token *tok,
+                                     loom_vlayout *out);
+
 /* The text form, which loom_vlayout_parse reads back to an equal layout. */
 const char *loom_vlayout_str(const loom_vlayout *l, char *buf, size_t n);
 bool loom_vlayout_equal(const loom_vlayout *a, const loom_vlayout *b);
@@ -89,6 +99,9 @@ const char *loom_vbox_str(const loom_vbox *b, char *buf, size_t n);
 /* "[0:2, 3:6] v1/2 r0/2" (v and r left out when 1). */
 const char *loom_vpiece_str(const loom_vpiece *p, char *buf, size_t n);
 
+/* The type of the tensor a piece of a t holds: t's dtype, the box's extents
+ * (what a per-device program allocates for it). */
+loom_type loom_vpiece_type(const loom_type *t, const loom_vpiece *p);
 /* Bytes a piece of a tensor of type t holds: its box's elements times the
  * dtype size (a partial sum is as big as the box it covers). */
 int64_t loom_vpiece_bytes(const loom_type *t, const loom_vpiece *p);

@@ -49,10 +49,12 @@ static loom_status parse_int(vparser *p, int64_t lo, int64_t hi, const char *wha
   return LOOM_STATUS_OK;
 }
 
+static bool starts_factor(const loom_token *t) {
+  return t->kind == LOOM_TOK_IDENT &&
+         (!strcmp(t->text, "D") || !strcmp(t->text, "V") || !strcmp(t->text, "R"));
+}
+
 static loom_status parse_factor(vparser *p, loom_vfactor *f) {
-  if (p->tok.kind != LOOM_TOK_IDENT ||
-      (strcmp(p->tok.text, "D") && strcmp(p->tok.text, "V") && strcmp(p->tok.text, "R")))
-    return fail_at(p, &p->tok, "a factor D(dim,parts), V(parts) or R(parts)");
   f->kind = p->tok.text[0] == 'D' ? LOOM_VF_D : p->tok.text[0] == 'V' ? LOOM_VF_V : LOOM_VF_R;
   f->dim = -1;
   next(p);
@@ -65,44 +67,62 @@ static loom_status parse_factor(vparser *p, loom_vfactor *f) {
   return expect(p, LOOM_TOK_RPAREN, "')'");
 }
 
-loom_status loom_vlayout_parse(loom_ctx *ctx, const loom_type *type, const char *text,
-                               size_t len, int32_t line, int32_t col, loom_vlayout *out) {
-  if (!type || !out || (!text && len))
+loom_status loom_vlayout_parse_lexer(loom_ctx *ctx, const loom_type *type,
+                                     struct loom_lexer *lx, struct loom_token *tok,
+                                     loom_vlayout *out) {
+  if (!type || !lx || !tok || !out)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "vlayout_parse: NULL argument");
-  vparser p = {.ctx = ctx};
-  loom_lexer_init(&p.lx, text, len);
-  p.lx.line = line > 0 ? line : 1;
-  p.lx.col = col > 0 ? col : 1;
-  next(&p);
+  vparser p = {.ctx = ctx, .lx = *lx, .tok = *tok};
   loom_vfactor factors[LOOM_VT_MAX_FACTORS];
-  int32_t n = 0;
-  int32_t fline[LOOM_VT_MAX_FACTORS], fcol[LOOM_VT_MAX_FACTORS];
-  while (p.tok.kind == LOOM_TOK_NEWLINE) next(&p);
-  if (p.tok.kind == LOOM_TOK_EOF)
-    return fail_at(&p, &p.tok, "a layout (R(1) is one whole piece)");
-  while (p.tok.kind != LOOM_TOK_EOF) {
-    if (p.tok.kind == LOOM_TOK_NEWLINE) { /* trailing newlines only */
-      next(&p);
-      if (p.tok.kind != LOOM_TOK_EOF && p.tok.kind != LOOM_TOK_NEWLINE)
-        return fail_at(&p, &p.tok, "the end of the layout");
-      continue;
+  int32_t fline[LOOM_VT_MAX_FACTORS], fcol[LOOM_VT_MAX_FACTORS], n = 0;
+  loom_status st = LOOM_STATUS_OK;
+  if (!starts_factor(&p.tok))
+    st = fail_at(&p, &p.tok, "a layout: factors D(dim,parts), V(parts), R(parts)");
+  /* A factor starts with the identifier D, V or R; anything else ends the layout. */
+  while (st == LOOM_STATUS_OK && starts_factor(&p.tok)) {
+    if (n == LOOM_VT_MAX_FACTORS) {
+      st = loom_error(ctx, LOOM_STATUS_PARSE, "%d:%d: more than %d factors", p.tok.line,
+                      p.tok.col, LOOM_VT_MAX_FACTORS);
+      break;
     }
-    if (n == LOOM_VT_MAX_FACTORS)
-      return loom_error(ctx, LOOM_STATUS_PARSE, "%d:%d: more than %d factors", p.tok.line,
-                        p.tok.col, LOOM_VT_MAX_FACTORS);
     fline[n] = p.tok.line;
     fcol[n] = p.tok.col;
-    LOOM_TRY(parse_factor(&p, &factors[n]));
+    st = parse_factor(&p, &factors[n]);
     n++;
   }
   /* Errors against the type point at the factor that caused them. */
-  for (int32_t i = 1; i <= n; i++) {
+  for (int32_t i = 1; i <= n && st == LOOM_STATUS_OK; i++) {
     loom_vlayout partial;
     if (loom_vlayout_make(ctx, type, i, factors, &partial) != LOOM_STATUS_OK) {
       loom_error_prefix(ctx, "%d:%d", fline[i - 1], fcol[i - 1]);
       if (ctx) ctx->last = LOOM_STATUS_PARSE;
-      return LOOM_STATUS_PARSE;
+      st = LOOM_STATUS_PARSE;
+    } else if (i == n) {
+      *out = partial;
     }
   }
-  return loom_vlayout_make(ctx, type, n, factors, out);
+  *lx = p.lx;
+  *tok = p.tok;
+  return st;
+}
+
+loom_status loom_vlayout_parse(loom_ctx *ctx, const loom_type *type, const char *text,
+                               size_t len, int32_t line, int32_t col, loom_vlayout *out) {
+  if (!type || !out || (!text && len))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "vlayout_parse: NULL argument");
+  loom_lexer lx;
+  loom_token tok;
+  loom_lexer_init(&lx, text, len);
+  lx.line = line > 0 ? line : 1;
+  lx.col = col > 0 ? col : 1;
+  do loom_lexer_next(&lx, &tok);
+  while (tok.kind == LOOM_TOK_NEWLINE);
+  LOOM_TRY(loom_vlayout_parse_lexer(ctx, type, &lx, &tok, out));
+  vparser p = {.ctx = ctx};
+  if (tok.kind != LOOM_TOK_NEWLINE && tok.kind != LOOM_TOK_EOF)
+    return fail_at(&p, &tok, "a factor D(dim,parts), V(parts) or R(parts)");
+  /* A layout is one line; blank lines may follow. */
+  while (tok.kind == LOOM_TOK_NEWLINE) loom_lexer_next(&lx, &tok);
+  if (tok.kind != LOOM_TOK_EOF) return fail_at(&p, &tok, "the end of the layout");
+  return LOOM_STATUS_OK;
 }
