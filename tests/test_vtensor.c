@@ -274,6 +274,9 @@ static void test_text(void) {
   loom_vfactor huge[2] = {{LOOM_VF_V, -1, 1 << 11}, {LOOM_VF_R, -1, 1 << 10}};
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_vlayout_make(ctx, &T46, 2, huge, &l));
   CHECK(strstr(loom_ctx_error(ctx), "more than 1048576 pieces") != NULL);
+  loom_vfactor widest[2] = {{LOOM_VF_R, -1, 1 << 20}, {LOOM_VF_V, -1, INT32_MAX}};
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_vlayout_make(ctx, &T46, 2, widest, &l));
+  CHECK(strstr(loom_ctx_error(ctx), "more than 1048576 pieces") != NULL);
 }
 
 int main(void) {

@@ -69,7 +69,7 @@ loom_status loom_vlayout_make(loom_ctx *ctx, const loom_type *type, int32_t n_fa
       *seen = true;
       f.dim = -1;
     }
-    pieces *= f.parts; /* both at most 2^20 here: no overflow */
+    pieces *= f.parts; /* at most 2^20 * 2^31: no overflow */
     if (pieces > LOOM_VT_MAX_PIECES)
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                         "vlayout: more than %d pieces", LOOM_VT_MAX_PIECES);
