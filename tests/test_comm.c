@@ -127,6 +127,13 @@ int main(void) {
   CHECK_OK(ctx, loom_comm_inproc_new(ctx, 1, one));
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_comm_set_timeout(one[0], ctx, 0));
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_comm_inproc_new(ctx, 0, one + 0));
+  float f[2] = {1, 2};
+  CHECK_STATUS(ctx, LOOM_STATUS_UNSUPPORTED,
+               loom_comm_all_reduce(one[0], ctx, f, 2, (loom_dtype)99, LOOM_COMM_SUM));
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_comm_broadcast(one[0], ctx, f, -1, LOOM_DTYPE_F32, 0));
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_comm_broadcast(one[0], ctx, f, 2, LOOM_DTYPE_F32, 1));
   loom_comm_free(one[0]);
   /* Without MPI the MPI communicator says so. */
   if (!loom_comm_mpi_available()) {

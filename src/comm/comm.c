@@ -64,6 +64,11 @@ static loom_status comm_fail(loom_comm *c, loom_ctx *ctx, loom_status s, const c
   return s;
 }
 
+static const char *dtype_label(loom_dtype dt) {
+  const char *name = loom_dtype_name(dt);
+  return name ? name : "an unknown dtype";
+}
+
 static loom_status check_peer(loom_comm *c, loom_ctx *ctx, int32_t peer, const char *what) {
   if (peer < 0 || peer >= c->size || peer == c->rank)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
@@ -78,9 +83,9 @@ static loom_status check_count(loom_comm *c, loom_ctx *ctx, int64_t count, loom_
   if (es == 0 || count < 0 || (uint64_t)count > (uint64_t)INT32_MAX / es ||
       (count > 0 && !buf))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "comm %s rank %d: %s: bad buffer (%lld elements of dtype %d; at most "
+                      "comm %s rank %d: %s: bad buffer (%lld elements of %s; at most "
                       "2^31 bytes per message)",
-                      c->iface->name, (int)c->rank, what, (long long)count, (int)dt);
+                      c->iface->name, (int)c->rank, what, (long long)count, dtype_label(dt));
   *bytes = (size_t)count * es;
   return LOOM_STATUS_OK;
 }
@@ -329,7 +334,7 @@ static loom_status check_reduce(loom_comm *c, loom_ctx *ctx, loom_dtype dt, loom
   if (!ok)
     return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "comm %s rank %d: %s: no %s reduction of %s",
                       c->iface->name, (int)c->rank, what, loom_comm_reduce_name(op),
-                      loom_dtype_name(dt));
+                      dtype_label(dt));
   return LOOM_STATUS_OK;
 }
 
