@@ -1,12 +1,17 @@
 /* The MPI communicator under mpirun (tests/CMakeLists.txt: -np 2 and 4):
  * the same checks as the in-process test (comm_checks.c), on processes.
- * Exits 77 (a ctest skip) with a message when MPI or mpirun is missing. */
+ * Exits 77 (a ctest skip) with a message when MPI or mpirun is missing.
+ * `--die` / `--abort`: rank 1 exits mid-job / calls loom_comm_abort while
+ * the others wait in a barrier with a 60 s timeout; the test
+ * (test_comm_mpi_die, _abort) checks that the job ends non-zero well
+ * before that. */
 #include "comm_checks.h"
 #include "common.h"
 
 #include "core/clock.h"
 
 #include <string.h>
+#include <unistd.h>
 
 int main(int argc, char **argv) {
   if ((argc > 1 && strcmp(argv[1], "--skip") == 0) || !loom_comm_mpi_available()) {
@@ -20,6 +25,20 @@ int main(int argc, char **argv) {
   CHECK_OK(ctx, loom_ctx_new(&ctx));
   CHECK_OK(ctx, loom_comm_mpi_new(ctx, &c));
   if (!c) return loom_test_finish("comm_mpi");
+  if (argc > 1 && (strcmp(argv[1], "--die") == 0 || strcmp(argv[1], "--abort") == 0)) {
+    CHECK_OK(ctx, loom_comm_set_timeout(c, ctx, 60));
+    CHECK_OK(ctx, loom_comm_barrier(c, ctx));
+    if (c->rank == 1) {
+      if (strcmp(argv[1], "--die") == 0) _exit(3); /* no finalize, no goodbye */
+      loom_comm_abort(c, "rank 1 found a different plan");
+    }
+    loom_status s = loom_comm_barrier(c, ctx); /* never completes */
+    printf("comm_mpi rank %d: barrier returned %s: %s\n", (int)c->rank, loom_status_name(s),
+           loom_ctx_error(ctx));
+    loom_comm_free(c);
+    loom_ctx_free(ctx);
+    return 0;
+  }
   int failures = comm_check_all(c, ctx, &loom_test_checks);
   loom_test_failures += failures;
   /* Every rank's verdict, so that rank 0 reports the job's. */
