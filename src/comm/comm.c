@@ -58,9 +58,11 @@ void loom_comm_abort(loom_comm *c, const char *why) {
   if (c && c->iface->abort) c->iface->abort(c->context, why ? why : "aborted");
 }
 
-/* "comm inproc rank 1: OP: " before the implementation's message. */
+/* "comm inproc rank 1: OP: " before the implementation's message (OP NULL
+ * for point to point, whose message already says "recv from rank 0"). */
 static loom_status comm_fail(loom_comm *c, loom_ctx *ctx, loom_status s, const char *what) {
-  loom_error_prefix(ctx, "comm %s rank %d: %s", c->iface->name, (int)c->rank, what);
+  if (what) loom_error_prefix(ctx, "comm %s rank %d: %s", c->iface->name, (int)c->rank, what);
+  else loom_error_prefix(ctx, "comm %s rank %d", c->iface->name, (int)c->rank);
   return s;
 }
 
@@ -129,7 +131,7 @@ loom_status loom_comm_isend(loom_comm *c, loom_ctx *ctx, const void *buf, int64_
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: send tag %d is not in 0..%d",
                       (int)tag, LOOM_COMM_TAG_MAX);
   loom_status s = c->iface->isend(c->context, ctx, buf, bytes, peer, tag, c->stream, req);
-  return s == LOOM_STATUS_OK ? s : comm_fail(c, ctx, s, "send");
+  return s == LOOM_STATUS_OK ? s : comm_fail(c, ctx, s, NULL);
 }
 
 loom_status loom_comm_irecv(loom_comm *c, loom_ctx *ctx, void *buf, int64_t count, loom_dtype dt,
@@ -143,26 +145,26 @@ loom_status loom_comm_irecv(loom_comm *c, loom_ctx *ctx, void *buf, int64_t coun
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: recv tag %d is not in 0..%d",
                       (int)tag, LOOM_COMM_TAG_MAX);
   loom_status s = c->iface->irecv(c->context, ctx, buf, bytes, peer, tag, c->stream, req);
-  return s == LOOM_STATUS_OK ? s : comm_fail(c, ctx, s, "recv");
+  return s == LOOM_STATUS_OK ? s : comm_fail(c, ctx, s, NULL);
 }
 
 loom_status loom_comm_wait(loom_comm *c, loom_ctx *ctx, loom_comm_request *req) {
   if (!c || !req) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL argument");
-  return wait_all(c, ctx, &req, 1, "wait");
+  return wait_all(c, ctx, &req, 1, NULL);
 }
 
 loom_status loom_comm_send(loom_comm *c, loom_ctx *ctx, const void *buf, int64_t count,
                            loom_dtype dt, int32_t peer, int32_t tag) {
   loom_comm_request *req = NULL;
   LOOM_TRY(loom_comm_isend(c, ctx, buf, count, dt, peer, tag, &req));
-  return wait_all(c, ctx, &req, 1, "send");
+  return wait_all(c, ctx, &req, 1, NULL);
 }
 
 loom_status loom_comm_recv(loom_comm *c, loom_ctx *ctx, void *buf, int64_t count, loom_dtype dt,
                            int32_t peer, int32_t tag) {
   loom_comm_request *req = NULL;
   LOOM_TRY(loom_comm_irecv(c, ctx, buf, count, dt, peer, tag, &req));
-  return wait_all(c, ctx, &req, 1, "recv");
+  return wait_all(c, ctx, &req, 1, NULL);
 }
 
 /* --- collectives ------------------------------------------------------- */
@@ -270,20 +272,21 @@ static loom_status layout(loom_comm *c, loom_ctx *ctx, int64_t count, const int6
   return LOOM_STATUS_OK;
 }
 
-loom_status loom_comm_all_gather(loom_comm *c, loom_ctx *ctx, const void *send, void *recv,
-                                 int64_t count, const int64_t *counts, loom_dtype dt) {
-  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
+/* what: the operation messages name (all_reduce runs these as phases). */
+static loom_status all_gather(loom_comm *c, loom_ctx *ctx, const void *send, void *recv,
+                              int64_t count, const int64_t *counts, loom_dtype dt,
+                              const char *what) {
   int64_t *off = NULL;
-  LOOM_TRY(layout(c, ctx, count, counts, dt, recv, "all_gather", &off));
+  LOOM_TRY(layout(c, ctx, count, counts, dt, recv, what, &off));
   size_t es = loom_dtype_size(dt);
   int32_t me = c->rank;
   size_t mine = (size_t)(off[me + 1] - off[me]) * es;
   if (mine && !send) {
     free(off);
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: all_gather: NULL send buffer");
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: %s: NULL send buffer", what);
   }
   coll k;
-  loom_status s = coll_begin(&k, c, ctx, "all_gather");
+  loom_status s = coll_begin(&k, c, ctx, what);
   if (s == LOOM_STATUS_OK) {
     char *out = recv;
     for (int32_t p = 0; p < c->size; p++) {
@@ -297,6 +300,12 @@ loom_status loom_comm_all_gather(loom_comm *c, loom_ctx *ctx, const void *send, 
   }
   free(off);
   return s;
+}
+
+loom_status loom_comm_all_gather(loom_comm *c, loom_ctx *ctx, const void *send, void *recv,
+                                 int64_t count, const int64_t *counts, loom_dtype dt) {
+  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
+  return all_gather(c, ctx, send, recv, count, counts, dt, "all_gather");
 }
 
 /* acc[i] = acc[i] op x[i], for one dtype. Integer sums wrap (unsigned). */
@@ -338,13 +347,12 @@ static loom_status check_reduce(loom_comm *c, loom_ctx *ctx, loom_dtype dt, loom
   return LOOM_STATUS_OK;
 }
 
-loom_status loom_comm_reduce_scatter(loom_comm *c, loom_ctx *ctx, const void *send, void *recv,
-                                     int64_t count, const int64_t *counts, loom_dtype dt,
-                                     loom_comm_reduce op) {
-  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
-  LOOM_TRY(check_reduce(c, ctx, dt, op, "reduce_scatter"));
+static loom_status reduce_scatter(loom_comm *c, loom_ctx *ctx, const void *send, void *recv,
+                                  int64_t count, const int64_t *counts, loom_dtype dt,
+                                  loom_comm_reduce op, const char *what) {
+  LOOM_TRY(check_reduce(c, ctx, dt, op, what));
   int64_t *off = NULL;
-  LOOM_TRY(layout(c, ctx, count, counts, dt, send, "reduce_scatter", &off));
+  LOOM_TRY(layout(c, ctx, count, counts, dt, send, what, &off));
   size_t es = loom_dtype_size(dt);
   int32_t me = c->rank, n = c->size;
   int64_t m = off[me + 1] - off[me];
@@ -355,11 +363,11 @@ loom_status loom_comm_reduce_scatter(loom_comm *c, loom_ctx *ctx, const void *se
     free(off);
     free(parts);
     return parts ? loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                              "comm: reduce_scatter: NULL receive buffer")
+                              "comm: %s: NULL receive buffer", what)
                  : LOOM_STATUS_OUT_OF_MEMORY;
   }
   coll k;
-  loom_status s = coll_begin(&k, c, ctx, "reduce_scatter");
+  loom_status s = coll_begin(&k, c, ctx, what);
   if (s == LOOM_STATUS_OK) {
     const char *in = send;
     for (int32_t p = 0; p < n; p++) {
@@ -380,6 +388,13 @@ loom_status loom_comm_reduce_scatter(loom_comm *c, loom_ctx *ctx, const void *se
   return s;
 }
 
+loom_status loom_comm_reduce_scatter(loom_comm *c, loom_ctx *ctx, const void *send, void *recv,
+                                     int64_t count, const int64_t *counts, loom_dtype dt,
+                                     loom_comm_reduce op) {
+  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
+  return reduce_scatter(c, ctx, send, recv, count, counts, dt, op, "reduce_scatter");
+}
+
 loom_status loom_comm_all_reduce(loom_comm *c, loom_ctx *ctx, void *buf, int64_t count,
                                  loom_dtype dt, loom_comm_reduce op) {
   if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
@@ -395,9 +410,10 @@ loom_status loom_comm_all_reduce(loom_comm *c, loom_ctx *ctx, void *buf, int64_t
   size_t es = loom_dtype_size(dt);
   void *mine = counts[c->rank] ? loom_malloc(ctx, (size_t)counts[c->rank] * es) : NULL;
   loom_status s = counts[c->rank] && !mine ? LOOM_STATUS_OUT_OF_MEMORY : LOOM_STATUS_OK;
-  if (s == LOOM_STATUS_OK) s = loom_comm_reduce_scatter(c, ctx, buf, mine, 0, counts, dt, op);
-  if (s == LOOM_STATUS_OK) s = loom_comm_all_gather(c, ctx, mine, buf, 0, counts, dt);
-  if (s != LOOM_STATUS_OK) loom_error_prefix(ctx, "all_reduce (%s)", loom_comm_reduce_name(op));
+  if (s == LOOM_STATUS_OK)
+    s = reduce_scatter(c, ctx, buf, mine, 0, counts, dt, op, "all_reduce (reduce-scatter phase)");
+  if (s == LOOM_STATUS_OK)
+    s = all_gather(c, ctx, mine, buf, 0, counts, dt, "all_reduce (all-gather phase)");
   free(mine);
   free(counts);
   return s;

@@ -70,8 +70,8 @@ typedef struct loom_comm_iface {
   const char *name;
   /* Frees this rank's handle (the last one frees a shared world). */
   void (*free)(void *cctx);
-  /* Starts sending / receiving `bytes` bytes to / from rank peer with a
-   * tag; messages between two ranks with one tag arrive in order. stream:
+  /* Starts sending / receiving `bytes` bytes to / from rank peer (another
+   * rank) with a tag; messages between two ranks with one tag arrive in order. stream:
    * loom_comm.stream. *req: the request to wait for. */
   loom_status (*isend)(void *cctx, loom_ctx *ctx, const void *buf, size_t bytes, int32_t peer,
                        int32_t tag, void *stream, loom_comm_request **req);
