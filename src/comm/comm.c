@@ -1,0 +1,439 @@
+/*
+ * The communicator layer every implementation shares: argument checks,
+ * timeouts, and the collectives on top of point-to-point messages, with
+ * reductions in rank order so that results are the same bits everywhere
+ * (comm.h).
+ */
+#include "comm/comm.h"
+
+#include "core/clock.h"
+#include "core/ctx.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Tags of the collectives, above the user's (comm.h). */
+enum {
+  TAG_BARRIER = LOOM_COMM_TAG_MAX + 1,
+  TAG_BROADCAST,
+  TAG_ALL_GATHER,
+  TAG_REDUCE_SCATTER,
+  TAG_ALL_TO_ALL,
+};
+
+const char *loom_comm_reduce_name(loom_comm_reduce op) {
+  switch (op) {
+  case LOOM_COMM_SUM: return "sum";
+  case LOOM_COMM_MAX: return "max";
+  case LOOM_COMM_MIN: return "min";
+  }
+  return "?";
+}
+
+double loom_comm_timeout_from_env(void) {
+  const char *s = getenv("LOOM_COMM_TIMEOUT");
+  if (s && *s) {
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end && *end == '\0' && v > 0 && v < 1e9) return v;
+  }
+  return LOOM_COMM_TIMEOUT_DEFAULT_S;
+}
+
+void loom_comm_free(loom_comm *c) {
+  if (!c) return;
+  if (c->iface && c->iface->free) c->iface->free(c->context);
+  free(c);
+}
+
+loom_status loom_comm_set_timeout(loom_comm *c, loom_ctx *ctx, double seconds) {
+  if (!c || !(seconds > 0 && seconds < 1e9))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: timeout must be > 0 seconds");
+  c->timeout_s = seconds;
+  return LOOM_STATUS_OK;
+}
+
+void loom_comm_abort(loom_comm *c, const char *why) {
+  if (c && c->iface->abort) c->iface->abort(c->context, why ? why : "aborted");
+}
+
+/* "comm inproc rank 1: OP: " before the implementation's message (OP NULL
+ * for point to point, whose message already says "recv from rank 0"). */
+static loom_status comm_fail(loom_comm *c, loom_ctx *ctx, loom_status s, const char *what) {
+  if (what) loom_error_prefix(ctx, "comm %s rank %d: %s", c->iface->name, (int)c->rank, what);
+  else loom_error_prefix(ctx, "comm %s rank %d", c->iface->name, (int)c->rank);
+  return s;
+}
+
+static const char *dtype_label(loom_dtype dt) {
+  const char *name = loom_dtype_name(dt);
+  return name ? name : "an unknown dtype";
+}
+
+static loom_status check_peer(loom_comm *c, loom_ctx *ctx, int32_t peer, const char *what) {
+  if (peer < 0 || peer >= c->size || peer == c->rank)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "comm %s rank %d: %s: peer %d is not another rank of 0..%d",
+                      c->iface->name, (int)c->rank, what, (int)peer, (int)c->size - 1);
+  return LOOM_STATUS_OK;
+}
+
+static loom_status check_count(loom_comm *c, loom_ctx *ctx, int64_t count, loom_dtype dt,
+                               const void *buf, const char *what, size_t *bytes) {
+  size_t es = loom_dtype_size(dt);
+  if (es == 0 || count < 0 || (uint64_t)count > (uint64_t)INT32_MAX / es ||
+      (count > 0 && !buf))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "comm %s rank %d: %s: bad buffer (%lld elements of %s; at most "
+                      "2^31 bytes per message)",
+                      c->iface->name, (int)c->rank, what, (long long)count, dtype_label(dt));
+  *bytes = (size_t)count * es;
+  return LOOM_STATUS_OK;
+}
+
+static double deadline(const loom_comm *c) { return loom_now_s() + c->timeout_s; }
+
+/* Waits for reqs[0..n) by one deadline; on a failure still frees the rest
+ * (waiting no longer) and keeps the first message. */
+static loom_status wait_all(loom_comm *c, loom_ctx *ctx, loom_comm_request **reqs, int32_t n,
+                            const char *what) {
+  double end = deadline(c);
+  loom_status first = LOOM_STATUS_OK;
+  for (int32_t i = 0; i < n; i++) {
+    if (!reqs[i]) continue;
+    bool timed_out = false;
+    loom_status s =
+        c->iface->wait(c->context, first == LOOM_STATUS_OK ? ctx : NULL, reqs[i],
+                       first == LOOM_STATUS_OK ? end : 0.0, &timed_out);
+    reqs[i] = NULL;
+    if (s != LOOM_STATUS_OK && first == LOOM_STATUS_OK) {
+      first = s;
+      if (timed_out && ctx) {
+        char msg[LOOM_ERROR_MAX];
+        snprintf(msg, sizeof msg, "%s", loom_ctx_error(ctx));
+        loom_error(ctx, s, "%s after %.3g s (LOOM_COMM_TIMEOUT)", msg, c->timeout_s);
+      }
+      comm_fail(c, ctx, s, what);
+    }
+  }
+  return first;
+}
+
+loom_status loom_comm_isend(loom_comm *c, loom_ctx *ctx, const void *buf, int64_t count,
+                            loom_dtype dt, int32_t peer, int32_t tag, loom_comm_request **req) {
+  size_t bytes = 0;
+  if (!c || !req) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL argument");
+  *req = NULL;
+  LOOM_TRY(check_peer(c, ctx, peer, "send"));
+  LOOM_TRY(check_count(c, ctx, count, dt, buf, "send", &bytes));
+  if (tag < 0 || tag > LOOM_COMM_TAG_MAX)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: send tag %d is not in 0..%d",
+                      (int)tag, LOOM_COMM_TAG_MAX);
+  loom_status s = c->iface->isend(c->context, ctx, buf, bytes, peer, tag, c->stream, req);
+  return s == LOOM_STATUS_OK ? s : comm_fail(c, ctx, s, NULL);
+}
+
+loom_status loom_comm_irecv(loom_comm *c, loom_ctx *ctx, void *buf, int64_t count, loom_dtype dt,
+                            int32_t peer, int32_t tag, loom_comm_request **req) {
+  size_t bytes = 0;
+  if (!c || !req) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL argument");
+  *req = NULL;
+  LOOM_TRY(check_peer(c, ctx, peer, "recv"));
+  LOOM_TRY(check_count(c, ctx, count, dt, buf, "recv", &bytes));
+  if (tag < 0 || tag > LOOM_COMM_TAG_MAX)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: recv tag %d is not in 0..%d",
+                      (int)tag, LOOM_COMM_TAG_MAX);
+  loom_status s = c->iface->irecv(c->context, ctx, buf, bytes, peer, tag, c->stream, req);
+  return s == LOOM_STATUS_OK ? s : comm_fail(c, ctx, s, NULL);
+}
+
+loom_status loom_comm_wait(loom_comm *c, loom_ctx *ctx, loom_comm_request *req) {
+  if (!c || !req) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL argument");
+  return wait_all(c, ctx, &req, 1, NULL);
+}
+
+loom_status loom_comm_send(loom_comm *c, loom_ctx *ctx, const void *buf, int64_t count,
+                           loom_dtype dt, int32_t peer, int32_t tag) {
+  loom_comm_request *req = NULL;
+  LOOM_TRY(loom_comm_isend(c, ctx, buf, count, dt, peer, tag, &req));
+  return wait_all(c, ctx, &req, 1, NULL);
+}
+
+loom_status loom_comm_recv(loom_comm *c, loom_ctx *ctx, void *buf, int64_t count, loom_dtype dt,
+                           int32_t peer, int32_t tag) {
+  loom_comm_request *req = NULL;
+  LOOM_TRY(loom_comm_irecv(c, ctx, buf, count, dt, peer, tag, &req));
+  return wait_all(c, ctx, &req, 1, NULL);
+}
+
+/* --- collectives ------------------------------------------------------- */
+
+/* One collective's messages: at most one send and one receive per peer. */
+typedef struct coll {
+  loom_comm *c;
+  loom_ctx *ctx;
+  const char *what;
+  loom_comm_request **reqs;
+  int32_t n;
+  loom_status status;
+} coll;
+
+static loom_status coll_begin(coll *k, loom_comm *c, loom_ctx *ctx, const char *what) {
+  memset(k, 0, sizeof *k);
+  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
+  k->c = c;
+  k->ctx = ctx;
+  k->what = what;
+  k->reqs = loom_calloc(ctx, 2 * (size_t)c->size, sizeof *k->reqs);
+  return k->reqs ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
+}
+
+static void coll_send(coll *k, const void *buf, size_t bytes, int32_t peer, int32_t tag) {
+  if (k->status != LOOM_STATUS_OK) return;
+  loom_comm *c = k->c;
+  k->status = c->iface->isend(c->context, k->ctx, buf, bytes, peer, tag, c->stream, &k->reqs[k->n]);
+  if (k->status == LOOM_STATUS_OK) k->n++;
+  else comm_fail(c, k->ctx, k->status, k->what);
+}
+
+static void coll_recv(coll *k, void *buf, size_t bytes, int32_t peer, int32_t tag) {
+  if (k->status != LOOM_STATUS_OK) return;
+  loom_comm *c = k->c;
+  k->status = c->iface->irecv(c->context, k->ctx, buf, bytes, peer, tag, c->stream, &k->reqs[k->n]);
+  if (k->status == LOOM_STATUS_OK) k->n++;
+  else comm_fail(c, k->ctx, k->status, k->what);
+}
+
+/* Waits for everything posted (also after a failed post) and frees. */
+static loom_status coll_end(coll *k) {
+  if (!k->reqs) return k->status;
+  loom_status s = wait_all(k->c, k->status == LOOM_STATUS_OK ? k->ctx : NULL, k->reqs, k->n,
+                           k->what);
+  free(k->reqs);
+  k->reqs = NULL;
+  return k->status != LOOM_STATUS_OK ? k->status : s;
+}
+
+loom_status loom_comm_barrier(loom_comm *c, loom_ctx *ctx) {
+  coll k;
+  LOOM_TRY(coll_begin(&k, c, ctx, "barrier"));
+  /* Everyone checks in with rank 0, then rank 0 lets everyone go. */
+  if (c->rank == 0) {
+    for (int32_t p = 1; p < c->size; p++) coll_recv(&k, NULL, 0, p, TAG_BARRIER);
+    LOOM_TRY(coll_end(&k));
+    LOOM_TRY(coll_begin(&k, c, ctx, "barrier"));
+    for (int32_t p = 1; p < c->size; p++) coll_send(&k, NULL, 0, p, TAG_BARRIER);
+  } else {
+    coll_send(&k, NULL, 0, 0, TAG_BARRIER);
+    coll_recv(&k, NULL, 0, 0, TAG_BARRIER);
+  }
+  return coll_end(&k);
+}
+
+loom_status loom_comm_broadcast(loom_comm *c, loom_ctx *ctx, void *buf, int64_t count,
+                                loom_dtype dt, int32_t root) {
+  size_t bytes = 0;
+  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
+  LOOM_TRY(check_count(c, ctx, count, dt, buf, "broadcast", &bytes));
+  if (root < 0 || root >= c->size)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: broadcast root %d is not a rank",
+                      (int)root);
+  coll k;
+  LOOM_TRY(coll_begin(&k, c, ctx, "broadcast"));
+  if (c->rank == root) {
+    for (int32_t p = 0; p < c->size; p++)
+      if (p != root) coll_send(&k, buf, bytes, p, TAG_BROADCAST);
+  } else {
+    coll_recv(&k, buf, bytes, root, TAG_BROADCAST);
+  }
+  return coll_end(&k);
+}
+
+/* Per-rank element counts and offsets (counts NULL: count each). */
+static loom_status layout(loom_comm *c, loom_ctx *ctx, int64_t count, const int64_t *counts,
+                          loom_dtype dt, const void *buf, const char *what, int64_t **off_out) {
+  int64_t *off = loom_malloc(ctx, sizeof(int64_t) * ((size_t)c->size + 1));
+  if (!off) return LOOM_STATUS_OUT_OF_MEMORY;
+  off[0] = 0;
+  for (int32_t r = 0; r < c->size; r++) {
+    int64_t n = counts ? counts[r] : count;
+    size_t bytes = 0;
+    if (check_count(c, ctx, n, dt, buf, what, &bytes) != LOOM_STATUS_OK ||
+        off[r] > INT64_MAX / 2 - n) {
+      free(off);
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                        "comm %s rank %d: %s: bad count %lld for rank %d", c->iface->name,
+                        (int)c->rank, what, (long long)n, (int)r);
+    }
+    off[r + 1] = off[r] + n;
+  }
+  *off_out = off;
+  return LOOM_STATUS_OK;
+}
+
+/* what: the operation messages name (all_reduce runs these as phases). */
+static loom_status all_gather(loom_comm *c, loom_ctx *ctx, const void *send, void *recv,
+                              int64_t count, const int64_t *counts, loom_dtype dt,
+                              const char *what) {
+  int64_t *off = NULL;
+  LOOM_TRY(layout(c, ctx, count, counts, dt, recv, what, &off));
+  size_t es = loom_dtype_size(dt);
+  int32_t me = c->rank;
+  size_t mine = (size_t)(off[me + 1] - off[me]) * es;
+  if (mine && !send) {
+    free(off);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: %s: NULL send buffer", what);
+  }
+  coll k;
+  loom_status s = coll_begin(&k, c, ctx, what);
+  if (s == LOOM_STATUS_OK) {
+    char *out = recv;
+    for (int32_t p = 0; p < c->size; p++) {
+      if (p == me) continue;
+      coll_recv(&k, out + off[p] * (int64_t)es, (size_t)(off[p + 1] - off[p]) * es, p,
+                TAG_ALL_GATHER);
+      coll_send(&k, send, mine, p, TAG_ALL_GATHER);
+    }
+    if (mine) memcpy(out + off[me] * (int64_t)es, send, mine);
+    s = coll_end(&k);
+  }
+  free(off);
+  return s;
+}
+
+loom_status loom_comm_all_gather(loom_comm *c, loom_ctx *ctx, const void *send, void *recv,
+                                 int64_t count, const int64_t *counts, loom_dtype dt) {
+  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
+  return all_gather(c, ctx, send, recv, count, counts, dt, "all_gather");
+}
+
+/* acc[i] = acc[i] op x[i], for one dtype. Integer sums wrap (unsigned). */
+#define REDUCE_LOOP(T, U)                                                                        \
+  do {                                                                                           \
+    T *a = acc;                                                                                  \
+    const T *b = x;                                                                              \
+    for (int64_t i = 0; i < n; i++) {                                                            \
+      if (op == LOOM_COMM_SUM) a[i] = (T)((U)a[i] + (U)b[i]);                                    \
+      else if (op == LOOM_COMM_MAX) a[i] = b[i] > a[i] ? b[i] : a[i];                            \
+      else a[i] = b[i] < a[i] ? b[i] : a[i];                                                     \
+    }                                                                                            \
+  } while (0)
+
+static void reduce_into(void *acc, const void *x, int64_t n, loom_dtype dt, loom_comm_reduce op) {
+  switch (dt) {
+  case LOOM_DTYPE_F32: REDUCE_LOOP(float, float); break;
+  case LOOM_DTYPE_F64: REDUCE_LOOP(double, double); break;
+  case LOOM_DTYPE_I32: REDUCE_LOOP(int32_t, uint32_t); break;
+  case LOOM_DTYPE_I64: REDUCE_LOOP(int64_t, uint64_t); break;
+  case LOOM_DTYPE_U8:
+  case LOOM_DTYPE_BOOL: REDUCE_LOOP(uint8_t, uint8_t); break;
+  default: break;
+  }
+}
+
+static loom_status check_reduce(loom_comm *c, loom_ctx *ctx, loom_dtype dt, loom_comm_reduce op,
+                                const char *what) {
+  bool ok = dt == LOOM_DTYPE_F32 || dt == LOOM_DTYPE_F64 || dt == LOOM_DTYPE_I32 ||
+            dt == LOOM_DTYPE_I64 || dt == LOOM_DTYPE_U8 ||
+            (dt == LOOM_DTYPE_BOOL && op != LOOM_COMM_SUM);
+  if (op != LOOM_COMM_SUM && op != LOOM_COMM_MAX && op != LOOM_COMM_MIN)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: %s: unknown reduction %d", what,
+                      (int)op);
+  if (!ok)
+    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "comm %s rank %d: %s: no %s reduction of %s",
+                      c->iface->name, (int)c->rank, what, loom_comm_reduce_name(op),
+                      dtype_label(dt));
+  return LOOM_STATUS_OK;
+}
+
+static loom_status reduce_scatter(loom_comm *c, loom_ctx *ctx, const void *send, void *recv,
+                                  int64_t count, const int64_t *counts, loom_dtype dt,
+                                  loom_comm_reduce op, const char *what) {
+  LOOM_TRY(check_reduce(c, ctx, dt, op, what));
+  int64_t *off = NULL;
+  LOOM_TRY(layout(c, ctx, count, counts, dt, send, what, &off));
+  size_t es = loom_dtype_size(dt);
+  int32_t me = c->rank, n = c->size;
+  int64_t m = off[me + 1] - off[me];
+  size_t mine = (size_t)m * es;
+  /* Every rank's contribution to my block, then folded in rank order. */
+  char *parts = mine ? loom_malloc(ctx, mine * (size_t)n) : NULL;
+  if (mine && (!parts || !recv)) {
+    free(off);
+    free(parts);
+    return parts ? loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                              "comm: %s: NULL receive buffer", what)
+                 : LOOM_STATUS_OUT_OF_MEMORY;
+  }
+  coll k;
+  loom_status s = coll_begin(&k, c, ctx, what);
+  if (s == LOOM_STATUS_OK) {
+    const char *in = send;
+    for (int32_t p = 0; p < n; p++) {
+      if (p == me) continue;
+      coll_recv(&k, parts ? parts + (size_t)p * mine : NULL, mine, p, TAG_REDUCE_SCATTER);
+      coll_send(&k, in + off[p] * (int64_t)es, (size_t)(off[p + 1] - off[p]) * es, p,
+                TAG_REDUCE_SCATTER);
+    }
+    if (mine) memcpy(parts + (size_t)me * mine, in + off[me] * (int64_t)es, mine);
+    s = coll_end(&k);
+  }
+  if (s == LOOM_STATUS_OK && mine) {
+    memcpy(recv, parts, mine);
+    for (int32_t p = 1; p < n; p++) reduce_into(recv, parts + (size_t)p * mine, m, dt, op);
+  }
+  free(parts);
+  free(off);
+  return s;
+}
+
+loom_status loom_comm_reduce_scatter(loom_comm *c, loom_ctx *ctx, const void *send, void *recv,
+                                     int64_t count, const int64_t *counts, loom_dtype dt,
+                                     loom_comm_reduce op) {
+  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
+  return reduce_scatter(c, ctx, send, recv, count, counts, dt, op, "reduce_scatter");
+}
+
+loom_status loom_comm_all_reduce(loom_comm *c, loom_ctx *ctx, void *buf, int64_t count,
+                                 loom_dtype dt, loom_comm_reduce op) {
+  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
+  LOOM_TRY(check_reduce(c, ctx, dt, op, "all_reduce"));
+  size_t bytes = 0;
+  LOOM_TRY(check_count(c, ctx, count, dt, buf, "all_reduce", &bytes));
+  if (c->size == 1) return LOOM_STATUS_OK;
+  /* Blocks as even as they go: the first count % n ranks own one more. */
+  int32_t n = c->size;
+  int64_t *counts = loom_malloc(ctx, sizeof(int64_t) * (size_t)n);
+  if (!counts) return LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t r = 0; r < n; r++) counts[r] = count / n + (r < count % n ? 1 : 0);
+  size_t es = loom_dtype_size(dt);
+  void *mine = counts[c->rank] ? loom_malloc(ctx, (size_t)counts[c->rank] * es) : NULL;
+  loom_status s = counts[c->rank] && !mine ? LOOM_STATUS_OUT_OF_MEMORY : LOOM_STATUS_OK;
+  if (s == LOOM_STATUS_OK)
+    s = reduce_scatter(c, ctx, buf, mine, 0, counts, dt, op, "all_reduce (reduce-scatter phase)");
+  if (s == LOOM_STATUS_OK)
+    s = all_gather(c, ctx, mine, buf, 0, counts, dt, "all_reduce (all-gather phase)");
+  free(mine);
+  free(counts);
+  return s;
+}
+
+loom_status loom_comm_all_to_all(loom_comm *c, loom_ctx *ctx, const void *send, void *recv,
+                                 int64_t count, loom_dtype dt) {
+  size_t bytes = 0;
+  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
+  LOOM_TRY(check_count(c, ctx, count, dt, send, "all_to_all", &bytes));
+  LOOM_TRY(check_count(c, ctx, count, dt, recv, "all_to_all", &bytes));
+  coll k;
+  LOOM_TRY(coll_begin(&k, c, ctx, "all_to_all"));
+  const char *in = send;
+  char *out = recv;
+  for (int32_t p = 0; p < c->size; p++) {
+    if (p == c->rank) continue;
+    coll_recv(&k, out + (size_t)p * bytes, bytes, p, TAG_ALL_TO_ALL);
+    coll_send(&k, in + (size_t)p * bytes, bytes, p, TAG_ALL_TO_ALL);
+  }
+  if (bytes) memcpy(out + (size_t)c->rank * bytes, in + (size_t)c->rank * bytes, bytes);
+  return coll_end(&k);
+}
