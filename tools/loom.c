@@ -57,7 +57,7 @@ static const char usage_main[] =
 
 static const char usage_run[] =
     "usage: loom run FILE [--input NAME=PATH.npy]... [--out DIR]\n"
-    "                [--backend ref|cpu] [--fusion MODE] [--threads N] [--force]\n"
+    "                [--backend NAME] [--fusion MODE] [--threads N] [--force]\n"
     "\n"
     "Runs the text-IR graph in FILE. Every graph input (parameters too) is\n"
     "read from the .npy file given for its name; each output is written to\n"
@@ -65,7 +65,9 @@ static const char usage_run[] =
     "\n"
     "  --input NAME=PATH    the .npy file for graph input NAME (repeatable)\n"
     "  --out DIR            where outputs go (default '.'; created if missing)\n"
-    "  --backend NAME       'cpu' (default) or 'ref' (the reference kernels)\n"
+    "  --backend NAME       one of" LOOM_BACKEND_HELP_NAMES " (default " LOOM_BACKEND_DEFAULT
+    "; ref: the\n"
+    "                       reference kernels)\n"
     "  --fusion MODE        how the cpu backend makes code:\n"
     LOOM_FUSION_MODE_LIST(HELP_MODE, )
     "  --threads N          CPU threads (0 = all cores, the default)\n"

@@ -103,6 +103,9 @@ typedef struct loom_backend {
 #define LOOM_BACKEND_LIST(X) X(ref) X(cpu)
 /* The backend a session gets when its options name none. */
 #define LOOM_BACKEND_DEFAULT "cpu"
+/* " ref cpu": the registered names as one string literal, for --help. */
+#define LOOM_BACKEND_HELP_NAME(name) " " #name
+#define LOOM_BACKEND_HELP_NAMES LOOM_BACKEND_LIST(LOOM_BACKEND_HELP_NAME)
 /* "ref, cpu": the registered names, for messages. */
 const char *loom_backend_names(void);
 

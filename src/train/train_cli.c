@@ -43,7 +43,7 @@ static const char usage[] =
     "  --stop-at K       stop after step K; the schedule still spans --steps\n"
     "  --log-every N     a progress line every N steps (default 100)\n"
     "running:\n"
-    "  --backend B       cpu (default) or ref\n"
+    "  --backend B       one of" LOOM_BACKEND_HELP_NAMES " (default " LOOM_BACKEND_DEFAULT ")\n"
     "  --fusion M        how the cpu backend makes code:\n" LOOM_FUSION_MODE_LIST(HELP_MODE, )
     "  --threads N       CPU threads, 0 = all cores (default 0)\n"
     "  --attention A     what the cpu backend makes of attention:\n"
