@@ -1,14 +1,14 @@
 /*
  * The machine line of `loom bench`: triad bandwidth and the sgemm rate,
  * measured in the same run as the workloads. The sgemm rate the ratios
- * use is Loom's own GEMM path (runtime/cpu/gemm.h: fixed tiles, one
- * single-threaded oneDNN call each); oneDNN's own threaded sgemm is
- * measured beside it, so a gap between the two shows.
+ * use is Loom's own: a one-matmul graph run by a session on the default
+ * backend (on cpu: fixed tiles, one single-threaded oneDNN call each);
+ * oneDNN's own threaded sgemm is measured beside it, so a gap between the
+ * two shows.
  */
 #include "harness.h"
 #include "core/clock.h"
-
-#include "runtime/cpu/gemm.h"
+#include "core/ctx.h"
 
 #include <dnnl.h>
 #include <omp.h>
@@ -21,11 +21,52 @@
 /* Timed runs of each roof variant at the machine's size. */
 #define ROOF_RUNS 7
 
-static loom_status via_loom_gemm(loom_ctx *ctx, int32_t threads, int64_t m, int64_t n, int64_t k,
-                              const float *a, const float *b, float *c) {
-  loom_gemm p = {.m = m, .n = n, .k = k, .batch = 1, .a = a, .lda = k,
-                 .b = b, .ldb = n, .c = c, .ldc = n, .c_stride = m * n};
-  return loom_gemm_f32(ctx, threads, &p);
+/* The session behind via_loom (one shape at a time; the bench measures
+ * the machine from one thread), freed once the machine is measured. */
+static struct {
+  loom_graph *g;
+  loom_session *s;
+  int64_t m, n, k;
+} loom_mm;
+
+static void loom_mm_free(void) {
+  loom_session_free(loom_mm.s);
+  loom_graph_free(loom_mm.g);
+  memset(&loom_mm, 0, sizeof loom_mm);
+}
+
+static loom_status loom_mm_prepare(loom_ctx *ctx, int64_t m, int64_t n, int64_t k) {
+  if (loom_mm.s && loom_mm.m == m && loom_mm.n == n && loom_mm.k == k) return LOOM_STATUS_OK;
+  loom_mm_free();
+  loom_value a, b, c;
+  LOOM_TRY(loom_graph_new(ctx, &loom_mm.g));
+  LOOM_TRY(loom_graph_input(loom_mm.g, "a", LOOM_DTYPE_F32, 2, (int64_t[]){m, k}, &a));
+  LOOM_TRY(loom_graph_input(loom_mm.g, "b", LOOM_DTYPE_F32, 2, (int64_t[]){k, n}, &b));
+  LOOM_TRY(loom_graph_op(loom_mm.g, LOOM_OP_MATMUL, 2, (loom_value[]){a, b}, 0, NULL, &c));
+  LOOM_TRY(loom_graph_output(loom_mm.g, "c", c));
+  loom_session_options o = LOOM_SESSION_OPTIONS(.fusion = LOOM_FUSION_NONE);
+  LOOM_TRY(loom_session_new(ctx, loom_mm.g, &o, &loom_mm.s));
+  loom_mm.m = m, loom_mm.n = n, loom_mm.k = k;
+  return LOOM_STATUS_OK;
+}
+
+static loom_status via_loom(loom_ctx *ctx, int32_t threads, int64_t m, int64_t n, int64_t k,
+                            const float *a, const float *b, float *c) {
+  LOOM_TRY(loom_mm_prepare(ctx, m, n, k));
+  loom_tensor *ta = NULL, *tb = NULL, *tc = NULL;
+  int32_t prev = ctx->n_threads; /* the setting (0: all cores), restored below */
+  loom_status st = loom_tensor_wrap(ctx, LOOM_DTYPE_F32, 2, (int64_t[]){m, k}, (void *)a, &ta);
+  if (!st) st = loom_tensor_wrap(ctx, LOOM_DTYPE_F32, 2, (int64_t[]){k, n}, (void *)b, &tb);
+  if (!st) st = loom_tensor_wrap(ctx, LOOM_DTYPE_F32, 2, (int64_t[]){m, n}, c, &tc);
+  if (!st) st = loom_ctx_set_threads(ctx, threads);
+  const loom_tensor *in[2] = {ta, tb};
+  loom_tensor *out[1] = {tc}; /* computed in place: the caller's memory */
+  if (!st) st = loom_session_run(loom_mm.s, 2, in, 1, out);
+  loom_ctx_set_threads(ctx, prev);
+  loom_tensor_free(ta);
+  loom_tensor_free(tb);
+  loom_tensor_free(tc);
+  return st;
 }
 
 static loom_status onednn_sgemm(loom_ctx *ctx, int32_t threads, int64_t m, int64_t n, int64_t k,
@@ -67,7 +108,7 @@ loom_status loom_bench_measure_machine(loom_ctx *ctx, bool small, bool quiet,
   loom_machine_detect(ctx, &mi->m);
   /* STREAM's rule is arrays several times the LLC; --size small settles
    * for one LLC's worth in all so quick runs stay quick. */
-  loom_measure_options mo = {.gemm_n = GEMM_N, .sgemm = via_loom_gemm};
+  loom_measure_options mo = {.gemm_n = GEMM_N, .sgemm = via_loom};
   mo.triad_bytes = (small ? 1 : 4) * mi->m.llc_bytes;
   if (mo.triad_bytes < TRIAD_MIN_BYTES) mo.triad_bytes = TRIAD_MIN_BYTES;
   if (!quiet)
@@ -75,7 +116,9 @@ loom_status loom_bench_measure_machine(loom_ctx *ctx, bool small, bool quiet,
             (long long)(mo.triad_bytes >> 20), GEMM_N);
   double t0 = loom_now_s();
   loom_triad_result tr;
-  LOOM_TRY(loom_machine_measure(ctx, &mo, &mi->m, &tr));
+  loom_status st = loom_machine_measure(ctx, &mo, &mi->m, &tr);
+  loom_mm_free();
+  LOOM_TRY(st);
   LOOM_TRY(loom_measure_sgemm(ctx, onednn_sgemm, mi->m.threads, GEMM_N, 0,
                               &mi->sgemm_lib_gflops));
   /* The roof over the same bytes as the triad, with the kernels built
