@@ -120,16 +120,24 @@ static loom_status wait_all(loom_comm *c, loom_ctx *ctx, loom_comm_request **req
   return first;
 }
 
+/* The arguments of one point-to-point message (what: "send" or "recv"). */
+static loom_status check_message(loom_comm *c, loom_ctx *ctx, const void *buf, int64_t count,
+                                 loom_dtype dt, int32_t peer, int32_t tag,
+                                 loom_comm_request **req, const char *what, size_t *bytes) {
+  if (!c || !req) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL argument");
+  *req = NULL;
+  LOOM_TRY(check_peer(c, ctx, peer, what));
+  LOOM_TRY(check_count(c, ctx, count, dt, buf, what, bytes));
+  if (tag < 0 || tag > LOOM_COMM_TAG_MAX)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: %s tag %d is not in 0..%d", what,
+                      (int)tag, LOOM_COMM_TAG_MAX);
+  return LOOM_STATUS_OK;
+}
+
 loom_status loom_comm_isend(loom_comm *c, loom_ctx *ctx, const void *buf, int64_t count,
                             loom_dtype dt, int32_t peer, int32_t tag, loom_comm_request **req) {
   size_t bytes = 0;
-  if (!c || !req) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL argument");
-  *req = NULL;
-  LOOM_TRY(check_peer(c, ctx, peer, "send"));
-  LOOM_TRY(check_count(c, ctx, count, dt, buf, "send", &bytes));
-  if (tag < 0 || tag > LOOM_COMM_TAG_MAX)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: send tag %d is not in 0..%d",
-                      (int)tag, LOOM_COMM_TAG_MAX);
+  LOOM_TRY(check_message(c, ctx, buf, count, dt, peer, tag, req, "send", &bytes));
   loom_status s = c->iface->isend(c->context, ctx, buf, bytes, peer, tag, c->stream, req);
   return s == LOOM_STATUS_OK ? s : comm_fail(c, ctx, s, NULL);
 }
@@ -137,13 +145,7 @@ loom_status loom_comm_isend(loom_comm *c, loom_ctx *ctx, const void *buf, int64_
 loom_status loom_comm_irecv(loom_comm *c, loom_ctx *ctx, void *buf, int64_t count, loom_dtype dt,
                             int32_t peer, int32_t tag, loom_comm_request **req) {
   size_t bytes = 0;
-  if (!c || !req) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL argument");
-  *req = NULL;
-  LOOM_TRY(check_peer(c, ctx, peer, "recv"));
-  LOOM_TRY(check_count(c, ctx, count, dt, buf, "recv", &bytes));
-  if (tag < 0 || tag > LOOM_COMM_TAG_MAX)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: recv tag %d is not in 0..%d",
-                      (int)tag, LOOM_COMM_TAG_MAX);
+  LOOM_TRY(check_message(c, ctx, buf, count, dt, peer, tag, req, "recv", &bytes));
   loom_status s = c->iface->irecv(c->context, ctx, buf, bytes, peer, tag, c->stream, req);
   return s == LOOM_STATUS_OK ? s : comm_fail(c, ctx, s, NULL);
 }
