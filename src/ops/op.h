@@ -74,6 +74,14 @@ typedef void (*loom_decompose_fn)(loom_graph *g, const loom_node *n,
                                   const int32_t *in, int32_t *out);
 typedef void (*loom_partition_fn)(const loom_node *n, const loom_type *in,
                                   const loom_type *out, loom_partition *p);
+/* Sub-op attributes (parallel/subop.h): attrs hold n's; the hook rewrites
+ * those that name shapes or positions for the sub-op that reads in_box[i]
+ * of input i (whole type in[i]) and writes out_box[o] of output o. */
+struct loom_vbox;
+typedef loom_status (*loom_sub_attrs_fn)(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                                         const loom_type *out, const struct loom_vbox *in_box,
+                                         const struct loom_vbox *out_box,
+                                         loom_attr_value *attrs);
 
 typedef struct loom_op_def {
   const char *name;
@@ -87,6 +95,7 @@ typedef struct loom_op_def {
   loom_grad_fn grad;           /* NULL: not differentiable */
   loom_decompose_fn decompose; /* composites */
   loom_partition_fn partition; /* primitives */
+  loom_sub_attrs_fn sub_attrs; /* NULL: no attribute depends on the piece */
   /* Element-wise scalar semantics, shared by the reference kernel and the
    * code generators: scalar1 for unary ops, scalar2 for binary ops. */
   double (*scalar1)(double x);

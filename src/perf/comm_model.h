@@ -1,0 +1,34 @@
+/*
+ * The communication cost model: a message of b bytes between two ranks
+ * takes latency + b / bandwidth seconds (Hockney's alpha-beta model). The
+ * lowering of a parallel plan (parallel/lower.h) uses it to choose among
+ * ways of moving a value's pieces; `loom plan` and the simulator use it to
+ * time them. Measured on this machine's communicator and kept with the
+ * machine profile; the defaults are those of shared memory on one host.
+ */
+#ifndef LOOM_PERF_COMM_MODEL_H
+#define LOOM_PERF_COMM_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct loom_comm_model {
+  double latency_s;     /* per message */
+  double bandwidth_Bps; /* bytes per second, one direction */
+  bool measured;        /* false: the defaults below */
+} loom_comm_model;
+
+/* 5 us and 5 GB/s: Open MPI's shared-memory transport on one host. */
+static inline loom_comm_model loom_comm_model_default(void) {
+  loom_comm_model m = {5e-6, 5e9, false};
+  return m;
+}
+
+/* Seconds for `messages` messages carrying `bytes` in all, one after
+ * another on one rank's link. */
+static inline double loom_comm_model_time(const loom_comm_model *m, double bytes,
+                                          int32_t messages) {
+  return (double)messages * m->latency_s + bytes / m->bandwidth_Bps;
+}
+
+#endif
