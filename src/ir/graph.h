@@ -10,7 +10,7 @@
 #include "core/ctx.h"
 #include "core/strmap.h"
 
-#define LOOM_MAX_ATTRS 6
+#define LOOM_MAX_ATTRS 8
 
 /* A value's static type: dtype and shape (no symbolic dims). */
 typedef struct loom_type {
