@@ -31,6 +31,7 @@ void loom_plan_program_free(loom_plan_program *pp) {
   free(pp->order_nodes);
   free(pp->ins);
   free(pp->outs);
+  free(pp->output_tied);
   free(pp->stats);
   free(pp);
 }
@@ -425,12 +426,59 @@ static loom_status build_uses(lower_walk *w) {
   return LOOM_STATUS_OK;
 }
 
+/* A sum of partial sums stays partial: an add whose two operands are only
+ * partial parts, cut alike (same boxes on the same devices) and read by
+ * nothing else, is computed part by part on the parts' devices, and its
+ * result joined once — a weight used twice (a tied embedding) gets one
+ * all-reduce of its gradient, not two. */
+static bool sum_of_partials(lower_walk *w, int32_t node, loom_status *st) {
+  const loom_graph *L = w->L;
+  const loom_node *n = &L->nodes[node];
+  *st = LOOM_STATUS_OK;
+  if (n->op != LOOM_OP_ADD || n->n_in != 2 || n->in[0] == n->in[1]) return false;
+  const loom_type *to = loom_value_type(L, n->out[0]);
+  for (int32_t i = 0; i < 2; i++) {
+    int32_t v = n->in[i];
+    if (!loom_type_equal(loom_value_type(L, v), to) || w->resolved[v]) return false;
+    if (w->use_start[v + 1] - w->use_start[v] != 1) return false;
+    for (int32_t o = 0; o < L->n_outputs; o++)
+      if (L->outputs[o] == v) return false;
+    if (w->avail[v].n == 0) return false;
+    for (int32_t k = 0; k < w->avail[v].n; k++)
+      if (w->avail[v].v[k].K <= 1) return false;
+  }
+  const lower_plist *a = &w->avail[n->in[0]], *b = &w->avail[n->in[1]];
+  if (a->n != b->n) return false;
+  for (int32_t k = 0; k < a->n; k++) {
+    const lower_piece *x = &a->v[k], *y = &b->v[k];
+    if (x->dev != y->dev || x->K != y->K || x->parts != y->parts || x->replica != y->replica ||
+        x->combine != LOOM_OP_ADD || y->combine != LOOM_OP_ADD || x->box.rank != y->box.rank)
+      return false;
+    for (int32_t d = 0; d < x->box.rank; d++)
+      if (x->box.start[d] != y->box.start[d] || x->box.end[d] != y->box.end[d]) return false;
+  }
+  for (int32_t k = 0; k < a->n && !*st; k++) {
+    lower_piece pc = a->v[k];
+    pc.gv = lb_add(w->G, a->v[k].gv, w->avail[n->in[1]].v[k].gv);
+    *st = loom_build_status(w->G);
+    if (!*st) *st = lower_tag(w, pc.dev, LOWER_INSERTED);
+    if (!*st) *st = lower_add_piece(w, n->out[0], pc);
+  }
+  w->resolved[n->in[0]] = w->resolved[n->in[1]] = true;
+  return true;
+}
+
 static loom_status walk(lower_walk *w) {
   const loom_graph *L = w->L;
   LOOM_TRY(feed_inputs(w));
   for (int32_t i = 0; i < L->n_inputs; i++) w->resolved[L->inputs[i]] = false;
   for (int32_t node = 0; node < L->n_nodes; node++) {
     const loom_node *n = &L->nodes[node];
+    loom_status st;
+    if (sum_of_partials(w, node, &st)) {
+      LOOM_TRY(st);
+      continue;
+    }
     for (int32_t i = 0; i < n->n_in; i++) LOOM_TRY(resolve(w, n->in[i]));
     for (int32_t k = 0; k < w->n_leaves[node]; k++) LOOM_TRY(emit_leaf(w, node, w->leaves[node][k]));
   }
@@ -508,6 +556,11 @@ loom_status loom_plan_lower(const loom_plan *p, const loom_plan_lower_options *o
   if (!st) st = deliver_outputs(&w);
   if (!st) st = lower_tag(&w, -1, LOWER_HOST);
   if (!st) st = lower_finish(&w);
+  if (!st) {
+    pp->output_tied = loom_malloc(ctx, sizeof *pp->output_tied * (size_t)(L->n_outputs + 1));
+    if (!pp->output_tied) st = LOOM_STATUS_OUT_OF_MEMORY;
+    else memcpy(pp->output_tied, p->tied, sizeof *p->tied * (size_t)L->n_outputs);
+  }
   for (int32_t v = 0; w.avail && v < L->n_values; v++) free(w.avail[v].v);
   for (int32_t node = 0; w.leaves && node < L->n_nodes; node++) free(w.leaves[node]);
   free(w.avail);

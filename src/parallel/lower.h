@@ -74,6 +74,7 @@ typedef struct loom_plan_program {
   int32_t *order_start, *order_nodes;
   loom_plan_io *ins, *outs;
   int32_t n_ins, n_outs;
+  int32_t *output_tied; /* per graph output: the input it updates (plan.h), -1 */
   loom_plan_device_stats *stats; /* n_devices */
 } loom_plan_program;
 

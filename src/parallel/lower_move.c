@@ -201,7 +201,7 @@ int32_t lower_assemble(lower_walk *w, int32_t v, const loom_vbox *q, int32_t dev
   }
   if (best_contains) {
     int32_t gv = fetch(w, v, best, q, dev, host);
-    if (gv >= 0 && !host && w->avail[v].v[best].dev != dev) {
+    if (gv >= 0 && !host && lower_find_piece(w, v, dev, q) < 0) {
       lower_piece got = {.dev = dev, .box = *q, .parts = 1, .K = 1, .gv = gv};
       if (lower_add_piece(w, v, got)) return -1;
     }

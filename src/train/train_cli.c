@@ -3,6 +3,8 @@
 #include "core/file.h"
 #include "core/clock.h"
 
+#include "comm/comm.h"
+#include "parallel/builtin.h"
 #include "runtime/backend.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -55,6 +57,10 @@ static const char usage[] =
     "                    chrome://tracing, ui.perfetto.dev): kernels, GEMMs and\n"
     "                    overlapped RNG tasks on their own lane\n"
     "  --force           overwrite the --trace file if it exists\n"
+    "parallel (docs/PARALLEL.md):\n"
+    "  --plan P          run the step as plan P over MPI, one process per device:\n"
+    "                    mpirun -np N loom train --plan P; P is a built-in:\n"
+    "%s"
     "checkpoints (safetensors):\n"
     "  --save FILE       save parameters, AdamW state and config at the end\n"
     "  --load FILE       resume from FILE; its model and schedule are used\n"
@@ -69,7 +75,9 @@ typedef struct cli {
   const char *save, *load;
   loom_fusion_mode fusion;
   const char *trace;  /* NULL: none */
+  const char *plan;   /* NULL: one device */
   bool force;
+  int32_t rank; /* this process's rank under --plan, else 0 */
   /* which flags were given, so --load knows what to keep */
   bool g_layers, g_dmodel, g_heads, g_context, g_dropout, g_batch, g_steps, g_lr, g_seed;
 } cli;
@@ -109,7 +117,7 @@ static int parse_args(int argc, char **argv, cli *c) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-      fputs(usage, stdout);
+      printf(usage, loom_plan_builtin_help());
       return 0;
     }
     if (strncmp(a, "--", 2) != 0) return usage_error("unexpected argument '%s'", a);
@@ -182,6 +190,10 @@ static int parse_args(int argc, char **argv, cli *c) {
     } else if (!strcmp(name, "--rng")) {
       if (loom_rng_placement_from_name(val, &c->cfg.rng))
         return usage_error("--rng wants one of " LOOM_RNG_PLACEMENT_NAMES ", got '%s'", val);
+    } else if (!strcmp(name, "--plan")) {
+      if (!loom_plan_builtin_known(val))
+        return usage_error("--plan wants a built-in plan (see --help), got '%s'", val);
+      c->plan = val;
     } else if (!strcmp(name, "--trace")) {
       if (!*val) return usage_error("--trace wants a file name");
       c->trace = val;
@@ -291,6 +303,9 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
            loom_attention_mode_name(cfg->attention));
   if (s && loom_session_warning(s)[0])
     fprintf(stderr, "loom train: warning: %s\n", loom_session_warning(s));
+  if (c->plan)
+    printf("plan %s: %d processes, one device each (the step graph above is rank 0's)\n", c->plan,
+           (int)loom_trainer_devices(t));
   if (start > 0) printf("resumed from %s at step %lld\n", c->load, (long long)start);
   fflush(stdout);
   double t0 = loom_now_s(), t_last = t0;
@@ -343,7 +358,9 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
   if (loom_trainer_accuracy(t, &ok, &total)) return fail(ctx, "accuracy");
   printf("held-out accuracy: %d/%d (%.1f%%)\n", ok, total, 100.0 * ok / LOOM_MAX(total, 1));
   if (c->save) {
-    if (loom_checkpoint_save(t, c->save)) return fail(ctx, "saving the checkpoint");
+    if (loom_trainer_sync(t)) return fail(ctx, "gathering the state");
+    /* one checkpoint, in the single-device layout, written by rank 0 */
+    if (c->rank == 0 && loom_checkpoint_save(t, c->save)) return fail(ctx, "saving the checkpoint");
     printf("saved %s (step %lld)\n", c->save, (long long)loom_trainer_steps_done(t));
   }
   fflush(stdout);
@@ -365,6 +382,7 @@ int loom_train_main(int argc, char **argv) {
   }
   loom_safetensors *st = NULL;
   loom_trainer *t = NULL;
+  loom_comm *comm = NULL;
   loom_train_config cfg = c.cfg;
   if ((rc = check_outputs(ctx, &c)) >= 0) goto out;
   if (c.load) {
@@ -388,6 +406,22 @@ int loom_train_main(int argc, char **argv) {
     rc = fail(ctx, c.load);
     goto out;
   }
+  if (c.plan) {
+    if (loom_comm_mpi_new(ctx, &comm)) {
+      rc = fail(ctx, "--plan");
+      goto out;
+    }
+    c.rank = comm->rank;
+    /* one rank speaks; errors still reach stderr from every rank */
+    if (c.rank != 0 && !freopen("/dev/null", "w", stdout)) {
+      rc = EXIT_FAIL;
+      goto out;
+    }
+    if (loom_trainer_attach_plan(t, comm, c.plan)) {
+      rc = fail(ctx, NULL);
+      goto out;
+    }
+  }
   loom_safetensors_free(st);
   st = NULL;
   int64_t end = cfg.steps;
@@ -396,7 +430,10 @@ int loom_train_main(int argc, char **argv) {
   rc = run(ctx, &c, t, end);
 out:
   loom_safetensors_free(st);
+  /* a failing rank ends every rank (MPI_Abort) rather than leave them waiting */
+  if (comm && rc == EXIT_FAIL) loom_comm_abort(comm, loom_ctx_error(ctx));
   loom_trainer_free(t);
+  loom_comm_free(comm);
   loom_ctx_free(ctx);
   return rc;
 }

@@ -1,8 +1,12 @@
 #include "train/trainer.h"
 
 
+#include "comm/comm.h"
+#include "core/sha256.h"
 #include "ir/view.h"
 #include "ops/op.h"
+#include "parallel/builtin.h"
+#include "parallel/runner.h"
 #include "runtime/backend.h"
 #include "train/prng.h"
 
@@ -36,6 +40,12 @@ struct loom_trainer {
   loom_session *infer_s[2];
   int32_t infer_b[2], infer_t[2];
   loom_fusion_mode fusion; /* the sessions' */
+  /* parallel: this rank's program of a plan (NULL: one device) */
+  loom_comm *comm;
+  loom_plan *plan;
+  loom_plan_program *program;
+  loom_plan_runner *runner;
+  bool state_synced; /* the whole tensors hold the pieces' values */
 };
 
 void loom_train_config_default(loom_train_config *c) {
@@ -125,6 +135,9 @@ void loom_trainer_free(loom_trainer *t) {
     loom_session_free(t->infer_s[i]);
     loom_graph_free(t->infer_g[i]);
   }
+  loom_plan_runner_free(t->runner);
+  loom_plan_program_free(t->program);
+  loom_plan_free(t->plan);
   loom_session_free(t->train_s);
   loom_graph_free(t->train_g);
   if (t->state)
@@ -235,7 +248,10 @@ loom_status loom_trainer_new(loom_ctx *ctx, const loom_train_config *c, loom_tra
   return loom_trainer_new_fused(ctx, c, LOOM_FUSION_STITCH, out);
 }
 
-const loom_session *loom_trainer_session(const loom_trainer *t) { return t ? t->train_s : NULL; }
+const loom_session *loom_trainer_session(const loom_trainer *t) {
+  if (!t) return NULL;
+  return t->runner ? loom_plan_runner_session(t->runner) : t->train_s;
+}
 
 loom_trainer_rng_counts loom_trainer_rng_placements(const loom_trainer *t) {
   loom_trainer_rng_counts c = {0, 0, 0, 0};
@@ -292,7 +308,15 @@ loom_status loom_trainer_step(loom_trainer *t, float *loss) {
   *(float *)loom_tensor_data(t->lr_t) = (float)loom_train_lr_at(c, k);
   *(int64_t *)loom_tensor_data(t->base_t) = k * t->rng_per_step;
   int32_t n_in = LOOM_GPT_IN_PARAMS + 3 * t->n, n_out = 1 + 3 * t->n;
-  loom_status s = loom_session_run(t->train_s, n_in, t->in, n_out, t->out);
+  loom_status s;
+  if (t->runner) {
+    /* every rank steps its pieces; the loss is gathered to all */
+    s = loom_plan_runner_step(t->runner, t->in);
+    if (!s) s = loom_plan_runner_gather_output(t->runner, 0, t->loss_t);
+    t->state_synced = false;
+  } else {
+    s = loom_session_run(t->train_s, n_in, t->in, n_out, t->out);
+  }
   if (s) {
     loom_error_prefix(t->ctx, "train step %lld", (long long)(k + 1));
     return s;
@@ -380,6 +404,7 @@ loom_status loom_trainer_generate(loom_trainer *t, const char *prompt, int32_t n
                                   size_t cap) {
   if (!t || !prompt || !out || cap == 0 || n < 0)
     return loom_error(t ? t->ctx : NULL, LOOM_STATUS_INVALID_ARGUMENT, "generate: bad argument");
+  LOOM_TRY(loom_trainer_sync(t));
   size_t len = strlen(prompt);
   if (len == 0 || len >= cap)
     return loom_error(t->ctx, LOOM_STATUS_INVALID_ARGUMENT,
@@ -413,6 +438,7 @@ loom_status loom_trainer_generate(loom_trainer *t, const char *prompt, int32_t n
 
 loom_status loom_trainer_accuracy(loom_trainer *t, int32_t *correct, int32_t *total) {
   if (!t || !correct || !total) return LOOM_STATUS_INVALID_ARGUMENT;
+  LOOM_TRY(loom_trainer_sync(t));
   const loom_corpus *c = t->corpus;
   int32_t b = c->n_heldout, tl = LOOM_MIN(EVAL_T, t->cfg.model.context);
   LOOM_TRY(infer_session(t, 0, b, tl));
@@ -472,4 +498,77 @@ loom_status loom_trainer_accuracy(loom_trainer *t, int32_t *correct, int32_t *to
   *correct = ok;
   *total = b;
   return LOOM_STATUS_OK;
+}
+
+/* ---- parallel ------------------------------------------------------------ */
+
+/* What every rank must agree on: the configuration that shapes the graph
+ * and the state, the plan, and what the lowering made of it. */
+static void setup_digest(const loom_trainer *t, const char *plan, uint8_t out[32]) {
+  const loom_train_config *c = &t->cfg;
+  loom_sha256_state h;
+  loom_sha256_init(&h);
+  int64_t fields[] = {c->model.vocab, c->model.n_layer, c->model.d_model, c->model.n_head,
+                      c->model.context, c->model.d_ff, c->batch, c->steps, (int64_t)c->seed,
+                      c->warmup, t->done, t->program->n_comms, t->program->global->n_nodes,
+                      t->program->n_devices};
+  double reals[] = {c->model.dropout, c->lr, c->min_lr_frac, c->beta1, c->beta2, c->eps,
+                    c->weight_decay};
+  loom_sha256_update(&h, fields, sizeof fields);
+  loom_sha256_update(&h, reals, sizeof reals);
+  loom_sha256_update(&h, plan, strlen(plan));
+  loom_sha256_final(&h, out);
+}
+
+static loom_status check_ranks_agree(loom_trainer *t, const char *plan) {
+  loom_comm *c = t->comm;
+  uint8_t mine[32];
+  setup_digest(t, plan, mine);
+  uint8_t *all = loom_malloc(t->ctx, (size_t)c->size * 32);
+  if (!all) return LOOM_STATUS_OUT_OF_MEMORY;
+  loom_status s = loom_comm_all_gather(c, t->ctx, mine, all, 32, NULL, LOOM_DTYPE_U8);
+  for (int32_t r = 0; !s && r < c->size; r++)
+    if (memcmp(all + 32 * r, all, 32) != 0)
+      s = loom_error(t->ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                     "parallel train: rank %d was started with another plan, model or schedule "
+                     "than rank 0 (their setups differ); start every rank with the same flags",
+                     r);
+  free(all);
+  return s;
+}
+
+loom_status loom_trainer_attach_plan(loom_trainer *t, struct loom_comm *comm, const char *plan) {
+  if (!t || !comm || !plan)
+    return loom_error(t ? t->ctx : NULL, LOOM_STATUS_INVALID_ARGUMENT, "train: NULL argument");
+  loom_ctx *ctx = t->ctx;
+  if (t->runner) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: a plan is attached");
+  t->comm = comm;
+  loom_status s = loom_plan_builtin(ctx, t->train_g, plan, comm->size, &t->plan);
+  if (!s) s = loom_plan_lower(t->plan, NULL, &t->program);
+  if (!s) s = check_ranks_agree(t, plan);
+  loom_session_options so = LOOM_SESSION_OPTIONS(.backend = t->cfg.backend, .fusion = t->fusion,
+                                                 .attention = t->cfg.attention, .rng = t->cfg.rng);
+  if (!s) s = loom_plan_runner_new(ctx, t->program, comm, &so, &t->runner);
+  if (!s) s = loom_plan_runner_load(t->runner, t->in);
+  if (s) {
+    loom_error_prefix(ctx, "plan %s on %d devices", plan, comm->size);
+    return s;
+  }
+  /* the single-device session is not needed any more */
+  loom_session_free(t->train_s);
+  t->train_s = NULL;
+  t->state_synced = true;
+  return LOOM_STATUS_OK;
+}
+
+loom_status loom_trainer_sync(loom_trainer *t) {
+  if (!t || !t->runner || t->state_synced) return LOOM_STATUS_OK;
+  for (int32_t i = 0; i < 3 * t->n; i++)
+    LOOM_TRY(loom_plan_runner_gather_input(t->runner, LOOM_GPT_IN_PARAMS + i, t->state[i]));
+  t->state_synced = true;
+  return LOOM_STATUS_OK;
+}
+
+int32_t loom_trainer_devices(const loom_trainer *t) {
+  return t && t->comm ? t->comm->size : 1;
 }

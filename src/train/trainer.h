@@ -62,6 +62,22 @@ typedef struct loom_trainer_rng_counts {
 loom_trainer_rng_counts loom_trainer_rng_placements(const loom_trainer *t);
 void loom_trainer_free(loom_trainer *t);
 
+/*
+ * Parallel training (docs/PARALLEL.md): from here on, steps run this
+ * rank's program of `plan` (a built-in spec or a plan file) over the
+ * communicator (one rank per device; every rank calls every function
+ * below in the same order). The state is loaded from the trainer's tensors
+ * and lives as this rank's pieces; loom_trainer_sync gathers it back into
+ * them (collective), which generate, accuracy and checkpoints need first.
+ * Every rank checks that all were started with the same plan and model.
+ */
+struct loom_comm;
+loom_status loom_trainer_attach_plan(loom_trainer *t, struct loom_comm *comm, const char *plan);
+/* Gathers the state into the trainer's whole tensors (no-op on one device). */
+loom_status loom_trainer_sync(loom_trainer *t);
+/* The plan's device count (1 when none is attached). */
+int32_t loom_trainer_devices(const loom_trainer *t);
+
 /* Runs one training step; *loss is its loss (before the update). */
 loom_status loom_trainer_step(loom_trainer *t, float *loss);
 /* Steps done so far. */

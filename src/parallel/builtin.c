@@ -1,0 +1,328 @@
+/*
+ * Built-in plans (builtin.h). Every strategy is one pass of `cut_axis`
+ * over the graph for one axis of the device mesh: each node is cut by
+ * op_trans into that axis' degree of parts — on a label of its partition
+ * annotation, or into replicas — and part i goes to the i-th device of the
+ * axis. Which label is the strategy's only decision:
+ *
+ *   dp  (data parallel): the batch label, wherever the batch reaches (the
+ *       integer inputs' leading dim, followed through every node). Weight
+ *       gradients come out as partial sums over the batch, so the lowering
+ *       all-reduces them; everything else is replicated.
+ *   tp  (tensor parallel, Megatron's form): weights are seeded split as
+ *       Megatron does (QKV and first MLP matrix by columns, the output
+ *       projections by rows, the embedding by vocabulary); each node
+ *       takes the cut the cost model finds cheapest given how its
+ *       operands are split. Attention splits by heads, the rest of the
+ *       block is replicated, and the lowering adds the two all-reduces
+ *       per layer and direction.
+ *   zero1/zero2/zero3 (ZeRO, with dp): the AdamW moments (and with zero3
+ *       the parameters) are held as row shards across the dp group; the
+ *       optimizer step is cut by those rows, so the lowering
+ *       reduce-scatters the gradients into it and all-gathers the new
+ *       parameters (zero3: gathers each parameter where it is used).
+ *
+ * A mesh axis of degree n with stride s: part i of a node already placed
+ * on device b goes to device b + i*s.
+ */
+#include "parallel/builtin.h"
+
+#include "ir/dtype.h"
+#include "ops/op.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum axis_kind { AXIS_DP = 0, AXIS_TP } axis_kind;
+
+#define MAX_AXES 4
+
+typedef struct spec {
+  int32_t n_axes;
+  axis_kind kind[MAX_AXES];
+  int32_t degree[MAX_AXES];
+  int32_t zero; /* ZeRO stage, 0: none */
+} spec;
+
+static const char help[] =
+    "  dpN        data parallel over N devices (gradients all-reduced)\n"
+    "  tpN        tensor parallel (Megatron: heads, MLP columns/rows, vocabulary)\n"
+    "  AxB        a mesh of strategies, e.g. dp2xtp2 (tp groups are adjacent devices)\n"
+    "  +zero1|+zero2|+zero3\n"
+    "             ZeRO with the dp axis: AdamW state (zero3: and parameters)\n"
+    "             sharded, gradients reduce-scattered, parameters all-gathered\n";
+
+const char *loom_plan_builtin_help(void) { return help; }
+
+static bool parse_spec(const char *s, spec *out) {
+  memset(out, 0, sizeof *out);
+  const char *q = s;
+  for (;;) {
+    if (out->n_axes == MAX_AXES) return false;
+    axis_kind k;
+    if (strncmp(q, "dp", 2) == 0) k = AXIS_DP;
+    else if (strncmp(q, "tp", 2) == 0) k = AXIS_TP;
+    else return false;
+    q += 2;
+    char *end = NULL;
+    long n = strtol(q, &end, 10);
+    if (end == q || n < 1 || n > LOOM_PLAN_MAX_DEVICES || *q == '+' || *q == '-') return false;
+    for (int32_t a = 0; a < out->n_axes; a++)
+      if (out->kind[a] == k) return false;
+    out->kind[out->n_axes] = k;
+    out->degree[out->n_axes++] = (int32_t)n;
+    q = end;
+    if (*q != 'x') break;
+    q++;
+  }
+  while (*q == '+') {
+    q++;
+    if (strncmp(q, "zero", 4) == 0 && q[4] >= '1' && q[4] <= '3' && !out->zero) {
+      out->zero = q[4] - '0';
+      q += 5;
+    } else {
+      return false;
+    }
+  }
+  return *q == '\0';
+}
+
+bool loom_plan_builtin_known(const char *s) {
+  spec sp;
+  return s && parse_spec(s, &sp);
+}
+
+loom_status loom_plan_tie_by_name(loom_plan *p) {
+  const loom_graph *g = p->graph;
+  for (int32_t o = 0; o < g->n_outputs; o++) {
+    const char *nm = g->output_names[o];
+    if (strncmp(nm, "new.", 4) != 0) continue;
+    for (int32_t i = 0; i < g->n_inputs; i++)
+      if (strcmp(g->values[g->inputs[i]].name, nm + 4) == 0) LOOM_TRY(loom_plan_tie(p, o, i));
+  }
+  return LOOM_STATUS_OK;
+}
+
+/* ---- one mesh axis ------------------------------------------------------------------ */
+
+/* How a logical value is laid out along the axis being cut. */
+enum { WHOLE = -1, FREE = -2 }; /* or >= 0: split along that dim */
+
+typedef struct axis_cut {
+  loom_plan *p;
+  axis_kind kind;
+  int32_t degree, stride;
+  int32_t *state; /* per logical value */
+} axis_cut;
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* Megatron's split of a parameter (by its name, adam.m./adam.v. prefixes
+ * stripped): the dim, or WHOLE. */
+static int32_t megatron_dim(const char *name) {
+  if (strncmp(name, "adam.m.", 7) == 0 || strncmp(name, "adam.v.", 7) == 0) name += 7;
+  if (ends_with(name, "qkv.w") || ends_with(name, "fc.w")) return 1;
+  if (ends_with(name, "qkv.b") || ends_with(name, "fc.b")) return 0;
+  if (ends_with(name, "proj.w")) return 0;
+  if (strcmp(name, "wte") == 0) return 0;
+  return WHOLE;
+}
+
+static int64_t value_bytes(const loom_graph *g, int32_t v) {
+  const loom_type *t = loom_value_type(g, v);
+  return loom_type_numel(t) * (int64_t)loom_dtype_size(t->dtype);
+}
+
+/* The first dim of operand (input i or output o) that carries label l. */
+static int32_t dim_of(const loom_partition *pa, bool out, int32_t k, int32_t rank, int32_t l) {
+  for (int32_t d = 0; d < rank; d++)
+    if ((out ? pa->out[k][d] : pa->in[k][d]) == l) return d;
+  return -1;
+}
+
+/* Bytes of communication the cut (label l, or -1: replicas) costs given
+ * how the operands lie. */
+static double cut_cost(const axis_cut *ax, int32_t node, int32_t l) {
+  const loom_plan *p = ax->p;
+  const loom_graph *g = p->graph;
+  const loom_node *n = &g->nodes[node];
+  const loom_partition *pa = &p->part[node];
+  double f = (double)(ax->degree - 1) / ax->degree, cost = 0;
+  for (int32_t i = 0; i < n->n_in; i++) {
+    int32_t s = ax->state[n->in[i]];
+    if (s == FREE) continue;
+    int32_t want = l < 0 ? WHOLE : dim_of(pa, false, i, loom_value_type(g, n->in[i])->rank, l);
+    if (want == s || (want >= 0 && s == WHOLE)) continue;
+    cost += f * (double)value_bytes(g, n->in[i]); /* an all-gather or all-to-all */
+  }
+  if (l >= 0 && pa->split[l] == LOOM_SPLIT_PARTIAL)
+    for (int32_t o = 0; o < n->n_out; o++) cost += 2 * f * (double)value_bytes(g, n->out[o]);
+  return cost;
+}
+
+/* Whether every leaf of node spans a multiple of degree on label l. */
+static bool splits(const axis_cut *ax, const int32_t *leaves, int32_t n_leaves, int32_t l) {
+  for (int32_t k = 0; k < n_leaves; k++) {
+    const loom_subop *s = &ax->p->subops[leaves[k]];
+    if ((s->r.hi[l] - s->r.lo[l]) % ax->degree) return false;
+  }
+  return true;
+}
+
+/* The label this axis cuts node by, or -1 for replicas. */
+static int32_t choose(const axis_cut *ax, int32_t node, const int32_t *leaves, int32_t n_leaves) {
+  const loom_plan *p = ax->p;
+  const loom_node *n = &p->graph->nodes[node];
+  const loom_partition *pa = &p->part[node];
+  int32_t best = -1;
+  double best_cost = cut_cost(ax, node, -1);
+  bool any_split = false;
+  for (int32_t i = 0; i < n->n_in; i++) {
+    int32_t s = ax->state[n->in[i]];
+    if (s < 0) continue;
+    any_split = true;
+    int32_t l = pa->in[i][s];
+    if (l < 0 || l >= pa->n_labels || !splits(ax, leaves, n_leaves, l)) continue;
+    /* data parallel follows the batch wherever it goes; the others pay */
+    if (ax->kind == AXIS_DP) return l;
+    double c = cut_cost(ax, node, l);
+    if (best < 0 ? c <= best_cost : c < best_cost) {
+      best = l;
+      best_cost = c;
+    }
+  }
+  (void)any_split;
+  return best;
+}
+
+static loom_status cut_node(axis_cut *ax, int32_t node) {
+  loom_plan *p = ax->p;
+  const loom_graph *g = p->graph;
+  const loom_node *n = &g->nodes[node];
+  int32_t *leaves = NULL, n_leaves = 0;
+  LOOM_TRY(loom_plan_leaves(p, node, &leaves, &n_leaves));
+  int32_t l = choose(ax, node, leaves, n_leaves);
+  loom_algo a = {l >= 0 ? LOOM_ALGO_SPLIT : LOOM_ALGO_REPLICATE, l >= 0 ? l : 0};
+  loom_status st = LOOM_STATUS_OK;
+  for (int32_t k = 0; !st && k < n_leaves; k++) {
+    int32_t base = p->subops[leaves[k]].device, first = -1;
+    if (base < 0) base = 0;
+    st = loom_op_trans(p, leaves[k], a, ax->degree, &first);
+    for (int32_t i = 0; !st && i < ax->degree; i++)
+      st = loom_op_assign(p, first + i, base + i * ax->stride);
+  }
+  free(leaves);
+  const loom_partition *pa = &p->part[node];
+  for (int32_t o = 0; o < n->n_out; o++) {
+    int32_t v = n->out[o];
+    bool spatial = l >= 0 && pa->split[l] == LOOM_SPLIT_SPATIAL;
+    int32_t d = spatial ? dim_of(pa, true, o, loom_value_type(g, v)->rank, l) : -1;
+    ax->state[v] = d >= 0 ? d : WHOLE;
+  }
+  return st;
+}
+
+static bool is_moment(const char *name) {
+  return strncmp(name, "adam.m.", 7) == 0 || strncmp(name, "adam.v.", 7) == 0;
+}
+
+/* Seeds the axis' input states: what each strategy starts from. */
+static void seed(axis_cut *ax, const spec *sp) {
+  const loom_graph *g = ax->p->graph;
+  for (int32_t v = 0; v < g->n_values; v++) ax->state[v] = WHOLE;
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    int32_t v = g->inputs[i];
+    const loom_type *t = loom_value_type(g, v);
+    const char *name = g->values[v].name;
+    int32_t s = FREE; /* fed as needed */
+    if (ax->kind == AXIS_DP) {
+      if (loom_dtype_is_int(t->dtype) && t->rank > 0) s = 0;
+      bool zero_state = (sp->zero >= 1 && is_moment(name)) ||
+                        (sp->zero >= 3 && g->values[v].kind == LOOM_VALUE_PARAM);
+      if (zero_state && t->rank > 0) s = 0;
+    } else if (g->values[v].kind == LOOM_VALUE_PARAM || is_moment(name)) {
+      int32_t d = megatron_dim(name);
+      if (d >= 0 && d < t->rank) s = d;
+    }
+    if (s >= 0 && (t->rank <= s || t->shape[s] % ax->degree)) s = FREE;
+    ax->state[v] = s;
+  }
+}
+
+/* ZeRO-3 holds the parameters as row shards across the dp axis. */
+static loom_status hold_params_sharded(loom_plan *p, int32_t degree, int32_t stride) {
+  const loom_graph *g = p->graph;
+  int32_t *devs = loom_malloc(p->ctx, sizeof *devs * (size_t)degree);
+  if (!devs) return LOOM_STATUS_OUT_OF_MEMORY;
+  loom_status st = LOOM_STATUS_OK;
+  for (int32_t i = 0; !st && i < g->n_inputs; i++) {
+    int32_t v = g->inputs[i];
+    const loom_type *t = loom_value_type(g, v);
+    if (g->values[v].kind != LOOM_VALUE_PARAM || t->rank < 1 || t->shape[0] % degree) continue;
+    loom_vfactor f = {LOOM_VF_D, 0, degree};
+    loom_vlayout l;
+    st = loom_vlayout_make(p->ctx, t, 1, &f, &l);
+    for (int32_t k = 0; k < degree; k++) devs[k] = k * stride;
+    if (!st) st = loom_plan_set_input(p, i, &l, devs);
+  }
+  free(devs);
+  return st;
+}
+
+loom_status loom_plan_builtin(loom_ctx *ctx, const loom_graph *g, const char *text,
+                              int32_t n_devices, loom_plan **out) {
+  if (!out || !g || !text) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "plan: NULL argument");
+  *out = NULL;
+  spec sp;
+  if (!parse_spec(text, &sp))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "plan: '%s' is not a built-in plan; they are:\n%s", text, help);
+  int64_t prod = 1;
+  int32_t dp_axis = -1, tp_axis = -1;
+  for (int32_t a = 0; a < sp.n_axes; a++) {
+    prod *= sp.degree[a];
+    if (sp.kind[a] == AXIS_DP) dp_axis = a;
+    else tp_axis = a;
+  }
+  if (prod != n_devices)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "plan: %s uses %lld devices, not the %d given", text, (long long)prod,
+                      n_devices);
+  if (sp.zero && dp_axis < 0)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "plan: %s: ZeRO shards across a dp axis, and there is none", text);
+  if (sp.zero >= 3 && tp_axis >= 0)
+    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
+                      "plan: %s: zero3 with a tp axis is not built (parameters would be "
+                      "sharded by both)", text);
+  loom_plan *p = NULL;
+  LOOM_TRY(loom_plan_new(ctx, g, n_devices, &p));
+  axis_cut ax = {.p = p};
+  ax.state = loom_malloc(ctx, sizeof *ax.state * (size_t)(g->n_values ? g->n_values : 1));
+  loom_status st = ax.state ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
+  int32_t stride = n_devices;
+  for (int32_t a = 0; !st && a < sp.n_axes; a++) {
+    stride /= sp.degree[a];
+    ax.kind = sp.kind[a];
+    ax.degree = sp.degree[a];
+    ax.stride = stride;
+    seed(&ax, &sp);
+    for (int32_t node = 0; !st && node < g->n_nodes; node++) st = cut_node(&ax, node);
+    if (!st && a == dp_axis && sp.zero >= 3) st = hold_params_sharded(p, ax.degree, stride);
+  }
+  if (!st && sp.n_axes == 0)
+    for (int32_t node = 0; !st && node < g->n_nodes; node++) st = loom_op_assign(p, node, 0);
+  if (!st) st = loom_plan_tie_by_name(p);
+  free(ax.state);
+  if (st) {
+    loom_error_prefix(ctx, "plan %s", text);
+    loom_plan_free(p);
+    return st;
+  }
+  *out = p;
+  return LOOM_STATUS_OK;
+}

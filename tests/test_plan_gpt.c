@@ -1,0 +1,173 @@
+/*
+ * Every built-in plan on the training step of the GPT of `loom train`
+ * (small sizes, dropout on): the plan's global graph on the reference
+ * executor computes the loss and every updated weight and AdamW moment
+ * of the single-device graph, and each collective moves the analytic
+ * volume (data parallel: one all-reduce of the gradients, 2(n-1)/n of
+ * their bytes per device; Megatron TP: per layer two all-reduces of the
+ * activations forward and two backward).
+ */
+#include "common.h"
+
+#include "model/gpt.h"
+#include "ops/op.h"
+#include "parallel/builtin.h"
+#include "parallel/lower.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static loom_gpt_config config(void) {
+  loom_gpt_config c;
+  loom_gpt_config_default(&c);
+  c.n_layer = 2;
+  c.d_model = 32;
+  c.n_head = 4;
+  c.context = 8;
+  c.d_ff = 64;
+  c.dropout = 0.1;
+  return c;
+}
+
+enum { B = 4, T = 8 };
+
+static loom_graph *train_graph(loom_ctx *ctx, const loom_session_options *so) {
+  loom_gpt_config c = config();
+  loom_gpt_optim o = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .seed = 5,
+                      .session = so};
+  loom_graph *g = NULL;
+  int64_t per_step = 0;
+  CHECK_OK(ctx, loom_gpt_build_train(ctx, &c, B, T, &o, &g, &per_step));
+  return g;
+}
+
+static loom_tensor **inputs(loom_ctx *ctx, const loom_graph *g) {
+  int32_t n = loom_graph_num_inputs(g);
+  loom_tensor **in = calloc((size_t)n + 1, sizeof *in);
+  loom_test_rng r = {11};
+  for (int32_t i = 0; i < n; i++) {
+    loom_dtype dt;
+    int32_t rank;
+    int64_t shape[LOOM_MAX_RANK];
+    CHECK_OK(ctx, loom_graph_value_type(g, loom_graph_input_value(g, i), &dt, &rank, shape));
+    CHECK_OK(ctx, loom_tensor_new(ctx, dt, rank, shape, &in[i]));
+    const char *name = loom_graph_input_name(g, i);
+    void *d = loom_tensor_data(in[i]);
+    for (int64_t e = 0; e < loom_tensor_numel(in[i]); e++) {
+      if (dt == LOOM_DTYPE_I64) ((int64_t *)d)[e] = (int64_t)loom_test_uniform(&r, 0, 255.99);
+      else if (strcmp(name, "step") == 0) ((float *)d)[e] = 3;
+      else if (strcmp(name, "lr") == 0) ((float *)d)[e] = 1e-2f;
+      else if (strncmp(name, "adam.v.", 7) == 0) ((float *)d)[e] = (float)loom_test_uniform(&r, 1e-4, 1e-3);
+      else ((float *)d)[e] = (float)loom_test_uniform(&r, -0.2, 0.2);
+    }
+  }
+  return in;
+}
+
+static loom_tensor **run_ref(loom_ctx *ctx, const loom_graph *g, loom_tensor **in) {
+  int32_t no = loom_graph_num_outputs(g);
+  loom_tensor **out = calloc((size_t)no + 1, sizeof *out);
+  loom_session *s = NULL;
+  loom_session_options o = LOOM_SESSION_OPTIONS(.backend = "ref");
+  CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
+  if (s) CHECK_OK(ctx, loom_session_run(s, loom_graph_num_inputs(g), (const loom_tensor *const *)in, no, out));
+  loom_session_free(s);
+  return out;
+}
+
+static void free_all(loom_tensor **t, int32_t n) {
+  for (int32_t i = 0; t && i < n; i++) loom_tensor_free(t[i]);
+  free(t);
+}
+
+/* max |a - b| relative to the rms of (a - base): updates are checked as
+ * updates, the loss as itself (base NULL). */
+static double rel_error(const loom_tensor *a, const loom_tensor *b, const loom_tensor *base) {
+  if (!a || !b || loom_tensor_numel(a) != loom_tensor_numel(b)) return INFINITY;
+  const float *x = loom_tensor_data(a), *y = loom_tensor_data(b);
+  const float *z = base ? loom_tensor_data(base) : NULL;
+  double sq = 0, worst = 0;
+  int64_t n = loom_tensor_numel(a);
+  for (int64_t e = 0; e < n; e++) {
+    double u = (double)x[e] - (z ? z[e] : 0.0);
+    sq += u * u;
+  }
+  double scale = fmax(sqrt(sq / (double)(n ? n : 1)), 1e-30);
+  for (int64_t e = 0; e < n; e++) {
+    double d = fabs((double)x[e] - y[e]) / scale;
+    if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
+  }
+  return worst;
+}
+
+static int64_t grad_bytes(const loom_graph *g) {
+  int64_t b = 0;
+  for (int32_t i = 0; i < loom_graph_num_inputs(g); i++)
+    if (loom_graph_input_is_param(g, i)) {
+      loom_dtype dt;
+      int32_t rank;
+      int64_t shape[LOOM_MAX_RANK], n = 1;
+      loom_graph_value_type(g, loom_graph_input_value(g, i), &dt, &rank, shape);
+      for (int32_t d = 0; d < rank; d++) n *= shape[d];
+      b += 4 * n;
+    }
+  return b;
+}
+
+static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in, loom_tensor **want,
+                       const char *spec, int32_t n) {
+  loom_plan *p = NULL;
+  CHECK_OK(ctx, loom_plan_builtin(ctx, g, spec, n, &p));
+  if (!p) return;
+  loom_plan_program *pp = NULL;
+  CHECK_OK(ctx, loom_plan_lower(p, NULL, &pp));
+  if (!pp) {
+    loom_plan_free(p);
+    return;
+  }
+  loom_tensor **got = run_ref(ctx, pp->global, in);
+  double worst = 0;
+  int32_t no = loom_graph_num_outputs(g);
+  for (int32_t o = 0; o < no; o++) {
+    /* output o >= 1 updates input LOOM_GPT_IN_PARAMS + o - 1 */
+    const loom_tensor *base = o ? in[LOOM_GPT_IN_PARAMS + o - 1] : NULL;
+    double e = rel_error(want[o], got ? got[o] : NULL, base);
+    if (!(e <= 1e-3)) fprintf(stderr, "%s: output %d off by %g\n", spec, o, e);
+    CHECK(e <= 1e-3);
+    if (e > worst) worst = e;
+  }
+  int64_t ar = 0;
+  for (int32_t d = 0; d < n; d++) ar += pp->stats[d].comm_bytes[LOOM_OP_ALL_REDUCE];
+  printf("%-14s worst %.1e  all_reduce %lld B/device  all_gather %lld  reduce_scatter %lld  comms %d\n",
+         spec, worst, (long long)(ar / n), (long long)pp->stats[0].comm_bytes[LOOM_OP_ALL_GATHER],
+         (long long)pp->stats[0].comm_bytes[LOOM_OP_REDUCE_SCATTER], pp->n_comms);
+  if (strcmp(spec, "dp2") == 0 || strcmp(spec, "dp4") == 0) {
+    /* the gradients and the loss (a scalar every device reads) */
+    int64_t want_b = (int64_t)(2.0 * (n - 1) / n * (double)(grad_bytes(g) + 4));
+    for (int32_t d = 0; d < n; d++) CHECK(pp->stats[d].comm_bytes[LOOM_OP_ALL_REDUCE] == want_b);
+  }
+  free_all(got, no);
+  loom_plan_program_free(pp);
+  loom_plan_free(p);
+}
+
+int main(void) {
+  loom_ctx *ctx = NULL;
+  if (loom_ctx_new(&ctx)) return 1;
+  loom_graph *g = train_graph(ctx, NULL);
+  if (!g) return loom_test_finish("test_plan_gpt");
+  loom_tensor **in = inputs(ctx, g), **want = run_ref(ctx, g, in);
+  static const struct {
+    const char *spec;
+    int32_t n;
+  } plans[] = {{"dp2", 2}, {"dp4", 4}, {"tp2", 2}, {"dp2xtp2", 4}, {"dp2+zero2", 2},
+               {"dp2+zero3", 2}};
+  for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++)
+    check_plan(ctx, g, in, want, plans[i].spec, plans[i].n);
+  free_all(in, loom_graph_num_inputs(g));
+  free_all(want, loom_graph_num_outputs(g));
+  loom_graph_free(g);
+  loom_ctx_free(ctx);
+  return loom_test_finish("test_plan_gpt");
+}

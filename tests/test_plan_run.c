@@ -1,0 +1,243 @@
+/*
+ * Plans run for real: each device's program in its own thread, as a cpu
+ * session (stitched kernels), its comm ops through the in-process
+ * communicator. Two steps of the GPT training step (dropout on) under each
+ * built-in plan: the loss and every weight and AdamW moment, gathered,
+ * match the single-device cpu run; and a state piece the first step wrote
+ * is what the second read (the second step's loss matches too).
+ */
+#include "common.h"
+
+#include "model/gpt.h"
+#include "parallel/builtin.h"
+#include "parallel/runner.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { B = 4, T = 8, STEPS = 2 };
+
+static loom_gpt_config config(void) {
+  loom_gpt_config c;
+  loom_gpt_config_default(&c);
+  c.n_layer = 2;
+  c.d_model = 32;
+  c.n_head = 4;
+  c.context = 8;
+  c.d_ff = 64;
+  c.dropout = 0.1;
+  return c;
+}
+
+static loom_session_options session_options(void) {
+  return LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = LOOM_FUSION_STITCH);
+}
+
+typedef struct shared {
+  const loom_plan_program *pp;
+  loom_comm **comms;
+  loom_tensor **in;       /* whole inputs, step inputs updated by step */
+  int32_t n_in, n_out;
+  loom_tensor **got[STEPS]; /* per step: whole outputs, gathered (rank 0's) */
+  float loss[STEPS];
+  bool failed;
+} shared;
+
+typedef struct job {
+  shared *sh;
+  int32_t rank;
+} job;
+
+static void set_step(loom_tensor **in, int32_t k) {
+  *(float *)loom_tensor_data(in[LOOM_GPT_IN_STEP]) = (float)(k + 1);
+  *(float *)loom_tensor_data(in[LOOM_GPT_IN_LR]) = 1e-2f;
+  *(int64_t *)loom_tensor_data(in[LOOM_GPT_IN_RNG_BASE]) = 1000 * k;
+}
+
+static void *device_main(void *arg) {
+  job *j = arg;
+  shared *sh = j->sh;
+  loom_ctx *ctx = NULL;
+  if (loom_ctx_new(&ctx)) return NULL;
+  loom_ctx_set_threads(ctx, 1);
+  loom_session_options so = session_options();
+  loom_plan_runner *r = NULL;
+  loom_status st = loom_plan_runner_new(ctx, sh->pp, sh->comms[j->rank], &so, &r);
+  if (!st) st = loom_plan_runner_load(r, (const loom_tensor *const *)sh->in);
+  for (int32_t k = 0; !st && k < STEPS; k++) {
+    /* the step inputs are the same on every rank: rank 0's copy is read-only here */
+    st = loom_plan_runner_step(r, (const loom_tensor *const *)sh->in);
+    for (int32_t o = 0; !st && o < sh->n_out; o++) {
+      loom_tensor *whole = NULL;
+      const loom_type *t = loom_value_type(sh->pp->global, sh->pp->global->outputs[o]);
+      st = loom_tensor_new(ctx, t->dtype, t->rank, t->shape, &whole);
+      if (!st) st = loom_plan_runner_gather_output(r, o, whole);
+      if (j->rank == 0 && !st) sh->got[k][o] = whole;
+      else loom_tensor_free(whole);
+    }
+    /* everyone has set the step inputs for k + 1 only after all gathered */
+    if (!st) st = loom_comm_barrier(sh->comms[j->rank], ctx);
+    if (!st && j->rank == 0 && k + 1 < STEPS) set_step(sh->in, k + 1);
+    if (!st) st = loom_comm_barrier(sh->comms[j->rank], ctx);
+  }
+  if (st) {
+    fprintf(stderr, "rank %d: %s\n", j->rank, loom_ctx_error(ctx));
+    sh->failed = true;
+    loom_comm_abort(sh->comms[j->rank], loom_ctx_error(ctx));
+  }
+  loom_plan_runner_free(r);
+  loom_ctx_free(ctx);
+  return NULL;
+}
+
+static loom_tensor **inputs(loom_ctx *ctx, const loom_graph *g) {
+  int32_t n = loom_graph_num_inputs(g);
+  loom_tensor **in = calloc((size_t)n + 1, sizeof *in);
+  loom_test_rng r = {3};
+  for (int32_t i = 0; i < n; i++) {
+    loom_dtype dt;
+    int32_t rank;
+    int64_t shape[LOOM_MAX_RANK];
+    CHECK_OK(ctx, loom_graph_value_type(g, loom_graph_input_value(g, i), &dt, &rank, shape));
+    CHECK_OK(ctx, loom_tensor_new(ctx, dt, rank, shape, &in[i]));
+    const char *name = loom_graph_input_name(g, i);
+    void *d = loom_tensor_data(in[i]);
+    for (int64_t e = 0; e < loom_tensor_numel(in[i]); e++) {
+      if (dt == LOOM_DTYPE_I64) ((int64_t *)d)[e] = (int64_t)loom_test_uniform(&r, 0, 255.99);
+      else if (strncmp(name, "adam.v.", 7) == 0) ((float *)d)[e] = (float)loom_test_uniform(&r, 1e-4, 1e-3);
+      else ((float *)d)[e] = (float)loom_test_uniform(&r, -0.2, 0.2);
+    }
+  }
+  set_step(in, 0);
+  return in;
+}
+
+static loom_tensor **clone_all(loom_ctx *ctx, loom_tensor **in, int32_t n) {
+  loom_tensor **c = calloc((size_t)n + 1, sizeof *c);
+  for (int32_t i = 0; i < n; i++) {
+    int64_t shape[LOOM_MAX_RANK];
+    for (int32_t d = 0; d < loom_tensor_rank(in[i]); d++) shape[d] = loom_tensor_dim(in[i], d);
+    CHECK_OK(ctx, loom_tensor_new(ctx, loom_tensor_dtype(in[i]), loom_tensor_rank(in[i]), shape, &c[i]));
+    memcpy(loom_tensor_data(c[i]), loom_tensor_data(in[i]),
+           (size_t)loom_tensor_numel(in[i]) * (loom_tensor_dtype(in[i]) == LOOM_DTYPE_I64 ? 8 : 4));
+  }
+  return c;
+}
+
+static void free_all(loom_tensor **t, int32_t n) {
+  for (int32_t i = 0; t && i < n; i++) loom_tensor_free(t[i]);
+  free(t);
+}
+
+static double rel_error(const loom_tensor *a, const loom_tensor *b, const loom_tensor *base) {
+  if (!a || !b || loom_tensor_numel(a) != loom_tensor_numel(b)) return INFINITY;
+  const float *x = loom_tensor_data(a), *y = loom_tensor_data(b);
+  const float *z = base ? loom_tensor_data(base) : NULL;
+  double sq = 0, worst = 0;
+  int64_t n = loom_tensor_numel(a);
+  for (int64_t e = 0; e < n; e++) {
+    double u = (double)x[e] - (z ? z[e] : 0.0);
+    sq += u * u;
+  }
+  double scale = fmax(sqrt(sq / (double)(n ? n : 1)), 1e-30);
+  for (int64_t e = 0; e < n; e++) {
+    double d = fabs((double)x[e] - y[e]) / scale;
+    if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
+  }
+  return worst;
+}
+
+/* The single-device reference: STEPS steps of the cpu session, in place. */
+static loom_tensor **single_device(loom_ctx *ctx, const loom_graph *g, loom_tensor **in,
+                                   loom_tensor ***before_last) {
+  int32_t ni = loom_graph_num_inputs(g), no = loom_graph_num_outputs(g);
+  loom_session *s = NULL;
+  loom_session_options so = session_options();
+  CHECK_OK(ctx, loom_session_new(ctx, g, &so, &s));
+  loom_tensor **out = calloc((size_t)no + 1, sizeof *out);
+  CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 0, NULL, &out[0]));
+  for (int32_t o = 1; o < no; o++) out[o] = in[LOOM_GPT_IN_PARAMS + o - 1];
+  for (int32_t k = 0; s && k < STEPS; k++) {
+    set_step(in, k);
+    if (k == STEPS - 1) *before_last = clone_all(ctx, in, ni);
+    CHECK_OK(ctx, loom_session_run(s, ni, (const loom_tensor *const *)in, no, out));
+  }
+  loom_session_free(s);
+  loom_tensor **res = clone_all(ctx, out, no);
+  loom_tensor_free(out[0]);
+  free(out);
+  return res;
+}
+
+static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in0, loom_tensor **want,
+                       loom_tensor **before_last, const char *spec, int32_t n) {
+  loom_plan *p = NULL;
+  loom_plan_program *pp = NULL;
+  CHECK_OK(ctx, loom_plan_builtin(ctx, g, spec, n, &p));
+  if (p) CHECK_OK(ctx, loom_plan_lower(p, NULL, &pp));
+  if (!pp) {
+    loom_plan_free(p);
+    return;
+  }
+  shared sh = {.pp = pp, .n_in = loom_graph_num_inputs(g), .n_out = loom_graph_num_outputs(g)};
+  sh.in = clone_all(ctx, in0, sh.n_in);
+  set_step(sh.in, 0);
+  for (int32_t k = 0; k < STEPS; k++) sh.got[k] = calloc((size_t)sh.n_out + 1, sizeof *sh.got[k]);
+  sh.comms = calloc((size_t)n, sizeof *sh.comms);
+  CHECK_OK(ctx, loom_comm_inproc_new(ctx, n, sh.comms));
+  pthread_t th[8];
+  job jobs[8];
+  for (int32_t r = 0; r < n; r++) {
+    jobs[r] = (job){&sh, r};
+    pthread_create(&th[r], NULL, device_main, &jobs[r]);
+  }
+  for (int32_t r = 0; r < n; r++) pthread_join(th[r], NULL);
+  CHECK(!sh.failed);
+  double worst = 0;
+  for (int32_t o = 0; !sh.failed && o < sh.n_out; o++) {
+    const loom_tensor *base = o ? before_last[LOOM_GPT_IN_PARAMS + o - 1] : NULL;
+    double e = rel_error(want[o], sh.got[STEPS - 1][o], base);
+    if (!(e <= 2e-3)) fprintf(stderr, "%s: output %d off by %g\n", spec, o, e);
+    CHECK(e <= 2e-3);
+    worst = fmax(worst, e);
+  }
+  printf("%-10s on %d threads: worst error %.1e of an update's rms\n", spec, n, worst);
+  for (int32_t r = 0; r < n; r++) loom_comm_free(sh.comms[r]);
+  free(sh.comms);
+  for (int32_t k = 0; k < STEPS; k++) free_all(sh.got[k], sh.n_out);
+  free_all(sh.in, sh.n_in);
+  loom_plan_program_free(pp);
+  loom_plan_free(p);
+}
+
+int main(void) {
+  loom_ctx *ctx = NULL;
+  if (loom_ctx_new(&ctx)) return 1;
+  loom_ctx_set_threads(ctx, 1);
+  loom_gpt_config c = config();
+  loom_session_options so = session_options();
+  loom_gpt_optim o = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .seed = 5,
+                      .session = &so};
+  loom_graph *g = NULL;
+  int64_t per_step = 0;
+  CHECK_OK(ctx, loom_gpt_build_train(ctx, &c, B, T, &o, &g, &per_step));
+  if (!g) return loom_test_finish("test_plan_run");
+  int32_t ni = loom_graph_num_inputs(g), no = loom_graph_num_outputs(g);
+  loom_tensor **in = inputs(ctx, g), **work = clone_all(ctx, in, ni), **before = NULL;
+  loom_tensor **want = single_device(ctx, g, work, &before);
+  static const struct {
+    const char *spec;
+    int32_t n;
+  } plans[] = {{"dp2", 2}, {"tp2", 2}, {"dp2xtp2", 4}, {"dp2+zero2", 2}, {"dp4+zero3", 4}};
+  for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++)
+    check_plan(ctx, g, in, want, before, plans[i].spec, plans[i].n);
+  free_all(in, ni);
+  free_all(work, ni);
+  free_all(before, ni);
+  free_all(want, no);
+  loom_graph_free(g);
+  loom_ctx_free(ctx);
+  return loom_test_finish("test_plan_run");
+}
