@@ -16,6 +16,7 @@
 #include "ir/dtype.h"
 #include "ir/graph.h"
 #include "ir/view.h"
+#include "model/gpt.h"
 #include "ops/op.h"
 #include "parallel/subop.h"
 
@@ -629,6 +630,72 @@ static void test_label_extents(void) {
   CHECK(ext[0] == 4);
 }
 
+/* Slice and pad refuse a box that cuts a dim they slice or pad. */
+static void test_sub_attrs_errors(void) {
+  const tcase *sl = find_case("slice cols"), *pd = find_case("pad");
+  loom_graph *g = NULL;
+  tensor in, out;
+  for (int32_t k = 0; k < 2; k++) {
+    const tcase *c = k ? pd : sl;
+    tensor_alloc(&in, &c->in[0]);
+    fill(&in, 0);
+    CHECK_OK(ctx, run_op(c->op, c->attrs, 1, &in, &g, &out));
+    const loom_node *n = &g->nodes[g->n_nodes - 1];
+    loom_type ot = out.t;
+    loom_vbox ib = loom_vbox_full(&c->in[0]), ob = loom_vbox_full(&ot);
+    ib.end[1] = c->in[0].shape[1] / 2; /* dim 1 is sliced / padded */
+    ob.end[1] = ot.shape[1] / 2;
+    loom_attr_value attrs[LOOM_MAX_ATTRS];
+    loom_error_clear(ctx);
+    CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                 loom_subop_attrs(ctx, n, c->in, &ot, &ib, &ob, attrs));
+    CHECK(strstr(loom_ctx_error(ctx), "cut") != NULL);
+    free(in.data);
+    free(out.data);
+    loom_graph_free(g);
+  }
+}
+
+/* The GPT training step: every node's annotation has consistent label
+ * extents, and the fused QKV reshape [B, T, 3D] -> [B, T, H, 3, Dh] carries
+ * a head label from 3D to H (head-major columns). */
+static void test_gpt_graph(void) {
+  loom_gpt_config cfg;
+  loom_gpt_config_default(&cfg);
+  cfg.n_layer = 1;
+  loom_gpt_optim o = {0.9, 0.999, 1e-8, 0.01, 1, NULL};
+  loom_graph *g = NULL;
+  int64_t per_step = 0;
+  CHECK_OK(ctx, loom_gpt_build_train(ctx, &cfg, 2, 16, &o, &g, &per_step));
+  if (!g) return;
+  int32_t bad = 0, head_reshapes = 0, labeled = 0;
+  for (int32_t k = 0; k < g->n_nodes; k++) {
+    const loom_node *n = &g->nodes[k];
+    loom_type it[LOOM_PART_MAX_IO], ot[LOOM_PART_MAX_IO];
+    if (n->n_in > LOOM_PART_MAX_IO || n->n_out > LOOM_PART_MAX_IO) continue;
+    for (int32_t i = 0; i < n->n_in; i++)
+      it[i] = *loom_value_type(g, n->in[i]);
+    for (int32_t i = 0; i < n->n_out; i++)
+      ot[i] = *loom_value_type(g, n->out[i]);
+    loom_partition p;
+    loom_subop_partition(n, it, ot, &p);
+    int64_t ext[LOOM_PART_MAX_LABELS];
+    if (!loom_subop_label_extents(ctx, &p, it, ot, ext)) bad++;
+    labeled += p.n_labels > 0;
+    if (n->op == LOOM_OP_RESHAPE && it[0].rank == 3 && ot[0].rank == 5 &&
+        ot[0].shape[2] == cfg.n_head && ot[0].shape[3] == 3) {
+      char buf[128];
+      CHECK(strcmp(loom_partition_str(&p, buf, sizeof buf), "a b c -> a b c _ _") == 0);
+      CHECK(ext[2] == cfg.n_head);
+      head_reshapes++;
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(head_reshapes == 1);
+  CHECK(labeled > g->n_nodes / 2);
+  loom_graph_free(g);
+}
+
 /* iota's start on every backend and fusion mode (the reference kernel, the
  * cpu backend's eager kernel, the kernel IR and the generated C). */
 static void test_iota_start(void) {
@@ -691,6 +758,8 @@ int main(void) {
   test_corpus();
   test_negative_control();
   test_label_extents();
+  test_sub_attrs_errors();
+  test_gpt_graph();
   test_iota_start();
   loom_ctx_free(ctx);
   return loom_test_finish("test_partition");
