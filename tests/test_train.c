@@ -442,13 +442,15 @@ static void ref_forward(const loom_trainer *t, const int64_t *tok, int T, double
       ref_ln(x + s * D, P(t, b0 + 0), P(t, b0 + 1), D, a + s * D);
       ref_linear(a + s * D, P(t, b0 + 2), P(t, b0 + 3), D, 3 * D, qkv + s * 3 * D);
     }
+    /* qkv is head-major: head h's q, k, v are columns h*3Dh + {0, Dh, 2Dh} */
     for (int h = 0; h < H; h++)
       for (int s = 0; s < T; s++) {
         double mx = -INFINITY, z = 0;
+        const double *q = qkv + s * 3 * D + h * 3 * Dh;
         for (int u = 0; u <= s; u++) {
           double dot = 0;
           for (int e = 0; e < Dh; e++)
-            dot += qkv[s * 3 * D + h * Dh + e] * qkv[u * 3 * D + D + h * Dh + e];
+            dot += q[e] * qkv[u * 3 * D + h * 3 * Dh + Dh + e];
           p[u] = dot / sqrt((double)Dh);
           mx = fmax(mx, p[u]);
         }
@@ -457,7 +459,7 @@ static void ref_forward(const loom_trainer *t, const int64_t *tok, int T, double
         for (int e = 0; e < Dh; e++) {
           double acc = 0;
           for (int u = 0; u <= s; u++)
-            acc += p[u] / z * qkv[u * 3 * D + 2 * D + h * Dh + e];
+            acc += p[u] / z * qkv[u * 3 * D + h * 3 * Dh + 2 * Dh + e];
           att[s * D + h * Dh + e] = acc;
         }
       }

@@ -97,9 +97,9 @@ static int32_t emit_node(lw *w, kbuild *b, lpart *P, int32_t l, int32_t m) {
     int64_t axis = LOOM_ATTR_I(nd, iota, axis);
     if (axis < 0) axis += t->rank;
     int64_t st[MAXR] = {0};
-    st[axis] = 1;
+    st[axis] = 1; /* the value is start + the index along axis */
     return kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_INDEX, .dtype = t->dtype,
-                                      .map = value_map(w, P, l, st, 0)});
+                                      .map = value_map(w, P, l, st, LOOM_ATTR_I(nd, iota, start))});
   }
   case LOOM_OPCLASS_LAYOUT: return got(P, w->loc[nd->in[0]]);
   case LOOM_OPCLASS_REDUCE: {

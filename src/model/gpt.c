@@ -191,10 +191,14 @@ static loom_status backend_rewrite(loom_ctx *ctx, const loom_session_options *op
 static int32_t block(fwd *f, int32_t x, const int32_t *p) {
   loom_graph *g = f->g;
   int64_t b = f->b, t = f->t, d = f->c->d_model, h = f->c->n_head, dh = d / h;
-  /* attention: qkv [B, T, 3D] -> [B, T, 3, H, Dh] -> [3, B, H, T, Dh] */
+  /* attention: qkv [B, T, 3D] -> [B, T, H, 3, Dh] -> [3, B, H, T, Dh].
+   * The fused QKV columns are head-major, as in Megatron: head i's q, k
+   * and v are columns [3*Dh*i, 3*Dh*(i+1)), so a column split of w_qkv
+   * into head groups is one contiguous box (the reshape's annotation
+   * carries the split from 3D to H). */
   int32_t a = layer_norm(f, x, p[P_LN1_G], p[P_LN1_B]);
   int32_t qkv = linear(f, a, p[P_QKV_W], p[P_QKV_B]);
-  int64_t s5[5] = {b, t, 3, h, dh}, perm5[5] = {2, 0, 3, 1, 4};
+  int64_t s5[5] = {b, t, h, 3, dh}, perm5[5] = {3, 0, 2, 1, 4};
   qkv = lb_transpose(g, lb_reshape(g, qkv, 5, s5), perm5);
   int32_t qkv_i[3];
   int64_t hs[4] = {b, h, t, dh};

@@ -54,10 +54,13 @@
 #define LOOM_ATTR_LIST_scatter_add(X, OP)                                                          \
   X(OP, shape, INTS, PLAIN, true, 0, 0.0)                                                          \
   X(OP, axis, INT, PLAIN, false, 0, 0.0)
+/* iota counts from start along axis: a piece of a split iota starts at
+ * its offset. */
 #define LOOM_ATTR_LIST_iota(X, OP)                                                                 \
   X(OP, shape, INTS, PLAIN, true, 0, 0.0)                                                          \
   X(OP, axis, INT, PLAIN, false, 0, 0.0)                                                           \
-  X(OP, dtype, INT, DTYPE, false, LOOM_DTYPE_I64, 0.0)
+  X(OP, dtype, INT, DTYPE, false, LOOM_DTYPE_I64, 0.0)                                             \
+  X(OP, start, INT, PLAIN, false, 0, 0.0)
 #define LOOM_ATTR_LIST_constant(X, OP)                                                             \
   X(OP, shape, INTS, PLAIN, false, 0, 0.0)                                                         \
   X(OP, dtype, INT, DTYPE, false, LOOM_DTYPE_F32, 0.0)                                             \

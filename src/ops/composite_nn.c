@@ -35,6 +35,18 @@ static void log_softmax_decompose(loom_graph *g, const loom_node *n, const int32
   softmax_common(g, n, in, out, true);
 }
 
+/* Every dim but the axis splits (a row of the axis is one softmax). */
+static void softmax_partition(const loom_node *n, const loom_type *in, const loom_type *out,
+                              loom_partition *p) {
+  (void)out;
+  loom_partition_init(p, 1, 1);
+  int32_t axis = -1;
+  loom_norm_axis(LOOM_ATTR_I(n, softmax, axis), in[0].rank, &axis);
+  for (int32_t d = 0; d < in[0].rank; d++)
+    p->in[0][d] = p->out[0][d] =
+        (int8_t)(d == axis ? -1 : loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD));
+}
+
 const loom_op_def loom_opdef_softmax = {
     .name = "softmax",
     .cls = LOOM_OPCLASS_COMPOSITE,
@@ -45,6 +57,7 @@ const loom_op_def loom_opdef_softmax = {
     .attrs = LOOM_ATTR_SPECS(softmax),
     .infer = softmax_infer,
     .decompose = softmax_decompose,
+    .partition = softmax_partition,
 };
 
 const loom_op_def loom_opdef_log_softmax = {
@@ -57,6 +70,7 @@ const loom_op_def loom_opdef_log_softmax = {
     .attrs = LOOM_ATTR_SPECS(log_softmax),
     .infer = softmax_infer,
     .decompose = log_softmax_decompose,
+    .partition = softmax_partition,
 };
 
 /* ---- gelu(x): approximate; silu(x) --------------------------------------- */
@@ -95,6 +109,7 @@ const loom_op_def loom_opdef_gelu = {
     .attrs = LOOM_ATTR_SPECS(gelu),
     .infer = float_unary_infer,
     .decompose = gelu_decompose,
+    .partition = loom_partition_elementwise,
 };
 
 static void silu_decompose(loom_graph *g, const loom_node *n, const int32_t *in, int32_t *out) {
@@ -111,6 +126,7 @@ const loom_op_def loom_opdef_silu = {
     .n_attrs = 0,
     .infer = float_unary_infer,
     .decompose = silu_decompose,
+    .partition = loom_partition_elementwise,
 };
 
 /* ---- cross_entropy(logits [..., C], labels [...]) -> scalar mean --------- */
@@ -219,6 +235,24 @@ static void linear_decompose(loom_graph *g, const loom_node *n, const int32_t *i
   out[0] = y;
 }
 
+/* x's leading dims and the output features split; the contracted dim
+ * gives partial sums only without a bias (each part would add it). */
+static void linear_partition(const loom_node *n, const loom_type *in, const loom_type *out,
+                             loom_partition *p) {
+  (void)out;
+  loom_partition_init(p, n->n_in, 1);
+  int32_t r = in[0].rank;
+  for (int32_t d = 0; d < r - 1; d++)
+    p->in[0][d] = p->out[0][d] =
+        (int8_t)loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
+  int8_t k = (int8_t)(n->n_in > 2 ? -1
+                                  : loom_partition_new_label(p, LOOM_SPLIT_PARTIAL, LOOM_OP_ADD));
+  int8_t f = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
+  p->in[0][r - 1] = p->in[1][0] = k;
+  p->in[1][1] = p->out[0][r - 1] = f;
+  if (n->n_in > 2) p->in[2][0] = f;
+}
+
 const loom_op_def loom_opdef_linear = {
     .name = "linear",
     .cls = LOOM_OPCLASS_COMPOSITE,
@@ -228,4 +262,5 @@ const loom_op_def loom_opdef_linear = {
     .n_attrs = 0,
     .infer = linear_infer,
     .decompose = linear_decompose,
+    .partition = linear_partition,
 };

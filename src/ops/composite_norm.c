@@ -48,6 +48,28 @@ static void reduce_mean_decompose(loom_graph *g, const loom_node *n, const int32
   out[0] = loom_composite_mean(g, in[0], n_axes, axes, LOOM_ATTR_I(n, reduce_mean, keepdims) != 0);
 }
 
+/* Kept dims split; reduced dims stay whole (means of parts do not add). */
+static void reduce_mean_partition(const loom_node *n, const loom_type *in, const loom_type *out,
+                                  loom_partition *p) {
+  (void)out;
+  loom_partition_init(p, 1, 1);
+  int32_t n_axes = 0;
+  int64_t axes[LOOM_MAX_RANK];
+  if (!mean_axes(n, in[0].rank, &n_axes, axes)) n_axes = 0;
+  bool keep = LOOM_ATTR_I(n, reduce_mean, keepdims) != 0;
+  for (int32_t d = 0, k = 0, od = 0; d < in[0].rank; d++) {
+    bool reduced = k < n_axes && axes[k] == d;
+    if (reduced) {
+      k++;
+      p->in[0][d] = -1;
+      if (keep) p->out[0][od++] = -1;
+    } else {
+      p->in[0][d] = p->out[0][od++] =
+          (int8_t)loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
+    }
+  }
+}
+
 const loom_op_def loom_opdef_reduce_mean = {
     .name = "reduce_mean",
     .cls = LOOM_OPCLASS_COMPOSITE,
@@ -58,6 +80,7 @@ const loom_op_def loom_opdef_reduce_mean = {
     .attrs = LOOM_ATTR_SPECS(reduce_mean),
     .infer = reduce_mean_infer,
     .decompose = reduce_mean_decompose,
+    .partition = reduce_mean_partition,
 };
 
 /* ---- layer_norm(x, [gamma], [beta]) and rms_norm(x, [gamma]) ------------- */
@@ -119,6 +142,21 @@ static void rms_norm_decompose(loom_graph *g, const loom_node *n, const int32_t 
   out[0] = y;
 }
 
+/* The rows (dims before axis) split; the normalised dims, gamma and beta
+ * stay whole. */
+static void norm_partition(const loom_node *n, const loom_type *in, const loom_type *out,
+                           loom_partition *p) {
+  (void)out;
+  loom_partition_init(p, n->n_in, 1);
+  int32_t axis = in[0].rank;
+  loom_norm_axis(LOOM_ATTR_I(n, layer_norm, axis), in[0].rank, &axis);
+  for (int32_t d = 0; d < in[0].rank; d++)
+    p->in[0][d] = p->out[0][d] =
+        (int8_t)(d >= axis ? -1 : loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD));
+  for (int32_t i = 1; i < n->n_in; i++)
+    for (int32_t d = 0; d < in[i].rank; d++) p->in[i][d] = -1;
+}
+
 const loom_op_def loom_opdef_layer_norm = {
     .name = "layer_norm",
     .cls = LOOM_OPCLASS_COMPOSITE,
@@ -129,6 +167,7 @@ const loom_op_def loom_opdef_layer_norm = {
     .attrs = LOOM_ATTR_SPECS(layer_norm),
     .infer = norm_infer,
     .decompose = layer_norm_decompose,
+    .partition = norm_partition,
 };
 
 const loom_op_def loom_opdef_rms_norm = {
@@ -141,4 +180,5 @@ const loom_op_def loom_opdef_rms_norm = {
     .attrs = LOOM_ATTR_SPECS(rms_norm),
     .infer = norm_infer,
     .decompose = rms_norm_decompose,
+    .partition = norm_partition,
 };

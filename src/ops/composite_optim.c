@@ -52,6 +52,20 @@ static void adamw_decompose(loom_graph *g, const loom_node *n, const int32_t *in
 #undef K
 }
 
+/* Element-wise over param, grad, m and v (one shape); the rank-0 step has
+ * no dims, so every piece reads all of it. */
+static void adamw_partition(const loom_node *n, const loom_type *in, const loom_type *out,
+                            loom_partition *p) {
+  (void)n;
+  (void)out;
+  loom_partition_init(p, 5, 3);
+  for (int32_t d = 0; d < in[0].rank; d++) {
+    int8_t l = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
+    for (int32_t i = 0; i < 4; i++) p->in[i][d] = l;
+    for (int32_t o = 0; o < 3; o++) p->out[o][d] = l;
+  }
+}
+
 const loom_op_def loom_opdef_adamw = {
     .name = "adamw",
     .cls = LOOM_OPCLASS_COMPOSITE,
@@ -62,4 +76,5 @@ const loom_op_def loom_opdef_adamw = {
     .attrs = LOOM_ATTR_SPECS(adamw),
     .infer = adamw_infer,
     .decompose = adamw_decompose,
+    .partition = adamw_partition,
 };

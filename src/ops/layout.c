@@ -8,6 +8,7 @@
 
 #include "core/checked.h"
 #include "ir/dtype.h"
+#include "parallel/vtensor.h"
 
 #include <string.h>
 
@@ -96,21 +97,61 @@ static loom_status reshape_ref(loom_ctx *ctx, const loom_node *n,
   return LOOM_STATUS_OK;
 }
 
+/* The next dim at or after d whose extent is not 1 (rank if none). */
+static int32_t next_non1(const loom_type *t, int32_t d) {
+  while (d < t->rank && t->shape[d] == 1) d++;
+  return d;
+}
+
+/* Both shapes cut into groups of dims with equal products (size-1 dims
+ * left out): [B, T, 3D] -> [B, T, H, 3, dh] is {B}{T}{3D -> H 3 dh}. The
+ * outermost dims of a group take one label when one extent is a multiple
+ * of the other (3D = H * 3dh): rows [lo, hi) of the smaller are rows
+ * [lo*s, hi*s) of the larger, and the dims inside the group stay whole,
+ * so a piece of the input is a contiguous piece of the output. */
 static void reshape_partition(const loom_node *n, const loom_type *in,
                               const loom_type *out, loom_partition *p) {
   (void)n;
   loom_partition_init(p, 1, 1);
-  int32_t lead = 0;
-  while (lead < in[0].rank && lead < out[0].rank &&
-         in[0].shape[lead] == out[0].shape[lead])
-    lead++;
-  for (int32_t d = 0; d < in[0].rank; d++) p->in[0][d] = -1;
-  for (int32_t d = 0; d < out[0].rank; d++) p->out[0][d] = -1;
-  for (int32_t d = 0; d < lead; d++) {
-    int8_t l = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
-    p->in[0][d] = l;
-    p->out[0][d] = l;
+  const loom_type *a = &in[0], *b = &out[0];
+  for (int32_t d = 0; d < a->rank; d++) p->in[0][d] = -1;
+  for (int32_t d = 0; d < b->rank; d++) p->out[0][d] = -1;
+  if (loom_type_numel(a) == 0) return; /* no groups to speak of */
+  int32_t i = next_non1(a, 0), j = next_non1(b, 0);
+  while (i < a->rank && j < b->rank) {
+    int32_t i0 = i, j0 = j;
+    int64_t pa = a->shape[i++], pb = b->shape[j++];
+    while (pa != pb) { /* the products stay <= numel: no overflow */
+      if (pa < pb) {
+        if (i >= a->rank) return;
+        pa *= a->shape[i++];
+      } else {
+        if (j >= b->rank) return;
+        pb *= b->shape[j++];
+      }
+    }
+    int64_t ea = a->shape[i0], eb = b->shape[j0];
+    if (ea % eb == 0 || eb % ea == 0) {
+      int8_t l = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
+      p->in[0][i0] = l;
+      p->out[0][j0] = l;
+    }
+    i = next_non1(a, i);
+    j = next_non1(b, j);
   }
+}
+
+/* The target shape is the piece's. */
+static loom_status reshape_sub_attrs(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                                     const loom_type *out, const loom_vbox *in_box,
+                                     const loom_vbox *out_box, loom_attr_value *attrs) {
+  (void)ctx;
+  (void)n;
+  (void)in;
+  (void)out;
+  (void)in_box;
+  loom_box_extents(&out_box[0], &LOOM_ATTRV_INTS(attrs, reshape, shape));
+  return LOOM_STATUS_OK;
 }
 
 const loom_op_def loom_opdef_reshape = {
@@ -125,6 +166,7 @@ const loom_op_def loom_opdef_reshape = {
     .ref = reshape_ref,
     .grad = loom_grad_reshape,
     .partition = reshape_partition,
+    .sub_attrs = reshape_sub_attrs,
 };
 
 /* ---- transpose ---------------------------------------------------------- */
@@ -219,6 +261,18 @@ static loom_status broadcast_to_ref(loom_ctx *ctx, const loom_node *n,
   return LOOM_STATUS_OK;
 }
 
+static loom_status broadcast_to_sub_attrs(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                                          const loom_type *out, const loom_vbox *in_box,
+                                          const loom_vbox *out_box, loom_attr_value *attrs) {
+  (void)ctx;
+  (void)n;
+  (void)in;
+  (void)out;
+  (void)in_box;
+  loom_box_extents(&out_box[0], &LOOM_ATTRV_INTS(attrs, broadcast_to, shape));
+  return LOOM_STATUS_OK;
+}
+
 const loom_op_def loom_opdef_broadcast_to = {
     .name = "broadcast_to",
     .cls = LOOM_OPCLASS_LAYOUT,
@@ -232,6 +286,7 @@ const loom_op_def loom_opdef_broadcast_to = {
     .grad = loom_grad_broadcast_to,
     /* Same rule as element-wise: a dim broadcast from 1 stays whole. */
     .partition = loom_partition_elementwise,
+    .sub_attrs = broadcast_to_sub_attrs,
 };
 
 /* ---- slice -------------------------------------------------------------- */
@@ -306,6 +361,32 @@ static void slice_partition(const loom_node *n, const loom_type *in,
   memcpy(p->out[0], p->in[0], (size_t)in[0].rank);
 }
 
+/* Only dims the slice keeps whole carry labels, so a dim the sub-op cuts
+ * is taken whole from its piece: [0, piece extent). */
+static loom_status slice_sub_attrs(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                                   const loom_type *out, const loom_vbox *in_box,
+                                   const loom_vbox *out_box, loom_attr_value *attrs) {
+  (void)out;
+  (void)out_box;
+  int64_t lo[LOOM_MAX_RANK], hi[LOOM_MAX_RANK];
+  int32_t bad;
+  if (!slice_bounds(n, &in[0], lo, hi, &bad))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "slice: bad range at dim %d", bad);
+  loom_ints *st = &LOOM_ATTRV_INTS(attrs, slice, starts);
+  loom_ints *en = &LOOM_ATTRV_INTS(attrs, slice, ends);
+  for (int32_t d = 0; d < in[0].rank; d++) {
+    int64_t ext = in_box[0].end[d] - in_box[0].start[d];
+    if (ext == in[0].shape[d]) continue; /* whole: the node's own range */
+    if (lo[d] != 0 || hi[d] != in[0].shape[d])
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                        "slice: dim %d is cut into a piece but the slice takes [%lld, %lld) of it",
+                        d, (long long)lo[d], (long long)hi[d]);
+    st->v[d] = 0;
+    en->v[d] = ext;
+  }
+  return LOOM_STATUS_OK;
+}
+
 const loom_op_def loom_opdef_slice = {
     .name = "slice",
     .cls = LOOM_OPCLASS_LAYOUT,
@@ -318,6 +399,7 @@ const loom_op_def loom_opdef_slice = {
     .ref = slice_ref,
     .grad = loom_grad_slice,
     .partition = slice_partition,
+    .sub_attrs = slice_sub_attrs,
 };
 
 /* ---- concat ------------------------------------------------------------- */
@@ -456,6 +538,23 @@ static void pad_partition(const loom_node *n, const loom_type *in,
   memcpy(p->out[0], p->in[0], (size_t)in[0].rank);
 }
 
+/* Only unpadded dims carry labels: the padding stays as it is, and a cut
+ * dim with padding is a bad box. */
+static loom_status pad_sub_attrs(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                                 const loom_type *out, const loom_vbox *in_box,
+                                 const loom_vbox *out_box, loom_attr_value *attrs) {
+  (void)out;
+  (void)out_box;
+  (void)attrs;
+  const loom_ints *lo = &LOOM_ATTR_INTS(n, pad, lo), *hi = &LOOM_ATTR_INTS(n, pad, hi);
+  for (int32_t d = 0; d < in[0].rank && d < lo->n && d < hi->n; d++)
+    if (in_box[0].end[d] - in_box[0].start[d] != in[0].shape[d] && (lo->v[d] || hi->v[d]))
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                        "pad: dim %d is cut into a piece but is padded by (%lld, %lld)", d,
+                        (long long)lo->v[d], (long long)hi->v[d]);
+  return LOOM_STATUS_OK;
+}
+
 const loom_op_def loom_opdef_pad = {
     .name = "pad",
     .cls = LOOM_OPCLASS_LAYOUT,
@@ -468,4 +567,5 @@ const loom_op_def loom_opdef_pad = {
     .ref = pad_ref,
     .grad = loom_grad_pad,
     .partition = pad_partition,
+    .sub_attrs = pad_sub_attrs,
 };

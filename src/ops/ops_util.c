@@ -1,5 +1,7 @@
 #include "ops/ops_util.h"
 
+#include "parallel/vtensor.h"
+
 bool loom_norm_axis(int64_t axis, int32_t rank, int32_t *out) {
   if (axis < 0) axis += rank;
   if (axis < 0 || axis >= rank) return false;
@@ -30,4 +32,9 @@ void loom_partition_elementwise(const loom_node *n, const loom_type *in,
       if (id >= 0) p->in[i][id] = (int8_t)(in[i].shape[id] == out->shape[d] ? l : -1);
     }
   }
+}
+
+void loom_box_extents(const struct loom_vbox *box, loom_ints *shape) {
+  shape->n = box->rank;
+  for (int32_t d = 0; d < box->rank; d++) shape->v[d] = box->end[d] - box->start[d];
 }

@@ -13,5 +13,8 @@ bool loom_axes_mask(const loom_ints *axes, int32_t rank, uint32_t *mask);
  * input dim that is broadcast (size 1 against a larger output) stays whole. */
 void loom_partition_elementwise(const loom_node *n, const loom_type *in,
                                 const loom_type *out, loom_partition *p);
+/* A sub-op's box (parallel/vtensor.h) as a shape attribute: its extents. */
+struct loom_vbox;
+void loom_box_extents(const struct loom_vbox *box, loom_ints *shape);
 
 #endif

@@ -2,6 +2,7 @@
 #include "ops/ops_util.h"
 
 #include "ir/dtype.h"
+#include "parallel/vtensor.h"
 
 #include <string.h>
 
@@ -42,24 +43,35 @@ static loom_status iota_ref(loom_ctx *ctx, const loom_node *n,
   if (!loom_norm_axis(LOOM_ATTR_I(n, iota, axis), out->rank, &axis))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "iota: bad axis");
   int64_t extent = out->shape[axis], inner = 1, total = loom_view_numel(out);
+  int64_t start = LOOM_ATTR_I(n, iota, start);
   for (int32_t d = axis + 1; d < out->rank; d++) inner *= out->shape[d];
   for (int64_t i = 0; i < total; i++)
-    loom_store(out->dtype, out->data, i, (double)((i / inner) % extent));
+    loom_store(out->dtype, out->data, i, (double)(start + (i / inner) % extent));
   return LOOM_STATUS_OK;
 }
 
-/* The axis dim stays whole: a piece computed on its own would count from 0
- * again (iota has no offset attribute). The other dims split freely. */
-static void iota_partition(const loom_node *n, const loom_type *in,
-                           const loom_type *out, loom_partition *p) {
+/* Every dim splits: a piece along the axis counts from its offset (the
+ * start attribute, which sub_attrs sets). */
+static void source_partition(const loom_node *n, const loom_type *in,
+                             const loom_type *out, loom_partition *p) {
+  (void)n;
   (void)in;
   loom_partition_init(p, 0, 1);
-  int32_t axis;
-  if (!loom_norm_axis(LOOM_ATTR_I(n, iota, axis), out->rank, &axis)) axis = -1;
   for (int32_t d = 0; d < out->rank; d++)
-    p->out[0][d] = (int8_t)(d == axis ? -1
-                                      : loom_partition_new_label(p, LOOM_SPLIT_SPATIAL,
-                                                                 LOOM_OP_ADD));
+    p->out[0][d] = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
+}
+
+static loom_status iota_sub_attrs(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                                  const loom_type *out, const loom_vbox *in_box,
+                                  const loom_vbox *out_box, loom_attr_value *attrs) {
+  (void)in;
+  (void)in_box;
+  int32_t axis;
+  if (!loom_norm_axis(LOOM_ATTR_I(n, iota, axis), out->rank, &axis))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "iota: bad axis");
+  loom_box_extents(&out_box[0], &LOOM_ATTRV_INTS(attrs, iota, shape));
+  LOOM_ATTRV_I(attrs, iota, start) = LOOM_ATTR_I(n, iota, start) + out_box[0].start[axis];
+  return LOOM_STATUS_OK;
 }
 
 const loom_op_def loom_opdef_iota = {
@@ -73,7 +85,8 @@ const loom_op_def loom_opdef_iota = {
     .infer = iota_infer,
     .ref = iota_ref,
     .grad = NULL,
-    .partition = iota_partition,
+    .partition = source_partition,
+    .sub_attrs = iota_sub_attrs,
 };
 
 /* ---- constant ----------------------------------------------------------- */
@@ -99,13 +112,16 @@ static loom_status constant_ref(loom_ctx *ctx, const loom_node *n,
   return LOOM_STATUS_OK;
 }
 
-static void constant_partition(const loom_node *n, const loom_type *in,
-                               const loom_type *out, loom_partition *p) {
+static loom_status constant_sub_attrs(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                                      const loom_type *out, const loom_vbox *in_box,
+                                      const loom_vbox *out_box, loom_attr_value *attrs) {
+  (void)ctx;
   (void)n;
   (void)in;
-  loom_partition_init(p, 0, 1);
-  for (int32_t d = 0; d < out->rank; d++)
-    p->out[0][d] = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
+  (void)out;
+  (void)in_box;
+  loom_box_extents(&out_box[0], &LOOM_ATTRV_INTS(attrs, constant, shape));
+  return LOOM_STATUS_OK;
 }
 
 const loom_op_def loom_opdef_constant = {
@@ -119,5 +135,6 @@ const loom_op_def loom_opdef_constant = {
     .infer = constant_infer,
     .ref = constant_ref,
     .grad = NULL,
-    .partition = constant_partition,
+    .partition = source_partition,
+    .sub_attrs = constant_sub_attrs,
 };

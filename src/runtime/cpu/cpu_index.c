@@ -191,9 +191,10 @@ static loom_status k_iota(const loom_cpu *c, const loom_node *n, const loom_view
     inner *= out[0].shape[d];
   loom_dtype dt = out[0].dtype;
   void *y = out[0].data;
+  int64_t start = LOOM_ATTR_I(n, iota, start);
 #pragma omp parallel for num_threads(c->nt) schedule(static) if (total >= LOOM_CPU_PAR_MIN)
   for (int64_t i = 0; i < total; i++)
-    loom_store(dt, y, i, (double)((i / inner) % extent));
+    loom_store(dt, y, i, (double)(start + (i / inner) % extent));
   return LOOM_STATUS_OK;
 }
 
