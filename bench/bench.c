@@ -116,7 +116,10 @@ static bool is_attention(const char *name) {
   return strcmp(name, LOOM_BENCH_ATTENTION_NAME) == 0;
 }
 /* Run only when named: not graph workloads of the default run. */
-static bool is_special(const char *name) { return is_rng(name) || is_attention(name); }
+static bool is_parallel(const char *name) { return strcmp(name, LOOM_BENCH_PARALLEL_NAME) == 0; }
+static bool is_special(const char *name) {
+  return is_rng(name) || is_attention(name) || is_parallel(name);
+}
 
 static bool parse_modes(const char *s, bool *modes) {
   memset(modes, 0, sizeof(bool) * LOOM_BENCH_MODE_COUNT);
@@ -165,6 +168,9 @@ static int parse_args(int argc, char **argv, opts *o) {
       printf("%-26s RNG placements of attention dropout, measured vs the model, one GPT "
              "block per sequence length and head dim (only when named)\n",
              LOOM_BENCH_ATTENTION_NAME);
+      printf("%-26s data-parallel scaling under mpirun, and planning a 48-layer GPT on 64 "
+             "devices (only when named)\n",
+             LOOM_BENCH_PARALLEL_NAME);
       return 0;
     } else if (strcmp(a, "--json") == 0) {
       o->json = true;
@@ -262,6 +268,8 @@ int loom_bench_main(int argc, char **argv) {
    * named, where they are named. */
   int32_t n_graph = 0, n_rng = 0, n_attn = 0;
   for (int32_t i = 0; i < o.n_names; i++) {
+    if (is_parallel(o.names[i]))
+      continue;
     if (is_rng(o.names[i]))
       n_rng++;
     else if (is_attention(o.names[i]))
@@ -276,12 +284,15 @@ int loom_bench_main(int argc, char **argv) {
   bool tracing = false;
   rc = 0;
   if (n_graph == 0 && n_attn == 0) {
-    /* rng alone: the triad and sgemm say nothing about it, so skip them */
+    /* rng and parallel alone: the triad and sgemm say nothing about them */
     if (o.trace && start_trace(ctx, &tracing) != 0)
       rc = 1;
     else
-      for (int32_t i = 0; i < n_rng; i++)
-        if (!loom_bench_run_rng(stdout, o.json, &ro)) rc = 1;
+      for (int32_t i = 0; i < o.n_names; i++) {
+        if (is_rng(o.names[i]) && !loom_bench_run_rng(stdout, o.json, &ro)) rc = 1;
+        if (is_parallel(o.names[i]) && !loom_bench_run_parallel(ctx, stdout, o.json, &o.run))
+          rc = 1;
+      }
   } else if (loom_bench_measure_machine(ctx, o.run.small, o.run.quiet, &mi) != LOOM_STATUS_OK) {
     fprintf(stderr, "loom: measuring the machine: %s\n", loom_ctx_error(ctx));
     rc = 1;
@@ -308,6 +319,11 @@ int loom_bench_main(int argc, char **argv) {
     for (int32_t i = 0; rows && i < n_steps; i++) {
       if (o.n_names && is_rng(o.names[i])) {
         if (!loom_bench_run_rng(stdout, o.json, &ro)) rc = 1;
+        fflush(stdout);
+        continue;
+      }
+      if (o.n_names && is_parallel(o.names[i])) {
+        if (!loom_bench_run_parallel(ctx, stdout, o.json, &o.run)) rc = 1;
         fflush(stdout);
         continue;
       }

@@ -176,6 +176,16 @@ bool loom_bench_run_rng(FILE *f, bool json, const loom_bench_rng_opts *o);
 bool loom_bench_run_attention(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *o,
                               const loom_bench_machine_info *mi);
 
+/* ---- `loom bench parallel` (wl_parallel.c) -------------------------------- */
+
+/* The name that selects it; like rng, it runs only when named. */
+#define LOOM_BENCH_PARALLEL_NAME "parallel"
+
+/* Issue 9's targets: data-parallel scaling on 2 processes (mpirun) against
+ * 1, and the time to plan, lower and cut 64 devices' programs of a
+ * 48-layer GPT; medians of o->runs. */
+bool loom_bench_run_parallel(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *o);
+
 /* Reports: a JSON object per line, or a table for people. */
 void loom_bench_print_machine(FILE *f, bool json, const loom_bench_machine_info *mi);
 void loom_bench_print_header(FILE *f, bool json);

@@ -147,6 +147,17 @@ static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in, loo
     int64_t want_b = (int64_t)(2.0 * (n - 1) / n * (double)(grad_bytes(g) + 4));
     for (int32_t d = 0; d < n; d++) CHECK(pp->stats[d].comm_bytes[LOOM_OP_ALL_REDUCE] == want_b);
   }
+  if (strcmp(spec, "tp2") == 0) {
+    /* Megatron: per layer two all-reduces of [B*T, D] forward (attention
+     * and MLP outputs) and two backward (their inputs' gradients), plus one
+     * for the vocabulary-parallel head's input gradient */
+    int32_t act = 0;
+    for (int32_t k = 0; k < pp->n_comms; k++)
+      act += pp->comms[k].op == LOOM_OP_ALL_REDUCE &&
+             loom_type_numel(loom_value_type(g, pp->comms[k].value)) == (int64_t)B * T * 32;
+    printf("tp2: %d all-reduces of activations [B*T, D]\n", act);
+    CHECK(act == 4 * 2 + 1);
+  }
   free_all(got, no);
   loom_plan_program_free(pp);
   loom_plan_free(p);
@@ -162,7 +173,8 @@ int main(void) {
     const char *spec;
     int32_t n;
   } plans[] = {{"dp2", 2}, {"dp4", 4}, {"tp2", 2}, {"dp2xtp2", 4}, {"dp2+zero2", 2},
-               {"dp2+zero3", 2}};
+               {"dp2+zero3", 2}, {"pp2", 2}, {"pp2+gpipe+mb4", 2}, {"dp2xpp2", 4},
+               {"tp2xpp2", 4}};
   for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++)
     check_plan(ctx, g, in, want, plans[i].spec, plans[i].n);
   free_all(in, loom_graph_num_inputs(g));

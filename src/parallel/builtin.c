@@ -25,7 +25,7 @@
  * A mesh axis of degree n with stride s: part i of a node already placed
  * on device b goes to device b + i*s.
  */
-#include "parallel/builtin.h"
+#include "parallel/builtin_internal.h"
 
 #include "ir/dtype.h"
 #include "ops/op.h"
@@ -34,21 +34,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum axis_kind { AXIS_DP = 0, AXIS_TP } axis_kind;
-
-#define MAX_AXES 4
-
-typedef struct spec {
-  int32_t n_axes;
-  axis_kind kind[MAX_AXES];
-  int32_t degree[MAX_AXES];
-  int32_t zero; /* ZeRO stage, 0: none */
-} spec;
 
 static const char help[] =
     "  dpN        data parallel over N devices (gradients all-reduced)\n"
     "  tpN        tensor parallel (Megatron: heads, MLP columns/rows, vocabulary)\n"
     "  AxB        a mesh of strategies, e.g. dp2xtp2 (tp groups are adjacent devices)\n"
+    "  ppN        pipeline over N stages by layer, micro-batched (default 1F1B)\n"
+    "  +gpipe|+1f1b|+mbM\n"
+    "             the pipeline's schedule, and M micro-batches (default N)\n"
     "  +zero1|+zero2|+zero3\n"
     "             ZeRO with the dp axis: AdamW state (zero3: and parameters)\n"
     "             sharded, gradients reduce-scattered, parameters all-gathered\n";
@@ -63,6 +56,7 @@ static bool parse_spec(const char *s, spec *out) {
     axis_kind k;
     if (strncmp(q, "dp", 2) == 0) k = AXIS_DP;
     else if (strncmp(q, "tp", 2) == 0) k = AXIS_TP;
+    else if (strncmp(q, "pp", 2) == 0) k = AXIS_PP;
     else return false;
     q += 2;
     char *end = NULL;
@@ -81,6 +75,18 @@ static bool parse_spec(const char *s, spec *out) {
     if (strncmp(q, "zero", 4) == 0 && q[4] >= '1' && q[4] <= '3' && !out->zero) {
       out->zero = q[4] - '0';
       q += 5;
+    } else if (strncmp(q, "gpipe", 5) == 0) {
+      out->schedule = PP_GPIPE;
+      q += 5;
+    } else if (strncmp(q, "1f1b", 4) == 0) {
+      out->schedule = PP_1F1B;
+      q += 4;
+    } else if (strncmp(q, "mb", 2) == 0 && q[2] >= '1' && q[2] <= '9') {
+      char *end = NULL;
+      long n = strtol(q + 2, &end, 10);
+      if (n < 1 || n > 4096) return false;
+      out->micro = (int32_t)n;
+      q = end;
     } else {
       return false;
     }
@@ -106,15 +112,6 @@ loom_status loom_plan_tie_by_name(loom_plan *p) {
 
 /* ---- one mesh axis ------------------------------------------------------------------ */
 
-/* How a logical value is laid out along the axis being cut. */
-enum { WHOLE = -1, FREE = -2 }; /* or >= 0: split along that dim */
-
-typedef struct axis_cut {
-  loom_plan *p;
-  axis_kind kind;
-  int32_t degree, stride;
-  int32_t *state; /* per logical value */
-} axis_cut;
 
 static bool ends_with(const char *s, const char *suffix) {
   size_t a = strlen(s), b = strlen(suffix);
@@ -199,13 +196,15 @@ static int32_t choose(const axis_cut *ax, int32_t node, const int32_t *leaves, i
   return best;
 }
 
-static loom_status cut_node(axis_cut *ax, int32_t node) {
+loom_status builtin_cut_node(axis_cut *ax, int32_t node) {
   loom_plan *p = ax->p;
   const loom_graph *g = p->graph;
   const loom_node *n = &g->nodes[node];
   int32_t *leaves = NULL, n_leaves = 0;
   LOOM_TRY(loom_plan_leaves(p, node, &leaves, &n_leaves));
   int32_t l = choose(ax, node, leaves, n_leaves);
+  /* parts that stay on one device (micro-batches) are never replicas */
+  if (l < 0 && ax->stride == 0) n_leaves = 0;
   loom_algo a = {l >= 0 ? LOOM_ALGO_SPLIT : LOOM_ALGO_REPLICATE, l >= 0 ? l : 0};
   loom_status st = LOOM_STATUS_OK;
   for (int32_t k = 0; !st && k < n_leaves; k++) {
@@ -231,7 +230,7 @@ static bool is_moment(const char *name) {
 }
 
 /* Seeds the axis' input states: what each strategy starts from. */
-static void seed(axis_cut *ax, const spec *sp) {
+void builtin_seed(axis_cut *ax, const spec *sp) {
   const loom_graph *g = ax->p->graph;
   for (int32_t v = 0; v < g->n_values; v++) ax->state[v] = WHOLE;
   for (int32_t i = 0; i < g->n_inputs; i++) {
@@ -282,12 +281,16 @@ loom_status loom_plan_builtin(loom_ctx *ctx, const loom_graph *g, const char *te
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "plan: '%s' is not a built-in plan; they are:\n%s", text, help);
   int64_t prod = 1;
-  int32_t dp_axis = -1, tp_axis = -1;
+  int32_t dp_axis = -1, tp_axis = -1, pp_axis = -1;
   for (int32_t a = 0; a < sp.n_axes; a++) {
     prod *= sp.degree[a];
     if (sp.kind[a] == AXIS_DP) dp_axis = a;
-    else tp_axis = a;
+    else if (sp.kind[a] == AXIS_TP) tp_axis = a;
+    else pp_axis = a;
   }
+  if ((sp.micro || sp.schedule != PP_1F1B) && pp_axis < 0)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "plan: %s: a schedule or micro-batch count needs a pp axis", text);
   if (prod != n_devices)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "plan: %s uses %lld devices, not the %d given", text, (long long)prod,
@@ -307,11 +310,15 @@ loom_status loom_plan_builtin(loom_ctx *ctx, const loom_graph *g, const char *te
   int32_t stride = n_devices;
   for (int32_t a = 0; !st && a < sp.n_axes; a++) {
     stride /= sp.degree[a];
+    if (sp.kind[a] == AXIS_PP) {
+      st = builtin_pipeline(p, &sp, sp.degree[a], stride);
+      continue;
+    }
     ax.kind = sp.kind[a];
     ax.degree = sp.degree[a];
     ax.stride = stride;
-    seed(&ax, &sp);
-    for (int32_t node = 0; !st && node < g->n_nodes; node++) st = cut_node(&ax, node);
+    builtin_seed(&ax, &sp);
+    for (int32_t node = 0; !st && node < g->n_nodes; node++) st = builtin_cut_node(&ax, node);
     if (!st && a == dp_axis && sp.zero >= 3) st = hold_params_sharded(p, ax.degree, stride);
   }
   if (!st && sp.n_axes == 0)

@@ -1,0 +1,168 @@
+/*
+ * `loom bench parallel`: issue 9's targets, measured side by side in one
+ * run, medians of --runs.
+ *
+ *   - Data-parallel scaling: `loom train` on a compute-dominated GPT
+ *     (d_model 256, batch 32, 1 thread) as 1 process, and as
+ *     `mpirun -np 2 loom train --plan dp2` (1 thread each), alternating;
+ *     the ratio of their training tokens/s (setup and compile excluded:
+ *     the trainer's own figure).
+ *   - Planning: applying a built-in plan, validating and lowering it and
+ *     cutting every device's program out, for a 48-layer GPT on 64
+ *     virtual devices.
+ */
+#include "harness.h"
+
+#include "core/clock.h"
+#include "model/gpt.h"
+#include "parallel/builtin.h"
+#include "parallel/lower.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int32_t n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : 0;
+}
+
+/* Runs a command; the tok/s of its "final loss" line, or -1. */
+static double train_tok_s(const char *cmd) {
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  char line[512];
+  double tps = -1;
+  while (fgets(line, sizeof line, p)) {
+    const char *q = strstr(line, "final loss");
+    const char *comma = q ? strrchr(line, ',') : NULL;
+    if (comma) tps = strtod(comma + 1, NULL);
+  }
+  int rc = pclose(p);
+  return rc == 0 ? tps : -1;
+}
+
+static bool have_mpirun(void) { return system("command -v mpirun >/dev/null 2>&1") == 0; }
+
+static void dp_scaling(FILE *f, bool json, const loom_bench_opts *o) {
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0 || !have_mpirun()) {
+    fprintf(f, json ? "{\"bench\":\"dp_scaling\",\"skipped\":\"no mpirun\"}\n"
+                    : "dp scaling: skipped (no mpirun)\n");
+    return;
+  }
+  exe[n] = '\0';
+  int32_t steps = o->small ? 8 : 40, runs = o->runs < 1 ? 1 : o->runs;
+  char flags[256], one[5000], two[5000];
+  snprintf(flags, sizeof flags,
+           "train --d-model 256 --heads 8 --layers 2 --batch 32 --context 64 --steps %d "
+           "--threads 1 --log-every 100000",
+           steps);
+  snprintf(one, sizeof one, "OMP_NUM_THREADS=1 '%s' %s 2>&1", exe, flags);
+  snprintf(two, sizeof two,
+           "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "
+           "--oversubscribe -np 2 '%s' %s --plan dp2 2>&1",
+           exe, flags);
+  double a[64], b[64];
+  int32_t k = 0;
+  for (; k < runs && k < 64; k++) {
+    if (!o->quiet) fprintf(stderr, "bench: dp scaling, run %d of %d\n", k + 1, runs);
+    a[k] = train_tok_s(one);
+    b[k] = train_tok_s(two);
+    if (a[k] <= 0 || b[k] <= 0) {
+      fprintf(f, json ? "{\"bench\":\"dp_scaling\",\"error\":\"a run failed\"}\n"
+                      : "dp scaling: a run failed (%s)\n",
+              a[k] <= 0 ? one : two);
+      return;
+    }
+  }
+  double ma = median(a, k), mb = median(b, k);
+  if (json)
+    fprintf(f,
+            "{\"bench\":\"dp_scaling\",\"steps\":%d,\"runs\":%d,\"one_tok_s\":%.0f,"
+            "\"dp2_tok_s\":%.0f,\"ratio\":%.3f}\n",
+            steps, k, ma, mb, mb / ma);
+  else
+    fprintf(f,
+            "dp scaling (GPT d_model 256, batch 32, %d steps, 1 thread per process, median of "
+            "%d):\n  1 process %8.0f tok/s\n  dp2       %8.0f tok/s  = %.2fx  (target >= 1.7x: "
+            "%s)\n",
+            steps, k, ma, mb, mb / ma, mb / ma >= 1.7 ? "met" : "not met");
+}
+
+static void plan_time(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *o) {
+  loom_gpt_config c;
+  loom_gpt_config_default(&c);
+  c.n_layer = o->small ? 8 : 48;
+  c.d_model = 256;
+  c.n_head = 8;
+  c.d_ff = 1024;
+  loom_session_options so = LOOM_SESSION_OPTIONS(.backend = "cpu");
+  loom_gpt_optim opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                        .seed = 1, .session = &so};
+  loom_graph *g = NULL;
+  int64_t per_step = 0;
+  if (loom_gpt_build_train(ctx, &c, 64, 64, &opt, &g, &per_step)) {
+    fprintf(f, "plan time: %s\n", loom_ctx_error(ctx));
+    return;
+  }
+  static const char *const specs[] = {"dp4xtp4xpp4", "dp8xtp8", "dp64"};
+  for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
+    double tot[16], lower_s[16];
+    int32_t runs = o->runs < 1 ? 1 : (o->runs > 16 ? 16 : o->runs), k = 0;
+    int32_t nodes = 0, comms = 0;
+    for (; k < runs; k++) {
+      double t0 = loom_now_s(), t1 = 0;
+      loom_plan *p = NULL;
+      loom_plan_program *pp = NULL;
+      loom_status st = loom_plan_builtin(ctx, g, specs[s], 64, &p);
+      if (!st) st = loom_plan_lower(p, NULL, &pp);
+      t1 = loom_now_s();
+      for (int32_t d = 0; !st && d < 64; d++) {
+        loom_graph *dg = NULL;
+        st = loom_plan_device_graph(pp, d, &dg, NULL, NULL);
+        loom_graph_free(dg);
+      }
+      double t2 = loom_now_s();
+      if (pp) {
+        nodes = pp->global->n_nodes;
+        comms = pp->n_comms;
+      }
+      loom_plan_program_free(pp);
+      loom_plan_free(p);
+      if (st) {
+        fprintf(f, "plan time %s: %s\n", specs[s], loom_ctx_error(ctx));
+        break;
+      }
+      tot[k] = t2 - t0;
+      lower_s[k] = t1 - t0;
+    }
+    if (k < runs) continue;
+    double mt = median(tot, k), ml = median(lower_s, k);
+    if (json)
+      fprintf(f,
+              "{\"bench\":\"plan_time\",\"plan\":\"%s\",\"layers\":%d,\"devices\":64,"
+              "\"global_nodes\":%d,\"comms\":%d,\"plan_lower_s\":%.3f,\"total_s\":%.3f}\n",
+              specs[s], c.n_layer, nodes, comms, ml, mt);
+    else
+      fprintf(f,
+              "plan time %-12s %d-layer GPT (%d nodes) on 64 devices: %d global nodes, %d comm "
+              "ops; plan+validate+lower %.2fs, + 64 device programs %.2fs (target <= 10 s: %s)\n",
+              specs[s], c.n_layer, g->n_nodes, nodes, comms, ml, mt, mt <= 10.0 ? "met" : "not met");
+  }
+  loom_graph_free(g);
+}
+
+bool loom_bench_run_parallel(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *o) {
+  plan_time(ctx, f, json, o);
+  fflush(f);
+  dp_scaling(f, json, o);
+  return true;
+}

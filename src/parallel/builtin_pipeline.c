@@ -1,0 +1,208 @@
+/*
+ * The pipeline axis of the built-in plans: every node goes to a stage —
+ * a parameter's layer decides it (hN.* in layer N, the embedding in the
+ * first stage, the final norm in the last), forward nodes take the latest
+ * stage of what they read, backward nodes the earliest stage of where
+ * what they read is used — then the batch is cut into micro-batches that
+ * stay on their stage's device (op_trans + op_assign), and each device's
+ * micro-batch sub-ops are chained by op_order into the schedule:
+ *
+ *   gpipe: every forward micro-batch, then every backward one;
+ *   1f1b:  stage s of S runs S-1-s forwards to fill the pipe, then one
+ *          forward and one backward in turn, then the remaining backwards
+ *          (PipeDream-Flush / Megatron's schedule: at most S-s micro-batches'
+ *          activations alive at once).
+ *
+ * Weight gradients are partial sums over micro-batches on one device; the
+ * lowering adds them there (gradient accumulation). Nodes the batch does
+ * not reach (the optimizer) are not cut and run when their data is ready.
+ */
+#include "parallel/builtin_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The layer of a parameter or AdamW moment: N for "hN.*", -1 for the
+ * embeddings, INT32_MAX for the rest (the final norm). */
+static int32_t layer_of(const char *name) {
+  if (strncmp(name, "adam.m.", 7) == 0 || strncmp(name, "adam.v.", 7) == 0) name += 7;
+  if (name[0] == 'h' && name[1] >= '0' && name[1] <= '9') return atoi(name + 1);
+  if (strcmp(name, "wte") == 0 || strcmp(name, "wpe") == 0) return -1;
+  return INT32_MAX;
+}
+
+typedef struct stages {
+  int32_t *node;   /* per node: its stage */
+  int32_t *value;  /* per value: producer's stage, a parameter's, -1 free */
+  int32_t *use;    /* per value: the latest stage of a forward node reading it */
+  bool *forward;   /* per node: an ancestor of the loss */
+} stages;
+
+static int32_t param_stage(const char *name, int32_t n_layers, int32_t S) {
+  int32_t l = layer_of(name);
+  if (l < 0) return 0;
+  if (l >= n_layers) return S - 1;
+  return (int32_t)((int64_t)l * S / n_layers);
+}
+
+static loom_status assign_stages(const loom_graph *g, int32_t S, stages *st) {
+  int32_t n_layers = 0;
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    int32_t l = layer_of(g->values[g->inputs[i]].name);
+    if (l >= 0 && l != INT32_MAX && l + 1 > n_layers) n_layers = l + 1;
+  }
+  if (n_layers < S)
+    return loom_error(g->ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "plan: a pipeline of %d stages needs at least %d layers (hN.* parameters), "
+                      "the graph has %d",
+                      S, S, n_layers);
+  for (int32_t v = 0; v < g->n_values; v++) st->value[v] = st->use[v] = -1;
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    int32_t v = g->inputs[i];
+    bool state = g->values[v].kind == LOOM_VALUE_PARAM || layer_of(g->values[v].name) != INT32_MAX ||
+                 strncmp(g->values[v].name, "adam.", 5) == 0;
+    if (state) st->value[v] = param_stage(g->values[v].name, n_layers, S);
+  }
+  /* the loss's ancestors are the forward pass */
+  memset(st->forward, 0, sizeof *st->forward * (size_t)g->n_nodes);
+  if (g->n_outputs > 0 && g->values[g->outputs[0]].node >= 0) {
+    st->forward[g->values[g->outputs[0]].node] = true;
+    for (int32_t i = g->n_nodes - 1; i >= 0; i--) {
+      if (!st->forward[i]) continue;
+      for (int32_t k = 0; k < g->nodes[i].n_in; k++) {
+        int32_t p = g->values[g->nodes[i].in[k]].node;
+        if (p >= 0) st->forward[p] = true;
+      }
+    }
+  }
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const loom_node *n = &g->nodes[i];
+    int32_t s = -1;
+    for (int32_t k = 0; k < n->n_in; k++) {
+      int32_t v = n->in[k], vs;
+      if (st->forward[i]) {
+        vs = st->value[v];
+        if (vs > s) s = vs;
+      } else {
+        bool fwd_value = g->values[v].node >= 0 && st->forward[g->values[v].node];
+        vs = fwd_value ? st->use[v] : st->value[v];
+        if (vs >= 0 && (s < 0 || vs < s)) s = vs;
+      }
+    }
+    st->node[i] = s;
+    for (int32_t o = 0; o < n->n_out; o++) st->value[n->out[o]] = s;
+    if (st->forward[i])
+      for (int32_t k = 0; k < n->n_in; k++)
+        if (s > st->use[n->in[k]]) st->use[n->in[k]] = s;
+  }
+  /* what reads nothing placed (constants): with its first reader */
+  for (int32_t i = g->n_nodes - 1; i >= 0; i--) {
+    if (st->node[i] >= 0) continue;
+    int32_t s = -1;
+    for (int32_t j = i + 1; j < g->n_nodes; j++)
+      for (int32_t k = 0; k < g->nodes[j].n_in; k++) {
+        int32_t p = g->values[g->nodes[j].in[k]].node;
+        if (p == i && st->node[j] >= 0 && (s < 0 || st->node[j] < s)) s = st->node[j];
+      }
+    st->node[i] = s >= 0 ? s : 0;
+  }
+  return LOOM_STATUS_OK;
+}
+
+typedef struct slot {
+  int64_t key; /* schedule position, then node */
+  int32_t subop;
+} slot;
+
+static int cmp_slot(const void *a, const void *b) {
+  const slot *x = a, *y = b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return x->subop - y->subop;
+}
+
+/* Position of (forward?, micro-batch mb) in stage s's schedule of m. */
+static int32_t position(pp_schedule sched, int32_t S, int32_t s, int32_t m, bool fwd, int32_t mb) {
+  if (sched == PP_GPIPE) return fwd ? mb : m + mb;
+  int32_t warm = S - 1 - s < m ? S - 1 - s : m;
+  /* forwards 0..warm-1 first; then F(warm + j) at 2j + warm, B(j) at 2j + warm + 1 */
+  if (fwd) return mb < warm ? mb : warm + 2 * (mb - warm);
+  if (mb < m - warm) return warm + 2 * mb + 1;
+  return warm + 2 * (m - warm) + (mb - (m - warm));
+}
+
+loom_status builtin_pipeline(loom_plan *p, const spec *sp, int32_t degree, int32_t stride) {
+  loom_ctx *ctx = p->ctx;
+  const loom_graph *g = p->graph;
+  int32_t S = degree, m = sp->micro > 0 ? sp->micro : degree;
+  stages st = {loom_malloc(ctx, sizeof(int32_t) * (size_t)(g->n_nodes + 1)),
+               loom_malloc(ctx, sizeof(int32_t) * (size_t)(g->n_values + 1)),
+               loom_malloc(ctx, sizeof(int32_t) * (size_t)(g->n_values + 1)),
+               loom_malloc(ctx, sizeof(bool) * (size_t)(g->n_nodes + 1))};
+  loom_status s = st.node && st.value && st.use && st.forward ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
+  if (!s) s = assign_stages(g, S, &st);
+  /* stages: shift every leaf to its stage's device */
+  for (int32_t node = 0; !s && node < g->n_nodes; node++) {
+    int32_t *leaves = NULL, n = 0;
+    s = loom_plan_leaves(p, node, &leaves, &n);
+    for (int32_t k = 0; !s && k < n; k++) {
+      int32_t base = p->subops[leaves[k]].device;
+      s = loom_op_assign(p, leaves[k], (base < 0 ? 0 : base) + st.node[node] * stride);
+    }
+    free(leaves);
+  }
+  /* micro-batches: the batch cut, every part on its own device */
+  int32_t micro_first = p->n_subops;
+  axis_cut ax = {.p = p, .kind = AXIS_DP, .degree = m, .stride = 0};
+  ax.state = loom_malloc(ctx, sizeof *ax.state * (size_t)(g->n_values + 1));
+  if (!s && !ax.state) s = LOOM_STATUS_OUT_OF_MEMORY;
+  if (!s) {
+    spec plain = {0};
+    builtin_seed(&ax, &plain);
+    for (int32_t node = 0; !s && node < g->n_nodes; node++) s = builtin_cut_node(&ax, node);
+  }
+  /* a node of the forward pass the batch reaches but cannot cut would
+   * wait for every micro-batch: no pipeline, and a cycle in the chain */
+  for (int32_t node = 0; !s && node < g->n_nodes; node++) {
+    if (!st.forward[node]) continue;
+    int32_t *leaves = NULL, n = 0;
+    s = loom_plan_leaves(p, node, &leaves, &n);
+    bool cut = n > 0 && leaves[0] >= micro_first;
+    free(leaves);
+    if (s || cut) continue;
+    bool reached = false;
+    for (int32_t k = 0; k < g->nodes[node].n_in; k++) reached |= ax.state[g->nodes[node].in[k]] >= 0;
+    if (!reached) continue;
+    char name[96];
+    s = loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
+                   "plan: pipeline: %s reads micro-batched values but its partition annotation "
+                   "cannot cut it by the batch, so no stage could start the next micro-batch "
+                   "before it",
+                   loom_subop_name(p, node, name, sizeof name));
+  }
+  /* the schedule: chain each device's micro-batch parts */
+  slot *slots = NULL;
+  int32_t n_slots = 0;
+  if (!s) {
+    slots = loom_malloc(ctx, sizeof *slots * (size_t)(p->n_subops - micro_first + 1));
+    if (!slots) s = LOOM_STATUS_OUT_OF_MEMORY;
+  }
+  for (int32_t d = 0; !s && d < p->n_devices; d++) {
+    n_slots = 0;
+    int32_t stage = (d / stride) % S;
+    for (int32_t i = micro_first; i < p->n_subops; i++) {
+      const loom_subop *sub = &p->subops[i];
+      if (sub->n_children || sub->device != d) continue;
+      int32_t pos = position(sp->schedule, S, stage, m, st.forward[sub->node], sub->index);
+      slots[n_slots++] = (slot){(int64_t)pos * g->n_nodes + sub->node, i};
+    }
+    qsort(slots, (size_t)n_slots, sizeof *slots, cmp_slot);
+    for (int32_t k = 1; !s && k < n_slots; k++) s = loom_op_order(p, slots[k - 1].subop, slots[k].subop);
+  }
+  free(slots);
+  free(ax.state);
+  free(st.node);
+  free(st.value);
+  free(st.use);
+  free(st.forward);
+  return s;
+}

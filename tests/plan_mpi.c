@@ -1,0 +1,116 @@
+/*
+ * Equal to one device, under mpirun: every rank trains the GPT of `loom
+ * train` (small, dropout on) with the plan named on the command line for
+ * K steps; rank 0 also trains it alone. The loss of every step and every
+ * weight and AdamW moment after the last must match within the tolerance
+ * of docs/PARALLEL.md ("Equal to one device").
+ *
+ *   mpirun -np N plan_mpi PLAN [--skip]
+ * Exit: 0 equal, 1 not, 77 skipped (no MPI).
+ */
+#include "common.h"
+
+#include "comm/comm.h"
+#include "train/trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { K = 3 };
+/* a weight's error in units of its update's rms, and the loss's relative error */
+#define TOL_UPDATE 5e-3
+#define TOL_LOSS 1e-5
+
+static loom_train_config config(void) {
+  loom_train_config c;
+  loom_train_config_default(&c);
+  c.model.n_layer = 2;
+  c.model.d_model = 32;
+  c.model.n_head = 4;
+  c.model.context = 16;
+  c.model.d_ff = 128;
+  c.model.dropout = 0.1;
+  c.batch = 8;
+  c.steps = 100;
+  c.threads = 1;
+  c.corpus_lines = 500;
+  c.heldout = 10;
+  return c;
+}
+
+static double update_error(const loom_tensor *want, const loom_tensor *got, const float *before) {
+  const float *a = loom_tensor_data(want), *b = loom_tensor_data(got);
+  int64_t n = loom_tensor_numel(want);
+  double sq = 0, worst = 0;
+  for (int64_t e = 0; e < n; e++) sq += ((double)a[e] - before[e]) * ((double)a[e] - before[e]);
+  double scale = fmax(sqrt(sq / (double)(n ? n : 1)), 1e-30);
+  for (int64_t e = 0; e < n; e++) {
+    double d = fabs((double)a[e] - b[e]) / scale;
+    if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
+  }
+  return worst;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: plan_mpi PLAN [--skip]\n");
+    return 2;
+  }
+  if ((argc > 2 && strcmp(argv[2], "--skip") == 0) || !loom_comm_mpi_available()) {
+    printf("plan_mpi: skipped (no MPI)\n");
+    return 77;
+  }
+  loom_ctx *ctx = NULL;
+  if (loom_ctx_new(&ctx)) return 1;
+  loom_comm *comm = NULL;
+  CHECK_OK(ctx, loom_comm_mpi_new(ctx, &comm));
+  if (!comm) return 1;
+  loom_train_config c = config();
+  loom_trainer *t = NULL, *one = NULL;
+  CHECK_OK(ctx, loom_trainer_new(ctx, &c, &t));
+  /* the initial state, to measure updates against */
+  int32_t n = t ? loom_trainer_num_params(t) : 0;
+  float **before = calloc((size_t)(3 * n + 1), sizeof *before);
+  for (int32_t k = 0; k < 3 * n; k++) {
+    const loom_tensor *x = loom_trainer_tensor(t, k / n, k % n);
+    before[k] = malloc((size_t)loom_tensor_numel(x) * sizeof(float));
+    memcpy(before[k], loom_tensor_data(x), (size_t)loom_tensor_numel(x) * sizeof(float));
+  }
+  if (t) CHECK_OK(ctx, loom_trainer_attach_plan(t, comm, argv[1]));
+  if (comm->rank == 0) CHECK_OK(ctx, loom_trainer_new(ctx, &c, &one));
+  float loss[K], loss1[K];
+  for (int32_t k = 0; k < K && loom_test_failures == 0; k++) {
+    CHECK_OK(ctx, loom_trainer_step(t, &loss[k]));
+    if (one) CHECK_OK(ctx, loom_trainer_step(one, &loss1[k]));
+  }
+  if (t && loom_test_failures == 0) CHECK_OK(ctx, loom_trainer_sync(t));
+  if (one && loom_test_failures == 0) {
+    double worst = 0, worst_loss = 0;
+    for (int32_t k = 0; k < K; k++) {
+      double e = fabs((double)loss[k] - loss1[k]) / fabs((double)loss1[k]);
+      worst_loss = fmax(worst_loss, e);
+      CHECK(e <= TOL_LOSS);
+    }
+    for (int32_t k = 0; k < 3 * n; k++) {
+      double e = update_error(loom_trainer_tensor(one, k / n, k % n), loom_trainer_tensor(t, k / n, k % n),
+                              before[k]);
+      if (!(e <= TOL_UPDATE))
+        fprintf(stderr, "%s: %s (kind %d) off by %g of its update\n", argv[1],
+                loom_trainer_param(t, k % n)->name, k / n, e);
+      CHECK(e <= TOL_UPDATE);
+      worst = fmax(worst, e);
+    }
+    printf("%s on %d ranks, %d steps: losses within %.1e, state within %.1e of an update's rms\n",
+           argv[1], comm->size, K, worst_loss, worst);
+  }
+  for (int32_t k = 0; k < 3 * n; k++) free(before[k]);
+  free(before);
+  int failed = loom_test_failures != 0;
+  loom_trainer_free(one);
+  loom_trainer_free(t);
+  if (failed) loom_comm_abort(comm, "plan_mpi: a check failed");
+  loom_comm_free(comm);
+  loom_ctx_free(ctx);
+  return loom_test_finish("plan_mpi");
+}
