@@ -501,7 +501,7 @@ static loom_graph *tp_graph(loom_ctx *ctx, int32_t member) {
   int32_t n = member < 0 ? 2 : 1;
   loom_value x[2], w[2], h[2], r[2], y[2], z[2], b;
   for (int32_t i = 0; i < n; i++) {
-    char nx[8], nw[8];
+    char nx[16], nw[16];
     snprintf(nx, sizeof nx, "x%d", (int)i);
     snprintf(nw, sizeof nw, "w%d", (int)i);
     CHECK_OK(ctx, loom_graph_input(g, nx, LOOM_DTYPE_F32, 2, (int64_t[]){MM_M, MM_K}, &x[i]));
@@ -519,7 +519,7 @@ static loom_graph *tp_graph(loom_ctx *ctx, int32_t member) {
                                     (loom_attr[]){AI("size", 2), AI("member", member), AI("seq", 2)},
                                     n, z));
   for (int32_t i = 0; i < n; i++) {
-    char nz[8];
+    char nz[16];
     snprintf(nz, sizeof nz, "z%d", (int)i);
     CHECK_OK(ctx, loom_graph_output(g, nz, z[i]));
   }
@@ -844,7 +844,7 @@ static void *measure(void *arg) {
   double took = loom_now_s() - t0;
   J_CHECK(j, st == LOOM_STATUS_OK, "measure: %s", loom_ctx_error(ctx));
   /* 50 ms on a quiet host; the bound leaves room for a shared one */
-  J_CHECK(j, took < 0.5, "measuring took %.3f s", took);
+  J_CHECK(j, took < 1.0, "measuring took %.3f s", took);
   if (j->c->rank == 0)
     printf("comm model: %.2f us, %.2f GB/s, measured in %.1f ms\n",
            models[0].latency_s * 1e6, models[0].bandwidth_Bps / 1e9, took * 1e3);
@@ -860,7 +860,9 @@ static void test_comm_model(void) {
     CHECK(models[r].measured);
     CHECK(models[r].latency_s > 0 && models[r].latency_s < 0.01);
     CHECK(models[r].bandwidth_Bps > 1e7);
-    CHECK(memcmp(&models[r], &models[0], sizeof models[0]) == 0);
+    /* every rank got rank 0's numbers, bit for bit */
+    CHECK(models[r].latency_s == models[0].latency_s &&
+          models[r].bandwidth_Bps == models[0].bandwidth_Bps);
   }
 }
 
