@@ -22,6 +22,7 @@
 #include "parallel/subop.h"
 #include "parallel/vtensor.h"
 #include "passes/attention.h"
+#include "rng/piece.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -677,6 +678,114 @@ static void test_attention_composite(int64_t b, int64_t h, int64_t sq, int64_t s
   free_all(in, 6);
 }
 
+/* ---- logical indices and partitions ------------------------------------- */
+
+/* rng/piece.h against an index computed here, element by element and
+ * through its spans (the runs the cpu kernels draw at once). */
+static void test_piece_index(void) {
+  static const struct {
+    int32_t rank;
+    int64_t whole[4], at[4], shape[4], run;
+  } cases[] = {
+      {3, {6, 4, 9}, {2, 0, 0}, {2, 4, 9}, 72}, /* leading rows: one run */
+      {3, {6, 4, 9}, {0, 2, 0}, {6, 2, 9}, 18},
+      {3, {6, 4, 9}, {1, 1, 3}, {3, 2, 3}, 3},
+      {4, {2, 4, 8, 12}, {1, 2, 0, 0}, {1, 2, 8, 12}, 192},
+      {2, {5, 7}, {4, 6}, {1, 1}, 1},
+      {1, {10}, {0}, {0}, 1}, /* empty */
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int32_t r = cases[c].rank;
+    loom_rng_piece p;
+    char err[128];
+    bool ok = loom_rng_piece_init(&p, r, cases[c].shape, r, cases[c].whole, r, cases[c].at, err,
+                                  sizeof err);
+    CHECK(ok);
+    if (!ok) continue;
+    CHECK(p.run == cases[c].run);
+    int64_t numel = 1;
+    for (int32_t d = 0; d < r; d++) numel *= cases[c].shape[d];
+    CHECK(loom_rng_piece_is_flat(&p) == (p.run >= numel));
+    bool all = true;
+    for (int64_t e = 0, len; e < numel; e += len) {
+      uint64_t first;
+      len = loom_rng_piece_span(&p, e, 5, &first); /* at most 5: spans end early too */
+      all = all && len >= 1 && len <= 5;
+      for (int64_t k = 0; k < len && all; k++) {
+        int64_t rest = e + k, lin = 0, stride = 1;
+        for (int32_t d = r - 1; d >= 0; d--) {
+          lin += (cases[c].at[d] + rest % cases[c].shape[d]) * stride;
+          rest /= cases[c].shape[d];
+          stride *= cases[c].whole[d];
+        }
+        all = first + (uint64_t)k == (uint64_t)lin && loom_rng_piece_index(&p, e + k) == (uint64_t)lin;
+      }
+    }
+    CHECK(all);
+  }
+  /* no whole: the piece is the tensor, index = flat index */
+  loom_rng_piece p;
+  char err[128];
+  CHECK(loom_rng_piece_init(&p, 2, (int64_t[]){3, 4}, 0, NULL, 0, NULL, err, sizeof err));
+  CHECK(loom_rng_piece_is_flat(&p) && loom_rng_piece_index(&p, 7) == 7);
+  CHECK(!loom_rng_piece_init(&p, 2, (int64_t[]){3, 4}, 2, (int64_t[]){3, 4}, 2,
+                             (int64_t[]){0, 1}, err, sizeof err));
+  CHECK(strstr(err, "dim 1") != NULL);
+}
+
+/* The annotations: dropout every dim; the attention ops their leading
+ * dims, on every operand and result carrying them; with a mask input, and
+ * the mask itself (flat bits), replicate only. */
+static void test_partitions(void) {
+  int64_t qs[4] = {2, 3, 8, 4}, ks[4] = {2, 3, 12, 4};
+  static const struct {
+    loom_op op;
+    int32_t mask;
+    const char *want;
+  } cases[] = {
+      {LOOM_OP_DROPOUT, 0, "a b c,  -> a b c"},
+      {LOOM_OP_FLASH_ATTENTION, 0, "a b _ _, a b _ _, a b _ _,  -> a b _ _, a b _"},
+      {LOOM_OP_FLASH_ATTENTION, 1, "replicate"},
+      {LOOM_OP_FLASH_ATTENTION_GRAD, 0,
+       "a b _ _, a b _ _, a b _ _, a b _ _, a b _, a b _ _,  -> a b _ _, a b _ _, a b _ _"},
+      {LOOM_OP_ATTENTION, 0, "a b _ _, a b _ _, a b _ _,  -> a b _ _"},
+      {LOOM_OP_DROPOUT_MASK, 0, "replicate"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    one_op o = {.op = cases[c].op};
+    loom_attrs_default(o.op, o.attr);
+    if (o.op == LOOM_OP_DROPOUT) {
+      o.in[o.n_in++] = f32(3, (int64_t[]){6, 4, 9});
+    } else if (o.op == LOOM_OP_DROPOUT_MASK) {
+      LOOM_ATTRV_I(o.attr, dropout_mask, numel) = 24;
+    } else {
+      o = attention_op(o.op, 2, 3, 8, 12, 4, false);
+      if (o.op == LOOM_OP_FLASH_ATTENTION_GRAD) {
+        o.in[o.n_in++] = f32(4, qs);
+        o.in[o.n_in++] = f32(3, qs);
+        o.in[o.n_in++] = f32(4, qs);
+      }
+      (void)ks;
+    }
+    o.in[o.n_in++] = i64_scalar;
+    loom_type out[4];
+    int32_t n_out;
+    loom_graph *g = graph_of(&o, cases[c].mask, out, &n_out);
+    if (!g) continue;
+    const loom_node *n = &g->nodes[g->n_nodes - 1];
+    loom_type in[MAXIO];
+    for (int32_t i = 0; i < n->n_in; i++) in[i] = g->values[n->in[i]].type;
+    loom_partition p;
+    loom_subop_partition(n, in, out, &p);
+    char buf[256];
+    loom_partition_str(&p, buf, sizeof buf);
+    bool same = strcmp(buf, cases[c].want) == 0;
+    CHECK(same);
+    if (!same) fprintf(stderr, "  %s partition: '%s', want '%s'\n", loom_op_name(o.op), buf, cases[c].want);
+    loom_graph_free(g);
+  }
+}
+
 /* ---- bad attributes ------------------------------------------------------ */
 
 static void test_errors(void) {
@@ -707,6 +816,13 @@ int main(void) {
   CHECK_OK(ctx, loom_ctx_new(&ctx));
   if (!ctx) return 1;
   test_errors();
+  test_piece_index();
+  test_partitions();
+  const char *quick = getenv("LOOM_TEST_QUICK"); /* 1: the unit checks only */
+  if (quick && quick[0] == '1') {
+    loom_ctx_free(ctx);
+    return loom_test_finish("test_piece_rng");
+  }
   test_dropout((int64_t[]){6, 4, 9}, 3, 1);
   test_dropout((int64_t[]){4, 6, 600}, 3, 0); /* runs across the cpu kernels' chunks */
   test_flash(6, 4, 8, 12, 4, true);
