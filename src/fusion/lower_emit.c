@@ -6,6 +6,7 @@
 #include "fusion/lower_internal.h"
 
 #include "ops/op.h"
+#include "ops/rng_piece.h"
 #include "rng/philox.h"
 
 #include <stdlib.h>
@@ -117,15 +118,22 @@ static int32_t emit_node(lw *w, kbuild *b, lpart *P, int32_t l, int32_t m) {
   }
   case LOOM_OPCLASS_RNG: {
     int32_t x = got(P, w->loc[nd->in[0]]);
-    int64_t st[MAXR];
-    contiguous(t, st);
+    /* the logical index lin(at + j, whole): whole's strides, at's offset */
+    loom_rng_piece piece;
+    loom_status ps = loom_op_rng_piece(w->ctx, nd, t->rank, t->shape, &piece);
+    if (ps) {
+      w->err = ps;
+      return -1;
+    }
+    int64_t st[MAXR] = {0};
+    for (int32_t d = 0; d < t->rank; d++) st[d] = (int64_t)piece.stride[d];
     int32_t idx = kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_INDEX, .dtype = LOOM_DTYPE_I64,
                                              .map = value_map(w, P, l, st, 0)});
     int32_t base = nd->n_in > 1 ? got(P, w->loc[nd->in[1]]) : -1;
     double p = LOOM_ATTR_F(nd, dropout, p);
     loom_kexpr keep = {.kind = LOOM_KX_KEEP, .dtype = LOOM_DTYPE_BOOL, .n_a = base >= 0 ? 2 : 1,
                        .a = {idx, base}, .seed = (uint64_t)LOOM_ATTR_I(nd, dropout, seed),
-                       .offset = (uint64_t)LOOM_ATTR_I(nd, dropout, offset),
+                       .offset = (uint64_t)LOOM_ATTR_I(nd, dropout, offset) + piece.origin,
                        .threshold = loom_dropout_threshold(p)};
     int32_t kp = kb_expr(w, b, keep);
     int32_t sc = emit_const(w, b, LOOM_DTYPE_F64, 1.0 - p);

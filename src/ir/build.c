@@ -227,11 +227,18 @@ int32_t lb_matmul(loom_graph *g, int32_t a_, int32_t b_, bool trans_a,
 
 int32_t lb_dropout(loom_graph *g, int32_t x, double p, int64_t seed,
                    int64_t offset, int32_t base) {
+  return lb_dropout_piece(g, x, p, seed, offset, base, NULL, NULL);
+}
+
+int32_t lb_dropout_piece(loom_graph *g, int32_t x, double p, int64_t seed, int64_t offset,
+                         int32_t base, const loom_ints *whole, const loom_ints *at) {
   loom_attr_value a[LOOM_MAX_ATTRS];
   loom_attrs_default(LOOM_OP_DROPOUT, a);
   LOOM_ATTRV_F(a, dropout, p) = p;
   LOOM_ATTRV_I(a, dropout, seed) = seed;
   LOOM_ATTRV_I(a, dropout, offset) = offset;
+  if (whole) LOOM_ATTRV_INTS(a, dropout, whole) = *whole;
+  if (at) LOOM_ATTRV_INTS(a, dropout, at) = *at;
   int32_t in[2] = {x, base};
   return lb_op(g, LOOM_OP_DROPOUT, base >= 0 ? 2 : 1, in, a);
 }

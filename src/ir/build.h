@@ -67,6 +67,10 @@ int32_t lb_matmul(loom_graph *g, int32_t a, int32_t b, bool trans_a,
 /* base: optional i64 scalar added to offset (-1: none). */
 int32_t lb_dropout(loom_graph *g, int32_t x, double p, int64_t seed,
                    int64_t offset, int32_t base);
+/* The same drawing the piece that whole and at place (NULL: empty; see
+ * rng/piece.h). */
+int32_t lb_dropout_piece(loom_graph *g, int32_t x, double p, int64_t seed, int64_t offset,
+                         int32_t base, const loom_ints *whole, const loom_ints *at);
 
 /* Sums g (shaped like a broadcast result) down to the shape `target`,
  * undoing NumPy broadcasting: the gradient of a broadcast operand. */

@@ -5,16 +5,21 @@
  *   flash_attention(q, k, v, base[, mask]) -> o, lse
  *   flash_attention_grad(q, k, v, o, lse, d_o, base[, mask]) -> dq, dk, dv
  *   dropout_mask([base]) -> bits u8[(numel + 7) / 8]   (overlap: a hint that
- *     the backend may run it concurrently with the work before its users)
+ *     the backend may run it concurrently with the work before its users;
+ *     bit e is element e of a tensor of `shape`, [numel] if empty, placed
+ *     in the logical tensor by whole and at)
  *
  * q [..., Sq, D], k [..., Sk, D], v [..., Sk, Dv] with equal leading dims;
  * the attributes are the `attention` composite's (causal, p, seed, offset,
  * scale; scale 0 means 1/sqrt(D)) and so are the semantics: o is the
  * composite's output, lse [..., Sq] the log-sum-exp of each row's scaled,
  * masked scores (-inf for a row that sees no key). Dropout element e (flat
- * index of the [..., Sq, Sk] probabilities) uses counter base + offset + e
- * (docs/DROPOUT.md). With `mask` (u8, 1 bit per probability, bit e % 8 of
- * byte e / 8: what dropout_mask writes for the same seed, offset and p),
+ * index of the [..., Sq, Sk] probabilities) uses counter base + offset +
+ * lin(at + j, whole), j its multi-index (rng/piece.h: the probabilities are
+ * a piece of a logical [..., Sq, Sk] tensor; whole and at empty: e itself;
+ * docs/DROPOUT.md). With `mask` (u8, 1 bit per probability, bit e % 8 of
+ * byte e / 8: what dropout_mask writes for the same seed, offset, p, whole
+ * and at, over shape [..., Sq, Sk]),
  * the keep decisions are read from it instead of generated: the mask must
  * hold exactly the generated bits, so both forms give the same result.
  * lse carries no gradient.
@@ -27,6 +32,8 @@
 #include "ops/composite_util.h"
 #include "ops/grad.h"
 #include "ops/ops_util.h"
+#include "ops/rng_piece.h"
+#include "parallel/vtensor.h"
 #include "rng/philox.h"
 
 #include <math.h>
@@ -63,9 +70,19 @@ static loom_status check_mask(loom_ctx *ctx, const loom_type *m, int64_t numel) 
   return LOOM_STATUS_OK;
 }
 
+/* whole/at place the probabilities [..., Sq, Sk] in the logical tensor. */
+static loom_status check_piece(loom_ctx *ctx, const loom_node *n, const loom_type *in) {
+  int32_t rank;
+  int64_t shape[LOOM_MAX_RANK];
+  loom_attention_probs_shape(&in[0], &in[1], &rank, shape);
+  loom_rng_piece piece;
+  return loom_op_rng_piece(ctx, n, rank, shape, &piece);
+}
+
 static loom_status infer_flash(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                loom_type *out) {
   LOOM_TRY(loom_composite_check_attention(ctx, n, in, &in[3]));
+  LOOM_TRY(check_piece(ctx, n, in));
   fa_dims m = dims_of(&in[0], &in[1], &in[2]);
   if (n->n_in > 4) LOOM_TRY(check_mask(ctx, &in[4], m.bh * m.sq * m.sk));
   int32_t r = in[0].rank;
@@ -80,6 +97,7 @@ static loom_status infer_flash_grad(loom_ctx *ctx, const loom_node *n, const loo
                                     loom_type *out) {
   char buf[128];
   LOOM_TRY(loom_composite_check_attention(ctx, n, in, &in[6]));
+  LOOM_TRY(check_piece(ctx, n, in));
   fa_dims m = dims_of(&in[0], &in[1], &in[2]);
   loom_type ot = in[0], lt = in[0];
   ot.shape[ot.rank - 1] = m.dv;
@@ -103,11 +121,12 @@ typedef struct fa_ref {
   double scale, p;
   bool causal;
   uint64_t seed, j0, thr;
+  loom_rng_piece piece;  /* of the probabilities: element e's counter j0 + index(e) */
   const loom_view *mask; /* NULL: generate */
 } fa_ref;
 
-static fa_ref ref_setup(const loom_node *n, const loom_view *in, const loom_view *base,
-                        const loom_view *mask) {
+static loom_status ref_setup(loom_ctx *ctx, const loom_node *n, const loom_view *in,
+                             const loom_view *base, const loom_view *mask, fa_ref *out) {
   int32_t r = in[0].rank;
   fa_ref f = {.m = {1, in[0].shape[r - 2], in[1].shape[r - 2], in[0].shape[r - 1],
                     in[2].shape[r - 1]}};
@@ -120,7 +139,13 @@ static fa_ref ref_setup(const loom_node *n, const loom_view *in, const loom_view
   f.j0 = (uint64_t)LOOM_ATTR_I(n, flash_attention, offset) + (uint64_t)loom_view_get_i64(base, 0);
   f.thr = loom_dropout_threshold(f.p);
   f.mask = mask;
-  return f;
+  int32_t rank = r;
+  int64_t shape[LOOM_MAX_RANK];
+  for (int32_t d = 0; d < r - 1; d++) shape[d] = in[0].shape[d];
+  shape[r - 1] = in[1].shape[r - 2];
+  LOOM_TRY(loom_op_rng_piece(ctx, n, rank, shape, &f.piece));
+  *out = f;
+  return LOOM_STATUS_OK;
 }
 
 /* Element (b, i, j) of a [BH, rows, cols] tensor viewed flat. */
@@ -137,7 +162,8 @@ static double keep_factor(const fa_ref *f, int64_t b, int64_t i, int64_t j) {
   if (f->p <= 0.0) return 1.0;
   int64_t e = (b * f->m.sq + i) * f->m.sk + j;
   bool keep = f->mask ? ((int64_t)loom_view_get(f->mask, e / 8) >> (e % 8)) & 1
-                      : loom_dropout_keep(f->seed, f->j0 + (uint64_t)e, f->thr);
+                      : loom_dropout_keep(f->seed, f->j0 + loom_rng_piece_index(&f->piece, e),
+                                          f->thr);
   return keep ? 1.0 / (1.0 - f->p) : 0.0;
 }
 
@@ -170,7 +196,8 @@ static double row_probs(const fa_ref *f, const loom_view *q, const loom_view *k,
 
 static loom_status ref_flash(loom_ctx *ctx, const loom_node *n, const loom_view *in,
                              const loom_view *out) {
-  fa_ref f = ref_setup(n, in, &in[3], n->n_in > 4 ? &in[4] : NULL);
+  fa_ref f;
+  LOOM_TRY(ref_setup(ctx, n, in, &in[3], n->n_in > 4 ? &in[4] : NULL, &f));
   const fa_dims *m = &f.m;
   double *s = malloc(sizeof *s * (size_t)(m->sk + 1));
   if (!s) return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "flash_attention: out of memory");
@@ -196,7 +223,8 @@ static loom_status ref_flash(loom_ctx *ctx, const loom_node *n, const loom_view 
  * the composite's gradient does). */
 static loom_status ref_flash_grad(loom_ctx *ctx, const loom_node *n, const loom_view *in,
                                   const loom_view *out) {
-  fa_ref f = ref_setup(n, in, &in[6], n->n_in > 7 ? &in[7] : NULL);
+  fa_ref f;
+  LOOM_TRY(ref_setup(ctx, n, in, &in[6], n->n_in > 7 ? &in[7] : NULL, &f));
   const fa_dims *m = &f.m;
   const loom_view *q = &in[0], *k = &in[1], *v = &in[2], *o = &in[3], *d_o = &in[5];
   int64_t nk = m->bh * m->sk * m->d, nv = m->bh * m->sk * m->dv;
@@ -255,6 +283,44 @@ static void grad_flash(loom_graph *g, const loom_node *n, const int32_t *dout, i
   for (int32_t i = 0; i < 3; i++) din[i] = out[i];
 }
 
+/* Batch and head dims (every dim before Sq) spatial in every operand and
+ * result that has them; Sq, Sk, D whole. A sub-op draws its piece of the
+ * logical probabilities through whole/at (sub_attrs below). With a mask
+ * input (an RNG placement, made after the plan) the bits are the node's
+ * own, flat: replicate only. The attention composite shares both. */
+void loom_partition_attention(const loom_node *n, const loom_type *in, const loom_type *out,
+                              loom_partition *p) {
+  int32_t n_float_in = n->op == LOOM_OP_FLASH_ATTENTION_GRAD ? 6 : 3, n_out = n->n_out;
+  loom_partition_init(p, n->n_in, n_out);
+  for (int32_t i = 0; i < n->n_in; i++)
+    for (int32_t d = 0; d < in[i].rank; d++) p->in[i][d] = -1;
+  for (int32_t o = 0; o < n_out; o++)
+    for (int32_t d = 0; d < out[o].rank; d++) p->out[o][d] = -1;
+  if (n->n_in > n_float_in + 1) return;
+  for (int32_t d = 0; d < in[0].rank - 2; d++) {
+    int32_t l = loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
+    for (int32_t i = 0; i < n_float_in; i++) p->in[i][d] = (int8_t)l;
+    for (int32_t o = 0; o < n_out; o++) p->out[o][d] = (int8_t)l;
+  }
+}
+
+/* The sub-op reads q's box in_box[0] and k's in_box[1]: its probabilities
+ * are the box (q's leading dims and rows, k's rows) of the node's. */
+loom_status loom_sub_attrs_attention(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                                     const loom_type *out, const struct loom_vbox *in_box,
+                                     const struct loom_vbox *out_box, loom_attr_value *attrs) {
+  (void)ctx;
+  (void)out;
+  (void)out_box;
+  int32_t rank;
+  int64_t own[LOOM_MAX_RANK], start[LOOM_MAX_RANK];
+  loom_attention_probs_shape(&in[0], &in[1], &rank, own);
+  for (int32_t d = 0; d < rank - 1; d++) start[d] = in_box[0].start[d];
+  start[rank - 1] = in_box[1].start[rank - 2];
+  loom_rng_piece_sub_attrs(n, rank, own, start, attrs);
+  return LOOM_STATUS_OK;
+}
+
 const loom_op_def loom_opdef_flash_attention = {
     .name = "flash_attention",
     .cls = LOOM_OPCLASS_ATTENTION,
@@ -266,6 +332,8 @@ const loom_op_def loom_opdef_flash_attention = {
     .infer = infer_flash,
     .ref = ref_flash,
     .grad = grad_flash,
+    .partition = loom_partition_attention,
+    .sub_attrs = loom_sub_attrs_attention,
 };
 
 const loom_op_def loom_opdef_flash_attention_grad = {
@@ -278,6 +346,8 @@ const loom_op_def loom_opdef_flash_attention_grad = {
     .attrs = LOOM_ATTR_SPECS(flash_attention_grad),
     .infer = infer_flash_grad,
     .ref = ref_flash_grad,
+    .partition = loom_partition_attention,
+    .sub_attrs = loom_sub_attrs_attention,
 };
 
 /* ---- dropout_mask --------------------------------------------------------- */
@@ -292,13 +362,36 @@ static loom_status infer_mask(loom_ctx *ctx, const loom_node *n, const loom_type
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "'numel' must be >= 0, got %lld",
                       (long long)numel);
   if (n->n_in > 0) LOOM_TRY(check_base(ctx, &in[0]));
+  const loom_ints *shape = &LOOM_ATTR_INTS(n, dropout_mask, shape);
+  if (shape->n > 0) {
+    int64_t count = 1;
+    for (int32_t d = 0; d < shape->n; d++) {
+      if (shape->v[d] < 0)
+        return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "'shape' has a negative dim %lld",
+                          (long long)shape->v[d]);
+      count = shape->v[d] && count > INT64_MAX / shape->v[d] ? -1 : count * shape->v[d];
+    }
+    if (count != numel)
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                        "'shape' has %lld elements, 'numel' is %lld", (long long)count,
+                        (long long)numel);
+  }
+  int32_t rank;
+  int64_t dims[LOOM_MAX_RANK];
+  loom_dropout_mask_shape(n, &rank, dims);
+  loom_rng_piece piece;
+  LOOM_TRY(loom_op_rng_piece(ctx, n, rank, dims, &piece));
   out[0] = (loom_type){.dtype = LOOM_DTYPE_U8, .rank = 1, .shape = {(numel + 7) / 8}};
   return LOOM_STATUS_OK;
 }
 
 static loom_status ref_mask(loom_ctx *ctx, const loom_node *n, const loom_view *in,
                             const loom_view *out) {
-  (void)ctx;
+  int32_t rank;
+  int64_t dims[LOOM_MAX_RANK];
+  loom_dropout_mask_shape(n, &rank, dims);
+  loom_rng_piece piece;
+  LOOM_TRY(loom_op_rng_piece(ctx, n, rank, dims, &piece));
   uint64_t j0 = (uint64_t)LOOM_ATTR_I(n, dropout_mask, offset);
   if (n->n_in > 0) j0 += (uint64_t)loom_view_get_i64(&in[0], 0);
   uint64_t seed = (uint64_t)LOOM_ATTR_I(n, dropout_mask, seed),
@@ -307,7 +400,7 @@ static loom_status ref_mask(loom_ctx *ctx, const loom_node *n, const loom_view *
   for (int64_t byte = 0; byte < (numel + 7) / 8; byte++) {
     int v = 0;
     for (int64_t b = 0; b < 8 && byte * 8 + b < numel; b++)
-      v |= loom_dropout_keep(seed, j0 + (uint64_t)(byte * 8 + b), thr) << b;
+      v |= loom_dropout_keep(seed, j0 + loom_rng_piece_index(&piece, byte * 8 + b), thr) << b;
     loom_view_set(&out[0], byte, (double)v);
   }
   return LOOM_STATUS_OK;

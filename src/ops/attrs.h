@@ -70,6 +70,14 @@
   X(OP, trans_a, INT, BOOL, false, 0, 0.0)                                                         \
   X(OP, trans_b, INT, BOOL, false, 0, 0.0)
 
+/* Where an RNG op's tensor lies in the logical tensor whose mask it draws
+ * (rng/piece.h): `whole` the logical shape (empty: the op's own, the
+ * single-device case), `at` the piece's first index (empty: zeros). The
+ * sub-op of a parallel plan gets them from the op's sub_attrs hook. */
+#define LOOM_ATTR_LIST_PIECE(X, OP)                                                                \
+  X(OP, whole, INTS, PLAIN, false, 0, 0.0)                                                         \
+  X(OP, at, INTS, PLAIN, false, 0, 0.0)
+
 /* The attention composite and its flash forms: one layout, so a pass can
  * copy the attributes from one to the other slot by slot. scale 0 means
  * 1/sqrt(D). */
@@ -78,7 +86,8 @@
   X(OP, p, FLOAT, PLAIN, false, 0, 0.0)                                                            \
   X(OP, seed, INT, PLAIN, false, 0, 0.0)                                                           \
   X(OP, offset, INT, PLAIN, false, 0, 0.0)                                                         \
-  X(OP, scale, FLOAT, PLAIN, false, 0, 0.0)
+  X(OP, scale, FLOAT, PLAIN, false, 0, 0.0)                                                        \
+  LOOM_ATTR_LIST_PIECE(X, OP)
 #define LOOM_ATTR_LIST_attention LOOM_ATTR_LIST_ATTENTION
 #define LOOM_ATTR_LIST_flash_attention LOOM_ATTR_LIST_ATTENTION
 #define LOOM_ATTR_LIST_flash_attention_grad LOOM_ATTR_LIST_ATTENTION
@@ -86,15 +95,21 @@
 #define LOOM_ATTR_LIST_dropout(X, OP)                                                              \
   X(OP, p, FLOAT, PLAIN, false, 0, 0.1)                                                            \
   X(OP, seed, INT, PLAIN, false, 0, 0.0)                                                           \
-  X(OP, offset, INT, PLAIN, false, 0, 0.0)
+  X(OP, offset, INT, PLAIN, false, 0, 0.0)                                                         \
+  LOOM_ATTR_LIST_PIECE(X, OP)
 /* overlap is a scheduling hint: the mask may run concurrently with
- * earlier work. */
+ * earlier work. Bit e of the mask is element e (row-major) of a tensor of
+ * `shape` (empty: [numel]; its elements must number numel), the piece
+ * that whole and at place: the probabilities of the flash_attention that
+ * reads it. */
 #define LOOM_ATTR_LIST_dropout_mask(X, OP)                                                         \
   X(OP, p, FLOAT, PLAIN, false, 0, 0.1)                                                            \
   X(OP, seed, INT, PLAIN, false, 0, 0.0)                                                           \
   X(OP, offset, INT, PLAIN, false, 0, 0.0)                                                         \
   X(OP, numel, INT, PLAIN, true, 0, 0.0)                                                           \
-  X(OP, overlap, INT, BOOL, false, 0, 0.0)
+  X(OP, overlap, INT, BOOL, false, 0, 0.0)                                                         \
+  LOOM_ATTR_LIST_PIECE(X, OP)                                                                      \
+  X(OP, shape, INTS, PLAIN, false, 0, 0.0)
 
 #define LOOM_ATTR_LIST_SOFTMAX(X, OP) X(OP, axis, INT, PLAIN, false, -1, 0.0)
 #define LOOM_ATTR_LIST_softmax LOOM_ATTR_LIST_SOFTMAX

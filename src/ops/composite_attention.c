@@ -1,18 +1,25 @@
 /* Composite scaled dot-product attention:
  * attention(q [..., Sq, D], k [..., Sk, D], v [..., Sk, Dv], [base]).
- * Dropout (p > 0) acts on the probabilities [..., Sq, Sk]: element i (their
- * logical flat index) uses counter position base + offset + i, so a fused
- * kernel reproduces the mask exactly. With causal and Sq > Sk, the first
+ * Dropout (p > 0) acts on the probabilities [..., Sq, Sk]: element i uses
+ * counter position base + offset + its logical flat index (whole/at place
+ * them in a logical tensor, rng/piece.h), so a fused kernel reproduces the
+ * mask exactly. With causal and Sq > Sk, the first
  * Sq - Sk query rows see no key and come out NaN (0/0), as in most
  * frameworks. */
 #include "ir/build.h"
 #include "ops/composite_util.h"
+#include "ops/rng_piece.h"
 
 #include <math.h>
 
 static loom_status attention_infer(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                    loom_type *out) {
   LOOM_TRY(loom_composite_check_attention(ctx, n, in, n->n_in > 3 ? &in[3] : NULL));
+  int32_t rank;
+  int64_t probs[LOOM_MAX_RANK];
+  loom_attention_probs_shape(&in[0], &in[1], &rank, probs);
+  loom_rng_piece piece;
+  LOOM_TRY(loom_op_rng_piece(ctx, n, rank, probs, &piece));
   const loom_type *q = &in[0], *v = &in[2];
   int32_t r = q->rank;
   out[0] = *q;
@@ -50,8 +57,9 @@ static void attention_decompose(loom_graph *g, const loom_node *n, const int32_t
   double p = LOOM_ATTR_F(n, attention, p);
   if (p > 0.0) {
     int32_t base = n->n_in > 3 ? in[3] : -1; /* dropout takes i64 or i32 */
-    probs = lb_dropout(g, probs, p, LOOM_ATTR_I(n, attention, seed),
-                       LOOM_ATTR_I(n, attention, offset), base);
+    loom_ints whole = LOOM_ATTR_INTS(n, attention, whole), at = LOOM_ATTR_INTS(n, attention, at);
+    probs = lb_dropout_piece(g, probs, p, LOOM_ATTR_I(n, attention, seed),
+                             LOOM_ATTR_I(n, attention, offset), base, &whole, &at);
   }
   out[0] = lb_matmul(g, probs, in[2], false, false);
 }
@@ -66,4 +74,6 @@ const loom_op_def loom_opdef_attention = {
     .attrs = LOOM_ATTR_SPECS(attention),
     .infer = attention_infer,
     .decompose = attention_decompose,
+    .partition = loom_partition_attention,
+    .sub_attrs = loom_sub_attrs_attention,
 };

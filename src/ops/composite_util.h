@@ -23,6 +23,15 @@ loom_status loom_composite_trailing_axis(loom_ctx *ctx, int64_t axis, int32_t ra
  * i32 scalar) and of the attributes p and scale. */
 loom_status loom_composite_check_attention(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                            const loom_type *base);
+/* Partition of the attention ops (the composite and both flash forms):
+ * the dims before Sq spatial, the rest whole; a mask input: replicate
+ * only. Their sub_attrs hook: whole/at of the sub-op's probabilities, from
+ * q's box in_box[0] and k's in_box[1]. */
+void loom_partition_attention(const loom_node *n, const loom_type *in, const loom_type *out,
+                              loom_partition *p);
+loom_status loom_sub_attrs_attention(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                                     const loom_type *out, const struct loom_vbox *in_box,
+                                     const struct loom_vbox *out_box, loom_attr_value *attrs);
 
 /* Mean of x over the listed (non-negative) axes, as reduce_sum * (1/count).
  * No axes: x itself. */

@@ -1,13 +1,18 @@
 /*
- * dropout(x[, base]): the mask of rng/philox.h. Element i (logical flat
- * index of x) uses counter position base + offset + i; kept values are
- * x / (1 - p) (computed in double, rounded once on store), dropped are 0.
- * `base` is an optional rank-0 i64/i32 runtime counter base (0 if absent).
+ * dropout(x[, base]): the mask of rng/philox.h. Element j of x uses
+ * counter position base + offset + lin(at + j, whole), its logical flat
+ * index (rng/piece.h; with whole and at empty, x's own flat index); kept
+ * values are x / (1 - p) (computed in double, rounded once on store),
+ * dropped are 0. `base` is an optional rank-0 i64/i32 runtime counter base
+ * (0 if absent).
  */
 #include "ir/dtype.h"
 #include "ops/grad.h"
 #include "ops/ops_util.h"
+#include "ops/rng_piece.h"
 #include "rng/philox.h"
+
+#include "parallel/vtensor.h"
 
 #include <stdio.h>
 
@@ -28,6 +33,8 @@ static loom_status infer_dropout(loom_ctx *ctx, const loom_node *n, const loom_t
       return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH, "base must have rank 0, got %s",
                         loom_type_str(&in[1], buf, sizeof buf));
   }
+  loom_rng_piece piece;
+  LOOM_TRY(loom_op_rng_piece(ctx, n, in[0].rank, in[0].shape, &piece));
   out[0] = in[0];
   return LOOM_STATUS_OK;
 }
@@ -45,30 +52,39 @@ static loom_status ref_dropout(loom_ctx *ctx, const loom_node *n, const loom_vie
   uint64_t thr = loom_dropout_threshold(p);
   double scale_div = 1.0 - p;
   loom_view x = loom_view_broadcast(&in[0], out[0].rank, out[0].shape);
+  loom_rng_piece piece;
+  LOOM_TRY(loom_op_rng_piece(ctx, n, out[0].rank, out[0].shape, &piece));
   int64_t numel = loom_view_numel(&out[0]);
   for (int64_t i = 0; i < numel; i++) {
-    bool keep = loom_dropout_keep(seed, start + (uint64_t)i, thr);
+    bool keep = loom_dropout_keep(seed, start + loom_rng_piece_index(&piece, i), thr);
     loom_view_set(&out[0], i, keep ? loom_view_get(&x, i) / scale_div : 0.0);
   }
   return LOOM_STATUS_OK;
 }
 
-/* Only the leading dim of x may be split: a piece of rows [r0, r1) covers the
- * contiguous flat range [r0 * row, r1 * row), so it reproduces the mask by
- * adding r0 * row to `offset`. Splitting an inner dim gives a piece whose
- * logical indices are not a shifted range of the whole's: no offset fixes
- * that, so inner dims stay whole. base (rank 0) has no dims. */
+/* Every dim spatial: a piece draws its own logical indices (whole/at, set
+ * by sub_attrs below), so any cut reproduces the mask. base (rank 0) has
+ * no dims. */
 static void partition_dropout(const loom_node *n, const loom_type *in, const loom_type *out,
                               loom_partition *p) {
   loom_partition_init(p, n->n_in, 1);
+  bool same = in[0].rank == out->rank;
   for (int32_t d = 0; d < out->rank; d++) {
-    p->out[0][d] = -1;
-    p->in[0][d] = -1;
+    int32_t l = loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
+    p->out[0][d] = (int8_t)l;
+    p->in[0][d] = same ? (int8_t)l : -1;
   }
-  if (out->rank == 0 || in[0].rank != out->rank) return;
-  int32_t l = loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
-  p->out[0][0] = (int8_t)l;
-  p->in[0][0] = (int8_t)l;
+}
+
+/* The sub-op over out_box[0] draws that box of the logical tensor. */
+static loom_status sub_attrs_dropout(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                                     const loom_type *out, const struct loom_vbox *in_box,
+                                     const struct loom_vbox *out_box, loom_attr_value *attrs) {
+  (void)ctx;
+  (void)in;
+  (void)in_box;
+  loom_rng_piece_sub_attrs(n, out[0].rank, out[0].shape, out_box[0].start, attrs);
+  return LOOM_STATUS_OK;
 }
 
 const loom_op_def loom_opdef_dropout = {
@@ -83,4 +99,5 @@ const loom_op_def loom_opdef_dropout = {
     .ref = ref_dropout,
     .grad = loom_grad_dropout,
     .partition = partition_dropout,
+    .sub_attrs = sub_attrs_dropout,
 };

@@ -46,11 +46,15 @@ void loom_grad_matmul(loom_graph *g, const loom_node *n, const int32_t *dout,
   din[1] = lb_unbroadcast(g, db, &bt);
 }
 
-/* The same mask (same seed, offset, p and base) scaled the same way. */
+/* The same mask (same seed, offset, p, base, whole and at) scaled the
+ * same way. */
 void loom_grad_dropout(loom_graph *g, const loom_node *n, const int32_t *dout,
                        int32_t *din) {
   if (dout[0] < 0 || g->err) return;
   int64_t seed = LOOM_ATTR_I(n, dropout, seed), offset = LOOM_ATTR_I(n, dropout, offset);
   int32_t base = n->n_in > 1 ? n->in[1] : -1;
-  din[0] = lb_dropout(g, dout[0], LOOM_ATTR_F(n, dropout, p), seed, offset, base);
+  /* copied: adding to g may move n */
+  loom_ints whole = LOOM_ATTR_INTS(n, dropout, whole), at = LOOM_ATTR_INTS(n, dropout, at);
+  din[0] = lb_dropout_piece(g, dout[0], LOOM_ATTR_F(n, dropout, p), seed, offset, base, &whole,
+                            &at);
 }

@@ -69,6 +69,8 @@ static bool match_primitives(const loom_graph *g, const int32_t *uses, const loo
     LOOM_ATTRV_F(a->attr, attention, p) = LOOM_ATTR_F(x, dropout, p);
     LOOM_ATTRV_I(a->attr, attention, seed) = LOOM_ATTR_I(x, dropout, seed);
     LOOM_ATTRV_I(a->attr, attention, offset) = LOOM_ATTR_I(x, dropout, offset);
+    LOOM_ATTRV_INTS(a->attr, attention, whole) = LOOM_ATTR_INTS(x, dropout, whole);
+    LOOM_ATTRV_INTS(a->attr, attention, at) = LOOM_ATTR_INTS(x, dropout, at);
     a->base = x->n_in > 1 ? x->in[1] : -1;
     chain[n_chain++] = x;
     x = sole_producer(g, uses, x->in[0]);
@@ -133,6 +135,15 @@ static loom_status replace(loom_graph *dst, const loom_graph *src, const sdpa *a
     LOOM_ATTRV_I(ma, dropout_mask, offset) = LOOM_ATTRV_I(a->attr, attention, offset);
     LOOM_ATTRV_I(ma, dropout_mask, numel) = shape.bh * shape.sq * shape.sk;
     LOOM_ATTRV_I(ma, dropout_mask, overlap) = placement == LOOM_RNG_OVERLAP;
+    /* the bits of this attention's probabilities, where whole/at put them */
+    LOOM_ATTRV_INTS(ma, dropout_mask, whole) = LOOM_ATTRV_INTS(a->attr, attention, whole);
+    LOOM_ATTRV_INTS(ma, dropout_mask, at) = LOOM_ATTRV_INTS(a->attr, attention, at);
+    if (LOOM_ATTRV_INTS(ma, dropout_mask, whole).n > 0) {
+      loom_ints *ms = &LOOM_ATTRV_INTS(ma, dropout_mask, shape);
+      ms->n = r;
+      for (int32_t d = 0; d < r - 1; d++) ms->v[d] = q->shape[d];
+      ms->v[r - 1] = shape.sk;
+    }
     /* without a base the mask takes none: a constant would tie it to
      * whichever kernel computes that constant, and to its place */
     in[n_in++] = lb_op(dst, LOOM_OP_DROPOUT_MASK, a->base >= 0 ? 1 : 0, &base, ma);

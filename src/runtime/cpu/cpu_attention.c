@@ -9,15 +9,18 @@
 
 #include "ir/dtype.h"
 #include "ops/op.h"
+#include "ops/rng_piece.h"
 #include "rng/philox.h"
 #include "rng/philox_fast.h"
 
 #include <math.h>
+#include <string.h>
 
 /* The op's attributes and sizes as the flash kernels take them; the
  * counter base is input `base`, the optional mask input `mask` (-1: none). */
-static loom_flash_attn flash_args(const loom_node *n, const loom_view *in, int32_t base,
-                                  int32_t mask) {
+static loom_status flash_args(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                              int32_t base, int32_t mask, loom_rng_piece *piece,
+                              loom_flash_attn *out) {
   int32_t r = in[0].rank;
   loom_flash_attn a = {.bh = 1,
                        .sq = in[0].shape[r - 2],
@@ -36,7 +39,14 @@ static loom_flash_attn flash_args(const loom_node *n, const loom_view *in, int32
   a.j0 = (uint64_t)LOOM_ATTR_I(n, flash_attention, offset) +
          (uint64_t)loom_load_i64(in[base].dtype, in[base].data, 0);
   a.mask_bits = mask >= 0 && n->n_in > mask ? in[mask].data : NULL;
-  return a;
+  int32_t rank = r;
+  int64_t shape[LOOM_MAX_RANK];
+  for (int32_t d = 0; d < r - 1; d++) shape[d] = in[0].shape[d];
+  shape[r - 1] = a.sk;
+  LOOM_TRY(loom_op_rng_piece(c->ctx, n, rank, shape, piece));
+  a.piece = loom_rng_piece_is_flat(piece) && piece->origin == 0 ? NULL : piece;
+  *out = a;
+  return LOOM_STATUS_OK;
 }
 
 /* Buffers of the cpu backend are contiguous; a strided view here would be
@@ -52,20 +62,42 @@ static loom_status need_contiguous(const loom_cpu *c, const loom_node *n, const 
 static loom_status k_flash(const loom_cpu *c, const loom_node *n, const loom_view *in,
                            const loom_view *out) {
   LOOM_TRY(need_contiguous(c, n, in));
-  loom_flash_attn a = flash_args(n, in, 3, 4);
+  loom_flash_attn a;
+  loom_rng_piece piece;
+  LOOM_TRY(flash_args(c, n, in, 3, 4, &piece, &a));
   return loom_flash_attn_fwd(c->ctx, c->nt, &a, out[0].data, out[1].data);
 }
 
 static loom_status k_flash_grad(const loom_cpu *c, const loom_node *n, const loom_view *in,
                                 const loom_view *out) {
   LOOM_TRY(need_contiguous(c, n, in));
-  loom_flash_attn a = flash_args(n, in, 6, 7);
+  loom_flash_attn a;
+  loom_rng_piece piece;
+  LOOM_TRY(flash_args(c, n, in, 6, 7, &piece, &a));
   return loom_flash_attn_bwd(c->ctx, c->nt, &a, in[3].data, in[4].data, in[5].data, out[0].data,
                              out[1].data, out[2].data);
 }
 
 /* Bytes per task: a multiple of 8 elements keeps every task on whole bytes. */
 #define MASK_TASK_BYTES 4096
+
+/* ORs the keep bits of counters j, j + 1, ... (n of them) into bits e,
+ * e + 1, ... of dst (any bit alignment; touches only the bytes holding
+ * them). */
+static void put_bits(uint64_t seed, uint64_t j, int64_t n, uint64_t thr, int64_t e,
+                     uint8_t *dst) {
+  uint8_t tmp[512];
+  for (int64_t k = 0; k < n; k += 8 * (int64_t)sizeof tmp) {
+    int64_t len = LOOM_MIN(n - k, 8 * (int64_t)sizeof tmp), at = e + k;
+    loom_dropout_mask_bits(seed, j + (uint64_t)k, len, thr, tmp);
+    int64_t byte = at >> 3, last = (at + len - 1) >> 3;
+    unsigned sh = (unsigned)(at & 7);
+    for (int64_t b = 0; b < (len + 7) / 8; b++) {
+      dst[byte + b] |= (uint8_t)(tmp[b] << sh);
+      if (sh && byte + b + 1 <= last) dst[byte + b + 1] |= (uint8_t)(tmp[b] >> (8 - sh));
+    }
+  }
+}
 
 static loom_status k_dropout_mask(const loom_cpu *c, const loom_node *n, const loom_view *in,
                                   const loom_view *out) {
@@ -76,10 +108,25 @@ static loom_status k_dropout_mask(const loom_cpu *c, const loom_node *n, const l
   int64_t numel = LOOM_ATTR_I(n, dropout_mask, numel), bytes = (numel + 7) / 8;
   uint8_t *bits = out[0].data;
   int64_t tasks = (bytes + MASK_TASK_BYTES - 1) / MASK_TASK_BYTES;
+  int32_t rank;
+  int64_t shape[LOOM_MAX_RANK];
+  loom_dropout_mask_shape(n, &rank, shape);
+  loom_rng_piece piece;
+  LOOM_TRY(loom_op_rng_piece(c->ctx, n, rank, shape, &piece));
 #pragma omp parallel for num_threads(c->nt) schedule(static) if (tasks > 1)
   for (int64_t t = 0; t < tasks; t++) {
-    int64_t e = t * MASK_TASK_BYTES * 8, len = LOOM_MIN(numel - e, (int64_t)MASK_TASK_BYTES * 8);
-    loom_dropout_mask_bits(seed, j0 + (uint64_t)e, len, thr, bits + t * MASK_TASK_BYTES);
+    int64_t e0 = t * MASK_TASK_BYTES * 8, end = LOOM_MIN(numel, e0 + (int64_t)MASK_TASK_BYTES * 8);
+    uint64_t first;
+    int64_t len = loom_rng_piece_span(&piece, e0, end - e0, &first);
+    if (len == end - e0) { /* one run: straight into place */
+      loom_dropout_mask_bits(seed, j0 + first, len, thr, bits + t * MASK_TASK_BYTES);
+      continue;
+    }
+    memset(bits + t * MASK_TASK_BYTES, 0, (size_t)((end - e0 + 7) / 8));
+    for (int64_t e = e0; e < end; e += len) {
+      len = loom_rng_piece_span(&piece, e, end - e, &first);
+      put_bits(seed, j0 + first, len, thr, e, bits);
+    }
   }
   return LOOM_STATUS_OK;
 }

@@ -7,6 +7,7 @@
 
 #include "ir/dtype.h"
 #include "ops/ops_util.h"
+#include "ops/rng_piece.h"
 #include "rng/philox.h"
 #include "rng/philox_fast.h"
 
@@ -142,12 +143,19 @@ static loom_status k_dropout(const loom_cpu *c, const loom_node *n, const loom_v
   double keep_div = 1.0 - p;
   const float *x = in[0].data;
   float *y = out[0].data;
+  loom_rng_piece piece;
+  LOOM_TRY(loom_op_rng_piece(c->ctx, n, out[0].rank, out[0].shape, &piece));
   int64_t total = loom_view_numel(&out[0]);
   int64_t tasks = (total + LOOM_CPU_CHUNK - 1) / LOOM_CPU_CHUNK;
 #pragma omp parallel for num_threads(c->nt) schedule(static) if (total >= LOOM_CPU_PAR_MIN / 4)
   for (int64_t t = 0; t < tasks; t++) {
-    int64_t i = t * LOOM_CPU_CHUNK, len = LOOM_MIN(total - i, (int64_t)LOOM_CPU_CHUNK);
-    loom_dropout_apply_f32(seed, start + (uint64_t)i, len, thr, keep_div, x + i, y + i);
+    int64_t end = LOOM_MIN(total, (t + 1) * (int64_t)LOOM_CPU_CHUNK);
+    /* runs of consecutive logical indices (one run unless a piece) */
+    for (int64_t i = t * LOOM_CPU_CHUNK, len; i < end; i += len) {
+      uint64_t first;
+      len = loom_rng_piece_span(&piece, i, end - i, &first);
+      loom_dropout_apply_f32(seed, start + first, len, thr, keep_div, x + i, y + i);
+    }
   }
   return LOOM_STATUS_OK;
 }

@@ -388,13 +388,17 @@ static void bits_extract(const uint8_t *src, uint64_t e0, int64_t n, uint8_t *ds
   if (n & 7) dst[nb - 1] &= (uint8_t)((1u << (n & 7)) - 1);
 }
 
-/* The keep bits of n consecutive elements from flat index e0 into buf. */
+/* The keep bits of n consecutive elements from flat index e0 into buf
+ * (all in one row: a piece's runs are whole rows, so their counters are
+ * consecutive too). */
 static const uint8_t *row_bits(const fa_run *R, int64_t e0, int64_t n, uint8_t *buf) {
   const loom_flash_attn *a = R->a;
   if (a->mask_bits)
     bits_extract(a->mask_bits, (uint64_t)e0, n, buf);
   else
-    loom_dropout_mask_bits(a->seed, a->j0 + (uint64_t)e0, n, R->thr, buf);
+    loom_dropout_mask_bits(a->seed,
+                           a->j0 + (a->piece ? loom_rng_piece_index(a->piece, e0) : (uint64_t)e0),
+                           n, R->thr, buf);
   return buf;
 }
 

@@ -8,8 +8,9 @@
  *   S = scale * q k^T; with causal, query row i sees keys j <= i + (Sk - Sq)
  *   (the others are -inf); P = softmax over j; with dropout (p > 0),
  *   Pd[i,j] = keep(e) ? P[i,j] / (1 - p) : 0, where e = (bh*Sq + i)*Sk + j
- *   is the logical flat index of the [BH, Sq, Sk] probabilities and keep(e)
- *   is loom_dropout_keep(seed, j0 + e, loom_dropout_threshold(p))
+ *   is the flat index of the [BH, Sq, Sk] probabilities and keep(e) is
+ *   loom_dropout_keep(seed, j0 + e, loom_dropout_threshold(p)) (with a
+ *   piece, j0 + its logical index of e instead)
  *   (rng/philox.h, docs/DROPOUT.md); O = Pd v.
  * Edge cases, as the composite: a row that sees no key (causal with
  * Sq > Sk: the first Sq - Sk rows) has probabilities 0/0 = NaN, so its
@@ -40,6 +41,7 @@
 #define LOOM_RUNTIME_CPU_FLASH_ATTENTION_H
 
 #include "core/ctx.h"
+#include "rng/piece.h"
 
 /* Which kernels run the tiles. BEST picks AVX512 where the CPU has
  * AVX-512F, else PORTABLE; tests force one. Results are deterministic per
@@ -63,6 +65,10 @@ typedef struct loom_flash_attn {
    * layout loom_dropout_mask_bits(seed, j0, BH*Sq*Sk, thr, bits) writes),
    * read instead of generating Philox words. NULL: generate in the kernel. */
   const uint8_t *mask_bits;
+  /* Optional: the probabilities [BH, Sq, Sk] are this piece of a logical
+   * tensor (rng/piece.h, with the op's [..., Sq, Sk] shape), so element e
+   * uses counter j0 + loom_rng_piece_index(piece, e). NULL: j0 + e. */
+  const loom_rng_piece *piece;
   int32_t impl; /* loom_flash_attn_impl; 0 (BEST) when zero-initialised */
 } loom_flash_attn;
 
