@@ -670,6 +670,44 @@ static void case_refusals(loom_ctx *ctx) {
   loom_graph_free(g);
 }
 
+/* sum(a) + sum(b): two independent loops feeding one scalar. One kernel
+ * cannot run both loops as one (b's load once kept the loop index, a's
+ * lost it: the kernel summed a[0] sixteen times), so stitch refuses the
+ * whole group, and a session still computes the right value in every
+ * mode (the planner keeps the sums in kernels of their own). */
+static void case_independent_sums(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int64_t s[1] = {16};
+  int32_t a = input(g, "a", LOOM_DTYPE_F32, 1, s), b = input(g, "b", LOOM_DTYPE_F32, 1, s);
+  int32_t y = lb_add(g, lb_sum(g, a, 0, NULL, false), lb_sum(g, b, 0, NULL, false));
+  loom_graph_output(g, "y", y);
+  CHECK_OK(ctx, loom_build_status(g));
+  int32_t gon[3] = {1, 1, 1};
+  CHECK(g->n_nodes == 3);
+  CHECK(!loom_fusion_group_analyze(g, gon, 1, LOOM_FUSION_STITCH, NULL));
+  loom_tensor *in[2] = {NULL, NULL};
+  double want = 0;
+  for (int32_t i = 0; i < 2; i++) {
+    CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 1, s, &in[i]));
+    float *d = loom_tensor_data(in[i]);
+    for (int32_t e = 0; e < 16; e++) want += d[e] = (float)(1 + e + 100 * i);
+  }
+  for (int32_t m = 0; m < LOOM_FUSION_COUNT; m++) {
+    loom_session_options o = LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = (loom_fusion_mode)m);
+    loom_session *ss = NULL;
+    loom_tensor *out = NULL;
+    CHECK_OK(ctx, loom_session_new(ctx, g, &o, &ss));
+    if (ss) CHECK_OK(ctx, loom_session_run(ss, 2, (const loom_tensor *const *)in, 1, &out));
+    if (out) CHECK(*(const float *)loom_tensor_data(out) == (float)want);
+    loom_tensor_free(out);
+    loom_session_free(ss);
+  }
+  loom_tensor_free(in[0]);
+  loom_tensor_free(in[1]);
+  loom_graph_free(g);
+}
+
 int main(void) {
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) return 1;
@@ -718,6 +756,7 @@ int main(void) {
   case_batchnorm(ctx, 9, 5);
   case_layout(ctx);
   case_attn_middle(ctx, 5, 5);
+  case_independent_sums(ctx);
   case_attn_middle(ctx, 3, 7);
   case_rmsnorm_bwd(ctx);
   case_empty(ctx);

@@ -92,7 +92,17 @@ static bool root_fits(const lw *w, const lroot *r, uint32_t pm, uint32_t rm) {
   return (sp & rm) == 0 || (sp & rm) == rm;
 }
 
-/* The component and the domain dims a set of roots (label lab) touches. */
+/* Notes component c as one a part touches: -2 once a second appears (a
+ * part runs the loops of one component; values of two independent ones,
+ * sum(a) + sum(b), need a part each, or the second's loads lose their
+ * loop index). */
+static void touch_comp(int32_t *comp, int32_t c) {
+  if (c < 0 || *comp == -2) return;
+  *comp = *comp < 0 || *comp == c ? c : -2;
+}
+
+/* The component and the domain dims a set of roots (label lab) touches:
+ * *comp -1 for none, -2 for more than one. */
 static void part_domain(const lw *w, const lroot *roots, int32_t nr, const int32_t *label,
                         int32_t lab, const int32_t *cl, int32_t n_cl, int32_t *comp,
                         uint32_t *mask) {
@@ -105,7 +115,7 @@ static void part_domain(const lw *w, const lroot *roots, int32_t nr, const int32
                            roots[i].col ? &w->lv[w->loc[rn->in[0]]] : NULL};
     for (int32_t j = 0; j < 2; j++)
       if (vals[j] && vals[j]->comp >= 0) {
-        *comp = vals[j]->comp;
+        touch_comp(comp, vals[j]->comp);
         *mask |= vals[j]->space;
       }
   }
@@ -114,7 +124,7 @@ static void part_domain(const lw *w, const lroot *roots, int32_t nr, const int32
     for (int32_t i = -1; i < nd->n_in; i++) {
       const lval *x = &w->lv[w->loc[i < 0 ? nd->out[0] : nd->in[i]]];
       if (x->comp < 0) continue;
-      *comp = x->comp;
+      touch_comp(comp, x->comp);
       *mask |= x->space;
     }
   }
@@ -351,6 +361,16 @@ static loom_status parts(lw *w, kbuild *b) {
         int32_t nu = union_closure(mark, nm, clo_off, clo_m, order + a, z - a, ulist);
         for (int32_t q = 0; q < nu; q++) mark[ulist[q]] = false;
         part_domain(w, roots, nr, label, lab, ulist, nu, &comp, &mask);
+        if (comp == -2) {
+          if (z - a == 1) {
+            st = loom_lower_fail(w, "value %d needs the loops of two independent pieces",
+                                 w->lv[roots[order[a]].l].v);
+            break;
+          }
+          label[order[a]] = next_label++;
+          changed = true;
+          continue;
+        }
         if (comp < 0) continue;
         const lcomp *c = &w->comp[comp];
         uint32_t pm = mask & ((1u << c->k) - 1), rm = mask & rmask(c);

@@ -543,11 +543,26 @@ loom_status loom_trainer_attach_plan(loom_trainer *t, struct loom_comm *comm, co
   loom_ctx *ctx = t->ctx;
   if (t->runner) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "train: a plan is attached");
   t->comm = comm;
-  loom_status s = loom_plan_builtin(ctx, t->train_g, plan, comm->size, &t->plan);
+  /* Attention dropout is drawn inside the attention kernels under a plan:
+   * a bitmask made beside a GEMM covers the whole tensor (a piece cannot
+   * take it), and the auto placement measures this machine, so ranks could
+   * choose differently. The masks are the same numbers either way. */
+  loom_session_options so = LOOM_SESSION_OPTIONS(.backend = t->cfg.backend, .fusion = t->fusion,
+                                                 .attention = t->cfg.attention,
+                                                 .rng = LOOM_RNG_FUSED);
+  loom_gpt_optim o = {t->cfg.beta1, t->cfg.beta2, t->cfg.eps, t->cfg.weight_decay, t->cfg.seed, &so};
+  loom_graph *g = NULL;
+  int64_t per_step = 0;
+  loom_status s = loom_gpt_build_train(ctx, &t->cfg.model, t->cfg.batch, t->cfg.model.context, &o,
+                                       &g, &per_step);
+  if (!s) {
+    loom_graph_free(t->train_g);
+    t->train_g = g;
+    t->rng_per_step = per_step;
+  }
+  if (!s) s = loom_plan_builtin(ctx, t->train_g, plan, comm->size, &t->plan);
   if (!s) s = loom_plan_lower(t->plan, NULL, &t->program);
   if (!s) s = check_ranks_agree(t, plan);
-  loom_session_options so = LOOM_SESSION_OPTIONS(.backend = t->cfg.backend, .fusion = t->fusion,
-                                                 .attention = t->cfg.attention, .rng = t->cfg.rng);
   if (!s) s = loom_plan_runner_new(ctx, t->program, comm, &so, &t->runner);
   if (!s) s = loom_plan_runner_load(t->runner, t->in);
   if (s) {
