@@ -174,7 +174,7 @@ int main(void) {
     int32_t n;
   } plans[] = {{"dp2", 2}, {"dp4", 4}, {"tp2", 2}, {"dp2xtp2", 4}, {"dp2+zero2", 2},
                {"dp2+zero3", 2}, {"pp2", 2}, {"pp2+gpipe+mb4", 2}, {"dp2xpp2", 4},
-               {"tp2xpp2", 4}};
+               {"tp2xpp2", 4}, {"pp2+interlaced", 2}};
   for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++)
     check_plan(ctx, g, in, want, plans[i].spec, plans[i].n);
   free_all(in, loom_graph_num_inputs(g));

@@ -42,6 +42,9 @@ static const char help[] =
     "  ppN        pipeline over N stages by layer, micro-batched (default 1F1B)\n"
     "  +gpipe|+1f1b|+mbM\n"
     "             the pipeline's schedule, and M micro-batches (default N)\n"
+    "  +interlaced\n"
+    "             with pp: embedding and head tensor-parallel across all the\n"
+    "             stages' devices, the layers pipelined (GPipe order)\n"
     "  +zero1|+zero2|+zero3\n"
     "             ZeRO with the dp axis: AdamW state (zero3: and parameters)\n"
     "             sharded, gradients reduce-scattered, parameters all-gathered\n";
@@ -75,6 +78,9 @@ static bool parse_spec(const char *s, spec *out) {
     if (strncmp(q, "zero", 4) == 0 && q[4] >= '1' && q[4] <= '3' && !out->zero) {
       out->zero = q[4] - '0';
       q += 5;
+    } else if (strncmp(q, "interlaced", 10) == 0) {
+      out->interlaced = true;
+      q += 10;
     } else if (strncmp(q, "gpipe", 5) == 0) {
       out->schedule = PP_GPIPE;
       q += 5;
@@ -288,7 +294,7 @@ loom_status loom_plan_builtin(loom_ctx *ctx, const loom_graph *g, const char *te
     else if (sp.kind[a] == AXIS_TP) tp_axis = a;
     else pp_axis = a;
   }
-  if ((sp.micro || sp.schedule != PP_1F1B) && pp_axis < 0)
+  if ((sp.micro || sp.schedule != PP_1F1B || sp.interlaced) && pp_axis < 0)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "plan: %s: a schedule or micro-batch count needs a pp axis", text);
   if (prod != n_devices)

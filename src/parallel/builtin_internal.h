@@ -16,6 +16,7 @@ typedef struct spec {
   int32_t zero;          /* ZeRO stage, 0: none */
   pp_schedule schedule;  /* with a pp axis */
   int32_t micro;         /* micro-batches, 0: as many as stages */
+  bool interlaced;       /* embedding and head tensor-parallel across the stages */
 } spec;
 
 /* How a logical value is laid out along the axis being cut. */

@@ -38,14 +38,23 @@ typedef struct stages {
   bool *forward;   /* per node: an ancestor of the loss */
 } stages;
 
-static int32_t param_stage(const char *name, int32_t n_layers, int32_t S) {
+/* Stages are first found per layer ("fine": 0 the embeddings, 1..L the
+ * layers, L+1 the final norm and head), then mapped onto the pipeline's
+ * S stages; max and min commute with the monotone map. */
+static int32_t fine_stage(const char *name, int32_t n_layers) {
   int32_t l = layer_of(name);
   if (l < 0) return 0;
-  if (l >= n_layers) return S - 1;
-  return (int32_t)((int64_t)l * S / n_layers);
+  if (l >= n_layers) return n_layers + 1;
+  return l + 1;
 }
 
-static loom_status assign_stages(const loom_graph *g, int32_t S, stages *st) {
+static int32_t pipeline_stage(int32_t fine, int32_t n_layers, int32_t S) {
+  if (fine <= 0) return 0;
+  if (fine > n_layers) return S - 1;
+  return (int32_t)((int64_t)(fine - 1) * S / n_layers);
+}
+
+static loom_status assign_stages(const loom_graph *g, int32_t S, stages *st, int32_t *n_layers_out) {
   int32_t n_layers = 0;
   for (int32_t i = 0; i < g->n_inputs; i++) {
     int32_t l = layer_of(g->values[g->inputs[i]].name);
@@ -61,7 +70,7 @@ static loom_status assign_stages(const loom_graph *g, int32_t S, stages *st) {
     int32_t v = g->inputs[i];
     bool state = g->values[v].kind == LOOM_VALUE_PARAM || layer_of(g->values[v].name) != INT32_MAX ||
                  strncmp(g->values[v].name, "adam.", 5) == 0;
-    if (state) st->value[v] = param_stage(g->values[v].name, n_layers, S);
+    if (state) st->value[v] = fine_stage(g->values[v].name, n_layers);
   }
   /* the loss's ancestors are the forward pass */
   memset(st->forward, 0, sizeof *st->forward * (size_t)g->n_nodes);
@@ -106,6 +115,7 @@ static loom_status assign_stages(const loom_graph *g, int32_t S, stages *st) {
       }
     st->node[i] = s >= 0 ? s : 0;
   }
+  *n_layers_out = n_layers;
   return LOOM_STATUS_OK;
 }
 
@@ -139,17 +149,33 @@ loom_status builtin_pipeline(loom_plan *p, const spec *sp, int32_t degree, int32
                loom_malloc(ctx, sizeof(int32_t) * (size_t)(g->n_values + 1)),
                loom_malloc(ctx, sizeof(bool) * (size_t)(g->n_nodes + 1))};
   loom_status s = st.node && st.value && st.use && st.forward ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
-  if (!s) s = assign_stages(g, S, &st);
-  /* stages: shift every leaf to its stage's device */
+  int32_t n_layers = 0;
+  if (!s) s = assign_stages(g, S, &st, &n_layers);
+  /* interlaced: the embedding and the head (fine stages 0 and L+1) are
+   * cut tensor-parallel across every stage's device; the rest go to their
+   * stage. Stages: shift every leaf to its stage's device. */
+  axis_cut across = {.p = p, .kind = AXIS_TP, .degree = S, .stride = stride};
+  if (!s && sp->interlaced) {
+    across.state = loom_malloc(ctx, sizeof *across.state * (size_t)(g->n_values + 1));
+    if (!across.state) s = LOOM_STATUS_OUT_OF_MEMORY;
+    else builtin_seed(&across, sp);
+  }
   for (int32_t node = 0; !s && node < g->n_nodes; node++) {
+    bool region = st.node[node] == 0 || st.node[node] == n_layers + 1;
+    if (sp->interlaced && region) {
+      s = builtin_cut_node(&across, node);
+      continue;
+    }
     int32_t *leaves = NULL, n = 0;
     s = loom_plan_leaves(p, node, &leaves, &n);
+    int32_t stage = pipeline_stage(st.node[node], n_layers, S);
     for (int32_t k = 0; !s && k < n; k++) {
       int32_t base = p->subops[leaves[k]].device;
-      s = loom_op_assign(p, leaves[k], (base < 0 ? 0 : base) + st.node[node] * stride);
+      s = loom_op_assign(p, leaves[k], (base < 0 ? 0 : base) + stage * stride);
     }
     free(leaves);
   }
+  free(across.state);
   /* micro-batches: the batch cut, every part on its own device */
   int32_t micro_first = p->n_subops;
   axis_cut ax = {.p = p, .kind = AXIS_DP, .degree = m, .stride = 0};
@@ -192,7 +218,8 @@ loom_status builtin_pipeline(loom_plan *p, const spec *sp, int32_t degree, int32
     for (int32_t i = micro_first; i < p->n_subops; i++) {
       const loom_subop *sub = &p->subops[i];
       if (sub->n_children || sub->device != d) continue;
-      int32_t pos = position(sp->schedule, S, stage, m, st.forward[sub->node], sub->index);
+      pp_schedule sched = sp->interlaced ? PP_GPIPE : sp->schedule;
+      int32_t pos = position(sched, S, stage, m, st.forward[sub->node], sub->index);
       slots[n_slots++] = (slot){(int64_t)pos * g->n_nodes + sub->node, i};
     }
     qsort(slots, (size_t)n_slots, sizeof *slots, cmp_slot);

@@ -190,17 +190,10 @@ static loom_status check_cover(lower_walk *w) {
 
 /* ---- needs ---------------------------------------------------------------- */
 
-static bool box_equal(const loom_vbox *a, const loom_vbox *b) {
-  if (a->rank != b->rank) return false;
-  for (int32_t d = 0; d < a->rank; d++)
-    if (a->start[d] != b->start[d] || a->end[d] != b->end[d]) return false;
-  return true;
-}
-
 static loom_status add_need(loom_ctx *ctx, lower_need **needs, int32_t *n, int32_t *cap,
                             int32_t dev, const loom_vbox *box) {
   for (int32_t i = 0; i < *n; i++)
-    if ((*needs)[i].dev == dev && box_equal(&(*needs)[i].box, box)) return LOOM_STATUS_OK;
+    if ((*needs)[i].dev == dev && loom_vbox_equal(&(*needs)[i].box, box)) return LOOM_STATUS_OK;
   if (!loom_grow(ctx, (void **)needs, cap, *n + 1, sizeof **needs)) return LOOM_STATUS_OUT_OF_MEMORY;
   (*needs)[(*n)++] = (lower_need){dev, *box};
   return LOOM_STATUS_OK;
@@ -452,10 +445,8 @@ static bool sum_of_partials(lower_walk *w, int32_t node, loom_status *st) {
   for (int32_t k = 0; k < a->n; k++) {
     const lower_piece *x = &a->v[k], *y = &b->v[k];
     if (x->dev != y->dev || x->K != y->K || x->parts != y->parts || x->replica != y->replica ||
-        x->combine != LOOM_OP_ADD || y->combine != LOOM_OP_ADD || x->box.rank != y->box.rank)
+        x->combine != LOOM_OP_ADD || y->combine != LOOM_OP_ADD || !loom_vbox_equal(&x->box, &y->box))
       return false;
-    for (int32_t d = 0; d < x->box.rank; d++)
-      if (x->box.start[d] != y->box.start[d] || x->box.end[d] != y->box.end[d]) return false;
   }
   for (int32_t k = 0; k < a->n && !*st; k++) {
     lower_piece pc = a->v[k];

@@ -34,14 +34,10 @@ static int32_t comm_index(const loom_plan_program *pp, int32_t node) {
 }
 
 /* The piece's name: the value's, with the box when it is not whole. */
-static void piece_name(const loom_graph *L, const char *base, const loom_vbox *box,
-                       const loom_type *whole, char *buf, size_t n) {
+static void piece_name(const char *base, const loom_vbox *box, const loom_type *whole, char *buf,
+                       size_t n) {
   loom_vbox full = loom_vbox_full(whole);
-  bool is_whole = true;
-  for (int32_t d = 0; d < box->rank; d++)
-    is_whole &= box->start[d] == full.start[d] && box->end[d] == full.end[d];
-  (void)L;
-  if (is_whole) {
+  if (loom_vbox_equal(box, &full)) {
     snprintf(buf, n, "%s", base);
     return;
   }
@@ -96,7 +92,7 @@ loom_status loom_plan_device_graph(const loom_plan_program *pp, int32_t d, loom_
       const loom_plan_io *io = &pp->ins[feed_of[n->out[0]]];
       int32_t gin = G->inputs[io->index];
       const loom_type *t = loom_value_type(G, n->out[0]);
-      piece_name(G, G->values[gin].name, &io->box, loom_value_type(G, gin), name, sizeof name);
+      piece_name(G->values[gin].name, &io->box, loom_value_type(G, gin), name, sizeof name);
       int32_t v = -1;
       st = G->values[gin].kind == LOOM_VALUE_PARAM
                ? loom_graph_param(g, name, t->dtype, t->rank, t->shape, &v)
@@ -157,8 +153,8 @@ loom_status loom_plan_device_graph(const loom_plan_program *pp, int32_t d, loom_
                       k);
       break;
     }
-    const loom_graph *L = G; /* output names are the logical graph's */
-    piece_name(L, G->output_names[io->index], &io->box,
+    /* output names are the logical graph's */
+    piece_name(G->output_names[io->index], &io->box,
                loom_value_type(G, G->outputs[io->index]), name, sizeof name);
     st = loom_graph_output(g, name, map[io->value]);
     if (!st && !loom_grow(ctx, (void **)&omap, &cap_o, n_omap + 1, sizeof *omap))

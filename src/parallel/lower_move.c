@@ -26,19 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool box_equal(const loom_vbox *a, const loom_vbox *b) {
-  if (a->rank != b->rank) return false;
-  for (int32_t d = 0; d < a->rank; d++)
-    if (a->start[d] != b->start[d] || a->end[d] != b->end[d]) return false;
-  return true;
-}
-
-static bool box_contains(const loom_vbox *outer, const loom_vbox *inner) {
-  for (int32_t d = 0; d < inner->rank; d++)
-    if (inner->start[d] < outer->start[d] || inner->end[d] > outer->end[d]) return false;
-  return true;
-}
-
 static const loom_type *vtype(const lower_walk *w, int32_t v) { return loom_value_type(w->L, v); }
 
 static int64_t box_bytes(const lower_walk *w, int32_t v, const loom_vbox *b) {
@@ -48,7 +35,7 @@ static int64_t box_bytes(const lower_walk *w, int32_t v, const loom_vbox *b) {
 int32_t lower_find_piece(const lower_walk *w, int32_t v, int32_t dev, const loom_vbox *box) {
   const lower_plist *l = &w->avail[v];
   for (int32_t k = 0; k < l->n; k++)
-    if (l->v[k].K == 1 && l->v[k].dev == dev && box_equal(&l->v[k].box, box)) return k;
+    if (l->v[k].K == 1 && l->v[k].dev == dev && loom_vbox_equal(&l->v[k].box, box)) return k;
   return -1;
 }
 
@@ -59,7 +46,7 @@ static loom_status tag(lower_walk *w, int32_t dev, bool host) {
 
 static int32_t slice_to(lower_walk *w, int32_t gv, const loom_vbox *src, const loom_vbox *q,
                         int32_t dev, bool host) {
-  if (box_equal(src, q)) return gv;
+  if (loom_vbox_equal(src, q)) return gv;
   int64_t lo[LOOM_MAX_RANK], hi[LOOM_MAX_RANK];
   for (int32_t d = 0; d < q->rank; d++) {
     lo[d] = q->start[d] - src->start[d];
@@ -91,10 +78,8 @@ static int32_t emit_comm(lower_walk *w, int32_t v, loom_op op, loom_attr_value *
   int32_t node = w->G->n_nodes - 1;
   if (lower_tag(w, -1, LOWER_INSERTED)) return -1;
   for (int32_t i = 0; i < n_out; i++) pp->value_device[outs[i]] = out_dev[i];
-  int32_t cap = pp->n_comms;
   if (!loom_grow(w->ctx, (void **)&pp->comms, &w->cap_comms, pp->n_comms + 1, sizeof *pp->comms))
     return -1;
-  (void)cap;
   pp->comms[pp->n_comms++] = (loom_plan_comm){op, node, group, seq, v, bytes};
   return outs[0];
 }
@@ -176,7 +161,7 @@ int32_t lower_assemble(lower_walk *w, int32_t v, const loom_vbox *q, int32_t dev
     if (pc->K != 1) continue;
     loom_vbox inter;
     if (!loom_vbox_intersect(&pc->box, q, &inter)) continue;
-    bool contains = box_contains(&pc->box, q), local = host || pc->dev == dev;
+    bool contains = loom_vbox_contains(&pc->box, q), local = host || pc->dev == dev;
     int64_t share = loom_vbox_numel(&inter), dist = dev_distance(pc->dev, dev);
     bool better = best < 0 || contains > best_contains ||
                   (contains == best_contains &&
@@ -233,7 +218,7 @@ int32_t lower_assemble(lower_walk *w, int32_t v, const loom_vbox *q, int32_t dev
 
 static bool same_part_group(const lower_piece *a, const lower_piece *b) {
   return a->K == b->K && a->combine == b->combine && a->replica == b->replica &&
-         box_equal(&a->box, &b->box);
+         loom_vbox_equal(&a->box, &b->box);
 }
 
 /* a combine b on dev (add, maximum, minimum). */
@@ -367,7 +352,7 @@ static loom_status join_group(lower_walk *w, int32_t v, int32_t n, const int32_t
       int32_t d = needs[k].dev, acc = -1;
       bool done = false;
       for (int32_t j = 0; j < l->n; j++)
-        done |= l->v[j].K == 1 && l->v[j].dev == d && box_equal(&l->v[j].box, &first.box);
+        done |= l->v[j].K == 1 && l->v[j].dev == d && loom_vbox_equal(&l->v[j].box, &first.box);
       if (done) continue;
       for (int32_t m = 0; m < n; m++) {
         const lower_piece pc = l->v[idx[m]];
@@ -423,7 +408,7 @@ static loom_status join_rest(lower_walk *w, int32_t v, int32_t owner) {
       lo[d] = pc.box.start[d];
       hi[d] = whole.end[d] - pc.box.end[d];
     }
-    int32_t padded = box_equal(&pc.box, &whole) ? here : lb_pad(w->G, here, lo, hi, identity_of(combine));
+    int32_t padded = loom_vbox_equal(&pc.box, &whole) ? here : lb_pad(w->G, here, lo, hi, identity_of(combine));
     if (padded < 0 || loom_build_status(w->G) || lower_tag(w, owner, LOWER_INSERTED))
       return LOOM_STATUS_INTERNAL;
     acc = acc < 0 ? padded : combine2(w, combine, acc, padded, owner);
@@ -467,7 +452,7 @@ static int32_t lacking(const lower_walk *w, int32_t v, const lower_need *needs, 
                        const loom_vbox *q, int32_t *devs) {
   int32_t n = 0;
   for (int32_t k = 0; k < n_needs; k++) {
-    if (!box_equal(&needs[k].box, q) || lower_find_piece(w, v, needs[k].dev, q) >= 0) continue;
+    if (!loom_vbox_equal(&needs[k].box, q) || lower_find_piece(w, v, needs[k].dev, q) >= 0) continue;
     bool dup = false;
     for (int32_t j = 0; j < n; j++) dup |= devs[j] == needs[k].dev;
     if (!dup) devs[n++] = needs[k].dev;
@@ -492,7 +477,7 @@ static loom_status collectives_for(lower_walk *w, int32_t v, const loom_vbox *q,
     for (int32_t m = 0; m < n; m++)
       for (int32_t k = 0; k < l->n; k++) {
         const lower_piece *pc = &l->v[k];
-        if (pc->K != 1 || pc->dev != devs[m] || !box_contains(q, &pc->box)) continue;
+        if (pc->K != 1 || pc->dev != devs[m] || !loom_vbox_contains(q, &pc->box)) continue;
         bool ok = pc->box.end[ax] - pc->box.start[ax] == tile &&
                   (pc->box.start[ax] - q->start[ax]) % tile == 0;
         for (int32_t d = 0; d < q->rank && ok; d++)
@@ -532,7 +517,7 @@ static loom_status collectives_for(lower_walk *w, int32_t v, const loom_vbox *q,
     bool member = false;
     for (int32_t m = 0; m < n; m++) member |= devs[m] == pc->dev;
     if (member && loom_vbox_intersect(&pc->box, q, &inter)) return LOOM_STATUS_OK;
-    if (!member && box_contains(&pc->box, q) &&
+    if (!member && loom_vbox_contains(&pc->box, q) &&
         (root < 0 || dev_distance(pc->dev, devs[0]) < dev_distance(l->v[root].dev, devs[0])))
       root = k;
   }
@@ -565,7 +550,7 @@ loom_status lower_move_value(lower_walk *w, int32_t v, int32_t n_needs, const lo
   int32_t devs[LOOM_PLAN_MAX_DEVICES];
   for (int32_t k = 0; k < n_needs; k++) {
     bool seen = false;
-    for (int32_t j = 0; j < k; j++) seen |= box_equal(&needs[j].box, &needs[k].box);
+    for (int32_t j = 0; j < k; j++) seen |= loom_vbox_equal(&needs[j].box, &needs[k].box);
     if (seen) continue;
     int32_t n = lacking(w, v, needs, n_needs, &needs[k].box, devs);
     if (n >= 2) LOOM_TRY(collectives_for(w, v, &needs[k].box, n, devs));

@@ -39,13 +39,6 @@ void loom_plan_runner_free(loom_plan_runner *r) {
 const loom_session *loom_plan_runner_session(const loom_plan_runner *r) { return r ? r->s : NULL; }
 const loom_graph *loom_plan_runner_graph(const loom_plan_runner *r) { return r ? r->g : NULL; }
 
-static bool same_box(const loom_vbox *a, const loom_vbox *b) {
-  if (a->rank != b->rank) return false;
-  for (int32_t d = 0; d < a->rank; d++)
-    if (a->start[d] != b->start[d] || a->end[d] != b->end[d]) return false;
-  return true;
-}
-
 static loom_status new_like(loom_ctx *ctx, const loom_graph *g, int32_t v, loom_tensor **out) {
   const loom_type *t = loom_value_type(g, v);
   return loom_tensor_new(ctx, t->dtype, t->rank, t->shape, out);
@@ -83,7 +76,7 @@ loom_status loom_plan_runner_new(loom_ctx *ctx, const loom_plan_program *pp, loo
       int32_t tie = pp->output_tied ? pp->output_tied[io->index] : -1;
       for (int32_t i = 0; tie >= 0 && i < r->g->n_inputs; i++) {
         const loom_plan_io *ii = &pp->ins[r->in_map[i]];
-        if (ii->index == tie && same_box(&ii->box, &io->box)) r->tied_in[o] = i;
+        if (ii->index == tie && loom_vbox_equal(&ii->box, &io->box)) r->tied_in[o] = i;
       }
     }
     if (r->tied_in[o] >= 0) r->out[o] = r->in[r->tied_in[o]];
@@ -199,7 +192,7 @@ static loom_status gather(loom_plan_runner *r, const loom_plan_io *ios, int32_t 
     if (io->index != index) continue;
     bool dup = false;
     for (int32_t j = 0; j < k; j++)
-      dup |= ios[j].index == index && same_box(&ios[j].box, &io->box);
+      dup |= ios[j].index == index && loom_vbox_equal(&ios[j].box, &io->box);
     if (dup) continue;
     /* this device's tensor for the piece */
     loom_tensor *mine = NULL;

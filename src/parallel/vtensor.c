@@ -132,6 +132,20 @@ int64_t loom_vbox_numel(const loom_vbox *b) {
   return n;
 }
 
+bool loom_vbox_equal(const loom_vbox *a, const loom_vbox *b) {
+  if (a->rank != b->rank) return false;
+  for (int32_t d = 0; d < a->rank; d++)
+    if (a->start[d] != b->start[d] || a->end[d] != b->end[d]) return false;
+  return true;
+}
+
+bool loom_vbox_contains(const loom_vbox *outer, const loom_vbox *inner) {
+  if (outer->rank != inner->rank) return false;
+  for (int32_t d = 0; d < inner->rank; d++)
+    if (inner->start[d] < outer->start[d] || inner->end[d] > outer->end[d]) return false;
+  return true;
+}
+
 bool loom_vbox_intersect(const loom_vbox *a, const loom_vbox *b, loom_vbox *out) {
   loom_vbox r = {.rank = a->rank};
   bool empty = a->rank != b->rank;

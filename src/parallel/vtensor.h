@@ -94,6 +94,10 @@ int64_t loom_vbox_numel(const loom_vbox *b);
 bool loom_vbox_empty(const loom_vbox *b);
 /* The box a and b share, in *out; false (and an empty *out) if none. */
 bool loom_vbox_intersect(const loom_vbox *a, const loom_vbox *b, loom_vbox *out);
+/* Same rank and the same ranges. */
+bool loom_vbox_equal(const loom_vbox *a, const loom_vbox *b);
+/* True if every index of inner is in outer (same rank). */
+bool loom_vbox_contains(const loom_vbox *outer, const loom_vbox *inner);
 /* "[0:2, 3:6]" */
 const char *loom_vbox_str(const loom_vbox *b, char *buf, size_t n);
 /* "[0:2, 3:6] v1/2 r0/2" (v and r left out when 1). */

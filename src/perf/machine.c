@@ -178,6 +178,7 @@ void loom_machine_default(loom_machine *m) {
   m->triad_gbps = DEFAULT_TRIAD_GBPS;
   m->sgemm_gflops = DEFAULT_SGEMM_GFLOPS;
   m->kernel_launch_s = DEFAULT_LAUNCH_S;
+  m->comm = loom_comm_model_default();
   m->measured = false;
 }
 

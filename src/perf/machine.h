@@ -7,6 +7,7 @@
 #define LOOM_PERF_MACHINE_H
 
 #include "core/ctx.h"
+#include "perf/comm_model.h"
 
 typedef struct loom_machine {
   int32_t threads; /* threads a run uses (the context's setting) */
@@ -18,6 +19,9 @@ typedef struct loom_machine {
   double triad_gbps;                      /* STREAM-like triad bandwidth, all threads */
   double sgemm_gflops;                    /* large sgemm rate, all threads */
   double kernel_launch_s;                 /* fixed cost of one kernel launch (fork/join) */
+  /* Messages between ranks (parallel plans): measured on a communicator
+   * by loom_comm_model_measure, else the shared-memory defaults. */
+  loom_comm_model comm;
   bool measured;                          /* false: rates are defaults */
 } loom_machine;
 

@@ -7,6 +7,7 @@
 #include "ops/op.h"
 #include "parallel/builtin.h"
 #include "parallel/runner.h"
+#include "perf/comm_model.h"
 #include "runtime/backend.h"
 #include "train/prng.h"
 
@@ -561,10 +562,21 @@ loom_status loom_trainer_attach_plan(loom_trainer *t, struct loom_comm *comm, co
     t->rng_per_step = per_step;
   }
   if (!s) s = loom_plan_builtin(ctx, t->train_g, plan, comm->size, &t->plan);
-  if (!s) s = loom_plan_lower(t->plan, NULL, &t->program);
+  /* the communication choices use this machine's links, as rank 0
+   * measured them (every rank lowers with the same model) */
+  loom_plan_lower_options lo = {.comm = loom_comm_model_default()};
+  if (!s) s = loom_comm_model_measure(comm, ctx, &lo.comm);
+  if (!s) s = loom_plan_lower(t->plan, &lo, &t->program);
   if (!s) s = check_ranks_agree(t, plan);
   if (!s) s = loom_plan_runner_new(ctx, t->program, comm, &so, &t->runner);
   if (!s) s = loom_plan_runner_load(t->runner, t->in);
+  /* Ranks compile their programs at their own pace (minutes on a busy
+   * machine): meet once with a setup-sized bound before the first step, so
+   * the step's communication keeps its own, shorter one. */
+  double bound = comm->timeout_s;
+  if (!s) s = loom_comm_set_timeout(comm, ctx, bound > 600.0 ? bound : 600.0);
+  if (!s) s = loom_comm_barrier(comm, ctx);
+  if (!s) s = loom_comm_set_timeout(comm, ctx, bound);
   if (s) {
     loom_error_prefix(ctx, "plan %s on %d devices", plan, comm->size);
     return s;
