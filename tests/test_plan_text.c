@@ -156,6 +156,31 @@ static void test_else_replicate(loom_ctx *ctx, const loom_graph *g) {
   loom_plan_free(p);
 }
 
+/* Splitting the label that follows dim 0 of %x through the graph: data
+ * parallelism in two lines, the weight-only neg replicated. */
+static void test_follow_input(loom_ctx *ctx, const loom_graph *g) {
+  loom_plan *p = parse(ctx, g,
+                       "plan devices 2\n"
+                       "trans * split %x 0 2 else replicate\n"
+                       "assign * 0 1\n");
+  if (!p) return;
+  /* matmul.3 splits its rows (m), the sum the rows it reduces (partial sums) */
+  int32_t m3 = loom_plan_label(p, 3, true, 0, 0), r4 = loom_plan_label(p, 4, false, 0, 0);
+  int32_t s3 = sub(p, "matmul.3#1"), s4 = sub(p, "reduce_sum.4#1"), s5 = sub(p, "neg.5#1");
+  CHECK(m3 >= 0 && r4 >= 0 && s3 >= 0 && s4 >= 0 && s5 >= 0);
+  if (m3 >= 0 && r4 >= 0 && s3 >= 0 && s4 >= 0 && s5 >= 0) {
+    CHECK(p->subops[s3].r.lo[m3] == 4 && p->subops[s3].r.hi[m3] == 8);
+    CHECK(p->subops[s4].r.lo[r4] == 4 && p->subops[s4].r.hi[r4] == 8);
+    CHECK(p->subops[s5].replicas == 2 && p->subops[s5].replica == 1);
+  }
+  /* the add's rows follow, its bias columns do not */
+  int32_t a1 = sub(p, "add.1#0"), rows = loom_plan_label(p, 1, true, 0, 0);
+  CHECK(a1 >= 0 && rows >= 0 && p->subops[a1].r.hi[rows] == 4);
+  CHECK(device_of(p, "add.1#1") == 1);
+  check_round_trip(ctx, p, "follow %x");
+  loom_plan_free(p);
+}
+
 /* A plan made in C, with orders and every kind of placement. */
 static void test_written_plan(loom_ctx *ctx, const loom_graph *g) {
   loom_plan *p = NULL;
@@ -256,6 +281,10 @@ static void test_errors(loom_ctx *ctx, const loom_graph *g) {
       {"plan devices 2\ntrans add.1 split left 0 2\n",
        "2:19: expected an operand (in0, in1, ..., out0, ...) but found 'left'"},
       {"plan devices 2\ntrans add.1 split in0 8 2\n", "2:23: a dim 8 is outside [0, 7]"},
+      {"plan devices 2\ntrans neg.5 split %x 0 2\n",
+       "2:19: neg.5: no dim of it follows dim 0 of input x"},
+      {"plan devices 2\ntrans * split %x 2 2\n", "2:18: input x has no dim 2 (rank 2)"},
+      {"plan devices 2\ntrans * split %tokens 0 2\n", "2:15: the graph has no input named 'tokens'"},
       {"plan devices 2\ntrans add.1 slice 2\n",
        "2:13: expected 'split' or 'replicate' but found 'slice'"},
       {"plan devices 2\ntrans\n", "2:6: expected a sub-op name or pattern but found the end of "
@@ -376,6 +405,7 @@ int main(void) {
     test_nested_and_patterns(ctx, g);
     test_else_replicate(ctx, g);
     test_written_plan(ctx, g);
+    test_follow_input(ctx, g);
     test_errors(ctx, g);
     test_builtin(ctx, g);
     test_depth(ctx, g);

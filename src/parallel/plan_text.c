@@ -341,7 +341,46 @@ static loom_status parse_operand(pparser *p, bool *is_out, int32_t *operand) {
   return LOOM_STATUS_OK;
 }
 
-/* "trans" SEL ("split" OPERAND DIM N ["else" "replicate"] | "replicate" N) */
+static loom_status parse_io_name(pparser *p, bool output, int32_t *index);
+
+/* Per node, the label of its annotation that carries the index of dim
+ * `dim` of graph input `input` (-1: none), followed forward through the
+ * graph: a label is that index when an input dim it labels is, and then
+ * so are the output dims it labels. Nodes are in topological order. For
+ * the batch dim of a training graph this finds the batch in the forward
+ * pass, the backward pass (which reads the forward's activations) and as
+ * the reduction of every weight gradient: data parallelism. */
+static loom_status follow_input_dim(pparser *p, int32_t input, int32_t dim, int32_t *node_label) {
+  const loom_graph *g = p->g;
+  uint8_t *tag = loom_calloc(p->ctx, (size_t)(g->n_values ? g->n_values : 1), 1); /* dims */
+  if (!tag) return LOOM_STATUS_OUT_OF_MEMORY;
+  tag[g->inputs[input]] = (uint8_t)(1u << dim);
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const loom_node *n = &g->nodes[i];
+    const loom_partition *pa = &p->plan->part[i];
+    node_label[i] = -1;
+    for (int32_t l = 0; l < pa->n_labels; l++) {
+      bool carries = false;
+      for (int32_t k = 0; k < n->n_in && k < LOOM_PART_MAX_IO && !carries; k++)
+        for (int32_t d = 0; d < loom_value_type(g, n->in[k])->rank; d++)
+          carries |= pa->in[k][d] == l && (tag[n->in[k]] >> d & 1);
+      if (!carries) continue;
+      if (node_label[i] < 0) node_label[i] = l;
+      for (int32_t o = 0; o < n->n_out && o < LOOM_PART_MAX_IO; o++)
+        for (int32_t d = 0; d < loom_value_type(g, n->out[o])->rank; d++)
+          if (pa->out[o][d] == l) tag[n->out[o]] |= (uint8_t)(1u << d);
+    }
+  }
+  free(tag);
+  return LOOM_STATUS_OK;
+}
+
+static loom_status trans_each(pparser *p, const selector *sl, bool split, bool is_out,
+                              int32_t operand, int32_t dim, int32_t n, bool fallback,
+                              const int32_t *node_label, int32_t op_line, int32_t op_col,
+                              int32_t n_line, int32_t n_col);
+
+/* "trans" SEL ("split" (OPERAND | %INPUT) DIM N ["else" "replicate"] | "replicate" N) */
 static loom_status parse_trans(pparser *p) {
   selector s;
   LOOM_TRY(read_selector(p, &s, "a sub-op name or pattern"));
@@ -350,12 +389,18 @@ static loom_status parse_trans(pparser *p) {
   if (!split && !is_word(&p->tok, "replicate")) return expected(p, "'split' or 'replicate'");
   next(p);
   bool is_out = false, fallback = false;
-  int32_t operand = 0, dim = 0, n = 0, op_line = 0, op_col = 0;
+  int32_t operand = 0, dim = 0, n = 0, op_line = 0, op_col = 0, follow = -1;
   if (split) {
     op_line = p->tok.line;
     op_col = p->tok.col;
-    LOOM_TRY(parse_operand(p, &is_out, &operand));
+    if (p->tok.kind == LOOM_TOK_VALUE) LOOM_TRY(parse_io_name(p, false, &follow));
+    else LOOM_TRY(parse_operand(p, &is_out, &operand));
+    int32_t dl = p->tok.line, dc = p->tok.col;
     LOOM_TRY(parse_int(p, 0, LOOM_MAX_RANK - 1, "a dim", &dim));
+    int32_t rank = follow >= 0 ? loom_value_type(p->g, p->g->inputs[follow])->rank : 0;
+    if (follow >= 0 && dim >= rank)
+      return perr_at(p, dl, dc, "input %s has no dim %d (rank %d)",
+                     p->g->values[p->g->inputs[follow]].name, dim, rank);
   }
   int32_t n_line = p->tok.line, n_col = p->tok.col;
   LOOM_TRY(parse_int(p, 1, LOOM_PLAN_MAX_DEVICES, "a part count", &n));
@@ -366,7 +411,28 @@ static loom_status parse_trans(pparser *p) {
   }
   if (!at_end(p)) return expected(p, "the end of the line");
   LOOM_TRY(select_subops(p, &s));
+  int32_t *node_label = NULL;
+  if (follow >= 0) {
+    node_label = loom_malloc(p->ctx, sizeof *node_label * (size_t)(p->g->n_nodes + 1));
+    if (!node_label) return LOOM_STATUS_OUT_OF_MEMORY;
+    node_label[p->g->n_nodes] = follow; /* for messages */
+    loom_status st = follow_input_dim(p, follow, dim, node_label);
+    if (!st) st = trans_each(p, &s, split, is_out, operand, dim, n, fallback, node_label, op_line,
+                             op_col, n_line, n_col);
+    free(node_label);
+    return st;
+  }
+  return trans_each(p, &s, split, is_out, operand, dim, n, fallback, NULL, op_line, op_col, n_line,
+                    n_col);
+}
+
+/* Cuts every selected sub-op (parse_trans). */
+static loom_status trans_each(pparser *p, const selector *sl, bool split, bool is_out,
+                              int32_t operand, int32_t dim, int32_t n, bool fallback,
+                              const int32_t *node_label, int32_t op_line, int32_t op_col,
+                              int32_t n_line, int32_t n_col) {
   loom_plan *pl = p->plan;
+  selector s = *sl;
   for (int32_t k = 0; k < p->n_sel; k++) {
     int32_t sub = p->sel[k];
     char name[NAME_MAX_LEN];
@@ -384,8 +450,12 @@ static loom_status parse_trans(pparser *p) {
     loom_algo a = {LOOM_ALGO_REPLICATE, 0};
     if (split) {
       const loom_subop *so = &pl->subops[sub];
-      int32_t l = loom_plan_label(pl, so->node, is_out, operand, dim);
-      if (l < 0 && !fallback) return at(p, op_line, op_col);
+      int32_t l = node_label ? node_label[so->node] : loom_plan_label(pl, so->node, is_out, operand, dim);
+      if (l < 0 && !fallback) {
+        if (!node_label) return at(p, op_line, op_col);
+        return perr_at(p, op_line, op_col, "%s: no dim of it follows dim %d of input %s", name,
+                       dim, p->g->values[p->g->inputs[node_label[p->g->n_nodes]]].name);
+      }
       /* a split that does not divide: op_trans says why, unless "else replicate" */
       if (l >= 0 && (!fallback || (so->r.hi[l] - so->r.lo[l]) % n == 0))
         a = (loom_algo){LOOM_ALGO_SPLIT, l};
