@@ -142,7 +142,12 @@ typedef enum loom_dtype {
   X(LOG_SOFTMAX, log_softmax) X(LAYER_NORM, layer_norm)                        \
   X(RMS_NORM, rms_norm) X(GELU, gelu) X(SILU, silu)                            \
   X(CROSS_ENTROPY, cross_entropy) X(LINEAR, linear) X(ATTENTION, attention)    \
-  X(ADAMW, adamw)
+  X(ADAMW, adamw)                                                              \
+  /* communication (docs/PARALLEL.md): a global form over every member of a  \
+   * group, or one member's per-device form, told apart by `member` */       \
+  X(ALL_REDUCE, all_reduce) X(ALL_GATHER, all_gather)                          \
+  X(REDUCE_SCATTER, reduce_scatter) X(ALL_TO_ALL, all_to_all)                  \
+  X(BROADCAST, broadcast) X(TRANSFER, transfer)
 
 typedef enum loom_op {
 #define LOOM_X_ENUM(NAME, name) LOOM_OP_##NAME,

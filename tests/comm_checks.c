@@ -198,12 +198,91 @@ static void check_bcast_a2a_barrier(tally *t, loom_comm *c, loom_ctx *ctx) {
   T_CHECK(t, strstr(loom_ctx_error(ctx), "f16") != NULL);
 }
 
+/* The group collectives over two groups: every rank in reverse order
+ * (member m is rank n-1-m) and the odd ranks; member m contributes
+ * value(m, ...), so plain C's member-order fold is the expectation. */
+static void check_group(tally *t, loom_comm *c, loom_ctx *ctx, int32_t n, const int32_t *ranks,
+                        int64_t seq) {
+  int32_t me = -1;
+  for (int32_t m = 0; m < n; m++)
+    if (ranks[m] == c->rank) me = m;
+  if (me < 0) return;
+  float buf[5], want[5];
+  fill(buf, 5, me, LOOM_DTYPE_F32, 0);
+  expected_reduce(want, 5, n, LOOM_DTYPE_F32, LOOM_COMM_SUM, 0);
+  T_OK(t, ctx, loom_comm_group_all_reduce(c, ctx, n, ranks, seq, buf, 5, LOOM_DTYPE_F32,
+                                          LOOM_COMM_SUM));
+  T_CHECK(t, memcmp(buf, want, sizeof buf) == 0);
+
+  int64_t mine[2] = {10 * me, 10 * me + 1}, all[2 * 4 * 8];
+  T_OK(t, ctx, loom_comm_group_all_gather(c, ctx, n, ranks, seq + 1, mine, all, 2, NULL,
+                                          LOOM_DTYPE_I64));
+  for (int32_t m = 0; m < n; m++) T_CHECK(t, all[2 * m] == 10 * m && all[2 * m + 1] == 10 * m + 1);
+
+  double send[2 * 32], got[2], dw[2];
+  fill(send, 2 * n, me, LOOM_DTYPE_F64, 0);
+  expected_reduce(dw, 2, n, LOOM_DTYPE_F64, LOOM_COMM_MIN, 2 * me);
+  T_OK(t, ctx, loom_comm_group_reduce_scatter(c, ctx, n, ranks, seq + 2, send, got, 2, NULL,
+                                              LOOM_DTYPE_F64, LOOM_COMM_MIN));
+  T_CHECK(t, memcmp(got, dw, sizeof got) == 0);
+
+  int32_t a_send[32], a_recv[32];
+  for (int32_t j = 0; j < n; j++) a_send[j] = 100 * me + j;
+  T_OK(t, ctx, loom_comm_group_all_to_all(c, ctx, n, ranks, seq + 3, a_send, a_recv, 1,
+                                          LOOM_DTYPE_I32));
+  for (int32_t i = 0; i < n; i++) T_CHECK(t, a_recv[i] == 100 * i + me);
+
+  float b[3], bw[3];
+  fill(b, 3, me, LOOM_DTYPE_F32, 0);
+  fill(bw, 3, n - 1, LOOM_DTYPE_F32, 0);
+  T_OK(t, ctx, loom_comm_group_broadcast(c, ctx, n, ranks, seq + 4, b, 3, LOOM_DTYPE_F32, n - 1));
+  T_CHECK(t, memcmp(b, bw, sizeof b) == 0);
+}
+
+static void check_groups(tally *t, loom_comm *c, loom_ctx *ctx) {
+  int32_t n = c->size;
+  if (n > 32) return;
+  int32_t rev[32] = {0}, odd[32] = {0}, n_odd = 0;
+  for (int32_t m = 0; m < n; m++) rev[m] = n - 1 - m;
+  for (int32_t r = 1; r < n; r += 2) odd[n_odd++] = r;
+  check_group(t, c, ctx, n, rev, 10);
+  if (n_odd > 0) check_group(t, c, ctx, n_odd, odd, 20);
+  /* Messages of two seqs between one pair, received in the other order:
+   * the tags keep them apart. */
+  if (n >= 2 && c->rank <= 1) {
+    int64_t x[2] = {7, 8}, y[2] = {0, 0};
+    if (c->rank == 0) {
+      T_OK(t, ctx, loom_comm_seq_send(c, ctx, &x[0], 1, LOOM_DTYPE_I64, 1, 7));
+      T_OK(t, ctx, loom_comm_seq_send(c, ctx, &x[1], 1, LOOM_DTYPE_I64, 1, 8));
+    } else {
+      T_OK(t, ctx, loom_comm_seq_recv(c, ctx, &y[1], 1, LOOM_DTYPE_I64, 0, 8));
+      T_OK(t, ctx, loom_comm_seq_recv(c, ctx, &y[0], 1, LOOM_DTYPE_I64, 0, 7));
+      T_CHECK(t, y[0] == 7 && y[1] == 8);
+    }
+  }
+  /* Bad groups are errors with messages. */
+  int32_t dup[2] = {0, 0}, outside[1] = {n};
+  float none[1] = {0};
+  T_CHECK(t, loom_comm_group_all_reduce(c, ctx, 2, dup, 0, none, 0, LOOM_DTYPE_F32,
+                                        LOOM_COMM_SUM) == LOOM_STATUS_INVALID_ARGUMENT);
+  T_CHECK(t, loom_comm_group_broadcast(c, ctx, 1, outside, 0, none, 0, LOOM_DTYPE_F32, 0) ==
+                 LOOM_STATUS_INVALID_ARGUMENT);
+  T_CHECK(t, strstr(loom_ctx_error(ctx), "not one of") != NULL);
+  if (n >= 2) {
+    int32_t other[1] = {(c->rank + 1) % n};
+    T_CHECK(t, loom_comm_group_all_reduce(c, ctx, 1, other, 0, none, 0, LOOM_DTYPE_F32,
+                                          LOOM_COMM_SUM) == LOOM_STATUS_INVALID_ARGUMENT);
+    T_CHECK(t, strstr(loom_ctx_error(ctx), "not a member of the group") != NULL);
+  }
+}
+
 int comm_check_all(loom_comm *c, loom_ctx *ctx, int *checks) {
   tally t = {.rank = c->rank};
   check_p2p(&t, c, ctx);
   check_all_reduce(&t, c, ctx);
   check_gather_scatter(&t, c, ctx);
   check_bcast_a2a_barrier(&t, c, ctx);
+  check_groups(&t, c, ctx);
   *checks += t.checks;
   return t.failures;
 }

@@ -311,6 +311,29 @@ static loom_graph *build_all_ops(loom_ctx *ctx) {
   CHECK_OK(ctx, loom_graph_op_multi(g, LOOM_OP_ADAMW, 5, (loom_value[]){w, gw, m, vv, step}, 0,
                                     NULL, 3, pmv2));
 
+  /* comm ops: global forms (one result per member) and per-device forms */
+  loom_value ar[2], ag[2], rsc[2], a2a[2], bc[3];
+  CHECK_OK(ctx, loom_graph_op_multi(g, LOOM_OP_ALL_REDUCE, 2, (loom_value[]){x, y}, 3,
+                                    (loom_attr[]){AI("size", 2), AI("seq", 3), AI("reduce", 1)},
+                                    2, ar));
+  CHECK_OK(ctx, loom_graph_op_multi(g, LOOM_OP_ALL_GATHER, 2, (loom_value[]){x, y}, 3,
+                                    (loom_attr[]){AI("group", 4), AI("size", 2), AI("axis", -1)},
+                                    2, ag));
+  CHECK_OK(ctx, loom_graph_op_multi(g, LOOM_OP_REDUCE_SCATTER, 2, (loom_value[]){x, y}, 2,
+                                    (loom_attr[]){AI("size", 2), AI("reduce", 2)}, 2, rsc));
+  CHECK_OK(ctx, loom_graph_op_multi(g, LOOM_OP_ALL_TO_ALL, 2, (loom_value[]){x, y}, 3,
+                                    (loom_attr[]){AI("size", 2), AI("split_axis", 0),
+                                                  AI("concat_axis", 1)},
+                                    2, a2a));
+  CHECK_OK(ctx, loom_graph_op_multi(g, LOOM_OP_BROADCAST, 1, &x, 2,
+                                    (loom_attr[]){AI("size", 3), AI("root", 2)}, 3, bc));
+  OPA(BROADCAST, (), AI("size", 3), AI("member", 1), AI("seq", 8), AS("shape", 4, 5),
+      AI("dtype", LOOM_DTYPE_I32));
+  OPA(ALL_REDUCE, (x), AI("group", 1), AI("size", 4), AI("member", 3), AI("seq", 9));
+  OPA(TRANSFER, (x), AI("src", 1), AI("dst", 0));
+  OPA(TRANSFER, (x), AI("src", 1), AI("dst", 0), AI("member", 0), AI("seq", 10));
+  OPA(TRANSFER, (), AI("src", 1), AI("dst", 0), AI("member", 1), AI("seq", 10), AS("shape", 2, 3));
+
   /* names: plain, dotted, needing quotes */
   CHECK_OK(ctx, loom_value_set_name(g, lin, "hidden"));
   CHECK_OK(ctx, loom_value_set_name(g, pmv[0], "w.new"));
@@ -396,6 +419,16 @@ static void test_all_ops(loom_ctx *ctx) {
       "adamw(%w, %gw, %m, %v2, %step, lr=0.5, beta1=0, beta2=0.99, eps=1e-12, "
       "weight_decay=-0)\n",
       " : f32[3, 4] = adamw(%w, %gw, %m, %v2, %step)\n",
+      " : f32[2, 3] = all_reduce(%x, %y, size=2, seq=3, reduce=1)\n",
+      " : f32[2, 6] = all_gather(%x, %y, group=4, size=2, axis=-1)\n",
+      " : f32[1, 3] = reduce_scatter(%x, %y, size=2, reduce=2)\n",
+      " : f32[1, 6] = all_to_all(%x, %y, size=2, concat_axis=1)\n",
+      " : f32[2, 3] = broadcast(%x, size=3, root=2)\n",
+      " : i32[4, 5] = broadcast(size=3, member=1, seq=8, shape=[4, 5], dtype=i32)\n",
+      " : f32[2, 3] = all_reduce(%x, group=1, size=4, member=3, seq=9)\n",
+      " : f32[2, 3] = transfer(%x, src=1)\n",
+      " : i64[] = transfer(%x, src=1, member=0, seq=10)\n",
+      " : f32[2, 3] = transfer(src=1, member=1, seq=10, shape=[2, 3])\n",
       "output loss = %",
       "output \"out put\" = %hidden\n",
       "output input = %w.new\n",
@@ -776,7 +809,12 @@ static void test_doc(void) {
       snprintf(ins, sizeof ins, "%d", d->min_in);
     else
       snprintf(ins, sizeof ins, "%d-%d", d->min_in, d->max_in);
-    size_t k = (size_t)snprintf(row, sizeof row, "| `%s` | %s | %d | ", d->name, ins, d->n_out);
+    char outs[32];
+    if (d->n_out < 0)
+      snprintf(outs, sizeof outs, "1+");
+    else
+      snprintf(outs, sizeof outs, "%d", d->n_out);
+    size_t k = (size_t)snprintf(row, sizeof row, "| `%s` | %s | %s | ", d->name, ins, outs);
     for (int32_t i = 0; i < d->n_attrs; i++) {
       attr_doc(&d->attrs[i], a, sizeof a);
       k += (size_t)snprintf(row + k, sizeof row - k, "%s%s", i ? ", " : "", a);

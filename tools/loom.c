@@ -292,6 +292,7 @@ static const char *class_name(loom_op_class c) {
   case LOOM_OPCLASS_RNG: return "rng";
   case LOOM_OPCLASS_ATTENTION: return "attention";
   case LOOM_OPCLASS_COMPOSITE: return "composite";
+  case LOOM_OPCLASS_COMM: return "comm";
   }
   return "?";
 }
@@ -328,7 +329,7 @@ static int cmd_ops(int argc, char **argv) {
    * append-only (loom.h), so its order is history, not a grouping. */
   loom_op order[LOOM_OP_COUNT];
   int n_ops = 0;
-  for (int cls = 0; cls <= LOOM_OPCLASS_COMPOSITE; cls++)
+  for (int cls = 0; cls <= LOOM_OPCLASS_COMM; cls++)
     for (int op = 0; op < LOOM_OP_COUNT; op++)
       if (loom_op_get((loom_op)op) && (int)loom_op_get((loom_op)op)->cls == cls)
         order[n_ops++] = (loom_op)op;
@@ -342,7 +343,10 @@ static int cmd_ops(int argc, char **argv) {
       printf("%d-%d", d->min_in, d->max_in);
     else
       printf("%d", d->min_in);
-    printf(" | %d | ", d->n_out);
+    if (d->n_out < 0)
+      printf(" | 1+ | "); /* variadic: a comm op's global form */
+    else
+      printf(" | %d | ", d->n_out);
     for (int32_t a = 0; a < d->n_attrs; a++) {
       if (a) printf(", ");
       print_attr_default(&d->attrs[a]);

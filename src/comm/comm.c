@@ -20,7 +20,9 @@ enum {
   TAG_ALL_GATHER,
   TAG_REDUCE_SCATTER,
   TAG_ALL_TO_ALL,
+  TAG_PROBE, /* the cost model's ping-pong (perf/comm_model.c) */
 };
+_Static_assert(TAG_PROBE < LOOM_COMM_SEQ_TAG_BASE, "the collectives' tags run into the seqs'");
 
 const char *loom_comm_reduce_name(loom_comm_reduce op) {
   switch (op) {
@@ -171,38 +173,103 @@ loom_status loom_comm_recv(loom_comm *c, loom_ctx *ctx, void *buf, int64_t count
 
 /* --- collectives ------------------------------------------------------- */
 
+/* The ranks a collective runs over: every rank (the world collectives), or
+ * a group's members in member order. Messages go to members; a group
+ * operation's messages carry its own tag (from its seq). */
+typedef struct group {
+  const int32_t *ranks; /* NULL: the world, member m is rank m */
+  int32_t n, me;        /* members; this rank's member index */
+  int32_t tag;          /* -1: each world collective's own tag */
+} group;
+
+static group world_group(const loom_comm *c) {
+  group gr = {NULL, c->size, c->rank, -1};
+  return gr;
+}
+
+static int32_t rank_of(const group *gr, int32_t m) { return gr->ranks ? gr->ranks[m] : m; }
+static int32_t tag_of(const group *gr, int32_t world_tag) {
+  return gr->tag >= 0 ? gr->tag : world_tag;
+}
+
+int32_t loom_comm_seq_tag(int64_t seq) {
+  int64_t m = seq % LOOM_COMM_SEQ_TAGS;
+  return LOOM_COMM_SEQ_TAG_BASE + (int32_t)(m < 0 ? m + LOOM_COMM_SEQ_TAGS : m);
+}
+
+/* Checks a group's rank list (in range, distinct, this rank among them). */
+static loom_status make_group(loom_comm *c, loom_ctx *ctx, int32_t n, const int32_t *ranks,
+                              int64_t seq, const char *what, group *out) {
+  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
+  if (n < 1 || n > c->size || !ranks)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "comm %s rank %d: %s: a group of %d ranks (the world has %d)",
+                      c->iface->name, (int)c->rank, what, (int)n, (int)c->size);
+  if (seq < 0)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm %s rank %d: %s: seq %lld < 0",
+                      c->iface->name, (int)c->rank, what, (long long)seq);
+  out->ranks = ranks;
+  out->n = n;
+  out->me = -1;
+  out->tag = loom_comm_seq_tag(seq);
+  for (int32_t m = 0; m < n; m++) {
+    if (ranks[m] < 0 || ranks[m] >= c->size)
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                        "comm %s rank %d: %s: group member %d is rank %d, not one of 0..%d",
+                        c->iface->name, (int)c->rank, what, (int)m, (int)ranks[m],
+                        (int)c->size - 1);
+    for (int32_t k = 0; k < m; k++)
+      if (ranks[k] == ranks[m])
+        return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                          "comm %s rank %d: %s: rank %d is in the group twice",
+                          c->iface->name, (int)c->rank, what, (int)ranks[m]);
+    if (ranks[m] == c->rank) out->me = m;
+  }
+  if (out->me < 0)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "comm %s rank %d: %s: this rank is not a member of the group",
+                      c->iface->name, (int)c->rank, what);
+  return LOOM_STATUS_OK;
+}
+
 /* One collective's messages: at most one send and one receive per peer. */
 typedef struct coll {
   loom_comm *c;
   loom_ctx *ctx;
+  const group *gr;
   const char *what;
   loom_comm_request **reqs;
   int32_t n;
   loom_status status;
 } coll;
 
-static loom_status coll_begin(coll *k, loom_comm *c, loom_ctx *ctx, const char *what) {
+static loom_status coll_begin(coll *k, loom_comm *c, loom_ctx *ctx, const group *gr,
+                              const char *what) {
   memset(k, 0, sizeof *k);
   if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
   k->c = c;
   k->ctx = ctx;
+  k->gr = gr;
   k->what = what;
-  k->reqs = loom_calloc(ctx, 2 * (size_t)c->size, sizeof *k->reqs);
+  k->reqs = loom_calloc(ctx, 2 * (size_t)gr->n, sizeof *k->reqs);
   return k->reqs ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
 }
 
-static void coll_send(coll *k, const void *buf, size_t bytes, int32_t peer, int32_t tag) {
+/* Posts a message to / from member m of the group. */
+static void coll_send(coll *k, const void *buf, size_t bytes, int32_t m, int32_t world_tag) {
   if (k->status != LOOM_STATUS_OK) return;
   loom_comm *c = k->c;
-  k->status = c->iface->isend(c->context, k->ctx, buf, bytes, peer, tag, c->stream, &k->reqs[k->n]);
+  k->status = c->iface->isend(c->context, k->ctx, buf, bytes, rank_of(k->gr, m),
+                              tag_of(k->gr, world_tag), c->stream, &k->reqs[k->n]);
   if (k->status == LOOM_STATUS_OK) k->n++;
   else comm_fail(c, k->ctx, k->status, k->what);
 }
 
-static void coll_recv(coll *k, void *buf, size_t bytes, int32_t peer, int32_t tag) {
+static void coll_recv(coll *k, void *buf, size_t bytes, int32_t m, int32_t world_tag) {
   if (k->status != LOOM_STATUS_OK) return;
   loom_comm *c = k->c;
-  k->status = c->iface->irecv(c->context, k->ctx, buf, bytes, peer, tag, c->stream, &k->reqs[k->n]);
+  k->status = c->iface->irecv(c->context, k->ctx, buf, bytes, rank_of(k->gr, m),
+                              tag_of(k->gr, world_tag), c->stream, &k->reqs[k->n]);
   if (k->status == LOOM_STATUS_OK) k->n++;
   else comm_fail(c, k->ctx, k->status, k->what);
 }
@@ -218,13 +285,15 @@ static loom_status coll_end(coll *k) {
 }
 
 loom_status loom_comm_barrier(loom_comm *c, loom_ctx *ctx) {
+  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
+  group gr = world_group(c);
   coll k;
-  LOOM_TRY(coll_begin(&k, c, ctx, "barrier"));
+  LOOM_TRY(coll_begin(&k, c, ctx, &gr, "barrier"));
   /* Everyone checks in with rank 0, then rank 0 lets everyone go. */
   if (c->rank == 0) {
     for (int32_t p = 1; p < c->size; p++) coll_recv(&k, NULL, 0, p, TAG_BARRIER);
     LOOM_TRY(coll_end(&k));
-    LOOM_TRY(coll_begin(&k, c, ctx, "barrier"));
+    LOOM_TRY(coll_begin(&k, c, ctx, &gr, "barrier"));
     for (int32_t p = 1; p < c->size; p++) coll_send(&k, NULL, 0, p, TAG_BARRIER);
   } else {
     coll_send(&k, NULL, 0, 0, TAG_BARRIER);
@@ -233,18 +302,18 @@ loom_status loom_comm_barrier(loom_comm *c, loom_ctx *ctx) {
   return coll_end(&k);
 }
 
-loom_status loom_comm_broadcast(loom_comm *c, loom_ctx *ctx, void *buf, int64_t count,
-                                loom_dtype dt, int32_t root) {
+static loom_status broadcast(loom_comm *c, loom_ctx *ctx, const group *gr, void *buf,
+                             int64_t count, loom_dtype dt, int32_t root) {
   size_t bytes = 0;
-  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
   LOOM_TRY(check_count(c, ctx, count, dt, buf, "broadcast", &bytes));
-  if (root < 0 || root >= c->size)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: broadcast root %d is not a rank",
-                      (int)root);
+  if (root < 0 || root >= gr->n)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "comm: broadcast root %d is not a %s of 0..%d", (int)root,
+                      gr->ranks ? "member" : "rank", (int)gr->n - 1);
   coll k;
-  LOOM_TRY(coll_begin(&k, c, ctx, "broadcast"));
-  if (c->rank == root) {
-    for (int32_t p = 0; p < c->size; p++)
+  LOOM_TRY(coll_begin(&k, c, ctx, gr, "broadcast"));
+  if (gr->me == root) {
+    for (int32_t p = 0; p < gr->n; p++)
       if (p != root) coll_send(&k, buf, bytes, p, TAG_BROADCAST);
   } else {
     coll_recv(&k, buf, bytes, root, TAG_BROADCAST);
@@ -252,21 +321,29 @@ loom_status loom_comm_broadcast(loom_comm *c, loom_ctx *ctx, void *buf, int64_t 
   return coll_end(&k);
 }
 
-/* Per-rank element counts and offsets (counts NULL: count each). */
-static loom_status layout(loom_comm *c, loom_ctx *ctx, int64_t count, const int64_t *counts,
-                          loom_dtype dt, const void *buf, const char *what, int64_t **off_out) {
-  int64_t *off = loom_malloc(ctx, sizeof(int64_t) * ((size_t)c->size + 1));
+loom_status loom_comm_broadcast(loom_comm *c, loom_ctx *ctx, void *buf, int64_t count,
+                                loom_dtype dt, int32_t root) {
+  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
+  group gr = world_group(c);
+  return broadcast(c, ctx, &gr, buf, count, dt, root);
+}
+
+/* Per-member element counts and offsets (counts NULL: count each). */
+static loom_status layout(loom_comm *c, loom_ctx *ctx, const group *gr, int64_t count,
+                          const int64_t *counts, loom_dtype dt, const void *buf,
+                          const char *what, int64_t **off_out) {
+  int64_t *off = loom_malloc(ctx, sizeof(int64_t) * ((size_t)gr->n + 1));
   if (!off) return LOOM_STATUS_OUT_OF_MEMORY;
   off[0] = 0;
-  for (int32_t r = 0; r < c->size; r++) {
+  for (int32_t r = 0; r < gr->n; r++) {
     int64_t n = counts ? counts[r] : count;
     size_t bytes = 0;
     if (check_count(c, ctx, n, dt, buf, what, &bytes) != LOOM_STATUS_OK ||
         off[r] > INT64_MAX / 2 - n) {
       free(off);
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                        "comm %s rank %d: %s: bad count %lld for rank %d", c->iface->name,
-                        (int)c->rank, what, (long long)n, (int)r);
+                        "comm %s rank %d: %s: bad count %lld for %s %d", c->iface->name,
+                        (int)c->rank, what, (long long)n, gr->ranks ? "member" : "rank", (int)r);
     }
     off[r + 1] = off[r] + n;
   }
@@ -275,23 +352,23 @@ static loom_status layout(loom_comm *c, loom_ctx *ctx, int64_t count, const int6
 }
 
 /* what: the operation messages name (all_reduce runs these as phases). */
-static loom_status all_gather(loom_comm *c, loom_ctx *ctx, const void *send, void *recv,
-                              int64_t count, const int64_t *counts, loom_dtype dt,
+static loom_status all_gather(loom_comm *c, loom_ctx *ctx, const group *gr, const void *send,
+                              void *recv, int64_t count, const int64_t *counts, loom_dtype dt,
                               const char *what) {
   int64_t *off = NULL;
-  LOOM_TRY(layout(c, ctx, count, counts, dt, recv, what, &off));
+  LOOM_TRY(layout(c, ctx, gr, count, counts, dt, recv, what, &off));
   size_t es = loom_dtype_size(dt);
-  int32_t me = c->rank;
+  int32_t me = gr->me;
   size_t mine = (size_t)(off[me + 1] - off[me]) * es;
   if (mine && !send) {
     free(off);
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: %s: NULL send buffer", what);
   }
   coll k;
-  loom_status s = coll_begin(&k, c, ctx, what);
+  loom_status s = coll_begin(&k, c, ctx, gr, what);
   if (s == LOOM_STATUS_OK) {
     char *out = recv;
-    for (int32_t p = 0; p < c->size; p++) {
+    for (int32_t p = 0; p < gr->n; p++) {
       if (p == me) continue;
       coll_recv(&k, out + off[p] * (int64_t)es, (size_t)(off[p + 1] - off[p]) * es, p,
                 TAG_ALL_GATHER);
@@ -307,7 +384,8 @@ static loom_status all_gather(loom_comm *c, loom_ctx *ctx, const void *send, voi
 loom_status loom_comm_all_gather(loom_comm *c, loom_ctx *ctx, const void *send, void *recv,
                                  int64_t count, const int64_t *counts, loom_dtype dt) {
   if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
-  return all_gather(c, ctx, send, recv, count, counts, dt, "all_gather");
+  group gr = world_group(c);
+  return all_gather(c, ctx, &gr, send, recv, count, counts, dt, "all_gather");
 }
 
 /* acc[i] = acc[i] op x[i], for one dtype. Integer sums wrap (unsigned). */
@@ -322,7 +400,8 @@ loom_status loom_comm_all_gather(loom_comm *c, loom_ctx *ctx, const void *send, 
     }                                                                                            \
   } while (0)
 
-static void reduce_into(void *acc, const void *x, int64_t n, loom_dtype dt, loom_comm_reduce op) {
+void loom_comm_reduce_into(void *acc, const void *x, int64_t n, loom_dtype dt,
+                           loom_comm_reduce op) {
   switch (dt) {
   case LOOM_DTYPE_F32: REDUCE_LOOP(float, float); break;
   case LOOM_DTYPE_F64: REDUCE_LOOP(double, double); break;
@@ -334,32 +413,36 @@ static void reduce_into(void *acc, const void *x, int64_t n, loom_dtype dt, loom
   }
 }
 
+bool loom_comm_reduce_supported(loom_dtype dt, loom_comm_reduce op) {
+  if (op != LOOM_COMM_SUM && op != LOOM_COMM_MAX && op != LOOM_COMM_MIN) return false;
+  return dt == LOOM_DTYPE_F32 || dt == LOOM_DTYPE_F64 || dt == LOOM_DTYPE_I32 ||
+         dt == LOOM_DTYPE_I64 || dt == LOOM_DTYPE_U8 ||
+         (dt == LOOM_DTYPE_BOOL && op != LOOM_COMM_SUM);
+}
+
 static loom_status check_reduce(loom_comm *c, loom_ctx *ctx, loom_dtype dt, loom_comm_reduce op,
                                 const char *what) {
-  bool ok = dt == LOOM_DTYPE_F32 || dt == LOOM_DTYPE_F64 || dt == LOOM_DTYPE_I32 ||
-            dt == LOOM_DTYPE_I64 || dt == LOOM_DTYPE_U8 ||
-            (dt == LOOM_DTYPE_BOOL && op != LOOM_COMM_SUM);
   if (op != LOOM_COMM_SUM && op != LOOM_COMM_MAX && op != LOOM_COMM_MIN)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: %s: unknown reduction %d", what,
                       (int)op);
-  if (!ok)
+  if (!loom_comm_reduce_supported(dt, op))
     return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "comm %s rank %d: %s: no %s reduction of %s",
                       c->iface->name, (int)c->rank, what, loom_comm_reduce_name(op),
                       dtype_label(dt));
   return LOOM_STATUS_OK;
 }
 
-static loom_status reduce_scatter(loom_comm *c, loom_ctx *ctx, const void *send, void *recv,
-                                  int64_t count, const int64_t *counts, loom_dtype dt,
-                                  loom_comm_reduce op, const char *what) {
+static loom_status reduce_scatter(loom_comm *c, loom_ctx *ctx, const group *gr, const void *send,
+                                  void *recv, int64_t count, const int64_t *counts,
+                                  loom_dtype dt, loom_comm_reduce op, const char *what) {
   LOOM_TRY(check_reduce(c, ctx, dt, op, what));
   int64_t *off = NULL;
-  LOOM_TRY(layout(c, ctx, count, counts, dt, send, what, &off));
+  LOOM_TRY(layout(c, ctx, gr, count, counts, dt, send, what, &off));
   size_t es = loom_dtype_size(dt);
-  int32_t me = c->rank, n = c->size;
+  int32_t me = gr->me, n = gr->n;
   int64_t m = off[me + 1] - off[me];
   size_t mine = (size_t)m * es;
-  /* Every rank's contribution to my block, then folded in rank order. */
+  /* Every member's contribution to my block, then folded in member order. */
   char *parts = mine ? loom_malloc(ctx, mine * (size_t)n) : NULL;
   if (mine && (!parts || !recv)) {
     free(off);
@@ -369,7 +452,7 @@ static loom_status reduce_scatter(loom_comm *c, loom_ctx *ctx, const void *send,
                  : LOOM_STATUS_OUT_OF_MEMORY;
   }
   coll k;
-  loom_status s = coll_begin(&k, c, ctx, what);
+  loom_status s = coll_begin(&k, c, ctx, gr, what);
   if (s == LOOM_STATUS_OK) {
     const char *in = send;
     for (int32_t p = 0; p < n; p++) {
@@ -383,7 +466,7 @@ static loom_status reduce_scatter(loom_comm *c, loom_ctx *ctx, const void *send,
   }
   if (s == LOOM_STATUS_OK && mine) {
     memcpy(recv, parts, mine);
-    for (int32_t p = 1; p < n; p++) reduce_into(recv, parts + (size_t)p * mine, m, dt, op);
+    for (int32_t p = 1; p < n; p++) loom_comm_reduce_into(recv, parts + (size_t)p * mine, m, dt, op);
   }
   free(parts);
   free(off);
@@ -394,48 +477,144 @@ loom_status loom_comm_reduce_scatter(loom_comm *c, loom_ctx *ctx, const void *se
                                      int64_t count, const int64_t *counts, loom_dtype dt,
                                      loom_comm_reduce op) {
   if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
-  return reduce_scatter(c, ctx, send, recv, count, counts, dt, op, "reduce_scatter");
+  group gr = world_group(c);
+  return reduce_scatter(c, ctx, &gr, send, recv, count, counts, dt, op, "reduce_scatter");
 }
 
-loom_status loom_comm_all_reduce(loom_comm *c, loom_ctx *ctx, void *buf, int64_t count,
-                                 loom_dtype dt, loom_comm_reduce op) {
-  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
+static loom_status all_reduce(loom_comm *c, loom_ctx *ctx, const group *gr, void *buf,
+                              int64_t count, loom_dtype dt, loom_comm_reduce op) {
   LOOM_TRY(check_reduce(c, ctx, dt, op, "all_reduce"));
   size_t bytes = 0;
   LOOM_TRY(check_count(c, ctx, count, dt, buf, "all_reduce", &bytes));
-  if (c->size == 1) return LOOM_STATUS_OK;
-  /* Blocks as even as they go: the first count % n ranks own one more. */
-  int32_t n = c->size;
+  if (gr->n == 1) return LOOM_STATUS_OK;
+  /* Blocks as even as they go: the first count % n members own one more.
+   * Both phases may share one tag: between two ranks, messages with one
+   * tag arrive in the order sent, and phase 1 ends before phase 2 posts. */
+  int32_t n = gr->n;
   int64_t *counts = loom_malloc(ctx, sizeof(int64_t) * (size_t)n);
   if (!counts) return LOOM_STATUS_OUT_OF_MEMORY;
   for (int32_t r = 0; r < n; r++) counts[r] = count / n + (r < count % n ? 1 : 0);
   size_t es = loom_dtype_size(dt);
-  void *mine = counts[c->rank] ? loom_malloc(ctx, (size_t)counts[c->rank] * es) : NULL;
-  loom_status s = counts[c->rank] && !mine ? LOOM_STATUS_OUT_OF_MEMORY : LOOM_STATUS_OK;
+  void *mine = counts[gr->me] ? loom_malloc(ctx, (size_t)counts[gr->me] * es) : NULL;
+  loom_status s = counts[gr->me] && !mine ? LOOM_STATUS_OUT_OF_MEMORY : LOOM_STATUS_OK;
   if (s == LOOM_STATUS_OK)
-    s = reduce_scatter(c, ctx, buf, mine, 0, counts, dt, op, "all_reduce (reduce-scatter phase)");
+    s = reduce_scatter(c, ctx, gr, buf, mine, 0, counts, dt, op,
+                       "all_reduce (reduce-scatter phase)");
   if (s == LOOM_STATUS_OK)
-    s = all_gather(c, ctx, mine, buf, 0, counts, dt, "all_reduce (all-gather phase)");
+    s = all_gather(c, ctx, gr, mine, buf, 0, counts, dt, "all_reduce (all-gather phase)");
   free(mine);
   free(counts);
   return s;
 }
 
-loom_status loom_comm_all_to_all(loom_comm *c, loom_ctx *ctx, const void *send, void *recv,
-                                 int64_t count, loom_dtype dt) {
-  size_t bytes = 0;
+loom_status loom_comm_all_reduce(loom_comm *c, loom_ctx *ctx, void *buf, int64_t count,
+                                 loom_dtype dt, loom_comm_reduce op) {
   if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
+  group gr = world_group(c);
+  return all_reduce(c, ctx, &gr, buf, count, dt, op);
+}
+
+static loom_status all_to_all(loom_comm *c, loom_ctx *ctx, const group *gr, const void *send,
+                              void *recv, int64_t count, loom_dtype dt) {
+  size_t bytes = 0;
   LOOM_TRY(check_count(c, ctx, count, dt, send, "all_to_all", &bytes));
   LOOM_TRY(check_count(c, ctx, count, dt, recv, "all_to_all", &bytes));
   coll k;
-  LOOM_TRY(coll_begin(&k, c, ctx, "all_to_all"));
+  LOOM_TRY(coll_begin(&k, c, ctx, gr, "all_to_all"));
   const char *in = send;
   char *out = recv;
-  for (int32_t p = 0; p < c->size; p++) {
-    if (p == c->rank) continue;
+  for (int32_t p = 0; p < gr->n; p++) {
+    if (p == gr->me) continue;
     coll_recv(&k, out + (size_t)p * bytes, bytes, p, TAG_ALL_TO_ALL);
     coll_send(&k, in + (size_t)p * bytes, bytes, p, TAG_ALL_TO_ALL);
   }
-  if (bytes) memcpy(out + (size_t)c->rank * bytes, in + (size_t)c->rank * bytes, bytes);
+  if (bytes) memcpy(out + (size_t)gr->me * bytes, in + (size_t)gr->me * bytes, bytes);
   return coll_end(&k);
+}
+
+loom_status loom_comm_all_to_all(loom_comm *c, loom_ctx *ctx, const void *send, void *recv,
+                                 int64_t count, loom_dtype dt) {
+  if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: NULL communicator");
+  group gr = world_group(c);
+  return all_to_all(c, ctx, &gr, send, recv, count, dt);
+}
+
+/* --- group collectives -------------------------------------------------- */
+
+loom_status loom_comm_group_broadcast(loom_comm *c, loom_ctx *ctx, int32_t n,
+                                      const int32_t *ranks, int64_t seq, void *buf,
+                                      int64_t count, loom_dtype dt, int32_t root) {
+  group gr;
+  LOOM_TRY(make_group(c, ctx, n, ranks, seq, "broadcast", &gr));
+  return broadcast(c, ctx, &gr, buf, count, dt, root);
+}
+
+loom_status loom_comm_group_all_reduce(loom_comm *c, loom_ctx *ctx, int32_t n,
+                                       const int32_t *ranks, int64_t seq, void *buf,
+                                       int64_t count, loom_dtype dt, loom_comm_reduce op) {
+  group gr;
+  LOOM_TRY(make_group(c, ctx, n, ranks, seq, "all_reduce", &gr));
+  return all_reduce(c, ctx, &gr, buf, count, dt, op);
+}
+
+loom_status loom_comm_group_all_gather(loom_comm *c, loom_ctx *ctx, int32_t n,
+                                       const int32_t *ranks, int64_t seq, const void *send,
+                                       void *recv, int64_t count, const int64_t *counts,
+                                       loom_dtype dt) {
+  group gr;
+  LOOM_TRY(make_group(c, ctx, n, ranks, seq, "all_gather", &gr));
+  return all_gather(c, ctx, &gr, send, recv, count, counts, dt, "all_gather");
+}
+
+loom_status loom_comm_group_reduce_scatter(loom_comm *c, loom_ctx *ctx, int32_t n,
+                                           const int32_t *ranks, int64_t seq, const void *send,
+                                           void *recv, int64_t count, const int64_t *counts,
+                                           loom_dtype dt, loom_comm_reduce op) {
+  group gr;
+  LOOM_TRY(make_group(c, ctx, n, ranks, seq, "reduce_scatter", &gr));
+  return reduce_scatter(c, ctx, &gr, send, recv, count, counts, dt, op, "reduce_scatter");
+}
+
+loom_status loom_comm_group_all_to_all(loom_comm *c, loom_ctx *ctx, int32_t n,
+                                       const int32_t *ranks, int64_t seq, const void *send,
+                                       void *recv, int64_t count, loom_dtype dt) {
+  group gr;
+  LOOM_TRY(make_group(c, ctx, n, ranks, seq, "all_to_all", &gr));
+  return all_to_all(c, ctx, &gr, send, recv, count, dt);
+}
+
+/* A blocking message on a tag above the user's (a seq's, the probe's):
+ * the same checks as send and recv otherwise. */
+static loom_status tagged_message(loom_comm *c, loom_ctx *ctx, void *buf, int64_t count,
+                                  loom_dtype dt, int32_t peer, int32_t tag, bool sending) {
+  size_t bytes = 0;
+  loom_comm_request *req = NULL;
+  const char *what = sending ? "send" : "recv";
+  LOOM_TRY(check_message(c, ctx, buf, count, dt, peer, 0, &req, what, &bytes));
+  loom_status s = sending ? c->iface->isend(c->context, ctx, buf, bytes, peer, tag, c->stream, &req)
+                          : c->iface->irecv(c->context, ctx, buf, bytes, peer, tag, c->stream, &req);
+  if (s != LOOM_STATUS_OK) return comm_fail(c, ctx, s, NULL);
+  return wait_all(c, ctx, &req, 1, NULL);
+}
+
+loom_status loom_comm_seq_send(loom_comm *c, loom_ctx *ctx, const void *buf, int64_t count,
+                               loom_dtype dt, int32_t peer, int64_t seq) {
+  if (seq < 0) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: send: seq < 0");
+  return tagged_message(c, ctx, (void *)buf, count, dt, peer, loom_comm_seq_tag(seq), true);
+}
+
+loom_status loom_comm_seq_recv(loom_comm *c, loom_ctx *ctx, void *buf, int64_t count,
+                               loom_dtype dt, int32_t peer, int64_t seq) {
+  if (seq < 0) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm: recv: seq < 0");
+  return tagged_message(c, ctx, buf, count, dt, peer, loom_comm_seq_tag(seq), false);
+}
+
+loom_status loom_comm_probe_send(loom_comm *c, loom_ctx *ctx, const void *buf, int64_t bytes,
+                                 int32_t peer) {
+  return tagged_message(c, ctx, (void *)buf, bytes, LOOM_DTYPE_U8, peer, TAG_PROBE, true);
+}
+
+loom_status loom_comm_probe_recv(loom_comm *c, loom_ctx *ctx, void *buf, int64_t bytes,
+                                 int32_t peer) {
+  return tagged_message(c, ctx, buf, bytes, LOOM_DTYPE_U8, peer, TAG_PROBE, false);
 }

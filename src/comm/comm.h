@@ -59,6 +59,13 @@ typedef enum loom_comm_reduce {
 /* User tags of send/recv are 0 .. LOOM_COMM_TAG_MAX; the collectives use
  * the tags above it (MPI guarantees tags up to 32767). */
 #define LOOM_COMM_TAG_MAX 16383
+/* The tags of group operations (and transfers): one per seq, modulo the
+ * count, above the world collectives' own; at most 32767 (MPI's least
+ * upper bound). Two operations on one pair of ranks never take each
+ * other's messages unless their seqs agree modulo LOOM_COMM_SEQ_TAGS, and
+ * even then messages with one tag arrive in order. */
+#define LOOM_COMM_SEQ_TAG_BASE (LOOM_COMM_TAG_MAX + 16)
+#define LOOM_COMM_SEQ_TAGS (32767 - LOOM_COMM_SEQ_TAG_BASE + 1)
 /* The default timeout of every blocking wait, seconds. */
 #define LOOM_COMM_TIMEOUT_DEFAULT_S 60.0
 
@@ -154,5 +161,64 @@ loom_status loom_comm_all_to_all(loom_comm *c, loom_ctx *ctx, const void *send, 
                                  int64_t count, loom_dtype dt);
 
 const char *loom_comm_reduce_name(loom_comm_reduce op);
+/* acc[i] = acc[i] op x[i] for n elements: the one reduction every
+ * collective (and the comm ops' global form) folds with, in member order. */
+void loom_comm_reduce_into(void *acc, const void *x, int64_t n, loom_dtype dt,
+                           loom_comm_reduce op);
+/* True if the collectives reduce dt with op. */
+bool loom_comm_reduce_supported(loom_dtype dt, loom_comm_reduce op);
+
+/*
+ * Group collectives: the collectives above over a subset of the ranks,
+ * ranks[0..n) in member order (distinct, this rank among them). Only the
+ * members call; member indices take the place of ranks (root, counts,
+ * blocks). seq (>= 0) numbers the operation: its messages carry the tag
+ * loom_comm_seq_tag(seq), so operations of different seqs, in one group or
+ * in overlapping groups, never cross-match. The world collectives are the
+ * case ranks = 0..size-1 with their own tags.
+ */
+int32_t loom_comm_seq_tag(int64_t seq);
+loom_status loom_comm_group_broadcast(loom_comm *c, loom_ctx *ctx, int32_t n,
+                                      const int32_t *ranks, int64_t seq, void *buf,
+                                      int64_t count, loom_dtype dt, int32_t root);
+loom_status loom_comm_group_all_reduce(loom_comm *c, loom_ctx *ctx, int32_t n,
+                                       const int32_t *ranks, int64_t seq, void *buf,
+                                       int64_t count, loom_dtype dt, loom_comm_reduce op);
+loom_status loom_comm_group_all_gather(loom_comm *c, loom_ctx *ctx, int32_t n,
+                                       const int32_t *ranks, int64_t seq, const void *send,
+                                       void *recv, int64_t count, const int64_t *counts,
+                                       loom_dtype dt);
+loom_status loom_comm_group_reduce_scatter(loom_comm *c, loom_ctx *ctx, int32_t n,
+                                           const int32_t *ranks, int64_t seq, const void *send,
+                                           void *recv, int64_t count, const int64_t *counts,
+                                           loom_dtype dt, loom_comm_reduce op);
+loom_status loom_comm_group_all_to_all(loom_comm *c, loom_ctx *ctx, int32_t n,
+                                       const int32_t *ranks, int64_t seq, const void *send,
+                                       void *recv, int64_t count, loom_dtype dt);
+/* One message to / from rank peer on the tag of seq (the transfer op). */
+loom_status loom_comm_seq_send(loom_comm *c, loom_ctx *ctx, const void *buf, int64_t count,
+                               loom_dtype dt, int32_t peer, int64_t seq);
+loom_status loom_comm_seq_recv(loom_comm *c, loom_ctx *ctx, void *buf, int64_t count,
+                               loom_dtype dt, int32_t peer, int64_t seq);
+
+/* Bytes to / from rank peer on a tag of their own (neither a user's nor
+ * a collective's): the cost model's ping-pong (perf/comm_model.h). */
+loom_status loom_comm_probe_send(loom_comm *c, loom_ctx *ctx, const void *buf, int64_t bytes,
+                                 int32_t peer);
+loom_status loom_comm_probe_recv(loom_comm *c, loom_ctx *ctx, void *buf, int64_t bytes,
+                                 int32_t peer);
+
+/*
+ * What a device's program runs its comm ops on (loom_ctx.comm_env): the
+ * communicator (its rank is this device) and the groups the ops' `group`
+ * attributes name. Members of group g are group_ranks[group_start[g] ..
+ * group_start[g+1]) in member order. Owned by the caller.
+ */
+typedef struct loom_comm_env {
+  loom_comm *comm;
+  int32_t n_groups;
+  const int32_t *group_start; /* n_groups + 1 entries */
+  const int32_t *group_ranks;
+} loom_comm_env;
 
 #endif

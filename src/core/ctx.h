@@ -9,6 +9,7 @@
 #define LOOM_ERROR_MAX 1024
 
 struct loom_trace;
+struct loom_comm_env;
 
 struct loom_ctx {
   char error[LOOM_ERROR_MAX];
@@ -18,6 +19,9 @@ struct loom_ctx {
    * trace_free, which the runtime sets (core does not know the type). */
   struct loom_trace *trace;
   void (*trace_free)(struct loom_trace *);
+  /* The communicator and groups that per-device comm ops run on
+   * (comm/comm.h), or NULL; set and owned by the caller of a run. */
+  struct loom_comm_env *comm_env;
 };
 
 /* Records a formatted message on ctx and returns status (ctx may be NULL). */

@@ -40,6 +40,8 @@ bool loom_fusion_node_fusible(const loom_graph *g, int32_t node) {
   case LOOM_OPCLASS_LAYOUT:
     return n->op == LOOM_OP_RESHAPE || n->op == LOOM_OP_BROADCAST_TO ||
            n->op == LOOM_OP_TRANSPOSE || n->op == LOOM_OP_SLICE;
+  /* a peer waits for each comm node: a boundary, run alone and in order */
+  case LOOM_OPCLASS_COMM: return false;
   default: return false; /* GEMM, gather/scatter, concat, pad: eager for now */
   }
 }

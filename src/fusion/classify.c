@@ -7,6 +7,8 @@
  */
 #include "fusion/group.h"
 
+#include "ops/op.h"
+
 #include <stdlib.h>
 
 /* live[v] for every value an output depends on; false if out of memory
@@ -18,7 +20,7 @@ static bool liveness(const loom_graph *g, bool *live_node) {
     live[g->outputs[i]] = true;
   for (int32_t n = g->n_nodes - 1; n >= 0; n--) {
     const loom_node *nd = &g->nodes[n];
-    live_node[n] = false;
+    live_node[n] = loom_op_is_comm(nd->op); /* a peer waits for it */
     for (int32_t o = 0; o < nd->n_out; o++)
       live_node[n] = live_node[n] || live[nd->out[o]];
     if (!live_node[n]) continue;

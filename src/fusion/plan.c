@@ -23,6 +23,8 @@
  */
 #include "fusion/plan_internal.h"
 
+#include "ops/op.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -453,6 +455,14 @@ static int32_t uf_find(int32_t *parent, int32_t x) {
   return x;
 }
 
+/* The producer of c's input i, or for i == n_in (a comm node) the comm
+ * node before it: comm nodes run in graph order, each one's peers wait for
+ * it in that order, so the order of units keeps them as a chain. -1: none. */
+static int32_t producer_of(const loom_graph *g, int32_t c, int32_t i, int32_t prev_comm) {
+  if (i == g->nodes[c].n_in) return prev_comm;
+  return g->values[g->nodes[c].in[i]].node;
+}
+
 /* Distinct consumer nodes of every node, in CSR form. */
 static bool build_consumers(plan_ctx *p) {
   const loom_graph *g = p->g;
@@ -461,7 +471,7 @@ static bool build_consumers(plan_ctx *p) {
   p->cons_off = calloc((size_t)n + 1, sizeof *p->cons_off);
   if (!p->cons_off) return false;
   for (int32_t u = 0; u < n; u++)
-    total += g->nodes[u].n_in;
+    total += g->nodes[u].n_in + 1;
   p->cons = malloc(sizeof *p->cons * (size_t)(total + 1));
   int32_t *last = malloc(sizeof *last * (size_t)n);
   if (!p->cons || !last) {
@@ -471,14 +481,17 @@ static bool build_consumers(plan_ctx *p) {
   for (int32_t u = 0; u < n; u++)
     last[u] = -1;
   /* count, then fill: a consumer appears once per producer */
+  int32_t prev_comm = -1;
   for (int32_t c = 0; c < n; c++) {
     if (p->cls[c] == LOOM_NODE_DEAD) continue; /* dead nodes run nowhere */
-    for (int32_t i = 0; i < g->nodes[c].n_in; i++) {
-      int32_t pr = g->values[g->nodes[c].in[i]].node;
+    bool comm = loom_op_is_comm(g->nodes[c].op);
+    for (int32_t i = 0; i < g->nodes[c].n_in + comm; i++) {
+      int32_t pr = producer_of(g, c, i, prev_comm);
       if (pr < 0 || last[pr] == c) continue;
       last[pr] = c;
       p->cons_off[pr + 1]++;
     }
+    if (comm) prev_comm = c;
   }
   for (int32_t u = 0; u < n; u++)
     p->cons_off[u + 1] += p->cons_off[u];
@@ -487,14 +500,17 @@ static bool build_consumers(plan_ctx *p) {
     fill[u] = p->cons_off[u];
     last[u] = -1;
   }
+  prev_comm = -1;
   for (int32_t c = 0; c < n; c++) {
     if (p->cls[c] == LOOM_NODE_DEAD) continue; /* dead nodes run nowhere */
-    for (int32_t i = 0; i < g->nodes[c].n_in; i++) {
-      int32_t pr = g->values[g->nodes[c].in[i]].node;
+    bool comm = loom_op_is_comm(g->nodes[c].op);
+    for (int32_t i = 0; i < g->nodes[c].n_in + comm; i++) {
+      int32_t pr = producer_of(g, c, i, prev_comm);
       if (pr < 0 || last[pr] == c) continue;
       last[pr] = c;
       p->cons[fill[pr]++] = c;
     }
+    if (comm) prev_comm = c;
   }
   free(last);
   return true;

@@ -263,9 +263,16 @@ loom_status loom_graph_add(loom_graph *g, loom_op op, int32_t n_in,
                       "%s takes %d%s inputs, got %d", d->name, d->min_in,
                       d->max_in < 0 ? " or more" : d->max_in == d->min_in ? "" : " or more",
                       n_in);
-  if (n_out != d->n_out)
+  if (!loom_op_out_count_ok(d, n_out)) {
+    if (d->n_out < 0)
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                        "%s has 1 to %d outputs, %d asked for", d->name, LOOM_MAX_NODE_IO, n_out);
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "%s has %d output(s), %d asked for", d->name, d->n_out, n_out);
+  }
+  if (n_in > LOOM_MAX_NODE_IO)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s: %d inputs, at most %d", d->name,
+                      n_in, LOOM_MAX_NODE_IO);
   loom_node node;
   memset(&node, 0, sizeof node);
   node.op = op;
@@ -276,35 +283,44 @@ loom_status loom_graph_add(loom_graph *g, loom_op op, int32_t n_in,
   else
     loom_attrs_default(op, node.attr);
   loom_type *in_types = loom_malloc(ctx, sizeof(loom_type) * (size_t)(n_in ? n_in : 1));
-  loom_type out_types[LOOM_PART_MAX_IO];
-  if (!in_types) return LOOM_STATUS_OUT_OF_MEMORY;
+  /* a comm op's global form may have up to LOOM_MAX_NODE_IO outputs */
+  loom_type out_stack[LOOM_PART_MAX_IO], *out_types = out_stack;
+  if (in_types && n_out > LOOM_PART_MAX_IO)
+    out_types = loom_malloc(ctx, sizeof *out_types * (size_t)n_out);
+  if (!in_types || !out_types) {
+    free(in_types);
+    return LOOM_STATUS_OUT_OF_MEMORY;
+  }
   for (int32_t i = 0; i < n_in; i++) {
     if (!loom_value_valid(g, in[i])) {
       free(in_types);
+      if (out_types != out_stack) free(out_types);
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                         "%s: input %d is not a value of this graph (%d)", d->name, i, in[i]);
     }
     in_types[i] = g->values[in[i]].type;
   }
-  memset(out_types, 0, sizeof out_types);
+  memset(out_types, 0, sizeof *out_types * (size_t)LOOM_MAX(n_out, LOOM_PART_MAX_IO));
   node.in = (int32_t *)in; /* infer may read the ids; not kept */
   loom_status st = d->infer(ctx, &node, in_types, out_types);
   free(in_types);
-  if (st) {
-    loom_error_prefix(ctx, "%s", d->name);
-    return st;
-  }
-  for (int32_t o = 0; o < n_out; o++)
+  if (st) loom_error_prefix(ctx, "%s", d->name);
+  for (int32_t o = 0; o < n_out && !st; o++)
     if (loom_shape_check(ctx, out_types[o].rank, out_types[o].shape, NULL)) {
       loom_error_prefix(ctx, "%s output", d->name);
-      return LOOM_STATUS_SHAPE_MISMATCH;
+      st = LOOM_STATUS_SHAPE_MISMATCH;
     }
+  if (st) {
+    if (out_types != out_stack) free(out_types);
+    return st;
+  }
   node.in = loom_malloc(ctx, sizeof(int32_t) * (size_t)(n_in ? n_in : 1));
   node.out = loom_malloc(ctx, sizeof(int32_t) * (size_t)n_out);
   if (!node.in || !node.out ||
       !loom_grow(ctx, (void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof *g->nodes)) {
     free(node.in);
     free(node.out);
+    if (out_types != out_stack) free(out_types);
     return LOOM_STATUS_OUT_OF_MEMORY;
   }
   if (n_in) memcpy(node.in, in, sizeof(int32_t) * (size_t)n_in);
@@ -315,11 +331,13 @@ loom_status loom_graph_add(loom_graph *g, loom_op op, int32_t n_in,
       g->n_values = first;
       free(node.in);
       free(node.out);
+      if (out_types != out_stack) free(out_types);
       return LOOM_STATUS_OUT_OF_MEMORY;
     }
     node.out[o] = v;
     if (out) out[o] = v;
   }
+  if (out_types != out_stack) free(out_types);
   g->nodes[g->n_nodes++] = node;
   return LOOM_STATUS_OK;
 }
@@ -329,7 +347,7 @@ loom_status loom_graph_op_multi(loom_graph *g, loom_op op, int32_t n_inputs,
                                 const loom_attr *attrs, int32_t n_outputs,
                                 loom_value *outputs) {
   if (!g) return LOOM_STATUS_INVALID_ARGUMENT;
-  if (!outputs || n_outputs < 1 || n_outputs > LOOM_PART_MAX_IO)
+  if (!outputs || n_outputs < 1 || n_outputs > LOOM_MAX_NODE_IO)
     return loom_error(g->ctx, LOOM_STATUS_INVALID_ARGUMENT, "graph_op: bad outputs");
   for (int32_t o = 0; o < n_outputs; o++) outputs[o] = LOOM_VALUE_NONE;
   loom_attr_value av[LOOM_MAX_ATTRS];
@@ -446,17 +464,18 @@ loom_status loom_graph_copy_node(loom_graph *dst, const loom_graph *src,
     if (!in) return LOOM_STATUS_OUT_OF_MEMORY;
   }
   for (int32_t i = 0; i < n->n_in; i++) in[i] = map[n->in[i]];
-  int32_t out[LOOM_PART_MAX_IO];
-  loom_status st = loom_graph_add(dst, n->op, n->n_in, in, n->attr, n->n_out, out);
+  int32_t out_stack[LOOM_PART_MAX_IO], *out = out_stack;
+  if (n->n_out > LOOM_PART_MAX_IO) out = loom_malloc(dst->ctx, sizeof *out * (size_t)n->n_out);
+  loom_status st = out ? loom_graph_add(dst, n->op, n->n_in, in, n->attr, n->n_out, out)
+                       : LOOM_STATUS_OUT_OF_MEMORY;
   if (in != stack_in) free(in);
-  if (st) return st;
-  for (int32_t o = 0; o < n->n_out; o++) {
+  for (int32_t o = 0; o < n->n_out && !st; o++) {
     map[n->out[o]] = out[o];
     const char *name = src->values[n->out[o]].name;
-    if (name && loom_graph_find_value(dst, name) < 0)
-      LOOM_TRY(loom_value_set_name(dst, out[o], name));
+    if (name && loom_graph_find_value(dst, name) < 0) st = loom_value_set_name(dst, out[o], name);
   }
-  return LOOM_STATUS_OK;
+  if (out != out_stack) free(out);
+  return st;
 }
 
 loom_status loom_graph_finish_copy(loom_graph *dst, const loom_graph *src,

@@ -305,6 +305,10 @@ static void attr_names(const loom_op_def *d, char *buf, size_t n) {
   if (d->n_attrs == 0) snprintf(buf, n, "none");
 }
 
+static loom_status parse_call_add(parser *p, loom_op op, const loom_op_def *d, result *res,
+                                  int32_t n_res, int32_t n_in, const loom_attr_value *attrs,
+                                  int32_t op_line, int32_t op_col, int32_t *out);
+
 /* results "=" op "(" [ args ] ")" ; results are parsed by the caller. */
 static loom_status parse_call(parser *p, result *res, int32_t n_res) {
   if (p->tok.kind != LOOM_TOK_IDENT) return expected(p, "an op name");
@@ -353,7 +357,7 @@ static loom_status parse_call(parser *p, result *res, int32_t n_res) {
     if (d->attrs[i].required && !seen[i])
       return perr_at(p, close_line, close_col, "%s needs the attribute '%s'", d->name,
                      d->attrs[i].name);
-  if (n_res != d->n_out)
+  if (!loom_op_out_count_ok(d, n_res))
     return perr_at(p, op_line, op_col, "%s has %d output%s but %d result%s given", d->name,
                    d->n_out, d->n_out == 1 ? "" : "s", n_res, n_res == 1 ? " is" : "s are");
   if (n_in < d->min_in || (d->max_in >= 0 && n_in > d->max_in)) {
@@ -366,7 +370,18 @@ static loom_status parse_call(parser *p, result *res, int32_t n_res) {
     return perr_at(p, op_line, op_col, "%s takes %d to %d inputs, got %d", d->name,
                    d->min_in, d->max_in, n_in);
   }
-  int32_t out[LOOM_PART_MAX_IO];
+  int32_t out_stack[LOOM_PART_MAX_IO], *out = out_stack;
+  if (n_res > LOOM_PART_MAX_IO && !(out = loom_malloc(p->ctx, sizeof *out * (size_t)n_res)))
+    return LOOM_STATUS_OUT_OF_MEMORY;
+  loom_status st = parse_call_add(p, op, d, res, n_res, n_in, attrs, op_line, op_col, out);
+  if (out != out_stack) free(out);
+  return st;
+}
+
+/* Adds the parsed node and defines its results (out: n_res ids). */
+static loom_status parse_call_add(parser *p, loom_op op, const loom_op_def *d, result *res,
+                                  int32_t n_res, int32_t n_in, const loom_attr_value *attrs,
+                                  int32_t op_line, int32_t op_col, int32_t *out) {
   loom_status st = loom_graph_add(p->g, op, n_in, p->ins, attrs, n_res, out);
   if (st) return build_err(p, st, op_line, op_col);
   for (int32_t r = 0; r < n_res; r++) {
@@ -391,16 +406,20 @@ static loom_status parse_call(parser *p, result *res, int32_t n_res) {
 
 /* result { "," result } "=" call, where result = %value [ ":" type ]. */
 static loom_status parse_op(parser *p) {
-  result res[LOOM_PART_MAX_IO];
-  int32_t n_res = 0;
+  result *res = NULL;
+  int32_t n_res = 0, cap_res = 0;
   loom_status st = LOOM_STATUS_OK;
   for (;;) {
     if (p->tok.kind != LOOM_TOK_VALUE && p->tok.kind != LOOM_TOK_VALUE_NUM) {
       st = expected(p, "a %value");
       break;
     }
-    if (n_res == LOOM_PART_MAX_IO) {
-      st = perr(p, "too many results: at most %d", LOOM_PART_MAX_IO);
+    if (n_res == LOOM_MAX_NODE_IO) {
+      st = perr(p, "too many results: at most %d", LOOM_MAX_NODE_IO);
+      break;
+    }
+    if (!loom_grow(p->ctx, (void **)&res, &cap_res, n_res + 1, sizeof *res)) {
+      st = LOOM_STATUS_OUT_OF_MEMORY;
       break;
     }
     result *r = &res[n_res];
@@ -439,6 +458,7 @@ static loom_status parse_op(parser *p) {
     if ((st = expect(p, LOOM_TOK_COMMA, r->typed ? "',' or '='" : "':', ',' or '='"))) break;
   }
   for (int32_t r = 0; r < n_res; r++) free(res[r].name);
+  free(res);
   return st;
 }
 

@@ -144,9 +144,10 @@ static loom_status verify_node(const loom_graph *g, int32_t i) {
   if (n->n_in < d->min_in || (d->max_in >= 0 && n->n_in > d->max_in))
     return fail(g, "node %d (%s) has %d inputs; the op takes %d to %d", i, d->name,
                 n->n_in, d->min_in, d->max_in);
-  if (n->n_out != d->n_out || n->n_out < 1 || n->n_out > LOOM_PART_MAX_IO)
-    return fail(g, "node %d (%s) has %d outputs; the op has %d", i, d->name, n->n_out,
-                d->n_out);
+  if (!loom_op_out_count_ok(d, n->n_out) || n->n_out < 1 ||
+      (d->n_out >= 0 && n->n_out > LOOM_PART_MAX_IO))
+    return fail(g, "node %d (%s) has %d outputs; the op has %d%s", i, d->name, n->n_out,
+                d->n_out < 0 ? LOOM_MAX_NODE_IO : d->n_out, d->n_out < 0 ? " at most" : "");
   if ((n->n_in > 0 && !n->in) || !n->out)
     return fail(g, "node %d (%s) has no input or output array", i, d->name);
   for (int32_t k = 0; k < n->n_in; k++) {
@@ -179,25 +180,28 @@ static loom_status verify_node(const loom_graph *g, int32_t i) {
   loom_type *in_types = malloc(sizeof(loom_type) * (n->n_in > 0 ? (size_t)n->n_in : 1));
   if (!in_types) return loom_error(g->ctx, LOOM_STATUS_OUT_OF_MEMORY, "verify: out of memory");
   for (int32_t k = 0; k < n->n_in; k++) in_types[k] = g->values[n->in[k]].type;
-  loom_type out_types[LOOM_PART_MAX_IO];
-  memset(out_types, 0, sizeof out_types);
-  loom_status st = d->infer(g->ctx, n, in_types, out_types);
+  loom_type *out_types = calloc((size_t)LOOM_MAX(n->n_out, LOOM_PART_MAX_IO), sizeof *out_types);
+  loom_status st = out_types ? d->infer(g->ctx, n, in_types, out_types) : LOOM_STATUS_OUT_OF_MEMORY;
   free(in_types);
+  if (!out_types) return loom_error(g->ctx, st, "verify: out of memory");
   if (st) {
     char why[LOOM_ERROR_MAX];
     snprintf(why, sizeof why, "%s", loom_ctx_error(g->ctx));
+    free(out_types);
     return fail(g, "node %d (%s): shape inference rejects its inputs: %s", i, d->name, why);
   }
   for (int32_t o = 0; o < n->n_out; o++) {
     const loom_type *have = &g->values[n->out[o]].type;
     if (!loom_type_equal(have, &out_types[o])) {
       char t1[160], t2[160];
-      return fail(g, "node %d (%s): output %d (%s) is stored as %s but the op gives %s", i,
-                  d->name, o, vdesc(g, n->out[o], b), loom_type_str(have, t1, sizeof t1),
-                  loom_type_str(&out_types[o], t2, sizeof t2));
+      st = fail(g, "node %d (%s): output %d (%s) is stored as %s but the op gives %s", i,
+                d->name, o, vdesc(g, n->out[o], b), loom_type_str(have, t1, sizeof t1),
+                loom_type_str(&out_types[o], t2, sizeof t2));
+      break;
     }
   }
-  return LOOM_STATUS_OK;
+  free(out_types);
+  return st;
 }
 
 static loom_status verify_outputs(const loom_graph *g) {

@@ -110,6 +110,48 @@
   X(OP, eps, FLOAT, PLAIN, false, 0, 1e-8)                                                         \
   X(OP, weight_decay, FLOAT, PLAIN, false, 0, 0.01)
 
+/* Communication ops (comm_ops.c). group: an id into the communicator
+ * environment's groups (comm/comm.h); size: its members; member -1: the
+ * global form (one input and output per member), else this member's
+ * per-device form; seq: the op's number, from which its message tags come,
+ * so two comm ops never take each other's messages; reduce: 0 sum, 1 max,
+ * 2 min (loom_comm_reduce). */
+#define LOOM_ATTR_LIST_COMM_GROUP(X, OP)                                                           \
+  X(OP, group, INT, PLAIN, false, 0, 0.0)                                                          \
+  X(OP, size, INT, PLAIN, true, 0, 0.0)                                                            \
+  X(OP, member, INT, PLAIN, false, -1, 0.0)                                                        \
+  X(OP, seq, INT, PLAIN, false, 0, 0.0)
+#define LOOM_ATTR_LIST_all_reduce(X, OP)                                                           \
+  LOOM_ATTR_LIST_COMM_GROUP(X, OP)                                                                 \
+  X(OP, reduce, INT, PLAIN, false, 0, 0.0)
+#define LOOM_ATTR_LIST_all_gather(X, OP)                                                           \
+  LOOM_ATTR_LIST_COMM_GROUP(X, OP)                                                                 \
+  X(OP, axis, INT, PLAIN, false, 0, 0.0)
+#define LOOM_ATTR_LIST_reduce_scatter(X, OP)                                                       \
+  LOOM_ATTR_LIST_COMM_GROUP(X, OP)                                                                 \
+  X(OP, axis, INT, PLAIN, false, 0, 0.0)                                                           \
+  X(OP, reduce, INT, PLAIN, false, 0, 0.0)
+#define LOOM_ATTR_LIST_all_to_all(X, OP)                                                           \
+  LOOM_ATTR_LIST_COMM_GROUP(X, OP)                                                                 \
+  X(OP, split_axis, INT, PLAIN, false, 0, 0.0)                                                     \
+  X(OP, concat_axis, INT, PLAIN, false, 0, 0.0)
+/* root: the member whose value everyone gets; shape and dtype: the type a
+ * non-root member's per-device form (no input) gives. */
+#define LOOM_ATTR_LIST_broadcast(X, OP)                                                            \
+  LOOM_ATTR_LIST_COMM_GROUP(X, OP)                                                                 \
+  X(OP, root, INT, PLAIN, false, 0, 0.0)                                                           \
+  X(OP, shape, INTS, PLAIN, false, 0, 0.0)                                                         \
+  X(OP, dtype, INT, DTYPE, false, LOOM_DTYPE_F32, 0.0)
+/* One value from device src to device dst (ranks). Per-device: member 0
+ * sends (its output is an i64 token, 0), member 1 receives shape/dtype. */
+#define LOOM_ATTR_LIST_transfer(X, OP)                                                             \
+  X(OP, src, INT, PLAIN, false, 0, 0.0)                                                            \
+  X(OP, dst, INT, PLAIN, false, 0, 0.0)                                                            \
+  X(OP, member, INT, PLAIN, false, -1, 0.0)                                                        \
+  X(OP, seq, INT, PLAIN, false, 0, 0.0)                                                            \
+  X(OP, shape, INTS, PLAIN, false, 0, 0.0)                                                         \
+  X(OP, dtype, INT, DTYPE, false, LOOM_DTYPE_F32, 0.0)
+
 /* The ops that have a list above (the others have no attributes). */
 /* clang-format off */
 #define LOOM_ATTR_OPS(Y)                                                                           \
@@ -118,7 +160,8 @@
   Y(gather) Y(scatter_add) Y(iota) Y(constant)                                                     \
   Y(matmul) Y(flash_attention) Y(flash_attention_grad) Y(dropout) Y(dropout_mask)                  \
   Y(reduce_mean) Y(softmax) Y(log_softmax) Y(layer_norm) Y(rms_norm) Y(gelu) Y(attention)          \
-  Y(adamw)
+  Y(adamw) Y(all_reduce) Y(all_gather) Y(reduce_scatter) Y(all_to_all) Y(broadcast)              \
+  Y(transfer)
 /* clang-format on */
 
 /* ---- what the lists expand into --------------------------------------- */

@@ -19,8 +19,18 @@ typedef enum loom_op_class {
   LOOM_OPCLASS_GEMM,    /* matmul: compute-intensive */
   LOOM_OPCLASS_RNG,     /* dropout, dropout_mask */
   LOOM_OPCLASS_ATTENTION, /* flash_attention (+ grad): compute-intensive, one kernel */
-  LOOM_OPCLASS_COMPOSITE
+  LOOM_OPCLASS_COMPOSITE,
+  /* all_reduce, all_gather, reduce_scatter, all_to_all, broadcast,
+   * transfer (comm_ops.c): data between devices. Each node is its own
+   * event: never fused, merged with an equal one, dropped as dead or
+   * reordered relative to another comm node (loom_op_is_comm). */
+  LOOM_OPCLASS_COMM
 } loom_op_class;
+
+/* Inputs and outputs of one node at most: a comm op's global form has one
+ * per group member. Ops other than comm ops stay within LOOM_PART_MAX_IO
+ * outputs. */
+#define LOOM_MAX_NODE_IO 4096
 
 /* How the text IR shows an INT attribute. */
 typedef enum loom_attr_fmt {
@@ -87,7 +97,7 @@ typedef struct loom_op_def {
   const char *name;
   loom_op_class cls;
   int32_t min_in, max_in; /* max_in < 0: variadic */
-  int32_t n_out;
+  int32_t n_out;          /* < 0: variadic (1..LOOM_MAX_NODE_IO; infer checks) */
   int32_t n_attrs;
   loom_attr_spec attrs[LOOM_MAX_ATTRS];
   loom_infer_fn infer;
@@ -109,6 +119,11 @@ int64_t loom_int_elementwise(loom_op op, int64_t a, int64_t b);
 
 /* The definition of op (NULL if out of range). */
 const loom_op_def *loom_op_get(loom_op op);
+/* True for the COMM class: nodes with effects beyond their outputs (a
+ * peer waits for them), which passes keep as they are, in order. */
+bool loom_op_is_comm(loom_op op);
+/* True if n may have n_out outputs. */
+bool loom_op_out_count_ok(const loom_op_def *d, int32_t n_out);
 /* Index of attribute `name` in op's spec, -1 if none. Only for names the
  * user gives (text IR, loom_graph_op); code reads slots (ops/attrs.h). */
 int32_t loom_op_attr_index(loom_op op, const char *name);

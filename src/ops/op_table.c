@@ -35,6 +35,16 @@ bool loom_op_is_composite(loom_op op) {
   return d && d->cls == LOOM_OPCLASS_COMPOSITE;
 }
 
+bool loom_op_is_comm(loom_op op) {
+  const loom_op_def *d = loom_op_get(op);
+  return d && d->cls == LOOM_OPCLASS_COMM;
+}
+
+bool loom_op_out_count_ok(const loom_op_def *d, int32_t n_out) {
+  if (d->n_out >= 0) return n_out == d->n_out;
+  return n_out >= 1 && n_out <= LOOM_MAX_NODE_IO;
+}
+
 int32_t loom_op_attr_index(loom_op op, const char *name) {
   const loom_op_def *d = loom_op_get(op);
   if (!d) return -1;

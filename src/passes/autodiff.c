@@ -136,6 +136,8 @@ static loom_status ad_node(ad_state *s, const loom_node *n, int depth) {
   loom_graph *g = s->g;
   int32_t dout[LOOM_PART_MAX_IO];
   bool any_out = false, any_in = false;
+  /* no gradient rule (comparisons, comm ops): zero, whatever its outputs */
+  if (!loom_op_is_composite(n->op) && !loom_op_get(n->op)->grad) return LOOM_STATUS_OK;
   if (n->n_out > LOOM_PART_MAX_IO)
     return loom_error(g->ctx, LOOM_STATUS_INTERNAL, "autodiff: %s has too many outputs",
                       loom_op_name(n->op));

@@ -7,7 +7,9 @@
  * kernels and memory traffic, so the session runs this pass before fusion.
  * Every op is a pure function of its inputs and attributes — dropout too,
  * whose mask depends only on (seed, offset, base) — so identical nodes
- * compute identical values and may be merged.
+ * compute identical values and may be merged. Comm ops are the exception:
+ * a peer waits for each one, so every comm node is kept (live even when
+ * nothing reads it) and never merged with an equal one.
  */
 #include "passes/simplify.h"
 
@@ -72,6 +74,7 @@ static bool *live_nodes(const loom_graph *g) {
   for (int32_t o = 0; o < g->n_outputs; o++) needed[g->outputs[o]] = true;
   for (int32_t k = g->n_nodes - 1; k >= 0; k--) {
     const loom_node *n = &g->nodes[k];
+    live[k] = loom_op_is_comm(n->op);
     for (int32_t o = 0; o < n->n_out && !live[k]; o++) live[k] = needed[n->out[o]];
     if (live[k])
       for (int32_t i = 0; i < n->n_in; i++) needed[n->in[i]] = true;
@@ -100,6 +103,10 @@ loom_status loom_graph_simplify(const loom_graph *g, loom_graph **out) {
   for (int32_t k = 0; k < g->n_nodes && !st; k++) {
     if (!live[k]) continue;
     const loom_node *n = &g->nodes[k];
+    if (loom_op_is_comm(n->op)) {
+      st = loom_graph_copy_node(dst, g, n, map);
+      continue;
+    }
     for (int32_t i = 0; i < n->n_in; i++) in[i] = map[n->in[i]];
     uint32_t slot = (uint32_t)node_hash(n, in) & (uint32_t)(cap - 1);
     int32_t found = -1;

@@ -9,8 +9,12 @@
 #ifndef LOOM_PERF_COMM_MODEL_H
 #define LOOM_PERF_COMM_MODEL_H
 
+#include "loom.h"
+
 #include <stdbool.h>
 #include <stdint.h>
+
+struct loom_comm;
 
 typedef struct loom_comm_model {
   double latency_s;     /* per message */
@@ -30,5 +34,15 @@ static inline double loom_comm_model_time(const loom_comm_model *m, double bytes
                                           int32_t messages) {
   return (double)messages * m->latency_s + bytes / m->bandwidth_Bps;
 }
+
+/*
+ * Measures the model on communicator c (perf/comm_model.c): ranks 0 and 1
+ * ping-pong small messages (latency: half the median round trip) and
+ * 4 MiB ones (bandwidth: the bytes over half the median round trip, less
+ * the latency); rank 0's result goes to every rank, so all get the same
+ * model. Every rank calls it; the others only take part in the broadcast.
+ * One rank: the defaults (measured false). Well under 50 ms on one host.
+ */
+loom_status loom_comm_model_measure(struct loom_comm *c, loom_ctx *ctx, loom_comm_model *out);
 
 #endif

@@ -119,20 +119,26 @@ loom_status loom_exec_node(loom_ctx *ctx, const loom_graph *g, const loom_node *
   /* a reshape planned in place (passes/memplan.h) has nothing to move */
   if (n->op == LOOM_OP_RESHAPE && n->n_in == 1 && values[n->in[0]].data == values[n->out[0]].data)
     return LOOM_STATUS_OK;
+  /* a comm op's global form has one input and output per group member */
   loom_view in_stack[8], out_stack[LOOM_PART_MAX_IO];
-  loom_view *in = in_stack;
-  if (n->n_out > LOOM_PART_MAX_IO)
-    return loom_error(ctx, LOOM_STATUS_INTERNAL, "%s: too many outputs (%d)", d->name, n->n_out);
-  if (n->n_in > LOOM_ARRAY_LEN(in_stack)) {
-    in = loom_malloc(ctx, sizeof *in * (size_t)n->n_in);
-    if (!in) return LOOM_STATUS_OUT_OF_MEMORY;
+  loom_view *in = in_stack, *out = out_stack;
+  if (n->n_out > LOOM_MAX_NODE_IO || n->n_in > LOOM_MAX_NODE_IO)
+    return loom_error(ctx, LOOM_STATUS_INTERNAL, "%s: too many inputs or outputs (%d, %d)",
+                      d->name, n->n_in, n->n_out);
+  if (n->n_in > LOOM_ARRAY_LEN(in_stack) && !(in = loom_malloc(ctx, sizeof *in * (size_t)n->n_in)))
+    return LOOM_STATUS_OUT_OF_MEMORY;
+  if (n->n_out > LOOM_ARRAY_LEN(out_stack) &&
+      !(out = loom_malloc(ctx, sizeof *out * (size_t)n->n_out))) {
+    if (in != in_stack) free(in);
+    return LOOM_STATUS_OUT_OF_MEMORY;
   }
   for (int32_t i = 0; i < n->n_in; i++)
     in[i] = values[n->in[i]];
   for (int32_t o = 0; o < n->n_out; o++)
-    out_stack[o] = values[n->out[o]];
-  loom_status st = kernel(self, n, in, out_stack);
+    out[o] = values[n->out[o]];
+  loom_status st = kernel(self, n, in, out);
   if (in != in_stack) free(in);
+  if (out != out_stack) free(out);
   if (st) loom_error_prefix(ctx, "%s (node %d)", d->name, (int32_t)(n - g->nodes));
   return st;
 }
