@@ -106,6 +106,20 @@ expect "--dot does not overwrite" 1 "" "*already exists*--force*"
 run plan "$tmp/mm.loom" --plan "$tmp/k.plan" --devices 2 --show none --dot "$tmp/k.dot" --force
 expect "--dot --force overwrites" 0 "*wrote*"
 
+# ---- --save-plan: the plan as a file, read back to the same programs -----------------------
+run plan "$tmp/mm.loom" --plan "$tmp/k.plan" --devices 2 --save-plan "$tmp/saved.plan"
+expect "--save-plan" 0 "wrote $tmp/saved.plan*== device 0 ==*"
+first=${out#*$'\n'}
+grep -qx "trans matmul.0 split in0 1 2" "$tmp/saved.plan" && grep -qx "assign matmul.0 0 1" "$tmp/saved.plan" &&
+  grep -qx "output y R(2) on 0 1" "$tmp/saved.plan" && grep -qx "input %w D(0,2) on 0 1" "$tmp/saved.plan" &&
+  ok || bad "--save-plan: the cut, the assignment and the placements"
+run plan "$tmp/mm.loom" --plan "$tmp/saved.plan" --devices 2
+[[ $rc == 0 && $out == "$first" ]] && ok || bad "the saved plan lowers to the same programs and summary"
+run plan "$tmp/mm.loom" --plan "$tmp/k.plan" --devices 2 --save-plan "$tmp/saved.plan"
+expect "--save-plan does not overwrite" 1 "" "*already exists*--force*"
+run plan "$tmp/mm.loom" --plan "$tmp/k.plan" --devices 2 --save-plan "$tmp/s2" --dot "$tmp/s2"
+expect "--save-plan and --dot on one file" 1 "" "*name the same file*"
+
 # ---- plans that fail: exit 1 ---------------------------------------------------------
 printf 'plan devices 2\ntrans matmul.0 split out0 0 2\ntrans add.0 replicate 2\n' >"$tmp/bad.plan"
 run plan "$tmp/mm.loom" --plan "$tmp/bad.plan" --devices 2
@@ -149,6 +163,20 @@ gpt=(--layers 1 --d-model 16 --heads 2 --context 8 --batch 4)
 printf 'plan devices 1\nassign * 0\n' >"$tmp/one.plan"
 run plan gpt --plan "$tmp/one.plan" --devices 1 "${gpt[@]}" --show none
 expect "gpt on one device" 0 "device*0 *total*"
+# a data-parallel plan file for the gpt, saved and read back: the same file
+# (whether or not the lowering takes it, the plan is saved first)
+cat >"$tmp/gpt_dp.plan" <<'P'
+plan devices 2
+trans * split %tokens 0 2 else replicate
+assign * 0 1
+input %tokens D(0,2) on 0 1
+input %targets D(0,2) on 0 1
+P
+run plan gpt --plan "$tmp/gpt_dp.plan" --devices 2 "${gpt[@]}" --show none --save-plan "$tmp/gpt1.plan"
+run plan gpt --plan "$tmp/gpt1.plan" --devices 2 "${gpt[@]}" --show none --save-plan "$tmp/gpt2.plan"
+[[ -s $tmp/gpt1.plan ]] && grep -qx "trans gather.0 split out0 0 2" "$tmp/gpt1.plan" && ok ||
+  bad "gpt: the data-parallel plan is saved with its cuts"
+same_bytes "gpt: a saved plan saves back the same" "$tmp/gpt2.plan" "$tmp/gpt1.plan"
 run plan gpt --plan dp2 --devices 2 "${gpt[@]}" --show none
 if [[ $rc == 1 && $err == *"built-in plans are not in this build"* ]]; then
   echo "note: skipped 'loom plan gpt --plan dp2': the built-in plans are not in this build yet"

@@ -30,7 +30,8 @@
 
 static const char usage[] =
     "usage: loom plan MODEL --plan P --devices N [--show DEVICE|all|none]\n"
-    "                 [--memory-limit BYTES] [--dot FILE] [--force] [model flags]\n"
+    "                 [--memory-limit BYTES] [--dot FILE] [--save-plan FILE] [--force]\n"
+    "                 [model flags]\n"
     "\n"
     "Lowers the parallel plan P over MODEL and prints every device's program\n"
     "(text IR, communication ops included) and a summary per device: FLOPs,\n"
@@ -49,7 +50,9 @@ static const char usage[] =
     "  --memory-limit B     fail when a device's peak would pass B bytes\n"
     "  --dot FILE           write the global graph as Graphviz, one cluster\n"
     "                       per device, comm ops between them\n"
-    "  --force              overwrite the --dot file if it exists\n"
+    "  --save-plan FILE     write the plan as a plan file (a built-in's too), to\n"
+    "                       read back with --plan FILE or edit\n"
+    "  --force              overwrite the --dot or --save-plan file if it exists\n"
     "gpt model flags (as 'loom train'):\n"
     "  --layers N           transformer blocks (default 2, 1..64)\n"
     "  --d-model N          width (default 128, 1..4096; the MLP is 4x)\n"
@@ -88,7 +91,7 @@ static int fail(loom_ctx *ctx) {
 }
 
 typedef struct plan_args {
-  const char *model, *plan, *dot, *show;
+  const char *model, *plan, *dot, *show, *save_plan;
   long devices;
   int64_t memory_limit;
   bool force;
@@ -156,6 +159,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
     bool known = gpt_dst || !strcmp(name, "--plan") || !strcmp(name, "--devices") ||
                  !strcmp(name, "--show") || !strcmp(name, "--memory-limit") ||
                  !strcmp(name, "--dot") || !strcmp(name, "--dropout") ||
+                 !strcmp(name, "--save-plan") ||
                  !strcmp(name, "--attention");
     if (!known) return usage_error("unknown flag '%s' for 'plan'", name);
     if (loom_cli_flag_value(argc, argv, &i, name, &v) < 0)
@@ -181,6 +185,9 @@ static int parse_args(int argc, char **argv, plan_args *a) {
     } else if (!strcmp(name, "--dot")) {
       if (!*v) return usage_error("--dot wants a file name");
       a->dot = v;
+    } else if (!strcmp(name, "--save-plan")) {
+      if (!*v) return usage_error("--save-plan wants a file name");
+      a->save_plan = v;
     } else if (!strcmp(name, "--dropout")) {
       char *end = NULL;
       double p = strtod(v, &end);
@@ -350,6 +357,20 @@ static loom_status write_dot(loom_ctx *ctx, const loom_plan_program *pp, const c
   return st;
 }
 
+static loom_status save_plan(loom_ctx *ctx, const loom_plan *p, const char *path, unsigned flags) {
+  loom_strbuf b = {0};
+  LOOM_TRY(loom_plan_write(p, &b));
+  bool oom = b.oom;
+  char *text = loom_strbuf_take(&b);
+  if (oom || !text) {
+    free(text);
+    return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "--save-plan: out of memory");
+  }
+  loom_status st = loom_file_write_atomic(ctx, path, text, strlen(text), flags);
+  free(text);
+  return st;
+}
+
 int loom_cli_plan_main(int argc, char **argv) {
   plan_args a = {0};
   int rc = parse_args(argc, argv, &a);
@@ -364,13 +385,26 @@ int loom_cli_plan_main(int argc, char **argv) {
   loom_plan_program *pp = NULL;
   rc = 1;
   /* the --dot file is checked before the work, not found unwritable after */
-  if (a.dot && loom_file_check_output(ctx, a.dot,
-                                      LOOM_FILE_HINT_FORCE | (a.force ? LOOM_FILE_REPLACE : 0))) {
+  unsigned flags = LOOM_FILE_HINT_FORCE | (a.force ? LOOM_FILE_REPLACE : 0);
+  if (a.dot && loom_file_check_output(ctx, a.dot, flags)) {
     loom_error_prefix(ctx, "--dot");
     goto fail;
   }
+  if (a.save_plan && loom_file_check_output(ctx, a.save_plan, flags)) {
+    loom_error_prefix(ctx, "--save-plan");
+    goto fail;
+  }
+  if (a.dot && a.save_plan && loom_file_same(a.dot, a.save_plan)) {
+    fprintf(stderr, "loom plan: --dot and --save-plan name the same file (%s)\n", a.dot);
+    goto done;
+  }
   if (load_model(ctx, &a, &g)) goto fail;
   if (loom_plan_open(ctx, g, a.plan, (int32_t)a.devices, &p)) goto fail;
+  /* saved before lowering: a plan the lowering rejects can be edited */
+  if (a.save_plan) {
+    if (save_plan(ctx, p, a.save_plan, flags)) goto fail;
+    printf("wrote %s\n", a.save_plan);
+  }
   loom_plan_lower_options lo = {.comm = loom_comm_model_default(),
                                 .memory_limit = a.memory_limit};
   if (loom_plan_lower(p, &lo, &pp)) goto fail;
