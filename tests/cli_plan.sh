@@ -155,6 +155,8 @@ run plan "$tmp/mm.loom" --plan
 expect "--plan without a value" 2 "" "*--plan needs a value*"
 run plan "$tmp/mm.loom" "$tmp/mm.loom" --plan "$tmp/dp.plan" --devices 2
 expect "two models" 2 "" "*unexpected argument*"
+run plan gpt --plan "$tmp/dp.plan" --devices 2 --rng auto
+expect "gpt: --rng auto is refused" 2 "" "*--rng wants fused, overlap or sequential, got 'auto'*"
 run plan gpt --plan "$tmp/dp.plan" --devices 2 --heads 3
 expect "gpt: heads must divide d-model" 2 "" "*--heads 3 does not divide --d-model 128*"
 
@@ -183,6 +185,11 @@ if [[ $rc == 1 && $err == *"built-in plans are not in this build"* ]]; then
 else
   expect "gpt dp2" 0 "device*0 *1 *total*"
   check "gpt dp2: all-reduces the gradients" [ "$(field 0 3)" -gt 0 ]
+  # a built-in plan saved as a file lowers to the same programs
+  run plan gpt --plan dp2 --devices 2 "${gpt[@]}" --save-plan "$tmp/dp2.plan"
+  first=${out#*$'\n'}
+  run plan gpt --plan "$tmp/dp2.plan" --devices 2 "${gpt[@]}"
+  [[ $rc == 0 && -n $first && $out == "$first" ]] && ok || bad "gpt: dp2 saved as a plan file lowers the same"
 fi
 
 finish cli_plan

@@ -61,6 +61,10 @@ static const char usage[] =
     "  --batch N            sequences per step (default 16, 1..4096)\n"
     "  --dropout P          dropout (default 0.1, [0, 1))\n"
     "  --attention A        one of " LOOM_ATTENTION_MODE_NAMES " (default flash)\n"
+    "  --rng P              where attention dropout's random numbers come from:\n"
+    "                       fused, overlap or sequential (default fused; not auto,\n"
+    "                       which measures the machine: a plan file names nodes,\n"
+    "                       so the graph must come out the same every run)\n"
     "  -h, --help           print this help\n"
     "\n"
     "Exit status: 0 success, 1 failure, 2 wrong arguments.\n";
@@ -130,6 +134,7 @@ static int32_t *gpt_int_flag(plan_args *a, const char *name, int64_t *lo, int64_
 /* Parses argv; -1 to go on, else an exit code. */
 static int parse_args(int argc, char **argv, plan_args *a) {
   loom_train_config_default(&a->cfg);
+  a->cfg.rng = LOOM_RNG_FUSED; /* the same graph every run (auto measures) */
   a->devices = -1;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *v = NULL;
@@ -159,7 +164,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
     bool known = gpt_dst || !strcmp(name, "--plan") || !strcmp(name, "--devices") ||
                  !strcmp(name, "--show") || !strcmp(name, "--memory-limit") ||
                  !strcmp(name, "--dot") || !strcmp(name, "--dropout") ||
-                 !strcmp(name, "--save-plan") ||
+                 !strcmp(name, "--save-plan") || !strcmp(name, "--rng") ||
                  !strcmp(name, "--attention");
     if (!known) return usage_error("unknown flag '%s' for 'plan'", name);
     if (loom_cli_flag_value(argc, argv, &i, name, &v) < 0)
@@ -194,6 +199,10 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       if (!*v || *end || !(p >= 0.0 && p < 1.0))
         return usage_error("--dropout wants a number in [0, 1), got '%s'", v);
       a->cfg.model.dropout = p;
+      if (!a->model_flag) a->model_flag = arg;
+    } else if (!strcmp(name, "--rng")) {
+      if (loom_rng_placement_from_name(v, &a->cfg.rng) || a->cfg.rng == LOOM_RNG_AUTO)
+        return usage_error("--rng wants fused, overlap or sequential, got '%s'", v);
       if (!a->model_flag) a->model_flag = arg;
     } else {
       if (loom_attention_mode_from_name(v, &a->cfg.attention))

@@ -398,9 +398,10 @@ static loom_status parse_trans(pparser *p) {
     int32_t dl = p->tok.line, dc = p->tok.col;
     LOOM_TRY(parse_int(p, 0, LOOM_MAX_RANK - 1, "a dim", &dim));
     int32_t rank = follow >= 0 ? loom_value_type(p->g, p->g->inputs[follow])->rank : 0;
+    char b[96];
     if (follow >= 0 && dim >= rank)
       return perr_at(p, dl, dc, "input %s has no dim %d (rank %d)",
-                     p->g->values[p->g->inputs[follow]].name, dim, rank);
+                     safe(p->g->values[p->g->inputs[follow]].name, b, sizeof b), dim, rank);
   }
   int32_t n_line = p->tok.line, n_col = p->tok.col;
   LOOM_TRY(parse_int(p, 1, LOOM_PLAN_MAX_DEVICES, "a part count", &n));
@@ -453,8 +454,10 @@ static loom_status trans_each(pparser *p, const selector *sl, bool split, bool i
       int32_t l = node_label ? node_label[so->node] : loom_plan_label(pl, so->node, is_out, operand, dim);
       if (l < 0 && !fallback) {
         if (!node_label) return at(p, op_line, op_col);
+        char b[96];
         return perr_at(p, op_line, op_col, "%s: no dim of it follows dim %d of input %s", name,
-                       dim, p->g->values[p->g->inputs[node_label[p->g->n_nodes]]].name);
+                       dim, safe(p->g->values[p->g->inputs[node_label[p->g->n_nodes]]].name, b,
+                                 sizeof b));
       }
       /* a split that does not divide: op_trans says why, unless "else replicate" */
       if (l >= 0 && (!fallback || (so->r.hi[l] - so->r.lo[l]) % n == 0))
