@@ -7,6 +7,7 @@
  *   loom bench [WORKLOAD...]    benchmarks (bench/; loom bench --help)
  *   loom show FILE              print a graph and what it is made of
  *   loom ops                    print the op table
+ *   loom plan MODEL [flags]     lower a parallel plan; print each device's program
  *
  * Exit codes: 0 success, 1 a failure ("loom: <message>" on stderr),
  * 2 wrong arguments (a usage message on stderr).
@@ -23,6 +24,7 @@
 
 #include "bench.h"
 #include "cli_args.h"
+#include "cli_plan.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -47,6 +49,7 @@ static const char usage_main[] =
     "  bench [WORKLOAD...]  measure workloads in every fusion mode\n"
     "  show FILE            print a graph, its op counts and value shapes\n"
     "  ops                  print the op table (a Markdown table)\n"
+    "  plan MODEL [flags]   lower a parallel plan, print each device's program\n"
     "  help [COMMAND]       print help for loom or for one command\n"
     "\n"
     "options:\n"
@@ -815,6 +818,11 @@ static int cmd_help(int argc, char **argv) {
     char *bargv[] = {a0, a1, NULL};
     return cmd_bench(2, bargv);
   }
+  if (strcmp(argv[1], "plan") == 0) {
+    char a0[] = "plan", a1[] = "--help";
+    char *pargv[] = {a0, a1, NULL};
+    return loom_cli_plan_main(2, pargv);
+  }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (commands[i].usage && strcmp(argv[1], commands[i].name) == 0) {
       fputs(commands[i].usage, stdout);
@@ -845,6 +853,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
   if (strcmp(cmd, "show") == 0) return cmd_show(argc - 1, argv + 1);
   if (strcmp(cmd, "ops") == 0) return cmd_ops(argc - 1, argv + 1);
+  if (strcmp(cmd, "plan") == 0) return loom_cli_plan_main(argc - 1, argv + 1);
   if (strcmp(cmd, "help") == 0) return cmd_help(argc - 1, argv + 1);
   if (cmd[0] == '-')
     return usage_error(usage_main, "unknown option '%s'", cmd);

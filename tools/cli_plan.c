@@ -1,0 +1,439 @@
+/*
+ * `loom plan MODEL --plan P --devices N`: reads or builds the model's
+ * graph, opens the plan (a plan file or a built-in spec), lowers it
+ * (parallel/lower.h, which validates it) and prints each device's program
+ * as text IR and a table of what each device computes, sends and holds.
+ * `--dot` draws the global graph with one cluster per device.
+ */
+#include "cli_plan.h"
+
+#include "loom.h"
+
+#include "cli_args.h"
+#include "core/file.h"
+#include "core/strbuf.h"
+#include "ir/graph.h"
+#include "model/gpt.h"
+#include "ops/op.h"
+#include "parallel/lower.h"
+#include "parallel/plan_text.h"
+#include "runtime/backend.h"
+#include "train/trainer.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EXIT_USAGE 2
+
+static const char usage[] =
+    "usage: loom plan MODEL --plan P --devices N [--show DEVICE|all|none]\n"
+    "                 [--memory-limit BYTES] [--dot FILE] [--save-plan FILE] [--force]\n"
+    "                 [model flags]\n"
+    "\n"
+    "Lowers the parallel plan P over MODEL and prints every device's program\n"
+    "(text IR, communication ops included) and a summary per device: FLOPs,\n"
+    "bytes sent by each kind of communication, peak memory, bytes of graph\n"
+    "inputs held, node and comm op counts, and the totals. A plan that does\n"
+    "not hold together (a sub-op left unplaced, a piece made twice, an order\n"
+    "across devices) fails with a message naming the sub-op.\n"
+    "\n"
+    "  MODEL                a text-IR file, or 'gpt': the training step of\n"
+    "                       'loom train' (forward, gradients, AdamW)\n"
+    "  --plan P             a plan file (docs/PARALLEL.md, \"Plan files\") or a\n"
+    "                       built-in plan spec (dp2, dp2xtp2, ...)\n"
+    "  --devices N          devices, 1..4096 (a plan file's must match)\n"
+    "  --show WHAT          the programs to print: one device's number, all\n"
+    "                       (the default) or none (the summary only)\n"
+    "  --memory-limit B     fail when a device's peak would pass B bytes\n"
+    "  --dot FILE           write the global graph as Graphviz, one cluster\n"
+    "                       per device, comm ops between them\n"
+    "  --save-plan FILE     write the plan as a plan file (a built-in's too), to\n"
+    "                       read back with --plan FILE or edit\n"
+    "  --force              overwrite the --dot or --save-plan file if it exists\n"
+    "gpt model flags (as 'loom train'):\n"
+    "  --layers N           transformer blocks (default 2, 1..64)\n"
+    "  --d-model N          width (default 128, 1..4096; the MLP is 4x)\n"
+    "  --heads N            attention heads, must divide --d-model (default 4)\n"
+    "  --context N          sequence length (default 64, 2..4096)\n"
+    "  --batch N            sequences per step (default 16, 1..4096)\n"
+    "  --dropout P          dropout (default 0.1, [0, 1))\n"
+    "  --attention A        one of " LOOM_ATTENTION_MODE_NAMES " (default flash)\n"
+    "  --rng P              where attention dropout's random numbers come from:\n"
+    "                       fused, overlap or sequential (default fused; not auto,\n"
+    "                       which measures the machine: a plan file names nodes,\n"
+    "                       so the graph must come out the same every run)\n"
+    "  -h, --help           print this help\n"
+    "\n"
+    "Exit status: 0 success, 1 failure, 2 wrong arguments.\n";
+
+/* The comm op kinds of the summary, in column order. */
+static const char *const comm_kinds[] = {"all_reduce", "all_gather", "reduce_scatter",
+                                         "all_to_all", "broadcast",  "transfer"};
+#define N_KINDS ((int)(sizeof comm_kinds / sizeof comm_kinds[0]))
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "loom plan: ");
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  const char *end = strstr(usage, "\n\n");
+  fprintf(stderr, "\n%.*s\nTry 'loom plan --help' for more.\n", (int)(end - usage), usage);
+  return EXIT_USAGE;
+}
+
+static int fail(loom_ctx *ctx) {
+  char msg[LOOM_ERROR_MAX];
+  const char *m = loom_ctx_error(ctx);
+  if (!strncmp(m, "plan: ", 6)) m += 6; /* "loom plan: plan: ..." says it twice */
+  fprintf(stderr, "loom plan: %s\n", loom_escape_message(m, msg, sizeof msg));
+  return 1;
+}
+
+typedef struct plan_args {
+  const char *model, *plan, *dot, *show, *save_plan;
+  long devices;
+  int64_t memory_limit;
+  bool force;
+  loom_train_config cfg; /* gpt: the model, batch and attention */
+  const char *model_flag; /* the first gpt flag given, for "applies to gpt only" */
+} plan_args;
+
+static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  if (!s || !*s) return false;
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (*end || errno || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+/* The gpt flags that take integers, and where they go. */
+static int32_t *gpt_int_flag(plan_args *a, const char *name, int64_t *lo, int64_t *hi) {
+  static const struct {
+    const char *name;
+    int64_t lo, hi;
+  } flags[] = {{"--layers", 1, 64}, {"--d-model", 1, 4096}, {"--heads", 1, 4096},
+               {"--context", 2, 4096}, {"--batch", 1, 4096}};
+  int32_t *dst[] = {&a->cfg.model.n_layer, &a->cfg.model.d_model, &a->cfg.model.n_head,
+                    &a->cfg.model.context, &a->cfg.batch};
+  for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
+    if (!strcmp(name, flags[k].name)) {
+      *lo = flags[k].lo;
+      *hi = flags[k].hi;
+      return dst[k];
+    }
+  return NULL;
+}
+
+/* Parses argv; -1 to go on, else an exit code. */
+static int parse_args(int argc, char **argv, plan_args *a) {
+  loom_train_config_default(&a->cfg);
+  a->cfg.rng = LOOM_RNG_FUSED; /* the same graph every run (auto measures) */
+  a->devices = -1;
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i], *v = NULL;
+    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+      fputs(usage, stdout);
+      return 0;
+    }
+    if (!strcmp(arg, "--force")) {
+      a->force = true;
+      continue;
+    }
+    if (arg[0] != '-' || !arg[1]) {
+      if (a->model) return usage_error("unexpected argument '%s'", arg);
+      a->model = arg;
+      continue;
+    }
+    /* every other flag takes a value: --flag VALUE or --flag=VALUE */
+    char name[32];
+    const char *eq = strchr(arg, '=');
+    size_t nl = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (strncmp(arg, "--", 2) != 0 || nl >= sizeof name)
+      return usage_error("unknown flag '%s' for 'plan'", arg);
+    memcpy(name, arg, nl);
+    name[nl] = '\0';
+    int64_t lo = 0, hi = 0, iv = 0;
+    int32_t *gpt_dst = gpt_int_flag(a, name, &lo, &hi);
+    bool known = gpt_dst || !strcmp(name, "--plan") || !strcmp(name, "--devices") ||
+                 !strcmp(name, "--show") || !strcmp(name, "--memory-limit") ||
+                 !strcmp(name, "--dot") || !strcmp(name, "--dropout") ||
+                 !strcmp(name, "--save-plan") || !strcmp(name, "--rng") ||
+                 !strcmp(name, "--attention");
+    if (!known) return usage_error("unknown flag '%s' for 'plan'", name);
+    if (loom_cli_flag_value(argc, argv, &i, name, &v) < 0)
+      return usage_error("%s needs a value", name);
+    if (gpt_dst) {
+      if (!parse_i64(v, lo, hi, &iv))
+        return usage_error("%s wants an integer in [%lld, %lld], got '%s'", name, (long long)lo,
+                           (long long)hi, v);
+      *gpt_dst = (int32_t)iv;
+      if (!a->model_flag) a->model_flag = arg;
+    } else if (!strcmp(name, "--plan")) {
+      if (!*v) return usage_error("--plan wants a plan file or a built-in spec");
+      a->plan = v;
+    } else if (!strcmp(name, "--devices")) {
+      if (!loom_cli_parse_long(v, 1, LOOM_PLAN_MAX_DEVICES, &a->devices))
+        return usage_error("--devices wants a number in [1, %d], got '%s'", LOOM_PLAN_MAX_DEVICES,
+                           v);
+    } else if (!strcmp(name, "--show")) {
+      a->show = v;
+    } else if (!strcmp(name, "--memory-limit")) {
+      if (!parse_i64(v, 0, INT64_MAX, &a->memory_limit))
+        return usage_error("--memory-limit wants a byte count, got '%s'", v);
+    } else if (!strcmp(name, "--dot")) {
+      if (!*v) return usage_error("--dot wants a file name");
+      a->dot = v;
+    } else if (!strcmp(name, "--save-plan")) {
+      if (!*v) return usage_error("--save-plan wants a file name");
+      a->save_plan = v;
+    } else if (!strcmp(name, "--dropout")) {
+      char *end = NULL;
+      double p = strtod(v, &end);
+      if (!*v || *end || !(p >= 0.0 && p < 1.0))
+        return usage_error("--dropout wants a number in [0, 1), got '%s'", v);
+      a->cfg.model.dropout = p;
+      if (!a->model_flag) a->model_flag = arg;
+    } else if (!strcmp(name, "--rng")) {
+      if (loom_rng_placement_from_name(v, &a->cfg.rng) || a->cfg.rng == LOOM_RNG_AUTO)
+        return usage_error("--rng wants fused, overlap or sequential, got '%s'", v);
+      if (!a->model_flag) a->model_flag = arg;
+    } else {
+      if (loom_attention_mode_from_name(v, &a->cfg.attention))
+        return usage_error("--attention wants one of " LOOM_ATTENTION_MODE_NAMES ", got '%s'", v);
+      if (!a->model_flag) a->model_flag = arg;
+    }
+  }
+  if (!a->model) return usage_error("plan needs a MODEL (a text-IR file or gpt)");
+  if (!a->plan) return usage_error("plan needs --plan P");
+  if (a->devices < 0) return usage_error("plan needs --devices N");
+  bool gpt = strcmp(a->model, "gpt") == 0;
+  if (!gpt && a->model_flag)
+    return usage_error("%s applies to the gpt model only", a->model_flag);
+  loom_gpt_config *g = &a->cfg.model;
+  if (gpt && (g->n_head > g->d_model || g->d_model % g->n_head))
+    return usage_error("--heads %d does not divide --d-model %d", g->n_head, g->d_model);
+  g->d_ff = 4 * g->d_model;
+  if (a->show && strcmp(a->show, "all") && strcmp(a->show, "none")) {
+    long d = 0;
+    if (!loom_cli_parse_long(a->show, 0, a->devices - 1, &d))
+      return usage_error("--show wants a device in [0, %ld], all or none, got '%s'",
+                         a->devices - 1, a->show);
+  }
+  return -1;
+}
+
+/* The model's graph: a text-IR file, or the gpt training step. */
+static loom_status load_model(loom_ctx *ctx, const plan_args *a, loom_graph **g) {
+  if (strcmp(a->model, "gpt") != 0) return loom_graph_load(ctx, a->model, g);
+  const loom_train_config *c = &a->cfg;
+  LOOM_TRY(loom_gpt_config_check(ctx, &c->model));
+  /* as the trainer builds it: the default backend's rewrite runs first */
+  loom_session_options so = LOOM_SESSION_OPTIONS(.backend = LOOM_BACKEND_DEFAULT,
+                                                 .attention = c->attention, .rng = c->rng);
+  loom_gpt_optim o = {c->beta1, c->beta2, c->eps, c->weight_decay, c->seed, &so};
+  int64_t rng_per_step = 0;
+  return loom_gpt_build_train(ctx, &c->model, c->batch, c->model.context, &o, g, &rng_per_step);
+}
+
+/* ---- printing ------------------------------------------------------------ */
+
+static loom_status print_device(loom_ctx *ctx, const loom_plan_program *pp, int32_t d) {
+  loom_graph *dg = NULL;
+  char *text = NULL;
+  loom_status st = loom_plan_device_graph(pp, d, &dg, NULL, NULL);
+  if (!st) st = loom_graph_print(dg, &text);
+  if (!st) {
+    printf("== device %d ==\n%s", d, text);
+    if (text[0] && text[strlen(text) - 1] != '\n') putchar('\n');
+    putchar('\n');
+  } else {
+    loom_error_prefix(ctx, "device %d's program", d);
+  }
+  loom_free(text);
+  loom_graph_free(dg);
+  return st;
+}
+
+static void print_summary(const loom_plan_program *pp) {
+  loom_op kind_op[N_KINDS];
+  bool have[N_KINDS];
+  for (int k = 0; k < N_KINDS; k++) have[k] = loom_op_from_name(comm_kinds[k], &kind_op[k]) == 0;
+  printf("%-8s %16s", "device", "flops");
+  for (int k = 0; k < N_KINDS; k++) printf(" %14s", comm_kinds[k]);
+  printf(" %14s %14s %7s %6s\n", "peak_bytes", "input_bytes", "nodes", "comms");
+  double flops = 0;
+  int64_t bytes[N_KINDS] = {0}, peak = 0, input = 0;
+  int64_t nodes = 0;
+  for (int32_t d = 0; d < pp->n_devices; d++) {
+    const loom_plan_device_stats *s = &pp->stats[d];
+    printf("%-8d %16.0f", d, s->flops);
+    for (int k = 0; k < N_KINDS; k++) {
+      int64_t b = have[k] ? s->comm_bytes[kind_op[k]] : 0;
+      bytes[k] += b;
+      printf(" %14lld", (long long)b);
+    }
+    printf(" %14lld %14lld %7d %6d\n", (long long)s->peak_bytes, (long long)s->input_bytes,
+           s->n_nodes, s->n_comms);
+    flops += s->flops;
+    peak = s->peak_bytes > peak ? s->peak_bytes : peak;
+    input += s->input_bytes;
+    nodes += s->n_nodes;
+  }
+  printf("%-8s %16.0f", "total", flops);
+  for (int k = 0; k < N_KINDS; k++) printf(" %14lld", (long long)bytes[k]);
+  printf(" %14lld %14lld %7lld %6d\n", (long long)peak, (long long)input, (long long)nodes,
+         pp->n_comms);
+  printf("(total: sums over the devices, except peak_bytes, the largest, and comms, the\n"
+         " comm ops of the plan, each counted once though every member runs it)\n");
+}
+
+/* A label for DOT: printable ASCII, quotes and backslashes escaped. */
+static void dot_text(loom_strbuf *b, const char *s) {
+  for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
+    if (*c == '"' || *c == '\\') loom_strbuf_put(b, "\\%c", *c);
+    else if (*c >= 0x20 && *c < 0x7f) loom_strbuf_put(b, "%c", *c);
+    else loom_strbuf_put(b, "?");
+  }
+}
+
+static void dot_node(loom_strbuf *b, const loom_plan_program *pp, int32_t i, const char *indent) {
+  const loom_node *n = &pp->global->nodes[i];
+  const loom_op_def *d = loom_op_get(n->op);
+  bool comm = false;
+  for (int k = 0; k < N_KINDS && pp->node_device[i] < 0; k++) comm |= !strcmp(d->name, comm_kinds[k]);
+  loom_strbuf_put(b, "%sn%d [label=\"%s.%d\"%s];\n", indent, i, d->name, i,
+                  comm ? ", shape=box, style=filled, fillcolor=\"#ffd27f\"" : "");
+}
+
+static loom_status write_dot(loom_ctx *ctx, const loom_plan_program *pp, const char *path,
+                             bool force) {
+  const loom_graph *G = pp->global;
+  loom_strbuf b = {0};
+  loom_strbuf_put(&b, "digraph plan {\n  rankdir=TB;\n  node [shape=ellipse, fontsize=10];\n");
+  for (int32_t d = 0; d < pp->n_devices; d++) {
+    loom_strbuf_put(&b, "  subgraph cluster_%d {\n    label=\"device %d\";\n", d, d);
+    for (int32_t v = 0; v < G->n_values; v++)
+      if (G->values[v].kind != LOOM_VALUE_NODE && pp->value_device[v] == d) {
+        loom_strbuf_put(&b, "    v%d [shape=note, label=\"", v);
+        dot_text(&b, G->values[v].name);
+        loom_strbuf_put(&b, "\"];\n");
+      }
+    for (int32_t i = 0; i < G->n_nodes; i++)
+      if (pp->node_device[i] == d) dot_node(&b, pp, i, "    ");
+    loom_strbuf_put(&b, "  }\n");
+  }
+  /* comm ops and the host's assembly of outputs sit between the clusters */
+  for (int32_t v = 0; v < G->n_values; v++)
+    if (G->values[v].kind != LOOM_VALUE_NODE &&
+        (pp->value_device[v] < 0 || pp->value_device[v] >= pp->n_devices)) {
+      loom_strbuf_put(&b, "  v%d [shape=note, label=\"", v);
+      dot_text(&b, G->values[v].name);
+      loom_strbuf_put(&b, "\"];\n");
+    }
+  for (int32_t i = 0; i < G->n_nodes; i++)
+    if (pp->node_device[i] < 0 || pp->node_device[i] >= pp->n_devices) dot_node(&b, pp, i, "  ");
+  for (int32_t i = 0; i < G->n_nodes; i++) {
+    const loom_node *n = &G->nodes[i];
+    for (int32_t k = 0; k < n->n_in; k++) {
+      int32_t v = n->in[k], src = G->values[v].node;
+      if (src >= 0) loom_strbuf_put(&b, "  n%d -> n%d;\n", src, i);
+      else loom_strbuf_put(&b, "  v%d -> n%d;\n", v, i);
+    }
+  }
+  for (int32_t o = 0; o < G->n_outputs; o++) {
+    loom_strbuf_put(&b, "  out%d [shape=plaintext, label=\"", o);
+    dot_text(&b, G->output_names[o]);
+    int32_t v = G->outputs[o], src = G->values[v].node;
+    loom_strbuf_put(&b, "\"];\n  %s%d -> out%d;\n", src >= 0 ? "n" : "v", src >= 0 ? src : v, o);
+  }
+  loom_strbuf_put(&b, "}\n");
+  bool oom = b.oom;
+  char *text = loom_strbuf_take(&b);
+  if (oom || !text) {
+    free(text);
+    return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "--dot: out of memory");
+  }
+  loom_status st = loom_file_write_atomic(ctx, path, text, strlen(text),
+                                          LOOM_FILE_HINT_FORCE | (force ? LOOM_FILE_REPLACE : 0));
+  free(text);
+  return st;
+}
+
+static loom_status save_plan(loom_ctx *ctx, const loom_plan *p, const char *path, unsigned flags) {
+  loom_strbuf b = {0};
+  LOOM_TRY(loom_plan_write(p, &b));
+  bool oom = b.oom;
+  char *text = loom_strbuf_take(&b);
+  if (oom || !text) {
+    free(text);
+    return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "--save-plan: out of memory");
+  }
+  loom_status st = loom_file_write_atomic(ctx, path, text, strlen(text), flags);
+  free(text);
+  return st;
+}
+
+int loom_cli_plan_main(int argc, char **argv) {
+  plan_args a = {0};
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) return rc;
+  loom_ctx *ctx = NULL;
+  if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) {
+    fprintf(stderr, "loom plan: out of memory\n");
+    return 1;
+  }
+  loom_graph *g = NULL;
+  loom_plan *p = NULL;
+  loom_plan_program *pp = NULL;
+  rc = 1;
+  /* the --dot file is checked before the work, not found unwritable after */
+  unsigned flags = LOOM_FILE_HINT_FORCE | (a.force ? LOOM_FILE_REPLACE : 0);
+  if (a.dot && loom_file_check_output(ctx, a.dot, flags)) {
+    loom_error_prefix(ctx, "--dot");
+    goto fail;
+  }
+  if (a.save_plan && loom_file_check_output(ctx, a.save_plan, flags)) {
+    loom_error_prefix(ctx, "--save-plan");
+    goto fail;
+  }
+  if (a.dot && a.save_plan && loom_file_same(a.dot, a.save_plan)) {
+    fprintf(stderr, "loom plan: --dot and --save-plan name the same file (%s)\n", a.dot);
+    goto done;
+  }
+  if (load_model(ctx, &a, &g)) goto fail;
+  if (loom_plan_open(ctx, g, a.plan, (int32_t)a.devices, &p)) goto fail;
+  /* saved before lowering: a plan the lowering rejects can be edited */
+  if (a.save_plan) {
+    if (save_plan(ctx, p, a.save_plan, flags)) goto fail;
+    printf("wrote %s\n", a.save_plan);
+  }
+  loom_plan_lower_options lo = {.comm = loom_comm_model_default(),
+                                .memory_limit = a.memory_limit};
+  if (loom_plan_lower(p, &lo, &pp)) goto fail;
+  if (!a.show || strcmp(a.show, "none") != 0) {
+    bool all = !a.show || strcmp(a.show, "all") == 0;
+    int32_t only = all ? -1 : (int32_t)strtol(a.show, NULL, 10);
+    for (int32_t d = 0; d < pp->n_devices; d++)
+      if ((all || d == only) && print_device(ctx, pp, d)) goto fail;
+  }
+  print_summary(pp);
+  if (a.dot && write_dot(ctx, pp, a.dot, a.force)) goto fail;
+  if (a.dot) printf("wrote %s\n", a.dot);
+  rc = 0;
+  goto done;
+fail:
+  rc = fail(ctx);
+done:
+  loom_plan_program_free(pp);
+  loom_plan_free(p);
+  loom_graph_free(g);
+  loom_ctx_free(ctx);
+  return rc;
+}
