@@ -30,11 +30,6 @@
 /* Built-in plans (parallel/builtin.h) live in builtin.c, written beside
  * this file; until it is in the tree, `builtin` statements and built-in
  * specs report that they are missing instead of failing the link. */
-#if defined(__has_include)
-#if __has_include("parallel/builtin.c")
-#define HAVE_BUILTIN 1
-#endif
-#endif
 
 typedef struct pparser {
   loom_ctx *ctx;
@@ -308,18 +303,12 @@ static loom_status parse_builtin(pparser *p) {
   int32_t sl = p->tok.line, sc = p->tok.col;
   memcpy(spec, p->tok.text, sizeof spec);
   next(p);
-#ifdef HAVE_BUILTIN
   loom_plan *b = NULL;
   if (loom_plan_builtin(p->ctx, p->g, spec, p->plan->n_devices, &b) != LOOM_STATUS_OK)
     return at(p, sl, sc);
   loom_plan_free(p->plan);
   p->plan = b;
   return LOOM_STATUS_OK;
-#else
-  char b1[96];
-  return perr_at(p, sl, sc, "built-in plan '%s': built-in plans are not in this build",
-                 safe(spec, b1, sizeof b1));
-#endif
 }
 
 /* OPERAND: in0, in1, ..., out0, ... */
@@ -694,16 +683,10 @@ loom_status loom_plan_open(loom_ctx *ctx, const loom_graph *g, const char *what,
     return LOOM_STATUS_OK;
   }
   char b[96];
-#ifdef HAVE_BUILTIN
   if (loom_plan_builtin_known(what)) return loom_plan_builtin(ctx, g, what, n_devices, out);
   return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                     "'%s' is neither a plan file nor a built-in plan; built-ins:\n%s",
                     safe(what, b, sizeof b), loom_plan_builtin_help());
-#else
-  return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                    "'%s' is not a plan file (and built-in plans are not in this build)",
-                    safe(what, b, sizeof b));
-#endif
 }
 
 /* ---- the printer ---------------------------------------------------------- */

@@ -59,7 +59,8 @@ static const char usage[] =
     "  --force           overwrite the --trace file if it exists\n"
     "parallel (docs/PARALLEL.md):\n"
     "  --plan P          run the step as plan P over MPI, one process per device:\n"
-    "                    mpirun -np N loom train --plan P; P is a built-in:\n"
+    "                    mpirun -np N loom train --plan P; P is a plan file\n"
+    "                    (`loom plan gpt ... --save-plan` writes one) or a built-in:\n"
     "%s"
     "checkpoints (safetensors):\n"
     "  --save FILE       save parameters, AdamW state and config at the end\n"
@@ -191,8 +192,7 @@ static int parse_args(int argc, char **argv, cli *c) {
       if (loom_rng_placement_from_name(val, &c->cfg.rng))
         return usage_error("--rng wants one of " LOOM_RNG_PLACEMENT_NAMES ", got '%s'", val);
     } else if (!strcmp(name, "--plan")) {
-      if (!loom_plan_builtin_known(val))
-        return usage_error("--plan wants a built-in plan (see --help), got '%s'", val);
+      if (!*val) return usage_error("--plan wants a plan file or a built-in plan (see --help)");
       c->plan = val;
     } else if (!strcmp(name, "--trace")) {
       if (!*val) return usage_error("--trace wants a file name");

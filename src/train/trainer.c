@@ -5,7 +5,7 @@
 #include "core/sha256.h"
 #include "ir/view.h"
 #include "ops/op.h"
-#include "parallel/builtin.h"
+#include "parallel/plan_text.h"
 #include "parallel/runner.h"
 #include "perf/comm_model.h"
 #include "runtime/backend.h"
@@ -561,7 +561,7 @@ loom_status loom_trainer_attach_plan(loom_trainer *t, struct loom_comm *comm, co
     t->train_g = g;
     t->rng_per_step = per_step;
   }
-  if (!s) s = loom_plan_builtin(ctx, t->train_g, plan, comm->size, &t->plan);
+  if (!s) s = loom_plan_open(ctx, t->train_g, plan, comm->size, &t->plan);
   /* the communication choices use this machine's links, as rank 0
    * measured them (every rank lowers with the same model) */
   loom_plan_lower_options lo = {.comm = loom_comm_model_default()};

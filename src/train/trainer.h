@@ -64,7 +64,7 @@ void loom_trainer_free(loom_trainer *t);
 
 /*
  * Parallel training (docs/PARALLEL.md): from here on, steps run this
- * rank's program of `plan` (a built-in spec or a plan file) over the
+ * rank's program of `plan` (a plan file, else a built-in spec) over the
  * communicator (one rank per device; every rank calls every function
  * below in the same order). The state is loaded from the trainer's tensors
  * and lives as this rank's pieces; loom_trainer_sync gathers it back into
