@@ -230,7 +230,7 @@ int main(void) {
   static const struct {
     const char *spec;
     int32_t n;
-  } plans[] = {{"dp2", 2}, {"tp2", 2}, {"dp2xtp2", 4}, {"dp2+zero2", 2}, {"dp4+zero3", 4}, {"pp2", 2}, {"pp2+gpipe+mb4", 2}, {"dp2xpp2", 4}, {"tp2xpp2", 4}, {"pp2+interlaced", 2}};
+  } plans[] = {{"dp2", 2}, {"tp2", 2}, {"dp2xtp2", 4}, {"dp2+zero2", 2}, {"dp4+zero3", 4}, {"pp2", 2}, {"pp2+gpipe+mb4", 2}, {"dp2xpp2", 4}, {"tp2xpp2", 4}, {"pp2+interlaced", 2}, {"tp2+recompute", 2}};
   for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++)
     check_plan(ctx, g, in, want, before, plans[i].spec, plans[i].n);
   free_all(in, ni);

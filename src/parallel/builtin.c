@@ -45,6 +45,7 @@ static const char help[] =
     "  +interlaced\n"
     "             with pp: embedding and head tensor-parallel across all the\n"
     "             stages' devices, the layers pipelined (GPipe order)\n"
+    "  +recompute every layer's activations in its backward (layer outputs kept)\n"
     "  +zero1|+zero2|+zero3\n"
     "             ZeRO with the dp axis: AdamW state (zero3: and parameters)\n"
     "             sharded, gradients reduce-scattered, parameters all-gathered\n";
@@ -78,6 +79,9 @@ static bool parse_spec(const char *s, spec *out) {
     if (strncmp(q, "zero", 4) == 0 && q[4] >= '1' && q[4] <= '3' && !out->zero) {
       out->zero = q[4] - '0';
       q += 5;
+    } else if (strncmp(q, "recompute", 9) == 0) {
+      out->recompute = true;
+      q += 9;
     } else if (strncmp(q, "interlaced", 10) == 0) {
       out->interlaced = true;
       q += 10;
@@ -304,6 +308,10 @@ loom_status loom_plan_builtin(loom_ctx *ctx, const loom_graph *g, const char *te
   if (sp.zero && dp_axis < 0)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "plan: %s: ZeRO shards across a dp axis, and there is none", text);
+  if (sp.recompute && pp_axis >= 0)
+    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
+                      "plan: %s: recomputation with a pipeline is not built (the schedule "
+                      "orders the sub-ops recomputation would cut)", text);
   if (sp.zero >= 3 && tp_axis >= 0)
     return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
                       "plan: %s: zero3 with a tp axis is not built (parameters would be "
@@ -329,6 +337,7 @@ loom_status loom_plan_builtin(loom_ctx *ctx, const loom_graph *g, const char *te
   }
   if (!st && sp.n_axes == 0)
     for (int32_t node = 0; !st && node < g->n_nodes; node++) st = loom_op_assign(p, node, 0);
+  if (!st && sp.recompute) st = builtin_recompute(p);
   if (!st) st = loom_plan_tie_by_name(p);
   free(ax.state);
   if (st) {

@@ -17,6 +17,7 @@ typedef struct spec {
   pp_schedule schedule;  /* with a pp axis */
   int32_t micro;         /* micro-batches, 0: as many as stages */
   bool interlaced;       /* embedding and head tensor-parallel across the stages */
+  bool recompute;        /* activation recomputation */
 } spec;
 
 /* How a logical value is laid out along the axis being cut. */
@@ -34,6 +35,8 @@ void builtin_seed(axis_cut *ax, const spec *sp);
 /* Cuts every leaf of node into ax->degree parts; part i of a leaf on
  * device b goes to b + i * stride. */
 loom_status builtin_cut_node(axis_cut *ax, int32_t node);
+/* Activation recomputation over the cut plan (builtin_pipeline.c). */
+loom_status builtin_recompute(loom_plan *p);
 /* The pipeline axis: stages by layer, micro-batches, the schedule. */
 loom_status builtin_pipeline(loom_plan *p, const spec *sp, int32_t degree, int32_t stride);
 

@@ -233,3 +233,78 @@ loom_status builtin_pipeline(loom_plan *p, const spec *sp, int32_t degree, int32
   free(st.forward);
   return s;
 }
+
+/* ---- activation recomputation ------------------------------------------------ */
+
+/*
+ * +recompute: every forward node inside a layer whose result stays in the
+ * layer (the layer's output, its checkpoint, is kept) gets a second
+ * replica on the same device; the copy reads the copies (reads_last), the
+ * backward reads the copies, and op_order starts a layer's copies only
+ * once the backward of the layer above is done. The originals' results
+ * then die with the forward pass, and the layer is computed again where
+ * its backward needs it (Megatron's full recomputation).
+ */
+loom_status builtin_recompute(loom_plan *p) {
+  loom_ctx *ctx = p->ctx;
+  const loom_graph *g = p->graph;
+  stages st = {loom_malloc(ctx, sizeof(int32_t) * (size_t)(g->n_nodes + 1)),
+               loom_malloc(ctx, sizeof(int32_t) * (size_t)(g->n_values + 1)),
+               loom_malloc(ctx, sizeof(int32_t) * (size_t)(g->n_values + 1)),
+               loom_malloc(ctx, sizeof(bool) * (size_t)(g->n_nodes + 1))};
+  int32_t n_layers = 0;
+  loom_status s = st.node && st.value && st.use && st.forward ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
+  if (!s) s = assign_stages(g, 1, &st, &n_layers);
+  /* per device and fine stage: its last backward leaf (the trigger: the
+   * layer below recomputes once the layer above is done with its backward,
+   * which reads only its own copies and the kept layer outputs) */
+  int32_t nf = n_layers + 2;
+  int32_t *trigger = NULL;
+  if (!s) {
+    trigger = loom_malloc(ctx, sizeof *trigger * (size_t)p->n_devices * (size_t)nf);
+    if (!trigger) s = LOOM_STATUS_OUT_OF_MEMORY;
+    for (int64_t i = 0; trigger && i < (int64_t)p->n_devices * nf; i++) trigger[i] = -1;
+  }
+  for (int32_t i = 0; !s && i < p->n_subops; i++) {
+    loom_subop *sub = &p->subops[i];
+    if (sub->n_children || st.forward[sub->node]) continue;
+    sub->reads_last = true; /* the backward reads the recomputed copies */
+    int32_t *t = &trigger[(int64_t)sub->device * nf + st.node[sub->node]];
+    if (*t < 0 || p->subops[*t].node < sub->node) *t = i;
+  }
+  int32_t n0 = p->n_subops;
+  for (int32_t node = 0; !s && node < g->n_nodes; node++) {
+    int32_t f = st.node[node];
+    if (!st.forward[node] || f < 1 || f > n_layers) continue;
+    /* the layer's output is its checkpoint: kept, not recomputed */
+    bool stays = true;
+    const loom_node *n = &g->nodes[node];
+    for (int32_t u = node + 1; u < g->n_nodes && stays; u++)
+      if (st.forward[u] && st.node[u] != f)
+        for (int32_t k = 0; k < g->nodes[u].n_in; k++)
+          for (int32_t o = 0; o < n->n_out; o++) stays &= g->nodes[u].in[k] != n->out[o];
+    if (!stays) continue;
+    int32_t *leaves = NULL, nl = 0;
+    s = loom_plan_leaves(p, node, &leaves, &nl);
+    for (int32_t k = 0; !s && k < nl; k++) {
+      if (leaves[k] >= n0) continue;
+      int32_t first = -1, dev = p->subops[leaves[k]].device;
+      s = loom_op_trans(p, leaves[k], (loom_algo){LOOM_ALGO_REPLICATE, 0}, 2, &first);
+      if (!s) s = loom_op_assign(p, first, dev);
+      if (!s) s = loom_op_assign(p, first + 1, dev);
+      if (s) break;
+      p->subops[first + 1].reads_last = true;
+      /* after the backward of the layer above has begun on this device */
+      int32_t t = -1;
+      for (int32_t up = f + 1; up < nf && t < 0; up++) t = trigger[(int64_t)dev * nf + up];
+      if (t >= 0) s = loom_op_order(p, t, first + 1);
+    }
+    free(leaves);
+  }
+  free(trigger);
+  free(st.node);
+  free(st.value);
+  free(st.use);
+  free(st.forward);
+  return s;
+}

@@ -13,10 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-loom_status lower_move_value(lower_walk *w, int32_t v, int32_t n_needs, const lower_need *needs);
-int32_t lower_find_piece(const lower_walk *w, int32_t v, int32_t dev, const loom_vbox *box);
-int32_t lower_assemble(lower_walk *w, int32_t v, const loom_vbox *q, int32_t dev, bool host);
-loom_status lower_finish(lower_walk *w);
 
 void loom_plan_program_free(loom_plan_program *pp) {
   if (!pp) return;
@@ -343,7 +339,8 @@ static loom_status emit_leaf(lower_walk *w, int32_t node, int32_t s) {
   int32_t in[LOOM_PART_MAX_IO], out[LOOM_PART_MAX_IO];
   char name[96], vb[64], bb[160];
   for (int32_t i = 0; i < n->n_in; i++) {
-    int32_t k = lower_find_piece(w, n->in[i], sub->device, &ib[i]);
+    int32_t k = sub->reads_last ? lower_find_last_piece(w, n->in[i], sub->device, &ib[i])
+                                : lower_find_piece(w, n->in[i], sub->device, &ib[i]);
     if (k < 0)
       return loom_error(w->ctx, LOOM_STATUS_INTERNAL,
                         "plan: %s on device %d: the piece %s of %s it reads was not brought there",

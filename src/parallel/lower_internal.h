@@ -55,4 +55,15 @@ int32_t lower_group(lower_walk *w, int32_t n, const int32_t *members);
 /* Adds piece to avail[v]. */
 loom_status lower_add_piece(lower_walk *w, int32_t v, lower_piece piece);
 
+/* lower_move.c: brings v's pieces to every need (its whole consumers' and
+ * outputs' list); finds a whole piece of v on dev with exactly this box,
+ * the first or the last made (-1: none); assembles box q on dev (host: the
+ * oracle's assembly, tagged later), returning its global value or -1. */
+loom_status lower_move_value(lower_walk *w, int32_t v, int32_t n_needs, const lower_need *needs);
+int32_t lower_find_piece(const lower_walk *w, int32_t v, int32_t dev, const loom_vbox *box);
+int32_t lower_find_last_piece(const lower_walk *w, int32_t v, int32_t dev, const loom_vbox *box);
+int32_t lower_assemble(lower_walk *w, int32_t v, const loom_vbox *q, int32_t dev, bool host);
+/* lower_order.c: the execution order, the deadlock check, the counts. */
+loom_status lower_finish(lower_walk *w);
+
 #endif

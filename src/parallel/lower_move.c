@@ -39,6 +39,13 @@ int32_t lower_find_piece(const lower_walk *w, int32_t v, int32_t dev, const loom
   return -1;
 }
 
+int32_t lower_find_last_piece(const lower_walk *w, int32_t v, int32_t dev, const loom_vbox *box) {
+  const lower_plist *l = &w->avail[v];
+  for (int32_t k = l->n - 1; k >= 0; k--)
+    if (l->v[k].K == 1 && l->v[k].dev == dev && loom_vbox_equal(&l->v[k].box, box)) return k;
+  return -1;
+}
+
 /* Tags what was just emitted: on dev, or left for the host's final tag. */
 static loom_status tag(lower_walk *w, int32_t dev, bool host) {
   return host ? LOOM_STATUS_OK : lower_tag(w, dev, LOWER_INSERTED);

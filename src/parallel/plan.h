@@ -37,6 +37,11 @@ typedef struct loom_subop {
   int32_t device;  /* -1 until op_assign */
   int32_t replica, replicas; /* r of R: R sub-ops computing the same part */
   int32_t first_child, n_children; /* 0 children: a leaf (what runs) */
+  /* A late reader: where several replicas of an operand's piece are on
+   * its device, it reads the last made (a recomputed copy) rather than the
+   * first. Recomputation is a replica on the same device, ordered late,
+   * that the backward reads. */
+  bool reads_last;
   loom_subop_ranges r; /* label ranges */
 } loom_subop;
 
