@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include <math.h>
+
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,4 +69,47 @@ __attribute__((constructor)) static void make_test_cache(void) {
   test_cache_owner = getpid();
   setenv("XDG_CACHE_HOME", test_cache, 1);
   atexit(remove_test_cache);
+}
+
+loom_tensor **loom_test_run(loom_ctx *ctx, const loom_graph *g, const loom_session_options *o,
+                            loom_tensor *const *in) {
+  int32_t no = loom_graph_num_outputs(g);
+  loom_tensor **out = calloc((size_t)no + 1, sizeof *out);
+  loom_session *s = NULL;
+  loom_status st = out ? loom_session_new(ctx, g, o, &s) : LOOM_STATUS_OUT_OF_MEMORY;
+  if (!st)
+    st = loom_session_run(s, loom_graph_num_inputs(g), (const loom_tensor *const *)in, no, out);
+  loom_session_free(s);
+  loom_test_checks++;
+  if (st) {
+    loom_test_failures++;
+    fprintf(stderr, "loom_test_run: %s\n", loom_ctx_error(ctx));
+    loom_test_free_tensors(out, no);
+    return NULL;
+  }
+  return out;
+}
+
+void loom_test_free_tensors(loom_tensor **t, int32_t n) {
+  for (int32_t i = 0; t && i < n; i++) loom_tensor_free(t[i]);
+  free(t);
+}
+
+double loom_test_update_error(const loom_tensor *want, const loom_tensor *got,
+                              const loom_tensor *base) {
+  if (!want || !got || loom_tensor_numel(want) != loom_tensor_numel(got)) return INFINITY;
+  const float *a = loom_tensor_data(want), *b = loom_tensor_data(got);
+  const float *z = base ? loom_tensor_data(base) : NULL;
+  int64_t n = loom_tensor_numel(want);
+  double sq = 0, worst = 0;
+  for (int64_t e = 0; e < n; e++) {
+    double u = (double)a[e] - (z ? z[e] : 0.0);
+    sq += u * u;
+  }
+  double scale = fmax(sqrt(sq / (double)(n ? n : 1)), 1e-30);
+  for (int64_t e = 0; e < n; e++) {
+    double d = fabs((double)a[e] - b[e]) / scale;
+    if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
+  }
+  return worst;
 }

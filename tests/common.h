@@ -57,4 +57,17 @@ typedef struct loom_test_rng {
 } loom_test_rng;
 double loom_test_uniform(loom_test_rng *r, double lo, double hi);
 
+/* Runs g once on a session with options o (NULL: defaults) on inputs in
+ * (one per graph input); the outputs, or NULL with the failure counted and
+ * its message printed. */
+loom_tensor **loom_test_run(loom_ctx *ctx, const loom_graph *g, const loom_session_options *o,
+                            loom_tensor *const *in);
+/* Frees n tensors and the array (either may be NULL). */
+void loom_test_free_tensors(loom_tensor **t, int32_t n);
+/* max |got - want| / rms(want - base), f32 tensors; base NULL: rms(want).
+ * An output that updates an input (a weight) is compared as its update.
+ * Infinity for a missing or mis-sized tensor or a NaN. */
+double loom_test_update_error(const loom_tensor *want, const loom_tensor *got,
+                              const loom_tensor *base);
+
 #endif

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const loom_session_options ref_opts = LOOM_SESSION_OPTIONS(.backend = "ref");
+
 /* ---- graphs ------------------------------------------------------------------- */
 
 /* y = sum(relu(x @ w1 + b1) @ w2) with x [8, 16], w1 [16, 32], w2 [32, 4]. */
@@ -53,37 +55,6 @@ static loom_tensor **inputs(loom_ctx *ctx, const loom_graph *g, uint64_t seed) {
   return in;
 }
 
-static loom_tensor **run_ref(loom_ctx *ctx, const loom_graph *g, loom_tensor **in) {
-  int32_t no = loom_graph_num_outputs(g);
-  loom_tensor **out = calloc((size_t)no + 1, sizeof *out);
-  loom_session *s = NULL;
-  loom_session_options o = LOOM_SESSION_OPTIONS(.backend = "ref");
-  CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
-  if (s) CHECK_OK(ctx, loom_session_run(s, loom_graph_num_inputs(g), (const loom_tensor *const *)in, no, out));
-  loom_session_free(s);
-  return out;
-}
-
-static void free_all(loom_tensor **t, int32_t n) {
-  for (int32_t i = 0; t && i < n; i++) loom_tensor_free(t[i]);
-  free(t);
-}
-
-/* max |a - b| / max(rms(a), 1e-30) */
-static double rel_error(const loom_tensor *a, const loom_tensor *b) {
-  if (!a || !b || loom_tensor_numel(a) != loom_tensor_numel(b)) return INFINITY;
-  const float *x = loom_tensor_data(a), *y = loom_tensor_data(b);
-  double sq = 0, worst = 0;
-  int64_t n = loom_tensor_numel(a);
-  for (int64_t e = 0; e < n; e++) sq += (double)x[e] * x[e];
-  double scale = fmax(sqrt(sq / (double)(n ? n : 1)), 1e-30);
-  for (int64_t e = 0; e < n; e++) {
-    double d = fabs((double)x[e] - y[e]) / scale;
-    if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
-  }
-  return worst;
-}
-
 /* Lowers p, runs the global graph on the reference executor and compares
  * every output with the logical graph's; returns the program. */
 static loom_plan_program *check_oracle(loom_ctx *ctx, const loom_plan *p, const char *what) {
@@ -95,9 +66,9 @@ static loom_plan_program *check_oracle(loom_ctx *ctx, const loom_plan *p, const 
   }
   const loom_graph *L = p->graph;
   loom_tensor **in = inputs(ctx, L, 7);
-  loom_tensor **want = run_ref(ctx, L, in), **got = run_ref(ctx, pp->global, in);
+  loom_tensor **want = loom_test_run(ctx, L, &ref_opts, in), **got = loom_test_run(ctx, pp->global, &ref_opts, in);
   for (int32_t o = 0; o < loom_graph_num_outputs(L); o++) {
-    double e = rel_error(want[o], got[o]);
+    double e = loom_test_update_error(want[o], got[o], NULL);
     if (!(e <= 1e-5)) fprintf(stderr, "%s: output %d off by %g of its rms\n", what, o, e);
     CHECK(e <= 1e-5);
   }
@@ -110,9 +81,9 @@ static loom_plan_program *check_oracle(loom_ctx *ctx, const loom_plan *p, const 
   CHECK_OK(ctx, loom_plan_check_matching(ctx, pp->n_devices, dg));
   for (int32_t d = 0; d < pp->n_devices; d++) loom_graph_free(dg[d]);
   free(dg);
-  free_all(in, loom_graph_num_inputs(L));
-  free_all(want, loom_graph_num_outputs(L));
-  free_all(got, loom_graph_num_outputs(L));
+  loom_test_free_tensors(in, loom_graph_num_inputs(L));
+  loom_test_free_tensors(want, loom_graph_num_outputs(L));
+  loom_test_free_tensors(got, loom_graph_num_outputs(L));
   return pp;
 }
 

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const loom_session_options ref_opts = LOOM_SESSION_OPTIONS(.backend = "ref");
+
 static loom_gpt_config config(void) {
   loom_gpt_config c;
   loom_gpt_config_default(&c);
@@ -65,42 +67,6 @@ static loom_tensor **inputs(loom_ctx *ctx, const loom_graph *g) {
   return in;
 }
 
-static loom_tensor **run_ref(loom_ctx *ctx, const loom_graph *g, loom_tensor **in) {
-  int32_t no = loom_graph_num_outputs(g);
-  loom_tensor **out = calloc((size_t)no + 1, sizeof *out);
-  loom_session *s = NULL;
-  loom_session_options o = LOOM_SESSION_OPTIONS(.backend = "ref");
-  CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
-  if (s) CHECK_OK(ctx, loom_session_run(s, loom_graph_num_inputs(g), (const loom_tensor *const *)in, no, out));
-  loom_session_free(s);
-  return out;
-}
-
-static void free_all(loom_tensor **t, int32_t n) {
-  for (int32_t i = 0; t && i < n; i++) loom_tensor_free(t[i]);
-  free(t);
-}
-
-/* max |a - b| relative to the rms of (a - base): updates are checked as
- * updates, the loss as itself (base NULL). */
-static double rel_error(const loom_tensor *a, const loom_tensor *b, const loom_tensor *base) {
-  if (!a || !b || loom_tensor_numel(a) != loom_tensor_numel(b)) return INFINITY;
-  const float *x = loom_tensor_data(a), *y = loom_tensor_data(b);
-  const float *z = base ? loom_tensor_data(base) : NULL;
-  double sq = 0, worst = 0;
-  int64_t n = loom_tensor_numel(a);
-  for (int64_t e = 0; e < n; e++) {
-    double u = (double)x[e] - (z ? z[e] : 0.0);
-    sq += u * u;
-  }
-  double scale = fmax(sqrt(sq / (double)(n ? n : 1)), 1e-30);
-  for (int64_t e = 0; e < n; e++) {
-    double d = fabs((double)x[e] - y[e]) / scale;
-    if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
-  }
-  return worst;
-}
-
 static int64_t grad_bytes(const loom_graph *g) {
   int64_t b = 0;
   for (int32_t i = 0; i < loom_graph_num_inputs(g); i++)
@@ -126,13 +92,13 @@ static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in, loo
     loom_plan_free(p);
     return;
   }
-  loom_tensor **got = run_ref(ctx, pp->global, in);
+  loom_tensor **got = loom_test_run(ctx, pp->global, &ref_opts, in);
   double worst = 0;
   int32_t no = loom_graph_num_outputs(g);
   for (int32_t o = 0; o < no; o++) {
     /* output o >= 1 updates input LOOM_GPT_IN_PARAMS + o - 1 */
     const loom_tensor *base = o ? in[LOOM_GPT_IN_PARAMS + o - 1] : NULL;
-    double e = rel_error(want[o], got ? got[o] : NULL, base);
+    double e = loom_test_update_error(want[o], got ? got[o] : NULL, base);
     if (!(e <= 1e-3)) fprintf(stderr, "%s: output %d off by %g\n", spec, o, e);
     CHECK(e <= 1e-3);
     if (e > worst) worst = e;
@@ -158,7 +124,7 @@ static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in, loo
     printf("tp2: %d all-reduces of activations [B*T, D]\n", act);
     CHECK(act == 4 * 2 + 1);
   }
-  free_all(got, no);
+  loom_test_free_tensors(got, no);
   loom_plan_program_free(pp);
   loom_plan_free(p);
 }
@@ -201,7 +167,7 @@ int main(void) {
   if (loom_ctx_new(&ctx)) return 1;
   loom_graph *g = train_graph(ctx, NULL);
   if (!g) return loom_test_finish("test_plan_gpt");
-  loom_tensor **in = inputs(ctx, g), **want = run_ref(ctx, g, in);
+  loom_tensor **in = inputs(ctx, g), **want = loom_test_run(ctx, g, &ref_opts, in);
   static const struct {
     const char *spec;
     int32_t n;
@@ -211,8 +177,8 @@ int main(void) {
                {"tp2+recompute", 2}};
   for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++)
     check_plan(ctx, g, in, want, plans[i].spec, plans[i].n);
-  free_all(in, loom_graph_num_inputs(g));
-  free_all(want, loom_graph_num_outputs(g));
+  loom_test_free_tensors(in, loom_graph_num_inputs(g));
+  loom_test_free_tensors(want, loom_graph_num_outputs(g));
   loom_graph_free(g);
   test_recompute_memory(ctx);
   loom_ctx_free(ctx);

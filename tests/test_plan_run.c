@@ -10,7 +10,7 @@
 
 #include "model/gpt.h"
 #include "parallel/builtin.h"
-#include "parallel/runner.h"
+#include "runtime/plan_runner.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -126,29 +126,6 @@ static loom_tensor **clone_all(loom_ctx *ctx, loom_tensor **in, int32_t n) {
   return c;
 }
 
-static void free_all(loom_tensor **t, int32_t n) {
-  for (int32_t i = 0; t && i < n; i++) loom_tensor_free(t[i]);
-  free(t);
-}
-
-static double rel_error(const loom_tensor *a, const loom_tensor *b, const loom_tensor *base) {
-  if (!a || !b || loom_tensor_numel(a) != loom_tensor_numel(b)) return INFINITY;
-  const float *x = loom_tensor_data(a), *y = loom_tensor_data(b);
-  const float *z = base ? loom_tensor_data(base) : NULL;
-  double sq = 0, worst = 0;
-  int64_t n = loom_tensor_numel(a);
-  for (int64_t e = 0; e < n; e++) {
-    double u = (double)x[e] - (z ? z[e] : 0.0);
-    sq += u * u;
-  }
-  double scale = fmax(sqrt(sq / (double)(n ? n : 1)), 1e-30);
-  for (int64_t e = 0; e < n; e++) {
-    double d = fabs((double)x[e] - y[e]) / scale;
-    if (!(d <= worst)) worst = isnan(d) ? INFINITY : d;
-  }
-  return worst;
-}
-
 /* The single-device reference: STEPS steps of the cpu session, in place. */
 static loom_tensor **single_device(loom_ctx *ctx, const loom_graph *g, loom_tensor **in,
                                    loom_tensor ***before_last) {
@@ -198,7 +175,7 @@ static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in0, lo
   double worst = 0;
   for (int32_t o = 0; !sh.failed && o < sh.n_out; o++) {
     const loom_tensor *base = o ? before_last[LOOM_GPT_IN_PARAMS + o - 1] : NULL;
-    double e = rel_error(want[o], sh.got[STEPS - 1][o], base);
+    double e = loom_test_update_error(want[o], sh.got[STEPS - 1][o], base);
     if (!(e <= 2e-3)) fprintf(stderr, "%s: output %d off by %g\n", spec, o, e);
     CHECK(e <= 2e-3);
     worst = fmax(worst, e);
@@ -206,8 +183,8 @@ static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in0, lo
   printf("%-10s on %d threads: worst error %.1e of an update's rms\n", spec, n, worst);
   for (int32_t r = 0; r < n; r++) loom_comm_free(sh.comms[r]);
   free(sh.comms);
-  for (int32_t k = 0; k < STEPS; k++) free_all(sh.got[k], sh.n_out);
-  free_all(sh.in, sh.n_in);
+  for (int32_t k = 0; k < STEPS; k++) loom_test_free_tensors(sh.got[k], sh.n_out);
+  loom_test_free_tensors(sh.in, sh.n_in);
   loom_plan_program_free(pp);
   loom_plan_free(p);
 }
@@ -233,10 +210,10 @@ int main(void) {
   } plans[] = {{"dp2", 2}, {"tp2", 2}, {"dp2xtp2", 4}, {"dp2+zero2", 2}, {"dp4+zero3", 4}, {"pp2", 2}, {"pp2+gpipe+mb4", 2}, {"dp2xpp2", 4}, {"tp2xpp2", 4}, {"pp2+interlaced", 2}, {"tp2+recompute", 2}};
   for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++)
     check_plan(ctx, g, in, want, before, plans[i].spec, plans[i].n);
-  free_all(in, ni);
-  free_all(work, ni);
-  free_all(before, ni);
-  free_all(want, no);
+  loom_test_free_tensors(in, ni);
+  loom_test_free_tensors(work, ni);
+  loom_test_free_tensors(before, ni);
+  loom_test_free_tensors(want, no);
   loom_graph_free(g);
   loom_ctx_free(ctx);
   return loom_test_finish("test_plan_run");

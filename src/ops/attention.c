@@ -33,7 +33,7 @@
 #include "ops/grad.h"
 #include "ops/ops_util.h"
 #include "ops/rng_piece.h"
-#include "parallel/vtensor.h"
+#include "ir/box.h"
 #include "rng/philox.h"
 
 #include <math.h>

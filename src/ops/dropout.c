@@ -12,7 +12,7 @@
 #include "ops/rng_piece.h"
 #include "rng/philox.h"
 
-#include "parallel/vtensor.h"
+#include "ir/box.h"
 
 #include <stdio.h>
 

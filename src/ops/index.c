@@ -8,7 +8,7 @@
 #include "ops/ops_util.h"
 
 #include "ir/dtype.h"
-#include "parallel/vtensor.h"
+#include "ir/box.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -255,17 +255,7 @@ static void scatter_add_partition(const loom_node *n, const loom_type *in,
 }
 
 /* The output's shape is the piece's (its axis dim stays whole). */
-static loom_status scatter_add_sub_attrs(loom_ctx *ctx, const loom_node *n, const loom_type *in,
-                                         const loom_type *out, const loom_vbox *in_box,
-                                         const loom_vbox *out_box, loom_attr_value *attrs) {
-  (void)ctx;
-  (void)n;
-  (void)in;
-  (void)out;
-  (void)in_box;
-  loom_box_extents(&out_box[0], &LOOM_ATTRV_INTS(attrs, scatter_add, shape));
-  return LOOM_STATUS_OK;
-}
+LOOM_SUB_ATTRS_OUT_SHAPE(scatter_add)
 
 const loom_op_def loom_opdef_scatter_add = {
     .name = "scatter_add",

@@ -8,7 +8,7 @@
 
 #include "core/checked.h"
 #include "ir/dtype.h"
-#include "parallel/vtensor.h"
+#include "ir/box.h"
 
 #include <string.h>
 
@@ -142,17 +142,7 @@ static void reshape_partition(const loom_node *n, const loom_type *in,
 }
 
 /* The target shape is the piece's. */
-static loom_status reshape_sub_attrs(loom_ctx *ctx, const loom_node *n, const loom_type *in,
-                                     const loom_type *out, const loom_vbox *in_box,
-                                     const loom_vbox *out_box, loom_attr_value *attrs) {
-  (void)ctx;
-  (void)n;
-  (void)in;
-  (void)out;
-  (void)in_box;
-  loom_box_extents(&out_box[0], &LOOM_ATTRV_INTS(attrs, reshape, shape));
-  return LOOM_STATUS_OK;
-}
+LOOM_SUB_ATTRS_OUT_SHAPE(reshape)
 
 const loom_op_def loom_opdef_reshape = {
     .name = "reshape",
@@ -261,17 +251,7 @@ static loom_status broadcast_to_ref(loom_ctx *ctx, const loom_node *n,
   return LOOM_STATUS_OK;
 }
 
-static loom_status broadcast_to_sub_attrs(loom_ctx *ctx, const loom_node *n, const loom_type *in,
-                                          const loom_type *out, const loom_vbox *in_box,
-                                          const loom_vbox *out_box, loom_attr_value *attrs) {
-  (void)ctx;
-  (void)n;
-  (void)in;
-  (void)out;
-  (void)in_box;
-  loom_box_extents(&out_box[0], &LOOM_ATTRV_INTS(attrs, broadcast_to, shape));
-  return LOOM_STATUS_OK;
-}
+LOOM_SUB_ATTRS_OUT_SHAPE(broadcast_to)
 
 const loom_op_def loom_opdef_broadcast_to = {
     .name = "broadcast_to",

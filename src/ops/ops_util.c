@@ -1,6 +1,6 @@
 #include "ops/ops_util.h"
 
-#include "parallel/vtensor.h"
+#include "ir/box.h"
 
 bool loom_norm_axis(int64_t axis, int32_t rank, int32_t *out) {
   if (axis < 0) axis += rank;

@@ -16,5 +16,15 @@ void loom_partition_elementwise(const loom_node *n, const loom_type *in,
 /* A sub-op's box (parallel/vtensor.h) as a shape attribute: its extents. */
 struct loom_vbox;
 void loom_box_extents(const struct loom_vbox *box, loom_ints *shape);
+/* Defines OP_sub_attrs, the sub_attrs hook of an op whose `shape`
+ * attribute is its output's shape: the sub-op's is the piece's. */
+#define LOOM_SUB_ATTRS_OUT_SHAPE(OP)                                                              \
+  static loom_status OP##_sub_attrs(loom_ctx *ctx, const loom_node *n, const loom_type *in,        \
+                                    const loom_type *out, const struct loom_vbox *in_box,         \
+                                    const struct loom_vbox *out_box, loom_attr_value *attrs) {    \
+    (void)ctx, (void)n, (void)in, (void)out, (void)in_box;                                        \
+    loom_box_extents(&out_box[0], &LOOM_ATTRV_INTS(attrs, OP, shape));                             \
+    return LOOM_STATUS_OK;                                                                         \
+  }
 
 #endif

@@ -2,7 +2,7 @@
 #include "ops/ops_util.h"
 
 #include "ir/dtype.h"
-#include "parallel/vtensor.h"
+#include "ir/box.h"
 
 #include <string.h>
 
@@ -112,17 +112,7 @@ static loom_status constant_ref(loom_ctx *ctx, const loom_node *n,
   return LOOM_STATUS_OK;
 }
 
-static loom_status constant_sub_attrs(loom_ctx *ctx, const loom_node *n, const loom_type *in,
-                                      const loom_type *out, const loom_vbox *in_box,
-                                      const loom_vbox *out_box, loom_attr_value *attrs) {
-  (void)ctx;
-  (void)n;
-  (void)in;
-  (void)out;
-  (void)in_box;
-  loom_box_extents(&out_box[0], &LOOM_ATTRV_INTS(attrs, constant, shape));
-  return LOOM_STATUS_OK;
-}
+LOOM_SUB_ATTRS_OUT_SHAPE(constant)
 
 const loom_op_def loom_opdef_constant = {
     .name = "constant",

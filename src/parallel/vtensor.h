@@ -16,6 +16,7 @@
 #ifndef LOOM_PARALLEL_VTENSOR_H
 #define LOOM_PARALLEL_VTENSOR_H
 
+#include "ir/box.h"
 #include "ir/graph.h"
 
 /* Factors in one layout: one per dimension, one V, one R. */
@@ -42,11 +43,6 @@ typedef struct loom_vlayout {
   int32_t n_pieces;                          /* product of the parts */
 } loom_vlayout;
 
-/* An index box of a tensor: dims [start[d], end[d]); rank 0 is one element. */
-typedef struct loom_vbox {
-  int32_t rank;
-  int64_t start[LOOM_MAX_RANK], end[LOOM_MAX_RANK];
-} loom_vbox;
 
 typedef struct loom_vpiece {
   loom_vbox box;

@@ -6,7 +6,7 @@
 #include "ir/view.h"
 #include "ops/op.h"
 #include "parallel/plan_text.h"
-#include "parallel/runner.h"
+#include "runtime/plan_runner.h"
 #include "perf/comm_model.h"
 #include "runtime/backend.h"
 #include "train/prng.h"

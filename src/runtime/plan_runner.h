@@ -12,8 +12,8 @@
  * (for a checkpoint, for inference, for checking against one device); they
  * are collective: every rank calls them in the same order.
  */
-#ifndef LOOM_PARALLEL_RUNNER_H
-#define LOOM_PARALLEL_RUNNER_H
+#ifndef LOOM_RUNTIME_PLAN_RUNNER_H
+#define LOOM_RUNTIME_PLAN_RUNNER_H
 
 #include "comm/comm.h"
 #include "parallel/lower.h"

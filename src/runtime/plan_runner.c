@@ -1,4 +1,4 @@
-#include "parallel/runner.h"
+#include "runtime/plan_runner.h"
 
 #include "ir/dtype.h"
 
