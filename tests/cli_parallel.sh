@@ -123,6 +123,12 @@ mpi 120 bash -c "$(per_rank "f=; [ \$r = 1 ] && f='--layers 0'; exec '$LOOM' tra
 [[ $rc != 0 && $rc != 124 ]] && ok || bad "rank 1 with --layers 0: the job fails, not hangs"
 matches "$err" "*--layers wants an integer in [1, 64], got '0'*" && ok || bad "rank 1 with --layers 0: its message"
 
+# --save into a directory that does not exist: rank 0 (the writer) refuses
+# before training and its abort ends rank 1, which does not check the path
+mpi 120 bash -c "$(per_rank "exec '$LOOM' train ${model[*]} --plan dp2 --steps 6 --save nodir/X.st")"
+expect "--save unwritable: refused, the job ends" 1 "" "*--save: cannot write nodir/X.st*rank 0 aborts the job*"
+[[ $(grep -c "^loom train: --save: cannot write" <<<"$err") == 1 ]] && ok || bad "--save unwritable: only rank 0 checked it"
+
 # start_job TIMEOUT_ENV: mpirun in the background (pids in rank$r/pid), back
 # when rank 0 has printed its first step.
 start_job() {
