@@ -2,6 +2,7 @@
 
 #include "core/file.h"
 #include "core/clock.h"
+#include "core/sha256.h"
 
 #include "comm/comm.h"
 #include "parallel/builtin.h"
@@ -64,6 +65,7 @@ static const char usage[] =
     "%s"
     "checkpoints (safetensors):\n"
     "  --save FILE       save parameters, AdamW state and config at the end\n"
+    "                    (under --plan: gathered, one file, by rank 0)\n"
     "  --load FILE       resume from FILE; its model and schedule are used\n"
     "                    unless given again (model flags must then match)\n"
     "  -h, --help        print this help\n"
@@ -224,8 +226,11 @@ static int fail(loom_ctx *ctx, const char *what) {
 
 /* Every output is checked before training starts, so a run is not lost at
  * its end: -1 to go on, else the exit code. --save replaces a checkpoint
- * (runs save over their own); --trace does only with --force. */
+ * (runs save over their own); --trace does only with --force. Under --plan
+ * rank 0 alone writes both, so only its paths need to be writable (other
+ * ranks may run where the directory does not exist). */
 static int check_outputs(loom_ctx *ctx, const cli *c) {
+  if (c->rank != 0) return -1;
   if (c->save && loom_file_check_output(ctx, c->save, LOOM_FILE_REPLACE))
     return fail(ctx, "--save");
   if (c->trace && loom_file_check_output(ctx, c->trace,
@@ -266,6 +271,28 @@ static int merge_checkpoint(const cli *c, loom_train_config *ck) {
   ck->attention = c->cfg.attention; /* how to run, not what */
   ck->rng = c->cfg.rng;
   return -1;
+}
+
+/* Under --plan every rank reads the --load file itself (each slices its
+ * pieces from the whole tensors): they must have read the same bytes. The
+ * setup digest (trainer.c) covers the step count, not the state, so the
+ * ranks compare the checkpoint's data checksum here. */
+static loom_status check_same_checkpoint(loom_ctx *ctx, loom_comm *comm,
+                                         const loom_safetensors *st) {
+  uint8_t mine[32] = {0};
+  const char *sum = st ? loom_safetensors_meta(st, LOOM_SAFETENSORS_DIGEST_KEY) : NULL;
+  if (st) loom_sha256(sum ? sum : "", sum ? strlen(sum) : 0, mine);
+  uint8_t *all = loom_malloc(ctx, (size_t)comm->size * sizeof mine);
+  if (!all) return LOOM_STATUS_OUT_OF_MEMORY;
+  loom_status s = loom_comm_all_gather(comm, ctx, mine, all, sizeof mine, NULL, LOOM_DTYPE_U8);
+  for (int32_t r = 1; !s && r < comm->size; r++)
+    if (memcmp(all + r * sizeof mine, all, sizeof mine) != 0)
+      s = loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                     "--load: rank %d read another checkpoint than rank 0 (their data checksums "
+                     "differ); give every rank the same file",
+                     (int)r);
+  free(all);
+  return s;
 }
 
 /* Training, sample, accuracy, save. */
@@ -312,12 +339,14 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
   int64_t last_logged = start;
   float loss = NAN, first = NAN;
   int64_t tok_per_step = (int64_t)cfg->batch * cfg->model.context;
-  /* the timeline: steps 2-4 of this run (the first one warms up) */
+  /* the timeline: steps 2-4 of this run (the first one warms up); under
+   * --plan rank 0's, as every rank would write the same file */
+  bool trace = c->trace && c->rank == 0;
   int64_t trace_from = start + 1, trace_to = LOOM_MIN(start + 4, end);
   for (int64_t k = start; k < end; k++) {
-    if (c->trace && k == trace_from && loom_ctx_trace_begin(ctx)) return fail(ctx, "tracing");
+    if (trace && k == trace_from && loom_ctx_trace_begin(ctx)) return fail(ctx, "tracing");
     if (loom_trainer_step(t, &loss)) return fail(ctx, NULL);
-    if (c->trace && k + 1 == trace_to && trace_from < trace_to) {
+    if (trace && k + 1 == trace_to && trace_from < trace_to) {
       if (loom_ctx_trace_end(ctx, c->trace)) return fail(ctx, NULL);
       printf("wrote the timeline of steps %lld-%lld to %s\n", (long long)trace_from + 1,
              (long long)trace_to, c->trace);
@@ -384,6 +413,20 @@ int loom_train_main(int argc, char **argv) {
   loom_trainer *t = NULL;
   loom_comm *comm = NULL;
   loom_train_config cfg = c.cfg;
+  /* MPI first: from here a failing rank ends every rank (the abort below),
+   * and only rank 0 checks what only it writes */
+  if (c.plan) {
+    if (loom_comm_mpi_new(ctx, &comm)) {
+      rc = fail(ctx, "--plan");
+      goto out;
+    }
+    c.rank = comm->rank;
+    /* one rank speaks; errors still reach stderr from every rank */
+    if (c.rank != 0 && !freopen("/dev/null", "w", stdout)) {
+      rc = EXIT_FAIL;
+      goto out;
+    }
+  }
   if ((rc = check_outputs(ctx, &c)) >= 0) goto out;
   if (c.load) {
     if (loom_checkpoint_read(ctx, c.load, &cfg, &st)) {
@@ -406,15 +449,9 @@ int loom_train_main(int argc, char **argv) {
     rc = fail(ctx, c.load);
     goto out;
   }
-  if (c.plan) {
-    if (loom_comm_mpi_new(ctx, &comm)) {
-      rc = fail(ctx, "--plan");
-      goto out;
-    }
-    c.rank = comm->rank;
-    /* one rank speaks; errors still reach stderr from every rank */
-    if (c.rank != 0 && !freopen("/dev/null", "w", stdout)) {
-      rc = EXIT_FAIL;
+  if (comm) {
+    if (check_same_checkpoint(ctx, comm, st)) {
+      rc = fail(ctx, NULL);
       goto out;
     }
     if (loom_trainer_attach_plan(t, comm, c.plan)) {
@@ -431,7 +468,10 @@ int loom_train_main(int argc, char **argv) {
 out:
   loom_safetensors_free(st);
   /* a failing rank ends every rank (MPI_Abort) rather than leave them waiting */
-  if (comm && rc == EXIT_FAIL) loom_comm_abort(comm, loom_ctx_error(ctx));
+  if (comm && rc == EXIT_FAIL) {
+    const char *why = loom_ctx_error(ctx);
+    loom_comm_abort(comm, why && *why ? why : "its error is above");
+  }
   loom_trainer_free(t);
   loom_comm_free(comm);
   loom_ctx_free(ctx);
