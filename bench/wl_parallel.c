@@ -104,7 +104,8 @@ static void plan_time(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *
   c.d_model = 256;
   c.n_head = 8;
   c.d_ff = 1024;
-  loom_session_options so = LOOM_SESSION_OPTIONS(.backend = "cpu");
+  /* as `loom train --plan` builds it: attention dropout inside the kernels */
+  loom_session_options so = LOOM_SESSION_OPTIONS(.backend = "cpu", .rng = LOOM_RNG_FUSED);
   loom_gpt_optim opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
                         .seed = 1, .session = &so};
   loom_graph *g = NULL;

@@ -205,32 +205,36 @@ static void leaf_boxes(const lower_walk *w, int32_t node, int32_t s, loom_vbox *
   loom_subop_boxes(&w->p->part[node], w->p->ext[node], tin, tout, &w->p->subops[s].r, ib, ob);
 }
 
-/* The output needs of value v: every graph output it is, delivered as its
- * placement says (or as its tied input is held, or whole on device 0). */
-static loom_status output_needs(lower_walk *w, int32_t v, lower_need **needs, int32_t *n,
-                                int32_t *cap) {
+/* Where graph output o is delivered: its placement's pieces (or its tied
+ * input's: held or fed), else whole on device 0. */
+static loom_status output_needs_of(lower_walk *w, int32_t o, lower_need **needs, int32_t *n,
+                                   int32_t *cap) {
   const loom_graph *L = w->L;
   const loom_plan *p = w->p;
-  for (int32_t o = 0; o < L->n_outputs; o++) {
-    if (L->outputs[o] != v) continue;
-    const loom_plan_placement *pl = &p->outputs[o];
-    int32_t tie = p->tied[o];
-    if (!pl->set && tie >= 0 && p->inputs[tie].set) pl = &p->inputs[tie];
-    if (pl->set) {
-      for (int32_t j = 0; j < pl->layout.n_pieces; j++) {
-        loom_vpiece pc;
-        loom_vlayout_piece(&pl->layout, j, &pc);
-        LOOM_TRY(add_need(w->ctx, needs, n, cap, pl->devices[j], &pc.box));
-      }
-    } else if (tie >= 0) {
-      for (int32_t k = 0; k < w->pp->n_ins; k++)
-        if (w->pp->ins[k].index == tie)
-          LOOM_TRY(add_need(w->ctx, needs, n, cap, w->pp->ins[k].device, &w->pp->ins[k].box));
-    } else {
-      loom_vbox whole = loom_vbox_full(loom_value_type(L, v));
-      LOOM_TRY(add_need(w->ctx, needs, n, cap, 0, &whole));
+  const loom_plan_placement *pl = &p->outputs[o];
+  int32_t tie = p->tied[o];
+  if (!pl->set && tie >= 0 && p->inputs[tie].set) pl = &p->inputs[tie];
+  if (pl->set) {
+    for (int32_t j = 0; j < pl->layout.n_pieces; j++) {
+      loom_vpiece pc;
+      loom_vlayout_piece(&pl->layout, j, &pc);
+      LOOM_TRY(add_need(w->ctx, needs, n, cap, pl->devices[j], &pc.box));
     }
+  } else if (tie >= 0) {
+    for (int32_t k = w->first_feed[tie]; k >= 0; k = w->next_feed[k])
+      LOOM_TRY(add_need(w->ctx, needs, n, cap, w->pp->ins[k].device, &w->pp->ins[k].box));
+  } else {
+    loom_vbox whole = loom_vbox_full(loom_value_type(L, L->outputs[o]));
+    LOOM_TRY(add_need(w->ctx, needs, n, cap, 0, &whole));
   }
+  return LOOM_STATUS_OK;
+}
+
+/* The output needs of value v: every graph output it is. */
+static loom_status output_needs(lower_walk *w, int32_t v, lower_need **needs, int32_t *n,
+                                int32_t *cap) {
+  for (int32_t o = w->first_output[v]; o >= 0; o = w->next_output[o])
+    LOOM_TRY(output_needs_of(w, o, needs, n, cap));
   return LOOM_STATUS_OK;
 }
 
@@ -306,6 +310,16 @@ static loom_status feed_inputs(lower_walk *w) {
     for (int32_t k = 0; !st && k < n; k++) st = feed(w, i, needs[k].dev, &needs[k].box);
     free(needs);
     LOOM_TRY(st);
+  }
+  /* each input's feeds, in order, for the outputs tied to it */
+  loom_plan_program *pp = w->pp;
+  w->first_feed = loom_malloc(w->ctx, sizeof(int32_t) * (size_t)(L->n_inputs + 1));
+  w->next_feed = loom_malloc(w->ctx, sizeof(int32_t) * (size_t)(pp->n_ins + 1));
+  if (!w->first_feed || !w->next_feed) return LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t i = 0; i < L->n_inputs; i++) w->first_feed[i] = -1;
+  for (int32_t k = pp->n_ins - 1; k >= 0; k--) {
+    w->next_feed[k] = w->first_feed[pp->ins[k].index];
+    w->first_feed[pp->ins[k].index] = k;
   }
   return LOOM_STATUS_OK;
 }
@@ -398,6 +412,14 @@ static loom_status build_uses(lower_walk *w) {
       }
     }
   for (int32_t v = 0; v < L->n_values; v++) w->use_start[v + 1] += w->use_start[v];
+  w->first_output = loom_malloc(w->ctx, sizeof(int32_t) * (size_t)(L->n_values + 1));
+  w->next_output = loom_malloc(w->ctx, sizeof(int32_t) * (size_t)(L->n_outputs + 1));
+  if (!w->first_output || !w->next_output) return LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t v = 0; v < L->n_values; v++) w->first_output[v] = -1;
+  for (int32_t o = L->n_outputs - 1; o >= 0; o--) {
+    w->next_output[o] = w->first_output[L->outputs[o]];
+    w->first_output[L->outputs[o]] = o;
+  }
   w->use_node = loom_malloc(w->ctx, sizeof *w->use_node * (size_t)(total ? total : 1));
   int32_t *fill = loom_calloc(w->ctx, (size_t)L->n_values + 1, sizeof *fill);
   if (!w->use_node || !fill) {
@@ -483,7 +505,7 @@ static loom_status deliver_outputs(lower_walk *w) {
     int32_t v = L->outputs[o];
     lower_need *needs = NULL;
     int32_t n = 0, cap = 0;
-    LOOM_TRY(output_needs(w, v, &needs, &n, &cap));
+    LOOM_TRY(output_needs_of(w, o, &needs, &n, &cap));
     loom_status st = LOOM_STATUS_OK;
     for (int32_t k = 0; !st && k < n; k++) {
       int32_t at = lower_find_piece(w, v, needs[k].dev, &needs[k].box);
@@ -557,6 +579,10 @@ loom_status loom_plan_lower(const loom_plan *p, const loom_plan_lower_options *o
   free(w.n_leaves);
   free(w.use_start);
   free(w.use_node);
+  free(w.first_output);
+  free(w.next_output);
+  free(w.first_feed);
+  free(w.next_feed);
   if (st) {
     loom_plan_program_free(pp);
     return st;

@@ -76,9 +76,12 @@ loom_status loom_plan_device_graph(const loom_plan_program *pp, int32_t d, loom_
   int32_t *uses = loom_calloc(ctx, (size_t)(G->n_values ? G->n_values : 1), sizeof *uses);
   int32_t *imap = NULL, *omap = NULL, n_imap = 0, n_omap = 0, cap_i = 0, cap_o = 0;
   int32_t *feed_of = loom_malloc(ctx, sizeof *feed_of * (size_t)(G->n_values ? G->n_values : 1));
-  loom_status st = map && uses && feed_of ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
+  bool *is_out = loom_calloc(ctx, (size_t)(G->n_values ? G->n_values : 1), sizeof *is_out);
+  loom_status st = map && uses && feed_of && is_out ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
   for (int32_t v = 0; !st && v < G->n_values; v++) map[v] = feed_of[v] = -1;
   for (int32_t k = 0; !st && k < pp->n_ins; k++) feed_of[pp->ins[k].value] = k;
+  for (int32_t k = 0; !st && k < pp->n_outs; k++)
+    if (pp->outs[k].device == d) is_out[pp->outs[k].value] = true;
   int32_t a = pp->order_start[d], b = pp->order_start[d + 1];
   for (int32_t i = a; !st && i < b; i++) {
     const loom_node *n = &G->nodes[pp->order_nodes[i]];
@@ -133,10 +136,7 @@ loom_status loom_plan_device_graph(const loom_plan_program *pp, int32_t d, loom_
     bool receives = n->op != LOOM_OP_TRANSFER || m == 1;
     if (receives) map[gout] = res;
     if (!receives || uses[gout] == 0) {
-      bool is_out = false;
-      for (int32_t k = 0; k < pp->n_outs; k++)
-        is_out |= pp->outs[k].device == d && pp->outs[k].value == gout;
-      if (!is_out) {
+      if (!is_out[gout]) {
         snprintf(name, sizeof name, "comm.%d", pp->comms[c].seq);
         st = loom_graph_output(g, name, res);
         if (!st && !loom_grow(ctx, (void **)&omap, &cap_o, n_omap + 1, sizeof *omap))
@@ -164,6 +164,7 @@ loom_status loom_plan_device_graph(const loom_plan_program *pp, int32_t d, loom_
   free(map);
   free(uses);
   free(feed_of);
+  free(is_out);
   if (st) {
     loom_error_prefix(ctx, "device %d's program", d);
     loom_graph_free(g);

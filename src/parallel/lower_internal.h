@@ -43,6 +43,8 @@ typedef struct lower_walk {
   int32_t **leaves;   /* per logical node */
   int32_t *n_leaves;
   int32_t *use_start, *use_node; /* consumers of each logical value (CSR) */
+  int32_t *first_output, *next_output; /* per value / per output: the outputs it is (chains) */
+  int32_t *first_feed, *next_feed;     /* per input / per pp->ins entry: its feeds (chains) */
   int32_t tagged;     /* global nodes tagged so far */
   int32_t cap_node_tags, cap_value_tags, cap_comms, cap_ins, cap_outs, cap_groups, cap_ranks;
 } lower_walk;
