@@ -249,6 +249,14 @@ static void test_broken(loom_ctx *ctx) {
   CHECK(strstr(loom_ctx_error(ctx), "device 2 is outside [0, 2)") != NULL);
   CHECK(loom_plan_label(p, 4, true, 0, 0) < 0); /* a scalar has no dims */
   loom_plan_free(p);
+  /* a piece produced twice: two parts computing the same rows */
+  CHECK_OK(ctx, loom_plan_new(ctx, g, 2, &p));
+  for (int32_t node = 0; node < 5; node++) CHECK_OK(ctx, loom_op_assign(p, node, 0));
+  split(ctx, p, 2, true, 0, 0, 2);
+  int32_t f2 = p->subops[2].first_child;
+  p->subops[f2 + 1].r = p->subops[f2].r;
+  expect_broken(ctx, p, "relu.2#0 and relu.2#1 compute the same part");
+  loom_plan_free(p);
   /* a memory limit */
   CHECK_OK(ctx, loom_plan_new(ctx, g, 2, &p));
   for (int32_t node = 0; node < 5; node++) CHECK_OK(ctx, loom_op_assign(p, node, 0));
@@ -292,6 +300,55 @@ static void test_matching(loom_ctx *ctx) {
   loom_graph_free(g);
 }
 
+/* Dropout masks under any cut are the single-device mask bit for bit: y =
+ * dropout(x) of ones, every dim cut, nested, on 2 and 3 devices. */
+static void test_masks(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  int32_t x;
+  CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 2, (int64_t[]){6, 12}, &x));
+  int32_t y = lb_dropout(g, x, 0.5, 77, 1000, -1);
+  CHECK_OK(ctx, loom_build_status(g));
+  CHECK_OK(ctx, loom_graph_output(g, "y", y));
+  loom_tensor *ones = NULL;
+  CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, (int64_t[]){6, 12}, &ones));
+  for (int32_t e = 0; e < 72; e++) ((float *)loom_tensor_data(ones))[e] = 1.0f;
+  loom_tensor **want = loom_test_run(ctx, g, &ref_opts, &ones);
+  int32_t kept = 0;
+  for (int32_t e = 0; want && e < 72; e++) kept += ((float *)loom_tensor_data(want[0]))[e] != 0;
+  CHECK(kept > 10 && kept < 62); /* a real mask */
+  static const struct {
+    int32_t dim, parts, dim2, parts2, devices;
+  } cuts[] = {{0, 2, -1, 0, 2}, {1, 3, -1, 0, 3}, {1, 2, 0, 3, 3}, {0, 3, 1, 4, 2}};
+  for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+    loom_plan *p = NULL;
+    CHECK_OK(ctx, loom_plan_new(ctx, g, cuts[c].devices, &p));
+    int32_t first = -1, l = loom_plan_label(p, 0, true, 0, cuts[c].dim);
+    CHECK_OK(ctx, loom_op_trans(p, 0, (loom_algo){LOOM_ALGO_SPLIT, l}, cuts[c].parts, &first));
+    for (int32_t i = 0; i < cuts[c].parts; i++) {
+      int32_t s = first + i, f2 = -1;
+      if (cuts[c].dim2 >= 0) {
+        int32_t l2 = loom_plan_label(p, 0, true, 0, cuts[c].dim2);
+        CHECK_OK(ctx, loom_op_trans(p, s, (loom_algo){LOOM_ALGO_SPLIT, l2}, cuts[c].parts2, &f2));
+        for (int32_t j = 0; j < cuts[c].parts2; j++)
+          CHECK_OK(ctx, loom_op_assign(p, f2 + j, (i + j) % cuts[c].devices));
+      } else {
+        CHECK_OK(ctx, loom_op_assign(p, s, i % cuts[c].devices));
+      }
+    }
+    loom_plan_program *pp = NULL;
+    CHECK_OK(ctx, loom_plan_lower(p, NULL, &pp));
+    loom_tensor **got = pp ? loom_test_run(ctx, pp->global, &ref_opts, &ones) : NULL;
+    CHECK(want && got && memcmp(loom_tensor_data(want[0]), loom_tensor_data(got[0]), 72 * 4) == 0);
+    loom_test_free_tensors(got, 1);
+    loom_plan_program_free(pp);
+    loom_plan_free(p);
+  }
+  loom_test_free_tensors(want, 1);
+  loom_tensor_free(ones);
+  loom_graph_free(g);
+}
+
 int main(void) {
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx)) return 1;
@@ -301,6 +358,7 @@ int main(void) {
   test_nested(ctx);
   test_broken(ctx);
   test_matching(ctx);
+  test_masks(ctx);
   loom_ctx_free(ctx);
   return loom_test_finish("test_plan");
 }

@@ -44,29 +44,6 @@ static loom_graph *train_graph(loom_ctx *ctx, const loom_session_options *so) {
   return g;
 }
 
-static loom_tensor **inputs(loom_ctx *ctx, const loom_graph *g) {
-  int32_t n = loom_graph_num_inputs(g);
-  loom_tensor **in = calloc((size_t)n + 1, sizeof *in);
-  loom_test_rng r = {11};
-  for (int32_t i = 0; i < n; i++) {
-    loom_dtype dt;
-    int32_t rank;
-    int64_t shape[LOOM_MAX_RANK];
-    CHECK_OK(ctx, loom_graph_value_type(g, loom_graph_input_value(g, i), &dt, &rank, shape));
-    CHECK_OK(ctx, loom_tensor_new(ctx, dt, rank, shape, &in[i]));
-    const char *name = loom_graph_input_name(g, i);
-    void *d = loom_tensor_data(in[i]);
-    for (int64_t e = 0; e < loom_tensor_numel(in[i]); e++) {
-      if (dt == LOOM_DTYPE_I64) ((int64_t *)d)[e] = (int64_t)loom_test_uniform(&r, 0, 255.99);
-      else if (strcmp(name, "step") == 0) ((float *)d)[e] = 3;
-      else if (strcmp(name, "lr") == 0) ((float *)d)[e] = 1e-2f;
-      else if (strncmp(name, "adam.v.", 7) == 0) ((float *)d)[e] = (float)loom_test_uniform(&r, 1e-4, 1e-3);
-      else ((float *)d)[e] = (float)loom_test_uniform(&r, -0.2, 0.2);
-    }
-  }
-  return in;
-}
-
 static int64_t grad_bytes(const loom_graph *g) {
   int64_t b = 0;
   for (int32_t i = 0; i < loom_graph_num_inputs(g); i++)
@@ -167,13 +144,13 @@ int main(void) {
   if (loom_ctx_new(&ctx)) return 1;
   loom_graph *g = train_graph(ctx, NULL);
   if (!g) return loom_test_finish("test_plan_gpt");
-  loom_tensor **in = inputs(ctx, g), **want = loom_test_run(ctx, g, &ref_opts, in);
+  loom_tensor **in = loom_test_gpt_inputs(ctx, g, 11), **want = loom_test_run(ctx, g, &ref_opts, in);
   static const struct {
     const char *spec;
     int32_t n;
   } plans[] = {{"dp2", 2}, {"dp4", 4}, {"tp2", 2}, {"dp2xtp2", 4}, {"dp2+zero2", 2},
                {"dp2+zero3", 2}, {"pp2", 2}, {"pp2+gpipe+mb4", 2}, {"dp2xpp2", 4},
-               {"tp2xpp2", 4}, {"pp2+interlaced", 2}, {"dp2+recompute", 2},
+               {"tp2xpp2", 4}, {"pp2+interlaced", 2}, {"dp2+recompute", 2}, {"dp2tp2pp2", 8},
                {"tp2+recompute", 2}};
   for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++)
     check_plan(ctx, g, in, want, plans[i].spec, plans[i].n);

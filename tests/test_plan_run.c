@@ -92,28 +92,6 @@ static void *device_main(void *arg) {
   return NULL;
 }
 
-static loom_tensor **inputs(loom_ctx *ctx, const loom_graph *g) {
-  int32_t n = loom_graph_num_inputs(g);
-  loom_tensor **in = calloc((size_t)n + 1, sizeof *in);
-  loom_test_rng r = {3};
-  for (int32_t i = 0; i < n; i++) {
-    loom_dtype dt;
-    int32_t rank;
-    int64_t shape[LOOM_MAX_RANK];
-    CHECK_OK(ctx, loom_graph_value_type(g, loom_graph_input_value(g, i), &dt, &rank, shape));
-    CHECK_OK(ctx, loom_tensor_new(ctx, dt, rank, shape, &in[i]));
-    const char *name = loom_graph_input_name(g, i);
-    void *d = loom_tensor_data(in[i]);
-    for (int64_t e = 0; e < loom_tensor_numel(in[i]); e++) {
-      if (dt == LOOM_DTYPE_I64) ((int64_t *)d)[e] = (int64_t)loom_test_uniform(&r, 0, 255.99);
-      else if (strncmp(name, "adam.v.", 7) == 0) ((float *)d)[e] = (float)loom_test_uniform(&r, 1e-4, 1e-3);
-      else ((float *)d)[e] = (float)loom_test_uniform(&r, -0.2, 0.2);
-    }
-  }
-  set_step(in, 0);
-  return in;
-}
-
 static loom_tensor **clone_all(loom_ctx *ctx, loom_tensor **in, int32_t n) {
   loom_tensor **c = calloc((size_t)n + 1, sizeof *c);
   for (int32_t i = 0; i < n; i++) {
@@ -202,7 +180,9 @@ int main(void) {
   CHECK_OK(ctx, loom_gpt_build_train(ctx, &c, B, T, &o, &g, &per_step));
   if (!g) return loom_test_finish("test_plan_run");
   int32_t ni = loom_graph_num_inputs(g), no = loom_graph_num_outputs(g);
-  loom_tensor **in = inputs(ctx, g), **work = clone_all(ctx, in, ni), **before = NULL;
+  loom_tensor **in = loom_test_gpt_inputs(ctx, g, 3);
+  set_step(in, 0);
+  loom_tensor **work = clone_all(ctx, in, ni), **before = NULL;
   loom_tensor **want = single_device(ctx, g, work, &before);
   static const struct {
     const char *spec;

@@ -38,7 +38,8 @@
 static const char help[] =
     "  dpN        data parallel over N devices (gradients all-reduced)\n"
     "  tpN        tensor parallel (Megatron: heads, MLP columns/rows, vocabulary)\n"
-    "  AxB        a mesh of strategies, e.g. dp2xtp2 (tp groups are adjacent devices)\n"
+    "  AxB        a mesh of strategies, e.g. dp2xtp2 or dp2tp2 (tp groups are\n"
+    "             adjacent devices)\n"
     "  ppN        pipeline over N stages by layer, micro-batched (default 1F1B)\n"
     "  +gpipe|+1f1b|+mbM\n"
     "             the pipeline's schedule, and M micro-batches (default N)\n"
@@ -71,8 +72,9 @@ static bool parse_spec(const char *s, spec *out) {
     out->kind[out->n_axes] = k;
     out->degree[out->n_axes++] = (int32_t)n;
     q = end;
-    if (*q != 'x') break;
-    q++;
+    /* axes joined by 'x' (dp2xtp2) or written one after another (dp2tp2) */
+    if (*q == 'x') q++;
+    else if (!(q[0] == 'd' || q[0] == 't' || (q[0] == 'p' && q[1] == 'p'))) break;
   }
   while (*q == '+') {
     q++;
