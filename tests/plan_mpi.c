@@ -25,7 +25,7 @@ enum { K = 3 };
 static loom_train_config config(void) {
   loom_train_config c;
   loom_train_config_default(&c);
-  c.model.n_layer = 2;
+  c.model.n_layer = 4; /* pp4 and interleaved 1F1B (two chunks per stage) need 4 */
   c.model.d_model = 32;
   c.model.n_head = 4;
   c.model.context = 16;

@@ -157,6 +157,23 @@ int main(void) {
   loom_test_free_tensors(in, loom_graph_num_inputs(g));
   loom_test_free_tensors(want, loom_graph_num_outputs(g));
   loom_graph_free(g);
+  /* interleaved 1F1B: two chunks of layers per device, so 4 layers */
+  loom_gpt_config c4 = config();
+  c4.n_layer = 4;
+  loom_gpt_optim o4 = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .seed = 5};
+  int64_t per_step = 0;
+  g = NULL;
+  CHECK_OK(ctx, loom_gpt_build_train(ctx, &c4, B, T, &o4, &g, &per_step));
+  if (g) {
+    in = loom_test_gpt_inputs(ctx, g, 12);
+    want = loom_test_run(ctx, g, &ref_opts, in);
+    check_plan(ctx, g, in, want, "pp2+interleaved", 2);
+    check_plan(ctx, g, in, want, "pp2+interleaved+mb4", 2);
+    check_plan(ctx, g, in, want, "dp2xpp2+interleaved", 4);
+    loom_test_free_tensors(in, loom_graph_num_inputs(g));
+    loom_test_free_tensors(want, loom_graph_num_outputs(g));
+    loom_graph_free(g);
+  }
   test_recompute_memory(ctx);
   loom_ctx_free(ctx);
   return loom_test_finish("test_plan_gpt");

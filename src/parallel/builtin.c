@@ -41,8 +41,9 @@ static const char help[] =
     "  AxB        a mesh of strategies, e.g. dp2xtp2 or dp2tp2 (tp groups are\n"
     "             adjacent devices)\n"
     "  ppN        pipeline over N stages by layer, micro-batched (default 1F1B)\n"
-    "  +gpipe|+1f1b|+mbM\n"
-    "             the pipeline's schedule, and M micro-batches (default N)\n"
+    "  +gpipe|+1f1b|+interleaved|+mbM\n"
+    "             the pipeline's schedule (interleaved: 1F1B over two chunks of\n"
+    "             layers per device), and M micro-batches (default N)\n"
     "  +interlaced\n"
     "             with pp: embedding and head tensor-parallel across all the\n"
     "             stages' devices, the layers pipelined (GPipe order)\n"
@@ -90,6 +91,9 @@ static bool parse_spec(const char *s, spec *out) {
     } else if (strncmp(q, "gpipe", 5) == 0) {
       out->schedule = PP_GPIPE;
       q += 5;
+    } else if (strncmp(q, "interleaved", 11) == 0) {
+      out->schedule = PP_INTERLEAVED;
+      q += 11;
     } else if (strncmp(q, "1f1b", 4) == 0) {
       out->schedule = PP_1F1B;
       q += 4;
@@ -310,6 +314,10 @@ loom_status loom_plan_builtin(loom_ctx *ctx, const loom_graph *g, const char *te
   if (sp.zero && dp_axis < 0)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "plan: %s: ZeRO shards across a dp axis, and there is none", text);
+  if (sp.schedule == PP_INTERLEAVED && sp.interlaced)
+    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
+                      "plan: %s: the interlaced pipeline runs the GPipe order, not interleaved "
+                      "1F1B", text);
   if (sp.recompute && pp_axis >= 0)
     return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
                       "plan: %s: recomputation with a pipeline is not built (the schedule "

@@ -140,17 +140,46 @@ static int32_t position(pp_schedule sched, int32_t S, int32_t s, int32_t m, bool
   return warm + 2 * (m - warm) + (mb - (m - warm));
 }
 
+/* Interleaved 1F1B (Megatron's virtual pipeline): stage s holds chunks
+ * s, s+S, ..., v of them; forward step k runs chunk (k / S) % v of
+ * micro-batch (k / (S v)) S + k % S, backward step k the chunks in reverse;
+ * (S-1-s)*2 + (v-1)*S warm-up forwards, then one forward and one backward
+ * in turn. pos[(fwd * v + chunk) * m + mb] gets each step's position. */
+static void interleaved_positions(int32_t S, int32_t s, int32_t v, int32_t m, int32_t *pos) {
+  int32_t total = m * v, warm = (S - 1 - s) * 2 + (v - 1) * S, at = 0;
+  if (warm > total) warm = total;
+#define STEP(fwd, k)                                                                               \
+  do {                                                                                             \
+    int32_t c_ = ((k) / S) % v, mb_ = ((k) / (S * v)) * S + (k) % S;                               \
+    if (!(fwd)) c_ = v - 1 - c_;                                                                   \
+    pos[((fwd) * v + c_) * m + mb_] = at++;                                                        \
+  } while (0)
+  for (int32_t k = 0; k < warm; k++) STEP(1, k);
+  for (int32_t k = 0; k < total - warm; k++) {
+    STEP(1, warm + k);
+    STEP(0, k);
+  }
+  for (int32_t k = total - warm; k < total; k++) STEP(0, k);
+#undef STEP
+}
+
 loom_status builtin_pipeline(loom_plan *p, const spec *sp, int32_t degree, int32_t stride) {
   loom_ctx *ctx = p->ctx;
   const loom_graph *g = p->graph;
   int32_t S = degree, m = sp->micro > 0 ? sp->micro : degree;
+  int32_t v = sp->schedule == PP_INTERLEAVED ? 2 : 1; /* chunks per device */
+  if (v > 1 && m % S)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "plan: interleaved 1F1B runs micro-batches in groups of the %d stages; %d "
+                      "micro-batches do not divide into them",
+                      S, m);
   stages st = {loom_malloc(ctx, sizeof(int32_t) * (size_t)(g->n_nodes + 1)),
                loom_malloc(ctx, sizeof(int32_t) * (size_t)(g->n_values + 1)),
                loom_malloc(ctx, sizeof(int32_t) * (size_t)(g->n_values + 1)),
                loom_malloc(ctx, sizeof(bool) * (size_t)(g->n_nodes + 1))};
   loom_status s = st.node && st.value && st.use && st.forward ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
   int32_t n_layers = 0;
-  if (!s) s = assign_stages(g, S, &st, &n_layers);
+  if (!s) s = assign_stages(g, S * v, &st, &n_layers);
   /* interlaced: the embedding and the head (fine stages 0 and L+1) are
    * cut tensor-parallel across every stage's device; the rest go to their
    * stage. Stages: shift every leaf to its stage's device. */
@@ -168,7 +197,8 @@ loom_status builtin_pipeline(loom_plan *p, const spec *sp, int32_t degree, int32
     }
     int32_t *leaves = NULL, n = 0;
     s = loom_plan_leaves(p, node, &leaves, &n);
-    int32_t stage = pipeline_stage(st.node[node], n_layers, S);
+    /* virtual stage vs is chunk vs / S of device vs % S */
+    int32_t stage = pipeline_stage(st.node[node], n_layers, S * v) % S;
     for (int32_t k = 0; !s && k < n; k++) {
       int32_t base = p->subops[leaves[k]].device;
       s = loom_op_assign(p, leaves[k], (base < 0 ? 0 : base) + stage * stride);
@@ -212,20 +242,34 @@ loom_status builtin_pipeline(loom_plan *p, const spec *sp, int32_t degree, int32
     slots = loom_malloc(ctx, sizeof *slots * (size_t)(p->n_subops - micro_first + 1));
     if (!slots) s = LOOM_STATUS_OUT_OF_MEMORY;
   }
+  int32_t *ipos = NULL;
+  if (!s && v > 1) {
+    ipos = loom_malloc(ctx, sizeof *ipos * (size_t)(2 * v * m));
+    if (!ipos) s = LOOM_STATUS_OUT_OF_MEMORY;
+  }
   for (int32_t d = 0; !s && d < p->n_devices; d++) {
     n_slots = 0;
     int32_t stage = (d / stride) % S;
+    if (ipos) interleaved_positions(S, stage, v, m, ipos);
     for (int32_t i = micro_first; i < p->n_subops; i++) {
       const loom_subop *sub = &p->subops[i];
       if (sub->n_children || sub->device != d) continue;
       pp_schedule sched = sp->interlaced ? PP_GPIPE : sp->schedule;
-      int32_t pos = position(sched, S, stage, m, st.forward[sub->node], sub->index);
+      bool fwd = st.forward[sub->node];
+      int32_t pos;
+      if (ipos) {
+        int32_t chunk = pipeline_stage(st.node[sub->node], n_layers, S * v) / S;
+        pos = ipos[((fwd ? 1 : 0) * v + chunk) * m + sub->index];
+      } else {
+        pos = position(sched, S, stage, m, fwd, sub->index);
+      }
       slots[n_slots++] = (slot){(int64_t)pos * g->n_nodes + sub->node, i};
     }
     qsort(slots, (size_t)n_slots, sizeof *slots, cmp_slot);
     for (int32_t k = 1; !s && k < n_slots; k++) s = loom_op_order(p, slots[k - 1].subop, slots[k].subop);
   }
   free(slots);
+  free(ipos);
   free(ax.state);
   free(st.node);
   free(st.value);
