@@ -7,7 +7,9 @@ void loom_subop_partition(const loom_node *n, const loom_type *in, const loom_ty
   const loom_op_def *d = loom_op_get(n->op);
   if (d && d->partition) {
     d->partition(n, in, out, p);
-    return;
+    /* an annotation for other operand counts (an op that can only be
+     * replicated in this form) reads as "no labels" */
+    if (p->n_in == n->n_in && p->n_out == n->n_out) return;
   }
   loom_partition_init(p, n->n_in, n->n_out);
   for (int32_t i = 0; i < n->n_in && i < LOOM_PART_MAX_IO; i++)
