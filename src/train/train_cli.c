@@ -456,6 +456,9 @@ int loom_train_main(int argc, char **argv) {
     }
     if (loom_trainer_attach_plan(t, comm, c.plan)) {
       rc = fail(ctx, NULL);
+      if (comm->size == 1)
+        fprintf(stderr, "loom train: --plan runs one process per device: start it with "
+                        "mpirun -np N loom train --plan %s\n", c.plan);
       goto out;
     }
   }
