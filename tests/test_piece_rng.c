@@ -129,7 +129,7 @@ static loom_graph *graph_of(const one_op *o, int32_t with_mask, loom_type *out, 
   if (!g) return NULL;
   int32_t in[MAXIO + 1], outs[4];
   for (int32_t i = 0; i < o->n_in; i++) {
-    char name[8];
+    char name[16];
     snprintf(name, sizeof name, "i%d", (int)i);
     CHECK_OK(ctx, loom_graph_input(g, name, o->in[i].dtype, o->in[i].rank, o->in[i].shape, &in[i]));
   }
@@ -160,7 +160,7 @@ static loom_graph *graph_of(const one_op *o, int32_t with_mask, loom_type *out, 
   *n_out = loom_op_get(o->op)->n_out;
   CHECK_OK(ctx, loom_graph_add(g, o->op, n_in, in, o->attr, *n_out, outs));
   for (int32_t k = 0; k < *n_out; k++) {
-    char name[8];
+    char name[16];
     snprintf(name, sizeof name, "o%d", (int)k);
     CHECK_OK(ctx, loom_graph_output(g, name, outs[k]));
     if (out) out[k] = g->values[outs[k]].type;
