@@ -277,27 +277,8 @@ static loom_tensor **run(loom_ctx *ctx, const loom_graph *g, const mode *m, loom
   return out;
 }
 
-/* The error of one output tensor in units of its own scale:
- * max |got - ref| / max(rms(ref), TINY). With a base (the tensor an
- * output updates: a weight, a moment), both are taken relative to it
- * first, so the update sets the scale, not the weight it is added to. */
-static double tensor_error(const loom_tensor *ref, const loom_tensor *got,
-                           const loom_tensor *base) {
-  const float *a = loom_tensor_data(ref), *b = loom_tensor_data(got);
-  const float *c = base ? loom_tensor_data(base) : NULL;
-  int64_t n = loom_tensor_numel(ref);
-  double sq = 0, worst = 0;
-  for (int64_t e = 0; e < n; e++) {
-    double r = (double)a[e] - (c ? c[e] : 0.0);
-    sq += r * r;
-  }
-  double scale = fmax(n ? sqrt(sq / (double)n) : 0, TINY);
-  for (int64_t e = 0; e < n; e++) {
-    double err = fabs((double)a[e] - b[e]) / scale;
-    if (!(err <= worst)) worst = isnan(err) ? INFINITY : err; /* NaN counts as worst */
-  }
-  return worst;
-}
+/* The error of one output tensor in units of its own scale (with a base,
+ * of its update): loom_test_update_error (tests/common.h). */
 
 /* The tolerance of output o: updates (with a base) get TOL_UPDATE. */
 static double tolerance(loom_tensor *const *bases, int32_t o) {
@@ -313,7 +294,7 @@ static double compare(const loom_graph *g, loom_tensor **ref, loom_tensor **got,
   *worst_err = 0;
   for (int32_t o = 0; o < loom_graph_num_outputs(g); o++) {
     if (loom_tensor_dtype(ref[o]) != LOOM_DTYPE_F32) continue;
-    double err = tensor_error(ref[o], got[o], bases ? bases[o] : NULL);
+    double err = loom_test_update_error(ref[o], got[o], bases ? bases[o] : NULL);
     double frac = err / tolerance(bases, o);
     if (!(frac <= worst)) {
       worst = isnan(frac) ? INFINITY : frac;

@@ -103,12 +103,10 @@ typedef struct plan_args {
   const char *model_flag; /* the first gpt flag given, for "applies to gpt only" */
 } plan_args;
 
+/* loom_cli_parse_long into an int64_t (long is 64 bits here). */
 static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  if (!s || !*s) return false;
-  char *end = NULL;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (*end || errno || v < lo || v > hi) return false;
+  long v = 0;
+  if (!loom_cli_parse_long(s, (long)lo, (long)hi, &v)) return false;
   *out = v;
   return true;
 }
