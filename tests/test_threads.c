@@ -235,7 +235,10 @@ static void test_one_session(void) {
            sh.ok, sh.busy, sh.wrong, mine.ok, mine.busy, mine.wrong);
     /* never a wrong result or another error; the overlap was refused */
     CHECK(sh.wrong == 0 && mine.wrong == 0 && sh.other == 0 && mine.other == 0);
-    CHECK(sh.ok > 0 && mine.busy > 0);
+    /* which thread wins the session is the scheduler's choice (on a busy
+     * machine one thread can hold it throughout): runs overlapped, were
+     * refused on one side, and completed on the other */
+    CHECK(sh.ok + mine.ok > 0 && sh.busy + mine.busy > 0);
     /* a refused call leaves the context alone (it belongs to the runner) */
     CHECK(strcmp(loom_ctx_error(ctx), "") == 0);
     /* and afterwards the session runs as before */
