@@ -73,6 +73,14 @@ check "dp: device 0 peak 304" row_is 0 9 304
 check "dp: total flops 384" row_is total 2 384
 check "dp: total input bytes 512" row_is total 10 512
 [[ $out == *"f32[2, 8]"* && $out == *"f32[2, 6]"* ]] && ok || bad "dp: programs over the pieces' shapes"
+# the costs: defaults until an MPI run has measured this machine, then the
+# model the machine profile keeps (perf/profile.h)
+expect "dp: the default comm model" 0 "*comm model: 5 us per message + bytes / 5 GB/s (defaults: no MPI run measured yet)*"
+policy=${OMP_WAIT_POLICY:+-$(tr 'A-Z' 'a-z' <<<"$OMP_WAIT_POLICY" | tr -cd 'a-z')}
+mkdir -p "$XDG_CACHE_HOME/loom"
+printf 'comm_mpi_latency_s 2e-05\ncomm_mpi_bytes_per_s 1e+09\n' >>"$XDG_CACHE_HOME/loom/machine-$(getconf _NPROCESSORS_ONLN)$policy.txt"
+run plan "$tmp/mm.loom" --plan "$tmp/dp.plan" --devices 2
+expect "dp: the kept comm model" 0 "*comm model: 20 us per message + bytes / 1 GB/s (MPI, as the machine profile keeps it)*"
 
 run plan "$tmp/mm.loom" --plan "$tmp/dp.plan" --devices 2 --show 1
 expect "--show 1" 0 "*== device 1 ==*total*"

@@ -12,6 +12,7 @@
 #include "ops/op.h"
 #include "passes/simplify.h"
 #include "perf/comm_model.h"
+#include "perf/profile.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -866,6 +867,65 @@ static void test_comm_model(void) {
   }
 }
 
+/* The profile keeps the model: the first get measures and records it, the
+ * next gets read it back bit for bit on every rank; remeasure measures. */
+static bool remeasure;
+
+static void *get_model(void *arg) {
+  rank_job *j = arg;
+  loom_ctx *ctx = NULL;
+  loom_ctx_new(&ctx);
+  loom_status st = loom_comm_model_get(j->c, ctx, remeasure, &models[j->c->rank]);
+  J_CHECK(j, st == LOOM_STATUS_OK, "get: %s", loom_ctx_error(ctx));
+  loom_ctx_free(ctx);
+  return NULL;
+}
+
+static void test_comm_model_kept(void) {
+  char dir[] = "/tmp/loom-profile-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  const char *saved = getenv("XDG_CACHE_HOME");
+  char *old = saved ? strdup(saved) : NULL;
+  setenv("XDG_CACHE_HOME", dir, 1);
+  CHECK(!loom_comm_model_kept("inproc").measured); /* nothing kept yet */
+  rank_job jobs[2];
+  remeasure = false;
+  run_world(2, get_model, jobs);
+  loom_comm_model first = models[0];
+  CHECK(first.measured && models[1].latency_s == first.latency_s);
+  /* recorded under the communicator's kind, read back exactly */
+  double lat = 0, bw = 0;
+  CHECK(loom_profile_get("comm_inproc_latency_s", &lat) && lat == first.latency_s);
+  CHECK(loom_profile_get("comm_inproc_bytes_per_s", &bw) && bw == first.bandwidth_Bps);
+  loom_comm_model kept = loom_comm_model_kept("inproc");
+  CHECK(kept.measured && kept.latency_s == first.latency_s &&
+        kept.bandwidth_Bps == first.bandwidth_Bps);
+  CHECK(!loom_comm_model_kept("mpi").measured); /* another kind: its own keys */
+  /* a second get reads the profile: the same bits on every rank */
+  memset(models, 0, sizeof models);
+  run_world(2, get_model, jobs);
+  for (int32_t r = 0; r < 2; r++)
+    CHECK(models[r].latency_s == first.latency_s && models[r].bandwidth_Bps == first.bandwidth_Bps);
+  /* a damaged value is not used; the other facts survive a rewrite */
+  loom_profile_put("comm_inproc_latency_s", -3.0);
+  loom_profile_put("kernel_launch_s", 7e-6);
+  CHECK(!loom_comm_model_kept("inproc").measured);
+  CHECK(loom_profile_get("comm_inproc_bytes_per_s", &bw) && bw == first.bandwidth_Bps);
+  double launch = 0;
+  CHECK(loom_profile_get("kernel_launch_s", &launch) && launch == 7e-6);
+  CHECK(!loom_profile_get("Bad Key", &launch) && !loom_profile_get("absent_key", &launch));
+  remeasure = true;
+  run_world(2, get_model, jobs);
+  CHECK(models[0].measured && models[0].latency_s > 0);
+  CHECK(loom_comm_model_kept("inproc").measured);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  CHECK(system(cmd) == 0);
+  if (old) setenv("XDG_CACHE_HOME", old, 1);
+  else unsetenv("XDG_CACHE_HOME");
+  free(old);
+}
+
 int main(void) {
   loom_ctx *ctx = NULL;
   CHECK_OK(ctx, loom_ctx_new(&ctx));
@@ -881,6 +941,7 @@ int main(void) {
   test_text(ctx);
   test_errors(ctx);
   test_comm_model();
+  test_comm_model_kept();
   loom_ctx_free(ctx);
   return loom_test_finish("test_comm_ops");
 }

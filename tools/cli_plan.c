@@ -412,7 +412,8 @@ int loom_cli_plan_main(int argc, char **argv) {
     if (save_plan(ctx, p, a.save_plan, flags)) goto fail;
     printf("wrote %s\n", a.save_plan);
   }
-  loom_plan_lower_options lo = {.comm = loom_comm_model_default(),
+  /* the costs an MPI run on this machine lowers with */
+  loom_plan_lower_options lo = {.comm = loom_comm_model_kept("mpi"),
                                 .memory_limit = a.memory_limit};
   if (loom_plan_lower(p, &lo, &pp)) goto fail;
   if (!a.show || strcmp(a.show, "none") != 0) {
@@ -422,6 +423,9 @@ int loom_cli_plan_main(int argc, char **argv) {
       if ((all || d == only) && print_device(ctx, pp, d)) goto fail;
   }
   print_summary(pp);
+  printf("comm model: %.3g us per message + bytes / %.3g GB/s (%s)\n", lo.comm.latency_s * 1e6,
+         lo.comm.bandwidth_Bps / 1e9,
+         lo.comm.measured ? "MPI, as the machine profile keeps it" : "defaults: no MPI run measured yet");
   if (a.dot && write_dot(ctx, pp, a.dot, a.force)) goto fail;
   if (a.dot) printf("wrote %s\n", a.dot);
   rc = 0;

@@ -9,7 +9,9 @@
 #include "comm/comm.h"
 #include "core/clock.h"
 #include "core/ctx.h"
+#include "perf/profile.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,5 +78,58 @@ loom_status loom_comm_model_measure(struct loom_comm *c, loom_ctx *ctx, loom_com
   out->latency_s = model[0];
   out->bandwidth_Bps = model[1];
   out->measured = true;
+  return LOOM_STATUS_OK;
+}
+
+/* The profile's keys for a kind of communicator. */
+static bool model_keys(const char *kind, char *lat, char *bw, size_t n) {
+  int a = snprintf(lat, n, "comm_%s_latency_s", kind), b = snprintf(bw, n, "comm_%s_bytes_per_s", kind);
+  return a > 0 && (size_t)a < n && b > 0 && (size_t)b < n;
+}
+
+/* Sane values only: a hand-edited or damaged profile gives the defaults. */
+static bool kept_model(const char *kind, loom_comm_model *out) {
+  char lat[96], bw[96];
+  double l = 0, b = 0;
+  if (!kind || !model_keys(kind, lat, bw, sizeof lat) || !loom_profile_get(lat, &l) ||
+      !loom_profile_get(bw, &b) || !(l > 0 && l < 1.0) || !(b > 1e3 && b < 1e15))
+    return false;
+  *out = (loom_comm_model){l, b, true};
+  return true;
+}
+
+loom_comm_model loom_comm_model_kept(const char *kind) {
+  loom_comm_model m = loom_comm_model_default();
+  (void)kept_model(kind, &m);
+  return m;
+}
+
+loom_status loom_comm_model_get(struct loom_comm *c, loom_ctx *ctx, bool remeasure,
+                                loom_comm_model *out) {
+  if (!c || !out)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm model: NULL communicator or model");
+  const char *kind = c->iface->name;
+  *out = loom_comm_model_kept(kind);
+  if (c->size < 2) return LOOM_STATUS_OK;
+  /* rank 0 says whether the profile has a model, and which */
+  loom_comm_model kept = loom_comm_model_default();
+  double have[3] = {0, 0, 0};
+  if (c->rank == 0 && !remeasure && kept_model(kind, &kept))
+    have[0] = 1, have[1] = kept.latency_s, have[2] = kept.bandwidth_Bps;
+  loom_status st = loom_comm_broadcast(c, ctx, have, 3, LOOM_DTYPE_F64, 0);
+  if (st) {
+    loom_error_prefix(ctx, "comm model");
+    return st;
+  }
+  if (have[0] == 1) {
+    *out = (loom_comm_model){have[1], have[2], true};
+    return LOOM_STATUS_OK;
+  }
+  LOOM_TRY(loom_comm_model_measure(c, ctx, out));
+  char lat[96], bw[96];
+  if (c->rank == 0 && model_keys(kind, lat, bw, sizeof lat)) {
+    loom_profile_put(lat, out->latency_s);
+    loom_profile_put(bw, out->bandwidth_Bps);
+  }
   return LOOM_STATUS_OK;
 }

@@ -3,8 +3,9 @@
  * takes latency + b / bandwidth seconds (Hockney's alpha-beta model). The
  * lowering of a parallel plan (parallel/lower.h) uses it to choose among
  * ways of moving a value's pieces; `loom plan` and the simulator use it to
- * time them. Measured on this machine's communicator and kept with the
- * machine profile; the defaults are those of shared memory on one host.
+ * time them. Measured on this machine's communicator and kept in the
+ * machine profile (perf/profile.h); the defaults are those of shared
+ * memory on one host.
  */
 #ifndef LOOM_PERF_COMM_MODEL_H
 #define LOOM_PERF_COMM_MODEL_H
@@ -19,7 +20,7 @@ struct loom_comm;
 typedef struct loom_comm_model {
   double latency_s;     /* per message */
   double bandwidth_Bps; /* bytes per second, one direction */
-  bool measured;        /* false: the defaults below */
+  bool measured;        /* false: the defaults below; true: measured or kept */
 } loom_comm_model;
 
 /* 5 us and 5 GB/s: Open MPI's shared-memory transport on one host. */
@@ -44,5 +45,20 @@ static inline double loom_comm_model_time(const loom_comm_model *m, double bytes
  * One rank: the defaults (measured false). Well under 50 ms on one host.
  */
 loom_status loom_comm_model_measure(struct loom_comm *c, loom_ctx *ctx, loom_comm_model *out);
+
+/*
+ * The model of communicator c as the machine profile keeps it
+ * (perf/profile.h: comm_<kind>_latency_s and comm_<kind>_bytes_per_s, kind
+ * the communicator's name, e.g. "mpi"), measured with
+ * loom_comm_model_measure and recorded there when the profile has none or
+ * when remeasure is set, so every run on this machine lowers a plan with
+ * the same costs. Collective: rank 0 reads and writes the profile, and its
+ * model goes to every rank. One rank: the kept model, else the defaults.
+ */
+loom_status loom_comm_model_get(struct loom_comm *c, loom_ctx *ctx, bool remeasure,
+                                loom_comm_model *out);
+/* The model kept for communicators of kind (e.g. "mpi"), or the defaults
+ * when the profile has none. For planning without a communicator. */
+loom_comm_model loom_comm_model_kept(const char *kind);
 
 #endif

@@ -5,14 +5,13 @@
  */
 #include "perf/machine.h"
 #include "core/clock.h"
-#include "core/file.h"
+#include "perf/profile.h"
 
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* Conservative defaults: a small two-core machine. */
@@ -116,58 +115,6 @@ static double quantize(double s) {
   return q * decade;
 }
 
-/* $XDG_CACHE_HOME/loom (or ~/.cache/loom)/machine-<cores>[-<wait policy>].txt:
- * OMP_WAIT_POLICY=passive makes every fork/join a futex wake-up (~100x the
- * spinning cost), so each policy keeps its own measurement. */
-static bool profile_path(char *buf, size_t n, int32_t cores) {
-  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-  char dir[3072];
-  if (xdg && xdg[0] == '/')
-    snprintf(dir, sizeof dir, "%s/loom", xdg);
-  else if (home && home[0] == '/')
-    snprintf(dir, sizeof dir, "%s/.cache/loom", home);
-  else
-    return false;
-  const char *policy = getenv("OMP_WAIT_POLICY");
-  char tag[16] = "";
-  if (policy && *policy) {
-    size_t k = 0;
-    tag[k++] = '-';
-    for (const char *c = policy; *c && k + 1 < sizeof tag; c++)
-      if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z')) tag[k++] = (char)(*c | 0x20);
-    tag[k] = '\0';
-  }
-  int w = snprintf(buf, n, "%s/machine-%d%s.txt", dir, (int)cores, tag);
-  return w > 0 && (size_t)w < n;
-}
-
-static bool load_launch(const char *path, double *s) {
-  FILE *f = fopen(path, "r");
-  if (!f) return false;
-  double v = 0;
-  bool ok = fscanf(f, "kernel_launch_s %lg", &v) == 1 && v >= 1e-9 && v <= 1e-3;
-  fclose(f);
-  if (ok) *s = v;
-  return ok;
-}
-
-/* Best effort: a missing or read-only cache directory only costs a
- * measurement next time. Written through core/file.h. */
-static void save_launch(const char *path, double s) {
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", path);
-  for (char *p = dir + 1; *p; p++) /* mkdir -p the directories above */
-    if (*p == '/') {
-      *p = '\0';
-      mkdir(dir, 0700);
-      *p = '/';
-    }
-  char line[64];
-  int n = snprintf(line, sizeof line, "kernel_launch_s %.9g\n", s);
-  /* the shared safe writer: a planted symlink or FIFO is left alone */
-  (void)loom_file_write_atomic(NULL, path, line, (size_t)n, LOOM_FILE_REPLACE);
-}
-
 void loom_machine_default(loom_machine *m) {
   memset(m, 0, sizeof *m);
   m->threads = 2;
@@ -189,6 +136,7 @@ void loom_machine_detect(loom_ctx *ctx, loom_machine *m) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   m->cores = cores > 0 ? (int32_t)cores : 1;
   read_caches(m);
+  m->comm = loom_comm_model_kept("mpi");
   if (m->l2_bytes < m->l1d_bytes) m->l2_bytes = m->l1d_bytes;
   if (m->llc_bytes < m->l2_bytes) m->llc_bytes = m->l2_bytes;
   /* Measured with the cores, like the plans that read it; the
@@ -201,9 +149,11 @@ void loom_machine_detect(loom_ctx *ctx, loom_machine *m) {
   }
   /* Measured once per machine and kept in the cache directory: a plan must
    * not change from one process to the next with timer noise. */
-  char path[4096];
-  bool have_path = profile_path(path, sizeof path, m->cores);
-  if (have_path && load_launch(path, &m->kernel_launch_s)) return;
+  double kept = 0;
+  if (loom_profile_get("kernel_launch_s", &kept) && kept >= 1e-9 && kept <= 1e-3) {
+    m->kernel_launch_s = kept;
+    return;
+  }
   m->kernel_launch_s = quantize(measure_launch(m->cores));
-  if (have_path) save_launch(path, m->kernel_launch_s);
+  loom_profile_put("kernel_launch_s", m->kernel_launch_s);
 }

@@ -19,8 +19,9 @@ typedef struct loom_machine {
   double triad_gbps;                      /* STREAM-like triad bandwidth, all threads */
   double sgemm_gflops;                    /* large sgemm rate, all threads */
   double kernel_launch_s;                 /* fixed cost of one kernel launch (fork/join) */
-  /* Messages between ranks (parallel plans): measured on a communicator
-   * by loom_comm_model_measure, else the shared-memory defaults. */
+  /* Messages between MPI ranks (parallel plans): the model the machine
+   * profile keeps (measured by the first parallel run, perf/comm_model.h),
+   * else the shared-memory defaults. */
   loom_comm_model comm;
   bool measured;                          /* false: rates are defaults */
 } loom_machine;

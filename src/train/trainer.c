@@ -562,10 +562,11 @@ loom_status loom_trainer_attach_plan(loom_trainer *t, struct loom_comm *comm, co
     t->rng_per_step = per_step;
   }
   if (!s) s = loom_plan_open(ctx, t->train_g, plan, comm->size, &t->plan);
-  /* the communication choices use this machine's links, as rank 0
-   * measured them (every rank lowers with the same model) */
+  /* the communication choices use this machine's links, as rank 0's
+   * profile keeps them (measured on the first run): every rank, and every
+   * run on this machine, lowers with the same model */
   loom_plan_lower_options lo = {.comm = loom_comm_model_default()};
-  if (!s) s = loom_comm_model_measure(comm, ctx, &lo.comm);
+  if (!s) s = loom_comm_model_get(comm, ctx, false, &lo.comm);
   if (!s) s = loom_plan_lower(t->plan, &lo, &t->program);
   if (!s) s = check_ranks_agree(t, plan);
   if (!s) s = loom_plan_runner_new(ctx, t->program, comm, &so, &t->runner);
