@@ -504,7 +504,7 @@ static void test_index(void) {
   /* repeated indices accumulate */
   tc_begin(&c, "gather axis 0");
   loom_value data = tc_in(&c, "data", 2, SHAPE(4, 3), -2, 2, 0, true);
-  loom_value idx = tc_in_i64(&c, "idx", 2, SHAPE(2, 3), (const int64_t[]){3, 0, 3, 1, 1, 3});
+  loom_value idx = tc_in_i64(&c, "idx", 2, SHAPE(2, 3), (const int64_t[]){3, 0, 3, 1, 1, 3}), upd;
   check_fd1(&c, op(&c, LOOM_OP_GATHER, 2, (loom_value[]){data, idx}, 1,
                    (loom_attr[]){A_INT("axis", 0)}));
 
@@ -514,9 +514,22 @@ static void test_index(void) {
   check_fd1(&c, op(&c, LOOM_OP_GATHER, 2, (loom_value[]){data, idx}, 1,
                    (loom_attr[]){A_INT("axis", 1)}));
 
+  /* a table piece (rows [2, 6) of 8): rows read outside it get no gradient */
+  tc_begin(&c, "gather of a table piece");
+  data = tc_in(&c, "data", 2, SHAPE(4, 3), -2, 2, 0, true);
+  idx = tc_in_i64(&c, "idx", 1, SHAPE(5), (const int64_t[]){7, 2, 5, 0, 2});
+  check_fd1(&c, op(&c, LOOM_OP_GATHER, 2, (loom_value[]){data, idx}, 2,
+                   (loom_attr[]){A_INT("base", 2), A_INT("range", 8)}));
+
+  tc_begin(&c, "scatter_add into a piece");
+  idx = tc_in_i64(&c, "idx", 1, SHAPE(5), (const int64_t[]){2, 0, 3, 2, 1});
+  upd = tc_in(&c, "upd", 2, SHAPE(5, 3), -2, 2, 0, true);
+  check_fd1(&c, op(&c, LOOM_OP_SCATTER_ADD, 2, (loom_value[]){idx, upd}, 3,
+                   (loom_attr[]){A_INTS("shape", 2, 2, 3), A_INT("base", 1), A_INT("range", 4)}));
+
   tc_begin(&c, "scatter_add");
   idx = tc_in_i64(&c, "idx", 1, SHAPE(5), (const int64_t[]){2, 0, 2, 2, 1});
-  loom_value upd = tc_in(&c, "upd", 2, SHAPE(2, 5), -2, 2, 0, true);
+  upd = tc_in(&c, "upd", 2, SHAPE(2, 5), -2, 2, 0, true);
   check_fd1(&c, op(&c, LOOM_OP_SCATTER_ADD, 2, (loom_value[]){idx, upd}, 2,
                    (loom_attr[]){A_INTS("shape", 2, 2, 3), A_INT("axis", 1)}));
 }

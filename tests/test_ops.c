@@ -275,6 +275,13 @@ static void build_index_cases(void) {
   g[0] = opnd(LOOM_DTYPE_F32, 2, (int64_t[]){256, 32}, -2, 2);
   g[1] = opnd(LOOM_DTYPE_I64, 2, (int64_t[]){4, 9}, 0, 256);
   add_case(LOOM_OP_GATHER, 2, g);
+  /* a table piece: rows [3, 8) of 12; indices over the whole table, those
+   * outside the piece read zeros */
+  g[0] = opnd(LOOM_DTYPE_F32, 2, (int64_t[]){5, 3}, -2, 2);
+  g[1] = opnd(LOOM_DTYPE_I64, 1, (int64_t[]){9}, 0, 12);
+  c = add_case(LOOM_OP_GATHER, 2, g);
+  attr_i(c, "base", 3);
+  attr_i(c, "range", 12);
 
   operand s[2] = {opnd(LOOM_DTYPE_I64, 1, (int64_t[]){7}, 0, 5),
                   opnd(LOOM_DTYPE_F32, 2, (int64_t[]){7, 3}, -2, 2)};
@@ -285,6 +292,14 @@ static void build_index_cases(void) {
   c = add_case(LOOM_OP_SCATTER_ADD, 2, s);
   attr_ints(c, "shape", 2, (int64_t[]){6, 4});
   attr_i(c, "axis", 1);
+  /* rows [2, 6) of 10 along axis 1: updates elsewhere are dropped */
+  s[0] = opnd(LOOM_DTYPE_I64, 1, (int64_t[]){8}, 0, 10);
+  s[1] = opnd(LOOM_DTYPE_F32, 2, (int64_t[]){3, 8}, -2, 2);
+  c = add_case(LOOM_OP_SCATTER_ADD, 2, s);
+  attr_ints(c, "shape", 2, (int64_t[]){3, 4});
+  attr_i(c, "axis", 1);
+  attr_i(c, "base", 2);
+  attr_i(c, "range", 10);
 
   c = add_case(LOOM_OP_IOTA, 0, NULL);
   attr_ints(c, "shape", 2, (int64_t[]){3, 4});

@@ -288,7 +288,7 @@ static void test_gather(void) {
   CHECK_OK(ctx, run_last(g, (void *[]){dv, iv}, out));
   check_f32(out, (float[]){5, 6, 1, 2, 5, 6}, 6);
   char buf[128];
-  CHECK(strcmp(part_last(g, buf, sizeof buf), "_ b, a -> a b") == 0);
+  CHECK(strcmp(part_last(g, buf, sizeof buf), "b c, a -> a c | b:add") == 0);
 
   /* Out of range: an error naming the index, no read past the data. */
   int64_t bad[3] = {0, 3, 1};
@@ -308,7 +308,7 @@ static void test_gather(void) {
   float out3[8] = {0};
   CHECK_OK(ctx, run_last(g, (void *[]){dv, i2v}, out3));
   check_f32(out3, (float[]){3, 1, 2, 2, 6, 4, 5, 5}, 8);
-  CHECK(strcmp(part_last(g, buf, sizeof buf), "a _, b c -> a b c") == 0);
+  CHECK(strcmp(part_last(g, buf, sizeof buf), "a d, b c -> a b c | d:add") == 0);
 
   /* Strided data (the transpose of the 3x2 data): gathers its rows. */
   loom_type dt = {.dtype = LOOM_DTYPE_F32, .rank = 2, .shape = {3, 2}};
@@ -319,6 +319,21 @@ static void test_gather(void) {
   loom_view ov = loom_view_of(&g->values[y].type, out3);
   CHECK_OK(ctx, loom_op_get(LOOM_OP_GATHER)->ref(ctx, last_node(g), views, &ov));
   check_f32(out3, (float[]){5, 1, 3, 3, 6, 2, 4, 4}, 8);
+
+  /* A piece of a table: data holds rows [2, 5) of 6. Indices outside the
+   * piece read zeros; outside the table, an error. */
+  loom_attr piece[2] = {ATTR_INT("base", 2), ATTR_INT("range", 6)};
+  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_GATHER, 2, (loom_value[]){data, idx}, 2, piece, &y));
+  int64_t pv[3] = {4, 0, 2};
+  CHECK_OK(ctx, run_last(g, (void *[]){dv, pv}, out));
+  check_f32(out, (float[]){5, 6, 0, 0, 1, 2}, 6);
+  pv[1] = 6;
+  CHECK_STATUS(ctx, LOOM_STATUS_OUT_OF_RANGE, run_last(g, (void *[]){dv, pv}, out));
+  CHECK(strstr(loom_ctx_error(ctx), "index 6") && strstr(loom_ctx_error(ctx), "[0, 6)"));
+  piece[1] = ATTR_INT("range", 4); /* rows [2, 5) do not fit 4 */
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_graph_op(g, LOOM_OP_GATHER, 2, (loom_value[]){data, idx}, 2, piece, &y));
+  CHECK(strstr(loom_ctx_error(ctx), "does not fit a table of 4 rows"));
 
   loom_value fidx = input(g, "fidx", LOOM_DTYPE_F32, 1, (int64_t[]){3});
   loom_error_clear(ctx);
@@ -344,7 +359,7 @@ static void test_scatter_add(void) {
   CHECK_OK(ctx, run_last(g, (void *[]){iv, uv}, out));
   check_f32(out, (float[]){6, 8, 0, 0, 3, 4, 0, 0}, 8);
   char buf[128];
-  CHECK(strcmp(part_last(g, buf, sizeof buf), "a, a b -> _ b | a:add") == 0);
+  CHECK(strcmp(part_last(g, buf, sizeof buf), "a, a c -> b c | a:add") == 0);
 
   int64_t bad[3] = {0, 4, 0};
   CHECK_STATUS(ctx, LOOM_STATUS_OUT_OF_RANGE, run_last(g, (void *[]){bad, uv}, out));
@@ -359,6 +374,17 @@ static void test_scatter_add(void) {
   float u1v[6] = {1, 2, 3, 10, 20, 30}, out2[4] = {0};
   CHECK_OK(ctx, run_last(g, (void *[]){i1v, u1v}, out2));
   check_f32(out2, (float[]){3, 3, 30, 30}, 4);
+
+  /* A piece: rows [1, 3) of a 5-row gradient; updates to other rows are
+   * dropped, an index past the table is an error. */
+  loom_attr pa[3] = {ATTR_INTS("shape", 2, 2), ATTR_INT("base", 1), ATTR_INT("range", 5)};
+  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_SCATTER_ADD, 2, (loom_value[]){idx, upd}, 3, pa, &y));
+  int64_t piv[3] = {2, 4, 2};
+  float out4[4] = {-1, -1, -1, -1};
+  CHECK_OK(ctx, run_last(g, (void *[]){piv, uv}, out4));
+  check_f32(out4, (float[]){0, 0, 6, 8}, 4);
+  piv[1] = 5;
+  CHECK_STATUS(ctx, LOOM_STATUS_OUT_OF_RANGE, run_last(g, (void *[]){piv, uv}, out4));
 
   shape = ATTR_INTS("shape", 4, 3);
   loom_error_clear(ctx);

@@ -255,20 +255,22 @@ static void build_corpus(void) {
   LOOM_ATTRV_INTS(c->attrs, pad, hi) = INTS(0, 2);
   LOOM_ATTRV_F(c->attrs, pad, value) = 0.5;
 
-  /* index ops */
-  c = ADD("gather rows", GATHER, "_ b, a -> a b", T(F64, 5, 6), T(I64, 4));
-  c->index_bound[1] = 5;
-  c = ADD("gather axis 1", GATHER, "a _ d, b c -> a b c d", T(F64, 4, 5, 6), T(I64, 2, 3));
+  /* index ops: the table's rows (6, so splits in 2 and 3 are tried) split
+   * into partial lookups (gather) or kept pieces (scatter_add) */
+  c = ADD("gather rows", GATHER, "b c, a -> a c | b:add", T(F64, 6, 6), T(I64, 4));
+  c->index_bound[1] = 6;
+  c = ADD("gather axis 1", GATHER, "a d e, b c -> a b c e | d:add", T(F64, 4, 6, 6),
+          T(I64, 2, 3));
   LOOM_ATTRV_I(c->attrs, gather, axis) = 1;
-  c->index_bound[1] = 5;
-  c = ADD("scatter rows", SCATTER_ADD, "a, a b -> _ b | a:add", T(I64, 6), T(F64, 6, 4));
-  LOOM_ATTRV_INTS(c->attrs, scatter_add, shape) = INTS(5, 4);
-  c->index_bound[0] = 5;
-  c = ADD("scatter axis 1", SCATTER_ADD, "b c, a b c -> a _ | b:add | c:add", T(I64, 2, 3),
+  c->index_bound[1] = 6;
+  c = ADD("scatter rows", SCATTER_ADD, "a, a c -> b c | a:add", T(I64, 6), T(F64, 6, 4));
+  LOOM_ATTRV_INTS(c->attrs, scatter_add, shape) = INTS(6, 4);
+  c->index_bound[0] = 6;
+  c = ADD("scatter axis 1", SCATTER_ADD, "b c, a b c -> a d | b:add | c:add", T(I64, 2, 3),
           T(F64, 4, 2, 3));
-  LOOM_ATTRV_INTS(c->attrs, scatter_add, shape) = INTS(4, 5);
+  LOOM_ATTRV_INTS(c->attrs, scatter_add, shape) = INTS(4, 6);
   LOOM_ATTRV_I(c->attrs, scatter_add, axis) = 1;
-  c->index_bound[0] = 5;
+  c->index_bound[0] = 6;
 
   /* sources */
   c = ADD("iota axis 1", IOTA, " -> a b", T(F64, 1)); /* the input is dropped below */

@@ -92,14 +92,26 @@ static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in, loo
   }
   if (strcmp(spec, "tp2") == 0) {
     /* Megatron: per layer two all-reduces of [B*T, D] forward (attention
-     * and MLP outputs) and two backward (their inputs' gradients), plus one
-     * for the vocabulary-parallel head's input gradient */
+     * and MLP outputs) and two backward (their inputs' gradients), one for
+     * the vocabulary-parallel head's input gradient and one joining the
+     * vocabulary-parallel embedding's partial lookups (B*T = 32 tokens
+     * move fewer bytes than the 256-row table would) */
     int32_t act = 0;
     for (int32_t k = 0; k < pp->n_comms; k++)
       act += pp->comms[k].op == LOOM_OP_ALL_REDUCE &&
              loom_type_numel(loom_value_type(g, pp->comms[k].value)) == (int64_t)B * T * 32;
     printf("tp2: %d all-reduces of activations [B*T, D]\n", act);
-    CHECK(act == 4 * 2 + 1);
+    CHECK(act == 4 * 2 + 2);
+    /* each device looks up in its own half of the table */
+    int32_t halves = 0;
+    const loom_graph *G = pp->global;
+    for (int32_t i = 0; i < G->n_nodes; i++) {
+      const loom_node *nd = &G->nodes[i];
+      if (nd->op == LOOM_OP_GATHER && LOOM_ATTR_I(nd, gather, range) == 256 &&
+          loom_value_type(G, nd->in[0])->shape[0] == 128)
+        halves += LOOM_ATTR_I(nd, gather, base) == 128 * pp->node_device[i];
+    }
+    CHECK(halves == 2);
   }
   loom_test_free_tensors(got, no);
   loom_plan_program_free(pp);

@@ -50,10 +50,21 @@
   X(OP, hi, INTS, PLAIN, true, 0, 0.0)                                                             \
   X(OP, value, FLOAT, PLAIN, false, 0, 0.0)
 
-#define LOOM_ATTR_LIST_gather(X, OP) X(OP, axis, INT, PLAIN, false, 0, 0.0)
+/* gather and scatter_add over a piece of the table along axis: the piece
+ * holds rows [base, base + extent) of a table of `range` rows (0: the
+ * piece is the whole table). Indices must lie in [0, range); those outside
+ * the piece read zeros (gather) or are dropped (scatter_add), so the
+ * pieces' results are partial sums of the whole op's: a vocabulary-parallel
+ * embedding is a gather split along the table's rows. */
+#define LOOM_ATTR_LIST_gather(X, OP)                                                               \
+  X(OP, axis, INT, PLAIN, false, 0, 0.0)                                                           \
+  X(OP, base, INT, PLAIN, false, 0, 0.0)                                                           \
+  X(OP, range, INT, PLAIN, false, 0, 0.0)
 #define LOOM_ATTR_LIST_scatter_add(X, OP)                                                          \
   X(OP, shape, INTS, PLAIN, true, 0, 0.0)                                                          \
-  X(OP, axis, INT, PLAIN, false, 0, 0.0)
+  X(OP, axis, INT, PLAIN, false, 0, 0.0)                                                           \
+  X(OP, base, INT, PLAIN, false, 0, 0.0)                                                           \
+  X(OP, range, INT, PLAIN, false, 0, 0.0)
 /* iota counts from start along axis: a piece of a split iota starts at
  * its offset. */
 #define LOOM_ATTR_LIST_iota(X, OP)                                                                 \

@@ -7,21 +7,34 @@
 #include "ir/build.h"
 
 /* gather(data, idx): each gathered element's gradient is added back at the
- * position it was read from. */
+ * position it was read from (of the same table piece). */
 void loom_grad_gather(loom_graph *g, const loom_node *n, const int32_t *dout,
                       int32_t *din) {
-  int64_t axis = LOOM_ATTR_I(n, gather, axis);
   if (dout[0] < 0 || g->err) return;
   loom_type t = g->values[n->in[0]].type;
-  din[0] = lb_scatter_add(g, n->in[1], dout[0], t.rank, t.shape, (int32_t)axis);
+  loom_attr_value a[LOOM_MAX_ATTRS];
+  loom_attrs_default(LOOM_OP_SCATTER_ADD, a);
+  LOOM_ATTRV_I(a, scatter_add, axis) = LOOM_ATTR_I(n, gather, axis);
+  LOOM_ATTRV_I(a, scatter_add, base) = LOOM_ATTR_I(n, gather, base);
+  LOOM_ATTRV_I(a, scatter_add, range) = LOOM_ATTR_I(n, gather, range);
+  loom_ints *shape = &LOOM_ATTRV_INTS(a, scatter_add, shape);
+  shape->n = t.rank;
+  for (int32_t d = 0; d < t.rank; d++) shape->v[d] = t.shape[d];
+  int32_t in[2] = {n->in[1], dout[0]};
+  din[0] = lb_op(g, LOOM_OP_SCATTER_ADD, 2, in, a);
 }
 
 /* scatter_add(idx, updates): an update's gradient is read where it went. */
 void loom_grad_scatter_add(loom_graph *g, const loom_node *n,
                            const int32_t *dout, int32_t *din) {
-  int64_t axis = LOOM_ATTR_I(n, scatter_add, axis);
   if (dout[0] < 0 || g->err) return;
-  din[1] = lb_gather(g, dout[0], n->in[0], (int32_t)axis);
+  loom_attr_value a[LOOM_MAX_ATTRS];
+  loom_attrs_default(LOOM_OP_GATHER, a);
+  LOOM_ATTRV_I(a, gather, axis) = LOOM_ATTR_I(n, scatter_add, axis);
+  LOOM_ATTRV_I(a, gather, base) = LOOM_ATTR_I(n, scatter_add, base);
+  LOOM_ATTRV_I(a, gather, range) = LOOM_ATTR_I(n, scatter_add, range);
+  int32_t in[2] = {dout[0], n->in[0]};
+  din[1] = lb_op(g, LOOM_OP_GATHER, 2, in, a);
 }
 
 /*

@@ -2,7 +2,9 @@
  * Index ops: gather and its transpose scatter_add. Both map a position
  * (pre, j..., post) to (pre, idx[j...], post) along one axis of the big
  * tensor. Indices are checked before any data is touched, so a bad index
- * is an error, never an out-of-bounds read or write.
+ * is an error, never an out-of-bounds read or write. The big tensor may be
+ * a piece of the table (attributes base, range: attrs.h); indices outside
+ * the piece give zeros / are dropped, so the pieces' results add up.
  */
 #include "ops/grad.h"
 #include "ops/ops_util.h"
@@ -39,27 +41,12 @@ static void outer_inner(const int64_t *shape, int32_t rank, int32_t axis,
   for (int32_t d = axis + 1; d < rank; d++) *inner *= shape[d];
 }
 
-/* Reads every index into a new int64 array (*vals, caller frees) and checks
- * it against [0, extent). */
-static loom_status load_indices(loom_ctx *ctx, const char *op,
-                                const loom_view *idx, int64_t extent,
-                                int64_t **vals) {
-  int64_t n = loom_view_numel(idx);
-  int64_t *v = loom_malloc(ctx, sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
-  if (!v) return LOOM_STATUS_OUT_OF_MEMORY;
-  for (int64_t i = 0; i < n; i++) {
-    v[i] = loom_view_get_i64(idx, i);
-    if (v[i] < 0 || v[i] >= extent) {
-      long long bad = (long long)v[i];
-      free(v);
-      return loom_error(ctx, LOOM_STATUS_OUT_OF_RANGE,
-                        "%s: index %lld (at flat position %lld of the indices) "
-                        "is outside [0, %lld)",
-                        op, bad, (long long)i, (long long)extent);
-    }
-  }
-  *vals = v;
-  return LOOM_STATUS_OK;
+/* The piece attributes of a sub-op holding rows [lo, hi) of this op's
+ * table of `extent` rows (itself maybe a piece). */
+static void sub_piece(int64_t base, int64_t range, int64_t extent, int64_t lo, int64_t *sub_base,
+                      int64_t *sub_range) {
+  *sub_base = base + lo;
+  *sub_range = range ? range : extent;
 }
 
 /* ---- gather ------------------------------------------------------------- */
@@ -76,6 +63,8 @@ static loom_status gather_infer(loom_ctx *ctx, const loom_node *n,
     return loom_error(ctx, LOOM_STATUS_DTYPE_MISMATCH,
                       "indices must be i32 or i64, got %s",
                       loom_dtype_name(idx->dtype));
+  LOOM_TRY(loom_index_piece_check(ctx, LOOM_ATTR_I(n, gather, base), data->shape[axis],
+                       LOOM_ATTR_I(n, gather, range)));
   out->dtype = data->dtype;
   if (!indexed_shape(data->shape, data->rank, axis, idx, &out->rank, out->shape))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
@@ -92,7 +81,8 @@ static loom_status gather_ref(loom_ctx *ctx, const loom_node *n,
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gather: bad axis");
   int64_t extent = data->shape[axis], outer, inner, *iv = NULL;
   outer_inner(data->shape, data->rank, axis, &outer, &inner);
-  LOOM_TRY(load_indices(ctx, "gather", idx, extent, &iv));
+  LOOM_TRY(loom_index_rows(ctx, "gather", idx, LOOM_ATTR_I(n, gather, base), extent,
+                           LOOM_ATTR_I(n, gather, range), &iv));
   int64_t ni = loom_view_numel(idx);
   size_t es = loom_dtype_size(data->dtype);
   bool contig = loom_view_is_contiguous(data);
@@ -101,6 +91,10 @@ static loom_status gather_ref(loom_ctx *ctx, const loom_node *n,
     for (int64_t j = 0; j < ni; j++) {
       int64_t src = (o * extent + iv[j]) * inner;
       int64_t at = (o * ni + j) * inner;
+      if (iv[j] < 0) { /* outside the piece: another piece's part of the sum */
+        memset(dst + at * (int64_t)es, 0, (size_t)inner * es);
+        continue;
+      }
       if (contig) {
         memcpy(dst + at * (int64_t)es, (const char *)data->data + src * (int64_t)es,
                (size_t)inner * es);
@@ -134,11 +128,25 @@ static void gather_partition(const loom_node *n, const loom_type *in,
     int8_t l = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
     p->in[1][e] = p->out[0][axis + e] = l;
   }
-  p->in[0][axis] = -1;
+  /* Splitting the table's rows gives partial lookups that add up. */
+  p->in[0][axis] = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_PARTIAL, LOOM_OP_ADD);
   for (int32_t d = axis + 1; d < data->rank; d++) {
     int8_t l = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
     p->in[0][d] = p->out[0][d - 1 + idx->rank] = l;
   }
+}
+
+/* A sub-op over rows [lo, hi) of the table holds that piece. */
+static loom_status gather_sub_attrs(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                                    const loom_type *out, const struct loom_vbox *in_box,
+                                    const struct loom_vbox *out_box, loom_attr_value *attrs) {
+  (void)ctx, (void)out, (void)out_box;
+  int32_t axis;
+  if (!loom_norm_axis(LOOM_ATTR_I(n, gather, axis), in[0].rank, &axis)) return LOOM_STATUS_OK;
+  sub_piece(LOOM_ATTR_I(n, gather, base), LOOM_ATTR_I(n, gather, range), in[0].shape[axis],
+            in_box[0].start[axis], &LOOM_ATTRV_I(attrs, gather, base),
+            &LOOM_ATTRV_I(attrs, gather, range));
+  return LOOM_STATUS_OK;
 }
 
 const loom_op_def loom_opdef_gather = {
@@ -153,6 +161,7 @@ const loom_op_def loom_opdef_gather = {
     .ref = gather_ref,
     .grad = loom_grad_gather,
     .partition = gather_partition,
+    .sub_attrs = gather_sub_attrs,
 };
 
 /* ---- scatter_add -------------------------------------------------------- */
@@ -188,6 +197,8 @@ static loom_status scatter_add_infer(loom_ctx *ctx, const loom_node *n,
                       loom_type_str(upd, a, sizeof a),
                       loom_type_str(&want, b, sizeof b));
   }
+  LOOM_TRY(loom_index_piece_check(ctx, LOOM_ATTR_I(n, scatter_add, base), shape->v[axis],
+                       LOOM_ATTR_I(n, scatter_add, range)));
   out->dtype = upd->dtype;
   out->rank = shape->n;
   for (int32_t d = 0; d < shape->n; d++) out->shape[d] = shape->v[d];
@@ -207,7 +218,8 @@ static loom_status scatter_add_ref(loom_ctx *ctx, const loom_node *n,
     return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
                       "scatter_add: updates have %lld elements, expected %lld",
                       (long long)loom_view_numel(upd), (long long)(outer * ni * inner));
-  LOOM_TRY(load_indices(ctx, "scatter_add", idx, extent, &iv));
+  LOOM_TRY(loom_index_rows(ctx, "scatter_add", idx, LOOM_ATTR_I(n, scatter_add, base), extent,
+                           LOOM_ATTR_I(n, scatter_add, range), &iv));
   /* Sum in double, in a fixed order, then round once per output element. */
   double *acc = loom_calloc(ctx, (size_t)(total > 0 ? total : 1), sizeof(double));
   if (!acc) {
@@ -217,6 +229,7 @@ static loom_status scatter_add_ref(loom_ctx *ctx, const loom_node *n,
   bool contig = loom_view_is_contiguous(upd);
   for (int64_t o = 0; o < outer; o++)
     for (int64_t j = 0; j < ni; j++) {
+      if (iv[j] < 0) continue; /* another piece's row */
       int64_t dst = (o * extent + iv[j]) * inner;
       int64_t src = (o * ni + j) * inner;
       for (int64_t k = 0; k < inner; k++)
@@ -247,15 +260,29 @@ static void scatter_add_partition(const loom_node *n, const loom_type *in,
     int8_t l = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_PARTIAL, LOOM_OP_ADD);
     p->in[0][e] = p->in[1][axis + e] = l;
   }
-  p->out[0][axis] = -1;
+  /* Splitting the output's rows: each piece keeps the updates of its rows. */
+  p->out[0][axis] = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
   for (int32_t d = axis + 1; d < out->rank; d++) {
     int8_t l = (int8_t)loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
     p->out[0][d] = p->in[1][d - 1 + idx->rank] = l;
   }
 }
 
-/* The output's shape is the piece's (its axis dim stays whole). */
-LOOM_SUB_ATTRS_OUT_SHAPE(scatter_add)
+/* The output's shape is the piece's, and a piece of its rows holds them. */
+static loom_status scatter_add_sub_attrs(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                                         const loom_type *out, const struct loom_vbox *in_box,
+                                         const struct loom_vbox *out_box,
+                                         loom_attr_value *attrs) {
+  (void)ctx, (void)in, (void)in_box;
+  loom_box_extents(&out_box[0], &LOOM_ATTRV_INTS(attrs, scatter_add, shape));
+  int32_t axis;
+  if (!loom_norm_axis(LOOM_ATTR_I(n, scatter_add, axis), out[0].rank, &axis))
+    return LOOM_STATUS_OK;
+  sub_piece(LOOM_ATTR_I(n, scatter_add, base), LOOM_ATTR_I(n, scatter_add, range),
+            out[0].shape[axis], out_box[0].start[axis], &LOOM_ATTRV_I(attrs, scatter_add, base),
+            &LOOM_ATTRV_I(attrs, scatter_add, range));
+  return LOOM_STATUS_OK;
+}
 
 const loom_op_def loom_opdef_scatter_add = {
     .name = "scatter_add",

@@ -25,28 +25,6 @@ static void outer_inner(const loom_view *v, int32_t axis, int64_t *outer, int64_
     *inner *= v->shape[d];
 }
 
-/* Reads and checks every index (before any data moves, as the reference). */
-static loom_status load_indices(const loom_cpu *c, const char *op, const loom_view *idx,
-                                int64_t extent, int64_t **out) {
-  int64_t n = loom_view_numel(idx);
-  int64_t *v = loom_malloc(c->ctx, sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
-  if (!v) return LOOM_STATUS_OUT_OF_MEMORY;
-  for (int64_t i = 0; i < n; i++) {
-    v[i] = idx->dtype == LOOM_DTYPE_I64 ? ((const int64_t *)idx->data)[i]
-                                        : ((const int32_t *)idx->data)[i];
-    if (v[i] < 0 || v[i] >= extent) {
-      long long bad = (long long)v[i];
-      free(v);
-      return loom_error(c->ctx, LOOM_STATUS_OUT_OF_RANGE,
-                        "%s: index %lld (at flat position %lld of the indices) "
-                        "is outside [0, %lld)",
-                        op, bad, (long long)i, (long long)extent);
-    }
-  }
-  *out = v;
-  return LOOM_STATUS_OK;
-}
-
 static loom_status k_gather(const loom_cpu *c, const loom_node *n, const loom_view *in,
                             const loom_view *out) {
   const loom_view *data = &in[0];
@@ -55,7 +33,8 @@ static loom_status k_gather(const loom_cpu *c, const loom_node *n, const loom_vi
     return loom_error(c->ctx, LOOM_STATUS_INVALID_ARGUMENT, "gather: bad axis");
   int64_t extent = data->shape[axis], outer, inner, *iv = NULL;
   outer_inner(data, axis, &outer, &inner);
-  LOOM_TRY(load_indices(c, "gather", &in[1], extent, &iv));
+  LOOM_TRY(loom_index_rows(c->ctx, "gather", &in[1], LOOM_ATTR_I(n, gather, base), extent,
+                           LOOM_ATTR_I(n, gather, range), &iv));
   int64_t ni = loom_view_numel(&in[1]), rows = outer * ni;
   size_t es = loom_dtype_size(data->dtype), row_bytes = (size_t)inner * es;
   const char *src = data->data;
@@ -63,8 +42,11 @@ static loom_status k_gather(const loom_cpu *c, const loom_node *n, const loom_vi
 #pragma omp parallel for num_threads(c->nt) schedule(static) if (rows * inner >= LOOM_CPU_PAR_MIN)
   for (int64_t t = 0; t < rows; t++) {
     int64_t o = t / ni, j = t % ni;
-    memcpy(dst + t * (int64_t)row_bytes, src + (o * extent + iv[j]) * (int64_t)row_bytes,
-           row_bytes);
+    if (iv[j] < 0) /* outside this table piece */
+      memset(dst + t * (int64_t)row_bytes, 0, row_bytes);
+    else
+      memcpy(dst + t * (int64_t)row_bytes, src + (o * extent + iv[j]) * (int64_t)row_bytes,
+             row_bytes);
   }
   free(iv);
   return LOOM_STATUS_OK;
@@ -83,7 +65,8 @@ static loom_status k_scatter_add(const loom_cpu *c, const loom_node *n, const lo
   int64_t ni = loom_view_numel(&in[0]);
   if (loom_view_numel(&in[1]) != outer * ni * inner)
     return loom_error(c->ctx, LOOM_STATUS_SHAPE_MISMATCH, "scatter_add: bad updates");
-  LOOM_TRY(load_indices(c, "scatter_add", &in[0], extent, &iv));
+  LOOM_TRY(loom_index_rows(c->ctx, "scatter_add", &in[0], LOOM_ATTR_I(n, scatter_add, base),
+                           extent, LOOM_ATTR_I(n, scatter_add, range), &iv));
   int64_t *start = loom_calloc(c->ctx, (size_t)extent + 1, sizeof(int64_t));
   int64_t *order = loom_malloc(c->ctx, sizeof(int64_t) * (size_t)(ni > 0 ? ni : 1));
   if (!start || !order) {
@@ -92,12 +75,12 @@ static loom_status k_scatter_add(const loom_cpu *c, const loom_node *n, const lo
     free(order);
     return LOOM_STATUS_OUT_OF_MEMORY;
   }
-  for (int64_t j = 0; j < ni; j++)
-    start[iv[j] + 1]++;
+  for (int64_t j = 0; j < ni; j++) /* rows outside this table piece are dropped */
+    if (iv[j] >= 0) start[iv[j] + 1]++;
   for (int64_t e = 0; e < extent; e++)
     start[e + 1] += start[e];
   for (int64_t j = 0; j < ni; j++)
-    order[start[iv[j]]++] = j; /* start[e] -> end of e */
+    if (iv[j] >= 0) order[start[iv[j]]++] = j; /* start[e] -> end of e */
   for (int64_t e = extent; e > 0; e--)
     start[e] = start[e - 1];
   start[0] = 0;
