@@ -7,6 +7,8 @@
  * two shows.
  */
 #include "harness.h"
+#include "bench.h"
+#include "perf/cluster.h"
 #include "core/clock.h"
 #include "core/ctx.h"
 
@@ -14,6 +16,7 @@
 #include <omp.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define GEMM_N 2048
 /* A floor for the triad arrays (all three) when the LLC reads small. */
@@ -129,5 +132,21 @@ loom_status loom_bench_measure_machine(loom_ctx *ctx, bool small, bool quiet,
   mi->measure_s = loom_now_s() - t0;
   mi->triad_bytes = tr.bytes;
   mi->gemm_n = GEMM_N;
+  return LOOM_STATUS_OK;
+}
+
+loom_status loom_bench_this_cluster(loom_ctx *ctx, loom_cluster *out) {
+  loom_machine m;
+  loom_machine_detect(ctx, &m);
+  loom_measure_options mo = {.gemm_n = 1024, .sgemm = via_loom};
+  mo.triad_bytes = 4 * m.llc_bytes < TRIAD_MIN_BYTES ? TRIAD_MIN_BYTES : 4 * m.llc_bytes;
+  double one = 0;
+  loom_status st = loom_machine_measure(ctx, &mo, &m, NULL);
+  if (!st) st = loom_measure_sgemm(ctx, via_loom, 1, 1024, 0, &one);
+  loom_mm_free();
+  LOOM_TRY(st);
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  double memory = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+  loom_cluster_this_machine(&m, one, memory, out);
   return LOOM_STATUS_OK;
 }

@@ -24,6 +24,7 @@
 
 #include "bench.h"
 #include "cli_args.h"
+#include "cli_cluster.h"
 #include "cli_plan.h"
 
 #include <errno.h>
@@ -50,6 +51,7 @@ static const char usage_main[] =
     "  show FILE            print a graph, its op counts and value shapes\n"
     "  ops                  print the op table (a Markdown table)\n"
     "  plan MODEL [flags]   lower a parallel plan, print each device's program\n"
+    "  cluster FILE         check and print a cluster description (or --this-machine)\n"
     "  help [COMMAND]       print help for loom or for one command\n"
     "\n"
     "options:\n"
@@ -823,6 +825,11 @@ static int cmd_help(int argc, char **argv) {
     char *pargv[] = {a0, a1, NULL};
     return loom_cli_plan_main(2, pargv);
   }
+  if (strcmp(argv[1], "cluster") == 0) {
+    char a0[] = "cluster", a1[] = "--help";
+    char *cargv[] = {a0, a1, NULL};
+    return loom_cli_cluster_main(2, cargv);
+  }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (commands[i].usage && strcmp(argv[1], commands[i].name) == 0) {
       fputs(commands[i].usage, stdout);
@@ -854,6 +861,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "show") == 0) return cmd_show(argc - 1, argv + 1);
   if (strcmp(cmd, "ops") == 0) return cmd_ops(argc - 1, argv + 1);
   if (strcmp(cmd, "plan") == 0) return loom_cli_plan_main(argc - 1, argv + 1);
+  if (strcmp(cmd, "cluster") == 0) return loom_cli_cluster_main(argc - 1, argv + 1);
   if (strcmp(cmd, "help") == 0) return cmd_help(argc - 1, argv + 1);
   if (cmd[0] == '-')
     return usage_error(usage_main, "unknown option '%s'", cmd);

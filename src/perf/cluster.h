@@ -1,0 +1,85 @@
+/*
+ * A cluster description: the hardware a plan is simulated or searched on
+ * (docs/CLUSTER.md). Devices are alike; nodes hold node.devices of them,
+ * joined by the intra-node link (NVLink, PCIe, shared memory) and to other
+ * nodes by inter.nics network cards (InfiniBand, Ethernet). A small text
+ * file, one `key value [unit]` per line:
+ *
+ *   name              dgx-a100-80gb-hdr
+ *   device            a100-sxm4-80gb
+ *   flops.f32         19.5 TFLOP/s      # dense, per device
+ *   flops.tf32        156 TFLOP/s
+ *   flops.bf16        312 TFLOP/s
+ *   memory.bandwidth  2039 GB/s
+ *   memory.capacity   80 GB
+ *   node.devices      8
+ *   intra.kind        nvlink
+ *   intra.bandwidth   300 GB/s          # per device, one direction
+ *   intra.latency     3 us
+ *   inter.kind        infiniband
+ *   inter.bandwidth   200 Gb/s          # per NIC, one direction
+ *   inter.latency     5 us
+ *   inter.nics        8                 # per node
+ *
+ * Errors are "PATH:LINE:COL: message" like the text IR's. Shipped files:
+ * clusters/ (this machine's is written by `loom cluster --this-machine`).
+ */
+#ifndef LOOM_PERF_CLUSTER_H
+#define LOOM_PERF_CLUSTER_H
+
+#include "core/strbuf.h"
+#include "perf/machine.h"
+
+/* The precisions a device's dense FLOP rate is given for. */
+#define LOOM_PRECISION_LIST(X) X(f32) X(tf32) X(bf16) X(fp8)
+typedef enum loom_precision {
+#define LOOM_PRECISION_ENUM(p) LOOM_PRECISION_##p,
+  LOOM_PRECISION_LIST(LOOM_PRECISION_ENUM)
+#undef LOOM_PRECISION_ENUM
+  LOOM_PRECISION_COUNT
+} loom_precision;
+const char *loom_precision_name(loom_precision p);
+
+#define LOOM_CLUSTER_NAME_MAX 64
+#define LOOM_CLUSTER_MAX_FILE ((size_t)1 << 20)
+
+typedef struct loom_cluster_link {
+  char kind[LOOM_CLUSTER_NAME_MAX]; /* "nvlink", "infiniband", "shm", ... ("" : none) */
+  double bandwidth_Bps;             /* one direction: per device (intra), per NIC (inter) */
+  double latency_s;                 /* per message */
+  int32_t nics;                     /* inter only: NICs per node */
+} loom_cluster_link;
+
+typedef struct loom_cluster {
+  char name[LOOM_CLUSTER_NAME_MAX];
+  char device[LOOM_CLUSTER_NAME_MAX];
+  double flops[LOOM_PRECISION_COUNT]; /* dense FLOP/s per device; 0: not offered */
+  double memory_bandwidth_Bps;
+  double memory_bytes; /* capacity per device */
+  double kernel_launch_s; /* fixed cost of one kernel; 0 if not given */
+  int32_t devices_per_node;
+  int32_t max_nodes;       /* 0: as many as a plan asks for */
+  loom_cluster_link intra; /* required */
+  loom_cluster_link inter; /* kind "" when the cluster is one node */
+} loom_cluster;
+
+/* Parses len bytes of cluster text; errors are LOOM_STATUS_PARSE with
+ * "LINE:COL: message". */
+loom_status loom_cluster_parse(loom_ctx *ctx, const char *text, size_t len, loom_cluster *out);
+/* loom_cluster_parse of a file; errors are "PATH:LINE:COL: message". */
+loom_status loom_cluster_load(loom_ctx *ctx, const char *path, loom_cluster *out);
+/* Appends c in the file grammar, in the units a reader expects; parsing
+ * the text gives c back (check b->oom at the end). */
+void loom_cluster_write(const loom_cluster *c, loom_strbuf *b);
+
+/* This machine as a cluster of one node whose devices are its cores (one
+ * MPI rank of one thread each, as `mpirun -np N loom train --plan` runs
+ * them): per device the single-thread sgemm rate (flops.f32), the
+ * all-core triad bandwidth and the memory shared out evenly; the intra
+ * link is the MPI comm model the machine profile keeps (perf/profile.h).
+ * m: a measured machine (perf/measure.h); single_sgemm_gflops: the
+ * one-thread sgemm rate; memory_bytes: physical memory. */
+void loom_cluster_this_machine(const loom_machine *m, double single_sgemm_gflops,
+                               double memory_bytes, loom_cluster *out);
+
+#endif
