@@ -200,4 +200,26 @@ else
   [[ $rc == 0 && -n $first && $out == "$first" ]] && ok || bad "gpt: dp2 saved as a plan file lowers the same"
 fi
 
+# ---- models at full size, without weights ------------------------------------------
+# Planning needs shapes only: GPT-3 175B (96 layers, width 12288) on 8
+# tensor-parallel devices plans in well under 3 GB of address space. Each
+# device holds 1/8 of the matrices and their two AdamW moments (4 bytes
+# each): over 200 GB, which exists only as numbers in the summary.
+out=$( (ulimit -v 3000000; "$LOOM" plan gpt --plan tp8 --devices 8 --layers 96 --d-model 12288 \
+  --heads 96 --context 2048 --vocab 51200 --batch 1 --dropout 0 --show none) 2>"$tmp/stderr")
+rc=$?
+err=$(<"$tmp/stderr")
+check "gpt-3 175b: planned without its weights" test "$rc" = 0
+in0=$(field 0 10)
+check "gpt-3 175b: a device holds over 200 GB of state" test "${in0:-0}" -gt 200000000000
+# a Llama-2-70B-like width and MLP over dp x tp x pp
+out=$( (ulimit -v 3000000; "$LOOM" plan gpt --plan dp2tp4pp2 --devices 16 --layers 80 \
+  --d-model 8192 --heads 64 --d-ff 28672 --context 4096 --vocab 32000 --batch 8 --dropout 0 \
+  --show none) 2>"$tmp/stderr")
+rc=$?
+err=$(<"$tmp/stderr")
+check "llama-2-70b-like: planned without its weights" test "$rc" = 0
+run plan gpt --plan tp2 --devices 2 --layers 2000
+expect "--layers past the limit" 2 "" "*--layers wants an integer in [1, 1024]*"
+
 finish cli_plan

@@ -54,11 +54,15 @@ static const char usage[] =
     "                       read back with --plan FILE or edit\n"
     "  --force              overwrite the --dot or --save-plan file if it exists\n"
     "gpt model flags (as 'loom train'):\n"
-    "  --layers N           transformer blocks (default 2, 1..64)\n"
-    "  --d-model N          width (default 128, 1..4096; the MLP is 4x)\n"
+    "  --layers N           transformer blocks (default 2, 1..1024)\n"
+    "  --d-model N          width (default 128, 1..65536)\n"
     "  --heads N            attention heads, must divide --d-model (default 4)\n"
-    "  --context N          sequence length (default 64, 2..4096)\n"
-    "  --batch N            sequences per step (default 16, 1..4096)\n"
+    "  --d-ff N             MLP hidden width (default 4 x --d-model)\n"
+    "  --vocab N            vocabulary (default 256, 2..1048576)\n"
+    "  --context N          sequence length (default 64, 2..65536)\n"
+    "  --batch N            sequences per step (default 16, 1..65536)\n"
+    "                       Planning needs shapes only: a model of any size is\n"
+    "                       planned without allocating its parameters.\n"
     "  --dropout P          dropout (default 0.1, [0, 1))\n"
     "  --attention A        one of " LOOM_ATTENTION_MODE_NAMES " (default flash)\n"
     "  --rng P              where attention dropout's random numbers come from:\n"
@@ -116,10 +120,13 @@ static int32_t *gpt_int_flag(plan_args *a, const char *name, int64_t *lo, int64_
   static const struct {
     const char *name;
     int64_t lo, hi;
-  } flags[] = {{"--layers", 1, 64}, {"--d-model", 1, 4096}, {"--heads", 1, 4096},
-               {"--context", 2, 4096}, {"--batch", 1, 4096}};
+  } flags[] = {{"--layers", 1, LOOM_GPT_MAX_LAYERS},   {"--d-model", 1, LOOM_GPT_MAX_WIDTH},
+               {"--heads", 1, LOOM_GPT_MAX_WIDTH},     {"--context", 2, LOOM_GPT_MAX_CONTEXT},
+               {"--batch", 1, 65536},                 {"--vocab", 2, LOOM_GPT_MAX_VOCAB},
+               {"--d-ff", 1, LOOM_GPT_MAX_FF}};
   int32_t *dst[] = {&a->cfg.model.n_layer, &a->cfg.model.d_model, &a->cfg.model.n_head,
-                    &a->cfg.model.context, &a->cfg.batch};
+                    &a->cfg.model.context, &a->cfg.batch,       &a->cfg.model.vocab,
+                    &a->cfg.model.d_ff};
   for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
     if (!strcmp(name, flags[k].name)) {
       *lo = flags[k].lo;
@@ -132,6 +139,7 @@ static int32_t *gpt_int_flag(plan_args *a, const char *name, int64_t *lo, int64_
 /* Parses argv; -1 to go on, else an exit code. */
 static int parse_args(int argc, char **argv, plan_args *a) {
   loom_train_config_default(&a->cfg);
+  a->cfg.model.d_ff = 0; /* 4 x d_model unless --d-ff */
   a->cfg.rng = LOOM_RNG_FUSED; /* the same graph every run (auto measures) */
   a->devices = -1;
   for (int i = 1; i < argc; i++) {
@@ -217,7 +225,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
   loom_gpt_config *g = &a->cfg.model;
   if (gpt && (g->n_head > g->d_model || g->d_model % g->n_head))
     return usage_error("--heads %d does not divide --d-model %d", g->n_head, g->d_model);
-  g->d_ff = 4 * g->d_model;
+  if (!g->d_ff) g->d_ff = 4 * g->d_model;
   if (a->show && strcmp(a->show, "all") && strcmp(a->show, "none")) {
     long d = 0;
     if (!loom_cli_parse_long(a->show, 0, a->devices - 1, &d))

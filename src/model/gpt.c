@@ -20,22 +20,24 @@ void loom_gpt_config_default(loom_gpt_config *c) {
 
 loom_status loom_gpt_config_check(loom_ctx *ctx, const loom_gpt_config *c) {
   if (!c) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: config is NULL");
-  if (c->vocab < 2 || c->vocab > 1 << 20)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: vocab %d is out of range", c->vocab);
-  if (c->n_layer < 1 || c->n_layer > 64)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: layers %d is outside [1, 64]",
-                      c->n_layer);
-  if (c->d_model < 1 || c->d_model > 8192)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: d_model %d is outside [1, 8192]",
-                      c->d_model);
+  if (c->vocab < 2 || c->vocab > LOOM_GPT_MAX_VOCAB)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: vocab %d is outside [2, %d]",
+                      c->vocab, LOOM_GPT_MAX_VOCAB);
+  if (c->n_layer < 1 || c->n_layer > LOOM_GPT_MAX_LAYERS)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: layers %d is outside [1, %d]",
+                      c->n_layer, LOOM_GPT_MAX_LAYERS);
+  if (c->d_model < 1 || c->d_model > LOOM_GPT_MAX_WIDTH)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: d_model %d is outside [1, %d]",
+                      c->d_model, LOOM_GPT_MAX_WIDTH);
   if (c->n_head < 1 || c->n_head > c->d_model || c->d_model % c->n_head)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: heads %d must divide d_model %d",
                       c->n_head, c->d_model);
-  if (c->context < 2 || c->context > 8192)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: context %d is outside [2, 8192]",
-                      c->context);
-  if (c->d_ff < 1 || c->d_ff > 65536)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: d_ff %d is out of range", c->d_ff);
+  if (c->context < 2 || c->context > LOOM_GPT_MAX_CONTEXT)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: context %d is outside [2, %d]",
+                      c->context, LOOM_GPT_MAX_CONTEXT);
+  if (c->d_ff < 1 || c->d_ff > LOOM_GPT_MAX_FF)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: d_ff %d is outside [1, %d]",
+                      c->d_ff, LOOM_GPT_MAX_FF);
   if (!(c->dropout >= 0.0 && c->dropout < 1.0))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: dropout %g is outside [0, 1)",
                       c->dropout);

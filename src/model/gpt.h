@@ -24,6 +24,16 @@ typedef struct loom_gpt_config {
   double dropout;  /* attention-probability and residual dropout, [0, 1) */
 } loom_gpt_config;
 
+/* The largest configuration loom_gpt_config_check accepts: beyond the
+ * published models (Llama-3-405B: 126 layers, width 16384, d_ff 53248,
+ * vocabulary 128256), so planning sees them at full size. Building a
+ * graph allocates no parameters; training one that size needs the memory. */
+#define LOOM_GPT_MAX_LAYERS 1024
+#define LOOM_GPT_MAX_WIDTH 65536
+#define LOOM_GPT_MAX_CONTEXT 65536
+#define LOOM_GPT_MAX_VOCAB (1 << 20)
+#define LOOM_GPT_MAX_FF (1 << 20)
+
 /* vocab 256, 2 layers, d_model 128, 4 heads, context 64, d_ff 512, dropout 0.1. */
 void loom_gpt_config_default(loom_gpt_config *c);
 /* Checks ranges and that n_head divides d_model. */
