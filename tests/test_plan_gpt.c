@@ -113,6 +113,19 @@ static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in, loo
     }
     CHECK(halves == 2);
   }
+  if (strncmp(spec, "pp", 2) == 0) {
+    /* stages carry their own layers' forward and backward: the backward
+     * follows where the forward read (a tied embedding's head included),
+     * not the first stage (which took 4x its share before); the last
+     * stage's extra is the head and loss over the 256-word vocabulary */
+    double lo = pp->stats[0].flops, hi = lo;
+    for (int32_t d = 1; d < n; d++) {
+      lo = fmin(lo, pp->stats[d].flops);
+      hi = fmax(hi, pp->stats[d].flops);
+    }
+    printf("%s: stage flops from %.3g to %.3g\n", spec, lo, hi);
+    CHECK(hi < 2.0 * lo);
+  }
   loom_test_free_tensors(got, no);
   loom_plan_program_free(pp);
   loom_plan_free(p);

@@ -93,8 +93,10 @@ static loom_status assign_stages(const loom_graph *g, int32_t S, stages *st, int
         vs = st->value[v];
         if (vs > s) s = vs;
       } else {
-        bool fwd_value = g->values[v].node >= 0 && st->forward[g->values[v].node];
-        vs = fwd_value ? st->use[v] : st->value[v];
+        /* what the forward read (its activations, and parameters: a tied
+         * embedding is read by the head on the last stage too) places a
+         * backward node where the forward last read it */
+        vs = st->use[v] >= 0 ? st->use[v] : st->value[v];
         if (vs >= 0 && (s < 0 || vs < s)) s = vs;
       }
     }
