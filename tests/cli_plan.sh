@@ -200,6 +200,24 @@ else
   [[ $rc == 0 && -n $first && $out == "$first" ]] && ok || bad "gpt: dp2 saved as a plan file lowers the same"
 fi
 
+# ---- the simulator (docs/SIMULATOR.md) ------------------------------------------------
+CLUSTERS=$2/../../clusters
+run plan "$tmp/mm.loom" --plan "$tmp/k.plan" --devices 2 --show none \
+  --cluster "$CLUSTERS/dgx-a100-80gb-hdr.txt" --precision bf16 --trace "$tmp/sim.json"
+expect "k: simulated" 0 "*simulated on dgx-a100-80gb-hdr (bf16 GEMMs, communication blocking): step *device*compute_ms*comm_ms*idle_ms*peak_GB*wrote $tmp/sim.json*"
+[[ $(<"$tmp/sim.json") == *'"name":"all_reduce","cat":"comm"'* && $(<"$tmp/sim.json") == *'"device 1 comm"'* ]] &&
+  ok || bad "the trace holds each device's comm lane"
+run plan "$tmp/mm.loom" --plan "$tmp/k.plan" --devices 2 --cluster "$CLUSTERS/dgx-a100-80gb-hdr.txt" \
+  --trace "$tmp/sim.json"
+expect "--trace is never replaced without --force" 1 "" "*sim.json*"
+run plan "$tmp/mm.loom" --plan "$tmp/k.plan" --devices 2 --trace "$tmp/other.json"
+expect "--trace needs --cluster" 2 "" "*--trace, --overlap and --precision go with --cluster*"
+run plan "$tmp/mm.loom" --plan "$tmp/k.plan" --devices 2 --cluster "$CLUSTERS/dgx-a100-80gb-hdr.txt" \
+  --precision fp8
+expect "a precision the cluster lacks" 1 "*" "*gives no fp8 rate*"
+run plan "$tmp/mm.loom" --plan "$tmp/k.plan" --devices 2 --cluster "$tmp/none.txt"
+expect "a missing cluster file" 1 "" "*none.txt*"
+
 # ---- models at full size, without weights ------------------------------------------
 # Planning needs shapes only: GPT-3 175B (96 layers, width 12288) on 8
 # tensor-parallel devices plans in well under 3 GB of address space. Each

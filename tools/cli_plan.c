@@ -17,6 +17,9 @@
 #include "ops/op.h"
 #include "parallel/lower.h"
 #include "parallel/plan_text.h"
+#include "parallel/simulate.h"
+#include "perf/cluster.h"
+#include "runtime/trace.h"
 #include "runtime/backend.h"
 #include "train/trainer.h"
 
@@ -52,7 +55,13 @@ static const char usage[] =
     "                       per device, comm ops between them\n"
     "  --save-plan FILE     write the plan as a plan file (a built-in's too), to\n"
     "                       read back with --plan FILE or edit\n"
-    "  --force              overwrite the --dot or --save-plan file if it exists\n"
+    "  --force              overwrite the --dot, --save-plan or --trace file if it exists\n"
+    "  --cluster FILE       simulate one step on a cluster (docs/CLUSTER.md): step\n"
+    "                       time, per-device compute, comm, idle and the bubble\n"
+    "  --precision P        the rate GEMMs and attention run at: f32 (default),\n"
+    "                       tf32, bf16 or fp8 (the cluster must give it)\n"
+    "  --overlap            communication overlaps computation (else it blocks)\n"
+    "  --trace FILE         write the simulated timeline as a Chrome trace\n"
     "gpt model flags (as 'loom train'):\n"
     "  --layers N           transformer blocks (default 2, 1..1024)\n"
     "  --d-model N          width (default 128, 1..65536)\n"
@@ -100,6 +109,9 @@ static int fail(loom_ctx *ctx) {
 
 typedef struct plan_args {
   const char *model, *plan, *dot, *show, *save_plan;
+  const char *cluster, *trace; /* simulate on a cluster; its timeline */
+  loom_precision precision;
+  bool overlap;
   long devices;
   int64_t memory_limit;
   bool force;
@@ -152,6 +164,10 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       a->force = true;
       continue;
     }
+    if (!strcmp(arg, "--overlap")) {
+      a->overlap = true;
+      continue;
+    }
     if (arg[0] != '-' || !arg[1]) {
       if (a->model) return usage_error("unexpected argument '%s'", arg);
       a->model = arg;
@@ -171,7 +187,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
                  !strcmp(name, "--show") || !strcmp(name, "--memory-limit") ||
                  !strcmp(name, "--dot") || !strcmp(name, "--dropout") ||
                  !strcmp(name, "--save-plan") || !strcmp(name, "--rng") ||
-                 !strcmp(name, "--attention");
+                 !strcmp(name, "--attention") || !strcmp(name, "--cluster") ||
+                 !strcmp(name, "--trace") || !strcmp(name, "--precision");
     if (!known) return usage_error("unknown flag '%s' for 'plan'", name);
     if (loom_cli_flag_value(argc, argv, &i, name, &v) < 0)
       return usage_error("%s needs a value", name);
@@ -196,6 +213,18 @@ static int parse_args(int argc, char **argv, plan_args *a) {
     } else if (!strcmp(name, "--dot")) {
       if (!*v) return usage_error("--dot wants a file name");
       a->dot = v;
+    } else if (!strcmp(name, "--cluster")) {
+      if (!*v) return usage_error("--cluster wants a cluster file");
+      a->cluster = v;
+    } else if (!strcmp(name, "--trace")) {
+      if (!*v) return usage_error("--trace wants a file name");
+      a->trace = v;
+    } else if (!strcmp(name, "--precision")) {
+      int32_t p = 0;
+      while (p < LOOM_PRECISION_COUNT && strcmp(v, loom_precision_name((loom_precision)p))) p++;
+      if (p == LOOM_PRECISION_COUNT)
+        return usage_error("--precision wants f32, tf32, bf16 or fp8, got '%s'", v);
+      a->precision = (loom_precision)p;
     } else if (!strcmp(name, "--save-plan")) {
       if (!*v) return usage_error("--save-plan wants a file name");
       a->save_plan = v;
@@ -226,6 +255,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
   if (gpt && (g->n_head > g->d_model || g->d_model % g->n_head))
     return usage_error("--heads %d does not divide --d-model %d", g->n_head, g->d_model);
   if (!g->d_ff) g->d_ff = 4 * g->d_model;
+  if ((a->trace || a->overlap || a->precision) && !a->cluster)
+    return usage_error("--trace, --overlap and --precision go with --cluster");
   if (a->show && strcmp(a->show, "all") && strcmp(a->show, "none")) {
     long d = 0;
     if (!loom_cli_parse_long(a->show, 0, a->devices - 1, &d))
@@ -386,6 +417,55 @@ static loom_status save_plan(loom_ctx *ctx, const loom_plan *p, const char *path
   return st;
 }
 
+/* The simulated step on the cluster: a table per device, and the
+ * timeline as a Chrome trace (lanes 2d: device d's compute, 2d + 1: its
+ * communication). */
+static loom_status simulate(loom_ctx *ctx, const plan_args *a, const loom_plan_program *pp,
+                            const loom_cluster *c) {
+  loom_sim_options so = {.cluster = c, .precision = a->precision, .overlap = a->overlap};
+  loom_sim_result r;
+  LOOM_TRY(loom_plan_simulate(pp, &so, &r));
+  printf("\nsimulated on %s (%s GEMMs, communication %s): step %.3f ms, bubble %.1f%%\n",
+         c->name, loom_precision_name(a->precision), a->overlap ? "overlapped" : "blocking",
+         r.step_s * 1e3, 100.0 * r.bubble);
+  printf("%-8s %12s %12s %12s %14s\n", "device", "compute_ms", "comm_ms", "idle_ms", "peak_GB");
+  for (int32_t d = 0; d < r.n_devices; d++) {
+    const loom_sim_device *dv = &r.devices[d];
+    printf("%-8d %12.3f %12.3f %12.3f %14.3f\n", d, dv->compute_s * 1e3, dv->comm_s * 1e3,
+           dv->idle_s * 1e3, (double)dv->peak_bytes / 1e9);
+  }
+  int64_t over = 0;
+  for (int32_t d = 0; d < r.n_devices; d++) over += (double)r.devices[d].peak_bytes > c->memory_bytes;
+  if (over)
+    printf("(%lld devices need more than the %.1f GB a %s holds)\n", (long long)over,
+           c->memory_bytes / 1e9, c->device);
+  loom_status st = LOOM_STATUS_OK;
+  if (a->trace) {
+    loom_trace *t = NULL;
+    st = loom_trace_new(ctx, &t);
+    double t0 = loom_trace_now(t);
+    char lane[48];
+    for (int32_t d = 0; !st && d < r.n_devices; d++) {
+      snprintf(lane, sizeof lane, "device %d", (int)d);
+      st = loom_trace_name_lane(ctx, t, 2 * d, lane);
+      snprintf(lane, sizeof lane, "device %d comm", (int)d);
+      if (!st) st = loom_trace_name_lane(ctx, t, 2 * d + 1, lane);
+      for (int32_t e = r.event_start[d]; !st && e < r.event_start[d + 1]; e++) {
+        const loom_sim_event *ev = &r.events[e];
+        if (ev->end_s <= ev->start_s) continue;
+        const char *name = loom_op_name(pp->global->nodes[ev->node].op);
+        loom_trace_event(t, 2 * d + ev->comm, name, ev->comm ? "comm" : "compute",
+                         t0 + ev->start_s, t0 + ev->end_s);
+      }
+    }
+    if (!st) st = loom_trace_save(ctx, t, a->trace);
+    if (!st) printf("wrote %s\n", a->trace);
+    loom_trace_free(t);
+  }
+  loom_sim_result_free(&r);
+  return st;
+}
+
 int loom_cli_plan_main(int argc, char **argv) {
   plan_args a = {0};
   int rc = parse_args(argc, argv, &a);
@@ -413,6 +493,12 @@ int loom_cli_plan_main(int argc, char **argv) {
     fprintf(stderr, "loom plan: --dot and --save-plan name the same file (%s)\n", a.dot);
     goto done;
   }
+  if (a.trace && loom_file_check_output(ctx, a.trace, flags)) {
+    loom_error_prefix(ctx, "--trace");
+    goto fail;
+  }
+  loom_cluster cluster;
+  if (a.cluster && loom_cluster_load(ctx, a.cluster, &cluster)) goto fail;
   if (load_model(ctx, &a, &g)) goto fail;
   if (loom_plan_open(ctx, g, a.plan, (int32_t)a.devices, &p)) goto fail;
   /* saved before lowering: a plan the lowering rejects can be edited */
@@ -434,6 +520,7 @@ int loom_cli_plan_main(int argc, char **argv) {
   printf("comm model: %.3g us per message + bytes / %.3g GB/s (%s)\n", lo.comm.latency_s * 1e6,
          lo.comm.bandwidth_Bps / 1e9,
          lo.comm.measured ? "MPI, as the machine profile keeps it" : "defaults: no MPI run measured yet");
+  if (a.cluster && simulate(ctx, &a, pp, &cluster)) goto fail;
   if (a.dot && write_dot(ctx, pp, a.dot, a.force)) goto fail;
   if (a.dot) printf("wrote %s\n", a.dot);
   rc = 0;

@@ -1,0 +1,245 @@
+/*
+ * The simulator (simulate.h): every device's program walked in order, a
+ * comm op timed once all its members have reached it.
+ */
+#include "parallel/simulate.h"
+
+#include "ir/dtype.h"
+#include "ops/op.h"
+#include "parallel/lower_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_GEMM_EFFICIENCY 0.75
+#define DEFAULT_MEMORY_EFFICIENCY 0.8
+/* A GEMM's efficiency falls with its smallest dim s as s / (s + SKINNY):
+ * half the rate at 32 (a matrix-vector product is memory-bound anyway). */
+#define SKINNY 32.0
+
+typedef struct sim {
+  const loom_plan_program *pp;
+  const loom_sim_options *o;
+  const loom_cluster *c;
+  double gemm_eff, mem_eff, rate;
+  int32_t *comm_of_node; /* per global node: its index in pp->comms, or -1 */
+} sim;
+
+static double elem_bytes(const sim *s, const loom_type *t) {
+  return s->o->element_bytes > 0 ? s->o->element_bytes : (double)loom_dtype_size(t->dtype);
+}
+
+static double value_bytes(const sim *s, int32_t v) {
+  const loom_type *t = loom_value_type(s->pp->global, v);
+  return (double)loom_type_numel(t) * elem_bytes(s, t);
+}
+
+static double skinny(double dim) { return dim / (dim + SKINNY); }
+
+/* Seconds node n takes on one device. */
+static double compute_time(const sim *s, int32_t node) {
+  const loom_graph *G = s->pp->global;
+  const loom_node *n = &G->nodes[node];
+  if (s->pp->node_subop[node] == LOWER_FEED || n->n_out < 1) return 0; /* pieces held */
+  const loom_op_def *d = loom_op_get(n->op);
+  if (n->op == LOOM_OP_RESHAPE) return 0; /* a view */
+  double launch = s->c->kernel_launch_s;
+  const loom_type *out = loom_value_type(G, n->out[0]);
+  double numel = (double)loom_type_numel(out);
+  if (n->op == LOOM_OP_MATMUL) {
+    const loom_type *a = loom_value_type(G, n->in[0]);
+    double k = (double)(LOOM_ATTR_I(n, matmul, trans_a) ? a->shape[a->rank - 2]
+                                                         : a->shape[a->rank - 1]);
+    double m = (double)out->shape[out->rank - 2], nn = (double)out->shape[out->rank - 1];
+    double eff = s->gemm_eff * skinny(fmin(m, fmin(nn, k)));
+    return launch + 2.0 * numel * k / (s->rate * eff);
+  }
+  if (n->op == LOOM_OP_FLASH_ATTENTION || n->op == LOOM_OP_FLASH_ATTENTION_GRAD) {
+    /* q [B, H, T, dh]: QK^T and PV, twice that backward */
+    const loom_type *q = loom_value_type(G, n->in[0]);
+    double t = (double)q->shape[q->rank - 2], dh = (double)q->shape[q->rank - 1];
+    double f = 4.0 * (double)loom_type_numel(q) * t;
+    if (n->op == LOOM_OP_FLASH_ATTENTION_GRAD) f *= 2.0;
+    return launch + f / (s->rate * s->gemm_eff * skinny(fmin(t, dh)));
+  }
+  double bytes = 0;
+  for (int32_t i = 0; i < n->n_in; i++) bytes += value_bytes(s, n->in[i]);
+  for (int32_t o = 0; o < n->n_out; o++) bytes += value_bytes(s, n->out[o]);
+  double flops = d->cls == LOOM_OPCLASS_LAYOUT ? 0.0 : numel;
+  double t_mem = bytes / (s->c->memory_bandwidth_Bps * s->mem_eff);
+  double t_flop = flops / s->c->flops[LOOM_PRECISION_f32];
+  return launch + (t_mem > t_flop ? t_mem : t_flop);
+}
+
+/* Ring steps of a collective over n members. */
+static int32_t ring_steps(loom_op op, int32_t n) {
+  switch (op) {
+  case LOOM_OP_ALL_REDUCE: return 2 * (n - 1);
+  case LOOM_OP_TRANSFER: return 1;
+  default: return n - 1;
+  }
+}
+
+/* Seconds comm k takes once every member has reached it. */
+static double comm_time(const sim *s, int32_t k) {
+  const loom_plan_program *pp = s->pp;
+  const loom_plan_comm *cm = &pp->comms[k];
+  const int32_t *m = pp->group_ranks + pp->group_start[cm->group];
+  int32_t n = pp->group_start[cm->group + 1] - pp->group_start[cm->group];
+  int32_t per_node = s->c->devices_per_node;
+  bool one_node = true;
+  for (int32_t i = 1; i < n; i++) one_node &= m[i] / per_node == m[0] / per_node;
+  double bw = s->c->intra.bandwidth_Bps, lat = s->c->intra.latency_s;
+  if (!one_node) {
+    /* the ring crosses the network: each device's share of its node's NICs */
+    double share = s->c->inter.bandwidth_Bps * s->c->inter.nics / per_node;
+    bw = share < bw ? share : bw;
+    lat = s->c->inter.latency_s;
+  }
+  const loom_type *t = loom_value_type(pp->global, pp->global->nodes[cm->node].out[0]);
+  double bytes = (double)cm->bytes * elem_bytes(s, t) / (double)loom_dtype_size(t->dtype);
+  return ring_steps(cm->op, n) * lat + bytes / bw;
+}
+
+static loom_status check_options(loom_ctx *ctx, const loom_plan_program *pp,
+                                 const loom_sim_options *o) {
+  if (!o || !o->cluster)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "simulate: no cluster description");
+  const loom_cluster *c = o->cluster;
+  if (o->precision < 0 || o->precision >= LOOM_PRECISION_COUNT || c->flops[o->precision] <= 0)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "simulate: cluster %s gives no %s rate (flops.%s)", c->name,
+                      loom_precision_name(o->precision), loom_precision_name(o->precision));
+  int64_t nodes = (pp->n_devices + c->devices_per_node - 1) / c->devices_per_node;
+  if (c->max_nodes > 0 && nodes > c->max_nodes)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "simulate: %d devices need %lld nodes of %d, and cluster %s has %d",
+                      (int)pp->n_devices, (long long)nodes, (int)c->devices_per_node, c->name,
+                      (int)c->max_nodes);
+  if (nodes > 1 && !c->inter.kind[0])
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "simulate: %d devices span %lld nodes, and cluster %s has no network",
+                      (int)pp->n_devices, (long long)nodes, c->name);
+  return LOOM_STATUS_OK;
+}
+
+void loom_sim_result_free(loom_sim_result *r) {
+  if (!r) return;
+  free(r->devices);
+  free(r->event_start);
+  free(r->events);
+  memset(r, 0, sizeof *r);
+}
+
+loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_options *o,
+                               loom_sim_result *out) {
+  if (!pp || !out) return LOOM_STATUS_INVALID_ARGUMENT;
+  memset(out, 0, sizeof *out);
+  loom_ctx *ctx = pp->ctx;
+  LOOM_TRY(check_options(ctx, pp, o));
+  const loom_graph *G = pp->global;
+  int32_t nd = pp->n_devices, total = pp->order_start[nd];
+  sim s = {pp, o, o->cluster,
+           o->gemm_efficiency > 0 ? o->gemm_efficiency : DEFAULT_GEMM_EFFICIENCY,
+           o->memory_efficiency > 0 ? o->memory_efficiency : DEFAULT_MEMORY_EFFICIENCY,
+           o->cluster->flops[o->precision], NULL};
+  s.comm_of_node = loom_malloc(ctx, sizeof *s.comm_of_node * (size_t)(G->n_nodes ? G->n_nodes : 1));
+  double *ready = loom_calloc(ctx, (size_t)(G->n_values ? G->n_values : 1), sizeof *ready);
+  double *t_compute = loom_calloc(ctx, (size_t)nd, sizeof *t_compute);
+  double *t_stream = loom_calloc(ctx, (size_t)nd, sizeof *t_stream);
+  double *issue = loom_calloc(ctx, (size_t)nd, sizeof *issue);
+  int32_t *pos = loom_malloc(ctx, sizeof *pos * (size_t)nd);
+  out->devices = loom_calloc(ctx, (size_t)nd, sizeof *out->devices);
+  out->event_start = loom_malloc(ctx, sizeof *out->event_start * (size_t)(nd + 1));
+  out->events = loom_calloc(ctx, (size_t)(total ? total : 1), sizeof *out->events);
+  loom_status st = LOOM_STATUS_OK;
+  if (!s.comm_of_node || !ready || !t_compute || !t_stream || !issue || !pos || !out->devices ||
+      !out->event_start || !out->events)
+    st = LOOM_STATUS_OUT_OF_MEMORY;
+  if (!st) {
+    out->n_devices = nd;
+    for (int32_t i = 0; i < G->n_nodes; i++) s.comm_of_node[i] = -1;
+    for (int32_t k = 0; k < pp->n_comms; k++) s.comm_of_node[pp->comms[k].node] = k;
+    for (int32_t d = 0; d <= nd; d++) out->event_start[d] = pp->order_start[d];
+    for (int32_t d = 0; d < nd; d++) pos[d] = pp->order_start[d];
+  }
+  int32_t done = 0;
+  for (bool progress = true; !st && progress && done < total;) {
+    progress = false;
+    for (int32_t d = 0; d < nd; d++) {
+      while (pos[d] < pp->order_start[d + 1]) {
+        int32_t node = pp->order_nodes[pos[d]], k = s.comm_of_node[node];
+        const loom_node *n = &G->nodes[node];
+        if (k < 0) {
+          double start = t_compute[d];
+          for (int32_t i = 0; i < n->n_in; i++) start = fmax(start, ready[n->in[i]]);
+          double end = start + compute_time(&s, node);
+          for (int32_t o2 = 0; o2 < n->n_out; o2++) ready[n->out[o2]] = end;
+          out->events[pos[d]] = (loom_sim_event){node, start, end, false};
+          out->devices[d].compute_s += end - start;
+          t_compute[d] = end;
+          pos[d]++, done++, progress = true;
+          continue;
+        }
+        /* a comm op: only once every member is at it */
+        const loom_plan_comm *cm = &pp->comms[k];
+        const int32_t *m = pp->group_ranks + pp->group_start[cm->group];
+        int32_t nm = pp->group_start[cm->group + 1] - pp->group_start[cm->group];
+        bool all = true;
+        for (int32_t j = 0; j < nm && all; j++)
+          all = pos[m[j]] < pp->order_start[m[j] + 1] && pp->order_nodes[pos[m[j]]] == node;
+        if (!all) break;
+        double start = 0;
+        for (int32_t j = 0; j < nm; j++) {
+          double at = t_compute[m[j]];
+          for (int32_t i = 0; i < n->n_in; i++)
+            if (pp->value_device[n->in[i]] == m[j]) at = fmax(at, ready[n->in[i]]);
+          issue[m[j]] = at;
+          start = fmax(start, o->overlap ? fmax(at, t_stream[m[j]]) : at);
+        }
+        double end = start + comm_time(&s, k);
+        for (int32_t o2 = 0; o2 < n->n_out; o2++) ready[n->out[o2]] = end;
+        for (int32_t j = 0; j < nm; j++) {
+          int32_t dv = m[j];
+          out->events[pos[dv]] = (loom_sim_event){node, start, end, true};
+          out->devices[dv].comm_s += end - start;
+          if (o->overlap)
+            t_stream[dv] = end, t_compute[dv] = issue[dv];
+          else
+            t_compute[dv] = end;
+          pos[dv]++, done++;
+        }
+        progress = true;
+      }
+    }
+  }
+  if (!st && done < total)
+    st = loom_error(ctx, LOOM_STATUS_INTERNAL,
+                    "simulate: the devices' programs stop with %d of %d nodes run (the "
+                    "validated order should never deadlock)",
+                    (int)done, (int)total);
+  if (!st) {
+    for (int32_t d = 0; d < nd; d++) {
+      loom_sim_device *dv = &out->devices[d];
+      dv->end_s = fmax(t_compute[d], t_stream[d]);
+      dv->peak_bytes = pp->stats[d].peak_bytes;
+      out->step_s = fmax(out->step_s, dv->end_s);
+    }
+    double idle = 0;
+    for (int32_t d = 0; d < nd; d++) {
+      loom_sim_device *dv = &out->devices[d];
+      dv->idle_s = fmax(0.0, out->step_s - dv->compute_s - (o->overlap ? 0.0 : dv->comm_s));
+      idle += out->step_s > 0 ? dv->idle_s / out->step_s : 0;
+    }
+    out->bubble = nd ? idle / nd : 0;
+  }
+  free(s.comm_of_node);
+  free(ready);
+  free(t_compute);
+  free(t_stream);
+  free(issue);
+  free(pos);
+  if (st) loom_sim_result_free(out);
+  return st;
+}

@@ -1,0 +1,170 @@
+/*
+ * The cluster simulator (parallel/simulate.h) on plans whose times can be
+ * worked out by hand: a GEMM by the roofline, an all-reduce inside a node
+ * and across nodes, a pipeline's idle stage, overlap never slower than
+ * blocking, and the errors (no cluster, a precision the cluster lacks,
+ * too few nodes).
+ */
+#include "common.h"
+
+#include "parallel/builtin.h"
+#include "parallel/plan_text.h"
+#include "parallel/simulate.h"
+#include "model/gpt.h"
+
+#include <math.h>
+#include <string.h>
+
+static loom_ctx *ctx;
+
+/* A made-up device: 1 TFLOP/s f32, 4 TFLOP/s bf16, 100 GB/s memory. */
+static loom_cluster cluster(int32_t per_node) {
+  loom_cluster c = {.name = "test", .device = "dev"};
+  c.flops[LOOM_PRECISION_f32] = 1e12;
+  c.flops[LOOM_PRECISION_bf16] = 4e12;
+  c.memory_bandwidth_Bps = 100e9;
+  c.memory_bytes = 16e9;
+  c.devices_per_node = per_node;
+  snprintf(c.intra.kind, sizeof c.intra.kind, "link");
+  c.intra.bandwidth_Bps = 10e9;
+  c.intra.latency_s = 1e-6;
+  snprintf(c.inter.kind, sizeof c.inter.kind, "net");
+  c.inter.bandwidth_Bps = 2e9;
+  c.inter.latency_s = 10e-6;
+  c.inter.nics = 1;
+  return c;
+}
+
+static bool near(double a, double b) { return fabs(a - b) <= 1e-9 * fabs(b); }
+
+/* y = x @ w, x [512, 256], w [256, 1024]; the k split's all-reduce of y. */
+static const char mm[] = "input %x : f32[512, 256]\n"
+                         "param %w : f32[256, 1024]\n"
+                         "%y = matmul(%x, %w)\n"
+                         "output y = %y\n";
+static const char k_plan[] = "plan devices 2\n"
+                             "trans matmul.* split in0 1 2\n"
+                             "assign matmul.0 0 1\n"
+                             "input %x D(1,2) on 0 1\n"
+                             "input %w D(0,2) on 0 1\n"
+                             "output y R(2) on 0 1\n";
+
+static loom_plan_program *lower_text(loom_graph **g, const char *graph, const char *plan) {
+  CHECK_OK(ctx, loom_graph_parse(ctx, graph, g));
+  loom_plan *p = NULL;
+  CHECK_OK(ctx, loom_plan_parse(ctx, *g, plan, strlen(plan), &p));
+  loom_plan_program *pp = NULL;
+  CHECK_OK(ctx, loom_plan_lower(p, NULL, &pp));
+  loom_plan_free(p);
+  return pp;
+}
+
+static void test_gemm_and_all_reduce(void) {
+  loom_graph *g = NULL;
+  loom_plan_program *pp = lower_text(&g, mm, k_plan);
+  /* each device: 512 x 1024 x 128 x 2 FLOPs at 4 TFLOP/s x 0.75 x
+   * 128 / (128 + 32); then a ring all-reduce of y (2 MiB) over 2
+   * members inside a node: 2 steps of 1 us + 2 MiB (what each sends) /
+   * 10 GB/s */
+  loom_cluster c = cluster(2);
+  loom_sim_options o = {.cluster = &c, .precision = LOOM_PRECISION_bf16};
+  loom_sim_result r;
+  CHECK_OK(ctx, loom_plan_simulate(pp, &o, &r));
+  double gemm = 2.0 * 512 * 1024 * 128 / (4e12 * 0.75 * (128.0 / 160.0));
+  double ring = 2 * 1e-6 + (double)pp->comms[0].bytes / 10e9;
+  CHECK(pp->n_comms == 1 && pp->comms[0].op == LOOM_OP_ALL_REDUCE);
+  CHECK(pp->comms[0].bytes == 512 * 1024 * 4); /* 2 (n-1)/n of y's bytes */
+  double slices = 0; /* the pieces of x and w are fed: no time */
+  for (int32_t d = 0; d < 2; d++) {
+    CHECK(near(r.devices[d].compute_s, gemm + slices));
+    CHECK(near(r.devices[d].comm_s, ring));
+    CHECK(r.devices[d].idle_s < 1e-12);
+  }
+  CHECK(near(r.step_s, gemm + ring) && r.bubble < 1e-9);
+  /* the events: matmul then the all-reduce on each device */
+  int32_t comm_events = 0;
+  for (int32_t e = 0; e < r.event_start[2]; e++) comm_events += r.events[e].comm;
+  CHECK(comm_events == 2);
+  loom_sim_result_free(&r);
+
+  /* one device per node: the ring crosses the network at 2 GB/s, 10 us */
+  c = cluster(1);
+  CHECK_OK(ctx, loom_plan_simulate(pp, &o, &r));
+  CHECK(near(r.devices[0].comm_s, 2 * 10e-6 + (double)pp->comms[0].bytes / 2e9));
+  loom_sim_result_free(&r);
+
+  /* errors: no cluster; no fp8 rate; a cluster of one node without a network */
+  CHECK(loom_plan_simulate(pp, &(loom_sim_options){0}, &r) == LOOM_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(loom_ctx_error(ctx), "no cluster description"));
+  o.precision = LOOM_PRECISION_fp8;
+  CHECK(loom_plan_simulate(pp, &o, &r) == LOOM_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(loom_ctx_error(ctx), "gives no fp8 rate"));
+  o.precision = LOOM_PRECISION_f32;
+  c.max_nodes = 1;
+  CHECK(loom_plan_simulate(pp, &o, &r) == LOOM_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(loom_ctx_error(ctx), "2 devices need 2 nodes of 1"));
+  c.max_nodes = 0;
+  c.inter.kind[0] = '\0';
+  CHECK(loom_plan_simulate(pp, &o, &r) == LOOM_STATUS_INVALID_ARGUMENT);
+  CHECK(strstr(loom_ctx_error(ctx), "has no network"));
+  loom_plan_program_free(pp);
+  loom_graph_free(g);
+}
+
+/* The GPT step under built-in plans: a pipeline idles (its bubble), data
+ * parallel does not; overlapping never makes a step slower; the step is at
+ * least the busiest device's compute. */
+static void test_gpt_plans(void) {
+  loom_gpt_config cfg;
+  loom_gpt_config_default(&cfg);
+  cfg.n_layer = 4;
+  cfg.d_model = 64;
+  cfg.d_ff = 256;
+  cfg.context = 16;
+  loom_gpt_optim opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .seed = 1};
+  loom_graph *g = NULL;
+  int64_t per_step = 0;
+  CHECK_OK(ctx, loom_gpt_build_train(ctx, &cfg, 8, 16, &opt, &g, &per_step));
+  loom_cluster c = cluster(8);
+  const char *specs[] = {"dp2", "pp2+gpipe+mb4", "pp2+1f1b+mb4", "tp2"};
+  double bubble[4] = {0};
+  for (int32_t k = 0; k < 4; k++) {
+    loom_plan *p = NULL;
+    CHECK_OK(ctx, loom_plan_open(ctx, g, specs[k], 2, &p));
+    loom_plan_program *pp = NULL;
+    CHECK_OK(ctx, loom_plan_lower(p, NULL, &pp));
+    loom_sim_options o = {.cluster = &c, .precision = LOOM_PRECISION_f32};
+    loom_sim_result blocking, overlapped;
+    CHECK_OK(ctx, loom_plan_simulate(pp, &o, &blocking));
+    o.overlap = true;
+    CHECK_OK(ctx, loom_plan_simulate(pp, &o, &overlapped));
+    CHECK(overlapped.step_s <= blocking.step_s * (1 + 1e-12));
+    for (int32_t d = 0; d < 2; d++) {
+      CHECK(blocking.step_s >= blocking.devices[d].compute_s);
+      CHECK(near(blocking.devices[d].compute_s + blocking.devices[d].comm_s +
+                     blocking.devices[d].idle_s,
+                 blocking.step_s));
+      CHECK(blocking.devices[d].peak_bytes == pp->stats[d].peak_bytes);
+    }
+    bubble[k] = blocking.bubble;
+    printf("%-14s step %.3f ms blocking, %.3f ms overlapped, bubble %.1f%%\n", specs[k],
+           blocking.step_s * 1e3, overlapped.step_s * 1e3, 100 * blocking.bubble);
+    loom_sim_result_free(&blocking);
+    loom_sim_result_free(&overlapped);
+    loom_plan_program_free(pp);
+    loom_plan_free(p);
+  }
+  /* a pipeline waits to fill and drain; data parallel only for its
+   * all-reduces, which here are not idle but comm */
+  CHECK(bubble[0] < 0.05);
+  CHECK(bubble[1] > 0.1 && bubble[2] > 0.1);
+  loom_graph_free(g);
+}
+
+int main(void) {
+  CHECK_OK(ctx, loom_ctx_new(&ctx));
+  test_gemm_and_all_reduce();
+  test_gpt_plans();
+  loom_ctx_free(ctx);
+  return loom_test_finish("test_simulate");
+}
