@@ -53,11 +53,13 @@ static void test_order(loom_ctx *ctx) {
     CHECK_OK(ctx, loom_stream_wait(s, ctx, tickets[N / 2]));
     CHECK(lg.n >= N / 2 + 1);
     bool ordered = true;
-    for (int32_t i = 0; i <= N / 2; i++) ordered &= lg.order[i] == i;
+    for (int32_t i = 0; i <= N / 2; i++)
+      ordered &= lg.order[i] == i;
     CHECK(ordered);
     CHECK_OK(ctx, loom_stream_sync(s, ctx));
     CHECK(lg.n == N);
-    for (int32_t i = 0; i < N; i++) ordered &= lg.order[i] == i;
+    for (int32_t i = 0; i < N; i++)
+      ordered &= lg.order[i] == i;
     CHECK(ordered);
   }
   CHECK(loom_stream_tasks_run(s) == 2 * N);
@@ -85,7 +87,7 @@ static void test_error(loom_ctx *ctx) {
   printf("error at its wait: %s\n", loom_ctx_error(ctx));
   loom_error_clear(ctx);
   CHECK_STATUS(ctx, LOOM_STATUS_IO, loom_stream_sync(s, ctx)); /* and at every later one */
-  CHECK(lg.n == 2 && loom_stream_tasks_run(s) == 3); /* the tasks after it were skipped */
+  CHECK(lg.n == 2 && loom_stream_tasks_run(s) == 3);           /* the tasks after it were skipped */
   loom_error_clear(ctx);
   loom_stream_free(s);
 }

@@ -38,7 +38,8 @@ static void *stream_main(void *p) {
   loom_stream *s = p;
   pthread_mutex_lock(&s->mu);
   for (;;) {
-    while (!s->stop && s->head == s->n) pthread_cond_wait(&s->wake, &s->mu);
+    while (!s->stop && s->head == s->n)
+      pthread_cond_wait(&s->wake, &s->mu);
     if (s->head == s->n) break; /* stopping, nothing queued */
     int64_t ticket = s->base + s->head + 1;
     loom_stream_task t = s->queue[s->head++];
@@ -155,7 +156,8 @@ loom_status loom_stream_wait(loom_stream *s, loom_ctx *ctx, int64_t ticket) {
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "stream_wait: ticket %lld was never handed out", (long long)ticket);
   }
-  while (s->finished < ticket) pthread_cond_wait(&s->done, &s->mu);
+  while (s->finished < ticket)
+    pthread_cond_wait(&s->done, &s->mu);
   loom_status st = LOOM_STATUS_OK;
   if (s->failed && s->failed <= ticket)
     st = loom_error(ctx, s->fail_status, "%s: %s", s->fail_name ? s->fail_name : "task",
