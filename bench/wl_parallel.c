@@ -7,6 +7,8 @@
  *     `mpirun -np 2 loom train --plan dp2` (1 thread each), alternating;
  *     the ratio of their training tokens/s (setup and compile excluded:
  *     the trainer's own figure).
+ *   - Comm overlap: the same dp2 (and pp2) runs with --comm-overlap on and
+ *     off, alternating, and the ratio of their tokens/s.
  *   - Planning: applying a built-in plan, validating and lowering it and
  *     cutting every device's program out, for a 48-layer GPT on 64
  *     virtual devices.
@@ -50,26 +52,43 @@ static double train_tok_s(const char *cmd) {
 
 static bool have_mpirun(void) { return system("command -v mpirun >/dev/null 2>&1") == 0; }
 
+/* This executable's path into exe (false: unknown, or no mpirun). */
+static bool mpi_exe(char *exe, size_t size) {
+  ssize_t n = readlink("/proc/self/exe", exe, size - 1);
+  if (n <= 0 || !have_mpirun()) return false;
+  exe[n] = '\0';
+  return true;
+}
+
+/* The `loom train` flags both figures use, for `steps` steps. */
+static void train_flags(char *flags, size_t size, int32_t steps) {
+  snprintf(flags, size,
+           "train --d-model 256 --heads 8 --layers 2 --batch 32 --context 64 --steps %d "
+           "--threads 1 --log-every 100000",
+           steps);
+}
+
+/* `mpirun -np 2 loom train FLAGS --plan PLAN EXTRA`. */
+static void mpirun_cmd(char *cmd, size_t size, const char *exe, const char *flags,
+                       const char *plan, const char *extra) {
+  snprintf(cmd, size,
+           "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "
+           "--oversubscribe -np 2 '%s' %s --plan %s %s 2>&1",
+           exe, flags, plan, extra);
+}
+
 static void dp_scaling(FILE *f, bool json, const loom_bench_opts *o) {
   char exe[4096];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0 || !have_mpirun()) {
+  if (!mpi_exe(exe, sizeof exe)) {
     fprintf(f, json ? "{\"bench\":\"dp_scaling\",\"skipped\":\"no mpirun\"}\n"
                     : "dp scaling: skipped (no mpirun)\n");
     return;
   }
-  exe[n] = '\0';
   int32_t steps = o->small ? 8 : 40, runs = o->runs < 1 ? 1 : o->runs;
   char flags[256], one[5000], two[5000];
-  snprintf(flags, sizeof flags,
-           "train --d-model 256 --heads 8 --layers 2 --batch 32 --context 64 --steps %d "
-           "--threads 1 --log-every 100000",
-           steps);
+  train_flags(flags, sizeof flags, steps);
   snprintf(one, sizeof one, "OMP_NUM_THREADS=1 '%s' %s 2>&1", exe, flags);
-  snprintf(two, sizeof two,
-           "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "
-           "--oversubscribe -np 2 '%s' %s --plan dp2 2>&1",
-           exe, flags);
+  mpirun_cmd(two, sizeof two, exe, flags, "dp2", "");
   double a[64], b[64];
   int32_t k = 0;
   for (; k < runs && k < 64; k++) {
@@ -95,6 +114,51 @@ static void dp_scaling(FILE *f, bool json, const loom_bench_opts *o) {
             "%d):\n  1 process %8.0f tok/s\n  dp2       %8.0f tok/s  = %.2fx  (target >= 1.7x: "
             "%s)\n",
             steps, k, ma, mb, mb / ma, mb / ma >= 1.7 ? "met" : "not met");
+}
+
+/* dp2 and pp2 with comm ops overlapping compute and blocking, alternating. */
+static void comm_overlap(FILE *f, bool json, const loom_bench_opts *o) {
+  char exe[4096];
+  if (!mpi_exe(exe, sizeof exe)) {
+    fprintf(f, json ? "{\"bench\":\"comm_overlap\",\"skipped\":\"no mpirun\"}\n"
+                    : "comm overlap: skipped (no mpirun)\n");
+    return;
+  }
+  int32_t steps = o->small ? 8 : 40, runs = o->runs < 1 ? 1 : o->runs;
+  char flags[256], on[5000], off[5000];
+  train_flags(flags, sizeof flags, steps);
+  static const char *const plans[] = {"dp2", "pp2"};
+  for (size_t p = 0; p < sizeof plans / sizeof plans[0]; p++) {
+    mpirun_cmd(on, sizeof on, exe, flags, plans[p], "--comm-overlap on");
+    mpirun_cmd(off, sizeof off, exe, flags, plans[p], "--comm-overlap off");
+    double a[64], b[64];
+    int32_t k = 0;
+    for (; k < runs && k < 64; k++) {
+      if (!o->quiet)
+        fprintf(stderr, "bench: comm overlap %s, run %d of %d\n", plans[p], k + 1, runs);
+      a[k] = train_tok_s(on);
+      b[k] = train_tok_s(off);
+      if (a[k] <= 0 || b[k] <= 0) break;
+    }
+    if (k < runs && k < 64) {
+      fprintf(f, json ? "{\"bench\":\"comm_overlap\",\"error\":\"a run failed\"}\n"
+                      : "comm overlap: a run failed (%s)\n",
+              a[k] <= 0 ? on : off);
+      return;
+    }
+    double ma = median(a, k), mb = median(b, k);
+    if (json)
+      fprintf(f,
+              "{\"bench\":\"comm_overlap\",\"plan\":\"%s\",\"steps\":%d,\"runs\":%d,"
+              "\"on_tok_s\":%.0f,\"off_tok_s\":%.0f,\"ratio\":%.3f}\n",
+              plans[p], steps, k, ma, mb, ma / mb);
+    else
+      fprintf(f,
+              "comm overlap %s (same model, %d steps, median of %d): on %8.0f tok/s, off %8.0f "
+              "tok/s = %.3fx\n",
+              plans[p], steps, k, ma, mb, ma / mb);
+    fflush(f);
+  }
 }
 
 static void plan_time(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *o) {
@@ -165,5 +229,7 @@ bool loom_bench_run_parallel(loom_ctx *ctx, FILE *f, bool json, const loom_bench
   plan_time(ctx, f, json, o);
   fflush(f);
   dp_scaling(f, json, o);
+  fflush(f);
+  comm_overlap(f, json, o);
   return true;
 }

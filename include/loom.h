@@ -426,6 +426,8 @@ typedef struct loom_session_stats {
   bool cache_hit;          /* the compiled code came from the kernel cache */
   int32_t n_fallback;      /* nodes run one at a time on the reference
                             * kernels: the backend does not support them */
+  int32_t n_async_comm;    /* comm ops that can run while later compute does
+                            * (when a parallel plan's run overlaps them) */
 } loom_session_stats;
 
 /* Decomposes, verifies and prepares a graph to run: on cpu, fuses it and

@@ -101,8 +101,9 @@ int main(int argc, char **argv) {
       CHECK(e <= TOL_UPDATE);
       worst = fmax(worst, e);
     }
-    printf("%s on %d ranks, %d steps: losses within %.1e, state within %.1e of an update's rms\n",
-           argv[1], comm->size, K, worst_loss, worst);
+    printf("%s on %d ranks, %d steps (comm overlap %s): losses within %.1e, state within %.1e of "
+           "an update's rms\n",
+           argv[1], comm->size, K, loom_trainer_comm_overlap(t) ? "on" : "off", worst_loss, worst);
   }
   for (int32_t k = 0; k < 3 * n; k++) free(before[k]);
   free(before);

@@ -417,7 +417,7 @@ static void *run_rank(void *arg) {
   rank_job *j = arg;
   loom_ctx *ctx = NULL;
   loom_ctx_new(&ctx);
-  loom_comm_env env = {j->c, N_CASES, group_start, group_ranks};
+  loom_comm_env env = {j->c, N_CASES, group_start, group_ranks, NULL};
   ctx->comm_env = &env;
   for (int32_t id = 0; id < N_CASES; id++) {
     const comm_case *k = &cases[id];
@@ -535,7 +535,7 @@ static void *tp_rank(void *arg) {
   loom_ctx *ctx = NULL;
   loom_ctx_new(&ctx);
   int32_t r = j->c->rank;
-  loom_comm_env env = {j->c, 1, tp_start, tp_ranks};
+  loom_comm_env env = {j->c, 1, tp_start, tp_ranks, NULL};
   ctx->comm_env = &env;
   loom_graph *g = tp_graph(ctx, r);
   loom_tensor *in[3] = {tensor(ctx, LOOM_DTYPE_F32, 2, (int64_t[]){MM_M, MM_K}, mm_x[r]),
@@ -725,7 +725,7 @@ static void *wrong_member(void *arg) {
   loom_ctx *ctx = NULL;
   loom_ctx_new(&ctx);
   static const int32_t start[] = {0, 2, 3}, ranks[] = {0, 1, 1};
-  loom_comm_env env = {j->c, 2, start, ranks};
+  loom_comm_env env = {j->c, 2, start, ranks, NULL};
   ctx->comm_env = &env;
   loom_graph *g = NULL;
   loom_value x, y;

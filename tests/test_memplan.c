@@ -443,7 +443,7 @@ static void test_async_step(loom_ctx *ctx) {
   CHECK_OK(ctx, loom_memplan_build_steps(g, 4, steps, NULL, &p));
   bool reused = p.offset[y] == p.offset[a]; /* fine when step 1 is synchronous */
   loom_memplan_free(&p);
-  steps[1].async = true;
+  steps[1].join = 2;
   CHECK_OK(ctx, loom_memplan_build_steps(g, 4, steps, NULL, &p));
   CHECK(p.last[a] == 2 && p.last[m] == 3 && p.first[y] == 2);
   CHECK(p.offset[y] != p.offset[a] && p.offset[y] != p.offset[m]);
@@ -454,10 +454,65 @@ static void test_async_step(loom_ctx *ctx) {
   loom_memplan_free(&p);
   /* an async last step has nothing to run beside: ranges as usual */
   loom_memplan_step last[4] = {steps[0], steps[1], steps[2], steps[3]};
-  last[1].async = false;
-  last[3].async = true;
+  last[1].join = 0;
+  last[3].join = 4;
   CHECK_OK(ctx, loom_memplan_build_steps(g, 4, last, NULL, &p));
   CHECK(p.last[z] == 4 && p.last[a] == 1);
+  loom_memplan_free(&p);
+  loom_graph_free(g);
+}
+
+/* An async step joined several steps later (a comm op in flight while
+ * compute runs): step 0 a = exp(x); step 1 (async, joined after step 3)
+ * m = neg(a); step 2 y = matmul(a, w), a's last read by the main thread;
+ * step 3 y2 = exp(y); step 4 z = m + y2. Synchronously y2 takes a's
+ * memory (a dies at step 2); with the join at 3 neither y nor y2 may take
+ * a's or m's memory (the async step still reads a and writes m), and a
+ * read at step 2 must not shorten a's range back to 2. After the join
+ * (step 4) z reuses freed memory. */
+static void test_join_step(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  int32_t x, w;
+  CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 2, (int64_t[]){64, 64}, &x));
+  CHECK_OK(ctx, loom_graph_input(g, "w", LOOM_DTYPE_F32, 2, (int64_t[]){64, 64}, &w));
+  int32_t a = lb_unary(g, LOOM_OP_EXP, x);
+  int32_t m = lb_unary(g, LOOM_OP_NEG, a);
+  int32_t y = lb_matmul(g, a, w, false, false);
+  int32_t y2 = lb_unary(g, LOOM_OP_EXP, y);
+  int32_t z = lb_add(g, m, y2);
+  CHECK_OK(ctx, loom_build_status(g));
+  CHECK_OK(ctx, loom_graph_output(g, "z", z));
+  if (loom_build_status(g)) {
+    loom_graph_free(g);
+    return;
+  }
+  loom_memplan_step steps[5];
+  for (int32_t j = 0; j < 5; j++) {
+    const loom_node *n = &g->nodes[j];
+    steps[j] = (loom_memplan_step){.n_in = n->n_in, .n_out = n->n_out, .in = n->in, .out = n->out};
+  }
+  loom_memplan p;
+  CHECK_OK(ctx, loom_memplan_build_steps(g, 5, steps, NULL, &p));
+  CHECK(p.last[a] == 2 && p.offset[y2] == p.offset[a]); /* reused when step 1 is synchronous */
+  loom_memplan_free(&p);
+  steps[1].join = 3;
+  CHECK_OK(ctx, loom_memplan_build_steps(g, 5, steps, NULL, &p));
+  CHECK(p.last[a] == 3 && p.last[m] == 4 && p.last[y] == 3);
+  for (int32_t v = 0; v < g->n_values; v++) {
+    if (v == a || v == m || p.offset[v] < 0 || p.first[v] > 3 || p.last[v] < 1) continue;
+    /* everything alive while the async step runs is apart from a and m */
+    CHECK(p.offset[v] + p.size[v] <= p.offset[a] || p.offset[a] + p.size[a] <= p.offset[v]);
+    CHECK(p.offset[v] + p.size[v] <= p.offset[m] || p.offset[m] + p.size[m] <= p.offset[v]);
+  }
+  CHECK(p.offset[y] != p.offset[a] && p.offset[y2] != p.offset[a]);
+  CHECK(p.offset[z] == p.offset[a] || p.offset[z] == p.offset[y]); /* freed at the join */
+  CHECK(p.peak_bytes == 4 * 64 * 64 * 4);
+  loom_memplan_free(&p);
+  /* a join past the last step is the end of the run */
+  steps[1].join = 99;
+  CHECK_OK(ctx, loom_memplan_build_steps(g, 5, steps, NULL, &p));
+  CHECK(p.last[a] == 4);
   loom_memplan_free(&p);
   loom_graph_free(g);
 }
@@ -521,6 +576,7 @@ int main(void) {
   test_steps(ctx);
   test_steps_match_nodes(ctx);
   test_async_step(ctx);
+  test_join_step(ctx);
   test_overlap_program(ctx);
   loom_ctx_free(ctx);
   return loom_test_finish("test_memplan");

@@ -5,6 +5,10 @@
  * built-in plan: the loss and every weight and AdamW moment, gathered,
  * match the single-device cpu run; and a state piece the first step wrote
  * is what the second read (the second step's loss matches too).
+ *
+ * Comm ops overlap computation by default (each device's comm stream);
+ * for dp2, tp2, pp2 and dp2+zero2 the plan runs again with overlap off,
+ * and every gathered output of every step is bit-identical.
  */
 #include "common.h"
 
@@ -41,7 +45,9 @@ typedef struct shared {
   loom_tensor **in;       /* whole inputs, step inputs updated by step */
   int32_t n_in, n_out;
   loom_tensor **got[STEPS]; /* per step: whole outputs, gathered (rank 0's) */
-  float loss[STEPS];
+  bool overlap;
+  int64_t comm_tasks;   /* rank 0's comm ops run on its stream */
+  int32_t n_async_comm; /* rank 0's comm steps joined after later compute */
   bool failed;
 } shared;
 
@@ -65,6 +71,7 @@ static void *device_main(void *arg) {
   loom_session_options so = session_options();
   loom_plan_runner *r = NULL;
   loom_status st = loom_plan_runner_new(ctx, sh->pp, sh->comms[j->rank], &so, &r);
+  if (!st) loom_plan_runner_set_comm_overlap(r, sh->overlap);
   if (!st) st = loom_plan_runner_load(r, (const loom_tensor *const *)sh->in);
   for (int32_t k = 0; !st && k < STEPS; k++) {
     /* the step inputs are the same on every rank: rank 0's copy is read-only here */
@@ -81,6 +88,12 @@ static void *device_main(void *arg) {
     if (!st) st = loom_comm_barrier(sh->comms[j->rank], ctx);
     if (!st && j->rank == 0 && k + 1 < STEPS) set_step(sh->in, k + 1);
     if (!st) st = loom_comm_barrier(sh->comms[j->rank], ctx);
+  }
+  if (!st && j->rank == 0) {
+    loom_session_stats stats;
+    st = loom_session_get_stats(loom_plan_runner_session(r), &stats);
+    sh->n_async_comm = stats.n_async_comm;
+    sh->comm_tasks = loom_plan_runner_comm_tasks(r);
   }
   if (st) {
     fprintf(stderr, "rank %d: %s\n", j->rank, loom_ctx_error(ctx));
@@ -126,8 +139,49 @@ static loom_tensor **single_device(loom_ctx *ctx, const loom_graph *g, loom_tens
   return res;
 }
 
+/* Runs pp on n threads for STEPS steps from inputs in0 into *sh (whose
+ * got[] the caller frees). */
+static void run_plan(loom_ctx *ctx, const loom_plan_program *pp, loom_tensor **in0, int32_t n,
+                     bool overlap, shared *sh) {
+  *sh = (shared){.pp = pp, .n_in = loom_graph_num_inputs(pp->global),
+                 .n_out = loom_graph_num_outputs(pp->global), .overlap = overlap};
+  sh->in = clone_all(ctx, in0, sh->n_in);
+  set_step(sh->in, 0);
+  for (int32_t k = 0; k < STEPS; k++) sh->got[k] = calloc((size_t)sh->n_out + 1, sizeof *sh->got[k]);
+  sh->comms = calloc((size_t)n, sizeof *sh->comms);
+  CHECK_OK(ctx, loom_comm_inproc_new(ctx, n, sh->comms));
+  pthread_t th[8];
+  job jobs[8];
+  for (int32_t r = 0; r < n; r++) {
+    jobs[r] = (job){sh, r};
+    pthread_create(&th[r], NULL, device_main, &jobs[r]);
+  }
+  for (int32_t r = 0; r < n; r++) pthread_join(th[r], NULL);
+  CHECK(!sh->failed);
+  for (int32_t r = 0; r < n; r++) loom_comm_free(sh->comms[r]);
+  free(sh->comms);
+  loom_test_free_tensors(sh->in, sh->n_in);
+}
+
+static void free_got(shared *sh) {
+  for (int32_t k = 0; k < STEPS; k++) loom_test_free_tensors(sh->got[k], sh->n_out);
+}
+
+/* True if every output of every step has the same bits in a and b. */
+static bool same_bits(const shared *a, const shared *b) {
+  bool same = !a->failed && !b->failed;
+  for (int32_t k = 0; same && k < STEPS; k++)
+    for (int32_t o = 0; same && o < a->n_out; o++) {
+      const loom_tensor *x = a->got[k][o], *y = b->got[k][o];
+      same = x && y && loom_tensor_numel(x) == loom_tensor_numel(y) &&
+             memcmp(loom_tensor_data(x), loom_tensor_data(y),
+                    (size_t)loom_tensor_numel(x) * loom_dtype_size(loom_tensor_dtype(x))) == 0;
+    }
+  return same;
+}
+
 static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in0, loom_tensor **want,
-                       loom_tensor **before_last, const char *spec, int32_t n) {
+                       loom_tensor **before_last, const char *spec, int32_t n, bool both) {
   loom_plan *p = NULL;
   loom_plan_program *pp = NULL;
   CHECK_OK(ctx, loom_plan_builtin(ctx, g, spec, n, &p));
@@ -136,20 +190,8 @@ static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in0, lo
     loom_plan_free(p);
     return;
   }
-  shared sh = {.pp = pp, .n_in = loom_graph_num_inputs(g), .n_out = loom_graph_num_outputs(g)};
-  sh.in = clone_all(ctx, in0, sh.n_in);
-  set_step(sh.in, 0);
-  for (int32_t k = 0; k < STEPS; k++) sh.got[k] = calloc((size_t)sh.n_out + 1, sizeof *sh.got[k]);
-  sh.comms = calloc((size_t)n, sizeof *sh.comms);
-  CHECK_OK(ctx, loom_comm_inproc_new(ctx, n, sh.comms));
-  pthread_t th[8];
-  job jobs[8];
-  for (int32_t r = 0; r < n; r++) {
-    jobs[r] = (job){&sh, r};
-    pthread_create(&th[r], NULL, device_main, &jobs[r]);
-  }
-  for (int32_t r = 0; r < n; r++) pthread_join(th[r], NULL);
-  CHECK(!sh.failed);
+  shared sh;
+  run_plan(ctx, pp, in0, n, true, &sh);
   double worst = 0;
   for (int32_t o = 0; !sh.failed && o < sh.n_out; o++) {
     const loom_tensor *base = o ? before_last[LOOM_GPT_IN_PARAMS + o - 1] : NULL;
@@ -158,11 +200,23 @@ static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in0, lo
     CHECK(e <= 2e-3);
     worst = fmax(worst, e);
   }
-  printf("%-10s on %d threads: worst error %.1e of an update's rms\n", spec, n, worst);
-  for (int32_t r = 0; r < n; r++) loom_comm_free(sh.comms[r]);
-  free(sh.comms);
-  for (int32_t k = 0; k < STEPS; k++) loom_test_free_tensors(sh.got[k], sh.n_out);
-  loom_test_free_tensors(sh.in, sh.n_in);
+  /* every comm op of rank 0 went through its stream */
+  CHECK(sh.comm_tasks > 0 && sh.comm_tasks % STEPS == 0);
+  /* the gradient all-reduces run while the backward of earlier layers does */
+  if (strcmp(spec, "dp2") == 0) CHECK(sh.n_async_comm > 0);
+  printf("%-10s on %d threads: worst error %.1e of an update's rms; %lld comm ops on the stream, "
+         "%d overlapping compute\n",
+         spec, n, worst, (long long)sh.comm_tasks / STEPS, sh.n_async_comm);
+  if (both) {
+    shared off;
+    run_plan(ctx, pp, in0, n, false, &off);
+    CHECK(off.comm_tasks == 0);
+    bool same = same_bits(&sh, &off);
+    CHECK(same);
+    printf("%-10s overlap off: %s\n", spec, same ? "bit-identical" : "DIFFERENT");
+    free_got(&off);
+  }
+  free_got(&sh);
   loom_plan_program_free(pp);
   loom_plan_free(p);
 }
@@ -187,9 +241,13 @@ int main(void) {
   static const struct {
     const char *spec;
     int32_t n;
-  } plans[] = {{"dp2", 2}, {"tp2", 2}, {"dp2xtp2", 4}, {"dp2+zero2", 2}, {"dp4+zero3", 4}, {"pp2", 2}, {"pp2+gpipe+mb4", 2}, {"dp2xpp2", 4}, {"tp2xpp2", 4}, {"pp2+interlaced", 2}, {"tp2+recompute", 2}};
+    bool both; /* also with overlap off */
+  } plans[] = {{"dp2", 2, true}, {"tp2", 2, true}, {"dp2xtp2", 4, false}, {"dp2+zero2", 2, true},
+               {"dp4+zero3", 4, false}, {"pp2", 2, true}, {"pp2+gpipe+mb4", 2, false},
+               {"dp2xpp2", 4, false}, {"tp2xpp2", 4, false}, {"pp2+interlaced", 2, false},
+               {"tp2+recompute", 2, false}};
   for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++)
-    check_plan(ctx, g, in, want, before, plans[i].spec, plans[i].n);
+    check_plan(ctx, g, in, want, before, plans[i].spec, plans[i].n, plans[i].both);
   loom_test_free_tensors(in, ni);
   loom_test_free_tensors(work, ni);
   loom_test_free_tensors(before, ni);

@@ -102,6 +102,11 @@ typedef struct loom_comm {
   double timeout_s;    /* bound on every blocking wait */
   void *stream;        /* NULL: host order (see above) */
   bool device_buffers; /* false: buffers are host memory */
+  /* True if a thread other than the one that made the communicator may
+   * call it (one thread at a time): MPI gave MPI_THREAD_SERIALIZED or
+   * more; always for the in-process world. Comm ops overlap computation
+   * only then (docs/PARALLEL.md). */
+  bool threads_ok;
 } loom_comm;
 
 /* The in-process world of n ranks: out[0..n) are the ranks' handles, one
@@ -213,12 +218,20 @@ loom_status loom_comm_probe_recv(loom_comm *c, loom_ctx *ctx, void *buf, int64_t
  * communicator (its rank is this device) and the groups the ops' `group`
  * attributes name. Members of group g are group_ranks[group_start[g] ..
  * group_start[g+1]) in member order. Owned by the caller.
+ *
+ * stream: where a program runs its comm ops, in program order, while its
+ * compute goes on (runtime/stream.h; docs/PARALLEL.md, "Overlapping
+ * communication"); NULL: each runs on the caller's thread and blocks it.
+ * With a stream only the stream's thread calls the communicator during a
+ * run, and the run has waited for all of it when it returns.
  */
+struct loom_stream;
 typedef struct loom_comm_env {
   loom_comm *comm;
   int32_t n_groups;
   const int32_t *group_start; /* n_groups + 1 entries */
   const int32_t *group_ranks;
+  struct loom_stream *stream;
 } loom_comm_env;
 
 #endif

@@ -237,7 +237,7 @@ loom_status loom_comm_inproc_new(loom_ctx *ctx, int32_t n, loom_comm **out) {
     rc->rank = r;
     w->refs++;
     *c = (loom_comm){.iface = &inproc_iface, .context = rc, .rank = r, .size = n,
-                     .timeout_s = timeout};
+                     .timeout_s = timeout, .threads_ok = true};
     out[r] = c;
   }
   return LOOM_STATUS_OK;

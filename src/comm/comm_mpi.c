@@ -143,8 +143,12 @@ loom_status loom_comm_mpi_new(loom_ctx *ctx, loom_comm **out) {
   if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "comm mpi: NULL argument");
   int inited = 0, provided = 0;
   MPI_Initialized(&inited);
-  if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+  /* SERIALIZED: a program's comm stream calls MPI while the main thread
+   * does not (comm_env's stream); with less, comm ops stay on the main
+   * thread */
+  if (!inited && MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
     return loom_error(ctx, LOOM_STATUS_IO, "comm mpi: MPI_Init_thread failed");
+  if (inited) MPI_Query_thread(&provided);
   mpi_ctx *m = loom_calloc(ctx, 1, sizeof *m);
   loom_comm *c = m ? loom_calloc(ctx, 1, sizeof *c) : NULL;
   if (!c) {
@@ -159,7 +163,8 @@ loom_status loom_comm_mpi_new(loom_ctx *ctx, loom_comm **out) {
   MPI_Comm_rank(m->comm, &rank);
   MPI_Comm_size(m->comm, &size);
   *c = (loom_comm){.iface = &mpi_iface, .context = m, .rank = rank, .size = size,
-                   .timeout_s = loom_comm_timeout_from_env()};
+                   .timeout_s = loom_comm_timeout_from_env(),
+                   .threads_ok = provided >= MPI_THREAD_SERIALIZED};
   *out = c;
   return LOOM_STATUS_OK;
 }

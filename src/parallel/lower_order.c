@@ -1,7 +1,9 @@
 /*
  * After the walk: one execution order for all devices (the data edges and
- * the plan's op_order edges, sorted topologically, earliest emitted
- * first), which is also the deadlock check — a comm op is in the order of
+ * the plan's op_order edges, sorted topologically: a ready comm op first,
+ * so that its messages are in flight while the compute after it runs
+ * (docs/PARALLEL.md, "Overlapping communication"); among the rest the
+ * earliest emitted first), which is also the deadlock check — a comm op is in the order of
  * each of its members, so members meet every collective in the same order,
  * and an order that cannot be met is a cycle found here. Then each
  * device's counts: FLOPs, bytes sent per comm op, peak memory.
@@ -49,6 +51,19 @@ static int32_t heap_pop(heap *h) {
   return top;
 }
 
+/* The index in pp->comms of the comm op at global node `node`, or -1
+ * (comms are emitted in node order). */
+static int32_t comm_of(const loom_plan_program *pp, int32_t node) {
+  int32_t lo = 0, hi = pp->n_comms - 1;
+  while (lo <= hi) {
+    int32_t mid = (lo + hi) / 2;
+    if (pp->comms[mid].node == node) return mid;
+    if (pp->comms[mid].node < node) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return -1;
+}
+
 /* The devices a global node runs on: its own, or its comm group. */
 static int32_t node_members(const loom_plan_program *pp, int32_t node, const int32_t **members,
                             int32_t *one) {
@@ -58,15 +73,9 @@ static int32_t node_members(const loom_plan_program *pp, int32_t node, const int
     *members = one;
     return 1;
   }
-  /* comms are emitted in node order */
-  int32_t lo = 0, hi = pp->n_comms - 1, g = -1;
-  while (lo <= hi && g < 0) {
-    int32_t mid = (lo + hi) / 2;
-    if (pp->comms[mid].node == node) g = pp->comms[mid].group;
-    else if (pp->comms[mid].node < node) lo = mid + 1;
-    else hi = mid - 1;
-  }
-  if (g < 0) return 0;
+  int32_t c = comm_of(pp, node);
+  if (c < 0) return 0;
+  int32_t g = pp->comms[c].group;
   *members = pp->group_ranks + pp->group_start[g];
   return pp->group_start[g + 1] - pp->group_start[g];
 }
@@ -138,6 +147,33 @@ static int64_t device_peak(const loom_plan_program *pp, int32_t d, int32_t *last
   return peak;
 }
 
+static bool is_comm(const loom_graph *g, int32_t node) {
+  return loom_op_get(g->nodes[node].op)->cls == LOOM_OPCLASS_COMM;
+}
+
+/* Numbers the comm ops in execution order (they were numbered as they
+ * were emitted): every member runs its comm ops in seq order, which the
+ * matching check and the tags (comm.h, loom_comm_seq_tag) rely on. */
+static void renumber_comms(loom_plan_program *pp, const int32_t *sorted) {
+  loom_graph *G = pp->global;
+  int32_t seq = 0;
+  for (int32_t i = 0; i < G->n_nodes; i++) {
+    loom_node *n = &G->nodes[sorted[i]];
+    int32_t c = is_comm(G, sorted[i]) ? comm_of(pp, sorted[i]) : -1;
+    if (c < 0) continue;
+    pp->comms[c].seq = seq;
+    switch (n->op) {
+    case LOOM_OP_ALL_REDUCE: LOOM_ATTRV_I(n->attr, all_reduce, seq) = seq; break;
+    case LOOM_OP_ALL_GATHER: LOOM_ATTRV_I(n->attr, all_gather, seq) = seq; break;
+    case LOOM_OP_REDUCE_SCATTER: LOOM_ATTRV_I(n->attr, reduce_scatter, seq) = seq; break;
+    case LOOM_OP_ALL_TO_ALL: LOOM_ATTRV_I(n->attr, all_to_all, seq) = seq; break;
+    case LOOM_OP_BROADCAST: LOOM_ATTRV_I(n->attr, broadcast, seq) = seq; break;
+    default: LOOM_ATTRV_I(n->attr, transfer, seq) = seq; break;
+    }
+    seq++;
+  }
+}
+
 static loom_status order_and_check(lower_walk *w) {
   loom_plan_program *pp = w->pp;
   const loom_plan *p = w->p;
@@ -152,9 +188,12 @@ static loom_status order_and_check(lower_walk *w) {
   int32_t *indeg = loom_calloc(w->ctx, (size_t)(nn ? nn : 1), sizeof *indeg);
   int32_t *of_subop = loom_malloc(w->ctx, sizeof *of_subop * (size_t)(p->n_subops ? p->n_subops : 1));
   int32_t *sorted = loom_malloc(w->ctx, sizeof *sorted * (size_t)(nn ? nn : 1));
+  /* ready nodes: comm ops, and the rest */
   heap h = {loom_malloc(w->ctx, sizeof(int32_t) * (size_t)(nn ? nn : 1)), 0};
+  heap hc = {loom_malloc(w->ctx, sizeof(int32_t) * (size_t)(nn ? nn : 1)), 0};
   loom_status st = LOOM_STATUS_OK;
-  if (!start || !to || !indeg || !of_subop || !sorted || !h.v) st = LOOM_STATUS_OUT_OF_MEMORY;
+  if (!start || !to || !indeg || !of_subop || !sorted || !h.v || !hc.v)
+    st = LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {
     for (int32_t s = 0; s < p->n_subops; s++) of_subop[s] = -1;
     for (int32_t i = 0; i < nn; i++)
@@ -190,12 +229,12 @@ static loom_status order_and_check(lower_walk *w) {
   int32_t n_sorted = 0;
   if (!st) {
     for (int32_t i = 0; i < nn; i++)
-      if (!indeg[i]) heap_push(&h, i);
-    while (h.n) {
-      int32_t x = heap_pop(&h);
+      if (!indeg[i]) heap_push(is_comm(G, i) ? &hc : &h, i);
+    while (h.n || hc.n) {
+      int32_t x = heap_pop(hc.n ? &hc : &h);
       sorted[n_sorted++] = x;
       for (int32_t e = start[x]; e < start[x + 1]; e++)
-        if (--indeg[to[e]] == 0) heap_push(&h, to[e]);
+        if (--indeg[to[e]] == 0) heap_push(is_comm(G, to[e]) ? &hc : &h, to[e]);
     }
     if (n_sorted < nn) {
       /* an op_order edge whose ends never ran: it closes the cycle */
@@ -216,6 +255,7 @@ static loom_status order_and_check(lower_walk *w) {
                         "plan: the orders and the data dependencies form a cycle (a deadlock)");
     }
   }
+  if (!st) renumber_comms(pp, sorted);
   /* per-device lists */
   if (!st) {
     pp->order_start = loom_calloc(w->ctx, (size_t)pp->n_devices + 1, sizeof *pp->order_start);
@@ -249,6 +289,7 @@ static loom_status order_and_check(lower_walk *w) {
   free(of_subop);
   free(sorted);
   free(h.v);
+  free(hc.v);
   return st;
 }
 

@@ -120,7 +120,7 @@ static loom_status plan_ranges(const loom_graph *g, int32_t n_steps, const loom_
         return loom_error(ctx, LOOM_STATUS_INTERNAL,
                           "memplan: step %d reads %s, which no earlier step writes to memory", j,
                           value_label(g, v, buf, sizeof buf));
-      out->last[v] = j;
+      out->last[v] = LOOM_MAX(out->last[v], j); /* an async step may have kept it longer */
     }
     for (int32_t o = 0; o < s->n_out; o++) {
       int32_t v = s->out[o];
@@ -143,11 +143,12 @@ static loom_status plan_ranges(const loom_graph *g, int32_t n_steps, const loom_
                           "memplan: step %d aliases values of different sizes", j);
       out->root[s->out[0]] = out->root[s->in[0]];
     }
-    /* an async step is joined after the next one: it uses its values until then */
-    if (s->async && j + 1 < n_steps)
+    /* an async step uses its values until it is joined */
+    int32_t join = LOOM_MIN(s->join, n_steps - 1);
+    if (join > j)
       for (int32_t k = 0; k < s->n_in + s->n_out; k++) {
         int32_t v = k < s->n_in ? s->in[k] : s->out[k - s->n_in];
-        out->last[v] = LOOM_MAX(out->last[v], j + 1);
+        out->last[v] = LOOM_MAX(out->last[v], join);
       }
   }
   for (int32_t i = 0; i < g->n_outputs; i++) {
@@ -229,6 +230,20 @@ static int64_t place_by_size(loom_ctx *ctx, const loom_graph *g, const loom_memp
   return peak;
 }
 
+/* Releases the buffers of r's values that die at step j (each once, even
+ * if read twice). False when out of memory. */
+static bool release_dead(planner *p, const loom_memplan *pl, const int32_t *end, bool *released,
+                         const loom_memplan_step *r, int32_t j) {
+  for (int32_t k = 0; k < r->n_in + r->n_out; k++) {
+    int32_t v = pl->root[k < r->n_in ? r->in[k] : r->out[k - r->n_in]];
+    if (end[v] != j || pl->offset[v] < 0 || released[v]) continue;
+    released[v] = true;
+    int64_t sz = align_up(pl->size[v]);
+    if (sz && !plan_release(p, pl->offset[v], sz)) return false;
+  }
+  return true;
+}
+
 loom_status loom_memplan_build_steps(const loom_graph *g, int32_t n_steps,
                                      const loom_memplan_step *steps, const bool *materialized,
                                      loom_memplan *out) {
@@ -245,8 +260,15 @@ loom_status loom_memplan_build_steps(const loom_graph *g, int32_t n_steps,
   out->root = loom_malloc(ctx, sizeof(int32_t) * nv);
   int32_t *end = loom_malloc(ctx, sizeof(int32_t) * nv); /* per root */
   bool *released = loom_calloc(ctx, nv, sizeof *released); /* per root */
+  /* the async steps joined at each step, as lists: joined_head[j], then
+   * joined_next[k] */
+  size_t ns = (size_t)(n_steps ? n_steps : 1);
+  int32_t *joined_head = loom_malloc(ctx, sizeof(int32_t) * ns);
+  int32_t *joined_next = loom_malloc(ctx, sizeof(int32_t) * ns);
   if (!out->offset || !out->size || !out->first || !out->last || !out->root || !end ||
-      !released) {
+      !released || !joined_head || !joined_next) {
+    free(joined_head);
+    free(joined_next);
     free(end);
     free(released);
     loom_memplan_free(out);
@@ -254,6 +276,8 @@ loom_status loom_memplan_build_steps(const loom_graph *g, int32_t n_steps,
   }
   loom_status st = plan_ranges(g, n_steps, steps, materialized, out);
   if (st) {
+    free(joined_head);
+    free(joined_next);
     free(end);
     free(released);
     loom_memplan_free(out);
@@ -268,6 +292,8 @@ loom_status loom_memplan_build_steps(const loom_graph *g, int32_t n_steps,
       st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY,
                       "memplan: the graph's intermediate values need more than 2^62 bytes");
   if (st) {
+    free(joined_head);
+    free(joined_next);
     free(end);
     free(released);
     loom_memplan_free(out);
@@ -279,6 +305,13 @@ loom_status loom_memplan_build_steps(const loom_graph *g, int32_t n_steps,
   for (int32_t v = 0; v < g->n_values; v++)
     end[out->root[v]] = LOOM_MAX(end[out->root[v]], out->last[v]);
 
+  for (int32_t j = 0; j < n_steps; j++) joined_head[j] = -1;
+  for (int32_t k = n_steps - 1; k >= 0; k--) {
+    int32_t join = LOOM_MIN(steps[k].join, n_steps - 1);
+    if (join <= k) continue;
+    joined_next[k] = joined_head[join];
+    joined_head[join] = k;
+  }
   planner p = {.ctx = ctx};
   for (int32_t j = 0; j < n_steps && !st; j++) {
     const loom_memplan_step *s = &steps[j];
@@ -290,22 +323,16 @@ loom_status loom_memplan_build_steps(const loom_graph *g, int32_t n_steps,
       else
         out->offset[v] = plan_alloc(&p, align_up(out->size[v]));
     }
-    /* Then release what dies here (each buffer once, even if read twice):
-     * this step's values, and an async previous step's, joined now. */
-    const loom_memplan_step *prev = j > 0 && steps[j - 1].async ? &steps[j - 1] : NULL;
-    for (int32_t pass = 0; pass < (prev ? 2 : 1) && !st; pass++) {
-      const loom_memplan_step *r = pass ? prev : s;
-      for (int32_t k = 0; k < r->n_in + r->n_out && !st; k++) {
-        int32_t v = out->root[k < r->n_in ? r->in[k] : r->out[k - r->n_in]];
-        if (end[v] != j || out->offset[v] < 0 || released[v]) continue;
-        released[v] = true;
-        int64_t sz = align_up(out->size[v]);
-        if (sz && !plan_release(&p, out->offset[v], sz)) st = LOOM_STATUS_OUT_OF_MEMORY;
-      }
-    }
+    /* Then release what dies here: this step's values, and those of the
+     * async steps joined now. */
+    if (!release_dead(&p, out, end, released, s, j)) st = LOOM_STATUS_OUT_OF_MEMORY;
+    for (int32_t k = joined_head[j]; k >= 0 && !st; k = joined_next[k])
+      if (!release_dead(&p, out, end, released, &steps[k], j)) st = LOOM_STATUS_OUT_OF_MEMORY;
   }
   free(p.free);
   free(released);
+  free(joined_head);
+  free(joined_next);
   out->peak_bytes = p.top;
   /* Keep the tighter of the two placements. */
   int64_t *off = st ? NULL : loom_malloc(ctx, sizeof(int64_t) * nv);

@@ -23,8 +23,8 @@ typedef struct loom_memplan {
   int64_t *size;   /* per value: bytes it holds (numel * dtype size) */
   /* Live range per value in steps (nodes, for loom_memplan_build),
    * inclusive: produced at step first[v] (-1 for external values), last
-   * read at step last[v] (the step count for graph outputs; the step after
-   * an async step that reads or writes it, if later). */
+   * read at step last[v] (the step count for graph outputs; the join step
+   * of an async step that reads or writes it, if later). */
   int32_t *first, *last;
   /* Per value: the value that owns its memory (itself unless it is a
    * reshape, maybe of a reshape, of that value). */
@@ -38,16 +38,18 @@ loom_status loom_memplan_build(const loom_graph *g, loom_memplan *out);
 /*
  * One step of a program (a fused kernel, a GEMM, a node run eagerly): the
  * materialized values it reads and writes. With alias, out[0] is in[0]'s
- * memory (a reshape run in place; same byte size required). With async,
- * the step runs on another thread beside the step after it and is joined
- * once that step is done: its inputs and outputs stay live through the
- * next step, so nothing that step writes takes their memory.
+ * memory (a reshape run in place; same byte size required). With join
+ * greater than the step's own index j, the step is async: it runs on
+ * another thread beside steps j+1 .. join and is joined once step join is
+ * done (a join past the last step: at the end of the run). Its inputs and
+ * outputs stay live through its join step, so nothing those steps write
+ * takes their memory. join <= j (0 by default): the step is synchronous.
  */
 typedef struct loom_memplan_step {
   int32_t n_in, n_out;
   const int32_t *in, *out;
   bool alias;
-  bool async;
+  int32_t join;
 } loom_memplan_step;
 
 /*

@@ -1,6 +1,7 @@
 #include "runtime/plan_runner.h"
 
 #include "ir/dtype.h"
+#include "runtime/stream.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,8 @@ struct loom_plan_runner {
   const loom_plan_program *pp;
   loom_comm *comm;
   int32_t device;
-  loom_comm_env env;
+  loom_comm_env env; /* env.stream: `stream` when overlapping, else NULL */
+  loom_stream *stream; /* the comm stream (NULL: the communicator allows no other thread) */
   loom_graph *g;
   int32_t *in_map, *out_map; /* device graph input/output -> pp->ins / pp->outs (-1: a token) */
   loom_session *s;
@@ -30,6 +32,7 @@ void loom_plan_runner_free(loom_plan_runner *r) {
   free(r->out);
   free(r->tied_in);
   loom_session_free(r->s);
+  loom_stream_free(r->stream);
   loom_graph_free(r->g);
   free(r->in_map);
   free(r->out_map);
@@ -57,9 +60,11 @@ loom_status loom_plan_runner_new(loom_ctx *ctx, const loom_plan_program *pp, loo
   r->pp = pp;
   r->comm = comm;
   r->device = comm->rank;
-  r->env = (loom_comm_env){comm, pp->n_groups, pp->group_start, pp->group_ranks};
+  r->env = (loom_comm_env){comm, pp->n_groups, pp->group_start, pp->group_ranks, NULL};
   loom_status st = loom_plan_device_graph(pp, r->device, &r->g, &r->in_map, &r->out_map);
   if (!st) st = loom_session_new(ctx, r->g, so, &r->s);
+  if (!st && comm->threads_ok) st = loom_stream_new(ctx, 200, "comm stream", &r->stream);
+  r->env.stream = r->stream; /* overlap by default */
   if (!st) {
     r->in = loom_calloc(ctx, (size_t)r->g->n_inputs + 1, sizeof *r->in);
     r->out = loom_calloc(ctx, (size_t)r->g->n_outputs + 1, sizeof *r->out);
@@ -173,6 +178,16 @@ loom_status loom_plan_runner_step(loom_plan_runner *r, const loom_tensor *const 
   ctx->comm_env = saved;
   if (st) loom_error_prefix(ctx, "device %d", r->device);
   return st;
+}
+
+void loom_plan_runner_set_comm_overlap(loom_plan_runner *r, bool on) {
+  r->env.stream = on ? r->stream : NULL;
+}
+
+bool loom_plan_runner_comm_overlap(const loom_plan_runner *r) { return r->env.stream != NULL; }
+
+int64_t loom_plan_runner_comm_tasks(const loom_plan_runner *r) {
+  return loom_stream_tasks_run(r->stream);
 }
 
 /* Collective: every distinct box of a value, held on some device, goes

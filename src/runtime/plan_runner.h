@@ -11,6 +11,13 @@
  * the next step's input pieces, in place. Gathers make whole tensors again
  * (for a checkpoint, for inference, for checking against one device); they
  * are collective: every rank calls them in the same order.
+ *
+ * Comm ops overlap computation by default: the device's program runs them
+ * in order on a comm stream of the runner's (docs/PARALLEL.md,
+ * "Overlapping communication"), unless the communicator allows no thread
+ * but its own (loom_comm.threads_ok) or overlap is switched off. A step
+ * returns only when all of its communication is done, so the calls here
+ * (gathers) and the caller's own (barriers) never meet the stream's.
  */
 #ifndef LOOM_RUNTIME_PLAN_RUNNER_H
 #define LOOM_RUNTIME_PLAN_RUNNER_H
@@ -28,6 +35,14 @@ void loom_plan_runner_free(loom_plan_runner *r);
 /* The device's session (for its stats) and program. */
 const loom_session *loom_plan_runner_session(const loom_plan_runner *r);
 const loom_graph *loom_plan_runner_graph(const loom_plan_runner *r);
+
+/* Switches overlapping comm ops with computation on (the default) or off
+ * (each blocks the device's thread) for the steps that follow; on has no
+ * effect when the communicator is not threads_ok. */
+void loom_plan_runner_set_comm_overlap(loom_plan_runner *r, bool on);
+bool loom_plan_runner_comm_overlap(const loom_plan_runner *r);
+/* Comm ops run on the comm stream so far. */
+int64_t loom_plan_runner_comm_tasks(const loom_plan_runner *r);
 
 /* Sets this device's pieces of every graph input from whole tensors
  * (whole[i] for input i; NULL: leave that input's pieces as they are). */

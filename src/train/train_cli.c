@@ -63,6 +63,8 @@ static const char usage[] =
     "                    mpirun -np N loom train --plan P; P is a plan file\n"
     "                    (`loom plan gpt ... --save-plan` writes one) or a built-in:\n"
     "%s"
+    "  --comm-overlap on|off  on (default): comm ops run on a comm stream while\n"
+    "                    the compute after them runs; off: each blocks the step\n"
     "checkpoints (safetensors):\n"
     "  --save FILE       save parameters, AdamW state and config at the end\n"
     "                    (under --plan: gathered, one file, by rank 0)\n"
@@ -79,6 +81,7 @@ typedef struct cli {
   loom_fusion_mode fusion;
   const char *trace;  /* NULL: none */
   const char *plan;   /* NULL: one device */
+  bool comm_overlap;  /* --comm-overlap */
   bool force;
   int32_t rank; /* this process's rank under --plan, else 0 */
   /* which flags were given, so --load knows what to keep */
@@ -196,6 +199,10 @@ static int parse_args(int argc, char **argv, cli *c) {
     } else if (!strcmp(name, "--plan")) {
       if (!*val) return usage_error("--plan wants a plan file or a built-in plan (see --help)");
       c->plan = val;
+    } else if (!strcmp(name, "--comm-overlap")) {
+      if (strcmp(val, "on") && strcmp(val, "off"))
+        return usage_error("--comm-overlap wants on or off, got '%s'", val);
+      c->comm_overlap = !strcmp(val, "on");
     } else if (!strcmp(name, "--trace")) {
       if (!*val) return usage_error("--trace wants a file name");
       c->trace = val;
@@ -331,8 +338,9 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
   if (s && loom_session_warning(s)[0])
     fprintf(stderr, "loom train: warning: %s\n", loom_session_warning(s));
   if (c->plan)
-    printf("plan %s: %d processes, one device each (the step graph above is rank 0's)\n", c->plan,
-           (int)loom_trainer_devices(t));
+    printf("plan %s: %d processes, one device each (the step graph above is rank 0's); comm "
+           "overlap %s\n",
+           c->plan, (int)loom_trainer_devices(t), loom_trainer_comm_overlap(t) ? "on" : "off");
   if (start > 0) printf("resumed from %s at step %lld\n", c->load, (long long)start);
   fflush(stdout);
   double t0 = loom_now_s(), t_last = t0;
@@ -401,6 +409,7 @@ int loom_train_main(int argc, char **argv) {
   memset(&c, 0, sizeof c);
   loom_train_config_default(&c.cfg);
   c.log_every = 100;
+  c.comm_overlap = true;
   int rc = parse_args(argc, argv, &c);
   if (rc >= 0) return rc;
 
@@ -461,6 +470,7 @@ int loom_train_main(int argc, char **argv) {
                         "mpirun -np N loom train --plan %s\n", c.plan);
       goto out;
     }
+    loom_trainer_set_comm_overlap(t, c.comm_overlap);
   }
   loom_safetensors_free(st);
   st = NULL;

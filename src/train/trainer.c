@@ -600,3 +600,11 @@ loom_status loom_trainer_sync(loom_trainer *t) {
 int32_t loom_trainer_devices(const loom_trainer *t) {
   return t && t->comm ? t->comm->size : 1;
 }
+
+void loom_trainer_set_comm_overlap(loom_trainer *t, bool on) {
+  if (t && t->runner) loom_plan_runner_set_comm_overlap(t->runner, on);
+}
+
+bool loom_trainer_comm_overlap(const loom_trainer *t) {
+  return t && t->runner && loom_plan_runner_comm_overlap(t->runner);
+}

@@ -77,6 +77,11 @@ loom_status loom_trainer_attach_plan(loom_trainer *t, struct loom_comm *comm, co
 loom_status loom_trainer_sync(loom_trainer *t);
 /* The plan's device count (1 when none is attached). */
 int32_t loom_trainer_devices(const loom_trainer *t);
+/* Comm ops overlap computation (on, the default when the communicator
+ * allows it) or block the step (off): loom_plan_runner_set_comm_overlap.
+ * No effect without an attached plan; the getter says what steps do. */
+void loom_trainer_set_comm_overlap(loom_trainer *t, bool on);
+bool loom_trainer_comm_overlap(const loom_trainer *t);
 
 /* Runs one training step; *loss is its loss (before the update). */
 loom_status loom_trainer_step(loom_trainer *t, float *loss);

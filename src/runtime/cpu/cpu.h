@@ -39,13 +39,21 @@ loom_cpu_kernel loom_cpu_index_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_source_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_attention_kernel(const loom_graph *g, const loom_node *n);
 
-/* Overlapped RNG (cpu_overlap.c): moves every dropout_mask step marked
- * `overlap` to just before the last GEMM step ahead of its first user and
- * sets (*async)[s] for it (a new array of n_steps flags; NULL when no step
- * moved): the program runs that step on a worker beside the GEMM. */
+/* Async steps (cpu_overlap.c): moves every dropout_mask step marked
+ * `overlap` to just before the last GEMM step ahead of its first user
+ * (the program runs it on a worker beside that GEMM: joined after it), and
+ * joins every comm step just before the first step that reads its outputs
+ * (the program runs comm steps in order on the comm stream of its
+ * ctx->comm_env, when it has one). *join: a new array of n_steps, step s
+ * async when join[s] > s and joined after step join[s]; NULL when no step
+ * is async or a comm step. *n_async_comm: comm steps with compute to
+ * overlap (join[s] > s). */
 struct loom_program;
+struct loom_step;
 loom_status loom_cpu_overlap_schedule(loom_ctx *ctx, const loom_graph *g, struct loom_program *p,
-                                      bool **async);
+                                      int32_t **join, int32_t *n_async_comm);
+/* True if st runs a comm op. */
+bool loom_cpu_step_is_comm(const loom_graph *g, const struct loom_step *st);
 
 /* The RNG placement model's rates for this machine, measured with the cpu
  * backend's kernels on `threads` threads (rng_rates.c, about 0.1 s). */

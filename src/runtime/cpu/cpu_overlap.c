@@ -1,9 +1,16 @@
 /*
+ * Async steps, scheduled on the program's steps before the memory plan
+ * (which keeps an async step's values live through its join step):
+ *
  * Overlapped RNG (docs/DROPOUT.md, placement `overlap`): a dropout_mask
  * node marked `overlap` moves to just before the last GEMM step ahead of
  * its first user, and runs on a worker thread while that GEMM runs on the
- * other cores. The move is done on the program's steps before the memory
- * plan, so the plan sees the mask written where it really is.
+ * other cores (joined after the GEMM).
+ *
+ * Overlapped communication (docs/PARALLEL.md): comm steps stay where they
+ * are (their order is the plan's, the same on every member); each is
+ * joined just before the first step that reads one of its outputs, so
+ * the compute between runs while its messages are in flight.
  */
 #include "runtime/cpu/cpu.h"
 
@@ -59,8 +66,10 @@ static void move_step(loom_program *p, bool *async, int32_t from, int32_t to) {
   async[to] = a;
 }
 
-loom_status loom_cpu_overlap_schedule(loom_ctx *ctx, const loom_graph *g, loom_program *p,
-                                      bool **async_out) {
+/* Moves overlapped dropout masks; sets (*async_out)[s] for each moved
+ * (NULL when none moved). */
+static loom_status schedule_rng(loom_ctx *ctx, const loom_graph *g, loom_program *p,
+                                bool **async_out) {
   *async_out = NULL;
   bool any = false;
   for (int32_t s = 0; s < p->n_steps && !any; s++)
@@ -90,5 +99,45 @@ loom_status loom_cpu_overlap_schedule(loom_ctx *ctx, const loom_graph *g, loom_p
     if (s < gemm) s--; /* the step now at s has not been looked at */
   }
   *async_out = async;
+  return LOOM_STATUS_OK;
+}
+
+bool loom_cpu_step_is_comm(const loom_graph *g, const loom_step *st) {
+  return st->kind == LOOM_STEP_NODE && loom_op_get(g->nodes[st->node].op)->cls == LOOM_OPCLASS_COMM;
+}
+
+/* The step before the first step after s that reads one of its outputs
+ * (the last step if none does). */
+static int32_t comm_join(const loom_graph *g, const loom_program *p, int32_t s) {
+  const loom_node *n = &g->nodes[p->steps[s].node];
+  for (int32_t t = s + 1; t < p->n_steps; t++)
+    for (int32_t o = 0; o < n->n_out; o++)
+      if (step_reads(g, p, &p->steps[t], n->out[o])) return t - 1;
+  return p->n_steps - 1;
+}
+
+loom_status loom_cpu_overlap_schedule(loom_ctx *ctx, const loom_graph *g, loom_program *p,
+                                      int32_t **join_out, int32_t *n_async_comm) {
+  *join_out = NULL;
+  *n_async_comm = 0;
+  bool *async = NULL;
+  LOOM_TRY(schedule_rng(ctx, g, p, &async));
+  bool any_comm = false;
+  for (int32_t s = 0; s < p->n_steps && !any_comm; s++)
+    any_comm = loom_cpu_step_is_comm(g, &p->steps[s]);
+  if (!async && !any_comm) return LOOM_STATUS_OK;
+  int32_t *join = loom_calloc(ctx, (size_t)p->n_steps, sizeof *join);
+  if (!join) {
+    free(async);
+    return LOOM_STATUS_OUT_OF_MEMORY;
+  }
+  for (int32_t s = 0; s < p->n_steps; s++) {
+    if (async && async[s]) join[s] = s + 1;
+    if (!loom_cpu_step_is_comm(g, &p->steps[s])) continue;
+    join[s] = comm_join(g, p, s);
+    *n_async_comm += join[s] > s;
+  }
+  free(async);
+  *join_out = join;
   return LOOM_STATUS_OK;
 }

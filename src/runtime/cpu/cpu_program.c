@@ -12,9 +12,11 @@
 #include "runtime/cpu/gemm.h"
 
 #include "codegen/c_codegen.h"
+#include "comm/comm.h"
 #include "fusion/fusion.h"
 #include "perf/machine.h"
 #include "runtime/jit.h"
+#include "runtime/stream.h"
 #include "runtime/trace.h"
 #include "runtime/worker.h"
 
@@ -35,11 +37,15 @@ struct loom_cpu_program {
   int64_t workspace_bytes;
   int64_t *need;        /* per kernel: workspace bytes at need_threads */
   int32_t need_threads; /* 0: need not computed yet */
-  /* Overlapped RNG: per step, a dropout mask to run on `worker` while the
-   * next step (a GEMM) runs on the other cores (NULL: none). */
-  bool *async;
+  /* Async steps (loom_cpu_overlap_schedule): per step, join[s] > s when
+   * it runs off the main thread until step join[s] is done (NULL: no
+   * async or comm step). Dropout masks run on `worker` beside the next
+   * step (a GEMM); comm steps on the comm stream of ctx->comm_env. */
+  int32_t *join;
   loom_worker *worker;
-  loom_ctx *task_ctx; /* the worker task's own context, for its errors */
+  loom_ctx *task_ctx;        /* the worker task's own context, for its errors */
+  struct comm_task *comm;    /* per step: a comm step's task on the stream */
+  int64_t *wait_after;       /* per step: the stream ticket to wait for after it, 0 */
 };
 
 void loom_cpu_program_free(loom_cpu_program *p) {
@@ -51,7 +57,9 @@ void loom_cpu_program_free(loom_cpu_program *p) {
   free(p->args);
   free(p->workspace);
   free(p->need);
-  free(p->async);
+  free(p->join);
+  free(p->comm);
+  free(p->wait_after);
   loom_worker_free(p->worker);
   loom_ctx_free(p->task_ctx);
   loom_jit_free(p->jit);
@@ -91,11 +99,10 @@ bool loom_cpu_program_is_eager(const loom_cpu_program *p) { return !p || p->eage
 /* The memory plan over the program's steps: a kernel reads its input
  * arguments and writes its outputs; GEMM and NODE steps their node's; a
  * GEMM with an epilogue both (the product is an output of the step, so
- * nothing the epilogue writes shares its memory). A step run on the
- * worker (async[s]) keeps its values until it is joined, after the next
- * step (loom_cpu_program_run). */
+ * nothing the epilogue writes shares its memory). An async step (join[s]
+ * > s) keeps its values until it is joined (loom_cpu_program_run). */
 static loom_status plan_steps(loom_ctx *ctx, const loom_graph *g, const loom_program *prog,
-                              const bool *async, loom_memplan *plan) {
+                              const int32_t *join, loom_memplan *plan) {
   int32_t ns = prog->n_steps, total = 0;
   for (int32_t s = 0; s < ns; s++) {
     const loom_step *st = &prog->steps[s];
@@ -147,7 +154,7 @@ static loom_status plan_steps(loom_ctx *ctx, const loom_graph *g, const loom_pro
                    loom_type_numel(b) * (int64_t)loom_dtype_size(b->dtype);
       }
     }
-    m->async = async && async[s];
+    m->join = join ? join[s] : 0;
   }
   loom_status st = loom_memplan_build_steps(g, ns, steps, prog->materialized, plan);
   free(steps);
@@ -210,6 +217,41 @@ static loom_status load_code(loom_ctx *ctx, loom_cpu_program *p, loom_prepared *
   return p->args && p->need ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
 }
 
+/* A comm step run on the comm stream: its own cpu view (one thread, the
+ * stream's context) of the shared values. */
+typedef struct comm_task {
+  const loom_graph *g;
+  const loom_node *n;
+  const loom_cpu_kernel *kernels;
+  loom_view *values;
+  struct loom_comm_env *env;
+} comm_task;
+
+static loom_status run_comm_task(void *arg, loom_ctx *ctx) {
+  comm_task *t = arg;
+  ctx->comm_env = t->env;
+  loom_cpu c = {.ctx = ctx, .nt = 1, .kernels = t->kernels};
+  return loom_cpu_exec_node(&c, t->g, t->n, t->values);
+}
+
+/* What running the async steps needs: the RNG worker and its context
+ * when a mask is async, the comm tasks when there are comm steps. */
+static loom_status prepare_async(loom_ctx *ctx, const loom_graph *g, loom_cpu_program *p) {
+  const loom_program *prog = &p->prog;
+  bool rng = false, comm = false;
+  for (int32_t s = 0; s < prog->n_steps; s++) {
+    bool is_comm = loom_cpu_step_is_comm(g, &prog->steps[s]);
+    comm |= is_comm;
+    rng |= !is_comm && p->join[s] > s;
+  }
+  if (rng) LOOM_TRY(loom_worker_new(ctx, 1, &p->worker));
+  if (rng && loom_ctx_new(&p->task_ctx)) return LOOM_STATUS_OUT_OF_MEMORY;
+  if (!comm) return LOOM_STATUS_OK;
+  p->comm = loom_calloc(ctx, (size_t)prog->n_steps, sizeof *p->comm);
+  p->wait_after = loom_calloc(ctx, (size_t)prog->n_steps, sizeof *p->wait_after);
+  return p->comm && p->wait_after ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
+}
+
 const loom_program *loom_cpu_program_get(const loom_cpu_program *p) { return p ? &p->prog : NULL; }
 
 loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fusion_mode fm,
@@ -228,10 +270,12 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
     goto fail;
   }
   st = load_code(ctx, p, out);
-  if (!st && !p->eager) st = loom_cpu_overlap_schedule(ctx, g, &p->prog, &p->async);
-  if (!st && p->async) st = loom_worker_new(ctx, 1, &p->worker);
-  if (!st && p->async) st = loom_ctx_new(&p->task_ctx);
+  int32_t n_async_comm = 0;
+  if (!st && !p->eager)
+    st = loom_cpu_overlap_schedule(ctx, g, &p->prog, &p->join, &n_async_comm);
+  if (!st && p->join) st = prepare_async(ctx, g, p);
   if (st) goto fail;
+  out->stats.n_async_comm = n_async_comm;
   const loom_program *prog = &p->prog;
   if (p->eager) {
     st = loom_cpu_prepare_eager(g, kernels, out);
@@ -247,7 +291,7 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
       out->stats.n_fallback += ps->kind != LOOM_STEP_KERNEL && ps->epilogue_rows <= 0 &&
                                !kernels[ps->node];
     }
-    st = plan_steps(ctx, g, prog, p->async, &out->plan);
+    st = plan_steps(ctx, g, prog, p->join, &out->plan);
   }
   if (st) goto fail;
   out->stats.n_memory_ops = prog->n_memory_ops;
@@ -356,44 +400,76 @@ static loom_status run_step(loom_cpu_program *p, const loom_cpu *c, const loom_g
   return rs;
 }
 
+/* Queues comm step s on the stream, to be waited for after its join. */
+static loom_status submit_comm(loom_cpu_program *p, const loom_cpu *c, const loom_graph *g,
+                               loom_view *values, loom_stream *stream, int32_t s) {
+  const loom_node *n = &g->nodes[p->prog.steps[s].node];
+  p->comm[s] = (comm_task){.g = g, .n = n, .kernels = c->kernels, .values = values,
+                           .env = c->ctx->comm_env};
+  loom_stream_task task = {run_comm_task, &p->comm[s], loom_op_name(n->op), c->ctx->trace};
+  int64_t ticket = 0;
+  LOOM_TRY(loom_stream_submit(stream, c->ctx, &task, &ticket));
+  p->wait_after[LOOM_MAX(p->join[s], s)] = ticket; /* tickets grow: the latest covers all */
+  return LOOM_STATUS_OK;
+}
+
 loom_status loom_cpu_program_run(loom_cpu_program *p, const loom_cpu *c, const loom_graph *g,
                                  loom_view *values) {
   const loom_program *prog = &p->prog;
   int32_t nt = LOOM_MAX(c->nt, 1);
   if (prog->n_kernels) LOOM_TRY(reserve_workspace(c->ctx, p, nt));
   loom_trace *trace = c->ctx->trace;
+  /* comm steps go to the stream only when the caller gave one */
+  loom_stream *stream = p->comm && c->ctx->comm_env ? c->ctx->comm_env->stream : NULL;
+  if (stream) memset(p->wait_after, 0, sizeof *p->wait_after * (size_t)prog->n_steps);
   mask_task task;
-  bool pending = false;
-  for (int32_t s = 0; s < prog->n_steps; s++) {
+  bool pending = false; /* a mask on the worker, joined after step mask_join */
+  int32_t mask_join = -1;
+  loom_status rs = LOOM_STATUS_OK;
+  for (int32_t s = 0; s < prog->n_steps && !rs; s++) {
     const loom_step *st = &prog->steps[s];
-    if (p->async && p->async[s] && !pending) {
+    bool comm = p->comm && loom_cpu_step_is_comm(g, st);
+    if (comm && stream) {
+      rs = submit_comm(p, c, g, values, stream, s);
+    } else if (!comm && p->worker && p->join[s] > s && !pending) {
       task = (mask_task){.cpu = {.ctx = p->task_ctx, .nt = 1, .kernels = c->kernels}, .g = g,
                          .n = &g->nodes[st->node], .values = values};
       loom_worker_trace wt = {.trace = trace, .name = "dropout_mask", .cat = "rng",
                               .lane = "rng worker", .tid0 = 100};
-      LOOM_TRY(loom_worker_submit(p->worker, run_mask_task, &task, trace ? &wt : NULL));
-      pending = true;
-      continue;
+      rs = loom_worker_submit(p->worker, run_mask_task, &task, trace ? &wt : NULL);
+      pending = !rs;
+      mask_join = p->join[s];
+    } else {
+      /* the GEMM beside a mask task leaves it a core */
+      loom_cpu cs = *c;
+      if (pending) cs.nt = LOOM_MAX(1, nt - 1);
+      double t0 = loom_trace_now(trace);
+      rs = run_step(p, &cs, g, values, st, cs.nt);
+      if (trace) {
+        char buf[64];
+        loom_trace_event(trace, 0, step_name(g, prog, st, buf, sizeof buf),
+                         step_category[st->kind], t0, loom_trace_now(trace));
+      }
     }
-    /* the GEMM beside a mask task leaves it a core */
-    loom_cpu cs = *c;
-    if (pending) cs.nt = LOOM_MAX(1, nt - 1);
-    double t0 = loom_trace_now(trace);
-    loom_status rs = run_step(p, &cs, g, values, st, cs.nt);
-    if (trace) {
-      char buf[64];
-      loom_trace_event(trace, 0, step_name(g, prog, st, buf, sizeof buf),
-                       step_category[st->kind], t0, loom_trace_now(trace));
-    }
-    if (pending) {
+    if (pending && s >= mask_join) {
       loom_worker_wait(p->worker);
       pending = false;
       if (!rs && task.st)
         rs = loom_error(c->ctx, task.st, "dropout_mask on the worker: %s",
                         loom_ctx_error(p->task_ctx));
     }
-    if (rs) return rs;
+    if (stream && p->wait_after[s] && !rs) {
+      double t0 = loom_trace_now(trace);
+      rs = loom_stream_wait(stream, c->ctx, p->wait_after[s]);
+      if (trace) loom_trace_event(trace, 0, "comm wait", "comm", t0, loom_trace_now(trace));
+    }
   }
   if (pending) loom_worker_wait(p->worker);
-  return LOOM_STATUS_OK;
+  /* nothing of this run may still be in flight when it returns (even
+   * after an error: the stream's tasks use these values) */
+  if (stream) {
+    loom_status ss = loom_stream_sync(stream, rs ? NULL : c->ctx); /* keep the first message */
+    if (!rs) rs = ss;
+  }
+  return rs;
 }
