@@ -94,7 +94,6 @@ typedef struct lower_move {
 typedef struct lower_path {
   int32_t n_moves;
   lower_move *moves; /* in emission order */
-  double cost_s;     /* the model's estimate, terminal assembly included */
 } lower_path;
 
 /* The pieces move m makes, in the order they are added to the value's

@@ -7,8 +7,11 @@
  *
  *   V -> R   all-reduce of each complete group of parts a need reads;
  *   V -> D   reduce-scatter, toward the tiles the members need (or, when
- *            every member needs the whole box, along its first even axis,
- *            so that reduce-scatter + all-gather competes with all-reduce);
+ *            every member needs the whole box and no other group has that
+ *            box, along its first even axis, so that reduce-scatter +
+ *            all-gather competes with all-reduce; groups of one box are
+ *            a recomputed sub-op's replicas, each read by its own readers,
+ *            and are joined alike);
  *   V -> 1   the parts sent to each device that needs them, summed there;
  *   D -> R   all-gather of a box several devices need and hold as tiles;
  *   D -> D   all-to-all of tiles along one axis into the tiles along
@@ -19,7 +22,8 @@
  * only once no part a need reads is left). A state where that holds is a
  * goal; what its needs still lack is assembled point to point
  * (lower_assemble: local slices, transfers, concatenation), estimated
- * here without emitting. The cost of a step or of that assembly is, per
+ * here without emitting (pieces that tile a need without overlap in one
+ * pass: a transfer per remote share). The cost of a step or of that assembly is, per
  * device, the bytes it sends over the bandwidth plus its messages and the
  * comm ops it takes part in (each a synchronisation) times the latency,
  * the busiest device's; ties go to fewer comm ops. The ring algorithms'
@@ -721,14 +725,13 @@ static bool better(double a, int32_t a_ops, double b, int32_t b_ops) {
   return a < b - eps || (a <= b + eps && a_ops < b_ops);
 }
 
-static loom_status take_path(search *s, int32_t best, double cost, lower_path *out) {
+static loom_status take_path(search *s, int32_t best, lower_path *out) {
   int32_t n = 0;
   for (int32_t i = best; i > 0; i = s->nodes[i].parent)
     n += s->nodes[i].n_moves;
   out->moves = loom_malloc(s->w->ctx, sizeof *out->moves * (size_t)(n + 1));
   if (!out->moves) return LOOM_STATUS_OUT_OF_MEMORY;
   out->n_moves = n;
-  out->cost_s = cost;
   for (int32_t i = best; i > 0; i = s->nodes[i].parent) {
     snode *x = &s->nodes[i];
     n -= x->n_moves;
@@ -740,7 +743,7 @@ static loom_status take_path(search *s, int32_t best, double cost, lower_path *o
 
 loom_status lower_search(const lower_walk *w, int32_t v, int32_t n_needs, const lower_need *needs,
                          lower_path *out) {
-  *out = (lower_path){0, NULL, 0};
+  *out = (lower_path){0, NULL};
   const lower_plist *l = &w->avail[v];
   const loom_type *t = loom_value_type(w->L, v);
   int32_t nd = w->p->n_devices;
@@ -799,7 +802,7 @@ loom_status lower_search(const lower_walk *w, int32_t v, int32_t n_needs, const 
     }
   }
   loom_status st = s.oom ? LOOM_STATUS_OUT_OF_MEMORY : LOOM_STATUS_OK;
-  if (!st && best > 0) st = take_path(&s, best, best_cost, out);
+  if (!st && best > 0) st = take_path(&s, best, out);
   for (int32_t i = 0; i < s.n_nodes; i++) {
     free_moves(s.nodes[i].moves, s.nodes[i].n_moves);
     free(s.nodes[i].moves);
@@ -820,5 +823,5 @@ loom_status lower_search(const lower_walk *w, int32_t v, int32_t n_needs, const 
 void lower_path_free(lower_path *p) {
   free_moves(p->moves, p->n_moves);
   free(p->moves);
-  *p = (lower_path){0, NULL, 0};
+  *p = (lower_path){0, NULL};
 }
