@@ -65,6 +65,55 @@ loom_status lower_move_value(lower_walk *w, int32_t v, int32_t n_needs, const lo
 int32_t lower_find_piece(const lower_walk *w, int32_t v, int32_t dev, const loom_vbox *box);
 int32_t lower_find_last_piece(const lower_walk *w, int32_t v, int32_t dev, const loom_vbox *box);
 int32_t lower_assemble(lower_walk *w, int32_t v, const loom_vbox *q, int32_t dev, bool host);
+/* ---- lower_search.c: choosing a value's layout transitions ---------------- */
+
+typedef enum lower_move_kind {
+  LOWER_MV_ALL_REDUCE,     /* V -> R: a complete group of parts, whole on every member */
+  LOWER_MV_REDUCE_SCATTER, /* V -> D: member t gets tile t along axis */
+  LOWER_MV_SEND_PARTS,     /* V -> one device: the parts sent to each of to[], summed there */
+  LOWER_MV_ALL_GATHER,     /* D -> R: member t holds tile t along axis, all get box */
+  LOWER_MV_ALL_TO_ALL,     /* D -> D: tile t along axis2 becomes tile t along axis */
+  LOWER_MV_BROADCAST       /* member 0 holds box, the others get it */
+} lower_move_kind;
+
+/* One comm op (send-parts: a set of transfers and sums) on one group of
+ * v's pieces; the pieces are indices into w->avail[v] when it is emitted. */
+typedef struct lower_move {
+  lower_move_kind kind;
+  int32_t n, n_to;     /* members; send-parts: devices the sum goes to */
+  int32_t *piece;      /* per member, in member order: its input piece
+                          (broadcast: the root's only, the others -1) */
+  int32_t *dev;        /* per member: its device */
+  int32_t *to;         /* send-parts: n_to devices */
+  int32_t axis, axis2; /* reduce-scatter, all-gather: the axis; all-to-all:
+                          axis the new tiling (split_axis), axis2 the held one (concat_axis) */
+  loom_vbox box;       /* the group's box */
+} lower_move;
+
+/* A chosen path: steps in order, each one or more moves on disjoint groups. */
+typedef struct lower_path {
+  int32_t n_moves;
+  lower_move *moves; /* in emission order */
+} lower_path;
+
+/* The pieces move m makes, in the order they are added to the value's
+ * list (gv -1); returns how many (at most max(n, n_to)). */
+int32_t lower_move_results(const lower_move *m, lower_piece *out);
+/* Whether a and b are parts of one box of one group (same K, combine, replica). */
+bool lower_same_part_group(const lower_piece *a, const lower_piece *b);
+/* The whole piece lower_assemble takes first for box q on dev (host: any
+ * device is local): one holding all of q, local, largest share, nearest;
+ * -1 if none meets q. *inter: its part of q; *contains: it holds all of q. */
+int32_t lower_best_piece(const lower_plist *l, const loom_vbox *q, int32_t dev, bool host,
+                         loom_vbox *inter, bool *contains);
+/* Searches, from v's pieces now (local parts merged, incomplete groups
+ * joined), the cheapest sequence of transitions after which every need is
+ * a local slice or a point-to-point assembly; *out gets its moves (free
+ * with lower_path_free). */
+loom_status lower_search(const lower_walk *w, int32_t v, int32_t n_needs, const lower_need *needs,
+                         lower_path *out);
+void lower_path_free(lower_path *p);
+
 /* lower_order.c: the execution order, the deadlock check, the counts. */
 loom_status lower_finish(lower_walk *w);
 

@@ -1,17 +1,12 @@
 /*
  * How a value's pieces reach the sub-ops that read them. For one logical
  * value at a time, with every (device, box) any consumer needs known:
- *
- *   1. Partial sums are joined first: parts on one device are added
- *      locally; a complete set of parts on distinct devices becomes a
- *      reduce-scatter when each member needs its own tile of the box, an
- *      all-reduce otherwise, or transfers to the devices that need it when
- *      the cost model says that is cheaper (a loss wanted on one device);
- *      anything else is summed on one device (pad and add).
- *   2. Whole values: a box several devices need, which they hold as even
- *      tiles, is all-gathered; one that a single other device holds is
- *      broadcast; every remaining need is assembled on its device from the
- *      nearest pieces (local slices, transfers, concatenation).
+ * parts on one device are added there, parts that form no complete group
+ * (cut differently) are summed on one device, then lower_search.c chooses
+ * the transitions (all-reduce, reduce-scatter, sending parts, all-gather,
+ * all-to-all, broadcast), which are emitted here, and every need still
+ * lacking is assembled on its device from the best pieces (local slices,
+ * transfers, concatenation).
  *
  * Collectives are the ring algorithms of comm/comm.c; the bytes recorded
  * per comm op are what each member sends.
@@ -106,6 +101,10 @@ static void comm_attrs(loom_op op, loom_attr_value *a, int32_t group, int32_t si
     LOOM_ATTRV_I(a, reduce_scatter, group) = group;
     LOOM_ATTRV_I(a, reduce_scatter, size) = size;
     break;
+  case LOOM_OP_ALL_TO_ALL:
+    LOOM_ATTRV_I(a, all_to_all, group) = group;
+    LOOM_ATTRV_I(a, all_to_all, size) = size;
+    break;
   case LOOM_OP_BROADCAST:
     LOOM_ATTRV_I(a, broadcast, group) = group;
     LOOM_ATTRV_I(a, broadcast, size) = size;
@@ -151,39 +150,14 @@ static int32_t fetch(lower_walk *w, int32_t v, int32_t k, const loom_vbox *q, in
   return transfer(w, v, s, pc.dev, dev);
 }
 
-static int64_t dev_distance(int32_t a, int32_t b) { return a > b ? a - b : b - a; }
-
 /* Box q of v on dev (host: the oracle's host, which reads every device),
- * from the whole pieces: the best piece (one holding all of q, local,
- * largest share, nearest) gives its share; the rest of q, cut along one
- * dim around that share, is assembled the same way and concatenated. */
+ * from the whole pieces: the best piece (lower_best_piece) gives its
+ * share; the rest of q, cut along one dim around that share, is assembled
+ * the same way and concatenated. */
 int32_t lower_assemble(lower_walk *w, int32_t v, const loom_vbox *q, int32_t dev, bool host) {
-  const lower_plist *l = &w->avail[v];
-  int32_t best = -1;
-  bool best_contains = false, best_local = false;
-  int64_t best_share = 0, best_dist = 0;
   loom_vbox best_inter;
-  for (int32_t k = 0; k < l->n; k++) {
-    const lower_piece *pc = &l->v[k];
-    if (pc->K != 1) continue;
-    loom_vbox inter;
-    if (!loom_vbox_intersect(&pc->box, q, &inter)) continue;
-    bool contains = loom_vbox_contains(&pc->box, q), local = host || pc->dev == dev;
-    int64_t share = loom_vbox_numel(&inter), dist = dev_distance(pc->dev, dev);
-    bool better = best < 0 || contains > best_contains ||
-                  (contains == best_contains &&
-                   (local > best_local ||
-                    (local == best_local &&
-                     (share > best_share || (share == best_share && dist < best_dist)))));
-    if (better) {
-      best = k;
-      best_contains = contains;
-      best_local = local;
-      best_share = share;
-      best_dist = dist;
-      best_inter = inter;
-    }
-  }
+  bool best_contains;
+  int32_t best = lower_best_piece(&w->avail[v], q, dev, host, &best_inter, &best_contains);
   if (best < 0) {
     char bb[160];
     loom_error(w->ctx, LOOM_STATUS_INVALID_ARGUMENT,
@@ -221,12 +195,8 @@ int32_t lower_assemble(lower_walk *w, int32_t v, const loom_vbox *q, int32_t dev
   return r;
 }
 
-/* ---- partial sums --------------------------------------------------------------- */
 
-static bool same_part_group(const lower_piece *a, const lower_piece *b) {
-  return a->K == b->K && a->combine == b->combine && a->replica == b->replica &&
-         loom_vbox_equal(&a->box, &b->box);
-}
+/* ---- partial sums --------------------------------------------------------------- */
 
 /* a combine b on dev (add, maximum, minimum). */
 static int32_t combine2(lower_walk *w, loom_op combine, int32_t a, int32_t b, int32_t dev) {
@@ -241,7 +211,8 @@ static loom_status merge_local_parts(lower_walk *w, int32_t v) {
   for (int32_t i = 0; i < l->n; i++) {
     if (l->v[i].K <= 1) continue;
     for (int32_t j = i + 1; j < l->n; j++) {
-      if (l->v[j].K <= 1 || l->v[j].dev != l->v[i].dev || !same_part_group(&l->v[i], &l->v[j]))
+      if (l->v[j].K <= 1 || l->v[j].dev != l->v[i].dev ||
+          !lower_same_part_group(&l->v[i], &l->v[j]))
         continue;
       int32_t r = combine2(w, l->v[i].combine, l->v[i].gv, l->v[j].gv, l->v[i].dev);
       if (r < 0) return LOOM_STATUS_INTERNAL;
@@ -254,158 +225,20 @@ static loom_status merge_local_parts(lower_walk *w, int32_t v) {
   return LOOM_STATUS_OK;
 }
 
-/* Seconds the cost model gives each way of finishing a complete group of
- * n parts of b bytes: a ring all-reduce, or sending every part to each of
- * m devices that need the value. */
-static double ring_all_reduce_s(const lower_walk *w, int32_t n, int64_t b) {
-  return loom_comm_model_time(&w->o.comm, 2.0 * (n - 1) / n * (double)b, 2 * (n - 1));
-}
-static double gather_parts_s(const lower_walk *w, int32_t n, int32_t m, int64_t b) {
-  return loom_comm_model_time(&w->o.comm, (double)m * (n - 1) * (double)b, m * (n - 1));
-}
-
-/* If needs on the members' devices are exactly one even tile of box each,
- * along one axis, in some member order: that axis, and the member order
- * in *order (member i gets tile i). */
-static int32_t tile_axis(const loom_vbox *box, int32_t n_members, const int32_t *devs,
-                         const lower_need *needs, int32_t n_needs, int32_t *order) {
-  for (int32_t a = 0; a < box->rank; a++) {
-    int64_t ext = box->end[a] - box->start[a];
-    if (n_members < 2 || ext % n_members) continue;
-    int64_t tile = ext / n_members;
-    bool ok = true;
-    int32_t found = 0;
-    for (int32_t m = 0; m < n_members && ok; m++) order[m] = -1;
-    for (int32_t k = 0; k < n_needs && ok; k++) {
-      const loom_vbox *q = &needs[k].box;
-      loom_vbox inter;
-      if (!loom_vbox_intersect(q, box, &inter)) continue;
-      int32_t m = 0;
-      while (m < n_members && devs[m] != needs[k].dev) m++;
-      if (m == n_members) {
-        ok = false;
-        break;
-      }
-      for (int32_t d = 0; d < box->rank && ok; d++)
-        if (d != a && (q->start[d] != box->start[d] || q->end[d] != box->end[d])) ok = false;
-      int64_t off = q->start[a] - box->start[a];
-      if (!ok || q->end[a] - q->start[a] != tile || off % tile) {
-        ok = false;
-        break;
-      }
-      int32_t t = (int32_t)(off / tile);
-      if (order[t] >= 0) {
-        ok = false;
-        break;
-      }
-      order[t] = m;
-      found++;
-    }
-    if (ok && found == n_members) return a;
-  }
-  return -1;
-}
-
-/* A complete group of parts (pieces idx[0..n) of v, on distinct devices). */
-static loom_status join_group(lower_walk *w, int32_t v, int32_t n, const int32_t *idx,
-                              int32_t n_needs, const lower_need *needs) {
-  lower_plist *l = &w->avail[v];
-  lower_piece first = l->v[idx[0]];
-  int32_t devs[LOOM_PLAN_MAX_DEVICES], order[LOOM_PLAN_MAX_DEVICES], in[LOOM_PLAN_MAX_DEVICES];
-  int32_t outs[LOOM_PLAN_MAX_DEVICES], out_dev[LOOM_PLAN_MAX_DEVICES];
-  for (int32_t m = 0; m < n; m++) devs[m] = l->v[idx[m]].dev;
-  int64_t b = box_bytes(w, v, &first.box);
-  /* which devices need some of this box */
-  int32_t m_need = 0;
-  bool all_members = true;
-  for (int32_t k = 0; k < n_needs; k++) {
-    loom_vbox inter;
-    if (!loom_vbox_intersect(&needs[k].box, &first.box, &inter)) continue;
-    bool member = false, dup = false;
-    for (int32_t m = 0; m < n; m++) member |= devs[m] == needs[k].dev;
-    for (int32_t j = 0; j < k; j++) dup |= needs[j].dev == needs[k].dev;
-    all_members &= member;
-    if (!dup) m_need++;
-  }
-  int32_t axis = all_members ? tile_axis(&first.box, n, devs, needs, n_needs, order) : -1;
-  loom_attr_value a[LOOM_MAX_ATTRS];
-  if (axis >= 0) {
-    /* reduce-scatter: member order = tile order */
-    int32_t gdev[LOOM_PLAN_MAX_DEVICES];
-    for (int32_t t = 0; t < n; t++) {
-      gdev[t] = devs[order[t]];
-      in[t] = l->v[idx[order[t]]].gv;
-    }
-    int32_t g = lower_group(w, n, gdev);
-    if (g < 0) return LOOM_STATUS_OUT_OF_MEMORY;
-    comm_attrs(LOOM_OP_REDUCE_SCATTER, a, g, n);
-    LOOM_ATTRV_I(a, reduce_scatter, axis) = axis;
-    LOOM_ATTRV_I(a, reduce_scatter, reduce) = reduce_kind(first.combine);
-    if (emit_comm(w, v, LOOM_OP_REDUCE_SCATTER, a, n, in, n, gdev, outs, g,
-                  (int64_t)((double)b * (n - 1) / n)) < 0)
-      return LOOM_STATUS_INTERNAL;
-    int64_t tile = (first.box.end[axis] - first.box.start[axis]) / n;
-    for (int32_t t = 0; t < n; t++) {
-      lower_piece pc = {.dev = gdev[t], .box = first.box, .parts = 1, .K = 1, .gv = outs[t]};
-      pc.box.start[axis] = first.box.start[axis] + tile * t;
-      pc.box.end[axis] = pc.box.start[axis] + tile;
-      LOOM_TRY(lower_add_piece(w, v, pc));
-    }
-  } else if (m_need > 0 && gather_parts_s(w, n, m_need, b) < ring_all_reduce_s(w, n, b)) {
-    /* few devices need it: send the parts there and combine in member order */
-    for (int32_t k = 0; k < n_needs; k++) {
-      loom_vbox inter;
-      if (!loom_vbox_intersect(&needs[k].box, &first.box, &inter)) continue;
-      int32_t d = needs[k].dev, acc = -1;
-      bool done = false;
-      for (int32_t j = 0; j < l->n; j++)
-        done |= l->v[j].K == 1 && l->v[j].dev == d && loom_vbox_equal(&l->v[j].box, &first.box);
-      if (done) continue;
-      for (int32_t m = 0; m < n; m++) {
-        const lower_piece pc = l->v[idx[m]];
-        int32_t here = pc.dev == d ? pc.gv : transfer(w, v, pc.gv, pc.dev, d);
-        if (here < 0) return LOOM_STATUS_INTERNAL;
-        acc = acc < 0 ? here : combine2(w, first.combine, acc, here, d);
-        if (acc < 0) return LOOM_STATUS_INTERNAL;
-      }
-      lower_piece got = {.dev = d, .box = first.box, .parts = 1, .K = 1, .gv = acc};
-      LOOM_TRY(lower_add_piece(w, v, got));
-    }
-  } else {
-    for (int32_t m = 0; m < n; m++) {
-      in[m] = l->v[idx[m]].gv;
-      out_dev[m] = devs[m];
-    }
-    int32_t g = lower_group(w, n, devs);
-    if (g < 0) return LOOM_STATUS_OUT_OF_MEMORY;
-    comm_attrs(LOOM_OP_ALL_REDUCE, a, g, n);
-    LOOM_ATTRV_I(a, all_reduce, reduce) = reduce_kind(first.combine);
-    if (emit_comm(w, v, LOOM_OP_ALL_REDUCE, a, n, in, n, out_dev, outs, g,
-                  (int64_t)(2.0 * (double)b * (n - 1) / n)) < 0)
-      return LOOM_STATUS_INTERNAL;
-    for (int32_t m = 0; m < n; m++) {
-      lower_piece pc = {.dev = devs[m], .box = first.box, .parts = 1, .K = 1, .gv = outs[m]};
-      LOOM_TRY(lower_add_piece(w, v, pc));
-    }
-  }
-  for (int32_t m = 0; m < n; m++) w->avail[v].v[idx[m]].K = -1;
-  return LOOM_STATUS_OK;
-}
-
 static double identity_of(loom_op combine) {
   return combine == LOOM_OP_MAXIMUM ? -INFINITY : combine == LOOM_OP_MINIMUM ? INFINITY : 0.0;
 }
 
-/* Parts that form no complete group (cuts that differ between parts):
- * each goes to one device, padded to the whole tensor with the combine's
- * identity, and they are combined there. */
-static loom_status join_rest(lower_walk *w, int32_t v, int32_t owner) {
+/* The parts take[] selects each go to one device, padded to the whole
+ * tensor with the combine's identity, and are combined there: the way for
+ * parts that form no complete group (cuts that differ between parts). */
+static loom_status join_rest(lower_walk *w, int32_t v, int32_t owner, const bool *take) {
   lower_plist *l = &w->avail[v];
   loom_vbox whole = loom_vbox_full(vtype(w, v));
   int32_t acc = -1;
   loom_op combine = LOOM_OP_ADD;
   for (int32_t k = 0; k < l->n; k++) {
-    if (l->v[k].K <= 1) continue;
+    if (l->v[k].K <= 1 || !take[k]) continue;
     lower_piece pc = l->v[k];
     combine = pc.combine;
     int32_t here = pc.dev == owner ? pc.gv : transfer(w, v, pc.gv, pc.dev, owner);
@@ -420,151 +253,167 @@ static loom_status join_rest(lower_walk *w, int32_t v, int32_t owner) {
       return LOOM_STATUS_INTERNAL;
     acc = acc < 0 ? padded : combine2(w, combine, acc, padded, owner);
     if (acc < 0) return LOOM_STATUS_INTERNAL;
-    l->v[k].K = -1;
+    w->avail[v].v[k].K = -1;
+    l = &w->avail[v];
   }
   if (acc < 0) return LOOM_STATUS_OK;
   lower_piece got = {.dev = owner, .box = whole, .parts = 1, .K = 1, .gv = acc};
   return lower_add_piece(w, v, got);
 }
 
-static loom_status join_partials(lower_walk *w, int32_t v, int32_t n_needs,
-                                 const lower_need *needs) {
-  LOOM_TRY(merge_local_parts(w, v));
-  lower_plist *l = &w->avail[v];
-  int32_t *idx = loom_malloc(w->ctx, sizeof *idx * (size_t)(l->n ? l->n : 1));
-  if (!idx) return LOOM_STATUS_OUT_OF_MEMORY;
-  loom_status st = LOOM_STATUS_OK;
-  int32_t n0 = l->n;
-  for (int32_t i = 0; !st && i < n0; i++) {
+/* take[k]: piece k is a part whose group is incomplete (complete: false),
+ * or, after the transitions, a part some need still reads (complete:
+ * true, a fallback the search never leaves). */
+static void select_parts(const lower_walk *w, int32_t v, bool complete, int32_t n_needs,
+                         const lower_need *needs, bool *take) {
+  const lower_plist *l = &w->avail[v];
+  for (int32_t i = 0; i < l->n; i++) {
+    take[i] = false;
     if (l->v[i].K <= 1) continue;
-    int32_t n = 0, parts = 0;
-    for (int32_t j = i; j < n0; j++)
-      if (l->v[j].K > 1 && same_part_group(&l->v[i], &l->v[j])) {
-        idx[n++] = j;
-        parts += l->v[j].parts;
-      }
-    if (parts != l->v[i].K) continue; /* incomplete: join_rest */
-    st = join_group(w, v, n, idx, n_needs, needs);
-    l = &w->avail[v];
-  }
-  free(idx);
-  if (!st) st = join_rest(w, v, n_needs > 0 ? needs[0].dev : 0);
-  return st;
-}
-
-/* ---- whole values ------------------------------------------------------------------ */
-
-/* Devices of needs[] that want exactly box q and do not have it. */
-static int32_t lacking(const lower_walk *w, int32_t v, const lower_need *needs, int32_t n_needs,
-                       const loom_vbox *q, int32_t *devs) {
-  int32_t n = 0;
-  for (int32_t k = 0; k < n_needs; k++) {
-    if (!loom_vbox_equal(&needs[k].box, q) || lower_find_piece(w, v, needs[k].dev, q) >= 0) continue;
-    bool dup = false;
-    for (int32_t j = 0; j < n; j++) dup |= devs[j] == needs[k].dev;
-    if (!dup) devs[n++] = needs[k].dev;
-  }
-  return n;
-}
-
-/* All-gather when the devices lacking q hold even tiles of it along one
- * axis, one each; broadcast when none holds any of it and one other
- * device holds all of it. */
-static loom_status collectives_for(lower_walk *w, int32_t v, const loom_vbox *q,
-                                   int32_t n, const int32_t *devs) {
-  lower_plist *l = &w->avail[v];
-  int32_t tiles[LOOM_PLAN_MAX_DEVICES], outs[LOOM_PLAN_MAX_DEVICES], gdev[LOOM_PLAN_MAX_DEVICES];
-  loom_attr_value a[LOOM_MAX_ATTRS];
-  for (int32_t ax = 0; ax < q->rank; ax++) {
-    int64_t ext = q->end[ax] - q->start[ax];
-    if (ext % n) continue;
-    int64_t tile = ext / n;
-    int32_t found = 0;
-    for (int32_t t = 0; t < n; t++) tiles[t] = -1;
-    for (int32_t m = 0; m < n; m++)
-      for (int32_t k = 0; k < l->n; k++) {
-        const lower_piece *pc = &l->v[k];
-        if (pc->K != 1 || pc->dev != devs[m] || !loom_vbox_contains(q, &pc->box)) continue;
-        bool ok = pc->box.end[ax] - pc->box.start[ax] == tile &&
-                  (pc->box.start[ax] - q->start[ax]) % tile == 0;
-        for (int32_t d = 0; d < q->rank && ok; d++)
-          if (d != ax && (pc->box.start[d] != q->start[d] || pc->box.end[d] != q->end[d])) ok = false;
-        int32_t t = ok ? (int32_t)((pc->box.start[ax] - q->start[ax]) / tile) : -1;
-        if (t >= 0 && tiles[t] < 0) {
-          tiles[t] = k;
-          found++;
-          break;
-        }
-      }
-    if (found != n) continue;
-    int32_t in[LOOM_PLAN_MAX_DEVICES];
-    for (int32_t t = 0; t < n; t++) {
-      gdev[t] = l->v[tiles[t]].dev;
-      in[t] = l->v[tiles[t]].gv;
+    int32_t parts = 0;
+    for (int32_t j = 0; j < l->n; j++)
+      if (l->v[j].K > 1 && lower_same_part_group(&l->v[i], &l->v[j])) parts += l->v[j].parts;
+    if (!complete) {
+      take[i] = parts != l->v[i].K;
+      continue;
     }
-    int32_t g = lower_group(w, n, gdev);
-    if (g < 0) return LOOM_STATUS_OUT_OF_MEMORY;
-    comm_attrs(LOOM_OP_ALL_GATHER, a, g, n);
-    LOOM_ATTRV_I(a, all_gather, axis) = ax;
-    int64_t b = box_bytes(w, v, &l->v[tiles[0]].box);
-    if (emit_comm(w, v, LOOM_OP_ALL_GATHER, a, n, in, n, gdev, outs, g, b * (n - 1)) < 0)
-      return LOOM_STATUS_INTERNAL;
-    for (int32_t t = 0; t < n; t++) {
-      lower_piece pc = {.dev = gdev[t], .box = *q, .parts = 1, .K = 1, .gv = outs[t]};
-      LOOM_TRY(lower_add_piece(w, v, pc));
-    }
-    return LOOM_STATUS_OK;
-  }
-  /* broadcast */
-  int32_t root = -1;
-  for (int32_t k = 0; k < l->n; k++) {
-    const lower_piece *pc = &l->v[k];
     loom_vbox inter;
-    if (pc->K != 1) continue;
-    bool member = false;
-    for (int32_t m = 0; m < n; m++) member |= devs[m] == pc->dev;
-    if (member && loom_vbox_intersect(&pc->box, q, &inter)) return LOOM_STATUS_OK;
-    if (!member && loom_vbox_contains(&pc->box, q) &&
-        (root < 0 || dev_distance(pc->dev, devs[0]) < dev_distance(l->v[root].dev, devs[0])))
-      root = k;
+    for (int32_t k = 0; k < n_needs && !take[i]; k++)
+      take[i] = loom_vbox_intersect(&needs[k].box, &l->v[i].box, &inter);
   }
-  if (root < 0 || n < 2) return LOOM_STATUS_OK;
-  lower_piece src = l->v[root];
-  int32_t in = slice_to(w, src.gv, &src.box, q, src.dev, false);
-  if (in < 0) return LOOM_STATUS_INTERNAL;
-  gdev[0] = src.dev;
-  for (int32_t m = 0; m < n; m++) gdev[m + 1] = devs[m];
-  int32_t g = lower_group(w, n + 1, gdev);
-  if (g < 0) return LOOM_STATUS_OUT_OF_MEMORY;
-  comm_attrs(LOOM_OP_BROADCAST, a, g, n + 1);
-  LOOM_ATTRV_I(a, broadcast, root) = 0;
-  set_type_attrs(&LOOM_ATTRV_INTS(a, broadcast, shape), &LOOM_ATTRV_I(a, broadcast, dtype),
-                 loom_value_type(w->G, in));
-  if (emit_comm(w, v, LOOM_OP_BROADCAST, a, 1, &in, n + 1, gdev, outs, g,
-                box_bytes(w, v, q) * n) < 0)
-    return LOOM_STATUS_INTERNAL;
-  for (int32_t m = 1; m <= n; m++) {
-    lower_piece pc = {.dev = gdev[m], .box = *q, .parts = 1, .K = 1, .gv = outs[m]};
-    LOOM_TRY(lower_add_piece(w, v, pc));
+}
+
+/* ---- emitting the chosen transitions ------------------------------------------------ */
+
+/* The parts of m sent to device d and combined there in member order. */
+static int32_t sum_parts_on(lower_walk *w, int32_t v, const lower_move *m, int32_t d) {
+  int32_t acc = -1;
+  for (int32_t t = 0; t < m->n; t++) {
+    const lower_piece pc = w->avail[v].v[m->piece[t]];
+    int32_t here = pc.dev == d ? pc.gv : transfer(w, v, pc.gv, pc.dev, d);
+    if (here < 0) return -1;
+    acc = acc < 0 ? here : combine2(w, pc.combine, acc, here, d);
+    if (acc < 0) return -1;
   }
-  return LOOM_STATUS_OK;
+  return acc;
+}
+
+/* Emits move m: its comm op (or transfers and sums), its result pieces
+ * added in lower_move_results' order, its input parts consumed. */
+static loom_status emit_move(lower_walk *w, int32_t v, const lower_move *m) {
+  static const loom_op ops[] = {
+      [LOWER_MV_ALL_REDUCE] = LOOM_OP_ALL_REDUCE, [LOWER_MV_REDUCE_SCATTER] = LOOM_OP_REDUCE_SCATTER,
+      [LOWER_MV_SEND_PARTS] = LOOM_OP_TRANSFER,   [LOWER_MV_ALL_GATHER] = LOOM_OP_ALL_GATHER,
+      [LOWER_MV_ALL_TO_ALL] = LOOM_OP_ALL_TO_ALL, [LOWER_MV_BROADCAST] = LOOM_OP_BROADCAST};
+  int32_t cap = (m->n > m->n_to ? m->n : m->n_to) + 1;
+  lower_piece *res = loom_malloc(w->ctx, sizeof *res * (size_t)cap);
+  int32_t *in = loom_malloc(w->ctx, sizeof *in * (size_t)cap);
+  int32_t *outs = loom_malloc(w->ctx, sizeof *outs * (size_t)cap);
+  if (!res || !in || !outs) {
+    free(res);
+    free(in);
+    free(outs);
+    return LOOM_STATUS_OUT_OF_MEMORY;
+  }
+  int32_t n_res = lower_move_results(m, res), n = m->n;
+  loom_op op = ops[m->kind];
+  loom_status st = LOOM_STATUS_OK;
+  int64_t b = box_bytes(w, v, &m->box);
+  if (m->kind == LOWER_MV_SEND_PARTS) {
+    for (int32_t i = 0; !st && i < m->n_to; i++)
+      if ((outs[i] = sum_parts_on(w, v, m, m->to[i])) < 0) st = LOOM_STATUS_INTERNAL;
+  } else {
+    loom_attr_value a[LOOM_MAX_ATTRS];
+    int32_t g = lower_group(w, n, m->dev), n_in = n;
+    if (g < 0) st = LOOM_STATUS_OUT_OF_MEMORY;
+    comm_attrs(op, a, g, n);
+    int64_t bytes = 0;
+    int32_t reduce = reduce_kind(w->avail[v].v[m->piece[0]].combine);
+    for (int32_t t = 0; t < n; t++) in[t] = m->piece[t] >= 0 ? w->avail[v].v[m->piece[t]].gv : -1;
+    switch (m->kind) {
+    case LOWER_MV_ALL_REDUCE:
+      LOOM_ATTRV_I(a, all_reduce, reduce) = reduce;
+      bytes = (int64_t)(2.0 * (double)b * (n - 1) / n);
+      break;
+    case LOWER_MV_REDUCE_SCATTER:
+      LOOM_ATTRV_I(a, reduce_scatter, axis) = m->axis;
+      LOOM_ATTRV_I(a, reduce_scatter, reduce) = reduce;
+      bytes = (int64_t)((double)b * (n - 1) / n);
+      break;
+    case LOWER_MV_ALL_GATHER:
+      LOOM_ATTRV_I(a, all_gather, axis) = m->axis;
+      bytes = box_bytes(w, v, &w->avail[v].v[m->piece[0]].box) * (n - 1);
+      break;
+    case LOWER_MV_ALL_TO_ALL:
+      LOOM_ATTRV_I(a, all_to_all, split_axis) = m->axis;
+      LOOM_ATTRV_I(a, all_to_all, concat_axis) = m->axis2;
+      bytes = (int64_t)((double)box_bytes(w, v, &w->avail[v].v[m->piece[0]].box) * (n - 1) / n);
+      break;
+    default: { /* broadcast: the root's piece cut to the box */
+      const lower_piece src = w->avail[v].v[m->piece[0]];
+      in[0] = slice_to(w, src.gv, &src.box, &m->box, src.dev, false);
+      if (in[0] < 0) st = LOOM_STATUS_INTERNAL;
+      else {
+        LOOM_ATTRV_I(a, broadcast, root) = 0;
+        set_type_attrs(&LOOM_ATTRV_INTS(a, broadcast, shape), &LOOM_ATTRV_I(a, broadcast, dtype),
+                       loom_value_type(w->G, in[0]));
+      }
+      n_in = 1;
+      bytes = b * (n - 1);
+    }
+    }
+    if (!st && emit_comm(w, v, op, a, n_in, in, n, m->dev, outs, g, bytes) < 0)
+      st = LOOM_STATUS_INTERNAL;
+    if (m->kind == LOWER_MV_BROADCAST) memmove(outs, outs + 1, sizeof *outs * (size_t)(n - 1));
+  }
+  for (int32_t i = 0; !st && i < n_res; i++) {
+    res[i].gv = outs[i];
+    st = lower_add_piece(w, v, res[i]);
+  }
+  if (!st && m->kind <= LOWER_MV_SEND_PARTS)
+    for (int32_t t = 0; t < n; t++) w->avail[v].v[m->piece[t]].K = -1;
+  free(res);
+  free(in);
+  free(outs);
+  return st;
 }
 
 loom_status lower_move_value(lower_walk *w, int32_t v, int32_t n_needs, const lower_need *needs) {
   bool partial = false;
   for (int32_t k = 0; k < w->avail[v].n; k++) partial |= w->avail[v].v[k].K > 1;
-  if (partial) LOOM_TRY(join_partials(w, v, n_needs, needs));
-  int32_t devs[LOOM_PLAN_MAX_DEVICES];
-  for (int32_t k = 0; k < n_needs; k++) {
-    bool seen = false;
-    for (int32_t j = 0; j < k; j++) seen |= loom_vbox_equal(&needs[j].box, &needs[k].box);
-    if (seen) continue;
-    int32_t n = lacking(w, v, needs, n_needs, &needs[k].box, devs);
-    if (n >= 2) LOOM_TRY(collectives_for(w, v, &needs[k].box, n, devs));
+  int32_t owner = n_needs > 0 ? needs[0].dev : 0;
+  bool *take = NULL;
+  if (partial) {
+    LOOM_TRY(merge_local_parts(w, v));
+    take = loom_malloc(w->ctx, sizeof *take * (size_t)(w->avail[v].n + 1));
+    if (!take) return LOOM_STATUS_OUT_OF_MEMORY;
+    select_parts(w, v, false, n_needs, needs, take);
+    loom_status st = join_rest(w, v, owner, take);
+    if (st) {
+      free(take);
+      return st;
+    }
   }
-  for (int32_t k = 0; k < n_needs; k++) {
+  lower_path path;
+  loom_status st = lower_search(w, v, n_needs, needs, &path);
+  for (int32_t i = 0; !st && i < path.n_moves; i++) st = emit_move(w, v, &path.moves[i]);
+  lower_path_free(&path);
+  if (!st && partial) {
+    /* parts no need reads are dropped */
+    bool *t2 = realloc(take, sizeof *take * (size_t)(w->avail[v].n + 1));
+    if (!t2) st = LOOM_STATUS_OUT_OF_MEMORY;
+    else {
+      take = t2;
+      select_parts(w, v, true, n_needs, needs, take);
+      st = join_rest(w, v, owner, take);
+      for (int32_t k = 0; !st && k < w->avail[v].n; k++)
+        if (w->avail[v].v[k].K > 1) w->avail[v].v[k].K = -1;
+    }
+  }
+  free(take);
+  for (int32_t k = 0; !st && k < n_needs; k++) {
     if (lower_find_piece(w, v, needs[k].dev, &needs[k].box) >= 0) continue;
-    if (lower_assemble(w, v, &needs[k].box, needs[k].dev, false) < 0) return LOOM_STATUS_INVALID_ARGUMENT;
+    if (lower_assemble(w, v, &needs[k].box, needs[k].dev, false) < 0) st = LOOM_STATUS_INVALID_ARGUMENT;
   }
-  return LOOM_STATUS_OK;
+  return st;
 }
