@@ -89,6 +89,12 @@ loom_status loom_plan_lower(const loom_plan *p, const loom_plan_lower_options *o
                             loom_plan_program **out);
 void loom_plan_program_free(loom_plan_program *pp);
 
+/* The FLOPs of one node as the per-device stats and the simulator count
+ * them: 2 m n k for a matmul, the QK^T and PV products of attention
+ * (twice that backward), one per output element for other compute, none
+ * for layout and comm ops. */
+double loom_plan_node_flops(const loom_graph *g, const loom_node *n);
+
 /* Device d's program. io (may be NULL) gets, per input of the device graph,
  * the index into pp->ins, and per output the index into pp->outs (or -1 for
  * a comm op's completion token, which the runner ignores); both malloc'ed. */

@@ -21,18 +21,6 @@ static int32_t member_of(const loom_plan_program *pp, int32_t group, int32_t d) 
   return -1;
 }
 
-static int32_t comm_index(const loom_plan_program *pp, int32_t node) {
-  /* comms are emitted in node order */
-  int32_t lo = 0, hi = pp->n_comms - 1;
-  while (lo <= hi) {
-    int32_t mid = (lo + hi) / 2;
-    if (pp->comms[mid].node == node) return mid;
-    if (pp->comms[mid].node < node) lo = mid + 1;
-    else hi = mid - 1;
-  }
-  return -1;
-}
-
 /* The piece's name: the value's, with the box when it is not whole. */
 static void piece_name(const char *base, const loom_vbox *box, const loom_type *whole, char *buf,
                        size_t n) {
@@ -114,7 +102,7 @@ loom_status loom_plan_device_graph(const loom_plan_program *pp, int32_t d, loom_
       continue;
     }
     /* a comm op: this member's input (if any) and output */
-    int32_t c = comm_index(pp, node);
+    int32_t c = lower_comm_index(pp, node);
     int32_t m = c >= 0 ? member_of(pp, pp->comms[c].group, d) : -1;
     if (m < 0) {
       st = loom_error(ctx, LOOM_STATUS_INTERNAL, "plan: device %d is not in comm op %d's group", d,

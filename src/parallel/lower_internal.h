@@ -114,6 +114,9 @@ loom_status lower_search(const lower_walk *w, int32_t v, int32_t n_needs, const 
                          lower_path *out);
 void lower_path_free(lower_path *p);
 
+/* lower_order.c: the index in pp->comms of the comm op at global node
+ * `node`, or -1 (comms are kept in node order). */
+int32_t lower_comm_index(const loom_plan_program *pp, int32_t node);
 /* lower_order.c: the execution order, the deadlock check, the counts. */
 loom_status lower_finish(lower_walk *w);
 

@@ -51,9 +51,7 @@ static int32_t heap_pop(heap *h) {
   return top;
 }
 
-/* The index in pp->comms of the comm op at global node `node`, or -1
- * (comms are emitted in node order). */
-static int32_t comm_of(const loom_plan_program *pp, int32_t node) {
+int32_t lower_comm_index(const loom_plan_program *pp, int32_t node) {
   int32_t lo = 0, hi = pp->n_comms - 1;
   while (lo <= hi) {
     int32_t mid = (lo + hi) / 2;
@@ -73,14 +71,14 @@ static int32_t node_members(const loom_plan_program *pp, int32_t node, const int
     *members = one;
     return 1;
   }
-  int32_t c = comm_of(pp, node);
+  int32_t c = lower_comm_index(pp, node);
   if (c < 0) return 0;
   int32_t g = pp->comms[c].group;
   *members = pp->group_ranks + pp->group_start[g];
   return pp->group_start[g + 1] - pp->group_start[g];
 }
 
-static double node_flops(const loom_graph *g, const loom_node *n) {
+double loom_plan_node_flops(const loom_graph *g, const loom_node *n) {
   if (n->n_out < 1) return 0;
   const loom_type *o = loom_value_type(g, n->out[0]);
   double numel = (double)loom_type_numel(o);
@@ -159,7 +157,7 @@ static void renumber_comms(loom_plan_program *pp, const int32_t *sorted) {
   int32_t seq = 0;
   for (int32_t i = 0; i < G->n_nodes; i++) {
     loom_node *n = &G->nodes[sorted[i]];
-    int32_t c = is_comm(G, sorted[i]) ? comm_of(pp, sorted[i]) : -1;
+    int32_t c = is_comm(G, sorted[i]) ? lower_comm_index(pp, sorted[i]) : -1;
     if (c < 0) continue;
     pp->comms[c].seq = seq;
     switch (n->op) {
@@ -308,7 +306,7 @@ static loom_status count(lower_walk *w) {
       int32_t node = pp->order_nodes[i];
       if (pp->node_device[node] >= 0) {
         s->n_nodes++;
-        s->flops += node_flops(G, &G->nodes[node]);
+        s->flops += loom_plan_node_flops(G, &G->nodes[node]);
       }
     }
     int64_t held = 0;

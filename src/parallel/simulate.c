@@ -23,7 +23,6 @@ typedef struct sim {
   const loom_sim_options *o;
   const loom_cluster *c;
   double gemm_eff, mem_eff, rate;
-  int32_t *comm_of_node; /* per global node: its index in pp->comms, or -1 */
 } sim;
 
 static double elem_bytes(const sim *s, const loom_type *t) {
@@ -42,31 +41,22 @@ static double compute_time(const sim *s, int32_t node) {
   const loom_graph *G = s->pp->global;
   const loom_node *n = &G->nodes[node];
   if (s->pp->node_subop[node] == LOWER_FEED || n->n_out < 1) return 0; /* pieces held */
-  const loom_op_def *d = loom_op_get(n->op);
   if (n->op == LOOM_OP_RESHAPE) return 0; /* a view */
-  double launch = s->c->kernel_launch_s;
-  const loom_type *out = loom_value_type(G, n->out[0]);
-  double numel = (double)loom_type_numel(out);
+  double launch = s->c->kernel_launch_s, flops = loom_plan_node_flops(G, n);
   if (n->op == LOOM_OP_MATMUL) {
-    const loom_type *a = loom_value_type(G, n->in[0]);
-    double k = (double)(LOOM_ATTR_I(n, matmul, trans_a) ? a->shape[a->rank - 2]
-                                                         : a->shape[a->rank - 1]);
-    double m = (double)out->shape[out->rank - 2], nn = (double)out->shape[out->rank - 1];
-    double eff = s->gemm_eff * skinny(fmin(m, fmin(nn, k)));
-    return launch + 2.0 * numel * k / (s->rate * eff);
+    const loom_type *a = loom_value_type(G, n->in[0]), *o = loom_value_type(G, n->out[0]);
+    int64_t k = LOOM_ATTR_I(n, matmul, trans_a) ? a->shape[a->rank - 2] : a->shape[a->rank - 1];
+    double least = (double)LOOM_MIN(k, LOOM_MIN(o->shape[o->rank - 2], o->shape[o->rank - 1]));
+    return launch + flops / (s->rate * s->gemm_eff * skinny(least));
   }
   if (n->op == LOOM_OP_FLASH_ATTENTION || n->op == LOOM_OP_FLASH_ATTENTION_GRAD) {
-    /* q [B, H, T, dh]: QK^T and PV, twice that backward */
-    const loom_type *q = loom_value_type(G, n->in[0]);
-    double t = (double)q->shape[q->rank - 2], dh = (double)q->shape[q->rank - 1];
-    double f = 4.0 * (double)loom_type_numel(q) * t;
-    if (n->op == LOOM_OP_FLASH_ATTENTION_GRAD) f *= 2.0;
-    return launch + f / (s->rate * s->gemm_eff * skinny(fmin(t, dh)));
+    const loom_type *q = loom_value_type(G, n->in[0]); /* [B, H, T, dh] */
+    double least = (double)LOOM_MIN(q->shape[q->rank - 2], q->shape[q->rank - 1]);
+    return launch + flops / (s->rate * s->gemm_eff * skinny(least));
   }
   double bytes = 0;
   for (int32_t i = 0; i < n->n_in; i++) bytes += value_bytes(s, n->in[i]);
   for (int32_t o = 0; o < n->n_out; o++) bytes += value_bytes(s, n->out[o]);
-  double flops = d->cls == LOOM_OPCLASS_LAYOUT ? 0.0 : numel;
   double t_mem = bytes / (s->c->memory_bandwidth_Bps * s->mem_eff);
   double t_flop = flops / s->c->flops[LOOM_PRECISION_f32];
   return launch + (t_mem > t_flop ? t_mem : t_flop);
@@ -143,8 +133,7 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   sim s = {pp, o, o->cluster,
            o->gemm_efficiency > 0 ? o->gemm_efficiency : DEFAULT_GEMM_EFFICIENCY,
            o->memory_efficiency > 0 ? o->memory_efficiency : DEFAULT_MEMORY_EFFICIENCY,
-           o->cluster->flops[o->precision], NULL};
-  s.comm_of_node = loom_malloc(ctx, sizeof *s.comm_of_node * (size_t)(G->n_nodes ? G->n_nodes : 1));
+           o->cluster->flops[o->precision]};
   double *ready = loom_calloc(ctx, (size_t)(G->n_values ? G->n_values : 1), sizeof *ready);
   double *t_compute = loom_calloc(ctx, (size_t)nd, sizeof *t_compute);
   double *t_stream = loom_calloc(ctx, (size_t)nd, sizeof *t_stream);
@@ -154,13 +143,11 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   out->event_start = loom_malloc(ctx, sizeof *out->event_start * (size_t)(nd + 1));
   out->events = loom_calloc(ctx, (size_t)(total ? total : 1), sizeof *out->events);
   loom_status st = LOOM_STATUS_OK;
-  if (!s.comm_of_node || !ready || !t_compute || !t_stream || !issue || !pos || !out->devices ||
+  if (!ready || !t_compute || !t_stream || !issue || !pos || !out->devices ||
       !out->event_start || !out->events)
     st = LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {
     out->n_devices = nd;
-    for (int32_t i = 0; i < G->n_nodes; i++) s.comm_of_node[i] = -1;
-    for (int32_t k = 0; k < pp->n_comms; k++) s.comm_of_node[pp->comms[k].node] = k;
     for (int32_t d = 0; d <= nd; d++) out->event_start[d] = pp->order_start[d];
     for (int32_t d = 0; d < nd; d++) pos[d] = pp->order_start[d];
   }
@@ -169,7 +156,7 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
     progress = false;
     for (int32_t d = 0; d < nd; d++) {
       while (pos[d] < pp->order_start[d + 1]) {
-        int32_t node = pp->order_nodes[pos[d]], k = s.comm_of_node[node];
+        int32_t node = pp->order_nodes[pos[d]], k = lower_comm_index(pp, node);
         const loom_node *n = &G->nodes[node];
         if (k < 0) {
           double start = t_compute[d];
@@ -234,7 +221,6 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
     }
     out->bubble = nd ? idle / nd : 0;
   }
-  free(s.comm_of_node);
   free(ready);
   free(t_compute);
   free(t_stream);
