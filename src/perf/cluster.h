@@ -68,8 +68,9 @@ typedef struct loom_cluster {
 loom_status loom_cluster_parse(loom_ctx *ctx, const char *text, size_t len, loom_cluster *out);
 /* loom_cluster_parse of a file; errors are "PATH:LINE:COL: message". */
 loom_status loom_cluster_load(loom_ctx *ctx, const char *path, loom_cluster *out);
-/* Appends c in the file grammar, in the units a reader expects; parsing
- * the text gives c back (check b->oom at the end). */
+/* Appends c in the file grammar, each number in the largest decimal unit
+ * not above it, to 6 significant digits: parsing the text gives c back to
+ * that precision (check b->oom at the end). */
 void loom_cluster_write(const loom_cluster *c, loom_strbuf *b);
 
 /* This machine as a cluster of one node whose devices are its cores (one
