@@ -77,6 +77,23 @@ static void mpirun_cmd(char *cmd, size_t size, const char *exe, const char *flag
            exe, flags, plan, extra);
 }
 
+/* Runs commands a and b alternately `runs` times (at most 64), medians of
+ * their tokens/s into *ma and *mb; the command that failed, or NULL. */
+static const char *alternate(const char *a, const char *b, int32_t runs, bool quiet,
+                             const char *what, double *ma, double *mb) {
+  double ta[64], tb[64];
+  int32_t k = 0;
+  for (; k < runs && k < 64; k++) {
+    if (!quiet) fprintf(stderr, "bench: %s, run %d of %d\n", what, k + 1, runs);
+    ta[k] = train_tok_s(a);
+    tb[k] = train_tok_s(b);
+    if (ta[k] <= 0 || tb[k] <= 0) return ta[k] <= 0 ? a : b;
+  }
+  *ma = median(ta, k);
+  *mb = median(tb, k);
+  return NULL;
+}
+
 static void dp_scaling(FILE *f, bool json, const loom_bench_opts *o) {
   char exe[4096];
   if (!mpi_exe(exe, sizeof exe)) {
@@ -89,20 +106,15 @@ static void dp_scaling(FILE *f, bool json, const loom_bench_opts *o) {
   train_flags(flags, sizeof flags, steps);
   snprintf(one, sizeof one, "OMP_NUM_THREADS=1 '%s' %s 2>&1", exe, flags);
   mpirun_cmd(two, sizeof two, exe, flags, "dp2", "");
-  double a[64], b[64];
-  int32_t k = 0;
-  for (; k < runs && k < 64; k++) {
-    if (!o->quiet) fprintf(stderr, "bench: dp scaling, run %d of %d\n", k + 1, runs);
-    a[k] = train_tok_s(one);
-    b[k] = train_tok_s(two);
-    if (a[k] <= 0 || b[k] <= 0) {
-      fprintf(f, json ? "{\"bench\":\"dp_scaling\",\"error\":\"a run failed\"}\n"
-                      : "dp scaling: a run failed (%s)\n",
-              a[k] <= 0 ? one : two);
-      return;
-    }
+  double ma = 0, mb = 0;
+  const char *failed = alternate(one, two, runs, o->quiet, "dp scaling", &ma, &mb);
+  if (failed) {
+    fprintf(f, json ? "{\"bench\":\"dp_scaling\",\"error\":\"a run failed\"}\n"
+                    : "dp scaling: a run failed (%s)\n",
+            failed);
+    return;
   }
-  double ma = median(a, k), mb = median(b, k);
+  int32_t k = runs < 64 ? runs : 64;
   if (json)
     fprintf(f,
             "{\"bench\":\"dp_scaling\",\"steps\":%d,\"runs\":%d,\"one_tok_s\":%.0f,"
@@ -131,22 +143,17 @@ static void comm_overlap(FILE *f, bool json, const loom_bench_opts *o) {
   for (size_t p = 0; p < sizeof plans / sizeof plans[0]; p++) {
     mpirun_cmd(on, sizeof on, exe, flags, plans[p], "--comm-overlap on");
     mpirun_cmd(off, sizeof off, exe, flags, plans[p], "--comm-overlap off");
-    double a[64], b[64];
-    int32_t k = 0;
-    for (; k < runs && k < 64; k++) {
-      if (!o->quiet)
-        fprintf(stderr, "bench: comm overlap %s, run %d of %d\n", plans[p], k + 1, runs);
-      a[k] = train_tok_s(on);
-      b[k] = train_tok_s(off);
-      if (a[k] <= 0 || b[k] <= 0) break;
-    }
-    if (k < runs && k < 64) {
+    char what[64];
+    snprintf(what, sizeof what, "comm overlap %s", plans[p]);
+    double ma = 0, mb = 0;
+    const char *failed = alternate(on, off, runs, o->quiet, what, &ma, &mb);
+    if (failed) {
       fprintf(f, json ? "{\"bench\":\"comm_overlap\",\"error\":\"a run failed\"}\n"
                       : "comm overlap: a run failed (%s)\n",
-              a[k] <= 0 ? on : off);
+              failed);
       return;
     }
-    double ma = median(a, k), mb = median(b, k);
+    int32_t k = runs < 64 ? runs : 64;
     if (json)
       fprintf(f,
               "{\"bench\":\"comm_overlap\",\"plan\":\"%s\",\"steps\":%d,\"runs\":%d,"

@@ -114,6 +114,23 @@ double loom_test_update_error(const loom_tensor *want, const loom_tensor *got,
   return worst;
 }
 
+loom_tensor **loom_test_uniform_inputs(loom_ctx *ctx, const loom_graph *g, uint64_t seed) {
+  int32_t n = loom_graph_num_inputs(g);
+  loom_tensor **in = calloc((size_t)n + 1, sizeof *in);
+  loom_test_rng r = {seed};
+  for (int32_t i = 0; in && i < n; i++) {
+    loom_dtype dt;
+    int32_t rank;
+    int64_t shape[LOOM_MAX_RANK];
+    CHECK_OK(ctx, loom_graph_value_type(g, loom_graph_input_value(g, i), &dt, &rank, shape));
+    CHECK_OK(ctx, loom_tensor_new(ctx, dt, rank, shape, &in[i]));
+    if (!in[i]) continue;
+    float *d = loom_tensor_data(in[i]);
+    for (int64_t e = 0; e < loom_tensor_numel(in[i]); e++) d[e] = (float)loom_test_uniform(&r, -1, 1);
+  }
+  return in;
+}
+
 loom_tensor **loom_test_gpt_inputs(loom_ctx *ctx, const loom_graph *g, uint64_t seed) {
   int32_t n = loom_graph_num_inputs(g);
   loom_tensor **in = calloc((size_t)n + 1, sizeof *in);

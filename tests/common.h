@@ -66,6 +66,8 @@ loom_tensor **loom_test_run(loom_ctx *ctx, const loom_graph *g, const loom_sessi
  * [0, 256), step 3, lr 1e-2, second moments in [1e-4, 1e-3), every other
  * float in [-0.2, 0.2), from seed. */
 loom_tensor **loom_test_gpt_inputs(loom_ctx *ctx, const loom_graph *g, uint64_t seed);
+/* Inputs of an all-f32 graph, uniform in [-1, 1) from seed (NULL-ended). */
+loom_tensor **loom_test_uniform_inputs(loom_ctx *ctx, const loom_graph *g, uint64_t seed);
 /* Frees n tensors and the array (either may be NULL). */
 void loom_test_free_tensors(loom_tensor **t, int32_t n);
 /* max |got - want| / rms(want - base), f32 tensors; base NULL: rms(want).

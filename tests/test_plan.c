@@ -39,22 +39,6 @@ static loom_graph *mlp(loom_ctx *ctx) {
 
 /* ---- running ---------------------------------------------------------------------- */
 
-static loom_tensor **inputs(loom_ctx *ctx, const loom_graph *g, uint64_t seed) {
-  int32_t n = loom_graph_num_inputs(g);
-  loom_tensor **in = calloc((size_t)n + 1, sizeof *in);
-  loom_test_rng r = {seed};
-  for (int32_t i = 0; i < n; i++) {
-    loom_dtype dt;
-    int32_t rank;
-    int64_t shape[LOOM_MAX_RANK];
-    CHECK_OK(ctx, loom_graph_value_type(g, loom_graph_input_value(g, i), &dt, &rank, shape));
-    CHECK_OK(ctx, loom_tensor_new(ctx, dt, rank, shape, &in[i]));
-    float *d = loom_tensor_data(in[i]);
-    for (int64_t e = 0; e < loom_tensor_numel(in[i]); e++) d[e] = (float)loom_test_uniform(&r, -1, 1);
-  }
-  return in;
-}
-
 /* Lowers p, runs the global graph on the reference executor and compares
  * every output with the logical graph's; returns the program. */
 static loom_plan_program *check_oracle(loom_ctx *ctx, const loom_plan *p, const char *what) {
@@ -65,7 +49,7 @@ static loom_plan_program *check_oracle(loom_ctx *ctx, const loom_plan *p, const 
     return NULL;
   }
   const loom_graph *L = p->graph;
-  loom_tensor **in = inputs(ctx, L, 7);
+  loom_tensor **in = loom_test_uniform_inputs(ctx, L, 7);
   loom_tensor **want = loom_test_run(ctx, L, &ref_opts, in), **got = loom_test_run(ctx, pp->global, &ref_opts, in);
   for (int32_t o = 0; o < loom_graph_num_outputs(L); o++) {
     double e = loom_test_update_error(want[o], got[o], NULL);

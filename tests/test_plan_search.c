@@ -46,23 +46,6 @@ static loom_graph *mm_relu(loom_ctx *ctx) {
   return g;
 }
 
-static loom_tensor **inputs(loom_ctx *ctx, const loom_graph *g) {
-  int32_t n = loom_graph_num_inputs(g);
-  loom_tensor **in = calloc((size_t)n + 1, sizeof *in);
-  loom_test_rng r = {11};
-  for (int32_t i = 0; i < n; i++) {
-    loom_dtype dt;
-    int32_t rank;
-    int64_t shape[LOOM_MAX_RANK];
-    CHECK_OK(ctx, loom_graph_value_type(g, loom_graph_input_value(g, i), &dt, &rank, shape));
-    CHECK_OK(ctx, loom_tensor_new(ctx, dt, rank, shape, &in[i]));
-    float *d = loom_tensor_data(in[i]);
-    for (int64_t e = 0; e < loom_tensor_numel(in[i]); e++)
-      d[e] = (float)loom_test_uniform(&r, -1, 1);
-  }
-  return in;
-}
-
 /* Parses and lowers text over g (opts NULL: the default cost model), and
  * checks the global graph against g on the reference executor. */
 static loom_plan_program *lower_checked(loom_ctx *ctx, const loom_graph *g, const char *text,
@@ -75,7 +58,7 @@ static loom_plan_program *lower_checked(loom_ctx *ctx, const loom_graph *g, cons
     loom_plan_free(p);
     return NULL;
   }
-  loom_tensor **in = inputs(ctx, g);
+  loom_tensor **in = loom_test_uniform_inputs(ctx, g, 11);
   loom_tensor **want = loom_test_run(ctx, g, &ref_opts, in);
   loom_tensor **got = loom_test_run(ctx, pp->global, &ref_opts, in);
   for (int32_t o = 0; o < loom_graph_num_outputs(g); o++)
@@ -157,7 +140,7 @@ static void *device_main(void *arg) {
 /* Each device's program in its own thread; z gathered equals the oracle's. */
 static void run_per_device(loom_ctx *ctx, const loom_plan_program *pp, const loom_graph *g) {
   enum { N = 4 };
-  shared sh = {.pp = pp, .in = inputs(ctx, g)};
+  shared sh = {.pp = pp, .in = loom_test_uniform_inputs(ctx, g, 11)};
   loom_tensor **oracle = loom_test_run(ctx, pp->global, &ref_opts, sh.in);
   sh.comms = calloc(N, sizeof *sh.comms);
   CHECK_OK(ctx, loom_comm_inproc_new(ctx, N, sh.comms));

@@ -360,3 +360,10 @@ loom_status loom_file_read(loom_ctx *ctx, const char *path, size_t max, char **b
   *len = n;
   return LOOM_STATUS_OK;
 }
+
+loom_status loom_file_error_at(loom_ctx *ctx, loom_status st, const char *path) {
+  char msg[LOOM_ERROR_MAX];
+  snprintf(msg, sizeof msg, "%s", loom_ctx_error(ctx));
+  bool at = msg[0] >= '0' && msg[0] <= '9';
+  return loom_error(ctx, st, "%s:%s%s", path, at ? "" : " ", msg);
+}

@@ -63,6 +63,11 @@ loom_status loom_file_write_atomic(loom_ctx *ctx, const char *path, const void *
  * byte is read, and opening does not block) and files over max bytes. */
 loom_status loom_file_read(loom_ctx *ctx, const char *path, size_t max, char **buf, size_t *len);
 
+/* Puts path in front of ctx's message about the contents of that file:
+ * "PATH:LINE:COL: ..." (the form editors and compilers use) when the
+ * message starts with a position, else "PATH: ...". Returns st. */
+loom_status loom_file_error_at(loom_ctx *ctx, loom_status st, const char *path);
+
 /* Opens path for reading as loom_file_read does (regular files only, no
  * blocking open); NULL with an error on ctx. */
 FILE *loom_file_open_read(loom_ctx *ctx, const char *path);

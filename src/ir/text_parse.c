@@ -524,13 +524,7 @@ loom_status loom_graph_load(loom_ctx *ctx, const char *path, loom_graph **out) {
   loom_status st = loom_file_read(ctx, path, LOOM_TEXT_MAX_FILE, &buf, &len);
   if (!st) {
     st = loom_graph_parse_text(ctx, buf, len, out);
-    if (st) {
-      /* "PATH:LINE:COL: ...", the form editors and compilers use. */
-      char msg[LOOM_ERROR_MAX];
-      snprintf(msg, sizeof msg, "%s", loom_ctx_error(ctx));
-      bool at = msg[0] >= '0' && msg[0] <= '9';
-      loom_error(ctx, st, "%s:%s%s", path, at ? "" : " ", msg);
-    }
+    if (st) loom_file_error_at(ctx, st, path);
   }
   free(buf);
   return st;

@@ -31,15 +31,21 @@ static int64_t comm_member(const loom_node *n) {
   return n->op == LOOM_OP_TRANSFER ? LOOM_ATTR_I(n, transfer, member)
                                    : LOOM_ATTR_I(n, all_reduce, member);
 }
-static int64_t comm_seq(const loom_node *n) {
+int64_t loom_comm_op_seq(const loom_node *n) {
   return n->op == LOOM_OP_TRANSFER ? LOOM_ATTR_I(n, transfer, seq) : LOOM_ATTR_I(n, all_reduce, seq);
+}
+void loom_comm_op_set_seq(loom_op op, loom_attr_value *attrs, int64_t seq) {
+  if (op == LOOM_OP_TRANSFER)
+    LOOM_ATTRV_I(attrs, transfer, seq) = seq;
+  else
+    LOOM_ATTRV_I(attrs, all_reduce, seq) = seq;
 }
 static int64_t comm_size(const loom_node *n) {
   return n->op == LOOM_OP_TRANSFER ? 2 : LOOM_ATTR_I(n, all_reduce, size);
 }
 
 static loom_status check_common(loom_ctx *ctx, const loom_node *n) {
-  int64_t size = comm_size(n), member = comm_member(n), seq = comm_seq(n);
+  int64_t size = comm_size(n), member = comm_member(n), seq = loom_comm_op_seq(n);
   if (n->op == LOOM_OP_TRANSFER) {
     int64_t src = LOOM_ATTR_I(n, transfer, src), dst = LOOM_ATTR_I(n, transfer, dst);
     if (src < 0 || dst < 0 || src == dst || src > INT32_MAX || dst > INT32_MAX)
@@ -416,7 +422,7 @@ static loom_status device_all_reduce(loom_ctx *ctx, const loom_node *n, const lo
   device_group dg = {NULL, 0, NULL};
   LOOM_TRY(device_group_of(ctx, n, &dg));
   copy_in(&out[0], &in[0]);
-  return loom_comm_group_all_reduce(dg.comm, ctx, dg.n, dg.ranks, comm_seq(n), out[0].data,
+  return loom_comm_group_all_reduce(dg.comm, ctx, dg.n, dg.ranks, loom_comm_op_seq(n), out[0].data,
                                     loom_view_numel(&out[0]), out[0].dtype,
                                     (loom_comm_reduce)LOOM_ATTR_I(n, all_reduce, reduce));
 }
@@ -437,7 +443,7 @@ static loom_status device_all_gather(loom_ctx *ctx, const loom_node *n, const lo
   loom_status st = mbuf && abuf && parts ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {
     loom_view_copy(&mine, &in[0]);
-    st = loom_comm_group_all_gather(dg.comm, ctx, dg.n, dg.ranks, comm_seq(n), mbuf, abuf,
+    st = loom_comm_group_all_gather(dg.comm, ctx, dg.n, dg.ranks, loom_comm_op_seq(n), mbuf, abuf,
                                     loom_view_numel(&in[0]), NULL, t.dtype);
   }
   if (!st) {
@@ -476,7 +482,7 @@ static loom_status device_reduce_scatter(loom_ctx *ctx, const loom_node *n, cons
   loom_status st = buf && parts ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {
     pack_parts(&in[0], axis, dg.n, buf, parts);
-    st = loom_comm_group_reduce_scatter(dg.comm, ctx, dg.n, dg.ranks, comm_seq(n), buf,
+    st = loom_comm_group_reduce_scatter(dg.comm, ctx, dg.n, dg.ranks, loom_comm_op_seq(n), buf,
                                         out[0].data, loom_view_numel(&out[0]), NULL, t.dtype,
                                         (loom_comm_reduce)LOOM_ATTR_I(n, reduce_scatter, reduce));
   }
@@ -499,7 +505,7 @@ static loom_status device_all_to_all(loom_ctx *ctx, const loom_node *n, const lo
   loom_status st = sbuf && rbuf && parts ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {
     pack_parts(&in[0], split, dg.n, sbuf, parts); /* block j goes to member j */
-    st = loom_comm_group_all_to_all(dg.comm, ctx, dg.n, dg.ranks, comm_seq(n), sbuf, rbuf,
+    st = loom_comm_group_all_to_all(dg.comm, ctx, dg.n, dg.ranks, loom_comm_op_seq(n), sbuf, rbuf,
                                     loom_view_numel(&in[0]) / dg.n, t.dtype);
   }
   if (!st) {
@@ -520,7 +526,7 @@ static loom_status device_broadcast(loom_ctx *ctx, const loom_node *n, const loo
   device_group dg = {NULL, 0, NULL};
   LOOM_TRY(device_group_of(ctx, n, &dg));
   if (n->n_in == 1) copy_in(&out[0], &in[0]);
-  return loom_comm_group_broadcast(dg.comm, ctx, dg.n, dg.ranks, comm_seq(n), out[0].data,
+  return loom_comm_group_broadcast(dg.comm, ctx, dg.n, dg.ranks, loom_comm_op_seq(n), out[0].data,
                                    loom_view_numel(&out[0]), out[0].dtype,
                                    (int32_t)LOOM_ATTR_I(n, broadcast, root));
 }
@@ -538,7 +544,7 @@ static loom_status device_transfer(loom_ctx *ctx, const loom_node *n, const loom
                       (long long)member, (int)want, member == 0 ? "src" : "dst", (int)c->rank);
   if (member == 1)
     return loom_comm_seq_recv(c, ctx, out[0].data, loom_view_numel(&out[0]), out[0].dtype, src,
-                              comm_seq(n));
+                              loom_comm_op_seq(n));
   *(int64_t *)out[0].data = 0;
   loom_type t = type_of(&in[0]);
   loom_view v = in[0];
@@ -548,7 +554,7 @@ static loom_status device_transfer(loom_ctx *ctx, const loom_node *n, const loom
     loom_view_copy(&v, &in[0]);
   }
   loom_status st =
-      loom_comm_seq_send(c, ctx, v.data, loom_view_numel(&v), v.dtype, dst, comm_seq(n));
+      loom_comm_seq_send(c, ctx, v.data, loom_view_numel(&v), v.dtype, dst, loom_comm_op_seq(n));
   free(buf);
   return st;
 }

@@ -122,6 +122,10 @@ const loom_op_def *loom_op_get(loom_op op);
 /* True for the COMM class: nodes with effects beyond their outputs (a
  * peer waits for them), which passes keep as they are, in order. */
 bool loom_op_is_comm(loom_op op);
+/* A comm op's `seq` (the number every member runs it by; comm_ops.c):
+ * read from a node, or set in attributes of op. */
+int64_t loom_comm_op_seq(const loom_node *n);
+void loom_comm_op_set_seq(loom_op op, loom_attr_value *attrs, int64_t seq);
 /* True if n may have n_out outputs. */
 bool loom_op_out_count_ok(const loom_op_def *d, int32_t n_out);
 /* Index of attribute `name` in op's spec, -1 if none. Only for names the

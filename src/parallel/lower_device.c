@@ -188,23 +188,13 @@ static int32_t attr_group(const loom_node *n) {
   }
 }
 
-static int32_t attr_seq(const loom_node *n) {
-  switch (n->op) {
-  case LOOM_OP_ALL_REDUCE: return (int32_t)LOOM_ATTR_I(n, all_reduce, seq);
-  case LOOM_OP_ALL_GATHER: return (int32_t)LOOM_ATTR_I(n, all_gather, seq);
-  case LOOM_OP_REDUCE_SCATTER: return (int32_t)LOOM_ATTR_I(n, reduce_scatter, seq);
-  case LOOM_OP_ALL_TO_ALL: return (int32_t)LOOM_ATTR_I(n, all_to_all, seq);
-  case LOOM_OP_BROADCAST: return (int32_t)LOOM_ATTR_I(n, broadcast, seq);
-  default: return (int32_t)LOOM_ATTR_I(n, transfer, seq);
-  }
-}
 
 loom_status loom_plan_check_matching(loom_ctx *ctx, int32_t n_devices, loom_graph *const *graphs) {
   int32_t max_seq = -1;
   for (int32_t d = 0; d < n_devices; d++)
     for (int32_t i = 0; i < graphs[d]->n_nodes; i++) {
       const loom_node *n = &graphs[d]->nodes[i];
-      if (loom_op_get(n->op)->cls == LOOM_OPCLASS_COMM && attr_seq(n) > max_seq) max_seq = attr_seq(n);
+      if (loom_op_is_comm(n->op)) max_seq = LOOM_MAX(max_seq, (int32_t)loom_comm_op_seq(n));
     }
   if (max_seq < 0) return LOOM_STATUS_OK;
   comm_seen *seen = loom_calloc(ctx, (size_t)max_seq + 1, sizeof *seen);
@@ -215,7 +205,7 @@ loom_status loom_plan_check_matching(loom_ctx *ctx, int32_t n_devices, loom_grap
     for (int32_t i = 0; !st && i < graphs[d]->n_nodes; i++) {
       const loom_node *n = &graphs[d]->nodes[i];
       if (loom_op_get(n->op)->cls != LOOM_OPCLASS_COMM) continue;
-      int32_t seq = attr_seq(n);
+      int32_t seq = (int32_t)loom_comm_op_seq(n);
       const char *op = loom_op_get(n->op)->name;
       if (seq < 0) {
         st = loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "device %d: %s (node %d) has seq %d", d,

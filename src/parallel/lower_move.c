@@ -67,15 +67,8 @@ static int32_t emit_comm(lower_walk *w, int32_t v, loom_op op, loom_attr_value *
                          const int32_t *in, int32_t n_out, const int32_t *out_dev, int32_t *outs,
                          int32_t group, int64_t bytes) {
   loom_plan_program *pp = w->pp;
-  int32_t seq = pp->n_comms;
-  switch (op) {
-  case LOOM_OP_ALL_REDUCE: LOOM_ATTRV_I(a, all_reduce, seq) = seq; break;
-  case LOOM_OP_ALL_GATHER: LOOM_ATTRV_I(a, all_gather, seq) = seq; break;
-  case LOOM_OP_REDUCE_SCATTER: LOOM_ATTRV_I(a, reduce_scatter, seq) = seq; break;
-  case LOOM_OP_ALL_TO_ALL: LOOM_ATTRV_I(a, all_to_all, seq) = seq; break;
-  case LOOM_OP_BROADCAST: LOOM_ATTRV_I(a, broadcast, seq) = seq; break;
-  default: LOOM_ATTRV_I(a, transfer, seq) = seq; break;
-  }
+  int32_t seq = pp->n_comms; /* in emission order; lower_order.c renumbers */
+  loom_comm_op_set_seq(op, a, seq);
   if (loom_graph_add(w->G, op, n_in, in, a, n_out, outs)) return -1;
   int32_t node = w->G->n_nodes - 1;
   if (lower_tag(w, -1, LOWER_INSERTED)) return -1;

@@ -145,10 +145,6 @@ static int64_t device_peak(const loom_plan_program *pp, int32_t d, int32_t *last
   return peak;
 }
 
-static bool is_comm(const loom_graph *g, int32_t node) {
-  return loom_op_get(g->nodes[node].op)->cls == LOOM_OPCLASS_COMM;
-}
-
 /* Numbers the comm ops in execution order (they were numbered as they
  * were emitted): every member runs its comm ops in seq order, which the
  * matching check and the tags (comm.h, loom_comm_seq_tag) rely on. */
@@ -157,18 +153,10 @@ static void renumber_comms(loom_plan_program *pp, const int32_t *sorted) {
   int32_t seq = 0;
   for (int32_t i = 0; i < G->n_nodes; i++) {
     loom_node *n = &G->nodes[sorted[i]];
-    int32_t c = is_comm(G, sorted[i]) ? lower_comm_index(pp, sorted[i]) : -1;
+    int32_t c = loom_op_is_comm(n->op) ? lower_comm_index(pp, sorted[i]) : -1;
     if (c < 0) continue;
     pp->comms[c].seq = seq;
-    switch (n->op) {
-    case LOOM_OP_ALL_REDUCE: LOOM_ATTRV_I(n->attr, all_reduce, seq) = seq; break;
-    case LOOM_OP_ALL_GATHER: LOOM_ATTRV_I(n->attr, all_gather, seq) = seq; break;
-    case LOOM_OP_REDUCE_SCATTER: LOOM_ATTRV_I(n->attr, reduce_scatter, seq) = seq; break;
-    case LOOM_OP_ALL_TO_ALL: LOOM_ATTRV_I(n->attr, all_to_all, seq) = seq; break;
-    case LOOM_OP_BROADCAST: LOOM_ATTRV_I(n->attr, broadcast, seq) = seq; break;
-    default: LOOM_ATTRV_I(n->attr, transfer, seq) = seq; break;
-    }
-    seq++;
+    loom_comm_op_set_seq(n->op, n->attr, seq++);
   }
 }
 
@@ -227,12 +215,12 @@ static loom_status order_and_check(lower_walk *w) {
   int32_t n_sorted = 0;
   if (!st) {
     for (int32_t i = 0; i < nn; i++)
-      if (!indeg[i]) heap_push(is_comm(G, i) ? &hc : &h, i);
+      if (!indeg[i]) heap_push(loom_op_is_comm(G->nodes[i].op) ? &hc : &h, i);
     while (h.n || hc.n) {
       int32_t x = heap_pop(hc.n ? &hc : &h);
       sorted[n_sorted++] = x;
       for (int32_t e = start[x]; e < start[x + 1]; e++)
-        if (--indeg[to[e]] == 0) heap_push(is_comm(G, to[e]) ? &hc : &h, to[e]);
+        if (--indeg[to[e]] == 0) heap_push(loom_op_is_comm(G->nodes[to[e]].op) ? &hc : &h, to[e]);
     }
     if (n_sorted < nn) {
       /* an op_order edge whose ends never ran: it closes the cycle */

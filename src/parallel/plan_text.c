@@ -653,13 +653,7 @@ loom_status loom_plan_load(loom_ctx *ctx, const loom_graph *g, const char *path,
   loom_status st = loom_file_read(ctx, path, LOOM_PLAN_MAX_FILE, &buf, &len);
   if (!st) {
     st = loom_plan_parse(ctx, g, buf, len, out);
-    if (st) {
-      /* "PATH:LINE:COL: ...", as compilers write it */
-      char msg[LOOM_ERROR_MAX];
-      snprintf(msg, sizeof msg, "%s", loom_ctx_error(ctx));
-      bool pos = msg[0] >= '0' && msg[0] <= '9';
-      loom_error(ctx, st, "%s:%s%s", path, pos ? "" : " ", msg);
-    }
+    if (st) loom_file_error_at(ctx, st, path);
   }
   free(buf);
   return st;

@@ -266,11 +266,7 @@ loom_status loom_cluster_load(loom_ctx *ctx, const char *path, loom_cluster *out
   loom_status st = loom_file_read(ctx, path, LOOM_CLUSTER_MAX_FILE, &buf, &len);
   if (!st) {
     st = loom_cluster_parse(ctx, buf, len, out);
-    if (st) {
-      char msg[LOOM_ERROR_MAX];
-      snprintf(msg, sizeof msg, "%s", loom_ctx_error(ctx));
-      loom_error(ctx, st, "%s:%s", path, msg);
-    }
+    if (st) loom_file_error_at(ctx, st, path);
   }
   free(buf);
   return st;

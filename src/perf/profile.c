@@ -57,11 +57,16 @@ static void read_text(const char *path, char *text) {
   text[got] = '\0';
 }
 
+/* True if the line at `line` is key's ("key value"). */
+static bool is_key_line(const char *line, const char *key) {
+  size_t k = strlen(key);
+  return strncmp(line, key, k) == 0 && line[k] == ' ';
+}
+
 /* The line of text holding key (its start), or NULL. */
 static const char *find_line(const char *text, const char *key) {
-  size_t k = strlen(key);
   for (const char *line = text; *line;) {
-    if (strncmp(line, key, k) == 0 && line[k] == ' ') return line;
+    if (is_key_line(line, key)) return line;
     const char *nl = strchr(line, '\n');
     if (!nl) break;
     line = nl + 1;
@@ -110,9 +115,7 @@ void loom_profile_put(const char *key, double value) {
     for (const char *line = text; *line;) {
       const char *nl = strchr(line, '\n');
       size_t len = nl ? (size_t)(nl - line) : strlen(line);
-      size_t k = strlen(key);
-      bool mine = len > k && strncmp(line, key, k) == 0 && line[k] == ' ';
-      if (!mine && len > 0 && len < 200 && n + len + 1 < PROFILE_MAX_BYTES) {
+      if (!is_key_line(line, key) && len > 0 && len < 200 && n + len + 1 < PROFILE_MAX_BYTES) {
         memcpy(out + n, line, len);
         n += len;
         out[n++] = '\n';

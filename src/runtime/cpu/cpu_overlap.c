@@ -103,7 +103,7 @@ static loom_status schedule_rng(loom_ctx *ctx, const loom_graph *g, loom_program
 }
 
 bool loom_cpu_step_is_comm(const loom_graph *g, const loom_step *st) {
-  return st->kind == LOOM_STEP_NODE && loom_op_get(g->nodes[st->node].op)->cls == LOOM_OPCLASS_COMM;
+  return st->kind == LOOM_STEP_NODE && loom_op_is_comm(g->nodes[st->node].op);
 }
 
 /* The step before the first step after s that reads one of its outputs
