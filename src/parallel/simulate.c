@@ -29,37 +29,55 @@ static double elem_bytes(const sim *s, const loom_type *t) {
   return s->o->element_bytes > 0 ? s->o->element_bytes : (double)loom_dtype_size(t->dtype);
 }
 
-static double value_bytes(const sim *s, int32_t v) {
-  const loom_type *t = loom_value_type(s->pp->global, v);
+static double value_bytes(const sim *s, const loom_graph *G, int32_t v) {
+  const loom_type *t = loom_value_type(G, v);
   return (double)loom_type_numel(t) * elem_bytes(s, t);
 }
 
 static double skinny(double dim) { return dim / (dim + SKINNY); }
 
-/* Seconds node n takes on one device. */
-static double compute_time(const sim *s, int32_t node) {
-  const loom_graph *G = s->pp->global;
-  const loom_node *n = &G->nodes[node];
-  if (s->pp->node_subop[node] == LOWER_FEED || n->n_out < 1) return 0; /* pieces held */
-  if (n->op == LOOM_OP_RESHAPE) return 0; /* a view */
+static double skinny_rate(const sim *s, double least) { return s->rate * s->gemm_eff * skinny(least); }
+
+/* Seconds node n of G takes on one device. */
+static double node_time(const sim *s, const loom_graph *G, const loom_node *n) {
+  if (n->n_out < 1 || n->op == LOOM_OP_RESHAPE) return 0; /* a view */
   double launch = s->c->kernel_launch_s, flops = loom_plan_node_flops(G, n);
   if (n->op == LOOM_OP_MATMUL) {
     const loom_type *a = loom_value_type(G, n->in[0]), *o = loom_value_type(G, n->out[0]);
     int64_t k = LOOM_ATTR_I(n, matmul, trans_a) ? a->shape[a->rank - 2] : a->shape[a->rank - 1];
     double least = (double)LOOM_MIN(k, LOOM_MIN(o->shape[o->rank - 2], o->shape[o->rank - 1]));
-    return launch + flops / (s->rate * s->gemm_eff * skinny(least));
+    return launch + flops / skinny_rate(s, least);
   }
   if (n->op == LOOM_OP_FLASH_ATTENTION || n->op == LOOM_OP_FLASH_ATTENTION_GRAD) {
     const loom_type *q = loom_value_type(G, n->in[0]); /* [B, H, T, dh] */
     double least = (double)LOOM_MIN(q->shape[q->rank - 2], q->shape[q->rank - 1]);
-    return launch + flops / (s->rate * s->gemm_eff * skinny(least));
+    return launch + flops / skinny_rate(s, least);
   }
   double bytes = 0;
-  for (int32_t i = 0; i < n->n_in; i++) bytes += value_bytes(s, n->in[i]);
-  for (int32_t o = 0; o < n->n_out; o++) bytes += value_bytes(s, n->out[o]);
+  for (int32_t i = 0; i < n->n_in; i++) bytes += value_bytes(s, G, n->in[i]);
+  for (int32_t o = 0; o < n->n_out; o++) bytes += value_bytes(s, G, n->out[o]);
   double t_mem = bytes / (s->c->memory_bandwidth_Bps * s->mem_eff);
   double t_flop = flops / s->c->flops[LOOM_PRECISION_f32];
   return launch + (t_mem > t_flop ? t_mem : t_flop);
+}
+
+static sim sim_make(const loom_plan_program *pp, const loom_sim_options *o) {
+  return (sim){pp, o, o->cluster,
+               o->gemm_efficiency > 0 ? o->gemm_efficiency : DEFAULT_GEMM_EFFICIENCY,
+               o->memory_efficiency > 0 ? o->memory_efficiency : DEFAULT_MEMORY_EFFICIENCY,
+               o->cluster->flops[o->precision]};
+}
+
+double loom_sim_node_seconds(const loom_graph *g, const loom_node *n, const loom_sim_options *o) {
+  if (!g || !n || !o || !o->cluster) return 0;
+  sim s = sim_make(NULL, o);
+  return node_time(&s, g, n);
+}
+
+/* Seconds a compute node of the plan takes on its device. */
+static double compute_time(const sim *s, int32_t node) {
+  if (s->pp->node_subop[node] == LOWER_FEED) return 0; /* pieces held */
+  return node_time(s, s->pp->global, &s->pp->global->nodes[node]);
 }
 
 /* Ring steps of a collective over n members. */
@@ -130,10 +148,7 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   LOOM_TRY(check_options(ctx, pp, o));
   const loom_graph *G = pp->global;
   int32_t nd = pp->n_devices, total = pp->order_start[nd];
-  sim s = {pp, o, o->cluster,
-           o->gemm_efficiency > 0 ? o->gemm_efficiency : DEFAULT_GEMM_EFFICIENCY,
-           o->memory_efficiency > 0 ? o->memory_efficiency : DEFAULT_MEMORY_EFFICIENCY,
-           o->cluster->flops[o->precision]};
+  sim s = sim_make(pp, o);
   double *ready = loom_calloc(ctx, (size_t)(G->n_values ? G->n_values : 1), sizeof *ready);
   double *t_compute = loom_calloc(ctx, (size_t)nd, sizeof *t_compute);
   double *t_stream = loom_calloc(ctx, (size_t)nd, sizeof *t_stream);

@@ -68,4 +68,9 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
                                loom_sim_result *out);
 void loom_sim_result_free(loom_sim_result *r);
 
+/* Seconds one compute node n of graph g takes on a device of o->cluster
+ * (the per-node model above; 0 for views). What composed estimates
+ * (estimate.h) build a layer's time from. */
+double loom_sim_node_seconds(const loom_graph *g, const loom_node *n, const loom_sim_options *o);
+
 #endif
