@@ -115,10 +115,29 @@ static bool is_rng(const char *name) { return strcmp(name, LOOM_BENCH_RNG_NAME) 
 static bool is_attention(const char *name) {
   return strcmp(name, LOOM_BENCH_ATTENTION_NAME) == 0;
 }
-/* Run only when named: not graph workloads of the default run. */
-static bool is_parallel(const char *name) { return strcmp(name, LOOM_BENCH_PARALLEL_NAME) == 0; }
+/* Benchmarks that run only when named and need neither the machine line
+ * nor options of their own. */
+typedef struct named_bench {
+  const char *name, *what;
+  bool (*run)(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *o);
+} named_bench;
+static const named_bench named_benches[] = {
+    {LOOM_BENCH_PARALLEL_NAME,
+     "data-parallel scaling under mpirun, and planning a 48-layer GPT on 64 devices",
+     loom_bench_run_parallel},
+    {LOOM_BENCH_SIMULATOR_NAME,
+     "every built-in plan at 2 and 4 ranks: measured under mpirun against the simulator",
+     loom_bench_run_simulator},
+};
+enum { N_NAMED = sizeof named_benches / sizeof named_benches[0] };
+
+static const named_bench *find_named(const char *name) {
+  for (int32_t k = 0; k < N_NAMED; k++)
+    if (strcmp(name, named_benches[k].name) == 0) return &named_benches[k];
+  return NULL;
+}
 static bool is_special(const char *name) {
-  return is_rng(name) || is_attention(name) || is_parallel(name);
+  return is_rng(name) || is_attention(name) || find_named(name);
 }
 
 static bool parse_modes(const char *s, bool *modes) {
@@ -168,9 +187,8 @@ static int parse_args(int argc, char **argv, opts *o) {
       printf("%-26s RNG placements of attention dropout, measured vs the model, one GPT "
              "block per sequence length and head dim (only when named)\n",
              LOOM_BENCH_ATTENTION_NAME);
-      printf("%-26s data-parallel scaling under mpirun, and planning a 48-layer GPT on 64 "
-             "devices (only when named)\n",
-             LOOM_BENCH_PARALLEL_NAME);
+      for (int32_t k = 0; k < N_NAMED; k++)
+        printf("%-26s %s (only when named)\n", named_benches[k].name, named_benches[k].what);
       return 0;
     } else if (strcmp(a, "--json") == 0) {
       o->json = true;
@@ -268,7 +286,7 @@ int loom_bench_main(int argc, char **argv) {
    * named, where they are named. */
   int32_t n_graph = 0, n_rng = 0, n_attn = 0;
   for (int32_t i = 0; i < o.n_names; i++) {
-    if (is_parallel(o.names[i]))
+    if (find_named(o.names[i]))
       continue;
     if (is_rng(o.names[i]))
       n_rng++;
@@ -290,8 +308,8 @@ int loom_bench_main(int argc, char **argv) {
     else
       for (int32_t i = 0; i < o.n_names; i++) {
         if (is_rng(o.names[i]) && !loom_bench_run_rng(stdout, o.json, &ro)) rc = 1;
-        if (is_parallel(o.names[i]) && !loom_bench_run_parallel(ctx, stdout, o.json, &o.run))
-          rc = 1;
+        const named_bench *nb = find_named(o.names[i]);
+        if (nb && !nb->run(ctx, stdout, o.json, &o.run)) rc = 1;
       }
   } else if (loom_bench_measure_machine(ctx, o.run.small, o.run.quiet, &mi) != LOOM_STATUS_OK) {
     fprintf(stderr, "loom: measuring the machine: %s\n", loom_ctx_error(ctx));
@@ -322,8 +340,9 @@ int loom_bench_main(int argc, char **argv) {
         fflush(stdout);
         continue;
       }
-      if (o.n_names && is_parallel(o.names[i])) {
-        if (!loom_bench_run_parallel(ctx, stdout, o.json, &o.run)) rc = 1;
+      const named_bench *nb = o.n_names ? find_named(o.names[i]) : NULL;
+      if (nb) {
+        if (!nb->run(ctx, stdout, o.json, &o.run)) rc = 1;
         fflush(stdout);
         continue;
       }

@@ -186,6 +186,28 @@ bool loom_bench_run_attention(loom_ctx *ctx, FILE *f, bool json, const loom_benc
  * 48-layer GPT; medians of o->runs. */
 bool loom_bench_run_parallel(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *o);
 
+/* ---- `loom bench simulator` (wl_simulator.c) ------------------------------ */
+
+#define LOOM_BENCH_SIMULATOR_NAME "simulator"
+
+/* Issue 10, point 3: every built-in plan at 2 and 4 ranks, measured under
+ * mpirun and predicted by the simulator on this machine measured in the
+ * same run, side by side; medians of o->runs. */
+bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *o);
+
+/* ---- running `loom train` under mpirun (mpi_run.c) ------------------------ */
+
+/* The median of v[0 .. n) (sorts v). */
+double loom_bench_median(double *v, int32_t n);
+/* Runs a `loom train` command; the tokens/s of its "final loss" line, or
+ * -1 if it failed. */
+double loom_bench_train_tok_s(const char *cmd);
+/* This executable's path into exe; false if unknown or there is no mpirun. */
+bool loom_bench_mpi_exe(char *exe, size_t size);
+/* `mpirun -np NP EXE FLAGS --plan PLAN EXTRA`, one thread per rank. */
+void loom_bench_mpirun_cmd(char *cmd, size_t size, int32_t np, const char *exe, const char *flags,
+                           const char *plan, const char *extra);
+
 /* Reports: a JSON object per line, or a table for people. */
 void loom_bench_print_machine(FILE *f, bool json, const loom_bench_machine_info *mi);
 void loom_bench_print_header(FILE *f, bool json);

@@ -135,18 +135,31 @@ loom_status loom_bench_measure_machine(loom_ctx *ctx, bool small, bool quiet,
   return LOOM_STATUS_OK;
 }
 
+/* The simulator rates a GEMM whose smallest dim is s at s / (s + H) of a
+ * large one's (simulate.c): H from the rates of a 1024^3 and a
+ * HALF_DIM_PROBE^3 sgemm, q = small / large = [p / (p + H)] / [1024 / (1024 + H)]. */
+#define HALF_DIM_PROBE 128
+static int32_t half_dim(double large, double small) {
+  double q = large > 0 ? small / large : 1, p = HALF_DIM_PROBE;
+  if (q >= 1) return 1;
+  if (q * 1024 <= p) return 4096;
+  double h = p * 1024 * (1 - q) / (1024 * q - p);
+  return h < 1 ? 1 : h > 4096 ? 4096 : (int32_t)(h + 0.5);
+}
+
 loom_status loom_bench_this_cluster(loom_ctx *ctx, loom_cluster *out) {
   loom_machine m;
   loom_machine_detect(ctx, &m);
   loom_measure_options mo = {.gemm_n = 1024, .sgemm = via_loom};
   mo.triad_bytes = 4 * m.llc_bytes < TRIAD_MIN_BYTES ? TRIAD_MIN_BYTES : 4 * m.llc_bytes;
-  double one = 0;
+  double one = 0, small = 0;
   loom_status st = loom_machine_measure(ctx, &mo, &m, NULL);
   if (!st) st = loom_measure_sgemm(ctx, via_loom, 1, 1024, 0, &one);
+  if (!st) st = loom_measure_sgemm(ctx, via_loom, 1, HALF_DIM_PROBE, 0, &small);
   loom_mm_free();
   LOOM_TRY(st);
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   double memory = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
-  loom_cluster_this_machine(&m, one, memory, out);
+  loom_cluster_this_machine(&m, one, half_dim(one, small), memory, out);
   return LOOM_STATUS_OK;
 }

@@ -23,42 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int32_t n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : 0;
-}
-
-/* Runs a command; the tok/s of its "final loss" line, or -1. */
-static double train_tok_s(const char *cmd) {
-  FILE *p = popen(cmd, "r");
-  if (!p) return -1;
-  char line[512];
-  double tps = -1;
-  while (fgets(line, sizeof line, p)) {
-    const char *q = strstr(line, "final loss");
-    const char *comma = q ? strrchr(line, ',') : NULL;
-    if (comma) tps = strtod(comma + 1, NULL);
-  }
-  int rc = pclose(p);
-  return rc == 0 ? tps : -1;
-}
-
-static bool have_mpirun(void) { return system("command -v mpirun >/dev/null 2>&1") == 0; }
-
-/* This executable's path into exe (false: unknown, or no mpirun). */
-static bool mpi_exe(char *exe, size_t size) {
-  ssize_t n = readlink("/proc/self/exe", exe, size - 1);
-  if (n <= 0 || !have_mpirun()) return false;
-  exe[n] = '\0';
-  return true;
-}
 
 /* The `loom train` flags both figures use, for `steps` steps. */
 static void train_flags(char *flags, size_t size, int32_t steps) {
@@ -66,15 +30,6 @@ static void train_flags(char *flags, size_t size, int32_t steps) {
            "train --d-model 256 --heads 8 --layers 2 --batch 32 --context 64 --steps %d "
            "--threads 1 --log-every 100000",
            steps);
-}
-
-/* `mpirun -np 2 loom train FLAGS --plan PLAN EXTRA`. */
-static void mpirun_cmd(char *cmd, size_t size, const char *exe, const char *flags,
-                       const char *plan, const char *extra) {
-  snprintf(cmd, size,
-           "OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun "
-           "--oversubscribe -np 2 '%s' %s --plan %s %s 2>&1",
-           exe, flags, plan, extra);
 }
 
 /* Runs commands a and b alternately `runs` times (at most 64), medians of
@@ -85,18 +40,18 @@ static const char *alternate(const char *a, const char *b, int32_t runs, bool qu
   int32_t k = 0;
   for (; k < runs && k < 64; k++) {
     if (!quiet) fprintf(stderr, "bench: %s, run %d of %d\n", what, k + 1, runs);
-    ta[k] = train_tok_s(a);
-    tb[k] = train_tok_s(b);
+    ta[k] = loom_bench_train_tok_s(a);
+    tb[k] = loom_bench_train_tok_s(b);
     if (ta[k] <= 0 || tb[k] <= 0) return ta[k] <= 0 ? a : b;
   }
-  *ma = median(ta, k);
-  *mb = median(tb, k);
+  *ma = loom_bench_median(ta, k);
+  *mb = loom_bench_median(tb, k);
   return NULL;
 }
 
 static void dp_scaling(FILE *f, bool json, const loom_bench_opts *o) {
   char exe[4096];
-  if (!mpi_exe(exe, sizeof exe)) {
+  if (!loom_bench_mpi_exe(exe, sizeof exe)) {
     fprintf(f, json ? "{\"bench\":\"dp_scaling\",\"skipped\":\"no mpirun\"}\n"
                     : "dp scaling: skipped (no mpirun)\n");
     return;
@@ -105,7 +60,7 @@ static void dp_scaling(FILE *f, bool json, const loom_bench_opts *o) {
   char flags[256], one[5000], two[5000];
   train_flags(flags, sizeof flags, steps);
   snprintf(one, sizeof one, "OMP_NUM_THREADS=1 '%s' %s 2>&1", exe, flags);
-  mpirun_cmd(two, sizeof two, exe, flags, "dp2", "");
+  loom_bench_mpirun_cmd(two, sizeof two, 2, exe, flags, "dp2", "");
   double ma = 0, mb = 0;
   const char *failed = alternate(one, two, runs, o->quiet, "dp scaling", &ma, &mb);
   if (failed) {
@@ -131,7 +86,7 @@ static void dp_scaling(FILE *f, bool json, const loom_bench_opts *o) {
 /* dp2 and pp2 with comm ops overlapping compute and blocking, alternating. */
 static void comm_overlap(FILE *f, bool json, const loom_bench_opts *o) {
   char exe[4096];
-  if (!mpi_exe(exe, sizeof exe)) {
+  if (!loom_bench_mpi_exe(exe, sizeof exe)) {
     fprintf(f, json ? "{\"bench\":\"comm_overlap\",\"skipped\":\"no mpirun\"}\n"
                     : "comm overlap: skipped (no mpirun)\n");
     return;
@@ -141,8 +96,8 @@ static void comm_overlap(FILE *f, bool json, const loom_bench_opts *o) {
   train_flags(flags, sizeof flags, steps);
   static const char *const plans[] = {"dp2", "pp2"};
   for (size_t p = 0; p < sizeof plans / sizeof plans[0]; p++) {
-    mpirun_cmd(on, sizeof on, exe, flags, plans[p], "--comm-overlap on");
-    mpirun_cmd(off, sizeof off, exe, flags, plans[p], "--comm-overlap off");
+    loom_bench_mpirun_cmd(on, sizeof on, 2, exe, flags, plans[p], "--comm-overlap on");
+    loom_bench_mpirun_cmd(off, sizeof off, 2, exe, flags, plans[p], "--comm-overlap off");
     char what[64];
     snprintf(what, sizeof what, "comm overlap %s", plans[p]);
     double ma = 0, mb = 0;
@@ -217,7 +172,7 @@ static void plan_time(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *
       lower_s[k] = t1 - t0;
     }
     if (k < runs) continue;
-    double mt = median(tot, k), ml = median(lower_s, k);
+    double mt = loom_bench_median(tot, k), ml = loom_bench_median(lower_s, k);
     if (json)
       fprintf(f,
               "{\"bench\":\"plan_time\",\"plan\":\"%s\",\"layers\":%d,\"devices\":64,"

@@ -84,6 +84,9 @@ static void test_errors(void) {
       {"negative", "memory.bandwidth -2 GB/s\n", "1:18: 'memory.bandwidth' must be a non-negative"},
       {"fraction of a count", "node.devices 2.5\n", "1:14: 'node.devices' wants a whole number"},
       {"unit on a count", "node.devices 2 GB\n", "1:16: 'GB' is not a unit of 'node.devices'"},
+      {"fraction above 1", "gemm.efficiency 1.5\n", "1:17: 'gemm.efficiency' wants a fraction in (0, 1]"},
+      {"zero fraction", "memory.efficiency 0\n", "1:19: 'memory.efficiency' wants a fraction"},
+      {"unit on a fraction", "gemm.efficiency 0.5 GB\n", "1:21: 'GB' is not a unit of 'gemm.efficiency'"},
       {"trailing text", "name t\nintra.latency 3 us later\n", "2:20: unexpected text"},
       {"two words", "name big cluster\n", "1:10: 'name' is one word"},
       {"bad name", "device a/b\n", "1:8: 'device' wants a name"},
@@ -127,7 +130,7 @@ static void test_this_machine(void) {
   m.triad_gbps = 20;
   m.comm = (loom_comm_model){2e-6, 8e9, true};
   loom_cluster c;
-  loom_cluster_this_machine(&m, 50, 16e9, &c);
+  loom_cluster_this_machine(&m, 50, 40, 16e9, &c);
   /* a device is one core: its sgemm rate, its share of the bandwidth and memory */
   CHECK(c.devices_per_node == 4 && c.max_nodes == 1 && !c.inter.kind[0]);
   CHECK(near(c.flops[LOOM_PRECISION_f32], 50e9) && near(c.memory_bandwidth_Bps, 5e9));
@@ -139,7 +142,16 @@ static void test_this_machine(void) {
   loom_cluster d;
   CHECK_OK(ctx, loom_cluster_parse(ctx, text, strlen(text), &d));
   CHECK(d.devices_per_node == 4 && near(d.flops[LOOM_PRECISION_f32], 50e9));
+  /* measured: a large GEMM's rate is flops.f32, the triad is the bandwidth */
+  CHECK(d.gemm_efficiency == 1 && d.gemm_half_dim == 40 && d.memory_efficiency == 1);
+  CHECK(strstr(text, "gemm.efficiency   1\n") && strstr(text, "gemm.half_dim     40\n"));
   free(text);
+  /* 8 ranks on its 4 cores: each gets half a core */
+  loom_cluster_time_shared(&c, 8, &d);
+  CHECK(d.devices_per_node == 8 && near(d.flops[LOOM_PRECISION_f32], 25e9));
+  CHECK(near(d.memory_bandwidth_Bps, 2.5e9) && near(d.intra.bandwidth_Bps, 8e9));
+  loom_cluster_time_shared(&c, 3, &d);
+  CHECK(d.devices_per_node == 4 && near(d.flops[LOOM_PRECISION_f32], 50e9));
 }
 
 int main(void) {

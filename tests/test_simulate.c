@@ -111,6 +111,46 @@ static void test_gemm_and_all_reduce(void) {
   loom_graph_free(g);
 }
 
+/* Stitching: x -> exp -> mul -> add -> y on one device is one kernel that
+ * reads x once and writes y once; a GEMM between two element-wise nodes
+ * splits them into two kernels, each paying its own traffic and launch.
+ * The cluster's gemm.efficiency and gemm.half_dim replace the defaults. */
+static const char chain[] = "input %x : f32[1024, 256]\n"
+                            "param %w : f32[256, 256]\n"
+                            "%a = exp(%x)\n"
+                            "%b = mul(%a, %a)\n"
+                            "%c = matmul(%b, %w)\n"
+                            "%d = add(%c, %c)\n"
+                            "%e = neg(%d)\n"
+                            "output y = %e\n";
+
+static void test_stitching(void) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx, chain, &g));
+  if (!g) return;
+  loom_cluster c = cluster(1);
+  c.kernel_launch_s = 5e-6;
+  c.gemm_efficiency = 0.5;
+  c.gemm_half_dim = 256;
+  loom_sim_options o = {.cluster = &c, .precision = LOOM_PRECISION_f32};
+  double t[8] = {0};
+  CHECK(g->n_nodes == 5);
+  CHECK_OK(ctx, loom_sim_graph_seconds(ctx, g, &o, t));
+  double mb = 1024.0 * 256 * 4, bw = 100e9 * 0.8;
+  /* exp: launch + reads x (its flops 1 per element are below the bytes);
+   * mul: inside the kernel, writes b for the GEMM */
+  CHECK(near(t[0], 5e-6 + mb / bw));
+  CHECK(near(t[1], mb / bw));
+  /* the GEMM: 2 m n k at 1 TFLOP/s x 0.5 x 256 / (256 + 256) */
+  CHECK(near(t[2], 5e-6 + 2.0 * 1024 * 256 * 256 / (1e12 * 0.5 * 0.5)));
+  /* add reads c (once per operand: it names it twice), neg writes y */
+  CHECK(near(t[3], 5e-6 + 2 * mb / bw));
+  CHECK(near(t[4], mb / bw));
+  /* one node alone: every operand and result moves */
+  CHECK(near(loom_sim_node_seconds(g, &g->nodes[1], &o), 5e-6 + 3 * mb / bw));
+  loom_graph_free(g);
+}
+
 /* The GPT step under built-in plans: a pipeline idles (its bubble), data
  * parallel does not; overlapping never makes a step slower; the step is at
  * least the busiest device's compute. */
@@ -164,6 +204,7 @@ static void test_gpt_plans(void) {
 int main(void) {
   CHECK_OK(ctx, loom_ctx_new(&ctx));
   test_gemm_and_all_reduce();
+  test_stitching();
   test_gpt_plans();
   loom_ctx_free(ctx);
   return loom_test_finish("test_simulate");

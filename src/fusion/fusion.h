@@ -89,6 +89,10 @@ typedef enum loom_node_class {
   LOOM_NODE_DEAD        /* no graph output depends on it: not run at all */
 } loom_node_class;
 
+/* True if node n can be in a fused group at all (a memory-intensive
+ * primitive on dtypes the kernels handle). */
+bool loom_fusion_node_fusible(const loom_graph *g, int32_t node);
+
 /* Classifies every node of g into cls (g->n_nodes entries). */
 void loom_fusion_classify(const loom_graph *g, loom_node_class *cls);
 

@@ -25,10 +25,6 @@ typedef struct loom_group_info {
   int64_t recompute_ops; /* of which recomputation */
 } loom_group_info;
 
-/* True if node n can be in a fused group at all (a memory-intensive
- * primitive on dtypes the kernels handle). */
-bool loom_fusion_node_fusible(const loom_graph *g, int32_t node);
-
 /* True if group `group` can be lowered to one kernel in `mode`; fills info
  * (may be NULL). Cheap enough to call for every candidate the search
  * scores. Never fails loudly: false means "not one kernel". */

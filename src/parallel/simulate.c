@@ -4,6 +4,7 @@
  */
 #include "parallel/simulate.h"
 
+#include "fusion/fusion.h"
 #include "ir/dtype.h"
 #include "ops/op.h"
 #include "parallel/lower_internal.h"
@@ -14,15 +15,18 @@
 
 #define DEFAULT_GEMM_EFFICIENCY 0.75
 #define DEFAULT_MEMORY_EFFICIENCY 0.8
-/* A GEMM's efficiency falls with its smallest dim s as s / (s + SKINNY):
- * half the rate at 32 (a matrix-vector product is memory-bound anyway). */
-#define SKINNY 32.0
+/* A GEMM's efficiency falls with its smallest dim s as s / (s + H): by
+ * default half the rate at 32 (a matrix-vector product is memory-bound
+ * anyway); a cluster file may give H as gemm.half_dim. */
+#define DEFAULT_HALF_DIM 32.0
 
 typedef struct sim {
   const loom_plan_program *pp;
   const loom_sim_options *o;
   const loom_cluster *c;
   double gemm_eff, mem_eff, rate;
+  double half_dim; /* a GEMM whose smallest dim is s runs at s / (s + half_dim) */
+  const struct fusion_view *fusion; /* NULL: every node its own kernel */
 } sim;
 
 static double elem_bytes(const sim *s, const loom_type *t) {
@@ -34,9 +38,101 @@ static double value_bytes(const sim *s, const loom_graph *G, int32_t v) {
   return (double)loom_type_numel(t) * elem_bytes(s, t);
 }
 
-static double skinny(double dim) { return dim / (dim + SKINNY); }
+/* Stitching as the simulator sees it: on each device, fusible nodes that
+ * a value joins, with no GEMM, attention, comm op or eager node between
+ * them in the device's order, are one kernel; only the values that cross
+ * a kernel's edge move through memory, and a kernel pays one launch. */
+typedef struct fusion_view {
+  int32_t *producer; /* per value: its node, -1 for graph inputs */
+  int32_t *root;     /* per node: its kernel's representative, -1 if not fused */
+  bool *spills;      /* per value: read outside its kernel, or a graph output */
+  bool *launches;    /* per node: the first of its kernel in order */
+} fusion_view;
 
-static double skinny_rate(const sim *s, double least) { return s->rate * s->gemm_eff * skinny(least); }
+static void fusion_view_free(fusion_view *f) {
+  free(f->producer);
+  free(f->root);
+  free(f->spills);
+  free(f->launches);
+}
+
+static int32_t find_root(int32_t *root, int32_t n) {
+  while (root[n] != n) n = root[n] = root[root[n]];
+  return n;
+}
+
+/* orders: n_orders lists of nodes (order_nodes[order_start[d] ..
+ * order_start[d + 1]]), each one device's execution order; skip[node]
+ * (may be NULL) marks nodes that are not kernels (a device's pieces of
+ * the inputs). */
+static loom_status fusion_view_build(loom_ctx *ctx, const loom_graph *G, int32_t n_orders,
+                                     const int32_t *order_start, const int32_t *order_nodes,
+                                     const bool *skip, fusion_view *f) {
+  int32_t nn = G->n_nodes, nv = G->n_values;
+  f->producer = loom_malloc(ctx, sizeof *f->producer * (size_t)(nv ? nv : 1));
+  f->root = loom_malloc(ctx, sizeof *f->root * (size_t)(nn ? nn : 1));
+  f->spills = loom_calloc(ctx, (size_t)(nv ? nv : 1), sizeof *f->spills);
+  f->launches = loom_calloc(ctx, (size_t)(nn ? nn : 1), sizeof *f->launches);
+  int32_t *phase = loom_malloc(ctx, sizeof *phase * (size_t)(nn ? nn : 1));
+  int32_t *device = loom_malloc(ctx, sizeof *device * (size_t)(nn ? nn : 1));
+  if (!f->producer || !f->root || !f->spills || !f->launches || !phase || !device) {
+    free(phase);
+    free(device);
+    fusion_view_free(f);
+    return LOOM_STATUS_OUT_OF_MEMORY;
+  }
+  for (int32_t v = 0; v < nv; v++) f->producer[v] = -1;
+  for (int32_t n = 0; n < nn; n++) {
+    f->root[n] = -1, device[n] = -1;
+    for (int32_t o = 0; o < G->nodes[n].n_out; o++) f->producer[G->nodes[n].out[o]] = n;
+  }
+  for (int32_t d = 0; d < n_orders; d++) {
+    int32_t at = 0;
+    for (int32_t i = order_start[d]; i < order_start[d + 1]; i++) {
+      int32_t n = order_nodes[i];
+      bool fused = !(skip && skip[n]) && loom_fusion_node_fusible(G, n);
+      f->root[n] = fused ? n : -1;
+      device[n] = d;
+      phase[n] = fused ? at : ++at;
+    }
+  }
+  for (int32_t n = 0; n < nn; n++) {
+    if (f->root[n] < 0) continue;
+    for (int32_t i = 0; i < G->nodes[n].n_in; i++) {
+      int32_t p = f->producer[G->nodes[n].in[i]];
+      if (p >= 0 && f->root[p] >= 0 && device[p] == device[n] && phase[p] == phase[n])
+        f->root[find_root(f->root, n)] = find_root(f->root, p);
+    }
+  }
+  for (int32_t n = 0; n < nn; n++)
+    if (f->root[n] >= 0) f->root[n] = find_root(f->root, n);
+  for (int32_t n = 0; n < nn; n++)
+    for (int32_t i = 0; i < G->nodes[n].n_in; i++) {
+      int32_t v = G->nodes[n].in[i], p = f->producer[v];
+      if (p >= 0 && (f->root[n] < 0 || f->root[p] != f->root[n])) f->spills[v] = true;
+    }
+  for (int32_t i = 0; i < G->n_outputs; i++) f->spills[G->outputs[i]] = true;
+  /* the first member of each kernel in its device's order pays the launch */
+  bool *seen = calloc((size_t)(nn ? nn : 1), sizeof *seen);
+  if (!seen) {
+    free(phase);
+    free(device);
+    fusion_view_free(f);
+    return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "simulate: out of memory");
+  }
+  for (int32_t i = 0; i < order_start[n_orders]; i++) {
+    int32_t n = order_nodes[i], r = f->root[n];
+    if (r >= 0 && !seen[r]) seen[r] = f->launches[n] = true;
+  }
+  free(seen);
+  free(phase);
+  free(device);
+  return LOOM_STATUS_OK;
+}
+
+static double skinny_rate(const sim *s, double least) {
+  return s->rate * s->gemm_eff * least / (least + s->half_dim);
+}
 
 /* Seconds node n of G takes on one device. */
 static double node_time(const sim *s, const loom_graph *G, const loom_node *n) {
@@ -53,25 +149,62 @@ static double node_time(const sim *s, const loom_graph *G, const loom_node *n) {
     double least = (double)LOOM_MIN(q->shape[q->rank - 2], q->shape[q->rank - 1]);
     return launch + flops / skinny_rate(s, least);
   }
+  /* fused: only what crosses its kernel's edge, one launch per kernel */
+  const fusion_view *f = s->fusion;
+  int32_t self = (int32_t)(n - G->nodes), r = f ? f->root[self] : -1;
+  if (r >= 0 && !f->launches[self]) launch = 0;
   double bytes = 0;
-  for (int32_t i = 0; i < n->n_in; i++) bytes += value_bytes(s, G, n->in[i]);
-  for (int32_t o = 0; o < n->n_out; o++) bytes += value_bytes(s, G, n->out[o]);
+  for (int32_t i = 0; i < n->n_in; i++) {
+    int32_t p = r >= 0 ? f->producer[n->in[i]] : -1;
+    if (p < 0 || f->root[p] != r) bytes += value_bytes(s, G, n->in[i]);
+  }
+  for (int32_t o = 0; o < n->n_out; o++)
+    if (r < 0 || f->spills[n->out[o]]) bytes += value_bytes(s, G, n->out[o]);
   double t_mem = bytes / (s->c->memory_bandwidth_Bps * s->mem_eff);
   double t_flop = flops / s->c->flops[LOOM_PRECISION_f32];
   return launch + (t_mem > t_flop ? t_mem : t_flop);
 }
 
+/* An option, else the cluster's figure, else the default. */
+static double pick(double option, double cluster, double fallback) {
+  return option > 0 ? option : cluster > 0 ? cluster : fallback;
+}
+
 static sim sim_make(const loom_plan_program *pp, const loom_sim_options *o) {
-  return (sim){pp, o, o->cluster,
-               o->gemm_efficiency > 0 ? o->gemm_efficiency : DEFAULT_GEMM_EFFICIENCY,
-               o->memory_efficiency > 0 ? o->memory_efficiency : DEFAULT_MEMORY_EFFICIENCY,
-               o->cluster->flops[o->precision]};
+  const loom_cluster *c = o->cluster;
+  return (sim){pp,
+               o,
+               c,
+               pick(o->gemm_efficiency, c->gemm_efficiency, DEFAULT_GEMM_EFFICIENCY),
+               pick(o->memory_efficiency, c->memory_efficiency, DEFAULT_MEMORY_EFFICIENCY),
+               c->flops[o->precision],
+               pick(0, c->gemm_half_dim, DEFAULT_HALF_DIM),
+               NULL};
 }
 
 double loom_sim_node_seconds(const loom_graph *g, const loom_node *n, const loom_sim_options *o) {
   if (!g || !n || !o || !o->cluster) return 0;
   sim s = sim_make(NULL, o);
   return node_time(&s, g, n);
+}
+
+loom_status loom_sim_graph_seconds(loom_ctx *ctx, const loom_graph *g, const loom_sim_options *o,
+                                   double *node_s) {
+  if (!g || !o || !o->cluster || !node_s)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "simulate: NULL graph, options or times");
+  int32_t nn = g->n_nodes, start[2] = {0, nn};
+  int32_t *order = loom_malloc(ctx, sizeof *order * (size_t)(nn ? nn : 1));
+  if (!order) return LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t n = 0; n < nn; n++) order[n] = n;
+  fusion_view fv = {0};
+  loom_status st = fusion_view_build(ctx, g, 1, start, order, NULL, &fv);
+  free(order);
+  LOOM_TRY(st);
+  sim s = sim_make(NULL, o);
+  s.fusion = &fv;
+  for (int32_t n = 0; n < nn; n++) node_s[n] = node_time(&s, g, &g->nodes[n]);
+  fusion_view_free(&fv);
+  return LOOM_STATUS_OK;
 }
 
 /* Seconds a compute node of the plan takes on its device. */
@@ -149,6 +282,14 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   const loom_graph *G = pp->global;
   int32_t nd = pp->n_devices, total = pp->order_start[nd];
   sim s = sim_make(pp, o);
+  fusion_view fv = {0};
+  bool *skip = loom_calloc(ctx, (size_t)(G->n_nodes ? G->n_nodes : 1), sizeof *skip);
+  if (!skip) return LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t n = 0; n < G->n_nodes; n++) skip[n] = pp->node_subop[n] == LOWER_FEED;
+  loom_status vst = fusion_view_build(ctx, G, nd, pp->order_start, pp->order_nodes, skip, &fv);
+  free(skip);
+  LOOM_TRY(vst);
+  s.fusion = &fv;
   double *ready = loom_calloc(ctx, (size_t)(G->n_values ? G->n_values : 1), sizeof *ready);
   double *t_compute = loom_calloc(ctx, (size_t)nd, sizeof *t_compute);
   double *t_stream = loom_calloc(ctx, (size_t)nd, sizeof *t_stream);
@@ -241,6 +382,7 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   free(t_stream);
   free(issue);
   free(pos);
+  fusion_view_free(&fv);
   if (st) loom_sim_result_free(out);
   return st;
 }

@@ -72,5 +72,11 @@ void loom_sim_result_free(loom_sim_result *r);
  * (the per-node model above; 0 for views). What composed estimates
  * (estimate.h) build a layer's time from. */
 double loom_sim_node_seconds(const loom_graph *g, const loom_node *n, const loom_sim_options *o);
+/* The same for every node of a one-device graph, in node order, with its
+ * stitching: the fusible nodes between two non-fusible ones that a value
+ * joins are one kernel, which moves only what crosses its edge and pays
+ * one launch (node_s: g->n_nodes entries). */
+loom_status loom_sim_graph_seconds(loom_ctx *ctx, const loom_graph *g, const loom_sim_options *o,
+                                   double *node_s);
 
 #endif

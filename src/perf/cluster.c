@@ -24,7 +24,7 @@ const char *loom_precision_name(loom_precision p) {
   return p >= 0 && p < LOOM_PRECISION_COUNT ? names[p] : "?";
 }
 
-typedef enum key_kind { K_WORD, K_FLOPS, K_RATE, K_BYTES, K_SECONDS, K_COUNT } key_kind;
+typedef enum key_kind { K_WORD, K_FLOPS, K_RATE, K_BYTES, K_SECONDS, K_COUNT, K_FRACTION } key_kind;
 
 typedef struct key_def {
   const char *name;
@@ -44,6 +44,9 @@ static const key_def keys[] = {
     {"memory.bandwidth", K_RATE, AT(memory_bandwidth_Bps), true},
     {"memory.capacity", K_BYTES, AT(memory_bytes), true},
     {"kernel.launch", K_SECONDS, AT(kernel_launch_s), false},
+    {"gemm.efficiency", K_FRACTION, AT(gemm_efficiency), false},
+    {"gemm.half_dim", K_COUNT, AT(gemm_half_dim), false},
+    {"memory.efficiency", K_FRACTION, AT(memory_efficiency), false},
     {"node.devices", K_COUNT, AT(devices_per_node), true},
     {"nodes", K_COUNT, AT(max_nodes), false},
     {"intra.kind", K_WORD, AT(intra.kind), true},
@@ -85,6 +88,7 @@ static const char *kind_what(key_kind k) {
   case K_BYTES: return "a size (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)";
   case K_SECONDS: return "a time (s, ms, us, ns)";
   case K_COUNT: return "a whole number";
+  case K_FRACTION: return "a fraction in (0, 1]";
   default: return "a name";
   }
 }
@@ -180,7 +184,7 @@ static loom_status parse_line(scan *s, loom_cluster *c, bool *seen) {
     while (u < N_UNITS && !(units[u].kind == k->kind && strlen(units[u].name) == un &&
                             memcmp(units[u].name, ut, un) == 0))
       u++;
-    if (u == N_UNITS || k->kind == K_COUNT)
+    if (u == N_UNITS || k->kind == K_COUNT || k->kind == K_FRACTION)
       return fail_at(s, ut, "'%.*s' is not a unit of '%s', which wants %s", (int)(un < 20 ? un : 20),
                      ut, k->name, kind_what(k->kind));
     scale = units[u].scale;
@@ -192,6 +196,8 @@ static loom_status parse_line(scan *s, loom_cluster *c, bool *seen) {
     *(int32_t *)field = (int32_t)v;
     return LOOM_STATUS_OK;
   }
+  if (k->kind == K_FRACTION && !(v > 0 && v <= 1))
+    return fail_at(s, vt, "'%s' wants a fraction in (0, 1], got '%s'", k->name, num);
   if (!(v >= 0) || !isfinite(v))
     return fail_at(s, vt, "'%s' must be a non-negative finite number, got '%s'", k->name, num);
   *(double *)field = v;
@@ -299,6 +305,10 @@ void loom_cluster_write(const loom_cluster *c, loom_strbuf *b) {
       continue;
     }
     double v = *(const double *)field;
+    if (d->kind == K_FRACTION) {
+      if (v > 0) loom_strbuf_put(b, "%-18s%.6g\n", d->name, v);
+      continue;
+    }
     bool inter = strncmp(d->name, "inter.", 6) == 0;
     if (!d->required && v == 0 && !(inter && c->inter.kind[0])) continue;
     const unit_def *u = write_unit(d->kind, v);
@@ -307,7 +317,7 @@ void loom_cluster_write(const loom_cluster *c, loom_strbuf *b) {
 }
 
 void loom_cluster_this_machine(const loom_machine *m, double single_sgemm_gflops,
-                               double memory_bytes, loom_cluster *out) {
+                               int32_t gemm_half_dim, double memory_bytes, loom_cluster *out) {
   memset(out, 0, sizeof *out);
   int32_t cores = m->cores > 0 ? m->cores : 1;
   snprintf(out->name, sizeof out->name, "this-machine-%dc", (int)cores);
@@ -316,9 +326,23 @@ void loom_cluster_this_machine(const loom_machine *m, double single_sgemm_gflops
   out->memory_bandwidth_Bps = m->triad_gbps * 1e9 / cores;
   out->memory_bytes = memory_bytes / cores;
   out->kernel_launch_s = m->kernel_launch_s;
+  out->gemm_efficiency = 1; /* flops.f32 is the rate a large GEMM reached */
+  out->gemm_half_dim = gemm_half_dim;
+  out->memory_efficiency = 1; /* the triad's, measured */
   out->devices_per_node = cores;
   out->max_nodes = 1;
   snprintf(out->intra.kind, sizeof out->intra.kind, "%s", m->comm.measured ? "mpi-shm" : "mpi-shm-default");
   out->intra.bandwidth_Bps = m->comm.bandwidth_Bps;
   out->intra.latency_s = m->comm.latency_s;
+}
+
+void loom_cluster_time_shared(const loom_cluster *c, int32_t ranks, loom_cluster *out) {
+  *out = *c;
+  if (ranks <= c->devices_per_node || c->devices_per_node < 1) return;
+  double share = (double)c->devices_per_node / ranks;
+  for (int32_t p = 0; p < LOOM_PRECISION_COUNT; p++) out->flops[p] *= share;
+  out->memory_bandwidth_Bps *= share;
+  out->memory_bytes *= share;
+  out->devices_per_node = ranks;
+  snprintf(out->name, sizeof out->name, "%.40s-x%d", c->name, (int)ranks);
 }

@@ -57,6 +57,13 @@ typedef struct loom_cluster {
   double memory_bandwidth_Bps;
   double memory_bytes; /* capacity per device */
   double kernel_launch_s; /* fixed cost of one kernel; 0 if not given */
+  /* The device's efficiency model (0: the simulator's defaults): the
+   * fraction of flops.* a large GEMM reaches, the smallest GEMM dimension
+   * at which it reaches half of that, and the fraction of
+   * memory.bandwidth a streaming kernel reaches. */
+  double gemm_efficiency;
+  int32_t gemm_half_dim;
+  double memory_efficiency;
   int32_t devices_per_node;
   int32_t max_nodes;       /* 0: as many as a plan asks for */
   loom_cluster_link intra; /* required */
@@ -79,8 +86,16 @@ void loom_cluster_write(const loom_cluster *c, loom_strbuf *b);
  * all-core triad bandwidth and the memory shared out evenly; the intra
  * link is the MPI comm model the machine profile keeps (perf/profile.h).
  * m: a measured machine (perf/measure.h); single_sgemm_gflops: the
- * one-thread sgemm rate; memory_bytes: physical memory. */
+ * one-thread sgemm rate (so gemm.efficiency is 1: flops.f32 is what a
+ * large GEMM reaches) and gemm_half_dim the size whose square sgemm runs
+ * at half of it; memory_bytes: physical memory. */
 void loom_cluster_this_machine(const loom_machine *m, double single_sgemm_gflops,
-                               double memory_bytes, loom_cluster *out);
+                               int32_t gemm_half_dim, double memory_bytes, loom_cluster *out);
+
+/* c with `ranks` devices per node time-sharing its node.devices (ranks
+ * processes on a machine's cores, as `mpirun --oversubscribe` runs them):
+ * when ranks exceed the devices, each rank gets devices / ranks of one
+ * device's FLOP rate and memory bandwidth. */
+void loom_cluster_time_shared(const loom_cluster *c, int32_t ranks, loom_cluster *out);
 
 #endif

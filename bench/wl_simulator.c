@@ -1,0 +1,154 @@
+/*
+ * `loom bench simulator`: the simulator (parallel/simulate.h) against this
+ * machine (issue 10, point 3). Every built-in plan family at 2 and 4
+ * ranks trains one GPT under `mpirun` (1 thread per rank, the trainer's
+ * own tokens/s: compile excluded), and the same plan, lowered here, is
+ * simulated on this machine as `loom cluster --this-machine` measures it
+ * in the same run. 4 ranks on fewer cores time-share them
+ * (loom_cluster_time_shared). Medians of --runs.
+ */
+#include "bench.h"
+#include "harness.h"
+
+#include "model/gpt.h"
+#include "parallel/builtin.h"
+#include "parallel/lower.h"
+#include "parallel/simulate.h"
+#include "perf/comm_model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The model every plan trains: 8 layers so that pp4 has two per stage
+ * and interleaved pp4 one per chunk. */
+#define SIM_LAYERS 8
+#define SIM_D_MODEL 128
+#define SIM_HEADS 4
+#define SIM_BATCH 32
+#define SIM_CONTEXT 64
+
+typedef struct sim_case {
+  const char *plan;
+  int32_t ranks;
+} sim_case;
+
+static const sim_case cases[] = {
+    {"dp2", 2},         {"dp2+zero1", 2},   {"dp2+zero3", 2},     {"dp2+recompute", 2},
+    {"tp2", 2},         {"pp2", 2},         {"pp2+gpipe", 2},     {"pp2+interleaved", 2},
+    {"pp2+interlaced", 2}, {"dp4", 4},      {"dp4+zero2", 4},     {"tp4", 4},
+    {"pp4", 4},         {"pp4+gpipe", 4},   {"pp4+interleaved", 4}, {"dp2xtp2", 4},
+    {"tp2xpp2", 4},     {"dp2xpp2", 4},
+};
+enum { N_CASES = sizeof cases / sizeof cases[0] };
+
+static loom_status build_graph(loom_ctx *ctx, loom_graph **g) {
+  loom_gpt_config c;
+  loom_gpt_config_default(&c);
+  c.n_layer = SIM_LAYERS;
+  c.d_model = SIM_D_MODEL;
+  c.n_head = SIM_HEADS;
+  c.d_ff = 4 * SIM_D_MODEL;
+  c.context = SIM_CONTEXT;
+  /* as `loom train --plan` builds it: attention dropout inside the kernels */
+  loom_session_options so = LOOM_SESSION_OPTIONS(.backend = "cpu", .rng = LOOM_RNG_FUSED);
+  loom_gpt_optim opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                        .seed = 1, .session = &so};
+  int64_t per_step = 0;
+  return loom_gpt_build_train(ctx, &c, SIM_BATCH, SIM_CONTEXT, &opt, g, &per_step);
+}
+
+/* The simulated step of plan on `ranks` ranks of this machine. */
+static loom_status predict(loom_ctx *ctx, const loom_graph *g, const sim_case *k,
+                           const loom_cluster *machine, double *step_s, double *bubble) {
+  loom_cluster shared;
+  loom_cluster_time_shared(machine, k->ranks, &shared);
+  loom_plan *p = NULL;
+  loom_plan_program *pp = NULL;
+  loom_plan_lower_options lo = {.comm = loom_comm_model_kept("mpi")};
+  loom_status st = loom_plan_builtin(ctx, g, k->plan, k->ranks, &p);
+  if (!st) st = loom_plan_lower(p, &lo, &pp);
+  loom_sim_result r = {0};
+  /* the trainer's default: comm ops on a comm stream */
+  loom_sim_options so = {.cluster = &shared, .precision = LOOM_PRECISION_f32, .overlap = true};
+  if (!st) st = loom_plan_simulate(pp, &so, &r);
+  *step_s = r.step_s;
+  *bubble = r.bubble;
+  loom_sim_result_free(&r);
+  loom_plan_program_free(pp);
+  loom_plan_free(p);
+  return st;
+}
+
+bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *o) {
+  char exe[4096];
+  if (!loom_bench_mpi_exe(exe, sizeof exe)) {
+    fprintf(f, json ? "{\"bench\":\"simulator\",\"skipped\":\"no mpirun\"}\n"
+                    : "simulator: skipped (no mpirun)\n");
+    return true;
+  }
+  if (!o->quiet) fprintf(stderr, "bench: measuring this machine as a cluster\n");
+  loom_cluster machine;
+  loom_graph *g = NULL;
+  if (loom_bench_this_cluster(ctx, &machine) || build_graph(ctx, &g)) {
+    fprintf(f, "simulator: %s\n", loom_ctx_error(ctx));
+    return false;
+  }
+  int32_t steps = o->small ? 4 : 12, runs = o->runs < 1 ? 1 : (o->runs > 16 ? 16 : o->runs);
+  char flags[512];
+  snprintf(flags, sizeof flags,
+           "train --layers %d --d-model %d --heads %d --batch %d --context %d --steps %d "
+           "--threads 1 --log-every 100000",
+           SIM_LAYERS, SIM_D_MODEL, SIM_HEADS, SIM_BATCH, SIM_CONTEXT, steps);
+  if (!json)
+    fprintf(f,
+            "simulator against this machine (%s: %.1f GFLOP/s, %.2f GB/s per core; GPT %d "
+            "layers, d_model %d, batch %d x %d; %d steps, median of %d)\n"
+            "%-18s %5s %12s %12s %8s %8s\n",
+            machine.name, machine.flops[LOOM_PRECISION_f32] / 1e9,
+            machine.memory_bandwidth_Bps / 1e9, SIM_LAYERS, SIM_D_MODEL, SIM_BATCH, SIM_CONTEXT,
+            steps, runs, "plan", "ranks", "measured_ms", "predicted_ms", "error", "bubble");
+  bool ok = true;
+  double worst = 0;
+  int32_t within = 0, done = 0;
+  for (int32_t c = 0; c < N_CASES; c++) {
+    const sim_case *k = &cases[c];
+    double predicted = 0, bubble = 0, tps[16];
+    if (predict(ctx, g, k, &machine, &predicted, &bubble)) {
+      fprintf(f, "simulator %s: %s\n", k->plan, loom_ctx_error(ctx));
+      ok = false;
+      continue;
+    }
+    char cmd[5000];
+    loom_bench_mpirun_cmd(cmd, sizeof cmd, k->ranks, exe, flags, k->plan, "");
+    int32_t r = 0;
+    for (; r < runs; r++) {
+      if (!o->quiet) fprintf(stderr, "bench: simulator %s, run %d of %d\n", k->plan, r + 1, runs);
+      if ((tps[r] = loom_bench_train_tok_s(cmd)) <= 0) break;
+    }
+    if (r < runs) {
+      fprintf(f, "simulator %s: the run failed (%s)\n", k->plan, cmd);
+      ok = false;
+      continue;
+    }
+    double measured = (double)SIM_BATCH * SIM_CONTEXT / loom_bench_median(tps, r);
+    double err = predicted / measured - 1;
+    worst = fmax(worst, fabs(err));
+    within += fabs(err) <= 0.15;
+    done++;
+    if (json)
+      fprintf(f,
+              "{\"bench\":\"simulator\",\"plan\":\"%s\",\"ranks\":%d,\"measured_s\":%.5f,"
+              "\"predicted_s\":%.5f,\"error\":%.4f,\"bubble\":%.4f}\n",
+              k->plan, k->ranks, measured, predicted, err, bubble);
+    else
+      fprintf(f, "%-18s %5d %12.2f %12.2f %+7.1f%% %7.1f%%\n", k->plan, k->ranks, measured * 1e3,
+              predicted * 1e3, 100 * err, 100 * bubble);
+    fflush(f);
+  }
+  if (!json)
+    fprintf(f, "within 15%%: %d of %d plans; worst error %.1f%% (target <= 15%%: %s)\n", within,
+            done, 100 * worst, done && within == done ? "met" : "not met");
+  loom_graph_free(g);
+  return ok;
+}
