@@ -185,6 +185,14 @@ static void test_gpt_plans(void) {
                      blocking.devices[d].idle_s,
                  blocking.step_s));
       CHECK(blocking.devices[d].peak_bytes == pp->stats[d].peak_bytes);
+      const loom_sim_memory *m = &blocking.devices[d].at_peak;
+      CHECK(m->params + m->optimizer + m->grads + m->comm_buffers + m->activations ==
+            pp->stats[d].peak_bytes);
+      CHECK(m->params > 0 && m->activations > 0);
+      /* dp: every parameter and its new value once, and AdamW's two
+       * moments of each, old and new; other plans may also hold pieces of
+       * a parameter they do not update (a tied embedding's other stage) */
+      CHECK(strcmp(specs[k], "dp2") ? m->optimizer <= 2 * m->params : m->optimizer == 2 * m->params);
     }
     bubble[k] = blocking.bubble;
     printf("%-14s step %.3f ms blocking, %.3f ms overlapped, bubble %.1f%%\n", specs[k],

@@ -120,4 +120,7 @@ int32_t lower_comm_index(const loom_plan_program *pp, int32_t node);
 /* lower_order.c: the execution order, the deadlock check, the counts. */
 loom_status lower_finish(lower_walk *w);
 
+/* Bytes of global value v (its type's elements times the dtype size). */
+int64_t lower_value_bytes(const loom_graph *g, int32_t v);
+
 #endif

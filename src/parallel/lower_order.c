@@ -98,7 +98,7 @@ double loom_plan_node_flops(const loom_graph *g, const loom_node *n) {
   return d->cls == LOOM_OPCLASS_COMM || d->cls == LOOM_OPCLASS_LAYOUT ? 0.0 : numel;
 }
 
-static int64_t value_bytes(const loom_graph *g, int32_t v) {
+int64_t lower_value_bytes(const loom_graph *g, int32_t v) {
   const loom_type *t = loom_value_type(g, v);
   return loom_type_numel(t) * (int64_t)loom_dtype_size(t->dtype);
 }
@@ -124,7 +124,7 @@ static int64_t device_peak(const loom_plan_program *pp, int32_t d, int32_t *last
     for (int32_t o = 0; o < n->n_out; o++) {
       int32_t v = n->out[o];
       if (pp->value_device[v] != d) continue;
-      int64_t bytes = value_bytes(G, v);
+      int64_t bytes = lower_value_bytes(G, v);
       if (pp->node_subop[node] == LOWER_FEED || is_out[v]) held += bytes;
       else live += bytes;
     }
@@ -137,7 +137,7 @@ static int64_t device_peak(const loom_plan_program *pp, int32_t d, int32_t *last
       bool feed_or_out = is_out[v];
       int32_t prod = G->values[v].node;
       if (prod >= 0 && pp->node_subop[prod] == LOWER_FEED) feed_or_out = true;
-      if (!feed_or_out) live -= value_bytes(G, v);
+      if (!feed_or_out) live -= lower_value_bytes(G, v);
     }
   }
   free(is_out);
@@ -300,7 +300,7 @@ static loom_status count(lower_walk *w) {
     int64_t held = 0;
     s->peak_bytes = device_peak(pp, d, last, &held);
     for (int32_t k = 0; k < pp->n_ins; k++)
-      if (pp->ins[k].device == d) s->input_bytes += value_bytes(G, pp->ins[k].value);
+      if (pp->ins[k].device == d) s->input_bytes += lower_value_bytes(G, pp->ins[k].value);
   }
   free(last);
   for (int32_t c = 0; c < pp->n_comms; c++) {

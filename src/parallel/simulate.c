@@ -43,14 +43,12 @@ static double value_bytes(const sim *s, const loom_graph *G, int32_t v) {
  * them in the device's order, are one kernel; only the values that cross
  * a kernel's edge move through memory, and a kernel pays one launch. */
 typedef struct fusion_view {
-  int32_t *producer; /* per value: its node, -1 for graph inputs */
   int32_t *root;     /* per node: its kernel's representative, -1 if not fused */
   bool *spills;      /* per value: read outside its kernel, or a graph output */
   bool *launches;    /* per node: the first of its kernel in order */
 } fusion_view;
 
 static void fusion_view_free(fusion_view *f) {
-  free(f->producer);
   free(f->root);
   free(f->spills);
   free(f->launches);
@@ -69,23 +67,18 @@ static loom_status fusion_view_build(loom_ctx *ctx, const loom_graph *G, int32_t
                                      const int32_t *order_start, const int32_t *order_nodes,
                                      const bool *skip, fusion_view *f) {
   int32_t nn = G->n_nodes, nv = G->n_values;
-  f->producer = loom_malloc(ctx, sizeof *f->producer * (size_t)(nv ? nv : 1));
   f->root = loom_malloc(ctx, sizeof *f->root * (size_t)(nn ? nn : 1));
   f->spills = loom_calloc(ctx, (size_t)(nv ? nv : 1), sizeof *f->spills);
   f->launches = loom_calloc(ctx, (size_t)(nn ? nn : 1), sizeof *f->launches);
   int32_t *phase = loom_malloc(ctx, sizeof *phase * (size_t)(nn ? nn : 1));
   int32_t *device = loom_malloc(ctx, sizeof *device * (size_t)(nn ? nn : 1));
-  if (!f->producer || !f->root || !f->spills || !f->launches || !phase || !device) {
+  if (!f->root || !f->spills || !f->launches || !phase || !device) {
     free(phase);
     free(device);
     fusion_view_free(f);
     return LOOM_STATUS_OUT_OF_MEMORY;
   }
-  for (int32_t v = 0; v < nv; v++) f->producer[v] = -1;
-  for (int32_t n = 0; n < nn; n++) {
-    f->root[n] = -1, device[n] = -1;
-    for (int32_t o = 0; o < G->nodes[n].n_out; o++) f->producer[G->nodes[n].out[o]] = n;
-  }
+  for (int32_t n = 0; n < nn; n++) f->root[n] = -1, device[n] = -1;
   for (int32_t d = 0; d < n_orders; d++) {
     int32_t at = 0;
     for (int32_t i = order_start[d]; i < order_start[d + 1]; i++) {
@@ -99,7 +92,7 @@ static loom_status fusion_view_build(loom_ctx *ctx, const loom_graph *G, int32_t
   for (int32_t n = 0; n < nn; n++) {
     if (f->root[n] < 0) continue;
     for (int32_t i = 0; i < G->nodes[n].n_in; i++) {
-      int32_t p = f->producer[G->nodes[n].in[i]];
+      int32_t p = G->values[G->nodes[n].in[i]].node;
       if (p >= 0 && f->root[p] >= 0 && device[p] == device[n] && phase[p] == phase[n])
         f->root[find_root(f->root, n)] = find_root(f->root, p);
     }
@@ -108,7 +101,7 @@ static loom_status fusion_view_build(loom_ctx *ctx, const loom_graph *G, int32_t
     if (f->root[n] >= 0) f->root[n] = find_root(f->root, n);
   for (int32_t n = 0; n < nn; n++)
     for (int32_t i = 0; i < G->nodes[n].n_in; i++) {
-      int32_t v = G->nodes[n].in[i], p = f->producer[v];
+      int32_t v = G->nodes[n].in[i], p = G->values[v].node;
       if (p >= 0 && (f->root[n] < 0 || f->root[p] != f->root[n])) f->spills[v] = true;
     }
   for (int32_t i = 0; i < G->n_outputs; i++) f->spills[G->outputs[i]] = true;
@@ -155,7 +148,7 @@ static double node_time(const sim *s, const loom_graph *G, const loom_node *n) {
   if (r >= 0 && !f->launches[self]) launch = 0;
   double bytes = 0;
   for (int32_t i = 0; i < n->n_in; i++) {
-    int32_t p = r >= 0 ? f->producer[n->in[i]] : -1;
+    int32_t p = r >= 0 ? G->values[n->in[i]].node : -1;
     if (p < 0 || f->root[p] != r) bytes += value_bytes(s, G, n->in[i]);
   }
   for (int32_t o = 0; o < n->n_out; o++)
@@ -241,6 +234,78 @@ static double comm_time(const sim *s, int32_t k) {
   const loom_type *t = loom_value_type(pp->global, pp->global->nodes[cm->node].out[0]);
   double bytes = (double)cm->bytes * elem_bytes(s, t) / (double)loom_dtype_size(t->dtype);
   return ring_steps(cm->op, n) * lat + bytes / bw;
+}
+
+/* The role of value v of device d (loom_sim_memory). */
+typedef enum role { ROLE_PARAMS, ROLE_OPTIMIZER, ROLE_GRADS, ROLE_COMM, ROLE_ACTIVATIONS } role;
+
+static role value_role(const loom_plan_program *pp, int32_t v, const bool *grad) {
+  const loom_graph *G = pp->global;
+  int32_t prod = G->values[v].node;
+  if (prod >= 0 && pp->node_subop[prod] == LOWER_FEED) v = G->nodes[prod].in[0], prod = -1;
+  if (prod < 0) {
+    const loom_value_info *x = &G->values[v];
+    if (x->name && strncmp(x->name, "adam.", 5) == 0) return ROLE_OPTIMIZER;
+    return x->kind == LOOM_VALUE_PARAM ? ROLE_PARAMS : ROLE_ACTIVATIONS;
+  }
+  const loom_node *n = &G->nodes[prod];
+  if (n->op == LOOM_OP_ADAMW) return G->values[v].index == 0 ? ROLE_PARAMS : ROLE_OPTIMIZER;
+  if (grad[v]) return ROLE_GRADS;
+  return loom_op_is_comm(n->op) ? ROLE_COMM : ROLE_ACTIVATIONS;
+}
+
+/* Device d's values by role at the moment its live bytes peak, walked as
+ * the lowering's peak is (lower_order.c): a value lives from its node to
+ * its last use on d, pieces of inputs and outputs for the whole step. */
+static loom_status memory_at_peak(const loom_plan_program *pp, int32_t d, int32_t *last,
+                                  const bool *grad, const bool *is_out, loom_sim_memory *out) {
+  const loom_graph *G = pp->global;
+  int32_t a = pp->order_start[d], b = pp->order_start[d + 1];
+  for (int32_t i = a; i < b; i++) {
+    const loom_node *n = &G->nodes[pp->order_nodes[i]];
+    for (int32_t k = 0; k < n->n_in; k++) last[n->in[k]] = i;
+  }
+  int64_t live[5] = {0}, best[5] = {0}, peak = -1;
+  for (int32_t i = a; i < b; i++) {
+    const loom_node *n = &G->nodes[pp->order_nodes[i]];
+    for (int32_t o = 0; o < n->n_out; o++) {
+      int32_t v = n->out[o];
+      if (pp->value_device[v] == d) live[value_role(pp, v, grad)] += lower_value_bytes(G, v);
+    }
+    int64_t now = live[0] + live[1] + live[2] + live[3] + live[4];
+    if (now > peak) peak = now, memcpy(best, live, sizeof best);
+    for (int32_t k = 0; k < n->n_in; k++) {
+      int32_t v = n->in[k], prod = G->values[v].node;
+      bool first = true;
+      for (int32_t j = 0; j < k; j++) first &= n->in[j] != v;
+      if (!first || last[v] != i || pp->value_device[v] != d || is_out[v]) continue;
+      if (prod >= 0 && pp->node_subop[prod] == LOWER_FEED) continue;
+      live[value_role(pp, v, grad)] -= lower_value_bytes(G, v);
+    }
+  }
+  *out = (loom_sim_memory){best[ROLE_PARAMS], best[ROLE_OPTIMIZER], best[ROLE_GRADS],
+                           best[ROLE_COMM], best[ROLE_ACTIVATIONS]};
+  return LOOM_STATUS_OK;
+}
+
+static loom_status memory_roles(const loom_plan_program *pp, loom_sim_result *r) {
+  const loom_graph *G = pp->global;
+  size_t nv = (size_t)(G->n_values ? G->n_values : 1);
+  int32_t *last = loom_malloc(pp->ctx, sizeof *last * nv);
+  bool *grad = loom_calloc(pp->ctx, nv, sizeof *grad), *is_out = loom_calloc(pp->ctx, nv, sizeof *is_out);
+  loom_status st = last && grad && is_out ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t n = 0; !st && n < G->n_nodes; n++)
+    if (G->nodes[n].op == LOOM_OP_ADAMW) grad[G->nodes[n].in[1]] = true;
+  for (int32_t d = 0; !st && d < pp->n_devices; d++) {
+    memset(is_out, 0, nv * sizeof *is_out);
+    for (int32_t k = 0; k < pp->n_outs; k++)
+      if (pp->outs[k].device == d) is_out[pp->outs[k].value] = true;
+    st = memory_at_peak(pp, d, last, grad, is_out, &r->devices[d].at_peak);
+  }
+  free(last);
+  free(grad);
+  free(is_out);
+  return st;
 }
 
 static loom_status check_options(loom_ctx *ctx, const loom_plan_program *pp,
@@ -369,6 +434,9 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
       dv->peak_bytes = pp->stats[d].peak_bytes;
       out->step_s = fmax(out->step_s, dv->end_s);
     }
+    st = memory_roles(pp, out);
+  }
+  if (!st) {
     double idle = 0;
     for (int32_t d = 0; d < nd; d++) {
       loom_sim_device *dv = &out->devices[d];

@@ -42,12 +42,23 @@ typedef struct loom_sim_event {
   bool comm;
 } loom_sim_event;
 
+/* What a device holds at its peak, by role (Loom's training-graph
+ * conventions, model/gpt.h): parameters (its pieces of the parameter
+ * inputs and of the new values adamw writes), optimizer state (the AdamW
+ * moments, "adam.*"), gradients (what adamw reads as one), communication
+ * buffers (what comm ops deliver, but gradients), activations (the rest:
+ * the batch, the forward values kept for the backward, temporaries). */
+typedef struct loom_sim_memory {
+  int64_t params, optimizer, grads, comm_buffers, activations;
+} loom_sim_memory;
+
 typedef struct loom_sim_device {
   double compute_s; /* busy computing */
   double comm_s;    /* comm that held the device (blocking), or in flight (overlap) */
   double idle_s;    /* waiting for peers: the step less compute and blocked comm */
   double end_s;     /* when its last node ends */
   int64_t peak_bytes;
+  loom_sim_memory at_peak; /* sums to peak_bytes */
   /* its events in execution order: events[event_start[d] .. event_start[d + 1]) */
 } loom_sim_device;
 
