@@ -103,11 +103,11 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
   if (!json)
     fprintf(f,
             "simulator against this machine (%s: %.1f GFLOP/s, %.2f GB/s per core; GPT %d "
-            "layers, d_model %d, batch %d x %d; %d steps, median of %d)\n"
+            "layers, d_model %d, batch %d x %d; %d steps, median of %d; load average %.2f)\n"
             "%-18s %5s %12s %12s %8s %8s\n",
             machine.name, machine.flops[LOOM_PRECISION_f32] / 1e9,
             machine.memory_bandwidth_Bps / 1e9, SIM_LAYERS, SIM_D_MODEL, SIM_BATCH, SIM_CONTEXT,
-            steps, runs, "plan", "ranks", "measured_ms", "predicted_ms", "error", "bubble");
+            steps, runs, loom_bench_loadavg(), "plan", "ranks", "measured_ms", "predicted_ms", "error", "bubble");
   bool ok = true;
   double worst = 0;
   int32_t within = 0, done = 0;

@@ -84,6 +84,7 @@ static void test_errors(void) {
       {"negative", "memory.bandwidth -2 GB/s\n", "1:18: 'memory.bandwidth' must be a non-negative"},
       {"fraction of a count", "node.devices 2.5\n", "1:14: 'node.devices' wants a whole number"},
       {"unit on a count", "node.devices 2 GB\n", "1:16: 'GB' is not a unit of 'node.devices'"},
+      {"unknown algorithm", "collectives ring\n", "1:13: 'collectives' is one of: nccl direct"},
       {"fraction above 1", "gemm.efficiency 1.5\n", "1:17: 'gemm.efficiency' wants a fraction in (0, 1]"},
       {"zero fraction", "memory.efficiency 0\n", "1:19: 'memory.efficiency' wants a fraction"},
       {"unit on a fraction", "gemm.efficiency 0.5 GB\n", "1:21: 'GB' is not a unit of 'gemm.efficiency'"},
@@ -144,6 +145,7 @@ static void test_this_machine(void) {
   CHECK(d.devices_per_node == 4 && near(d.flops[LOOM_PRECISION_f32], 50e9));
   /* measured: a large GEMM's rate is flops.f32, the triad is the bandwidth */
   CHECK(d.gemm_efficiency == 1 && d.gemm_half_dim == 40 && d.memory_efficiency == 1);
+  CHECK(strcmp(d.collectives, "direct") == 0);
   CHECK(strstr(text, "gemm.efficiency   1\n") && strstr(text, "gemm.half_dim     40\n"));
   free(text);
   /* 8 ranks on its 4 cores: each gets half a core */

@@ -111,6 +111,46 @@ static void test_gemm_and_all_reduce(void) {
   loom_graph_free(g);
 }
 
+/* The collectives' algorithms, an all-reduce of y (S = 2 MiB) over 4
+ * members: NCCL's ring inside one node (a tree would send twice as much),
+ * its hierarchy across 2 nodes of 2, and Loom's direct all-pairs. */
+static const char k4_plan[] = "plan devices 4\n"
+                              "trans matmul.* split in0 1 4\n"
+                              "assign matmul.0 0 1 2 3\n"
+                              "input %x D(1,4) on 0 1 2 3\n"
+                              "input %w D(0,4) on 0 1 2 3\n"
+                              "output y R(4) on 0 1 2 3\n";
+
+static void test_collectives(void) {
+  loom_graph *g = NULL;
+  loom_plan_program *pp = lower_text(&g, mm, k4_plan);
+  if (!pp) return;
+  CHECK(pp->n_comms == 1 && pp->comms[0].op == LOOM_OP_ALL_REDUCE);
+  double S = 512.0 * 1024 * 4, comm[3];
+  loom_cluster one = cluster(4), two = cluster(2), direct = cluster(2);
+  snprintf(one.collectives, sizeof one.collectives, "nccl");
+  snprintf(two.collectives, sizeof two.collectives, "nccl");
+  snprintf(direct.collectives, sizeof direct.collectives, "direct");
+  const loom_cluster *cs[3] = {&one, &two, &direct};
+  for (int32_t k = 0; k < 3; k++) {
+    loom_sim_options o = {.cluster = cs[k], .precision = LOOM_PRECISION_f32};
+    loom_sim_result r;
+    CHECK_OK(ctx, loom_plan_simulate(pp, &o, &r));
+    comm[k] = r.devices ? r.devices[0].comm_s : 0;
+    loom_sim_result_free(&r);
+  }
+  /* ring: 2 (n-1) steps of 1 us, 2 (n-1)/n S at 10 GB/s */
+  CHECK(near(comm[0], 6e-6 + 1.5 * S / 10e9));
+  /* across nodes each device has half a 2 GB/s NIC: reduce-scatter inside
+   * (1 step, S/2 at 10 GB/s), all-reduce of S/2 between the 2 nodes (2
+   * steps of 10 us, S/2 at 1 GB/s), all-gather inside */
+  CHECK(near(comm[1], 2 * (1e-6 + S / 2 / 10e9) + 20e-6 + S / 2 / 1e9));
+  /* direct: two phases, each member sends 2 (n-1)/n S over its NIC share */
+  CHECK(near(comm[2], 2 * 10e-6 + 1.5 * S / 1e9));
+  loom_plan_program_free(pp);
+  loom_graph_free(g);
+}
+
 /* Stitching: x -> exp -> mul -> add -> y on one device is one kernel that
  * reads x once and writes y once; a GEMM between two element-wise nodes
  * splits them into two kernels, each paying its own traffic and launch.
@@ -213,6 +253,7 @@ int main(void) {
   CHECK_OK(ctx, loom_ctx_new(&ctx));
   test_gemm_and_all_reduce();
   test_stitching();
+  test_collectives();
   test_gpt_plans();
   loom_ctx_free(ctx);
   return loom_test_finish("test_simulate");

@@ -8,8 +8,9 @@
  * lacking is assembled on its device from the best pieces (local slices,
  * transfers, concatenation).
  *
- * Collectives are the ring algorithms of comm/comm.c; the bytes recorded
- * per comm op are what each member sends.
+ * The bytes recorded per comm op are what each member sends, the same
+ * for Loom's direct collectives (comm/comm.c) and rings, but a
+ * broadcast's: its root sends the piece to every other member.
  */
 #include "parallel/lower_internal.h"
 

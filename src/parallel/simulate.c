@@ -215,25 +215,59 @@ static int32_t ring_steps(loom_op op, int32_t n) {
   }
 }
 
-/* Seconds comm k takes once every member has reached it. */
+static double ceil_log2(int32_t n) { return ceil(log2((double)(n > 1 ? n : 1))); }
+
+/* Seconds comm k takes once every member has reached it, by the algorithm
+ * the cluster's collectives use (docs/SIMULATOR.md): `direct`, Loom's own
+ * over MPI (comm/comm.c: each member sends to every other at once, an
+ * all-reduce in two such phases); `nccl`, rings or, for an all-reduce,
+ * a tree when it is faster, and across nodes NCCL's hierarchy (inside
+ * each node, then between them over the NICs, then inside again). */
 static double comm_time(const sim *s, int32_t k) {
   const loom_plan_program *pp = s->pp;
+  const loom_cluster *c = s->c;
   const loom_plan_comm *cm = &pp->comms[k];
   const int32_t *m = pp->group_ranks + pp->group_start[cm->group];
   int32_t n = pp->group_start[cm->group + 1] - pp->group_start[cm->group];
-  int32_t per_node = s->c->devices_per_node;
-  bool one_node = true;
-  for (int32_t i = 1; i < n; i++) one_node &= m[i] / per_node == m[0] / per_node;
-  double bw = s->c->intra.bandwidth_Bps, lat = s->c->intra.latency_s;
-  if (!one_node) {
-    /* the ring crosses the network: each device's share of its node's NICs */
-    double share = s->c->inter.bandwidth_Bps * s->c->inter.nics / per_node;
-    bw = share < bw ? share : bw;
-    lat = s->c->inter.latency_s;
+  int32_t per_node = c->devices_per_node;
+  /* nodes the group spans, and the most members on one of them */
+  int32_t nodes = 0, most = 0;
+  for (int32_t i = 0; i < n; i++) {
+    int32_t here = 0;
+    bool first = true;
+    for (int32_t j = 0; j < n; j++) {
+      here += m[j] / per_node == m[i] / per_node;
+      first &= !(j < i && m[j] / per_node == m[i] / per_node);
+    }
+    nodes += first;
+    most = here > most ? here : most;
   }
+  double bw = c->intra.bandwidth_Bps, lat = c->intra.latency_s;
+  double share = c->inter.bandwidth_Bps * c->inter.nics / per_node; /* a device's NIC share */
+  if (nodes > 1) bw = share < bw ? share : bw, lat = c->inter.latency_s;
   const loom_type *t = loom_value_type(pp->global, pp->global->nodes[cm->node].out[0]);
-  double bytes = (double)cm->bytes * elem_bytes(s, t) / (double)loom_dtype_size(t->dtype);
-  return ring_steps(cm->op, n) * lat + bytes / bw;
+  double sent = (double)cm->bytes * elem_bytes(s, t) / (double)loom_dtype_size(t->dtype);
+  if (strcmp(c->collectives, "direct") == 0)
+    return (cm->op == LOOM_OP_ALL_REDUCE ? 2 : 1) * lat + sent / bw;
+  if (cm->op == LOOM_OP_BROADCAST) /* a pipelined chain: each forwards the data once */
+    return (n - 1) * lat + sent / (n > 1 ? n - 1 : 1) / bw;
+  double ring = ring_steps(cm->op, n) * lat + sent / bw;
+  if (cm->op != LOOM_OP_ALL_REDUCE || n < 2) return ring;
+  double size = sent * n / (2.0 * (n - 1)); /* the tensor: sent = 2 (n-1)/n of it */
+  /* NCCL's double binary tree: log steps, each member sending about twice the tensor */
+  double tree = 2 * ceil_log2(n) * lat + 2 * size / bw;
+  double best = tree < ring ? tree : ring;
+  if (nodes > 1 && most > 1 && n == nodes * most) {
+    /* reduce-scatter inside the node, all-reduce of a 1/most share across
+     * nodes (each device over its NIC share), all-gather inside */
+    double bi = c->intra.bandwidth_Bps, li = c->intra.latency_s, ge = share < bi ? share : bi;
+    double inside = (most - 1) * li + size * (most - 1) / most / bi;
+    double across = 2 * (nodes - 1) * c->inter.latency_s +
+                    2.0 * (nodes - 1) / nodes * (size / most) / ge;
+    double hier = 2 * inside + across;
+    best = hier < best ? hier : best;
+  }
+  return best;
 }
 
 /* The role of value v of device d (loom_sim_memory). */

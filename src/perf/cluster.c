@@ -31,31 +31,33 @@ typedef struct key_def {
   key_kind kind;
   size_t offset;
   bool required;
+  const char *choices; /* a word key: the words it may be, space-separated (NULL: any) */
 } key_def;
 
 #define AT(field) offsetof(loom_cluster, field)
 static const key_def keys[] = {
-    {"name", K_WORD, AT(name), true},
-    {"device", K_WORD, AT(device), true},
-    {"flops.f32", K_FLOPS, AT(flops[LOOM_PRECISION_f32]), true},
-    {"flops.tf32", K_FLOPS, AT(flops[LOOM_PRECISION_tf32]), false},
-    {"flops.bf16", K_FLOPS, AT(flops[LOOM_PRECISION_bf16]), false},
-    {"flops.fp8", K_FLOPS, AT(flops[LOOM_PRECISION_fp8]), false},
-    {"memory.bandwidth", K_RATE, AT(memory_bandwidth_Bps), true},
-    {"memory.capacity", K_BYTES, AT(memory_bytes), true},
-    {"kernel.launch", K_SECONDS, AT(kernel_launch_s), false},
-    {"gemm.efficiency", K_FRACTION, AT(gemm_efficiency), false},
-    {"gemm.half_dim", K_COUNT, AT(gemm_half_dim), false},
-    {"memory.efficiency", K_FRACTION, AT(memory_efficiency), false},
-    {"node.devices", K_COUNT, AT(devices_per_node), true},
-    {"nodes", K_COUNT, AT(max_nodes), false},
-    {"intra.kind", K_WORD, AT(intra.kind), true},
-    {"intra.bandwidth", K_RATE, AT(intra.bandwidth_Bps), true},
-    {"intra.latency", K_SECONDS, AT(intra.latency_s), true},
-    {"inter.kind", K_WORD, AT(inter.kind), false},
-    {"inter.bandwidth", K_RATE, AT(inter.bandwidth_Bps), false},
-    {"inter.latency", K_SECONDS, AT(inter.latency_s), false},
-    {"inter.nics", K_COUNT, AT(inter.nics), false},
+    {"name", K_WORD, AT(name), true, NULL},
+    {"device", K_WORD, AT(device), true, NULL},
+    {"flops.f32", K_FLOPS, AT(flops[LOOM_PRECISION_f32]), true, NULL},
+    {"flops.tf32", K_FLOPS, AT(flops[LOOM_PRECISION_tf32]), false, NULL},
+    {"flops.bf16", K_FLOPS, AT(flops[LOOM_PRECISION_bf16]), false, NULL},
+    {"flops.fp8", K_FLOPS, AT(flops[LOOM_PRECISION_fp8]), false, NULL},
+    {"memory.bandwidth", K_RATE, AT(memory_bandwidth_Bps), true, NULL},
+    {"memory.capacity", K_BYTES, AT(memory_bytes), true, NULL},
+    {"kernel.launch", K_SECONDS, AT(kernel_launch_s), false, NULL},
+    {"gemm.efficiency", K_FRACTION, AT(gemm_efficiency), false, NULL},
+    {"gemm.half_dim", K_COUNT, AT(gemm_half_dim), false, NULL},
+    {"memory.efficiency", K_FRACTION, AT(memory_efficiency), false, NULL},
+    {"node.devices", K_COUNT, AT(devices_per_node), true, NULL},
+    {"collectives", K_WORD, AT(collectives), false, "nccl direct"},
+    {"nodes", K_COUNT, AT(max_nodes), false, NULL},
+    {"intra.kind", K_WORD, AT(intra.kind), true, NULL},
+    {"intra.bandwidth", K_RATE, AT(intra.bandwidth_Bps), true, NULL},
+    {"intra.latency", K_SECONDS, AT(intra.latency_s), true, NULL},
+    {"inter.kind", K_WORD, AT(inter.kind), false, NULL},
+    {"inter.bandwidth", K_RATE, AT(inter.bandwidth_Bps), false, NULL},
+    {"inter.latency", K_SECONDS, AT(inter.latency_s), false, NULL},
+    {"inter.nics", K_COUNT, AT(inter.nics), false, NULL},
 };
 #undef AT
 enum { N_KEYS = sizeof keys / sizeof keys[0] };
@@ -141,6 +143,17 @@ static bool word_ok(const char *t, size_t n) {
   return true;
 }
 
+/* True if w is one of the space-separated words of list. */
+static bool word_in(const char *list, const char *w) {
+  size_t n = strlen(w);
+  for (const char *p = list; *p;) {
+    size_t m = strcspn(p, " ");
+    if (m == n && strncmp(p, w, n) == 0) return true;
+    p += m + (p[m] == ' ');
+  }
+  return false;
+}
+
 /* One `key value [unit]` line into c. */
 static loom_status parse_line(scan *s, loom_cluster *c, bool *seen) {
   size_t kn = 0, vn = 0, un = 0, xn = 0;
@@ -168,6 +181,8 @@ static loom_status parse_line(scan *s, loom_cluster *c, bool *seen) {
                      k->name, LOOM_CLUSTER_NAME_MAX - 1);
     memcpy(field, vt, vn);
     field[vn] = '\0';
+    if (k->choices && !word_in(k->choices, field))
+      return fail_at(s, vt, "'%s' is one of: %s", k->name, k->choices);
     return LOOM_STATUS_OK;
   }
   char num[64];
@@ -262,6 +277,7 @@ loom_status loom_cluster_parse(loom_ctx *ctx, const char *text, size_t len, loom
       s.line++;
     }
   }
+  if (!out->collectives[0]) snprintf(out->collectives, sizeof out->collectives, "nccl");
   return check_whole(&s, out, seen);
 }
 
@@ -330,6 +346,7 @@ void loom_cluster_this_machine(const loom_machine *m, double single_sgemm_gflops
   out->gemm_half_dim = gemm_half_dim;
   out->memory_efficiency = 1; /* the triad's, measured */
   out->devices_per_node = cores;
+  snprintf(out->collectives, sizeof out->collectives, "direct"); /* Loom's comm over MPI */
   out->max_nodes = 1;
   snprintf(out->intra.kind, sizeof out->intra.kind, "%s", m->comm.measured ? "mpi-shm" : "mpi-shm-default");
   out->intra.bandwidth_Bps = m->comm.bandwidth_Bps;

@@ -65,6 +65,9 @@ typedef struct loom_cluster {
   int32_t gemm_half_dim;
   double memory_efficiency;
   int32_t devices_per_node;
+  /* the collectives' algorithms: "nccl" (rings, trees, hierarchical
+   * across nodes; the default) or "direct" (Loom's own over MPI) */
+  char collectives[LOOM_CLUSTER_NAME_MAX];
   int32_t max_nodes;       /* 0: as many as a plan asks for */
   loom_cluster_link intra; /* required */
   loom_cluster_link inter; /* kind "" when the cluster is one node */
