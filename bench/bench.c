@@ -117,8 +117,9 @@ static bool is_attention(const char *name) {
 }
 /* Run only when named: not graph workloads of the default run. */
 static bool is_parallel(const char *name) { return strcmp(name, LOOM_BENCH_PARALLEL_NAME) == 0; }
+static bool is_megatron(const char *name) { return strcmp(name, LOOM_BENCH_MEGATRON_NAME) == 0; }
 static bool is_special(const char *name) {
-  return is_rng(name) || is_attention(name) || is_parallel(name);
+  return is_rng(name) || is_attention(name) || is_parallel(name) || is_megatron(name);
 }
 
 static bool parse_modes(const char *s, bool *modes) {
@@ -171,6 +172,9 @@ static int parse_args(int argc, char **argv, opts *o) {
       printf("%-26s data-parallel scaling under mpirun, and planning a 48-layer GPT on 64 "
              "devices (only when named)\n",
              LOOM_BENCH_PARALLEL_NAME);
+      printf("%-26s composed estimates against Megatron-LM's published runs, 1.7B-1T on "
+             "32-3072 A100s (only when named)\n",
+             LOOM_BENCH_MEGATRON_NAME);
       return 0;
     } else if (strcmp(a, "--json") == 0) {
       o->json = true;
@@ -268,7 +272,7 @@ int loom_bench_main(int argc, char **argv) {
    * named, where they are named. */
   int32_t n_graph = 0, n_rng = 0, n_attn = 0;
   for (int32_t i = 0; i < o.n_names; i++) {
-    if (is_parallel(o.names[i]))
+    if (is_parallel(o.names[i]) || is_megatron(o.names[i]))
       continue;
     if (is_rng(o.names[i]))
       n_rng++;
@@ -292,6 +296,7 @@ int loom_bench_main(int argc, char **argv) {
         if (is_rng(o.names[i]) && !loom_bench_run_rng(stdout, o.json, &ro)) rc = 1;
         if (is_parallel(o.names[i]) && !loom_bench_run_parallel(ctx, stdout, o.json, &o.run))
           rc = 1;
+        if (is_megatron(o.names[i]) && !loom_bench_run_megatron(ctx, stdout, o.json)) rc = 1;
       }
   } else if (loom_bench_measure_machine(ctx, o.run.small, o.run.quiet, &mi) != LOOM_STATUS_OK) {
     fprintf(stderr, "loom: measuring the machine: %s\n", loom_ctx_error(ctx));
@@ -324,6 +329,11 @@ int loom_bench_main(int argc, char **argv) {
       }
       if (o.n_names && is_parallel(o.names[i])) {
         if (!loom_bench_run_parallel(ctx, stdout, o.json, &o.run)) rc = 1;
+        fflush(stdout);
+        continue;
+      }
+      if (o.n_names && is_megatron(o.names[i])) {
+        if (!loom_bench_run_megatron(ctx, stdout, o.json)) rc = 1;
         fflush(stdout);
         continue;
       }
