@@ -75,8 +75,9 @@ static const char usage[] =
     "                       micro-batch, schedule, ZeRO stage, recomputation and\n"
     "                       tp placement, rated by the composed estimate (N up to\n"
     "                       1048576), the best re-ranked by the exact simulator\n"
-    "                       where N <= 16; prints the winner and why the others\n"
-    "                       lost; --memory-limit (default: the device's memory)\n"
+    "                       where N <= 16 and N x layers <= 64; prints the winner\n"
+    "                       and why the others lost; --memory-limit (default:\n"
+    "                       the device's memory)\n"
     "  --top K              the alternatives to list (default 5)\n"
     "  --out FILE           with --search: write the winner as a plan file for\n"
     "                       'mpirun -np N loom train --plan FILE' (with --force:\n"
@@ -515,13 +516,19 @@ static loom_status simulate(loom_ctx *ctx, const plan_args *a, const loom_plan_p
 /* ---- --search (parallel/search.h) ------------------------------------------ */
 
 /* Exact re-ranking lowers each of the best plans over the whole graph:
- * affordable (well under a second a plan) for a few devices and layers. */
+ * affordable (well under a second a plan) for a few devices and layers
+ * (lowering grows with devices x layers: 16 x 4 takes ~0.3 s a plan). */
 #define EXACT_MAX_DEVICES 16
-#define EXACT_MAX_LAYERS 8
+#define EXACT_MAX_DEVICE_LAYERS 64
+/* the estimate's best this many go to the exact re-ranking (the estimate's
+ * order among close plans is not the simulator's) */
+#define EXACT_POOL 16
 
 static void print_candidate(int32_t rank, const loom_search_candidate *c, bool exact) {
   char words[128], sim[16] = "-", step[16] = "-";
   loom_mesh_plan_describe(&c->plan, words, sizeof words);
+  if (strstr(c->spec, "+interlaced")) /* the built-in's family, no field of the plan */
+    snprintf(words + strlen(words), sizeof words - strlen(words), " interlaced");
   if (c->simulated) snprintf(sim, sizeof sim, "%.3f", c->sim_step_s * 1e3);
   if (isfinite(c->est.step_s)) snprintf(step, sizeof step, "%.3f", c->est.step_s * 1e3);
   double mem = c->simulated ? c->sim_peak_bytes : c->est.memory.total;
@@ -537,11 +544,12 @@ static void print_candidate(int32_t rank, const loom_search_candidate *c, bool e
   if (rank > 0) snprintf(r, sizeof r, "%d", (int)rank);
   printf("%-4s %-34s %10s", r, c->spec[0] ? c->spec : "(no built-in spec)", step);
   if (exact) printf(" %10s", sim);
-  printf(" %9.2f %8.1f  %-19s %s\n", mem / 1e9,
+  printf(" %9.2f %8.1f  %-22s %s\n", mem / 1e9,
          isfinite(c->est.bubble_fraction) ? 100.0 * c->est.bubble_fraction : 0.0, lost, words);
 }
 
-/* The winner as a plan file: `plan devices N` and `builtin SPEC`. */
+/* The winner as a plan file: `plan devices N` and `builtin "SPEC"` (quoted:
+ * the plan lexer takes the '+' of dp4+zero1 for the end of a name). */
 static loom_status write_plan_file(loom_ctx *ctx, const plan_args *a, const loom_cluster *cl,
                                    const loom_search_candidate *w, unsigned flags) {
   const loom_gpt_config *m = &a->cfg.model;
@@ -550,7 +558,7 @@ static loom_status write_plan_file(loom_ctx *ctx, const plan_args *a, const loom
                    "# loom plan gpt --search: --layers %d --d-model %d --heads %d --d-ff %d "
                    "--vocab %d --context %d --batch %d\n"
                    "# on %ld devices of %s (%s): predicted step %.4g ms\n"
-                   "plan devices %ld\nbuiltin %s\n",
+                   "plan devices %ld\nbuiltin \"%s\"\n",
                    (int)m->n_layer, (int)m->d_model, (int)m->n_head, (int)m->d_ff, (int)m->vocab,
                    (int)m->context, (int)a->cfg.batch, a->devices, cl->name,
                    loom_precision_name(a->precision),
@@ -564,14 +572,16 @@ static loom_status run_search(loom_ctx *ctx, const plan_args *a, const loom_clus
                               unsigned flags) {
   const loom_gpt_config *m = &a->cfg.model;
   int32_t N = (int32_t)a->devices;
-  bool exact = N <= EXACT_MAX_DEVICES && m->n_layer <= EXACT_MAX_LAYERS;
+  bool exact = N <= EXACT_MAX_DEVICES && (int64_t)N * m->n_layer <= EXACT_MAX_DEVICE_LAYERS;
   if (a->out && N > LOOM_PLAN_MAX_DEVICES)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "--out: a plan file holds at most %d devices, not %d",
                       LOOM_PLAN_MAX_DEVICES, (int)N);
   /* a plan to run must be one a built-in spec states */
+  int32_t top = a->top > 0 ? (int32_t)a->top : 5;
   loom_search_options so = {.cluster = cl, .precision = a->precision, .overlap = a->overlap,
-                            .memory_limit = (double)a->memory_limit, .top = (int32_t)a->top,
+                            .memory_limit = (double)a->memory_limit,
+                            .top = exact && top < EXACT_POOL ? EXACT_POOL : top,
                             .require_spec = exact || a->out};
   loom_search_result r;
   loom_status st = loom_plan_search(ctx, m, a->cfg.batch, N, &so, &r);
@@ -602,9 +612,9 @@ static loom_status run_search(loom_ctx *ctx, const plan_args *a, const loom_clus
     printf("; simulated step %.4g ms, peak %.3g GB", w->sim_step_s * 1e3, w->sim_peak_bytes / 1e9);
   printf("\n\n%-4s %-34s %10s", "rank", "spec", "step_ms");
   if (exact) printf(" %10s", "sim_ms");
-  printf(" %9s %8s  %-19s %s\n", "mem_GB", "bubble%", "lost_by", "plan");
-  for (int32_t i = 0; i < r.n_best; i++) print_candidate(i + 1, &r.best[i], exact);
-  for (int32_t i = 0; i < r.n_unfit; i++) print_candidate(-1, &r.unfit[i], exact);
+  printf(" %9s %8s  %-22s %s\n", "mem_GB", "bubble%", "lost_by", "plan");
+  for (int32_t i = 0; i < r.n_best && i < top; i++) print_candidate(i + 1, &r.best[i], exact);
+  for (int32_t i = 0; i < r.n_unfit && i < top; i++) print_candidate(-1, &r.unfit[i], exact);
   if (r.n_unfit) printf("(rank -: faster than the winner, but over the memory limit)\n");
   if (r.have_inexpressible) {
     loom_mesh_plan_describe(&r.inexpressible.plan, words, sizeof words);

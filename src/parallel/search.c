@@ -35,7 +35,7 @@ void loom_mesh_plan_describe(const loom_mesh_plan *p, char *buf, size_t n) {
   static const char *const sched[] = {"1f1b", "gpipe", "interleaved"};
   char chunks[16] = "";
   if (p->schedule == LOOM_PIPE_INTERLEAVED) snprintf(chunks, sizeof chunks, "x%d", p->chunks);
-  snprintf(buf, n, "dp%d tp%d pp%d mb%d %s%s zero%d%s%s", p->dp, p->tp, p->pp, p->micro_batch,
+  snprintf(buf, n, "dp%d tp%d pp%d micro-batch %d %s%s zero%d%s%s", p->dp, p->tp, p->pp, p->micro_batch,
            (unsigned)p->schedule < 3 ? sched[p->schedule] : "?", chunks, p->zero,
            p->recompute ? " recompute" : "", p->tp > 1 ? (p->tp_across_nodes ? " tp-across-nodes"
                                                                              : " tp-in-node")
@@ -262,17 +262,24 @@ static loom_status search_mesh(search *S, const mesh *me, bool cut) {
   return LOOM_STATUS_OK;
 }
 
-/* The least bound of any plan of the mesh: one-sequence micro-batches,
- * no recomputation, the schedule with the least fill. */
+/* The least step bound of any plan of the mesh (without recomputation,
+ * which only adds): every valid micro-batch size is tried, since a size
+ * the interleaved schedule rejects may leave its least bound at a larger
+ * one. */
 static double mesh_bound(search *S, const mesh *me) {
   config configs[MAX_CONFIGS];
   int32_t nc = mesh_configs(S, me, configs, MAX_CONFIGS);
+  int64_t per_replica = S->batch / me->dp;
   double best = INFINITY;
   for (int32_t ci = 0; ci < nc; ci++) {
-    loom_mesh_plan p = make_plan(me, &configs[ci], 1);
-    if (p.recompute || !valid(S, &p)) continue;
-    double b = step_bound(S, &p);
-    if (b < best) best = b;
+    if (configs[ci].recompute) continue;
+    for (int64_t mb = 1; mb <= per_replica; mb++) {
+      if (per_replica % mb) continue;
+      loom_mesh_plan p = make_plan(me, &configs[ci], (int32_t)mb);
+      if (!valid(S, &p)) continue;
+      best = fmin(best, step_bound(S, &p));
+      break; /* the least valid size has the least bound */
+    }
   }
   return best;
 }

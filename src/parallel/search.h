@@ -118,7 +118,8 @@ loom_status loom_plan_search_rerank(loom_ctx *ctx, const loom_graph *g, int32_t 
 
 void loom_search_result_free(loom_search_result *r);
 
-/* "dp2 tp4 pp8 mb2 1f1b zero1 recompute tp-in-node": the plan in words. */
+/* "dp2 tp4 pp8 micro-batch 2 1f1b zero1 recompute tp-in-node": the plan in
+ * words (the micro-batch in sequences; interleaved: "interleavedx4", 4 chunks). */
 void loom_mesh_plan_describe(const loom_mesh_plan *p, char *buf, size_t n);
 
 #endif
