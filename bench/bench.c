@@ -128,6 +128,9 @@ static const named_bench named_benches[] = {
     {LOOM_BENCH_SIMULATOR_NAME,
      "every built-in plan at 2 and 4 ranks: measured under mpirun against the simulator",
      loom_bench_run_simulator},
+    {LOOM_BENCH_MEGATRON_NAME,
+     "composed estimates against Megatron-LM's published runs, 1.7B-1T on 32-3072 A100s",
+     loom_bench_run_megatron},
 };
 enum { N_NAMED = sizeof named_benches / sizeof named_benches[0] };
 

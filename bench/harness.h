@@ -208,6 +208,16 @@ bool loom_bench_mpi_exe(char *exe, size_t size);
 void loom_bench_mpirun_cmd(char *cmd, size_t size, int32_t np, const char *exe, const char *flags,
                            const char *plan, const char *extra);
 
+/* ---- `loom bench megatron` (wl_megatron.c) -------------------------------- */
+
+/* The name that selects it; like rng, it runs only when named. */
+#define LOOM_BENCH_MEGATRON_NAME "megatron"
+
+/* Composed estimates (parallel/estimate.h) of Megatron-LM's published
+ * weak-scaling runs against their teraFLOP/s per GPU; nothing measured.
+ * false if an estimate failed. */
+bool loom_bench_run_megatron(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *bo);
+
 /* Reports: a JSON object per line, or a table for people. */
 void loom_bench_print_machine(FILE *f, bool json, const loom_bench_machine_info *mi);
 void loom_bench_print_header(FILE *f, bool json);

@@ -218,6 +218,43 @@ expect "a precision the cluster lacks" 1 "*" "*gives no fp8 rate*"
 run plan "$tmp/mm.loom" --plan "$tmp/k.plan" --devices 2 --cluster "$tmp/none.txt"
 expect "a missing cluster file" 1 "" "*none.txt*"
 
+# ---- the automatic planner (docs/PLANNER.md) ------------------------------------------
+A100=$CLUSTERS/dgx-a100-80gb-hdr.txt
+run plan gpt --search --devices 4 --cluster "$A100" --precision bf16 --top 3 --out "$tmp/won.plan"
+expect "search: a winner, the alternatives and the counts" 0 \
+  "*winner: *predicted step * ms*rank*spec*step_ms*sim_ms*mem_GB*lost_by*1 *winner*2 *3 *searched * meshes*plans:*estimated*re-ranked by the exact simulator*wrote $tmp/won.plan*"
+spec=$(sed -n 's/^builtin "\(.*\)"$/\1/p' "$tmp/won.plan")
+[[ $(grep -c . "$tmp/won.plan") -ge 2 ]] && grep -qx "plan devices 4" "$tmp/won.plan" &&
+  [[ -n $spec && $out == *"winner: $spec "* ]] && ok || bad "search: --out holds the winner's spec"
+# the winner's spec has one row, ranked first
+[[ $(awk '$1 == "1" { print $2 }' <<<"$out") == "$spec" ]] && ok || bad "search: rank 1 is the winner"
+run plan gpt --plan "$tmp/won.plan" --devices 4 --show none
+expect "search: the plan file lowers" 0 "*device*total*"
+run plan gpt --search --devices 4 --cluster "$A100" --out "$tmp/won.plan"
+expect "search: --out is never replaced without --force" 1 "" "*won.plan*--force*"
+run plan gpt --search --devices 4 --cluster "$A100" --out "$tmp/won.plan" --force
+expect "search: --force replaces --out" 0 "*wrote $tmp/won.plan*"
+run plan gpt --search --devices 4
+expect "search without --cluster" 2 "" "*--search needs --cluster FILE*"
+run plan gpt --search --devices 4 --cluster "$A100" --plan dp4
+expect "search with --plan" 2 "" "*--search finds the plan*"
+run plan gpt --plan dp2 --devices 2 --top 3
+expect "--top without --search" 2 "" "*--out and --top go with --search*"
+# 7 devices: tp 7 divides no 4 heads, pp 7 no 2 layers, dp 7 no batch of 16
+run plan gpt --search --devices 7 --cluster "$A100"
+expect "search: no factorization" 1 "" "*no dp x tp x pp = 7 devices fits the model*"
+run plan gpt --search --devices 4 --cluster "$A100" --memory-limit 1000
+expect "search: nothing fits in 1 kB" 1 "" "*no plan fits in 1e-06 GB per device; the smallest need found is *GB (dp*"
+# devices past a plan file's 4096: searched, not written
+run plan gpt --search --devices 8192 --batch 8192 --cluster "$A100" --out "$tmp/big.plan"
+expect "search: --out past 4096 devices" 1 "" "*a plan file holds at most 4096 devices*"
+[[ ! -e $tmp/big.plan ]] && ok || bad "search: no file past 4096 devices"
+# GPT-3 175B on 1024 A100s: estimates only, pruned; the winner shards the model
+run plan gpt --search --devices 1024 --cluster "$A100" --precision bf16 --layers 96 --d-model 12288 \
+  --heads 96 --context 2048 --vocab 51200 --batch 1536 --dropout 0
+expect "search: gpt-3 175b on 1024 devices" 0 "*winner: *tp* GB per device*cut by the step bound*"
+check "search: gpt-3 175b: the bounds cut plans" [ "$(sed -n 's/.*estimated, \([0-9]*\) cut by the step bound.*/\1/p' <<<"$out")" -gt 0 ]
+
 # ---- models at full size, without weights ------------------------------------------
 # Planning needs shapes only: GPT-3 175B (96 layers, width 12288) on 8
 # tensor-parallel devices plans in well under 3 GB of address space. Each

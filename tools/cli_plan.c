@@ -4,6 +4,8 @@
  * (parallel/lower.h, which validates it) and prints each device's program
  * as text IR and a table of what each device computes, sends and holds.
  * `--dot` draws the global graph with one cluster per device.
+ * `loom plan gpt --search --devices N --cluster FILE` finds the fastest
+ * plan instead (parallel/search.h) and can write it as a plan file.
  */
 #include "cli_plan.h"
 
@@ -17,6 +19,7 @@
 #include "ops/op.h"
 #include "parallel/lower.h"
 #include "parallel/plan_text.h"
+#include "parallel/search.h"
 #include "parallel/simulate.h"
 #include "perf/cluster.h"
 #include "runtime/trace.h"
@@ -24,17 +27,22 @@
 #include "train/trainer.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define EXIT_USAGE 2
+/* --search rates plans without lowering them: clusters of any size */
+#define SEARCH_MAX_DEVICES (1L << 20)
 
 static const char usage[] =
     "usage: loom plan MODEL --plan P --devices N [--show DEVICE|all|none]\n"
     "                 [--memory-limit BYTES] [--dot FILE] [--save-plan FILE] [--force]\n"
     "                 [model flags]\n"
+    "       loom plan gpt --search --devices N --cluster FILE [--memory-limit BYTES]\n"
+    "                 [--top K] [--out FILE [--force]] [--precision P] [model flags]\n"
     "\n"
     "Lowers the parallel plan P over MODEL and prints every device's program\n"
     "(text IR, communication ops included) and a summary per device: FLOPs,\n"
@@ -62,6 +70,18 @@ static const char usage[] =
     "                       tf32, bf16 or fp8 (the cluster must give it)\n"
     "  --overlap            communication overlaps computation (else it blocks)\n"
     "  --trace FILE         write the simulated timeline as a Chrome trace\n"
+    "  --search             find the fastest plan of the gpt model on N devices of\n"
+    "                       the --cluster (docs/PLANNER.md): every dp x tp x pp,\n"
+    "                       micro-batch, schedule, ZeRO stage, recomputation and\n"
+    "                       tp placement, rated by the composed estimate (N up to\n"
+    "                       1048576), the best re-ranked by the exact simulator\n"
+    "                       where N <= 16 and N x layers <= 64; prints the winner\n"
+    "                       and why the others lost; --memory-limit (default:\n"
+    "                       the device's memory)\n"
+    "  --top K              the alternatives to list (default 5)\n"
+    "  --out FILE           with --search: write the winner as a plan file for\n"
+    "                       'mpirun -np N loom train --plan FILE' (with --force:\n"
+    "                       replace FILE)\n"
     "gpt model flags (as 'loom train'):\n"
     "  --layers N           transformer blocks (default 2, 1..1024)\n"
     "  --d-model N          width (default 128, 1..65536)\n"
@@ -115,6 +135,10 @@ typedef struct plan_args {
   long devices;
   int64_t memory_limit;
   bool force;
+  bool search;              /* --search: find the plan instead of lowering one */
+  long top;
+  const char *out;          /* --search: the winner's plan file */
+  const char *devices_text; /* as given, for the range message */
   loom_train_config cfg; /* gpt: the model, batch and attention */
   const char *model_flag; /* the first gpt flag given, for "applies to gpt only" */
 } plan_args;
@@ -168,6 +192,10 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       a->overlap = true;
       continue;
     }
+    if (!strcmp(arg, "--search")) {
+      a->search = true;
+      continue;
+    }
     if (arg[0] != '-' || !arg[1]) {
       if (a->model) return usage_error("unexpected argument '%s'", arg);
       a->model = arg;
@@ -188,7 +216,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
                  !strcmp(name, "--dot") || !strcmp(name, "--dropout") ||
                  !strcmp(name, "--save-plan") || !strcmp(name, "--rng") ||
                  !strcmp(name, "--attention") || !strcmp(name, "--cluster") ||
-                 !strcmp(name, "--trace") || !strcmp(name, "--precision");
+                 !strcmp(name, "--trace") || !strcmp(name, "--precision") ||
+                 !strcmp(name, "--top") || !strcmp(name, "--out");
     if (!known) return usage_error("unknown flag '%s' for 'plan'", name);
     if (loom_cli_flag_value(argc, argv, &i, name, &v) < 0)
       return usage_error("%s needs a value", name);
@@ -202,9 +231,15 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       if (!*v) return usage_error("--plan wants a plan file or a built-in spec");
       a->plan = v;
     } else if (!strcmp(name, "--devices")) {
-      if (!loom_cli_parse_long(v, 1, LOOM_PLAN_MAX_DEVICES, &a->devices))
-        return usage_error("--devices wants a number in [1, %d], got '%s'", LOOM_PLAN_MAX_DEVICES,
-                           v);
+      /* the range is checked below: --search plans far more devices */
+      a->devices_text = v;
+      if (!loom_cli_parse_long(v, 1, SEARCH_MAX_DEVICES, &a->devices)) a->devices = 0;
+    } else if (!strcmp(name, "--top")) {
+      if (!loom_cli_parse_long(v, 1, 1000, &a->top))
+        return usage_error("--top wants a number in [1, 1000], got '%s'", v);
+    } else if (!strcmp(name, "--out")) {
+      if (!*v) return usage_error("--out wants a file name");
+      a->out = v;
     } else if (!strcmp(name, "--show")) {
       a->show = v;
     } else if (!strcmp(name, "--memory-limit")) {
@@ -246,9 +281,21 @@ static int parse_args(int argc, char **argv, plan_args *a) {
     }
   }
   if (!a->model) return usage_error("plan needs a MODEL (a text-IR file or gpt)");
-  if (!a->plan) return usage_error("plan needs --plan P");
+  if (a->search && a->plan) return usage_error("--search finds the plan: it goes without --plan");
+  if (!a->plan && !a->search) return usage_error("plan needs --plan P (or --search)");
   if (a->devices < 0) return usage_error("plan needs --devices N");
+  long most = a->search ? SEARCH_MAX_DEVICES : LOOM_PLAN_MAX_DEVICES;
+  if (a->devices < 1 || a->devices > most)
+    return usage_error("--devices wants a number in [1, %ld], got '%s'", most, a->devices_text);
   bool gpt = strcmp(a->model, "gpt") == 0;
+  if (a->search) {
+    if (!gpt) return usage_error("--search plans the gpt model only");
+    if (!a->cluster) return usage_error("--search needs --cluster FILE: the plans are rated on it");
+    if (a->show || a->dot || a->save_plan || a->trace)
+      return usage_error("--show, --dot, --save-plan and --trace go with --plan, not --search");
+  } else if (a->out || a->top) {
+    return usage_error("--out and --top go with --search");
+  }
   if (!gpt && a->model_flag)
     return usage_error("%s applies to the gpt model only", a->model_flag);
   loom_gpt_config *g = &a->cfg.model;
@@ -469,6 +516,134 @@ static loom_status simulate(loom_ctx *ctx, const plan_args *a, const loom_plan_p
   return st;
 }
 
+/* ---- --search (parallel/search.h) ------------------------------------------ */
+
+/* Exact re-ranking lowers each of the best plans over the whole graph:
+ * affordable (well under a second a plan) for a few devices and layers
+ * (lowering grows with devices x layers: 16 x 4 takes ~0.3 s a plan). */
+#define EXACT_MAX_DEVICES 16
+#define EXACT_MAX_DEVICE_LAYERS 64
+/* the estimate's best this many go to the exact re-ranking (the estimate's
+ * order among close plans is not the simulator's) */
+#define EXACT_POOL 16
+
+static void print_candidate(int32_t rank, const loom_search_candidate *c, bool exact) {
+  char words[128], sim[16] = "-", step[16] = "-";
+  loom_mesh_plan_describe(&c->plan, words, sizeof words);
+  if (strstr(c->spec, "+interlaced")) /* the built-in's family, no field of the plan */
+    snprintf(words + strlen(words), sizeof words - strlen(words), " interlaced");
+  if (c->simulated) snprintf(sim, sizeof sim, "%.3f", c->sim_step_s * 1e3);
+  if (isfinite(c->est.step_s)) snprintf(step, sizeof step, "%.3f", c->est.step_s * 1e3);
+  double mem = c->simulated ? c->sim_peak_bytes : c->est.memory.total;
+  char lost[40] = "winner";
+  if (rank < 0 || rank > 1) {
+    if (c->lost_by == LOOM_LOSS_MEMORY)
+      snprintf(lost, sizeof lost, "memory +%.3g GB", c->lost_s / 1e9);
+    else
+      snprintf(lost, sizeof lost, "%s +%.3g ms", loom_search_loss_name(c->lost_by),
+               c->lost_s * 1e3);
+  }
+  char r[16] = "-";
+  if (rank > 0) snprintf(r, sizeof r, "%d", (int)rank);
+  printf("%-4s %-34s %10s", r, c->spec[0] ? c->spec : "(no built-in spec)", step);
+  if (exact) printf(" %10s", sim);
+  printf(" %9.2f %8.1f  %-22s %s\n", mem / 1e9,
+         isfinite(c->est.bubble_fraction) ? 100.0 * c->est.bubble_fraction : 0.0, lost, words);
+}
+
+/* The winner as a plan file: `plan devices N` and `builtin "SPEC"` (quoted:
+ * the plan lexer takes the '+' of dp4+zero1 for the end of a name). */
+static loom_status write_plan_file(loom_ctx *ctx, const plan_args *a, const loom_cluster *cl,
+                                   const loom_search_candidate *w, unsigned flags) {
+  const loom_gpt_config *m = &a->cfg.model;
+  char text[1024];
+  int n = snprintf(text, sizeof text,
+                   "# loom plan gpt --search: --layers %d --d-model %d --heads %d --d-ff %d "
+                   "--vocab %d --context %d --batch %d\n"
+                   "# on %ld devices of %s (%s): predicted step %.4g ms\n"
+                   "plan devices %ld\nbuiltin \"%s\"\n",
+                   (int)m->n_layer, (int)m->d_model, (int)m->n_head, (int)m->d_ff, (int)m->vocab,
+                   (int)m->context, (int)a->cfg.batch, a->devices, cl->name,
+                   loom_precision_name(a->precision),
+                   (w->simulated ? w->sim_step_s : w->est.step_s) * 1e3, a->devices, w->spec);
+  if (n < 0 || (size_t)n >= sizeof text)
+    return loom_error(ctx, LOOM_STATUS_INTERNAL, "--out: the plan file is too long");
+  return loom_file_write_atomic(ctx, a->out, text, (size_t)n, flags);
+}
+
+static loom_status run_search(loom_ctx *ctx, const plan_args *a, const loom_cluster *cl,
+                              unsigned flags) {
+  const loom_gpt_config *m = &a->cfg.model;
+  int32_t N = (int32_t)a->devices;
+  bool exact = N <= EXACT_MAX_DEVICES && (int64_t)N * m->n_layer <= EXACT_MAX_DEVICE_LAYERS;
+  if (a->out && N > LOOM_PLAN_MAX_DEVICES)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "--out: a plan file holds at most %d devices, not %d",
+                      LOOM_PLAN_MAX_DEVICES, (int)N);
+  /* a plan to run must be one a built-in spec states */
+  int32_t top = a->top > 0 ? (int32_t)a->top : 5;
+  loom_search_options so = {.cluster = cl, .precision = a->precision, .overlap = a->overlap,
+                            .memory_limit = (double)a->memory_limit,
+                            .top = exact && top < EXACT_POOL ? EXACT_POOL : top,
+                            .require_spec = exact || a->out};
+  loom_search_result r;
+  loom_status st = loom_plan_search(ctx, m, a->cfg.batch, N, &so, &r);
+  if (!st && exact) {
+    loom_graph *g = NULL;
+    loom_plan_lower_options lo = {.comm = loom_comm_model_kept("mpi")};
+    st = load_model(ctx, a, &g);
+    if (!st) st = loom_plan_search_rerank(ctx, g, N, &so, &lo, &r);
+    loom_graph_free(g);
+  }
+  if (st) {
+    loom_search_result_free(&r);
+    return st;
+  }
+  const loom_search_candidate *w = &r.best[0];
+  char words[128];
+  loom_mesh_plan_describe(&w->plan, words, sizeof words);
+  printf("search: gpt (%d layers, d_model %d, %d heads, d_ff %d, vocab %d, context %d), batch "
+         "%d, on %d devices of %s (%s GEMMs), memory limit %.3g GB\n",
+         (int)m->n_layer, (int)m->d_model, (int)m->n_head, (int)m->d_ff, (int)m->vocab,
+         (int)m->context, (int)a->cfg.batch, (int)N, cl->name, loom_precision_name(a->precision),
+         r.memory_limit / 1e9);
+  printf("winner: %s (%s)\n", w->spec[0] ? w->spec : "(no built-in spec)", words);
+  printf("  predicted step %.4g ms, %.3g GB per device, bubble %.1f%%, %.3g TFLOP/s per device",
+         w->est.step_s * 1e3, w->est.memory.total / 1e9, 100.0 * w->est.bubble_fraction,
+         w->est.flops_per_device_s / 1e12);
+  if (w->simulated)
+    printf("; simulated step %.4g ms, peak %.3g GB", w->sim_step_s * 1e3, w->sim_peak_bytes / 1e9);
+  printf("\n\n%-4s %-34s %10s", "rank", "spec", "step_ms");
+  if (exact) printf(" %10s", "sim_ms");
+  printf(" %9s %8s  %-22s %s\n", "mem_GB", "bubble%", "lost_by", "plan");
+  for (int32_t i = 0; i < r.n_best && i < top; i++) print_candidate(i + 1, &r.best[i], exact);
+  for (int32_t i = 0; i < r.n_unfit && i < top; i++) print_candidate(-1, &r.unfit[i], exact);
+  if (r.n_unfit) printf("(rank -: faster than the winner, but over the memory limit)\n");
+  if (r.have_inexpressible) {
+    loom_mesh_plan_describe(&r.inexpressible.plan, words, sizeof words);
+    printf("(%s would take %.4g ms, but no built-in spec expresses it)\n", words,
+           r.inexpressible.est.step_s * 1e3);
+  }
+  printf("\nsearched %d meshes (%d cut whole) and %lld plans: %lld estimated, %lld cut by the "
+         "step bound, %lld by memory, %lld over the limit",
+         (int)r.meshes, (int)r.meshes_pruned, (long long)r.visited, (long long)r.estimated,
+         (long long)r.pruned_time, (long long)r.pruned_memory, (long long)r.unfit_count);
+  if (so.require_spec) printf(", %lld without a built-in spec", (long long)r.no_spec);
+  printf("; %.2f s\n", r.seconds);
+  if (exact)
+    printf("re-ranked by the exact simulator: %d plans lowered and simulated, %d could not be\n",
+           (int)r.n_simulated, (int)r.n_sim_failed);
+  if (a->out) {
+    st = write_plan_file(ctx, a, cl, w, flags);
+    if (!st)
+      printf("wrote %s: run it with 'mpirun -np %d loom train --plan %s' and the same model "
+             "flags\n",
+             a->out, (int)N, a->out);
+  }
+  loom_search_result_free(&r);
+  return st;
+}
+
 int loom_cli_plan_main(int argc, char **argv) {
   plan_args a = {0};
   int rc = parse_args(argc, argv, &a);
@@ -500,8 +675,17 @@ int loom_cli_plan_main(int argc, char **argv) {
     loom_error_prefix(ctx, "--trace");
     goto fail;
   }
+  if (a.out && loom_file_check_output(ctx, a.out, flags)) {
+    loom_error_prefix(ctx, "--out");
+    goto fail;
+  }
   loom_cluster cluster;
   if (a.cluster && loom_cluster_load(ctx, a.cluster, &cluster)) goto fail;
+  if (a.search) {
+    if (run_search(ctx, &a, &cluster, flags)) goto fail;
+    rc = 0;
+    goto done;
+  }
   if (load_model(ctx, &a, &g)) goto fail;
   if (loom_plan_open(ctx, g, a.plan, (int32_t)a.devices, &p)) goto fail;
   /* saved before lowering: a plan the lowering rejects can be edited */

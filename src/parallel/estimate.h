@@ -36,8 +36,10 @@ typedef struct loom_mesh_plan {
 typedef struct loom_estimate_options {
   const loom_cluster *cluster;
   loom_precision precision; /* GEMMs and attention; others at the f32 rate */
-  double element_bytes;     /* activations and parameters; 0: 2 if precision < f32, else 4 */
+  double element_bytes;     /* activations and parameters; 0: 2 at bf16 or fp8, else 4 */
   bool overlap;             /* dp gradient reduction overlapped with the backward */
+  double gemm_efficiency;   /* of the peak on large GEMMs; 0: the simulator's default */
+  double memory_efficiency; /* of the memory bandwidth; 0: the simulator's default */
 } loom_estimate_options;
 
 typedef struct loom_estimate_memory { /* bytes on the busiest device */
