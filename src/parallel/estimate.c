@@ -689,7 +689,7 @@ loom_status loom_estimate_gpt(loom_ctx *ctx, const loom_gpt_config *m, int64_t g
   double z1 = p->zero >= 1 ? p->dp : 1, z2 = p->zero >= 2 ? p->dp : 1, z3 = p->zero >= 3 ? p->dp : 1;
   double layer_act = layer_activation_bytes(&d, p->tp, e, o->composite_attention);
   double best = -1;
-  for (int side = 0; side < 2; side++) {
+  for (int side = 0; side < (S > 1 ? 2 : 1); side++) { /* one device holds all at S = 1 */
     int32_t dv = side == 0 ? 0 : S - 1;
     double params = side == 0 ? p_first : p_last;
     double inflight; /* micro-batches (chunk-micro-batches) alive at the peak */
