@@ -188,6 +188,30 @@ static void test_dp_comm(void) {
   CHECK(ov.dp_comm_s <= e.dp_comm_s && ov.step_s <= e.step_s);
 }
 
+static void test_tp_comm(void) {
+  /* Megatron's tp all-reduces of [b, s, h]: 2 a block forward, 2 backward
+   * (2 more recomputing), 1 for the embedding, 1 for the head's input
+   * gradient; a ring of 2 inside a node: 2 latencies + the bytes at 0.8 */
+  const double bw = 50e9, lat = 2e-6;
+  loom_cluster c = cluster(8, bw, lat);
+  loom_estimate_options o = {.cluster = &c, .precision = LOOM_PRECISION_bf16};
+  loom_gpt_config m = layer_bound(2);
+  double b = 2, s = 256, h = 1024, mbs = 3;
+  double ar = 2 * lat + b * s * h * 2 / (0.8 * bw);
+  loom_mesh_plan pl = plan(1, 2, 1, 2);
+  loom_estimate e, r, one;
+  CHECK_OK(ctx, loom_estimate_gpt(ctx, &m, 6, &pl, &o, &e));
+  CHECK(near(e.tp_comm_s, mbs * (2 * 4 + 2) * ar, 1e-9));
+  pl.recompute = true;
+  CHECK_OK(ctx, loom_estimate_gpt(ctx, &m, 6, &pl, &o, &r));
+  CHECK(near(r.tp_comm_s, mbs * (2 * 6 + 2) * ar, 1e-9));
+  /* the shard computes about half of what one device does (norms and
+   * residuals are replicated) */
+  pl = plan(1, 1, 1, 2);
+  CHECK_OK(ctx, loom_estimate_gpt(ctx, &m, 6, &pl, &o, &one));
+  CHECK(e.compute_s < 0.7 * one.compute_s && e.compute_s > 0.45 * one.compute_s);
+}
+
 static void spec_is(loom_mesh_plan p, int64_t batch, const char *want) {
   char buf[64];
   bool ok = loom_mesh_plan_spec(&p, batch, buf, sizeof buf);
@@ -286,6 +310,7 @@ int main(void) {
   test_recompute();
   test_memory();
   test_dp_comm();
+  test_tp_comm();
   test_specs();
   test_errors();
   test_megatron_1_7b();

@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* NCCL's achieved bus bandwidth as a fraction of the link's: nccl-tests on
- * DGX A100 report ~230 GB/s all-reduce bus bandwidth over NVLink3's
- * 300 GB/s, and ~23 GB/s of HDR's 25 GB/s per NIC; we take one figure. */
+/* The fraction of a link's bandwidth a collective achieves (NCCL's bus
+ * bandwidth stays below the link's): an assumption of this model, the
+ * same for NVLink and the NICs, not fitted (docs/SIMULATOR.md). */
 #define COMM_EFFICIENCY 0.8
 /* AdamW state bytes per parameter: f32 master, m and v in mixed precision
  * (ZeRO paper: 2 + 2 + 12 = 16 bytes with the f16 params and grads); m and
@@ -276,14 +276,14 @@ static double half_ring_s(double bytes, int32_t n, link l) {
   return (n - 1) * l.lat + (double)(n - 1) / n * bytes / l.bw;
 }
 
-/* The dp group of a device: members inside its node and nodes it spans
- * (Megatron's rank order: tp fastest, then dp, then pp). */
+/* The dp group of a device: members inside its node and nodes it spans.
+ * Megatron's rank order (tp fastest, then dp, then pp) puts node.devices /
+ * tp dp members in a node; with tp across nodes the dp members are the
+ * adjacent devices (the spec's "tpTxdpD" order). */
 static void dp_layout(const loom_mesh_plan *p, const loom_cluster *c, int32_t *in_node,
                       int32_t *nodes) {
   int32_t per = c->devices_per_node > 0 ? c->devices_per_node : 1;
-  int32_t k = 1;
-  if (p->tp < per && !p->tp_across_nodes) k = per / p->tp;
-  if (p->tp_across_nodes) k = 1; /* tp spans nodes: dp neighbours sit in other nodes */
+  int32_t k = p->tp_across_nodes ? per : p->tp < per ? per / p->tp : 1;
   if (k > p->dp) k = p->dp;
   while (k > 1 && p->dp % k) k--;
   *in_node = k;
