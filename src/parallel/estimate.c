@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* NCCL's achieved bus bandwidth as a fraction of the link's: nccl-tests on
- * DGX A100 report ~230 GB/s all-reduce bus bandwidth over NVLink3's
- * 300 GB/s, and ~23 GB/s of HDR's 25 GB/s per NIC; we take one figure. */
+/* The fraction of a link's bandwidth a collective achieves (NCCL's bus
+ * bandwidth stays below the link's): an assumption of this model, the
+ * same for NVLink and the NICs, not fitted (docs/SIMULATOR.md). */
 #define COMM_EFFICIENCY 0.8
 /* AdamW state bytes per parameter: f32 master, m and v in mixed precision
  * (ZeRO paper: 2 + 2 + 12 = 16 bytes with the f16 params and grads); m and
@@ -46,6 +46,7 @@ typedef struct timing_key {
   int32_t vocab, d_model, n_head, d_ff, seq, micro_batch, tp;
   loom_precision precision;
   double rate, f32_rate, mem_bw, launch, element_bytes, gemm_eff, mem_eff;
+  bool composite_attention;
 } timing_key;
 
 #define CACHE_SLOTS 64
@@ -102,53 +103,119 @@ static void add_time(pass_times *t, uint8_t cls, double s) {
   else t->opt += s;
 }
 
+/* Memory-bound ops a fusing backend runs inside one kernel with their
+ * element-wise neighbours (Loom's loop fusion; Megatron's fused bias-GeLU
+ * and bias-dropout-add kernels): element-wise, layout, sources and
+ * dropout. Reductions (LayerNorm's, softmax's) stay kernels of their own
+ * that read their input from memory. */
+static bool fusible(loom_op op) {
+  const loom_op_def *d = loom_op_get(op);
+  if (!d || loom_op_is_comm(op)) return false;
+  switch (d->cls) {
+  case LOOM_OPCLASS_ELEMENTWISE:
+  case LOOM_OPCLASS_LAYOUT:
+  case LOOM_OPCLASS_SOURCE: return true;
+  case LOOM_OPCLASS_RNG: return true;
+  default: return false;
+  }
+}
+
+/* Per value of G: true when it must live in memory between kernels: a
+ * graph output, or read by a node that is not fused with its producer. */
+static loom_status memory_values(loom_ctx *ctx, const loom_graph *G, bool **out) {
+  bool *mem = loom_calloc(ctx, (size_t)(G->n_values ? G->n_values : 1), sizeof *mem);
+  if (!mem) return LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t o = 0; o < G->n_outputs; o++) mem[G->outputs[o]] = true;
+  for (int32_t i = 0; i < G->n_nodes; i++) {
+    const loom_node *n = &G->nodes[i];
+    bool f = fusible(n->op);
+    for (int32_t k = 0; k < n->n_in; k++) {
+      int32_t v = n->in[k], p = G->values[v].node;
+      if (!f || p < 0 || !fusible(G->nodes[p].op)) mem[v] = true;
+    }
+  }
+  *out = mem;
+  return LOOM_STATUS_OK;
+}
+
+static double value_bytes(const loom_graph *G, int32_t v) {
+  return (double)loom_type_numel(loom_value_type(G, v));
+}
+
+/* The per-node model's seconds for node n of G, a fused node's scaled to
+ * the bytes that cross its kernel's boundary (its inputs from memory, its
+ * outputs to memory): the rest stays in registers. */
+static double fused_node_seconds(const loom_graph *G, const loom_node *n, const bool *mem,
+                                 const loom_sim_options *so) {
+  double t = loom_sim_node_seconds(G, n, so);
+  if (!fusible(n->op) || t <= 0) return t;
+  double all = 0, moved = 0;
+  for (int32_t k = 0; k < n->n_in; k++) {
+    int32_t v = n->in[k], p = G->values[v].node;
+    double b = value_bytes(G, v);
+    all += b;
+    if (p < 0 || !fusible(G->nodes[p].op)) moved += b;
+  }
+  for (int32_t o = 0; o < n->n_out; o++) {
+    double b = value_bytes(G, n->out[o]);
+    all += b;
+    if (mem[n->out[o]]) moved += b;
+  }
+  return all > 0 ? t * moved / all : t;
+}
+
 /* Device 0's compute nodes of the training step of m at n_layer layers,
  * micro_batch sequences, cut tp ways by the built-in tpN plan (Megatron's
- * form), timed by the per-node model. */
+ * form), timed by the per-node model with memory-bound chains fused. */
 static loom_status time_graph(loom_ctx *ctx, const loom_gpt_config *m, int32_t n_layer,
-                              int32_t micro_batch, int32_t tp, const loom_sim_options *so,
-                              pass_times *out) {
+                              int32_t micro_batch, int32_t tp, bool composite_attention,
+                              const loom_sim_options *so, pass_times *out) {
   loom_gpt_config c = *m;
   c.n_layer = n_layer;
-  c.dropout = m->dropout;
   loom_session_options sess = LOOM_SESSION_OPTIONS(.backend = LOOM_BACKEND_DEFAULT,
                                                    .attention = LOOM_ATTENTION_FLASH,
                                                    .rng = LOOM_RNG_FUSED);
-  loom_gpt_optim o = {0.9, 0.95, 1e-8, 0.1, 0, &sess};
+  /* no session: attention stays a composite of its primitives */
+  loom_gpt_optim o = {0.9, 0.95, 1e-8, 0.1, 0, composite_attention ? NULL : &sess};
   loom_graph *g = NULL;
   int64_t rng_per_step = 0;
   LOOM_TRY(loom_gpt_build_train(ctx, &c, micro_batch, c.context, &o, &g, &rng_per_step));
   uint8_t *cls = NULL;
+  bool *mem = NULL;
+  loom_plan *p = NULL;
+  loom_plan_program *pp = NULL;
   loom_status st = classify(ctx, g, &cls);
   memset(out, 0, sizeof *out);
   if (!st && tp == 1) {
-    for (int32_t i = 0; i < g->n_nodes; i++)
-      add_time(out, cls[i], loom_sim_node_seconds(g, &g->nodes[i], so));
+    st = memory_values(ctx, g, &mem);
+    for (int32_t i = 0; !st && i < g->n_nodes; i++)
+      add_time(out, cls[i], fused_node_seconds(g, &g->nodes[i], mem, so));
   } else if (!st) {
     char spec[32];
     snprintf(spec, sizeof spec, "tp%d", (int)tp);
-    loom_plan *p = NULL;
-    loom_plan_program *pp = NULL;
     st = loom_plan_builtin(ctx, g, spec, tp, &p);
     if (!st) st = loom_plan_lower(p, NULL, &pp);
+    if (!st) st = memory_values(ctx, pp->global, &mem);
     if (!st) {
       const loom_graph *G = pp->global;
       for (int32_t k = pp->order_start[0]; k < pp->order_start[1]; k++) {
         int32_t node = pp->order_nodes[k], sub = pp->node_subop[node];
         if (loom_op_is_comm(G->nodes[node].op) || sub < 0) continue; /* comm, feeds */
-        add_time(out, cls[p->subops[sub].node], loom_sim_node_seconds(G, &G->nodes[node], so));
+        add_time(out, cls[p->subops[sub].node], fused_node_seconds(G, &G->nodes[node], mem, so));
       }
     }
-    loom_plan_program_free(pp);
-    loom_plan_free(p);
   }
+  loom_plan_program_free(pp);
+  loom_plan_free(p);
+  free(mem);
   free(cls);
   loom_graph_free(g);
   return st;
 }
 
 static loom_status layer_times(loom_ctx *ctx, const loom_gpt_config *m, int32_t micro_batch,
-                               int32_t tp, const loom_sim_options *so, graph_times *out) {
+                               int32_t tp, bool composite_attention, const loom_sim_options *so,
+                               graph_times *out) {
   timing_key k;
   memset(&k, 0, sizeof k);
   k.vocab = m->vocab, k.d_model = m->d_model, k.n_head = m->n_head, k.d_ff = m->d_ff;
@@ -157,15 +224,15 @@ static loom_status layer_times(loom_ctx *ctx, const loom_gpt_config *m, int32_t 
   k.f32_rate = so->cluster->flops[LOOM_PRECISION_f32];
   k.mem_bw = so->cluster->memory_bandwidth_Bps, k.launch = so->cluster->kernel_launch_s;
   k.element_bytes = so->element_bytes, k.gemm_eff = so->gemm_efficiency;
-  k.mem_eff = so->memory_efficiency;
+  k.mem_eff = so->memory_efficiency, k.composite_attention = composite_attention;
   for (int32_t i = 0; i < CACHE_SLOTS; i++)
     if (cache[i].used && !memcmp(&cache[i].key, &k, sizeof k)) {
       *out = cache[i].t;
       return LOOM_STATUS_OK;
     }
   pass_times one, two;
-  LOOM_TRY(time_graph(ctx, m, 1, micro_batch, tp, so, &one));
-  LOOM_TRY(time_graph(ctx, m, 2, micro_batch, tp, so, &two));
+  LOOM_TRY(time_graph(ctx, m, 1, micro_batch, tp, composite_attention, so, &one));
+  LOOM_TRY(time_graph(ctx, m, 2, micro_batch, tp, composite_attention, so, &two));
   graph_times t;
   t.layer = (pass_times){two.fwd - one.fwd, two.bwd - one.bwd, two.opt - one.opt};
   t.rest = (pass_times){fmax(0, one.fwd - t.layer.fwd), fmax(0, one.bwd - t.layer.bwd),
@@ -209,14 +276,14 @@ static double half_ring_s(double bytes, int32_t n, link l) {
   return (n - 1) * l.lat + (double)(n - 1) / n * bytes / l.bw;
 }
 
-/* The dp group of a device: members inside its node and nodes it spans
- * (Megatron's rank order: tp fastest, then dp, then pp). */
+/* The dp group of a device: members inside its node and nodes it spans.
+ * Megatron's rank order (tp fastest, then dp, then pp) puts node.devices /
+ * tp dp members in a node; with tp across nodes the dp members are the
+ * adjacent devices (the spec's "tpTxdpD" order). */
 static void dp_layout(const loom_mesh_plan *p, const loom_cluster *c, int32_t *in_node,
                       int32_t *nodes) {
   int32_t per = c->devices_per_node > 0 ? c->devices_per_node : 1;
-  int32_t k = 1;
-  if (p->tp < per && !p->tp_across_nodes) k = per / p->tp;
-  if (p->tp_across_nodes) k = 1; /* tp spans nodes: dp neighbours sit in other nodes */
+  int32_t k = p->tp_across_nodes ? per : p->tp < per ? per / p->tp : 1;
   if (k > p->dp) k = p->dp;
   while (k > 1 && p->dp % k) k--;
   *in_node = k;
@@ -473,12 +540,14 @@ static double layer_params(const model_dims *d, int32_t tp) {
 
 /* Activation bytes one block keeps for its backward, one micro-batch
  * (Korthikanti et al. 2022, eq. 2 without sequence parallelism: s b h
- * (10 + 24/t) at 2-byte activations, scaled by element_bytes / 2), with
- * flash attention's log-sum-exp (f32, a s b / t) in place of the
- * 5 a s^2 b / t of the score matrices that flash attention never stores. */
-static double layer_activation_bytes(const model_dims *d, int32_t tp, double e) {
+ * (10 + 24/t + 5 a s / (h t)) at 2-byte activations, scaled by
+ * element_bytes / 2); flash attention keeps its log-sum-exp (f32,
+ * a s b / t) in place of the 5 a s^2 b / t of the score matrices. */
+static double layer_activation_bytes(const model_dims *d, int32_t tp, double e, bool composite) {
   double sbh = d->s * d->b * d->h;
-  return sbh * (10.0 + 24.0 / tp) * e / 2.0 + 4.0 * d->a * d->s * d->b / tp;
+  double attn = composite ? 5.0 * d->a * d->s * d->s * d->b / tp * e / 2.0
+                          : 4.0 * d->a * d->s * d->b / tp;
+  return sbh * (10.0 + 24.0 / tp) * e / 2.0 + attn;
 }
 
 /* ---- the estimate ----------------------------------------------------------- */
@@ -510,7 +579,7 @@ loom_status loom_estimate_gpt(loom_ctx *ctx, const loom_gpt_config *m, int64_t g
   double e = o->element_bytes > 0 ? o->element_bytes : o->precision >= LOOM_PRECISION_bf16 ? 2 : 4;
   loom_sim_options so = {c, o->precision, false, o->gemm_efficiency, o->memory_efficiency, e};
   graph_times gt;
-  LOOM_TRY(layer_times(ctx, m, p->micro_batch, p->tp, &so, &gt));
+  LOOM_TRY(layer_times(ctx, m, p->micro_batch, p->tp, o->composite_attention, &so, &gt));
 
   model_dims d = {m->vocab, m->d_model, m->n_head, m->d_ff > 0 ? m->d_ff : 4.0 * m->d_model,
                   m->context, m->n_layer, p->micro_batch};
@@ -618,9 +687,9 @@ loom_status loom_estimate_gpt(loom_ctx *ctx, const loom_gpt_config *m, int64_t g
   /* memory of the busier of the first and the last device */
   double opt_bytes = e < 4 ? OPT_BYTES_MIXED : OPT_BYTES_F32;
   double z1 = p->zero >= 1 ? p->dp : 1, z2 = p->zero >= 2 ? p->dp : 1, z3 = p->zero >= 3 ? p->dp : 1;
-  double layer_act = layer_activation_bytes(&d, p->tp, e);
+  double layer_act = layer_activation_bytes(&d, p->tp, e, o->composite_attention);
   double best = -1;
-  for (int side = 0; side < 2; side++) {
+  for (int side = 0; side < (S > 1 ? 2 : 1); side++) { /* one device holds all at S = 1 */
     int32_t dv = side == 0 ? 0 : S - 1;
     double params = side == 0 ? p_first : p_last;
     double inflight; /* micro-batches (chunk-micro-batches) alive at the peak */

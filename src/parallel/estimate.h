@@ -40,6 +40,8 @@ typedef struct loom_estimate_options {
   bool overlap;             /* dp gradient reduction overlapped with the backward */
   double gemm_efficiency;   /* of the peak on large GEMMs; 0: the simulator's default */
   double memory_efficiency; /* of the memory bandwidth; 0: the simulator's default */
+  bool composite_attention; /* attention as its primitives (QK^T, softmax, dropout, PV:
+                               what Megatron-LM ran in 2021), not flash attention */
 } loom_estimate_options;
 
 typedef struct loom_estimate_memory { /* bytes on the busiest device */
