@@ -197,8 +197,6 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
 
 /* ---- running `loom train` under mpirun (mpi_run.c) ------------------------ */
 
-/* The median of v[0 .. n) (sorts v). */
-double loom_bench_median(double *v, int32_t n);
 /* Runs a `loom train` command; the tokens/s of its "final loss" line, or
  * -1 if it failed. */
 double loom_bench_train_tok_s(const char *cmd);

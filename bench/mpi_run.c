@@ -9,16 +9,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-double loom_bench_median(double *v, int32_t n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : 0;
-}
-
 double loom_bench_train_tok_s(const char *cmd) {
   FILE *p = popen(cmd, "r");
   if (!p) return -1;

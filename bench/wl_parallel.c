@@ -44,8 +44,8 @@ static const char *alternate(const char *a, const char *b, int32_t runs, bool qu
     tb[k] = loom_bench_train_tok_s(b);
     if (ta[k] <= 0 || tb[k] <= 0) return ta[k] <= 0 ? a : b;
   }
-  *ma = loom_bench_median(ta, k);
-  *mb = loom_bench_median(tb, k);
+  *ma = loom_median(ta, k);
+  *mb = loom_median(tb, k);
   return NULL;
 }
 
@@ -172,7 +172,7 @@ static void plan_time(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *
       lower_s[k] = t1 - t0;
     }
     if (k < runs) continue;
-    double mt = loom_bench_median(tot, k), ml = loom_bench_median(lower_s, k);
+    double mt = loom_median(tot, k), ml = loom_median(lower_s, k);
     if (json)
       fprintf(f,
               "{\"bench\":\"plan_time\",\"plan\":\"%s\",\"layers\":%d,\"devices\":64,"

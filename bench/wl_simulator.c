@@ -4,12 +4,13 @@
  * ranks trains one GPT under `mpirun` (1 thread per rank, the trainer's
  * own tokens/s: compile excluded), and the same plan, lowered here, is
  * simulated on this machine as `loom cluster --this-machine` measures it
- * in the same run. 4 ranks on fewer cores time-share them
- * (loom_cluster_time_shared). Medians of --runs.
+ * in the same run. 4 ranks on fewer cores time-share them (the
+ * simulator's `cores`). Medians of --runs.
  */
 #include "bench.h"
 #include "harness.h"
 
+#include "core/clock.h"
 #include "model/gpt.h"
 #include "parallel/builtin.h"
 #include "parallel/lower.h"
@@ -61,8 +62,6 @@ static loom_status build_graph(loom_ctx *ctx, loom_graph **g) {
 /* The simulated step of plan on `ranks` ranks of this machine. */
 static loom_status predict(loom_ctx *ctx, const loom_graph *g, const sim_case *k,
                            const loom_cluster *machine, double *step_s, double *bubble) {
-  loom_cluster shared;
-  loom_cluster_time_shared(machine, k->ranks, &shared);
   loom_plan *p = NULL;
   loom_plan_program *pp = NULL;
   loom_plan_lower_options lo = {.comm = loom_comm_model_kept("mpi")};
@@ -70,7 +69,8 @@ static loom_status predict(loom_ctx *ctx, const loom_graph *g, const sim_case *k
   if (!st) st = loom_plan_lower(p, &lo, &pp);
   loom_sim_result r = {0};
   /* the trainer's default: comm ops on a comm stream */
-  loom_sim_options so = {.cluster = &shared, .precision = LOOM_PRECISION_f32, .overlap = true};
+  loom_sim_options so = {.cluster = machine, .precision = LOOM_PRECISION_f32, .overlap = true,
+                         .cores = machine->devices_per_node};
   if (!st) st = loom_plan_simulate(pp, &so, &r);
   *step_s = r.step_s;
   *bubble = r.bubble;
@@ -131,7 +131,7 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
       ok = false;
       continue;
     }
-    double measured = (double)SIM_BATCH * SIM_CONTEXT / loom_bench_median(tps, r);
+    double measured = (double)SIM_BATCH * SIM_CONTEXT / loom_median(tps, r);
     double err = predicted / measured - 1;
     worst = fmax(worst, fabs(err));
     within += fabs(err) <= 0.15;

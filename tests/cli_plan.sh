@@ -211,7 +211,7 @@ run plan "$tmp/mm.loom" --plan "$tmp/k.plan" --devices 2 --cluster "$CLUSTERS/dg
   --trace "$tmp/sim.json"
 expect "--trace is never replaced without --force" 1 "" "*sim.json*"
 run plan "$tmp/mm.loom" --plan "$tmp/k.plan" --devices 2 --trace "$tmp/other.json"
-expect "--trace needs --cluster" 2 "" "*--trace, --overlap and --precision go with --cluster*"
+expect "--trace needs --cluster" 2 "" "*--trace, --overlap, --oversubscribe and --precision go with --cluster*"
 run plan "$tmp/mm.loom" --plan "$tmp/k.plan" --devices 2 --cluster "$CLUSTERS/dgx-a100-80gb-hdr.txt" \
   --precision fp8
 expect "a precision the cluster lacks" 1 "*" "*gives no fp8 rate*"

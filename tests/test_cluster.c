@@ -152,6 +152,10 @@ static void test_this_machine(void) {
   loom_cluster_time_shared(&c, 8, &d);
   CHECK(d.devices_per_node == 8 && near(d.flops[LOOM_PRECISION_f32], 25e9));
   CHECK(near(d.memory_bandwidth_Bps, 2.5e9) && near(d.intra.bandwidth_Bps, 8e9));
+  CHECK(strcmp(d.name, "this-machine-4c-x8") == 0);
+  d = c;
+  loom_cluster_time_shared(&d, 8, &d); /* in place */
+  CHECK(strcmp(d.name, "this-machine-4c-x8") == 0 && near(d.flops[LOOM_PRECISION_f32], 25e9));
   loom_cluster_time_shared(&c, 3, &d);
   CHECK(d.devices_per_node == 4 && near(d.flops[LOOM_PRECISION_f32], 50e9));
 }

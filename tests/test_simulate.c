@@ -207,7 +207,7 @@ static void test_gpt_plans(void) {
   CHECK_OK(ctx, loom_gpt_build_train(ctx, &cfg, 8, 16, &opt, &g, &per_step));
   loom_cluster c = cluster(8);
   const char *specs[] = {"dp2", "pp2+gpipe+mb4", "pp2+1f1b+mb4", "tp2"};
-  double bubble[4] = {0};
+  double bubble[4] = {0}, shared_ratio[4] = {0};
   for (int32_t k = 0; k < 4; k++) {
     loom_plan *p = NULL;
     CHECK_OK(ctx, loom_plan_open(ctx, g, specs[k], 2, &p));
@@ -235,6 +235,21 @@ static void test_gpt_plans(void) {
       CHECK(strcmp(specs[k], "dp2") ? m->optimizer <= 2 * m->params : m->optimizer == 2 * m->params);
     }
     bubble[k] = blocking.bubble;
+    /* both ranks on one core: each computes at 1 / busy of it (busy: the
+     * ranks' compute over the step, summed), so a rank's compute grows by
+     * between 1x and 2x, more for dp, whose ranks compute all the time,
+     * than for a pipeline, whose waiting stage lends its core */
+    loom_sim_options one_core = {.cluster = &c, .precision = LOOM_PRECISION_f32, .cores = 1};
+    loom_sim_result shared;
+    CHECK_OK(ctx, loom_plan_simulate(pp, &one_core, &shared));
+    if (shared.devices) {
+      double ratio = shared.devices[0].compute_s / blocking.devices[0].compute_s, busy = 0;
+      for (int32_t d = 0; d < 2; d++) busy += shared.devices[d].compute_s / shared.step_s;
+      CHECK(ratio >= 1 && ratio <= 2 + 1e-9);
+      CHECK(fabs(ratio - LOOM_MAX(1.0, busy)) < 0.01 * ratio); /* the fixed point */
+      shared_ratio[k] = ratio;
+    }
+    loom_sim_result_free(&shared);
     printf("%-14s step %.3f ms blocking, %.3f ms overlapped, bubble %.1f%%\n", specs[k],
            blocking.step_s * 1e3, overlapped.step_s * 1e3, 100 * blocking.bubble);
     loom_sim_result_free(&blocking);
@@ -246,6 +261,7 @@ static void test_gpt_plans(void) {
    * all-reduces, which here are not idle but comm */
   CHECK(bubble[0] < 0.05);
   CHECK(bubble[1] > 0.1 && bubble[2] > 0.1);
+  CHECK(shared_ratio[0] > shared_ratio[1] && shared_ratio[0] > shared_ratio[2]);
   loom_graph_free(g);
 }
 

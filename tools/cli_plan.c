@@ -70,6 +70,8 @@ static const char usage[] =
     "                       tf32, bf16 or fp8 (the cluster must give it)\n"
     "  --overlap            communication overlaps computation (else it blocks)\n"
     "  --trace FILE         write the simulated timeline as a Chrome trace\n"
+    "  --oversubscribe      the N ranks time-share the cluster's devices, as\n"
+    "                       'mpirun --oversubscribe' runs more ranks than cores\n"
     "  --search             find the fastest plan of the gpt model on N devices of\n"
     "                       the --cluster (docs/PLANNER.md): every dp x tp x pp,\n"
     "                       micro-batch, schedule, ZeRO stage, recomputation and\n"
@@ -132,6 +134,8 @@ typedef struct plan_args {
   const char *cluster, *trace; /* simulate on a cluster; its timeline */
   loom_precision precision;
   bool overlap;
+  bool oversubscribe; /* more ranks than the cluster's devices: they time-share them */
+  int32_t cores;      /* with it: the cluster's devices before sharing */
   long devices;
   int64_t memory_limit;
   bool force;
@@ -194,6 +198,10 @@ static int parse_args(int argc, char **argv, plan_args *a) {
     }
     if (!strcmp(arg, "--search")) {
       a->search = true;
+      continue;
+    }
+    if (!strcmp(arg, "--oversubscribe")) {
+      a->oversubscribe = true;
       continue;
     }
     if (arg[0] != '-' || !arg[1]) {
@@ -302,8 +310,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
   if (gpt && (g->n_head > g->d_model || g->d_model % g->n_head))
     return usage_error("--heads %d does not divide --d-model %d", g->n_head, g->d_model);
   if (!g->d_ff) g->d_ff = 4 * g->d_model;
-  if ((a->trace || a->overlap || a->precision) && !a->cluster)
-    return usage_error("--trace, --overlap and --precision go with --cluster");
+  if ((a->trace || a->overlap || a->precision || a->oversubscribe) && !a->cluster)
+    return usage_error("--trace, --overlap, --oversubscribe and --precision go with --cluster");
   if (a->show && strcmp(a->show, "all") && strcmp(a->show, "none")) {
     long d = 0;
     if (!loom_cli_parse_long(a->show, 0, a->devices - 1, &d))
@@ -469,7 +477,8 @@ static loom_status save_plan(loom_ctx *ctx, const loom_plan *p, const char *path
  * communication). */
 static loom_status simulate(loom_ctx *ctx, const plan_args *a, const loom_plan_program *pp,
                             const loom_cluster *c) {
-  loom_sim_options so = {.cluster = c, .precision = a->precision, .overlap = a->overlap};
+  loom_sim_options so = {.cluster = c, .precision = a->precision, .overlap = a->overlap,
+                         .cores = a->oversubscribe ? a->cores : 0};
   loom_sim_result r;
   LOOM_TRY(loom_plan_simulate(pp, &so, &r));
   printf("\nsimulated on %s (%s GEMMs, communication %s): step %.3f ms, bubble %.1f%%\n",
@@ -681,7 +690,12 @@ int loom_cli_plan_main(int argc, char **argv) {
   }
   loom_cluster cluster;
   if (a.cluster && loom_cluster_load(ctx, a.cluster, &cluster)) goto fail;
+  if (a.cluster && a.oversubscribe) a.cores = cluster.devices_per_node;
   if (a.search) {
+    /* composed estimates rate devices alike: each a fixed share of a core */
+    int64_t nodes = cluster.max_nodes > 0 ? cluster.max_nodes : 1;
+    if (a.oversubscribe)
+      loom_cluster_time_shared(&cluster, (int32_t)((a.devices + nodes - 1) / nodes), &cluster);
     if (run_search(ctx, &a, &cluster, flags)) goto fail;
     rc = 0;
     goto done;

@@ -79,6 +79,31 @@ loom_view loom_view_permute(const loom_view *v, const int64_t *perm) {
   return p;
 }
 
+/* Same dtype, strided: an odometer over the outer dims (no division per
+ * element: packing a comm op's blocks was 10x slower with one), the
+ * innermost dim one memcpy where both sides are contiguous along it. */
+static void copy_strided(const loom_view *dst, const loom_view *src, size_t es) {
+  int32_t r = dst->rank;
+  int64_t inner = dst->shape[r - 1], ds = dst->stride[r - 1], ss = src->stride[r - 1];
+  int64_t outer = 1, idx[LOOM_MAX_RANK] = {0}, doff = 0, soff = 0;
+  for (int32_t k = 0; k < r - 1; k++) outer *= dst->shape[k];
+  char *d = dst->data;
+  const char *s = src->data;
+  for (int64_t o = 0; o < outer && inner > 0; o++) {
+    if (ds == 1 && ss == 1)
+      memcpy(d + doff * (int64_t)es, s + soff * (int64_t)es, (size_t)inner * es);
+    else
+      for (int64_t i = 0; i < inner; i++)
+        memcpy(d + (doff + i * ds) * (int64_t)es, s + (soff + i * ss) * (int64_t)es, es);
+    for (int32_t k = r - 2; k >= 0; k--) {
+      doff += dst->stride[k], soff += src->stride[k];
+      if (++idx[k] < dst->shape[k]) break;
+      doff -= dst->stride[k] * dst->shape[k], soff -= src->stride[k] * dst->shape[k];
+      idx[k] = 0;
+    }
+  }
+}
+
 void loom_view_copy(const loom_view *dst, const loom_view *src) {
   int64_t n = loom_view_numel(dst);
   size_t es = loom_dtype_size(dst->dtype);
@@ -87,10 +112,8 @@ void loom_view_copy(const loom_view *dst, const loom_view *src) {
     if (n) memmove(dst->data, src->data, (size_t)n * es);
     return;
   }
-  if (dst->dtype == src->dtype && (es == 8 || es == 4 || es == 2 || es == 1)) {
-    for (int64_t i = 0; i < n; i++)
-      memcpy((char *)dst->data + loom_view_offset(dst, i) * (int64_t)es,
-             (const char *)src->data + loom_view_offset(src, i) * (int64_t)es, es);
+  if (dst->dtype == src->dtype && dst->rank > 0 && (es == 8 || es == 4 || es == 2 || es == 1)) {
+    copy_strided(dst, src, es);
     return;
   }
   for (int64_t i = 0; i < n; i++) loom_view_set(dst, i, loom_view_get(src, i));

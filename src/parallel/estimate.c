@@ -577,7 +577,8 @@ loom_status loom_estimate_gpt(loom_ctx *ctx, const loom_gpt_config *m, int64_t g
                       (long long)devices, (long long)nodes, c->name);
   /* 16-bit activations below tf32 (tf32 computes on f32 storage) */
   double e = o->element_bytes > 0 ? o->element_bytes : o->precision >= LOOM_PRECISION_bf16 ? 2 : 4;
-  loom_sim_options so = {c, o->precision, false, o->gemm_efficiency, o->memory_efficiency, e};
+  loom_sim_options so = {.cluster = c, .precision = o->precision, .gemm_efficiency = o->gemm_efficiency,
+                        .memory_efficiency = o->memory_efficiency, .element_bytes = e};
   graph_times gt;
   LOOM_TRY(layer_times(ctx, m, p->micro_batch, p->tp, o->composite_attention, &so, &gt));
 

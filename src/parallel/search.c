@@ -386,7 +386,8 @@ loom_status loom_plan_search(loom_ctx *ctx, const loom_gpt_config *m, int64_t gl
   double t0 = loom_now_s();
   search S = {.ctx = ctx, .m = m, .batch = global_batch, .devices = devices, .o = o, .r = out};
   S.eo = (loom_estimate_options){.cluster = c, .precision = o->precision,
-                                 .element_bytes = o->element_bytes, .overlap = o->overlap};
+                                 .element_bytes = o->element_bytes, .overlap = o->overlap,
+                                 .composite_attention = o->composite_attention};
   S.K = o->top > 0 ? (o->top < MAX_TOP ? o->top : MAX_TOP) : DEFAULT_TOP;
   S.unfit_cap = S.K;
   S.limit = o->memory_limit > 0 ? o->memory_limit : c->memory_bytes;

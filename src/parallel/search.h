@@ -39,6 +39,7 @@ typedef struct loom_search_options {
   int32_t top;            /* the best K kept; 0: 5 */
   bool exhaustive;        /* estimate every candidate: no bound prunes (brute force) */
   bool require_spec;      /* rank only plans a built-in spec expresses (they can run) */
+  bool composite_attention; /* as loom_estimate_options */
 } loom_search_options;
 
 /* What an alternative lost by against the winner: the part of the step

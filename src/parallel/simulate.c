@@ -372,9 +372,37 @@ void loom_sim_result_free(loom_sim_result *r) {
   memset(r, 0, sizeof *r);
 }
 
+/* Ranks time-sharing o->cores cores (simulate.h): simulated at a share of
+ * a core's rates until the share and the ranks' mean busy count agree. */
+static loom_status simulate_shared(const loom_plan_program *pp, const loom_sim_options *o,
+                                   loom_sim_result *out) {
+  loom_cluster shared = *o->cluster;
+  loom_sim_options so = *o;
+  so.cores = 0;
+  so.cluster = &shared;
+  shared.devices_per_node = LOOM_MAX(shared.devices_per_node, pp->n_devices);
+  double share = (double)o->cores / pp->n_devices;
+  for (int32_t it = 0;; it++) {
+    for (int32_t p = 0; p < LOOM_PRECISION_COUNT; p++) shared.flops[p] = o->cluster->flops[p] * share;
+    shared.memory_bandwidth_Bps = o->cluster->memory_bandwidth_Bps * share;
+    LOOM_TRY(loom_plan_simulate(pp, &so, out));
+    double busy = 0;
+    for (int32_t d = 0; d < out->n_devices; d++)
+      busy += out->step_s > 0 ? out->devices[d].compute_s / out->step_s : 1;
+    double next = busy > o->cores ? o->cores / busy : 1;
+    if (it == 16 || fabs(next - share) <= 1e-3 * share) return LOOM_STATUS_OK;
+    loom_sim_result_free(out);
+    share = 0.5 * (share + next); /* damped: the step moves with the share */
+  }
+}
+
 loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_options *o,
                                loom_sim_result *out) {
   if (!pp || !out) return LOOM_STATUS_INVALID_ARGUMENT;
+  if (o && o->cluster && o->cores > 0 && o->cores < pp->n_devices) {
+    memset(out, 0, sizeof *out);
+    return simulate_shared(pp, o, out);
+  }
   memset(out, 0, sizeof *out);
   loom_ctx *ctx = pp->ctx;
   LOOM_TRY(check_options(ctx, pp, o));

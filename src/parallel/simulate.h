@@ -33,6 +33,12 @@ typedef struct loom_sim_options {
   double gemm_efficiency;   /* of the peak on large GEMMs; 0: 0.75 */
   double memory_efficiency; /* of the memory bandwidth; 0: 0.8 */
   double element_bytes;     /* bytes per element moved; 0: the graph's dtypes */
+  /* > 0 and below the plan's devices: the devices are ranks time-sharing
+   * this many cores of one node (mpirun --oversubscribe). Each computes at
+   * min(1, cores / busy) of a core, busy the mean number of ranks
+   * computing over the step, found as a fixed point: an idle pipeline
+   * stage gives its core to the others. */
+  int32_t cores;
 } loom_sim_options;
 
 /* One node's run on one device (a comm op: on each member). */

@@ -354,12 +354,14 @@ void loom_cluster_this_machine(const loom_machine *m, double single_sgemm_gflops
 }
 
 void loom_cluster_time_shared(const loom_cluster *c, int32_t ranks, loom_cluster *out) {
-  *out = *c;
+  if (out != c) *out = *c;
   if (ranks <= c->devices_per_node || c->devices_per_node < 1) return;
   double share = (double)c->devices_per_node / ranks;
   for (int32_t p = 0; p < LOOM_PRECISION_COUNT; p++) out->flops[p] *= share;
   out->memory_bandwidth_Bps *= share;
   out->memory_bytes *= share;
   out->devices_per_node = ranks;
-  snprintf(out->name, sizeof out->name, "%.40s-x%d", c->name, (int)ranks);
+  char name[LOOM_CLUSTER_NAME_MAX];
+  memcpy(name, c->name, sizeof name); /* out may be c */
+  snprintf(out->name, sizeof out->name, "%.40s-x%d", name, (int)ranks);
 }

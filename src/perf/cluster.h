@@ -89,9 +89,9 @@ void loom_cluster_write(const loom_cluster *c, loom_strbuf *b);
  * all-core triad bandwidth and the memory shared out evenly; the intra
  * link is the MPI comm model the machine profile keeps (perf/profile.h).
  * m: a measured machine (perf/measure.h); single_sgemm_gflops: the
- * one-thread sgemm rate (so gemm.efficiency is 1: flops.f32 is what a
- * large GEMM reaches) and gemm_half_dim the size whose square sgemm runs
- * at half of it; memory_bytes: physical memory. */
+ * one-thread sgemm rate (gemm.efficiency 1 here: the caller measures
+ * what a training step's GEMMs reach of it) and gemm_half_dim the
+ * simulator's H for a skinny GEMM; memory_bytes: physical memory. */
 void loom_cluster_this_machine(const loom_machine *m, double single_sgemm_gflops,
                                int32_t gemm_half_dim, double memory_bytes, loom_cluster *out);
 

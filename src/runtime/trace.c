@@ -369,3 +369,14 @@ loom_status loom_ctx_trace_end(loom_ctx *ctx, const char *path) {
   ctx->trace = NULL;
   return st;
 }
+
+double loom_trace_seconds(loom_trace *t, const char *cat) {
+  if (!t || !cat) return 0;
+  pthread_mutex_lock(&t->mu);
+  double sum = 0;
+  for (size_t i = 0; i < t->n_ev; i++)
+    if (t->ev[i].cat && strcmp(t->pool + t->ev[i].cat - 1, cat) == 0)
+      sum += t->ev[i].end - t->ev[i].begin;
+  pthread_mutex_unlock(&t->mu);
+  return sum;
+}

@@ -76,5 +76,8 @@ loom_status loom_trace_save(loom_ctx *ctx, loom_trace *t, const char *path);
 
 /* Events recorded so far (for tests and summaries). */
 int64_t loom_trace_count(loom_trace *t);
+/* Seconds of the recorded events of category cat ("gemm", "kernel", ...),
+ * summed over lanes. */
+double loom_trace_seconds(loom_trace *t, const char *cat);
 
 #endif
