@@ -188,13 +188,17 @@ static int32_t half_dim(double large, double small) {
  * vector loop (no library state crosses the fork). */
 static int32_t start_neighbours(int32_t n, pid_t *pids) {
   int32_t started = 0;
+  pid_t parent = getpid();
   for (; started < n; started++) {
     pid_t pid = fork();
     if (pid < 0) break;
     if (pid == 0) {
+      /* until killed, or orphaned (the parent died before it could) */
       static float x[4096];
-      for (volatile uint64_t r = 0;; r++)
-        for (int32_t i = 0; i < 4096; i++) x[i] = x[i] * 0.999f + 1.0f;
+      while (getppid() == parent)
+        for (int32_t r = 0; r < 1000; r++)
+          for (int32_t i = 0; i < 4096; i++) x[i] = x[i] * 0.999f + 1.0f;
+      _exit(0);
     }
     pids[started] = pid;
   }
