@@ -22,20 +22,12 @@ static loom_ctx *ctx;
 
 /* A made-up device: 100 TFLOP/s bf16, 10 f32, 1 TB/s memory, 16 GB. */
 static loom_cluster cluster(int32_t per_node, double link_Bps, double latency_s) {
-  loom_cluster c = {.name = "test", .device = "dev"};
-  c.flops[LOOM_PRECISION_f32] = 10e12;
-  c.flops[LOOM_PRECISION_bf16] = 100e12;
-  c.memory_bandwidth_Bps = 1e12;
-  c.memory_bytes = 16e9;
-  c.devices_per_node = per_node;
-  snprintf(c.intra.kind, sizeof c.intra.kind, "link");
-  c.intra.bandwidth_Bps = link_Bps;
-  c.intra.latency_s = latency_s;
-  snprintf(c.inter.kind, sizeof c.inter.kind, "net");
-  c.inter.bandwidth_Bps = link_Bps;
-  c.inter.latency_s = latency_s;
-  c.inter.nics = 1;
-  return c;
+  loom_cluster_link link = {.kind = "link", .bandwidth_Bps = link_Bps, .latency_s = latency_s};
+  loom_cluster_link net = {.kind = "net", .bandwidth_Bps = link_Bps, .latency_s = latency_s, .nics = 1};
+  return (loom_cluster){.name = "test", .device = "dev",
+                        .flops = {[LOOM_PRECISION_f32] = 10e12, [LOOM_PRECISION_bf16] = 100e12},
+                        .memory_bandwidth_Bps = 1e12, .memory_bytes = 16e9,
+                        .devices_per_node = per_node, .intra = link, .inter = net};
 }
 
 static bool near(double a, double b, double rel) { return fabs(a - b) <= rel * fabs(b); }

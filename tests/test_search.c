@@ -20,20 +20,11 @@ static loom_ctx *ctx;
 
 /* A made-up device: 100 TFLOP/s bf16, 1 TB/s memory, four to a node. */
 static loom_cluster cluster(double memory) {
-  loom_cluster c = {.name = "test", .device = "dev"};
-  c.flops[LOOM_PRECISION_f32] = 25e12;
-  c.flops[LOOM_PRECISION_bf16] = 100e12;
-  c.memory_bandwidth_Bps = 1e12;
-  c.memory_bytes = memory;
-  c.devices_per_node = 4;
-  snprintf(c.intra.kind, sizeof c.intra.kind, "link");
-  c.intra.bandwidth_Bps = 100e9;
-  c.intra.latency_s = 2e-6;
-  snprintf(c.inter.kind, sizeof c.inter.kind, "net");
-  c.inter.bandwidth_Bps = 50e9;
-  c.inter.latency_s = 5e-6;
-  c.inter.nics = 1;
-  return c;
+  return (loom_cluster){.name = "test", .device = "dev",
+                        .flops = {[LOOM_PRECISION_f32] = 25e12, [LOOM_PRECISION_bf16] = 100e12},
+                        .memory_bandwidth_Bps = 1e12, .memory_bytes = memory, .devices_per_node = 4,
+                        .intra = {.kind = "link", .bandwidth_Bps = 100e9, .latency_s = 2e-6},
+                        .inter = {.kind = "net", .bandwidth_Bps = 50e9, .latency_s = 5e-6, .nics = 1}};
 }
 
 static loom_gpt_config model(int32_t layers, int32_t width, int32_t heads, int32_t context,

@@ -19,20 +19,12 @@ static loom_ctx *ctx;
 
 /* A made-up device: 1 TFLOP/s f32, 4 TFLOP/s bf16, 100 GB/s memory. */
 static loom_cluster cluster(int32_t per_node) {
-  loom_cluster c = {.name = "test", .device = "dev"};
-  c.flops[LOOM_PRECISION_f32] = 1e12;
-  c.flops[LOOM_PRECISION_bf16] = 4e12;
-  c.memory_bandwidth_Bps = 100e9;
-  c.memory_bytes = 16e9;
-  c.devices_per_node = per_node;
-  snprintf(c.intra.kind, sizeof c.intra.kind, "link");
-  c.intra.bandwidth_Bps = 10e9;
-  c.intra.latency_s = 1e-6;
-  snprintf(c.inter.kind, sizeof c.inter.kind, "net");
-  c.inter.bandwidth_Bps = 2e9;
-  c.inter.latency_s = 10e-6;
-  c.inter.nics = 1;
-  return c;
+  return (loom_cluster){.name = "test", .device = "dev",
+                        .flops = {[LOOM_PRECISION_f32] = 1e12, [LOOM_PRECISION_bf16] = 4e12},
+                        .memory_bandwidth_Bps = 100e9, .memory_bytes = 16e9,
+                        .devices_per_node = per_node,
+                        .intra = {.kind = "link", .bandwidth_Bps = 10e9, .latency_s = 1e-6},
+                        .inter = {.kind = "net", .bandwidth_Bps = 2e9, .latency_s = 10e-6, .nics = 1}};
 }
 
 static bool near(double a, double b) { return fabs(a - b) <= 1e-9 * fabs(b); }
