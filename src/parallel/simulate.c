@@ -72,9 +72,11 @@ static loom_status fusion_view_build(loom_ctx *ctx, const loom_graph *G, int32_t
   f->launches = loom_calloc(ctx, (size_t)(nn ? nn : 1), sizeof *f->launches);
   int32_t *phase = loom_malloc(ctx, sizeof *phase * (size_t)(nn ? nn : 1));
   int32_t *device = loom_malloc(ctx, sizeof *device * (size_t)(nn ? nn : 1));
-  if (!f->root || !f->spills || !f->launches || !phase || !device) {
+  bool *seen = loom_calloc(ctx, (size_t)(nn ? nn : 1), sizeof *seen);
+  if (!f->root || !f->spills || !f->launches || !phase || !device || !seen) {
     free(phase);
     free(device);
+    free(seen);
     fusion_view_free(f);
     return LOOM_STATUS_OUT_OF_MEMORY;
   }
@@ -106,13 +108,6 @@ static loom_status fusion_view_build(loom_ctx *ctx, const loom_graph *G, int32_t
     }
   for (int32_t i = 0; i < G->n_outputs; i++) f->spills[G->outputs[i]] = true;
   /* the first member of each kernel in its device's order pays the launch */
-  bool *seen = calloc((size_t)(nn ? nn : 1), sizeof *seen);
-  if (!seen) {
-    free(phase);
-    free(device);
-    fusion_view_free(f);
-    return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "simulate: out of memory");
-  }
   for (int32_t i = 0; i < order_start[n_orders]; i++) {
     int32_t n = order_nodes[i], r = f->root[n];
     if (r >= 0 && !seen[r]) seen[r] = f->launches[n] = true;
