@@ -650,6 +650,40 @@ static void test_program_order(loom_ctx *ctx) {
   }
 }
 
+/* Nothing moves across a comm node: a pipeline stage sends micro-batch
+ * 0's result before it computes micro-batch 1's. Without that rule the two
+ * exps (same shape, independent) fuse horizontally and the send waits for
+ * both: the next stage starts one micro-batch late. */
+static void test_program_keeps_sends_early(loom_ctx *ctx) {
+  for (int mode = 0; mode < LOOM_FUSION_COUNT; mode++) {
+    loom_graph *g = NULL;
+    CHECK_OK(ctx, loom_graph_parse(ctx,
+                                   "input %x0 : f32[4096]\n"
+                                   "input %x1 : f32[4096]\n"
+                                   "%y0 = exp(%x0)\n"
+                                   "%s : i64[] = transfer(%y0, dst=1, member=0, seq=1)\n"
+                                   "%y1 = exp(%x1)\n"
+                                   "output s = %s\n"
+                                   "output y1 = %y1\n",
+                                   &g));
+    if (!g) return;
+    loom_session *s = NULL;
+    loom_session_options o = LOOM_SESSION_OPTIONS(.backend = "cpu", .fusion = (loom_fusion_mode)mode);
+    CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
+    char *text = NULL;
+    if (s && mode != LOOM_FUSION_EAGER) {
+      CHECK_OK(ctx, loom_session_describe(s, LOOM_ARTIFACT_PROGRAM, &text));
+      const char *send = text ? strstr(text, "transfer(") : NULL;
+      const char *y1 = text ? strstr(text, "%y1") : NULL;
+      CHECK(send && y1 && send < y1);
+      if (!(send && y1 && send < y1)) fprintf(stderr, "fusion %s:\n%s", loom_fusion_mode_name(mode), text);
+    }
+    loom_free(text);
+    loom_session_free(s);
+    loom_graph_free(g);
+  }
+}
+
 /* ---- text IR --------------------------------------------------------------- */
 
 static void test_text(loom_ctx *ctx) {
@@ -928,6 +962,7 @@ int main(void) {
   test_cpu_session(ctx);
   test_passes(ctx);
   test_program_order(ctx);
+  test_program_keeps_sends_early(ctx);
   test_text(ctx);
   test_errors(ctx);
   test_comm_model();

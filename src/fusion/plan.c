@@ -455,12 +455,34 @@ static int32_t uf_find(int32_t *parent, int32_t x) {
   return x;
 }
 
-/* The producer of c's input i, or for i == n_in (a comm node) the comm
- * node before it: comm nodes run in graph order, each one's peers wait for
- * it in that order, so the order of units keeps them as a chain. -1: none. */
-static int32_t producer_of(const loom_graph *g, int32_t c, int32_t i, int32_t prev_comm) {
-  if (i == g->nodes[c].n_in) return prev_comm;
-  return g->values[g->nodes[c].in[i]].node;
+/* The producers of node c, in a plan's device program (comm nodes in
+ * it): besides its inputs' producers, a comm node comes after every node
+ * before it and every node after it comes after the comm node. Comm ops
+ * thus stay where the plan ordered them, in order (each one's peers wait
+ * for it in that order), and nothing moves across one: a pipeline's send
+ * is issued as soon as its stage has computed it, not after work the plan
+ * put later (a micro-batch's forward fused with the next one's). */
+typedef struct producers {
+  int32_t c, i, n_in, epoch, prev_comm;
+  bool comm;
+} producers;
+
+static producers producers_of(const plan_ctx *p, int32_t c, int32_t epoch, int32_t prev_comm) {
+  const loom_graph *g = p->g;
+  return (producers){c, 0, g->nodes[c].n_in, epoch, prev_comm, loom_op_is_comm(g->nodes[c].op)};
+}
+
+/* The next producer in *out (-1: an input no node makes; repeats
+ * possible); false at the end. */
+static bool producers_next(const plan_ctx *p, producers *it, int32_t *out) {
+  for (;;) {
+    int32_t i = it->i++;
+    if (i < it->n_in) return *out = p->g->values[p->g->nodes[it->c].in[i]].node, true;
+    if (!it->comm) return *out = it->prev_comm, i == it->n_in;
+    int32_t u = it->epoch + (i - it->n_in); /* the last comm node and all since */
+    if (u >= it->c) return false;
+    if (p->cls[u] != LOOM_NODE_DEAD) return *out = u, true;
+  }
 }
 
 /* Distinct consumer nodes of every node, in CSR form. */
@@ -471,46 +493,35 @@ static bool build_consumers(plan_ctx *p) {
   p->cons_off = calloc((size_t)n + 1, sizeof *p->cons_off);
   if (!p->cons_off) return false;
   for (int32_t u = 0; u < n; u++)
-    total += g->nodes[u].n_in + 1;
+    total += g->nodes[u].n_in + 2;
   p->cons = malloc(sizeof *p->cons * (size_t)(total + 1));
   int32_t *last = malloc(sizeof *last * (size_t)n);
   if (!p->cons || !last) {
     free(last);
     return false;
   }
-  for (int32_t u = 0; u < n; u++)
-    last[u] = -1;
-  /* count, then fill: a consumer appears once per producer */
-  int32_t prev_comm = -1;
-  for (int32_t c = 0; c < n; c++) {
-    if (p->cls[c] == LOOM_NODE_DEAD) continue; /* dead nodes run nowhere */
-    bool comm = loom_op_is_comm(g->nodes[c].op);
-    for (int32_t i = 0; i < g->nodes[c].n_in + comm; i++) {
-      int32_t pr = producer_of(g, c, i, prev_comm);
-      if (pr < 0 || last[pr] == c) continue;
-      last[pr] = c;
-      p->cons_off[pr + 1]++;
-    }
-    if (comm) prev_comm = c;
-  }
-  for (int32_t u = 0; u < n; u++)
-    p->cons_off[u + 1] += p->cons_off[u];
   int32_t *fill = p->old; /* scratch: next slot per producer */
-  for (int32_t u = 0; u < n; u++) {
-    fill[u] = p->cons_off[u];
-    last[u] = -1;
-  }
-  prev_comm = -1;
-  for (int32_t c = 0; c < n; c++) {
-    if (p->cls[c] == LOOM_NODE_DEAD) continue; /* dead nodes run nowhere */
-    bool comm = loom_op_is_comm(g->nodes[c].op);
-    for (int32_t i = 0; i < g->nodes[c].n_in + comm; i++) {
-      int32_t pr = producer_of(g, c, i, prev_comm);
-      if (pr < 0 || last[pr] == c) continue;
-      last[pr] = c;
-      p->cons[fill[pr]++] = c;
+  /* pass 0 counts, pass 1 fills: a consumer appears once per producer */
+  for (int32_t pass = 0; pass < 2; pass++) {
+    for (int32_t u = 0; u < n; u++) {
+      last[u] = -1;
+      if (pass) fill[u] = p->cons_off[u];
     }
-    if (comm) prev_comm = c;
+    int32_t prev_comm = -1, epoch = 0;
+    for (int32_t c = 0; c < n; c++) {
+      if (p->cls[c] == LOOM_NODE_DEAD) continue; /* dead nodes run nowhere */
+      producers it = producers_of(p, c, epoch, prev_comm);
+      for (int32_t pr; producers_next(p, &it, &pr);) {
+        if (pr < 0 || last[pr] == c) continue;
+        last[pr] = c;
+        if (pass) p->cons[fill[pr]++] = c;
+        else p->cons_off[pr + 1]++;
+      }
+      if (it.comm) prev_comm = epoch = c;
+    }
+    if (!pass)
+      for (int32_t u = 0; u < n; u++)
+        p->cons_off[u + 1] += p->cons_off[u];
   }
   free(last);
   return true;
