@@ -57,6 +57,8 @@ static const char usage[] =
     "  --trace FILE      write a timeline of steps 2-4 (Chrome trace JSON:\n"
     "                    chrome://tracing, ui.perfetto.dev): kernels, GEMMs and\n"
     "                    overlapped RNG tasks on their own lane\n"
+    "                    (under --plan each rank its own: rank R > 0 writes FILE\n"
+    "                    with .rankR before its extension, t.json -> t.rank1.json)\n"
     "  --force           overwrite the --trace file if it exists\n"
     "parallel (docs/PARALLEL.md):\n"
     "  --plan P          run the step as plan P over MPI, one process per device:\n"
@@ -79,7 +81,8 @@ typedef struct cli {
   int64_t log_every, stop_at;
   const char *save, *load;
   loom_fusion_mode fusion;
-  const char *trace;  /* NULL: none */
+  const char *trace;  /* NULL: none; this rank's file (rank_trace) */
+  char rank_trace[4096];
   const char *plan;   /* NULL: one device */
   bool comm_overlap;  /* --comm-overlap */
   bool force;
@@ -234,10 +237,16 @@ static int fail(loom_ctx *ctx, const char *what) {
 /* Every output is checked before training starts, so a run is not lost at
  * its end: -1 to go on, else the exit code. --save replaces a checkpoint
  * (runs save over their own); --trace does only with --force. Under --plan
- * rank 0 alone writes both, so only its paths need to be writable (other
- * ranks may run where the directory does not exist). */
+ * rank 0 alone writes the checkpoint and each rank its own trace, so only
+ * those paths need to be writable on each (other ranks may run where the
+ * checkpoint's directory does not exist). */
 static int check_outputs(loom_ctx *ctx, const cli *c) {
-  if (c->rank != 0) return -1;
+  if (c->rank != 0) {
+    if (c->trace && loom_file_check_output(ctx, c->trace,
+                                           LOOM_FILE_HINT_FORCE | (c->force ? LOOM_FILE_REPLACE : 0)))
+      return fail(ctx, "--trace");
+    return -1;
+  }
   if (c->save && loom_file_check_output(ctx, c->save, LOOM_FILE_REPLACE))
     return fail(ctx, "--save");
   if (c->trace && loom_file_check_output(ctx, c->trace,
@@ -347,9 +356,8 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
   int64_t last_logged = start;
   float loss = NAN, first = NAN;
   int64_t tok_per_step = (int64_t)cfg->batch * cfg->model.context;
-  /* the timeline: steps 2-4 of this run (the first one warms up); under
-   * --plan rank 0's, as every rank would write the same file */
-  bool trace = c->trace && c->rank == 0;
+  /* the timeline: steps 2-4 of this run (the first one warms up) */
+  bool trace = c->trace != NULL;
   int64_t trace_from = start + 1, trace_to = LOOM_MIN(start + 4, end);
   for (int64_t k = start; k < end; k++) {
     if (trace && k == trace_from && loom_ctx_trace_begin(ctx)) return fail(ctx, "tracing");
@@ -430,6 +438,19 @@ int loom_train_main(int argc, char **argv) {
       goto out;
     }
     c.rank = comm->rank;
+    if (c.trace && c.rank > 0) {
+      /* t.json -> t.rank1.json; a name without an extension gets .rankR */
+      const char *slash = strrchr(c.trace, '/'), *dot = strrchr(c.trace, '.');
+      int stem = dot && (!slash || dot > slash + 1) ? (int)(dot - c.trace) : (int)strlen(c.trace);
+      int n = snprintf(c.rank_trace, sizeof c.rank_trace, "%.*s.rank%d%s", stem, c.trace,
+                       (int)c.rank, c.trace + stem);
+      if (n < 0 || (size_t)n >= sizeof c.rank_trace) {
+        fprintf(stderr, "loom train: --trace: the path is too long\n");
+        rc = EXIT_USAGE;
+        goto out;
+      }
+      c.trace = c.rank_trace;
+    }
     /* one rank speaks; errors still reach stderr from every rank */
     if (c.rank != 0 && !freopen("/dev/null", "w", stdout)) {
       rc = EXIT_FAIL;
