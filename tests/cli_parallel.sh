@@ -108,6 +108,18 @@ mpi 120 bash -c "$(per_rank "f=A; [ \$r = 1 ] && f=C; exec '$LOOM' train ${model
 expect "ranks loading different checkpoints: refused" 1 "*" \
   "*--load: rank 1 read another checkpoint than rank 0*aborts the job*"
 
+# --trace under a plan: each rank its own timeline, rank 1's named .rank1;
+# an existing one is kept without --force
+mpi 300 "$LOOM" train "${model[@]}" --plan pp2 --steps 5 --trace "$tmp/t.json"
+expect "--trace under pp2" 0 "*wrote the timeline of steps 2-4 to $tmp/t.json*"
+for f in "$tmp/t.json" "$tmp/t.rank1.json"; do
+  grep -q '"traceEvents"' "$f" 2>/dev/null && grep -q '"comm"' "$f" && ok || bad "--trace under pp2: $f is a timeline with comm"
+done
+cp "$tmp/t.rank1.json" "$tmp/kept.json"
+mpi 120 "$LOOM" train "${model[@]}" --plan pp2 --steps 5 --trace "$tmp/t.json"
+expect "--trace under pp2 again: refused" 1 "" "*--trace*exists*--force*"
+cmp -s "$tmp/t.rank1.json" "$tmp/kept.json" && ok || bad "--trace refused: rank 1's file kept"
+
 # ---- faults ---------------------------------------------------------------------
 # ranks started with different flags: every rank stops at the setup check
 for diff in "--seed 1:--seed 2" "--plan dp2:--plan tp2" "--layers 2 --plan dp2:--layers 3 --plan dp2"; do
