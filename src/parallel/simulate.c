@@ -367,39 +367,179 @@ void loom_sim_result_free(loom_sim_result *r) {
   memset(r, 0, sizeof *r);
 }
 
-/* Ranks time-sharing o->cores cores (simulate.h): simulated at a share of
- * a core's rates until the share and the ranks' mean busy count agree. */
-static loom_status simulate_shared(const loom_plan_program *pp, const loom_sim_options *o,
-                                   loom_sim_result *out) {
-  loom_cluster shared = *o->cluster;
-  loom_sim_options so = *o;
-  so.cores = 0;
-  so.cluster = &shared;
-  shared.devices_per_node = LOOM_MAX(shared.devices_per_node, pp->n_devices);
-  double share = (double)o->cores / pp->n_devices;
-  for (int32_t it = 0;; it++) {
-    for (int32_t p = 0; p < LOOM_PRECISION_COUNT; p++) shared.flops[p] = o->cluster->flops[p] * share;
-    shared.memory_bandwidth_Bps = o->cluster->memory_bandwidth_Bps * share;
-    LOOM_TRY(loom_plan_simulate(pp, &so, out));
-    double busy = 0;
-    for (int32_t d = 0; d < out->n_devices; d++)
-      busy += out->step_s > 0 ? out->devices[d].compute_s / out->step_s : 1;
-    double next = busy > o->cores ? o->cores / busy : 1;
-    if (it == 16 || fabs(next - share) <= 1e-3 * share) return LOOM_STATUS_OK;
-    loom_sim_result_free(out);
-    share = 0.5 * (share + next); /* damped: the step moves with the share */
+/* The timeline (docs/SIMULATOR.md): each device has a compute lane that
+ * runs its program in order and a comm lane that runs the comm ops it
+ * reaches, first in first out (Loom's comm stream; without overlap the
+ * compute lane waits for each). Time advances from one end of a task to
+ * the next. When ranks share cores, every running task (a compute node, a
+ * comm op's member moving bytes) needs a core and a comm lane waiting for
+ * its peers polls at wait_share of one; all tasks then progress at
+ * min(1, cores / demand) of their dedicated speed. */
+typedef enum lane { LANE_FREE, LANE_RUN, LANE_BLOCKED, LANE_DONE } lane;
+
+typedef struct timeline {
+  lane *compute;       /* per device */
+  double *compute_left; /* dedicated seconds left of the running node */
+  double *started;      /* when the running compute node started */
+  int32_t *pos;         /* next program position of each compute lane */
+  int32_t *fifo, *head, *tail; /* issued comm positions: fifo[order_start[d] + i] */
+  bool *comm_run;
+  double *comm_left, *comm_started;
+  double *ready; /* per value: when it exists (INFINITY: not yet) */
+} timeline;
+
+static bool comm_inputs_ready(const loom_plan_program *pp, const timeline *t, int32_t node,
+                              int32_t d, double now) {
+  const loom_node *n = &pp->global->nodes[node];
+  for (int32_t i = 0; i < n->n_in; i++)
+    if (pp->value_device[n->in[i]] == d && t->ready[n->in[i]] > now) return false;
+  return true;
+}
+
+/* Starts what can start at `now`; true when anything changed. */
+static bool timeline_settle(const sim *s, timeline *t, double now, loom_sim_result *out,
+                            int32_t *done) {
+  const loom_plan_program *pp = s->pp;
+  const loom_graph *G = pp->global;
+  bool changed = false;
+  for (int32_t d = 0; d < pp->n_devices; d++) {
+    while (t->compute[d] == LANE_FREE) {
+      if (t->pos[d] == pp->order_start[d + 1]) {
+        t->compute[d] = LANE_DONE;
+        break;
+      }
+      int32_t node = pp->order_nodes[t->pos[d]];
+      const loom_node *n = &G->nodes[node];
+      if (lower_comm_index(pp, node) >= 0) { /* issue it; blocking comm waits */
+        t->fifo[pp->order_start[d] + t->tail[d]++] = t->pos[d];
+        if (s->o->overlap) t->pos[d]++;
+        else t->compute[d] = LANE_BLOCKED;
+        changed = true;
+        continue;
+      }
+      bool ready = true;
+      for (int32_t i = 0; i < n->n_in && ready; i++) ready = t->ready[n->in[i]] <= now;
+      if (!ready) break;
+      t->compute_left[d] = compute_time(s, node), t->started[d] = now;
+      t->compute[d] = LANE_RUN;
+      changed = true;
+      if (t->compute_left[d] > 0) break;
+      for (int32_t o = 0; o < n->n_out; o++) t->ready[n->out[o]] = now;
+      out->events[t->pos[d]++] = (loom_sim_event){node, now, now, false};
+      t->compute[d] = LANE_FREE, (*done)++;
+    }
   }
+  for (int32_t d = 0; d < pp->n_devices; d++) {
+    if (t->comm_run[d] || t->head[d] == t->tail[d]) continue;
+    int32_t node = pp->order_nodes[t->fifo[pp->order_start[d] + t->head[d]]];
+    int32_t k = lower_comm_index(pp, node);
+    const loom_plan_comm *cm = &pp->comms[k];
+    const int32_t *m = pp->group_ranks + pp->group_start[cm->group];
+    int32_t nm = pp->group_start[cm->group + 1] - pp->group_start[cm->group];
+    bool all = true;
+    for (int32_t j = 0; j < nm && all; j++) {
+      int32_t e = m[j];
+      all = !t->comm_run[e] && t->head[e] < t->tail[e] &&
+            pp->order_nodes[t->fifo[pp->order_start[e] + t->head[e]]] == node &&
+            comm_inputs_ready(pp, t, node, e, now);
+    }
+    if (!all) continue;
+    double left = comm_time(s, k);
+    for (int32_t j = 0; j < nm; j++)
+      t->comm_run[m[j]] = true, t->comm_left[m[j]] = left, t->comm_started[m[j]] = now;
+    changed = true;
+  }
+  return changed;
+}
+
+/* Ends device d's running comm at `now` on every member. */
+static void timeline_end_comm(const sim *s, timeline *t, int32_t d, double now,
+                              loom_sim_result *out, int32_t *done) {
+  const loom_plan_program *pp = s->pp;
+  int32_t node = pp->order_nodes[t->fifo[pp->order_start[d] + t->head[d]]];
+  const loom_plan_comm *cm = &pp->comms[lower_comm_index(pp, node)];
+  const int32_t *m = pp->group_ranks + pp->group_start[cm->group];
+  int32_t nm = pp->group_start[cm->group + 1] - pp->group_start[cm->group];
+  const loom_node *n = &pp->global->nodes[node];
+  for (int32_t o = 0; o < n->n_out; o++) t->ready[n->out[o]] = now;
+  for (int32_t j = 0; j < nm; j++) {
+    int32_t e = m[j], at = t->fifo[pp->order_start[e] + t->head[e]++];
+    out->events[at] = (loom_sim_event){node, t->comm_started[e], now, true};
+    out->devices[e].comm_s += now - t->comm_started[e];
+    t->comm_run[e] = false, (*done)++;
+    if (t->compute[e] == LANE_BLOCKED && t->pos[e] == at) t->compute[e] = LANE_FREE, t->pos[e]++;
+  }
+}
+
+static loom_status timeline_run(const sim *s, timeline *t, int32_t total, loom_sim_result *out) {
+  const loom_plan_program *pp = s->pp;
+  const loom_graph *G = pp->global;
+  int32_t nd = pp->n_devices, done = 0;
+  double now = 0, cores = s->o->cores > 0 ? s->o->cores : INFINITY;
+  double wait_share = s->c->wait_share;
+  while (done < total) {
+    while (timeline_settle(s, t, now, out, &done)) {}
+    if (done == total) break;
+    double demand = 0, dt = INFINITY;
+    for (int32_t d = 0; d < nd; d++) {
+      demand += (t->compute[d] == LANE_RUN) + (t->comm_run[d] ? 1.0 : 0.0);
+      if (!t->comm_run[d] && t->head[d] < t->tail[d]) demand += wait_share;
+    }
+    double rate = demand > cores ? cores / demand : 1;
+    for (int32_t d = 0; d < nd; d++) {
+      if (t->compute[d] == LANE_RUN) dt = fmin(dt, t->compute_left[d] / rate);
+      if (t->comm_run[d]) dt = fmin(dt, t->comm_left[d] / rate);
+    }
+    if (dt == INFINITY)
+      return loom_error(pp->ctx, LOOM_STATUS_INTERNAL,
+                        "simulate: the devices' programs stop with %d of %d nodes run (the "
+                        "validated order should never deadlock)",
+                        (int)done, (int)total);
+    now += dt;
+    /* a task within a rounding of its end ends now */
+    double eps = 1e-12 * fmax(now, 1e-9);
+    for (int32_t d = 0; d < nd; d++) {
+      if (t->compute[d] == LANE_RUN && (t->compute_left[d] -= dt * rate) <= eps) {
+        int32_t node = pp->order_nodes[t->pos[d]];
+        const loom_node *n = &G->nodes[node];
+        for (int32_t o = 0; o < n->n_out; o++) t->ready[n->out[o]] = now;
+        out->events[t->pos[d]++] = (loom_sim_event){node, t->started[d], now, false};
+        out->devices[d].compute_s += now - t->started[d];
+        t->compute[d] = LANE_FREE, done++;
+      }
+      if (t->comm_run[d]) t->comm_left[d] -= dt * rate;
+    }
+    for (int32_t d = 0; d < nd; d++)
+      if (t->comm_run[d] && t->comm_left[d] <= eps) timeline_end_comm(s, t, d, now, out, &done);
+  }
+  for (int32_t d = 0; d < nd; d++) {
+    double end = 0;
+    for (int32_t i = pp->order_start[d]; i < pp->order_start[d + 1]; i++)
+      end = fmax(end, out->events[i].end_s);
+    out->devices[d].end_s = end;
+  }
+  return LOOM_STATUS_OK;
+}
+
+static void timeline_free(timeline *t) {
+  free(t->compute), free(t->compute_left), free(t->started), free(t->pos);
+  free(t->fifo), free(t->head), free(t->tail);
+  free(t->comm_run), free(t->comm_left), free(t->comm_started), free(t->ready);
 }
 
 loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_options *o,
                                loom_sim_result *out) {
   if (!pp || !out) return LOOM_STATUS_INVALID_ARGUMENT;
-  if (o && o->cluster && o->cores > 0 && o->cores < pp->n_devices) {
-    memset(out, 0, sizeof *out);
-    return simulate_shared(pp, o, out);
-  }
   memset(out, 0, sizeof *out);
   loom_ctx *ctx = pp->ctx;
+  /* ranks sharing cores are all on the one node */
+  loom_sim_options shared;
+  loom_cluster one_node;
+  if (o && o->cluster && o->cores > 0) {
+    one_node = *o->cluster, shared = *o;
+    one_node.devices_per_node = LOOM_MAX(one_node.devices_per_node, pp->n_devices);
+    shared.cluster = &one_node, o = &shared;
+  }
   LOOM_TRY(check_options(ctx, pp, o));
   const loom_graph *G = pp->global;
   int32_t nd = pp->n_devices, total = pp->order_start[nd];
@@ -412,82 +552,38 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   free(skip);
   LOOM_TRY(vst);
   s.fusion = &fv;
-  double *ready = loom_calloc(ctx, (size_t)(G->n_values ? G->n_values : 1), sizeof *ready);
-  double *t_compute = loom_calloc(ctx, (size_t)nd, sizeof *t_compute);
-  double *t_stream = loom_calloc(ctx, (size_t)nd, sizeof *t_stream);
-  double *issue = loom_calloc(ctx, (size_t)nd, sizeof *issue);
-  int32_t *pos = loom_malloc(ctx, sizeof *pos * (size_t)nd);
-  out->devices = loom_calloc(ctx, (size_t)nd, sizeof *out->devices);
+  size_t n_dev = (size_t)nd, n_val = (size_t)(G->n_values ? G->n_values : 1);
+  size_t n_pos = (size_t)(total ? total : 1);
+  timeline t = {
+      loom_calloc(ctx, n_dev, sizeof *t.compute),  loom_calloc(ctx, n_dev, sizeof(double)),
+      loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_dev, sizeof(int32_t)),
+      loom_calloc(ctx, n_pos, sizeof(int32_t)),    loom_calloc(ctx, n_dev, sizeof(int32_t)),
+      loom_calloc(ctx, n_dev, sizeof(int32_t)),    loom_calloc(ctx, n_dev, sizeof(bool)),
+      loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_dev, sizeof(double)),
+      loom_calloc(ctx, n_val, sizeof(double))};
+  out->devices = loom_calloc(ctx, n_dev, sizeof *out->devices);
   out->event_start = loom_malloc(ctx, sizeof *out->event_start * (size_t)(nd + 1));
-  out->events = loom_calloc(ctx, (size_t)(total ? total : 1), sizeof *out->events);
+  out->events = loom_calloc(ctx, n_pos, sizeof *out->events);
   loom_status st = LOOM_STATUS_OK;
-  if (!ready || !t_compute || !t_stream || !issue || !pos || !out->devices ||
+  if (!t.compute || !t.compute_left || !t.started || !t.pos || !t.fifo || !t.head || !t.tail ||
+      !t.comm_run || !t.comm_left || !t.comm_started || !t.ready || !out->devices ||
       !out->event_start || !out->events)
     st = LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {
     out->n_devices = nd;
     for (int32_t d = 0; d <= nd; d++) out->event_start[d] = pp->order_start[d];
-    for (int32_t d = 0; d < nd; d++) pos[d] = pp->order_start[d];
-  }
-  int32_t done = 0;
-  for (bool progress = true; !st && progress && done < total;) {
-    progress = false;
-    for (int32_t d = 0; d < nd; d++) {
-      while (pos[d] < pp->order_start[d + 1]) {
-        int32_t node = pp->order_nodes[pos[d]], k = lower_comm_index(pp, node);
-        const loom_node *n = &G->nodes[node];
-        if (k < 0) {
-          double start = t_compute[d];
-          for (int32_t i = 0; i < n->n_in; i++) start = fmax(start, ready[n->in[i]]);
-          double end = start + compute_time(&s, node);
-          for (int32_t o2 = 0; o2 < n->n_out; o2++) ready[n->out[o2]] = end;
-          out->events[pos[d]] = (loom_sim_event){node, start, end, false};
-          out->devices[d].compute_s += end - start;
-          t_compute[d] = end;
-          pos[d]++, done++, progress = true;
-          continue;
-        }
-        /* a comm op: only once every member is at it */
-        const loom_plan_comm *cm = &pp->comms[k];
-        const int32_t *m = pp->group_ranks + pp->group_start[cm->group];
-        int32_t nm = pp->group_start[cm->group + 1] - pp->group_start[cm->group];
-        bool all = true;
-        for (int32_t j = 0; j < nm && all; j++)
-          all = pos[m[j]] < pp->order_start[m[j] + 1] && pp->order_nodes[pos[m[j]]] == node;
-        if (!all) break;
-        double start = 0;
-        for (int32_t j = 0; j < nm; j++) {
-          double at = t_compute[m[j]];
-          for (int32_t i = 0; i < n->n_in; i++)
-            if (pp->value_device[n->in[i]] == m[j]) at = fmax(at, ready[n->in[i]]);
-          issue[m[j]] = at;
-          start = fmax(start, o->overlap ? fmax(at, t_stream[m[j]]) : at);
-        }
-        double end = start + comm_time(&s, k);
-        for (int32_t o2 = 0; o2 < n->n_out; o2++) ready[n->out[o2]] = end;
-        for (int32_t j = 0; j < nm; j++) {
-          int32_t dv = m[j];
-          out->events[pos[dv]] = (loom_sim_event){node, start, end, true};
-          out->devices[dv].comm_s += end - start;
-          if (o->overlap)
-            t_stream[dv] = end, t_compute[dv] = issue[dv];
-          else
-            t_compute[dv] = end;
-          pos[dv]++, done++;
-        }
-        progress = true;
-      }
+    for (int32_t d = 0; d < nd; d++) t.pos[d] = pp->order_start[d];
+    /* what a program's node makes exists once it has run; the rest (the
+     * step's inputs) from the start */
+    for (int32_t i = 0; i < total; i++) {
+      const loom_node *n = &G->nodes[pp->order_nodes[i]];
+      for (int32_t k = 0; k < n->n_out; k++) t.ready[n->out[k]] = INFINITY;
     }
+    st = timeline_run(&s, &t, total, out);
   }
-  if (!st && done < total)
-    st = loom_error(ctx, LOOM_STATUS_INTERNAL,
-                    "simulate: the devices' programs stop with %d of %d nodes run (the "
-                    "validated order should never deadlock)",
-                    (int)done, (int)total);
   if (!st) {
     for (int32_t d = 0; d < nd; d++) {
       loom_sim_device *dv = &out->devices[d];
-      dv->end_s = fmax(t_compute[d], t_stream[d]);
       dv->peak_bytes = pp->stats[d].peak_bytes;
       out->step_s = fmax(out->step_s, dv->end_s);
     }
@@ -502,11 +598,7 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
     }
     out->bubble = nd ? idle / nd : 0;
   }
-  free(ready);
-  free(t_compute);
-  free(t_stream);
-  free(issue);
-  free(pos);
+  timeline_free(&t);
   fusion_view_free(&fv);
   if (st) loom_sim_result_free(out);
   return st;

@@ -33,11 +33,11 @@ typedef struct loom_sim_options {
   double gemm_efficiency;   /* of the peak on large GEMMs; 0: 0.75 */
   double memory_efficiency; /* of the memory bandwidth; 0: 0.8 */
   double element_bytes;     /* bytes per element moved; 0: the graph's dtypes */
-  /* > 0 and below the plan's devices: the devices are ranks time-sharing
-   * this many cores of one node (mpirun --oversubscribe). Each computes at
-   * min(1, cores / busy) of a core, busy the mean number of ranks
-   * computing over the step, found as a fixed point: an idle pipeline
-   * stage gives its core to the others. */
+  /* > 0: the devices are ranks on one node sharing this many cores
+   * (mpirun --oversubscribe; a rank's comm stream is a thread of its own).
+   * Every running task (a compute node, a comm op's member) wants a core
+   * and a rank polling for its peers cluster->wait_share of one; when they
+   * want more than there are, all run at cores / demand of their speed. */
   int32_t cores;
 } loom_sim_options;
 

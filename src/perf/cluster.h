@@ -64,6 +64,9 @@ typedef struct loom_cluster {
   double gemm_efficiency;
   int32_t gemm_half_dim;
   double memory_efficiency;
+  /* ranks sharing cores (loom_sim_options.cores): the fraction of a core
+   * a rank takes while it polls for its peers (0: none) */
+  double wait_share;
   int32_t devices_per_node;
   /* the collectives' algorithms: "nccl" (rings, trees, hierarchical
    * across nodes; the default) or "direct" (Loom's own over MPI) */
