@@ -8,6 +8,7 @@
  */
 #include "harness.h"
 #include "bench.h"
+#include "comm/comm.h"
 #include "perf/cluster.h"
 #include "model/gpt.h"
 #include "ops/op.h"
@@ -185,8 +186,17 @@ static int32_t half_dim(double large, double small) {
  * work too (ranks run side by side): a lone busy core runs at a higher
  * clock than all of them together. So while the per-core sgemm is
  * measured, n child processes keep the other cores busy with a plain
- * vector loop (no library state crosses the fork). */
-static int32_t start_neighbours(int32_t n, pid_t *pids) {
+ * vector loop (no library state crosses the fork). Pollers instead wait
+ * as a rank waits for its peers (loom_comm_poll_pause) on a request that
+ * never completes. */
+static float busy_loop(int32_t reps) {
+  static float x[4096];
+  for (int32_t r = 0; r < reps; r++)
+    for (int32_t i = 0; i < 4096; i++) x[i] = x[i] * 0.999f + 1.0f;
+  return x[reps % 4096];
+}
+
+static int32_t start_neighbours(int32_t n, bool poll, pid_t *pids) {
   int32_t started = 0;
   pid_t parent = getpid();
   for (; started < n; started++) {
@@ -194,10 +204,9 @@ static int32_t start_neighbours(int32_t n, pid_t *pids) {
     if (pid < 0) break;
     if (pid == 0) {
       /* until killed, or orphaned (the parent died before it could) */
-      static float x[4096];
-      while (getppid() == parent)
-        for (int32_t r = 0; r < 1000; r++)
-          for (int32_t i = 0; i < 4096; i++) x[i] = x[i] * 0.999f + 1.0f;
+      for (int32_t spins = 0; getppid() == parent; spins++)
+        if (poll) loom_comm_poll_pause(spins);
+        else busy_loop(1000);
       _exit(0);
     }
     pids[started] = pid;
@@ -252,6 +261,48 @@ static loom_status step_gemm_efficiency(loom_ctx *ctx, double rate_gflops, doubl
   return LOOM_STATUS_OK;
 }
 
+/* wait.share: the fraction of a core a rank takes while it polls for its
+ * peers. A fixed vector loop is timed on this process, the other cores
+ * busy, alone and beside one poller per core, in turns (medians of
+ * WAIT_TURNS): with C processes computing on C cores and P pollers taking
+ * w each, the loop runs at C / (C + P w) of its speed alone. */
+#define WAIT_TURNS 5
+static double seconds_of_loop(int32_t reps) {
+  double t0 = loom_now_s();
+  volatile float sink = busy_loop(reps);
+  (void)sink;
+  return loom_now_s() - t0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double wait_share(int32_t cores) {
+  pid_t busy_pids[MAX_NEIGHBOURS], poll_pids[MAX_NEIGHBOURS];
+  int32_t pollers = LOOM_MIN(cores, MAX_NEIGHBOURS);
+  int32_t busy = start_neighbours(LOOM_MIN(cores - 1, MAX_NEIGHBOURS), false, busy_pids);
+  int32_t reps = 100;
+  while (reps < (1 << 24) && seconds_of_loop(reps) < 0.05) reps *= 2; /* 50-100 ms */
+  double alone[WAIT_TURNS], polled[WAIT_TURNS];
+  int32_t got = 0;
+  for (int32_t t = 0; t < WAIT_TURNS; t++) {
+    alone[t] = seconds_of_loop(reps);
+    got = start_neighbours(pollers, true, poll_pids);
+    polled[t] = seconds_of_loop(reps);
+    stop_neighbours(poll_pids, got);
+    if (got < pollers) break;
+  }
+  stop_neighbours(busy_pids, busy);
+  if (got < pollers || busy < LOOM_MIN(cores - 1, MAX_NEIGHBOURS)) return 0; /* no fork */
+  qsort(alone, WAIT_TURNS, sizeof *alone, cmp_double);
+  qsort(polled, WAIT_TURNS, sizeof *polled, cmp_double);
+  double slower = polled[WAIT_TURNS / 2] / alone[WAIT_TURNS / 2]; /* (C + P w) / C */
+  double w = (slower - 1) * cores / pollers;
+  return w < 0 ? 0 : w > 1 ? 1 : w;
+}
+
 loom_status loom_bench_this_cluster(loom_ctx *ctx, loom_cluster *out) {
   loom_machine m;
   loom_machine_detect(ctx, &m);
@@ -260,7 +311,7 @@ loom_status loom_bench_this_cluster(loom_ctx *ctx, loom_cluster *out) {
   double one = 0, small = 0;
   loom_status st = loom_machine_measure(ctx, &mo, &m, NULL);
   pid_t pids[MAX_NEIGHBOURS];
-  int32_t busy = start_neighbours(LOOM_MIN(m.cores - 1, MAX_NEIGHBOURS), pids);
+  int32_t busy = start_neighbours(LOOM_MIN(m.cores - 1, MAX_NEIGHBOURS), false, pids);
   if (!st) st = loom_measure_sgemm(ctx, via_loom, 1, 1024, 0, &one);
   if (!st) st = skinny_rate(ctx, PROBE_M, PROBE_N, HALF_DIM_PROBE, &small);
   stop_neighbours(pids, busy);
@@ -269,5 +320,6 @@ loom_status loom_bench_this_cluster(loom_ctx *ctx, loom_cluster *out) {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   double memory = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
   loom_cluster_this_machine(&m, one, half_dim(one, small), memory, out);
+  out->wait_share = wait_share(m.cores > 0 ? m.cores : 1);
   return step_gemm_efficiency(ctx, one, &out->gemm_efficiency);
 }

@@ -69,6 +69,13 @@ typedef enum loom_comm_reduce {
 /* The default timeout of every blocking wait, seconds. */
 #define LOOM_COMM_TIMEOUT_DEFAULT_S 60.0
 
+/* The pause between two tests of a pending request, the spins-th: none
+ * for the first thousand (latency stays low), then a 50 us sleep (an idle
+ * rank does not burn the core that ranks time-sharing it need). The MPI
+ * communicator's waits poll this way; the cluster measurement of this
+ * machine (wait.share) polls the same. */
+void loom_comm_poll_pause(int32_t spins);
+
 /* An operation in flight; its buffer must stay valid and untouched until
  * it is waited for. Owned by the implementation, freed by the wait. */
 typedef struct loom_comm_request loom_comm_request;

@@ -16,7 +16,6 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 typedef struct mpi_ctx {
   MPI_Comm comm;
@@ -90,8 +89,7 @@ static loom_status mpi_wait(void *cctx, loom_ctx *ctx, loom_comm_request *req, d
   *timed_out = false;
   const char *what = r.is_recv ? "recv from" : "send to";
   MPI_Status st;
-  /* Spin briefly, then sleep 50 us between tests: latency stays low and an
-   * idle rank does not burn its core. */
+  /* spin briefly, then sleep between tests (loom_comm_poll_pause) */
   for (int32_t spins = 0;; spins++) {
     int done = 0;
     int rc = MPI_Test(&r.req, &done, &st);
@@ -109,7 +107,7 @@ static loom_status mpi_wait(void *cctx, loom_ctx *ctx, loom_comm_request *req, d
       return loom_error(ctx, LOOM_STATUS_IO, "%s rank %d (tag %d, %zu bytes) timed out", what,
                         (int)r.peer, (int)r.tag, r.bytes);
     }
-    if (spins > 1000) nanosleep(&(struct timespec){0, 50000}, NULL);
+    loom_comm_poll_pause(spins);
   }
   if (r.is_recv) {
     int got = 0;
