@@ -463,13 +463,13 @@ static int32_t uf_find(int32_t *parent, int32_t x) {
  * is issued as soon as its stage has computed it, not after work the plan
  * put later (a micro-batch's forward fused with the next one's). */
 typedef struct producers {
-  int32_t c, i, n_in, epoch, prev_comm;
+  int32_t c, i, n_in, prev_comm;
   bool comm;
 } producers;
 
-static producers producers_of(const plan_ctx *p, int32_t c, int32_t epoch, int32_t prev_comm) {
+static producers producers_of(const plan_ctx *p, int32_t c, int32_t prev_comm) {
   const loom_graph *g = p->g;
-  return (producers){c, 0, g->nodes[c].n_in, epoch, prev_comm, loom_op_is_comm(g->nodes[c].op)};
+  return (producers){c, 0, g->nodes[c].n_in, prev_comm, loom_op_is_comm(g->nodes[c].op)};
 }
 
 /* The next producer in *out (-1: an input no node makes; repeats
@@ -479,7 +479,8 @@ static bool producers_next(const plan_ctx *p, producers *it, int32_t *out) {
     int32_t i = it->i++;
     if (i < it->n_in) return *out = p->g->values[p->g->nodes[it->c].in[i]].node, true;
     if (!it->comm) return *out = it->prev_comm, i == it->n_in;
-    int32_t u = it->epoch + (i - it->n_in); /* the last comm node and all since */
+    /* the last comm node and all since (all before the first) */
+    int32_t u = LOOM_MAX(it->prev_comm, 0) + (i - it->n_in);
     if (u >= it->c) return false;
     if (p->cls[u] != LOOM_NODE_DEAD) return *out = u, true;
   }
@@ -507,17 +508,17 @@ static bool build_consumers(plan_ctx *p) {
       last[u] = -1;
       if (pass) fill[u] = p->cons_off[u];
     }
-    int32_t prev_comm = -1, epoch = 0;
+    int32_t prev_comm = -1;
     for (int32_t c = 0; c < n; c++) {
       if (p->cls[c] == LOOM_NODE_DEAD) continue; /* dead nodes run nowhere */
-      producers it = producers_of(p, c, epoch, prev_comm);
+      producers it = producers_of(p, c, prev_comm);
       for (int32_t pr; producers_next(p, &it, &pr);) {
         if (pr < 0 || last[pr] == c) continue;
         last[pr] = c;
         if (pass) p->cons[fill[pr]++] = c;
         else p->cons_off[pr + 1]++;
       }
-      if (it.comm) prev_comm = epoch = c;
+      if (it.comm) prev_comm = c;
     }
     if (!pass)
       for (int32_t u = 0; u < n; u++)

@@ -388,6 +388,24 @@ typedef struct timeline {
   double *ready; /* per value: when it exists (INFINITY: not yet) */
 } timeline;
 
+/* The members of comm op k: *n of them. */
+static const int32_t *comm_members(const loom_plan_program *pp, int32_t k, int32_t *n) {
+  int32_t g = pp->comms[k].group;
+  *n = pp->group_start[g + 1] - pp->group_start[g];
+  return pp->group_ranks + pp->group_start[g];
+}
+
+/* Ends device d's running compute node at `now`. */
+static void timeline_end_compute(const loom_plan_program *pp, timeline *t, int32_t d, double now,
+                                 loom_sim_result *out, int32_t *done) {
+  int32_t node = pp->order_nodes[t->pos[d]];
+  const loom_node *n = &pp->global->nodes[node];
+  for (int32_t o = 0; o < n->n_out; o++) t->ready[n->out[o]] = now;
+  out->events[t->pos[d]++] = (loom_sim_event){node, t->started[d], now, false};
+  out->devices[d].compute_s += now - t->started[d];
+  t->compute[d] = LANE_FREE, (*done)++;
+}
+
 static bool comm_inputs_ready(const loom_plan_program *pp, const timeline *t, int32_t node,
                               int32_t d, double now) {
   const loom_node *n = &pp->global->nodes[node];
@@ -424,18 +442,14 @@ static bool timeline_settle(const sim *s, timeline *t, double now, loom_sim_resu
       t->compute[d] = LANE_RUN;
       changed = true;
       if (t->compute_left[d] > 0) break;
-      for (int32_t o = 0; o < n->n_out; o++) t->ready[n->out[o]] = now;
-      out->events[t->pos[d]++] = (loom_sim_event){node, now, now, false};
-      t->compute[d] = LANE_FREE, (*done)++;
+      timeline_end_compute(pp, t, d, now, out, done);
     }
   }
   for (int32_t d = 0; d < pp->n_devices; d++) {
     if (t->comm_run[d] || t->head[d] == t->tail[d]) continue;
     int32_t node = pp->order_nodes[t->fifo[pp->order_start[d] + t->head[d]]];
-    int32_t k = lower_comm_index(pp, node);
-    const loom_plan_comm *cm = &pp->comms[k];
-    const int32_t *m = pp->group_ranks + pp->group_start[cm->group];
-    int32_t nm = pp->group_start[cm->group + 1] - pp->group_start[cm->group];
+    int32_t k = lower_comm_index(pp, node), nm;
+    const int32_t *m = comm_members(pp, k, &nm);
     bool all = true;
     for (int32_t j = 0; j < nm && all; j++) {
       int32_t e = m[j];
@@ -457,9 +471,8 @@ static void timeline_end_comm(const sim *s, timeline *t, int32_t d, double now,
                               loom_sim_result *out, int32_t *done) {
   const loom_plan_program *pp = s->pp;
   int32_t node = pp->order_nodes[t->fifo[pp->order_start[d] + t->head[d]]];
-  const loom_plan_comm *cm = &pp->comms[lower_comm_index(pp, node)];
-  const int32_t *m = pp->group_ranks + pp->group_start[cm->group];
-  int32_t nm = pp->group_start[cm->group + 1] - pp->group_start[cm->group];
+  int32_t nm;
+  const int32_t *m = comm_members(pp, lower_comm_index(pp, node), &nm);
   const loom_node *n = &pp->global->nodes[node];
   for (int32_t o = 0; o < n->n_out; o++) t->ready[n->out[o]] = now;
   for (int32_t j = 0; j < nm; j++) {
@@ -473,7 +486,6 @@ static void timeline_end_comm(const sim *s, timeline *t, int32_t d, double now,
 
 static loom_status timeline_run(const sim *s, timeline *t, int32_t total, loom_sim_result *out) {
   const loom_plan_program *pp = s->pp;
-  const loom_graph *G = pp->global;
   int32_t nd = pp->n_devices, done = 0;
   double now = 0, cores = s->o->cores > 0 ? s->o->cores : INFINITY;
   double wait_share = s->c->wait_share;
@@ -499,14 +511,8 @@ static loom_status timeline_run(const sim *s, timeline *t, int32_t total, loom_s
     /* a task within a rounding of its end ends now */
     double eps = 1e-12 * fmax(now, 1e-9);
     for (int32_t d = 0; d < nd; d++) {
-      if (t->compute[d] == LANE_RUN && (t->compute_left[d] -= dt * rate) <= eps) {
-        int32_t node = pp->order_nodes[t->pos[d]];
-        const loom_node *n = &G->nodes[node];
-        for (int32_t o = 0; o < n->n_out; o++) t->ready[n->out[o]] = now;
-        out->events[t->pos[d]++] = (loom_sim_event){node, t->started[d], now, false};
-        out->devices[d].compute_s += now - t->started[d];
-        t->compute[d] = LANE_FREE, done++;
-      }
+      if (t->compute[d] == LANE_RUN && (t->compute_left[d] -= dt * rate) <= eps)
+        timeline_end_compute(pp, t, d, now, out, &done);
       if (t->comm_run[d]) t->comm_left[d] -= dt * rate;
     }
     for (int32_t d = 0; d < nd; d++)
