@@ -90,6 +90,19 @@ static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in, loo
     int64_t want_b = (int64_t)(2.0 * (n - 1) / n * (double)(grad_bytes(g) + 4));
     for (int32_t d = 0; d < n; d++) CHECK(pp->stats[d].comm_bytes[LOOM_OP_ALL_REDUCE] == want_b);
   }
+  if (strncmp(spec, "dp2+zero", 8) == 0) {
+    /* ZeRO: the gradients reduce-scattered into the sharded update and the
+     * parameters all-gathered, (n-1)/n of their bytes each (zero3 gathers
+     * where they are used, once a step, the others after the update); the
+     * only all-reduce left is the loss every device reads */
+    int64_t half = grad_bytes(g) / 2;
+    for (int32_t d = 0; d < n; d++) {
+      CHECK(pp->stats[d].comm_bytes[LOOM_OP_REDUCE_SCATTER] == half);
+      CHECK(pp->stats[d].comm_bytes[LOOM_OP_ALL_GATHER] == half);
+      CHECK(pp->stats[d].comm_bytes[LOOM_OP_ALL_REDUCE] == 4);
+      CHECK(pp->stats[d].comm_bytes[LOOM_OP_ALL_TO_ALL] == 0);
+    }
+  }
   if (strcmp(spec, "tp2") == 0) {
     /* Megatron: per layer two all-reduces of [B*T, D] forward (attention
      * and MLP outputs) and two backward (their inputs' gradients), one for

@@ -20,7 +20,11 @@
  *       the parameters) are held as row shards across the dp group; the
  *       optimizer step is cut by those rows, so the lowering
  *       reduce-scatters the gradients into it and all-gathers the new
- *       parameters (zero3: gathers each parameter where it is used).
+ *       parameters (zero3: gathers each parameter where it is used). Only
+ *       the moments steer the cuts: a zero3 parameter's shards are how it
+ *       is stored, not how its readers are cut (following them would cut
+ *       a norm's gain-times-activation by columns and all-reduce
+ *       activations instead of gathering the parameter).
  *
  * A mesh axis of degree n with stride s: part i of a node already placed
  * on device b goes to device b + i*s.
@@ -256,9 +260,7 @@ void builtin_seed(axis_cut *ax, const spec *sp) {
     int32_t s = FREE; /* fed as needed */
     if (ax->kind == AXIS_DP) {
       if (loom_dtype_is_int(t->dtype) && t->rank > 0) s = 0;
-      bool zero_state = (sp->zero >= 1 && is_moment(name)) ||
-                        (sp->zero >= 3 && g->values[v].kind == LOOM_VALUE_PARAM);
-      if (zero_state && t->rank > 0) s = 0;
+      if (sp->zero >= 1 && is_moment(name) && t->rank > 0) s = 0;
     } else if (g->values[v].kind == LOOM_VALUE_PARAM || is_moment(name)) {
       int32_t d = megatron_dim(name);
       if (d >= 0 && d < t->rank) s = d;
