@@ -234,13 +234,13 @@ static void test_specs(void) {
   char buf[64];
   p = plan(1, 1, 2, 1);
   p.recompute = true;
-  CHECK(!loom_mesh_plan_spec(&p, 4, buf, sizeof buf)); /* recompute with pp: not built */
+  spec_is(p, 4, "pp2+mb4+recompute");
   p = plan(2, 2, 1, 1);
   p.zero = 3;
-  CHECK(!loom_mesh_plan_spec(&p, 2, buf, sizeof buf)); /* zero3 with tp: not built */
+  spec_is(p, 2, "dp2xtp2+zero3");
   p = plan(1, 1, 2, 1);
   p.schedule = LOOM_PIPE_INTERLEAVED, p.chunks = 4;
-  CHECK(!loom_mesh_plan_spec(&p, 4, buf, sizeof buf)); /* two chunks only */
+  spec_is(p, 4, "pp2+interleaved4+mb4");
   CHECK(!loom_mesh_plan_spec(&p, 4, buf, 4));          /* too small a buffer */
 }
 

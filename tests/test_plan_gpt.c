@@ -155,8 +155,10 @@ static void test_recompute_memory(loom_ctx *ctx) {
   loom_graph *g = NULL;
   int64_t per_step = 0;
   CHECK_OK(ctx, loom_gpt_build_train(ctx, &c, 32, 64, &o, &g, &per_step));
-  static const char *const specs[][2] = {{"dp2", "dp2+recompute"}, {"tp2", "tp2+recompute"}};
-  for (int32_t k = 0; g && k < 2; k++) {
+  /* with a pipeline, the first stage (device 0) holds the most micro-batches */
+  static const char *const specs[][2] = {
+      {"dp2", "dp2+recompute"}, {"tp2", "tp2+recompute"}, {"pp2", "pp2+recompute"}};
+  for (int32_t k = 0; g && k < (int32_t)(sizeof specs / sizeof specs[0]); k++) {
     loom_plan_device_stats st[2];
     for (int32_t j = 0; j < 2; j++) {
       loom_plan *p = NULL;
@@ -189,15 +191,16 @@ int main(void) {
   } plans[] = {{"dp2", 2}, {"dp4", 4}, {"tp2", 2}, {"dp2xtp2", 4}, {"dp2+zero2", 2},
                {"dp2+zero3", 2}, {"pp2", 2}, {"pp2+gpipe+mb4", 2}, {"dp2xpp2", 4},
                {"tp2xpp2", 4}, {"pp2+interlaced", 2}, {"dp2+recompute", 2}, {"dp2tp2pp2", 8},
-               {"tp2+recompute", 2}};
+               {"tp2+recompute", 2}, {"pp2+recompute", 2}, {"dp2xpp2+recompute", 4},
+               {"dp2xtp2+zero3", 4}, {"dp2xpp2+zero3", 4}, {"dp2tp2pp2+zero3", 8}};
   for (size_t i = 0; i < sizeof plans / sizeof plans[0]; i++)
     check_plan(ctx, g, in, want, plans[i].spec, plans[i].n);
   loom_test_free_tensors(in, loom_graph_num_inputs(g));
   loom_test_free_tensors(want, loom_graph_num_outputs(g));
   loom_graph_free(g);
-  /* interleaved 1F1B: two chunks of layers per device, so 4 layers */
+  /* interleaved 1F1B: two or three chunks of layers per device, so 6 layers */
   loom_gpt_config c4 = config();
-  c4.n_layer = 4;
+  c4.n_layer = 6;
   loom_gpt_optim o4 = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .seed = 5};
   int64_t per_step = 0;
   g = NULL;
@@ -208,6 +211,8 @@ int main(void) {
     check_plan(ctx, g, in, want, "pp2+interleaved", 2);
     check_plan(ctx, g, in, want, "pp2+interleaved+mb4", 2);
     check_plan(ctx, g, in, want, "dp2xpp2+interleaved", 4);
+    check_plan(ctx, g, in, want, "pp2+interleaved3", 2); /* one layer a chunk */
+    check_plan(ctx, g, in, want, "pp2+interleaved+recompute", 2);
     loom_test_free_tensors(in, loom_graph_num_inputs(g));
     loom_test_free_tensors(want, loom_graph_num_outputs(g));
     loom_graph_free(g);

@@ -45,13 +45,14 @@ static const char help[] =
     "  AxB        a mesh of strategies, e.g. dp2xtp2 or dp2tp2 (tp groups are\n"
     "             adjacent devices)\n"
     "  ppN        pipeline over N stages by layer, micro-batched (default 1F1B)\n"
-    "  +gpipe|+1f1b|+interleaved|+mbM\n"
-    "             the pipeline's schedule (interleaved: 1F1B over two chunks of\n"
-    "             layers per device), and M micro-batches (default N)\n"
+    "  +gpipe|+1f1b|+interleaved[V]|+mbM\n"
+    "             the pipeline's schedule (interleaved: 1F1B over V chunks of\n"
+    "             layers per device, default 2), and M micro-batches (default N)\n"
     "  +interlaced\n"
     "             with pp: embedding and head tensor-parallel across all the\n"
     "             stages' devices, the layers pipelined (GPipe order)\n"
-    "  +recompute every layer's activations in its backward (layer outputs kept)\n"
+    "  +recompute every layer's activations in its backward (layer outputs kept;\n"
+    "             with pp, each micro-batch's just before its backward)\n"
     "  +zero1|+zero2|+zero3\n"
     "             ZeRO with the dp axis: AdamW state (zero3: and parameters)\n"
     "             sharded, gradients reduce-scattered, parameters all-gathered\n";
@@ -97,7 +98,15 @@ static bool parse_spec(const char *s, spec *out) {
       q += 5;
     } else if (strncmp(q, "interleaved", 11) == 0) {
       out->schedule = PP_INTERLEAVED;
+      out->chunks = 2;
       q += 11;
+      if (*q >= '0' && *q <= '9') { /* +interleaved4: four chunks a device */
+        char *end = NULL;
+        long v = strtol(q, &end, 10);
+        if (v < 2 || v > 1024) return false;
+        out->chunks = (int32_t)v;
+        q = end;
+      }
     } else if (strncmp(q, "1f1b", 4) == 0) {
       out->schedule = PP_1F1B;
       q += 4;
@@ -270,20 +279,65 @@ void builtin_seed(axis_cut *ax, const spec *sp) {
   }
 }
 
-/* ZeRO-3 holds the parameters as row shards across the dp axis. */
-static loom_status hold_params_sharded(loom_plan *p, int32_t degree, int32_t stride) {
+/* A mesh axis: its degree and device stride (degree 1: absent). */
+typedef struct mesh_axis {
+  int32_t degree, stride;
+} mesh_axis;
+
+/* The device a leaf reading value v runs on, -1 if none does. */
+static int32_t reader_device(const loom_plan *p, int32_t v) {
   const loom_graph *g = p->graph;
-  int32_t *devs = loom_malloc(p->ctx, sizeof *devs * (size_t)degree);
+  for (int32_t node = 0; node < g->n_nodes; node++)
+    for (int32_t k = 0; k < g->nodes[node].n_in; k++) {
+      if (g->nodes[node].in[k] != v) continue;
+      int32_t *leaves = NULL, n = 0;
+      if (loom_plan_leaves(p, node, &leaves, &n)) return -1;
+      int32_t d = n > 0 ? p->subops[leaves[0]].device : -1;
+      free(leaves);
+      if (d >= 0) return d;
+    }
+  return -1;
+}
+
+/*
+ * ZeRO-3 holds every parameter in shards across the dp axis: on top of
+ * its tp split (Megatron's dim, when there is a tp axis), along the first
+ * other dim that divides (replicated across dp when none does: a bias
+ * already cut by tp). The shards sit in the dp and tp groups of the device
+ * that first reads the parameter, so a pipeline stage holds its own
+ * layers. Readers are cut as without ZeRO; the lowering gathers.
+ */
+static loom_status hold_params_sharded(loom_plan *p, mesh_axis dp, mesh_axis tp) {
+  const loom_graph *g = p->graph;
+  int32_t *devs = loom_malloc(p->ctx, sizeof *devs * (size_t)dp.degree * (size_t)tp.degree);
   if (!devs) return LOOM_STATUS_OUT_OF_MEMORY;
   loom_status st = LOOM_STATUS_OK;
   for (int32_t i = 0; !st && i < g->n_inputs; i++) {
     int32_t v = g->inputs[i];
     const loom_type *t = loom_value_type(g, v);
-    if (g->values[v].kind != LOOM_VALUE_PARAM || t->rank < 1 || t->shape[0] % degree) continue;
-    loom_vfactor f = {LOOM_VF_D, 0, degree};
+    if (g->values[v].kind != LOOM_VALUE_PARAM || t->rank < 1) continue;
+    loom_vfactor f[2];
+    int32_t nf = 0, dtp = tp.degree > 1 ? megatron_dim(g->values[v].name) : WHOLE;
+    if (dtp >= 0 && dtp < t->rank && t->shape[dtp] % tp.degree == 0)
+      f[nf++] = (loom_vfactor){LOOM_VF_D, dtp, tp.degree};
+    else if (tp.degree > 1)
+      f[nf++] = (loom_vfactor){LOOM_VF_R, -1, tp.degree};
+    int32_t ddp = -1;
+    for (int32_t d = 0; d < t->rank && ddp < 0; d++)
+      if (d != dtp && t->shape[d] % dp.degree == 0) ddp = d;
+    if (ddp < 0 && nf == 0) continue; /* nothing to shard: fed whole */
+    f[nf++] = ddp >= 0 ? (loom_vfactor){LOOM_VF_D, ddp, dp.degree}
+                       : (loom_vfactor){LOOM_VF_R, -1, dp.degree};
+    int32_t base = reader_device(p, v);
+    if (base < 0) continue;
+    /* the reader's device with its dp and tp coordinates at 0 */
+    base -= (base / dp.stride) % dp.degree * dp.stride;
+    if (tp.degree > 1) base -= (base / tp.stride) % tp.degree * tp.stride;
     loom_vlayout l;
-    st = loom_vlayout_make(p->ctx, t, 1, &f, &l);
-    for (int32_t k = 0; k < degree; k++) devs[k] = k * stride;
+    st = loom_vlayout_make(p->ctx, t, nf, f, &l);
+    /* pieces in mixed radix, the tp factor the more significant */
+    for (int32_t k = 0; !st && k < l.n_pieces; k++)
+      devs[k] = base + (k / dp.degree) * (tp.degree > 1 ? tp.stride : 0) + (k % dp.degree) * dp.stride;
     if (!st) st = loom_plan_set_input(p, i, &l, devs);
   }
   free(devs);
@@ -320,22 +374,17 @@ loom_status loom_plan_builtin(loom_ctx *ctx, const loom_graph *g, const char *te
     return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
                       "plan: %s: the interlaced pipeline runs the GPipe order, not interleaved "
                       "1F1B", text);
-  if (sp.recompute && pp_axis >= 0)
-    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
-                      "plan: %s: recomputation with a pipeline is not built (the schedule "
-                      "orders the sub-ops recomputation would cut)", text);
-  if (sp.zero >= 3 && tp_axis >= 0)
-    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
-                      "plan: %s: zero3 with a tp axis is not built (parameters would be "
-                      "sharded by both)", text);
   loom_plan *p = NULL;
   LOOM_TRY(loom_plan_new(ctx, g, n_devices, &p));
   axis_cut ax = {.p = p};
   ax.state = loom_malloc(ctx, sizeof *ax.state * (size_t)(g->n_values ? g->n_values : 1));
   loom_status st = ax.state ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
   int32_t stride = n_devices;
+  mesh_axis dp = {1, 1}, tp = {1, 1};
   for (int32_t a = 0; !st && a < sp.n_axes; a++) {
     stride /= sp.degree[a];
+    if (a == dp_axis) dp = (mesh_axis){sp.degree[a], stride};
+    if (a == tp_axis) tp = (mesh_axis){sp.degree[a], stride};
     if (sp.kind[a] == AXIS_PP) {
       st = builtin_pipeline(p, &sp, sp.degree[a], stride);
       continue;
@@ -345,11 +394,11 @@ loom_status loom_plan_builtin(loom_ctx *ctx, const loom_graph *g, const char *te
     ax.stride = stride;
     builtin_seed(&ax, &sp);
     for (int32_t node = 0; !st && node < g->n_nodes; node++) st = builtin_cut_node(&ax, node);
-    if (!st && a == dp_axis && sp.zero >= 3) st = hold_params_sharded(p, ax.degree, stride);
   }
+  if (!st && sp.zero >= 3) st = hold_params_sharded(p, dp, tp);
   if (!st && sp.n_axes == 0)
     for (int32_t node = 0; !st && node < g->n_nodes; node++) st = loom_op_assign(p, node, 0);
-  if (!st && sp.recompute) st = builtin_recompute(p);
+  if (!st && sp.recompute && pp_axis < 0) st = builtin_recompute(p); /* pp: in its schedule */
   if (!st) st = loom_plan_tie_by_name(p);
   free(ax.state);
   if (st) {

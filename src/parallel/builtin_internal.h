@@ -15,6 +15,7 @@ typedef struct spec {
   int32_t degree[MAX_AXES];
   int32_t zero;          /* ZeRO stage, 0: none */
   pp_schedule schedule;  /* with a pp axis */
+  int32_t chunks;        /* PP_INTERLEAVED: model chunks per device (>= 2) */
   int32_t micro;         /* micro-batches, 0: as many as stages */
   bool interlaced;       /* embedding and head tensor-parallel across the stages */
   bool recompute;        /* activation recomputation */

@@ -13,6 +13,9 @@
  *          (PipeDream-Flush / Megatron's schedule: at most S-s micro-batches'
  *          activations alive at once).
  *
+ * Interleaved 1F1B holds v chunks of layers a device (+interleavedV), and
+ * +recompute recomputes a micro-batch's layers in its backward slot.
+ *
  * Weight gradients are partial sums over micro-batches on one device; the
  * lowering adds them there (gradient accumulation). Nodes the batch does
  * not reach (the optimizer) are not cut and run when their data is ready.
@@ -121,6 +124,58 @@ static loom_status assign_stages(const loom_graph *g, int32_t S, stages *st, int
   return LOOM_STATUS_OK;
 }
 
+/* Whether a forward node's results stay inside its layer (fine stage
+ * 1..L): no forward node of another stage reads them. A layer's other
+ * results are its outputs, its checkpoint: kept, never recomputed. */
+static bool stays_in_layer(const loom_graph *g, const stages *st, int32_t node,
+                           int32_t n_layers) {
+  int32_t f = st->node[node];
+  if (!st->forward[node] || f < 1 || f > n_layers) return false;
+  const loom_node *n = &g->nodes[node];
+  for (int32_t u = node + 1; u < g->n_nodes; u++)
+    if (st->forward[u] && st->node[u] != f)
+      for (int32_t k = 0; k < g->nodes[u].n_in; k++)
+        for (int32_t o = 0; o < n->n_out; o++)
+          if (g->nodes[u].in[k] == n->out[o]) return false;
+  return true;
+}
+
+/* Cuts leaf s into a pair of replicas on its device, the second (the
+ * recomputation) read by the backward: reads_last. *copy gets its id. */
+static loom_status recompute_pair(loom_plan *p, int32_t s, int32_t *copy) {
+  int32_t first = -1, dev = p->subops[s].device;
+  LOOM_TRY(loom_op_trans(p, s, (loom_algo){LOOM_ALGO_REPLICATE, 0}, 2, &first));
+  LOOM_TRY(loom_op_assign(p, first, dev));
+  LOOM_TRY(loom_op_assign(p, first + 1, dev));
+  p->subops[first + 1].reads_last = true;
+  *copy = first + 1;
+  return LOOM_STATUS_OK;
+}
+
+/* +recompute with a pipeline: every micro-batch part of a node that stays
+ * in its layer becomes a pair (recompute_pair), and every backward part
+ * reads the copies; the schedule runs a micro-batch's copies in its
+ * backward slot, just before its backward nodes (Megatron's full
+ * recomputation: only the layers' inputs live between a micro-batch's
+ * forward and backward). */
+static loom_status pipeline_recompute(loom_plan *p, const stages *st, int32_t n_layers,
+                                      int32_t micro_first) {
+  const loom_graph *g = p->graph;
+  int32_t n0 = p->n_subops;
+  for (int32_t i = 0; i < n0; i++)
+    if (!p->subops[i].n_children && !st->forward[p->subops[i].node]) p->subops[i].reads_last = true;
+  for (int32_t node = 0; node < g->n_nodes; node++) {
+    if (!stays_in_layer(g, st, node, n_layers)) continue;
+    int32_t *leaves = NULL, nl = 0, copy;
+    loom_status s = loom_plan_leaves(p, node, &leaves, &nl);
+    for (int32_t k = 0; !s && k < nl; k++)
+      if (leaves[k] >= micro_first && leaves[k] < n0) s = recompute_pair(p, leaves[k], &copy);
+    free(leaves);
+    LOOM_TRY(s);
+  }
+  return LOOM_STATUS_OK;
+}
+
 typedef struct slot {
   int64_t key; /* schedule position, then node */
   int32_t subop;
@@ -169,7 +224,7 @@ loom_status builtin_pipeline(loom_plan *p, const spec *sp, int32_t degree, int32
   loom_ctx *ctx = p->ctx;
   const loom_graph *g = p->graph;
   int32_t S = degree, m = sp->micro > 0 ? sp->micro : degree;
-  int32_t v = sp->schedule == PP_INTERLEAVED ? 2 : 1; /* chunks per device */
+  int32_t v = sp->schedule == PP_INTERLEAVED ? sp->chunks : 1; /* chunks per device */
   if (v > 1 && m % S)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "plan: interleaved 1F1B runs micro-batches in groups of the %d stages; %d "
@@ -237,6 +292,7 @@ loom_status builtin_pipeline(loom_plan *p, const spec *sp, int32_t degree, int32
                    "before it",
                    loom_subop_name(p, node, name, sizeof name));
   }
+  if (!s && sp->recompute) s = pipeline_recompute(p, &st, n_layers, micro_first);
   /* the schedule: chain each device's micro-batch parts */
   slot *slots = NULL;
   int32_t n_slots = 0;
@@ -258,12 +314,17 @@ loom_status builtin_pipeline(loom_plan *p, const spec *sp, int32_t degree, int32
       if (sub->n_children || sub->device != d) continue;
       pp_schedule sched = sp->interlaced ? PP_GPIPE : sp->schedule;
       bool fwd = st.forward[sub->node];
+      int32_t mb = sub->index;
+      if (sub->parent >= micro_first) { /* a recomputation pair: the copy runs with the backward */
+        mb = p->subops[sub->parent].index;
+        fwd = fwd && sub->index == 0;
+      }
       int32_t pos;
       if (ipos) {
         int32_t chunk = pipeline_stage(st.node[sub->node], n_layers, S * v) / S;
-        pos = ipos[((fwd ? 1 : 0) * v + chunk) * m + sub->index];
+        pos = ipos[((fwd ? 1 : 0) * v + chunk) * m + mb];
       } else {
-        pos = position(sched, S, stage, m, fwd, sub->index);
+        pos = position(sched, S, stage, m, fwd, mb);
       }
       slots[n_slots++] = (slot){(int64_t)pos * g->n_nodes + sub->node, i};
     }
@@ -320,30 +381,18 @@ loom_status builtin_recompute(loom_plan *p) {
   }
   int32_t n0 = p->n_subops;
   for (int32_t node = 0; !s && node < g->n_nodes; node++) {
+    if (!stays_in_layer(g, &st, node, n_layers)) continue;
     int32_t f = st.node[node];
-    if (!st.forward[node] || f < 1 || f > n_layers) continue;
-    /* the layer's output is its checkpoint: kept, not recomputed */
-    bool stays = true;
-    const loom_node *n = &g->nodes[node];
-    for (int32_t u = node + 1; u < g->n_nodes && stays; u++)
-      if (st.forward[u] && st.node[u] != f)
-        for (int32_t k = 0; k < g->nodes[u].n_in; k++)
-          for (int32_t o = 0; o < n->n_out; o++) stays &= g->nodes[u].in[k] != n->out[o];
-    if (!stays) continue;
     int32_t *leaves = NULL, nl = 0;
     s = loom_plan_leaves(p, node, &leaves, &nl);
     for (int32_t k = 0; !s && k < nl; k++) {
       if (leaves[k] >= n0) continue;
-      int32_t first = -1, dev = p->subops[leaves[k]].device;
-      s = loom_op_trans(p, leaves[k], (loom_algo){LOOM_ALGO_REPLICATE, 0}, 2, &first);
-      if (!s) s = loom_op_assign(p, first, dev);
-      if (!s) s = loom_op_assign(p, first + 1, dev);
-      if (s) break;
-      p->subops[first + 1].reads_last = true;
+      int32_t dev = p->subops[leaves[k]].device, copy = -1;
+      s = recompute_pair(p, leaves[k], &copy);
       /* after the backward of the layer above has begun on this device */
       int32_t t = -1;
-      for (int32_t up = f + 1; up < nf && t < 0; up++) t = trigger[(int64_t)dev * nf + up];
-      if (t >= 0) s = loom_op_order(p, t, first + 1);
+      for (int32_t up = f + 1; !s && up < nf && t < 0; up++) t = trigger[(int64_t)dev * nf + up];
+      if (!s && t >= 0) s = loom_op_order(p, t, copy);
     }
     free(leaves);
   }

@@ -486,10 +486,7 @@ bool loom_mesh_plan_spec(const loom_mesh_plan *p, int64_t global_batch, char *bu
   if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->micro_batch < 1) return false;
   if (global_batch % ((int64_t)p->dp * p->micro_batch)) return false;
   int64_t mbs = global_batch / ((int64_t)p->dp * p->micro_batch);
-  if (p->schedule == LOOM_PIPE_INTERLEAVED && p->chunks != 2) return false; /* 2 only */
   if (p->schedule == LOOM_PIPE_INTERLEAVED && p->pp < 2) return false;
-  if (p->recompute && (p->pp > 1 || mbs > 1)) return false; /* not with a pipeline */
-  if (p->zero >= 3 && p->tp > 1) return false;
   if (mbs > 4096) return false;
   /* axes with degree 1 left out; the pipeline axis written last (the
    * built-ins compose pp after the others); tp before dp when its groups
@@ -512,8 +509,10 @@ bool loom_mesh_plan_spec(const loom_mesh_plan *p, int64_t global_batch, char *bu
   size_t ol = 0;
   if (pp && p->pp > 1 && p->schedule == LOOM_PIPE_GPIPE)
     ol += (size_t)snprintf(opts + ol, sizeof opts - ol, "+gpipe");
-  if (p->schedule == LOOM_PIPE_INTERLEAVED)
+  if (p->schedule == LOOM_PIPE_INTERLEAVED && p->chunks == 2)
     ol += (size_t)snprintf(opts + ol, sizeof opts - ol, "+interleaved");
+  else if (p->schedule == LOOM_PIPE_INTERLEAVED)
+    ol += (size_t)snprintf(opts + ol, sizeof opts - ol, "+interleaved%d", (int)p->chunks);
   if (pp && mbs != p->pp) ol += (size_t)snprintf(opts + ol, sizeof opts - ol, "+mb%lld", (long long)mbs);
   if (p->zero > 0 && p->dp > 1) ol += (size_t)snprintf(opts + ol, sizeof opts - ol, "+zero%d", (int)p->zero);
   if (p->recompute) ol += (size_t)snprintf(opts + ol, sizeof opts - ol, "+recompute");
