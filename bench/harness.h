@@ -197,8 +197,10 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
 
 /* ---- running `loom train` under mpirun (mpi_run.c) ------------------------ */
 
-/* Runs a `loom train` command; the tokens/s of its "final loss" line, or
- * -1 if it failed. */
+/* Runs a `loom train` command; its tokens/s in the steady state (the last
+ * "step" line after step 1, which leaves out the first step's warm-up;
+ * with --log-every above the steps, every step after the first), else of
+ * its "final loss" line; -1 if it failed. */
 double loom_bench_train_tok_s(const char *cmd);
 /* This executable's path into exe; false if unknown or there is no mpirun. */
 bool loom_bench_mpi_exe(char *exe, size_t size);

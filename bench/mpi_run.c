@@ -13,14 +13,22 @@ double loom_bench_train_tok_s(const char *cmd) {
   FILE *p = popen(cmd, "r");
   if (!p) return -1;
   char line[512];
-  double tps = -1;
+  double tps = -1, steady = -1;
   while (fgets(line, sizeof line, p)) {
     const char *q = strstr(line, "final loss");
     const char *comma = q ? strrchr(line, ',') : NULL;
     if (comma) tps = strtod(comma + 1, NULL);
+    /* "step N/M loss L lr R T tok/s": a line after step 1 covers the steps
+     * since the last one logged, so the warm-up step is not in it */
+    long long done = 0, of = 0;
+    double loss = 0, lr = 0, rate = 0;
+    if (sscanf(line, "step %lld/%lld loss %lf lr %lf %lf tok/s", &done, &of, &loss, &lr, &rate) ==
+            5 &&
+        done > 1)
+      steady = rate;
   }
   int rc = pclose(p);
-  return rc == 0 ? tps : -1;
+  return rc != 0 ? -1 : steady > 0 ? steady : tps;
 }
 
 bool loom_bench_mpi_exe(char *exe, size_t size) {
