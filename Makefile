@@ -7,8 +7,9 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS = text_ir npy safetensors vlayout plan_text cluster
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
+PREFIX ?= /usr/local
 
-.PHONY: all deps build run test test-asan fuzz clean
+.PHONY: all deps build run test test-asan fuzz install clean
 
 all: build
 
@@ -50,6 +51,11 @@ fuzz:
 	    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/crashes/$$t/ \
 	    $(FUZZ_BUILD)/corpus/$$t tests/fuzz/corpus/$$t; \
 	done
+
+# The header, libloom.a, libloom.so, pkg-config and CMake package files and
+# the loom command under PREFIX (README.md, "Loom as a library").
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

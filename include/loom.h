@@ -65,6 +65,12 @@
 extern "C" {
 #endif
 
+/* The shared library is built with hidden visibility: the names declared
+ * here are its exported API, and nothing else. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #define LOOM_VERSION_MAJOR 0
 #define LOOM_VERSION_MINOR 1
 #define LOOM_VERSION_PATCH 0
@@ -478,6 +484,10 @@ typedef enum loom_session_artifact {
  * the session has no such artifact (ref, eager: no program). */
 loom_status loom_session_describe(const loom_session *s,
                                   loom_session_artifact what, char **text);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }
