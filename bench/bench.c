@@ -7,6 +7,7 @@
 #include "bench.h"
 
 #include "harness.h"
+#include "plot.h"
 #include "cli_args.h"
 #include "core/file.h"
 
@@ -23,6 +24,7 @@ static const char usage[] =
     "                  [--modes LIST | --fusion M] [--threads N] [--with-reference]\n"
     "                  [--quiet] [--list] [--rounds N] [--seconds S]\n"
     "                  [--trace FILE [--force]]\n"
+    "                  [--plot OUT.svg [--peer FILE.jsonl]... [--plot-only]]\n"
     "\n"
     "Measures the machine's triad bandwidth, memory roof and sgemm rate, then\n"
     "runs each workload (all of them when none is named) in the modes\n"
@@ -73,8 +75,14 @@ static const char usage[] =
     "  --trace FILE         write a Chrome trace (chrome://tracing, ui.perfetto.dev)\n"
     "                       of every session run after the machine measurement:\n"
     "                       kernels, GEMMs and overlapped mask tasks per lane\n"
-    "  --force              overwrite the --trace FILE if it exists (otherwise\n"
-    "                       refused, exit 1, before anything runs)\n"
+    "  --plot FILE          draw each workload's median time per mode as an SVG\n"
+    "                       bar chart (bars scaled to the workload's slowest)\n"
+    "  --peer FILE          with --plot: add the timed JSON lines of FILE (from\n"
+    "                       bench/peers, or an earlier `loom bench --json`) as\n"
+    "                       more bars; repeatable\n"
+    "  --plot-only          draw the --peer files alone; run nothing\n"
+    "  --force              overwrite the --trace or --plot FILE if it exists\n"
+    "                       (otherwise refused, exit 1, before anything runs)\n"
     "  -h, --help           print this help\n"
     "\n"
     "Exit status: 0 success, 1 a failure (a mode that could not run), 2 wrong\n"
@@ -87,6 +95,10 @@ typedef struct opts {
   bool json;
   bool force;
   const char *trace; /* --trace FILE, or NULL */
+  const char *plot;  /* --plot FILE, or NULL */
+  bool plot_only;
+  int32_t n_peers;
+  const char **peers; /* --peer FILEs */
   int32_t threads;
   int32_t n_names;
   const char **names;
@@ -173,7 +185,8 @@ static int parse_args(int argc, char **argv, opts *o) {
   for (int32_t k = 0; k < LOOM_BENCH_MODE_COUNT; k++)
     o->run.modes[k] = true;
   o->names = calloc((size_t)argc + 1, sizeof *o->names);
-  if (!o->names) {
+  o->peers = calloc((size_t)argc + 1, sizeof *o->peers);
+  if (!o->names || !o->peers) {
     fprintf(stderr, "loom: out of memory\n");
     return 1;
   }
@@ -206,6 +219,14 @@ static int parse_args(int argc, char **argv, opts *o) {
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--trace", &v)) != 0) {
       if (r < 0 || !*v) return usage_error("%s needs a file name", a);
       o->trace = v;
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--plot", &v)) != 0) {
+      if (r < 0 || !*v) return usage_error("%s needs a file name", a);
+      o->plot = v;
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--peer", &v)) != 0) {
+      if (r < 0 || !*v) return usage_error("%s needs a file name", a);
+      o->peers[o->n_peers++] = v;
+    } else if (strcmp(a, "--plot-only") == 0) {
+      o->plot_only = true;
     } else if (strcmp(a, "--with-reference") == 0) {
       o->run.with_reference = true;
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--size", &v)) != 0) {
@@ -250,7 +271,42 @@ static int parse_args(int argc, char **argv, opts *o) {
       o->names[o->n_names++] = a;
     }
   }
+  if ((o->n_peers || o->plot_only) && !o->plot)
+    return usage_error("%s needs --plot FILE", o->plot_only ? "--plot-only" : "--peer");
+  if (o->plot_only && (!o->n_peers || o->n_names))
+    return usage_error("%s", o->n_names ? "--plot-only runs no workloads: name none"
+                                        : "--plot-only draws --peer files: give at least one");
   return -1;
+}
+
+/* Loom's timed modes of each row as bars. */
+static bool plot_rows(loom_bench_plot *plot, const loom_bench_row *rows, int32_t n) {
+  for (int32_t i = 0; i < n; i++)
+    for (int32_t m = 0; m < LOOM_BENCH_MODE_COUNT; m++) {
+      const loom_bench_result *r = &rows[i].r[m];
+      if (rows[i].wanted[m] && r->outcome == LOOM_BENCH_RAN && r->median_s > 0 &&
+          !loom_bench_plot_add(plot, rows[i].w->name, loom_bench_mode_name((loom_bench_mode)m),
+                               r->median_s))
+        return false;
+    }
+  return true;
+}
+
+/* Writes the chart to o->plot; 0 or 1 (after a message). */
+static int write_plot(loom_ctx *ctx, const opts *o, const loom_bench_plot *plot) {
+  char *svg = loom_bench_plot_svg(plot, "loom bench: median time per workload and mode");
+  loom_status st = svg ? loom_file_write_atomic(ctx, o->plot, svg, strlen(svg),
+                                                LOOM_FILE_HINT_FORCE |
+                                                    (o->force ? LOOM_FILE_REPLACE : 0))
+                       : loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                                    "--plot: no workload was timed, nothing to draw");
+  free(svg);
+  if (st) {
+    fprintf(stderr, "loom: %s\n", loom_ctx_error(ctx));
+    return 1;
+  }
+  if (!o->run.quiet) fprintf(stderr, "bench: chart written to %s\n", o->plot);
+  return 0;
 }
 
 /* Starts recording the --trace timeline (*tracing: it started); 0 or 1
@@ -267,24 +323,34 @@ static int start_trace(loom_ctx *ctx, bool *tracing) {
 int loom_bench_main(int argc, char **argv) {
   opts o = {0};
   int rc = parse_args(argc, argv, &o);
+  loom_ctx *ctx = NULL;
+  if (rc < 0 && loom_ctx_new(&ctx) != LOOM_STATUS_OK) {
+    fprintf(stderr, "loom: cannot create a context\n");
+    rc = 1;
+  }
   if (rc >= 0) {
     free(o.names);
+    free(o.peers);
     return rc;
   }
-  loom_ctx *ctx = NULL;
-  if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) {
-    fprintf(stderr, "loom: cannot create a context\n");
-    free(o.names);
-    return 1;
-  }
-  /* the trace file can be written: checked before the work (core/file.h) */
-  if ((o.trace && loom_file_check_output(
-                      ctx, o.trace, LOOM_FILE_HINT_FORCE | (o.force ? LOOM_FILE_REPLACE : 0))) ||
-      loom_ctx_set_threads(ctx, o.threads) != LOOM_STATUS_OK) {
-    fprintf(stderr, "loom: %s\n", loom_ctx_error(ctx));
+  /* the trace and plot files can be written, the peers' files read:
+   * checked before the work (core/file.h) */
+  unsigned out_flags = LOOM_FILE_HINT_FORCE | (o.force ? LOOM_FILE_REPLACE : 0);
+  loom_bench_plot *plot = o.plot ? loom_bench_plot_new() : NULL;
+  bool bad = (o.plot && !plot && loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory")) ||
+             (o.trace && loom_file_check_output(ctx, o.trace, out_flags)) ||
+             (o.plot && loom_file_check_output(ctx, o.plot, out_flags)) ||
+             loom_ctx_set_threads(ctx, o.threads) != LOOM_STATUS_OK;
+  for (int32_t i = 0; !bad && i < o.n_peers; i++)
+    bad = loom_bench_plot_read(ctx, plot, o.peers[i]) != LOOM_STATUS_OK;
+  if (bad || o.plot_only) {
+    if (bad) fprintf(stderr, "loom: %s\n", loom_ctx_error(ctx));
+    else if (o.plot_only) bad = write_plot(ctx, &o, plot) != 0;
+    loom_bench_plot_free(plot);
     loom_ctx_free(ctx);
     free(o.names);
-    return 1;
+    free(o.peers);
+    return bad ? 1 : 0;
   }
   int32_t n_all;
   const loom_bench_workload *all = loom_bench_workloads(&n_all);
@@ -365,6 +431,10 @@ int loom_bench_main(int argc, char **argv) {
       k++;
     }
     if (!o.json && n) loom_bench_print_targets(stdout, rows, n, &mi, o.run.small);
+    if (plot && rows && !plot_rows(plot, rows, k)) {
+      fprintf(stderr, "loom: --plot: out of memory\n");
+      rc = 1;
+    }
     free(rows);
   }
   if (n_graph || n_attn) loom_bench_machine_info_clear(&mi);
@@ -376,7 +446,10 @@ int loom_bench_main(int argc, char **argv) {
       fprintf(stderr, "bench: trace written to %s\n", o.trace);
     }
   }
+  if (plot && write_plot(ctx, &o, plot) != 0) rc = 1;
+  loom_bench_plot_free(plot);
   loom_ctx_free(ctx);
   free(o.names);
+  free(o.peers);
   return rc;
 }

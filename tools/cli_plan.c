@@ -386,15 +386,6 @@ static void print_summary(const loom_plan_program *pp) {
          " comm ops of the plan, each counted once though every member runs it)\n");
 }
 
-/* A label for DOT: printable ASCII, quotes and backslashes escaped. */
-static void dot_text(loom_strbuf *b, const char *s) {
-  for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
-    if (*c == '"' || *c == '\\') loom_strbuf_put(b, "\\%c", *c);
-    else if (*c >= 0x20 && *c < 0x7f) loom_strbuf_put(b, "%c", *c);
-    else loom_strbuf_put(b, "?");
-  }
-}
-
 static void dot_node(loom_strbuf *b, const loom_plan_program *pp, int32_t i, const char *indent) {
   const loom_node *n = &pp->global->nodes[i];
   const loom_op_def *d = loom_op_get(n->op);
@@ -414,7 +405,7 @@ static loom_status write_dot(loom_ctx *ctx, const loom_plan_program *pp, const c
     for (int32_t v = 0; v < G->n_values; v++)
       if (G->values[v].kind != LOOM_VALUE_NODE && pp->value_device[v] == d) {
         loom_strbuf_put(&b, "    v%d [shape=note, label=\"", v);
-        dot_text(&b, G->values[v].name);
+        loom_strbuf_put_dot_label(&b, G->values[v].name);
         loom_strbuf_put(&b, "\"];\n");
       }
     for (int32_t i = 0; i < G->n_nodes; i++)
@@ -426,7 +417,7 @@ static loom_status write_dot(loom_ctx *ctx, const loom_plan_program *pp, const c
     if (G->values[v].kind != LOOM_VALUE_NODE &&
         (pp->value_device[v] < 0 || pp->value_device[v] >= pp->n_devices)) {
       loom_strbuf_put(&b, "  v%d [shape=note, label=\"", v);
-      dot_text(&b, G->values[v].name);
+      loom_strbuf_put_dot_label(&b, G->values[v].name);
       loom_strbuf_put(&b, "\"];\n");
     }
   for (int32_t i = 0; i < G->n_nodes; i++)
@@ -441,7 +432,7 @@ static loom_status write_dot(loom_ctx *ctx, const loom_plan_program *pp, const c
   }
   for (int32_t o = 0; o < G->n_outputs; o++) {
     loom_strbuf_put(&b, "  out%d [shape=plaintext, label=\"", o);
-    dot_text(&b, G->output_names[o]);
+    loom_strbuf_put_dot_label(&b, G->output_names[o]);
     int32_t v = G->outputs[o], src = G->values[v].node;
     loom_strbuf_put(&b, "\"];\n  %s%d -> out%d;\n", src >= 0 ? "n" : "v", src >= 0 ? src : v, o);
   }
