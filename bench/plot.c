@@ -66,7 +66,8 @@ loom_status loom_bench_plot_read(loom_ctx *ctx, loom_bench_plot *p, const char *
     size_t n = end ? (size_t)(end - s) : (size_t)(text + len - s);
     char *start = s;
     s += n + 1;
-    while (n && (*start == ' ' || *start == '\t')) start++, n--;
+    while (n && (*start == ' ' || *start == '\t'))
+      start++, n--;
     if (!n || *start != '{') continue; /* blank lines and the peers' prose */
     loom_json *j = NULL;
     if (n > MAX_LINE_BYTES || loom_json_parse(ctx, start, n, &j) != LOOM_STATUS_OK) {
@@ -98,8 +99,11 @@ loom_status loom_bench_plot_read(loom_ctx *ctx, loom_bench_plot *p, const char *
 static const char *mode_colour(const char *name) {
   static const struct {
     const char *mode, *colour;
-  } loom[] = {{"reference", "#b0b0b0"}, {"eager", "#9ab7d3"}, {"none", "#6d9ccc"},
-              {"loop", "#3d78b8"},      {"stitch", "#123f7a"}};
+  } loom[] = {{"reference", "#b0b0b0"},
+              {"eager", "#9ab7d3"},
+              {"none", "#6d9ccc"},
+              {"loop", "#3d78b8"},
+              {"stitch", "#123f7a"}};
   for (size_t i = 0; i < sizeof loom / sizeof loom[0]; i++)
     if (!strcmp(name, loom[i].mode)) return loom[i].colour;
   return NULL;
@@ -109,18 +113,26 @@ enum { N_PEER_COLOURS = sizeof PEER_COLOURS / sizeof PEER_COLOURS[0] };
 
 static void put_text(loom_strbuf *b, const char *s) {
   for (; *s; s++) {
-    if (*s == '<') loom_strbuf_put(b, "&lt;");
-    else if (*s == '>') loom_strbuf_put(b, "&gt;");
-    else if (*s == '&') loom_strbuf_put(b, "&amp;");
-    else if (*s == '"') loom_strbuf_put(b, "&quot;");
-    else if ((unsigned char)*s >= 0x20) loom_strbuf_put(b, "%c", *s);
+    if (*s == '<')
+      loom_strbuf_put(b, "&lt;");
+    else if (*s == '>')
+      loom_strbuf_put(b, "&gt;");
+    else if (*s == '&')
+      loom_strbuf_put(b, "&amp;");
+    else if (*s == '"')
+      loom_strbuf_put(b, "&quot;");
+    else if ((unsigned char)*s >= 0x20)
+      loom_strbuf_put(b, "%c", *s);
   }
 }
 
 static void put_time(loom_strbuf *b, double s) {
-  if (s >= 1) loom_strbuf_put(b, "%.3g s", s);
-  else if (s >= 1e-3) loom_strbuf_put(b, "%.3g ms", s * 1e3);
-  else loom_strbuf_put(b, "%.3g us", s * 1e6);
+  if (s >= 1)
+    loom_strbuf_put(b, "%.3g s", s);
+  else if (s >= 1e-3)
+    loom_strbuf_put(b, "%.3g ms", s * 1e3);
+  else
+    loom_strbuf_put(b, "%.3g us", s * 1e6);
 }
 
 enum { WIDTH = 960, LABEL_W = 130, BAR_W = 500, BAR_H = 16, GAP = 4, HEAD_H = 26, TOP = 60 };
@@ -132,7 +144,8 @@ char *loom_bench_plot_svg(const loom_bench_plot *p, const char *title) {
   int32_t n_series = 0;
   for (int32_t i = 0; i < p->n && n_series < MAX_SERIES; i++) {
     bool seen = false;
-    for (int32_t s = 0; s < n_series && !seen; s++) seen = !strcmp(series[s], p->bars[i].series);
+    for (int32_t s = 0; s < n_series && !seen; s++)
+      seen = !strcmp(series[s], p->bars[i].series);
     if (!seen) series[n_series++] = p->bars[i].series;
   }
   const char *colour[MAX_SERIES];
@@ -199,9 +212,8 @@ char *loom_bench_plot_svg(const loom_bench_plot *p, const char *title) {
                   "<text x=\"10\" y=\"22\" class=\"t\">",
                   WIDTH, y + 10, WIDTH, y + 10);
   put_text(&out, title ? title : "loom bench");
-  loom_strbuf_put(&out,
-                  "</text>\n<text x=\"10\" y=\"42\" class=\"n\">median time per mode; each "
-                  "workload's bars scaled to its slowest; shorter is faster</text>\n");
+  loom_strbuf_put(&out, "</text>\n<text x=\"10\" y=\"42\" class=\"n\">median time per mode; each "
+                        "workload's bars scaled to its slowest; shorter is faster</text>\n");
   char *b = loom_strbuf_take(&body);
   if (b) loom_strbuf_put(&out, "%s", b);
   loom_strbuf_put(&out, "</svg>\n");

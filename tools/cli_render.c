@@ -109,7 +109,8 @@ loom_status loom_cli_render_dot(loom_ctx *ctx, const char *dot_text, const char 
   char tmp[PATH_MAX];
   snprintf(tmp, sizeof tmp, "%s/loom-dot-XXXXXX", dir && *dir ? dir : "/tmp");
   int fd = mkstemp(tmp);
-  if (fd < 0) return loom_error(ctx, LOOM_STATUS_IO, "rendering: temporary file: %s", strerror(errno));
+  if (fd < 0)
+    return loom_error(ctx, LOOM_STATUS_IO, "rendering: temporary file: %s", strerror(errno));
   size_t len = strlen(dot_text), done = 0;
   while (done < len) {
     ssize_t w = write(fd, dot_text + done, len - done);
@@ -120,8 +121,9 @@ loom_status loom_cli_render_dot(loom_ctx *ctx, const char *dot_text, const char 
   close(fd);
   char *picture = NULL;
   size_t n = 0;
-  loom_status st = done == len ? run_dot(ctx, format, tmp, &picture, &n)
-                               : loom_error(ctx, LOOM_STATUS_IO, "rendering: writing %s failed", tmp);
+  loom_status st = done == len
+                       ? run_dot(ctx, format, tmp, &picture, &n)
+                       : loom_error(ctx, LOOM_STATUS_IO, "rendering: writing %s failed", tmp);
   unlink(tmp);
   if (!st) st = loom_file_write_atomic(ctx, path, picture, n, flags);
   free(picture);

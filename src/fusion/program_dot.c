@@ -19,8 +19,10 @@ static const char *const EAGER_FILL = "#ececec", *const EAGER_LINE = "#707070";
 static const char *const PARAM_FILL = "#dff2d8", *const INPUT_FILL = "#fff7cc";
 
 static void put_value_name(loom_strbuf *b, const loom_graph *g, int32_t v) {
-  if (g->values[v].name) loom_strbuf_put_dot_label(b, g->values[v].name);
-  else loom_strbuf_put(b, "v%d", v);
+  if (g->values[v].name)
+    loom_strbuf_put_dot_label(b, g->values[v].name);
+  else
+    loom_strbuf_put(b, "v%d", v);
 }
 
 static void put_node(loom_strbuf *b, const loom_graph *g, int32_t n, const char *style) {
@@ -40,14 +42,19 @@ static void open_cluster(loom_strbuf *b, int32_t step, const char *fill, const c
 }
 
 static void put_bytes(loom_strbuf *b, double by) {
-  if (by >= 1e6) loom_strbuf_put(b, "%.3g MB", by / 1e6);
-  else if (by >= 1e3) loom_strbuf_put(b, "%.3g kB", by / 1e3);
-  else loom_strbuf_put(b, "%.0f B", by);
+  if (by >= 1e6)
+    loom_strbuf_put(b, "%.3g MB", by / 1e6);
+  else if (by >= 1e3)
+    loom_strbuf_put(b, "%.3g kB", by / 1e3);
+  else
+    loom_strbuf_put(b, "%.0f B", by);
 }
 
 static void put_seconds(loom_strbuf *b, double s) {
-  if (s >= 1e-3) loom_strbuf_put(b, "%.3g ms", s * 1e3);
-  else loom_strbuf_put(b, "%.3g us", s * 1e6);
+  if (s >= 1e-3)
+    loom_strbuf_put(b, "%.3g ms", s * 1e3);
+  else
+    loom_strbuf_put(b, "%.3g us", s * 1e6);
 }
 
 /* A kernel's nodes (and the producers it recomputes), inside an open
@@ -112,9 +119,9 @@ loom_status loom_program_dot(loom_ctx *ctx, const loom_graph *g, const loom_prog
         for (int32_t i = 0; i < kn->n_nodes; i++)
           if (kn->nodes[i] >= 0 && kn->nodes[i] < g->n_nodes) shown[kn->nodes[i]] = true;
       } else {
-        const char *what = gemm ? "gemm"
+        const char *what = gemm                                       ? "gemm"
                            : g->nodes[st->node].op == LOOM_OP_RESHAPE ? "alias"
-                                                                       : "eager";
+                                                                      : "eager";
         loom_strbuf_put(&b, "step %d: %s\";\n", s, what);
       }
       put_node(&b, g, st->node, gemm ? ", penwidth=2" : "");
@@ -142,8 +149,10 @@ loom_status loom_program_dot(loom_ctx *ctx, const loom_graph *g, const loom_prog
       int32_t src = g->values[v].node;
       bool kept = p->materialized && v < p->n_values && !p->materialized[v];
       const char *style = kept ? " [style=dashed, color=\"#3b6ea8\"]" : "";
-      if (src < 0) loom_strbuf_put(&b, "  v%d -> n%d%s;\n", v, n, style);
-      else if (shown[src]) loom_strbuf_put(&b, "  n%d -> n%d%s;\n", src, n, style);
+      if (src < 0)
+        loom_strbuf_put(&b, "  v%d -> n%d%s;\n", v, n, style);
+      else if (shown[src])
+        loom_strbuf_put(&b, "  n%d -> n%d%s;\n", src, n, style);
     }
   }
   for (int32_t o = 0; o < g->n_outputs; o++) {
@@ -152,8 +161,10 @@ loom_status loom_program_dot(loom_ctx *ctx, const loom_graph *g, const loom_prog
     int32_t src = g->values[v].node;
     loom_strbuf_put(&b, "  out%d [shape=plaintext, style=\"\", label=\"", o);
     loom_strbuf_put_dot_label(&b, g->output_names[o]);
-    if (src >= 0) loom_strbuf_put(&b, "\"];\n  n%d -> out%d;\n", src, o);
-    else loom_strbuf_put(&b, "\"];\n  v%d -> out%d;\n", v, o);
+    if (src >= 0)
+      loom_strbuf_put(&b, "\"];\n  n%d -> out%d;\n", src, o);
+    else
+      loom_strbuf_put(&b, "\"];\n  v%d -> out%d;\n", v, o);
   }
   loom_strbuf_put(&b, "}\n");
   free(shown);
