@@ -417,8 +417,11 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
   if (loom_trainer_generate(t, prompt, n_sample, sample, sizeof sample))
     return fail(ctx, "sampling");
   printf("sample (greedy, prompt \"12+34=\"; the lines after it are the model's own):\n");
-  /* indent each generated line; skip the prompt's leading newline. The
-   * model emits any byte: control bytes are shown escaped. */
+  /* indent each generated line; skip the prompt's leading newline and a
+   * last line the context cut short. The model emits any byte: control
+   * bytes are shown escaped. */
+  char *last_nl = strrchr(sample + 1, '\n');
+  if (last_nl) last_nl[1] = '\0';
   for (char *p = sample + 1; *p;) {
     char *nl = strchr(p, '\n'), shown[4 * sizeof sample];
     if (nl) *nl = '\0';
