@@ -1,9 +1,11 @@
 /* The main job learns (issue 13, point 4): a smaller but real `loom train`
  * configuration on the reversed-digit arithmetic reaches a held-out
- * accuracy far above chance, twice with the same losses bit for bit; the
- * report's counts agree with the answers and with an independent
- * classification of carries and borrows. LOOM_TEST_QUICK=1 (the sanitizer
- * build) trains for a few steps only and checks determinism alone. */
+ * accuracy far above chance; a second run on another thread count repeats
+ * its first steps' losses and answers bit for bit (the whole run twice
+ * would double the test's time); the report's counts agree with the
+ * answers and with an independent classification of carries and borrows.
+ * LOOM_TEST_QUICK=1 (the sanitizer build) trains for a few steps only and
+ * checks determinism alone. */
 #include "common.h"
 
 #include "core/ctx.h"
