@@ -12,10 +12,17 @@
  *    loom_gpt_param_count, and the named full-size configurations against
  *    the published sizes (Llama 2 70B: 68,976,648,192; Llama 3 405B:
  *    405,853,388,800).
+ *  - The composed estimate at full size (no weights): a one-device plan
+ *    holds exactly the published parameters; the FLOPs are 6 x tokens x
+ *    the matrix weights (SwiGLU's three, GQA's narrow K and V: counted
+ *    here by hand) plus attention and the head; the planner places
+ *    Llama 2 70B on 64 H100s and Llama 3 405B on 16,384.
  */
 #include "common.h"
 
 #include "model/gpt.h"
+#include "parallel/estimate.h"
+#include "parallel/search.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -325,10 +332,72 @@ static void test_counts(loom_ctx *ctx) {
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_gpt_config_check(ctx, &c));
 }
 
+/* ---- estimates and plans at full size ------------------------------------ */
+
+/* clusters/dgx-h100-ndr.txt */
+static const char h100_text[] =
+    "name h100\ndevice h100-sxm5-80gb\nflops.f32 67 TFLOP/s\nflops.tf32 494.7 TFLOP/s\n"
+    "flops.bf16 989.4 TFLOP/s\nmemory.bandwidth 3350 GB/s\nmemory.capacity 80 GB\n"
+    "node.devices 8\nintra.kind nvlink4\nintra.bandwidth 450 GB/s\nintra.latency 3 us\n"
+    "inter.kind infiniband-ndr\ninter.bandwidth 400 Gb/s\ninter.latency 5 us\ninter.nics 8\n";
+
+static void test_full_size(loom_ctx *ctx) {
+  loom_cluster cl;
+  CHECK_OK(ctx, loom_cluster_parse(ctx, h100_text, strlen(h100_text), &cl));
+  loom_estimate_options eo = {.cluster = &cl, .precision = LOOM_PRECISION_bf16};
+  loom_gpt_config m;
+  int32_t batch = 0;
+  CHECK(loom_gpt_config_named("llama2-70b", &m, &batch));
+  /* one device, ZeRO off: the parameters are the model's, at 2 bytes */
+  loom_mesh_plan one = {.dp = 1, .tp = 1, .pp = 1, .micro_batch = 1, .chunks = 1};
+  loom_estimate e;
+  CHECK_OK(ctx, loom_estimate_gpt(ctx, &m, 8, &one, &eo, &e));
+  printf("llama2-70b on one device: %.6g parameter bytes (want %.6g)\n", e.memory.params,
+         2 * 68976648192.0);
+  CHECK(fabs(e.memory.params - 2 * 68976648192.0) < 1.0);
+  /* per token and layer forward: q and o 2 h^2, k and v 2 h (8 x 128), the
+   * MLP 3 h ff, as 2-FLOP multiply-adds */
+  double h = 8192, kv = 1024, ff = 28672, s = 4096, L = 80, V = 32000, B = 8;
+  double mat = 2 * h * h + 2 * h * kv + 3 * h * ff;
+  double flops = 3 * L * (2 * B * s * mat + 4 * B * s * s * h) + 6 * B * s * h * V;
+  printf("llama2-70b: %.6g FLOPs a step of 8 sequences (want %.6g)\n", e.model_flops, flops);
+  CHECK(fabs(e.model_flops - flops) <= 1e-9 * flops);
+  /* GQA's K/V heads must divide tp */
+  loom_mesh_plan tp16 = {.dp = 1, .tp = 16, .pp = 1, .micro_batch = 1, .chunks = 1,
+                         .tp_across_nodes = true};
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_estimate_gpt(ctx, &m, 8, &tp16, &eo, &e));
+  CHECK(strstr(loom_ctx_error(ctx), "key/value heads") != NULL);
+  /* the planner: 70B on 64 devices and 405B on 16384, each fitting in 80 GB */
+  static const struct {
+    const char *name;
+    int32_t devices;
+  } runs[] = {{"llama2-70b", 64}, {"llama3-405b", 16384}};
+  for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+    CHECK(loom_gpt_config_named(runs[k].name, &m, &batch));
+    loom_search_options so = {.cluster = &cl, .precision = LOOM_PRECISION_bf16, .top = 1};
+    loom_search_result r = {0};
+    CHECK_OK(ctx, loom_plan_search(ctx, &m, batch, runs[k].devices, &so, &r));
+    if (r.n_best) {
+      char words[128];
+      loom_mesh_plan_describe(&r.best[0].plan, words, sizeof words);
+      printf("%s on %d devices: %s, %.4g s a step, %.3g GB, %lld plans estimated in %.2f s\n",
+             runs[k].name, (int)runs[k].devices, words, r.best[0].est.step_s,
+             r.best[0].est.memory.total / 1e9, (long long)r.estimated, r.seconds);
+      CHECK(r.best[0].est.memory.total <= 80e9 && r.best[0].est.step_s > 0);
+      CHECK(r.best[0].plan.dp * r.best[0].plan.tp * r.best[0].plan.pp == runs[k].devices);
+      CHECK(8 % r.best[0].plan.tp == 0); /* 8 K/V heads */
+      CHECK(r.bound_violations == 0);
+    }
+    CHECK(r.n_best > 0);
+    loom_search_result_free(&r);
+  }
+}
+
 int main(void) {
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx)) return 1;
   test_counts(ctx);
+  test_full_size(ctx);
   test_numerics(ctx);
   loom_ctx_free(ctx);
   return loom_test_finish("test_llama");
