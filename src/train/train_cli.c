@@ -38,6 +38,12 @@ static const char usage[] =
     "  --layers N        transformer blocks (default 2, 1..64)\n"
     "  --d-model N       width (default 128, 1..4096; the MLP is 4x)\n"
     "  --heads N         attention heads, must divide --d-model (default 4)\n"
+    "  --arch A          gpt (default: LayerNorm, GELU, learned positions, biases,\n"
+    "                    head tied to the embedding) or llama (RMSNorm, SwiGLU,\n"
+    "                    RoPE, no biases, a head of its own)\n"
+    "  --kv-heads N      key/value heads: grouped-query attention, each shared by\n"
+    "                    --heads / N query heads; must divide --heads\n"
+    "                    (default: --heads)\n"
     "  --context N       sequence length (default 32, 2..4096)\n"
     "  --dropout P       attention and residual dropout (default 0, [0, 1))\n"
     "training:\n"
@@ -92,6 +98,7 @@ typedef struct cli {
   int32_t rank; /* this process's rank under --plan, else 0 */
   /* which flags were given, so --load knows what to keep */
   bool g_layers, g_dmodel, g_heads, g_context, g_dropout, g_batch, g_steps, g_lr, g_seed;
+  bool g_arch, g_kvheads;
 } cli;
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -164,6 +171,7 @@ static int parse_args(int argc, char **argv, cli *c) {
     INT_FLAG("--layers", 1, 64, c->cfg.model.n_layer, c->g_layers = true)
     INT_FLAG("--d-model", 1, 4096, c->cfg.model.d_model, c->g_dmodel = true)
     INT_FLAG("--heads", 1, 4096, c->cfg.model.n_head, c->g_heads = true)
+    INT_FLAG("--kv-heads", 1, 4096, c->cfg.model.n_kv_head, c->g_kvheads = true)
     INT_FLAG("--context", 2, 4096, c->cfg.model.context, c->g_context = true)
     INT_FLAG("--batch", 1, 4096, c->cfg.batch, c->g_batch = true)
     INT_FLAG("--steps", 1, 1 << 24, c->cfg.steps, c->g_steps = true)
@@ -190,6 +198,12 @@ static int parse_args(int argc, char **argv, cli *c) {
         return usage_error("--dropout wants a number in [0, 1), got '%s'", val);
       c->cfg.model.dropout = fv;
       c->g_dropout = true;
+    } else if (!strcmp(name, "--arch")) {
+      loom_gpt_arch arch;
+      if (!loom_gpt_arch_from_name(val, &arch))
+        return usage_error("--arch wants gpt or llama, got '%s'", val);
+      loom_gpt_config_set_arch(&c->cfg.model, arch);
+      c->g_arch = true;
     } else if (!strcmp(name, "--backend")) {
       if (!loom_backend_name_known(val))
         return usage_error("--backend wants one of %s, got '%s'", loom_backend_names(), val);
@@ -226,6 +240,12 @@ static int parse_args(int argc, char **argv, cli *c) {
   loom_gpt_config *m = &c->cfg.model;
   if (m->n_head > m->d_model || m->d_model % m->n_head)
     return usage_error("--heads %d does not divide --d-model %d", m->n_head, m->d_model);
+  if (m->n_kv_head && m->n_head % m->n_kv_head)
+    return usage_error("--kv-heads %d does not divide --heads %d", m->n_kv_head, m->n_head);
+  if (m->position == LOOM_GPT_POS_ROPE && (m->d_model / m->n_head) % 2)
+    return usage_error("--arch llama rotates pairs of a head's dims (RoPE): the head width "
+                       "--d-model / --heads = %d must be even",
+                       m->d_model / m->n_head);
   m->d_ff = 4 * m->d_model;
   if (c->stop_at > c->cfg.steps && !c->load)
     return usage_error("--stop-at %lld is past --steps %lld", (long long)c->stop_at,
@@ -281,6 +301,19 @@ static int merge_checkpoint(const cli *c, loom_train_config *ck) {
   SAME(c->g_heads, n_head, "--heads")
   SAME(c->g_context, context, "--context")
 #undef SAME
+  loom_gpt_arch mine = loom_gpt_config_arch(m), theirs = loom_gpt_config_arch(&ck->model);
+  if (c->g_arch && mine != theirs) {
+    fprintf(stderr,
+            "loom train: --arch %s does not match the checkpoint's architecture (%s); leave "
+            "--arch out to resume it as it was\n",
+            loom_gpt_arch_name(mine), loom_gpt_arch_name(theirs));
+    return EXIT_FAIL;
+  }
+  if (c->g_kvheads && loom_gpt_kv_heads(m) != loom_gpt_kv_heads(&ck->model)) {
+    fprintf(stderr, "loom train: --kv-heads %d does not match the checkpoint's %d\n",
+            (int)loom_gpt_kv_heads(m), (int)loom_gpt_kv_heads(&ck->model));
+    return EXIT_FAIL;
+  }
   if (c->g_dropout) ck->model.dropout = m->dropout;
   if (c->g_batch) ck->batch = c->cfg.batch;
   if (c->g_steps) ck->steps = c->cfg.steps;
@@ -319,10 +352,11 @@ static loom_status check_same_checkpoint(loom_ctx *ctx, loom_comm *comm,
 static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
   const loom_train_config *cfg = loom_trainer_config(t);
   int64_t start = loom_trainer_steps_done(t);
-  printf("loom train: %d layer%s, d_model %d, %d heads, context %d, %lld params; batch %d, "
-         "%lld steps, lr %g, dropout %g, seed %llu, backend %s, %d threads\n",
-         cfg->model.n_layer, cfg->model.n_layer == 1 ? "" : "s", cfg->model.d_model,
-         cfg->model.n_head, cfg->model.context, (long long)loom_trainer_param_count(t), cfg->batch,
+  printf("loom train: %s, %d layer%s, d_model %d, %d heads (%d kv), context %d, %lld params; "
+         "batch %d, %lld steps, lr %g, dropout %g, seed %llu, backend %s, %d threads\n",
+         loom_gpt_arch_name(loom_gpt_config_arch(&cfg->model)), cfg->model.n_layer,
+         cfg->model.n_layer == 1 ? "" : "s", cfg->model.d_model, cfg->model.n_head,
+         (int)loom_gpt_kv_heads(&cfg->model), cfg->model.context, (long long)loom_trainer_param_count(t), cfg->batch,
          (long long)cfg->steps, cfg->lr, cfg->model.dropout, (unsigned long long)cfg->seed,
          cfg->backend, (int)loom_ctx_threads(ctx));
   /* what the step's session is made of, and its memory */
