@@ -620,7 +620,7 @@ loom_status onnx_program_run(loom_ctx *ctx, const onnx_program *p, loom_session 
     const char *name = loom_graph_input_name(p->g, i);
     for (int32_t k = 0; k < n_feeds; k++)
       if (strcmp(feeds[k].name, name) == 0) ins[i] = feeds[k].t;
-    if (!ins[i]) st = loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "no value given for input '%s'", name);
+    if (!ins[i]) st = loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "no value given for model input '%s'", name);
   }
   if (!st) st = loom_session_run(s, p->n_bound, ins, loom_graph_num_outputs(p->g), outputs);
   free(ins);
