@@ -401,6 +401,8 @@ static loom_status convert_node(onnx_importer *im, const onnx_node *n, int64_t o
     if (!im->e[cv.entry[i]].c) all_const = false;
   }
   loom_status st = all_const ? fold(&cv, c) : run_converter(&cv, c);
+  bool folded = !st;
+  for (int32_t o = 0; o < n->n_out; o++) folded &= !n->out[o][0] || cv.out_const[o] != NULL;
   for (int32_t o = 0; o < n->n_out; o++) {
     loom_tensor *t = cv.out_const[o];
     cv.out_const[o] = NULL;
@@ -424,7 +426,7 @@ static loom_status convert_node(onnx_importer *im, const onnx_node *n, int64_t o
     }
   }
   for (int32_t o = 0; o < n->n_out; o++) loom_tensor_free(cv.out_const[o]);
-  if (!st) im->p->n_folded += all_const;
+  if (!st) im->p->n_folded += folded;
   return st;
 }
 
