@@ -377,8 +377,6 @@ static loom_status cv_log_softmax(onnx_cv *cv) { return softmax(cv, LOOM_OP_LOG_
 
 static loom_status cv_layer_norm(onnx_cv *cv) {
   LOOM_TRY(need_float(cv, 0));
-  for (int32_t o = 1; o < cv->n_out; o++)
-    if (cv->node->out[o][0]) return cv_unsupported(cv, "the Mean and InvStdDev outputs");
   const loom_type *t = TYPE(0);
   int32_t axis;
   if (!onnx_axis(cv_attr_i(cv, "axis", -1), t->rank, &axis)) return cv_invalid(cv, "axis out of range");
@@ -395,8 +393,27 @@ static loom_status cv_layer_norm(onnx_cv *cv) {
   loom_attr_value a[LOOM_MAX_ATTRS];
   attrs_of(LOOM_OP_LAYER_NORM, a);
   LOOM_ATTRV_I(a, layer_norm, axis) = axis;
-  LOOM_ATTRV_F(a, layer_norm, eps) = cv_attr_f(cv, "epsilon", 1e-5);
-  return done1(cv, lb_op(G, LOOM_OP_LAYER_NORM, n, in, a));
+  double eps = cv_attr_f(cv, "epsilon", 1e-5);
+  LOOM_ATTRV_F(a, layer_norm, eps) = eps;
+  cv_out(cv, 0, lb_op(G, LOOM_OP_LAYER_NORM, n, in, a));
+  /* Mean and InvStdDev (kept dims), when asked for */
+  bool more = (cv->n_out > 1 && cv->node->out[1][0]) || (cv->n_out > 2 && cv->node->out[2][0]);
+  if (more) {
+    int64_t axes[LOOM_MAX_RANK];
+    int32_t na = 0;
+    for (int32_t d = axis; d < t->rank; d++) axes[na++] = d;
+    loom_attr_value r[LOOM_MAX_ATTRS];
+    attrs_of(LOOM_OP_REDUCE_MEAN, r);
+    set_ints(&LOOM_ATTRV_INTS(r, reduce_mean, axes), na, axes);
+    LOOM_ATTRV_I(r, reduce_mean, keepdims) = 1;
+    int32_t x = in[0];
+    int32_t mean = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &x, r);
+    int32_t xc = lb_sub(G, x, mean), sq = lb_mul(G, xc, xc);
+    int32_t var = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &sq, r);
+    cv_out(cv, 1, mean);
+    cv_out(cv, 2, lb_unary(G, LOOM_OP_RSQRT, lb_add(G, var, scalar(cv, x, eps))));
+  }
+  return LOOM_STATUS_OK;
 }
 
 /* BatchNormalization at inference: (x - mean) / sqrt(var + eps) * scale + B,
@@ -945,6 +962,212 @@ static loom_status cv_range(onnx_cv *cv) {
   return done1(cv, y);
 }
 
+
+/* ---- more decompositions ----------------------------------------------------- */
+
+/* Floor, Ceil, Round (half to even) from casts: exact, since a float of
+ * magnitude 2^52 or more (or a NaN or infinity) is already whole and is
+ * passed through. */
+typedef enum { RND_FLOOR, RND_CEIL, RND_EVEN } round_kind;
+static loom_status rounding(onnx_cv *cv, round_kind k) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  loom_dtype dt = TYPE(0)->dtype;
+  int32_t t = lb_cast(G, lb_cast(G, x, LOOM_DTYPE_I64), dt); /* toward zero */
+  int32_t y;
+  if (k == RND_FLOOR) {
+    y = lb_sub(G, t, lb_cast(G, lb_binary(G, LOOM_OP_GT, t, x), dt));
+  } else if (k == RND_CEIL) {
+    y = lb_add(G, t, lb_cast(G, lb_binary(G, LOOM_OP_LT, t, x), dt));
+  } else {
+    /* floor(x), then up when the rest is over a half, or exactly a half
+     * and floor(x) is odd */
+    int32_t f = lb_sub(G, t, lb_cast(G, lb_binary(G, LOOM_OP_GT, t, x), dt));
+    int32_t rest = lb_sub(G, x, f), half = scalar(cv, x, 0.5);
+    int32_t fi = lb_cast(G, f, LOOM_DTYPE_I64);
+    int32_t two = lb_scalar(G, LOOM_DTYPE_I64, 2);
+    int32_t odd = lb_binary(G, LOOM_OP_NE, lb_sub(G, fi, lb_mul(G, lb_div(G, fi, two), two)), lb_scalar(G, LOOM_DTYPE_I64, 0));
+    int32_t up = lb_binary(G, LOOM_OP_MAXIMUM, lb_binary(G, LOOM_OP_GT, rest, half),
+                           lb_binary(G, LOOM_OP_MINIMUM, lb_binary(G, LOOM_OP_EQ, rest, half), odd));
+    y = lb_add(G, f, lb_cast(G, up, dt));
+  }
+  int32_t whole = lb_binary(G, LOOM_OP_GE, lb_unary(G, LOOM_OP_ABS, x), scalar(cv, x, 4503599627370496.0));
+  int32_t keep = lb_binary(G, LOOM_OP_MAXIMUM, whole, lb_binary(G, LOOM_OP_NE, x, x));
+  return done1(cv, lb_select(G, keep, x, y));
+}
+static loom_status cv_floor(onnx_cv *cv) { return rounding(cv, RND_FLOOR); }
+static loom_status cv_ceil(onnx_cv *cv) { return rounding(cv, RND_CEIL); }
+static loom_status cv_round(onnx_cv *cv) { return rounding(cv, RND_EVEN); }
+
+static loom_status cv_tan(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  return done1(cv, lb_div(G, lb_unary(G, LOOM_OP_SIN, x), lb_unary(G, LOOM_OP_COS, x)));
+}
+static loom_status hyperbolic(onnx_cv *cv, bool sinh) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  int32_t e = lb_unary(G, LOOM_OP_EXP, x), f = lb_unary(G, LOOM_OP_EXP, lb_neg(G, x));
+  return done1(cv, lb_mul(G, sinh ? lb_sub(G, e, f) : lb_add(G, e, f), scalar(cv, x, 0.5)));
+}
+static loom_status cv_sinh(onnx_cv *cv) { return hyperbolic(cv, true); }
+static loom_status cv_cosh(onnx_cv *cv) { return hyperbolic(cv, false); }
+static loom_status cv_asinh(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  int32_t r = lb_unary(G, LOOM_OP_SQRT, lb_add(G, lb_mul(G, x, x), scalar(cv, x, 1)));
+  return done1(cv, lb_unary(G, LOOM_OP_LOG, lb_add(G, x, r)));
+}
+static loom_status cv_acosh(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  int32_t r = lb_unary(G, LOOM_OP_SQRT, lb_sub(G, lb_mul(G, x, x), scalar(cv, x, 1)));
+  return done1(cv, lb_unary(G, LOOM_OP_LOG, lb_add(G, x, r)));
+}
+static loom_status cv_atanh(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0), one = scalar(cv, x, 1);
+  int32_t q = lb_div(G, lb_add(G, one, x), lb_sub(G, one, x));
+  return done1(cv, lb_mul(G, lb_unary(G, LOOM_OP_LOG, q), scalar(cv, x, 0.5)));
+}
+
+/* Trilu: keep x[..., i, j] where j - i >= k (upper) or <= k (lower). */
+static loom_status cv_trilu(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  if (t->rank < 2) return cv_invalid(cv, "input of rank %d", t->rank);
+  double k = 0;
+  if (cv_has(cv, 1) && !cv_scalar(cv, 1, &k)) return cv_unsupported(cv, "k not known at load time");
+  bool upper = cv_attr_i(cv, "upper", 1) != 0;
+  int64_t shape[2] = {t->shape[t->rank - 2], t->shape[t->rank - 1]};
+  int32_t i = lb_iota(G, LOOM_DTYPE_I64, 2, shape, 0), j = lb_iota(G, LOOM_DTYPE_I64, 2, shape, 1);
+  int32_t diff = lb_sub(G, j, i), kk = lb_scalar(G, LOOM_DTYPE_I64, k);
+  int32_t keep = lb_binary(G, upper ? LOOM_OP_GE : LOOM_OP_LE, diff, kk);
+  int32_t x = IN(0);
+  return done1(cv, lb_select(G, keep, x, scalar(cv, x, 0)));
+}
+
+static loom_status global_pool(onnx_cv *cv, bool max) {
+  LOOM_TRY(need_float(cv, 0));
+  const loom_type *t = TYPE(0);
+  if (t->rank < 3) return cv_invalid(cv, "input of rank %d", t->rank);
+  int64_t axes[LOOM_MAX_RANK];
+  int32_t n = 0;
+  for (int32_t d = 2; d < t->rank; d++) axes[n++] = d;
+  int32_t x = IN(0);
+  if (max) return done1(cv, lb_reduce(G, LOOM_OP_REDUCE_MAX, x, n, axes, true));
+  loom_attr_value a[LOOM_MAX_ATTRS];
+  attrs_of(LOOM_OP_REDUCE_MEAN, a);
+  set_ints(&LOOM_ATTRV_INTS(a, reduce_mean, axes), n, axes);
+  LOOM_ATTRV_I(a, reduce_mean, keepdims) = 1;
+  return done1(cv, lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &x, a));
+}
+static loom_status cv_global_average_pool(onnx_cv *cv) { return global_pool(cv, false); }
+static loom_status cv_global_max_pool(onnx_cv *cv) { return global_pool(cv, true); }
+
+/* Hardmax: one at the first maximum along axis, zeros elsewhere (before
+ * opset 13 over the flattened [rows, cols] at axis). */
+static loom_status cv_hardmax(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  const loom_type *t = TYPE(0);
+  int32_t axis, x = IN(0);
+  if (!onnx_axis(cv_attr_i(cv, "axis", cv->opset < 13 ? 1 : -1), t->rank, &axis)) return cv_invalid(cv, "axis out of range");
+  loom_type w = *t;
+  if (cv->opset < 13) {
+    int64_t rows = 1, cols = 1;
+    for (int32_t d = 0; d < t->rank; d++) *(d < axis ? &rows : &cols) *= t->shape[d];
+    w.rank = 2;
+    w.shape[0] = rows;
+    w.shape[1] = cols;
+    x = lb_reshape(G, x, 2, w.shape);
+    axis = 1;
+  }
+  int64_t ax = axis;
+  int32_t m = lb_reduce(G, LOOM_OP_REDUCE_MAX, x, 1, &ax, true);
+  int32_t idx = lb_iota(G, LOOM_DTYPE_I64, w.rank, w.shape, axis);
+  int32_t cand = lb_select(G, lb_binary(G, LOOM_OP_EQ, x, m), idx, lb_scalar(G, LOOM_DTYPE_I64, (double)w.shape[axis]));
+  int32_t first = lb_reduce(G, LOOM_OP_REDUCE_MIN, cand, 1, &ax, true);
+  int32_t y = lb_cast(G, lb_binary(G, LOOM_OP_EQ, idx, first), t->dtype);
+  if (cv->opset < 13) y = lb_reshape(G, y, t->rank, t->shape);
+  return done1(cv, y);
+}
+
+static loom_status cv_eye_like(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  if (t->rank != 2) return cv_invalid(cv, "input of rank %d", t->rank);
+  loom_dtype dt = t->dtype;
+  if (cv_attr_has(cv, "dtype") && !dtype_attr(cv_attr_i(cv, "dtype", 1), &dt)) return cv_unsupported(cv, "dtype");
+  int64_t k = cv_attr_i(cv, "k", 0);
+  int32_t i = lb_iota(G, LOOM_DTYPE_I64, 2, t->shape, 0), j = lb_iota(G, LOOM_DTYPE_I64, 2, t->shape, 1);
+  int32_t on = lb_binary(G, LOOM_OP_EQ, lb_sub(G, j, i), lb_scalar(G, LOOM_DTYPE_I64, (double)k));
+  return done1(cv, lb_cast(G, on, dt));
+}
+
+static loom_status cv_one_hot(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  double depth;
+  if (!cv_scalar(cv, 1, &depth)) return cv_unsupported(cv, "depth not known at load time");
+  if (!(depth >= 1 && depth < (double)(1 << 24))) return cv_invalid(cv, "depth %g", depth);
+  int32_t r = t->rank + 1, axis;
+  if (r > LOOM_MAX_RANK) return cv_unsupported(cv, "rank %d", r);
+  if (!onnx_axis(cv_attr_i(cv, "axis", -1), r, &axis)) return cv_invalid(cv, "axis out of range");
+  int64_t shape[LOOM_MAX_RANK], un[LOOM_MAX_RANK];
+  for (int32_t d = 0, k = 0; d < r; d++) {
+    shape[d] = d == axis ? (int64_t)depth : t->shape[k];
+    un[d] = d == axis ? 1 : t->shape[k];
+    if (d != axis) k++;
+  }
+  int64_t dep = (int64_t)depth;
+  int32_t idx = lb_cast(G, IN(0), LOOM_DTYPE_I64);
+  if (!loom_dtype_is_int(t->dtype)) /* float indices: toward zero */
+    idx = lb_cast(G, IN(0), LOOM_DTYPE_I64);
+  idx = lb_select(G, lb_binary(G, LOOM_OP_LT, idx, lb_scalar(G, LOOM_DTYPE_I64, 0)),
+                  lb_add(G, idx, lb_scalar(G, LOOM_DTYPE_I64, (double)dep)), idx);
+  idx = lb_reshape(G, idx, r, un);
+  int32_t hit = lb_binary(G, LOOM_OP_EQ, lb_iota(G, LOOM_DTYPE_I64, r, shape, axis), idx);
+  const loom_type *tv = TYPE(2);
+  if (loom_type_numel(tv) != 2) return cv_invalid(cv, "values must hold two elements");
+  int32_t v = IN(2);
+  int32_t off = lb_reshape(G, lb_slice(G, v, (int64_t[]){0}, (int64_t[]){1}), 0, NULL);
+  int32_t onv = lb_reshape(G, lb_slice(G, v, (int64_t[]){1}, (int64_t[]){2}), 0, NULL);
+  return done1(cv, lb_select(G, hit, onv, off));
+}
+
+/* DepthToSpace (DCR or CRD) and SpaceToDepth: a reshape, a transpose, a
+ * reshape. */
+static loom_status cv_depth_to_space(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  if (t->rank != 4) return cv_invalid(cv, "input of rank %d", t->rank);
+  int64_t b = cv_attr_i(cv, "blocksize", 0), n = t->shape[0], c = t->shape[1], h = t->shape[2], w = t->shape[3];
+  if (b <= 0 || c % (b * b)) return cv_invalid(cv, "blocksize %lld", (long long)b);
+  const char *mode = cv_attr_s(cv, "mode", "DCR");
+  int32_t y;
+  if (strcmp(mode, "DCR") == 0) {
+    y = lb_reshape(G, IN(0), 6, (int64_t[]){n, b, b, c / (b * b), h, w});
+    y = lb_transpose(G, y, (int64_t[]){0, 3, 4, 1, 5, 2});
+  } else if (strcmp(mode, "CRD") == 0) {
+    y = lb_reshape(G, IN(0), 6, (int64_t[]){n, c / (b * b), b, b, h, w});
+    y = lb_transpose(G, y, (int64_t[]){0, 1, 4, 2, 5, 3});
+  } else {
+    return cv_unsupported(cv, "mode '%s'", mode);
+  }
+  return done1(cv, lb_reshape(G, y, 4, (int64_t[]){n, c / (b * b), h * b, w * b}));
+}
+
+static loom_status cv_space_to_depth(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  if (t->rank != 4) return cv_invalid(cv, "input of rank %d", t->rank);
+  int64_t b = cv_attr_i(cv, "blocksize", 0), n = t->shape[0], c = t->shape[1], h = t->shape[2], w = t->shape[3];
+  if (b <= 0 || h % b || w % b) return cv_invalid(cv, "blocksize %lld", (long long)b);
+  int32_t y = lb_reshape(G, IN(0), 6, (int64_t[]){n, c, h / b, b, w / b, b});
+  y = lb_transpose(G, y, (int64_t[]){0, 3, 5, 1, 2, 4});
+  return done1(cv, lb_reshape(G, y, 4, (int64_t[]){n, c * b * b, h / b, w / b}));
+}
+
+/* convert_conv.c */
+loom_status onnx_cv_conv(onnx_cv *cv);
+loom_status onnx_cv_max_pool(onnx_cv *cv);
+loom_status onnx_cv_average_pool(onnx_cv *cv);
+
 /* ---- the table ---------------------------------------------------------------- */
 
 static const onnx_converter converters[] = {
@@ -1036,6 +1259,26 @@ static const onnx_converter converters[] = {
     {"Constant", 1, 0, cv_constant, "value,value_float,value_floats,value_int,value_ints,value_string,value_strings,sparse_value"},
     {"ConstantOfShape", 9, 0, cv_constant_of_shape, "value"},
     {"Range", 11, 0, cv_range, ""},
+    {"Floor", 6, 0, cv_floor, ""},
+    {"Ceil", 6, 0, cv_ceil, ""},
+    {"Round", 11, 0, cv_round, ""},
+    {"Tan", 7, 0, cv_tan, ""},
+    {"Sinh", 9, 0, cv_sinh, ""},
+    {"Cosh", 9, 0, cv_cosh, ""},
+    {"Asinh", 9, 0, cv_asinh, ""},
+    {"Acosh", 9, 0, cv_acosh, ""},
+    {"Atanh", 9, 0, cv_atanh, ""},
+    {"Trilu", 14, 0, cv_trilu, "upper"},
+    {"GlobalAveragePool", 1, 0, cv_global_average_pool, ""},
+    {"GlobalMaxPool", 1, 0, cv_global_max_pool, ""},
+    {"Hardmax", 1, 0, cv_hardmax, "axis"},
+    {"EyeLike", 9, 0, cv_eye_like, "dtype,k"},
+    {"OneHot", 9, 0, cv_one_hot, "axis"},
+    {"DepthToSpace", 1, 0, cv_depth_to_space, "blocksize,mode"},
+    {"SpaceToDepth", 1, 0, cv_space_to_depth, "blocksize"},
+    {"Conv", 1, 0, onnx_cv_conv, "auto_pad,dilations,group,kernel_shape,pads,strides"},
+    {"MaxPool", 1, 0, onnx_cv_max_pool, "auto_pad,ceil_mode,dilations,kernel_shape,pads,storage_order,strides"},
+    {"AveragePool", 1, 0, onnx_cv_average_pool, "auto_pad,ceil_mode,count_include_pad,kernel_shape,pads,strides"},
 };
 
 const onnx_converter *onnx_find_converter(const char *op_type, int64_t opset) {
