@@ -771,14 +771,10 @@ static loom_status cv_gather(onnx_cv *cv) {
   return done1(cv, lb_gather(G, IN(0), wrap_indices(cv, 1, t->shape[axis]), axis));
 }
 
-/* GatherElements: out[i] = data[i with i[axis] = idx[i]], as a gather from
- * the flattened data at sum over dims of index * stride. */
-static loom_status cv_gather_elements(onnx_cv *cv) {
-  const loom_type *t = TYPE(0), *ti = TYPE(1);
-  int32_t axis;
-  if (!onnx_axis(cv_attr_i(cv, "axis", 0), t->rank, &axis)) return cv_invalid(cv, "axis out of range");
-  if (ti->rank != t->rank) return cv_invalid(cv, "indices of another rank");
-  int32_t idx = lb_cast(G, wrap_indices(cv, 1, t->shape[axis]), LOOM_DTYPE_I64);
+/* out[i] = data[i with i[axis] = idx[i]] (idx i64, in range, of data's
+ * rank), as a gather from the flattened data at sum of index * stride. */
+static int32_t gather_along(onnx_cv *cv, int32_t data, const loom_type *t, int32_t idx, const loom_type *ti,
+                            int32_t axis) {
   int32_t flat = -1;
   int64_t stride = 1;
   for (int32_t d = t->rank - 1; d >= 0; d--) {
@@ -787,10 +783,74 @@ static loom_status cv_gather_elements(onnx_cv *cv) {
     flat = flat < 0 ? term : lb_add(G, flat, term);
     stride *= t->shape[d];
   }
-  if (t->rank == 0) return cv_invalid(cv, "a scalar input");
   int64_t total = loom_type_numel(t);
-  int32_t data = lb_reshape(G, IN(0), 1, &total);
-  return done1(cv, lb_gather(G, data, flat, 0));
+  return lb_gather(G, lb_reshape(G, data, 1, &total), flat, 0);
+}
+
+static loom_status cv_gather_elements(onnx_cv *cv) {
+  const loom_type *t = TYPE(0), *ti = TYPE(1);
+  int32_t axis;
+  if (t->rank == 0) return cv_invalid(cv, "a scalar input");
+  if (!onnx_axis(cv_attr_i(cv, "axis", 0), t->rank, &axis)) return cv_invalid(cv, "axis out of range");
+  if (ti->rank != t->rank) return cv_invalid(cv, "indices of another rank");
+  int32_t idx = lb_cast(G, wrap_indices(cv, 1, t->shape[axis]), LOOM_DTYPE_I64);
+  return done1(cv, gather_along(cv, IN(0), t, idx, ti, axis));
+}
+
+/* NegativeLogLikelihoodLoss on log-probabilities lp [N, C, d...] (value
+ * lpv) with targets input ti and optional weights input wi. */
+static loom_status nll(onnx_cv *cv, int32_t lpv, const loom_type *t, int32_t ti, int32_t wi) {
+  const loom_type *tt = TYPE(ti);
+  if (t->rank < 2 || tt->rank != t->rank - 1) return cv_invalid(cv, "targets of rank %d for input of rank %d", tt->rank, t->rank);
+  if (!loom_dtype_is_int(tt->dtype)) return cv_invalid(cv, "integer targets needed");
+  const char *red = cv_attr_s(cv, "reduction", "mean");
+  int mode = strcmp(red, "none") == 0 ? 0 : strcmp(red, "sum") == 0 ? 1 : strcmp(red, "mean") == 0 ? 2 : -1;
+  if (mode < 0) return cv_unsupported(cv, "reduction '%s'", red);
+  int32_t tgt = lb_cast(G, IN(ti), LOOM_DTYPE_I64), valid = -1;
+  if (cv_attr_has(cv, "ignore_index")) {
+    valid = lb_binary(G, LOOM_OP_NE, tgt, lb_scalar(G, LOOM_DTYPE_I64, (double)cv_attr_i(cv, "ignore_index", 0)));
+    tgt = lb_select(G, valid, tgt, lb_scalar(G, LOOM_DTYPE_I64, 0));
+  }
+  loom_type ut = *tt; /* [N, 1, d...] */
+  ut.rank = t->rank;
+  ut.shape[0] = tt->shape[0];
+  ut.shape[1] = 1;
+  for (int32_t d = 1; d < tt->rank; d++) ut.shape[d + 1] = tt->shape[d];
+  ut.dtype = LOOM_DTYPE_I64;
+  int32_t picked = gather_along(cv, lpv, t, lb_reshape(G, tgt, ut.rank, ut.shape), &ut, 1);
+  int32_t loss = lb_neg(G, lb_reshape(G, picked, tt->rank, tt->shape));
+  int32_t wt = -1;
+  if (wi >= 0 && cv_has(cv, wi)) wt = lb_gather(G, IN(wi), tgt, 0);
+  if (valid >= 0) {
+    int32_t v = lb_cast(G, valid, t->dtype);
+    wt = wt < 0 ? v : lb_mul(G, wt, v);
+  }
+  if (wt >= 0) loss = lb_mul(G, loss, wt);
+  if (mode == 0) return done1(cv, loss);
+  int32_t sum = lb_reduce(G, LOOM_OP_REDUCE_SUM, loss, 0, NULL, false);
+  if (mode == 1) return done1(cv, sum);
+  int32_t den = wt >= 0 ? lb_reduce(G, LOOM_OP_REDUCE_SUM, wt, 0, NULL, false)
+                        : lb_scalar(G, t->dtype, (double)loom_type_numel(tt));
+  return done1(cv, lb_div(G, sum, den));
+}
+
+static loom_status cv_nll_loss(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  return nll(cv, IN(0), TYPE(0), 1, 2);
+}
+
+static loom_status cv_softmax_ce_loss(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  const loom_type *t = TYPE(0);
+  if (t->rank < 2) return cv_invalid(cv, "scores of rank %d", t->rank);
+  loom_attr_value a[LOOM_MAX_ATTRS];
+  attrs_of(LOOM_OP_LOG_SOFTMAX, a);
+  LOOM_ATTRV_I(a, log_softmax, axis) = 1;
+  int32_t x = IN(0);
+  int32_t lp = lb_op(G, LOOM_OP_LOG_SOFTMAX, 1, &x, a);
+  LOOM_TRY(nll(cv, lp, t, 1, 2));
+  if (cv->n_out > 1) cv_out(cv, 1, lp);
+  return LOOM_STATUS_OK;
 }
 
 static loom_status cv_expand(onnx_cv *cv) {
@@ -1251,6 +1311,8 @@ static const onnx_converter converters[] = {
     {"Slice", 1, 0, cv_slice, "starts,ends,axes"},
     {"Gather", 1, 0, cv_gather, "axis"},
     {"GatherElements", 11, 0, cv_gather_elements, "axis"},
+    {"NegativeLogLikelihoodLoss", 12, 0, cv_nll_loss, "reduction,ignore_index"},
+    {"SoftmaxCrossEntropyLoss", 12, 0, cv_softmax_ce_loss, "reduction,ignore_index"},
     {"Expand", 8, 0, cv_expand, ""},
     {"Tile", 6, 0, cv_tile, ""},
     {"Pad", 2, 0, cv_pad, "mode,pads,value"},
