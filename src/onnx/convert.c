@@ -1227,6 +1227,7 @@ static loom_status cv_space_to_depth(onnx_cv *cv) {
 loom_status onnx_cv_conv(onnx_cv *cv);
 loom_status onnx_cv_max_pool(onnx_cv *cv);
 loom_status onnx_cv_average_pool(onnx_cv *cv);
+loom_status onnx_cv_resize(onnx_cv *cv); /* convert_resize.c */
 
 /* ---- the table ---------------------------------------------------------------- */
 
@@ -1338,6 +1339,8 @@ static const onnx_converter converters[] = {
     {"OneHot", 9, 0, cv_one_hot, "axis"},
     {"DepthToSpace", 1, 0, cv_depth_to_space, "blocksize,mode"},
     {"SpaceToDepth", 1, 0, cv_space_to_depth, "blocksize"},
+    {"Resize", 11, 0, onnx_cv_resize,
+     "mode,coordinate_transformation_mode,nearest_mode,cubic_coeff_a,exclude_outside,extrapolation_value"},
     {"Conv", 1, 0, onnx_cv_conv, "auto_pad,dilations,group,kernel_shape,pads,strides"},
     {"MaxPool", 1, 0, onnx_cv_max_pool, "auto_pad,ceil_mode,dilations,kernel_shape,pads,storage_order,strides"},
     {"AveragePool", 1, 0, onnx_cv_average_pool, "auto_pad,ceil_mode,count_include_pad,kernel_shape,pads,strides"},
