@@ -1228,6 +1228,12 @@ loom_status onnx_cv_conv(onnx_cv *cv);
 loom_status onnx_cv_max_pool(onnx_cv *cv);
 loom_status onnx_cv_average_pool(onnx_cv *cv);
 loom_status onnx_cv_resize(onnx_cv *cv); /* convert_resize.c */
+/* convert_index.c */
+loom_status onnx_cv_scatter_elements(onnx_cv *cv);
+loom_status onnx_cv_scatter_nd(onnx_cv *cv);
+loom_status onnx_cv_gather_nd(onnx_cv *cv);
+loom_status onnx_cv_cumsum(onnx_cv *cv);
+loom_status onnx_cv_top_k(onnx_cv *cv);
 
 /* ---- the table ---------------------------------------------------------------- */
 
@@ -1339,6 +1345,12 @@ static const onnx_converter converters[] = {
     {"OneHot", 9, 0, cv_one_hot, "axis"},
     {"DepthToSpace", 1, 0, cv_depth_to_space, "blocksize,mode"},
     {"SpaceToDepth", 1, 0, cv_space_to_depth, "blocksize"},
+    {"ScatterElements", 11, 0, onnx_cv_scatter_elements, "axis,reduction"},
+    {"Scatter", 9, 10, onnx_cv_scatter_elements, "axis"},
+    {"ScatterND", 11, 0, onnx_cv_scatter_nd, "reduction"},
+    {"GatherND", 11, 0, onnx_cv_gather_nd, "batch_dims"},
+    {"CumSum", 11, 0, onnx_cv_cumsum, "exclusive,reverse"},
+    {"TopK", 10, 0, onnx_cv_top_k, "axis,largest,sorted"},
     {"Resize", 11, 0, onnx_cv_resize,
      "mode,coordinate_transformation_mode,nearest_mode,cubic_coeff_a,exclude_outside,extrapolation_value"},
     {"Conv", 1, 0, onnx_cv_conv, "auto_pad,dilations,group,kernel_shape,pads,strides"},
