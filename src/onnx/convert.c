@@ -77,6 +77,14 @@ UNARY_F(cos, LOOM_OP_COS)
 UNARY_F(reciprocal, LOOM_OP_RECIPROCAL)
 
 static loom_status binary(onnx_cv *cv, loom_op op) {
+  /* before opset 7: B broadcasts only with broadcast=1, aligned at axis;
+   * aligned at the end that is NumPy's rule */
+  if (cv_attr_has(cv, "consumed_inputs")) return cv_unsupported(cv, "consumed_inputs");
+  if (cv_attr_i(cv, "broadcast", 0) == 0 && cv->opset < 7 && !loom_type_equal(TYPE(0), TYPE(1)))
+    return cv_invalid(cv, "shapes differ without broadcast=1");
+  if (cv_attr_has(cv, "axis") && cv_attr_i(cv, "axis", 0) != TYPE(0)->rank - TYPE(1)->rank &&
+      cv_attr_i(cv, "axis", 0) != -TYPE(1)->rank)
+    return cv_unsupported(cv, "legacy broadcasting along axis %lld", (long long)cv_attr_i(cv, "axis", 0));
   if (TYPE(0)->dtype != TYPE(1)->dtype)
     return cv_invalid(cv, "inputs of different types (%s, %s)", loom_dtype_name(TYPE(0)->dtype),
                       loom_dtype_name(TYPE(1)->dtype));
@@ -165,6 +173,14 @@ static loom_status cv_leaky_relu(onnx_cv *cv) {
 
 static loom_status cv_prelu(onnx_cv *cv) {
   int32_t x = IN(0), s = IN(1);
+  const loom_type *t = TYPE(0), *ts = TYPE(1);
+  /* before opset 7 a slope of one value per channel applies along dim 1 */
+  if (cv->opset < 7 && ts->rank == 1 && t->rank >= 2 && ts->shape[0] == t->shape[1] && ts->shape[0] != 1) {
+    int64_t shape[LOOM_MAX_RANK];
+    shape[0] = ts->shape[0];
+    for (int32_t d = 1; d < t->rank - 1; d++) shape[d] = 1;
+    s = lb_reshape(G, s, t->rank - 1, shape);
+  }
   return done1(cv, lb_select(G, lb_binary(G, LOOM_OP_LT, x, scalar(cv, x, 0)), lb_mul(G, x, s), x));
 }
 
@@ -899,8 +915,9 @@ static loom_status cv_pad(onnx_cv *cv) {
   int64_t pads[2 * LOOM_MAX_RANK];
   int32_t n;
   double value = 0;
-  const char *mode = cv_attr_s(cv, "mode", "constant");
-  if (strcmp(mode, "constant") != 0) return cv_unsupported(cv, "mode '%s'", mode);
+  const char *ms = cv_attr_s(cv, "mode", "constant");
+  int mode = strcmp(ms, "constant") == 0 ? 0 : strcmp(ms, "edge") == 0 ? 1 : strcmp(ms, "reflect") == 0 ? 2 : -1;
+  if (mode < 0) return cv_unsupported(cv, "mode '%s'", ms);
   if (cv->opset < 11) {
     n = cv_attr_ints(cv, "pads", pads, 2 * LOOM_MAX_RANK);
     value = cv_attr_f(cv, "value", 0);
@@ -923,7 +940,28 @@ static loom_status cv_pad(onnx_cv *cv) {
   }
   int32_t x = IN(0);
   if (crop) x = lb_slice(G, x, s, e);
-  return done1(cv, lb_pad(G, x, lo, hi, value));
+  if (mode == 0) return done1(cv, lb_pad(G, x, lo, hi, value));
+  /* edge and reflect: a gather per padded dim of the clamped or mirrored
+   * source index */
+  for (int32_t d = 0; d < t->rank; d++) {
+    int64_t len = e[d] - s[d], n = lo[d] + len + hi[d];
+    if (!lo[d] && !hi[d]) continue;
+    if (len == 0 || (mode == 2 && (lo[d] >= len || hi[d] >= len)))
+      return cv_invalid(cv, "pads too large for mode '%s'", ms);
+    double *idx = malloc(sizeof *idx * (size_t)n);
+    if (!idx) return loom_error(cv->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+    for (int64_t i = 0; i < n; i++) {
+      int64_t j = i - lo[d];
+      if (mode == 1) j = clamp64(j, 0, len - 1);
+      else if (j < 0) j = -j;
+      else if (j >= len) j = 2 * (len - 1) - j;
+      idx[i] = (double)j;
+    }
+    int32_t iv = cv_const_values(cv, LOOM_DTYPE_I64, 1, &n, idx);
+    free(idx);
+    x = lb_gather(G, x, iv, d);
+  }
+  return done1(cv, x);
 }
 
 /* ---- shapes and sources ------------------------------------------------------ */
@@ -1225,6 +1263,7 @@ static loom_status cv_space_to_depth(onnx_cv *cv) {
 
 /* convert_conv.c */
 loom_status onnx_cv_conv(onnx_cv *cv);
+loom_status onnx_cv_conv_transpose(onnx_cv *cv);
 loom_status onnx_cv_max_pool(onnx_cv *cv);
 loom_status onnx_cv_average_pool(onnx_cv *cv);
 loom_status onnx_cv_resize(onnx_cv *cv); /* convert_resize.c */
@@ -1251,10 +1290,10 @@ static const onnx_converter converters[] = {
     {"Sin", 7, 0, cv_sin, ""},
     {"Cos", 7, 0, cv_cos, ""},
     {"Reciprocal", 1, 0, cv_reciprocal, ""},
-    {"Add", 7, 0, cv_add, ""},
-    {"Sub", 7, 0, cv_sub, ""},
-    {"Mul", 7, 0, cv_mul, ""},
-    {"Div", 7, 0, cv_div, ""},
+    {"Add", 1, 0, cv_add, "broadcast,axis,consumed_inputs"},
+    {"Sub", 1, 0, cv_sub, "broadcast,axis,consumed_inputs"},
+    {"Mul", 1, 0, cv_mul, "broadcast,axis,consumed_inputs"},
+    {"Div", 1, 0, cv_div, "broadcast,axis,consumed_inputs"},
     {"Pow", 7, 0, cv_pow, ""},
     {"Equal", 7, 0, cv_equal, ""},
     {"Less", 7, 0, cv_less, ""},
@@ -1273,7 +1312,7 @@ static const onnx_converter converters[] = {
     {"Cast", 6, 0, cv_cast, "to,saturate"},
     {"CastLike", 15, 0, cv_cast_like, "saturate"},
     {"LeakyRelu", 6, 0, cv_leaky_relu, "alpha"},
-    {"PRelu", 7, 0, cv_prelu, ""},
+    {"PRelu", 6, 0, cv_prelu, ""},
     {"Elu", 6, 0, cv_elu, "alpha"},
     {"Selu", 6, 0, cv_selu, "alpha,gamma"},
     {"Celu", 12, 0, cv_celu, "alpha"},
@@ -1291,7 +1330,7 @@ static const onnx_converter converters[] = {
     {"Identity", 1, 0, cv_identity, ""},
     {"Dropout", 1, 0, cv_dropout, "ratio,is_test,seed"},
     {"MatMul", 1, 0, cv_matmul, ""},
-    {"Gemm", 7, 0, cv_gemm, "alpha,beta,transA,transB"},
+    {"Gemm", 6, 0, cv_gemm, "alpha,beta,transA,transB,broadcast"},
     {"Softmax", 1, 0, cv_softmax, "axis"},
     {"LogSoftmax", 1, 0, cv_log_softmax, "axis"},
     {"LayerNormalization", 17, 0, cv_layer_norm, "axis,epsilon,stash_type"},
@@ -1354,6 +1393,8 @@ static const onnx_converter converters[] = {
     {"Resize", 11, 0, onnx_cv_resize,
      "mode,coordinate_transformation_mode,nearest_mode,cubic_coeff_a,exclude_outside,extrapolation_value"},
     {"Conv", 1, 0, onnx_cv_conv, "auto_pad,dilations,group,kernel_shape,pads,strides"},
+    {"ConvTranspose", 1, 0, onnx_cv_conv_transpose,
+     "auto_pad,dilations,group,kernel_shape,output_padding,output_shape,pads,strides"},
     {"MaxPool", 1, 0, onnx_cv_max_pool, "auto_pad,ceil_mode,dilations,kernel_shape,pads,storage_order,strides"},
     {"AveragePool", 1, 0, onnx_cv_average_pool, "auto_pad,ceil_mode,count_include_pad,kernel_shape,pads,strides"},
 };

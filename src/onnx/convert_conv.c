@@ -148,26 +148,16 @@ static int64_t kernel_size(const window *w) {
   return kk;
 }
 
-loom_status onnx_cv_conv(onnx_cv *cv);
-loom_status onnx_cv_conv(onnx_cv *cv) {
-  const loom_type *t = cv_type(cv, 0), *tw = cv_type(cv, 1);
-  if (!loom_dtype_is_float(t->dtype)) return cv_unsupported(cv, "a %s input", loom_dtype_name(t->dtype));
-  if (tw->rank != t->rank || tw->dtype != t->dtype) return cv_invalid(cv, "weights of another rank or type");
-  window w;
-  LOOM_TRY(read_window(cv, t, tw->shape + 2, false, &w));
-  for (int32_t d = 0; d < w.k; d++)
-    if (w.kernel[d] != tw->shape[2 + d]) return cv_invalid(cv, "kernel_shape differs from the weights'");
-  int64_t g = cv_attr_i(cv, "group", 1), n = t->shape[0], c = t->shape[1], m = tw->shape[0];
-  int64_t kk = kernel_size(&w), op = 1;
-  if (kk > MAX_KERNEL) return cv_unsupported(cv, "a kernel of %lld positions", (long long)kk);
-  for (int32_t d = 0; d < w.k; d++) op *= w.out[d];
-  if (g <= 0 || c % g || m % g || tw->shape[1] != c / g) return cv_invalid(cv, "group %lld for %lld channels", (long long)g, (long long)c);
-  int32_t p = patches(cv, cv_in(cv, 0), &w, 0, 0);
-  int32_t wv = cv_in(cv, 1);
+/* y = conv(x, weights [M, C/g, k...]) over window w with g groups, plus
+ * bias [M] (bias -1: none). */
+static int32_t conv_core(onnx_cv *cv, int32_t x, const loom_type *t, int32_t wv, const loom_type *tw, const window *w,
+                         int64_t g, int32_t bias) {
+  int64_t n = t->shape[0], c = t->shape[1], m = tw->shape[0], kk = kernel_size(w), op = 1;
+  for (int32_t d = 0; d < w->k; d++) op *= w->out[d];
+  int32_t p = patches(cv, x, w, 0, 0);
   int64_t cg = c / g, mg = m / g;
   int32_t *ys = malloc(sizeof *ys * (size_t)g);
-  if (!ys) return loom_error(cv->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
-  int64_t pshape[LOOM_MAX_RANK];
+  if (!ys) return -1;
   for (int64_t gi = 0; gi < g; gi++) {
     int32_t pg = p, wg = wv;
     if (g > 1) {
@@ -184,10 +174,7 @@ loom_status onnx_cv_conv(onnx_cv *cv) {
       wg = lb_slice(G, wv, ws, we);
     }
     /* [N, Cg*K, O] and [N, Mg, Cg*K] (the weights broadcast over N) */
-    pshape[0] = n;
-    pshape[1] = cg * kk;
-    pshape[2] = op;
-    pg = lb_reshape(G, pg, 3, pshape);
+    pg = lb_reshape(G, pg, 3, (int64_t[]){n, cg * kk, op});
     wg = lb_reshape(G, wg, 3, (int64_t[]){1, mg, cg * kk});
     wg = lb_broadcast_to(G, wg, 3, (int64_t[]){n, mg, cg * kk});
     ys[gi] = lb_matmul(G, wg, pg, false, false);
@@ -197,14 +184,173 @@ loom_status onnx_cv_conv(onnx_cv *cv) {
   int64_t oshape[LOOM_MAX_RANK];
   oshape[0] = n;
   oshape[1] = m;
-  for (int32_t d = 0; d < w.k; d++) oshape[2 + d] = w.out[d];
+  for (int32_t d = 0; d < w->k; d++) oshape[2 + d] = w->out[d];
   y = lb_reshape(G, y, t->rank, oshape);
-  if (cv_has(cv, 2)) {
+  if (bias >= 0) {
     int64_t bshape[LOOM_MAX_RANK];
     bshape[0] = m;
-    for (int32_t d = 0; d < w.k; d++) bshape[1 + d] = 1;
-    y = lb_add(G, y, lb_reshape(G, cv_in(cv, 2), w.k + 1, bshape));
+    for (int32_t d = 0; d < w->k; d++) bshape[1 + d] = 1;
+    y = lb_add(G, y, lb_reshape(G, bias, w->k + 1, bshape));
   }
+  return y;
+}
+
+loom_status onnx_cv_conv(onnx_cv *cv);
+loom_status onnx_cv_conv(onnx_cv *cv) {
+  const loom_type *t = cv_type(cv, 0), *tw = cv_type(cv, 1);
+  if (!loom_dtype_is_float(t->dtype)) return cv_unsupported(cv, "a %s input", loom_dtype_name(t->dtype));
+  if (tw->rank != t->rank || tw->dtype != t->dtype) return cv_invalid(cv, "weights of another rank or type");
+  window w;
+  LOOM_TRY(read_window(cv, t, tw->shape + 2, false, &w));
+  for (int32_t d = 0; d < w.k; d++)
+    if (w.kernel[d] != tw->shape[2 + d]) return cv_invalid(cv, "kernel_shape differs from the weights'");
+  int64_t g = cv_attr_i(cv, "group", 1), c = t->shape[1], m = tw->shape[0];
+  if (kernel_size(&w) > MAX_KERNEL) return cv_unsupported(cv, "a kernel of %lld positions", (long long)kernel_size(&w));
+  if (g <= 0 || c % g || m % g || tw->shape[1] != c / g) return cv_invalid(cv, "group %lld for %lld channels", (long long)g, (long long)c);
+  int32_t y = conv_core(cv, cv_in(cv, 0), t, cv_in(cv, 1), tw, &w, g, cv_has(cv, 2) ? cv_in(cv, 2) : -1);
+  if (y < 0 && !G->err) return loom_error(cv->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+  cv_out(cv, 0, y);
+  return LOOM_STATUS_OK;
+}
+
+/* ConvTranspose as a convolution: the input with stride-1 zeros between
+ * its elements, padded by dilation*(k-1) less the pads (cropped where that
+ * is negative), against the weights flipped with input and output
+ * channels swapped per group. */
+loom_status onnx_cv_conv_transpose(onnx_cv *cv);
+loom_status onnx_cv_conv_transpose(onnx_cv *cv) {
+  const loom_type *t = cv_type(cv, 0), *tw = cv_type(cv, 1);
+  if (!loom_dtype_is_float(t->dtype)) return cv_unsupported(cv, "a %s input", loom_dtype_name(t->dtype));
+  if (tw->rank != t->rank || tw->dtype != t->dtype) return cv_invalid(cv, "weights of another rank or type");
+  int32_t k = t->rank - 2;
+  if (k < 1 || k > MAX_SPATIAL || t->rank + 1 > LOOM_MAX_RANK) return cv_unsupported(cv, "%d spatial dims", k);
+  int64_t g = cv_attr_i(cv, "group", 1), c = t->shape[1], mg = tw->shape[1], m = mg * g;
+  if (g <= 0 || c % g || tw->shape[0] != c) return cv_invalid(cv, "group %lld for %lld channels", (long long)g, (long long)c);
+  int64_t v[2 * MAX_SPATIAL], kernel[MAX_SPATIAL], stride[MAX_SPATIAL], dil[MAX_SPATIAL], lo[MAX_SPATIAL] = {0},
+      hi[MAX_SPATIAL] = {0}, opad[MAX_SPATIAL] = {0}, oshape[MAX_SPATIAL];
+  int32_t n;
+  for (int32_t d = 0; d < k; d++) {
+    kernel[d] = tw->shape[2 + d];
+    stride[d] = dil[d] = 1;
+  }
+  if ((n = cv_attr_ints(cv, "kernel_shape", v, MAX_SPATIAL)) >= 0)
+    for (int32_t d = 0; d < k && d < n; d++)
+      if (v[d] != kernel[d]) return cv_invalid(cv, "kernel_shape differs from the weights'");
+  if ((n = cv_attr_ints(cv, "strides", v, MAX_SPATIAL)) >= 0)
+    for (int32_t d = 0; d < k && d < n; d++) stride[d] = v[d];
+  if ((n = cv_attr_ints(cv, "dilations", v, MAX_SPATIAL)) >= 0)
+    for (int32_t d = 0; d < k && d < n; d++) dil[d] = v[d];
+  if ((n = cv_attr_ints(cv, "output_padding", v, MAX_SPATIAL)) >= 0)
+    for (int32_t d = 0; d < k && d < n; d++) opad[d] = v[d];
+  if ((n = cv_attr_ints(cv, "pads", v, 2 * MAX_SPATIAL)) >= 0) {
+    if (n != 2 * k) return cv_invalid(cv, "pads has %d values", n);
+    for (int32_t d = 0; d < k; d++) {
+      lo[d] = v[d];
+      hi[d] = v[d + k];
+    }
+  }
+  int32_t n_os = cv_attr_ints(cv, "output_shape", oshape, MAX_SPATIAL);
+  if (cv->st) return cv->st;
+  const char *ap = cv_attr_s(cv, "auto_pad", "NOTSET");
+  bool same = strncmp(ap, "SAME_", 5) == 0, upper = strcmp(ap, "SAME_UPPER") == 0;
+  if (!same && strcmp(ap, "NOTSET") != 0 && strcmp(ap, "VALID") != 0) return cv_unsupported(cv, "auto_pad '%s'", ap);
+  for (int32_t d = 0; d < k; d++) {
+    if (stride[d] <= 0 || dil[d] <= 0 || opad[d] < 0) return cv_invalid(cv, "bad strides, dilations or output_padding");
+    if (n_os < 0 && !same && (lo[d] < 0 || hi[d] < 0)) return cv_invalid(cv, "negative pads");
+    int64_t in = t->shape[2 + d], full = stride[d] * (in - 1) + opad[d] + (kernel[d] - 1) * dil[d] + 1;
+    if (strcmp(ap, "VALID") == 0) lo[d] = hi[d] = 0;
+    if (n_os >= 0 || same) {
+      /* the spec's split of the total padding (floor halves; a negative
+       * total widens the output at the end) */
+      int64_t out = n_os >= 0 ? oshape[n_os - k + d] : in * stride[d];
+      int64_t total = full - out, half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+      if (upper) {
+        lo[d] = half;
+        hi[d] = total - half;
+      } else {
+        hi[d] = half;
+        lo[d] = total - half;
+      }
+    }
+  }
+  /* zeros between the input's elements */
+  int32_t x = cv_in(cv, 0);
+  loom_type cur = *t;
+  for (int32_t d = 0; d < k; d++) {
+    if (stride[d] == 1) continue;
+    int32_t a = 2 + d;
+    int64_t s1[LOOM_MAX_RANK], l0[LOOM_MAX_RANK] = {0}, h0[LOOM_MAX_RANK] = {0};
+    for (int32_t e = 0, j = 0; e <= cur.rank; e++) s1[e] = e == a + 1 ? 1 : cur.shape[j++];
+    h0[a + 1] = stride[d] - 1;
+    x = lb_pad(G, lb_reshape(G, x, cur.rank + 1, s1), l0, h0, 0);
+    int64_t len = cur.shape[a];
+    cur.shape[a] = len * stride[d];
+    x = lb_reshape(G, x, cur.rank, cur.shape);
+    int64_t st[LOOM_MAX_RANK] = {0}, en[LOOM_MAX_RANK];
+    for (int32_t e = 0; e < cur.rank; e++) en[e] = cur.shape[e];
+    en[a] = (len - 1) * stride[d] + 1;
+    cur.shape[a] = en[a];
+    x = lb_slice(G, x, st, en);
+  }
+  /* crop where the pads exceed dilation*(k-1), pad the rest */
+  window w;
+  memset(&w, 0, sizeof w);
+  w.k = k;
+  int64_t st[LOOM_MAX_RANK] = {0}, en[LOOM_MAX_RANK];
+  bool crop = false;
+  for (int32_t e = 0; e < cur.rank; e++) en[e] = cur.shape[e];
+  for (int32_t d = 0; d < k; d++) {
+    int64_t span = dil[d] * (kernel[d] - 1), l = span - lo[d], h = span - hi[d] + opad[d];
+    if (l < 0) {
+      st[2 + d] = -l;
+      crop = true;
+      l = 0;
+    }
+    if (h < 0) {
+      en[2 + d] += h;
+      crop = true;
+      h = 0;
+    }
+    if (en[2 + d] <= st[2 + d]) return cv_invalid(cv, "pads larger than the output");
+    w.kernel[d] = kernel[d];
+    w.stride[d] = 1;
+    w.dil[d] = dil[d];
+    w.lo[d] = l;
+    w.hi[d] = h;
+    w.out[d] = en[2 + d] - st[2 + d] + l + h - span;
+    if (w.out[d] <= 0) return cv_invalid(cv, "an empty output");
+  }
+  if (crop) {
+    x = lb_slice(G, x, st, en);
+    for (int32_t d = 0; d < k; d++) cur.shape[2 + d] = en[2 + d] - st[2 + d];
+  }
+  if (kernel_size(&w) > MAX_KERNEL) return cv_unsupported(cv, "a kernel of %lld positions", (long long)kernel_size(&w));
+  /* weights [C, M/g, k...] -> [M, C/g, k...], flipped */
+  int64_t s5[LOOM_MAX_RANK], perm[LOOM_MAX_RANK], s3[LOOM_MAX_RANK];
+  s5[0] = g;
+  s5[1] = c / g;
+  s5[2] = mg;
+  perm[0] = 0;
+  perm[1] = 2;
+  perm[2] = 1;
+  s3[0] = m;
+  s3[1] = c / g;
+  for (int32_t d = 0; d < k; d++) {
+    s5[3 + d] = kernel[d];
+    perm[3 + d] = 3 + d;
+    s3[2 + d] = kernel[d];
+  }
+  int32_t wv = lb_reshape(G, lb_transpose(G, lb_reshape(G, cv_in(cv, 1), k + 3, s5), perm), k + 2, s3);
+  for (int32_t d = 0; d < k; d++) {
+    double rev[MAX_KERNEL];
+    if (kernel[d] > MAX_KERNEL) return cv_unsupported(cv, "a kernel of %lld", (long long)kernel[d]);
+    for (int64_t i = 0; i < kernel[d]; i++) rev[i] = (double)(kernel[d] - 1 - i);
+    wv = lb_gather(G, wv, cv_const_values(cv, LOOM_DTYPE_I64, 1, &kernel[d], rev), 2 + d);
+  }
+  loom_type tw2 = {.dtype = t->dtype, .rank = k + 2};
+  memcpy(tw2.shape, s3, sizeof s3);
+  int32_t y = conv_core(cv, x, &cur, wv, &tw2, &w, g, cv_has(cv, 2) ? cv_in(cv, 2) : -1);
+  if (y < 0 && !G->err) return loom_error(cv->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
   cv_out(cv, 0, y);
   return LOOM_STATUS_OK;
 }
