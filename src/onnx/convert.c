@@ -1061,6 +1061,78 @@ static loom_status cv_range(onnx_cv *cv) {
 }
 
 
+
+/* ReduceProd: the reduced axes moved last and flattened, then halved by
+ * multiplying the two halves (a 1 appended to odd lengths). */
+static loom_status cv_reduce_prod(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  int64_t axes[LOOM_MAX_RANK];
+  int32_t n = cv->opset >= 18 ? (cv_has(cv, 1) ? cv_ints(cv, 1, axes, LOOM_MAX_RANK) : -1)
+                              : cv_attr_ints(cv, "axes", axes, LOOM_MAX_RANK);
+  if (cv->st) return cv->st;
+  bool keep = cv_attr_i(cv, "keepdims", 1) != 0;
+  if (n <= 0 && cv_attr_i(cv, "noop_with_empty_axes", 0) != 0) return done1(cv, IN(0));
+  bool red[LOOM_MAX_RANK] = {false};
+  if (n <= 0)
+    for (int32_t d = 0; d < t->rank; d++) red[d] = true;
+  for (int32_t i = 0; i < n; i++) {
+    int32_t a;
+    if (!onnx_axis(axes[i], t->rank, &a)) return cv_invalid(cv, "axis out of range");
+    red[a] = true;
+  }
+  int64_t perm[LOOM_MAX_RANK], kept[LOOM_MAX_RANK], out[LOOM_MAX_RANK], rows = 1, len = 1;
+  int32_t np = 0, nk = 0;
+  for (int32_t d = 0; d < t->rank; d++)
+    if (!red[d]) {
+      perm[np++] = d;
+      kept[nk++] = t->shape[d];
+      rows *= t->shape[d];
+    }
+  for (int32_t d = 0; d < t->rank; d++)
+    if (red[d]) {
+      perm[np++] = d;
+      len *= t->shape[d];
+    }
+  int32_t x = IN(0);
+  if (t->rank) x = lb_transpose(G, x, perm);
+  x = lb_reshape(G, x, 2, (int64_t[]){rows, len});
+  if (len == 0) x = lb_const(G, t->dtype, 2, (int64_t[]){rows, 1}, 1.0);
+  while (len > 1) {
+    if (len % 2) {
+      x = lb_pad(G, x, (int64_t[]){0, 0}, (int64_t[]){0, 1}, 1.0);
+      len++;
+    }
+    x = lb_mul(G, lb_slice(G, x, (int64_t[]){0, 0}, (int64_t[]){rows, len / 2}),
+               lb_slice(G, x, (int64_t[]){0, len / 2}, (int64_t[]){rows, len}));
+    len /= 2;
+  }
+  for (int32_t d = 0, k = 0; d < t->rank; d++) out[d] = red[d] ? 1 : kept[k++];
+  return done1(cv, keep ? lb_reshape(G, x, t->rank, out) : lb_reshape(G, x, nk, kept));
+}
+
+/* Mod: integers exactly (fmod=0: the divisor's sign, as Python's %;
+ * fmod=1: the dividend's, as C's); floats as a - floor|trunc(a / b) * b. */
+static loom_status cv_mod(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  if (t->dtype != TYPE(1)->dtype) return cv_invalid(cv, "inputs of different types");
+  bool fmod_ = cv_attr_i(cv, "fmod", 0) != 0;
+  int32_t a = IN(0), b = IN(1);
+  if (!is_float(t)) {
+    int32_t r = lb_sub(G, a, lb_mul(G, lb_div(G, a, b), b)); /* division truncates */
+    if (fmod_) return done1(cv, r);
+    int32_t zero = scalar(cv, a, 0);
+    int32_t fix = lb_binary(G, LOOM_OP_MINIMUM, lb_binary(G, LOOM_OP_NE, r, zero),
+                            lb_binary(G, LOOM_OP_NE, lb_binary(G, LOOM_OP_LT, r, zero), lb_binary(G, LOOM_OP_LT, b, zero)));
+    return done1(cv, lb_select(G, fix, lb_add(G, r, b), r));
+  }
+  if (!fmod_) return cv_unsupported(cv, "fmod=0 on floats");
+  int32_t q = lb_div(G, a, b);
+  int32_t tq = lb_cast(G, lb_cast(G, q, LOOM_DTYPE_I64), t->dtype);
+  int32_t big = lb_binary(G, LOOM_OP_GE, lb_unary(G, LOOM_OP_ABS, q), scalar(cv, q, 4503599627370496.0));
+  tq = lb_select(G, big, q, tq);
+  return done1(cv, lb_sub(G, a, lb_mul(G, tq, b)));
+}
+
 /* ---- more decompositions ----------------------------------------------------- */
 
 /* Floor, Ceil, Round (half to even) from casts: exact, since a float of
@@ -1273,6 +1345,10 @@ loom_status onnx_cv_scatter_nd(onnx_cv *cv);
 loom_status onnx_cv_gather_nd(onnx_cv *cv);
 loom_status onnx_cv_cumsum(onnx_cv *cv);
 loom_status onnx_cv_top_k(onnx_cv *cv);
+/* convert_rnn.c */
+loom_status onnx_cv_rnn(onnx_cv *cv);
+loom_status onnx_cv_gru(onnx_cv *cv);
+loom_status onnx_cv_lstm(onnx_cv *cv);
 
 /* ---- the table ---------------------------------------------------------------- */
 
@@ -1345,6 +1421,8 @@ static const onnx_converter converters[] = {
     {"ReduceSumSquare", 1, 0, cv_reduce_sumsq, "axes,keepdims,noop_with_empty_axes"},
     {"ReduceLogSum", 1, 0, cv_reduce_logsum, "axes,keepdims,noop_with_empty_axes"},
     {"ReduceLogSumExp", 1, 0, cv_reduce_logsumexp, "axes,keepdims,noop_with_empty_axes"},
+    {"ReduceProd", 1, 0, cv_reduce_prod, "axes,keepdims,noop_with_empty_axes"},
+    {"Mod", 10, 0, cv_mod, "fmod"},
     {"ArgMax", 1, 0, cv_argmax, "axis,keepdims,select_last_index"},
     {"ArgMin", 1, 0, cv_argmin, "axis,keepdims,select_last_index"},
     {"Transpose", 1, 0, cv_transpose, "perm"},
@@ -1390,6 +1468,11 @@ static const onnx_converter converters[] = {
     {"GatherND", 11, 0, onnx_cv_gather_nd, "batch_dims"},
     {"CumSum", 11, 0, onnx_cv_cumsum, "exclusive,reverse"},
     {"TopK", 10, 0, onnx_cv_top_k, "axis,largest,sorted"},
+    {"RNN", 7, 0, onnx_cv_rnn, "activations,activation_alpha,activation_beta,clip,direction,hidden_size,layout"},
+    {"GRU", 7, 0, onnx_cv_gru,
+     "activations,activation_alpha,activation_beta,clip,direction,hidden_size,layout,linear_before_reset"},
+    {"LSTM", 7, 0, onnx_cv_lstm,
+     "activations,activation_alpha,activation_beta,clip,direction,hidden_size,layout,input_forget"},
     {"Resize", 11, 0, onnx_cv_resize,
      "mode,coordinate_transformation_mode,nearest_mode,cubic_coeff_a,exclude_outside,extrapolation_value"},
     {"Conv", 1, 0, onnx_cv_conv, "auto_pad,dilations,group,kernel_shape,pads,strides"},

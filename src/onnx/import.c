@@ -242,7 +242,9 @@ static loom_status node_error(onnx_cv *cv, loom_status st, const char *fmt, va_l
   char msg[512];
   vsnprintf(msg, sizeof msg, fmt, ap);
   const onnx_node *n = cv->node;
-  return loom_error(cv->im->ctx, st, "ONNX node '%s' (%s, opset %lld): %s%s", n->name[0] ? n->name : (n->n_out ? n->out[0] : "?"),
+  const char *name = n->name;
+  for (int32_t o = 0; !name[0] && o < n->n_out; o++) name = n->out[o];
+  return loom_error(cv->im->ctx, st, "ONNX node '%s' (%s, opset %lld): %s%s", name,
                     n->op_type, (long long)cv->opset, st == LOOM_STATUS_UNSUPPORTED ? "unsupported: " : "",
                     msg);
 }
