@@ -380,6 +380,43 @@ static loom_status fold(onnx_cv *cv, const onnx_converter *c) {
   return st;
 }
 
+static loom_status convert_node(onnx_importer *im, const onnx_node *n, int64_t opset);
+
+/* A branch's initializers become constants and its nodes are converted
+ * into the program like the main graph's; its outputs are the If's. */
+loom_status onnx_cv_if(onnx_cv *cv) {
+  onnx_importer *im = cv->im;
+  double cond;
+  if (!cv_scalar(cv, 0, &cond)) return cv_unsupported(cv, "a condition not known at load time");
+  const onnx_attr *a = onnx_node_attr(cv->node, cond != 0 ? "then_branch" : "else_branch");
+  if (!a || !a->g) return cv_invalid(cv, "no %s graph", cond != 0 ? "then_branch" : "else_branch");
+  const onnx_graph *b = a->g;
+  if (b->n_outputs != cv->n_out) return cv_invalid(cv, "the branch has %d outputs for %d", b->n_outputs, cv->n_out);
+  for (int32_t i = 0; i < b->n_init; i++) {
+    loom_tensor *lt = NULL;
+    LOOM_TRY(onnx_tensor_to_loom(im->ctx, im->m, &b->init[i], &lt));
+    LOOM_TRY(own(im, lt));
+    int32_t k = add_entry(im, b->init[i].name);
+    if (k < 0) return im->ctx->last ? im->ctx->last : LOOM_STATUS_INVALID_ARGUMENT;
+    im->e[k].c = lt;
+    im->e[k].type = tensor_type(lt);
+  }
+  for (int32_t i = 0; i < b->n_nodes; i++) LOOM_TRY(convert_node(im, &b->nodes[i], cv->opset));
+  for (int32_t o = 0; o < cv->n_out; o++) {
+    int32_t k = find(im, b->outputs[o].name);
+    if (k < 0) return cv_invalid(cv, "branch output '%s' is not defined", b->outputs[o].name);
+    entry *e = &im->e[k];
+    if (e->val >= 0) {
+      cv_out(cv, o, e->val);
+    } else if (e->c) {
+      loom_tensor *t = NULL;
+      LOOM_TRY(tensor_copy(im->ctx, e->c, &t));
+      cv_out_const(cv, o, t);
+    }
+  }
+  return LOOM_STATUS_OK;
+}
+
 static loom_status convert_node(onnx_importer *im, const onnx_node *n, int64_t opset) {
   onnx_cv cv = {.im = im, .ctx = im->ctx, .m = im->m, .g = im->p->g, .node = n, .opset = opset};
   if (n->n_in > ONNX_MAX_NODE_IO || n->n_out > ONNX_MAX_NODE_IO)
@@ -402,6 +439,9 @@ static loom_status convert_node(onnx_importer *im, const onnx_node *n, int64_t o
                         n->in[i]);
     if (!im->e[cv.entry[i]].c) all_const = false;
   }
+  /* a node with subgraphs converts them into the program: never folded */
+  for (int32_t i = 0; i < n->n_attrs; i++)
+    if (n->attrs[i].g || n->attrs[i].n_graphs) all_const = false;
   loom_status st = all_const ? fold(&cv, c) : run_converter(&cv, c);
   bool folded = !st;
   for (int32_t o = 0; o < n->n_out; o++) folded &= !n->out[o][0] || cv.out_const[o] != NULL;
