@@ -5,7 +5,8 @@
  * Where, tanh GELU), and a small CNN (Conv, BatchNormalization, Relu,
  * MaxPool, grouped strided Conv, HardSwish, GlobalAveragePool, Flatten,
  * Gemm, Softmax). Shapes reach Reshape through Shape -> Gather -> Concat
- * chains, folded at load time. */
+ * chains, folded at load time. With an argument DIR it writes larger
+ * BERT and GPT-2 blocks there instead, for bench/peers/onnx_bench.py. */
 #include "common.h"
 #include "onnx_writer.h"
 
@@ -98,12 +99,33 @@ static float gelu(float x, bool tanh_form) {
 
 /* ---- a transformer block ---------------------------------------------------- */
 
-enum { B = 2, T = 6, D = 16, H = 2, DH = 8, F = 32 };
+/* sizes: small for the test, larger when writing benchmark models */
+static int B = 2, T = 6, D = 16, H = 2, DH = 8, F = 32;
 
 typedef struct block_weights {
-  float wq[D * D], wk[D * D], wv[D * D], wo[D * D], bq[D], bk[D], bv[D], bo[D];
-  float g1[D], b1[D], g2[D], b2[D], w1[D * F], c1[F], w2[F * D], c2[D];
+  float *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo;
+  float *g1, *b1, *g2, *b2, *w1, *c1, *w2, *c2;
 } block_weights;
+
+static float *fa(size_t n) {
+  float *p = calloc(n, sizeof *p);
+  if (!p) abort();
+  return p;
+}
+
+static void block_alloc(block_weights *w) {
+  size_t d = (size_t)D, f = (size_t)F;
+  w->wq = fa(d * d), w->wk = fa(d * d), w->wv = fa(d * d), w->wo = fa(d * d);
+  w->bq = fa(d), w->bk = fa(d), w->bv = fa(d), w->bo = fa(d);
+  w->g1 = fa(d), w->b1 = fa(d), w->g2 = fa(d), w->b2 = fa(d);
+  w->w1 = fa(d * f), w->c1 = fa(f), w->w2 = fa(f * d), w->c2 = fa(d);
+}
+
+static void block_free(block_weights *w) {
+  float *all[] = {w->wq, w->wk, w->wv, w->wo, w->bq, w->bk, w->bv, w->bo,
+                  w->g1, w->b1, w->g2, w->b2, w->w1, w->c1, w->w2, w->c2};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
 
 /* [B*T, D] -> heads [B, H, T, DH] through a reshape whose shape comes
  * from a Shape -> Gather -> Concat chain, then a transpose. */
@@ -159,10 +181,11 @@ static pbw block_model(bool gpt, block_weights *bw) {
   const char *kt = node(&w, "Transpose", 1, &k, &perm, 1);
   const char *s = op2(&w, "Mul", op2(&w, "MatMul", q, kt), scalar_f(&w, 1.0f / sqrtf((float)DH)));
   if (gpt) {
-    float ones[T * T];
+    float *ones = fa((size_t)(T * T));
     for (int i = 0; i < T * T; i++) ones[i] = 1;
     const char *on = fresh(&w);
-    pbw t = onnxw_tensor(on, 1, 2, (int64_t[]){T, T}, ones, sizeof ones);
+    pbw t = onnxw_tensor(on, 1, 2, (int64_t[]){T, T}, ones, sizeof(float) * (size_t)(T * T));
+    free(ones);
     pbw_msg(&w.g, 5, &t);
     pbw up = onnxw_attr_int("upper", 0);
     const char *tril = node(&w, "Trilu", 1, &on, &up, 1);
@@ -191,9 +214,11 @@ static pbw block_model(bool gpt, block_weights *bw) {
 }
 
 static void block_reference(bool gpt, const block_weights *bw, const float *x, float *y) {
-  static float h[B * T * D], q[B * T * D], k[B * T * D], v[B * T * D], c[B * T * D], o[B * T * D], r1[B * T * D],
-      f[B * T * F], f2[B * T * D], fin[B * T * D];
-  memcpy(h, x, sizeof h);
+  size_t n = (size_t)(B * T * D);
+  float *h = fa(n), *q = fa(n), *k = fa(n), *v = fa(n), *c = fa(n), *o = fa(n), *r1 = fa(n), *f2 = fa(n), *fin = fa(n);
+  float *f = fa((size_t)(B * T * F));
+  double *s = malloc(sizeof *s * (size_t)T);
+  memcpy(h, x, sizeof(float) * n);
   if (gpt) layer_norm(h, B * T, D, bw->g1, bw->b1);
   matmul(h, bw->wq, q, B * T, D, D);
   matmul(h, bw->wk, k, B * T, D, D);
@@ -203,7 +228,7 @@ static void block_reference(bool gpt, const block_weights *bw, const float *x, f
   for (int b = 0; b < B; b++)
     for (int hh = 0; hh < H; hh++)
       for (int i = 0; i < T; i++) {
-        double s[T], m = -INFINITY, z = 0;
+        double m = -INFINITY, z = 0;
         for (int j = 0; j < T; j++) {
           double dot = 0;
           for (int e = 0; e < DH; e++) dot += (double)q[(b * T + i) * D + hh * DH + e] * k[(b * T + j) * D + hh * DH + e];
@@ -220,13 +245,16 @@ static void block_reference(bool gpt, const block_weights *bw, const float *x, f
   matmul(c, bw->wo, o, B * T, D, D);
   for (int i = 0; i < B * T * D; i++) r1[i] = x[i] + o[i] + bw->bo[i % D];
   if (!gpt) layer_norm(r1, B * T, D, bw->g1, bw->b1);
-  memcpy(fin, r1, sizeof fin);
+  memcpy(fin, r1, sizeof(float) * n);
   if (gpt) layer_norm(fin, B * T, D, bw->g2, bw->b2);
   matmul(fin, bw->w1, f, B * T, D, F);
   for (int i = 0; i < B * T * F; i++) f[i] = gelu(f[i] + bw->c1[i % F], gpt);
   matmul(f, bw->w2, f2, B * T, F, D);
   for (int i = 0; i < B * T * D; i++) y[i] = r1[i] + f2[i] + bw->c2[i % D];
   if (!gpt) layer_norm(y, B * T, D, bw->g2, bw->b2);
+  float *all[] = {h, q, k, v, c, o, r1, f2, fin, f};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+  free(s);
 }
 
 /* ---- a small CNN ------------------------------------------------------------ */
@@ -382,10 +410,33 @@ static void run_and_compare(const char *what, const pbw *model, const char *in_n
   onnx_model_free(m);
 }
 
-int main(void) {
+static void write_file(const char *dir, const char *name, const pbw *m) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  CHECK(f && fwrite(m->p, 1, m->n, f) == m->n && fclose(f) == 0);
+  printf("wrote %s (%zu bytes)\n", path, m->n);
+}
+
+int main(int argc, char **argv) {
   if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) return 1;
-  static block_weights bw;
-  static float x[B * T * D], y[B * T * D];
+  block_weights bw;
+  if (argc > 1) {
+    /* benchmark models (bench/peers/onnx_bench.py): one sequence of 128
+     * tokens, width 256, 4 heads, FFN 1024 */
+    B = 1, T = 128, D = 256, H = 4, DH = 64, F = 1024;
+    block_alloc(&bw);
+    for (int gpt = 0; gpt < 2; gpt++) {
+      pbw m = block_model(gpt, &bw);
+      write_file(argv[1], gpt ? "gpt2_block.onnx" : "bert_layer.onnx", &m);
+      free(m.p);
+    }
+    block_free(&bw);
+    loom_ctx_free(ctx);
+    return loom_test_finish("test_onnx_models");
+  }
+  block_alloc(&bw);
+  float *x = fa((size_t)(B * T * D)), *y = fa((size_t)(B * T * D));
   for (int gpt = 0; gpt < 2; gpt++) {
     pbw m = block_model(gpt, &bw);
     for (int i = 0; i < B * T * D; i++) x[i] = (float)loom_test_uniform(&rng, -1, 1);
@@ -395,6 +446,9 @@ int main(void) {
                     9 + (gpt ? 2 : 0));
     free(m.p);
   }
+  free(x);
+  free(y);
+  block_free(&bw);
   static cnn_weights cw;
   pbw m = cnn_model(&cw);
   float img[CI * HW * HW], probs[NC];

@@ -383,7 +383,7 @@ static int cmd_onnx_test(int argc, char **argv) {
 static const char usage_model[] =
     "usage: loom run MODEL.onnx [--input NAME=PATH]... [--out DIR] [--force]\n"
     "       loom show MODEL.onnx [--input NAME=PATH]...\n"
-    "       loom compile MODEL.onnx [--input NAME=PATH]... [--fusion MODE]\n"
+    "       loom compile MODEL.onnx [--input NAME=PATH]... [--fusion MODE] [--emit graph|program|kernels|c]\n"
     "       loom bench MODEL.onnx [--input NAME=PATH]... [--dim NAME=N]... [--iters N]\n"
     "  (each also takes --backend NAME, --fusion MODE, --threads N)\n"
     "\n"
@@ -397,7 +397,7 @@ static const char usage_model[] =
     "and prints the median.\n";
 
 typedef struct model_args {
-  const char *cmd, *file, *out_dir, *backend;
+  const char *cmd, *file, *out_dir, *backend, *emit;
   loom_fusion_mode fusion;
   long threads, iters;
   bool force;
@@ -457,6 +457,10 @@ static int parse_model_args(int argc, char **argv, model_args *a) {
       if (m < 0 || !loom_cli_parse_long(v, 0, 4096, &a->threads)) return model_usage("--threads wants a number, got '%s'", m < 0 ? "" : v);
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--iters", &v)) != 0) {
       if (m < 0 || !loom_cli_parse_long(v, 1, 100000, &a->iters)) return model_usage("--iters wants a number, got '%s'", m < 0 ? "" : v);
+    } else if ((m = loom_cli_flag_value(argc, argv, &i, "--emit", &v)) != 0) {
+      if (m < 0 || (strcmp(v, "graph") && strcmp(v, "program") && strcmp(v, "kernels") && strcmp(v, "c")))
+        return model_usage("--emit wants graph, program, kernels or c, got '%s'", m < 0 ? "" : v);
+      a->emit = v;
     } else if (strcmp(arg, "--force") == 0) {
       a->force = true;
     } else if (arg[0] == '-' || a->file) {
@@ -679,15 +683,27 @@ static int model_compile_or_bench(loom_ctx *ctx, const model_args *a, bool bench
     for (int32_t i = 0; outs && i < n_out; i++) loom_tensor_free(outs[i]);
     free(outs);
   }
+  if (!st && a->emit) {
+    /* the artifact on stdout, the summary on stderr (as loom compile) */
+    loom_session_artifact what = strcmp(a->emit, "graph") == 0     ? LOOM_ARTIFACT_GRAPH
+                                 : strcmp(a->emit, "program") == 0 ? LOOM_ARTIFACT_PROGRAM
+                                 : strcmp(a->emit, "kernels") == 0 ? LOOM_ARTIFACT_KERNELS
+                                                                   : LOOM_ARTIFACT_SOURCE;
+    char *text = NULL;
+    st = loom_session_describe(s, what, &text);
+    if (!st) fputs(text, stdout);
+    loom_free(text);
+  }
+  FILE *sum = a->emit ? stderr : stdout;
   if (!st) {
     loom_session_stats ss;
     loom_session_get_stats(s, &ss);
-    printf("%s: backend %s, fusion %s\n", a->file, a->backend, loom_fusion_mode_name(a->fusion));
-    printf("  Loom nodes      %d (%d ONNX nodes folded at load time)\n", l.p->g->n_nodes, l.p->n_folded);
-    printf("  primitive ops   %d\n  kernels         %d (%d GEMM epilogues)\n  GEMMs           %d\n", ss.n_primitive_ops,
-           ss.n_kernels, ss.n_epilogues, ss.n_gemm);
-    printf("  eager nodes     %d\n  peak bytes      %lld\n  compile time    %.3f s\n", ss.n_eager,
-           (long long)ss.peak_bytes, ss.compile_seconds);
+    fprintf(sum, "%s: backend %s, fusion %s\n", a->file, a->backend, loom_fusion_mode_name(a->fusion));
+    fprintf(sum, "  Loom nodes      %d (%d ONNX nodes folded at load time)\n", l.p->g->n_nodes, l.p->n_folded);
+    fprintf(sum, "  primitive ops   %d\n  kernels         %d (%d GEMM epilogues)\n  GEMMs           %d\n",
+            ss.n_primitive_ops, ss.n_kernels, ss.n_epilogues, ss.n_gemm);
+    fprintf(sum, "  eager nodes     %d\n  peak bytes      %lld\n  compile time    %.3f s\n", ss.n_eager,
+            (long long)ss.peak_bytes, ss.compile_seconds);
     if (bench) {
       double lo = times[0];
       for (long i = 1; i < a->iters; i++) lo = times[i] < lo ? times[i] : lo;

@@ -115,6 +115,17 @@ static loom_status cv_not(onnx_cv *cv) {
 }
 
 static loom_status cv_pow(onnx_cv *cv) {
+  double e;
+  /* a small whole or half exponent known at load time (GELU's x^3, x^2 in
+   * norms): products or a square root, cheaper than pow and as exact */
+  if (is_float(TYPE(0)) && cv_const(cv, 1) && cv_scalar(cv, 1, &e) && TYPE(1)->rank <= TYPE(0)->rank &&
+      (e == 0.5 || e == 1 || e == 2 || e == 3)) {
+    int32_t x = IN(0);
+    if (e == 0.5) return done1(cv, lb_unary(G, LOOM_OP_SQRT, x));
+    int32_t y = e == 1 ? x : lb_mul(G, x, x);
+    if (e == 3) y = lb_mul(G, y, x);
+    return done1(cv, y); /* one element of no higher rank: x's shape stays */
+  }
   int32_t a = IN(0), b = IN(1);
   if (TYPE(0)->dtype != TYPE(1)->dtype) {
     if (!is_float(TYPE(0)) && is_float(TYPE(1)))
