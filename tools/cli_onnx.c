@@ -369,9 +369,10 @@ static int cmd_onnx_test(int argc, char **argv) {
   for (int j = 0; j < n_ops; j++)
     printf("  %-24s %4d %4d %4d\n", ops[j].name, ops[j].n[T_PASS], ops[j].n[T_FAIL], ops[j].n[T_UNSUPPORTED]);
   int all = total[0] + total[1] + total[2];
-  printf("\nonnx-test %s (backend %s, fusion %s): %d tests, %d supported, %d passed, %d failed, %d unsupported\n",
-         dir, o.backend, loom_fusion_mode_name(o.fusion), all, total[T_PASS] + total[T_FAIL], total[T_PASS],
-         total[T_FAIL], total[T_UNSUPPORTED]);
+  char mode[64] = "";
+  if (strcmp(o.backend, "ref") != 0) snprintf(mode, sizeof mode, ", fusion %s", loom_fusion_mode_name(o.fusion));
+  printf("\nonnx-test %s (backend %s%s): %d tests, %d supported, %d passed, %d failed, %d unsupported\n", dir,
+         o.backend, mode, all, total[T_PASS] + total[T_FAIL], total[T_PASS], total[T_FAIL], total[T_UNSUPPORTED]);
   free(ops);
   free_list(tests, n);
   loom_ctx_free(ctx);
