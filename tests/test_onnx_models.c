@@ -410,6 +410,37 @@ static void run_and_compare(const char *what, const pbw *model, const char *in_n
   onnx_model_free(m);
 }
 
+
+/* GroupNormalization (opset 18: scale and bias per group), x [2, 4, 3],
+ * 2 groups, against the definition. */
+static void test_group_norm(void) {
+  gw w = {0};
+  float gs[2], gb[2], x[24], want[24];
+  pbw v = onnxw_value("x", 1, 3, (int64_t[]){2, 4, 3}, NULL);
+  pbw_msg(&w.g, 11, &v);
+  const char *in[3] = {"x", weight(&w, 1, (int64_t[]){2}, gs, 1.0), weight(&w, 1, (int64_t[]){2}, gb, 1.0)};
+  pbw at = onnxw_attr_int("num_groups", 2);
+  pbw n = onnxw_node("GroupNormalization", "gn", 3, in, 1, (const char *[]){"y"});
+  pbw_msg(&n, 5, &at);
+  pbw_msg(&w.g, 1, &n);
+  v = onnxw_value("y", 1, 3, (int64_t[]){2, 4, 3}, NULL);
+  pbw_msg(&w.g, 12, &v);
+  pbw m = onnxw_model(&w.g, 18);
+  for (int i = 0; i < 24; i++) x[i] = (float)loom_test_uniform(&rng, -2, 2);
+  for (int b = 0; b < 2; b++)
+    for (int g = 0; g < 2; g++) {
+      const float *p = x + b * 12 + g * 6; /* channels 2g, 2g+1: 6 values */
+      double mean = 0, var = 0;
+      for (int i = 0; i < 6; i++) mean += p[i];
+      mean /= 6;
+      for (int i = 0; i < 6; i++) var += (p[i] - mean) * (p[i] - mean);
+      var /= 6;
+      for (int i = 0; i < 6; i++) want[b * 12 + g * 6 + i] = (float)((p[i] - mean) / sqrt(var + 1e-5) * gs[g] + gb[g]);
+    }
+  run_and_compare("GroupNormalization", &m, "x", 3, (int64_t[]){2, 4, 3}, x, want, 24, 0);
+  free(m.p);
+}
+
 static void write_file(const char *dir, const char *name, const pbw *m) {
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -456,6 +487,7 @@ int main(int argc, char **argv) {
   cnn_reference(&cw, img, probs);
   run_and_compare("small CNN", &m, "img", 4, (int64_t[]){1, CI, HW, HW}, img, probs, NC, 0);
   free(m.p);
+  test_group_norm();
   loom_ctx_free(ctx);
   return loom_test_finish("test_onnx_models");
 }

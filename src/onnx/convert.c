@@ -490,6 +490,39 @@ static loom_status cv_instance_norm(onnx_cv *cv) {
   return done1(cv, lb_add(G, lb_mul(G, lb_mul(G, xc, inv), sc), b));
 }
 
+
+/* GroupNormalization: x [N, C, ...] seen as [N, G, rest], normalized over
+ * rest; scale and bias per group (opset 18-20) or per channel (21+). */
+static loom_status cv_group_norm(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  const loom_type *t = TYPE(0);
+  int64_t g = cv_attr_i(cv, "num_groups", 0);
+  if (t->rank < 2 || g <= 0 || t->shape[1] % g) return cv_invalid(cv, "num_groups %lld for %lld channels", (long long)g, (long long)(t->rank > 1 ? t->shape[1] : 0));
+  int64_t n = t->shape[0], c = t->shape[1], rest = loom_type_numel(t) / LOOM_MAX(1, n * g);
+  bool per_channel = cv->opset >= 21;
+  int64_t want = per_channel ? c : g;
+  if (loom_type_numel(TYPE(1)) != want || loom_type_numel(TYPE(2)) != want) return cv_invalid(cv, "scale and bias need %lld values", (long long)want);
+  int32_t x = lb_reshape(G, IN(0), 3, (int64_t[]){n, g, rest});
+  loom_attr_value a[LOOM_MAX_ATTRS];
+  attrs_of(LOOM_OP_REDUCE_MEAN, a);
+  int64_t ax = 2;
+  set_ints(&LOOM_ATTRV_INTS(a, reduce_mean, axes), 1, &ax);
+  LOOM_ATTRV_I(a, reduce_mean, keepdims) = 1;
+  int32_t m = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &x, a);
+  int32_t xc = lb_sub(G, x, m), sq = lb_mul(G, xc, xc);
+  int32_t var = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &sq, a);
+  int32_t y = lb_mul(G, xc, lb_unary(G, LOOM_OP_RSQRT, lb_add(G, var, scalar(cv, x, cv_attr_f(cv, "epsilon", 1e-5)))));
+  if (!per_channel) {
+    y = lb_add(G, lb_mul(G, y, lb_reshape(G, IN(1), 2, (int64_t[]){g, 1})), lb_reshape(G, IN(2), 2, (int64_t[]){g, 1}));
+    return done1(cv, lb_reshape(G, y, t->rank, t->shape));
+  }
+  y = lb_reshape(G, y, t->rank, t->shape);
+  int64_t shape[LOOM_MAX_RANK];
+  shape[0] = c;
+  for (int32_t d = 2; d < t->rank; d++) shape[d - 1] = 1;
+  return done1(cv, lb_add(G, lb_mul(G, y, lb_reshape(G, IN(1), t->rank - 1, shape)), lb_reshape(G, IN(2), t->rank - 1, shape)));
+}
+
 /* ---- reductions -------------------------------------------------------------- */
 
 typedef enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_L1, R_L2, R_SUMSQ, R_LOGSUM, R_LOGSUMEXP } red_kind;
@@ -1356,6 +1389,7 @@ loom_status onnx_cv_scatter_nd(onnx_cv *cv);
 loom_status onnx_cv_gather_nd(onnx_cv *cv);
 loom_status onnx_cv_cumsum(onnx_cv *cv);
 loom_status onnx_cv_top_k(onnx_cv *cv);
+loom_status onnx_cv_einsum(onnx_cv *cv);
 /* convert_rnn.c */
 loom_status onnx_cv_rnn(onnx_cv *cv);
 loom_status onnx_cv_gru(onnx_cv *cv);
@@ -1423,6 +1457,7 @@ static const onnx_converter converters[] = {
     {"LayerNormalization", 17, 0, cv_layer_norm, "axis,epsilon,stash_type"},
     {"BatchNormalization", 6, 0, cv_batch_norm, "epsilon,momentum,spatial,is_test,training_mode"},
     {"InstanceNormalization", 6, 0, cv_instance_norm, "epsilon"},
+    {"GroupNormalization", 18, 0, cv_group_norm, "epsilon,num_groups,stash_type"},
     {"ReduceSum", 1, 0, cv_reduce_sum, "axes,keepdims,noop_with_empty_axes"},
     {"ReduceMean", 1, 0, cv_reduce_mean, "axes,keepdims,noop_with_empty_axes"},
     {"ReduceMax", 1, 0, cv_reduce_max, "axes,keepdims,noop_with_empty_axes"},
@@ -1479,6 +1514,7 @@ static const onnx_converter converters[] = {
     {"GatherND", 11, 0, onnx_cv_gather_nd, "batch_dims"},
     {"CumSum", 11, 0, onnx_cv_cumsum, "exclusive,reverse"},
     {"TopK", 10, 0, onnx_cv_top_k, "axis,largest,sorted"},
+    {"Einsum", 12, 0, onnx_cv_einsum, "equation"},
     {"RNN", 7, 0, onnx_cv_rnn, "activations,activation_alpha,activation_beta,clip,direction,hidden_size,layout"},
     {"GRU", 7, 0, onnx_cv_gru,
      "activations,activation_alpha,activation_beta,clip,direction,hidden_size,layout,linear_before_reset"},

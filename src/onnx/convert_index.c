@@ -6,6 +6,7 @@
 #include "onnx/import_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -203,3 +204,114 @@ loom_status onnx_cv_cumsum(onnx_cv *cv);
 loom_status onnx_cv_cumsum(onnx_cv *cv) { return cv_cumsum(cv); }
 loom_status onnx_cv_top_k(onnx_cv *cv);
 loom_status onnx_cv_top_k(onnx_cv *cv) { return cv_top_k(cv); }
+
+/* Einsum without ellipses or repeated labels within one operand: every
+ * operand permuted to one order of all labels (size-1 dims for those it
+ * lacks), multiplied with broadcasting, summed over the labels the output
+ * lacks. Correct for any such equation, but a contraction materializes
+ * the full product (no GEMM): fine for small operands. */
+loom_status onnx_cv_einsum(onnx_cv *cv);
+loom_status onnx_cv_einsum(onnx_cv *cv) {
+  const onnx_attr *a = onnx_node_attr(cv->node, "equation");
+  if (!a) return cv_invalid(cv, "no equation");
+  char eq[128];
+  size_t n = 0;
+  for (size_t i = 0; i < a->s.n && n + 1 < sizeof eq; i++)
+    if (a->s.p[i] != ' ') eq[n++] = (char)a->s.p[i];
+  eq[n] = '\0';
+  if (strstr(eq, "...")) return cv_unsupported(cv, "an ellipsis in '%s'", eq);
+  char *arrow = strstr(eq, "->");
+  char labels[LOOM_MAX_RANK + 1] = "";
+  int32_t n_labels = 0;
+  char ops[ONNX_MAX_NODE_IO][LOOM_MAX_RANK + 1];
+  int32_t n_ops = 0;
+  char out[LOOM_MAX_RANK + 1] = "";
+  const char *p = eq;
+  while (*p && p != arrow) {
+    int32_t k = 0;
+    if (n_ops == ONNX_MAX_NODE_IO) return cv_unsupported(cv, "too many operands");
+    while (*p && *p != ',' && p != arrow) {
+      if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')) || k == LOOM_MAX_RANK)
+        return cv_invalid(cv, "bad equation '%s'", eq);
+      for (int32_t j = 0; j < k; j++)
+        if (ops[n_ops][j] == *p) return cv_unsupported(cv, "a repeated label in one operand ('%s')", eq);
+      ops[n_ops][k++] = *p;
+      if (!strchr(labels, *p)) {
+        if (n_labels == LOOM_MAX_RANK) return cv_unsupported(cv, "more than %d labels", LOOM_MAX_RANK);
+        labels[n_labels++] = *p;
+        labels[n_labels] = '\0';
+      }
+      p++;
+    }
+    ops[n_ops++][k] = '\0';
+    if (*p == ',') p++;
+  }
+  if (n_ops != cv->n_in) return cv_invalid(cv, "%d operands for %d inputs", n_ops, cv->n_in);
+  if (arrow) {
+    snprintf(out, sizeof out, "%s", arrow + 2);
+    for (const char *q = out; *q; q++)
+      if (!strchr(labels, *q) || strchr(q + 1, *q)) return cv_invalid(cv, "bad output in '%s'", eq);
+  } else { /* implicit: labels seen once, alphabetically */
+    int32_t k = 0;
+    for (char c = 'A'; c <= 'z'; c++) {
+      int32_t seen = 0;
+      for (int32_t i = 0; i < n_ops; i++) seen += strchr(ops[i], c) != NULL;
+      if (seen == 1) out[k++] = c;
+    }
+    out[k] = '\0';
+  }
+  /* the label order: the output's, then the summed ones */
+  char order[LOOM_MAX_RANK + 1];
+  int32_t no = 0;
+  for (const char *q = out; *q; q++) order[no++] = *q;
+  for (int32_t l = 0; l < n_labels; l++)
+    if (!strchr(out, labels[l])) order[no++] = labels[l];
+  order[no] = '\0';
+  int64_t extent[128] = {0};
+  for (int32_t i = 0; i < n_ops; i++) {
+    const loom_type *t = cv_type(cv, i);
+    if ((size_t)t->rank != strlen(ops[i])) return cv_invalid(cv, "operand %d has rank %d for '%s'", i, t->rank, ops[i]);
+    if (t->dtype != cv_type(cv, 0)->dtype) return cv_invalid(cv, "operands of different types");
+    for (int32_t d = 0; d < t->rank; d++) {
+      int64_t *e = &extent[(unsigned char)ops[i][d]];
+      if (*e > 1 && t->shape[d] > 1 && *e != t->shape[d]) return cv_invalid(cv, "label '%c' has two extents", ops[i][d]);
+      if (t->shape[d] > *e) *e = t->shape[d];
+    }
+  }
+  int32_t acc = -1;
+  for (int32_t i = 0; i < n_ops; i++) {
+    const loom_type *t = cv_type(cv, i);
+    /* permute to the order's labels this operand has, then insert 1s */
+    int64_t perm[LOOM_MAX_RANK], shape[LOOM_MAX_RANK];
+    int32_t k = 0;
+    for (int32_t l = 0; l < no; l++) {
+      const char *at = strchr(ops[i], order[l]);
+      if (at) perm[k++] = at - ops[i];
+    }
+    int32_t x = cv_in(cv, i);
+    bool identity = true;
+    for (int32_t d = 0; d < k; d++) identity &= perm[d] == d;
+    if (!identity) x = lb_transpose(G, x, perm);
+    for (int32_t l = 0, j = 0; l < no; l++) shape[l] = strchr(ops[i], order[l]) ? t->shape[perm[j++]] : 1;
+    x = lb_reshape(G, x, no, shape);
+    acc = acc < 0 ? x : lb_mul(G, acc, x);
+  }
+  int32_t n_out = (int32_t)strlen(out);
+  if (no > n_out) {
+    int64_t axes[LOOM_MAX_RANK];
+    for (int32_t l = n_out; l < no; l++) axes[l - n_out] = l;
+    acc = lb_reduce(G, LOOM_OP_REDUCE_SUM, acc, no - n_out, axes, false);
+  }
+  /* a label only broadcast (extent 1 everywhere) may still need its
+   * extent: broadcast to the output's shape */
+  int64_t oshape[LOOM_MAX_RANK];
+  for (int32_t l = 0; l < n_out; l++) oshape[l] = extent[(unsigned char)out[l]];
+  if (acc >= 0) {
+    const loom_type *ta = &G->values[acc].type;
+    bool same = ta->rank == n_out;
+    for (int32_t l = 0; same && l < n_out; l++) same = ta->shape[l] == oshape[l];
+    if (!same) acc = lb_broadcast_to(G, acc, n_out, oshape);
+  }
+  cv_out(cv, 0, acc);
+  return LOOM_STATUS_OK;
+}
