@@ -367,12 +367,76 @@ static void test_external(void) {
   rmdir(dir);
 }
 
+
+/* Loops nested to unroll 4096 x 4096 times: refused at the conversion
+ * budget, quickly, not unrolled for hours. */
+static void test_loop_bomb(void) {
+  /* inner body: (i, cond, v) -> (cond, v + v) */
+  pbw inner = {0};
+  const char *bin[3] = {"i2", "c2", "v2"};
+  for (int k = 0; k < 3; k++) {
+    pbw v = onnxw_value(bin[k], k == 0 ? 7 : k == 1 ? 9 : 1, k == 2 ? 1 : 0, (int64_t[]){2}, NULL);
+    pbw_msg(&inner, 11, &v);
+  }
+  const char *add_in[2] = {"v2", "v2"}, *add_out = "w2", *idn_out = "c2o";
+  pbw n = onnxw_node("Add", NULL, 2, add_in, 1, &add_out);
+  pbw_msg(&inner, 1, &n);
+  n = onnxw_node("Identity", NULL, 1, (const char *[]){"c2"}, 1, &idn_out);
+  pbw_msg(&inner, 1, &n);
+  pbw v = onnxw_value("c2o", 9, 0, NULL, NULL);
+  pbw_msg(&inner, 12, &v);
+  v = onnxw_value("w2", 1, 1, (int64_t[]){2}, NULL);
+  pbw_msg(&inner, 12, &v);
+  /* outer body: (i, cond, v) -> (cond, Loop(4096, cond, v)) */
+  pbw outer = {0};
+  const char *oin[3] = {"i1", "c1", "v1"};
+  for (int k = 0; k < 3; k++) {
+    v = onnxw_value(oin[k], k == 0 ? 7 : k == 1 ? 9 : 1, k == 2 ? 1 : 0, (int64_t[]){2}, NULL);
+    pbw_msg(&outer, 11, &v);
+  }
+  pbw t = onnxw_tensor("n4096", 7, 0, NULL, (int64_t[]){4096}, 8);
+  pbw_msg(&outer, 5, &t);
+  const char *lin[3] = {"n4096", "c1", "v1"}, *lout = "w1", *cout = "c1o";
+  n = onnxw_node("Loop", "inner_loop", 3, lin, 1, &lout);
+  pbw at = onnxw_attr_graph("body", &inner);
+  pbw_msg(&n, 5, &at);
+  pbw_msg(&outer, 1, &n);
+  n = onnxw_node("Identity", NULL, 1, (const char *[]){"c1"}, 1, &cout);
+  pbw_msg(&outer, 1, &n);
+  v = onnxw_value("c1o", 9, 0, NULL, NULL);
+  pbw_msg(&outer, 12, &v);
+  v = onnxw_value("w1", 1, 1, (int64_t[]){2}, NULL);
+  pbw_msg(&outer, 12, &v);
+  pbw g = {0};
+  v = onnxw_value("x", 1, 1, (int64_t[]){2}, NULL);
+  pbw_msg(&g, 11, &v);
+  t = onnxw_tensor("m4096", 7, 0, NULL, (int64_t[]){4096}, 8);
+  pbw_msg(&g, 5, &t);
+  uint8_t yes = 1;
+  t = onnxw_tensor("yes", 9, 0, NULL, &yes, 1);
+  pbw_msg(&g, 5, &t);
+  const char *gin[3] = {"m4096", "yes", "x"}, *gout = "y";
+  n = onnxw_node("Loop", "outer_loop", 3, gin, 1, &gout);
+  at = onnxw_attr_graph("body", &outer);
+  pbw_msg(&n, 5, &at);
+  pbw_msg(&g, 1, &n);
+  v = onnxw_value("y", 1, 1, (int64_t[]){2}, NULL);
+  pbw_msg(&g, 12, &v);
+  pbw b = onnxw_model(&g, 13);
+  save_seed("loop_bomb.onnx", &b);
+  onnx_program *p = NULL;
+  CHECK_STATUS(ctx, LOOM_STATUS_UNSUPPORTED, import_bytes(&b, NULL, 0, NULL, &p));
+  CHECK(p == NULL && strstr(loom_ctx_error(ctx), "loops unrolled") != NULL);
+  free(b.p);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) seed_dir = argv[1];
   if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) return 1;
   test_good_model();
   test_hostile();
   test_external();
+  test_loop_bomb();
   loom_ctx_free(ctx);
   return loom_test_finish("test_onnx");
 }

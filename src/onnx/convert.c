@@ -1521,6 +1521,7 @@ static const onnx_converter converters[] = {
     {"LSTM", 7, 0, onnx_cv_lstm,
      "activations,activation_alpha,activation_beta,clip,direction,hidden_size,layout,input_forget"},
     {"If", 1, 0, onnx_cv_if, "then_branch,else_branch"},
+    {"Loop", 1, 0, onnx_cv_loop, "body"},
     {"Resize", 11, 0, onnx_cv_resize,
      "mode,coordinate_transformation_mode,nearest_mode,cubic_coeff_a,exclude_outside,extrapolation_value"},
     {"Conv", 1, 0, onnx_cv_conv, "auto_pad,dilations,group,kernel_shape,pads,strides"},

@@ -41,7 +41,12 @@ typedef struct onnx_importer {
   bindings main_binds;
   bindings *binds; /* those of the graph being built */
   int32_t n_params;
+  int64_t n_converted; /* nodes converted, unrolled loops counted per iteration */
 } onnx_importer;
+
+/* Unrolled loops (nested ones multiply) stop here: a crafted model must
+ * not make the import run for hours. */
+#define ONNX_MAX_CONVERTED 200000
 
 /* ---- small helpers -------------------------------------------------------- */
 
@@ -417,7 +422,135 @@ loom_status onnx_cv_if(onnx_cv *cv) {
   return LOOM_STATUS_OK;
 }
 
+
+/* A value between iterations of a Loop: a value of the program, or a
+ * constant (owned by the program). */
+typedef struct loop_value {
+  int32_t val;
+  loom_tensor *c;
+  loom_type type;
+} loop_value;
+
+static loom_status bind_name(onnx_importer *im, const char *name, loop_value v) {
+  if (!name[0]) return LOOM_STATUS_OK;
+  int32_t k = add_entry(im, name);
+  if (k < 0) return im->ctx->last ? im->ctx->last : LOOM_STATUS_INVALID_ARGUMENT;
+  im->e[k].val = v.val;
+  im->e[k].c = v.c;
+  im->e[k].type = v.type;
+  return LOOM_STATUS_OK;
+}
+
+static loom_status scalar_const(onnx_importer *im, loom_dtype dt, double x, loop_value *v) {
+  loom_tensor *t = NULL;
+  LOOM_TRY(loom_tensor_new(im->ctx, dt, 0, NULL, &t));
+  loom_store(dt, loom_tensor_data(t), 0, x);
+  LOOM_TRY(own(im, t));
+  *v = (loop_value){-1, t, tensor_type(t)};
+  return LOOM_STATUS_OK;
+}
+
+/* Loop with a trip count and condition known at load time, unrolled: each
+ * iteration imports the body with its inputs bound to the iteration
+ * number, the condition and the carried values, reads its outputs, and
+ * drops the body's names again. The condition the body computes must be
+ * known at load time too (a constant). Scan outputs are stacked. */
+loom_status onnx_cv_loop(onnx_cv *cv) {
+  onnx_importer *im = cv->im;
+  const onnx_attr *a = onnx_node_attr(cv->node, "body");
+  if (!a || !a->g) return cv_invalid(cv, "no body graph");
+  const onnx_graph *b = a->g;
+  double trip = -1, cond = 1;
+  if (cv_has(cv, 0) && !cv_scalar(cv, 0, &trip)) return cv_unsupported(cv, "a trip count not known at load time");
+  if (cv_has(cv, 1) && !cv_scalar(cv, 1, &cond)) return cv_unsupported(cv, "a condition not known at load time");
+  if (trip < 0) return cv_unsupported(cv, "a loop without a trip count");
+  if (trip > 4096) return cv_unsupported(cv, "%g iterations (at most 4096 are unrolled)", trip);
+  int32_t n_carried = cv->n_in - 2;
+  if (n_carried < 0 || b->n_inputs != n_carried + 2 || b->n_outputs < n_carried + 1 || cv->n_out != b->n_outputs - 1)
+    return cv_invalid(cv, "the body's inputs and outputs do not match the node's");
+  int32_t n_scan = b->n_outputs - 1 - n_carried;
+  loop_value carried[ONNX_MAX_NODE_IO];
+  for (int32_t k = 0; k < n_carried; k++) {
+    if (!cv_has(cv, 2 + k)) return cv_invalid(cv, "carried input %d is missing", k);
+    const entry *e = &im->e[cv->entry[2 + k]];
+    carried[k] = (loop_value){e->val, e->c, e->type};
+  }
+  int32_t *scans = loom_calloc(im->ctx, (size_t)(n_scan * (int64_t)trip + 1), sizeof *scans);
+  if (!scans) return LOOM_STATUS_OUT_OF_MEMORY;
+  loom_status st = LOOM_STATUS_OK;
+  int64_t iters = 0;
+  for (int64_t i = 0; !st && i < (int64_t)trip && cond != 0; i++, iters++) {
+    int32_t mark = im->n;
+    loop_value it, cd;
+    st = scalar_const(im, LOOM_DTYPE_I64, (double)i, &it);
+    if (!st) st = scalar_const(im, LOOM_DTYPE_BOOL, 1, &cd);
+    if (!st) st = bind_name(im, b->inputs[0].name, it);
+    if (!st) st = bind_name(im, b->inputs[1].name, cd);
+    for (int32_t k = 0; !st && k < n_carried; k++) st = bind_name(im, b->inputs[2 + k].name, carried[k]);
+    for (int32_t k = 0; !st && k < b->n_init; k++) {
+      loom_tensor *lt = NULL;
+      st = onnx_tensor_to_loom(im->ctx, im->m, &b->init[k], &lt);
+      if (!st) st = own(im, lt);
+      if (!st) st = bind_name(im, b->init[k].name, (loop_value){-1, lt, tensor_type(lt)});
+    }
+    for (int32_t k = 0; !st && k < b->n_nodes; k++) st = convert_node(im, &b->nodes[k], cv->opset);
+    for (int32_t o = 0; !st && o < b->n_outputs; o++) {
+      int32_t k = find(im, b->outputs[o].name);
+      if (k < 0) {
+        st = cv_invalid(cv, "body output '%s' is not defined", b->outputs[o].name);
+        break;
+      }
+      const entry *e = &im->e[k];
+      loop_value v = {e->val, e->c, e->type};
+      if (o == 0) {
+        if (!v.c || loom_tensor_numel(v.c) != 1) {
+          st = cv_unsupported(cv, "a loop condition computed from data");
+          break;
+        }
+        cond = loom_load(loom_tensor_dtype(v.c), loom_tensor_data(v.c), 0);
+      } else if (o <= n_carried) {
+        carried[o - 1] = v;
+      } else {
+        if (v.type.rank + 1 > LOOM_MAX_RANK) {
+          st = cv_unsupported(cv, "a scan output of rank %d", v.type.rank + 1);
+          break;
+        }
+        int64_t shape[LOOM_MAX_RANK] = {1};
+        for (int32_t d = 0; d < v.type.rank; d++) shape[d + 1] = v.type.shape[d];
+        int32_t sv = v.val >= 0 ? v.val : materialize(im, im->p->g, v.c);
+        sv = lb_reshape(im->p->g, sv, v.type.rank + 1, shape);
+        scans[(o - 1 - n_carried) * (int64_t)trip + i] = sv;
+      }
+    }
+    /* the body's names leave scope */
+    for (int32_t k = mark; k < im->n; k++) loom_strmap_remove(&im->names, im->e[k].name, strlen(im->e[k].name));
+    im->n = mark;
+  }
+  for (int32_t k = 0; !st && k < n_carried; k++) {
+    if (carried[k].val >= 0) {
+      cv_out(cv, k, carried[k].val);
+    } else {
+      loom_tensor *t = NULL;
+      st = tensor_copy(im->ctx, carried[k].c, &t);
+      if (!st) cv_out_const(cv, k, t);
+    }
+  }
+  for (int32_t o = 0; !st && o < n_scan; o++) {
+    if (iters == 0) {
+      st = cv_unsupported(cv, "scan outputs of a loop that runs no iteration");
+      break;
+    }
+    int32_t *parts = scans + o * (int64_t)trip;
+    cv_out(cv, n_carried + o, iters == 1 ? parts[0] : lb_concat(im->p->g, (int32_t)iters, parts, 0));
+  }
+  free(scans);
+  return st;
+}
+
 static loom_status convert_node(onnx_importer *im, const onnx_node *n, int64_t opset) {
+  if (++im->n_converted > ONNX_MAX_CONVERTED)
+    return loom_error(im->ctx, LOOM_STATUS_UNSUPPORTED,
+                      "ONNX: unsupported: more than %d nodes to convert (loops unrolled)", ONNX_MAX_CONVERTED);
   onnx_cv cv = {.im = im, .ctx = im->ctx, .m = im->m, .g = im->p->g, .node = n, .opset = opset};
   if (n->n_in > ONNX_MAX_NODE_IO || n->n_out > ONNX_MAX_NODE_IO)
     return cv_unsupported(&cv, "more than %d inputs or outputs", ONNX_MAX_NODE_IO);

@@ -40,6 +40,8 @@ typedef struct onnx_converter {
 /* If with a condition known at load time: the branch's nodes imported in
  * place (import.c). */
 loom_status onnx_cv_if(onnx_cv *cv);
+/* Loop with a trip count and condition known at load time, unrolled. */
+loom_status onnx_cv_loop(onnx_cv *cv);
 
 /* The table (convert.c) and a lookup. */
 const onnx_converter *onnx_find_converter(const char *op_type, int64_t opset);
