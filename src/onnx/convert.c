@@ -339,6 +339,20 @@ static loom_status cv_dropout(onnx_cv *cv) {
 
 /* ---- matrices, normalization ------------------------------------------------ */
 
+/* If v is transpose(x) swapping only the last two dims, sets v = x. */
+static bool swapped_last2(loom_graph *g, int32_t *v) {
+  if (*v < 0 || g->values[*v].kind != LOOM_VALUE_NODE) return false;
+  const loom_node *n = &g->nodes[g->values[*v].node];
+  if (n->op != LOOM_OP_TRANSPOSE) return false;
+  const loom_ints *perm = &LOOM_ATTR_INTS(n, transpose, perm);
+  int32_t r = perm->n;
+  if (r < 2 || perm->v[r - 2] != r - 1 || perm->v[r - 1] != r - 2) return false;
+  for (int32_t d = 0; d < r - 2; d++)
+    if (perm->v[d] != d) return false;
+  *v = n->in[0];
+  return true;
+}
+
 static loom_status cv_matmul(onnx_cv *cv) {
   LOOM_TRY(need_float(cv, 0));
   int32_t a = IN(0), b = IN(1);
@@ -349,7 +363,10 @@ static loom_status cv_matmul(onnx_cv *cv) {
    * right, and that dim leaves the result */
   if (ta->rank == 1) a = lb_reshape(G, a, 2, (int64_t[]){1, ta->shape[0]});
   if (tb->rank == 1) b = lb_reshape(G, b, 2, (int64_t[]){tb->shape[0], 1});
-  int32_t y = lb_matmul(G, a, b, false, false);
+  /* an operand that is a transpose of its last two dims (K^T in
+   * attention) is read transposed by the GEMM instead */
+  bool trans_a = swapped_last2(G, &a), trans_b = swapped_last2(G, &b);
+  int32_t y = lb_matmul(G, a, b, trans_a, trans_b);
   if ((ta->rank == 1 || tb->rank == 1) && y >= 0) {
     loom_type t = G->values[y].type;
     int64_t shape[LOOM_MAX_RANK];
