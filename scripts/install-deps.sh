@@ -3,10 +3,12 @@
 # Open MPI (libopenmpi-dev, openmpi-bin) is for the MPI communicator and its
 # tests (src/comm); without it Loom still builds and those tests skip.
 # Graphviz renders `loom compile --svg/--png`; without it those say so.
+# libonnx-testdata holds the ONNX node tests that tests/cli_onnx_conformance.sh
+# runs (skipped without it).
 # --fuzz adds what `make fuzz` needs: clang and its libFuzzer runtime.
 set -euo pipefail
 
-packages=(cmake make gcc libc6-dev libdnnl-dev libopenmpi-dev openmpi-bin graphviz)
+packages=(cmake make gcc libc6-dev libdnnl-dev libopenmpi-dev openmpi-bin graphviz libonnx-testdata)
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(clang libclang-rt-dev)
 fi

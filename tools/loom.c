@@ -25,6 +25,7 @@
 #include "bench.h"
 #include "cli_args.h"
 #include "cli_cluster.h"
+#include "cli_onnx.h"
 #include "cli_plan.h"
 #include "cli_render.h"
 
@@ -53,6 +54,8 @@ static const char usage_main[] =
     "  ops                  print the op table (a Markdown table)\n"
     "  plan MODEL [flags]   lower a parallel plan, print each device's program\n"
     "  cluster FILE         check and print a cluster description (or --this-machine)\n"
+    "  onnx-test DIR        run the ONNX node tests in DIR (run, show, compile\n"
+    "                       and bench also take a .onnx model: docs/ONNX.md)\n"
     "  help [COMMAND]       print help for loom or for one command\n"
     "\n"
     "options:\n"
@@ -920,7 +923,9 @@ int main(int argc, char **argv) {
     printf("loom %s\n", LOOM_VERSION_STRING);
     return 0;
   }
-  /* Each command sees its own name as argv[0]. */
+  /* Each command sees its own name as argv[0]. ONNX models and tests
+   * (tools/cli_onnx.c) first. */
+  if (loom_cli_onnx_wants(argc - 1, argv + 1)) return loom_cli_onnx_main(argc - 1, argv + 1);
   if (strcmp(cmd, "train") == 0) return loom_train_main(argc - 1, argv + 1);
   if (strcmp(cmd, "run") == 0) return cmd_run(argc - 1, argv + 1);
   if (strcmp(cmd, "compile") == 0) return cmd_compile(argc - 1, argv + 1);

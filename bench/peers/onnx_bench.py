@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""ONNX Runtime on an ONNX model, timed as `loom bench MODEL.onnx` times
+Loom: inputs of the declared shapes (symbolic dims 1), one warm-up run,
+then the median of --runs runs. Default session options but the thread
+count (--threads, as `loom bench --threads`). Prints one line:
+"onnxruntime MODEL: median X ms over N runs (min Y ms)".
+
+  python3 bench/peers/onnx_bench.py MODEL.onnx [--threads N] [--runs N]
+
+Needs `pip install onnxruntime numpy`. Loom never needs it to build or test.
+"""
+import argparse
+import statistics
+import sys
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("--threads", type=int, default=0, help="0: ONNX Runtime's default")
+    ap.add_argument("--runs", type=int, default=20)
+    a = ap.parse_args()
+    try:
+        import numpy as np
+        import onnxruntime as ort
+    except ImportError as e:
+        print(f"onnx_bench: skipped: {e} (pip install onnxruntime numpy)")
+        return 0
+    so = ort.SessionOptions()
+    if a.threads:
+        so.intra_op_num_threads = a.threads
+        so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(a.model, so, providers=["CPUExecutionProvider"])
+    types = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(int64)": np.int64,
+             "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
+    rng = np.random.default_rng(42)
+    feeds = {}
+    for i in sess.get_inputs():
+        shape = [d if isinstance(d, int) else 1 for d in i.shape]
+        dt = types.get(i.type)
+        if dt is None:
+            print(f"onnx_bench: input {i.name}: type {i.type} not handled", file=sys.stderr)
+            return 1
+        feeds[i.name] = (rng.uniform(-1, 1, shape) if dt in (np.float32, np.float64) else np.zeros(shape)).astype(dt)
+    sess.run(None, feeds)
+    times = []
+    for _ in range(a.runs):
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        times.append(time.perf_counter() - t0)
+    print(f"onnxruntime {a.model}: median {1e3 * statistics.median(times):.3f} ms over {a.runs} runs "
+          f"(min {1e3 * min(times):.3f} ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

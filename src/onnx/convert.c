@@ -1,0 +1,1558 @@
+/*
+ * The converters: one table row per ONNX op type and opset range, each a
+ * function that adds Loom ops (from the op table, or a decomposition into
+ * them) for one node. What a converter does not handle (an attribute
+ * value, a dtype, an input that must be known at load time) it reports as
+ * unsupported, naming the node: never a guess.
+ */
+#include "onnx/import_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+#define G (cv->g)
+#define IN(i) cv_in(cv, i)
+#define TYPE(i) cv_type(cv, i)
+
+static loom_status done1(onnx_cv *cv, int32_t v) {
+  cv_out(cv, 0, v);
+  return LOOM_STATUS_OK;
+}
+
+static int32_t scalar(onnx_cv *cv, int32_t like, double v) { return lb_scalar_like(G, like, v); }
+
+static loom_attr_value *attrs_of(loom_op op, loom_attr_value *a) {
+  loom_attrs_default(op, a);
+  return a;
+}
+
+static void set_ints(loom_ints *dst, int32_t n, const int64_t *v) {
+  dst->n = n;
+  for (int32_t k = 0; k < n && k < LOOM_MAX_RANK; k++) dst->v[k] = v[k];
+}
+
+/* A host tensor of dtype from doubles, as output o. */
+static loom_status out_host(onnx_cv *cv, int32_t o, loom_dtype dt, int32_t rank, const int64_t *shape,
+                            const double *v) {
+  loom_tensor *t = NULL;
+  LOOM_TRY(loom_tensor_new(cv->ctx, dt, rank, shape, &t));
+  int64_t n = loom_tensor_numel(t);
+  for (int64_t i = 0; i < n; i++) loom_store(dt, loom_tensor_data(t), i, v[i]);
+  cv_out_const(cv, o, t);
+  return LOOM_STATUS_OK;
+}
+
+static bool is_float(const loom_type *t) { return loom_dtype_is_float(t->dtype); }
+
+static loom_status need_float(onnx_cv *cv, int32_t i) {
+  if (!is_float(TYPE(i)))
+    return cv_unsupported(cv, "input %d is %s (a float type is needed)", i, loom_dtype_name(TYPE(i)->dtype));
+  return LOOM_STATUS_OK;
+}
+
+/* ---- element-wise ------------------------------------------------------------- */
+
+static loom_status unary(onnx_cv *cv, loom_op op) { return done1(cv, lb_unary(G, op, IN(0))); }
+static loom_status unary_float(onnx_cv *cv, loom_op op) {
+  LOOM_TRY(need_float(cv, 0));
+  return unary(cv, op);
+}
+#define UNARY(NAME, OP) static loom_status cv_##NAME(onnx_cv *cv) { return unary(cv, OP); }
+#define UNARY_F(NAME, OP) static loom_status cv_##NAME(onnx_cv *cv) { return unary_float(cv, OP); }
+UNARY(neg, LOOM_OP_NEG)
+UNARY(abs, LOOM_OP_ABS)
+UNARY(sign, LOOM_OP_SIGN)
+UNARY(relu, LOOM_OP_RELU)
+UNARY_F(exp, LOOM_OP_EXP)
+UNARY_F(log, LOOM_OP_LOG)
+UNARY_F(sqrt, LOOM_OP_SQRT)
+UNARY_F(tanh, LOOM_OP_TANH)
+UNARY_F(sigmoid, LOOM_OP_SIGMOID)
+UNARY_F(erf, LOOM_OP_ERF)
+UNARY_F(sin, LOOM_OP_SIN)
+UNARY_F(cos, LOOM_OP_COS)
+UNARY_F(reciprocal, LOOM_OP_RECIPROCAL)
+
+static loom_status binary(onnx_cv *cv, loom_op op) {
+  /* before opset 7: B broadcasts only with broadcast=1, aligned at axis;
+   * aligned at the end that is NumPy's rule */
+  if (cv_attr_has(cv, "consumed_inputs")) return cv_unsupported(cv, "consumed_inputs");
+  if (cv_attr_i(cv, "broadcast", 0) == 0 && cv->opset < 7 && !loom_type_equal(TYPE(0), TYPE(1)))
+    return cv_invalid(cv, "shapes differ without broadcast=1");
+  if (cv_attr_has(cv, "axis") && cv_attr_i(cv, "axis", 0) != TYPE(0)->rank - TYPE(1)->rank &&
+      cv_attr_i(cv, "axis", 0) != -TYPE(1)->rank)
+    return cv_unsupported(cv, "legacy broadcasting along axis %lld", (long long)cv_attr_i(cv, "axis", 0));
+  if (TYPE(0)->dtype != TYPE(1)->dtype)
+    return cv_invalid(cv, "inputs of different types (%s, %s)", loom_dtype_name(TYPE(0)->dtype),
+                      loom_dtype_name(TYPE(1)->dtype));
+  return done1(cv, lb_binary(G, op, IN(0), IN(1)));
+}
+#define BINARY(NAME, OP) static loom_status cv_##NAME(onnx_cv *cv) { return binary(cv, OP); }
+BINARY(add, LOOM_OP_ADD)
+BINARY(sub, LOOM_OP_SUB)
+BINARY(mul, LOOM_OP_MUL)
+BINARY(div, LOOM_OP_DIV)
+BINARY(equal, LOOM_OP_EQ)
+BINARY(less, LOOM_OP_LT)
+BINARY(less_eq, LOOM_OP_LE)
+BINARY(greater, LOOM_OP_GT)
+BINARY(greater_eq, LOOM_OP_GE)
+
+static loom_status bool_binary(onnx_cv *cv, loom_op op) {
+  if (TYPE(0)->dtype != LOOM_DTYPE_BOOL || TYPE(1)->dtype != LOOM_DTYPE_BOOL)
+    return cv_invalid(cv, "inputs must be bool");
+  return done1(cv, lb_binary(G, op, IN(0), IN(1)));
+}
+static loom_status cv_and(onnx_cv *cv) { return bool_binary(cv, LOOM_OP_MINIMUM); }
+static loom_status cv_or(onnx_cv *cv) { return bool_binary(cv, LOOM_OP_MAXIMUM); }
+static loom_status cv_xor(onnx_cv *cv) { return bool_binary(cv, LOOM_OP_NE); }
+static loom_status cv_not(onnx_cv *cv) {
+  int32_t x = IN(0);
+  return done1(cv, lb_binary(G, LOOM_OP_EQ, x, scalar(cv, x, 0)));
+}
+
+static loom_status cv_pow(onnx_cv *cv) {
+  double e;
+  /* a small whole or half exponent known at load time (GELU's x^3, x^2 in
+   * norms): products or a square root, cheaper than pow and as exact */
+  if (is_float(TYPE(0)) && cv_const(cv, 1) && cv_scalar(cv, 1, &e) && TYPE(1)->rank <= TYPE(0)->rank &&
+      (e == 0.5 || e == 1 || e == 2 || e == 3)) {
+    int32_t x = IN(0);
+    if (e == 0.5) return done1(cv, lb_unary(G, LOOM_OP_SQRT, x));
+    int32_t y = e == 1 ? x : lb_mul(G, x, x);
+    if (e == 3) y = lb_mul(G, y, x);
+    return done1(cv, y); /* one element of no higher rank: x's shape stays */
+  }
+  int32_t a = IN(0), b = IN(1);
+  if (TYPE(0)->dtype != TYPE(1)->dtype) {
+    if (!is_float(TYPE(0)) && is_float(TYPE(1)))
+      return cv_unsupported(cv, "an integer base with a float exponent");
+    b = lb_cast(G, b, TYPE(0)->dtype);
+  }
+  return done1(cv, lb_binary(G, LOOM_OP_POW, a, b));
+}
+
+/* Min, Max, Sum, Mean: any number of inputs, broadcast together. */
+static loom_status variadic(onnx_cv *cv, loom_op op, bool mean) {
+  int32_t acc = -1, n = 0;
+  for (int32_t i = 0; i < cv->n_in; i++) {
+    if (!cv_has(cv, i)) continue;
+    if (acc >= 0 && TYPE(i)->dtype != G->values[acc].type.dtype) return cv_invalid(cv, "inputs of different types");
+    acc = acc < 0 ? IN(i) : lb_binary(G, op, acc, IN(i));
+    n++;
+  }
+  if (acc < 0) return cv_invalid(cv, "no inputs");
+  if (mean) acc = lb_div(G, acc, scalar(cv, acc, (double)n));
+  return done1(cv, acc);
+}
+static loom_status cv_min(onnx_cv *cv) { return variadic(cv, LOOM_OP_MINIMUM, false); }
+static loom_status cv_max(onnx_cv *cv) { return variadic(cv, LOOM_OP_MAXIMUM, false); }
+static loom_status cv_sum(onnx_cv *cv) { return variadic(cv, LOOM_OP_ADD, false); }
+static loom_status cv_mean(onnx_cv *cv) { return variadic(cv, LOOM_OP_ADD, true); }
+
+static loom_status cv_where(onnx_cv *cv) {
+  if (TYPE(0)->dtype != LOOM_DTYPE_BOOL) return cv_invalid(cv, "condition must be bool");
+  if (TYPE(1)->dtype != TYPE(2)->dtype) return cv_invalid(cv, "inputs of different types");
+  return done1(cv, lb_select(G, IN(0), IN(1), IN(2)));
+}
+
+static bool dtype_attr(int64_t onnx_dt, loom_dtype *out) { return onnx_dtype_to_loom((int32_t)onnx_dt, out); }
+
+static loom_status cv_cast(onnx_cv *cv) {
+  loom_dtype to;
+  int64_t want = cv_attr_i(cv, "to", 0);
+  if (!dtype_attr(want, &to)) return cv_unsupported(cv, "cast to %s", onnx_dtype_name((int32_t)want));
+  if (cv_attr_i(cv, "saturate", 1) != 1 && !loom_dtype_is_float(to)) return cv_unsupported(cv, "saturate=0");
+  return done1(cv, lb_cast(G, IN(0), to));
+}
+
+static loom_status cv_cast_like(onnx_cv *cv) {
+  return done1(cv, lb_cast(G, IN(0), TYPE(1)->dtype));
+}
+
+/* ---- activations (decomposed) ------------------------------------------------- */
+
+static loom_status cv_leaky_relu(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  double alpha = cv_attr_f(cv, "alpha", 0.01);
+  return done1(cv, lb_select(G, lb_binary(G, LOOM_OP_LT, x, scalar(cv, x, 0)), lb_mul(G, x, scalar(cv, x, alpha)), x));
+}
+
+static loom_status cv_prelu(onnx_cv *cv) {
+  int32_t x = IN(0), s = IN(1);
+  const loom_type *t = TYPE(0), *ts = TYPE(1);
+  /* before opset 7 a slope of one value per channel applies along dim 1 */
+  if (cv->opset < 7 && ts->rank == 1 && t->rank >= 2 && ts->shape[0] == t->shape[1] && ts->shape[0] != 1) {
+    int64_t shape[LOOM_MAX_RANK];
+    shape[0] = ts->shape[0];
+    for (int32_t d = 1; d < t->rank - 1; d++) shape[d] = 1;
+    s = lb_reshape(G, s, t->rank - 1, shape);
+  }
+  return done1(cv, lb_select(G, lb_binary(G, LOOM_OP_LT, x, scalar(cv, x, 0)), lb_mul(G, x, s), x));
+}
+
+static loom_status cv_elu(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  double alpha = cv_attr_f(cv, "alpha", 1.0);
+  int32_t neg = lb_mul(G, lb_sub(G, lb_unary(G, LOOM_OP_EXP, x), scalar(cv, x, 1)), scalar(cv, x, alpha));
+  return done1(cv, lb_select(G, lb_binary(G, LOOM_OP_LT, x, scalar(cv, x, 0)), neg, x));
+}
+
+static loom_status cv_selu(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  double alpha = cv_attr_f(cv, "alpha", 1.67326319217681884765625);
+  double gamma = cv_attr_f(cv, "gamma", 1.05070102214813232421875);
+  int32_t neg = lb_sub(G, lb_mul(G, lb_unary(G, LOOM_OP_EXP, x), scalar(cv, x, alpha)), scalar(cv, x, alpha));
+  int32_t y = lb_select(G, lb_binary(G, LOOM_OP_LE, x, scalar(cv, x, 0)), neg, x);
+  return done1(cv, lb_mul(G, y, scalar(cv, x, gamma)));
+}
+
+static loom_status cv_celu(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  double alpha = cv_attr_f(cv, "alpha", 1.0);
+  int32_t e = lb_mul(G, lb_sub(G, lb_unary(G, LOOM_OP_EXP, lb_div(G, x, scalar(cv, x, alpha))), scalar(cv, x, 1)),
+                     scalar(cv, x, alpha));
+  return done1(cv, lb_add(G, lb_binary(G, LOOM_OP_MAXIMUM, x, scalar(cv, x, 0)),
+                          lb_binary(G, LOOM_OP_MINIMUM, e, scalar(cv, x, 0))));
+}
+
+static int32_t hard_sigmoid(onnx_cv *cv, int32_t x, double alpha, double beta) {
+  int32_t y = lb_add(G, lb_mul(G, x, scalar(cv, x, alpha)), scalar(cv, x, beta));
+  return lb_binary(G, LOOM_OP_MAXIMUM, lb_binary(G, LOOM_OP_MINIMUM, y, scalar(cv, x, 1)), scalar(cv, x, 0));
+}
+
+static loom_status cv_hard_sigmoid(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  return done1(cv, hard_sigmoid(cv, IN(0), cv_attr_f(cv, "alpha", 0.2), cv_attr_f(cv, "beta", 0.5)));
+}
+
+static loom_status cv_hard_swish(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  return done1(cv, lb_mul(G, x, hard_sigmoid(cv, x, 1.0 / 6.0, 0.5)));
+}
+
+static int32_t softplus(onnx_cv *cv, int32_t x) {
+  return lb_unary(G, LOOM_OP_LOG, lb_add(G, lb_unary(G, LOOM_OP_EXP, x), scalar(cv, x, 1)));
+}
+static loom_status cv_softplus(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  return done1(cv, softplus(cv, IN(0)));
+}
+static loom_status cv_mish(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  return done1(cv, lb_mul(G, x, lb_unary(G, LOOM_OP_TANH, softplus(cv, x))));
+}
+static loom_status cv_softsign(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  return done1(cv, lb_div(G, x, lb_add(G, lb_unary(G, LOOM_OP_ABS, x), scalar(cv, x, 1))));
+}
+static loom_status cv_thresholded_relu(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  double alpha = cv_attr_f(cv, "alpha", 1.0);
+  return done1(cv, lb_select(G, lb_binary(G, LOOM_OP_GT, x, scalar(cv, x, alpha)), x, scalar(cv, x, 0)));
+}
+static loom_status cv_shrink(onnx_cv *cv) {
+  int32_t x = IN(0);
+  double lambd = cv_attr_f(cv, "lambd", 0.5), bias = cv_attr_f(cv, "bias", 0.0);
+  if (!is_float(TYPE(0)) && (lambd != floor(lambd) || bias != floor(bias)))
+    return cv_unsupported(cv, "fractional lambd or bias on integers");
+  int32_t lo = lb_binary(G, LOOM_OP_LT, x, scalar(cv, x, -lambd));
+  int32_t hi = lb_binary(G, LOOM_OP_GT, x, scalar(cv, x, lambd));
+  int32_t y = lb_select(G, hi, lb_sub(G, x, scalar(cv, x, bias)), scalar(cv, x, 0));
+  return done1(cv, lb_select(G, lo, lb_add(G, x, scalar(cv, x, bias)), y));
+}
+static loom_status cv_isnan(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  return done1(cv, lb_binary(G, LOOM_OP_NE, x, x));
+}
+static loom_status cv_isinf(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  bool pos = cv_attr_i(cv, "detect_positive", 1) != 0, neg = cv_attr_i(cv, "detect_negative", 1) != 0;
+  int32_t p = lb_binary(G, LOOM_OP_EQ, x, scalar(cv, x, INFINITY));
+  int32_t n = lb_binary(G, LOOM_OP_EQ, x, scalar(cv, x, -INFINITY));
+  if (pos && neg) return done1(cv, lb_binary(G, LOOM_OP_MAXIMUM, p, n));
+  if (pos) return done1(cv, p);
+  if (neg) return done1(cv, n);
+  return done1(cv, lb_binary(G, LOOM_OP_LT, x, x)); /* all false */
+}
+
+static loom_status cv_gelu(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  const char *ap = cv_attr_s(cv, "approximate", "none");
+  loom_attr_value a[LOOM_MAX_ATTRS];
+  attrs_of(LOOM_OP_GELU, a);
+  if (strcmp(ap, "tanh") == 0) LOOM_ATTRV_I(a, gelu, approximate) = 1;
+  else if (strcmp(ap, "none") != 0) return cv_unsupported(cv, "approximate='%s'", ap);
+  int32_t x = IN(0);
+  return done1(cv, lb_op(G, LOOM_OP_GELU, 1, &x, a));
+}
+
+static loom_status cv_clip(onnx_cv *cv) {
+  int32_t x = IN(0), y = x;
+  if (cv->opset < 11) {
+    if (cv_attr_has(cv, "min")) y = lb_binary(G, LOOM_OP_MAXIMUM, y, scalar(cv, x, cv_attr_f(cv, "min", 0)));
+    if (cv_attr_has(cv, "max")) y = lb_binary(G, LOOM_OP_MINIMUM, y, scalar(cv, x, cv_attr_f(cv, "max", 0)));
+  } else {
+    if (cv_has(cv, 1)) y = lb_binary(G, LOOM_OP_MAXIMUM, y, IN(1));
+    if (cv_has(cv, 2)) y = lb_binary(G, LOOM_OP_MINIMUM, y, IN(2));
+  }
+  return done1(cv, y);
+}
+
+static loom_status cv_identity(onnx_cv *cv) {
+  return done1(cv, IN(0));
+}
+
+/* Dropout at inference: the identity; its mask (if asked for) all true. */
+static loom_status cv_dropout(onnx_cv *cv) {
+  double ratio = 0.5, training = 0;
+  if (cv->opset >= 12) {
+    if (cv_has(cv, 2) && !cv_scalar(cv, 2, &training))
+      return cv_unsupported(cv, "training_mode not known at load time");
+    if (cv_has(cv, 1) && !cv_scalar(cv, 1, &ratio)) return cv_unsupported(cv, "ratio not known at load time");
+  } else {
+    ratio = cv_attr_f(cv, "ratio", 0.5);
+    if (cv->opset < 7 && cv_attr_i(cv, "is_test", 0) == 0) training = 1;
+  }
+  if (training != 0 && ratio != 0) return cv_unsupported(cv, "dropout in training mode (random)");
+  int32_t x = IN(0);
+  cv_out(cv, 0, x);
+  if (cv->n_out > 1 && cv->node->out[1][0]) {
+    const loom_type *t = TYPE(0);
+    cv_out(cv, 1, lb_const(G, LOOM_DTYPE_BOOL, t->rank, t->shape, 1));
+  }
+  return LOOM_STATUS_OK;
+}
+
+/* ---- matrices, normalization ------------------------------------------------ */
+
+/* If v is transpose(x) swapping only the last two dims, sets v = x. */
+static bool swapped_last2(loom_graph *g, int32_t *v) {
+  if (*v < 0 || g->values[*v].kind != LOOM_VALUE_NODE) return false;
+  const loom_node *n = &g->nodes[g->values[*v].node];
+  if (n->op != LOOM_OP_TRANSPOSE) return false;
+  const loom_ints *perm = &LOOM_ATTR_INTS(n, transpose, perm);
+  int32_t r = perm->n;
+  if (r < 2 || perm->v[r - 2] != r - 1 || perm->v[r - 1] != r - 2) return false;
+  for (int32_t d = 0; d < r - 2; d++)
+    if (perm->v[d] != d) return false;
+  *v = n->in[0];
+  return true;
+}
+
+static loom_status cv_matmul(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t a = IN(0), b = IN(1);
+  const loom_type *ta = TYPE(0), *tb = TYPE(1);
+  if (ta->dtype != tb->dtype) return cv_invalid(cv, "inputs of different types");
+  if (ta->rank == 0 || tb->rank == 0) return cv_invalid(cv, "MatMul of a scalar");
+  /* NumPy's 1-D rules: a vector is a row on the left, a column on the
+   * right, and that dim leaves the result */
+  if (ta->rank == 1) a = lb_reshape(G, a, 2, (int64_t[]){1, ta->shape[0]});
+  if (tb->rank == 1) b = lb_reshape(G, b, 2, (int64_t[]){tb->shape[0], 1});
+  /* an operand that is a transpose of its last two dims (K^T in
+   * attention) is read transposed by the GEMM instead */
+  bool trans_a = swapped_last2(G, &a), trans_b = swapped_last2(G, &b);
+  int32_t y = lb_matmul(G, a, b, trans_a, trans_b);
+  if ((ta->rank == 1 || tb->rank == 1) && y >= 0) {
+    loom_type t = G->values[y].type;
+    int64_t shape[LOOM_MAX_RANK];
+    int32_t r = 0;
+    for (int32_t d = 0; d < t.rank; d++) {
+      if (ta->rank == 1 && d == t.rank - 2) continue;
+      if (tb->rank == 1 && d == t.rank - 1) continue;
+      shape[r++] = t.shape[d];
+    }
+    y = lb_reshape(G, y, r, shape);
+  }
+  return done1(cv, y);
+}
+
+static loom_status cv_gemm(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  if (TYPE(0)->rank != 2 || TYPE(1)->rank != 2) return cv_invalid(cv, "A and B must be matrices");
+  double alpha = cv_attr_f(cv, "alpha", 1.0), beta = cv_attr_f(cv, "beta", 1.0);
+  int32_t y = lb_matmul(G, IN(0), IN(1), cv_attr_i(cv, "transA", 0) != 0, cv_attr_i(cv, "transB", 0) != 0);
+  if (alpha != 1.0) y = lb_mul(G, y, scalar(cv, y, alpha));
+  if (cv_has(cv, 2) && beta != 0.0) {
+    int32_t c = IN(2);
+    if (beta != 1.0) c = lb_mul(G, c, scalar(cv, c, beta));
+    y = lb_add(G, y, c);
+  }
+  return done1(cv, y);
+}
+
+/* Softmax and LogSoftmax: before opset 13 the input is seen as a matrix
+ * [prod(dims < axis), prod(dims >= axis)] (default axis 1). */
+static loom_status softmax(onnx_cv *cv, loom_op op) {
+  LOOM_TRY(need_float(cv, 0));
+  const loom_type *t = TYPE(0);
+  int32_t x = IN(0), axis;
+  int64_t def = cv->opset < 13 ? 1 : -1;
+  if (!onnx_axis(cv_attr_i(cv, "axis", def), t->rank ? t->rank : 1, &axis)) return cv_invalid(cv, "axis out of range");
+  loom_attr_value a[LOOM_MAX_ATTRS];
+  attrs_of(op, a);
+  if (cv->opset < 13) {
+    int64_t rows = 1, cols = 1;
+    for (int32_t d = 0; d < t->rank; d++) *(d < axis ? &rows : &cols) *= t->shape[d];
+    int32_t x2 = lb_reshape(G, x, 2, (int64_t[]){rows, cols});
+    LOOM_ATTRV_I(a, softmax, axis) = 1;
+    int32_t y = lb_op(G, op, 1, &x2, a);
+    return done1(cv, lb_reshape(G, y, t->rank, t->shape));
+  }
+  LOOM_ATTRV_I(a, softmax, axis) = axis;
+  return done1(cv, lb_op(G, op, 1, &x, a));
+}
+static loom_status cv_softmax(onnx_cv *cv) { return softmax(cv, LOOM_OP_SOFTMAX); }
+static loom_status cv_log_softmax(onnx_cv *cv) { return softmax(cv, LOOM_OP_LOG_SOFTMAX); }
+
+static loom_status cv_layer_norm(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  const loom_type *t = TYPE(0);
+  int32_t axis;
+  if (!onnx_axis(cv_attr_i(cv, "axis", -1), t->rank, &axis)) return cv_invalid(cv, "axis out of range");
+  int32_t in[3] = {IN(0), -1, -1}, n = 1;
+  for (int32_t i = 1; i < 3; i++) {
+    if (!cv_has(cv, i)) break;
+    int32_t v = IN(i);
+    if (TYPE(i)->dtype != t->dtype) return cv_invalid(cv, "input %d of another type", i);
+    bool exact = TYPE(i)->rank == t->rank - axis;
+    for (int32_t d = 0; exact && d < TYPE(i)->rank; d++) exact = TYPE(i)->shape[d] == t->shape[axis + d];
+    if (!exact) v = lb_broadcast_to(G, v, t->rank - axis, t->shape + axis);
+    in[n++] = v;
+  }
+  loom_attr_value a[LOOM_MAX_ATTRS];
+  attrs_of(LOOM_OP_LAYER_NORM, a);
+  LOOM_ATTRV_I(a, layer_norm, axis) = axis;
+  double eps = cv_attr_f(cv, "epsilon", 1e-5);
+  LOOM_ATTRV_F(a, layer_norm, eps) = eps;
+  cv_out(cv, 0, lb_op(G, LOOM_OP_LAYER_NORM, n, in, a));
+  /* Mean and InvStdDev (kept dims), when asked for */
+  bool more = (cv->n_out > 1 && cv->node->out[1][0]) || (cv->n_out > 2 && cv->node->out[2][0]);
+  if (more) {
+    int64_t axes[LOOM_MAX_RANK];
+    int32_t na = 0;
+    for (int32_t d = axis; d < t->rank; d++) axes[na++] = d;
+    loom_attr_value r[LOOM_MAX_ATTRS];
+    attrs_of(LOOM_OP_REDUCE_MEAN, r);
+    set_ints(&LOOM_ATTRV_INTS(r, reduce_mean, axes), na, axes);
+    LOOM_ATTRV_I(r, reduce_mean, keepdims) = 1;
+    int32_t x = in[0];
+    int32_t mean = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &x, r);
+    int32_t xc = lb_sub(G, x, mean), sq = lb_mul(G, xc, xc);
+    int32_t var = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &sq, r);
+    cv_out(cv, 1, mean);
+    cv_out(cv, 2, lb_unary(G, LOOM_OP_RSQRT, lb_add(G, var, scalar(cv, x, eps))));
+  }
+  return LOOM_STATUS_OK;
+}
+
+/* BatchNormalization at inference: (x - mean) / sqrt(var + eps) * scale + B,
+ * per channel (dim 1). */
+static loom_status cv_batch_norm(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  if (cv_attr_i(cv, "training_mode", 0) != 0) return cv_unsupported(cv, "training_mode");
+  if (cv_attr_i(cv, "spatial", 1) != 1) return cv_unsupported(cv, "spatial=0");
+  if (cv_attr_has(cv, "consumed_inputs")) return cv_unsupported(cv, "consumed_inputs");
+  for (int32_t o = 1; o < cv->n_out; o++)
+    if (cv->node->out[o][0]) return cv_unsupported(cv, "the running statistics outputs");
+  const loom_type *t = TYPE(0);
+  if (t->rank < 2) return cv_invalid(cv, "input of rank %d", t->rank);
+  int64_t shape[LOOM_MAX_RANK];
+  for (int32_t d = 0; d < t->rank - 1; d++) shape[d] = d == 0 ? t->shape[1] : 1;
+  int32_t p[4];
+  for (int32_t i = 0; i < 4; i++) {
+    if (TYPE(i + 1)->dtype != t->dtype) return cv_unsupported(cv, "parameters of another type than X");
+    p[i] = lb_reshape(G, IN(i + 1), t->rank - 1, shape);
+  }
+  int32_t x = IN(0);
+  double eps = cv_attr_f(cv, "epsilon", 1e-5);
+  int32_t inv = lb_unary(G, LOOM_OP_RSQRT, lb_add(G, p[3], scalar(cv, x, eps)));
+  int32_t y = lb_mul(G, lb_sub(G, x, p[2]), lb_mul(G, inv, p[0]));
+  return done1(cv, lb_add(G, y, p[1]));
+}
+
+static loom_status cv_instance_norm(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  const loom_type *t = TYPE(0);
+  if (t->rank < 3) return cv_invalid(cv, "input of rank %d", t->rank);
+  int64_t axes[LOOM_MAX_RANK], shape[LOOM_MAX_RANK];
+  int32_t n = 0;
+  for (int32_t d = 2; d < t->rank; d++) axes[n++] = d;
+  for (int32_t d = 0; d < t->rank - 1; d++) shape[d] = d == 0 ? t->shape[1] : 1;
+  int32_t x = IN(0);
+  loom_attr_value a[LOOM_MAX_ATTRS];
+  attrs_of(LOOM_OP_REDUCE_MEAN, a);
+  set_ints(&LOOM_ATTRV_INTS(a, reduce_mean, axes), n, axes);
+  LOOM_ATTRV_I(a, reduce_mean, keepdims) = 1;
+  int32_t m = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &x, a);
+  int32_t xc = lb_sub(G, x, m);
+  int32_t sq = lb_mul(G, xc, xc);
+  int32_t var = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &sq, a);
+  int32_t inv = lb_unary(G, LOOM_OP_RSQRT, lb_add(G, var, scalar(cv, x, cv_attr_f(cv, "epsilon", 1e-5))));
+  int32_t sc = lb_reshape(G, IN(1), t->rank - 1, shape), b = lb_reshape(G, IN(2), t->rank - 1, shape);
+  return done1(cv, lb_add(G, lb_mul(G, lb_mul(G, xc, inv), sc), b));
+}
+
+
+/* GroupNormalization: x [N, C, ...] seen as [N, G, rest], normalized over
+ * rest; scale and bias per group (opset 18-20) or per channel (21+). */
+static loom_status cv_group_norm(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  const loom_type *t = TYPE(0);
+  int64_t g = cv_attr_i(cv, "num_groups", 0);
+  if (t->rank < 2 || g <= 0 || t->shape[1] % g) return cv_invalid(cv, "num_groups %lld for %lld channels", (long long)g, (long long)(t->rank > 1 ? t->shape[1] : 0));
+  int64_t n = t->shape[0], c = t->shape[1], rest = loom_type_numel(t) / LOOM_MAX(1, n * g);
+  bool per_channel = cv->opset >= 21;
+  int64_t want = per_channel ? c : g;
+  if (loom_type_numel(TYPE(1)) != want || loom_type_numel(TYPE(2)) != want) return cv_invalid(cv, "scale and bias need %lld values", (long long)want);
+  int32_t x = lb_reshape(G, IN(0), 3, (int64_t[]){n, g, rest});
+  loom_attr_value a[LOOM_MAX_ATTRS];
+  attrs_of(LOOM_OP_REDUCE_MEAN, a);
+  int64_t ax = 2;
+  set_ints(&LOOM_ATTRV_INTS(a, reduce_mean, axes), 1, &ax);
+  LOOM_ATTRV_I(a, reduce_mean, keepdims) = 1;
+  int32_t m = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &x, a);
+  int32_t xc = lb_sub(G, x, m), sq = lb_mul(G, xc, xc);
+  int32_t var = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &sq, a);
+  int32_t y = lb_mul(G, xc, lb_unary(G, LOOM_OP_RSQRT, lb_add(G, var, scalar(cv, x, cv_attr_f(cv, "epsilon", 1e-5)))));
+  if (!per_channel) {
+    y = lb_add(G, lb_mul(G, y, lb_reshape(G, IN(1), 2, (int64_t[]){g, 1})), lb_reshape(G, IN(2), 2, (int64_t[]){g, 1}));
+    return done1(cv, lb_reshape(G, y, t->rank, t->shape));
+  }
+  y = lb_reshape(G, y, t->rank, t->shape);
+  int64_t shape[LOOM_MAX_RANK];
+  shape[0] = c;
+  for (int32_t d = 2; d < t->rank; d++) shape[d - 1] = 1;
+  return done1(cv, lb_add(G, lb_mul(G, y, lb_reshape(G, IN(1), t->rank - 1, shape)), lb_reshape(G, IN(2), t->rank - 1, shape)));
+}
+
+/* ---- reductions -------------------------------------------------------------- */
+
+typedef enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_L1, R_L2, R_SUMSQ, R_LOGSUM, R_LOGSUMEXP } red_kind;
+
+static loom_status reduce(onnx_cv *cv, red_kind k) {
+  const loom_type *t = TYPE(0);
+  int64_t axes[LOOM_MAX_RANK];
+  int32_t n = -1;
+  bool axes_input = (k == R_SUM && cv->opset >= 13) || cv->opset >= 18;
+  if (axes_input) {
+    if (cv_has(cv, 1) && (n = cv_ints(cv, 1, axes, LOOM_MAX_RANK)) < 0) return cv->st;
+  } else {
+    n = cv_attr_ints(cv, "axes", axes, LOOM_MAX_RANK);
+    if (cv->st) return cv->st;
+  }
+  bool keep = cv_attr_i(cv, "keepdims", 1) != 0;
+  if (n <= 0 && cv_attr_i(cv, "noop_with_empty_axes", 0) != 0) return done1(cv, IN(0));
+  if (n < 0) n = 0;
+  for (int32_t i = 0; i < n; i++) {
+    int32_t a;
+    if (!onnx_axis(axes[i], t->rank, &a)) return cv_invalid(cv, "axis %lld out of range", (long long)axes[i]);
+    axes[i] = a;
+  }
+  if (n == 0) /* every axis */
+    for (int32_t d = 0; d < t->rank; d++) axes[n++] = d;
+  if (k != R_SUM && k != R_MAX && k != R_MIN) LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0), y;
+  loom_attr_value a[LOOM_MAX_ATTRS];
+  switch (k) {
+  case R_SUM: y = lb_reduce(G, LOOM_OP_REDUCE_SUM, x, n, axes, keep); break;
+  case R_MAX: y = lb_reduce(G, LOOM_OP_REDUCE_MAX, x, n, axes, keep); break;
+  case R_MIN: y = lb_reduce(G, LOOM_OP_REDUCE_MIN, x, n, axes, keep); break;
+  case R_MEAN:
+    attrs_of(LOOM_OP_REDUCE_MEAN, a);
+    set_ints(&LOOM_ATTRV_INTS(a, reduce_mean, axes), n, axes);
+    LOOM_ATTRV_I(a, reduce_mean, keepdims) = keep;
+    y = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &x, a);
+    break;
+  case R_L1: y = lb_reduce(G, LOOM_OP_REDUCE_SUM, lb_unary(G, LOOM_OP_ABS, x), n, axes, keep); break;
+  case R_L2: y = lb_unary(G, LOOM_OP_SQRT, lb_reduce(G, LOOM_OP_REDUCE_SUM, lb_mul(G, x, x), n, axes, keep)); break;
+  case R_SUMSQ: y = lb_reduce(G, LOOM_OP_REDUCE_SUM, lb_mul(G, x, x), n, axes, keep); break;
+  case R_LOGSUM: y = lb_unary(G, LOOM_OP_LOG, lb_reduce(G, LOOM_OP_REDUCE_SUM, x, n, axes, keep)); break;
+  case R_LOGSUMEXP: {
+    int32_t m = lb_reduce(G, LOOM_OP_REDUCE_MAX, x, n, axes, true);
+    /* an all -inf row: subtract 0 instead, giving log(0) = -inf */
+    m = lb_select(G, lb_binary(G, LOOM_OP_EQ, m, scalar(cv, x, -INFINITY)), scalar(cv, x, 0), m);
+    int32_t s = lb_reduce(G, LOOM_OP_REDUCE_SUM, lb_unary(G, LOOM_OP_EXP, lb_sub(G, x, m)), n, axes, true);
+    y = lb_add(G, lb_unary(G, LOOM_OP_LOG, s), m);
+    if (!keep && y >= 0) {
+      int64_t shape[LOOM_MAX_RANK];
+      int32_t r = 0;
+      for (int32_t d = 0; d < t->rank; d++) {
+        bool red = false;
+        for (int32_t i = 0; i < n; i++) red |= axes[i] == d;
+        if (!red) shape[r++] = t->shape[d];
+      }
+      y = lb_reshape(G, y, r, shape);
+    }
+    break;
+  }
+  default: y = -1;
+  }
+  return done1(cv, y);
+}
+static loom_status cv_reduce_sum(onnx_cv *cv) { return reduce(cv, R_SUM); }
+static loom_status cv_reduce_mean(onnx_cv *cv) { return reduce(cv, R_MEAN); }
+static loom_status cv_reduce_max(onnx_cv *cv) { return reduce(cv, R_MAX); }
+static loom_status cv_reduce_min(onnx_cv *cv) { return reduce(cv, R_MIN); }
+static loom_status cv_reduce_l1(onnx_cv *cv) { return reduce(cv, R_L1); }
+static loom_status cv_reduce_l2(onnx_cv *cv) { return reduce(cv, R_L2); }
+static loom_status cv_reduce_sumsq(onnx_cv *cv) { return reduce(cv, R_SUMSQ); }
+static loom_status cv_reduce_logsum(onnx_cv *cv) { return reduce(cv, R_LOGSUM); }
+static loom_status cv_reduce_logsumexp(onnx_cv *cv) { return reduce(cv, R_LOGSUMEXP); }
+
+/* ArgMax/ArgMin: the first (or last) index where the extreme is reached. */
+static loom_status arg_extreme(onnx_cv *cv, bool max) {
+  const loom_type *t = TYPE(0);
+  int32_t axis;
+  if (!onnx_axis(cv_attr_i(cv, "axis", 0), t->rank, &axis)) return cv_invalid(cv, "axis out of range");
+  bool keep = cv_attr_i(cv, "keepdims", 1) != 0, last = cv_attr_i(cv, "select_last_index", 0) != 0;
+  int32_t x = IN(0);
+  int64_t ax = axis;
+  int32_t m = lb_reduce(G, max ? LOOM_OP_REDUCE_MAX : LOOM_OP_REDUCE_MIN, x, 1, &ax, true);
+  int32_t hit = lb_binary(G, LOOM_OP_EQ, x, m);
+  int32_t idx = lb_iota(G, LOOM_DTYPE_I64, t->rank, t->shape, axis);
+  int32_t other = lb_scalar(G, LOOM_DTYPE_I64, last ? -1.0 : (double)t->shape[axis]);
+  int32_t cand = lb_select(G, hit, idx, other);
+  return done1(cv, lb_reduce(G, last ? LOOM_OP_REDUCE_MAX : LOOM_OP_REDUCE_MIN, cand, 1, &ax, keep));
+}
+static loom_status cv_argmax(onnx_cv *cv) { return arg_extreme(cv, true); }
+static loom_status cv_argmin(onnx_cv *cv) { return arg_extreme(cv, false); }
+
+/* ---- layout ------------------------------------------------------------------- */
+
+static loom_status cv_transpose(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  int64_t perm[LOOM_MAX_RANK];
+  int32_t n = cv_attr_ints(cv, "perm", perm, LOOM_MAX_RANK);
+  if (cv->st) return cv->st;
+  if (n < 0) {
+    n = t->rank;
+    for (int32_t d = 0; d < n; d++) perm[d] = n - 1 - d;
+  }
+  if (n != t->rank) return cv_invalid(cv, "perm has %d entries for rank %d", n, t->rank);
+  for (int32_t d = 0; d < n; d++)
+    if (perm[d] < 0) perm[d] += n;
+  return done1(cv, lb_transpose(G, IN(0), perm));
+}
+
+static loom_status cv_reshape(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  int64_t shape[LOOM_MAX_RANK + 1];
+  int32_t n;
+  if (cv->opset < 5) {
+    n = cv_attr_ints(cv, "shape", shape, LOOM_MAX_RANK);
+    if (n < 0) return cv->st ? cv->st : cv_invalid(cv, "no shape");
+  } else if ((n = cv_ints(cv, 1, shape, LOOM_MAX_RANK)) < 0) {
+    return cv->st;
+  }
+  bool allowzero = cv_attr_i(cv, "allowzero", 0) != 0;
+  for (int32_t d = 0; d < n; d++) {
+    if (shape[d] == 0 && !allowzero) {
+      if (d >= t->rank) return cv_invalid(cv, "shape copies dim %d of a rank-%d input", d, t->rank);
+      shape[d] = t->shape[d];
+    }
+  }
+  return done1(cv, lb_reshape(G, IN(0), n, shape));
+}
+
+static loom_status cv_flatten(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  int64_t axis = cv_attr_i(cv, "axis", 1);
+  if (axis < 0) axis += t->rank;
+  if (axis < 0 || axis > t->rank) return cv_invalid(cv, "axis out of range");
+  int64_t rows = 1, cols = 1;
+  for (int32_t d = 0; d < t->rank; d++) *(d < axis ? &rows : &cols) *= t->shape[d];
+  return done1(cv, lb_reshape(G, IN(0), 2, (int64_t[]){rows, cols}));
+}
+
+/* Squeeze/Unsqueeze's axes: an attribute before opset 13, an input after. */
+static int32_t axes_of(onnx_cv *cv, int64_t *axes) {
+  if (cv->opset >= 13) return cv_has(cv, 1) ? cv_ints(cv, 1, axes, LOOM_MAX_RANK) : -2;
+  int32_t n = cv_attr_ints(cv, "axes", axes, LOOM_MAX_RANK);
+  return n < 0 && !cv->st ? -2 : n;
+}
+
+static loom_status cv_squeeze(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  int64_t axes[LOOM_MAX_RANK], shape[LOOM_MAX_RANK];
+  int32_t n = axes_of(cv, axes), r = 0;
+  if (n == -1) return cv->st;
+  bool drop[LOOM_MAX_RANK] = {false};
+  for (int32_t i = 0; i < n; i++) {
+    int32_t a;
+    if (!onnx_axis(axes[i], t->rank, &a) || t->shape[a] != 1) return cv_invalid(cv, "cannot squeeze axis %lld", (long long)axes[i]);
+    drop[a] = true;
+  }
+  for (int32_t d = 0; d < t->rank; d++)
+    if (!(n == -2 ? t->shape[d] == 1 : drop[d])) shape[r++] = t->shape[d];
+  return done1(cv, lb_reshape(G, IN(0), r, shape));
+}
+
+static loom_status cv_unsqueeze(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  int64_t axes[LOOM_MAX_RANK], shape[LOOM_MAX_RANK];
+  int32_t n = axes_of(cv, axes);
+  if (n == -1) return cv->st;
+  if (n == -2) return cv_invalid(cv, "no axes");
+  int32_t r = t->rank + n;
+  if (r > LOOM_MAX_RANK) return cv_unsupported(cv, "rank %d", r);
+  bool add[LOOM_MAX_RANK] = {false};
+  for (int32_t i = 0; i < n; i++) {
+    int32_t a;
+    if (!onnx_axis(axes[i], r, &a) || add[a]) return cv_invalid(cv, "bad axis %lld", (long long)axes[i]);
+    add[a] = true;
+  }
+  for (int32_t d = 0, k = 0; d < r; d++) shape[d] = add[d] ? 1 : t->shape[k++];
+  return done1(cv, lb_reshape(G, IN(0), r, shape));
+}
+
+static loom_status cv_concat(onnx_cv *cv) {
+  int32_t xs[ONNX_MAX_NODE_IO], n = 0, axis;
+  const loom_type *t = TYPE(0);
+  if (!onnx_axis(cv_attr_i(cv, "axis", 0), t->rank, &axis)) return cv_invalid(cv, "axis out of range");
+  for (int32_t i = 0; i < cv->n_in; i++)
+    if (cv_has(cv, i)) xs[n++] = IN(i);
+  if (n == 1) return done1(cv, xs[0]);
+  return done1(cv, lb_concat(G, n, xs, axis));
+}
+
+static loom_status cv_split(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  int32_t axis;
+  if (!onnx_axis(cv_attr_i(cv, "axis", 0), t->rank, &axis)) return cv_invalid(cv, "axis out of range");
+  int64_t split[ONNX_MAX_NODE_IO];
+  int32_t n = -1;
+  if (cv->opset >= 13) {
+    if (cv_has(cv, 1) && (n = cv_ints(cv, 1, split, ONNX_MAX_NODE_IO)) < 0) return cv->st;
+  } else if ((n = cv_attr_ints(cv, "split", split, ONNX_MAX_NODE_IO)) < 0 && cv->st) {
+    return cv->st;
+  }
+  int64_t dim = t->shape[axis];
+  if (n < 0) {
+    int64_t parts = cv_attr_i(cv, "num_outputs", cv->n_out);
+    if (parts != cv->n_out || parts <= 0) return cv_invalid(cv, "num_outputs differs from the outputs");
+    int64_t each = (dim + parts - 1) / parts; /* the last part may be smaller */
+    n = (int32_t)parts;
+    for (int32_t i = 0; i < n; i++) split[i] = LOOM_MAX(0, LOOM_MIN(each, dim - each * i));
+  }
+  if (n != cv->n_out) return cv_invalid(cv, "%d parts for %d outputs", n, cv->n_out);
+  int64_t at = 0;
+  for (int32_t i = 0; i < n; i++) {
+    if (split[i] < 0 || split[i] > dim - at) return cv_invalid(cv, "the split does not add up to the dim");
+    int64_t s[LOOM_MAX_RANK] = {0}, e[LOOM_MAX_RANK];
+    for (int32_t d = 0; d < t->rank; d++) e[d] = t->shape[d];
+    s[axis] = at;
+    e[axis] = at + split[i];
+    cv_out(cv, i, lb_slice(G, IN(0), s, e));
+    at += split[i];
+  }
+  if (at != dim) return cv_invalid(cv, "the split does not add up to the dim");
+  return LOOM_STATUS_OK;
+}
+
+static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+static loom_status cv_slice(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  int64_t starts[LOOM_MAX_RANK], ends[LOOM_MAX_RANK], axes[LOOM_MAX_RANK], steps[LOOM_MAX_RANK];
+  int32_t n, na = -1, ns = -1;
+  if (cv->opset < 10) {
+    n = cv_attr_ints(cv, "starts", starts, LOOM_MAX_RANK);
+    int32_t ne = cv_attr_ints(cv, "ends", ends, LOOM_MAX_RANK);
+    na = cv_attr_ints(cv, "axes", axes, LOOM_MAX_RANK);
+    if (cv->st) return cv->st;
+    if (n < 0 || ne != n) return cv_invalid(cv, "starts and ends differ in length");
+  } else {
+    if ((n = cv_ints(cv, 1, starts, LOOM_MAX_RANK)) < 0 || cv_ints(cv, 2, ends, LOOM_MAX_RANK) != n) {
+      return cv->st ? cv->st : cv_invalid(cv, "starts and ends differ in length");
+    }
+    if (cv_has(cv, 3) && (na = cv_ints(cv, 3, axes, LOOM_MAX_RANK)) != n)
+      return cv->st ? cv->st : cv_invalid(cv, "axes differ in length");
+    if (cv_has(cv, 4) && (ns = cv_ints(cv, 4, steps, LOOM_MAX_RANK)) != n)
+      return cv->st ? cv->st : cv_invalid(cv, "steps differ in length");
+  }
+  int64_t lo[LOOM_MAX_RANK] = {0}, hi[LOOM_MAX_RANK], step[LOOM_MAX_RANK];
+  for (int32_t d = 0; d < t->rank; d++) {
+    hi[d] = t->shape[d];
+    step[d] = 1;
+  }
+  bool seen[LOOM_MAX_RANK] = {false};
+  for (int32_t i = 0; i < n; i++) {
+    int32_t a;
+    if (!onnx_axis(na < 0 ? i : axes[i], t->rank, &a) || seen[a]) return cv_invalid(cv, "bad axis");
+    seen[a] = true;
+    int64_t dim = t->shape[a], st = ns < 0 ? 1 : steps[i];
+    if (st == 0) return cv_invalid(cv, "a step of 0");
+    int64_t s = starts[i], e = ends[i];
+    if (s < 0) s = s < -dim ? -dim - 1 : s + dim; /* saturates, no overflow */
+    if (e < 0) e = e < -dim ? -dim - 1 : e + dim;
+    if (st > 0) {
+      s = clamp64(s, 0, dim);
+      e = clamp64(e, 0, dim);
+    } else {
+      s = clamp64(s, 0, dim - 1);
+      e = clamp64(e, -1, dim - 1);
+    }
+    lo[a] = s;
+    hi[a] = e;
+    step[a] = st;
+  }
+  /* contiguous ranges by slice, strided ones by a gather of their indices */
+  int64_t s0[LOOM_MAX_RANK], e0[LOOM_MAX_RANK];
+  for (int32_t d = 0; d < t->rank; d++) {
+    s0[d] = step[d] == 1 ? lo[d] : 0;
+    e0[d] = step[d] == 1 ? LOOM_MAX(lo[d], hi[d]) : t->shape[d];
+  }
+  int32_t y = lb_slice(G, IN(0), s0, e0);
+  for (int32_t d = 0; d < t->rank; d++) {
+    if (step[d] == 1) continue;
+    int64_t cnt = step[d] > 0 ? (hi[d] - lo[d] + step[d] - 1) / step[d] : (lo[d] - hi[d] + (-step[d]) - 1) / (-step[d]);
+    if (cnt < 0) cnt = 0;
+    if (cnt > (int64_t)1 << 24) return cv_unsupported(cv, "a strided slice of %lld elements", (long long)cnt);
+    double *idx = malloc(sizeof(double) * (size_t)(cnt ? cnt : 1));
+    if (!idx) return loom_error(cv->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+    for (int64_t k = 0; k < cnt; k++) idx[k] = (double)(lo[d] + k * step[d]);
+    int32_t iv = cv_const_values(cv, LOOM_DTYPE_I64, 1, &cnt, idx);
+    free(idx);
+    y = lb_gather(G, y, iv, d);
+  }
+  return done1(cv, y);
+}
+
+/* Negative indices count from the end. */
+static int32_t wrap_indices(onnx_cv *cv, int32_t i, int64_t dim) {
+  int32_t idx = IN(i);
+  return lb_select(G, lb_binary(G, LOOM_OP_LT, idx, scalar(cv, idx, 0)), lb_add(G, idx, scalar(cv, idx, (double)dim)), idx);
+}
+
+static loom_status cv_gather(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  int32_t axis;
+  if (!onnx_axis(cv_attr_i(cv, "axis", 0), t->rank, &axis)) return cv_invalid(cv, "axis out of range");
+  if (TYPE(1)->dtype != LOOM_DTYPE_I32 && TYPE(1)->dtype != LOOM_DTYPE_I64) return cv_invalid(cv, "indices must be int32 or int64");
+  if (t->rank - 1 + TYPE(1)->rank > LOOM_MAX_RANK) return cv_unsupported(cv, "result rank over %d", LOOM_MAX_RANK);
+  return done1(cv, lb_gather(G, IN(0), wrap_indices(cv, 1, t->shape[axis]), axis));
+}
+
+/* out[i] = data[i with i[axis] = idx[i]] (idx i64, in range, of data's
+ * rank), as a gather from the flattened data at sum of index * stride. */
+static int32_t gather_along(onnx_cv *cv, int32_t data, const loom_type *t, int32_t idx, const loom_type *ti,
+                            int32_t axis) {
+  int32_t flat = -1;
+  int64_t stride = 1;
+  for (int32_t d = t->rank - 1; d >= 0; d--) {
+    int32_t at = d == axis ? idx : lb_iota(G, LOOM_DTYPE_I64, ti->rank, ti->shape, d);
+    int32_t term = lb_mul(G, at, lb_scalar(G, LOOM_DTYPE_I64, (double)stride));
+    flat = flat < 0 ? term : lb_add(G, flat, term);
+    stride *= t->shape[d];
+  }
+  int64_t total = loom_type_numel(t);
+  return lb_gather(G, lb_reshape(G, data, 1, &total), flat, 0);
+}
+
+static loom_status cv_gather_elements(onnx_cv *cv) {
+  const loom_type *t = TYPE(0), *ti = TYPE(1);
+  int32_t axis;
+  if (t->rank == 0) return cv_invalid(cv, "a scalar input");
+  if (!onnx_axis(cv_attr_i(cv, "axis", 0), t->rank, &axis)) return cv_invalid(cv, "axis out of range");
+  if (ti->rank != t->rank) return cv_invalid(cv, "indices of another rank");
+  int32_t idx = lb_cast(G, wrap_indices(cv, 1, t->shape[axis]), LOOM_DTYPE_I64);
+  return done1(cv, gather_along(cv, IN(0), t, idx, ti, axis));
+}
+
+/* NegativeLogLikelihoodLoss on log-probabilities lp [N, C, d...] (value
+ * lpv) with targets input ti and optional weights input wi. */
+static loom_status nll(onnx_cv *cv, int32_t lpv, const loom_type *t, int32_t ti, int32_t wi) {
+  const loom_type *tt = TYPE(ti);
+  if (t->rank < 2 || tt->rank != t->rank - 1) return cv_invalid(cv, "targets of rank %d for input of rank %d", tt->rank, t->rank);
+  if (!loom_dtype_is_int(tt->dtype)) return cv_invalid(cv, "integer targets needed");
+  const char *red = cv_attr_s(cv, "reduction", "mean");
+  int mode = strcmp(red, "none") == 0 ? 0 : strcmp(red, "sum") == 0 ? 1 : strcmp(red, "mean") == 0 ? 2 : -1;
+  if (mode < 0) return cv_unsupported(cv, "reduction '%s'", red);
+  int32_t tgt = lb_cast(G, IN(ti), LOOM_DTYPE_I64), valid = -1;
+  if (cv_attr_has(cv, "ignore_index")) {
+    valid = lb_binary(G, LOOM_OP_NE, tgt, lb_scalar(G, LOOM_DTYPE_I64, (double)cv_attr_i(cv, "ignore_index", 0)));
+    tgt = lb_select(G, valid, tgt, lb_scalar(G, LOOM_DTYPE_I64, 0));
+  }
+  loom_type ut = *tt; /* [N, 1, d...] */
+  ut.rank = t->rank;
+  ut.shape[0] = tt->shape[0];
+  ut.shape[1] = 1;
+  for (int32_t d = 1; d < tt->rank; d++) ut.shape[d + 1] = tt->shape[d];
+  ut.dtype = LOOM_DTYPE_I64;
+  int32_t picked = gather_along(cv, lpv, t, lb_reshape(G, tgt, ut.rank, ut.shape), &ut, 1);
+  int32_t loss = lb_neg(G, lb_reshape(G, picked, tt->rank, tt->shape));
+  int32_t wt = -1;
+  if (wi >= 0 && cv_has(cv, wi)) wt = lb_gather(G, IN(wi), tgt, 0);
+  if (valid >= 0) {
+    int32_t v = lb_cast(G, valid, t->dtype);
+    wt = wt < 0 ? v : lb_mul(G, wt, v);
+  }
+  if (wt >= 0) loss = lb_mul(G, loss, wt);
+  if (mode == 0) return done1(cv, loss);
+  int32_t sum = lb_reduce(G, LOOM_OP_REDUCE_SUM, loss, 0, NULL, false);
+  if (mode == 1) return done1(cv, sum);
+  int32_t den = wt >= 0 ? lb_reduce(G, LOOM_OP_REDUCE_SUM, wt, 0, NULL, false)
+                        : lb_scalar(G, t->dtype, (double)loom_type_numel(tt));
+  return done1(cv, lb_div(G, sum, den));
+}
+
+static loom_status cv_nll_loss(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  return nll(cv, IN(0), TYPE(0), 1, 2);
+}
+
+static loom_status cv_softmax_ce_loss(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  const loom_type *t = TYPE(0);
+  if (t->rank < 2) return cv_invalid(cv, "scores of rank %d", t->rank);
+  loom_attr_value a[LOOM_MAX_ATTRS];
+  attrs_of(LOOM_OP_LOG_SOFTMAX, a);
+  LOOM_ATTRV_I(a, log_softmax, axis) = 1;
+  int32_t x = IN(0);
+  int32_t lp = lb_op(G, LOOM_OP_LOG_SOFTMAX, 1, &x, a);
+  LOOM_TRY(nll(cv, lp, t, 1, 2));
+  if (cv->n_out > 1) cv_out(cv, 1, lp);
+  return LOOM_STATUS_OK;
+}
+
+static loom_status cv_expand(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  int64_t shape[LOOM_MAX_RANK], out[LOOM_MAX_RANK];
+  int32_t n = cv_ints(cv, 1, shape, LOOM_MAX_RANK), r;
+  if (n < 0) return cv->st;
+  if (!loom_broadcast_shapes(t->rank, t->shape, n, shape, &r, out)) return cv_invalid(cv, "shapes do not broadcast");
+  return done1(cv, lb_broadcast_to(G, IN(0), r, out));
+}
+
+static loom_status cv_tile(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  int64_t rep[LOOM_MAX_RANK];
+  int32_t n = cv_ints(cv, 1, rep, LOOM_MAX_RANK);
+  if (n < 0) return cv->st;
+  if (n != t->rank) return cv_invalid(cv, "repeats has %d entries for rank %d", n, t->rank);
+  int32_t y = IN(0);
+  for (int32_t d = 0; d < t->rank; d++) {
+    if (rep[d] < 0) return cv_invalid(cv, "a negative repeat");
+    if (rep[d] == 1) continue;
+    if (rep[d] == 0 || rep[d] > ONNX_MAX_NODE_IO) {
+      /* [.., D, ..] -> [.., 1, D, ..] broadcast to [.., r, D, ..] -> [.., r*D, ..] */
+      if (t->rank + 1 > LOOM_MAX_RANK) return cv_unsupported(cv, "rank %d", t->rank + 1);
+      loom_type cur = G->values[y].type;
+      int64_t s1[LOOM_MAX_RANK], s2[LOOM_MAX_RANK];
+      for (int32_t k = 0, j = 0; k <= cur.rank; k++) {
+        s1[k] = k == d ? 1 : cur.shape[j];
+        s2[k] = k == d ? rep[d] : cur.shape[j];
+        if (k != d) j++;
+      }
+      y = lb_broadcast_to(G, lb_reshape(G, y, cur.rank + 1, s1), cur.rank + 1, s2);
+      cur.shape[d] *= rep[d];
+      y = lb_reshape(G, y, cur.rank, cur.shape);
+      continue;
+    }
+    int32_t xs[ONNX_MAX_NODE_IO];
+    for (int64_t k = 0; k < rep[d]; k++) xs[k] = y;
+    y = lb_concat(G, (int32_t)rep[d], xs, d);
+  }
+  return done1(cv, y);
+}
+
+static loom_status cv_pad(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  int64_t pads[2 * LOOM_MAX_RANK];
+  int32_t n;
+  double value = 0;
+  const char *ms = cv_attr_s(cv, "mode", "constant");
+  int mode = strcmp(ms, "constant") == 0 ? 0 : strcmp(ms, "edge") == 0 ? 1 : strcmp(ms, "reflect") == 0 ? 2 : -1;
+  if (mode < 0) return cv_unsupported(cv, "mode '%s'", ms);
+  if (cv->opset < 11) {
+    n = cv_attr_ints(cv, "pads", pads, 2 * LOOM_MAX_RANK);
+    value = cv_attr_f(cv, "value", 0);
+    if (n < 0) return cv->st ? cv->st : cv_invalid(cv, "no pads");
+  } else {
+    if ((n = cv_ints(cv, 1, pads, 2 * LOOM_MAX_RANK)) < 0) return cv->st;
+    if (cv_has(cv, 2) && !cv_scalar(cv, 2, &value)) return cv_unsupported(cv, "constant_value not known at load time");
+    if (cv_has(cv, 3)) return cv_unsupported(cv, "axes");
+  }
+  if (n != 2 * t->rank) return cv_invalid(cv, "%d pads for rank %d", n, t->rank);
+  int64_t lo[LOOM_MAX_RANK], hi[LOOM_MAX_RANK], s[LOOM_MAX_RANK], e[LOOM_MAX_RANK];
+  bool crop = false;
+  for (int32_t d = 0; d < t->rank; d++) {
+    lo[d] = LOOM_MAX(0, pads[d]);
+    hi[d] = LOOM_MAX(0, pads[d + t->rank]);
+    s[d] = LOOM_MAX(0, -pads[d]);
+    e[d] = t->shape[d] - LOOM_MAX(0, -pads[d + t->rank]);
+    if (e[d] < s[d]) return cv_invalid(cv, "negative pads larger than the dim");
+    crop |= pads[d] < 0 || pads[d + t->rank] < 0;
+  }
+  int32_t x = IN(0);
+  if (crop) x = lb_slice(G, x, s, e);
+  if (mode == 0) return done1(cv, lb_pad(G, x, lo, hi, value));
+  /* edge and reflect: a gather per padded dim of the clamped or mirrored
+   * source index */
+  for (int32_t d = 0; d < t->rank; d++) {
+    int64_t len = e[d] - s[d], n = lo[d] + len + hi[d];
+    if (!lo[d] && !hi[d]) continue;
+    if (len == 0 || (mode == 2 && (lo[d] >= len || hi[d] >= len)))
+      return cv_invalid(cv, "pads too large for mode '%s'", ms);
+    double *idx = malloc(sizeof *idx * (size_t)n);
+    if (!idx) return loom_error(cv->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+    for (int64_t i = 0; i < n; i++) {
+      int64_t j = i - lo[d];
+      if (mode == 1) j = clamp64(j, 0, len - 1);
+      else if (j < 0) j = -j;
+      else if (j >= len) j = 2 * (len - 1) - j;
+      idx[i] = (double)j;
+    }
+    int32_t iv = cv_const_values(cv, LOOM_DTYPE_I64, 1, &n, idx);
+    free(idx);
+    x = lb_gather(G, x, iv, d);
+  }
+  return done1(cv, x);
+}
+
+/* ---- shapes and sources ------------------------------------------------------ */
+
+static loom_status cv_shape(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  int64_t start = cv_attr_i(cv, "start", 0), end = cv_attr_i(cv, "end", t->rank);
+  if (start < 0) start += t->rank;
+  if (end < 0) end += t->rank;
+  start = clamp64(start, 0, t->rank);
+  end = clamp64(end, start, t->rank);
+  double v[LOOM_MAX_RANK];
+  for (int64_t d = start; d < end; d++) v[d - start] = (double)t->shape[d];
+  int64_t n = end - start;
+  return out_host(cv, 0, LOOM_DTYPE_I64, 1, &n, v);
+}
+
+static loom_status cv_size(onnx_cv *cv) {
+  double v = (double)loom_type_numel(TYPE(0));
+  return out_host(cv, 0, LOOM_DTYPE_I64, 0, NULL, &v);
+}
+
+static loom_status cv_constant(onnx_cv *cv) {
+  loom_ctx *ctx = cv->ctx;
+  const onnx_node *n = cv->node;
+  if (n->n_attrs != 1) return cv_invalid(cv, "a Constant needs exactly one value attribute");
+  const onnx_attr *a = &n->attrs[0];
+  loom_tensor *t = NULL;
+  if (strcmp(a->name, "value") == 0) {
+    if (!a->t) return cv_invalid(cv, "value is not a tensor");
+    loom_status st = onnx_tensor_to_loom(ctx, cv->m, a->t, &t);
+    if (st) {
+      loom_error_prefix(ctx, "ONNX node '%s' (Constant)", n->name);
+      return st;
+    }
+    cv_out_const(cv, 0, t);
+    return LOOM_STATUS_OK;
+  }
+  if (strcmp(a->name, "value_float") == 0) {
+    double v = a->f;
+    return out_host(cv, 0, LOOM_DTYPE_F32, 0, NULL, &v);
+  }
+  if (strcmp(a->name, "value_int") == 0) {
+    LOOM_TRY(loom_tensor_new(ctx, LOOM_DTYPE_I64, 0, NULL, &t));
+    *(int64_t *)loom_tensor_data(t) = a->i;
+    cv_out_const(cv, 0, t);
+    return LOOM_STATUS_OK;
+  }
+  if (strcmp(a->name, "value_floats") == 0 || strcmp(a->name, "value_ints") == 0) {
+    bool f = a->name[6] == 'f';
+    int64_t len = (int64_t)(f ? a->n_floats : a->n_ints);
+    LOOM_TRY(loom_tensor_new(ctx, f ? LOOM_DTYPE_F32 : LOOM_DTYPE_I64, 1, &len, &t));
+    for (int64_t i = 0; i < len; i++)
+      if (f) ((float *)loom_tensor_data(t))[i] = a->floats[i];
+      else ((int64_t *)loom_tensor_data(t))[i] = a->ints[i];
+    cv_out_const(cv, 0, t);
+    return LOOM_STATUS_OK;
+  }
+  return cv_unsupported(cv, "attribute '%s'", a->name);
+}
+
+static loom_status cv_constant_of_shape(onnx_cv *cv) {
+  int64_t shape[LOOM_MAX_RANK];
+  int32_t n = cv_ints(cv, 0, shape, LOOM_MAX_RANK);
+  if (n < 0) return cv->st;
+  loom_dtype dt = LOOM_DTYPE_F32;
+  double v = 0;
+  const onnx_attr *a = onnx_node_attr(cv->node, "value");
+  if (a) {
+    loom_tensor *t = NULL;
+    if (!a->t) return cv_invalid(cv, "value is not a tensor");
+    LOOM_TRY(onnx_tensor_to_loom(cv->ctx, cv->m, a->t, &t));
+    dt = loom_tensor_dtype(t);
+    bool one = loom_tensor_numel(t) == 1;
+    if (one) v = loom_load(dt, loom_tensor_data(t), 0);
+    if (one && dt == LOOM_DTYPE_I64 && (int64_t)v != *(int64_t *)loom_tensor_data(t)) one = false;
+    loom_tensor_free(t);
+    if (!one) return cv_unsupported(cv, "a value that is not one exact element");
+  }
+  LOOM_TRY(loom_shape_check(cv->ctx, n, shape, NULL));
+  return done1(cv, lb_const(G, dt, n, shape, v));
+}
+
+static loom_status cv_range(onnx_cv *cv) {
+  double s, l, d;
+  if (!cv_scalar(cv, 0, &s) || !cv_scalar(cv, 1, &l) || !cv_scalar(cv, 2, &d))
+    return cv_unsupported(cv, "start, limit and delta must be known at load time");
+  if (d == 0) return cv_invalid(cv, "delta is 0");
+  double cnt = ceil((l - s) / d);
+  if (!(cnt >= 0)) cnt = 0;
+  if (cnt > (double)((int64_t)1 << 26)) return cv_unsupported(cv, "a range of %g elements", cnt);
+  int64_t n = (int64_t)cnt;
+  loom_dtype dt = TYPE(0)->dtype;
+  int32_t idx = lb_iota(G, dt, 1, &n, 0);
+  int32_t y = lb_add(G, lb_mul(G, idx, lb_scalar(G, dt, d)), lb_scalar(G, dt, s));
+  return done1(cv, y);
+}
+
+
+
+/* ReduceProd: the reduced axes moved last and flattened, then halved by
+ * multiplying the two halves (a 1 appended to odd lengths). */
+static loom_status cv_reduce_prod(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  int64_t axes[LOOM_MAX_RANK];
+  int32_t n = cv->opset >= 18 ? (cv_has(cv, 1) ? cv_ints(cv, 1, axes, LOOM_MAX_RANK) : -1)
+                              : cv_attr_ints(cv, "axes", axes, LOOM_MAX_RANK);
+  if (cv->st) return cv->st;
+  bool keep = cv_attr_i(cv, "keepdims", 1) != 0;
+  if (n <= 0 && cv_attr_i(cv, "noop_with_empty_axes", 0) != 0) return done1(cv, IN(0));
+  bool red[LOOM_MAX_RANK] = {false};
+  if (n <= 0)
+    for (int32_t d = 0; d < t->rank; d++) red[d] = true;
+  for (int32_t i = 0; i < n; i++) {
+    int32_t a;
+    if (!onnx_axis(axes[i], t->rank, &a)) return cv_invalid(cv, "axis out of range");
+    red[a] = true;
+  }
+  int64_t perm[LOOM_MAX_RANK], kept[LOOM_MAX_RANK], out[LOOM_MAX_RANK], rows = 1, len = 1;
+  int32_t np = 0, nk = 0;
+  for (int32_t d = 0; d < t->rank; d++)
+    if (!red[d]) {
+      perm[np++] = d;
+      kept[nk++] = t->shape[d];
+      rows *= t->shape[d];
+    }
+  for (int32_t d = 0; d < t->rank; d++)
+    if (red[d]) {
+      perm[np++] = d;
+      len *= t->shape[d];
+    }
+  int32_t x = IN(0);
+  if (t->rank) x = lb_transpose(G, x, perm);
+  x = lb_reshape(G, x, 2, (int64_t[]){rows, len});
+  if (len == 0) x = lb_const(G, t->dtype, 2, (int64_t[]){rows, 1}, 1.0);
+  while (len > 1) {
+    if (len % 2) {
+      x = lb_pad(G, x, (int64_t[]){0, 0}, (int64_t[]){0, 1}, 1.0);
+      len++;
+    }
+    x = lb_mul(G, lb_slice(G, x, (int64_t[]){0, 0}, (int64_t[]){rows, len / 2}),
+               lb_slice(G, x, (int64_t[]){0, len / 2}, (int64_t[]){rows, len}));
+    len /= 2;
+  }
+  for (int32_t d = 0, k = 0; d < t->rank; d++) out[d] = red[d] ? 1 : kept[k++];
+  return done1(cv, keep ? lb_reshape(G, x, t->rank, out) : lb_reshape(G, x, nk, kept));
+}
+
+/* Mod: integers exactly (fmod=0: the divisor's sign, as Python's %;
+ * fmod=1: the dividend's, as C's); floats as a - floor|trunc(a / b) * b. */
+static loom_status cv_mod(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  if (t->dtype != TYPE(1)->dtype) return cv_invalid(cv, "inputs of different types");
+  bool fmod_ = cv_attr_i(cv, "fmod", 0) != 0;
+  int32_t a = IN(0), b = IN(1);
+  if (!is_float(t)) {
+    int32_t r = lb_sub(G, a, lb_mul(G, lb_div(G, a, b), b)); /* division truncates */
+    if (fmod_) return done1(cv, r);
+    int32_t zero = scalar(cv, a, 0);
+    int32_t fix = lb_binary(G, LOOM_OP_MINIMUM, lb_binary(G, LOOM_OP_NE, r, zero),
+                            lb_binary(G, LOOM_OP_NE, lb_binary(G, LOOM_OP_LT, r, zero), lb_binary(G, LOOM_OP_LT, b, zero)));
+    return done1(cv, lb_select(G, fix, lb_add(G, r, b), r));
+  }
+  if (!fmod_) return cv_unsupported(cv, "fmod=0 on floats");
+  int32_t q = lb_div(G, a, b);
+  int32_t tq = lb_cast(G, lb_cast(G, q, LOOM_DTYPE_I64), t->dtype);
+  int32_t big = lb_binary(G, LOOM_OP_GE, lb_unary(G, LOOM_OP_ABS, q), scalar(cv, q, 4503599627370496.0));
+  tq = lb_select(G, big, q, tq);
+  return done1(cv, lb_sub(G, a, lb_mul(G, tq, b)));
+}
+
+/* ---- more decompositions ----------------------------------------------------- */
+
+/* Floor, Ceil, Round (half to even) from casts: exact, since a float of
+ * magnitude 2^52 or more (or a NaN or infinity) is already whole and is
+ * passed through. */
+typedef enum { RND_FLOOR, RND_CEIL, RND_EVEN } round_kind;
+static loom_status rounding(onnx_cv *cv, round_kind k) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  loom_dtype dt = TYPE(0)->dtype;
+  int32_t t = lb_cast(G, lb_cast(G, x, LOOM_DTYPE_I64), dt); /* toward zero */
+  int32_t y;
+  if (k == RND_FLOOR) {
+    y = lb_sub(G, t, lb_cast(G, lb_binary(G, LOOM_OP_GT, t, x), dt));
+  } else if (k == RND_CEIL) {
+    y = lb_add(G, t, lb_cast(G, lb_binary(G, LOOM_OP_LT, t, x), dt));
+  } else {
+    /* floor(x), then up when the rest is over a half, or exactly a half
+     * and floor(x) is odd */
+    int32_t f = lb_sub(G, t, lb_cast(G, lb_binary(G, LOOM_OP_GT, t, x), dt));
+    int32_t rest = lb_sub(G, x, f), half = scalar(cv, x, 0.5);
+    int32_t fi = lb_cast(G, f, LOOM_DTYPE_I64);
+    int32_t two = lb_scalar(G, LOOM_DTYPE_I64, 2);
+    int32_t odd = lb_binary(G, LOOM_OP_NE, lb_sub(G, fi, lb_mul(G, lb_div(G, fi, two), two)), lb_scalar(G, LOOM_DTYPE_I64, 0));
+    int32_t up = lb_binary(G, LOOM_OP_MAXIMUM, lb_binary(G, LOOM_OP_GT, rest, half),
+                           lb_binary(G, LOOM_OP_MINIMUM, lb_binary(G, LOOM_OP_EQ, rest, half), odd));
+    y = lb_add(G, f, lb_cast(G, up, dt));
+  }
+  int32_t whole = lb_binary(G, LOOM_OP_GE, lb_unary(G, LOOM_OP_ABS, x), scalar(cv, x, 4503599627370496.0));
+  int32_t keep = lb_binary(G, LOOM_OP_MAXIMUM, whole, lb_binary(G, LOOM_OP_NE, x, x));
+  return done1(cv, lb_select(G, keep, x, y));
+}
+static loom_status cv_floor(onnx_cv *cv) { return rounding(cv, RND_FLOOR); }
+static loom_status cv_ceil(onnx_cv *cv) { return rounding(cv, RND_CEIL); }
+static loom_status cv_round(onnx_cv *cv) { return rounding(cv, RND_EVEN); }
+
+static loom_status cv_tan(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  return done1(cv, lb_div(G, lb_unary(G, LOOM_OP_SIN, x), lb_unary(G, LOOM_OP_COS, x)));
+}
+static loom_status hyperbolic(onnx_cv *cv, bool sinh) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  int32_t e = lb_unary(G, LOOM_OP_EXP, x), f = lb_unary(G, LOOM_OP_EXP, lb_neg(G, x));
+  return done1(cv, lb_mul(G, sinh ? lb_sub(G, e, f) : lb_add(G, e, f), scalar(cv, x, 0.5)));
+}
+static loom_status cv_sinh(onnx_cv *cv) { return hyperbolic(cv, true); }
+static loom_status cv_cosh(onnx_cv *cv) { return hyperbolic(cv, false); }
+static loom_status cv_asinh(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  int32_t r = lb_unary(G, LOOM_OP_SQRT, lb_add(G, lb_mul(G, x, x), scalar(cv, x, 1)));
+  return done1(cv, lb_unary(G, LOOM_OP_LOG, lb_add(G, x, r)));
+}
+static loom_status cv_acosh(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0);
+  int32_t r = lb_unary(G, LOOM_OP_SQRT, lb_sub(G, lb_mul(G, x, x), scalar(cv, x, 1)));
+  return done1(cv, lb_unary(G, LOOM_OP_LOG, lb_add(G, x, r)));
+}
+static loom_status cv_atanh(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  int32_t x = IN(0), one = scalar(cv, x, 1);
+  int32_t q = lb_div(G, lb_add(G, one, x), lb_sub(G, one, x));
+  return done1(cv, lb_mul(G, lb_unary(G, LOOM_OP_LOG, q), scalar(cv, x, 0.5)));
+}
+
+/* Trilu: keep x[..., i, j] where j - i >= k (upper) or <= k (lower). */
+static loom_status cv_trilu(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  if (t->rank < 2) return cv_invalid(cv, "input of rank %d", t->rank);
+  double k = 0;
+  if (cv_has(cv, 1) && !cv_scalar(cv, 1, &k)) return cv_unsupported(cv, "k not known at load time");
+  bool upper = cv_attr_i(cv, "upper", 1) != 0;
+  int64_t shape[2] = {t->shape[t->rank - 2], t->shape[t->rank - 1]};
+  int32_t i = lb_iota(G, LOOM_DTYPE_I64, 2, shape, 0), j = lb_iota(G, LOOM_DTYPE_I64, 2, shape, 1);
+  int32_t diff = lb_sub(G, j, i), kk = lb_scalar(G, LOOM_DTYPE_I64, k);
+  int32_t keep = lb_binary(G, upper ? LOOM_OP_GE : LOOM_OP_LE, diff, kk);
+  int32_t x = IN(0);
+  return done1(cv, lb_select(G, keep, x, scalar(cv, x, 0)));
+}
+
+static loom_status global_pool(onnx_cv *cv, bool max) {
+  LOOM_TRY(need_float(cv, 0));
+  const loom_type *t = TYPE(0);
+  if (t->rank < 3) return cv_invalid(cv, "input of rank %d", t->rank);
+  int64_t axes[LOOM_MAX_RANK];
+  int32_t n = 0;
+  for (int32_t d = 2; d < t->rank; d++) axes[n++] = d;
+  int32_t x = IN(0);
+  if (max) return done1(cv, lb_reduce(G, LOOM_OP_REDUCE_MAX, x, n, axes, true));
+  loom_attr_value a[LOOM_MAX_ATTRS];
+  attrs_of(LOOM_OP_REDUCE_MEAN, a);
+  set_ints(&LOOM_ATTRV_INTS(a, reduce_mean, axes), n, axes);
+  LOOM_ATTRV_I(a, reduce_mean, keepdims) = 1;
+  return done1(cv, lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &x, a));
+}
+static loom_status cv_global_average_pool(onnx_cv *cv) { return global_pool(cv, false); }
+static loom_status cv_global_max_pool(onnx_cv *cv) { return global_pool(cv, true); }
+
+/* Hardmax: one at the first maximum along axis, zeros elsewhere (before
+ * opset 13 over the flattened [rows, cols] at axis). */
+static loom_status cv_hardmax(onnx_cv *cv) {
+  LOOM_TRY(need_float(cv, 0));
+  const loom_type *t = TYPE(0);
+  int32_t axis, x = IN(0);
+  if (!onnx_axis(cv_attr_i(cv, "axis", cv->opset < 13 ? 1 : -1), t->rank, &axis)) return cv_invalid(cv, "axis out of range");
+  loom_type w = *t;
+  if (cv->opset < 13) {
+    int64_t rows = 1, cols = 1;
+    for (int32_t d = 0; d < t->rank; d++) *(d < axis ? &rows : &cols) *= t->shape[d];
+    w.rank = 2;
+    w.shape[0] = rows;
+    w.shape[1] = cols;
+    x = lb_reshape(G, x, 2, w.shape);
+    axis = 1;
+  }
+  int64_t ax = axis;
+  int32_t m = lb_reduce(G, LOOM_OP_REDUCE_MAX, x, 1, &ax, true);
+  int32_t idx = lb_iota(G, LOOM_DTYPE_I64, w.rank, w.shape, axis);
+  int32_t cand = lb_select(G, lb_binary(G, LOOM_OP_EQ, x, m), idx, lb_scalar(G, LOOM_DTYPE_I64, (double)w.shape[axis]));
+  int32_t first = lb_reduce(G, LOOM_OP_REDUCE_MIN, cand, 1, &ax, true);
+  int32_t y = lb_cast(G, lb_binary(G, LOOM_OP_EQ, idx, first), t->dtype);
+  if (cv->opset < 13) y = lb_reshape(G, y, t->rank, t->shape);
+  return done1(cv, y);
+}
+
+static loom_status cv_eye_like(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  if (t->rank != 2) return cv_invalid(cv, "input of rank %d", t->rank);
+  loom_dtype dt = t->dtype;
+  if (cv_attr_has(cv, "dtype") && !dtype_attr(cv_attr_i(cv, "dtype", 1), &dt)) return cv_unsupported(cv, "dtype");
+  int64_t k = cv_attr_i(cv, "k", 0);
+  int32_t i = lb_iota(G, LOOM_DTYPE_I64, 2, t->shape, 0), j = lb_iota(G, LOOM_DTYPE_I64, 2, t->shape, 1);
+  int32_t on = lb_binary(G, LOOM_OP_EQ, lb_sub(G, j, i), lb_scalar(G, LOOM_DTYPE_I64, (double)k));
+  return done1(cv, lb_cast(G, on, dt));
+}
+
+static loom_status cv_one_hot(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  double depth;
+  if (!cv_scalar(cv, 1, &depth)) return cv_unsupported(cv, "depth not known at load time");
+  if (!(depth >= 1 && depth < (double)(1 << 24))) return cv_invalid(cv, "depth %g", depth);
+  int32_t r = t->rank + 1, axis;
+  if (r > LOOM_MAX_RANK) return cv_unsupported(cv, "rank %d", r);
+  if (!onnx_axis(cv_attr_i(cv, "axis", -1), r, &axis)) return cv_invalid(cv, "axis out of range");
+  int64_t shape[LOOM_MAX_RANK], un[LOOM_MAX_RANK];
+  for (int32_t d = 0, k = 0; d < r; d++) {
+    shape[d] = d == axis ? (int64_t)depth : t->shape[k];
+    un[d] = d == axis ? 1 : t->shape[k];
+    if (d != axis) k++;
+  }
+  int64_t dep = (int64_t)depth;
+  int32_t idx = lb_cast(G, IN(0), LOOM_DTYPE_I64);
+  if (!loom_dtype_is_int(t->dtype)) /* float indices: toward zero */
+    idx = lb_cast(G, IN(0), LOOM_DTYPE_I64);
+  idx = lb_select(G, lb_binary(G, LOOM_OP_LT, idx, lb_scalar(G, LOOM_DTYPE_I64, 0)),
+                  lb_add(G, idx, lb_scalar(G, LOOM_DTYPE_I64, (double)dep)), idx);
+  idx = lb_reshape(G, idx, r, un);
+  int32_t hit = lb_binary(G, LOOM_OP_EQ, lb_iota(G, LOOM_DTYPE_I64, r, shape, axis), idx);
+  const loom_type *tv = TYPE(2);
+  if (loom_type_numel(tv) != 2) return cv_invalid(cv, "values must hold two elements");
+  int32_t v = IN(2);
+  int32_t off = lb_reshape(G, lb_slice(G, v, (int64_t[]){0}, (int64_t[]){1}), 0, NULL);
+  int32_t onv = lb_reshape(G, lb_slice(G, v, (int64_t[]){1}, (int64_t[]){2}), 0, NULL);
+  return done1(cv, lb_select(G, hit, onv, off));
+}
+
+/* DepthToSpace (DCR or CRD) and SpaceToDepth: a reshape, a transpose, a
+ * reshape. */
+static loom_status cv_depth_to_space(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  if (t->rank != 4) return cv_invalid(cv, "input of rank %d", t->rank);
+  int64_t b = cv_attr_i(cv, "blocksize", 0), n = t->shape[0], c = t->shape[1], h = t->shape[2], w = t->shape[3];
+  if (b <= 0 || c % (b * b)) return cv_invalid(cv, "blocksize %lld", (long long)b);
+  const char *mode = cv_attr_s(cv, "mode", "DCR");
+  int32_t y;
+  if (strcmp(mode, "DCR") == 0) {
+    y = lb_reshape(G, IN(0), 6, (int64_t[]){n, b, b, c / (b * b), h, w});
+    y = lb_transpose(G, y, (int64_t[]){0, 3, 4, 1, 5, 2});
+  } else if (strcmp(mode, "CRD") == 0) {
+    y = lb_reshape(G, IN(0), 6, (int64_t[]){n, c / (b * b), b, b, h, w});
+    y = lb_transpose(G, y, (int64_t[]){0, 1, 4, 2, 5, 3});
+  } else {
+    return cv_unsupported(cv, "mode '%s'", mode);
+  }
+  return done1(cv, lb_reshape(G, y, 4, (int64_t[]){n, c / (b * b), h * b, w * b}));
+}
+
+static loom_status cv_space_to_depth(onnx_cv *cv) {
+  const loom_type *t = TYPE(0);
+  if (t->rank != 4) return cv_invalid(cv, "input of rank %d", t->rank);
+  int64_t b = cv_attr_i(cv, "blocksize", 0), n = t->shape[0], c = t->shape[1], h = t->shape[2], w = t->shape[3];
+  if (b <= 0 || h % b || w % b) return cv_invalid(cv, "blocksize %lld", (long long)b);
+  int32_t y = lb_reshape(G, IN(0), 6, (int64_t[]){n, c, h / b, b, w / b, b});
+  y = lb_transpose(G, y, (int64_t[]){0, 3, 5, 1, 2, 4});
+  return done1(cv, lb_reshape(G, y, 4, (int64_t[]){n, c * b * b, h / b, w / b}));
+}
+
+/* convert_conv.c */
+loom_status onnx_cv_conv(onnx_cv *cv);
+loom_status onnx_cv_conv_transpose(onnx_cv *cv);
+loom_status onnx_cv_max_pool(onnx_cv *cv);
+loom_status onnx_cv_average_pool(onnx_cv *cv);
+loom_status onnx_cv_resize(onnx_cv *cv); /* convert_resize.c */
+/* convert_index.c */
+loom_status onnx_cv_scatter_elements(onnx_cv *cv);
+loom_status onnx_cv_scatter_nd(onnx_cv *cv);
+loom_status onnx_cv_gather_nd(onnx_cv *cv);
+loom_status onnx_cv_cumsum(onnx_cv *cv);
+loom_status onnx_cv_top_k(onnx_cv *cv);
+loom_status onnx_cv_einsum(onnx_cv *cv);
+/* convert_rnn.c */
+loom_status onnx_cv_rnn(onnx_cv *cv);
+loom_status onnx_cv_gru(onnx_cv *cv);
+loom_status onnx_cv_lstm(onnx_cv *cv);
+
+/* ---- the table ---------------------------------------------------------------- */
+
+static const onnx_converter converters[] = {
+    {"Abs", 1, 0, cv_abs, ""},
+    {"Neg", 1, 0, cv_neg, ""},
+    {"Sign", 9, 0, cv_sign, ""},
+    {"Relu", 1, 0, cv_relu, ""},
+    {"Exp", 1, 0, cv_exp, ""},
+    {"Log", 1, 0, cv_log, ""},
+    {"Sqrt", 1, 0, cv_sqrt, ""},
+    {"Tanh", 1, 0, cv_tanh, ""},
+    {"Sigmoid", 1, 0, cv_sigmoid, ""},
+    {"Erf", 9, 0, cv_erf, ""},
+    {"Sin", 7, 0, cv_sin, ""},
+    {"Cos", 7, 0, cv_cos, ""},
+    {"Reciprocal", 1, 0, cv_reciprocal, ""},
+    {"Add", 1, 0, cv_add, "broadcast,axis,consumed_inputs"},
+    {"Sub", 1, 0, cv_sub, "broadcast,axis,consumed_inputs"},
+    {"Mul", 1, 0, cv_mul, "broadcast,axis,consumed_inputs"},
+    {"Div", 1, 0, cv_div, "broadcast,axis,consumed_inputs"},
+    {"Pow", 7, 0, cv_pow, ""},
+    {"Equal", 7, 0, cv_equal, ""},
+    {"Less", 7, 0, cv_less, ""},
+    {"LessOrEqual", 12, 0, cv_less_eq, ""},
+    {"Greater", 7, 0, cv_greater, ""},
+    {"GreaterOrEqual", 12, 0, cv_greater_eq, ""},
+    {"And", 7, 0, cv_and, ""},
+    {"Or", 7, 0, cv_or, ""},
+    {"Xor", 7, 0, cv_xor, ""},
+    {"Not", 1, 0, cv_not, ""},
+    {"Min", 8, 0, cv_min, ""},
+    {"Max", 8, 0, cv_max, ""},
+    {"Sum", 8, 0, cv_sum, ""},
+    {"Mean", 8, 0, cv_mean, ""},
+    {"Where", 9, 0, cv_where, ""},
+    {"Cast", 6, 0, cv_cast, "to,saturate"},
+    {"CastLike", 15, 0, cv_cast_like, "saturate"},
+    {"LeakyRelu", 6, 0, cv_leaky_relu, "alpha"},
+    {"PRelu", 6, 0, cv_prelu, ""},
+    {"Elu", 6, 0, cv_elu, "alpha"},
+    {"Selu", 6, 0, cv_selu, "alpha,gamma"},
+    {"Celu", 12, 0, cv_celu, "alpha"},
+    {"HardSigmoid", 6, 0, cv_hard_sigmoid, "alpha,beta"},
+    {"HardSwish", 14, 0, cv_hard_swish, ""},
+    {"Softplus", 1, 0, cv_softplus, ""},
+    {"Softsign", 1, 0, cv_softsign, ""},
+    {"Mish", 18, 0, cv_mish, ""},
+    {"ThresholdedRelu", 10, 0, cv_thresholded_relu, "alpha"},
+    {"Shrink", 9, 0, cv_shrink, "lambd,bias"},
+    {"IsNaN", 9, 0, cv_isnan, ""},
+    {"IsInf", 10, 0, cv_isinf, "detect_positive,detect_negative"},
+    {"Gelu", 20, 0, cv_gelu, "approximate"},
+    {"Clip", 6, 0, cv_clip, "min,max"},
+    {"Identity", 1, 0, cv_identity, ""},
+    {"Dropout", 1, 0, cv_dropout, "ratio,is_test,seed"},
+    {"MatMul", 1, 0, cv_matmul, ""},
+    {"Gemm", 6, 0, cv_gemm, "alpha,beta,transA,transB,broadcast"},
+    {"Softmax", 1, 0, cv_softmax, "axis"},
+    {"LogSoftmax", 1, 0, cv_log_softmax, "axis"},
+    {"LayerNormalization", 17, 0, cv_layer_norm, "axis,epsilon,stash_type"},
+    {"BatchNormalization", 6, 0, cv_batch_norm, "epsilon,momentum,spatial,is_test,training_mode"},
+    {"InstanceNormalization", 6, 0, cv_instance_norm, "epsilon"},
+    {"GroupNormalization", 18, 0, cv_group_norm, "epsilon,num_groups,stash_type"},
+    {"ReduceSum", 1, 0, cv_reduce_sum, "axes,keepdims,noop_with_empty_axes"},
+    {"ReduceMean", 1, 0, cv_reduce_mean, "axes,keepdims,noop_with_empty_axes"},
+    {"ReduceMax", 1, 0, cv_reduce_max, "axes,keepdims,noop_with_empty_axes"},
+    {"ReduceMin", 1, 0, cv_reduce_min, "axes,keepdims,noop_with_empty_axes"},
+    {"ReduceL1", 1, 0, cv_reduce_l1, "axes,keepdims,noop_with_empty_axes"},
+    {"ReduceL2", 1, 0, cv_reduce_l2, "axes,keepdims,noop_with_empty_axes"},
+    {"ReduceSumSquare", 1, 0, cv_reduce_sumsq, "axes,keepdims,noop_with_empty_axes"},
+    {"ReduceLogSum", 1, 0, cv_reduce_logsum, "axes,keepdims,noop_with_empty_axes"},
+    {"ReduceLogSumExp", 1, 0, cv_reduce_logsumexp, "axes,keepdims,noop_with_empty_axes"},
+    {"ReduceProd", 1, 0, cv_reduce_prod, "axes,keepdims,noop_with_empty_axes"},
+    {"Mod", 10, 0, cv_mod, "fmod"},
+    {"ArgMax", 1, 0, cv_argmax, "axis,keepdims,select_last_index"},
+    {"ArgMin", 1, 0, cv_argmin, "axis,keepdims,select_last_index"},
+    {"Transpose", 1, 0, cv_transpose, "perm"},
+    {"Reshape", 1, 0, cv_reshape, "shape,allowzero"},
+    {"Flatten", 1, 0, cv_flatten, "axis"},
+    {"Squeeze", 1, 0, cv_squeeze, "axes"},
+    {"Unsqueeze", 1, 0, cv_unsqueeze, "axes"},
+    {"Concat", 4, 0, cv_concat, "axis"},
+    {"Split", 2, 0, cv_split, "axis,split,num_outputs"},
+    {"Slice", 1, 0, cv_slice, "starts,ends,axes"},
+    {"Gather", 1, 0, cv_gather, "axis"},
+    {"GatherElements", 11, 0, cv_gather_elements, "axis"},
+    {"NegativeLogLikelihoodLoss", 12, 0, cv_nll_loss, "reduction,ignore_index"},
+    {"SoftmaxCrossEntropyLoss", 12, 0, cv_softmax_ce_loss, "reduction,ignore_index"},
+    {"Expand", 8, 0, cv_expand, ""},
+    {"Tile", 6, 0, cv_tile, ""},
+    {"Pad", 2, 0, cv_pad, "mode,pads,value"},
+    {"Shape", 1, 0, cv_shape, "start,end"},
+    {"Size", 1, 0, cv_size, ""},
+    {"Constant", 1, 0, cv_constant, "value,value_float,value_floats,value_int,value_ints,value_string,value_strings,sparse_value"},
+    {"ConstantOfShape", 9, 0, cv_constant_of_shape, "value"},
+    {"Range", 11, 0, cv_range, ""},
+    {"Floor", 6, 0, cv_floor, ""},
+    {"Ceil", 6, 0, cv_ceil, ""},
+    {"Round", 11, 0, cv_round, ""},
+    {"Tan", 7, 0, cv_tan, ""},
+    {"Sinh", 9, 0, cv_sinh, ""},
+    {"Cosh", 9, 0, cv_cosh, ""},
+    {"Asinh", 9, 0, cv_asinh, ""},
+    {"Acosh", 9, 0, cv_acosh, ""},
+    {"Atanh", 9, 0, cv_atanh, ""},
+    {"Trilu", 14, 0, cv_trilu, "upper"},
+    {"GlobalAveragePool", 1, 0, cv_global_average_pool, ""},
+    {"GlobalMaxPool", 1, 0, cv_global_max_pool, ""},
+    {"Hardmax", 1, 0, cv_hardmax, "axis"},
+    {"EyeLike", 9, 0, cv_eye_like, "dtype,k"},
+    {"OneHot", 9, 0, cv_one_hot, "axis"},
+    {"DepthToSpace", 1, 0, cv_depth_to_space, "blocksize,mode"},
+    {"SpaceToDepth", 1, 0, cv_space_to_depth, "blocksize"},
+    {"ScatterElements", 11, 0, onnx_cv_scatter_elements, "axis,reduction"},
+    {"Scatter", 9, 10, onnx_cv_scatter_elements, "axis"},
+    {"ScatterND", 11, 0, onnx_cv_scatter_nd, "reduction"},
+    {"GatherND", 11, 0, onnx_cv_gather_nd, "batch_dims"},
+    {"CumSum", 11, 0, onnx_cv_cumsum, "exclusive,reverse"},
+    {"TopK", 10, 0, onnx_cv_top_k, "axis,largest,sorted"},
+    {"Einsum", 12, 0, onnx_cv_einsum, "equation"},
+    {"RNN", 7, 0, onnx_cv_rnn, "activations,activation_alpha,activation_beta,clip,direction,hidden_size,layout"},
+    {"GRU", 7, 0, onnx_cv_gru,
+     "activations,activation_alpha,activation_beta,clip,direction,hidden_size,layout,linear_before_reset"},
+    {"LSTM", 7, 0, onnx_cv_lstm,
+     "activations,activation_alpha,activation_beta,clip,direction,hidden_size,layout,input_forget"},
+    {"If", 1, 0, onnx_cv_if, "then_branch,else_branch"},
+    {"Loop", 1, 0, onnx_cv_loop, "body"},
+    {"Resize", 11, 0, onnx_cv_resize,
+     "mode,coordinate_transformation_mode,nearest_mode,cubic_coeff_a,exclude_outside,extrapolation_value"},
+    {"Conv", 1, 0, onnx_cv_conv, "auto_pad,dilations,group,kernel_shape,pads,strides"},
+    {"ConvTranspose", 1, 0, onnx_cv_conv_transpose,
+     "auto_pad,dilations,group,kernel_shape,output_padding,output_shape,pads,strides"},
+    {"MaxPool", 1, 0, onnx_cv_max_pool, "auto_pad,ceil_mode,dilations,kernel_shape,pads,storage_order,strides"},
+    {"AveragePool", 1, 0, onnx_cv_average_pool, "auto_pad,ceil_mode,count_include_pad,kernel_shape,pads,strides"},
+};
+
+const onnx_converter *onnx_find_converter(const char *op_type, int64_t opset) {
+  for (size_t i = 0; i < sizeof converters / sizeof converters[0]; i++) {
+    const onnx_converter *c = &converters[i];
+    if (strcmp(c->op_type, op_type) == 0 && opset >= c->since && (c->until == 0 || opset <= c->until))
+      return c;
+  }
+  return NULL;
+}
