@@ -2,10 +2,13 @@
 # Installs the Debian packages Loom needs to build and test, if missing.
 # Open MPI (libopenmpi-dev, openmpi-bin) is for the MPI communicator and its
 # tests (src/comm); without it Loom still builds and those tests skip.
+# OpenCL (the ICD loader, headers, PoCL as a CPU device) is for the opencl
+# backend and its tests; it is loaded at run time, and they skip without it.
 # --fuzz adds what `make fuzz` needs: clang and its libFuzzer runtime.
 set -euo pipefail
 
-packages=(cmake make gcc libc6-dev libdnnl-dev libopenmpi-dev openmpi-bin)
+packages=(cmake make gcc libc6-dev libdnnl-dev libopenmpi-dev openmpi-bin
+          ocl-icd-opencl-dev opencl-headers pocl-opencl-icd)
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(clang libclang-rt-dev)
 fi
