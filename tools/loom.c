@@ -80,7 +80,7 @@ static const char usage_run[] =
     "  -h, --help           print this help\n";
 
 static const char usage_compile[] =
-    "usage: loom compile FILE [--fusion MODE] [--emit c|kernels|program]\n"
+    "usage: loom compile FILE [--backend NAME] [--fusion MODE] [--emit c|kernels|program]\n"
     "                    [--dump-after decompose|fuse|lower] [--threads N]\n"
     "\n"
     "Prepares the text-IR graph in FILE for the cpu backend as 'loom run'\n"
@@ -93,6 +93,8 @@ static const char usage_compile[] =
     "\n"
     "  --fusion MODE        how the cpu backend makes code:\n"
     LOOM_FUSION_MODE_LIST(HELP_MODE, )
+    "  --backend NAME       one of" LOOM_BACKEND_HELP_NAMES " (default " LOOM_BACKEND_DEFAULT ");\n"
+    "                       --emit c prints its source (opencl: OpenCL C)\n"
     "  --emit WHAT          c: the generated C source; kernels: the kernel IR;\n"
     "                       program: the fused program's steps\n"
     "  --dump-after PASS    decompose: the text IR after decomposition;\n"
@@ -682,7 +684,7 @@ static void put_text(const char *text) {
 }
 
 static int cmd_compile(int argc, char **argv) {
-  const char *file = NULL, *emit = NULL, *dump = NULL;
+  const char *file = NULL, *emit = NULL, *dump = NULL, *backend = LOOM_BACKEND_DEFAULT;
   loom_fusion_mode fusion = LOOM_FUSION_STITCH;
   long threads = 0;
   for (int i = 1; i < argc; i++) {
@@ -702,6 +704,11 @@ static int cmd_compile(int argc, char **argv) {
       if (strcmp(v, "c") && strcmp(v, "kernels") && strcmp(v, "program"))
         return usage_error(usage_compile, "--emit wants c, kernels or program, got '%s'", v);
       emit = v;
+    } else if ((m = loom_cli_flag_value(argc, argv, &i, "--backend", &v)) != 0) {
+      if (m < 0) return usage_error(usage_compile, "%s needs a value", a);
+      if (!loom_backend_name_known(v))
+        return usage_error(usage_compile, "unknown backend '%s' (%s)", v, loom_backend_names());
+      backend = v;
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--dump-after", &v)) != 0) {
       if (m < 0) return usage_error(usage_compile, "%s needs a value", a);
       if (strcmp(v, "decompose") && strcmp(v, "fuse") && strcmp(v, "lower"))
@@ -739,7 +746,7 @@ static int cmd_compile(int argc, char **argv) {
   loom_session *s = NULL;
   char *text = NULL;
   int rc = 1;
-  loom_session_options opts = LOOM_SESSION_OPTIONS(.fusion = fusion) /* the default backend */;
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = backend, .fusion = fusion);
   if (loom_ctx_set_threads(ctx, (int32_t)threads) != LOOM_STATUS_OK ||
       loom_graph_load(ctx, file, &g) != LOOM_STATUS_OK ||
       loom_session_new(ctx, g, &opts, &s) != LOOM_STATUS_OK) {
