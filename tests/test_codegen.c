@@ -20,6 +20,7 @@
 #include "ops/op.h"
 #include "rng/philox.h"
 #include "runtime/jit.h"
+#include "runtime/cuda/nvrtc.h"
 #include "runtime/opencl/ocl.h"
 
 #include <dirent.h>
@@ -170,6 +171,7 @@ static void run_generated(loom_jit_module *m, const loom_kernel *k, bufs *b, int
 
 static void gpu_check(const loom_kernel *k, const bufs *in, const bufs *ref, bool loose);
 static bool has_libm_op(const loom_kernel *k);
+static void cuda_check(const loom_kernel *k);
 
 /* Runs k on the interpreter and generated with 1, 2, 3 threads on inputs
  * `in`; checks every output bitwise equal. Leaves the generated result of
@@ -183,6 +185,7 @@ static bool check_kernel(const loom_kernel *k, bufs *in, bool print) {
   bufs_copy(k, in, &ref);
   CHECK_OK(ctx, loom_kernel_interpret(ctx, k, ref.p));
   gpu_check(k, in, &ref, has_libm_op(k));
+  cuda_check(k);
   bool ok = true;
   for (int32_t nt = 1; nt <= 3; nt++) {
     bufs got;
@@ -214,6 +217,37 @@ static bool check_kernel(const loom_kernel *k, bufs *in, bool print) {
 }
 
 /* ---- the same kernels on OpenCL (PoCL here), through the GPU renderer ---- */
+
+static int cuda_state; /* 0: not tried; 1: NVRTC present; -1: none (skipped) */
+static int cuda_kernels;
+
+/* The CUDA C of k must compile with NVRTC for sm_90 (no GPU needed),
+ * every launch's function an entry of the PTX. */
+static void cuda_check(const loom_kernel *k) {
+  char ver[32];
+  if (cuda_state == 0) {
+    cuda_state = loom_nvrtc_version(ctx, ver, sizeof ver) == LOOM_STATUS_OK ? 1 : -1;
+    if (cuda_state < 0) printf("test_codegen: CUDA (NVRTC) skipped: %s\n", loom_ctx_error(ctx));
+    else printf("test_codegen: CUDA C compiled with NVRTC %s for sm_90 (no GPU here: not run)\n", ver);
+  }
+  if (cuda_state < 0) return;
+  char *src = NULL, *ptx = NULL;
+  CHECK_OK(ctx, loom_codegen_gpu(ctx, LOOM_GPU_CUDA, k, 1, &src));
+  if (src) CHECK_OK(ctx, loom_nvrtc_compile(ctx, src, 90, &ptx));
+  loom_gpu_launch *l = NULL;
+  int32_t n = 0;
+  int64_t ws = 0;
+  CHECK_OK(ctx, loom_gpu_launches(ctx, k, &l, &n, &ws));
+  for (int32_t i = 0; ptx && i < n; i++) {
+    char entry[96];
+    snprintf(entry, sizeof entry, ".entry %s(", l[i].fn);
+    CHECK(strstr(ptx, entry) != NULL);
+  }
+  cuda_kernels += ptx != NULL;
+  free(l);
+  free(src);
+  free(ptx);
+}
 
 static int gpu_state; /* 0: not tried; 1: device ready; -1: none (skipped) */
 static loom_ocl *gpu_dev;
@@ -1067,6 +1101,7 @@ int main(void) {
   CHECK(cache && dir && strncmp(dir, cache, strlen(cache)) == 0);
   free(dir);
   loom_ctx_free(ctx);
+  if (cuda_state > 0) printf("test_codegen: NVRTC compiled %d kernels' CUDA C\n", cuda_kernels);
   if (gpu_state > 0)
     printf("test_codegen: OpenCL ran %d kernels, %d of them bit for bit the interpreter's\n",
            gpu_kernels, gpu_exact);
