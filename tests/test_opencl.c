@@ -9,6 +9,7 @@
 #include "common.h"
 #include "rng/philox.h"
 #include "runtime/backend.h"
+#include "runtime/opencl/ocl.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -80,6 +81,7 @@ static void test_dropout(loom_fusion_mode fusion) {
 /* softmax(a @ b) with a [37, 45], b [45, 131]: close to the cpu backend,
  * and the same bytes on a second run. */
 static void test_softmax_matmul(void) {
+  printf("GEMM: %s\n", loom_ocl_have_clblast() ? "CLBlast" : "Loom's lm_sgemm");
   const int64_t sa[2] = {37, 45}, sb[2] = {45, 131};
   loom_graph *g = NULL;
   loom_value a, b, c, y;
@@ -116,6 +118,9 @@ static void test_softmax_matmul(void) {
   char *text = NULL;
   CHECK_OK(ctx, loom_session_new(ctx, g, &opt, &s));
   if (s) CHECK_OK(ctx, loom_session_describe(s, LOOM_ARTIFACT_SOURCE, &text));
+  loom_session_stats stats = {0};
+  if (s) CHECK_OK(ctx, loom_session_get_stats(s, &stats));
+  CHECK(stats.n_gemm == 1 && stats.n_fallback == 0 && stats.n_kernels >= 1); /* all on the device */
   CHECK(text && strstr(text, "__kernel") && strstr(text, "barrier(") && strstr(text, "__local"));
   loom_free(text);
   loom_session_free(s);
@@ -139,7 +144,9 @@ int main(void) {
   loom_backend_free(b);
   test_dropout(LOOM_FUSION_STITCH);
   test_dropout(LOOM_FUSION_EAGER);
-  test_softmax_matmul();
+  test_softmax_matmul(); /* on CLBlast where installed */
+  setenv("LOOM_OPENCL_NO_CLBLAST", "1", 1);
+  test_softmax_matmul(); /* on Loom's own GEMM kernel */
   loom_ctx_free(ctx);
   return loom_test_finish("test_opencl");
 }

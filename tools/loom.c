@@ -20,6 +20,8 @@
 #include "ir/text_ir.h"
 #include "ops/op.h"
 #include "runtime/backend.h"
+#include "runtime/cuda/nvrtc.h"
+#include "runtime/opencl/ocl.h"
 #include "train/train_cli.h"
 
 #include "bench.h"
@@ -52,6 +54,7 @@ static const char usage_main[] =
     "  ops                  print the op table (a Markdown table)\n"
     "  plan MODEL [flags]   lower a parallel plan, print each device's program\n"
     "  cluster FILE         check and print a cluster description (or --this-machine)\n"
+    "  devices              list the backends and the devices present\n"
     "  help [COMMAND]       print help for loom or for one command\n"
     "\n"
     "options:\n"
@@ -798,6 +801,55 @@ done:
 
 static int cmd_bench(int argc, char **argv) { return loom_bench_main(argc, argv); }
 
+/* ---- loom devices -------------------------------------------------------------- */
+
+/* Every registered backend (created, or why not), the OpenCL devices and
+ * NVRTC. */
+static int cmd_devices(int argc, char **argv) {
+  if (argc > 1) {
+    if (is_help(argv[1])) {
+      fputs("usage: loom devices\n\nLists every backend with its device (or why it is "
+            "unavailable),\nthe OpenCL devices present and whether NVRTC compiles CUDA C.\n",
+            stdout);
+      return 0;
+    }
+    return usage_error(usage_main, "unexpected argument '%s' for 'devices'", argv[1]);
+  }
+  loom_ctx *ctx = NULL;
+  if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) return 1;
+  printf("backends:\n");
+  const char *names = loom_backend_names();
+  while (*names) {
+    size_t n = strcspn(names, ",");
+    char name[32];
+    snprintf(name, sizeof name, "%.*s", (int)n, names);
+    names += n;
+    names += strspn(names, ", ");
+    loom_backend *b = NULL;
+    if (loom_backend_new(ctx, name, &b) == LOOM_STATUS_OK) {
+      char dev[256] = "host CPU";
+      if (b->iface->device) b->iface->device(b->context, dev, sizeof dev);
+      printf("  %-8s %s\n", name, dev);
+    } else {
+      printf("  %-8s unavailable: %s\n", name, loom_ctx_error(ctx));
+    }
+    loom_backend_free(b);
+  }
+  char *text = NULL;
+  if (loom_ocl_list_devices(ctx, &text) == LOOM_STATUS_OK)
+    printf("OpenCL devices:\n%s", text[0] ? text : "  (none)\n");
+  else
+    printf("OpenCL: %s\n", loom_ctx_error(ctx));
+  free(text);
+  char ver[32];
+  if (loom_nvrtc_version(ctx, ver, sizeof ver) == LOOM_STATUS_OK)
+    printf("CUDA: NVRTC %s compiles Loom's generated CUDA C (no CUDA backend yet)\n", ver);
+  else
+    printf("CUDA: %s\n", loom_ctx_error(ctx));
+  loom_ctx_free(ctx);
+  return 0;
+}
+
 /* ---- main ------------------------------------------------------------------- */
 
 static const struct {
@@ -869,6 +921,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "ops") == 0) return cmd_ops(argc - 1, argv + 1);
   if (strcmp(cmd, "plan") == 0) return loom_cli_plan_main(argc - 1, argv + 1);
   if (strcmp(cmd, "cluster") == 0) return loom_cli_cluster_main(argc - 1, argv + 1);
+  if (strcmp(cmd, "devices") == 0) return cmd_devices(argc - 1, argv + 1);
   if (strcmp(cmd, "help") == 0) return cmd_help(argc - 1, argv + 1);
   if (cmd[0] == '-')
     return usage_error(usage_main, "unknown option '%s'", cmd);

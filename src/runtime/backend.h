@@ -87,6 +87,9 @@ typedef struct loom_backend_iface {
    * and the reference kernel otherwise. */
   loom_status (*graph_compute)(void *bctx, loom_ctx *ctx, const loom_graph *g, void *handle,
                                loom_view *values);
+  /* Optional: the device the backend runs on, for `loom devices` (NULL:
+   * the host CPU). */
+  void (*device)(void *bctx, char *out, size_t n);
 } loom_backend_iface;
 
 typedef struct loom_backend {

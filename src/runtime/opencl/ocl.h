@@ -59,4 +59,21 @@ loom_status loom_ocl_launch(loom_ctx *ctx, loom_ocl_module *m, const char *fn, i
                             int32_t n_scalars, const int32_t *scalars, const size_t global[2],
                             const size_t local[2]);
 
+/* A row-major f32 product C = op(A) op(B), `batch` of them: product i
+ * reads A from element a_off[i] and B from b_off[i] and writes C from
+ * i * m * n. Host pointers and their sizes in bytes. */
+typedef struct loom_ocl_gemm_args {
+  bool trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, batch;
+  void *a, *b, *c;
+  size_t a_bytes, b_bytes, c_bytes;
+  const int64_t *a_off, *b_off;
+} loom_ocl_gemm_args;
+
+/* True if CLBlast (libclblast.so.1) could be opened, unless
+ * $LOOM_OPENCL_NO_CLBLAST is set. */
+bool loom_ocl_have_clblast(void);
+/* The product through CLBlast's Sgemm / SgemmBatched on the device. */
+loom_status loom_ocl_clblast_sgemm(loom_ctx *ctx, loom_ocl *cl, const loom_ocl_gemm_args *g);
+
 #endif

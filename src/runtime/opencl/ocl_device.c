@@ -40,11 +40,17 @@ loom_status loom_ocl_launch(loom_ctx *ctx, loom_ocl_module *m, const char *fn, i
   (void)scalars; (void)global; (void)local;
   return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "Loom was built without the OpenCL headers");
 }
+bool loom_ocl_have_clblast(void) { return false; }
+loom_status loom_ocl_clblast_sgemm(loom_ctx *ctx, loom_ocl *cl, const loom_ocl_gemm_args *g) {
+  (void)cl; (void)g;
+  return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "Loom was built without the OpenCL headers");
+}
 #else
 #include "core/sha256.h"
 #include "runtime/jit.h"
 #include "runtime/jit_internal.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 
 struct loom_ocl {
@@ -204,7 +210,7 @@ loom_status loom_ocl_list_devices(loom_ctx *ctx, char **text) {
   for (int32_t i = 0; i < n; i++) {
     char label[256];
     device_label(api, plats[i], ids[i], label, sizeof label);
-    loom_strbuf_put(&b, "opencl:%d %s\n", (int)i, label);
+    loom_strbuf_put(&b, "  opencl:%d %s\n", (int)i, label);
   }
   *text = loom_strbuf_take(&b);
   return *text ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
@@ -500,5 +506,89 @@ loom_status loom_ocl_launch(loom_ctx *ctx, loom_ocl_module *m, const char *fn, i
   }
   pthread_mutex_unlock(&cl->lock);
   return st;
+}
+
+/* ---- CLBlast (Debian libclblast1), opened at run time ------------------------ */
+
+/* Its C API's enums are ints: RowMajor 101, TransposeNo 111, TransposeYes 112. */
+typedef int (*clblast_sgemm_fn)(int, int, int, size_t, size_t, size_t, float, cl_mem, size_t,
+                                size_t, cl_mem, size_t, size_t, float, cl_mem, size_t, size_t,
+                                cl_command_queue *, cl_event *);
+typedef int (*clblast_sgemm_batched_fn)(int, int, int, size_t, size_t, size_t, const float *,
+                                        cl_mem, const size_t *, size_t, cl_mem, const size_t *,
+                                        size_t, const float *, cl_mem, const size_t *, size_t,
+                                        size_t, cl_command_queue *, cl_event *);
+static clblast_sgemm_fn clblast_sgemm;
+static clblast_sgemm_batched_fn clblast_sgemm_batched;
+static pthread_once_t clblast_once = PTHREAD_ONCE_INIT;
+
+static void clblast_load(void) {
+  void *h = dlopen("libclblast.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) h = dlopen("libclblast.so", RTLD_NOW | RTLD_LOCAL);
+  if (!h) return;
+  void *a = dlsym(h, "CLBlastSgemm"), *b = dlsym(h, "CLBlastSgemmBatched");
+  if (!a || !b) return;
+  memcpy(&clblast_sgemm, &a, sizeof a);
+  memcpy(&clblast_sgemm_batched, &b, sizeof b);
+}
+
+bool loom_ocl_have_clblast(void) {
+  const char *off = getenv("LOOM_OPENCL_NO_CLBLAST");
+  if (off && off[0] && strcmp(off, "0") != 0) return false;
+  pthread_once(&clblast_once, clblast_load);
+  return clblast_sgemm != NULL;
+}
+
+loom_status loom_ocl_clblast_sgemm(loom_ctx *ctx, loom_ocl *cl, const loom_ocl_gemm_args *g) {
+  if (!loom_ocl_have_clblast())
+    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "no CLBlast (libclblast.so.1)");
+  void *p[3] = {g->a, g->b, g->c};
+  size_t bytes[3] = {g->a_bytes, g->b_bytes, g->c_bytes};
+  bool written[3] = {false, false, true};
+  cl_mem mem[3] = {0};
+  size_t *offs = NULL;
+  float *scal = NULL;
+  loom_status st = LOOM_STATUS_OK;
+  pthread_mutex_lock(&cl->lock);
+  cl_int e = CL_SUCCESS;
+  for (int i = 0; i < 3 && e == CL_SUCCESS; i++) mem[i] = host_buffer(cl, p[i], bytes[i], written[i], &e);
+  int rc = 0;
+  int ta = g->trans_a ? 112 : 111, tb = g->trans_b ? 112 : 111;
+  if (e == CL_SUCCESS && g->batch == 1) {
+    rc = clblast_sgemm(101, ta, tb, (size_t)g->m, (size_t)g->n, (size_t)g->k, 1.0f, mem[0],
+                       (size_t)g->a_off[0], (size_t)g->lda, mem[1], (size_t)g->b_off[0],
+                       (size_t)g->ldb, 0.0f, mem[2], 0, (size_t)g->n, &cl->queue, NULL);
+  } else if (e == CL_SUCCESS) {
+    offs = malloc(sizeof *offs * 3 * (size_t)g->batch);
+    scal = malloc(sizeof *scal * 2 * (size_t)g->batch);
+    if (!offs || !scal) {
+      st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+    } else {
+      for (int64_t i = 0; i < g->batch; i++) {
+        offs[i] = (size_t)g->a_off[i];
+        offs[g->batch + i] = (size_t)g->b_off[i];
+        offs[2 * g->batch + i] = (size_t)(i * g->m * g->n);
+        scal[i] = 1.0f;
+        scal[g->batch + i] = 0.0f;
+      }
+      rc = clblast_sgemm_batched(101, ta, tb, (size_t)g->m, (size_t)g->n, (size_t)g->k, scal,
+                                 mem[0], offs, (size_t)g->lda, mem[1], offs + g->batch,
+                                 (size_t)g->ldb, scal + g->batch, mem[2], offs + 2 * g->batch,
+                                 (size_t)g->n, (size_t)g->batch, &cl->queue, NULL);
+    }
+  }
+  cl_int fe = finish_buffers(cl, 3, mem, bytes, written);
+  pthread_mutex_unlock(&cl->lock);
+  free(offs);
+  free(scal);
+  if (st) return st;
+  if (e != CL_SUCCESS || fe != CL_SUCCESS) {
+    char b[64];
+    return loom_error(ctx, LOOM_STATUS_INTERNAL, "OpenCL: CLBlast's buffers: %s",
+                      loom_ocl_error_name(e != CL_SUCCESS ? e : fe, b, sizeof b));
+  }
+  if (rc != 0)
+    return loom_error(ctx, LOOM_STATUS_INTERNAL, "CLBlast sgemm failed with status %d", rc);
+  return LOOM_STATUS_OK;
 }
 #endif

@@ -12,8 +12,9 @@
 extern const char loom_ocl_gemm_source[];
 /* True if matmul node n runs on the device (f32, rank >= 2). */
 bool loom_ocl_gemm_supported(const loom_graph *g, const loom_node *n);
-/* Runs matmul node n (supported) with lm_sgemm of module gemm. */
-loom_status loom_ocl_matmul(loom_ctx *ctx, loom_ocl_module *gemm, const loom_node *n,
-                            const loom_view *in, const loom_view *out);
+/* Runs matmul node n (supported) with lm_sgemm of module gemm, or with
+ * CLBlast when gemm is NULL. */
+loom_status loom_ocl_matmul(loom_ctx *ctx, loom_ocl *dev, loom_ocl_module *gemm,
+                            const loom_node *n, const loom_view *in, const loom_view *out);
 
 #endif

@@ -1,8 +1,8 @@
 /*
  * The opencl backend: the fusion plan's kernels rendered as OpenCL C
  * (codegen/gpu_codegen.h) and run on the process's OpenCL device (ocl.h:
- * PoCL on this machine's CPU), f32 matmuls on Loom's tiled GEMM kernel
- * (ocl_gemm.c), and every other node on the host through the one node
+ * PoCL on this machine's CPU), f32 matmuls on CLBlast where it is
+ * installed, else Loom's tiled GEMM kernel (ocl_gemm.c), every other node on the host through the one node
  * executor with its reference kernel. Attention is decomposed (no rewrite);
  * dropout masks come from the same Philox counters as on the cpu backend
  * (the kernels' lm_keep), so masks agree bit for bit. Fusion `eager` runs
@@ -24,6 +24,7 @@
 #include "runtime/session.h"
 #include "runtime/trace.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,6 +115,7 @@ static loom_status ocl_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
     out->stats.cache_hit = hit;
   }
   out->stats.n_kernels = prog->n_kernels;
+  int32_t device_gemms = 0;
   for (int32_t s = 0; s < prog->n_steps; s++) {
     const loom_step *ps = &prog->steps[s];
     if (ps->kind == LOOM_STEP_GEMM) {
@@ -121,12 +123,13 @@ static loom_status ocl_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
       out->stats.n_gemm++;
       out->stats.n_epilogues += ps->epilogue_rows > 0;
       out->stats.n_fallback += !h->gemm_on_device[s];
+      device_gemms += h->gemm_on_device[s];
     } else if (ps->kind == LOOM_STEP_NODE) {
       out->stats.n_eager++;
       out->stats.n_fallback++;
     }
   }
-  if (!be->gemm && out->stats.n_gemm > out->stats.n_fallback) {
+  if (!be->gemm && device_gemms > 0 && !loom_ocl_have_clblast()) {
     st = loom_ocl_module_build(ctx, be->dev, loom_ocl_gemm_source, &be->gemm, NULL);
     if (st) {
       loom_error_prefix(ctx, "opencl backend: the GEMM kernel");
@@ -203,7 +206,8 @@ static loom_status ocl_graph_compute(void *bctx, loom_ctx *ctx, const loom_graph
     } else if (st->kind == LOOM_STEP_GEMM && h->gemm_on_device[s]) {
       const loom_node *n = &g->nodes[st->node];
       loom_view in[2] = {values[n->in[0]], values[n->in[1]]};
-      rs = loom_ocl_matmul(ctx, be->gemm, n, in, &values[n->out[0]]);
+      rs = loom_ocl_matmul(ctx, be->dev, loom_ocl_have_clblast() ? NULL : be->gemm, n, in,
+                           &values[n->out[0]]);
       if (rs) loom_error_prefix(ctx, "matmul (node %d)", st->node);
     } else {
       rs = loom_exec_node_ref(ctx, g, &g->nodes[st->node], values);
@@ -221,6 +225,11 @@ static loom_status ocl_graph_compute(void *bctx, loom_ctx *ctx, const loom_graph
   return LOOM_STATUS_OK;
 }
 
+static void ocl_device_name(void *bctx, char *out, size_t n) {
+  const ocl_backend *be = bctx;
+  snprintf(out, n, "OpenCL: %s", loom_ocl_device_name(be->dev));
+}
+
 static const loom_backend_iface ocl_iface = {
     .name = "opencl",
     .free = ocl_free,
@@ -231,6 +240,7 @@ static const loom_backend_iface ocl_iface = {
     .release = ocl_release,
     .describe = ocl_describe,
     .graph_compute = ocl_graph_compute,
+    .device = ocl_device_name,
 };
 
 loom_status loom_opencl_backend_init(loom_ctx *ctx, loom_backend *b) {
