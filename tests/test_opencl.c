@@ -133,6 +133,31 @@ static void test_softmax_matmul(void) {
   loom_graph_free(g);
 }
 
+/* [3, 0] @ [0, 4] is zeros (an empty sum: CLBlast refuses k = 0). */
+static void test_empty_k(void) {
+  const int64_t sa[2] = {3, 0}, sb[2] = {0, 4};
+  loom_graph *g = NULL;
+  loom_value a, b, c;
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  CHECK_OK(ctx, loom_graph_input(g, "a", LOOM_DTYPE_F32, 2, sa, &a));
+  CHECK_OK(ctx, loom_graph_input(g, "b", LOOM_DTYPE_F32, 2, sb, &b));
+  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_MATMUL, 2, (loom_value[]){a, b}, 0, NULL, &c));
+  CHECK_OK(ctx, loom_graph_output(g, "c", c));
+  loom_tensor *in[2] = {NULL, NULL}, *out = NULL;
+  CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, sa, &in[0]));
+  CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, sb, &in[1]));
+  CHECK(run(g, "opencl", LOOM_FUSION_STITCH, 2, in, 1, &out));
+  if (out) {
+    const float *v = loom_tensor_data(out);
+    for (int64_t i = 0; i < loom_tensor_numel(out); i++) CHECK(v[i] == 0.0f);
+    CHECK(loom_tensor_numel(out) == 12);
+  }
+  loom_tensor_free(in[0]);
+  loom_tensor_free(in[1]);
+  loom_tensor_free(out);
+  loom_graph_free(g);
+}
+
 int main(void) {
   if (loom_ctx_new(&ctx)) return 1;
   loom_backend *b = NULL;
@@ -145,8 +170,10 @@ int main(void) {
   test_dropout(LOOM_FUSION_STITCH);
   test_dropout(LOOM_FUSION_EAGER);
   test_softmax_matmul(); /* on CLBlast where installed */
+  test_empty_k();
   setenv("LOOM_OPENCL_NO_CLBLAST", "1", 1);
   test_softmax_matmul(); /* on Loom's own GEMM kernel */
+  test_empty_k();
   loom_ctx_free(ctx);
   return loom_test_finish("test_opencl");
 }

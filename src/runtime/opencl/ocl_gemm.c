@@ -12,6 +12,7 @@
 #include "ops/op.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 const char loom_ocl_gemm_source[] =
     "/* Loom's OpenCL GEMM (runtime/opencl/ocl_gemm.c) */\n"
@@ -67,6 +68,10 @@ loom_status loom_ocl_matmul(loom_ctx *ctx, loom_ocl *dev, loom_ocl_module *gemm,
   for (int32_t d = 0; d < ra - 2; d++) a_batch *= in[0].shape[d];
   for (int32_t d = 0; d < rb - 2; d++) b_batch *= in[1].shape[d];
   if (m * nn * batch == 0) return LOOM_STATUS_OK;
+  if (k == 0) { /* an empty sum (CLBlast refuses k = 0) */
+    memset(o->data, 0, (size_t)(m * nn * batch) * sizeof(float));
+    return LOOM_STATUS_OK;
+  }
   int64_t *off = NULL;
   if (batch == 1 || (b_batch == 1 && !ta && a_batch == batch)) {
     m *= batch; /* one GEMM: A's batch rows stack into M over a shared B */
