@@ -7,6 +7,7 @@
 #include "bench.h"
 
 #include "harness.h"
+#include "plot.h"
 #include "cli_args.h"
 #include "core/file.h"
 #include "runtime/backend.h"
@@ -14,16 +15,19 @@
 #include "rng/philox_fast.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 
 #define EXIT_USAGE 2
 #define DEFAULT_RUNS 5
 
 static const char usage[] =
-    "usage: loom bench [WORKLOAD...] [--size small|full] [--json] [--runs N]\n"
+    "usage: loom bench [WORKLOAD|FILE...] [--size small|full] [--json] [--runs N]\n"
     "                  [--modes LIST | --fusion M] [--threads N] [--with-reference]\n"
     "                  [--quiet] [--list] [--rounds N] [--seconds S]\n"
     "                  [--trace FILE [--force]]\n"
+    "                  [--plot OUT.svg [--peer FILE.jsonl]... [--plot-only]]\n"
+    "                  [--grad] [--input NAME=FILE.npy]...\n"
     "\n"
     "Measures the machine's triad bandwidth, memory roof and sgemm rate, then\n"
     "runs each workload (all of them when none is named) in the modes\n"
@@ -35,6 +39,12 @@ static const char usage[] =
     "streaming stores, built like generated kernels, counted without\n"
     "write-allocate) measured at the workload's own footprint, and the\n"
     "speedups between modes.\n"
+    "\n"
+    "A FILE (a graph file, as 'loom run' takes) is a workload of its own: its\n"
+    "inputs get random data of their declared shapes (params small, integer\n"
+    "inputs valid indices of the axes they index) unless --input gives them;\n"
+    "with --grad it runs forward + backward (the gradients of its first scalar\n"
+    "f32 output with respect to its params).\n"
     "\n"
     "The workload 'rng' (run only when named) measures instead the random\n"
     "bytes per second of every Philox4x32 path (ref, portable, avx2, avx512;\n"
@@ -75,8 +85,17 @@ static const char usage[] =
     "  --trace FILE         write a Chrome trace (chrome://tracing, ui.perfetto.dev)\n"
     "                       of every session run after the machine measurement:\n"
     "                       kernels, GEMMs and overlapped mask tasks per lane\n"
-    "  --force              overwrite the --trace FILE if it exists (otherwise\n"
-    "                       refused, exit 1, before anything runs)\n"
+    "  --plot FILE          draw each workload's median time per mode as an SVG\n"
+    "                       bar chart (bars scaled to the workload's slowest)\n"
+    "  --peer FILE          with --plot: add the timed JSON lines of FILE (from\n"
+    "                       bench/peers, or an earlier `loom bench --json`) as\n"
+    "                       more bars; repeatable\n"
+    "  --plot-only          draw the --peer files alone; run nothing\n"
+    "  --grad               FILE workloads: forward + backward\n"
+    "  --input NAME=FILE    FILE workloads: the input NAME from a .npy file\n"
+    "                       (its dtype and shape as declared); repeatable\n"
+    "  --force              overwrite the --trace or --plot FILE if it exists\n"
+    "                       (otherwise refused, exit 1, before anything runs)\n"
     "  -h, --help           print this help\n"
     "\n"
     "Exit status: 0 success, 1 a failure (a mode that could not run), 2 wrong\n"
@@ -89,6 +108,16 @@ typedef struct opts {
   bool json;
   bool force;
   const char *trace; /* --trace FILE, or NULL */
+  const char *plot;  /* --plot FILE, or NULL */
+  bool plot_only;
+  int32_t n_peers;
+  const char **peers; /* --peer FILEs */
+  bool grad;          /* --grad: file workloads run forward + backward */
+  int32_t n_inputs;
+  const char **inputs; /* --input NAME=FILE */
+  int32_t n_files;
+  loom_bench_file_spec *file_specs; /* the named FILEs, as workloads */
+  loom_bench_workload *files;
   int32_t threads;
   int32_t n_names;
   const char **names;
@@ -118,9 +147,7 @@ static bool parse_seconds(const char *s, double *out) {
 }
 
 static bool is_rng(const char *name) { return strcmp(name, LOOM_BENCH_RNG_NAME) == 0; }
-static bool is_attention(const char *name) {
-  return strcmp(name, LOOM_BENCH_ATTENTION_NAME) == 0;
-}
+static bool is_attention(const char *name) { return strcmp(name, LOOM_BENCH_ATTENTION_NAME) == 0; }
 /* Benchmarks that run only when named and need neither the machine line
  * nor options of their own. */
 typedef struct named_bench {
@@ -167,6 +194,31 @@ static bool parse_modes(const char *s, bool *modes) {
   return any;
 }
 
+/* A name that is no workload but a file: the user's own graph. */
+static bool is_graph_file(const char *name) {
+  struct stat st;
+  return stat(name, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static void add_file(opts *o, const char *path) {
+  loom_bench_file_spec *spec = &o->file_specs[o->n_files];
+  spec->path = path;
+  loom_bench_workload *w = &o->files[o->n_files++];
+  w->name = path;
+  w->what = "a graph file";
+  w->bytes_rule = "inputs+outputs";
+  w->build = loom_bench_build_file;
+  w->arg = spec;
+}
+
+/* The workload a name stands for: a file named on the command line, or a
+ * built-in one. */
+static const loom_bench_workload *find_workload(const opts *o, const char *name) {
+  for (int32_t k = 0; k < o->n_files; k++)
+    if (o->files[k].name == name) return &o->files[k];
+  return loom_bench_find(name);
+}
+
 /* Parses argv; returns -1 to go on, else an exit status. */
 static int parse_args(int argc, char **argv, opts *o) {
   o->run.runs = DEFAULT_RUNS;
@@ -175,7 +227,11 @@ static int parse_args(int argc, char **argv, opts *o) {
   for (int32_t k = 0; k < LOOM_BENCH_MODE_COUNT; k++)
     o->run.modes[k] = true;
   o->names = calloc((size_t)argc + 1, sizeof *o->names);
-  if (!o->names) {
+  o->peers = calloc((size_t)argc + 1, sizeof *o->peers);
+  o->inputs = calloc((size_t)argc + 1, sizeof *o->inputs);
+  o->file_specs = calloc((size_t)argc + 1, sizeof *o->file_specs);
+  o->files = calloc((size_t)argc + 1, sizeof *o->files);
+  if (!o->names || !o->peers || !o->inputs || !o->file_specs || !o->files) {
     fprintf(stderr, "loom: out of memory\n");
     return 1;
   }
@@ -208,6 +264,20 @@ static int parse_args(int argc, char **argv, opts *o) {
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--trace", &v)) != 0) {
       if (r < 0 || !*v) return usage_error("%s needs a file name", a);
       o->trace = v;
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--plot", &v)) != 0) {
+      if (r < 0 || !*v) return usage_error("%s needs a file name", a);
+      o->plot = v;
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--peer", &v)) != 0) {
+      if (r < 0 || !*v) return usage_error("%s needs a file name", a);
+      o->peers[o->n_peers++] = v;
+    } else if (strcmp(a, "--plot-only") == 0) {
+      o->plot_only = true;
+    } else if (strcmp(a, "--grad") == 0) {
+      o->grad = true;
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--input", &v)) != 0) {
+      if (r < 0 || !strchr(v, '='))
+        return usage_error("--input wants NAME=FILE.npy, got '%s'", r < 0 ? "" : v);
+      o->inputs[o->n_inputs++] = v;
     } else if (strcmp(a, "--with-reference") == 0) {
       o->run.with_reference = true;
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--size", &v)) != 0) {
@@ -251,13 +321,59 @@ static int parse_args(int argc, char **argv, opts *o) {
         return usage_error("--fusion must be one of " LOOM_FUSION_MODE_NAMES ", got '%s'", v);
     } else if (a[0] == '-') {
       return usage_error("unknown option '%s'", a);
-    } else if (!is_special(a) && !loom_bench_find(a)) {
-      return usage_error("unknown workload '%s' (see 'loom bench --list')", a);
+    } else if (!is_special(a) && !loom_bench_find(a) && !is_graph_file(a)) {
+      return usage_error("unknown workload '%s' (see 'loom bench --list'; a graph file is "
+                         "taken by its path)",
+                         a);
     } else {
+      if (!is_special(a) && !loom_bench_find(a)) add_file(o, a);
       o->names[o->n_names++] = a;
     }
   }
+  for (int32_t k = 0; k < o->n_files; k++) { /* flags may follow the files */
+    o->file_specs[k].grad = o->grad;
+    o->file_specs[k].n_inputs = o->n_inputs;
+    o->file_specs[k].inputs = o->inputs;
+  }
+  if ((o->grad || o->n_inputs) && !o->n_files)
+    return usage_error("%s applies to FILE workloads: name a graph file",
+                       o->grad ? "--grad" : "--input");
+  if ((o->n_peers || o->plot_only) && !o->plot)
+    return usage_error("%s needs --plot FILE", o->plot_only ? "--plot-only" : "--peer");
+  if (o->plot_only && (!o->n_peers || o->n_names))
+    return usage_error("%s", o->n_names ? "--plot-only runs no workloads: name none"
+                                        : "--plot-only draws --peer files: give at least one");
   return -1;
+}
+
+/* Loom's timed modes of each row as bars. */
+static bool plot_rows(loom_bench_plot *plot, const loom_bench_row *rows, int32_t n) {
+  for (int32_t i = 0; i < n; i++)
+    for (int32_t m = 0; m < LOOM_BENCH_MODE_COUNT; m++) {
+      const loom_bench_result *r = &rows[i].r[m];
+      if (rows[i].wanted[m] && r->outcome == LOOM_BENCH_RAN && r->median_s > 0 &&
+          !loom_bench_plot_add(plot, rows[i].w->name, loom_bench_mode_name((loom_bench_mode)m),
+                               r->median_s))
+        return false;
+    }
+  return true;
+}
+
+/* Writes the chart to o->plot; 0 or 1 (after a message). */
+static int write_plot(loom_ctx *ctx, const opts *o, const loom_bench_plot *plot) {
+  char *svg = loom_bench_plot_svg(plot, "loom bench: median time per workload and mode");
+  loom_status st =
+      svg ? loom_file_write_atomic(ctx, o->plot, svg, strlen(svg),
+                                   LOOM_FILE_HINT_FORCE | (o->force ? LOOM_FILE_REPLACE : 0))
+          : loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                       "--plot: no workload was timed, nothing to draw");
+  free(svg);
+  if (st) {
+    fprintf(stderr, "loom: %s\n", loom_ctx_error(ctx));
+    return 1;
+  }
+  if (!o->run.quiet) fprintf(stderr, "bench: chart written to %s\n", o->plot);
+  return 0;
 }
 
 /* Starts recording the --trace timeline (*tracing: it started); 0 or 1
@@ -271,27 +387,45 @@ static int start_trace(loom_ctx *ctx, bool *tracing) {
   return 0;
 }
 
+static void free_opts(opts *o) {
+  free(o->names);
+  free(o->peers);
+  free(o->inputs);
+  free(o->file_specs);
+  free(o->files);
+}
+
 int loom_bench_main(int argc, char **argv) {
   opts o = {0};
   int rc = parse_args(argc, argv, &o);
+  loom_ctx *ctx = NULL;
+  if (rc < 0 && loom_ctx_new(&ctx) != LOOM_STATUS_OK) {
+    fprintf(stderr, "loom: cannot create a context\n");
+    rc = 1;
+  }
   if (rc >= 0) {
-    free(o.names);
+    free_opts(&o);
     return rc;
   }
-  loom_ctx *ctx = NULL;
-  if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) {
-    fprintf(stderr, "loom: cannot create a context\n");
-    free(o.names);
-    return 1;
-  }
-  /* the trace file can be written: checked before the work (core/file.h) */
-  if ((o.trace && loom_file_check_output(
-                      ctx, o.trace, LOOM_FILE_HINT_FORCE | (o.force ? LOOM_FILE_REPLACE : 0))) ||
-      loom_ctx_set_threads(ctx, o.threads) != LOOM_STATUS_OK) {
-    fprintf(stderr, "loom: %s\n", loom_ctx_error(ctx));
+  /* the trace and plot files can be written, the peers' files read:
+   * checked before the work (core/file.h) */
+  unsigned out_flags = LOOM_FILE_HINT_FORCE | (o.force ? LOOM_FILE_REPLACE : 0);
+  loom_bench_plot *plot = o.plot ? loom_bench_plot_new() : NULL;
+  bool bad = (o.plot && !plot && loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory")) ||
+             (o.trace && loom_file_check_output(ctx, o.trace, out_flags)) ||
+             (o.plot && loom_file_check_output(ctx, o.plot, out_flags)) ||
+             loom_ctx_set_threads(ctx, o.threads) != LOOM_STATUS_OK;
+  for (int32_t i = 0; !bad && i < o.n_peers; i++)
+    bad = loom_bench_plot_read(ctx, plot, o.peers[i]) != LOOM_STATUS_OK;
+  if (bad || o.plot_only) {
+    if (bad)
+      fprintf(stderr, "loom: %s\n", loom_ctx_error(ctx));
+    else if (o.plot_only)
+      bad = write_plot(ctx, &o, plot) != 0;
+    loom_bench_plot_free(plot);
     loom_ctx_free(ctx);
-    free(o.names);
-    return 1;
+    free_opts(&o);
+    return bad ? 1 : 0;
   }
   int32_t n_all;
   const loom_bench_workload *all = loom_bench_workloads(&n_all);
@@ -300,8 +434,7 @@ int loom_bench_main(int argc, char **argv) {
    * named, where they are named. */
   int32_t n_graph = 0, n_rng = 0, n_attn = 0;
   for (int32_t i = 0; i < o.n_names; i++) {
-    if (find_named(o.names[i]))
-      continue;
+    if (find_named(o.names[i])) continue;
     if (is_rng(o.names[i]))
       n_rng++;
     else if (is_attention(o.names[i]))
@@ -310,8 +443,24 @@ int loom_bench_main(int argc, char **argv) {
       n_graph++;
   }
   if (!o.n_names) n_graph = n_all;
-  loom_bench_rng_opts ro = {.rounds = o.rng_rounds, .seconds = o.rng_seconds,
-                            .threads = loom_ctx_threads(ctx), .quiet = o.run.quiet};
+  /* the user's files are read and built before anything is measured, so
+   * a mistake in one ends the run at once */
+  for (int32_t k = 0; k < o.n_files; k++) {
+    loom_bench_graph b = {0};
+    loom_status st = o.files[k].build(ctx, &o.files[k], o.run.small, &b);
+    loom_bench_graph_clear(&b);
+    if (st) {
+      fprintf(stderr, "loom: %s\n", loom_ctx_error(ctx));
+      loom_bench_plot_free(plot);
+      loom_ctx_free(ctx);
+      free_opts(&o);
+      return 1;
+    }
+  }
+  loom_bench_rng_opts ro = {.rounds = o.rng_rounds,
+                            .seconds = o.rng_seconds,
+                            .threads = loom_ctx_threads(ctx),
+                            .quiet = o.run.quiet};
   loom_bench_machine_info mi;
   bool tracing = false;
   rc = 0;
@@ -365,13 +514,17 @@ int loom_bench_main(int argc, char **argv) {
         fflush(stdout);
         continue;
       }
-      const loom_bench_workload *w = o.n_names ? loom_bench_find(o.names[i]) : &all[i];
+      const loom_bench_workload *w = o.n_names ? find_workload(&o, o.names[i]) : &all[i];
       if (!loom_bench_run_workload(ctx, &o.run, w, &rows[k])) rc = 1;
       loom_bench_print_row(stdout, o.json, &rows[k], &mi);
       fflush(stdout);
       k++;
     }
     if (!o.json && n) loom_bench_print_targets(stdout, rows, n, &mi, o.run.small);
+    if (plot && rows && !plot_rows(plot, rows, k)) {
+      fprintf(stderr, "loom: --plot: out of memory\n");
+      rc = 1;
+    }
     free(rows);
   }
   if (n_graph || n_attn) loom_bench_machine_info_clear(&mi);
@@ -383,7 +536,9 @@ int loom_bench_main(int argc, char **argv) {
       fprintf(stderr, "bench: trace written to %s\n", o.trace);
     }
   }
+  if (plot && write_plot(ctx, &o, plot) != 0) rc = 1;
+  loom_bench_plot_free(plot);
   loom_ctx_free(ctx);
-  free(o.names);
+  free_opts(&o);
   return rc;
 }

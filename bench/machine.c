@@ -235,6 +235,9 @@ static loom_status step_gemm_efficiency(loom_ctx *ctx, double rate_gflops, doubl
   c.batch = 16;
   c.steps = 1 + CAL_STEPS;
   c.threads = 1;
+  /* the step as measured before loom train's defaults were tuned */
+  c.model.dropout = 0.1;
+  c.model.context = 64;
   loom_trainer *t = NULL;
   loom_graph *g = NULL;
   LOOM_TRY(loom_trainer_new(ctx, &c, &t));

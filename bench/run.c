@@ -64,6 +64,11 @@ loom_status loom_bench_make_inputs(loom_ctx *ctx, const loom_bench_graph *b, loo
   for (int32_t i = 0; i < g->n_inputs; i++) {
     const loom_type *t = loom_value_type(g, g->inputs[i]);
     LOOM_TRY(loom_tensor_new(ctx, t->dtype, t->rank, t->shape, &in[i]));
+    if (b->given && i < b->n_given && b->given[i]) { /* checked against t when given */
+      memcpy(loom_tensor_data(in[i]), loom_tensor_data(b->given[i]),
+             (size_t)loom_tensor_numel(in[i]) * loom_dtype_size(t->dtype));
+      continue;
+    }
     uint64_t seed = name_hash(g->values[g->inputs[i]].name);
     int64_t n = loom_type_numel(t);
     void *p = loom_tensor_data(in[i]);
@@ -326,7 +331,7 @@ bool loom_bench_run_workload(loom_ctx *ctx, const loom_bench_opts *o,
   }
   wl_state s = {.ctx = ctx, .o = o, .w = w};
   progress(&s, "building the graph", NULL);
-  loom_status st = w->build(ctx, o->small, &s.b);
+  loom_status st = w->build(ctx, w, o->small, &s.b);
   if (!st) st = wl_setup(&s);
   if (st) {
     for (int32_t m = 0; m < LOOM_BENCH_MODE_COUNT; m++) {

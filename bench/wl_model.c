@@ -70,7 +70,19 @@ static int32_t mha(loom_graph *g, const tcfg *c, int32_t qkv, bool causal, doubl
 
 /* The per-layer parameters, declared in this order. */
 enum {
-  W_QKV = 0, B_QKV, W_PROJ, B_PROJ, LN1_G, LN1_B, W_FC, B_FC, W_OUT, B_OUT, LN2_G, LN2_B, N_W
+  W_QKV = 0,
+  B_QKV,
+  W_PROJ,
+  B_PROJ,
+  LN1_G,
+  LN1_B,
+  W_FC,
+  B_FC,
+  W_OUT,
+  B_OUT,
+  LN2_G,
+  LN2_B,
+  N_W
 };
 
 static void declare_params(loom_bench_graph *b, const tcfg *c, int32_t *w) {
@@ -107,7 +119,9 @@ static void model_shape(loom_bench_graph *b, const tcfg *c) {
 
 /* ---- BERT-base encoder layer, forward ------------------------------------ */
 
-loom_status loom_bench_build_bert(loom_ctx *ctx, bool small, loom_bench_graph *b) {
+loom_status loom_bench_build_bert(loom_ctx *ctx, const loom_bench_workload *self, bool small,
+                                  loom_bench_graph *b) {
+  (void)self;
   tcfg c = small ? (tcfg){2, 32, 128, 4, 512} : (tcfg){8, 128, 768, 12, 3072};
   LOOM_TRY(loom_graph_new(ctx, &b->g));
   loom_graph *g = b->g;
@@ -132,7 +146,9 @@ loom_status loom_bench_build_bert(loom_ctx *ctx, bool small, loom_bench_graph *b
 
 /* ---- GPT-2-small block, forward + backward ------------------------------- */
 
-loom_status loom_bench_build_gpt2(loom_ctx *ctx, bool small, loom_bench_graph *b) {
+loom_status loom_bench_build_gpt2(loom_ctx *ctx, const loom_bench_workload *self, bool small,
+                                  loom_bench_graph *b) {
+  (void)self;
   tcfg c = small ? (tcfg){2, 32, 128, 4, 512} : (tcfg){4, 256, 768, 12, 3072};
   LOOM_TRY(loom_graph_new(ctx, &b->g));
   loom_graph *g = b->g;
@@ -170,8 +186,8 @@ loom_status loom_bench_build_gpt2(loom_ctx *ctx, bool small, loom_bench_graph *b
 
 _Static_assert(LOOM_BENCH_ATTN_BLOCK_WRT == 1 + N_W, "x and the parameters");
 
-loom_status loom_bench_build_attn_block(loom_ctx *ctx, int64_t seq, int64_t heads,
-                                        int64_t head_dim, double p, loom_bench_graph *b) {
+loom_status loom_bench_build_attn_block(loom_ctx *ctx, int64_t seq, int64_t heads, int64_t head_dim,
+                                        double p, loom_bench_graph *b) {
   tcfg c = {1, seq, heads * head_dim, heads, 4 * heads * head_dim};
   LOOM_TRY(loom_graph_new(ctx, &b->g));
   loom_graph *g = b->g;

@@ -25,9 +25,7 @@ static void rc(bool small, int64_t *r, int64_t *c) {
   *c = small ? 256 : 1024;
 }
 
-static loom_status begin(loom_ctx *ctx, loom_bench_graph *b) {
-  return loom_graph_new(ctx, &b->g);
-}
+static loom_status begin(loom_ctx *ctx, loom_bench_graph *b) { return loom_graph_new(ctx, &b->g); }
 
 static void shape_str(loom_bench_graph *b, const char *prefix, int64_t r, int64_t c) {
   snprintf(b->shape, sizeof b->shape, "%s[%lld, %lld]", prefix, (long long)r, (long long)c);
@@ -68,7 +66,9 @@ static loom_status finish_backward(loom_bench_graph *b, int32_t y, int32_t dy, i
 
 /* ---- layernorm ----------------------------------------------------------- */
 
-static loom_status build_ln_fwd(loom_ctx *ctx, bool small, loom_bench_graph *b) {
+static loom_status build_ln_fwd(loom_ctx *ctx, const loom_bench_workload *self, bool small,
+                                loom_bench_graph *b) {
+  (void)self;
   int64_t r, c;
   rc(small, &r, &c);
   LOOM_TRY(begin(ctx, b));
@@ -81,7 +81,9 @@ static loom_status build_ln_fwd(loom_ctx *ctx, bool small, loom_bench_graph *b) 
   return finish(b, "y", layer_norm(b->g, x, gain, bias));
 }
 
-static loom_status build_ln_bwd(loom_ctx *ctx, bool small, loom_bench_graph *b) {
+static loom_status build_ln_bwd(loom_ctx *ctx, const loom_bench_workload *self, bool small,
+                                loom_bench_graph *b) {
+  (void)self;
   int64_t r, c;
   rc(small, &r, &c);
   LOOM_TRY(begin(ctx, b));
@@ -97,7 +99,9 @@ static loom_status build_ln_bwd(loom_ctx *ctx, bool small, loom_bench_graph *b) 
 
 /* ---- softmax ------------------------------------------------------------- */
 
-static loom_status build_sm_fwd(loom_ctx *ctx, bool small, loom_bench_graph *b) {
+static loom_status build_sm_fwd(loom_ctx *ctx, const loom_bench_workload *self, bool small,
+                                loom_bench_graph *b) {
+  (void)self;
   int64_t r, c;
   rc(small, &r, &c);
   LOOM_TRY(begin(ctx, b));
@@ -108,7 +112,9 @@ static loom_status build_sm_fwd(loom_ctx *ctx, bool small, loom_bench_graph *b) 
   return finish(b, "y", softmax(b->g, x));
 }
 
-static loom_status build_sm_bwd(loom_ctx *ctx, bool small, loom_bench_graph *b) {
+static loom_status build_sm_bwd(loom_ctx *ctx, const loom_bench_workload *self, bool small,
+                                loom_bench_graph *b) {
+  (void)self;
   int64_t r, c;
   rc(small, &r, &c);
   LOOM_TRY(begin(ctx, b));
@@ -122,7 +128,9 @@ static loom_status build_sm_bwd(loom_ctx *ctx, bool small, loom_bench_graph *b) 
 
 /* ---- bias + gelu --------------------------------------------------------- */
 
-static loom_status build_bias_gelu(loom_ctx *ctx, bool small, loom_bench_graph *b) {
+static loom_status build_bias_gelu(loom_ctx *ctx, const loom_bench_workload *self, bool small,
+                                   loom_bench_graph *b) {
+  (void)self;
   int64_t r, c;
   rc(small, &r, &c);
   LOOM_TRY(begin(ctx, b));
@@ -141,7 +149,9 @@ static loom_status build_bias_gelu(loom_ctx *ctx, bool small, loom_bench_graph *
 
 /* ---- bias + dropout + residual + layernorm ------------------------------- */
 
-static loom_status build_bdrln(loom_ctx *ctx, bool small, loom_bench_graph *b) {
+static loom_status build_bdrln(loom_ctx *ctx, const loom_bench_workload *self, bool small,
+                               loom_bench_graph *b) {
+  (void)self;
   int64_t r, c;
   rc(small, &r, &c);
   LOOM_TRY(begin(ctx, b));
@@ -162,14 +172,16 @@ static loom_status build_bdrln(loom_ctx *ctx, bool small, loom_bench_graph *b) {
 
 /* ---- cross-entropy forward + backward ------------------------------------ */
 
-static loom_status build_ce(loom_ctx *ctx, bool small, loom_bench_graph *b) {
+static loom_status build_ce(loom_ctx *ctx, const loom_bench_workload *self, bool small,
+                            loom_bench_graph *b) {
+  (void)self;
   int64_t r = small ? 256 : 4096, c = small ? 1024 : 8192;
   LOOM_TRY(begin(ctx, b));
   int64_t xs[2] = {r, c};
   int32_t logits =
       loom_bench_input(b, "logits", LOOM_DTYPE_F32, 2, xs, LOOM_BENCH_FILL_UNIFORM, false);
-  int32_t labels = loom_bench_input(b, "labels", LOOM_DTYPE_I64, 1, &r, LOOM_BENCH_FILL_LABELS,
-                                    false);
+  int32_t labels =
+      loom_bench_input(b, "labels", LOOM_DTYPE_I64, 1, &r, LOOM_BENCH_FILL_LABELS, false);
   b->classes = c;
   shape_str(b, "logits ", r, c);
   b->min_bytes = 2 * r * c * 4; /* logits in, their gradient out */
@@ -186,17 +198,19 @@ static loom_status build_ce(loom_ctx *ctx, bool small, loom_bench_graph *b) {
 
 /* GPT-2-small shapes: a token embedding, the position embedding and one
  * transformer block (about 10.0M parameters at full size). */
-static loom_status build_adamw(loom_ctx *ctx, bool small, loom_bench_graph *b) {
+static loom_status build_adamw(loom_ctx *ctx, const loom_bench_workload *self, bool small,
+                               loom_bench_graph *b) {
+  (void)self;
   int64_t h = small ? 128 : 768, vocab = small ? 512 : 2776, ctxlen = small ? 256 : 1024;
   const struct {
     const char *name;
     int32_t rank;
     int64_t d0, d1;
   } ts[] = {
-      {"wte", 2, vocab, h},       {"wpe", 2, ctxlen, h},      {"ln1.g", 1, h, 0},
-      {"ln1.b", 1, h, 0},         {"attn.qkv.w", 2, h, 3 * h}, {"attn.qkv.b", 1, 3 * h, 0},
-      {"attn.proj.w", 2, h, h},   {"attn.proj.b", 1, h, 0},   {"ln2.g", 1, h, 0},
-      {"ln2.b", 1, h, 0},         {"mlp.fc.w", 2, h, 4 * h},  {"mlp.fc.b", 1, 4 * h, 0},
+      {"wte", 2, vocab, h},        {"wpe", 2, ctxlen, h},       {"ln1.g", 1, h, 0},
+      {"ln1.b", 1, h, 0},          {"attn.qkv.w", 2, h, 3 * h}, {"attn.qkv.b", 1, 3 * h, 0},
+      {"attn.proj.w", 2, h, h},    {"attn.proj.b", 1, h, 0},    {"ln2.g", 1, h, 0},
+      {"ln2.b", 1, h, 0},          {"mlp.fc.w", 2, h, 4 * h},   {"mlp.fc.b", 1, 4 * h, 0},
       {"mlp.proj.w", 2, 4 * h, h}, {"mlp.proj.b", 1, h, 0},
   };
   enum { NT = sizeof ts / sizeof ts[0] };
@@ -207,8 +221,8 @@ static loom_status build_adamw(loom_ctx *ctx, bool small, loom_bench_graph *b) {
   char nm[64];
   for (int32_t i = 0; i < NT; i++) {
     int64_t s[2] = {ts[i].d0, ts[i].d1};
-    p[i] = loom_bench_input(b, ts[i].name, LOOM_DTYPE_F32, ts[i].rank, s, LOOM_BENCH_FILL_SMALL,
-                            true);
+    p[i] =
+        loom_bench_input(b, ts[i].name, LOOM_DTYPE_F32, ts[i].rank, s, LOOM_BENCH_FILL_SMALL, true);
     snprintf(nm, sizeof nm, "grad.%s", ts[i].name);
     gr[i] = loom_bench_input(b, nm, LOOM_DTYPE_F32, ts[i].rank, s, LOOM_BENCH_FILL_UNIFORM, false);
     snprintf(nm, sizeof nm, "m.%s", ts[i].name);
@@ -241,20 +255,20 @@ static loom_status build_adamw(loom_ctx *ctx, bool small, loom_bench_graph *b) {
 /* ---- the registry -------------------------------------------------------- */
 
 static const loom_bench_workload workloads[] = {
-    {"layernorm_fwd", "LayerNorm forward over the last axis", "2*N*4", true, build_ln_fwd},
-    {"layernorm_bwd", "LayerNorm backward: dx, dgamma, dbeta", "3*N*4", true, build_ln_bwd},
-    {"softmax_fwd", "softmax forward over the last axis", "2*N*4", true, build_sm_fwd},
-    {"softmax_bwd", "softmax backward (recomputes the forward)", "3*N*4", true, build_sm_bwd},
-    {"bias_gelu", "bias add + GELU (tanh)", "2*N*4", true, build_bias_gelu},
+    {"layernorm_fwd", "LayerNorm forward over the last axis", "2*N*4", true, build_ln_fwd, NULL},
+    {"layernorm_bwd", "LayerNorm backward: dx, dgamma, dbeta", "3*N*4", true, build_ln_bwd, NULL},
+    {"softmax_fwd", "softmax forward over the last axis", "2*N*4", true, build_sm_fwd, NULL},
+    {"softmax_bwd", "softmax backward (recomputes the forward)", "3*N*4", true, build_sm_bwd, NULL},
+    {"bias_gelu", "bias add + GELU (tanh)", "2*N*4", true, build_bias_gelu, NULL},
     {"bias_dropout_residual_ln", "bias + dropout(0.1) + residual + LayerNorm", "3*N*4", true,
-     build_bdrln},
-    {"cross_entropy", "cross-entropy forward + backward, integer labels", "2*N*4", true,
-     build_ce},
-    {"adamw", "AdamW step over GPT-2-small-shaped parameters", "7*P*4", true, build_adamw},
+     build_bdrln, NULL},
+    {"cross_entropy", "cross-entropy forward + backward, integer labels", "2*N*4", true, build_ce,
+     NULL},
+    {"adamw", "AdamW step over GPT-2-small-shaped parameters", "7*P*4", true, build_adamw, NULL},
     {"bert_layer", "BERT-base encoder layer forward (post-LN, GELU erf)", "inputs+outputs", false,
-     loom_bench_build_bert},
+     loom_bench_build_bert, NULL},
     {"gpt2_block", "GPT-2-small block forward + backward (pre-LN, causal, GELU tanh, dropout 0.1)",
-     "inputs+outputs", false, loom_bench_build_gpt2},
+     "inputs+outputs", false, loom_bench_build_gpt2, NULL},
 };
 
 const loom_bench_workload *loom_bench_workloads(int32_t *n) {

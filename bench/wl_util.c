@@ -13,6 +13,8 @@ void loom_bench_graph_clear(loom_bench_graph *b) {
   if (!b) return;
   loom_graph_free(b->g);
   free(b->fill);
+  for (int32_t i = 0; b->given && i < b->n_given; i++) loom_tensor_free(b->given[i]);
+  free(b->given);
   memset(b, 0, sizeof *b);
 }
 
@@ -86,9 +88,14 @@ static loom_status extract(const loom_graph *src, int32_t n_out, char *const *na
 }
 
 loom_status loom_bench_make_backward(loom_bench_graph *b, int32_t n_wrt, const int32_t *wrt) {
+  return loom_bench_make_backward_of(b, 0, n_wrt, wrt);
+}
+
+loom_status loom_bench_make_backward_of(loom_bench_graph *b, int32_t loss, int32_t n_wrt,
+                                        const int32_t *wrt) {
   loom_graph *g = b->g, *dg = NULL, *fin = NULL;
   loom_ctx *ctx = g->ctx;
-  if (g->n_outputs < 1)
+  if (loss < 0 || loss >= g->n_outputs)
     return loom_error(ctx, LOOM_STATUS_INTERNAL, "bench: a backward workload needs a loss");
   LOOM_TRY(loom_graph_decompose(g, &dg));
   int32_t n_keep = dg->n_outputs - 1, n_out = n_keep + n_wrt;
@@ -102,10 +109,11 @@ loom_status loom_bench_make_backward(loom_bench_graph *b, int32_t n_wrt, const i
     else
       wv[i] = dg->inputs[wrt[i]];
   }
-  if (!st) st = loom_graph_grad(dg, dg->outputs[0], n_wrt, wv, vals + n_keep);
+  if (!st) st = loom_graph_grad(dg, dg->outputs[loss], n_wrt, wv, vals + n_keep);
   for (int32_t i = 0; !st && i < n_keep; i++) {
-    vals[i] = dg->outputs[i + 1];
-    names[i] = loom_strdup(ctx, dg->output_names[i + 1]);
+    int32_t o = i < loss ? i : i + 1; /* every output but the loss */
+    vals[i] = dg->outputs[o];
+    names[i] = loom_strdup(ctx, dg->output_names[o]);
     if (!names[i]) st = LOOM_STATUS_OUT_OF_MEMORY;
   }
   for (int32_t i = 0; !st && i < n_wrt; i++) {

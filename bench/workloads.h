@@ -28,15 +28,20 @@ typedef struct loom_bench_graph {
   int64_t min_bytes;     /* the least memory traffic the computation needs */
   double gemm_flops;     /* matmul flops per run (0 for memory-bound ones) */
   char shape[96];        /* e.g. "[32768, 1024]" */
+  loom_tensor **given;   /* per graph input: the user's data (--input), or NULL: filled */
+  int32_t n_given;
 } loom_bench_graph;
 
-typedef struct loom_bench_workload {
+typedef struct loom_bench_workload loom_bench_workload;
+struct loom_bench_workload {
   const char *name;
   const char *what;     /* one line for --list */
   const char *bytes_rule; /* how min_bytes is counted, e.g. "2*N*4" */
   bool memory_bound;    /* bw_fraction is meaningful */
-  loom_status (*build)(loom_ctx *ctx, bool small, loom_bench_graph *out);
-} loom_bench_workload;
+  loom_status (*build)(loom_ctx *ctx, const loom_bench_workload *w, bool small,
+                       loom_bench_graph *out);
+  const void *arg;      /* the build's own data (a file workload's spec), or NULL */
+};
 
 /* Every workload, in report order. */
 const loom_bench_workload *loom_bench_workloads(int32_t *n);
@@ -44,8 +49,10 @@ const loom_bench_workload *loom_bench_workloads(int32_t *n);
 const loom_bench_workload *loom_bench_find(const char *name);
 
 /* The model workloads (wl_model.c). */
-loom_status loom_bench_build_bert(loom_ctx *ctx, bool small, loom_bench_graph *b);
-loom_status loom_bench_build_gpt2(loom_ctx *ctx, bool small, loom_bench_graph *b);
+loom_status loom_bench_build_bert(loom_ctx *ctx, const loom_bench_workload *self, bool small,
+                                  loom_bench_graph *b);
+loom_status loom_bench_build_gpt2(loom_ctx *ctx, const loom_bench_workload *self, bool small,
+                                  loom_bench_graph *b);
 
 /* One pre-LN GPT block's forward for `loom bench attention` (wl_model.c):
  * batch 1, seq tokens, heads heads of head_dim (d_model = heads *
@@ -56,6 +63,17 @@ loom_status loom_bench_build_attn_block(loom_ctx *ctx, int64_t seq, int64_t head
                                         int64_t head_dim, double p, loom_bench_graph *b);
 /* The block's inputs x and parameters (the gradients' wrt). */
 #define LOOM_BENCH_ATTN_BLOCK_WRT 13
+
+/* A workload read from a file (wl_file.c): `loom bench FILE`. */
+typedef struct loom_bench_file_spec {
+  const char *path;
+  bool grad;                 /* forward + backward: d(loss)/d(params) */
+  int32_t n_inputs;
+  const char *const *inputs; /* "name=file.npy": data for those inputs */
+} loom_bench_file_spec;
+/* Builds the workload whose arg is a loom_bench_file_spec. */
+loom_status loom_bench_build_file(loom_ctx *ctx, const loom_bench_workload *w, bool small,
+                                  loom_bench_graph *b);
 
 /* Fills b's inputs with deterministic pseudo-random data per its fill
  * rules (run.c); in: one tensor slot per graph input. */
@@ -81,6 +99,9 @@ int32_t loom_bench_vjp_loss(loom_graph *g, int32_t y, int32_t dy);
  * need (the loss itself is dropped). Gradients are named "d" + input name.
  */
 loom_status loom_bench_make_backward(loom_bench_graph *b, int32_t n_wrt, const int32_t *wrt);
+/* The same with output `loss` as the loss (the others kept). */
+loom_status loom_bench_make_backward_of(loom_bench_graph *b, int32_t loss, int32_t n_wrt,
+                                        const int32_t *wrt);
 /* Sums the matmul flops of b->g after decomposition into b->gemm_flops. */
 loom_status loom_bench_count_flops(loom_bench_graph *b);
 /* Bytes of every graph input plus every graph output. */

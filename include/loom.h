@@ -477,6 +477,7 @@ typedef enum loom_session_artifact {
   LOOM_ARTIFACT_PROGRAM,   /* the fused program's listing: its steps */
   LOOM_ARTIFACT_KERNELS,   /* its kernels in the kernel IR */
   LOOM_ARTIFACT_SOURCE,    /* the generated source ("" when no kernels) */
+  LOOM_ARTIFACT_DOT,       /* the fused program as Graphviz DOT: a cluster per step */
   LOOM_ARTIFACT_COUNT
 } loom_session_artifact;
 /* *text (release with loom_free) describes one artifact; the backend

@@ -4,10 +4,11 @@
 # tests (src/comm); without it Loom still builds and those tests skip.
 # OpenCL (the ICD loader, headers, PoCL as a CPU device) is for the opencl
 # backend and its tests; it is loaded at run time, and they skip without it.
+# Graphviz renders `loom compile --svg/--png`; without it those say so.
 # --fuzz adds what `make fuzz` needs: clang and its libFuzzer runtime.
 set -euo pipefail
 
-packages=(cmake make gcc libc6-dev libdnnl-dev libopenmpi-dev openmpi-bin
+packages=(cmake make gcc libc6-dev libdnnl-dev libopenmpi-dev openmpi-bin graphviz
           ocl-icd-opencl-dev opencl-headers pocl-opencl-icd)
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(clang libclang-rt-dev)

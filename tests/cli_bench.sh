@@ -12,6 +12,8 @@
 set -u
 
 LOOM=${1:?usage: cli_bench.sh LOOM DATA_DIR}
+DATA=${2:?usage: cli_bench.sh LOOM DATA_DIR}
+DATA=$(cd "$DATA" && pwd) || exit 1
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_harness.sh"
 # A private kernel cache, so the test neither reads nor fills the user's.
 export XDG_CACHE_HOME=$tmp/cache
@@ -208,5 +210,38 @@ check "--help documents attention and --trace" \
   test "${out#*attention}" != "$out" -a "${out#*--trace FILE}" != "$out"
 run bench --trace
 check "--trace without a file exits 2" test "$rc" -eq 2
+
+# ---- the user's own graph file as a workload ------------------------------------
+CLI=$DATA/cli
+run bench "$CLI/mlp.loom" --runs 1 --json --quiet --modes eager,stitch
+check "bench FILE exits 0" test "$rc" -eq 0
+check "bench FILE: a line per mode" test "$(grep -c "\"workload\": \"$CLI/mlp.loom\"" <<<"$out")" -eq 2
+fwd_ops=$(grep '"mode": "stitch"' <<<"$out" | sed -n 's/.*"ops": \([0-9]*\).*/\1/p')
+check "bench FILE: stitch agrees with eager" grep -q '"mode": "stitch".*"max_err": [0-9.e+-]*, "checked_against": "eager"' <<<"$out"
+run bench "$CLI/mlp.loom" --grad --runs 1 --json --quiet --modes eager,stitch
+check "bench FILE --grad exits 0" test "$rc" -eq 0
+check "bench FILE --grad: forward + backward" grep -q '"shape": "f32\[2, 4\] fwd+bwd"' <<<"$out"
+grad_ops=$(grep '"mode": "stitch"' <<<"$out" | sed -n 's/.*"ops": \([0-9]*\).*/\1/p')
+check "bench FILE --grad: more ops than the forward ($grad_ops > $fwd_ops)" test "${grad_ops:-0}" -gt "${fwd_ops:-0}"
+max_err=$(grep '"mode": "stitch"' <<<"$out" | sed -n 's/.*"max_err": \([0-9.e+-]*\).*/\1/p')
+check "bench FILE --grad: stitch's gradients equal eager's ($max_err)" awk -v e="${max_err:-1}" 'BEGIN { exit !(e < 1e-5) }'
+run bench "$CLI/mlp.loom" --input "x=$CLI/x.npy" --input "w1=$CLI/w1.npy" --runs 1 --quiet --fusion stitch
+check "bench FILE --input exits 0" test "$rc" -eq 0
+run bench "$CLI/mlp.loom" --input "x=$CLI/x_f64.npy" --runs 1 --quiet
+check "bench FILE --input of the wrong dtype exits 1" test "$rc" -eq 1
+check "... saying what the input holds" matches "$err" "*does not hold f32[2, 4]*"
+run bench "$CLI/mlp.loom" --input "nope=$CLI/x.npy" --runs 1 --quiet
+check "bench FILE --input of an unknown name exits 1" test "$rc" -eq 1
+check "... naming it" matches "$err" "*has no input 'nope'*"
+run bench "$CLI/bad.loom" --runs 1 --quiet
+check "bench of a malformed file exits 1" test "$rc" -eq 1
+check "... naming LINE:COL" matches "$err" "*bad.loom:3:25*"
+run bench "$DATA/adamw_step.loom" --grad --runs 1 --quiet
+check "bench --grad without a scalar loss exits 1" test "$rc" -eq 1
+check "... saying so" matches "$err" "*no scalar f32 output*"
+run bench softmax_fwd --grad
+check "--grad without a FILE exits 2" test "$rc" -eq 2
+run bench no/such/file.loom
+check "an unknown workload or missing file exits 2" test "$rc" -eq 2
 
 finish cli_bench

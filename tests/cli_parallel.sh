@@ -20,7 +20,8 @@ fi
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # a lost message fails a run in 30 s rather than hanging the test
 export LOOM_COMM_TIMEOUT=${LOOM_COMM_TIMEOUT:-30}
-model=(--layers 2 --d-model 32 --heads 4 --context 16 --batch 8 --threads 1 --log-every 1)
+# dropout on (loom train's default is off), so the plans' RNG paths run
+model=(--layers 2 --d-model 32 --heads 4 --context 16 --batch 8 --dropout 0.1 --threads 1 --log-every 1)
 
 # mpi SECONDS ARGS...: mpirun -np 2 under a time limit; sets out, err, rc.
 mpi() {

@@ -281,4 +281,25 @@ check "llama-2-70b-like: planned without its weights" test "$rc" = 0
 run plan gpt --plan tp2 --devices 2 --layers 2000
 expect "--layers past the limit" 2 "" "*--layers wants an integer in [1, 1024]*"
 
+# ---- named full-size configurations (Llama: RMSNorm, SwiGLU, RoPE, GQA) ---------------
+H100=$CLUSTERS/dgx-h100-ndr.txt
+out=$( (eval "$limit"; "$LOOM" plan llama2-70b --plan dp2tp4pp2 --devices 16 --batch 8 \
+  --show none) 2>"$tmp/stderr")
+rc=$?
+err=$(<"$tmp/stderr")
+check "llama2-70b: planned without its weights" test "$rc" = 0
+run plan llama3-405b --search --devices 16384 --cluster "$H100" --precision bf16 --top 2
+expect "search: llama3-405b on 16384 h100s" 0 \
+  "search: llama3-405b (llama: 126 layers, d_model 16384, 128 heads, 8 kv heads, d_ff 53248, vocab 128256, context 8192; 405.9 B parameters), batch 2048*winner: *tp8*"
+run plan --model llama2-70b --search --devices 64 --cluster "$H100" --precision bf16 --top 2
+expect "search: --model llama2-70b on 64 h100s" 0 "*68.98 B parameters*winner: *GB per device*"
+run plan gpt --search --devices 4 --cluster "$A100" --arch llama --kv-heads 2 --top 2
+expect "search: a small llama" 0 "*llama: 2 layers*2 kv heads*winner:*"
+run plan --model llama9 --plan dp2 --devices 2
+expect "--model: an unknown name" 2 "" "*--model wants one of gpt3-175b, llama2-70b, llama3-405b*"
+run plan gpt --plan dp2 --devices 2 --kv-heads 3
+expect "--kv-heads must divide --heads" 2 "" "*--kv-heads 3 does not divide --heads 4*"
+run plan gpt --plan dp2 --devices 2 --arch mamba
+expect "--arch: an unknown one" 2 "" "*--arch wants gpt or llama*"
+
 finish cli_plan

@@ -5,7 +5,9 @@
  * weight and AdamW moment after the last must match within the tolerance
  * of docs/PARALLEL.md ("Equal to one device").
  *
- *   mpirun -np N plan_mpi PLAN [--skip]
+ *   mpirun -np N plan_mpi PLAN [--llama] [--skip]
+ * --llama: the Llama options (RMSNorm, SwiGLU, RoPE, 2 K/V heads for 4
+ * query heads, no biases, an untied head) on the same shapes.
  * Exit: 0 equal, 1 not, 77 skipped (no MPI).
  */
 #include "common.h"
@@ -22,7 +24,7 @@ enum { K = 3 };
 #define TOL_UPDATE 5e-3
 #define TOL_LOSS 1e-5
 
-static loom_train_config config(void) {
+static loom_train_config config(bool llama) {
   loom_train_config c;
   loom_train_config_default(&c);
   c.model.n_layer = 4; /* pp4 and interleaved 1F1B (two chunks per stage) need 4 */
@@ -36,6 +38,10 @@ static loom_train_config config(void) {
   c.threads = 1;
   c.corpus_lines = 500;
   c.heldout = 10;
+  if (llama) {
+    loom_gpt_config_set_arch(&c.model, LOOM_GPT_ARCH_LLAMA);
+    c.model.n_kv_head = 2;
+  }
   return c;
 }
 
@@ -54,10 +60,19 @@ static double update_error(const loom_tensor *want, const loom_tensor *got, cons
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: plan_mpi PLAN [--skip]\n");
+    fprintf(stderr, "usage: plan_mpi PLAN [--llama] [--skip]\n");
     return 2;
   }
-  if ((argc > 2 && strcmp(argv[2], "--skip") == 0) || !loom_comm_mpi_available()) {
+  bool llama = false, skip = false;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--llama")) llama = true;
+    else if (!strcmp(argv[i], "--skip")) skip = true;
+    else {
+      fprintf(stderr, "plan_mpi: unknown flag %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if (skip || !loom_comm_mpi_available()) {
     printf("plan_mpi: skipped (no MPI)\n");
     return 77;
   }
@@ -66,7 +81,7 @@ int main(int argc, char **argv) {
   loom_comm *comm = NULL;
   CHECK_OK(ctx, loom_comm_mpi_new(ctx, &comm));
   if (!comm) return 1;
-  loom_train_config c = config();
+  loom_train_config c = config(llama);
   loom_trainer *t = NULL, *one = NULL;
   CHECK_OK(ctx, loom_trainer_new(ctx, &c, &t));
   /* the initial state, to measure updates against */
@@ -101,9 +116,9 @@ int main(int argc, char **argv) {
       CHECK(e <= TOL_UPDATE);
       worst = fmax(worst, e);
     }
-    printf("%s on %d ranks, %d steps (comm overlap %s): losses within %.1e, state within %.1e of "
-           "an update's rms\n",
-           argv[1], comm->size, K, loom_trainer_comm_overlap(t) ? "on" : "off", worst_loss, worst);
+    printf("%s%s on %d ranks, %d steps (comm overlap %s): losses within %.1e, state within %.1e "
+           "of an update's rms\n",
+           argv[1], llama ? " (llama)" : "", comm->size, K, loom_trainer_comm_overlap(t) ? "on" : "off", worst_loss, worst);
   }
   for (int32_t k = 0; k < 3 * n; k++) free(before[k]);
   free(before);

@@ -114,6 +114,7 @@ static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in, loo
       act += pp->comms[k].op == LOOM_OP_ALL_REDUCE &&
              loom_type_numel(loom_value_type(g, pp->comms[k].value)) == (int64_t)B * T * 32;
     printf("tp2: %d all-reduces of activations [B*T, D]\n", act);
+
     CHECK(act == 4 * 2 + 2);
     /* each device looks up in its own half of the table */
     int32_t halves = 0;
@@ -179,6 +180,34 @@ static void test_recompute_memory(loom_ctx *ctx) {
   loom_graph_free(g);
 }
 
+/* The Llama options (RMSNorm, SwiGLU, RoPE, grouped-query attention with
+ * 2 K/V heads for 4 query heads, no biases, an untied head): tp splits the
+ * K/V heads, so each device's query heads find their K and V at home, and
+ * the same analytic volumes hold (tp2: 10 activation all-reduces). */
+static void test_llama(loom_ctx *ctx) {
+  loom_gpt_config c = config();
+  loom_gpt_config_set_arch(&c, LOOM_GPT_ARCH_LLAMA);
+  c.n_kv_head = 2;
+  c.d_ff = 48;
+  loom_gpt_optim o = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .seed = 5};
+  loom_graph *g = NULL;
+  int64_t per_step = 0;
+  CHECK_OK(ctx, loom_gpt_build_train(ctx, &c, B, T, &o, &g, &per_step));
+  if (!g) return;
+  loom_tensor **in = loom_test_gpt_inputs(ctx, g, 13), **want = loom_test_run(ctx, g, &ref_opts, in);
+  static const struct {
+    const char *spec;
+    int32_t n;
+  } plans[] = {{"dp2", 2}, {"tp2", 2}, {"pp2", 2}, {"dp2xtp2", 4}, {"dp2+zero2", 2},
+               {"dp2+zero3", 2}, {"tp2xpp2", 4}, {"pp2+recompute", 2}, {"dp2xtp2+zero3", 4}};
+  printf("llama (gqa 4/2, swiglu, rope, rmsnorm, untied):\n");
+  for (size_t i = 0; want && i < sizeof plans / sizeof plans[0]; i++)
+    check_plan(ctx, g, in, want, plans[i].spec, plans[i].n);
+  loom_test_free_tensors(in, loom_graph_num_inputs(g));
+  loom_test_free_tensors(want, loom_graph_num_outputs(g));
+  loom_graph_free(g);
+}
+
 int main(void) {
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx)) return 1;
@@ -217,6 +246,7 @@ int main(void) {
     loom_test_free_tensors(want, loom_graph_num_outputs(g));
     loom_graph_free(g);
   }
+  test_llama(ctx);
   test_recompute_memory(ctx);
   loom_ctx_free(ctx);
   return loom_test_finish("test_plan_gpt");

@@ -32,27 +32,43 @@ static void tiny_config(loom_train_config *c) {
   c->lr = 1e-2;
   c->corpus_lines = 5000;
   c->threads = 2;
+  c->model.dropout = 0.1; /* loom train's default is 0: keep the RNG paths tested */
 }
 
 /* ---- corpus ------------------------------------------------------------- */
 
-/* Checks "a op b = c" independently of the generator. */
+/* Checks a line "ab+cd=xyz" (the answer's digits least significant first)
+ * independently of the generator. */
 static bool line_ok(const char *s, size_t n) {
-  char buf[32];
-  if (n == 0 || n >= sizeof buf) return false;
-  memcpy(buf, s, n);
-  buf[n] = '\0';
-  long a, b, c;
-  char op;
-  int used = 0;
-  if (sscanf(buf, "%ld%c%ld=%ld%n", &a, &op, &b, &c, &used) != 4 || (size_t)used != n) return false;
-  if (op == '+') return a <= 99 && b <= 99 && c == a + b;
-  if (op == '-') return a <= 99 && b <= a && c == a - b;
-  if (op == '*') return a <= 12 && b <= 12 && c == a * b;
-  return false;
+  if (n != 9 || s[5] != '=' || (s[2] != '+' && s[2] != '-')) return false;
+  static const int digit_at[7] = {0, 1, 3, 4, 6, 7, 8};
+  for (int i = 0; i < 7; i++)
+    if (s[digit_at[i]] < '0' || s[digit_at[i]] > '9') return false;
+  int a = (s[0] - '0') * 10 + (s[1] - '0'), b = (s[3] - '0') * 10 + (s[4] - '0');
+  int c = (s[8] - '0') * 100 + (s[7] - '0') * 10 + (s[6] - '0');
+  if (s[2] == '+') return c == a + b;
+  return b <= a && c == a - b;
+}
+
+/* No training line's prompt is a held-out one (the lines are fixed-width,
+ * so line k is text[10k, 10k + 10)). */
+static bool heldout_unseen(const loom_corpus *c) {
+  for (size_t at = 0; at + 10 <= c->len; at += 10)
+    for (int32_t i = 0; i < c->n_heldout; i++)
+      if (memcmp(c->text + at, c->heldout[i].prompt, 6) == 0) return false;
+  return true;
 }
 
 static void test_corpus(loom_ctx *ctx) {
+  /* the format's own examples */
+  CHECK(line_ok("47+38=580", 9) && line_ok("93-07=680", 9) && line_ok("99+99=891", 9));
+  CHECK(!line_ok("47+38=85", 8) && !line_ok("47+38=085", 9) && !line_ok("07-93=041", 9));
+  char w[4];
+  loom_corpus_write_answer(85, w);
+  CHECK(strcmp(w, "580") == 0 && loom_corpus_read_answer("580") == 85);
+  loom_corpus_write_answer(198, w);
+  CHECK(strcmp(w, "891") == 0 && loom_corpus_read_answer("891") == 198);
+  CHECK(loom_corpus_read_answer("58") == -1 && loom_corpus_read_answer("5x0") == -1);
   loom_corpus *a = NULL, *b = NULL, *c = NULL;
   CHECK_OK(ctx, loom_corpus_new(ctx, 7, 2000, 50, &a));
   CHECK_OK(ctx, loom_corpus_new(ctx, 7, 2000, 50, &b));
@@ -61,7 +77,7 @@ static void test_corpus(loom_ctx *ctx) {
   CHECK(a->len == b->len && memcmp(a->text, b->text, a->len) == 0);
   CHECK(a->len != c->len || memcmp(a->text, c->text, a->len) != 0);
   /* every line is a correct problem; count the lines and ops */
-  int32_t lines = 0, bad = 0, ops[3] = {0};
+  int32_t lines = 0, bad = 0, ops[2] = {0};
   size_t start = 0;
   for (size_t i = 0; i < a->len; i++)
     if (a->text[i] == '\n') {
@@ -69,28 +85,29 @@ static void test_corpus(loom_ctx *ctx) {
       const char *l = (const char *)a->text + start;
       ops[0] += memchr(l, '+', i - start) != NULL;
       ops[1] += memchr(l, '-', i - start) != NULL;
-      ops[2] += memchr(l, '*', i - start) != NULL;
       lines++;
       start = i + 1;
     }
-  CHECK(lines == 2000 && bad == 0 && start == a->len);
-  CHECK(ops[0] > 600 && ops[1] > 600 && ops[2] > 250);
+  CHECK(lines == 2000 && bad == 0 && start == a->len && a->len == 2000 * 10);
+  CHECK(ops[0] > 900 && ops[1] > 900 && ops[0] + ops[1] == 2000);
   /* held-out problems: correct, distinct, and never in the training text */
   CHECK(a->n_heldout == 50);
   for (int32_t i = 0; i < a->n_heldout; i++) {
+    const loom_problem *p = &a->heldout[i];
     char line[32];
-    int n = snprintf(line, sizeof line, "%s%s", a->heldout[i].prompt, a->heldout[i].answer);
+    int n = snprintf(line, sizeof line, "%s%s", p->prompt, p->answer);
     CHECK(line_ok(line, (size_t)n));
+    CHECK(p->value == (p->op == '+' ? p->a + p->b : p->a - p->b) &&
+          loom_corpus_read_answer(p->answer) == p->value);
     for (int32_t j = 0; j < i; j++)
       CHECK(strcmp(a->heldout[i].prompt, a->heldout[j].prompt) != 0);
-    char needle[34];
-    int m = snprintf(needle, sizeof needle, "\n%s", line);
-    bool found = false;
-    for (size_t k = 0; k + (size_t)m <= a->len && !found; k++)
-      found = memcmp(a->text + k, needle, (size_t)m) == 0 &&
-              (k + (size_t)m == a->len || a->text[k + (size_t)m] == '\n');
-    CHECK(!found);
   }
+  CHECK(heldout_unseen(a));
+  /* the check can fail: a held-out prompt that is a training line's */
+  loom_problem keep = a->heldout[7];
+  memcpy(a->heldout[7].prompt, a->text + 10 * 123, 6);
+  CHECK(!heldout_unseen(a));
+  a->heldout[7] = keep;
   /* batches: targets are the tokens shifted by one, same for same (seed, step) */
   int64_t t1[2 * 8], y1[2 * 8], t2[2 * 8], y2[2 * 8];
   loom_corpus_batch(a, 3, 5, 2, 8, t1, y1);
@@ -101,6 +118,15 @@ static void test_corpus(loom_ctx *ctx) {
       CHECK(y1[r * 8 + i] == t1[r * 8 + i + 1]);
   loom_corpus_batch(a, 3, 6, 2, 8, t2, y2);
   CHECK(memcmp(t1, t2, sizeof t1) != 0);
+  /* windows start at a line's newline, as the held-out prompts do */
+  CHECK(t1[0] == '\n' && t1[8] == '\n' && t2[0] == '\n' && t2[8] == '\n');
+  /* the default corpus too: 50000 lines, none of them a held-out problem */
+  loom_train_config dc;
+  loom_train_config_default(&dc);
+  loom_corpus_free(c);
+  c = NULL;
+  CHECK_OK(ctx, loom_corpus_new(ctx, dc.seed, dc.corpus_lines, dc.heldout, &c));
+  CHECK(c && c->n_heldout == dc.heldout && heldout_unseen(c));
 out:
   loom_corpus_free(a);
   loom_corpus_free(b);

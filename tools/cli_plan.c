@@ -41,7 +41,7 @@ static const char usage[] =
     "usage: loom plan MODEL --plan P --devices N [--show DEVICE|all|none]\n"
     "                 [--memory-limit BYTES] [--dot FILE] [--save-plan FILE] [--force]\n"
     "                 [model flags]\n"
-    "       loom plan gpt --search --devices N --cluster FILE [--memory-limit BYTES]\n"
+    "       loom plan gpt|NAME --search --devices N --cluster FILE [--memory-limit BYTES]\n"
     "                 [--top K] [--out FILE [--force]] [--precision P] [model flags]\n"
     "\n"
     "Lowers the parallel plan P over MODEL and prints every device's program\n"
@@ -52,7 +52,11 @@ static const char usage[] =
     "across devices) fails with a message naming the sub-op.\n"
     "\n"
     "  MODEL                a text-IR file, or 'gpt': the training step of\n"
-    "                       'loom train' (forward, gradients, AdamW)\n"
+    "                       'loom train' (forward, gradients, AdamW), or a named\n"
+    "                       full-size gpt configuration (its published shape and\n"
+    "                       global batch; model flags given change it):\n"
+    "                       gpt3-175b, llama2-70b, llama3-405b\n"
+    "  --model NAME         the same as MODEL\n"
     "  --plan P             a plan file (docs/PARALLEL.md, \"Plan files\") or a\n"
     "                       built-in plan spec (dp2, dp2xtp2, ...)\n"
     "  --devices N          devices, 1..4096 (a plan file's must match)\n"
@@ -89,6 +93,11 @@ static const char usage[] =
     "  --d-model N          width (default 128, 1..65536)\n"
     "  --heads N            attention heads, must divide --d-model (default 4)\n"
     "  --d-ff N             MLP hidden width (default 4 x --d-model)\n"
+    "  --arch A             gpt (default: LayerNorm, GELU, learned positions,\n"
+    "                       biases, tied head) or llama (RMSNorm, SwiGLU, RoPE,\n"
+    "                       no biases, untied head)\n"
+    "  --kv-heads N         key/value heads (grouped-query attention), dividing\n"
+    "                       --heads (default: --heads)\n"
     "  --vocab N            vocabulary (default 256, 2..1048576)\n"
     "  --context N          sequence length (default 64, 2..65536)\n"
     "  --batch N            sequences per step (default 16, 1..65536)\n"
@@ -145,7 +154,12 @@ typedef struct plan_args {
   const char *devices_text; /* as given, for the range message */
   loom_train_config cfg; /* gpt: the model, batch and attention */
   const char *model_flag; /* the first gpt flag given, for "applies to gpt only" */
+  uint32_t given;         /* the gpt flags given (GIVEN_*), kept over a named config */
+  const char *arch;       /* --arch */
 } plan_args;
+
+/* gpt_int_flag's entries are bits 0..7; then: */
+enum { GIVEN_DROPOUT = 1u << 16, GIVEN_ARCH = 1u << 17 };
 
 /* loom_cli_parse_long into an int64_t (long is 64 bits here). */
 static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
@@ -163,23 +177,53 @@ static int32_t *gpt_int_flag(plan_args *a, const char *name, int64_t *lo, int64_
   } flags[] = {{"--layers", 1, LOOM_GPT_MAX_LAYERS},   {"--d-model", 1, LOOM_GPT_MAX_WIDTH},
                {"--heads", 1, LOOM_GPT_MAX_WIDTH},     {"--context", 2, LOOM_GPT_MAX_CONTEXT},
                {"--batch", 1, 65536},                 {"--vocab", 2, LOOM_GPT_MAX_VOCAB},
-               {"--d-ff", 1, LOOM_GPT_MAX_FF}};
+               {"--d-ff", 1, LOOM_GPT_MAX_FF},         {"--kv-heads", 1, LOOM_GPT_MAX_WIDTH}};
   int32_t *dst[] = {&a->cfg.model.n_layer, &a->cfg.model.d_model, &a->cfg.model.n_head,
                     &a->cfg.model.context, &a->cfg.batch,       &a->cfg.model.vocab,
-                    &a->cfg.model.d_ff};
+                    &a->cfg.model.d_ff,    &a->cfg.model.n_kv_head};
   for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
     if (!strcmp(name, flags[k].name)) {
       *lo = flags[k].lo;
       *hi = flags[k].hi;
+      a->given |= 1u << k;
       return dst[k];
     }
   return NULL;
+}
+
+/* A named configuration as MODEL: its shape and batch, with the gpt flags
+ * given on top. false: the name is not one. */
+static bool apply_named(plan_args *a) {
+  loom_gpt_config m;
+  int32_t batch = 0;
+  if (!loom_gpt_config_named(a->model, &m, &batch)) return false;
+  loom_gpt_config *f = &a->cfg.model;
+  int32_t *fields[] = {&m.n_layer, &m.d_model, &m.n_head, &m.context,
+                       &batch,     &m.vocab,   &m.d_ff,   &m.n_kv_head};
+  int32_t *flags[] = {&f->n_layer, &f->d_model, &f->n_head, &f->context,
+                      &a->cfg.batch, &f->vocab, &f->d_ff,  &f->n_kv_head};
+  for (int k = 0; k < 8; k++)
+    if (a->given & (1u << k)) *fields[k] = *flags[k];
+  if (a->given & GIVEN_DROPOUT) m.dropout = f->dropout;
+  if (a->given & GIVEN_ARCH) {
+    m.norm = f->norm, m.mlp = f->mlp, m.position = f->position;
+    m.no_bias = f->no_bias, m.untied = f->untied;
+  }
+  if ((a->given & (1u << 1)) && !(a->given & (1u << 6))) m.d_ff = 0; /* 4 x a new --d-model */
+  *f = m;
+  a->cfg.batch = batch;
+  return true;
 }
 
 /* Parses argv; -1 to go on, else an exit code. */
 static int parse_args(int argc, char **argv, plan_args *a) {
   loom_train_config_default(&a->cfg);
   a->cfg.model.d_ff = 0; /* 4 x d_model unless --d-ff */
+  /* the GPT `loom train` trained before its defaults were tuned for the
+   * arithmetic (docs/CLI.md): dropout on, so plans place its RNG */
+  a->cfg.model.dropout = 0.1;
+  a->cfg.model.context = 64;
+  a->cfg.batch = 16;
   a->cfg.rng = LOOM_RNG_FUSED; /* the same graph every run (auto measures) */
   a->devices = -1;
   for (int i = 1; i < argc; i++) {
@@ -220,6 +264,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
     int64_t lo = 0, hi = 0, iv = 0;
     int32_t *gpt_dst = gpt_int_flag(a, name, &lo, &hi);
     bool known = gpt_dst || !strcmp(name, "--plan") || !strcmp(name, "--devices") ||
+                 !strcmp(name, "--model") || !strcmp(name, "--arch") ||
                  !strcmp(name, "--show") || !strcmp(name, "--memory-limit") ||
                  !strcmp(name, "--dot") || !strcmp(name, "--dropout") ||
                  !strcmp(name, "--save-plan") || !strcmp(name, "--rng") ||
@@ -234,6 +279,19 @@ static int parse_args(int argc, char **argv, plan_args *a) {
         return usage_error("%s wants an integer in [%lld, %lld], got '%s'", name, (long long)lo,
                            (long long)hi, v);
       *gpt_dst = (int32_t)iv;
+      if (!a->model_flag) a->model_flag = arg;
+    } else if (!strcmp(name, "--model")) {
+      if (a->model) return usage_error("--model %s: the model is already %s", v, a->model);
+      loom_gpt_config m;
+      if (!loom_gpt_config_named(v, &m, NULL))
+        return usage_error("--model wants one of %s, got '%s'", loom_gpt_config_names(), v);
+      a->model = v;
+    } else if (!strcmp(name, "--arch")) {
+      loom_gpt_arch arch;
+      if (!loom_gpt_arch_from_name(v, &arch))
+        return usage_error("--arch wants gpt or llama, got '%s'", v);
+      loom_gpt_config_set_arch(&a->cfg.model, arch);
+      a->given |= GIVEN_ARCH;
       if (!a->model_flag) a->model_flag = arg;
     } else if (!strcmp(name, "--plan")) {
       if (!*v) return usage_error("--plan wants a plan file or a built-in spec");
@@ -277,6 +335,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       if (!*v || *end || !(p >= 0.0 && p < 1.0))
         return usage_error("--dropout wants a number in [0, 1), got '%s'", v);
       a->cfg.model.dropout = p;
+      a->given |= GIVEN_DROPOUT;
       if (!a->model_flag) a->model_flag = arg;
     } else if (!strcmp(name, "--rng")) {
       if (loom_rng_placement_from_name(v, &a->cfg.rng) || a->cfg.rng == LOOM_RNG_AUTO)
@@ -288,14 +347,16 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       if (!a->model_flag) a->model_flag = arg;
     }
   }
-  if (!a->model) return usage_error("plan needs a MODEL (a text-IR file or gpt)");
+  if (!a->model)
+    return usage_error("plan needs a MODEL (a text-IR file, gpt, or one of %s)",
+                       loom_gpt_config_names());
   if (a->search && a->plan) return usage_error("--search finds the plan: it goes without --plan");
   if (!a->plan && !a->search) return usage_error("plan needs --plan P (or --search)");
   if (a->devices < 0) return usage_error("plan needs --devices N");
   long most = a->search ? SEARCH_MAX_DEVICES : LOOM_PLAN_MAX_DEVICES;
   if (a->devices < 1 || a->devices > most)
     return usage_error("--devices wants a number in [1, %ld], got '%s'", most, a->devices_text);
-  bool gpt = strcmp(a->model, "gpt") == 0;
+  bool gpt = strcmp(a->model, "gpt") == 0 || apply_named(a);
   if (a->search) {
     if (!gpt) return usage_error("--search plans the gpt model only");
     if (!a->cluster) return usage_error("--search needs --cluster FILE: the plans are rated on it");
@@ -309,6 +370,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
   loom_gpt_config *g = &a->cfg.model;
   if (gpt && (g->n_head > g->d_model || g->d_model % g->n_head))
     return usage_error("--heads %d does not divide --d-model %d", g->n_head, g->d_model);
+  if (gpt && g->n_kv_head && g->n_head % g->n_kv_head)
+    return usage_error("--kv-heads %d does not divide --heads %d", g->n_kv_head, g->n_head);
   if (!g->d_ff) g->d_ff = 4 * g->d_model;
   if ((a->trace || a->overlap || a->precision || a->oversubscribe) && !a->cluster)
     return usage_error("--trace, --overlap, --oversubscribe and --precision go with --cluster");
@@ -323,7 +386,9 @@ static int parse_args(int argc, char **argv, plan_args *a) {
 
 /* The model's graph: a text-IR file, or the gpt training step. */
 static loom_status load_model(loom_ctx *ctx, const plan_args *a, loom_graph **g) {
-  if (strcmp(a->model, "gpt") != 0) return loom_graph_load(ctx, a->model, g);
+  loom_gpt_config named;
+  if (strcmp(a->model, "gpt") != 0 && !loom_gpt_config_named(a->model, &named, NULL))
+    return loom_graph_load(ctx, a->model, g);
   const loom_train_config *c = &a->cfg;
   LOOM_TRY(loom_gpt_config_check(ctx, &c->model));
   /* as the trainer builds it: the default backend's rewrite runs first */
@@ -386,15 +451,6 @@ static void print_summary(const loom_plan_program *pp) {
          " comm ops of the plan, each counted once though every member runs it)\n");
 }
 
-/* A label for DOT: printable ASCII, quotes and backslashes escaped. */
-static void dot_text(loom_strbuf *b, const char *s) {
-  for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
-    if (*c == '"' || *c == '\\') loom_strbuf_put(b, "\\%c", *c);
-    else if (*c >= 0x20 && *c < 0x7f) loom_strbuf_put(b, "%c", *c);
-    else loom_strbuf_put(b, "?");
-  }
-}
-
 static void dot_node(loom_strbuf *b, const loom_plan_program *pp, int32_t i, const char *indent) {
   const loom_node *n = &pp->global->nodes[i];
   const loom_op_def *d = loom_op_get(n->op);
@@ -414,7 +470,7 @@ static loom_status write_dot(loom_ctx *ctx, const loom_plan_program *pp, const c
     for (int32_t v = 0; v < G->n_values; v++)
       if (G->values[v].kind != LOOM_VALUE_NODE && pp->value_device[v] == d) {
         loom_strbuf_put(&b, "    v%d [shape=note, label=\"", v);
-        dot_text(&b, G->values[v].name);
+        loom_strbuf_put_dot_label(&b, G->values[v].name);
         loom_strbuf_put(&b, "\"];\n");
       }
     for (int32_t i = 0; i < G->n_nodes; i++)
@@ -426,7 +482,7 @@ static loom_status write_dot(loom_ctx *ctx, const loom_plan_program *pp, const c
     if (G->values[v].kind != LOOM_VALUE_NODE &&
         (pp->value_device[v] < 0 || pp->value_device[v] >= pp->n_devices)) {
       loom_strbuf_put(&b, "  v%d [shape=note, label=\"", v);
-      dot_text(&b, G->values[v].name);
+      loom_strbuf_put_dot_label(&b, G->values[v].name);
       loom_strbuf_put(&b, "\"];\n");
     }
   for (int32_t i = 0; i < G->n_nodes; i++)
@@ -441,7 +497,7 @@ static loom_status write_dot(loom_ctx *ctx, const loom_plan_program *pp, const c
   }
   for (int32_t o = 0; o < G->n_outputs; o++) {
     loom_strbuf_put(&b, "  out%d [shape=plaintext, label=\"", o);
-    dot_text(&b, G->output_names[o]);
+    loom_strbuf_put_dot_label(&b, G->output_names[o]);
     int32_t v = G->outputs[o], src = G->values[v].node;
     loom_strbuf_put(&b, "\"];\n  %s%d -> out%d;\n", src >= 0 ? "n" : "v", src >= 0 ? src : v, o);
   }
@@ -567,12 +623,13 @@ static loom_status write_plan_file(loom_ctx *ctx, const plan_args *a, const loom
   const loom_gpt_config *m = &a->cfg.model;
   char text[1024];
   int n = snprintf(text, sizeof text,
-                   "# loom plan gpt --search: --layers %d --d-model %d --heads %d --d-ff %d "
-                   "--vocab %d --context %d --batch %d\n"
+                   "# loom plan gpt --search: --arch %s --layers %d --d-model %d --heads %d "
+                   "--kv-heads %d --d-ff %d --vocab %d --context %d --batch %d\n"
                    "# on %ld devices of %s (%s): predicted step %.4g ms\n"
                    "plan devices %ld\nbuiltin \"%s\"\n",
-                   (int)m->n_layer, (int)m->d_model, (int)m->n_head, (int)m->d_ff, (int)m->vocab,
-                   (int)m->context, (int)a->cfg.batch, a->devices, cl->name,
+                   loom_gpt_arch_name(loom_gpt_config_arch(m)), (int)m->n_layer,
+                   (int)m->d_model, (int)m->n_head, (int)loom_gpt_kv_heads(m), (int)m->d_ff,
+                   (int)m->vocab, (int)m->context, (int)a->cfg.batch, a->devices, cl->name,
                    loom_precision_name(a->precision),
                    (w->simulated ? w->sim_step_s : w->est.step_s) * 1e3, a->devices, w->spec);
   if (n < 0 || (size_t)n >= sizeof text)
@@ -611,10 +668,12 @@ static loom_status run_search(loom_ctx *ctx, const plan_args *a, const loom_clus
   const loom_search_candidate *w = &r.best[0];
   char words[128];
   loom_mesh_plan_describe(&w->plan, words, sizeof words);
-  printf("search: gpt (%d layers, d_model %d, %d heads, d_ff %d, vocab %d, context %d), batch "
+  printf("search: %s (%s: %d layers, d_model %d, %d heads, %d kv heads, d_ff %d, vocab %d, "
+         "context %d; %.4g B parameters), batch "
          "%d, on %d devices of %s (%s GEMMs), memory limit %.3g GB\n",
-         (int)m->n_layer, (int)m->d_model, (int)m->n_head, (int)m->d_ff, (int)m->vocab,
-         (int)m->context, (int)a->cfg.batch, (int)N, cl->name, loom_precision_name(a->precision),
+         a->model, loom_gpt_arch_name(loom_gpt_config_arch(m)), (int)m->n_layer,
+         (int)m->d_model, (int)m->n_head, (int)loom_gpt_kv_heads(m), (int)m->d_ff, (int)m->vocab,
+         (int)m->context, loom_gpt_param_count(m) / 1e9, (int)a->cfg.batch, (int)N, cl->name, loom_precision_name(a->precision),
          r.memory_limit / 1e9);
   printf("winner: %s (%s)\n", w->spec[0] ? w->spec : "(no built-in spec)", words);
   printf("  predicted step %.4g ms, %.3g GB per device, bubble %.1f%%, %.3g TFLOP/s per device",

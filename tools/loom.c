@@ -28,6 +28,7 @@
 #include "cli_args.h"
 #include "cli_cluster.h"
 #include "cli_plan.h"
+#include "cli_render.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -85,6 +86,7 @@ static const char usage_run[] =
 static const char usage_compile[] =
     "usage: loom compile FILE [--backend NAME] [--fusion MODE] [--emit c|kernels|program]\n"
     "                    [--dump-after decompose|fuse|lower] [--threads N]\n"
+    "                    [--dot OUT.dot] [--svg OUT.svg] [--png OUT.png] [--force]\n"
     "\n"
     "Prepares the text-IR graph in FILE for the cpu backend as 'loom run'\n"
     "would (decomposition, fusion plan, kernels, generated C, compilation\n"
@@ -103,6 +105,13 @@ static const char usage_compile[] =
     "  --dump-after PASS    decompose: the text IR after decomposition;\n"
     "                       fuse: the program listing; lower: the kernel IR\n"
     "  --threads N          CPU threads (0 = all cores, the default)\n"
+    "  --dot FILE           write the fused program as Graphviz DOT: one cluster\n"
+    "                       per step (blue: a generated kernel; orange: a GEMM\n"
+    "                       and its epilogue; grey: an eager node); dashed edges\n"
+    "                       are values kept inside a kernel\n"
+    "  --svg FILE, --png FILE  the same picture rendered by Graphviz (its 'dot'\n"
+    "                       program must be installed)\n"
+    "  --force              overwrite the --dot, --svg or --png file if it exists\n"
     "  -h, --help           print this help\n";
 
 static const char usage_show[] =
@@ -686,9 +695,40 @@ static void put_text(const char *text) {
   if (text[0] && text[strlen(text) - 1] != '\n') putchar('\n');
 }
 
+/* The pictures `loom compile` writes: DOT text, and renderings of it. */
+typedef struct compile_pictures {
+  const char *dot, *svg, *png;
+  bool force;
+} compile_pictures;
+
+static bool want_pictures(const compile_pictures *p) { return p->dot || p->svg || p->png; }
+
+/* Checks every picture's path can be written, before any work. */
+static loom_status check_pictures(loom_ctx *ctx, const compile_pictures *p) {
+  unsigned flags = LOOM_FILE_HINT_FORCE | (p->force ? LOOM_FILE_REPLACE : 0);
+  const char *paths[] = {p->dot, p->svg, p->png};
+  for (size_t i = 0; i < 3; i++)
+    if (paths[i]) LOOM_TRY(loom_file_check_output(ctx, paths[i], flags));
+  if ((p->svg || p->png) && !loom_cli_have_graphviz())
+    return loom_cli_render_dot(ctx, "", p->svg ? "svg" : "png", p->svg ? p->svg : p->png, flags);
+  return LOOM_STATUS_OK;
+}
+
+static loom_status write_pictures(loom_ctx *ctx, const loom_session *s, const compile_pictures *p) {
+  char *dot = NULL;
+  unsigned flags = LOOM_FILE_HINT_FORCE | (p->force ? LOOM_FILE_REPLACE : 0);
+  loom_status st = loom_session_describe(s, LOOM_ARTIFACT_DOT, &dot);
+  if (!st && p->dot) st = loom_file_write_atomic(ctx, p->dot, dot, strlen(dot), flags);
+  if (!st && p->svg) st = loom_cli_render_dot(ctx, dot, "svg", p->svg, flags);
+  if (!st && p->png) st = loom_cli_render_dot(ctx, dot, "png", p->png, flags);
+  loom_free(dot);
+  return st;
+}
+
 static int cmd_compile(int argc, char **argv) {
   const char *file = NULL, *emit = NULL, *dump = NULL, *backend = LOOM_BACKEND_DEFAULT;
   loom_fusion_mode fusion = LOOM_FUSION_STITCH;
+  compile_pictures pics = {0};
   long threads = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = NULL;
@@ -722,6 +762,17 @@ static int cmd_compile(int argc, char **argv) {
       if (m < 0) return usage_error(usage_compile, "%s needs a value", a);
       if (!loom_cli_parse_long(v, 0, 4096, &threads))
         return usage_error(usage_compile, "--threads wants a number in [0, 4096], got '%s'", v);
+    } else if ((m = loom_cli_flag_value(argc, argv, &i, "--dot", &v)) != 0) {
+      if (m < 0 || !*v) return usage_error(usage_compile, "%s needs a file name", a);
+      pics.dot = v;
+    } else if ((m = loom_cli_flag_value(argc, argv, &i, "--svg", &v)) != 0) {
+      if (m < 0 || !*v) return usage_error(usage_compile, "%s needs a file name", a);
+      pics.svg = v;
+    } else if ((m = loom_cli_flag_value(argc, argv, &i, "--png", &v)) != 0) {
+      if (m < 0 || !*v) return usage_error(usage_compile, "%s needs a file name", a);
+      pics.png = v;
+    } else if (strcmp(a, "--force") == 0) {
+      pics.force = true;
     } else if (a[0] == '-' && a[1] != '\0') {
       return usage_error(usage_compile, "unknown flag '%s' for 'compile'", a);
     } else if (file) {
@@ -739,6 +790,9 @@ static int cmd_compile(int argc, char **argv) {
   if (fusion == LOOM_FUSION_EAGER && (want_program || want_kernels || want_c))
     return usage_error(usage_compile, "%s %s needs a fusion mode other than eager",
                        emit ? "--emit" : "--dump-after", emit ? emit : dump);
+  if (fusion == LOOM_FUSION_EAGER && want_pictures(&pics))
+    return usage_error(usage_compile, "%s needs a fusion mode other than eager (no program to draw)",
+                       pics.dot ? "--dot" : pics.svg ? "--svg" : "--png");
 
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) {
@@ -750,7 +804,8 @@ static int cmd_compile(int argc, char **argv) {
   char *text = NULL;
   int rc = 1;
   loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = backend, .fusion = fusion);
-  if (loom_ctx_set_threads(ctx, (int32_t)threads) != LOOM_STATUS_OK ||
+  if (check_pictures(ctx, &pics) != LOOM_STATUS_OK ||
+      loom_ctx_set_threads(ctx, (int32_t)threads) != LOOM_STATUS_OK ||
       loom_graph_load(ctx, file, &g) != LOOM_STATUS_OK ||
       loom_session_new(ctx, g, &opts, &s) != LOOM_STATUS_OK) {
     rc = fail(ctx);
@@ -784,6 +839,18 @@ static int cmd_compile(int argc, char **argv) {
       put_text("/* no generated kernels: every step is a GEMM or an eager node */\n");
     else
       put_text(text);
+  }
+  if (want_pictures(&pics)) {
+    loom_status ps = write_pictures(ctx, s, &pics);
+    if (ps == LOOM_STATUS_UNSUPPORTED) {
+      fprintf(stderr, "loom: no fused program to draw (%s)\n",
+              loom_session_warning(s)[0] ? loom_session_warning(s) : loom_ctx_error(ctx));
+      goto done;
+    }
+    if (ps != LOOM_STATUS_OK) {
+      rc = fail(ctx);
+      goto done;
+    }
   }
   loom_session_stats st;
   loom_session_get_stats(s, &st);

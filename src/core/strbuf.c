@@ -52,3 +52,11 @@ char *loom_strbuf_take(loom_strbuf *b) {
   }
   return p;
 }
+
+void loom_strbuf_put_dot_label(loom_strbuf *b, const char *s) {
+  for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
+    if (*c == '"' || *c == '\\') loom_strbuf_put(b, "\\%c", *c);
+    else if (*c >= 0x20 && *c < 0x7f) loom_strbuf_put(b, "%c", *c);
+    else loom_strbuf_put(b, "?");
+  }
+}

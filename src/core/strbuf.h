@@ -17,6 +17,9 @@ typedef struct loom_strbuf {
 /* Appends formatted text. */
 void loom_strbuf_put(loom_strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void loom_strbuf_vput(loom_strbuf *b, const char *fmt, va_list ap);
+/* Appends s inside a Graphviz quoted label: printable ASCII, quotes and
+ * backslashes escaped, anything else as '?'. */
+void loom_strbuf_put_dot_label(loom_strbuf *b, const char *s);
 /* The text, handed to the caller (free() it); NULL after a failure, in
  * which case the buffer is freed. Leaves b empty. An empty buffer gives "". */
 char *loom_strbuf_take(loom_strbuf *b);

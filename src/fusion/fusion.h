@@ -134,6 +134,10 @@ loom_status loom_fusion_compile(loom_ctx *ctx, const loom_graph *g, const loom_f
                                 loom_program *out);
 void loom_program_clear(loom_program *p);
 /* A readable listing of the program (steps, kernels, nodes per kernel). */
+/* The program as Graphviz DOT: a cluster per step (kernel, GEMM with its
+ * epilogue, eager node); *out is malloc'ed. */
+loom_status loom_program_dot(loom_ctx *ctx, const loom_graph *g, const loom_program *p,
+                             char **out);
 loom_status loom_program_print(loom_ctx *ctx, const loom_graph *g, const loom_program *p,
                                char **out);
 

@@ -1,4 +1,4 @@
-#include "model/gpt.h"
+#include "model/gpt_internal.h"
 
 #include "ir/build.h"
 #include "ops/op.h"
@@ -9,6 +9,7 @@
 #include <string.h>
 
 void loom_gpt_config_default(loom_gpt_config *c) {
+  memset(c, 0, sizeof *c); /* the architecture options: GPT-2's */
   c->vocab = 256;
   c->n_layer = 2;
   c->d_model = 128;
@@ -41,8 +42,119 @@ loom_status loom_gpt_config_check(loom_ctx *ctx, const loom_gpt_config *c) {
   if (!(c->dropout >= 0.0 && c->dropout < 1.0))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: dropout %g is outside [0, 1)",
                       c->dropout);
+  if ((unsigned)c->norm > LOOM_GPT_NORM_RMSNORM || (unsigned)c->mlp > LOOM_GPT_MLP_SWIGLU ||
+      (unsigned)c->position > LOOM_GPT_POS_ROPE)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "gpt: unknown norm, mlp or position");
+  int32_t kv = loom_gpt_kv_heads(c);
+  if (kv < 1 || kv > c->n_head || c->n_head % kv)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "gpt: %d key/value heads must divide the %d heads", kv, c->n_head);
+  if (c->position == LOOM_GPT_POS_ROPE && (c->d_model / c->n_head) % 2)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "gpt: RoPE rotates pairs of a head's dims, and the head width %d is odd",
+                      c->d_model / c->n_head);
+  if (!(c->rope_theta >= 0.0 && c->rope_theta < 1e12))
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "gpt: rope_theta %g is outside [0 (default 10000), 1e12)", c->rope_theta);
   return LOOM_STATUS_OK;
 }
+
+/* ---- architecture ------------------------------------------------------ */
+
+void loom_gpt_config_set_arch(loom_gpt_config *c, loom_gpt_arch a) {
+  bool llama = a == LOOM_GPT_ARCH_LLAMA;
+  c->norm = llama ? LOOM_GPT_NORM_RMSNORM : LOOM_GPT_NORM_LAYERNORM;
+  c->mlp = llama ? LOOM_GPT_MLP_SWIGLU : LOOM_GPT_MLP_GELU;
+  c->position = llama ? LOOM_GPT_POS_ROPE : LOOM_GPT_POS_LEARNED;
+  c->no_bias = llama;
+  c->untied = llama;
+}
+
+loom_gpt_arch loom_gpt_config_arch(const loom_gpt_config *c) {
+  for (int a = LOOM_GPT_ARCH_GPT; a <= LOOM_GPT_ARCH_LLAMA; a++) {
+    loom_gpt_config k = *c;
+    loom_gpt_config_set_arch(&k, (loom_gpt_arch)a);
+    if (k.norm == c->norm && k.mlp == c->mlp && k.position == c->position &&
+        k.no_bias == c->no_bias && k.untied == c->untied)
+      return (loom_gpt_arch)a;
+  }
+  return LOOM_GPT_ARCH_CUSTOM;
+}
+
+const char *loom_gpt_arch_name(loom_gpt_arch a) {
+  return a == LOOM_GPT_ARCH_GPT ? "gpt" : a == LOOM_GPT_ARCH_LLAMA ? "llama" : "custom";
+}
+
+bool loom_gpt_arch_from_name(const char *name, loom_gpt_arch *out) {
+  if (!name) return false;
+  if (!strcmp(name, "gpt")) *out = LOOM_GPT_ARCH_GPT;
+  else if (!strcmp(name, "llama")) *out = LOOM_GPT_ARCH_LLAMA;
+  else return false;
+  return true;
+}
+
+int32_t loom_gpt_kv_heads(const loom_gpt_config *c) {
+  return c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
+}
+
+double loom_gpt_rope_theta(const loom_gpt_config *c) {
+  return c->rope_theta > 0 ? c->rope_theta : 10000.0;
+}
+
+double loom_gpt_block_matrix_params(const loom_gpt_config *c) {
+  double h = c->d_model, kv = (double)loom_gpt_kv_heads(c) * (c->d_model / c->n_head);
+  double ff = c->d_ff > 0 ? c->d_ff : 4.0 * h;
+  return h * (h + 2 * kv) + h * h + (c->mlp == LOOM_GPT_MLP_SWIGLU ? 3 : 2) * h * ff;
+}
+
+double loom_gpt_param_count(const loom_gpt_config *c) {
+  gpt_layout l;
+  gpt_layout_of(c, &l);
+  double h = c->d_model, kv = (double)loom_gpt_kv_heads(c) * (c->d_model / c->n_head);
+  double ff = c->d_ff > 0 ? c->d_ff : 4.0 * h, nb = c->no_bias ? 0 : 1;
+  double norms = c->norm == LOOM_GPT_NORM_RMSNORM ? h : h * (1 + nb);
+  double biases = nb * ((h + 2 * kv) + h + (c->mlp == LOOM_GPT_MLP_SWIGLU ? 2 : 1) * ff + h);
+  double layer = loom_gpt_block_matrix_params(c) + biases + 2 * norms;
+  double emb = (double)c->vocab * h * (c->untied ? 2 : 1);
+  if (c->position == LOOM_GPT_POS_LEARNED) emb += (double)c->context * h;
+  return emb + c->n_layer * layer + norms;
+}
+
+/* ---- named configurations ------------------------------------------------ */
+
+typedef struct named_config {
+  const char *name;
+  int32_t layers, d_model, heads, kv_heads, d_ff, vocab, context, batch;
+  loom_gpt_arch arch;
+  double rope_theta;
+} named_config;
+
+/* The published shapes: GPT-3 175B (Brown et al. 2020, Table 2.1; batch
+ * 3.2M tokens), Llama 2 70B (Touvron et al. 2023; 4M tokens a batch) and
+ * Llama 3.1 405B (Llama Team 2024, Table 3; 16M tokens at sequence 8192). */
+static const named_config named[] = {
+    {"gpt3-175b", 96, 12288, 96, 0, 4 * 12288, 51200, 2048, 1536, LOOM_GPT_ARCH_GPT, 0},
+    {"llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096, 1024, LOOM_GPT_ARCH_LLAMA, 10000},
+    {"llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192, 2048, LOOM_GPT_ARCH_LLAMA, 500000},
+};
+
+bool loom_gpt_config_named(const char *name, loom_gpt_config *c, int32_t *batch) {
+  for (size_t i = 0; name && i < sizeof named / sizeof named[0]; i++) {
+    const named_config *n = &named[i];
+    if (strcmp(name, n->name)) continue;
+    loom_gpt_config_default(c);
+    c->n_layer = n->layers, c->d_model = n->d_model, c->n_head = n->heads;
+    c->n_kv_head = n->kv_heads, c->d_ff = n->d_ff, c->vocab = n->vocab, c->context = n->context;
+    c->dropout = 0.0;
+    loom_gpt_config_set_arch(c, n->arch);
+    c->rope_theta = n->rope_theta;
+    if (batch) *batch = n->batch;
+    return true;
+  }
+  return false;
+}
+
+const char *loom_gpt_config_names(void) { return "gpt3-175b, llama2-70b, llama3-405b"; }
 
 /* ---- parameters --------------------------------------------------------- */
 
@@ -58,55 +170,79 @@ static void add_param(loom_gpt_param *ps, int32_t *n, const char *name, int32_t 
   p->decay = rank == 2;
 }
 
-/* Per-layer parameters, in this order (the builders rely on it). */
-enum {
-  P_LN1_G = 0,
-  P_LN1_B,
-  P_QKV_W,
-  P_QKV_B,
-  P_PROJ_W,
-  P_PROJ_B,
-  P_LN2_G,
-  P_LN2_B,
-  P_FC_W,
-  P_FC_B,
-  P_MLP_W,
-  P_MLP_B,
-  P_PER_LAYER
-};
-/* Global ones: wte, wpe first; lnf.g, lnf.b last. */
-enum { P_WTE = 0, P_WPE = 1, P_FIRST_LAYER = 2 };
+/* The parameter list's order: wte, wpe (learned positions); per layer
+ * ln1.g, ln1.b, attn.qkv.w, .b, attn.proj.w, .b, ln2.g, ln2.b, mlp.fc.w,
+ * .b, mlp.proj.w, .b, each present or not as the architecture says (GPT:
+ * all, as always); lnf.g, lnf.b, and head.w (untied). SwiGLU's gate and up
+ * matrices are one mlp.fc.w [d, 2 d_ff] with their columns interleaved
+ * (gate i at 2i, up i at 2i + 1), so that a tensor-parallel column cut
+ * gives each device matching gate and up columns and the backward's input
+ * gradient is one partial sum (one all-reduce, as Megatron). */
+void gpt_layout_of(const loom_gpt_config *c, gpt_layout *l) {
+  bool bias = !c->no_bias, ln_bias = bias && c->norm == LOOM_GPT_NORM_LAYERNORM;
+  int32_t n = 0;
+  l->wte = n++;
+  l->wpe = c->position == LOOM_GPT_POS_LEARNED ? n++ : -1;
+  l->first_layer = n;
+  int32_t k = 0;
+#define AT(field, present) l->field = (present) ? k++ : -1
+  AT(ln1_g, true);
+  AT(ln1_b, ln_bias);
+  AT(qkv_w, true);
+  AT(qkv_b, bias);
+  AT(proj_w, true);
+  AT(proj_b, bias);
+  AT(ln2_g, true);
+  AT(ln2_b, ln_bias);
+  AT(fc_w, true);
+  AT(fc_b, bias);
+  AT(mlp_w, true);
+  AT(mlp_b, bias);
+#undef AT
+  l->per_layer = k;
+  n += k * c->n_layer;
+  l->lnf_g = n++;
+  l->lnf_b = ln_bias ? n++ : -1;
+  l->head = c->untied ? n++ : -1;
+  l->total = n;
+}
 
 loom_status loom_gpt_params(loom_ctx *ctx, const loom_gpt_config *c, loom_gpt_param **out,
                             int32_t *n_out) {
   LOOM_TRY(loom_gpt_config_check(ctx, c));
-  int32_t total = P_FIRST_LAYER + P_PER_LAYER * c->n_layer + 2, n = 0;
-  loom_gpt_param *ps = loom_calloc(ctx, (size_t)total, sizeof *ps);
+  gpt_layout L;
+  gpt_layout_of(c, &L);
+  loom_gpt_param *ps = loom_calloc(ctx, (size_t)L.total, sizeof *ps);
   if (!ps) return LOOM_STATUS_OUT_OF_MEMORY;
-  int64_t d = c->d_model, f = c->d_ff;
+  int32_t n = 0;
+  int64_t d = c->d_model, f = c->d_ff, f_in = c->mlp == LOOM_GPT_MLP_SWIGLU ? 2 * f : f;
+  int64_t qkv = d + 2 * (int64_t)loom_gpt_kv_heads(c) * (d / c->n_head); /* 3d with MHA */
   add_param(ps, &n, "wte", 2, c->vocab, d, LOOM_GPT_INIT_NORMAL);
-  add_param(ps, &n, "wpe", 2, c->context, d, LOOM_GPT_INIT_NORMAL);
+  if (L.wpe >= 0) add_param(ps, &n, "wpe", 2, c->context, d, LOOM_GPT_INIT_NORMAL);
   for (int32_t l = 0; l < c->n_layer; l++) {
     char nm[32];
-#define P(suffix, rank, d0, d1, init)                                                              \
-  snprintf(nm, sizeof nm, "h%d." suffix, (int)l);                                                  \
-  add_param(ps, &n, nm, rank, d0, d1, init)
-    P("ln1.g", 1, d, 0, LOOM_GPT_INIT_ONES);
-    P("ln1.b", 1, d, 0, LOOM_GPT_INIT_ZEROS);
-    P("attn.qkv.w", 2, d, 3 * d, LOOM_GPT_INIT_NORMAL);
-    P("attn.qkv.b", 1, 3 * d, 0, LOOM_GPT_INIT_ZEROS);
-    P("attn.proj.w", 2, d, d, LOOM_GPT_INIT_NORMAL);
-    P("attn.proj.b", 1, d, 0, LOOM_GPT_INIT_ZEROS);
-    P("ln2.g", 1, d, 0, LOOM_GPT_INIT_ONES);
-    P("ln2.b", 1, d, 0, LOOM_GPT_INIT_ZEROS);
-    P("mlp.fc.w", 2, d, f, LOOM_GPT_INIT_NORMAL);
-    P("mlp.fc.b", 1, f, 0, LOOM_GPT_INIT_ZEROS);
-    P("mlp.proj.w", 2, f, d, LOOM_GPT_INIT_NORMAL);
-    P("mlp.proj.b", 1, d, 0, LOOM_GPT_INIT_ZEROS);
+#define P(present, suffix, rank, d0, d1, init)                                                     \
+  if (present) {                                                                                   \
+    snprintf(nm, sizeof nm, "h%d." suffix, (int)l);                                                \
+    add_param(ps, &n, nm, rank, d0, d1, init);                                                     \
+  }
+    P(true, "ln1.g", 1, d, 0, LOOM_GPT_INIT_ONES);
+    P(L.ln1_b >= 0, "ln1.b", 1, d, 0, LOOM_GPT_INIT_ZEROS);
+    P(true, "attn.qkv.w", 2, d, qkv, LOOM_GPT_INIT_NORMAL);
+    P(L.qkv_b >= 0, "attn.qkv.b", 1, qkv, 0, LOOM_GPT_INIT_ZEROS);
+    P(true, "attn.proj.w", 2, d, d, LOOM_GPT_INIT_NORMAL);
+    P(L.proj_b >= 0, "attn.proj.b", 1, d, 0, LOOM_GPT_INIT_ZEROS);
+    P(true, "ln2.g", 1, d, 0, LOOM_GPT_INIT_ONES);
+    P(L.ln2_b >= 0, "ln2.b", 1, d, 0, LOOM_GPT_INIT_ZEROS);
+    P(true, "mlp.fc.w", 2, d, f_in, LOOM_GPT_INIT_NORMAL);
+    P(L.fc_b >= 0, "mlp.fc.b", 1, f_in, 0, LOOM_GPT_INIT_ZEROS);
+    P(true, "mlp.proj.w", 2, f, d, LOOM_GPT_INIT_NORMAL);
+    P(L.mlp_b >= 0, "mlp.proj.b", 1, d, 0, LOOM_GPT_INIT_ZEROS);
 #undef P
   }
   add_param(ps, &n, "lnf.g", 1, d, 0, LOOM_GPT_INIT_ONES);
-  add_param(ps, &n, "lnf.b", 1, d, 0, LOOM_GPT_INIT_ZEROS);
+  if (L.lnf_b >= 0) add_param(ps, &n, "lnf.b", 1, d, 0, LOOM_GPT_INIT_ZEROS);
+  if (L.head >= 0) add_param(ps, &n, "head.w", 2, c->vocab, d, LOOM_GPT_INIT_NORMAL);
   *out = ps;
   *n_out = n;
   return LOOM_STATUS_OK;
@@ -121,63 +257,6 @@ static loom_status declare_params(loom_graph *g, const loom_gpt_param *ps, int32
 
 /* ---- forward ------------------------------------------------------------ */
 
-typedef struct fwd {
-  loom_graph *g;
-  const loom_gpt_config *c;
-  int64_t b, t;
-  const int32_t *pv;
-  bool train;
-  uint64_t seed;
-  int32_t base;   /* rng_base input, train only */
-  int64_t offset; /* running dropout counter offset within a step */
-} fwd;
-
-static int32_t layer_norm(fwd *f, int32_t x, int32_t gain, int32_t bias) {
-  loom_attr_value a[LOOM_MAX_ATTRS];
-  loom_attrs_default(LOOM_OP_LAYER_NORM, a);
-  LOOM_ATTRV_I(a, layer_norm, axis) = -1;
-  LOOM_ATTRV_F(a, layer_norm, eps) = 1e-5;
-  int32_t in[3] = {x, gain, bias};
-  return lb_op(f->g, LOOM_OP_LAYER_NORM, 3, in, a);
-}
-
-static int32_t gelu(fwd *f, int32_t x) {
-  loom_attr_value a[LOOM_MAX_ATTRS];
-  loom_attrs_default(LOOM_OP_GELU, a);
-  LOOM_ATTRV_I(a, gelu, approximate) = 1; /* tanh, as GPT-2 */
-  return lb_op(f->g, LOOM_OP_GELU, 1, &x, a);
-}
-
-static int32_t linear(fwd *f, int32_t x, int32_t w, int32_t b) {
-  int32_t in[3] = {x, w, b};
-  return lb_op(f->g, LOOM_OP_LINEAR, 3, in, NULL);
-}
-
-/* Residual dropout with the next counter range of this step. */
-static int32_t dropout(fwd *f, int32_t x) {
-  if (!f->train || f->c->dropout == 0.0 || x < 0) return x;
-  int64_t n = loom_type_numel(loom_value_type(f->g, x));
-  int32_t y = lb_dropout(f->g, x, f->c->dropout, (int64_t)f->seed, f->offset, f->base);
-  f->offset += n;
-  return y;
-}
-
-static int32_t attention(fwd *f, int32_t q, int32_t k, int32_t v) {
-  loom_graph *g = f->g;
-  double p = f->train ? f->c->dropout : 0.0;
-  loom_attr_value a[LOOM_MAX_ATTRS];
-  loom_attrs_default(LOOM_OP_ATTENTION, a);
-  LOOM_ATTRV_I(a, attention, causal) = 1;
-  LOOM_ATTRV_F(a, attention, p) = p;
-  LOOM_ATTRV_I(a, attention, seed) = (int64_t)f->seed;
-  LOOM_ATTRV_I(a, attention, offset) = f->offset;
-  int32_t in[4] = {q, k, v, f->base};
-  int32_t y = lb_op(g, LOOM_OP_ATTENTION, p > 0.0 ? 4 : 3, in, a);
-  /* the probabilities [B, H, T, T] take the next counter range */
-  if (p > 0.0) f->offset += f->b * f->c->n_head * f->t * f->t;
-  return y;
-}
-
 /* The backend's graph rewrite on *g (replaced when it rewrote). */
 static loom_status backend_rewrite(loom_ctx *ctx, const loom_session_options *opts,
                                    loom_graph **g) {
@@ -190,59 +269,29 @@ static loom_status backend_rewrite(loom_ctx *ctx, const loom_session_options *op
   return LOOM_STATUS_OK;
 }
 
-static int32_t block(fwd *f, int32_t x, const int32_t *p) {
-  loom_graph *g = f->g;
-  int64_t b = f->b, t = f->t, d = f->c->d_model, h = f->c->n_head, dh = d / h;
-  /* attention: qkv [B, T, 3D] -> [B, T, H, 3, Dh] -> [3, B, H, T, Dh].
-   * The fused QKV columns are head-major, as in Megatron: head i's q, k
-   * and v are columns [3*Dh*i, 3*Dh*(i+1)), so a column split of w_qkv
-   * into head groups is one contiguous box (the reshape's annotation
-   * carries the split from 3D to H). */
-  int32_t a = layer_norm(f, x, p[P_LN1_G], p[P_LN1_B]);
-  int32_t qkv = linear(f, a, p[P_QKV_W], p[P_QKV_B]);
-  int64_t s5[5] = {b, t, h, 3, dh}, perm5[5] = {3, 0, 2, 1, 4};
-  qkv = lb_transpose(g, lb_reshape(g, qkv, 5, s5), perm5);
-  int32_t qkv_i[3];
-  int64_t hs[4] = {b, h, t, dh};
-  for (int32_t i = 0; i < 3; i++) {
-    int64_t lo[5] = {i, 0, 0, 0, 0}, hi[5] = {i + 1, b, h, t, dh};
-    qkv_i[i] = lb_reshape(g, lb_slice(g, qkv, lo, hi), 4, hs);
-  }
-  int32_t y = attention(f, qkv_i[0], qkv_i[1], qkv_i[2]);
-  int64_t perm4[4] = {0, 2, 1, 3}, s3[3] = {b, t, d};
-  y = lb_reshape(g, lb_transpose(g, y, perm4), 3, s3);
-  y = dropout(f, linear(f, y, p[P_PROJ_W], p[P_PROJ_B]));
-  x = lb_add(g, x, y);
-  /* MLP */
-  int32_t m = layer_norm(f, x, p[P_LN2_G], p[P_LN2_B]);
-  m = linear(f, m, p[P_FC_W], p[P_FC_B]);
-  m = gelu(f, m);
-  m = dropout(f, linear(f, m, p[P_MLP_W], p[P_MLP_B]));
-  return lb_add(g, x, m);
-}
-
 /* Embeddings and the blocks: the final hidden state [B, T, D] (before lnf). */
-static int32_t trunk(fwd *f, int32_t tokens) {
+static int32_t trunk(gpt_fwd *f, int32_t tokens) {
   loom_graph *g = f->g;
   const int32_t *pv = f->pv;
   int64_t d = f->c->d_model;
-  int32_t x = lb_gather(g, pv[P_WTE], tokens, 0); /* [B, T, D] */
-  int32_t pos = pv[P_WPE];
-  if (f->t < f->c->context) {
-    int64_t lo[2] = {0, 0}, hi[2] = {f->t, d};
-    pos = lb_slice(g, pos, lo, hi);
+  int32_t x = lb_gather(g, pv[f->lay.wte], tokens, 0); /* [B, T, D] */
+  if (f->lay.wpe >= 0) {
+    int32_t pos = pv[f->lay.wpe];
+    if (f->t < f->c->context) {
+      int64_t lo[2] = {0, 0}, hi[2] = {f->t, d};
+      pos = lb_slice(g, pos, lo, hi);
+    }
+    x = lb_add(g, x, pos); /* [T, D] broadcasts over B */
   }
-  x = lb_add(g, x, pos); /* [T, D] broadcasts over B */
-  for (int32_t l = 0; l < f->c->n_layer; l++)
-    x = block(f, x, pv + P_FIRST_LAYER + P_PER_LAYER * l);
+  for (int32_t l = 0; l < f->c->n_layer; l++) x = gpt_block(f, x, l);
   return x;
 }
 
-/* Final LayerNorm and the tied head: [rows, D] -> [rows, V]. */
-static int32_t head(fwd *f, int32_t x2) {
-  int32_t n_params = P_FIRST_LAYER + P_PER_LAYER * f->c->n_layer;
-  int32_t h = layer_norm(f, x2, f->pv[n_params], f->pv[n_params + 1]);
-  return lb_matmul(f->g, h, f->pv[P_WTE], false, true);
+/* Final norm and the head (tied: wte): [rows, D] -> [rows, V]. */
+static int32_t head(gpt_fwd *f, int32_t x2) {
+  const gpt_layout *L = &f->lay;
+  int32_t h = gpt_norm(f, x2, f->pv[L->lnf_g], L->lnf_b >= 0 ? f->pv[L->lnf_b] : -1);
+  return lb_matmul(f->g, h, f->pv[L->head >= 0 ? L->head : L->wte], false, true);
 }
 
 static loom_status check_bt(loom_ctx *ctx, const loom_gpt_config *c, int32_t b, int32_t t) {
@@ -274,7 +323,8 @@ loom_status loom_gpt_build_infer(loom_ctx *ctx, const loom_gpt_config *c, int32_
   if (!s) s = loom_graph_input(g, "rows", LOOM_DTYPE_I64, 1, bb, &rows);
   if (!s) s = declare_params(g, ps, n, pv);
   if (!s) {
-    fwd f = {.g = g, .c = c, .b = b, .t = t, .pv = pv, .train = false, .base = -1};
+    gpt_fwd f = {.g = g, .c = c, .b = b, .t = t, .pv = pv, .train = false, .base = -1};
+    gpt_layout_of(c, &f.lay);
     int32_t x = trunk(&f, tokens);
     int64_t flat[2] = {(int64_t)b * t, c->d_model};
     /* only the wanted rows go through lnf and the head */
@@ -374,7 +424,9 @@ loom_status loom_gpt_build_train(loom_ctx *ctx, const loom_gpt_config *c, int32_
   loom_status s = pv ? loom_graph_new(ctx, &g) : LOOM_STATUS_OUT_OF_MEMORY;
   int32_t tokens = -1, targets = -1, base = -1;
   if (!s) s = declare_train_inputs(g, ps, n, b, t, pv, &tokens, &targets, &base);
-  fwd f = {.g = g, .c = c, .b = b, .t = t, .pv = pv, .train = true, .seed = o->seed, .base = base};
+  gpt_fwd f = {.g = g, .c = c, .b = b, .t = t, .pv = pv, .train = true, .seed = o->seed,
+               .base = base};
+  gpt_layout_of(c, &f.lay);
   if (!s) {
     int32_t x = trunk(&f, tokens);
     int64_t flat[2] = {(int64_t)b * t, c->d_model}, nt[1] = {(int64_t)b * t};

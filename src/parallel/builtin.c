@@ -154,7 +154,7 @@ static int32_t megatron_dim(const char *name) {
   if (ends_with(name, "qkv.w") || ends_with(name, "fc.w")) return 1;
   if (ends_with(name, "qkv.b") || ends_with(name, "fc.b")) return 0;
   if (ends_with(name, "proj.w")) return 0;
-  if (strcmp(name, "wte") == 0) return 0;
+  if (strcmp(name, "wte") == 0 || strcmp(name, "head.w") == 0) return 0; /* by vocabulary */
   return WHOLE;
 }
 

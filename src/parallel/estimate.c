@@ -44,6 +44,8 @@ typedef struct graph_times {
 /* What a cached timing depends on; zeroed before filling so memcmp works. */
 typedef struct timing_key {
   int32_t vocab, d_model, n_head, d_ff, seq, micro_batch, tp;
+  int32_t kv_heads, norm, mlp, position, no_bias, untied; /* the architecture */
+  double rope_theta;
   loom_precision precision;
   double rate, f32_rate, mem_bw, launch, element_bytes, gemm_eff, mem_eff;
   bool composite_attention;
@@ -220,6 +222,8 @@ static loom_status layer_times(loom_ctx *ctx, const loom_gpt_config *m, int32_t 
   memset(&k, 0, sizeof k);
   k.vocab = m->vocab, k.d_model = m->d_model, k.n_head = m->n_head, k.d_ff = m->d_ff;
   k.seq = m->context, k.micro_batch = micro_batch, k.tp = tp, k.precision = so->precision;
+  k.kv_heads = loom_gpt_kv_heads(m), k.norm = m->norm, k.mlp = m->mlp, k.position = m->position;
+  k.no_bias = m->no_bias, k.untied = m->untied, k.rope_theta = loom_gpt_rope_theta(m);
   k.rate = so->cluster->flops[so->precision];
   k.f32_rate = so->cluster->flops[LOOM_PRECISION_f32];
   k.mem_bw = so->cluster->memory_bandwidth_Bps, k.launch = so->cluster->kernel_launch_s;
@@ -446,6 +450,10 @@ loom_status loom_mesh_plan_check(loom_ctx *ctx, const loom_gpt_config *m, int64_
   if (m->n_head % p->tp)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "estimate: tp %d does not divide the %d heads", (int)p->tp, (int)m->n_head);
+  if (loom_gpt_kv_heads(m) % p->tp)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "estimate: tp %d does not divide the %d key/value heads", (int)p->tp,
+                      (int)loom_gpt_kv_heads(m));
   int32_t ff = m->d_ff > 0 ? m->d_ff : 4 * m->d_model;
   if (ff % p->tp)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
@@ -528,25 +536,57 @@ bool loom_mesh_plan_spec(const loom_mesh_plan *p, int64_t global_batch, char *bu
 
 typedef struct model_dims {
   double V, h, a, ff, s, L, b;
+  double kv;      /* the K/V width: K/V heads x head width (h with multi-head attention) */
+  double fc;      /* the first MLP matrix's columns: ff, or 2 ff for SwiGLU's gate and up */
+  double biases;  /* 1 with biases, 0 without */
+  double norm_p;  /* a norm's parameters: 2h (LayerNorm with bias) or h */
+  bool wpe, untied;
 } model_dims;
 
+static model_dims dims_of(const loom_gpt_config *m, int32_t micro_batch) {
+  model_dims d = {.V = m->vocab, .h = m->d_model, .a = m->n_head,
+                  .ff = m->d_ff > 0 ? m->d_ff : 4.0 * m->d_model, .s = m->context,
+                  .L = m->n_layer, .b = micro_batch};
+  d.kv = (double)loom_gpt_kv_heads(m) * (m->d_model / m->n_head);
+  d.fc = m->mlp == LOOM_GPT_MLP_SWIGLU ? 2 * d.ff : d.ff;
+  d.biases = m->no_bias ? 0 : 1;
+  d.norm_p = m->norm == LOOM_GPT_NORM_LAYERNORM && !m->no_bias ? 2 * d.h : d.h;
+  d.wpe = m->position == LOOM_GPT_POS_LEARNED;
+  d.untied = m->untied;
+  return d;
+}
+
 /* Parameters of one block on one tp rank: QKV and fc split by columns
- * (their biases too), proj and mlp by rows (biases whole), the norms whole. */
+ * (their biases too), proj and mlp by rows (biases whole), the norms
+ * whole. GPT: 12h^2/t + 13h; K/V heads narrow QKV, SwiGLU widens fc. */
 static double layer_params(const model_dims *d, int32_t tp) {
-  double h = d->h, ff = d->ff;
-  return (3 * h * h + 3 * h) / tp + h * h / tp + h + (h * ff + ff) / tp + ff * h / tp + h + 4 * h;
+  double h = d->h, qkv = h + 2 * d->kv, bb = d->biases;
+  return (h * qkv + bb * qkv) / tp + h * h / tp + bb * h + (h * d->fc + bb * d->fc) / tp +
+         d->ff * h / tp + bb * h + 2 * d->norm_p;
 }
 
 /* Activation bytes one block keeps for its backward, one micro-batch
  * (Korthikanti et al. 2022, eq. 2 without sequence parallelism: s b h
  * (10 + 24/t + 5 a s / (h t)) at 2-byte activations, scaled by
  * element_bytes / 2); flash attention keeps its log-sum-exp (f32,
- * a s b / t) in place of the 5 a s^2 b / t of the score matrices. */
+ * a s b / t) in place of the 5 a s^2 b / t of the score matrices. The 24
+ * of 24/t is q, k, v (6, at 2 bytes each), the projection's input (2) and
+ * the MLP's two ff-wide values (2 x 8 at ff = 4h); in general
+ * 2(h + 2 kv) + 2h + 4 ff for GELU, and 6 ff for SwiGLU (gate and up as
+ * the fused kernel keeps them, and the product). The 10 s b h kept whole
+ * (norm inputs, the QKV and MLP inputs, the two dropout masks) stay. */
 static double layer_activation_bytes(const model_dims *d, int32_t tp, double e, bool composite) {
-  double sbh = d->s * d->b * d->h;
+  double sb = d->s * d->b, h = d->h;
+  double split = 2 * (h + 2 * d->kv) + 2 * h + (d->fc > d->ff ? 6 : 4) * d->ff;
   double attn = composite ? 5.0 * d->a * d->s * d->s * d->b / tp * e / 2.0
                           : 4.0 * d->a * d->s * d->b / tp;
-  return sbh * (10.0 + 24.0 / tp) * e / 2.0 + attn;
+  return sb * (10.0 * h + split / tp) * e / 2.0 + attn;
+}
+
+double loom_estimate_block_activation_bytes(const loom_gpt_config *m, int32_t micro_batch,
+                                            int32_t tp, double element_bytes, bool composite) {
+  model_dims d = dims_of(m, micro_batch);
+  return layer_activation_bytes(&d, tp, element_bytes, composite);
 }
 
 /* ---- the estimate ----------------------------------------------------------- */
@@ -581,8 +621,7 @@ loom_status loom_estimate_gpt(loom_ctx *ctx, const loom_gpt_config *m, int64_t g
   graph_times gt;
   LOOM_TRY(layer_times(ctx, m, p->micro_batch, p->tp, o->composite_attention, &so, &gt));
 
-  model_dims d = {m->vocab, m->d_model, m->n_head, m->d_ff > 0 ? m->d_ff : 4.0 * m->d_model,
-                  m->context, m->n_layer, p->micro_batch};
+  model_dims d = dims_of(m, p->micro_batch);
   int32_t v = chunks_of(p), S = p->pp, VS = S * v;
   int32_t mbs = (int32_t)(global_batch / ((int64_t)p->dp * p->micro_batch));
   double lc = d.L / VS; /* layers per chunk */
@@ -640,11 +679,12 @@ loom_status loom_estimate_gpt(loom_ctx *ctx, const loom_gpt_config *m, int64_t g
   out->pp_comm_s = fmax(0, with.end_s - without.end_s);
 
   /* parameters per device: the first stage holds the embeddings, the last
-   * the tied head's copy of wte and the final norm */
+   * the head (the tied one's copy of wte, or its own) and the final norm */
   double p_layers = d.L / S * layer_params(&d, p->tp);
-  double p_wte = d.V * d.h / p->tp, p_wpe = d.s * d.h;
-  double p_first = p_layers + p_wte + p_wpe + (S == 1 ? 2 * d.h : 0);
-  double p_last = p_layers + (S > 1 ? p_wte + 2 * d.h : 0);
+  double p_wte = d.V * d.h / p->tp, p_wpe = d.wpe ? d.s * d.h : 0;
+  double p_head = d.untied ? p_wte : 0; /* on one device with wte when S = 1 */
+  double p_first = p_layers + p_wte + p_wpe + (S == 1 ? d.norm_p + p_head : 0);
+  double p_last = p_layers + (S > 1 ? p_wte + d.norm_p : 0);
   double p_dev = fmax(p_first, p_last);
 
   /* dp: the gradients of each device's parameters, reduced across dp (a
@@ -668,7 +708,7 @@ loom_status loom_estimate_gpt(loom_ctx *ctx, const loom_gpt_config *m, int64_t g
   }
   out->dp_comm_s = exposed;
   /* the tied embedding's gradient summed between the first and last stage */
-  if (S > 1) out->pp_comm_s += all_reduce_s(p_wte * e, 2, inter_link(c));
+  if (S > 1 && !d.untied) out->pp_comm_s += all_reduce_s(p_wte * e, 2, inter_link(c));
 
   double opt_shard = p->zero >= 1 ? p->dp : 1;
   out->optimizer_s = (d.L / S * gt.layer.opt + gt.rest.opt) / opt_shard;
@@ -678,9 +718,10 @@ loom_status loom_estimate_gpt(loom_ctx *ctx, const loom_gpt_config *m, int64_t g
 
   /* Megatron's count: per block forward 2 b s (4 h^2 + 2 h ff) + 4 b s^2 h
    * (24 b s h^2 (1 + s / 6h) at ff = 4h), times 3 passes (4 with
-   * recomputation), plus the head's 6 b s h V */
+   * recomputation), plus the head's 6 b s h V; in general 2 b s times the
+   * block's matrix weights (narrower K/V, SwiGLU's third matrix) */
   double B = (double)global_batch;
-  double block_fwd = 2 * B * d.s * (4 * d.h * d.h + 2 * d.h * d.ff) + 4 * B * d.s * d.s * d.h;
+  double block_fwd = 2 * B * d.s * loom_gpt_block_matrix_params(m) + 4 * B * d.s * d.s * d.h;
   out->model_flops = (p->recompute ? 4 : 3) * d.L * block_fwd + 6 * B * d.s * d.h * d.V;
   out->flops_per_device_s = out->step_s > 0 ? out->model_flops / out->step_s / (double)devices : 0;
 

@@ -73,6 +73,12 @@ loom_status loom_estimate_gpt(loom_ctx *ctx, const loom_gpt_config *m, int64_t g
                               const loom_mesh_plan *p, const loom_estimate_options *o,
                               loom_estimate *out);
 
+/* The activation bytes one block keeps for its backward, one micro-batch of
+ * micro_batch sequences on a tp shard (the estimate's memory model: Korthikanti
+ * et al.'s count, generalised to K/V heads and SwiGLU; docs/SIMULATOR.md). */
+double loom_estimate_block_activation_bytes(const loom_gpt_config *m, int32_t micro_batch,
+                                            int32_t tp, double element_bytes, bool composite);
+
 /* The built-in plan spec (builtin.h) that runs p, e.g. "dp2xtp2+mb4+zero1",
  * written into buf; false if Loom's built-in plans cannot express it
  * (e.g. recompute together with pp) or buf is too small. */

@@ -89,7 +89,7 @@ static double step_bound(const search *S, const loom_mesh_plan *p) {
  * et al.'s s b h (10 + 24 / tp) at 2-byte elements). */
 static double memory_bound(const search *S, const loom_mesh_plan *p) {
   const loom_gpt_config *m = S->m;
-  double h = m->d_model, e = S->elem, per_layer = 4.0 * h * h + 2.0 * h * m->d_ff;
+  double h = m->d_model, e = S->elem, per_layer = loom_gpt_block_matrix_params(m);
   double stage_layers = (double)m->n_layer / p->pp;
   double params = per_layer * stage_layers / p->tp + (double)m->vocab * h / p->tp;
   double dp = p->dp, opt = e < 4 ? OPT_BYTES_MIXED : OPT_BYTES_F32;
@@ -97,7 +97,9 @@ static double memory_bound(const search *S, const loom_mesh_plan *p) {
                  + params * e / (p->zero >= 2 ? dp : 1) /* gradients */
                  + params * opt / (p->zero >= 1 ? dp : 1); /* AdamW */
   double sbh = (double)m->context * p->micro_batch * h;
-  double acts = stage_layers * sbh * e * (p->recompute ? 1.0 : (10.0 + 24.0 / p->tp) / 2.0);
+  double acts = stage_layers * (p->recompute ? sbh * e
+                                             : loom_estimate_block_activation_bytes(
+                                                   m, p->micro_batch, p->tp, e, S->o->composite_attention));
   return state + acts;
 }
 
@@ -298,7 +300,7 @@ static loom_status find_meshes(search *S, mesh **out, int32_t *n) {
   int32_t N = S->devices, cap = 0;
   mesh *list = NULL;
   for (int32_t tp = 1; tp <= N; tp++) {
-    if (N % tp || S->m->n_head % tp || S->m->d_ff % tp) continue;
+    if (N % tp || S->m->n_head % tp || loom_gpt_kv_heads(S->m) % tp || S->m->d_ff % tp) continue;
     for (int32_t pp = 1; pp <= N / tp; pp++) {
       if ((N / tp) % pp || S->m->n_layer % pp) continue;
       int32_t dp = N / tp / pp;
@@ -395,8 +397,8 @@ loom_status loom_plan_search(loom_ctx *ctx, const loom_gpt_config *m, int64_t gl
   out->global_batch = global_batch;
   /* as the estimate: 16-bit elements at bf16 and fp8 (tf32 computes on f32 storage) */
   S.elem = o->element_bytes > 0 ? o->element_bytes : o->precision >= LOOM_PRECISION_bf16 ? 2 : 4;
-  double h = m->d_model, tokens = (double)global_batch * m->context;
-  S.layers_fwd_s = tokens * 2.0 * (4.0 * h * h + 2.0 * h * m->d_ff) * m->n_layer /
+  double tokens = (double)global_batch * m->context;
+  S.layers_fwd_s = tokens * 2.0 * loom_gpt_block_matrix_params(m) * m->n_layer /
                    (c->flops[o->precision] * BOUND_GEMM_EFFICIENCY);
   out->best = calloc((size_t)S.K, sizeof *out->best);
   out->unfit = calloc((size_t)S.unfit_cap, sizeof *out->unfit);
@@ -411,8 +413,10 @@ loom_status loom_plan_search(loom_ctx *ctx, const loom_gpt_config *m, int64_t gl
   if (!n)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "search: no dp x tp x pp = %d devices fits the model: tp must divide the "
-                      "%d heads and d_ff %d, pp the %d layers, dp the batch of %lld",
-                      (int)devices, (int)m->n_head, (int)m->d_ff, (int)m->n_layer,
+                      "%d heads (%d key/value heads) and d_ff %d, pp the %d layers, dp the batch "
+                      "of %lld",
+                      (int)devices, (int)m->n_head, (int)loom_gpt_kv_heads(m), (int)m->d_ff,
+                      (int)m->n_layer,
                       (long long)global_batch);
   /* the meshes by bound: once one is past the K-th best, so is every later one */
   qsort(meshes, (size_t)n, sizeof *meshes, mesh_cmp);

@@ -44,6 +44,18 @@ loom_status loom_checkpoint_save(loom_trainer *t, const char *path) {
   put(&m, "heads", "%d", c->model.n_head);
   put(&m, "context", "%d", c->model.context);
   put(&m, "d_ff", "%d", c->model.d_ff);
+  /* the architecture, only when not GPT-2's (whose checkpoints stay as they were) */
+  const loom_gpt_config *g = &c->model;
+  if (loom_gpt_config_arch(g) != LOOM_GPT_ARCH_GPT || g->n_kv_head || g->rope_theta) {
+    put(&m, "arch", "%s", loom_gpt_arch_name(loom_gpt_config_arch(g)));
+    put(&m, "norm", "%s", g->norm == LOOM_GPT_NORM_RMSNORM ? "rmsnorm" : "layernorm");
+    put(&m, "mlp", "%s", g->mlp == LOOM_GPT_MLP_SWIGLU ? "swiglu" : "gelu");
+    put(&m, "position", "%s", g->position == LOOM_GPT_POS_ROPE ? "rope" : "learned");
+    put(&m, "bias", "%d", !g->no_bias);
+    put(&m, "tied", "%d", !g->untied);
+    put(&m, "kv_heads", "%d", loom_gpt_kv_heads(g));
+    put(&m, "rope_theta", "%.17g", loom_gpt_rope_theta(g));
+  }
   /* %.17g: doubles read back bit for bit */
   put(&m, "dropout", "%.17g", c->model.dropout);
   put(&m, "batch", "%d", c->batch);
@@ -132,6 +144,41 @@ static loom_status meta_f64(loom_ctx *ctx, const loom_safetensors *st, const cha
   return LOOM_STATUS_OK;
 }
 
+/* One of two names (false, true) into *out. */
+static loom_status meta_choice(loom_ctx *ctx, const loom_safetensors *st, const char *key,
+                               const char *no, const char *yes, bool *out) {
+  const char *v;
+  LOOM_TRY(need(ctx, st, key, &v));
+  if (strcmp(v, no) && strcmp(v, yes))
+    return loom_error(ctx, LOOM_STATUS_PARSE, "checkpoint: metadata '%s' = '%s' is not %s or %s",
+                      key, v, no, yes);
+  *out = !strcmp(v, yes);
+  return LOOM_STATUS_OK;
+}
+
+/* The architecture keys; a checkpoint without "arch" is GPT-2's. */
+static loom_status read_arch(loom_ctx *ctx, const loom_safetensors *st, loom_gpt_config *g) {
+  loom_gpt_config_set_arch(g, LOOM_GPT_ARCH_GPT);
+  g->n_kv_head = 0;
+  g->rope_theta = 0;
+  if (!loom_safetensors_meta(st, "arch")) return LOOM_STATUS_OK;
+  bool rms, swiglu, rope;
+  int64_t bias, tied;
+  LOOM_TRY(meta_choice(ctx, st, "norm", "layernorm", "rmsnorm", &rms));
+  LOOM_TRY(meta_choice(ctx, st, "mlp", "gelu", "swiglu", &swiglu));
+  LOOM_TRY(meta_choice(ctx, st, "position", "learned", "rope", &rope));
+  LOOM_TRY(meta_int(ctx, st, "bias", 0, 1, &bias));
+  LOOM_TRY(meta_int(ctx, st, "tied", 0, 1, &tied));
+  LOOM_TRY(meta_i32(ctx, st, "kv_heads", &g->n_kv_head));
+  LOOM_TRY(meta_f64(ctx, st, "rope_theta", &g->rope_theta));
+  g->norm = rms ? LOOM_GPT_NORM_RMSNORM : LOOM_GPT_NORM_LAYERNORM;
+  g->mlp = swiglu ? LOOM_GPT_MLP_SWIGLU : LOOM_GPT_MLP_GELU;
+  g->position = rope ? LOOM_GPT_POS_ROPE : LOOM_GPT_POS_LEARNED;
+  g->no_bias = !bias;
+  g->untied = !tied;
+  return LOOM_STATUS_OK;
+}
+
 static loom_status read_config(loom_ctx *ctx, const loom_safetensors *st, loom_train_config *c) {
   const char *fmt, *ver;
   LOOM_TRY(need(ctx, st, "format", &fmt));
@@ -150,6 +197,7 @@ static loom_status read_config(loom_ctx *ctx, const loom_safetensors *st, loom_t
   LOOM_TRY(meta_i32(ctx, st, "context", &c->model.context));
   LOOM_TRY(meta_i32(ctx, st, "d_ff", &c->model.d_ff));
   LOOM_TRY(meta_f64(ctx, st, "dropout", &c->model.dropout));
+  LOOM_TRY(read_arch(ctx, st, &c->model));
   LOOM_TRY(meta_i32(ctx, st, "batch", &c->batch));
   LOOM_TRY(meta_int(ctx, st, "steps", 1, INT64_MAX, &c->steps));
   LOOM_TRY(meta_f64(ctx, st, "lr", &c->lr));

@@ -10,41 +10,49 @@
 enum { STREAM_HELDOUT = 1, STREAM_TEXT = 2, STREAM_BATCH = 3 };
 
 /* Problem ids: op * 10000 + a * 100 + b, with a, b < 100. */
-#define N_IDS 30000
+#define N_IDS 20000
 
 typedef struct drawn {
-  int op; /* 0 '+', 1 '-', 2 '*' */
+  int op; /* 0 '+', 1 '-' */
   int a, b;
 } drawn;
 
-/* The grammar: sums of two numbers below 100 (40%), differences with a
- * non-negative result (40%), products of two numbers up to 12 (20%). */
+/* The grammar: half sums of two numbers below 100, half differences with
+ * a non-negative result (b <= a). */
 static drawn draw(loom_prng *r) {
   drawn d;
-  uint64_t k = loom_prng_below(r, 10);
-  if (k < 4) {
-    d.op = 0;
-    d.a = (int)loom_prng_below(r, 100);
-    d.b = (int)loom_prng_below(r, 100);
-  } else if (k < 8) {
-    d.op = 1;
-    d.a = (int)loom_prng_below(r, 100);
-    d.b = (int)loom_prng_below(r, (uint64_t)d.a + 1);
-  } else {
-    d.op = 2;
-    d.a = (int)loom_prng_below(r, 13);
-    d.b = (int)loom_prng_below(r, 13);
-  }
+  d.op = (int)loom_prng_below(r, 2);
+  d.a = (int)loom_prng_below(r, 100);
+  d.b = (int)loom_prng_below(r, d.op == 0 ? 100 : (uint64_t)d.a + 1);
   return d;
 }
 
 static int drawn_id(drawn d) { return d.op * 10000 + d.a * 100 + d.b; }
 
+void loom_corpus_write_answer(int32_t value, char out[4]) {
+  for (int i = 0; i < LOOM_CORPUS_ANSWER_DIGITS; i++, value /= 10)
+    out[i] = (char)('0' + value % 10);
+  out[LOOM_CORPUS_ANSWER_DIGITS] = '\0';
+}
+
+int32_t loom_corpus_read_answer(const char *written) {
+  if (!written || strlen(written) != LOOM_CORPUS_ANSWER_DIGITS) return -1;
+  int32_t v = 0;
+  for (int i = LOOM_CORPUS_ANSWER_DIGITS - 1; i >= 0; i--) {
+    if (written[i] < '0' || written[i] > '9') return -1;
+    v = 10 * v + (written[i] - '0');
+  }
+  return v;
+}
+
 static void to_problem(drawn d, loom_problem *p) {
-  static const char ops[3] = {'+', '-', '*'};
-  int c = d.op == 0 ? d.a + d.b : d.op == 1 ? d.a - d.b : d.a * d.b;
-  snprintf(p->prompt, sizeof p->prompt, "%d%c%d=", d.a, ops[d.op], d.b);
-  snprintf(p->answer, sizeof p->answer, "%d", c);
+  memset(p, 0, sizeof *p);
+  p->op = d.op == 0 ? '+' : '-';
+  p->a = d.a;
+  p->b = d.b;
+  p->value = d.op == 0 ? d.a + d.b : d.a - d.b;
+  snprintf(p->prompt, sizeof p->prompt, "%02d%c%02d=", d.a, p->op, d.b);
+  loom_corpus_write_answer(p->value, p->answer);
 }
 
 void loom_corpus_draw(struct loom_prng *r, loom_problem *out) { to_problem(draw(r), out); }
@@ -60,7 +68,7 @@ loom_status loom_corpus_new(loom_ctx *ctx, uint64_t seed, int32_t n_lines, int32
                             loom_corpus **out) {
   if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "corpus_new: out is NULL");
   *out = NULL;
-  /* a held-out set much smaller than the problem space leaves plenty to train on */
+  /* a held-out set much smaller than the 15050 problems leaves plenty to train on */
   if (n_lines < 1 || n_lines > 10000000 || n_heldout < 0 || n_heldout > 1000)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "corpus: %d lines / %d held-out problems are out of range", n_lines,
@@ -69,8 +77,7 @@ loom_status loom_corpus_new(loom_ctx *ctx, uint64_t seed, int32_t n_lines, int32
   uint8_t *held = loom_calloc(ctx, N_IDS, 1);
   if (!c || !held) goto oom;
   c->heldout = loom_calloc(ctx, (size_t)(n_heldout ? n_heldout : 1), sizeof *c->heldout);
-  /* the longest line is "99+99=198\n" (10 bytes) */
-  c->text = loom_malloc(ctx, (size_t)n_lines * 10 + 1);
+  c->text = loom_malloc(ctx, (size_t)n_lines * LOOM_CORPUS_LINE + 1);
   if (!c->heldout || !c->text) goto oom;
 
   loom_prng r = loom_prng_make(seed, STREAM_HELDOUT);
@@ -80,6 +87,8 @@ loom_status loom_corpus_new(loom_ctx *ctx, uint64_t seed, int32_t n_lines, int32
     held[drawn_id(d)] = 1;
     to_problem(d, &c->heldout[c->n_heldout++]);
   }
+  /* the training lines are drawn from what is left: no held-out problem
+   * is ever seen in training */
   r = loom_prng_make(seed, STREAM_TEXT);
   for (int32_t i = 0; i < n_lines; i++) {
     drawn d;
@@ -88,7 +97,7 @@ loom_status loom_corpus_new(loom_ctx *ctx, uint64_t seed, int32_t n_lines, int32
     while (held[drawn_id(d)]);
     loom_problem p;
     to_problem(d, &p);
-    int n = snprintf((char *)c->text + c->len, 11, "%s%s\n", p.prompt, p.answer);
+    int n = snprintf((char *)c->text + c->len, LOOM_CORPUS_LINE + 1, "%s%s\n", p.prompt, p.answer);
     c->len += (size_t)n;
   }
   free(held);
@@ -103,9 +112,15 @@ oom:
 void loom_corpus_batch(const loom_corpus *c, uint64_t seed, int64_t step, int32_t batch, int32_t t,
                        int64_t *tokens, int64_t *targets) {
   loom_prng r = loom_prng_make(seed ^ ((uint64_t)step * 0xD1B54A32D192ED03ull), STREAM_BATCH);
+  /* Windows start on the newline before a line, as the held-out prompts
+   * do ("\n47+38="): each digit of a problem then sits at the same
+   * positions in every window, which the model learns much sooner than
+   * problems at any offset. A stream too short for that takes any offset. */
+  uint64_t lines = (uint64_t)(c->len - (size_t)t) / LOOM_CORPUS_LINE;
   uint64_t span = (uint64_t)(c->len - (size_t)t);
   for (int32_t b = 0; b < batch; b++) {
-    size_t at = (size_t)loom_prng_below(&r, span);
+    size_t at = lines > 0 ? (size_t)(1 + loom_prng_below(&r, lines)) * LOOM_CORPUS_LINE - 1
+                          : (size_t)loom_prng_below(&r, span);
     for (int32_t i = 0; i < t; i++) {
       tokens[(int64_t)b * t + i] = c->text[at + (size_t)i];
       targets[(int64_t)b * t + i] = c->text[at + (size_t)i + 1];

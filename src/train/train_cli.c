@@ -8,6 +8,7 @@
 #include "parallel/builtin.h"
 #include "runtime/backend.h"
 #include "train/checkpoint.h"
+#include "train/report.h"
 #include "train/trainer.h"
 
 #include <errno.h>
@@ -28,23 +29,31 @@ static const char usage[] =
     "usage: loom train [flags]\n"
     "\n"
     "Trains a small GPT on arithmetic problems that Loom generates from the\n"
-    "seed (\"37+45=82\"), printing the loss as it goes, then a greedy sample\n"
-    "and the exact-match accuracy on held-out problems. The same seed gives\n"
-    "the same losses bit for bit.\n"
+    "seed, sums and differences of two 2-digit numbers with the answer written\n"
+    "ones digit first (\"47+38=580\" is 47 + 38 = 85), printing the loss as it\n"
+    "goes, then a greedy sample, the exact-match accuracy on held-out problems\n"
+    "and what the model learned. The same seed gives the same losses bit for bit.\n"
     "\n"
     "model:\n"
     "  --layers N        transformer blocks (default 2, 1..64)\n"
     "  --d-model N       width (default 128, 1..4096; the MLP is 4x)\n"
     "  --heads N         attention heads, must divide --d-model (default 4)\n"
-    "  --context N       sequence length (default 64, 2..4096)\n"
-    "  --dropout P       attention and residual dropout (default 0.1, [0, 1))\n"
+    "  --arch A          gpt (default: LayerNorm, GELU, learned positions, biases,\n"
+    "                    head tied to the embedding) or llama (RMSNorm, SwiGLU,\n"
+    "                    RoPE, no biases, a head of its own)\n"
+    "  --kv-heads N      key/value heads: grouped-query attention, each shared by\n"
+    "                    --heads / N query heads; must divide --heads\n"
+    "                    (default: --heads)\n"
+    "  --context N       sequence length (default 32, 2..4096)\n"
+    "  --dropout P       attention and residual dropout (default 0, [0, 1))\n"
     "training:\n"
-    "  --batch N         sequences per step (default 16, 1..4096)\n"
-    "  --steps N         steps of the schedule (default 2000)\n"
-    "  --lr X            peak learning rate, warmup then cosine (default 0.002)\n"
+    "  --batch N         sequences per step (default 32, 1..4096)\n"
+    "  --steps N         steps of the schedule (default 3000)\n"
+    "  --lr X            peak learning rate, warmup then cosine (default 0.003)\n"
     "  --seed N          corpus, init, batches and dropout (default 1)\n"
     "  --stop-at K       stop after step K; the schedule still spans --steps\n"
     "  --log-every N     a progress line every N steps (default 100)\n"
+    "  --eval-every N    held-out accuracy every N steps too (default 500; 0: at the end only)\n"
     "running:\n"
     "  --backend B       one of" LOOM_BACKEND_HELP_NAMES " (default " LOOM_BACKEND_DEFAULT ")\n"
     "  --fusion M        how the cpu backend makes code:\n" LOOM_FUSION_MODE_LIST(HELP_MODE, )
@@ -78,7 +87,7 @@ static const char usage[] =
 
 typedef struct cli {
   loom_train_config cfg;
-  int64_t log_every, stop_at;
+  int64_t log_every, eval_every, stop_at;
   const char *save, *load;
   loom_fusion_mode fusion;
   const char *trace;  /* NULL: none; this rank's file (rank_trace) */
@@ -89,6 +98,7 @@ typedef struct cli {
   int32_t rank; /* this process's rank under --plan, else 0 */
   /* which flags were given, so --load knows what to keep */
   bool g_layers, g_dmodel, g_heads, g_context, g_dropout, g_batch, g_steps, g_lr, g_seed;
+  bool g_arch, g_kvheads;
 } cli;
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -161,11 +171,13 @@ static int parse_args(int argc, char **argv, cli *c) {
     INT_FLAG("--layers", 1, 64, c->cfg.model.n_layer, c->g_layers = true)
     INT_FLAG("--d-model", 1, 4096, c->cfg.model.d_model, c->g_dmodel = true)
     INT_FLAG("--heads", 1, 4096, c->cfg.model.n_head, c->g_heads = true)
+    INT_FLAG("--kv-heads", 1, 4096, c->cfg.model.n_kv_head, c->g_kvheads = true)
     INT_FLAG("--context", 2, 4096, c->cfg.model.context, c->g_context = true)
     INT_FLAG("--batch", 1, 4096, c->cfg.batch, c->g_batch = true)
     INT_FLAG("--steps", 1, 1 << 24, c->cfg.steps, c->g_steps = true)
     INT_FLAG("--stop-at", 1, 1 << 24, c->stop_at, (void)0)
     INT_FLAG("--log-every", 1, 1 << 24, c->log_every, (void)0)
+    INT_FLAG("--eval-every", 0, 1 << 24, c->eval_every, (void)0)
     INT_FLAG("--threads", 0, 4096, c->cfg.threads, (void)0)
 #undef INT_FLAG
     if (!strcmp(name, "--seed")) {
@@ -186,6 +198,12 @@ static int parse_args(int argc, char **argv, cli *c) {
         return usage_error("--dropout wants a number in [0, 1), got '%s'", val);
       c->cfg.model.dropout = fv;
       c->g_dropout = true;
+    } else if (!strcmp(name, "--arch")) {
+      loom_gpt_arch arch;
+      if (!loom_gpt_arch_from_name(val, &arch))
+        return usage_error("--arch wants gpt or llama, got '%s'", val);
+      loom_gpt_config_set_arch(&c->cfg.model, arch);
+      c->g_arch = true;
     } else if (!strcmp(name, "--backend")) {
       if (!loom_backend_name_known(val))
         return usage_error("--backend wants one of %s, got '%s'", loom_backend_names(), val);
@@ -222,6 +240,12 @@ static int parse_args(int argc, char **argv, cli *c) {
   loom_gpt_config *m = &c->cfg.model;
   if (m->n_head > m->d_model || m->d_model % m->n_head)
     return usage_error("--heads %d does not divide --d-model %d", m->n_head, m->d_model);
+  if (m->n_kv_head && m->n_head % m->n_kv_head)
+    return usage_error("--kv-heads %d does not divide --heads %d", m->n_kv_head, m->n_head);
+  if (m->position == LOOM_GPT_POS_ROPE && (m->d_model / m->n_head) % 2)
+    return usage_error("--arch llama rotates pairs of a head's dims (RoPE): the head width "
+                       "--d-model / --heads = %d must be even",
+                       m->d_model / m->n_head);
   m->d_ff = 4 * m->d_model;
   if (c->stop_at > c->cfg.steps && !c->load)
     return usage_error("--stop-at %lld is past --steps %lld", (long long)c->stop_at,
@@ -277,6 +301,19 @@ static int merge_checkpoint(const cli *c, loom_train_config *ck) {
   SAME(c->g_heads, n_head, "--heads")
   SAME(c->g_context, context, "--context")
 #undef SAME
+  loom_gpt_arch mine = loom_gpt_config_arch(m), theirs = loom_gpt_config_arch(&ck->model);
+  if (c->g_arch && mine != theirs) {
+    fprintf(stderr,
+            "loom train: --arch %s does not match the checkpoint's architecture (%s); leave "
+            "--arch out to resume it as it was\n",
+            loom_gpt_arch_name(mine), loom_gpt_arch_name(theirs));
+    return EXIT_FAIL;
+  }
+  if (c->g_kvheads && loom_gpt_kv_heads(m) != loom_gpt_kv_heads(&ck->model)) {
+    fprintf(stderr, "loom train: --kv-heads %d does not match the checkpoint's %d\n",
+            (int)loom_gpt_kv_heads(m), (int)loom_gpt_kv_heads(&ck->model));
+    return EXIT_FAIL;
+  }
   if (c->g_dropout) ck->model.dropout = m->dropout;
   if (c->g_batch) ck->batch = c->cfg.batch;
   if (c->g_steps) ck->steps = c->cfg.steps;
@@ -315,10 +352,11 @@ static loom_status check_same_checkpoint(loom_ctx *ctx, loom_comm *comm,
 static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
   const loom_train_config *cfg = loom_trainer_config(t);
   int64_t start = loom_trainer_steps_done(t);
-  printf("loom train: %d layer%s, d_model %d, %d heads, context %d, %lld params; batch %d, "
-         "%lld steps, lr %g, dropout %g, seed %llu, backend %s, %d threads\n",
-         cfg->model.n_layer, cfg->model.n_layer == 1 ? "" : "s", cfg->model.d_model,
-         cfg->model.n_head, cfg->model.context, (long long)loom_trainer_param_count(t), cfg->batch,
+  printf("loom train: %s, %d layer%s, d_model %d, %d heads (%d kv), context %d, %lld params; "
+         "batch %d, %lld steps, lr %g, dropout %g, seed %llu, backend %s, %d threads\n",
+         loom_gpt_arch_name(loom_gpt_config_arch(&cfg->model)), cfg->model.n_layer,
+         cfg->model.n_layer == 1 ? "" : "s", cfg->model.d_model, cfg->model.n_head,
+         (int)loom_gpt_kv_heads(&cfg->model), cfg->model.context, (long long)loom_trainer_param_count(t), cfg->batch,
          (long long)cfg->steps, cfg->lr, cfg->model.dropout, (unsigned long long)cfg->seed,
          cfg->backend, (int)loom_ctx_threads(ctx));
   /* what the step's session is made of, and its memory */
@@ -336,7 +374,10 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
     printf("peak %.2f MiB\n", (double)ss.peak_bytes / (1024.0 * 1024.0));
   }
   loom_trainer_rng_counts rc = loom_trainer_rng_placements(t);
-  if (rc.flash > 0)
+  if (rc.flash > 0 && cfg->model.dropout == 0.0)
+    printf("attention: %d flash op%s; no dropout (--dropout 0)\n", rc.flash,
+           rc.flash == 1 ? "" : "s");
+  else if (rc.flash > 0)
     printf("attention: %d flash op%s; dropout RNG (--rng %s): %d fused, %d overlap, %d "
            "sequential\n",
            rc.flash, rc.flash == 1 ? "" : "s", loom_rng_placement_name(cfg->rng), rc.fused,
@@ -352,7 +393,7 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
            c->plan, (int)loom_trainer_devices(t), loom_trainer_comm_overlap(t) ? "on" : "off");
   if (start > 0) printf("resumed from %s at step %lld\n", c->load, (long long)start);
   fflush(stdout);
-  double t0 = loom_now_s(), t_last = t0;
+  double t0 = loom_now_s(), t_last = t0, eval_s = 0;
   int64_t last_logged = start;
   float loss = NAN, first = NAN;
   int64_t tok_per_step = (int64_t)cfg->batch * cfg->model.context;
@@ -378,30 +419,50 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
       t_last = now;
       last_logged = done;
     }
+    if (c->eval_every > 0 && done % c->eval_every == 0 && done != end) {
+      /* greedy answers only: the training state and its losses are untouched;
+       * its time is left out of the tok/s figures */
+      double e0 = loom_now_s();
+      int32_t ok = 0, total = 0;
+      if (loom_trainer_accuracy(t, &ok, &total)) return fail(ctx, "accuracy");
+      printf("step %6lld/%lld  held-out accuracy %d/%d (%.0f%%)\n", (long long)done,
+             (long long)cfg->steps, ok, total, 100.0 * ok / LOOM_MAX(total, 1));
+      fflush(stdout);
+      double e = loom_now_s() - e0;
+      t_last += e;
+      eval_s += e;
+    }
   }
-  double train_s = loom_now_s() - t0;
+  double train_s = loom_now_s() - t0 - eval_s;
   if (end > start)
-    printf("final loss %.4f (first %.4f) after step %lld: %.1fs, %.0f tok/s\n", (double)loss,
+    printf("final loss %.4f (first %.4f) after step %lld: %.1fs, %.0f tok/s%s\n", (double)loss,
            (double)first, (long long)end, train_s,
-           (double)((end - start) * tok_per_step) / LOOM_MAX(train_s, 1e-9));
+           (double)((end - start) * tok_per_step) / LOOM_MAX(train_s, 1e-9),
+           eval_s > 0 ? " (held-out evaluations not counted)" : "");
   else
     printf("nothing to train: the checkpoint is at step %lld of %lld\n", (long long)start,
            (long long)cfg->steps);
 
+  /* one context's worth: past it the window slides off the line starts the
+   * model was trained on */
+  static const char prompt[] = "\n12+34=";
+  int32_t n_sample = LOOM_MAX(1, LOOM_MIN(64, cfg->model.context - (int32_t)strlen(prompt)));
   char sample[160];
-  if (loom_trainer_generate(t, "\n12+34=", 64, sample, sizeof sample)) return fail(ctx, "sampling");
-  printf("sample (greedy, prompt \"12+34=\"):\n");
-  /* indent each generated line; skip the prompt's leading newline. The
-   * model emits any byte: control bytes are shown escaped. */
+  if (loom_trainer_generate(t, prompt, n_sample, sample, sizeof sample))
+    return fail(ctx, "sampling");
+  printf("sample (greedy, prompt \"12+34=\"; the lines after it are the model's own):\n");
+  /* indent each generated line; skip the prompt's leading newline and a
+   * last line the context cut short. The model emits any byte: control
+   * bytes are shown escaped. */
+  char *last_nl = strrchr(sample + 1, '\n');
+  if (last_nl) last_nl[1] = '\0';
   for (char *p = sample + 1; *p;) {
     char *nl = strchr(p, '\n'), shown[4 * sizeof sample];
     if (nl) *nl = '\0';
     printf("  %s\n", loom_escape(p, shown, sizeof shown));
     p = nl ? nl + 1 : p + strlen(p);
   }
-  int32_t ok = 0, total = 0;
-  if (loom_trainer_accuracy(t, &ok, &total)) return fail(ctx, "accuracy");
-  printf("held-out accuracy: %d/%d (%.1f%%)\n", ok, total, 100.0 * ok / LOOM_MAX(total, 1));
+  if (loom_train_report(t, stdout, NULL)) return fail(ctx, "accuracy");
   if (c->save) {
     if (loom_trainer_sync(t)) return fail(ctx, "gathering the state");
     /* one checkpoint, in the single-device layout, written by rank 0 */
@@ -417,6 +478,7 @@ int loom_train_main(int argc, char **argv) {
   memset(&c, 0, sizeof c);
   loom_train_config_default(&c.cfg);
   c.log_every = 100;
+  c.eval_every = 500;
   c.comm_overlap = true;
   int rc = parse_args(argc, argv, &c);
   if (rc >= 0) return rc;

@@ -107,4 +107,16 @@ loom_status loom_trainer_generate(loom_trainer *t, const char *prompt, int32_t n
  * *correct of *total. */
 loom_status loom_trainer_accuracy(loom_trainer *t, int32_t *correct, int32_t *total);
 
+/* The corpus the trainer made (its held-out problems, for reports). */
+const loom_corpus *loom_trainer_corpus(const loom_trainer *t);
+/* What the model wrote after a held-out prompt, greedily, up to its
+ * newline: the bytes as written (at most 7) and whether it matched. */
+typedef struct loom_heldout_answer {
+  char written[8];
+  bool ended;   /* the model ended the line within 7 bytes */
+  bool correct; /* ended, and written is the problem's answer */
+} loom_heldout_answer;
+/* Fills out[i] for each held-out problem i (loom_trainer_corpus(t)->n_heldout). */
+loom_status loom_trainer_heldout_answers(loom_trainer *t, loom_heldout_answer *out);
+
 #endif

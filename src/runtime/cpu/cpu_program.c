@@ -71,6 +71,7 @@ loom_status loom_cpu_program_describe(loom_ctx *ctx, const loom_graph *g,
                                       char **text) {
   *text = NULL;
   if (what == LOOM_ARTIFACT_PROGRAM) return loom_program_print(ctx, g, &p->prog, text);
+  if (what == LOOM_ARTIFACT_DOT) return loom_program_dot(ctx, g, &p->prog, text);
   loom_strbuf b = {0};
   if (what == LOOM_ARTIFACT_SOURCE) {
     loom_strbuf_put(&b, "%s", p->source ? p->source : "");
