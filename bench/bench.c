@@ -10,6 +10,7 @@
 #include "plot.h"
 #include "cli_args.h"
 #include "core/file.h"
+#include "runtime/backend.h"
 
 #include "rng/philox_fast.h"
 
@@ -65,6 +66,7 @@ static const char usage[] =
     "the composed estimates of Megatron-LM's published weak-scaling runs (GPT\n"
     "1.7B-1T on 32-3072 A100s) next to their published teraFLOP/s per GPU.\n"
     "\n"
+    "  --backend NAME       the backend of the eager and fusion modes (default cpu)\n"
     "  --size small|full    workload sizes (default full: issue 3's sizes)\n"
     "  --json               one JSON object per line (the machine line first,\n"
     "                       but none for rng alone); attention: one line per\n"
@@ -306,8 +308,12 @@ static int parse_args(int argc, char **argv, opts *o) {
       if (r < 0) return usage_error("%s needs a value", a);
       if (!parse_modes(v, o->run.modes))
         return usage_error("--modes takes a comma-separated subset of "
-                           "reference,eager,none,loop,stitch, got '%s'",
-                           v);
+                           "reference,eager,none,loop,stitch, got '%s'", v);
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--backend", &v)) != 0) {
+      if (r < 0) return usage_error("%s needs a value", a);
+      if (!loom_backend_name_known(v))
+        return usage_error("unknown backend '%s' (see 'loom bench --help')", v);
+      o->run.backend = v;
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--fusion", &v)) != 0) {
       /* as on every command that compiles: one mode only */
       if (r < 0) return usage_error("%s needs a value", a);

@@ -213,7 +213,9 @@ static loom_status run_once(wl_state *s, loom_bench_mode m, double *seconds) {
 static bool prepare_mode(wl_state *s, loom_bench_mode m, loom_bench_result *r, int32_t runs) {
   progress(s, "preparing", loom_bench_mode_name(m));
   loom_session_options so =
-      LOOM_SESSION_OPTIONS(.backend = m == LOOM_BENCH_REFERENCE ? "ref" : "cpu",
+      LOOM_SESSION_OPTIONS(.backend = m == LOOM_BENCH_REFERENCE ? "ref"
+                                      : s->o->backend            ? s->o->backend
+                                                                 : "cpu",
                            .fusion = mode_fusion[m]);
   loom_status st = loom_session_new(s->ctx, s->b.g, &so, &s->ses[m]);
   if (!st) st = loom_session_get_stats(s->ses[m], &r->stats);

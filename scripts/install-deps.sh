@@ -2,13 +2,17 @@
 # Installs the Debian packages Loom needs to build and test, if missing.
 # Open MPI (libopenmpi-dev, openmpi-bin) is for the MPI communicator and its
 # tests (src/comm); without it Loom still builds and those tests skip.
+# OpenCL (the ICD loader, headers, PoCL as a CPU device) is for the opencl
+# backend and its tests, CLBlast its GEMMs; they are loaded at run time, and
+# the tests skip without them.
 # Graphviz renders `loom compile --svg/--png`; without it those say so.
 # libonnx-testdata holds the ONNX node tests that tests/cli_onnx_conformance.sh
 # runs (skipped without it).
 # --fuzz adds what `make fuzz` needs: clang and its libFuzzer runtime.
 set -euo pipefail
 
-packages=(cmake make gcc libc6-dev libdnnl-dev libopenmpi-dev openmpi-bin graphviz libonnx-testdata)
+packages=(cmake make gcc libc6-dev libdnnl-dev libopenmpi-dev openmpi-bin graphviz libonnx-testdata
+          ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libclblast1)
 if [ "${1:-}" = "--fuzz" ]; then
   packages+=(clang libclang-rt-dev)
 fi

@@ -13,12 +13,15 @@
 #include "common.h"
 
 #include "codegen/c_codegen.h"
+#include "codegen/gpu_codegen.h"
 #include "ir/dtype.h"
 #include "kernel/interp.h"
 #include "kernel/kmath.h"
 #include "ops/op.h"
 #include "rng/philox.h"
 #include "runtime/jit.h"
+#include "runtime/cuda/nvrtc.h"
+#include "runtime/opencl/ocl.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -166,6 +169,10 @@ static void run_generated(loom_jit_module *m, const loom_kernel *k, bufs *b, int
   free(ws);
 }
 
+static void gpu_check(const loom_kernel *k, const bufs *in, const bufs *ref, bool loose);
+static bool has_libm_op(const loom_kernel *k);
+static void cuda_check(const loom_kernel *k);
+
 /* Runs k on the interpreter and generated with 1, 2, 3 threads on inputs
  * `in`; checks every output bitwise equal. Leaves the generated result of
  * the last run in `in` (outputs). Returns false on a mismatch. */
@@ -177,6 +184,8 @@ static bool check_kernel(const loom_kernel *k, bufs *in, bool print) {
   bufs ref;
   bufs_copy(k, in, &ref);
   CHECK_OK(ctx, loom_kernel_interpret(ctx, k, ref.p));
+  gpu_check(k, in, &ref, has_libm_op(k));
+  cuda_check(k);
   bool ok = true;
   for (int32_t nt = 1; nt <= 3; nt++) {
     bufs got;
@@ -205,6 +214,110 @@ static bool check_kernel(const loom_kernel *k, bufs *in, bool print) {
   bufs_free(&ref);
   loom_jit_free(m);
   return ok;
+}
+
+/* ---- the same kernels on OpenCL (PoCL here), through the GPU renderer ---- */
+
+static int cuda_state; /* 0: not tried; 1: NVRTC present; -1: none (skipped) */
+static int cuda_kernels;
+
+/* The CUDA C of k must compile with NVRTC for sm_90 (no GPU needed),
+ * every launch's function an entry of the PTX. */
+static void cuda_check(const loom_kernel *k) {
+  char ver[32];
+  if (cuda_state == 0) {
+    cuda_state = loom_nvrtc_version(ctx, ver, sizeof ver) == LOOM_STATUS_OK ? 1 : -1;
+    if (cuda_state < 0) printf("test_codegen: CUDA (NVRTC) skipped: %s\n", loom_ctx_error(ctx));
+    else printf("test_codegen: CUDA C compiled with NVRTC %s for sm_90 (no GPU here: not run)\n", ver);
+  }
+  if (cuda_state < 0) return;
+  char *src = NULL, *ptx = NULL;
+  CHECK_OK(ctx, loom_codegen_gpu(ctx, LOOM_GPU_CUDA, k, 1, &src));
+  if (src) CHECK_OK(ctx, loom_nvrtc_compile(ctx, src, 90, &ptx));
+  loom_gpu_launch *l = NULL;
+  int32_t n = 0;
+  int64_t ws = 0;
+  CHECK_OK(ctx, loom_gpu_launches(ctx, k, &l, &n, &ws));
+  for (int32_t i = 0; ptx && i < n; i++) {
+    char entry[96];
+    snprintf(entry, sizeof entry, ".entry %s(", l[i].fn);
+    CHECK(strstr(ptx, entry) != NULL);
+  }
+  cuda_kernels += ptx != NULL;
+  free(l);
+  free(src);
+  free(ptx);
+}
+
+static int gpu_state; /* 0: not tried; 1: device ready; -1: none (skipped) */
+static loom_ocl *gpu_dev;
+static int gpu_kernels, gpu_exact;
+
+/* Runs k through generated OpenCL C on inputs `in`; every output must equal
+ * the interpreter's `ref` bit for bit, but for ops the OpenCL C library
+ * computes in double (log, erf, pow, ...: not correctly rounded there
+ * either, so a last-bit difference after rounding to f32 is allowed when
+ * `loose`). */
+static void gpu_check(const loom_kernel *k, const bufs *in, const bufs *ref, bool loose) {
+  if (gpu_state == 0) {
+    gpu_state = loom_ocl_get(ctx, &gpu_dev) == LOOM_STATUS_OK ? 1 : -1;
+    if (gpu_state < 0) printf("test_codegen: OpenCL skipped: %s\n", loom_ctx_error(ctx));
+    else printf("test_codegen: OpenCL on %s\n", loom_ocl_device_name(gpu_dev));
+  }
+  if (gpu_state < 0) return;
+  char *src = NULL;
+  loom_ocl_module *m = NULL;
+  CHECK_OK(ctx, loom_codegen_gpu(ctx, LOOM_GPU_OPENCL, k, 1, &src));
+  const char *want = getenv("LOOM_TEST_PRINT_GPU");
+  if (src && want && strcmp(want, k->name) == 0) printf("%s\n", src);
+  if (src) CHECK_OK(ctx, loom_ocl_module_build(ctx, gpu_dev, src, &m, NULL));
+  free(src);
+  if (!m) return;
+  bufs got;
+  bufs_copy(k, in, &got);
+  CHECK_OK(ctx, loom_ocl_run(ctx, m, k, got.p));
+  bool exact = true;
+  for (int32_t i = 0; i < k->n_args; i++) {
+    if (!k->args[i].is_output) continue;
+    size_t es = loom_dtype_size(k->args[i].dtype);
+    for (int64_t e = 0; e < k->args[i].numel; e++) {
+      const void *g = (char *)got.p[i] + e * es, *r = (char *)ref->p[i] + e * es;
+      if (memcmp(g, r, es) == 0) continue;
+      exact = false;
+      double gv = loom_load(k->args[i].dtype, got.p[i], e), rv = loom_load(k->args[i].dtype, ref->p[i], e);
+      /* a NaN's sign and payload are not specified by either library */
+      double tol = k->args[i].dtype == LOOM_DTYPE_F32 ? 2.5e-7 : 1e-15;
+      bool ok = (gv != gv && rv != rv) ||
+                (loose && loom_dtype_is_float(k->args[i].dtype) && fabs(gv - rv) <= tol * fabs(rv) + 1e-300);
+      CHECK(ok);
+      if (!ok) {
+        fprintf(stderr, "  OpenCL %s a%d[%lld]: got %.9g want %.9g\n", k->name, i, (long long)e, gv, rv);
+        break;
+      }
+    }
+  }
+  gpu_kernels++;
+  gpu_exact += exact;
+  bufs_free(&got);
+  loom_ocl_module_free(m);
+}
+
+/* True if k has an op whose double form OpenCL's library may round
+ * differently from glibc's. */
+static bool has_libm_op(const loom_kernel *k) {
+  for (int32_t e = 0; e < k->n_exprs; e++) {
+    const loom_kexpr *x = &k->exprs[e];
+    if (x->kind != LOOM_KX_OP) continue;
+    switch (x->op) {
+    case LOOM_OP_LOG: case LOOM_OP_ERF: case LOOM_OP_POW: case LOOM_OP_SIN: case LOOM_OP_COS:
+    case LOOM_OP_RSQRT: return true;
+    case LOOM_OP_SIGMOID: case LOOM_OP_TANH: case LOOM_OP_EXP: /* f32: kmath.h's, exact */
+      if (x->dtype != LOOM_DTYPE_F32 || k->exprs[x->a[0]].dtype != LOOM_DTYPE_F32) return true;
+      break;
+    default: break;
+    }
+  }
+  return false;
 }
 
 static loom_test_rng rng = {42};
@@ -988,5 +1101,9 @@ int main(void) {
   CHECK(cache && dir && strncmp(dir, cache, strlen(cache)) == 0);
   free(dir);
   loom_ctx_free(ctx);
+  if (cuda_state > 0) printf("test_codegen: NVRTC compiled %d kernels' CUDA C\n", cuda_kernels);
+  if (gpu_state > 0)
+    printf("test_codegen: OpenCL ran %d kernels, %d of them bit for bit the interpreter's\n",
+           gpu_kernels, gpu_exact);
   return loom_test_finish("test_codegen");
 }

@@ -32,6 +32,7 @@
 
 #include "ir/graph.h"
 #include "model/gpt.h"
+#include "runtime/backend.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -54,8 +55,22 @@ static const mode modes[] = {
     {"cpu", LOOM_FUSION_NONE},
     {"cpu", LOOM_FUSION_LOOP},
     {"cpu", LOOM_FUSION_STITCH},
+    {"opencl", LOOM_FUSION_STITCH}, /* where a device is present */
 };
-enum { N_MODES = 4, M_LOOP = 2, M_STITCH = 3 };
+enum { N_MODES = 5, M_LOOP = 2, M_STITCH = 3 };
+
+/* True if mode m's backend can be created here (opencl: a device). */
+static bool mode_present(loom_ctx *ctx, const mode *m) {
+  static int opencl = 0; /* 0: not asked; 1 present; -1 absent */
+  if (strcmp(m->backend, "opencl") != 0) return true;
+  if (opencl == 0) {
+    loom_backend *b = NULL;
+    opencl = loom_backend_new(ctx, "opencl", &b) == LOOM_STATUS_OK ? 1 : -1;
+    if (opencl < 0) printf("test_models: backend opencl skipped: %s\n", loom_ctx_error(ctx));
+    loom_backend_free(b);
+  }
+  return opencl > 0;
+}
 
 /* ---- graph building helpers (public API, checked) ------------------------ */
 
@@ -323,14 +338,16 @@ static void check_model(loom_ctx *ctx, const char *name, const loom_graph *g, lo
   if (!ref) return;
   for (int m = 0; m < N_MODES; m++) {
     memset(&stats[m], 0, sizeof stats[m]);
+    if (!mode_present(ctx, &modes[m])) continue;
     loom_tensor **got = run(ctx, g, &modes[m], in, 0, &stats[m]);
     CHECK(got != NULL);
     if (!got) continue;
     const char *worst_name = "-";
     double err = 0, frac = compare(g, ref, got, bases, &worst_name, &err);
-    printf("%-10s %-6s kernels %4d  GEMMs %3d  eager %4d  peak %8lld B  compile %5.2fs%s  "
+    printf("%-10s %-6s %-6s kernels %4d  GEMMs %3d  eager %4d  peak %8lld B  compile %5.2fs%s  "
            "error %.2g (%s, %.0f%% of tol)\n",
-           name, loom_fusion_mode_name(modes[m].fusion), stats[m].n_kernels, stats[m].n_gemm,
+           name, modes[m].backend, loom_fusion_mode_name(modes[m].fusion), stats[m].n_kernels,
+           stats[m].n_gemm,
            stats[m].n_eager,
            (long long)stats[m].peak_bytes, stats[m].compile_seconds,
            stats[m].cache_hit ? " (hit)" : "", err, worst_name, 100 * frac);

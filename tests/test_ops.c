@@ -491,12 +491,34 @@ typedef struct mode {
   loom_fusion_mode fusion;
 } mode;
 
+/* Every backend that compiles, in each of its modes; a backend whose
+ * device is absent (opencl without a driver) is skipped with a message. */
 static const mode modes[] = {
     {"cpu", LOOM_FUSION_EAGER},
     {"cpu", LOOM_FUSION_NONE},
     {"cpu", LOOM_FUSION_LOOP},
     {"cpu", LOOM_FUSION_STITCH},
+    {"opencl", LOOM_FUSION_NONE}, /* (loop lies between these two) */
+    {"opencl", LOOM_FUSION_STITCH},
 };
+
+/* True if mode m's backend can be created here (asked once per name). */
+static bool mode_present(loom_ctx *ctx, const mode *m) {
+  static const char *asked[8];
+  static bool present[8];
+  static int n_asked;
+  for (int i = 0; i < n_asked; i++)
+    if (strcmp(asked[i], m->backend) == 0) return present[i];
+  loom_backend *b = NULL;
+  bool ok = loom_backend_new(ctx, m->backend, &b) == LOOM_STATUS_OK;
+  if (!ok) printf("test_ops: backend %s skipped: %s\n", m->backend, loom_ctx_error(ctx));
+  loom_backend_free(b);
+  if (n_asked < 8) {
+    asked[n_asked] = m->backend;
+    present[n_asked++] = ok;
+  }
+  return ok;
+}
 
 /* Graph of cases [first, first + n); NULL on failure (message printed). */
 static loom_graph *build_graph(loom_ctx *ctx, int32_t first, int32_t n) {
@@ -660,6 +682,7 @@ static void check_batch(loom_ctx *ctx, int32_t first, int32_t n, loom_test_rng *
   const mode ref_mode = {"ref", LOOM_FUSION_STITCH}; /* ref ignores the fusion mode */
   CHECK(run_graph(ctx, first, n, &ref_mode, inputs, ref, 0));
   for (int32_t m = 0; m < LOOM_ARRAY_LEN(modes); m++) {
+    if (!mode_present(ctx, &modes[m])) continue;
     bool ok = run_graph(ctx, first, n, &modes[m], inputs, got, 0);
     if (!ok && n > 1) {
       /* find the case(s) that broke the batch */
@@ -678,7 +701,9 @@ static void check_batch(loom_ctx *ctx, int32_t first, int32_t n, loom_test_rng *
       else
         on_cpu[m]++;
     }
-    if (ok && (modes[m].fusion == LOOM_FUSION_STITCH || modes[m].fusion == LOOM_FUSION_EAGER))
+    /* (a GPU backend's results do not depend on host threads) */
+    if (ok && strcmp(modes[m].backend, "cpu") == 0 &&
+        (modes[m].fusion == LOOM_FUSION_STITCH || modes[m].fusion == LOOM_FUSION_EAGER))
       check_threads(ctx, first, n, &modes[m], inputs, got, alt);
     for (int32_t k = 0; k < n; k++) {
       loom_tensor_free(got[k]);
@@ -740,7 +765,7 @@ int main(void) {
   printf("op harness: %d cases x %d modes against ref, %d batches, %.1fs\n", n_cases,
          LOOM_ARRAY_LEN(modes), batches, now_s() - t0);
   for (int32_t m = 0; m < LOOM_ARRAY_LEN(modes); m++)
-    printf("  cpu %-6s: %d cases on cpu kernels, %d fallbacks to ref\n",
+    printf("  %-6s %-6s: %d cases on its kernels, %d fallbacks to ref\n", modes[m].backend,
            loom_fusion_mode_name(modes[m].fusion),
            on_cpu[m], on_ref[m]);
   for (int32_t fused = 0; fused < 2; fused++) {

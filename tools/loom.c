@@ -20,6 +20,8 @@
 #include "ir/text_ir.h"
 #include "ops/op.h"
 #include "runtime/backend.h"
+#include "runtime/cuda/nvrtc.h"
+#include "runtime/opencl/ocl.h"
 #include "train/train_cli.h"
 
 #include "bench.h"
@@ -54,6 +56,7 @@ static const char usage_main[] =
     "  ops                  print the op table (a Markdown table)\n"
     "  plan MODEL [flags]   lower a parallel plan, print each device's program\n"
     "  cluster FILE         check and print a cluster description (or --this-machine)\n"
+    "  devices              list the backends and the devices present\n"
     "  onnx-test DIR        run the ONNX node tests in DIR (run, show, compile\n"
     "                       and bench also take a .onnx model: docs/ONNX.md)\n"
     "  help [COMMAND]       print help for loom or for one command\n"
@@ -84,7 +87,7 @@ static const char usage_run[] =
     "  -h, --help           print this help\n";
 
 static const char usage_compile[] =
-    "usage: loom compile FILE [--fusion MODE] [--emit c|kernels|program]\n"
+    "usage: loom compile FILE [--backend NAME] [--fusion MODE] [--emit c|kernels|program]\n"
     "                    [--dump-after decompose|fuse|lower] [--threads N]\n"
     "                    [--dot OUT.dot] [--svg OUT.svg] [--png OUT.png] [--force]\n"
     "\n"
@@ -98,6 +101,8 @@ static const char usage_compile[] =
     "\n"
     "  --fusion MODE        how the cpu backend makes code:\n"
     LOOM_FUSION_MODE_LIST(HELP_MODE, )
+    "  --backend NAME       one of" LOOM_BACKEND_HELP_NAMES " (default " LOOM_BACKEND_DEFAULT ");\n"
+    "                       --emit c prints its source (opencl: OpenCL C)\n"
     "  --emit WHAT          c: the generated C source; kernels: the kernel IR;\n"
     "                       program: the fused program's steps\n"
     "  --dump-after PASS    decompose: the text IR after decomposition;\n"
@@ -724,7 +729,7 @@ static loom_status write_pictures(loom_ctx *ctx, const loom_session *s, const co
 }
 
 static int cmd_compile(int argc, char **argv) {
-  const char *file = NULL, *emit = NULL, *dump = NULL;
+  const char *file = NULL, *emit = NULL, *dump = NULL, *backend = LOOM_BACKEND_DEFAULT;
   loom_fusion_mode fusion = LOOM_FUSION_STITCH;
   compile_pictures pics = {0};
   long threads = 0;
@@ -745,6 +750,11 @@ static int cmd_compile(int argc, char **argv) {
       if (strcmp(v, "c") && strcmp(v, "kernels") && strcmp(v, "program"))
         return usage_error(usage_compile, "--emit wants c, kernels or program, got '%s'", v);
       emit = v;
+    } else if ((m = loom_cli_flag_value(argc, argv, &i, "--backend", &v)) != 0) {
+      if (m < 0) return usage_error(usage_compile, "%s needs a value", a);
+      if (!loom_backend_name_known(v))
+        return usage_error(usage_compile, "unknown backend '%s' (%s)", v, loom_backend_names());
+      backend = v;
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--dump-after", &v)) != 0) {
       if (m < 0) return usage_error(usage_compile, "%s needs a value", a);
       if (strcmp(v, "decompose") && strcmp(v, "fuse") && strcmp(v, "lower"))
@@ -796,7 +806,7 @@ static int cmd_compile(int argc, char **argv) {
   loom_session *s = NULL;
   char *text = NULL;
   int rc = 1;
-  loom_session_options opts = LOOM_SESSION_OPTIONS(.fusion = fusion) /* the default backend */;
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = backend, .fusion = fusion);
   if (check_pictures(ctx, &pics) != LOOM_STATUS_OK ||
       loom_ctx_set_threads(ctx, (int32_t)threads) != LOOM_STATUS_OK ||
       loom_graph_load(ctx, file, &g) != LOOM_STATUS_OK ||
@@ -860,6 +870,55 @@ done:
 /* ---- loom bench ---------------------------------------------------------------- */
 
 static int cmd_bench(int argc, char **argv) { return loom_bench_main(argc, argv); }
+
+/* ---- loom devices -------------------------------------------------------------- */
+
+/* Every registered backend (created, or why not), the OpenCL devices and
+ * NVRTC. */
+static int cmd_devices(int argc, char **argv) {
+  if (argc > 1) {
+    if (is_help(argv[1])) {
+      fputs("usage: loom devices\n\nLists every backend with its device (or why it is "
+            "unavailable),\nthe OpenCL devices present and whether NVRTC compiles CUDA C.\n",
+            stdout);
+      return 0;
+    }
+    return usage_error(usage_main, "unexpected argument '%s' for 'devices'", argv[1]);
+  }
+  loom_ctx *ctx = NULL;
+  if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) return 1;
+  printf("backends:\n");
+  const char *names = loom_backend_names();
+  while (*names) {
+    size_t n = strcspn(names, ",");
+    char name[32];
+    snprintf(name, sizeof name, "%.*s", (int)n, names);
+    names += n;
+    names += strspn(names, ", ");
+    loom_backend *b = NULL;
+    if (loom_backend_new(ctx, name, &b) == LOOM_STATUS_OK) {
+      char dev[256] = "host CPU";
+      if (b->iface->device) b->iface->device(b->context, dev, sizeof dev);
+      printf("  %-8s %s\n", name, dev);
+    } else {
+      printf("  %-8s unavailable: %s\n", name, loom_ctx_error(ctx));
+    }
+    loom_backend_free(b);
+  }
+  char *text = NULL;
+  if (loom_ocl_list_devices(ctx, &text) == LOOM_STATUS_OK)
+    printf("OpenCL devices:\n%s", text[0] ? text : "  (none)\n");
+  else
+    printf("OpenCL: %s\n", loom_ctx_error(ctx));
+  free(text);
+  char ver[32];
+  if (loom_nvrtc_version(ctx, ver, sizeof ver) == LOOM_STATUS_OK)
+    printf("CUDA: NVRTC %s compiles Loom's generated CUDA C (no CUDA backend yet)\n", ver);
+  else
+    printf("CUDA: %s\n", loom_ctx_error(ctx));
+  loom_ctx_free(ctx);
+  return 0;
+}
 
 /* ---- main ------------------------------------------------------------------- */
 
@@ -934,6 +993,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "ops") == 0) return cmd_ops(argc - 1, argv + 1);
   if (strcmp(cmd, "plan") == 0) return loom_cli_plan_main(argc - 1, argv + 1);
   if (strcmp(cmd, "cluster") == 0) return loom_cli_cluster_main(argc - 1, argv + 1);
+  if (strcmp(cmd, "devices") == 0) return cmd_devices(argc - 1, argv + 1);
   if (strcmp(cmd, "help") == 0) return cmd_help(argc - 1, argv + 1);
   if (cmd[0] == '-')
     return usage_error(usage_main, "unknown option '%s'", cmd);

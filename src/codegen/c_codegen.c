@@ -70,7 +70,7 @@ static void check_pflat(void *u, const loom_kmap *m) {
   if (!loom_cg_p_flat(m, cp->part, &s)) cp->need_pidx = true;
 }
 
-static void analyze_part(cg_part *cp) {
+void loom_cg_analyze_part(cg_part *cp) {
   const loom_kernel *k = cp->k;
   const loom_kpart *part = cp->part;
   cg_loops *lp = &cp->loops;
@@ -117,7 +117,7 @@ static void analyze_part(cg_part *cp) {
 /* ---- parts and kernels ------------------------------------------------------ */
 
 /* Index (kernel order) of the first COL_REDUCE of stage s of part pi. */
-static int32_t col_index(const loom_kernel *k, int32_t pi, int32_t s) {
+int32_t loom_cg_col_index(const loom_kernel *k, int32_t pi, int32_t s) {
   int32_t c = 0;
   for (int32_t q = 0; q <= pi; q++)
     for (int32_t t = 0; t < k->parts[q].n_stages && (q < pi || t < s); t++)
@@ -218,7 +218,7 @@ static loom_status emit_part(loom_ctx *ctx, cg_buf *b, cg_part *cp, const loom_k
   int64_t stride = loom_kpart_scratch_stride(part);
   for (int32_t s = 0; s < part->n_scratch; s++)
     line(b, "float *restrict s%d = scratch + %lld;", s, (long long)(s * stride));
-  int32_t col = col_index(k, cp->index, 0);
+  int32_t col = loom_cg_col_index(k, cp->index, 0);
   for (int32_t s = 0; s < part->n_stages; s++)
     for (int32_t o = 0; o < part->stages[s].n_out; o++) {
       const loom_kout *ko = &part->stages[s].out[o];
@@ -241,7 +241,7 @@ static loom_status emit_part(loom_ctx *ctx, cg_buf *b, cg_part *cp, const loom_k
   }
   for (int32_t r = 0; r < part->n_regs; r++) line(b, "%s reg%d;", loom_cg_ctype(cp->reg_dt[r]), r);
   for (int32_t s = 0; s < part->n_stages; s++)
-    LOOM_TRY(loom_cg_emit_stage(ctx, b, cp, s, need, col_index(k, cp->index, s)));
+    LOOM_TRY(loom_cg_emit_stage(ctx, b, cp, s, need, loom_cg_col_index(k, cp->index, s)));
   b->indent--;
   line(b, "}");
   b->indent--;
@@ -302,7 +302,7 @@ static void emit_combines(cg_buf *b, const loom_kernel *k, const loom_kworkspace
 /* A kernel name becomes an exported C symbol (and NAME_partN): it must be
  * an identifier that cannot collide with the helpers (lm_*) or the C
  * library's reserved names (_*). Fusion names kernels loom_k<N>_... */
-static bool name_ok(const char *s) {
+bool loom_cg_name_ok(const char *s) {
   size_t n = strnlen(s, sizeof ((loom_kernel *)0)->name);
   if (n == 0 || n >= sizeof ((loom_kernel *)0)->name - 8) return false;
   if (s[0] == '_' || strncmp(s, "lm_", 3) == 0 || (s[0] >= '0' && s[0] <= '9')) return false;
@@ -315,7 +315,7 @@ static bool name_ok(const char *s) {
 }
 
 static loom_status emit_kernel(loom_ctx *ctx, cg_buf *b, const loom_kernel *k) {
-  if (!name_ok(k->name))
+  if (!loom_cg_name_ok(k->name))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "kernel name '%.47s' is not a C identifier of at most 39 characters "
                       "(not starting with '_' or 'lm_')",
@@ -356,7 +356,7 @@ static loom_status emit_kernel(loom_ctx *ctx, cg_buf *b, const loom_kernel *k) {
   for (int32_t pi = 0; st == LOOM_STATUS_OK && pi < k->n_parts; pi++) {
     cg_part cp = {.k = k, .part = &k->parts[pi], .index = pi, .reach = reach, .level = level,
                   .reg_dt = reg_dt};
-    analyze_part(&cp);
+    loom_cg_analyze_part(&cp);
     st = emit_part(ctx, b, &cp, &ws, need, used);
   }
   if (st == LOOM_STATUS_OK) {

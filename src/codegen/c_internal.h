@@ -152,6 +152,16 @@ const char *loom_cg_ident(loom_op combine, bool dbl);
  * reduction lanes, kernel.h). */
 void loom_cg_put_combine(cg_buf *b, loom_op combine, const char *acc, const char *v, bool dbl);
 
+/* ---- parts and kernels (c_codegen.c), shared with the GPU renderer ------- */
+
+/* Fills cp's loops, need_pidx, level and reg_dt (cp->k, part, reach,
+ * level and reg_dt set by the caller; reach and level: n_exprs + 1). */
+void loom_cg_analyze_part(cg_part *cp);
+/* True if a kernel name is an identifier the generated code can export. */
+bool loom_cg_name_ok(const char *s);
+/* Index (kernel order) of the first COL_REDUCE of stage s of part pi. */
+int32_t loom_cg_col_index(const loom_kernel *k, int32_t pi, int32_t s);
+
 /* ---- stages (c_stage.c) ---------------------------------------------------- */
 
 /* Stage s of part cp: row bases, hoisted row-level exprs, the loop nest

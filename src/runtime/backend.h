@@ -87,6 +87,9 @@ typedef struct loom_backend_iface {
    * and the reference kernel otherwise. */
   loom_status (*graph_compute)(void *bctx, loom_ctx *ctx, const loom_graph *g, void *handle,
                                loom_view *values);
+  /* Optional: the device the backend runs on, for `loom devices` (NULL:
+   * the host CPU). */
+  void (*device)(void *bctx, char *out, size_t n);
 } loom_backend_iface;
 
 typedef struct loom_backend {
@@ -100,7 +103,7 @@ typedef struct loom_backend {
  * loom_NAME_backend_init (declared from this list in runtime/session.h);
  * adding one is that folder and one entry here.
  */
-#define LOOM_BACKEND_LIST(X) X(ref) X(cpu)
+#define LOOM_BACKEND_LIST(X) X(ref) X(cpu) X(opencl)
 /* The backend a session gets when its options name none. */
 #define LOOM_BACKEND_DEFAULT "cpu"
 /* " ref cpu": the registered names as one string literal, for --help. */

@@ -87,6 +87,11 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
                                      const loom_cpu_kernel *kernels, loom_prepared *out,
                                      loom_cpu_program **prog);
 void loom_cpu_program_free(loom_cpu_program *p);
+/* The memory plan over a fused program's steps (join: as
+ * loom_cpu_overlap_schedule's, or NULL); also the opencl backend's. */
+loom_status loom_program_plan_steps(loom_ctx *ctx, const loom_graph *g,
+                                    const struct loom_program *prog, const int32_t *join,
+                                    loom_memplan *plan);
 /* Runs the program's steps over values (as the session planned them). */
 loom_status loom_cpu_program_run(loom_cpu_program *p, const loom_cpu *c, const loom_graph *g,
                                  loom_view *values);

@@ -102,8 +102,8 @@ bool loom_cpu_program_is_eager(const loom_cpu_program *p) { return !p || p->eage
  * GEMM with an epilogue both (the product is an output of the step, so
  * nothing the epilogue writes shares its memory). An async step (join[s]
  * > s) keeps its values until it is joined (loom_cpu_program_run). */
-static loom_status plan_steps(loom_ctx *ctx, const loom_graph *g, const loom_program *prog,
-                              const int32_t *join, loom_memplan *plan) {
+loom_status loom_program_plan_steps(loom_ctx *ctx, const loom_graph *g, const loom_program *prog,
+                                     const int32_t *join, loom_memplan *plan) {
   int32_t ns = prog->n_steps, total = 0;
   for (int32_t s = 0; s < ns; s++) {
     const loom_step *st = &prog->steps[s];
@@ -161,7 +161,7 @@ static loom_status plan_steps(loom_ctx *ctx, const loom_graph *g, const loom_pro
   free(steps);
   free(ids);
   if (st)
-    loom_error_prefix(ctx, "cpu backend: memory plan of the %s program",
+    loom_error_prefix(ctx, "memory plan of the %s program",
                       loom_fusion_mode_name(prog->mode));
   return st;
 }
@@ -292,7 +292,7 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
       out->stats.n_fallback += ps->kind != LOOM_STEP_KERNEL && ps->epilogue_rows <= 0 &&
                                !kernels[ps->node];
     }
-    st = plan_steps(ctx, g, prog, p->join, &out->plan);
+    st = loom_program_plan_steps(ctx, g, prog, p->join, &out->plan);
   }
   if (st) goto fail;
   out->stats.n_memory_ops = prog->n_memory_ops;

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The GPU side of the command line: `loom devices`, `loom compile
+# --backend opencl --emit c` (OpenCL C from the GPU renderer) and `loom run
+# --backend opencl` on tests/data/cli/mlp.loom, its outputs byte for byte
+# the independently computed .npy files. Without an OpenCL device the
+# opencl checks become the message saying why (and still pass).
+#
+# usage: bash tests/cli_gpu.sh PATH/TO/loom PATH/TO/tests/data
+set -u
+
+LOOM=${1:?usage: cli_gpu.sh LOOM DATA_DIR}
+DATA=${2:?usage: cli_gpu.sh LOOM DATA_DIR}/cli
+DATA=$(cd "$DATA" && pwd) || exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cli_harness.sh"
+
+inputs=(--input "x=$DATA/x.npy" --input "w1=$DATA/w1.npy"
+        --input "b1=$DATA/b1.npy" --input "w2=$DATA/w2.npy"
+        --input "b2=$DATA/b2.npy")
+
+run devices
+expect "devices" 0 "backends:*ref *host CPU*cpu *host CPU*opencl *OpenCL:*CUDA*"
+run devices extra
+expect "devices: extra argument" 2 "" "*unexpected argument 'extra'*"
+run compile "$DATA/mlp.loom" --backend gpu
+expect "compile: unknown backend" 2 "" "*unknown backend 'gpu'*"
+
+if [[ $out == *"opencl   unavailable"* ]] || ! "$LOOM" devices | grep -q "^  opencl   OpenCL:"; then
+  echo "cli_gpu: opencl checks skipped: $("$LOOM" devices | grep '^  opencl')"
+else
+  run compile "$DATA/mlp.loom" --backend opencl --emit c
+  expect "compile --backend opencl --emit c" 0 "*__kernel*get_local_id(0)*__local float lm_red*barrier(*" "*kernels*"
+  run run "$DATA/mlp.loom" "${inputs[@]}" --out "$tmp/ocl" --backend opencl
+  expect "run --backend opencl" 0 "*logits: f32[2, 3]*-5.5, 6.25, 0.75*positive: bool[2, 3]*total: f32[]*-0.125*"
+  for name in logits positive total; do
+    same_bytes "run --backend opencl: $name" "$tmp/ocl/$name.npy" "$DATA/expected_$name.npy"
+  done
+  run run "$DATA/mlp.loom" "${inputs[@]}" --out "$tmp/ocl_none" --backend opencl --fusion none
+  expect "run --backend opencl --fusion none" 0 "*logits*"
+  same_bytes "run --backend opencl --fusion none: logits" "$tmp/ocl_none/logits.npy" "$DATA/expected_logits.npy"
+fi
+
+finish cli_gpu
