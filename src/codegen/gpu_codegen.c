@@ -125,9 +125,9 @@ static void put_temps(cg_buf *b, const gpu_dialect *d, const loom_kernel *k,
 
 /* const int64_t <pre>0.. = the loop indices of flat r index `flat`. */
 static void put_unflatten(cg_buf *b, const cg_loops *lp, const char *flat, const char *pre,
-                          char names[][8], cg_site *si) {
+                          char names[][16], cg_site *si) {
   for (int32_t d = 0; d < lp->n; d++) {
-    snprintf(names[d], 8, "%s%d", pre, d);
+    snprintf(names[d], sizeof names[d], "%s%d", pre, d);
     si->idx[d] = names[d];
   }
   if (lp->n == 1) {
@@ -238,7 +238,7 @@ static void put_chunk_reduce(cg_buf *b, const gpu_dialect *d, const cg_site *si0
     line(b, "if (lm_lid == 0) for (int j = 0; j < %d && c0 + j < %s; j++) {", L, n);
     b->indent++;
     cg_site si = *si0;
-    char names[LOOM_MAX_RANK][8];
+    char names[LOOM_MAX_RANK][16];
     line(b, "const int64_t lm_q = c0 + j;");
     put_unflatten(b, &cp->loops, "lm_q", "q", names, &si);
     for (int32_t o = 0; o < st->n_out; o++) {
@@ -306,7 +306,7 @@ static loom_status put_stage(loom_ctx *ctx, cg_buf *b, const gpu_dialect *d, con
   int64_t n = loom_kpart_row_len(cp->part);
   char nn[32];
   snprintf(nn, sizeof nn, "(int64_t)%lld", (long long)n);
-  char names[LOOM_MAX_RANK][8];
+  char names[LOOM_MAX_RANK][16];
   si.flat = "r";
   if (n_rr == 0 && n_cr == 0) {
     line(b, "for (int64_t r = lm_lid; r < %s; r += %d) {", nn, L);
