@@ -269,6 +269,8 @@ static const loom_bench_workload workloads[] = {
      loom_bench_build_bert, NULL},
     {"gpt2_block", "GPT-2-small block forward + backward (pre-LN, causal, GELU tanh, dropout 0.1)",
      "inputs+outputs", false, loom_bench_build_gpt2, NULL},
+    {"train_step", "the main job's training step: loom train's default GPT, forward + backward + AdamW",
+     "inputs+outputs", false, loom_bench_build_train_step, NULL},
 };
 
 const loom_bench_workload *loom_bench_workloads(int32_t *n) {

@@ -54,6 +54,10 @@ loom_status loom_bench_build_bert(loom_ctx *ctx, const loom_bench_workload *self
 loom_status loom_bench_build_gpt2(loom_ctx *ctx, const loom_bench_workload *self, bool small,
                                   loom_bench_graph *b);
 
+/* The training step of `loom train` with its defaults (wl_train.c); --size
+ * small: batch 8. */
+loom_status loom_bench_build_train_step(loom_ctx *ctx, const loom_bench_workload *self, bool small,
+                                        loom_bench_graph *b);
 /* One pre-LN GPT block's forward for `loom bench attention` (wl_model.c):
  * batch 1, seq tokens, heads heads of head_dim (d_model = heads *
  * head_dim, MLP 4 d_model), causal attention with dropout p on the

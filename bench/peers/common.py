@@ -11,6 +11,7 @@ import time
 WORKLOADS = [
     "layernorm_fwd", "layernorm_bwd", "softmax_fwd", "softmax_bwd", "bias_gelu",
     "bias_dropout_residual_ln", "cross_entropy", "adamw", "bert_layer", "gpt2_block",
+    "train_step",
 ]
 MEMORY_BOUND = set(WORKLOADS[:8])
 
@@ -36,6 +37,15 @@ def model_cfg(name, small):
     if small:
         return (2, 32, 128, 4, 512)
     return (8, 128, 768, 12, 3072) if name == "bert_layer" else (4, 256, 768, 12, 3072)
+
+
+def train_cfg(small):
+    """The main job's step (`loom train`'s defaults, src/train/trainer.c):
+    (batch, context, vocab, layers, d_model, heads, d_ff, lr, betas, eps,
+    weight decay). Tied head, pre-LN, GELU tanh, learned positions, no
+    dropout; weight decay on the 2-d parameters only."""
+    return dict(batch=8 if small else 32, context=32, vocab=256, layers=2, d=128, heads=4,
+                ff=512, lr=3e-3, betas=(0.9, 0.95), eps=1e-8, wd=0.1)
 
 
 def numel(shape):
@@ -69,6 +79,10 @@ def shape_str(name, small):
         return "P=%d in %d tensors" % (sum(numel(s) for s in shapes), len(shapes))
     if name in ("bert_layer", "gpt2_block"):
         return "b%d s%d h%d nh%d ff%d" % model_cfg(name, small)
+    if name == "train_step":
+        c = train_cfg(small)
+        return "b%d t%d d%d L%d: %d tokens" % (c["batch"], c["context"], c["d"], c["layers"],
+                                               c["batch"] * c["context"])
     return "[%d, %d]" % rows_cols(small)
 
 

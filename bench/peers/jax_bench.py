@@ -71,6 +71,48 @@ def nbytes(tree):
     return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree))
 
 
+def train_step(small):
+    """One step of the main job (src/model/gpt.c, `loom train`'s defaults):
+    forward, cross-entropy, gradients and AdamW in one jitted function."""
+    c = C.train_cfg(small)
+    d, v, t, bsz = c["d"], c["vocab"], c["context"], c["batch"]
+    params = {"wte": rand((v, d), 1, 0.02), "wpe": rand((t, d), 2, 0.02),
+              "lnf_g": jnp.ones(d), "lnf_b": jnp.zeros(d),
+              "blocks": [block_params(d, c["ff"]) for _ in range(c["layers"])]}
+    tokens = jax.random.randint(jax.random.PRNGKey(3), (bsz, t), 0, v)
+    targets = jax.random.randint(jax.random.PRNGKey(4), (bsz, t), 0, v)
+    b1, b2 = c["betas"]
+
+    def loss_fn(ps):
+        x = ps["wte"][tokens] + ps["wpe"][None, :, :]
+        for w in ps["blocks"]:
+            a = mha(layer_norm(x, w["ln1_g"], w["ln1_b"]) @ w["qkv_w"] + w["qkv_b"], bsz, t, d,
+                    c["heads"], True)
+            x = x + a @ w["proj_w"] + w["proj_b"]
+            m = gelu(layer_norm(x, w["ln2_g"], w["ln2_b"]) @ w["fc_w"] + w["fc_b"], True)
+            x = x + m @ w["out_w"] + w["out_b"]
+        logits = layer_norm(x, ps["lnf_g"], ps["lnf_b"]) @ ps["wte"].T
+        lse = jax.nn.logsumexp(logits, -1)
+        return (lse - jnp.take_along_axis(logits, targets[..., None], -1)[..., 0]).mean()
+
+    def step(ps, ms, vs, k):
+        loss, gs = jax.value_and_grad(loss_fn)(ps)
+
+        def upd(p, g, m, v_):
+            wd = c["wd"] if p.ndim == 2 else 0.0
+            m = b1 * m + (1 - b1) * g
+            v_ = b2 * v_ + (1 - b2) * g * g
+            u = (m / (1 - b1 ** k)) / (jnp.sqrt(v_ / (1 - b2 ** k)) + c["eps"]) + wd * p
+            return p - c["lr"] * u, m, v_
+        out = jax.tree_util.tree_map(upd, ps, gs, ms, vs)
+        pick = lambda i: jax.tree_util.tree_map(lambda o: o[i], out,  # noqa: E731
+                                                is_leaf=lambda o: isinstance(o, tuple))
+        return loss, pick(0), pick(1), pick(2)
+    f = jax.jit(step)
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+    return (lambda: jax.block_until_ready(f(params, zeros, zeros, 10.0))), None, None
+
+
 def build(name, small):
     """(fn, io_bytes, gemm_flops): fn() runs the workload once and waits."""
     r, c = C.rows_cols(small)
@@ -128,6 +170,8 @@ def build(name, small):
             return out
         f = jax.jit(step)
         return (lambda: wait(f(ps, gs, ms, vs, 10.0))), None, None
+    if name == "train_step":
+        return train_step(small)
     bsz, s, h, nh, ff = C.model_cfg(name, small)
     x, w = rand((bsz, s, h), 1), block_params(h, ff)
     if name == "bert_layer":

@@ -54,6 +54,55 @@ class GPT2Block(torch.nn.Module):
         return x + F.dropout(m, self.p)
 
 
+class GPT(torch.nn.Module):
+    """The main job's model (src/model/gpt.c): learned positions, pre-LN
+    blocks without dropout, a final LayerNorm, the head tied to wte."""
+
+    def __init__(self, c):
+        super().__init__()
+        d = c["d"]
+        self.wte = torch.nn.Embedding(c["vocab"], d)
+        self.wpe = torch.nn.Embedding(c["context"], d)
+        self.blocks = torch.nn.ModuleList(GPT2Block(d, c["heads"], c["ff"], 0.0)
+                                          for _ in range(c["layers"]))
+        self.lnf = torch.nn.LayerNorm(d, eps=LN_EPS)
+        for p in self.parameters():
+            if p.dim() == 2:
+                torch.nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, tokens, targets):
+        x = self.wte(tokens) + self.wpe(torch.arange(tokens.shape[1]))
+        for b in self.blocks:
+            x = b(x)
+        logits = self.lnf(x) @ self.wte.weight.t()
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def train_step(small, compiled):
+    """One step of the main job: zero_grad, forward, backward, AdamW."""
+    c = C.train_cfg(small)
+    model = GPT(c).train()
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    other = [p for p in model.parameters() if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": c["wd"]},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=c["lr"], betas=c["betas"], eps=c["eps"], foreach=True)
+    g = torch.Generator().manual_seed(7)
+    shape = (c["batch"], c["context"])
+    tokens = torch.randint(0, c["vocab"], shape, generator=g)
+    targets = torch.randint(0, c["vocab"], shape, generator=g)
+    fwd = torch.compile(model) if compiled else model
+    step = torch.compile(opt.step) if compiled else opt.step
+
+    def run():
+        opt.zero_grad(set_to_none=True)
+        loss = fwd(tokens, targets)
+        loss.backward()
+        step()
+        return loss
+    return run, None, None
+
+
 def block_flops(b, s, h, nh, ff):
     """Matmul flops of one forward (full s x s attention, as Loom counts)."""
     return 2 * b * s * (3 * h * h + h * h + 2 * h * ff) + 2 * 2 * b * s * s * h
@@ -108,6 +157,8 @@ def build(name, small, compiled):
         opt = torch.optim.AdamW(groups, lr=1e-3, foreach=True)
         step = comp(opt.step)
         return (lambda: step()), None, None
+    if name == "train_step":
+        return train_step(small, compiled)
     bsz, s, h, nh, ff = C.model_cfg(name, small)
     x = rand((bsz, s, h), 1, grad=name == "gpt2_block")
     if name == "bert_layer":
