@@ -68,12 +68,15 @@ loom_status loom_bench_build_attn_block(loom_ctx *ctx, int64_t seq, int64_t head
 /* The block's inputs x and parameters (the gradients' wrt). */
 #define LOOM_BENCH_ATTN_BLOCK_WRT 13
 
-/* A workload read from a file (wl_file.c): `loom bench FILE`. */
+/* A workload read from a file (wl_file.c): `loom bench FILE`, a graph
+ * file or an ONNX model (FILE.onnx). */
 typedef struct loom_bench_file_spec {
   const char *path;
   bool grad;                 /* forward + backward: d(loss)/d(params) */
   int32_t n_inputs;
   const char *const *inputs; /* "name=file.npy": data for those inputs */
+  int32_t n_dims;
+  const char *const *dims;   /* "name=N": an ONNX model's symbolic dims */
 } loom_bench_file_spec;
 /* Builds the workload whose arg is a loom_bench_file_spec. */
 loom_status loom_bench_build_file(loom_ctx *ctx, const loom_bench_workload *w, bool small,
