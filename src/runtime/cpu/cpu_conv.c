@@ -80,7 +80,7 @@ static void md_weights(dnnl_memory_desc_t *md, const prim_key *p) {
 static dnnl_status_t create(const prim_key *p, dnnl_primitive_t *prim, size_t *scratch) {
   dnnl_primitive_attr_t attr = NULL;
   dnnl_primitive_desc_t pd = NULL, hint = NULL;
-  dnnl_memory_desc_t big, small, wt;
+  dnnl_memory_desc_t big, small, wt = {0};
   dnnl_dims_t stride = {0}, dil = {0}, lo = {0}, hi = {0}, ker = {0};
   int32_t k = (int32_t)p->k;
   for (int32_t d = 0; d < k; d++) {
@@ -92,7 +92,7 @@ static dnnl_status_t create(const prim_key *p, dnnl_primitive_t *prim, size_t *s
   }
   md_image(&big, p->big_c, k, p->big);
   md_image(&small, p->small_c, k, p->small);
-  md_weights(&wt, p);
+  if (p->kind <= P_BWD_WEIGHTS) md_weights(&wt, p);
   dnnl_status_t st = dnnl_primitive_attr_create(&attr);
   if (st == dnnl_success) st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
   if (st == dnnl_success && p->kind <= P_BWD_WEIGHTS) {
@@ -173,10 +173,10 @@ static bool run_prim(const prim_entry *e, int32_t n, const int *which, void *con
     thread_scratch_size = thread_scratch ? e->scratch : 0;
     if (!thread_scratch) return false;
   }
-  dnnl_memory_desc_t mds[3];
+  dnnl_memory_desc_t mds[3] = {0};
   md_image(&mds[0], p->big_c, (int32_t)p->k, p->big);
   md_image(&mds[1], p->small_c, (int32_t)p->k, p->small);
-  md_weights(&mds[2], p);
+  if (p->kind <= P_BWD_WEIGHTS) md_weights(&mds[2], p);
   dnnl_memory_desc_t smd;
   dnnl_dims_t sdim = {(int64_t)e->scratch};
   dnnl_memory_desc_init_by_tag(&smd, 1, sdim, dnnl_u8, dnnl_a);
@@ -218,6 +218,7 @@ static void key_window(prim_key *p, prim_kind kind, const loom_window *w) {
   memset(p, 0, sizeof *p);
   p->kind = kind;
   p->k = w->k;
+  p->groups = 1;
   for (int32_t d = 0; d < w->k; d++) {
     p->big[d] = w->big[d];
     p->small[d] = w->small[d];
