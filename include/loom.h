@@ -153,7 +153,12 @@ typedef enum loom_dtype {
    * group, or one member's per-device form, told apart by `member` */       \
   X(ALL_REDUCE, all_reduce) X(ALL_GATHER, all_gather)                          \
   X(REDUCE_SCATTER, reduce_scatter) X(ALL_TO_ALL, all_to_all)                  \
-  X(BROADCAST, broadcast) X(TRANSFER, transfer)
+  X(BROADCAST, broadcast) X(TRANSFER, transfer)                               \
+  /* convolutions and pooling (docs/OPS.md, "Windows") */                    \
+  X(CONV, conv) X(CONV_TRANSPOSE, conv_transpose)                              \
+  X(CONV_GRAD_WEIGHT, conv_grad_weight) X(MAX_POOL, max_pool)                  \
+  X(AVG_POOL, avg_pool) X(MAX_POOL_GRAD, max_pool_grad)                        \
+  X(AVG_POOL_GRAD, avg_pool_grad)
 
 typedef enum loom_op {
 #define LOOM_X_ENUM(NAME, name) LOOM_OP_##NAME,

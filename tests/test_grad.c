@@ -562,6 +562,66 @@ static void test_matmul(void) {
   }
 }
 
+/* ---- convolutions and pools ---------------------------------------------- */
+
+/* conv and conv_transpose wrt input and weights (whose gradients are
+ * conv_transpose / conv and conv_grad_weight), the pools wrt their input:
+ * 1-d and 2-d, strides, padding, dilation, groups, output_padding,
+ * ceil_mode, both avg divisors. */
+static void test_windows(void) {
+  tc c;
+  tc_begin(&c, "conv 1-d strided padded dilated, 2 groups");
+  loom_value x = tc_in(&c, "x", 3, SHAPE(2, 4, 9), -2, 2, 0, true);
+  loom_value w = tc_in(&c, "w", 3, SHAPE(6, 2, 3), -1, 1, 0, true);
+  check_fd1(&c, op(&c, LOOM_OP_CONV, 2, (loom_value[]){x, w}, 5,
+                   (loom_attr[]){A_INTS("strides", 1, 2), A_INTS("pads_lo", 1, 1),
+                                 A_INTS("pads_hi", 1, 2), A_INTS("dilations", 1, 2),
+                                 A_INT("groups", 2)}));
+  tc_begin(&c, "conv 2-d padded");
+  x = tc_in(&c, "x", 4, SHAPE(2, 3, 5, 4), -2, 2, 0, true);
+  w = tc_in(&c, "w", 4, SHAPE(2, 3, 3, 2), -1, 1, 0, true);
+  check_fd1(&c, op(&c, LOOM_OP_CONV, 2, (loom_value[]){x, w}, 3,
+                   (loom_attr[]){A_INTS("strides", 2, 2, 1), A_INTS("pads_lo", 2, 1, 0),
+                                 A_INTS("pads_hi", 2, 1, 1)}));
+  tc_begin(&c, "conv_transpose 1-d output_padding, 2 groups");
+  x = tc_in(&c, "x", 3, SHAPE(2, 4, 5), -2, 2, 0, true);
+  w = tc_in(&c, "w", 3, SHAPE(4, 3, 3), -1, 1, 0, true);
+  check_fd1(&c, op(&c, LOOM_OP_CONV_TRANSPOSE, 2, (loom_value[]){x, w}, 5,
+                   (loom_attr[]){A_INTS("strides", 1, 2), A_INTS("pads_lo", 1, 1),
+                                 A_INTS("output_padding", 1, 1), A_INTS("dilations", 1, 2),
+                                 A_INT("groups", 2)}));
+  tc_begin(&c, "conv_transpose 2-d");
+  x = tc_in(&c, "x", 4, SHAPE(1, 2, 3, 4), -2, 2, 0, true);
+  w = tc_in(&c, "w", 4, SHAPE(2, 3, 2, 3), -1, 1, 0, true);
+  check_fd1(&c, op(&c, LOOM_OP_CONV_TRANSPOSE, 2, (loom_value[]){x, w}, 2,
+                   (loom_attr[]){A_INTS("strides", 2, 2, 2), A_INTS("pads_hi", 2, 1, 0)}));
+  static const struct {
+    const char *name;
+    loom_op op;
+    int64_t ceil, include;
+  } pools[] = {
+      {"max_pool", LOOM_OP_MAX_POOL, 0, 0},
+      {"max_pool ceil_mode", LOOM_OP_MAX_POOL, 1, 0},
+      {"avg_pool", LOOM_OP_AVG_POOL, 0, 0},
+      {"avg_pool count_include_pad", LOOM_OP_AVG_POOL, 0, 1},
+      {"avg_pool ceil_mode count_include_pad", LOOM_OP_AVG_POOL, 1, 1},
+  };
+  for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++) {
+    tc_begin(&c, pools[i].name);
+    x = tc_in(&c, "x", 4, SHAPE(2, 2, 6, 5), -2, 2, 0, true);
+    check_fd1(&c, op(&c, pools[i].op, 1, &x, 6,
+                     (loom_attr[]){A_INTS("kernel", 2, 3, 2), A_INTS("strides", 2, 2, 2),
+                                   A_INTS("pads_lo", 2, 1, 0), A_INTS("pads_hi", 2, 1, 1),
+                                   A_INT("ceil_mode", pools[i].ceil),
+                                   A_INT("count_include_pad", pools[i].include)}));
+  }
+  tc_begin(&c, "max_pool 1-d dilated");
+  x = tc_in(&c, "x", 3, SHAPE(2, 3, 10), -2, 2, 0, true);
+  check_fd1(&c, op(&c, LOOM_OP_MAX_POOL, 1, &x, 3,
+                   (loom_attr[]){A_INTS("kernel", 1, 3), A_INTS("dilations", 1, 2),
+                                 A_INTS("pads_lo", 1, 2)}));
+}
+
 /* ---- dropout ------------------------------------------------------------- */
 
 static void test_dropout(void) {
@@ -847,6 +907,7 @@ int main(void) {
   test_layout();
   test_index();
   test_matmul();
+  test_windows();
   test_dropout();
   test_composites();
   test_structure();

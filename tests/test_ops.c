@@ -35,8 +35,8 @@ typedef struct op_case {
   int32_t n_in;
   operand in[MAX_IN];
   int32_t n_attrs;
-  loom_attr attrs[4];
-  int64_t ints[4][LOOM_MAX_RANK]; /* storage for INTS attributes */
+  loom_attr attrs[8];
+  int64_t ints[8][LOOM_MAX_RANK]; /* storage for INTS attributes */
   double rtol;
   int32_t n_out, out_index; /* multi-output ops: which output is compared */
   char label[96];
@@ -352,6 +352,70 @@ static void build_matmul_cases(void) {
       attr_i(c, "trans_a", 1);
     }
   }
+}
+
+/* One window op's case: x (and a second operand) of the given shapes, the
+ * per-dim attributes of k spatial dims (NULL: the default). */
+typedef struct window_case {
+  loom_op op;
+  int32_t rank;
+  int64_t x[5], y[5];
+  const int64_t *kernel, *strides, *lo, *hi, *dil, *opad;
+  int64_t groups, ceil, include;
+} window_case;
+
+static void add_window_case(const window_case *w) {
+  int32_t k = w->rank - 2, n_in = w->op == LOOM_OP_MAX_POOL || w->op == LOOM_OP_AVG_POOL ? 1 : 2;
+  operand in[2] = {opnd(LOOM_DTYPE_F32, w->rank, w->x, -1, 1), opnd(LOOM_DTYPE_F32, w->rank, w->y, -1, 1)};
+  op_case *c = add_case(w->op, n_in, in);
+  c->rtol = 1e-4;
+  if (w->kernel) attr_ints(c, "kernel", k, w->kernel);
+  if (w->strides) attr_ints(c, "strides", k, w->strides);
+  if (w->lo) attr_ints(c, "pads_lo", k, w->lo);
+  if (w->hi) attr_ints(c, "pads_hi", k, w->hi);
+  if (w->dil) attr_ints(c, "dilations", k, w->dil);
+  if (w->opad) attr_ints(c, "output_padding", k, w->opad);
+  if (w->groups) attr_i(c, "groups", w->groups);
+  if (w->ceil) attr_i(c, "ceil_mode", 1);
+  if (w->include) attr_i(c, "count_include_pad", 1);
+}
+
+/* Convolutions and pools: 1-d to 3-d, strides, padding, dilation, groups,
+ * ceil_mode, both avg divisors; some above the 1e6-flop threshold, so the
+ * threaded paths meet the determinism check. */
+static void build_window_cases(void) {
+  static const int64_t one[] = {1, 1, 1}, two[] = {2, 2, 2}, k3[] = {3, 3, 3}, k2[] = {2, 2, 2};
+  static const int64_t lo12[] = {1, 2}, hi21[] = {2, 1}, dil21[] = {2, 1}, s12[] = {1, 2};
+  const window_case ws[] = {
+      {LOOM_OP_CONV, 3, {2, 3, 11}, {4, 3, 3}, .groups = 1},
+      {LOOM_OP_CONV, 3, {2, 4, 13}, {6, 2, 3}, .strides = two, .lo = one, .hi = two, .groups = 2},
+      {LOOM_OP_CONV, 4, {2, 3, 9, 8}, {5, 3, 3, 3}, .lo = one, .hi = one},
+      {LOOM_OP_CONV, 4, {1, 4, 10, 9}, {4, 1, 3, 2}, .strides = s12, .lo = lo12, .hi = hi21, .dil = dil21, .groups = 4},
+      {LOOM_OP_CONV, 4, {2, 16, 20, 20}, {48, 16, 3, 3}, .lo = one, .hi = one},
+      {LOOM_OP_CONV, 4, {3, 32, 14, 14}, {64, 8, 3, 3}, .strides = two, .lo = one, .hi = one, .groups = 4},
+      {LOOM_OP_CONV, 5, {1, 2, 5, 6, 4}, {3, 2, 2, 3, 2}, .lo = one},
+      {LOOM_OP_CONV_TRANSPOSE, 3, {2, 4, 7}, {4, 3, 3}, .strides = two, .lo = one, .opad = one},
+      {LOOM_OP_CONV_TRANSPOSE, 4, {2, 4, 5, 6}, {4, 3, 3, 2}, .strides = s12, .lo = lo12, .hi = hi21, .dil = dil21, .groups = 2},
+      {LOOM_OP_CONV_TRANSPOSE, 4, {2, 32, 12, 12}, {32, 40, 3, 3}, .strides = two, .lo = one, .hi = one},
+      {LOOM_OP_CONV_GRAD_WEIGHT, 3, {2, 3, 11}, {2, 4, 9}, .kernel = k3},
+      {LOOM_OP_CONV_GRAD_WEIGHT, 4, {2, 4, 10, 9}, {2, 6, 9, 5}, .kernel = k3, .strides = s12, .lo = lo12, .hi = hi21, .dil = dil21, .groups = 2},
+      {LOOM_OP_CONV_GRAD_WEIGHT, 4, {3, 16, 20, 20}, {3, 48, 20, 20}, .kernel = k3, .lo = one, .hi = one},
+      {LOOM_OP_MAX_POOL, 3, {2, 3, 11}, {0}, .kernel = k3, .strides = two},
+      {LOOM_OP_MAX_POOL, 4, {2, 3, 9, 8}, {0}, .kernel = k3, .strides = two, .lo = one, .hi = one, .ceil = 1},
+      {LOOM_OP_MAX_POOL, 4, {2, 3, 9, 8}, {0}, .kernel = k3, .dil = dil21, .lo = lo12, .hi = hi21},
+      {LOOM_OP_MAX_POOL, 4, {4, 32, 24, 24}, {0}, .kernel = k3, .strides = two, .lo = one, .hi = one},
+      {LOOM_OP_MAX_POOL, 5, {1, 2, 5, 6, 4}, {0}, .kernel = k2, .strides = two},
+      {LOOM_OP_AVG_POOL, 4, {2, 3, 9, 8}, {0}, .kernel = k3, .strides = two, .lo = one, .hi = one},
+      {LOOM_OP_AVG_POOL, 4, {2, 3, 9, 8}, {0}, .kernel = k3, .strides = two, .lo = one, .hi = one, .include = 1},
+      {LOOM_OP_AVG_POOL, 4, {2, 3, 8, 8}, {0}, .kernel = k3, .strides = two, .lo = one, .hi = one, .ceil = 1, .include = 1},
+      {LOOM_OP_AVG_POOL, 3, {2, 5, 12}, {0}, .kernel = k2, .strides = two, .ceil = 1},
+      {LOOM_OP_AVG_POOL, 4, {4, 32, 24, 24}, {0}, .kernel = k2, .strides = two},
+      {LOOM_OP_MAX_POOL_GRAD, 4, {2, 3, 9, 8}, {2, 3, 5, 4}, .kernel = k3, .strides = two, .lo = one, .hi = one},
+      {LOOM_OP_MAX_POOL_GRAD, 3, {2, 5, 12}, {2, 5, 6}, .kernel = k3, .strides = two, .ceil = 1, .hi = one},
+      {LOOM_OP_AVG_POOL_GRAD, 4, {2, 3, 9, 8}, {2, 3, 5, 4}, .kernel = k3, .strides = two, .lo = one, .hi = one, .include = 1},
+      {LOOM_OP_AVG_POOL_GRAD, 4, {2, 3, 8, 8}, {2, 3, 5, 5}, .kernel = k3, .strides = two, .lo = one, .hi = one, .ceil = 1},
+  };
+  for (int32_t i = 0; i < LOOM_ARRAY_LEN(ws); i++) add_window_case(&ws[i]);
 }
 
 static void build_dropout_cases(void) {
@@ -733,6 +797,7 @@ int main(void) {
   build_layout_cases();
   build_index_cases();
   build_matmul_cases();
+  build_window_cases();
   build_dropout_cases();
   build_attention_cases();
 

@@ -261,7 +261,7 @@ static void test_errors(loom_ctx *ctx, const loom_graph *g) {
       {"plan devices 2\ntrans matmul.9 replicate 2\n",
        "2:7: unknown node 9: the graph has nodes 0 to 5"},
       {"plan devices 2\ntrans add.0 replicate 2\n", "2:7: node 0 is a matmul, not a add"},
-      {"plan devices 2\ntrans conv.0 replicate 2\n", "2:7: unknown op 'conv' in 'conv.0'"},
+      {"plan devices 2\ntrans warp.0 replicate 2\n", "2:7: unknown op 'warp' in 'warp.0'"},
       {"plan devices 2\ntrans matmul replicate 2\n", "2:7: 'matmul' is not a sub-op selector*"},
       {"plan devices 2\ntrans softmax.* replicate 2\n",
        "2:7: 'softmax.*' selects nothing: the graph has no softmax node"},

@@ -271,6 +271,20 @@ static loom_graph *build_all_ops(loom_ctx *ctx) {
   OPA(MATMUL, (x, y), AI("trans_a", 1));
   OPA(DROPOUT, (x), AF("p", 0.25), AI("seed", -42), AI("offset", INT64_C(1234567890123)));
   OPA(DROPOUT, (x, base), AI("seed", INT64_MAX));
+  /* convolutions and pools over [N, C, W] */
+  loom_value img = in(g, false, "img", LOOM_DTYPE_F32, SH(1, 2, 6));
+  loom_value ker = in(g, false, "ker", LOOM_DTYPE_F32, SH(2, 1, 3));
+  loom_value cy = OPA(CONV, (img, ker), AS("strides", 2), AS("pads_lo", 1), AS("pads_hi", 1),
+                      AI("groups", 2));
+  OPA(CONV_TRANSPOSE, (cy, ker), AS("strides", 2), AS("output_padding", 1), AI("groups", 2));
+  OPA(CONV_GRAD_WEIGHT, (img, cy), AS("strides", 2), AS("pads_lo", 1), AS("pads_hi", 1),
+      AI("groups", 2), AS("kernel", 3));
+  loom_value py = OPA(MAX_POOL, (img), AS("kernel", 2), AS("strides", 2), AI("ceil_mode", 1));
+  OPA(MAX_POOL_GRAD, (img, py), AS("kernel", 2), AS("strides", 2), AI("ceil_mode", 1));
+  py = OPA(AVG_POOL, (img), AS("kernel", 3), AS("pads_lo", 1), AS("pads_hi", 1),
+           AI("count_include_pad", 1));
+  OPA(AVG_POOL_GRAD, (img, py), AS("kernel", 3), AS("pads_lo", 1), AS("pads_hi", 1),
+      AI("count_include_pad", 1));
   /* composites */
   OPA(REDUCE_MEAN, (x), AS("axes", 0), AI("keepdims", 1));
   OPA(SOFTMAX, (x), AI("axis", 0));
@@ -407,6 +421,8 @@ static void test_all_ops(loom_ctx *ctx) {
       ", seed=9223372036854775807)\n",
       " : f32[1, 3] = reduce_mean(%x, axes=[0], keepdims=true)\n",
       " = softmax(%x, axis=0)\n",
+      " : f32[1, 2, 3] = conv(%img, %ker, strides=[2], pads_lo=[1], pads_hi=[1], groups=2)\n",
+      " : f32[1, 2, 3] = max_pool(%img, kernel=[2], strides=[2], ceil_mode=true)\n",
       " = log_softmax(%x)\n",
       " = layer_norm(%x, %blocks.0.ln.gamma, %blocks.0.ln.beta, eps=1e-30)\n",
       " = rms_norm(%x, %blocks.0.ln.gamma, axis=1, eps=0.5)\n",

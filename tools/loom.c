@@ -312,6 +312,7 @@ static const char *class_name(loom_op_class c) {
   case LOOM_OPCLASS_ATTENTION: return "attention";
   case LOOM_OPCLASS_COMPOSITE: return "composite";
   case LOOM_OPCLASS_COMM: return "comm";
+  case LOOM_OPCLASS_WINDOW: return "window";
   }
   return "?";
 }

@@ -1277,24 +1277,6 @@ static loom_status cv_trilu(onnx_cv *cv) {
   return done1(cv, lb_select(G, keep, x, scalar(cv, x, 0)));
 }
 
-static loom_status global_pool(onnx_cv *cv, bool max) {
-  LOOM_TRY(need_float(cv, 0));
-  const loom_type *t = TYPE(0);
-  if (t->rank < 3) return cv_invalid(cv, "input of rank %d", t->rank);
-  int64_t axes[LOOM_MAX_RANK];
-  int32_t n = 0;
-  for (int32_t d = 2; d < t->rank; d++) axes[n++] = d;
-  int32_t x = IN(0);
-  if (max) return done1(cv, lb_reduce(G, LOOM_OP_REDUCE_MAX, x, n, axes, true));
-  loom_attr_value a[LOOM_MAX_ATTRS];
-  attrs_of(LOOM_OP_REDUCE_MEAN, a);
-  set_ints(&LOOM_ATTRV_INTS(a, reduce_mean, axes), n, axes);
-  LOOM_ATTRV_I(a, reduce_mean, keepdims) = 1;
-  return done1(cv, lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &x, a));
-}
-static loom_status cv_global_average_pool(onnx_cv *cv) { return global_pool(cv, false); }
-static loom_status cv_global_max_pool(onnx_cv *cv) { return global_pool(cv, true); }
-
 /* Hardmax: one at the first maximum along axis, zeros elsewhere (before
  * opset 13 over the flattened [rows, cols] at axis). */
 static loom_status cv_hardmax(onnx_cv *cv) {
@@ -1399,6 +1381,8 @@ loom_status onnx_cv_conv(onnx_cv *cv);
 loom_status onnx_cv_conv_transpose(onnx_cv *cv);
 loom_status onnx_cv_max_pool(onnx_cv *cv);
 loom_status onnx_cv_average_pool(onnx_cv *cv);
+loom_status onnx_cv_global_average_pool(onnx_cv *cv);
+loom_status onnx_cv_global_max_pool(onnx_cv *cv);
 loom_status onnx_cv_resize(onnx_cv *cv); /* convert_resize.c */
 /* convert_index.c */
 loom_status onnx_cv_scatter_elements(onnx_cv *cv);
@@ -1518,8 +1502,8 @@ static const onnx_converter converters[] = {
     {"Acosh", 9, 0, cv_acosh, ""},
     {"Atanh", 9, 0, cv_atanh, ""},
     {"Trilu", 14, 0, cv_trilu, "upper"},
-    {"GlobalAveragePool", 1, 0, cv_global_average_pool, ""},
-    {"GlobalMaxPool", 1, 0, cv_global_max_pool, ""},
+    {"GlobalAveragePool", 1, 0, onnx_cv_global_average_pool, ""},
+    {"GlobalMaxPool", 1, 0, onnx_cv_global_max_pool, ""},
     {"Hardmax", 1, 0, cv_hardmax, "axis"},
     {"EyeLike", 9, 0, cv_eye_like, "dtype,k"},
     {"OneHot", 9, 0, cv_one_hot, "axis"},

@@ -181,6 +181,42 @@
   X(OP, shape, INTS, PLAIN, false, 0, 0.0)                                                         \
   X(OP, dtype, INT, DTYPE, false, LOOM_DTYPE_F32, 0.0)
 
+/* Sliding windows (conv.c, pool.c) over the spatial dims 2.. of [N, C,
+ * S...]: per spatial dim a stride, padding before (pads_lo) and after
+ * (pads_hi) and a dilation; an empty list means strides and dilations of
+ * 1 and no padding. The conv ops share their first five slots, the pools
+ * all of theirs, so a gradient copies them slot by slot. */
+#define LOOM_ATTR_LIST_WINDOW(X, OP)                                                               \
+  X(OP, strides, INTS, PLAIN, false, 0, 0.0)                                                       \
+  X(OP, pads_lo, INTS, PLAIN, false, 0, 0.0)                                                       \
+  X(OP, pads_hi, INTS, PLAIN, false, 0, 0.0)                                                       \
+  X(OP, dilations, INTS, PLAIN, false, 0, 0.0)
+#define LOOM_ATTR_LIST_conv(X, OP)                                                                 \
+  LOOM_ATTR_LIST_WINDOW(X, OP)                                                                     \
+  X(OP, groups, INT, PLAIN, false, 1, 0.0)
+/* output_padding: extra output positions at the end of each spatial dim
+ * (which the stride would otherwise leave ambiguous). */
+#define LOOM_ATTR_LIST_conv_transpose(X, OP)                                                       \
+  LOOM_ATTR_LIST_conv(X, OP)                                                                       \
+  X(OP, output_padding, INTS, PLAIN, false, 0, 0.0)
+/* kernel: the weights' spatial dims (the input and the output gradient do
+ * not tell them). */
+#define LOOM_ATTR_LIST_conv_grad_weight(X, OP)                                                     \
+  LOOM_ATTR_LIST_conv(X, OP)                                                                       \
+  X(OP, kernel, INTS, PLAIN, true, 0, 0.0)
+/* ceil_mode: the output size rounds up (a last window may run past the
+ * end padding). count_include_pad (avg_pool only): the divisor counts the
+ * window's positions in the explicit padding too. */
+#define LOOM_ATTR_LIST_POOL(X, OP)                                                                 \
+  X(OP, kernel, INTS, PLAIN, true, 0, 0.0)                                                         \
+  LOOM_ATTR_LIST_WINDOW(X, OP)                                                                     \
+  X(OP, ceil_mode, INT, BOOL, false, 0, 0.0)                                                       \
+  X(OP, count_include_pad, INT, BOOL, false, 0, 0.0)
+#define LOOM_ATTR_LIST_max_pool LOOM_ATTR_LIST_POOL
+#define LOOM_ATTR_LIST_avg_pool LOOM_ATTR_LIST_POOL
+#define LOOM_ATTR_LIST_max_pool_grad LOOM_ATTR_LIST_POOL
+#define LOOM_ATTR_LIST_avg_pool_grad LOOM_ATTR_LIST_POOL
+
 /* The ops that have a list above (the others have no attributes). */
 /* clang-format off */
 #define LOOM_ATTR_OPS(Y)                                                                           \
@@ -190,7 +226,8 @@
   Y(matmul) Y(flash_attention) Y(flash_attention_grad) Y(dropout) Y(dropout_mask)                  \
   Y(reduce_mean) Y(softmax) Y(log_softmax) Y(layer_norm) Y(rms_norm) Y(gelu) Y(attention)          \
   Y(adamw) Y(all_reduce) Y(all_gather) Y(reduce_scatter) Y(all_to_all) Y(broadcast)              \
-  Y(transfer)
+  Y(transfer) Y(conv) Y(conv_transpose) Y(conv_grad_weight) Y(max_pool) Y(avg_pool)             \
+  Y(max_pool_grad) Y(avg_pool_grad)
 /* clang-format on */
 
 /* ---- what the lists expand into --------------------------------------- */

@@ -24,7 +24,10 @@ typedef enum loom_op_class {
    * transfer (comm_ops.c): data between devices. Each node is its own
    * event: never fused, merged with an equal one, dropped as dead or
    * reordered relative to another comm node (loom_op_is_comm). */
-  LOOM_OPCLASS_COMM
+  LOOM_OPCLASS_COMM,
+  /* max_pool, avg_pool (+ grads, pool.c): sliding windows, a boundary for
+   * stitching (the convolutions are GEMM-class) */
+  LOOM_OPCLASS_WINDOW
 } loom_op_class;
 
 /* Inputs and outputs of one node at most: a comm op's global form has one

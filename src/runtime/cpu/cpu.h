@@ -38,6 +38,8 @@ loom_cpu_kernel loom_cpu_layout_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_index_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_source_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_attention_kernel(const loom_graph *g, const loom_node *n);
+/* conv, conv_transpose, conv_grad_weight and the pools (cpu_conv.c). */
+loom_cpu_kernel loom_cpu_conv_kernel(const loom_graph *g, const loom_node *n);
 
 /* Async steps (cpu_overlap.c): moves every dropout_mask step marked
  * `overlap` to just before the last GEMM step ahead of its first user

@@ -31,7 +31,9 @@ static loom_cpu_kernel select_kernel(const loom_graph *g, const loom_node *n) {
                                                              : loom_cpu_index_kernel(g, n);
   case LOOM_OPCLASS_ATTENTION: return loom_cpu_attention_kernel(g, n);
   case LOOM_OPCLASS_SOURCE: return loom_cpu_source_kernel(g, n);
-  case LOOM_OPCLASS_GEMM: return loom_cpu_matmul_kernel(g, n);
+  case LOOM_OPCLASS_GEMM:
+    return n->op == LOOM_OP_MATMUL ? loom_cpu_matmul_kernel(g, n) : loom_cpu_conv_kernel(g, n);
+  case LOOM_OPCLASS_WINDOW: return loom_cpu_conv_kernel(g, n);
   /* the reference kernel, on ctx->comm_env's communicator */
   case LOOM_OPCLASS_COMM: return NULL;
   default: return NULL;

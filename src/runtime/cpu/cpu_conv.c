@@ -1,0 +1,537 @@
+/*
+ * conv, conv_transpose, conv_grad_weight and the pools on the cpu backend
+ * (f32, 1 to 3 spatial dims) through oneDNN primitives: convolution
+ * forward (conv), backward data (conv_transpose: the weights [C, M/g, K]
+ * are a convolution's [OC, IC/g, K] with OC the small side), backward
+ * weights (conv_grad_weight) and pooling forward. Like the GEMM (gemm.c),
+ * the work is cut into tasks sized by the shapes only (one image times a
+ * block of channels or groups) and each task is one single-threaded
+ * primitive run inside our own OpenMP loop, so results do not depend on
+ * the thread count. conv_grad_weight sums its per-image products in image
+ * order. Primitives are cached by their geometry. Pool gradients, and
+ * pools oneDNN does not express (count_include_pad over ceil_mode's extra
+ * positions), run plain loops over (image, channel) planes.
+ */
+#include "runtime/cpu/cpu.h"
+
+#include "ops/window.h"
+
+#include <dnnl.h>
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DIMS 3      /* spatial dims oneDNN takes */
+#define MIN_TASKS 16    /* blocks of channels: at least this many tasks per call, */
+#define MIN_CHANNELS 16 /* while a block keeps this many channels */
+
+typedef enum prim_kind { P_FWD, P_BWD_DATA, P_BWD_WEIGHTS, P_MAX, P_AVG_EXCL, P_AVG_INCL } prim_kind;
+
+/* One primitive's geometry (N = 1; zero-filled so it compares bytewise). */
+typedef struct prim_key {
+  int64_t kind, k, groups, big_c, small_c;
+  int64_t big[MAX_DIMS], small[MAX_DIMS], kernel[MAX_DIMS], stride[MAX_DIMS], dil[MAX_DIMS];
+  int64_t lo[MAX_DIMS], hi[MAX_DIMS]; /* hi: oneDNN's padding_r */
+} prim_key;
+
+typedef struct prim_entry {
+  prim_key key;
+  dnnl_primitive_t prim; /* NULL: oneDNN has no implementation */
+  size_t scratch;
+} prim_entry;
+
+#define CACHE_CAP 512
+static prim_entry cache[CACHE_CAP];
+static int32_t n_cached;
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static dnnl_engine_t engine;
+
+static void md_plain(dnnl_memory_desc_t *md, int32_t nd, const int64_t *dims) {
+  dnnl_dims_t d = {0}, s = {0};
+  int64_t st = 1;
+  for (int32_t i = nd - 1; i >= 0; i--) {
+    d[i] = dims[i];
+    s[i] = st;
+    st *= dims[i];
+  }
+  dnnl_memory_desc_init_by_strides(md, nd, d, dnnl_f32, s);
+}
+
+/* [1, c, spatial...] */
+static void md_image(dnnl_memory_desc_t *md, int64_t c, int32_t k, const int64_t *sp) {
+  int64_t dims[MAX_DIMS + 2] = {1, c};
+  memcpy(dims + 2, sp, sizeof *sp * (size_t)k);
+  md_plain(md, k + 2, dims);
+}
+
+/* [OC, IC, K...] or, grouped, [G, OC/G, IC/G, K...] */
+static void md_weights(dnnl_memory_desc_t *md, const prim_key *p) {
+  int64_t dims[MAX_DIMS + 3];
+  int32_t at = 0;
+  if (p->groups > 1) dims[at++] = p->groups;
+  dims[at++] = p->small_c / p->groups;
+  dims[at++] = p->big_c / p->groups;
+  for (int32_t d = 0; d < p->k; d++) dims[at++] = p->kernel[d];
+  md_plain(md, at, dims);
+}
+
+static dnnl_status_t create(const prim_key *p, dnnl_primitive_t *prim, size_t *scratch) {
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_primitive_desc_t pd = NULL, hint = NULL;
+  dnnl_memory_desc_t big, small, wt = {0};
+  dnnl_dims_t stride = {0}, dil = {0}, lo = {0}, hi = {0}, ker = {0};
+  int32_t k = (int32_t)p->k;
+  for (int32_t d = 0; d < k; d++) {
+    stride[d] = p->stride[d];
+    dil[d] = p->dil[d] - 1;
+    lo[d] = p->lo[d];
+    hi[d] = p->hi[d];
+    ker[d] = p->kernel[d];
+  }
+  md_image(&big, p->big_c, k, p->big);
+  md_image(&small, p->small_c, k, p->small);
+  if (p->kind <= P_BWD_WEIGHTS) md_weights(&wt, p);
+  dnnl_status_t st = dnnl_primitive_attr_create(&attr);
+  if (st == dnnl_success) st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  if (st == dnnl_success && p->kind <= P_BWD_WEIGHTS) {
+    dnnl_convolution_desc_t fwd, cd;
+    st = dnnl_dilated_convolution_forward_desc_init(&fwd, p->kind == P_FWD ? dnnl_forward_inference : dnnl_forward_training,
+                                                    dnnl_convolution_direct, &big, &wt, NULL, &small,
+                                                    stride, dil, lo, hi);
+    if (st == dnnl_success && p->kind == P_FWD) {
+      st = dnnl_primitive_desc_create(&pd, &fwd, attr, engine, NULL);
+    } else if (st == dnnl_success) {
+      st = dnnl_primitive_desc_create(&hint, &fwd, NULL, engine, NULL);
+      if (st == dnnl_success)
+        st = p->kind == P_BWD_DATA
+                 ? dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &big, &wt,
+                                                                    &small, stride, dil, lo, hi)
+                 : dnnl_dilated_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &big, &wt,
+                                                                       NULL, &small, stride, dil, lo, hi);
+      if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &cd, attr, engine, hint);
+    }
+  } else if (st == dnnl_success) {
+    dnnl_pooling_v2_desc_t pl;
+    dnnl_alg_kind_t alg = p->kind == P_MAX        ? dnnl_pooling_max
+                          : p->kind == P_AVG_EXCL ? dnnl_pooling_avg_exclude_padding
+                                                  : dnnl_pooling_avg_include_padding;
+    st = dnnl_pooling_v2_forward_desc_init(&pl, dnnl_forward_inference, alg, &big, &small, stride, ker, dil,
+                                           lo, hi);
+    if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &pl, attr, engine, NULL);
+  }
+  if (st == dnnl_success) {
+    *scratch = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+    st = dnnl_primitive_create(prim, pd);
+  }
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (hint) dnnl_primitive_desc_destroy(hint);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  return st;
+}
+
+/* The cached primitive for p (created on first use, with oneDNN seeing one
+ * thread, so its choices never depend on ours); NULL prim when oneDNN
+ * cannot run p. *owned: the caller destroys it (the cache is full). */
+static prim_entry get_prim(const prim_key *p, bool *owned) {
+  prim_entry e = {.key = *p};
+  *owned = false;
+  pthread_mutex_lock(&cache_lock);
+  for (int32_t i = 0; i < n_cached; i++)
+    if (memcmp(&cache[i].key, p, sizeof *p) == 0) {
+      e = cache[i];
+      pthread_mutex_unlock(&cache_lock);
+      return e;
+    }
+  int prev = omp_get_max_threads();
+  omp_set_num_threads(1);
+  if (!engine && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) engine = NULL;
+  if (engine && create(p, &e.prim, &e.scratch) != dnnl_success) e.prim = NULL;
+  omp_set_num_threads(prev);
+  if (n_cached < CACHE_CAP)
+    cache[n_cached++] = e;
+  else
+    *owned = e.prim != NULL;
+  pthread_mutex_unlock(&cache_lock);
+  return e;
+}
+
+/* Each OpenMP thread's stream and scratchpad. */
+static _Thread_local dnnl_stream_t thread_stream;
+static _Thread_local void *thread_scratch;
+static _Thread_local size_t thread_scratch_size;
+
+/* Runs e's primitive on one thread: args are (DNNL_ARG_*, pointer) pairs. */
+static bool run_prim(const prim_entry *e, int32_t n, const int *which, void *const *ptrs) {
+  const prim_key *p = &e->key;
+  if (!thread_stream && dnnl_stream_create(&thread_stream, engine, dnnl_stream_default_flags) != dnnl_success)
+    return false;
+  if (e->scratch > thread_scratch_size) {
+    free(thread_scratch);
+    thread_scratch = aligned_alloc(64, (e->scratch + 63) / 64 * 64);
+    thread_scratch_size = thread_scratch ? e->scratch : 0;
+    if (!thread_scratch) return false;
+  }
+  dnnl_memory_desc_t mds[3] = {0};
+  md_image(&mds[0], p->big_c, (int32_t)p->k, p->big);
+  md_image(&mds[1], p->small_c, (int32_t)p->k, p->small);
+  if (p->kind <= P_BWD_WEIGHTS) md_weights(&mds[2], p);
+  dnnl_memory_desc_t smd;
+  dnnl_dims_t sdim = {(int64_t)e->scratch};
+  dnnl_memory_desc_init_by_tag(&smd, 1, sdim, dnnl_u8, dnnl_a);
+  dnnl_exec_arg_t args[5];
+  dnnl_memory_t mem[5] = {0};
+  bool ok = true;
+  int32_t na = 0;
+  for (int32_t i = 0; i < n && ok; i++, na++) {
+    /* which: 0 big, 1 small, 2 weights (the md), with its DNNL_ARG */
+    ok = dnnl_memory_create(&mem[na], &mds[which[2 * i]], engine, ptrs[i]) == dnnl_success;
+    args[na] = (dnnl_exec_arg_t){which[2 * i + 1], mem[na]};
+  }
+  if (ok && e->scratch) {
+    ok = dnnl_memory_create(&mem[na], &smd, engine, thread_scratch) == dnnl_success;
+    args[na] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mem[na]};
+    na++;
+  }
+  ok = ok && dnnl_primitive_execute(e->prim, thread_stream, na, args) == dnnl_success &&
+       dnnl_stream_wait(thread_stream) == dnnl_success;
+  for (int32_t i = 0; i < 5; i++)
+    if (mem[i]) dnnl_memory_destroy(mem[i]);
+  return ok;
+}
+
+/* ---- splitting the work ------------------------------------------------ */
+
+/* Units (groups, or single channels with one group) per block: the whole
+ * lot unless that leaves fewer than MIN_TASKS tasks over `images`, halved
+ * while a block keeps MIN_CHANNELS channels (per_unit each). */
+static int64_t block_units(int64_t units, int64_t per_unit, int64_t images) {
+  int64_t b = units;
+  while (b > 1 && images * ((units + b - 1) / b) < MIN_TASKS && (b + 1) / 2 * per_unit >= MIN_CHANNELS)
+    b = (b + 1) / 2;
+  return b;
+}
+
+/* The key's window from w (N = 1, channels filled in by the caller). */
+static void key_window(prim_key *p, prim_kind kind, const loom_window *w) {
+  memset(p, 0, sizeof *p);
+  p->kind = kind;
+  p->k = w->k;
+  p->groups = 1;
+  for (int32_t d = 0; d < w->k; d++) {
+    p->big[d] = w->big[d];
+    p->small[d] = w->small[d];
+    p->kernel[d] = w->kernel[d];
+    p->stride[d] = w->stride[d];
+    p->dil[d] = w->dil[d];
+    p->lo[d] = w->lo[d];
+    /* oneDNN's padding_r: what the output size implies (ceil_mode's extra
+     * positions included; never below 0) */
+    int64_t span = w->dil[d] * (w->kernel[d] - 1) + 1;
+    p->hi[d] = LOOM_MAX(0, (w->small[d] - 1) * w->stride[d] + span - w->big[d] - w->lo[d]);
+  }
+}
+
+static loom_status window_of(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                             loom_window *w) {
+  int32_t k = in[0].rank - 2;
+  const int64_t *kernel = n->op == LOOM_OP_CONV || n->op == LOOM_OP_CONV_TRANSPOSE ? in[1].shape + 2 : NULL;
+  return loom_window_read(c->ctx, n, k, in[0].shape + 2, in[0].shape + 2, kernel, w);
+}
+
+/* Runs task(user, t) for t in [0, tasks) in our OpenMP loop (see the
+ * top); false if a task failed. */
+static bool run_tasks(const loom_cpu *c, int64_t tasks, bool parallel,
+                      bool (*task)(const void *user, int64_t t), const void *user) {
+  int failed = 0;
+  int prev = omp_get_max_threads();
+  omp_set_num_threads(1);
+#pragma omp parallel for num_threads(c->nt) schedule(static) if (parallel && tasks > 1)
+  for (int64_t t = 0; t < tasks; t++) {
+    omp_set_num_threads(1);
+    if (!task(user, t)) {
+#pragma omp atomic write
+      failed = 1;
+    }
+  }
+  omp_set_num_threads(prev);
+  return !failed;
+}
+
+/* Runs p's primitive on one task's pointers. */
+static bool run_key(const prim_key *p, int32_t n, const int *which, void *const *ptrs) {
+  bool owned;
+  prim_entry e = get_prim(p, &owned);
+  bool ok = e.prim && run_prim(&e, n, which, ptrs);
+  if (owned) dnnl_primitive_destroy(e.prim);
+  return ok;
+}
+
+/* The blocks of a conv op: units u of the side it splits, per_small /
+ * per_big channels of each side per unit (0: the whole side in every
+ * block), b units per block. */
+typedef struct conv_split {
+  loom_window w;
+  int64_t batch, units, per_small, per_big, b, blocks, big_c, small_c, kn, bs, ss;
+} conv_split;
+
+static void split_conv(conv_split *s, int64_t batch, int64_t big_c, int64_t small_c, bool by_big) {
+  const loom_window *w = &s->w;
+  int64_t g = w->groups;
+  s->batch = batch;
+  s->big_c = big_c;
+  s->small_c = small_c;
+  s->kn = loom_window_kernel_numel(w);
+  s->bs = loom_window_big_numel(w);
+  s->ss = loom_window_small_numel(w);
+  s->units = g > 1 ? g : by_big ? big_c : small_c;
+  s->per_small = g > 1 ? small_c / g : by_big ? 0 : 1;
+  s->per_big = g > 1 ? big_c / g : by_big ? 1 : 0;
+  int64_t per = LOOM_MAX(s->per_small, s->per_big);
+  s->b = block_units(s->units, per, by_big || s->per_small ? batch : 1);
+  s->blocks = (s->units + s->b - 1) / s->b;
+}
+
+/* Block blk's key: u0 its first unit, nu its units. */
+static void block_key(const conv_split *s, prim_kind kind, int64_t blk, prim_key *p, int64_t *u0,
+                      int64_t *nu) {
+  *u0 = blk * s->b;
+  *nu = LOOM_MIN(s->b, s->units - *u0);
+  key_window(p, kind, &s->w);
+  p->groups = s->w.groups > 1 ? *nu : 1;
+  p->small_c = s->per_small ? *nu * s->per_small : s->small_c;
+  p->big_c = s->per_big ? *nu * s->per_big : s->big_c;
+}
+
+static bool big_flops(const conv_split *s) {
+  return 2.0 * (double)s->batch * (double)s->small_c * (double)(s->big_c / s->w.groups) *
+             (double)s->kn * (double)s->ss >= 1e6;
+}
+
+/* What a conv op's tasks read. */
+typedef struct conv_job {
+  conv_split s;
+  const float *a, *b, *packed;
+  float *out;
+} conv_job;
+
+static loom_status conv_done(const loom_cpu *c, const loom_node *n, bool ok) {
+  if (ok) return LOOM_STATUS_OK;
+  return loom_error(c->ctx, LOOM_STATUS_INTERNAL, "%s: a oneDNN primitive failed", loom_op_name(n->op));
+}
+
+/* conv: x big [N, C, S], w [M, C/g, K] -> small [N, M, O]; tasks: image x
+ * block of output channels. */
+static bool conv_task(const void *user, int64_t t) {
+  const conv_job *j = user;
+  const conv_split *s = &j->s;
+  int64_t img = t / s->blocks, u0, nu, sc = s->per_small;
+  prim_key p;
+  block_key(s, P_FWD, t % s->blocks, &p, &u0, &nu);
+  void *ptrs[3] = {(void *)(j->a + (img * s->big_c + u0 * s->per_big) * s->bs),
+                   (void *)(j->b + u0 * sc * (s->big_c / s->w.groups) * s->kn),
+                   j->out + (img * s->small_c + u0 * sc) * s->ss};
+  static const int which[6] = {0, DNNL_ARG_SRC, 2, DNNL_ARG_WEIGHTS, 1, DNNL_ARG_DST};
+  return run_key(&p, 3, which, ptrs);
+}
+
+static loom_status k_conv(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                          const loom_view *out) {
+  conv_job j = {.a = in[0].data, .b = in[1].data, .out = out[0].data};
+  LOOM_TRY(window_of(c, n, in, &j.s.w));
+  split_conv(&j.s, in[0].shape[0], in[0].shape[1], in[1].shape[0], false);
+  return conv_done(c, n, run_tasks(c, j.s.batch * j.s.blocks, big_flops(&j.s), conv_task, &j));
+}
+
+/* conv_transpose: x small [N, C, O], w [C, M/g, K] -> big [N, M, S];
+ * tasks: image x block of output channels. With one group a block's
+ * weights are a slice of w's second dim: packed first, block by block. */
+static bool conv_transpose_task(const void *user, int64_t t) {
+  const conv_job *j = user;
+  const conv_split *s = &j->s;
+  int64_t img = t / s->blocks, u0, nu;
+  prim_key p;
+  block_key(s, P_BWD_DATA, t % s->blocks, &p, &u0, &nu);
+  /* grouped: a block's weights are contiguous; packed: they start at the
+   * block's first unit times every small channel */
+  const float *wb = j->packed ? j->packed + u0 * s->small_c * s->kn
+                              : j->b + u0 * s->per_small * s->per_big * s->kn;
+  void *ptrs[3] = {(void *)(j->a + (img * s->small_c + u0 * s->per_small) * s->ss), (void *)wb,
+                   j->out + (img * s->big_c + u0 * s->per_big) * s->bs};
+  static const int which[6] = {1, DNNL_ARG_DIFF_DST, 2, DNNL_ARG_WEIGHTS, 0, DNNL_ARG_DIFF_SRC};
+  return run_key(&p, 3, which, ptrs);
+}
+
+static loom_status k_conv_transpose(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                                    const loom_view *out) {
+  conv_job j = {.a = in[0].data, .b = in[1].data, .out = out[0].data};
+  conv_split *s = &j.s;
+  LOOM_TRY(window_of(c, n, in, &s->w));
+  split_conv(s, in[0].shape[0], in[1].shape[1] * s->w.groups, in[0].shape[1], true);
+  float *packed = NULL;
+  if (s->w.groups == 1 && s->blocks > 1) {
+    packed = loom_malloc(c->ctx, sizeof(float) * (size_t)(s->small_c * s->big_c * s->kn));
+    if (!packed) return LOOM_STATUS_OUT_OF_MEMORY;
+    float *at = packed;
+    for (int64_t blk = 0; blk < s->blocks; blk++) {
+      int64_t u0 = blk * s->b, nu = LOOM_MIN(s->b, s->units - u0);
+      for (int64_t ci = 0; ci < s->small_c; ci++, at += nu * s->kn)
+        memcpy(at, j.b + (ci * s->big_c + u0) * s->kn, sizeof(float) * (size_t)(nu * s->kn));
+    }
+  }
+  j.packed = packed;
+  bool ok = run_tasks(c, s->batch * s->blocks, big_flops(s), conv_transpose_task, &j);
+  free(packed);
+  return conv_done(c, n, ok);
+}
+
+/* conv_grad_weight: x big [N, C, S], dy small [N, M, O] -> dw [M, C/g, K];
+ * tasks: blocks of output channels, each summing its images in order. */
+static bool grad_weight_task(const void *user, int64_t t) {
+  const conv_job *j = user;
+  const conv_split *s = &j->s;
+  int64_t u0, nu, sc = s->per_small, cg = s->big_c / s->w.groups;
+  prim_key p;
+  block_key(s, P_BWD_WEIGHTS, t, &p, &u0, &nu);
+  bool owned;
+  prim_entry e = get_prim(&p, &owned);
+  int64_t len = nu * sc * cg * s->kn;
+  float *dst = j->out + u0 * sc * cg * s->kn;
+  float *part = s->batch > 1 ? malloc(sizeof(float) * (size_t)len) : NULL;
+  bool ok = e.prim && (s->batch == 1 || part);
+  static const int which[6] = {0, DNNL_ARG_SRC, 1, DNNL_ARG_DIFF_DST, 2, DNNL_ARG_DIFF_WEIGHTS};
+  for (int64_t img = 0; img < s->batch && ok; img++) {
+    void *ptrs[3] = {(void *)(j->a + (img * s->big_c + u0 * s->per_big) * s->bs),
+                     (void *)(j->b + (img * s->small_c + u0 * sc) * s->ss), img ? part : dst};
+    ok = run_prim(&e, 3, which, ptrs);
+    for (int64_t i = 0; ok && img && i < len; i++) dst[i] += part[i];
+  }
+  free(part);
+  if (owned) dnnl_primitive_destroy(e.prim);
+  return ok;
+}
+
+static loom_status k_conv_grad_weight(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                                      const loom_view *out) {
+  conv_job j = {.a = in[0].data, .b = in[1].data, .out = out[0].data};
+  conv_split *s = &j.s;
+  LOOM_TRY(window_of(c, n, in, &s->w));
+  split_conv(s, in[0].shape[0], in[0].shape[1], in[1].shape[1], false);
+  if (s->batch == 0) {
+    memset(j.out, 0, sizeof(float) * (size_t)loom_view_numel(&out[0]));
+    return LOOM_STATUS_OK;
+  }
+  return conv_done(c, n, run_tasks(c, s->blocks, big_flops(s), grad_weight_task, &j));
+}
+
+/* ---- pools ------------------------------------------------------------- */
+
+/* One (image, channel) plane of a pool or pool gradient in plain loops:
+ * the reference's rule (pool.c) on floats. */
+static void pool_plane(const loom_window *w, loom_op op, const float *x, const float *dy,
+                       float *res) {
+  int64_t ns = loom_window_small_numel(w), nk = loom_window_kernel_numel(w);
+  if (op == LOOM_OP_MAX_POOL_GRAD || op == LOOM_OP_AVG_POOL_GRAD)
+    memset(res, 0, sizeof(float) * (size_t)loom_window_big_numel(w));
+  for (int64_t o = 0; o < ns; o++) {
+    int64_t best = -1, p;
+    double acc = 0.0, share = 0.0;
+    if (op == LOOM_OP_AVG_POOL_GRAD) share = dy[o] / (double)loom_window_count(w, o);
+    for (int64_t j = 0; j < nk; j++) {
+      if (!loom_window_at(w, o, j, &p)) continue;
+      if (op == LOOM_OP_AVG_POOL) acc += x[p];
+      else if (op == LOOM_OP_AVG_POOL_GRAD) res[p] += (float)share;
+      else if (best < 0 || x[p] > x[best] || (x[p] != x[p] && x[best] == x[best])) best = p;
+    }
+    if (op == LOOM_OP_MAX_POOL) res[o] = best < 0 ? -INFINITY : x[best];
+    if (op == LOOM_OP_AVG_POOL) res[o] = (float)(acc / (double)loom_window_count(w, o));
+    if (op == LOOM_OP_MAX_POOL_GRAD && best >= 0) res[best] += dy[o];
+  }
+}
+
+typedef struct pool_job {
+  loom_window w;
+  loom_op op;
+  prim_key whole;
+  int64_t ch, bs, ss, b, blocks;
+  const float *x, *dy;
+  float *y;
+} pool_job;
+
+/* Image x block of channels through oneDNN (plane loops where it has no
+ * primitive for the case). */
+static bool pool_task(const void *user, int64_t t) {
+  const pool_job *j = user;
+  int64_t img = t / j->blocks, c0 = (t % j->blocks) * j->b, nc = LOOM_MIN(j->b, j->ch - c0);
+  prim_key p = j->whole;
+  p.big_c = p.small_c = nc;
+  bool owned;
+  prim_entry e = get_prim(&p, &owned);
+  int64_t pl0 = img * j->ch + c0;
+  void *ptrs[2] = {(void *)(j->x + pl0 * j->bs), j->y + pl0 * j->ss};
+  static const int which[4] = {0, DNNL_ARG_SRC, 1, DNNL_ARG_DST};
+  bool ok = true;
+  if (!e.prim)
+    for (int64_t pl = pl0; pl < pl0 + nc; pl++)
+      pool_plane(&j->w, j->op, j->x + pl * j->bs, NULL, j->y + pl * j->ss);
+  else
+    ok = run_prim(&e, 2, which, ptrs);
+  if (owned) dnnl_primitive_destroy(e.prim);
+  return ok;
+}
+
+/* One plane in plain loops. */
+static bool plane_task(const void *user, int64_t t) {
+  const pool_job *j = user;
+  bool grad = j->dy != NULL;
+  pool_plane(&j->w, j->op, j->x + t * j->bs, grad ? j->dy + t * j->ss : NULL,
+             j->y + t * (grad ? j->bs : j->ss));
+  return true;
+}
+
+/* Pools through oneDNN where it computes what the op means, else, and for
+ * the gradients, plane loops. */
+static loom_status k_pool(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                          const loom_view *out) {
+  pool_job j = {.op = n->op, .x = in[0].data, .y = out[0].data};
+  LOOM_TRY(window_of(c, n, in, &j.w));
+  bool grad = n->op == LOOM_OP_MAX_POOL_GRAD || n->op == LOOM_OP_AVG_POOL_GRAD;
+  if (grad) j.dy = in[1].data;
+  int64_t batch = in[0].shape[0], planes = batch * in[0].shape[1];
+  j.ch = in[0].shape[1];
+  j.bs = loom_window_big_numel(&j.w);
+  j.ss = loom_window_small_numel(&j.w);
+  bool parallel = planes * (j.bs + j.ss) >= LOOM_CPU_PAR_MIN;
+  prim_kind kind = n->op == LOOM_OP_MAX_POOL ? P_MAX : j.w.include_pad ? P_AVG_INCL : P_AVG_EXCL;
+  bool use_dnnl = !grad && j.w.k <= MAX_DIMS;
+  key_window(&j.whole, kind, &j.w);
+  /* include_pad: oneDNN divides by the kernel's size, right only when no
+   * window runs past the explicit padding */
+  for (int32_t d = 0; d < j.w.k && use_dnnl; d++)
+    use_dnnl = kind != P_AVG_INCL || j.whole.hi[d] <= j.w.hi[d];
+  if (!use_dnnl) {
+    run_tasks(c, planes, parallel, plane_task, &j);
+    return LOOM_STATUS_OK;
+  }
+  j.b = block_units(j.ch, 1, batch);
+  j.blocks = (j.ch + j.b - 1) / j.b;
+  return conv_done(c, n, run_tasks(c, batch * j.blocks, parallel, pool_task, &j));
+}
+
+loom_cpu_kernel loom_cpu_conv_kernel(const loom_graph *g, const loom_node *n) {
+  for (int32_t i = 0; i < n->n_in; i++)
+    if (g->values[n->in[i]].type.dtype != LOOM_DTYPE_F32) return NULL;
+  const loom_type *x = &g->values[n->in[0]].type;
+  bool dnnl_dims = x->rank >= 3 && x->rank <= MAX_DIMS + 2;
+  switch (n->op) {
+  case LOOM_OP_CONV: return dnnl_dims ? k_conv : NULL;
+  case LOOM_OP_CONV_TRANSPOSE: return dnnl_dims ? k_conv_transpose : NULL;
+  case LOOM_OP_CONV_GRAD_WEIGHT: return dnnl_dims ? k_conv_grad_weight : NULL;
+  case LOOM_OP_MAX_POOL:
+  case LOOM_OP_AVG_POOL:
+  case LOOM_OP_MAX_POOL_GRAD:
+  case LOOM_OP_AVG_POOL_GRAD: return k_pool;
+  default: return NULL;
+  }
+}
