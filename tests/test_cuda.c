@@ -12,9 +12,12 @@
  * say why they are skipped.
  */
 #include "common.h"
+#include "comm/comm.h"
 #include "rng/philox.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda.h"
+
+#include "core/clock.h"
 
 #include <dlfcn.h>
 #include <math.h>
@@ -353,11 +356,48 @@ static void test_fallback_and_bound_output(void) {
   loom_graph_free(g);
 }
 
+/* Without a GPU the NCCL communicator says why; with one (and
+ * LOOM_TEST_NCCL=1, under mpirun -np 1: scripts/gpu-check.sh) one rank
+ * sends itself a message through NCCL and gets the same bytes back. */
+static void test_nccl(bool have_gpu) {
+  loom_comm *c = NULL;
+  if (!have_gpu) {
+    CHECK(loom_comm_nccl_new(ctx, &c) == LOOM_STATUS_UNSUPPORTED && !c);
+    printf("NCCL communicator without a GPU: %s\n", loom_ctx_error(ctx));
+    return;
+  }
+  const char *want = getenv("LOOM_TEST_NCCL");
+  if (!want || strcmp(want, "1") != 0) {
+    printf("NCCL communicator skipped: set LOOM_TEST_NCCL=1 and run under mpirun -np 1\n");
+    return;
+  }
+  CHECK_OK(ctx, loom_comm_nccl_new(ctx, &c));
+  if (!c) return;
+  CHECK(c->rank == 0 && c->size == 1 && strcmp(c->iface->name, "nccl") == 0);
+  uint8_t out[1000], back[1000];
+  for (int i = 0; i < 1000; i++) out[i] = (uint8_t)(i * 7 + 3);
+  memset(back, 0, sizeof back);
+  loom_comm_request *rs = NULL, *rr = NULL;
+  CHECK_OK(ctx, c->iface->isend(c->context, ctx, out, sizeof out, 0, 5, c->stream, &rs));
+  CHECK_OK(ctx, c->iface->irecv(c->context, ctx, back, sizeof back, 0, 5, c->stream, &rr));
+  bool timed_out = false;
+  if (rs) CHECK_OK(ctx, c->iface->wait(c->context, ctx, rs, loom_now_s() + 30, &timed_out));
+  if (rr) CHECK_OK(ctx, c->iface->wait(c->context, ctx, rr, loom_now_s() + 30, &timed_out));
+  CHECK(!timed_out && memcmp(out, back, sizeof out) == 0);
+  float x[3] = {1, 2, 3};
+  CHECK_OK(ctx, loom_comm_all_reduce(c, ctx, x, 3, LOOM_DTYPE_F32, LOOM_COMM_SUM));
+  CHECK(x[0] == 1 && x[2] == 3);
+  printf("NCCL communicator: 1 rank, a message to itself came back intact\n");
+  loom_comm_free(c);
+}
+
 int main(void) {
   if (loom_ctx_new(&ctx)) return 1;
   test_symbol_tables();
   test_gemm_option();
-  if (test_driver()) {
+  bool gpu = test_driver();
+  test_nccl(gpu);
+  if (gpu) {
     test_dropout(LOOM_FUSION_STITCH);
     test_dropout(LOOM_FUSION_EAGER);
     test_softmax_matmul();

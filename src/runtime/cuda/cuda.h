@@ -8,9 +8,13 @@
  * cuModuleLoadData, launches of the kernel IR's functions over device
  * memory, and cuBLAS GEMMs (cuda_gemm.c).
  *
- * Device choice: $LOOM_CUDA_DEVICE=N (0-based), else device 0. Every
- * entry point makes the primary context current on the calling thread,
- * so any thread may call (one at a time: a mutex orders them).
+ * Device choice: $LOOM_CUDA_DEVICE=N (0-based), else the launcher's local
+ * rank modulo the device count (mpirun, srun: one process per GPU), else
+ * device 0. The primary context is made current on the calling thread by
+ * every entry that needs it, so any thread may call; but every session
+ * shares the main stream and waits for all of it, so sessions of one
+ * process should run one at a time (running two at once is correct, only
+ * slower).
  */
 #ifndef LOOM_RUNTIME_CUDA_CUDA_H
 #define LOOM_RUNTIME_CUDA_CUDA_H

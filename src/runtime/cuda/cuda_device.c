@@ -54,7 +54,16 @@ static loom_status open_device(loom_ctx *ctx, loom_cu *cu) {
   int count = 0;
   LOOM_TRY(driver_init(ctx, &cu->api, &count));
   const loom_cu_driver_api *api = cu->api;
+  /* one process per GPU under a launcher: the GPU of the local rank */
   int32_t pick = 0;
+  const char *local[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"};
+  for (size_t i = 0; i < sizeof local / sizeof local[0]; i++) {
+    const char *v = getenv(local[i]);
+    if (v && v[0] >= '0' && v[0] <= '9') {
+      pick = (int32_t)(strtol(v, NULL, 10) % count);
+      break;
+    }
+  }
   const char *env = getenv("LOOM_CUDA_DEVICE");
   if (env && env[0]) {
     char *end;
