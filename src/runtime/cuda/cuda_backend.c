@@ -49,6 +49,7 @@ typedef struct cuda_backend {
   cu_buffer *bufs;
   int32_t n_bufs, cap_bufs;
   loom_cublas_handle blas;
+  loom_cu_event start, end; /* around a run's device work ($LOOM_CUDA_TIMING) */
 } cuda_backend;
 
 typedef struct cuda_prepared {
@@ -57,6 +58,7 @@ typedef struct cuda_prepared {
   loom_cu_kernels *module;
   bool *gemm_on_device; /* per step */
   int compute_f32;      /* cuBLAS compute type of f32 products */
+  int64_t modeled_bytes;
   int32_t n_values;
   int32_t *root;               /* per value: the plan's owner of its memory */
   loom_cu_deviceptr *stage;    /* per root outside the arena: its device buffer */
@@ -75,6 +77,8 @@ static void cuda_free(void *bctx) {
     if (!loom_ctx_new(&tmp) && !loom_cublas_get(tmp, &api)) api->cublasDestroy_v2(b->blas);
     loom_ctx_free(tmp);
   }
+  if (b->start) b->cu->api->cuEventDestroy_v2(b->start);
+  if (b->end) b->cu->api->cuEventDestroy_v2(b->end);
   free(b->bufs);
   pthread_mutex_destroy(&b->lock);
   free(b);
@@ -234,6 +238,7 @@ static loom_status cuda_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
   for (int32_t v = 0; v < g->n_values; v++) h->root[v] = out->plan.root[v];
   out->stats.n_memory_ops = prog->n_memory_ops;
   out->stats.modeled_bytes = prog->modeled_bytes;
+  h->modeled_bytes = prog->modeled_bytes;
   out->stats.compile_seconds = loom_now_s() - t0;
   out->handle = h;
   return LOOM_STATUS_OK;
@@ -369,7 +374,13 @@ static loom_status cuda_graph_compute(void *bctx, loom_ctx *ctx, const loom_grap
   const loom_program *prog = &h->prog;
   loom_trace *trace = ctx->trace;
   LOOM_TRY(loom_cu_bind(ctx, be->cu));
+  double t_all = loom_now_s();
   LOOM_TRY(bind_values(ctx, be, h, g, values));
+  const char *timing = getenv("LOOM_CUDA_TIMING");
+  bool timed = timing && timing[0] && strcmp(timing, "0") != 0 &&
+               (be->start || !be->cu->api->cuEventCreate(&be->start, 0)) &&
+               (be->end || !be->cu->api->cuEventCreate(&be->end, 0)) &&
+               !be->cu->api->cuEventRecord(be->start, be->cu->stream);
   for (int32_t s = 0; s < prog->n_steps; s++) {
     const loom_step *st = &prog->steps[s];
     double t0 = loom_trace_now(trace);
@@ -400,7 +411,18 @@ static loom_status cuda_graph_compute(void *bctx, loom_ctx *ctx, const loom_grap
       loom_trace_event(trace, 0, name, step_category[st->kind], t0, loom_trace_now(trace));
     }
   }
-  return copy_outputs(ctx, be, h, g, values);
+  if (timed) be->cu->api->cuEventRecord(be->end, be->cu->stream);
+  LOOM_TRY(copy_outputs(ctx, be, h, g, values));
+  float ms = 0;
+  if (timed && !be->cu->api->cuEventElapsedTime(&ms, be->start, be->end))
+    /* the device's own time, without the copies in and out: what a
+     * bandwidth figure needs (docs/GPU.md) */
+    fprintf(stderr,
+            "cuda run: %d kernels, %d steps, modeled %lld bytes: %.4f ms on the device (%.1f GB/s "
+            "modeled), %.4f ms with the copies in and out\n",
+            (int)prog->n_kernels, (int)prog->n_steps, (long long)h->modeled_bytes, (double)ms,
+            ms > 0 ? (double)h->modeled_bytes / (ms * 1e6) : 0.0, (loom_now_s() - t_all) * 1e3);
+  return LOOM_STATUS_OK;
 }
 
 static void cuda_device_name(void *bctx, char *out, size_t n) {
