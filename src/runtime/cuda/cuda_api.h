@@ -108,6 +108,8 @@ enum {
     (loom_cu_deviceptr dst, const void *src, size_t bytes, loom_cu_stream s))                   \
   X(cuMemcpyDtoHAsync_v2, loom_cu_result,                                                       \
     (void *dst, loom_cu_deviceptr src, size_t bytes, loom_cu_stream s))                         \
+  X(cuMemcpyDtoDAsync_v2, loom_cu_result,                                                       \
+    (loom_cu_deviceptr dst, loom_cu_deviceptr src, size_t bytes, loom_cu_stream s))             \
   X(cuMemsetD8Async, loom_cu_result,                                                            \
     (loom_cu_deviceptr dst, unsigned char v, size_t n, loom_cu_stream s))                       \
   X(cuStreamCreate, loom_cu_result, (loom_cu_stream * s, unsigned int flags))                   \

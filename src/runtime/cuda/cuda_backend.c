@@ -325,10 +325,19 @@ static loom_status bind_values(loom_ctx *ctx, cuda_backend *be, cuda_prepared *h
   return LOOM_STATUS_OK;
 }
 
-/* A node on the host: its operands brought over, its results sent back. */
+/* A node on the host: its operands brought over, its results sent back.
+ * A reshape stays on the device: nothing to do when planned in place, a
+ * device-to-device copy otherwise. */
 static loom_status run_on_host(loom_ctx *ctx, cuda_backend *be, cuda_prepared *h,
                                const loom_graph *g, const loom_node *n, loom_view *values) {
   loom_cu *cu = be->cu;
+  if (n->op == LOOM_OP_RESHAPE && n->n_in == 1 && h->dev[n->in[0]] && h->dev[n->out[0]]) {
+    loom_cu_deviceptr src = h->dev[n->in[0]], dst = h->dev[n->out[0]];
+    size_t bytes = view_bytes(&values[n->out[0]]);
+    if (src == dst || !bytes) return LOOM_STATUS_OK;
+    return loom_cu_check(ctx, cu, cu->api->cuMemcpyDtoDAsync_v2(dst, src, bytes, cu->stream),
+                         "a reshape's copy on the device");
+  }
   for (int32_t i = 0; i < n->n_in; i++) {
     int32_t v = n->in[i];
     if (h->dev[v] && !h->host_input[v])
