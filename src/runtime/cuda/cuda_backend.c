@@ -233,6 +233,12 @@ static loom_status cuda_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
       out->stats.n_fallback++;
     }
   }
+  const loom_cublas_api *blas = NULL;
+  if (out->stats.n_gemm > out->stats.n_fallback - out->stats.n_eager &&
+      (st = loom_cublas_get(ctx, &blas)) != LOOM_STATUS_OK) {
+    loom_error_prefix(ctx, "cuda backend: the graph has matmuls");
+    goto fail;
+  }
   st = loom_program_plan_steps(ctx, g, prog, NULL, &out->plan);
   if (st) goto fail;
   for (int32_t v = 0; v < g->n_values; v++) h->root[v] = out->plan.root[v];
