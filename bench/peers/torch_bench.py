@@ -4,7 +4,9 @@ the same JSON lines as `loom bench --json` (modes torch_eager, torch_compile).
 
     python3 bench/peers/torch_bench.py --size small [WORKLOAD...]
 
-Never needed to build or test Loom; needs `pip install torch`."""
+LOOM_PEER_DEVICE=cuda runs everything on the GPU (tensors, modules and the
+machine line's triad and sgemm; timing waits for the device), as
+scripts/gpu-check.sh does. Never needed to build or test Loom; needs `pip install torch`."""
 
 import os
 import sys
@@ -20,14 +22,18 @@ except ImportError:
     sys.exit(1)
 
 MODES = ["torch_eager", "torch_compile"]
+DEVICE = os.environ.get("LOOM_PEER_DEVICE", "cpu")
+if DEVICE != "cpu":
+    torch.set_default_device(DEVICE)
+SYNC = torch.cuda.synchronize if DEVICE.startswith("cuda") else (lambda: None)
 LN_EPS = 1e-5
 P_DROP = 0.1
 
 
 def rand(shape, seed, scale=1.0, offset=0.0, grad=False):
     g = torch.Generator().manual_seed(seed)
-    t = (torch.rand(shape, generator=g) * 2 - 1) * scale + offset
-    return t.requires_grad_(grad)
+    t = (torch.rand(shape, generator=g, device="cpu") * 2 - 1) * scale + offset
+    return t.to(DEVICE).requires_grad_(grad)
 
 
 def nbytes(ts):
@@ -141,7 +147,8 @@ def build(name, small, compiled):
     if name == "cross_entropy":
         n, k = C.ce_shape(small)
         logits = rand((n, k), 1, grad=True)
-        labels = torch.randint(0, k, (n,), generator=torch.Generator().manual_seed(2))
+        labels = torch.randint(0, k, (n,), generator=torch.Generator().manual_seed(2),
+                               device="cpu").to(DEVICE)
         f = comp(lambda lg, lb: F.cross_entropy(lg, lb))
 
         def run():
@@ -186,12 +193,12 @@ def build(name, small, compiled):
 def machine(threads):
     n = max(4 * C.llc_bytes(), 48 << 20) // 12
     a, b, c = torch.zeros(n), torch.ones(n), torch.full((n,), 2.0)
-    med, _ = C.time_fn(lambda: torch.add(b, c, alpha=3.0, out=a), 7)
+    med, _ = C.time_fn(lambda: torch.add(b, c, alpha=3.0, out=a), 7, SYNC)
     triad = 12 * n / med / 1e9
     m1, m2, m3 = torch.rand(2048, 2048), torch.rand(2048, 2048), torch.empty(2048, 2048)
-    med, _ = C.time_fn(lambda: torch.mm(m1, m2, out=m3), 5)
+    med, _ = C.time_fn(lambda: torch.mm(m1, m2, out=m3), 5, SYNC)
     sgemm = 2 * 2048 ** 3 / med / 1e9
-    fw = "torch " + torch.__version__
+    fw = "torch " + torch.__version__ + ("" if DEVICE == "cpu" else " " + DEVICE)
     C.machine_line(triad, sgemm, threads, fw, 12 * n)
     return triad, sgemm, fw
 
@@ -206,7 +213,7 @@ def main():
             C.progress("%s: %s" % (name, mode))
             try:
                 fn, io, flops = build(name, a.small, mode == "torch_compile")
-                med, mn = C.time_fn(fn, a.runs)
+                med, mn = C.time_fn(fn, a.runs, SYNC)
             except Exception as e:  # a peer failing is reported, not fatal
                 C.error_line(name, mode, a.small, "%s: %s" % (type(e).__name__, e))
                 continue
