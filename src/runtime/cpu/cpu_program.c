@@ -264,6 +264,7 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
   if (!p) return LOOM_STATUS_OUT_OF_MEMORY;
   loom_machine machine;
   loom_machine_detect(ctx, &machine);
+  loom_gemm_rows_curve(ctx, &machine); /* the epilogue rule reads it */
   loom_fusion_options fo = {.mode = fm, .machine = &machine};
   loom_status st = loom_fusion_compile(ctx, g, &fo, &p->prog);
   if (st) {
