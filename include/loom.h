@@ -459,6 +459,8 @@ typedef struct loom_session_stats {
                             * kernels: the backend does not support them */
   int32_t n_async_comm;    /* comm ops that can run while later compute does
                             * (when a parallel plan's run overlaps them) */
+  double modeled_seconds;  /* the cost model's time of the whole plan */
+  double gemm_flops;       /* flops of the GEMM library calls of one run */
 } loom_session_stats;
 
 /* Decomposes, verifies and prepares a graph to run: on cpu, fuses it and

@@ -62,6 +62,16 @@ line=$(printf '%s\n' "$out" | grep -F '"mode": "stitch"')
 check "json: the workload's roof is the best variant" roof_is_max "$line"
 check "json: the fraction is of the workload's roof" has_keys "$line" roof_bytes triad_fraction
 
+# ---- a model workload: its GEMM steps' rate and both plans' modeled time ----
+run bench --size small --json --runs 1 --modes loop,stitch --quiet bert_layer
+check "bench bert_layer --json exits 0" test "$rc" -eq 0
+line=$(printf '%s\n' "$out" | grep -F '"mode": "stitch"')
+check "json: a model workload's GEMM time and rate" has_keys "$line" gemm_s gemm_step_flops \
+  gemm_gflops gemm_sgemm_fraction modeled_s
+run bench --size small --runs 1 --modes loop,stitch --quiet bert_layer
+check "table: GEMM steps' rate per mode" test "${out#*stitch     GEMM steps}" != "$out"
+check "table: loop and stitch modeled and measured" test "${out#*model      loop}" != "$out"
+
 check "json: rng runs only when named" test "${out#*\"workload\": \"rng\"}" == "$out"
 
 # ---- rng: the Philox paths (issue 4, point 1) -------------------------------
