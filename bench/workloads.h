@@ -58,6 +58,17 @@ loom_status loom_bench_build_gpt2(loom_ctx *ctx, const loom_bench_workload *self
  * small: batch 8. */
 loom_status loom_bench_build_train_step(loom_ctx *ctx, const loom_bench_workload *self, bool small,
                                         loom_bench_graph *b);
+/* The layer workloads (wl_layers.c). */
+#define LOOM_BENCH_LAYER_BUILD(fn)                                                            \
+  loom_status fn(loom_ctx *ctx, const loom_bench_workload *self, bool small, loom_bench_graph *b)
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_rmsnorm_fwd);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_rmsnorm_bwd);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_swiglu);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_rotary);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_groupnorm_silu);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_ls_ce);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_bce);
+
 /* One pre-LN GPT block's forward for `loom bench attention` (wl_model.c):
  * batch 1, seq tokens, heads heads of head_dim (d_model = heads *
  * head_dim, MLP 4 d_model), causal attention with dropout p on the

@@ -112,6 +112,68 @@ def train_step(small):
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
     return (lambda: jax.block_until_ready(f(params, zeros, zeros, 10.0))), None, None
 
+def rms_norm(x, g):
+    return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + C.RMS_EPS) * g
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return jnp.concatenate([-x[..., h:], x[..., :h]], -1)
+
+
+def build_layer(name, small, wait):
+    """The workloads of bench/wl_layers.c, or None."""
+    r, c = C.rows_cols(small)
+    if name in ("rmsnorm_fwd", "rmsnorm_bwd"):
+        x, g, dy = rand((r, c), 1), rand((c,), 2, 0.1, 1.0), rand((r, c), 4)
+        if name == "rmsnorm_fwd":
+            f = jax.jit(rms_norm)
+            return (lambda: wait(f(x, g))), None, None
+        f = jax.jit(lambda x, g, dy: jax.vjp(rms_norm, x, g)[1](dy))
+        return (lambda: wait(f(x, g, dy))), None, None
+    if name == "swiglu":
+        u = rand(C.swiglu_shape(small), 1)
+        half = u.shape[1] // 2
+        f = jax.jit(lambda u: jax.nn.silu(u[:, :half]) * u[:, half:])
+        return (lambda: wait(f(u))), None, None
+    if name == "rotary":
+        xs, cs = C.rotary_shapes(small)
+        x, cos, sin = rand(xs, 1), rand(cs, 2), rand(cs, 3)
+        f = jax.jit(lambda x, cos, sin: x * cos + rotate_half(x) * sin)
+        return (lambda: wait(f(x, cos, sin))), None, None
+    if name == "groupnorm_silu":
+        n, ch, hh, ww = C.groupnorm_shape(small)
+        x, g, b = rand((n, ch, hh, ww), 1), rand((ch, 1, 1), 2, 0.1, 1.0), rand((ch, 1, 1), 3, 0.02)
+
+        def gn(x, g, b):
+            xg = x.reshape(n, C.GN_GROUPS, -1)
+            mean = xg.mean(-1, keepdims=True)
+            xc = xg - mean
+            var = (xc * xc).mean(-1, keepdims=True)
+            return jax.nn.silu((xc * jax.lax.rsqrt(var + C.GN_EPS)).reshape(x.shape) * g + b)
+        f = jax.jit(gn)
+        return (lambda: wait(f(x, g, b))), None, None
+    if name == "ls_cross_entropy":
+        n, k = C.ce_shape(small)
+        logits = rand((n, k), 1)
+        labels = jax.random.randint(jax.random.PRNGKey(2), (n,), 0, k)
+        eps = C.LABEL_SMOOTHING
+
+        def ce(lg):
+            logp = jax.nn.log_softmax(lg, -1)
+            target = jnp.where(jnp.arange(k)[None, :] == labels[:, None], 1 - eps + eps / k, eps / k)
+            return -(target * logp).sum() / n
+        f = jax.jit(jax.value_and_grad(ce))
+        return (lambda: wait(f(logits))), None, None
+    if name == "bce_logits":
+        x, t = rand((r, c), 1), rand((r, c), 2, 0.5, 0.5)
+
+        def bce(x):
+            return (jnp.maximum(x, 0) - x * t + jnp.log(1 + jnp.exp(-jnp.abs(x)))).mean()
+        f = jax.jit(jax.value_and_grad(bce))
+        return (lambda: wait(f(x))), None, None
+    return None
+
 
 def build(name, small):
     """(fn, io_bytes, gemm_flops): fn() runs the workload once and waits."""
@@ -152,6 +214,9 @@ def build(name, small):
             return (lse - jnp.take_along_axis(lg, labels[:, None], -1)[:, 0]).mean()
         f = jax.jit(jax.value_and_grad(ce))
         return (lambda: wait(f(logits))), None, None
+    layer = build_layer(name, small, wait)
+    if layer:
+        return layer
     if name == "adamw":
         shapes = C.adamw_shapes(small)
         ps = [rand(s, i, 0.02) for i, s in enumerate(shapes)]

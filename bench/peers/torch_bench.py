@@ -114,6 +114,62 @@ def block_flops(b, s, h, nh, ff):
     return 2 * b * s * (3 * h * h + h * h + 2 * h * ff) + 2 * 2 * b * s * s * h
 
 
+def rms_norm(x, g):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + C.RMS_EPS) * g
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], -1)
+
+
+def build_layer(name, small, comp):
+    """The workloads of bench/wl_layers.c, or None."""
+    r, c = C.rows_cols(small)
+    if name in ("rmsnorm_fwd", "rmsnorm_bwd"):
+        bwd = name.endswith("bwd")
+        x, g = rand((r, c), 1, grad=bwd), rand((c,), 2, 0.1, 1.0, grad=bwd)
+        f = comp(rms_norm)
+        if not bwd:
+            return (lambda: f(x, g)), None, None
+        dy = rand((r, c), 4)
+        return (lambda: torch.autograd.grad(f(x, g), (x, g), dy)), None, None
+    if name == "swiglu":
+        u = rand(C.swiglu_shape(small), 1)
+        half = u.shape[1] // 2
+        f = comp(lambda u: F.silu(u[:, :half]) * u[:, half:])
+        return (lambda: f(u)), None, None
+    if name == "rotary":
+        xs, cs = C.rotary_shapes(small)
+        x, cos, sin = rand(xs, 1), rand(cs, 2), rand(cs, 3)
+        f = comp(lambda x, cos, sin: x * cos + rotate_half(x) * sin)
+        return (lambda: f(x, cos, sin)), None, None
+    if name == "groupnorm_silu":
+        n, ch, hh, ww = C.groupnorm_shape(small)
+        x, g, b = rand((n, ch, hh, ww), 1), rand((ch,), 2, 0.1, 1.0), rand((ch,), 3, 0.02)
+        f = comp(lambda x, g, b: F.silu(F.group_norm(x, C.GN_GROUPS, g, b, C.GN_EPS)))
+        return (lambda: f(x, g, b)), None, None
+    if name == "ls_cross_entropy":
+        n, k = C.ce_shape(small)
+        logits = rand((n, k), 1, grad=True)
+        labels = torch.randint(0, k, (n,), generator=torch.Generator().manual_seed(2))
+        f = comp(lambda lg, lb: F.cross_entropy(lg, lb, label_smoothing=C.LABEL_SMOOTHING))
+
+        def run():
+            loss = f(logits, labels)
+            return loss, torch.autograd.grad(loss, (logits,))
+        return run, None, None
+    if name == "bce_logits":
+        x, t = rand((r, c), 1, grad=True), rand((r, c), 2, 0.5, 0.5)
+        f = comp(lambda x, t: F.binary_cross_entropy_with_logits(x, t))
+
+        def run():
+            loss = f(x, t)
+            return loss, torch.autograd.grad(loss, (x,))
+        return run, None, None
+    return None
+
+
 def build(name, small, compiled):
     """(fn, io_bytes, gemm_flops): fn() runs the workload once."""
     comp = torch.compile if compiled else (lambda f: f)
@@ -155,6 +211,9 @@ def build(name, small, compiled):
             loss = f(logits, labels)
             return loss, torch.autograd.grad(loss, (logits,))
         return run, None, None
+    layer = build_layer(name, small, comp)
+    if layer:
+        return layer
     if name == "adamw":
         params = [rand(s, i, 0.02, grad=True) for i, s in enumerate(C.adamw_shapes(small))]
         for i, p in enumerate(params):
