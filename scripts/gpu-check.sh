@@ -8,7 +8,8 @@
 #      cuda_abi_check, NCCL on one rank (under mpirun), cli_gpu.sh;
 #   4. runs `loom bench --backend cuda` (the memory-bound workloads, the BERT
 #      layer, the GPT-2 block) with LOOM_CUDA_TIMING=1 (the device's own
-#      time per run in the log), and the cpu backend's stitch mode beside it;
+#      time per run in the log), the two models again with --gemm tf32, and
+#      the cpu backend's stitch mode beside it;
 #   5. runs PyTorch eager and torch.compile on the GPU on the same workloads
 #      where PyTorch with CUDA is installed (bench/peers/torch_bench.py),
 #      and prints both side by side (bench/peers/compare.py);
@@ -158,6 +159,9 @@ workloads=(layernorm_fwd layernorm_bwd softmax_fwd softmax_bwd bias_gelu bias_dr
 step bench_cuda bench 150 bench_cuda.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
   "$out/bench_cuda.jsonl" env LOOM_CUDA_TIMING=1 "$loom" bench --backend cuda --modes none,stitch \
   --runs 10 --json --quiet "${workloads[@]}"
+step bench_cuda_tf32 bench 60 bench_cuda_tf32.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
+  "$out/bench_cuda_tf32.jsonl" env LOOM_CUDA_TIMING=1 "$loom" bench --backend cuda --gemm tf32 \
+  --modes stitch --runs 10 --json --quiet bert_layer gpt2_block
 step bench_cpu bench 90 bench_cpu.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
   "$out/bench_cpu.jsonl" "$loom" bench --modes stitch --runs 5 --json --quiet "${workloads[@]}"
 echo "gpu-check: attention RNG sweep skipped: the cuda backend has no flash attention or RNG placements yet (docs/GPU.md)"
