@@ -31,7 +31,7 @@ typedef struct nccl_ctx {
   loom_cu *cu;
   loom_nccl_comm comm;
   loom_cu_stream stream;
-  loom_comm *boot; /* the MPI communicator the id came over (abort goes through it) */
+  loom_comm *boot;            /* the MPI communicator the id came over (abort goes through it) */
   loom_comm_request *pending; /* not yet posted, in posting order */
   loom_comm_request *posted;  /* posted, not yet waited for */
   int32_t rank;
@@ -94,21 +94,22 @@ static loom_status queue(nccl_ctx *n, loom_ctx *ctx, bool is_recv, void *buf, si
   LOOM_TRY(loom_cu_bind(ctx, n->cu));
   loom_comm_request *r = loom_calloc(ctx, 1, sizeof *r);
   if (!r) return LOOM_STATUS_OUT_OF_MEMORY;
-  *r = (loom_comm_request){.is_recv = is_recv, .host = buf, .bytes = bytes, .peer = peer,
-                           .tag = tag};
+  *r = (loom_comm_request){
+      .is_recv = is_recv, .host = buf, .bytes = bytes, .peer = peer, .tag = tag};
   if (bytes) {
     loom_status st = loom_cu_alloc(ctx, n->cu, bytes, &r->dev);
     if (!st && !is_recv)
-      st = loom_cu_check(ctx, n->cu,
-                         n->cu->api->cuMemcpyHtoDAsync_v2(r->dev, buf, bytes, n->stream),
-                         "copying a message to the device");
+      st =
+          loom_cu_check(ctx, n->cu, n->cu->api->cuMemcpyHtoDAsync_v2(r->dev, buf, bytes, n->stream),
+                        "copying a message to the device");
     if (st) {
       free(r);
       return st;
     }
   }
   loom_comm_request **tail = &n->pending;
-  while (*tail) tail = &(*tail)->next;
+  while (*tail)
+    tail = &(*tail)->next;
   *tail = r;
   *req = r;
   return LOOM_STATUS_OK;
@@ -146,14 +147,15 @@ static loom_status post_pending(nccl_ctx *n, loom_ctx *ctx) {
   loom_status end = nccl_check(ctx, n, api->ncclGroupEnd(), "ncclGroupEnd");
   if (!st) st = end;
   loom_comm_request **tail = &n->posted;
-  while (*tail) tail = &(*tail)->next;
+  while (*tail)
+    tail = &(*tail)->next;
   *tail = n->pending;
   n->pending = NULL;
   return st;
 }
 
-static loom_status nccl_wait(void *cctx, loom_ctx *ctx, loom_comm_request *req,
-                             double deadline_s, bool *timed_out) {
+static loom_status nccl_wait(void *cctx, loom_ctx *ctx, loom_comm_request *req, double deadline_s,
+                             bool *timed_out) {
   nccl_ctx *n = cctx;
   *timed_out = false;
   loom_status st = loom_cu_bind(ctx, n->cu);
@@ -170,8 +172,9 @@ static loom_status nccl_wait(void *cctx, loom_ctx *ctx, loom_comm_request *req,
                              "copying a message to the host");
         q->done = true;
       }
-      if (!st) st = loom_cu_check(ctx, n->cu, n->cu->api->cuStreamSynchronize(n->stream),
-                                  "copying messages to the host");
+      if (!st)
+        st = loom_cu_check(ctx, n->cu, n->cu->api->cuStreamSynchronize(n->stream),
+                           "copying messages to the host");
       break;
     }
     if (r != LOOM_CU_ERROR_NOT_READY) {
@@ -229,8 +232,9 @@ loom_status loom_comm_nccl_new(loom_ctx *ctx, loom_comm **out) {
   const loom_nccl_api *api = NULL;
   LOOM_TRY(loom_nccl_get(ctx, &api));
   if (!loom_comm_mpi_available())
-    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
-                      "the NCCL communicator exchanges its id over MPI: Loom was built without MPI");
+    return loom_error(
+        ctx, LOOM_STATUS_UNSUPPORTED,
+        "the NCCL communicator exchanges its id over MPI: Loom was built without MPI");
   loom_cu *cu = NULL;
   LOOM_TRY(loom_cu_get(ctx, &cu));
   loom_comm *boot = NULL;
@@ -260,9 +264,14 @@ loom_status loom_comm_nccl_new(loom_ctx *ctx, loom_comm **out) {
     st = nccl_check(ctx, n, api->ncclCommInitRank(&n->comm, (int)boot->size, id, (int)boot->rank),
                     "ncclCommInitRank");
   if (st) goto fail;
-  *c = (loom_comm){.iface = &nccl_iface, .context = n, .rank = boot->rank, .size = boot->size,
-                   .timeout_s = loom_comm_timeout_from_env(), .stream = n->stream,
-                   .device_buffers = false, .threads_ok = true};
+  *c = (loom_comm){.iface = &nccl_iface,
+                   .context = n,
+                   .rank = boot->rank,
+                   .size = boot->size,
+                   .timeout_s = loom_comm_timeout_from_env(),
+                   .stream = n->stream,
+                   .device_buffers = false,
+                   .threads_ok = true};
   *out = c;
   return LOOM_STATUS_OK;
 fail:
