@@ -74,6 +74,7 @@ if [[ $dry = 0 ]]; then
     gpu_line="(no nvidia-smi)"
   fi
   mkdir -p "$out" || die "cannot create $out"
+  { nvidia-smi 2>&1 || true; uptime; } > "$out/machine.txt"
 fi
 echo "gpu-check: GPU: $gpu_line; results in $out"
 
@@ -205,6 +206,7 @@ cat > "$out/gpu-check.json" << EOF
   "gpu": "$(json_str "$gpu_line")",
   "loom_cuda": "$(json_str "$(grep '^  cuda' "$out/devices.txt")")",
   "nvrtc": "${nvrtc:-}",
+  "load": "$(json_str "$(uptime)")",
   "seconds": $(elapsed),
   "passed": $([[ $failed = 0 ]] && echo true || echo false),
   "steps": [$steps_json
