@@ -153,6 +153,16 @@ else
   echo "gpu-check: nccl_1rank skipped: no mpirun"
 fi
 step cli_gpu test 90 cli_gpu.log bash "$root/tests/cli_gpu.sh" "$loom" "$root/tests/data"
+# issue 11, point 5: a short training run with dropout on cuda prints the
+# cpu backend's losses (the same masks; float differences only)
+step train_vs_cpu test 120 train_vs_cpu.log bash -c '
+  a=(train --layers 1 --d-model 32 --heads 2 --context 16 --batch 4 --steps 5 --log-every 1 --dropout 0.1)
+  "$1" "${a[@]}" --backend cpu --attention decomposed > "$2/train_cpu.txt" 2>&1 || { tail "$2/train_cpu.txt"; exit 1; }
+  "$1" "${a[@]}" --backend cuda > "$2/train_cuda.txt" 2>&1 || { tail "$2/train_cuda.txt"; exit 1; }
+  paste <(grep -o "^step .*loss [0-9.]*" "$2/train_cpu.txt" | grep -o "[0-9.]*$") \
+        <(grep -o "^step .*loss [0-9.]*" "$2/train_cuda.txt" | grep -o "[0-9.]*$") |
+    awk "{ d = \$1 - \$2; if (d < 0) d = -d; bad += (d > 2e-3 || \$2 == \"\"); n++; print \"cpu\", \$1, \"cuda\", \$2 }
+         END { print n, \"steps,\", bad + 0, \"differ by more than 2e-3\"; exit (bad > 0 || n != 5) }"' _ "$loom" "$out"
 
 # ---- 4. loom bench on the GPU, the cpu backend beside it ---------------------------------
 memory_bound=(layernorm_fwd layernorm_bwd softmax_fwd softmax_bwd bias_gelu bias_dropout_residual_ln
