@@ -362,7 +362,7 @@ static void test_fallback_and_bound_output(void) {
 }
 
 /* Without a GPU the NCCL communicator says why; with one (and
- * LOOM_TEST_NCCL=1, under mpirun -np 1: scripts/gpu-check.sh) one rank
+ * LOOM_TEST_NCCL=1, under mpirun -np 1 where Loom has MPI: scripts/gpu-check.sh) one rank
  * sends itself a message through NCCL and gets the same bytes back. */
 static void test_nccl(bool have_gpu) {
   loom_comm *c = NULL;
@@ -373,7 +373,7 @@ static void test_nccl(bool have_gpu) {
   }
   const char *want = getenv("LOOM_TEST_NCCL");
   if (!want || strcmp(want, "1") != 0) {
-    printf("NCCL communicator skipped: set LOOM_TEST_NCCL=1 and run under mpirun -np 1\n");
+    printf("NCCL communicator skipped: set LOOM_TEST_NCCL=1 (under mpirun -np 1 with MPI)\n");
     return;
   }
   CHECK_OK(ctx, loom_comm_nccl_new(ctx, &c));

@@ -4,7 +4,8 @@
  * ranks learn NCCL's unique id over MPI (rank 0 makes it, the MPI
  * communicator broadcasts it), so it runs under mpirun like the MPI
  * communicator; each process takes the GPU of its local rank
- * (runtime/cuda/cuda.h).
+ * (runtime/cuda/cuda.h). Built without MPI, a process no launcher started
+ * is a world of one rank.
  *
  * Buffers stay host memory (comm.h): a send copies its bytes to a device
  * buffer, a receive lands in one and is copied back once done. NCCL has no
@@ -46,11 +47,22 @@ struct loom_comm_request {
   loom_comm_request *next;
 };
 
+/* The world size a launcher gave this process (1 if none). */
+static long launched_ranks(void) {
+  const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && v[0]) return strtol(v, NULL, 10);
+  }
+  return 1;
+}
+
 bool loom_comm_nccl_available(void) {
   loom_ctx *tmp = NULL;
   if (loom_ctx_new(&tmp)) return false;
   const loom_nccl_api *api = NULL;
-  bool ok = loom_nccl_get(tmp, &api) == LOOM_STATUS_OK && loom_comm_mpi_available();
+  bool ok = loom_nccl_get(tmp, &api) == LOOM_STATUS_OK &&
+            (loom_comm_mpi_available() || launched_ranks() <= 1);
   loom_ctx_free(tmp);
   return ok;
 }
@@ -215,7 +227,10 @@ static void nccl_abort(void *cctx, const char *why) {
   nccl_ctx *n = cctx;
   if (n->comm) n->nccl->ncclCommAbort(n->comm);
   n->comm = NULL;
-  loom_comm_abort(n->boot, why); /* MPI_Abort: ends every rank */
+  if (n->boot)
+    loom_comm_abort(n->boot, why); /* MPI_Abort: ends every rank */
+  else
+    fprintf(stderr, "loom: NCCL rank %d aborts: %s\n", (int)n->rank, why);
 }
 
 static const loom_comm_iface nccl_iface = {
@@ -231,14 +246,17 @@ loom_status loom_comm_nccl_new(loom_ctx *ctx, loom_comm **out) {
   *out = NULL;
   const loom_nccl_api *api = NULL;
   LOOM_TRY(loom_nccl_get(ctx, &api));
-  if (!loom_comm_mpi_available())
+  /* without MPI only a world of one process: nothing to exchange */
+  bool single = !loom_comm_mpi_available();
+  if (single && launched_ranks() > 1)
     return loom_error(
         ctx, LOOM_STATUS_UNSUPPORTED,
         "the NCCL communicator exchanges its id over MPI: Loom was built without MPI");
   loom_cu *cu = NULL;
   LOOM_TRY(loom_cu_get(ctx, &cu));
   loom_comm *boot = NULL;
-  LOOM_TRY(loom_comm_mpi_new(ctx, &boot));
+  if (!single) LOOM_TRY(loom_comm_mpi_new(ctx, &boot));
+  int32_t rank = boot ? boot->rank : 0, size = boot ? boot->size : 1;
   nccl_ctx *n = loom_calloc(ctx, 1, sizeof *n);
   loom_comm *c = loom_calloc(ctx, 1, sizeof *c);
   loom_status st = n && c ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
@@ -246,28 +264,28 @@ loom_status loom_comm_nccl_new(loom_ctx *ctx, loom_comm **out) {
   n->nccl = api;
   n->cu = cu;
   n->boot = boot;
-  n->rank = boot->rank;
+  n->rank = rank;
   st = loom_cu_check(ctx, cu, cu->api->cuStreamCreate(&n->stream, LOOM_CU_STREAM_NON_BLOCKING),
                      "creating NCCL's stream");
   if (st) goto fail;
   loom_nccl_unique_id id;
   memset(&id, 0, sizeof id);
-  if (boot->rank == 0) st = nccl_check(ctx, n, api->ncclGetUniqueId(&id), "ncclGetUniqueId");
+  if (rank == 0) st = nccl_check(ctx, n, api->ncclGetUniqueId(&id), "ncclGetUniqueId");
   /* rank 0's failure reaches the others as a broadcast that never comes:
    * abort instead, so they end too */
   if (st) {
-    loom_comm_abort(boot, loom_ctx_error(ctx));
+    if (boot) loom_comm_abort(boot, loom_ctx_error(ctx));
     goto fail;
   }
-  st = loom_comm_broadcast(boot, ctx, &id, (int64_t)sizeof id, LOOM_DTYPE_U8, 0);
+  if (boot) st = loom_comm_broadcast(boot, ctx, &id, (int64_t)sizeof id, LOOM_DTYPE_U8, 0);
   if (!st)
-    st = nccl_check(ctx, n, api->ncclCommInitRank(&n->comm, (int)boot->size, id, (int)boot->rank),
+    st = nccl_check(ctx, n, api->ncclCommInitRank(&n->comm, (int)size, id, (int)rank),
                     "ncclCommInitRank");
   if (st) goto fail;
   *c = (loom_comm){.iface = &nccl_iface,
                    .context = n,
-                   .rank = boot->rank,
-                   .size = boot->size,
+                   .rank = rank,
+                   .size = size,
                    .timeout_s = loom_comm_timeout_from_env(),
                    .stream = n->stream,
                    .device_buffers = false,
