@@ -26,6 +26,15 @@
 #   --build DIR  the build directory (default build-gpu; reused if present)
 #   --dry-run    check the tools, print every step's command, run nothing
 #   --no-torch   skip the PyTorch peers
+#   --debs DIR   unpack DIR/*.deb into / first where oneDNN is missing (the
+#                GPU image has none): made here by --fetch-debs
+#   --fetch-debs DIR   download those .deb files into DIR (apt-get
+#                download, on a Debian machine with network) and exit
+#   --no-pack    leave every log as its own file in OUT (by default they are
+#                packed into OUT/gpu-check-files.tar.gz beside gpu-check.json
+#                and gpu-check.txt: the device tool returns at most 8 files)
+# On the device machine, carry the --fetch-debs folder (an ignored folder of
+# the repository) and pass it to --debs.
 # The attention RNG sweep (loom bench attention) is skipped, saying why: the
 # cuda backend has no flash attention or RNG placements yet (docs/GPU.md).
 set -uo pipefail
@@ -37,18 +46,33 @@ out=${OUT:-$root/gpu-check-out}
 build=$root/build-gpu
 dry=0
 torch=1
+debs=""
+fetch=""
+pack=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --out) out=${2:?--out needs a directory}; shift 2 ;;
     --build) build=${2:?--build needs a directory}; shift 2 ;;
     --dry-run) dry=1; shift ;;
     --no-torch) torch=0; shift ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --debs) debs=${2:?--debs needs a directory}; shift 2 ;;
+    --fetch-debs) fetch=${2:?--fetch-debs needs a directory}; shift 2 ;;
+    --no-pack) pack=0; shift ;;
+    -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
 [[ $build = /* ]] || build=$root/$build
 [[ $out = /* ]] || out=$PWD/$out
+
+# the build's one Debian dependency the GPU image lacks: oneDNN
+dnnl_debs=(libdnnl2 libdnnl-dev ocl-icd-libopencl1) # libdnnl.so.2 needs libOpenCL.so.1
+if [[ -n $fetch ]]; then
+  mkdir -p "$fetch" && cd "$fetch" && apt-get download "${dnnl_debs[@]}" ||
+    die "apt-get download ${dnnl_debs[*]} failed"
+  ls -l "$fetch"
+  exit 0
+fi
 
 budget=470 # seconds for everything; later steps are skipped past it
 start=$(date +%s)
@@ -58,9 +82,42 @@ loom=$build/loom
 tests=$build/tests
 
 # ---- 1. the tools and the GPU, before anything else -------------------------
-for tool in cmake make cc timeout; do
+for tool in cmake timeout; do
   command -v "$tool" > /dev/null || die "$tool is missing (scripts/install-deps.sh installs the build tools)"
 done
+cc=$(command -v cc || command -v gcc) || die "no C compiler (cc or gcc)"
+generator=()
+if ! command -v make > /dev/null; then
+  command -v ninja > /dev/null || die "neither make nor ninja: CMake cannot build"
+  generator=(-G Ninja)
+fi
+has_dnnl() { echo '#include <dnnl.h>' | "$cc" -E -x c - > /dev/null 2>&1; }
+if ! has_dnnl && [[ -n $debs && $dry = 0 ]]; then
+  ls "$debs"/*.deb > /dev/null 2>&1 || die "--debs $debs: no .deb files there"
+  for f in "$debs"/*.deb; do dpkg -x "$f" / || die "cannot unpack $f"; done
+  ldconfig 2> /dev/null
+fi
+has_dnnl || [[ $dry = 1 ]] ||
+  die "no oneDNN (dnnl.h): scripts/install-deps.sh here, or --fetch-debs DIR on a Debian machine and --debs DIR on this one"
+# the CUDA libraries Loom opens: where the loader does not find them, the
+# toolkit's and the Python wheels' folders (the GPU image has both)
+missing_libs() {
+  local lib
+  for lib in libnvrtc.so libcublas.so.13 libnccl.so.2; do
+    ldconfig -p 2> /dev/null | grep -q "$lib" || echo "$lib"
+  done
+}
+if [[ -n $(missing_libs) ]]; then
+  extra=""
+  for d in "${CUDA_HOME:-/usr/local/cuda}"/lib64 "${CUDA_HOME:-/usr/local/cuda}"/lib \
+           $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, d) for p in nvidia.__path__ for d in os.listdir(p)))' 2> /dev/null); do
+    for sub in "$d" "$d/lib"; do
+      ls "$sub"/libnvrtc.so* "$sub"/libcublas.so* "$sub"/libnccl.so* > /dev/null 2>&1 && extra+="$sub:"
+    done
+  done
+  export LD_LIBRARY_PATH="${extra}${LD_LIBRARY_PATH:-}"
+  echo "gpu-check: not on the loader's path: $(missing_libs | tr '\n' ' '); LD_LIBRARY_PATH gets ${extra:-nothing}"
+fi
 have_python=0
 command -v python3 > /dev/null && have_python=1
 have_mpirun=0
@@ -74,6 +131,22 @@ if [[ $dry = 0 ]]; then
     gpu_line="(no nvidia-smi)"
   fi
   mkdir -p "$out" || die "cannot create $out"
+  # everything said also goes to gpu-check.txt; at the end (even at a die)
+  # the other files are packed into one archive
+  exec > >(tee "$out/gpu-check.txt") 2>&1
+  pack_files() {
+    [[ $pack = 1 ]] || return 0
+    local f files=()
+    for f in "$out"/*; do
+      case ${f##*/} in
+        gpu-check.json | gpu-check.txt | gpu-check-files.tar.gz) ;;
+        *) [[ -e $f ]] && files+=("${f##*/}") ;;
+      esac
+    done
+    [[ ${#files[@]} -gt 0 ]] || return 0
+    (cd "$out" && tar czf gpu-check-files.tar.gz "${files[@]}" && rm -rf "${files[@]}")
+  }
+  trap pack_files EXIT
   { nvidia-smi 2>&1 || true; uptime; } > "$out/machine.txt"
 fi
 echo "gpu-check: GPU: $gpu_line; results in $out"
@@ -121,7 +194,7 @@ step() {
 # ---- 2. build -------------------------------------------------------------------
 targets=(loom_cli test_cuda test_ops test_models test_codegen)
 if [[ $dry = 1 ]]; then echo "gpu-check: would run, in order (limit, command):"; fi
-step configure test 90 configure.log cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
+step configure test 90 configure.log cmake "${generator[@]}" -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
 step build test 240 build.log cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 if [[ $dry = 0 ]]; then
   [[ -x $loom ]] || die "the build made no $loom (see $out/build.log)"
@@ -149,8 +222,8 @@ fi
 if [[ $have_mpirun = 1 ]]; then
   step nccl_1rank test 90 nccl.log env LOOM_TEST_NCCL=1 OMPI_ALLOW_RUN_AS_ROOT=1 \
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --allow-run-as-root -np 1 "$tests/test_cuda"
-else
-  echo "gpu-check: nccl_1rank skipped: no mpirun"
+else # Loom without MPI: a single process is a one-rank NCCL world
+  step nccl_1rank test 90 nccl.log env LOOM_TEST_NCCL=1 "$tests/test_cuda"
 fi
 step cli_gpu test 90 cli_gpu.log bash "$root/tests/cli_gpu.sh" "$loom" "$root/tests/data"
 # issue 11, point 5: a short training run with dropout on cuda prints the
