@@ -245,13 +245,43 @@ workloads=("${memory_bound[@]}" "${models[@]}")
 # the models in stitch only: mode none makes hundreds of kernels for NVRTC
 step bench_cuda bench 120 bench_cuda.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
   "$out/bench_cuda.jsonl" env LOOM_CUDA_TIMING=1 "$loom" bench --backend cuda --modes none,stitch \
-  --runs 10 --json --quiet "${memory_bound[@]}"
+  --runs 10 --json "${memory_bound[@]}"
 step bench_cuda_models bench 90 bench_cuda_models.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
   "$out/bench_cuda_models.jsonl" env LOOM_CUDA_TIMING=1 "$loom" bench --backend cuda --modes stitch \
-  --runs 10 --json --quiet "${models[@]}"
+  --runs 10 --json "${models[@]}"
 step bench_cuda_tf32 bench 60 bench_cuda_tf32.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
   "$out/bench_cuda_tf32.jsonl" env LOOM_CUDA_TIMING=1 "$loom" bench --backend cuda --gemm tf32 \
-  --modes stitch --runs 10 --json --quiet "${models[@]}"
+  --modes stitch --runs 10 --json "${models[@]}"
+# the device's own times (LOOM_CUDA_TIMING lines after each workload's
+# "timing" line), median per workload and kernel count: the bandwidth figure
+summarize='
+import re, statistics, sys
+for path in sys.argv[1:]:
+    try:
+        lines = open(path, errors="replace").readlines()
+    except OSError:
+        continue  # that bench step did not run
+    work, rows, timing = None, {}, False
+    for line in lines:
+        m = re.match(r"bench: (\S+): (\S+)", line)
+        if m:
+            work, timing = m.group(1), m.group(2) == "timing"
+            continue
+        m = re.match(r"cuda run: (\d+) kernels, \d+ steps, modeled (\d+) bytes: ([0-9.]+) ms on the device.*, ([0-9.]+) ms with", line)
+        if m and timing and work:
+            rows.setdefault((work, int(m.group(1)), int(m.group(2))), []).append((float(m.group(3)), float(m.group(4))))
+    print(path.rsplit("/", 1)[-1])
+    for (w, k, b), t in rows.items():
+        dev = statistics.median(x[0] for x in t)
+        tot = statistics.median(x[1] for x in t)
+        print("  %-26s %4d kernels  device %9.4f ms  %8.1f GB/s modeled  (with copies %9.4f ms, %d runs)"
+              % (w, k, dev, b / dev / 1e6 if dev > 0 else 0, tot, len(t)))
+'
+if [[ $have_python = 1 ]]; then
+  step device_times bench 20 device_times.txt python3 -c "$summarize" "$out/bench_cuda.log" \
+    "$out/bench_cuda_models.log" "$out/bench_cuda_tf32.log"
+  [[ $dry = 0 && -s $out/device_times.txt ]] && cat "$out/device_times.txt"
+fi
 step bench_cpu bench 90 bench_cpu.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
   "$out/bench_cpu.jsonl" "$loom" bench --modes stitch --runs 5 --json --quiet "${workloads[@]}"
 echo "gpu-check: attention RNG sweep skipped: the cuda backend has no flash attention or RNG placements yet (docs/GPU.md)"
