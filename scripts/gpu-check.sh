@@ -255,8 +255,17 @@ step bench_cuda_tf32 bench 60 bench_cuda_tf32.log bash -c 'f=$1; shift; exec "$@
 # the device's own times (LOOM_CUDA_TIMING lines after each workload's
 # "timing" line), median per workload and kernel count: the bandwidth figure
 summarize='
-import re, statistics, sys
+import json, re, statistics, sys
 for path in sys.argv[1:]:
+    # the workload minimum bytes from the JSON beside the log, by workload and kernels
+    least = {}
+    try:
+        for line in open(path[:-4] + ".jsonl"):
+            r = json.loads(line)
+            if "min_bytes" in r and "kernels" in r:
+                least[(r.get("workload"), r["kernels"])] = r["min_bytes"]
+    except (OSError, ValueError):
+        pass
     try:
         lines = open(path, errors="replace").readlines()
     except OSError:
@@ -274,8 +283,11 @@ for path in sys.argv[1:]:
     for (w, k, b), t in rows.items():
         dev = statistics.median(x[0] for x in t)
         tot = statistics.median(x[1] for x in t)
-        print("  %-26s %4d kernels  device %9.4f ms  %8.1f GB/s modeled  (with copies %9.4f ms, %d runs)"
-              % (w, k, dev, b / dev / 1e6 if dev > 0 else 0, tot, len(t)))
+        mb = least.get((w, k))
+        print("  %-26s %4d kernels  device %9.4f ms  %8.1f GB/s modeled  %s  (with copies %9.4f ms, %d runs)"
+              % (w, k, dev, b / dev / 1e6 if dev > 0 else 0,
+                 "%8.1f GB/s minimum bytes" % (mb / dev / 1e6) if mb and dev > 0 else "(no minimum bytes)",
+                 tot, len(t)))
 '
 if [[ $have_python = 1 ]]; then
   step device_times bench 20 device_times.txt python3 -c "$summarize" "$out/bench_cuda.log" \
