@@ -290,8 +290,11 @@ for path in sys.argv[1:]:
                  tot, len(t)))
 '
 if [[ $have_python = 1 ]]; then
-  step device_times bench 20 device_times.txt python3 -c "$summarize" "$out/bench_cuda.log" \
+  summarizer=$(mktemp "${TMPDIR:-/tmp}/gpu-check-summarize.XXXXXX.py") || die "mktemp failed"
+  printf '%s\n' "$summarize" > "$summarizer"
+  step device_times bench 20 device_times.txt python3 "$summarizer" "$out/bench_cuda.log" \
     "$out/bench_cuda_models.log" "$out/bench_cuda_tf32.log"
+  rm -f "$summarizer"
   [[ $dry = 0 && -s $out/device_times.txt ]] && cat "$out/device_times.txt"
 fi
 step bench_cpu bench 90 bench_cpu.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
