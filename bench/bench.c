@@ -69,6 +69,7 @@ static const char usage[] =
     "1.7B-1T on 32-3072 A100s) next to their published teraFLOP/s per GPU.\n"
     "\n"
     "  --backend NAME       the backend of the eager and fusion modes (default cpu)\n"
+    "  --gemm f32|tf32|bf16 how a GPU backend multiplies f32 matrices (default f32)\n"
     "  --size small|full    workload sizes (default full: issue 3's sizes)\n"
     "  --json               one JSON object per line (the machine line first,\n"
     "                       but none for rng alone); attention: one line per\n"
@@ -325,6 +326,10 @@ static int parse_args(int argc, char **argv, opts *o) {
       if (!loom_backend_name_known(v))
         return usage_error("unknown backend '%s' (see 'loom bench --help')", v);
       o->run.backend = v;
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--gemm", &v)) != 0) {
+      if (r < 0) return usage_error("%s needs a value", a);
+      if (loom_gemm_precision_from_name(v, &o->run.gemm))
+        return usage_error("--gemm must be one of " LOOM_GEMM_PRECISION_NAMES ", got '%s'", v);
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--fusion", &v)) != 0) {
       /* as on every command that compiles: one mode only */
       if (r < 0) return usage_error("%s needs a value", a);

@@ -8,7 +8,7 @@
 #      cuda_abi_check, NCCL on one rank (under mpirun), cli_gpu.sh;
 #   4. runs `loom bench --backend cuda` (the memory-bound workloads, the BERT
 #      layer, the GPT-2 block) with LOOM_CUDA_TIMING=1 (the device's own
-#      time per run in the log), and the cpu backend's stitch mode beside it;
+#      time per run in the log), the two models again with --gemm tf32;
 #   5. runs PyTorch eager and torch.compile on the GPU on the same workloads
 #      where PyTorch with CUDA is installed (bench/peers/torch_bench.py),
 #      and prints both side by side (bench/peers/compare.py);
@@ -25,6 +25,15 @@
 #   --build DIR  the build directory (default build-gpu; reused if present)
 #   --dry-run    check the tools, print every step's command, run nothing
 #   --no-torch   skip the PyTorch peers
+#   --debs DIR   unpack DIR/*.deb into / first where oneDNN is missing (the
+#                GPU image has none): made here by --fetch-debs
+#   --fetch-debs DIR   download those .deb files into DIR (apt-get
+#                download, on a Debian machine with network) and exit
+#   --no-pack    leave every log as its own file in OUT (by default they are
+#                packed into OUT/gpu-check-files.tar.gz beside gpu-check.json
+#                and gpu-check.txt: the device tool returns at most 8 files)
+# On the device machine, carry the --fetch-debs folder (an ignored folder of
+# the repository) and pass it to --debs.
 # The attention RNG sweep (loom bench attention) is skipped, saying why: the
 # cuda backend has no flash attention or RNG placements yet (docs/GPU.md).
 set -uo pipefail
@@ -36,18 +45,33 @@ out=${OUT:-$root/gpu-check-out}
 build=$root/build-gpu
 dry=0
 torch=1
+debs=""
+fetch=""
+pack=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --out) out=${2:?--out needs a directory}; shift 2 ;;
     --build) build=${2:?--build needs a directory}; shift 2 ;;
     --dry-run) dry=1; shift ;;
     --no-torch) torch=0; shift ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --debs) debs=${2:?--debs needs a directory}; shift 2 ;;
+    --fetch-debs) fetch=${2:?--fetch-debs needs a directory}; shift 2 ;;
+    --no-pack) pack=0; shift ;;
+    -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
 [[ $build = /* ]] || build=$root/$build
 [[ $out = /* ]] || out=$PWD/$out
+
+# the build's one Debian dependency the GPU image lacks: oneDNN
+dnnl_debs=(libdnnl2 libdnnl-dev ocl-icd-libopencl1) # libdnnl.so.2 needs libOpenCL.so.1
+if [[ -n $fetch ]]; then
+  mkdir -p "$fetch" && cd "$fetch" && apt-get download "${dnnl_debs[@]}" ||
+    die "apt-get download ${dnnl_debs[*]} failed"
+  ls -l "$fetch"
+  exit 0
+fi
 
 budget=470 # seconds for everything; later steps are skipped past it
 start=$(date +%s)
@@ -57,9 +81,42 @@ loom=$build/loom
 tests=$build/tests
 
 # ---- 1. the tools and the GPU, before anything else -------------------------
-for tool in cmake make cc timeout; do
+for tool in cmake timeout; do
   command -v "$tool" > /dev/null || die "$tool is missing (scripts/install-deps.sh installs the build tools)"
 done
+cc=$(command -v cc || command -v gcc) || die "no C compiler (cc or gcc)"
+generator=()
+if ! command -v make > /dev/null; then
+  command -v ninja > /dev/null || die "neither make nor ninja: CMake cannot build"
+  generator=(-G Ninja)
+fi
+has_dnnl() { echo '#include <dnnl.h>' | "$cc" -E -x c - > /dev/null 2>&1; }
+if ! has_dnnl && [[ -n $debs && $dry = 0 ]]; then
+  ls "$debs"/*.deb > /dev/null 2>&1 || die "--debs $debs: no .deb files there"
+  for f in "$debs"/*.deb; do dpkg -x "$f" / || die "cannot unpack $f"; done
+  ldconfig 2> /dev/null
+fi
+has_dnnl || [[ $dry = 1 ]] ||
+  die "no oneDNN (dnnl.h): scripts/install-deps.sh here, or --fetch-debs DIR on a Debian machine and --debs DIR on this one"
+# the CUDA libraries Loom opens: where the loader does not find them, the
+# toolkit's and the Python wheels' folders (the GPU image has both)
+missing_libs() {
+  local lib
+  for lib in libnvrtc.so libcublas.so.13 libnccl.so.2; do
+    ldconfig -p 2> /dev/null | grep -q "$lib" || echo "$lib"
+  done
+}
+if [[ -n $(missing_libs) ]]; then
+  extra=""
+  for d in "${CUDA_HOME:-/usr/local/cuda}"/lib64 "${CUDA_HOME:-/usr/local/cuda}"/lib \
+           $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, d) for p in nvidia.__path__ for d in os.listdir(p)))' 2> /dev/null); do
+    for sub in "$d" "$d/lib"; do
+      ls "$sub"/libnvrtc.so* "$sub"/libcublas.so* "$sub"/libnccl.so* > /dev/null 2>&1 && extra+="$sub:"
+    done
+  done
+  export LD_LIBRARY_PATH="${extra}${LD_LIBRARY_PATH:-}"
+  echo "gpu-check: not on the loader's path: $(missing_libs | tr '\n' ' '); LD_LIBRARY_PATH gets ${extra:-nothing}"
+fi
 have_python=0
 command -v python3 > /dev/null && have_python=1
 have_mpirun=0
@@ -73,6 +130,23 @@ if [[ $dry = 0 ]]; then
     gpu_line="(no nvidia-smi)"
   fi
   mkdir -p "$out" || die "cannot create $out"
+  # everything said also goes to gpu-check.txt; at the end (even at a die)
+  # the other files are packed into one archive
+  exec > >(tee "$out/gpu-check.txt") 2>&1
+  pack_files() {
+    [[ $pack = 1 ]] || return 0
+    local f files=()
+    for f in "$out"/*; do
+      case ${f##*/} in
+        gpu-check.json | gpu-check.txt | gpu-check-files.tar.gz) ;;
+        *) [[ -e $f ]] && files+=("${f##*/}") ;;
+      esac
+    done
+    [[ ${#files[@]} -gt 0 ]] || return 0
+    (cd "$out" && tar czf gpu-check-files.tar.gz "${files[@]}" && rm -rf "${files[@]}")
+  }
+  trap pack_files EXIT
+  { nvidia-smi 2>&1 || true; uptime; } > "$out/machine.txt"
 fi
 echo "gpu-check: GPU: $gpu_line; results in $out"
 
@@ -119,7 +193,7 @@ step() {
 # ---- 2. build -------------------------------------------------------------------
 targets=(loom_cli test_cuda test_ops test_models test_codegen)
 if [[ $dry = 1 ]]; then echo "gpu-check: would run, in order (limit, command):"; fi
-step configure test 90 configure.log cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
+step configure test 90 configure.log cmake "${generator[@]}" -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
 step build test 240 build.log cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 if [[ $dry = 0 ]]; then
   [[ -x $loom ]] || die "the build made no $loom (see $out/build.log)"
@@ -147,19 +221,81 @@ fi
 if [[ $have_mpirun = 1 ]]; then
   step nccl_1rank test 90 nccl.log env LOOM_TEST_NCCL=1 OMPI_ALLOW_RUN_AS_ROOT=1 \
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --allow-run-as-root -np 1 "$tests/test_cuda"
-else
-  echo "gpu-check: nccl_1rank skipped: no mpirun"
+else # Loom without MPI: a single process is a one-rank NCCL world
+  step nccl_1rank test 90 nccl.log env LOOM_TEST_NCCL=1 "$tests/test_cuda"
 fi
 step cli_gpu test 90 cli_gpu.log bash "$root/tests/cli_gpu.sh" "$loom" "$root/tests/data"
+# issue 11, point 5: a short training run with dropout on cuda prints the
+# cpu backend's losses (the same masks; float differences only)
+step train_vs_cpu test 120 train_vs_cpu.log bash -c '
+  a=(train --layers 1 --d-model 32 --heads 2 --context 16 --batch 4 --steps 5 --log-every 1 --dropout 0.1)
+  "$1" "${a[@]}" --backend cpu --attention decomposed > "$2/train_cpu.txt" 2>&1 || { tail "$2/train_cpu.txt"; exit 1; }
+  "$1" "${a[@]}" --backend cuda > "$2/train_cuda.txt" 2>&1 || { tail "$2/train_cuda.txt"; exit 1; }
+  paste <(grep -o "^step .*loss [0-9.]*" "$2/train_cpu.txt" | grep -o "[0-9.]*$") \
+        <(grep -o "^step .*loss [0-9.]*" "$2/train_cuda.txt" | grep -o "[0-9.]*$") |
+    awk "{ d = \$1 - \$2; if (d < 0) d = -d; bad += (d > 2e-3 || \$2 == \"\"); n++; print \"cpu\", \$1, \"cuda\", \$2 }
+         END { print n, \"steps,\", bad + 0, \"differ by more than 2e-3\"; exit (bad > 0 || n != 5) }"' _ "$loom" "$out"
 
 # ---- 4. loom bench on the GPU, the cpu backend beside it ---------------------------------
-workloads=(layernorm_fwd layernorm_bwd softmax_fwd softmax_bwd bias_gelu bias_dropout_residual_ln
-           cross_entropy adamw bert_layer gpt2_block)
-step bench_cuda bench 150 bench_cuda.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
+memory_bound=(layernorm_fwd layernorm_bwd softmax_fwd softmax_bwd bias_gelu bias_dropout_residual_ln
+              cross_entropy adamw)
+models=(bert_layer gpt2_block)
+workloads=("${memory_bound[@]}" "${models[@]}")
+# the models in stitch only: mode none makes hundreds of kernels for NVRTC
+step bench_cuda bench 120 bench_cuda.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
   "$out/bench_cuda.jsonl" env LOOM_CUDA_TIMING=1 "$loom" bench --backend cuda --modes none,stitch \
-  --runs 10 --json --quiet "${workloads[@]}"
-step bench_cpu bench 90 bench_cpu.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
-  "$out/bench_cpu.jsonl" "$loom" bench --modes stitch --runs 5 --json --quiet "${workloads[@]}"
+  --runs 10 --json "${memory_bound[@]}"
+step bench_cuda_models bench 90 bench_cuda_models.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
+  "$out/bench_cuda_models.jsonl" env LOOM_CUDA_TIMING=1 "$loom" bench --backend cuda --modes stitch \
+  --runs 10 --json "${models[@]}"
+step bench_cuda_tf32 bench 60 bench_cuda_tf32.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
+  "$out/bench_cuda_tf32.jsonl" env LOOM_CUDA_TIMING=1 "$loom" bench --backend cuda --gemm tf32 \
+  --modes stitch --runs 10 --json "${models[@]}"
+# the device's own times (LOOM_CUDA_TIMING lines after each workload's
+# "timing" line), median per workload and kernel count: the bandwidth figure
+summarize='
+import json, re, statistics, sys
+for path in sys.argv[1:]:
+    # the workload minimum bytes from the JSON beside the log, by workload and kernels
+    least = {}
+    try:
+        for line in open(path[:-4] + ".jsonl"):
+            r = json.loads(line)
+            if "min_bytes" in r and "kernels" in r:
+                least[(r.get("workload"), r["kernels"])] = r["min_bytes"]
+    except (OSError, ValueError):
+        pass
+    try:
+        lines = open(path, errors="replace").readlines()
+    except OSError:
+        continue  # that bench step did not run
+    work, rows, timing = None, {}, False
+    for line in lines:
+        m = re.match(r"bench: (\S+): (\S+)", line)
+        if m:
+            work, timing = m.group(1), m.group(2) == "timing"
+            continue
+        m = re.match(r"cuda run: (\d+) kernels, \d+ steps, modeled (\d+) bytes: ([0-9.]+) ms on the device.*, ([0-9.]+) ms with", line)
+        if m and timing and work:
+            rows.setdefault((work, int(m.group(1)), int(m.group(2))), []).append((float(m.group(3)), float(m.group(4))))
+    print(path.rsplit("/", 1)[-1])
+    for (w, k, b), t in rows.items():
+        dev = statistics.median(x[0] for x in t)
+        tot = statistics.median(x[1] for x in t)
+        mb = least.get((w, k))
+        print("  %-26s %4d kernels  device %9.4f ms  %8.1f GB/s modeled  %s  (with copies %9.4f ms, %d runs)"
+              % (w, k, dev, b / dev / 1e6 if dev > 0 else 0,
+                 "%8.1f GB/s minimum bytes" % (mb / dev / 1e6) if mb and dev > 0 else "(no minimum bytes)",
+                 tot, len(t)))
+'
+if [[ $have_python = 1 ]]; then
+  summarizer=$(mktemp "${TMPDIR:-/tmp}/gpu-check-summarize.XXXXXX.py") || die "mktemp failed"
+  printf '%s\n' "$summarize" > "$summarizer"
+  step device_times bench 20 device_times.txt python3 "$summarizer" "$out/bench_cuda.log" \
+    "$out/bench_cuda_models.log" "$out/bench_cuda_tf32.log"
+  rm -f "$summarizer"
+  [[ $dry = 0 && -s $out/device_times.txt ]] && cat "$out/device_times.txt"
+fi
 echo "gpu-check: attention RNG sweep skipped: the cuda backend has no flash attention or RNG placements yet (docs/GPU.md)"
 
 # ---- 5. PyTorch on the GPU, side by side -----------------------------------------------
@@ -169,11 +305,11 @@ if [[ $torch = 1 && $have_python = 1 ]] &&
   step torch_eager bench 120 torch_eager.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
     "$out/torch_eager.jsonl" env LOOM_PEER_DEVICE=cuda python3 "$root/bench/peers/torch_bench.py" \
     --modes torch_eager --runs 10 "${workloads[@]}"
-  step torch_compile bench 150 torch_compile.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
+  step torch_compile bench 120 torch_compile.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
     "$out/torch_compile.jsonl" env LOOM_PEER_DEVICE=cuda python3 "$root/bench/peers/torch_bench.py" \
     --modes torch_compile --runs 10 layernorm_fwd layernorm_bwd softmax_fwd softmax_bwd cross_entropy
   step compare bench 20 compare.txt python3 "$root/bench/peers/compare.py" "$out/bench_cuda.jsonl" \
-    "$out/torch_eager.jsonl" "$out/torch_compile.jsonl"
+    "$out/bench_cuda_models.jsonl" "$out/torch_eager.jsonl" "$out/torch_compile.jsonl"
   [[ $dry = 0 && -s $out/compare.txt ]] && cat "$out/compare.txt"
 else
   echo "gpu-check: PyTorch peers skipped: $([[ $torch = 0 ]] && echo "--no-torch" || echo "no python3 with torch and CUDA")"
@@ -195,6 +331,7 @@ cat > "$out/gpu-check.json" << EOF
   "gpu": "$(json_str "$gpu_line")",
   "loom_cuda": "$(json_str "$(grep '^  cuda' "$out/devices.txt")")",
   "nvrtc": "${nvrtc:-}",
+  "load": "$(json_str "$(uptime)")",
   "seconds": $(elapsed),
   "passed": $([[ $failed = 0 ]] && echo true || echo false),
   "steps": [$steps_json

@@ -26,6 +26,12 @@ run devices extra
 expect "devices: extra argument" 2 "" "*unexpected argument 'extra'*"
 run compile "$DATA/mlp.loom" --backend gpu
 expect "compile: unknown backend" 2 "" "*unknown backend 'gpu'*"
+# --gemm: checked everywhere, used by GPU backends (the cpu backend computes in f32)
+run run "$DATA/mlp.loom" "${inputs[@]}" --out "$tmp/gemm" --gemm fp8
+expect "run: unknown --gemm" 2 "" "*unknown gemm precision 'fp8' (known: f32, tf32, bf16)*"
+run run "$DATA/mlp.loom" "${inputs[@]}" --out "$tmp/gemm" --gemm bf16
+expect "run --gemm bf16 on cpu" 0 "*logits: f32[2, 3]*-5.5, 6.25, 0.75*"
+same_bytes "run --gemm bf16 on cpu: logits" "$tmp/gemm/logits.npy" "$DATA/expected_logits.npy"
 
 if [[ $out == *"opencl   unavailable"* ]] || ! "$LOOM" devices | grep -q "^  opencl   OpenCL:"; then
   echo "cli_gpu: opencl checks skipped: $("$LOOM" devices | grep '^  opencl')"

@@ -39,8 +39,8 @@ typedef ncclUniqueId loom_nccl_unique_id;
 
 /* Each entry's type is the real function's (cuda.h's macros map the
  * plain names to the versioned symbols the tables name). */
-#define SAME_TYPE(sym, ret, params)                                                              \
-  _Static_assert(__builtin_types_compatible_p(__typeof__(&sym), ret(*) params),                 \
+#define SAME_TYPE(sym, ret, params)                                                                \
+  _Static_assert(__builtin_types_compatible_p(__typeof__(&sym), ret(*) params),                    \
                  #sym ": Loom's declaration differs from the header's");
 LOOM_CU_DRIVER_FUNCS(SAME_TYPE)
 LOOM_CUBLAS_FUNCS(SAME_TYPE)
@@ -51,8 +51,8 @@ _Static_assert(sizeof(int) == sizeof(CUresult) && sizeof(int) == sizeof(CUdevice
                    sizeof(int) == sizeof(CUdevice_attribute) &&
                    sizeof(unsigned long long) == sizeof(CUdeviceptr) &&
                    sizeof(int) == sizeof(cublasStatus_t) &&
-                   sizeof(int) == sizeof(cublasOperation_t) && sizeof(int) == sizeof(cublasMath_t) &&
-                   sizeof(int) == sizeof(cudaDataType) &&
+                   sizeof(int) == sizeof(cublasOperation_t) &&
+                   sizeof(int) == sizeof(cublasMath_t) && sizeof(int) == sizeof(cudaDataType) &&
                    sizeof(int) == sizeof(cublasComputeType_t) &&
                    sizeof(int) == sizeof(cublasGemmAlgo_t) && sizeof(int) == sizeof(ncclResult_t) &&
                    sizeof(int) == sizeof(ncclDataType_t) && sizeof(ncclUniqueId) == 128,

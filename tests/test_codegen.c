@@ -20,6 +20,7 @@
 #include "ops/op.h"
 #include "rng/philox.h"
 #include "runtime/jit.h"
+#include "runtime/cuda/cuda.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/opencl/ocl.h"
 
@@ -171,7 +172,7 @@ static void run_generated(loom_jit_module *m, const loom_kernel *k, bufs *b, int
 
 static void gpu_check(const loom_kernel *k, const bufs *in, const bufs *ref, bool loose);
 static bool has_libm_op(const loom_kernel *k);
-static void cuda_check(const loom_kernel *k);
+static void cuda_check(const loom_kernel *k, const bufs *in, const bufs *ref, bool loose);
 
 /* Runs k on the interpreter and generated with 1, 2, 3 threads on inputs
  * `in`; checks every output bitwise equal. Leaves the generated result of
@@ -185,7 +186,7 @@ static bool check_kernel(const loom_kernel *k, bufs *in, bool print) {
   bufs_copy(k, in, &ref);
   CHECK_OK(ctx, loom_kernel_interpret(ctx, k, ref.p));
   gpu_check(k, in, &ref, has_libm_op(k));
-  cuda_check(k);
+  cuda_check(k, in, &ref, has_libm_op(k));
   bool ok = true;
   for (int32_t nt = 1; nt <= 3; nt++) {
     bufs got;
@@ -216,19 +217,67 @@ static bool check_kernel(const loom_kernel *k, bufs *in, bool print) {
   return ok;
 }
 
-/* ---- the same kernels on OpenCL (PoCL here), through the GPU renderer ---- */
+/* ---- the same kernels on GPUs, through the GPU renderer: CUDA (NVRTC, and run
+ * where there is a device) and OpenCL (PoCL here) ---------------------------- */
+
+static bool same_as_interpreter(const char *which, const loom_kernel *k, const bufs *got,
+                                const bufs *ref, bool loose);
 
 static int cuda_state; /* 0: not tried; 1: NVRTC present; -1: none (skipped) */
 static int cuda_kernels;
+static int cu_state; /* 0: not tried; 1: a CUDA device; -1: none (skipped) */
+static loom_cu *cu_dev;
+static int cu_kernels, cu_exact;
+
+/* Runs k on the CUDA device: the same buffers through device memory. */
+static void cuda_run(const loom_kernel *k, const char *src, const bufs *in, const bufs *ref,
+                     bool loose) {
+  if (cu_state == 0) {
+    if (!loom_test_backend_selected("cuda")) {
+      cu_state = -1;
+      printf("test_codegen: CUDA runs skipped: not in LOOM_TEST_BACKENDS\n");
+    } else {
+      cu_state = loom_cu_get(ctx, &cu_dev) == LOOM_STATUS_OK ? 1 : -1;
+      if (cu_state < 0) printf("test_codegen: CUDA runs skipped: %s\n", loom_ctx_error(ctx));
+      else printf("test_codegen: CUDA runs on %s\n", cu_dev->name);
+    }
+  }
+  if (cu_state < 0) return;
+  loom_cu_kernels *m = NULL;
+  CHECK_OK(ctx, loom_cu_module_build(ctx, cu_dev, src, &m, NULL));
+  if (!m) return;
+  bufs got;
+  bufs_copy(k, in, &got);
+  loom_cu_deviceptr dev[MAX_ARGS] = {0};
+  loom_status st = LOOM_STATUS_OK;
+  for (int32_t i = 0; !st && i < k->n_args; i++) {
+    if (k->args[i].temp) continue;
+    st = loom_cu_alloc(ctx, cu_dev, got.bytes[i], &dev[i]);
+    if (!st) st = loom_cu_to_device(ctx, cu_dev, dev[i], got.p[i], got.bytes[i]);
+  }
+  if (!st) st = loom_cu_run(ctx, m, k, dev);
+  for (int32_t i = 0; !st && i < k->n_args; i++)
+    if (k->args[i].is_output) st = loom_cu_to_host(ctx, cu_dev, got.p[i], dev[i], got.bytes[i]);
+  if (!st) st = loom_cu_sync(ctx, cu_dev);
+  CHECK_OK(ctx, st);
+  if (!st) {
+    cu_kernels++;
+    cu_exact += same_as_interpreter("CUDA", k, &got, ref, loose);
+  }
+  for (int32_t i = 0; i < k->n_args; i++) loom_cu_free(cu_dev, dev[i]);
+  bufs_free(&got);
+  loom_cu_module_free(m);
+}
 
 /* The CUDA C of k must compile with NVRTC for sm_90 (no GPU needed),
- * every launch's function an entry of the PTX. */
-static void cuda_check(const loom_kernel *k) {
+ * every launch's function an entry of the PTX; where there is a CUDA
+ * device, k also runs there against the interpreter. */
+static void cuda_check(const loom_kernel *k, const bufs *in, const bufs *ref, bool loose) {
   char ver[32];
   if (cuda_state == 0) {
     cuda_state = loom_nvrtc_version(ctx, ver, sizeof ver) == LOOM_STATUS_OK ? 1 : -1;
     if (cuda_state < 0) printf("test_codegen: CUDA (NVRTC) skipped: %s\n", loom_ctx_error(ctx));
-    else printf("test_codegen: CUDA C compiled with NVRTC %s for sm_90 (no GPU here: not run)\n", ver);
+    else printf("test_codegen: CUDA C compiled with NVRTC %s for sm_90\n", ver);
   }
   if (cuda_state < 0) return;
   char *src = NULL, *ptx = NULL;
@@ -244,9 +293,39 @@ static void cuda_check(const loom_kernel *k) {
     CHECK(strstr(ptx, entry) != NULL);
   }
   cuda_kernels += ptx != NULL;
+  if (src && ptx) cuda_run(k, src, in, ref, loose);
   free(l);
   free(src);
   free(ptx);
+}
+
+/* True if every output of got is the interpreter's `ref` bit for bit;
+ * else checks each differs only as allowed (`loose`: ops the device's
+ * library computes in double, a last-bit difference after rounding; NaN
+ * signs and payloads). */
+static bool same_as_interpreter(const char *which, const loom_kernel *k, const bufs *got,
+                                const bufs *ref, bool loose) {
+  bool exact = true;
+  for (int32_t i = 0; i < k->n_args; i++) {
+    if (!k->args[i].is_output) continue;
+    size_t es = loom_dtype_size(k->args[i].dtype);
+    for (int64_t e = 0; e < k->args[i].numel; e++) {
+      const void *g = (char *)got->p[i] + e * es, *r = (char *)ref->p[i] + e * es;
+      if (memcmp(g, r, es) == 0) continue;
+      exact = false;
+      double gv = loom_load(k->args[i].dtype, got->p[i], e), rv = loom_load(k->args[i].dtype, ref->p[i], e);
+      /* a NaN's sign and payload are not specified by either library */
+      double tol = k->args[i].dtype == LOOM_DTYPE_F32 ? 2.5e-7 : 1e-15;
+      bool ok = (gv != gv && rv != rv) ||
+                (loose && loom_dtype_is_float(k->args[i].dtype) && fabs(gv - rv) <= tol * fabs(rv) + 1e-300);
+      CHECK(ok);
+      if (!ok) {
+        fprintf(stderr, "  %s %s a%d[%lld]: got %.9g want %.9g\n", which, k->name, i, (long long)e, gv, rv);
+        break;
+      }
+    }
+  }
+  return exact;
 }
 
 static int gpu_state; /* 0: not tried; 1: device ready; -1: none (skipped) */
@@ -260,9 +339,14 @@ static int gpu_kernels, gpu_exact;
  * `loose`). */
 static void gpu_check(const loom_kernel *k, const bufs *in, const bufs *ref, bool loose) {
   if (gpu_state == 0) {
-    gpu_state = loom_ocl_get(ctx, &gpu_dev) == LOOM_STATUS_OK ? 1 : -1;
-    if (gpu_state < 0) printf("test_codegen: OpenCL skipped: %s\n", loom_ctx_error(ctx));
-    else printf("test_codegen: OpenCL on %s\n", loom_ocl_device_name(gpu_dev));
+    if (!loom_test_backend_selected("opencl")) {
+      gpu_state = -1;
+      printf("test_codegen: OpenCL skipped: not in LOOM_TEST_BACKENDS\n");
+    } else {
+      gpu_state = loom_ocl_get(ctx, &gpu_dev) == LOOM_STATUS_OK ? 1 : -1;
+      if (gpu_state < 0) printf("test_codegen: OpenCL skipped: %s\n", loom_ctx_error(ctx));
+      else printf("test_codegen: OpenCL on %s\n", loom_ocl_device_name(gpu_dev));
+    }
   }
   if (gpu_state < 0) return;
   char *src = NULL;
@@ -276,26 +360,7 @@ static void gpu_check(const loom_kernel *k, const bufs *in, const bufs *ref, boo
   bufs got;
   bufs_copy(k, in, &got);
   CHECK_OK(ctx, loom_ocl_run(ctx, m, k, got.p));
-  bool exact = true;
-  for (int32_t i = 0; i < k->n_args; i++) {
-    if (!k->args[i].is_output) continue;
-    size_t es = loom_dtype_size(k->args[i].dtype);
-    for (int64_t e = 0; e < k->args[i].numel; e++) {
-      const void *g = (char *)got.p[i] + e * es, *r = (char *)ref->p[i] + e * es;
-      if (memcmp(g, r, es) == 0) continue;
-      exact = false;
-      double gv = loom_load(k->args[i].dtype, got.p[i], e), rv = loom_load(k->args[i].dtype, ref->p[i], e);
-      /* a NaN's sign and payload are not specified by either library */
-      double tol = k->args[i].dtype == LOOM_DTYPE_F32 ? 2.5e-7 : 1e-15;
-      bool ok = (gv != gv && rv != rv) ||
-                (loose && loom_dtype_is_float(k->args[i].dtype) && fabs(gv - rv) <= tol * fabs(rv) + 1e-300);
-      CHECK(ok);
-      if (!ok) {
-        fprintf(stderr, "  OpenCL %s a%d[%lld]: got %.9g want %.9g\n", k->name, i, (long long)e, gv, rv);
-        break;
-      }
-    }
-  }
+  bool exact = same_as_interpreter("OpenCL", k, &got, ref, loose);
   gpu_kernels++;
   gpu_exact += exact;
   bufs_free(&got);
@@ -1102,6 +1167,9 @@ int main(void) {
   free(dir);
   loom_ctx_free(ctx);
   if (cuda_state > 0) printf("test_codegen: NVRTC compiled %d kernels' CUDA C\n", cuda_kernels);
+  if (cu_state > 0)
+    printf("test_codegen: CUDA ran %d kernels, %d of them bit for bit the interpreter's\n",
+           cu_kernels, cu_exact);
   if (gpu_state > 0)
     printf("test_codegen: OpenCL ran %d kernels, %d of them bit for bit the interpreter's\n",
            gpu_kernels, gpu_exact);

@@ -138,11 +138,11 @@ static bool run(loom_graph *g, const char *backend, loom_fusion_mode fusion,
                 loom_gemm_precision gemm, int32_t n_in, loom_tensor **in, int32_t n_out,
                 loom_tensor **out) {
   loom_session *s = NULL;
-  loom_session_options o =
-      LOOM_SESSION_OPTIONS(.backend = backend, .fusion = fusion, .gemm = gemm);
+  loom_session_options o = LOOM_SESSION_OPTIONS(.backend = backend, .fusion = fusion, .gemm = gemm);
   loom_status st = loom_session_new(ctx, g, &o, &s);
   if (!st) st = loom_session_run(s, n_in, (const loom_tensor *const *)in, n_out, out);
-  if (st) fprintf(stderr, "%s/%s: %s\n", backend, loom_fusion_mode_name(fusion), loom_ctx_error(ctx));
+  if (st)
+    fprintf(stderr, "%s/%s: %s\n", backend, loom_fusion_mode_name(fusion), loom_ctx_error(ctx));
   loom_session_free(s);
   return st == LOOM_STATUS_OK;
 }
@@ -152,10 +152,12 @@ static void fill(loom_tensor *t, uint64_t seed) {
   int64_t n = loom_tensor_numel(t);
   if (loom_tensor_dtype(t) == LOOM_DTYPE_F64) {
     double *p = loom_tensor_data(t);
-    for (int64_t i = 0; i < n; i++) p[i] = loom_test_uniform(&rng, -2, 2);
+    for (int64_t i = 0; i < n; i++)
+      p[i] = loom_test_uniform(&rng, -2, 2);
   } else {
     float *p = loom_tensor_data(t);
-    for (int64_t i = 0; i < n; i++) p[i] = (float)loom_test_uniform(&rng, -2, 2);
+    for (int64_t i = 0; i < n; i++)
+      p[i] = (float)loom_test_uniform(&rng, -2, 2);
   }
 }
 
@@ -165,8 +167,10 @@ static double worst_rel(const loom_tensor *a, const loom_tensor *b, double floor
   int64_t n = loom_tensor_numel(a);
   bool f64 = loom_tensor_dtype(a) == LOOM_DTYPE_F64;
   for (int64_t i = 0; i < n; i++) {
-    double x = f64 ? ((const double *)loom_tensor_data(a))[i] : ((const float *)loom_tensor_data(a))[i];
-    double y = f64 ? ((const double *)loom_tensor_data(b))[i] : ((const float *)loom_tensor_data(b))[i];
+    double x =
+        f64 ? ((const double *)loom_tensor_data(a))[i] : ((const float *)loom_tensor_data(a))[i];
+    double y =
+        f64 ? ((const double *)loom_tensor_data(b))[i] : ((const float *)loom_tensor_data(b))[i];
     worst = fmax(worst, fabs(x - y) / fmax(floor, fabs(x)));
   }
   return worst;
@@ -338,7 +342,8 @@ static void test_fallback_and_bound_output(void) {
   CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_I32, 1, si, &in[1]));
   fill(in[0], 7);
   int32_t *iv = loom_tensor_data(in[1]);
-  for (int i = 0; i < 7; i++) iv[i] = (i * 13) % 50;
+  for (int i = 0; i < 7; i++)
+    iv[i] = (i * 13) % 50;
   const int64_t sy[2] = {7, 40};
   CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, sy, &got)); /* computed in place */
   bool ok = run(g, "ref", LOOM_FUSION_STITCH, LOOM_GEMM_F32, 2, in, 1, &want) &&
@@ -357,7 +362,7 @@ static void test_fallback_and_bound_output(void) {
 }
 
 /* Without a GPU the NCCL communicator says why; with one (and
- * LOOM_TEST_NCCL=1, under mpirun -np 1: scripts/gpu-check.sh) one rank
+ * LOOM_TEST_NCCL=1, under mpirun -np 1 where Loom has MPI: scripts/gpu-check.sh) one rank
  * sends itself a message through NCCL and gets the same bytes back. */
 static void test_nccl(bool have_gpu) {
   loom_comm *c = NULL;
@@ -368,14 +373,15 @@ static void test_nccl(bool have_gpu) {
   }
   const char *want = getenv("LOOM_TEST_NCCL");
   if (!want || strcmp(want, "1") != 0) {
-    printf("NCCL communicator skipped: set LOOM_TEST_NCCL=1 and run under mpirun -np 1\n");
+    printf("NCCL communicator skipped: set LOOM_TEST_NCCL=1 (under mpirun -np 1 with MPI)\n");
     return;
   }
   CHECK_OK(ctx, loom_comm_nccl_new(ctx, &c));
   if (!c) return;
   CHECK(c->rank == 0 && c->size == 1 && strcmp(c->iface->name, "nccl") == 0);
   uint8_t out[1000], back[1000];
-  for (int i = 0; i < 1000; i++) out[i] = (uint8_t)(i * 7 + 3);
+  for (int i = 0; i < 1000; i++)
+    out[i] = (uint8_t)(i * 7 + 3);
   memset(back, 0, sizeof back);
   loom_comm_request *rs = NULL, *rr = NULL;
   CHECK_OK(ctx, c->iface->isend(c->context, ctx, out, sizeof out, 0, 5, c->stream, &rs));

@@ -70,7 +70,7 @@ static const char usage_main[] =
 
 static const char usage_run[] =
     "usage: loom run FILE [--input NAME=PATH.npy]... [--out DIR]\n"
-    "                [--backend NAME] [--fusion MODE] [--threads N] [--force]\n"
+    "                [--backend NAME] [--fusion MODE] [--gemm P] [--threads N] [--force]\n"
     "\n"
     "Runs the text-IR graph in FILE. Every graph input (parameters too) is\n"
     "read from the .npy file given for its name; each output is written to\n"
@@ -83,6 +83,8 @@ static const char usage_run[] =
     "                       reference kernels)\n"
     "  --fusion MODE        how the cpu backend makes code:\n"
     LOOM_FUSION_MODE_LIST(HELP_MODE, )
+    "  --gemm P             f32 products on a GPU backend: f32 (default), tf32\n"
+    "                       or bf16 (operands rounded, f32 accumulation)\n"
     "  --threads N          CPU threads (0 = all cores, the default)\n"
     "  --force              overwrite output files that already exist\n"
     "  -h, --help           print this help\n";
@@ -408,7 +410,7 @@ static bool safe_file_name(const char *s) {
 
 static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
                      int n_ins, const char *out_dir, const char *backend,
-                     loom_fusion_mode fusion, bool force) {
+                     loom_fusion_mode fusion, loom_gemm_precision gemm, bool force) {
   loom_graph *g = NULL;
   loom_session *s = NULL;
   loom_tensor **inputs = NULL, **outputs = NULL;
@@ -526,7 +528,8 @@ static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
     }
   }
 
-  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = backend, .fusion = fusion);
+  loom_session_options opts =
+      LOOM_SESSION_OPTIONS(.backend = backend, .fusion = fusion, .gemm = gemm);
   if (loom_session_new(ctx, g, &opts, &s) != LOOM_STATUS_OK) goto fail;
   if (loom_session_warning(s)[0])
     fprintf(stderr, "loom: warning: %s\n", loom_session_warning(s));
@@ -563,6 +566,7 @@ done:
 static int cmd_run(int argc, char **argv) {
   const char *file = NULL, *out_dir = ".", *backend = LOOM_BACKEND_DEFAULT;
   loom_fusion_mode fusion = LOOM_FUSION_STITCH;
+  loom_gemm_precision gemm = LOOM_GEMM_F32;
   long threads = 0;
   bool force = false;
   run_input *ins = calloc((size_t)argc, sizeof *ins);
@@ -616,6 +620,13 @@ static int cmd_run(int argc, char **argv) {
                          v);
         goto done;
       }
+    } else if ((m = loom_cli_flag_value(argc, argv, &i, "--gemm", &v)) != 0) {
+      if (m < 0) goto missing;
+      if (loom_gemm_precision_from_name(v, &gemm)) {
+        rc = usage_error(usage_run, "unknown gemm precision '%s' (known: " LOOM_GEMM_PRECISION_NAMES
+                         ")", v);
+        goto done;
+      }
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--threads", &v)) != 0) {
       if (m < 0) goto missing;
       if (!loom_cli_parse_long(v, 0, 4096, &threads)) {
@@ -653,7 +664,7 @@ static int cmd_run(int argc, char **argv) {
   if (loom_ctx_set_threads(ctx, (int32_t)threads) != LOOM_STATUS_OK)
     rc = fail(ctx);
   else
-    rc = run_graph(ctx, file, ins, n_ins, out_dir, backend, fusion, force);
+    rc = run_graph(ctx, file, ins, n_ins, out_dir, backend, fusion, gemm, force);
   loom_ctx_free(ctx);
 done:
   free(ins);

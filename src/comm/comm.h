@@ -128,10 +128,12 @@ loom_status loom_comm_mpi_new(loom_ctx *ctx, loom_comm **out);
 bool loom_comm_mpi_available(void);
 /* This process's rank over NCCL (comm_nccl.c): one process per GPU under
  * mpirun, NCCL's id exchanged over MPI; the host buffers staged through
- * device memory. UNSUPPORTED without NCCL (libnccl.so.2), a CUDA device
- * or MPI. loom train --plan uses it when $LOOM_COMM is "nccl". */
+ * device memory. UNSUPPORTED without NCCL (libnccl.so.2) or a CUDA device;
+ * without MPI only a single process (one rank). loom train --plan uses it
+ * when $LOOM_COMM is "nccl". */
 loom_status loom_comm_nccl_new(loom_ctx *ctx, loom_comm **out);
-/* True if NCCL can be opened and Loom was built with MPI. */
+/* True if NCCL can be opened and (Loom was built with MPI or this process
+ * is alone). */
 bool loom_comm_nccl_available(void);
 
 void loom_comm_free(loom_comm *c);

@@ -4,7 +4,8 @@
  * ranks learn NCCL's unique id over MPI (rank 0 makes it, the MPI
  * communicator broadcasts it), so it runs under mpirun like the MPI
  * communicator; each process takes the GPU of its local rank
- * (runtime/cuda/cuda.h).
+ * (runtime/cuda/cuda.h). Built without MPI, a process no launcher started
+ * is a world of one rank.
  *
  * Buffers stay host memory (comm.h): a send copies its bytes to a device
  * buffer, a receive lands in one and is copied back once done. NCCL has no
@@ -31,7 +32,7 @@ typedef struct nccl_ctx {
   loom_cu *cu;
   loom_nccl_comm comm;
   loom_cu_stream stream;
-  loom_comm *boot; /* the MPI communicator the id came over (abort goes through it) */
+  loom_comm *boot;            /* the MPI communicator the id came over (abort goes through it) */
   loom_comm_request *pending; /* not yet posted, in posting order */
   loom_comm_request *posted;  /* posted, not yet waited for */
   int32_t rank;
@@ -46,11 +47,22 @@ struct loom_comm_request {
   loom_comm_request *next;
 };
 
+/* The world size a launcher gave this process (1 if none). */
+static long launched_ranks(void) {
+  const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && v[0]) return strtol(v, NULL, 10);
+  }
+  return 1;
+}
+
 bool loom_comm_nccl_available(void) {
   loom_ctx *tmp = NULL;
   if (loom_ctx_new(&tmp)) return false;
   const loom_nccl_api *api = NULL;
-  bool ok = loom_nccl_get(tmp, &api) == LOOM_STATUS_OK && loom_comm_mpi_available();
+  bool ok = loom_nccl_get(tmp, &api) == LOOM_STATUS_OK &&
+            (loom_comm_mpi_available() || launched_ranks() <= 1);
   loom_ctx_free(tmp);
   return ok;
 }
@@ -94,21 +106,22 @@ static loom_status queue(nccl_ctx *n, loom_ctx *ctx, bool is_recv, void *buf, si
   LOOM_TRY(loom_cu_bind(ctx, n->cu));
   loom_comm_request *r = loom_calloc(ctx, 1, sizeof *r);
   if (!r) return LOOM_STATUS_OUT_OF_MEMORY;
-  *r = (loom_comm_request){.is_recv = is_recv, .host = buf, .bytes = bytes, .peer = peer,
-                           .tag = tag};
+  *r = (loom_comm_request){
+      .is_recv = is_recv, .host = buf, .bytes = bytes, .peer = peer, .tag = tag};
   if (bytes) {
     loom_status st = loom_cu_alloc(ctx, n->cu, bytes, &r->dev);
     if (!st && !is_recv)
-      st = loom_cu_check(ctx, n->cu,
-                         n->cu->api->cuMemcpyHtoDAsync_v2(r->dev, buf, bytes, n->stream),
-                         "copying a message to the device");
+      st =
+          loom_cu_check(ctx, n->cu, n->cu->api->cuMemcpyHtoDAsync_v2(r->dev, buf, bytes, n->stream),
+                        "copying a message to the device");
     if (st) {
       free(r);
       return st;
     }
   }
   loom_comm_request **tail = &n->pending;
-  while (*tail) tail = &(*tail)->next;
+  while (*tail)
+    tail = &(*tail)->next;
   *tail = r;
   *req = r;
   return LOOM_STATUS_OK;
@@ -146,14 +159,15 @@ static loom_status post_pending(nccl_ctx *n, loom_ctx *ctx) {
   loom_status end = nccl_check(ctx, n, api->ncclGroupEnd(), "ncclGroupEnd");
   if (!st) st = end;
   loom_comm_request **tail = &n->posted;
-  while (*tail) tail = &(*tail)->next;
+  while (*tail)
+    tail = &(*tail)->next;
   *tail = n->pending;
   n->pending = NULL;
   return st;
 }
 
-static loom_status nccl_wait(void *cctx, loom_ctx *ctx, loom_comm_request *req,
-                             double deadline_s, bool *timed_out) {
+static loom_status nccl_wait(void *cctx, loom_ctx *ctx, loom_comm_request *req, double deadline_s,
+                             bool *timed_out) {
   nccl_ctx *n = cctx;
   *timed_out = false;
   loom_status st = loom_cu_bind(ctx, n->cu);
@@ -170,8 +184,9 @@ static loom_status nccl_wait(void *cctx, loom_ctx *ctx, loom_comm_request *req,
                              "copying a message to the host");
         q->done = true;
       }
-      if (!st) st = loom_cu_check(ctx, n->cu, n->cu->api->cuStreamSynchronize(n->stream),
-                                  "copying messages to the host");
+      if (!st)
+        st = loom_cu_check(ctx, n->cu, n->cu->api->cuStreamSynchronize(n->stream),
+                           "copying messages to the host");
       break;
     }
     if (r != LOOM_CU_ERROR_NOT_READY) {
@@ -212,7 +227,10 @@ static void nccl_abort(void *cctx, const char *why) {
   nccl_ctx *n = cctx;
   if (n->comm) n->nccl->ncclCommAbort(n->comm);
   n->comm = NULL;
-  loom_comm_abort(n->boot, why); /* MPI_Abort: ends every rank */
+  if (n->boot)
+    loom_comm_abort(n->boot, why); /* MPI_Abort: ends every rank */
+  else
+    fprintf(stderr, "loom: NCCL rank %d aborts: %s\n", (int)n->rank, why);
 }
 
 static const loom_comm_iface nccl_iface = {
@@ -228,13 +246,17 @@ loom_status loom_comm_nccl_new(loom_ctx *ctx, loom_comm **out) {
   *out = NULL;
   const loom_nccl_api *api = NULL;
   LOOM_TRY(loom_nccl_get(ctx, &api));
-  if (!loom_comm_mpi_available())
-    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
-                      "the NCCL communicator exchanges its id over MPI: Loom was built without MPI");
+  /* without MPI only a world of one process: nothing to exchange */
+  bool single = !loom_comm_mpi_available();
+  if (single && launched_ranks() > 1)
+    return loom_error(
+        ctx, LOOM_STATUS_UNSUPPORTED,
+        "the NCCL communicator exchanges its id over MPI: Loom was built without MPI");
   loom_cu *cu = NULL;
   LOOM_TRY(loom_cu_get(ctx, &cu));
   loom_comm *boot = NULL;
-  LOOM_TRY(loom_comm_mpi_new(ctx, &boot));
+  if (!single) LOOM_TRY(loom_comm_mpi_new(ctx, &boot));
+  int32_t rank = boot ? boot->rank : 0, size = boot ? boot->size : 1;
   nccl_ctx *n = loom_calloc(ctx, 1, sizeof *n);
   loom_comm *c = loom_calloc(ctx, 1, sizeof *c);
   loom_status st = n && c ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
@@ -242,27 +264,32 @@ loom_status loom_comm_nccl_new(loom_ctx *ctx, loom_comm **out) {
   n->nccl = api;
   n->cu = cu;
   n->boot = boot;
-  n->rank = boot->rank;
+  n->rank = rank;
   st = loom_cu_check(ctx, cu, cu->api->cuStreamCreate(&n->stream, LOOM_CU_STREAM_NON_BLOCKING),
                      "creating NCCL's stream");
   if (st) goto fail;
   loom_nccl_unique_id id;
   memset(&id, 0, sizeof id);
-  if (boot->rank == 0) st = nccl_check(ctx, n, api->ncclGetUniqueId(&id), "ncclGetUniqueId");
+  if (rank == 0) st = nccl_check(ctx, n, api->ncclGetUniqueId(&id), "ncclGetUniqueId");
   /* rank 0's failure reaches the others as a broadcast that never comes:
    * abort instead, so they end too */
   if (st) {
-    loom_comm_abort(boot, loom_ctx_error(ctx));
+    if (boot) loom_comm_abort(boot, loom_ctx_error(ctx));
     goto fail;
   }
-  st = loom_comm_broadcast(boot, ctx, &id, (int64_t)sizeof id, LOOM_DTYPE_U8, 0);
+  if (boot) st = loom_comm_broadcast(boot, ctx, &id, (int64_t)sizeof id, LOOM_DTYPE_U8, 0);
   if (!st)
-    st = nccl_check(ctx, n, api->ncclCommInitRank(&n->comm, (int)boot->size, id, (int)boot->rank),
+    st = nccl_check(ctx, n, api->ncclCommInitRank(&n->comm, (int)size, id, (int)rank),
                     "ncclCommInitRank");
   if (st) goto fail;
-  *c = (loom_comm){.iface = &nccl_iface, .context = n, .rank = boot->rank, .size = boot->size,
-                   .timeout_s = loom_comm_timeout_from_env(), .stream = n->stream,
-                   .device_buffers = false, .threads_ok = true};
+  *c = (loom_comm){.iface = &nccl_iface,
+                   .context = n,
+                   .rank = rank,
+                   .size = size,
+                   .timeout_s = loom_comm_timeout_from_env(),
+                   .stream = n->stream,
+                   .device_buffers = false,
+                   .threads_ok = true};
   *out = c;
   return LOOM_STATUS_OK;
 fail:

@@ -285,8 +285,10 @@ static void bind_outputs(loom_session *s, int32_t n_inputs, const loom_tensor *c
     if (!t || plan->offset[v] < 0 || plan->root[v] != v || !loom_view_is_contiguous(&t->v))
       continue;
     bool ok = true;
+    /* another output in the same memory (a reshape of v) is copied from
+     * the arena after the run, so v must be computed there */
     for (int32_t k = 0; k < n_outputs && ok; k++)
-      ok = k == i || (g->outputs[k] != v &&
+      ok = k == i || (g->outputs[k] != v && plan->root[g->outputs[k]] != v &&
                       !(outputs[k] && ranges_overlap(outputs[k]->v.data, tensor_bytes(outputs[k]),
                                                      t->v.data, tensor_bytes(t))));
     for (int32_t k = 0; k < n_inputs && ok; k++)

@@ -382,6 +382,9 @@ static int run(loom_ctx *ctx, cli *c, loom_trainer *t, int64_t end) {
            "sequential\n",
            rc.flash, rc.flash == 1 ? "" : "s", loom_rng_placement_name(cfg->rng), rc.fused,
            rc.overlap, rc.sequential);
+  else if (cfg->attention == LOOM_ATTENTION_FLASH)
+    printf("attention: decomposed into primitives (the %s backend has no flash attention)\n",
+           cfg->backend[0] ? cfg->backend : LOOM_BACKEND_DEFAULT);
   else
     printf("attention: decomposed into primitives (--attention %s)\n",
            loom_attention_mode_name(cfg->attention));

@@ -84,8 +84,8 @@ int loom_cuda_gemm_compute_f32(loom_gemm_precision p);
 /* Queues matmul node n (supported) on the main stream: views of its
  * operands and output (for shapes) and their device pointers. *blas: the
  * handle, created on first use. compute_f32: for f32 operands. */
-loom_status loom_cuda_matmul(loom_ctx *ctx, loom_cu *cu, loom_cublas_handle *blas,
-                             int compute_f32, const loom_node *n, const loom_view *in,
+loom_status loom_cuda_matmul(loom_ctx *ctx, loom_cu *cu, loom_cublas_handle *blas, int compute_f32,
+                             const loom_node *n, const loom_view *in,
                              const loom_cu_deviceptr *in_dev, const loom_view *out,
                              loom_cu_deviceptr out_dev);
 

@@ -65,13 +65,13 @@ _Static_assert(sizeof(loom_nccl_api) == sizeof(void (*)(void)) * N_OF(nccl_names
                "the NCCL table is its symbols");
 
 typedef struct lib_table {
-  const char *what;          /* "CUDA driver" */
-  const char *const *libs;   /* file names to try */
+  const char *what;        /* "CUDA driver" */
+  const char *const *libs; /* file names to try */
   int n_libs;
-  bool search_toolkit;       /* also under the toolkit's prefixes */
-  const char *const *names;  /* symbols */
+  bool search_toolkit;      /* also under the toolkit's prefixes */
+  const char *const *names; /* symbols */
   int n_names;
-  void *table;               /* n_names function pointers */
+  void *table; /* n_names function pointers */
   pthread_once_t once;
   loom_status status;
   char error[512];
@@ -113,12 +113,16 @@ static const char *const driver_libs[] = {"libcuda.so.1"};
 static const char *const cublas_libs[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
 static const char *const nccl_libs[] = {"libnccl.so.2", "libnccl.so"};
 
-static lib_table driver_table = {"CUDA driver", driver_libs, 1, false, driver_names,
-                                 N_OF(driver_names), &driver_api, PTHREAD_ONCE_INIT, 0, ""};
-static lib_table cublas_table = {"cuBLAS", cublas_libs, N_OF(cublas_libs), true, cublas_names,
-                                 N_OF(cublas_names), &cublas_api, PTHREAD_ONCE_INIT, 0, ""};
-static lib_table nccl_table = {"NCCL", nccl_libs, N_OF(nccl_libs), true, nccl_names,
-                               N_OF(nccl_names), &nccl_api, PTHREAD_ONCE_INIT, 0, ""};
+#define LIB_TABLE(what_, libs_, search_, names_, table_)                                           \
+  {                                                                                                \
+    .what = what_, .libs = libs_, .n_libs = N_OF(libs_), .search_toolkit = search_,                \
+    .names = names_, .n_names = N_OF(names_), .table = table_, .once = PTHREAD_ONCE_INIT           \
+  }
+static lib_table driver_table =
+    LIB_TABLE("CUDA driver", driver_libs, false, driver_names, &driver_api);
+static lib_table cublas_table = LIB_TABLE("cuBLAS", cublas_libs, true, cublas_names, &cublas_api);
+static lib_table nccl_table = LIB_TABLE("NCCL", nccl_libs, true, nccl_names, &nccl_api);
+#undef LIB_TABLE
 
 static void load_driver(void) { load_table(&driver_table, getenv("LOOM_CUDA_DRIVER_LIB")); }
 static void load_cublas(void) { load_table(&cublas_table, NULL); }
@@ -153,12 +157,18 @@ const char *loom_cu_error_name(const loom_cu_driver_api *api, loom_cu_result r, 
   static const struct {
     int code;
     const char *name;
-  } known[] = {{1, "CUDA_ERROR_INVALID_VALUE"},          {2, "CUDA_ERROR_OUT_OF_MEMORY"},
-               {3, "CUDA_ERROR_NOT_INITIALIZED"},        {34, "CUDA_ERROR_STUB_LIBRARY"},
-               {35, "CUDA_ERROR_INSUFFICIENT_DRIVER"},   {100, "CUDA_ERROR_NO_DEVICE"},
-               {209, "CUDA_ERROR_NO_BINARY_FOR_GPU"},    {218, "CUDA_ERROR_INVALID_PTX"},
-               {222, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"}, {500, "CUDA_ERROR_NOT_FOUND"},
-               {700, "CUDA_ERROR_ILLEGAL_ADDRESS"},      {701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"},
+  } known[] = {{1, "CUDA_ERROR_INVALID_VALUE"},
+               {2, "CUDA_ERROR_OUT_OF_MEMORY"},
+               {3, "CUDA_ERROR_NOT_INITIALIZED"},
+               {34, "CUDA_ERROR_STUB_LIBRARY"},
+               {35, "CUDA_ERROR_INSUFFICIENT_DRIVER"},
+               {100, "CUDA_ERROR_NO_DEVICE"},
+               {209, "CUDA_ERROR_NO_BINARY_FOR_GPU"},
+               {218, "CUDA_ERROR_INVALID_PTX"},
+               {222, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"},
+               {500, "CUDA_ERROR_NOT_FOUND"},
+               {700, "CUDA_ERROR_ILLEGAL_ADDRESS"},
+               {701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"},
                {719, "CUDA_ERROR_LAUNCH_FAILED"}};
   const char *name = NULL;
   if (!api || api->cuGetErrorName(r, &name) != LOOM_CU_SUCCESS || !name) {

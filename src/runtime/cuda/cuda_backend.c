@@ -60,12 +60,12 @@ typedef struct cuda_prepared {
   int compute_f32;      /* cuBLAS compute type of f32 products */
   int64_t modeled_bytes;
   int32_t n_values;
-  int32_t *root;               /* per value: the plan's owner of its memory */
-  loom_cu_deviceptr *stage;    /* per root outside the arena: its device buffer */
+  int32_t *root;            /* per value: the plan's owner of its memory */
+  loom_cu_deviceptr *stage; /* per root outside the arena: its device buffer */
   size_t *stage_bytes;
-  loom_cu_deviceptr *dev;      /* per value, this run: where it lives on the device */
-  bool *host_input;            /* per value, this run: a graph input read from caller memory */
-  loom_cu_deviceptr *args;     /* argument pointers, room for the widest kernel */
+  loom_cu_deviceptr *dev;  /* per value, this run: where it lives on the device */
+  bool *host_input;        /* per value, this run: a graph input read from caller memory */
+  loom_cu_deviceptr *args; /* argument pointers, room for the widest kernel */
 } cuda_prepared;
 
 static void cuda_free(void *bctx) {
@@ -164,7 +164,8 @@ static void cuda_release(void *bctx, void *handle) {
   if (h->stage) {
     b->cu->api->cuCtxSetCurrent(b->cu->context);
     b->cu->api->cuStreamSynchronize(b->cu->stream);
-    for (int32_t v = 0; v < h->n_values; v++) loom_cu_free(b->cu, h->stage[v]);
+    for (int32_t v = 0; v < h->n_values; v++)
+      loom_cu_free(b->cu, h->stage[v]);
   }
   free(h->stage);
   free(h->stage_bytes);
@@ -195,7 +196,8 @@ static loom_status cuda_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
   }
   const loom_program *prog = &h->prog;
   int32_t max_args = 1;
-  for (int32_t i = 0; i < prog->n_kernels; i++) max_args = LOOM_MAX(max_args, prog->kernels[i].n_args);
+  for (int32_t i = 0; i < prog->n_kernels; i++)
+    max_args = LOOM_MAX(max_args, prog->kernels[i].n_args);
   size_t nv = (size_t)(g->n_values ? g->n_values : 1);
   h->n_values = g->n_values;
   h->args = loom_calloc(ctx, (size_t)max_args, sizeof *h->args);
@@ -241,7 +243,8 @@ static loom_status cuda_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
   }
   st = loom_program_plan_steps(ctx, g, prog, NULL, &out->plan);
   if (st) goto fail;
-  for (int32_t v = 0; v < g->n_values; v++) h->root[v] = out->plan.root[v];
+  for (int32_t v = 0; v < g->n_values; v++)
+    h->root[v] = out->plan.root[v];
   out->stats.n_memory_ops = prog->n_memory_ops;
   out->stats.modeled_bytes = prog->modeled_bytes;
   h->modeled_bytes = prog->modeled_bytes;
@@ -254,8 +257,8 @@ fail:
   return st;
 }
 
-static loom_status cuda_describe(void *bctx, loom_ctx *ctx, const loom_graph *g,
-                                 const void *handle, loom_session_artifact what, char **text) {
+static loom_status cuda_describe(void *bctx, loom_ctx *ctx, const loom_graph *g, const void *handle,
+                                 loom_session_artifact what, char **text) {
   (void)bctx;
   const cuda_prepared *h = handle;
   *text = NULL;
@@ -302,7 +305,8 @@ static loom_status bind_values(loom_ctx *ctx, cuda_backend *be, cuda_prepared *h
     h->dev[v] = 0;
     h->host_input[v] = false;
   }
-  for (int32_t i = 0; i < g->n_inputs; i++) h->host_input[g->inputs[i]] = true;
+  for (int32_t i = 0; i < g->n_inputs; i++)
+    h->host_input[g->inputs[i]] = true;
   for (int32_t v = 0; v < g->n_values; v++) {
     if (!values[v].data) continue;
     loom_cu_deviceptr d = mirror_of(be, values[v].data);
@@ -382,8 +386,8 @@ static loom_status copy_outputs(loom_ctx *ctx, cuda_backend *be, cuda_prepared *
 
 static const char *const step_category[] = {"kernel", "gemm", "eager"};
 
-static loom_status cuda_graph_compute(void *bctx, loom_ctx *ctx, const loom_graph *g,
-                                      void *handle, loom_view *values) {
+static loom_status cuda_graph_compute(void *bctx, loom_ctx *ctx, const loom_graph *g, void *handle,
+                                      loom_view *values) {
   cuda_backend *be = bctx;
   cuda_prepared *h = handle;
   const loom_program *prog = &h->prog;

@@ -24,8 +24,8 @@ loom_status loom_cu_check(loom_ctx *ctx, const loom_cu *cu, loom_cu_result r, co
   if (r == LOOM_CU_SUCCESS) return LOOM_STATUS_OK;
   char b[96];
   loom_cu_error_name(cu ? cu->api : NULL, r, b, sizeof b);
-  return loom_error(ctx, r == 2 ? LOOM_STATUS_OUT_OF_MEMORY : LOOM_STATUS_INTERNAL,
-                    "CUDA: %s: %s", what, b);
+  return loom_error(ctx, r == 2 ? LOOM_STATUS_OUT_OF_MEMORY : LOOM_STATUS_INTERNAL, "CUDA: %s: %s",
+                    what, b);
 }
 
 /* cuInit, and the device count; the "no CUDA driver" / "no CUDA device"

@@ -81,8 +81,8 @@ static bool even_steps(const int64_t *off, int64_t n, int64_t *step) {
   return true;
 }
 
-loom_status loom_cuda_matmul(loom_ctx *ctx, loom_cu *cu, loom_cublas_handle *blas,
-                             int compute_f32, const loom_node *n, const loom_view *in,
+loom_status loom_cuda_matmul(loom_ctx *ctx, loom_cu *cu, loom_cublas_handle *blas, int compute_f32,
+                             const loom_node *n, const loom_view *in,
                              const loom_cu_deviceptr *in_dev, const loom_view *out,
                              loom_cu_deviceptr out_dev) {
   const loom_cublas_api *b;
@@ -96,9 +96,12 @@ loom_status loom_cuda_matmul(loom_ctx *ctx, loom_cu *cu, loom_cublas_handle *bla
   int64_t m = o->shape[br], nn = o->shape[br + 1], k = in[0].shape[ra - (ta ? 2 : 1)];
   int64_t lda = in[0].shape[ra - 1], ldb = in[1].shape[rb - 1];
   int64_t batch = 1, a_batch = 1, b_batch = 1;
-  for (int32_t d = 0; d < br; d++) batch *= o->shape[d];
-  for (int32_t d = 0; d < ra - 2; d++) a_batch *= in[0].shape[d];
-  for (int32_t d = 0; d < rb - 2; d++) b_batch *= in[1].shape[d];
+  for (int32_t d = 0; d < br; d++)
+    batch *= o->shape[d];
+  for (int32_t d = 0; d < ra - 2; d++)
+    a_batch *= in[0].shape[d];
+  for (int32_t d = 0; d < rb - 2; d++)
+    b_batch *= in[1].shape[d];
   if (m * nn * batch == 0) return LOOM_STATUS_OK;
   if (k == 0) return loom_cu_zero(ctx, cu, out_dev, (size_t)(m * nn * batch) * es);
   if (batch == 1 || (b_batch == 1 && !ta && a_batch == batch)) {
@@ -116,7 +119,8 @@ loom_status loom_cuda_matmul(loom_ctx *ctx, loom_cu *cu, loom_cublas_handle *bla
   const void *alpha = dt == LOOM_DTYPE_F64 ? (const void *)&one64 : (const void *)&one32;
   const void *beta = dt == LOOM_DTYPE_F64 ? (const void *)&zero64 : (const void *)&zero32;
   int type = data_type(dt);
-  int op_a = ta ? LOOM_CUBLAS_OP_T : LOOM_CUBLAS_OP_N, op_b = tb ? LOOM_CUBLAS_OP_T : LOOM_CUBLAS_OP_N;
+  int op_a = ta ? LOOM_CUBLAS_OP_T : LOOM_CUBLAS_OP_N,
+      op_b = tb ? LOOM_CUBLAS_OP_T : LOOM_CUBLAS_OP_N;
   const void *A = (const void *)(uintptr_t)in_dev[0], *B = (const void *)(uintptr_t)in_dev[1];
   void *C = (void *)(uintptr_t)out_dev;
   if (batch == 1)
@@ -127,7 +131,8 @@ loom_status loom_cuda_matmul(loom_ctx *ctx, loom_cu *cu, loom_cublas_handle *bla
                       "gemm");
   /* per-product element offsets of A and B from the broadcast views */
   int64_t shape[LOOM_MAX_RANK];
-  for (int32_t d = 0; d < br; d++) shape[d] = o->shape[d];
+  for (int32_t d = 0; d < br; d++)
+    shape[d] = o->shape[d];
   shape[br] = in[0].shape[ra - 2];
   shape[br + 1] = in[0].shape[ra - 1];
   loom_view av = loom_view_broadcast(&in[0], br + 2, shape);
