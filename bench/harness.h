@@ -114,6 +114,7 @@ typedef struct loom_bench_opts {
   const loom_bench_roof_kit *roof_kit;
   int32_t threads;     /* for the roof's kernels */
   const char *backend; /* --backend: runs the fused and eager modes (NULL: cpu) */
+  loom_attention_mode attention; /* --attention (0: flash) */
 } loom_bench_opts;
 
 /* Runs workload w in every wanted mode into row (run.c); false if a mode

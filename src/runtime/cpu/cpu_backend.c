@@ -146,7 +146,7 @@ static loom_status cpu_rewrite(void *bctx, loom_ctx *ctx, const loom_graph *g,
                                int32_t *n_rewritten) {
   (void)bctx;
   loom_rng_placement placement = opts->rng;
-  if (opts->attention != LOOM_ATTENTION_FLASH) return LOOM_STATUS_OK;
+  if (opts->attention == LOOM_ATTENTION_DECOMPOSED) return LOOM_STATUS_OK;
   /* attention is an `attention` node or a pattern around a softmax */
   bool candidate = false, dropout = false;
   for (int32_t i = 0; i < g->n_nodes; i++) {
@@ -159,8 +159,11 @@ static loom_status cpu_rewrite(void *bctx, loom_ctx *ctx, const loom_graph *g,
   loom_rng_model model;
   bool measured = placement == LOOM_RNG_AUTO && dropout;
   if (measured) loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &model);
-  loom_status st =
-      loom_graph_fuse_attention(g, placement, measured ? &model : NULL, out, n_rewritten);
+  loom_attention_costs costs;
+  if (opts->attention == LOOM_ATTENTION_AUTO) loom_cpu_attention_costs(ctx, &costs);
+  loom_status st = loom_graph_fuse_attention_costed(
+      g, placement, measured ? &model : NULL, opts->attention == LOOM_ATTENTION_AUTO ? &costs : NULL,
+      out, n_rewritten);
   if (st && g->ctx != ctx) loom_error(ctx, st, "%s", loom_ctx_error(g->ctx));
   return st;
 }
