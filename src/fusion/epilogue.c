@@ -108,7 +108,8 @@ static epi_choice choose_rows(const loom_machine *mc, const loom_graph *g, int32
     double gemm_s =
         mc->kernel_launch_s + fmax(loom_cost_gemm_blocked(mc, flops, tasks, r, b_bytes), io_s);
     double gain = plain_s + saved - gemm_s;
-    if (gain > best.gain_s) best = (epi_choice){r, gain, gemm_s, saved};
+    /* candidates grow: on a tie, the larger block (fewer sgemm calls) */
+    if (gain > 0 && gain >= best.gain_s * (1 - 1e-9)) best = (epi_choice){r, gain, gemm_s, saved};
   }
   return best;
 }
