@@ -159,11 +159,12 @@ static loom_status cpu_rewrite(void *bctx, loom_ctx *ctx, const loom_graph *g,
   loom_rng_model model;
   bool measured = placement == LOOM_RNG_AUTO && dropout;
   if (measured) loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &model);
+  /* auto: flash or decomposed per attention op, by the cost model */
   loom_attention_costs costs;
-  if (opts->attention == LOOM_ATTENTION_AUTO) loom_cpu_attention_costs(ctx, &costs);
-  loom_status st = loom_graph_fuse_attention_costed(
-      g, placement, measured ? &model : NULL, opts->attention == LOOM_ATTENTION_AUTO ? &costs : NULL,
-      out, n_rewritten);
+  bool choose = opts->attention == LOOM_ATTENTION_AUTO;
+  if (choose) loom_cpu_attention_costs(ctx, &costs);
+  loom_status st = loom_graph_fuse_attention_costed(g, placement, measured ? &model : NULL,
+                                                    choose ? &costs : NULL, out, n_rewritten);
   if (st && g->ctx != ctx) loom_error(ctx, st, "%s", loom_ctx_error(g->ctx));
   return st;
 }

@@ -131,7 +131,8 @@ void loom_cpu_attention_costs(loom_ctx *ctx, loom_attention_costs *c) {
   c->cache_bytes = mc.llc_bytes;
   double v[4];
   bool kept = true;
-  for (int i = 0; i < 4 && kept; i++) kept = loom_profile_get(attention_keys[i], &v[i]) && v[i] >= 0;
+  for (int i = 0; i < 4 && kept; i++)
+    kept = loom_profile_get(attention_keys[i], &v[i]) && v[i] >= 0;
   if (!kept) {
     loom_cpu_rng_model(ctx, mc.cores > 0 ? mc.cores : 1, &c->rates);
     v[0] = c->rates.attn_fwd_flops;
