@@ -70,6 +70,8 @@ static const char usage[] =
     "\n"
     "  --backend NAME       the backend of the eager and fusion modes (default cpu)\n"
     "  --gemm f32|tf32|bf16 how a GPU backend multiplies f32 matrices (default f32)\n"
+    "  --attention A        attention on the cpu backend: " LOOM_ATTENTION_MODE_NAMES "\n"
+    "                       (default flash)\n"
     "  --size small|full    workload sizes (default full: issue 3's sizes)\n"
     "  --json               one JSON object per line (the machine line first,\n"
     "                       but none for rng alone); attention: one line per\n"
@@ -321,6 +323,10 @@ static int parse_args(int argc, char **argv, opts *o) {
       if (!parse_modes(v, o->run.modes))
         return usage_error("--modes takes a comma-separated subset of "
                            "reference,eager,none,loop,stitch, got '%s'", v);
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--attention", &v)) != 0) {
+      if (r < 0) return usage_error("%s needs a value", a);
+      if (loom_attention_mode_from_name(v, &o->run.attention))
+        return usage_error("--attention wants one of " LOOM_ATTENTION_MODE_NAMES ", got '%s'", v);
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--backend", &v)) != 0) {
       if (r < 0) return usage_error("%s needs a value", a);
       if (!loom_backend_name_known(v))

@@ -115,6 +115,7 @@ typedef struct loom_bench_opts {
   int32_t threads;     /* for the roof's kernels */
   const char *backend; /* --backend: runs the fused and eager modes (NULL: cpu) */
   loom_gemm_precision gemm; /* --gemm: f32 products on a GPU backend (default f32) */
+  loom_attention_mode attention; /* --attention (0: flash) */
 } loom_bench_opts;
 
 /* Runs workload w in every wanted mode into row (run.c); false if a mode

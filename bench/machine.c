@@ -13,6 +13,7 @@
 #include "model/gpt.h"
 #include "ops/op.h"
 #include "parallel/lower.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/trace.h"
 #include "train/trainer.h"
 #include "core/clock.h"
@@ -118,6 +119,7 @@ loom_status loom_bench_measure_machine(loom_ctx *ctx, bool small, bool quiet,
   memset(mi, 0, sizeof *mi);
   mi->loadavg = loom_bench_loadavg();
   loom_machine_detect(ctx, &mi->m);
+  loom_gemm_rows_curve(ctx, &mi->m); /* what the epilogue rule reads (kept) */
   /* STREAM's rule is arrays several times the LLC; --size small settles
    * for one LLC's worth in all so quick runs stay quick. */
   loom_measure_options mo = {.gemm_n = GEMM_N, .sgemm = via_loom};

@@ -60,6 +60,10 @@ void loom_bench_print_machine(FILE *f, bool json, const loom_bench_machine_info 
             (long long)m->l1d_bytes, (long long)m->l2_bytes, fin(m->kernel_launch_s),
             (long long)mi->triad_bytes, (long long)mi->gemm_n, fin(mi->sgemm_lib_gflops),
             fin(mi->measure_s), fin(mi->loadavg));
+    fputs(", \"gemm_rows_eff\": [", f);
+    for (int32_t i = 0; i < LOOM_GEMM_ROWS_POINTS; i++)
+      fprintf(f, "%s%.3g", i ? ", " : "", fin(m->gemm_rows_eff[i]));
+    fputs("]", f);
     json_roof(f, &mi->roof, "roof_");
     fputs("}}\n", f);
     return;
@@ -75,6 +79,11 @@ void loom_bench_print_machine(FILE *f, bool json, const loom_bench_machine_info 
           (long long)(m->llc_bytes >> 20), m->kernel_launch_s * 1e6, mi->loadavg, m->triad_gbps,
           (long long)(mi->triad_bytes >> 20), m->sgemm_gflops, (long long)mi->gemm_n,
           mi->sgemm_lib_gflops);
+  fprintf(f, "         GEMM on whole-row blocks against its own tiles (the epilogue rule's\n"
+             "         curve, kept in the machine profile), rows: rate\n        ");
+  for (int32_t i = 0; i < LOOM_GEMM_ROWS_POINTS; i++)
+    fprintf(f, "%s %d: %.2f", i ? "," : "", LOOM_GEMM_ROWS_MIN << i, m->gemm_rows_eff[i]);
+  fprintf(f, "\n");
   fprintf(f,
           "         memory roof %.1f GB/s (%s; kernels built like generated code, same\n"
           "         bytes; counted: each array once, no write-allocate; best of %d):\n"

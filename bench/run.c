@@ -229,7 +229,8 @@ static bool prepare_mode(wl_state *s, loom_bench_mode m, loom_bench_result *r, i
       LOOM_SESSION_OPTIONS(.backend = m == LOOM_BENCH_REFERENCE ? "ref"
                                       : s->o->backend            ? s->o->backend
                                                                  : "cpu",
-                           .fusion = mode_fusion[m], .gemm = s->o->gemm);
+                           .fusion = mode_fusion[m], .gemm = s->o->gemm,
+                           .attention = s->o->attention);
   loom_status st = loom_session_new(s->ctx, s->b.g, &so, &s->ses[m]);
   if (!st) st = loom_session_get_stats(s->ses[m], &r->stats);
   if (!st && m >= LOOM_BENCH_NONE) {

@@ -185,7 +185,8 @@ typedef enum loom_op {
 /* What becomes of attention ops on the cpu backend (ref decomposes). */
 #define LOOM_ATTENTION_MODE_LIST(X, SEP)                                       \
   X(FLASH, flash, "fused flash-attention kernels, fwd and bwd (default)") SEP  \
-  X(DECOMPOSED, decomposed, "its primitives, fused like any others")
+  X(DECOMPOSED, decomposed, "its primitives, fused like any others") SEP    \
+  X(AUTO, auto, "flash or decomposed per op, as the cost model predicts")
 
 /* With flash attention and dropout, where the random numbers come from.
  * The masks, and so the results, are the same bit for bit

@@ -129,7 +129,7 @@ same_bytes "run without a compiler: logits" "$tmp/run_nocc/logits.npy" "$CLI/exp
 run train --fusion fast
 expect "train --fusion fast" 2 "" "*--fusion wants one of stitch, loop, none, eager, got 'fast'*"
 run train --attention magic
-expect "train --attention magic" 2 "" "*--attention wants one of flash, decomposed, got 'magic'*"
+expect "train --attention magic" 2 "" "*--attention wants one of flash, decomposed, auto, got 'magic'*"
 run train --rng later
 expect "train --rng later" 2 "" "*--rng wants one of auto, fused, overlap, sequential, got 'later'*"
 # every mode is in --help, with its line from the one table (include/loom.h)

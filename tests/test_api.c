@@ -161,7 +161,7 @@ static void check_names(void) {
 /* The session modes: one table each (loom.h), names both ways. */
 static void check_mode_names(void) {
   CHECK(strcmp(LOOM_FUSION_MODE_NAMES, "stitch, loop, none, eager") == 0);
-  CHECK(strcmp(LOOM_ATTENTION_MODE_NAMES, "flash, decomposed") == 0);
+  CHECK(strcmp(LOOM_ATTENTION_MODE_NAMES, "flash, decomposed, auto") == 0);
   CHECK(strcmp(LOOM_RNG_PLACEMENT_NAMES, "auto, fused, overlap, sequential") == 0);
   /* the default is value 0, the first name */
   CHECK(strcmp(loom_fusion_mode_name((loom_fusion_mode)0), "stitch") == 0);
@@ -186,7 +186,7 @@ static void check_mode_names(void) {
     n += name && loom_rng_placement_from_name(name, &p) == LOOM_STATUS_OK &&
          p == (loom_rng_placement)i && strstr(LOOM_RNG_PLACEMENT_NAMES, name);
   }
-  CHECK(n == 4 + 2 + 4);
+  CHECK(n == 4 + 3 + 4);
   loom_fusion_mode m = LOOM_FUSION_LOOP;
   CHECK(loom_fusion_mode_from_name("fast", &m) == LOOM_STATUS_INVALID_ARGUMENT);
   CHECK(loom_fusion_mode_from_name("Stitch", &m) == LOOM_STATUS_INVALID_ARGUMENT);

@@ -374,6 +374,54 @@ static void test_overlap_trace(void) {
   loom_graph_free(g);
 }
 
+/* The choice between flash and decomposed attention (attention: auto):
+ * by the model's prediction, never with dropout, never past the cache. */
+static int32_t replaced_with(const loom_graph *g, const loom_attention_costs *c) {
+  loom_graph *f = NULL;
+  int32_t n = -1;
+  loom_rng_model model;
+  loom_rng_model_h100(&model);
+  CHECK_OK(ctx, loom_graph_fuse_attention_costed(g, LOOM_RNG_FUSED, &model, c, &f, &n));
+  loom_graph_free(f);
+  return n;
+}
+
+static void test_choice(void) {
+  loom_attention_costs c = {.launch_s = 1e-6, .cache_bytes = 32 << 20};
+  c.rates = (loom_rng_model){.cores = 2, .gemm_flops = 2e11, .attn_fwd_flops = 5e10,
+                             .attn_bwd_flops = 4e10, .bandwidth = 1e10};
+  /* BERT-base's attention: 96 heads of 128 x 128, Dh 64 */
+  loom_rng_attn a = {.bh = 96, .sq = 128, .sk = 128, .d = 64, .dv = 64};
+  double flash = 0, dec = 0;
+  loom_attention_predict(&c, &a, &flash, &dec);
+  /* flash: 4 n d / rate; decomposed: 4 n d / gemm rate + 3 passes of n
+   * floats + 3 launches */
+  double n = 96.0 * 128 * 128;
+  CHECK(fabs(flash - 4 * n * 64 / 5e10) < 1e-9);
+  CHECK(fabs(dec - (4 * n * 64 / 2e11 + 3 * 4 * n / 1e10 + 3e-6)) < 1e-9);
+  CHECK(dec < flash);
+  a.sq = a.sk = 8192; /* one head's probabilities (256 MiB) pass the cache */
+  loom_attention_predict(&c, &a, &flash, &dec);
+  CHECK(isinf(dec));
+  /* graphs: short and no dropout -> decomposed (nothing replaced); with
+   * dropout, or a slow GEMM, or no costs -> flash */
+  loom_graph *g = build(2, 3, 33, 33, 16, true, 0.0, NULL);
+  loom_graph *gd = build(2, 3, 33, 33, 16, true, 0.1, NULL);
+  c.rates.bandwidth = 1e12; /* tiny tensors: the cache's rate */
+  if (g && gd) {
+    CHECK(replaced_with(g, &c) == 0);
+    CHECK(replaced_with(gd, &c) == 1);
+    CHECK(replaced_with(g, NULL) == 1);
+    loom_attention_costs slow = c;
+    slow.rates.gemm_flops = 1e9;
+    CHECK(replaced_with(g, &slow) == 1);
+  }
+  loom_graph_free(g);
+  loom_graph_free(gd);
+  loom_attention_mode m = LOOM_ATTENTION_FLASH;
+  CHECK(loom_attention_mode_from_name("auto", &m) == LOOM_STATUS_OK && m == LOOM_ATTENTION_AUTO);
+}
+
 int main(void) {
   if (loom_ctx_new(&ctx)) return 1;
   test_case(2, 3, 33, 33, 16, true, 0.1);
@@ -385,6 +433,7 @@ int main(void) {
   test_peak_4096();
   test_overlap_trace();
   test_primitive_pattern();
+  test_choice();
   loom_ctx_free(ctx);
   return loom_test_finish("test_attention");
 }

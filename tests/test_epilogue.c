@@ -55,6 +55,16 @@ static const workload workloads[] = {
      "%p : f32[3, 2, 33, 33] = softmax(%s, axis=-1)\n"
      "output p = %p\n",
      1, 0},
+    /* big enough to run on every thread (tests the blocks' determinism) */
+    {"bias+gelu, threaded",
+     "input %x : f32[256, 128]\n"
+     "param %w : f32[128, 192]\n"
+     "param %b : f32[192]\n"
+     "%h : f32[256, 192] = matmul(%x, %w)\n"
+     "%hb : f32[256, 192] = add(%h, %b)\n"
+     "%y : f32[256, 192] = gelu(%hb)\n"
+     "output y = %y\n",
+     1, 1},
     /* one kernel with a column reduction (per-tile partials): not an
      * epilogue, rows are not independent */
     {"column reduction and element-wise",
@@ -78,7 +88,9 @@ static loom_tensor *random_tensor(loom_dtype dt, int32_t rank, const int64_t *sh
   return t;
 }
 
-/* Runs g on backend/fusion with the given inputs; outputs into out[]. */
+/* Runs g on backend/fusion with the given inputs; outputs into out[]; on
+ * the cpu backend again on one thread, which must give the same bits (the
+ * blocks, like every tile, depend on the shapes only). */
 static bool run(const loom_graph *g, const char *backend, loom_fusion_mode fusion, loom_tensor **in,
                 int32_t n_in, loom_tensor **out, int32_t n_out, loom_session_stats *stats) {
   loom_session *s = NULL;
@@ -89,6 +101,17 @@ static bool run(const loom_graph *g, const char *backend, loom_fusion_mode fusio
   for (int32_t i = 0; i < n_out; i++) out[i] = NULL;
   loom_status st = loom_session_run(s, n_in, (const loom_tensor *const *)in, n_out, out);
   CHECK_OK(ctx, st);
+  if (!st && strcmp(backend, "cpu") == 0) {
+    loom_tensor *one[4] = {0};
+    CHECK_OK(ctx, loom_ctx_set_threads(ctx, 1));
+    CHECK_OK(ctx, loom_session_run(s, n_in, (const loom_tensor *const *)in, n_out, one));
+    loom_ctx_set_threads(ctx, 0);
+    for (int32_t o = 0; o < n_out && o < 4; o++) {
+      CHECK(one[o] && memcmp(loom_tensor_data(one[o]), loom_tensor_data(out[o]),
+                             (size_t)loom_tensor_numel(out[o]) * sizeof(float)) == 0);
+      loom_tensor_free(one[o]);
+    }
+  }
   loom_session_free(s);
   return st == LOOM_STATUS_OK;
 }

@@ -27,7 +27,6 @@
 #include "ops/op.h"
 
 #include <math.h>
-
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,10 +58,9 @@ static int64_t gcd(int64_t a, int64_t b) { return b ? gcd(b, a % b) : a; }
 
 /* What fusing a kernel into a GEMM would cost and save. */
 typedef struct epi_choice {
-  int64_t rows;     /* rows per block */
-  double gain_s;    /* modeled seconds saved (> 0: fuse) */
-  double gemm_s;    /* the blocked GEMM's modeled seconds */
-  double saved_s;   /* of the kernel's: its launch and, if in cache, its read of C */
+  int64_t rows;   /* rows per block */
+  double gain_s;  /* modeled seconds saved (> 0: fuse) */
+  double saved_s; /* of the kernel's: its launch and, if in cache, its read of C */
 } epi_choice;
 
 /* The block size with the largest modeled gain for a GEMM (node) producing
@@ -108,7 +106,8 @@ static epi_choice choose_rows(const loom_machine *mc, const loom_graph *g, int32
     double gemm_s =
         mc->kernel_launch_s + fmax(loom_cost_gemm_blocked(mc, flops, tasks, r, b_bytes), io_s);
     double gain = plain_s + saved - gemm_s;
-    if (gain > best.gain_s) best = (epi_choice){r, gain, gemm_s, saved};
+    /* candidates grow: on a tie, the larger block (fewer sgemm calls) */
+    if (gain > 0 && gain >= best.gain_s * (1 - 1e-9)) best = (epi_choice){r, gain, saved};
   }
   return best;
 }

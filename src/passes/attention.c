@@ -7,6 +7,7 @@
 #include "ir/build.h"
 #include "ops/op.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,17 +109,25 @@ static bool match_primitives(const loom_graph *g, const int32_t *uses, const loo
   return true;
 }
 
+/* The attention's sizes as the models read them (rank >= 2 operands). */
+static loom_rng_attn attn_shape(const loom_graph *g, const sdpa *a) {
+  const loom_type *q = loom_value_type(g, a->q), *k = loom_value_type(g, a->k);
+  const loom_type *v = loom_value_type(g, a->v);
+  int32_t r = q->rank;
+  loom_rng_attn s = {.bh = 1, .sq = q->shape[r - 2], .sk = k->shape[r - 2], .d = q->shape[r - 1],
+                     .dv = v->shape[r - 1],
+                     .causal = LOOM_ATTRV_I(a->attr, attention, causal) != 0, .backward = true,
+                     .gemm_before_flops = producing_gemm_flops(g, a->q)};
+  for (int32_t i = 0; i < r - 2; i++) s.bh *= q->shape[i];
+  return s;
+}
+
 /* Emits the flash form of a (inputs already mapped). */
 static loom_status replace(loom_graph *dst, const loom_graph *src, const sdpa *a, int32_t *map,
                            loom_rng_placement placement, const loom_rng_model *model) {
-  const loom_type *q = loom_value_type(src, a->q), *k = loom_value_type(src, a->k);
-  const loom_type *v = loom_value_type(src, a->v);
+  const loom_type *q = loom_value_type(src, a->q);
   int32_t r = q->rank;
-  loom_rng_attn shape = {.bh = 1, .sq = q->shape[r - 2], .sk = k->shape[r - 2],
-                         .d = q->shape[r - 1], .dv = v->shape[r - 1],
-                         .causal = LOOM_ATTRV_I(a->attr, attention, causal) != 0, .backward = true,
-                         .gemm_before_flops = producing_gemm_flops(src, a->q)};
-  for (int32_t i = 0; i < r - 2; i++) shape.bh *= q->shape[i];
+  loom_rng_attn shape = attn_shape(src, a);
   double p = LOOM_ATTRV_F(a->attr, attention, p);
   if (placement == LOOM_RNG_AUTO && p > 0.0) {
     double t[LOOM_RNG_COUNT];
@@ -155,9 +164,52 @@ static loom_status replace(loom_graph *dst, const loom_graph *src, const sdpa *a
   return LOOM_STATUS_OK;
 }
 
+/* Forward: S = q k^T, P = softmax(S) (an epilogue of the first GEMM's
+ * blocks, or a kernel), O = P v: P's bytes written and read, S's written
+ * (3 passes), 3 steps. Backward: dP = dO v^T, dS from P and dP, dq, dk,
+ * dv: 4 GEMMs, 5 passes, 5 steps. */
+void loom_attention_predict(const loom_attention_costs *c, const loom_rng_attn *a,
+                            double *flash_s, double *decomposed_s) {
+  const loom_rng_model *m = &c->rates;
+  double t[LOOM_RNG_COUNT], none = 0;
+  (void)loom_rng_model_predict(m, a, &none, t);
+  *flash_s = none;
+  double n = (double)a->bh * (double)a->sq * (double)a->sk;
+  double flops = 2.0 * n * (double)(a->d + a->dv), bytes = 4.0 * n;
+  double passes = 3, steps = 3;
+  if (a->backward) {
+    flops *= 3.0;
+    passes += 5;
+    steps += 5;
+  }
+  double bw = m->bandwidth > 0 ? m->bandwidth : 1e10;
+  double gemm = m->gemm_flops > 0 ? m->gemm_flops : 1e11;
+  *decomposed_s = flops / gemm + passes * bytes / bw + steps * c->launch_s;
+  if (a->bh > 0 && (double)bytes / (double)a->bh > (double)c->cache_bytes) *decomposed_s = INFINITY;
+}
+
 loom_status loom_graph_fuse_attention(const loom_graph *g, loom_rng_placement placement,
                                       const loom_rng_model *model, loom_graph **out,
                                       int32_t *n_replaced) {
+  return loom_graph_fuse_attention_costed(g, placement, model, NULL, out, n_replaced);
+}
+
+/* True if costs say attention a (a composite without dropout) runs faster
+ * decomposed. */
+static bool keep_decomposed(const loom_graph *g, const loom_attention_costs *costs,
+                            const loom_node *n, const sdpa *a) {
+  if (!costs || n->op != LOOM_OP_ATTENTION || LOOM_ATTRV_F(a->attr, attention, p) > 0.0)
+    return false;
+  loom_rng_attn s = attn_shape(g, a);
+  double flash = 0, decomposed = 0;
+  loom_attention_predict(costs, &s, &flash, &decomposed);
+  return decomposed < flash;
+}
+
+loom_status loom_graph_fuse_attention_costed(const loom_graph *g, loom_rng_placement placement,
+                                             const loom_rng_model *model,
+                                             const loom_attention_costs *costs, loom_graph **out,
+                                             int32_t *n_replaced) {
   *out = NULL;
   if (n_replaced) *n_replaced = 0;
   /* uses of every value, and which primitive nodes an attention replaces */
@@ -183,7 +235,9 @@ loom_status loom_graph_fuse_attention(const loom_graph *g, loom_rng_placement pl
       a = from_composite(n);
     else
       found = match_primitives(g, uses, n, skip, &a);
-    if (found) {
+    if (found && keep_decomposed(g, costs, n, &a)) {
+      st = loom_graph_copy_node(dst, g, n, map);
+    } else if (found) {
       st = replace(dst, g, &a, map, placement, model);
       if (!st && n_replaced) (*n_replaced)++;
     } else if (!skip[i]) {

@@ -31,4 +31,28 @@ loom_status loom_graph_fuse_attention(const loom_graph *g, loom_rng_placement pl
                                       const loom_rng_model *model, loom_graph **out,
                                       int32_t *n_replaced);
 
+/* What the choice between flash and decomposed attention reads. */
+typedef struct loom_attention_costs {
+  loom_rng_model rates; /* measured: flash forward / backward and GEMM FLOP/s, bandwidth */
+  double launch_s;      /* one step (kernel or GEMM) */
+  int64_t cache_bytes;  /* the LLC */
+} loom_attention_costs;
+
+/* Predicted seconds of attention a as flash attention and decomposed: two
+ * batched GEMMs (four more in the backward) over every score, causal or
+ * not, at the GEMM rate, and the [Sq, Sk] probabilities through memory
+ * (3 passes forward, 5 more backward) plus a launch per step; decomposed
+ * is never chosen when one attention's probabilities exceed the cache
+ * (long sequences: they would stream from memory and take O(S^2) space). */
+void loom_attention_predict(const loom_attention_costs *c, const loom_rng_attn *a,
+                            double *flash_s, double *decomposed_s);
+
+/* As loom_graph_fuse_attention, but an attention composite without dropout
+ * stays as it is (to be decomposed and fused like any other ops) where
+ * loom_attention_predict says decomposed is faster (costs NULL: never). */
+loom_status loom_graph_fuse_attention_costed(const loom_graph *g, loom_rng_placement placement,
+                                             const loom_rng_model *model,
+                                             const loom_attention_costs *costs, loom_graph **out,
+                                             int32_t *n_replaced);
+
 #endif

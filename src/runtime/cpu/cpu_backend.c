@@ -148,7 +148,7 @@ static loom_status cpu_rewrite(void *bctx, loom_ctx *ctx, const loom_graph *g,
                                int32_t *n_rewritten) {
   (void)bctx;
   loom_rng_placement placement = opts->rng;
-  if (opts->attention != LOOM_ATTENTION_FLASH) return LOOM_STATUS_OK;
+  if (opts->attention == LOOM_ATTENTION_DECOMPOSED) return LOOM_STATUS_OK;
   /* attention is an `attention` node or a pattern around a softmax */
   bool candidate = false, dropout = false;
   for (int32_t i = 0; i < g->n_nodes; i++) {
@@ -161,8 +161,12 @@ static loom_status cpu_rewrite(void *bctx, loom_ctx *ctx, const loom_graph *g,
   loom_rng_model model;
   bool measured = placement == LOOM_RNG_AUTO && dropout;
   if (measured) loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &model);
-  loom_status st =
-      loom_graph_fuse_attention(g, placement, measured ? &model : NULL, out, n_rewritten);
+  /* auto: flash or decomposed per attention op, by the cost model */
+  loom_attention_costs costs;
+  bool choose = opts->attention == LOOM_ATTENTION_AUTO;
+  if (choose) loom_cpu_attention_costs(ctx, &costs);
+  loom_status st = loom_graph_fuse_attention_costed(g, placement, measured ? &model : NULL,
+                                                    choose ? &costs : NULL, out, n_rewritten);
   if (st && g->ctx != ctx) loom_error(ctx, st, "%s", loom_ctx_error(g->ctx));
   return st;
 }

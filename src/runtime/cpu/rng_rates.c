@@ -13,12 +13,15 @@
 #include "runtime/cpu/flash_attention.h"
 #include "runtime/cpu/gemm.h"
 
+#include "passes/attention.h"
 #include "perf/machine.h"
+#include "perf/profile.h"
 #include "perf/rng_rate.h"
 #include "rng/philox.h"
 #include "rng/philox_fast.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* The flash rates are taken at two lengths, RATE_S and RATE_S2 (one head),
  * to fit the efficiency curve Sk / (Sk + s0). */
@@ -114,4 +117,32 @@ void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m) {
   double drawn = 2.0 * (0.5 * (double)n) / (m->rng_words_core * m->cores); /* twice, visible */
   m->fused_rng_penalty = LOOM_MAX(0.25, ((f1 + b1) - (f0 + b0)) / drawn);
   m->mask_read_bit_s = LOOM_MAX(0.0, ((f2 + b2) - (f0 + b0)) / (2.0 * (double)n));
+}
+
+/* Profile keys of the attention choice's rates, in the order read. */
+static const char *const attention_keys[] = {"attn_fwd_flops", "attn_bwd_flops", "attn_s0",
+                                             "attn_gemm_flops"};
+
+void loom_cpu_attention_costs(loom_ctx *ctx, loom_attention_costs *c) {
+  loom_machine mc;
+  loom_machine_detect(ctx, &mc);
+  memset(c, 0, sizeof *c);
+  c->launch_s = mc.kernel_launch_s;
+  c->cache_bytes = mc.llc_bytes;
+  double v[4];
+  bool kept = true;
+  for (int i = 0; i < 4 && kept; i++)
+    kept = loom_profile_get(attention_keys[i], &v[i]) && v[i] >= 0;
+  if (!kept) {
+    loom_cpu_rng_model(ctx, mc.cores > 0 ? mc.cores : 1, &c->rates);
+    v[0] = c->rates.attn_fwd_flops;
+    v[1] = c->rates.attn_bwd_flops;
+    v[2] = c->rates.attn_s0;
+    v[3] = c->rates.gemm_flops;
+    for (int i = 0; i < 4; i++) loom_profile_put(attention_keys[i], v[i]);
+  }
+  c->rates = (loom_rng_model){.cores = mc.cores > 0 ? mc.cores : 1, .attn_fwd_flops = v[0],
+                              .attn_bwd_flops = v[1], .attn_s0 = v[2], .gemm_flops = v[3],
+                              .bandwidth = mc.triad_gbps * 1e9, .rng_words_core = 1e8,
+                              .fused_rng_penalty = 1.0, .overlap_cores = 1};
 }
