@@ -24,8 +24,8 @@
 #include <string.h>
 
 #define MAX_DIMS 3      /* spatial dims oneDNN takes */
-#define MIN_TASKS 16    /* blocks of channels: at least this many tasks per call, */
-#define MIN_CHANNELS 16 /* while a block keeps this many channels */
+#define MIN_TASKS 8     /* blocks of channels: at least this many tasks per call, */
+#define MIN_CHANNELS 64 /* while a block keeps this many channels (each block redoes im2col) */
 
 typedef enum prim_kind { P_FWD, P_BWD_DATA, P_BWD_WEIGHTS, P_MAX, P_AVG_EXCL, P_AVG_INCL } prim_kind;
 
