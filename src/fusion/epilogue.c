@@ -84,6 +84,10 @@ static int32_t find_epilogue(const loom_graph *g, const loom_machine *mc, const 
   int64_t n_cols = ct->shape[ct->rank - 1], m = ct->shape[ct->rank - 2];
   int64_t rows = n_cols > 0 ? loom_type_numel(ct) / n_cols : 0;
   if (rows <= 0) return -1;
+  /* a convolution's unit is an image (its blocks of channels end on rows
+   * the epilogue's blocks align to: cpu_conv.c) */
+  if (n->op != LOOM_OP_MATMUL) m = ct->shape[0] > 0 ? rows / ct->shape[0] : 0;
+  if (m <= 0) return -1;
   for (int32_t t = s + 1; t < p->n_steps; t++) {
     if (p->steps[t].kind != LOOM_STEP_KERNEL) continue;
     const loom_kernel *k = &p->kernels[p->steps[t].kernel];
@@ -164,4 +168,20 @@ loom_status loom_fusion_attach_epilogues(loom_ctx *ctx, const loom_graph *g, con
   }
   free(made_at);
   return LOOM_STATUS_OK;
+}
+
+/* Node steps the backend runs with an epilogue of its own (a convolution
+ * whose kernel computes blocks of whole output rows, cpu_conv.c) take one
+ * by the same rule: marked as GEMM steps for the search, then restored. */
+loom_status loom_fusion_attach_node_epilogues(loom_ctx *ctx, const loom_graph *g,
+                                              const loom_machine *m, loom_program *p,
+                                              const bool *producer) {
+  for (int32_t s = 0; s < p->n_steps; s++)
+    if (p->steps[s].kind == LOOM_STEP_NODE && producer[p->steps[s].node])
+      p->steps[s].kind = LOOM_STEP_GEMM;
+  loom_status st = loom_fusion_attach_epilogues(ctx, g, m, p);
+  for (int32_t s = 0; s < p->n_steps; s++)
+    if (p->steps[s].kind == LOOM_STEP_GEMM && producer[p->steps[s].node])
+      p->steps[s].kind = LOOM_STEP_NODE;
+  return st;
 }

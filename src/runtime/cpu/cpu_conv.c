@@ -13,6 +13,7 @@
  * positions), run plain loops over (image, channel) planes.
  */
 #include "runtime/cpu/cpu.h"
+#include "runtime/cpu/gemm.h"
 
 #include "ops/window.h"
 
@@ -309,11 +310,14 @@ static bool big_flops(const conv_split *s) {
              (double)s->kn * (double)s->ss >= 1e6;
 }
 
+static int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
+
 /* What a conv op's tasks read. */
 typedef struct conv_job {
   conv_split s;
   const float *a, *b, *packed;
   float *out;
+  const loom_gemm_epilogue *epi; /* conv: NULL or run on each task's rows */
 } conv_job;
 
 static loom_status conv_done(const loom_cpu *c, const loom_node *n, bool ok) {
@@ -333,15 +337,41 @@ static bool conv_task(const void *user, int64_t t) {
                    (void *)(j->b + u0 * sc * (s->big_c / s->w.groups) * s->kn),
                    j->out + (img * s->small_c + u0 * sc) * s->ss};
   static const int which[6] = {0, DNNL_ARG_SRC, 2, DNNL_ARG_WEIGHTS, 1, DNNL_ARG_DST};
-  return run_key(&p, 3, which, ptrs);
+  if (!run_key(&p, 3, which, ptrs)) return false;
+  const loom_gemm_epilogue *epi = j->epi;
+  if (!epi) return true;
+  /* the task's output, [nu * sc] channels of image img, is whole rows of
+   * the last dim, ending on planes (which end on the kernel's rows) */
+  int64_t cols = s->w.small[s->w.k - 1];
+  if (cols <= 0) return true;
+  int64_t r0 = (img * s->small_c + u0 * sc) * s->ss / cols, r1 = r0 + nu * sc * s->ss / cols;
+  for (int64_t r = r0; r < r1; r += epi->rows)
+    epi->fn(epi->user, omp_get_thread_num(), r, LOOM_MIN(r + epi->rows, r1));
+  return true;
+}
+
+loom_status loom_cpu_conv(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                          const loom_view *out, const loom_gemm_epilogue *epi) {
+  conv_job j = {.a = in[0].data, .b = in[1].data, .out = out[0].data};
+  if (epi && epi->rows > 0 && epi->fn) j.epi = epi;
+  LOOM_TRY(window_of(c, n, in, &j.s.w));
+  conv_split *s = &j.s;
+  split_conv(s, in[0].shape[0], in[0].shape[1], in[1].shape[0], false);
+  int64_t plane_rows = s->w.k > 1 ? s->ss / s->w.small[s->w.k - 1] : 1;
+  if (j.epi && plane_rows > 0) {
+    /* blocks of whole epilogue blocks: each image's rows are cut into
+     * blocks of epi->rows (aligned to the kernel's rows, as is the image's
+     * end), so a block of channels must span a multiple of them */
+    int64_t q = epi->rows / gcd64(epi->rows, plane_rows * s->per_small);
+    s->b = LOOM_MIN((s->b + q - 1) / q * q, s->units);
+    s->blocks = (s->units + s->b - 1) / s->b;
+  }
+  return conv_done(c, n, run_tasks(c, j.s.batch * j.s.blocks, big_flops(&j.s), conv_task, &j));
 }
 
 static loom_status k_conv(const loom_cpu *c, const loom_node *n, const loom_view *in,
                           const loom_view *out) {
-  conv_job j = {.a = in[0].data, .b = in[1].data, .out = out[0].data};
-  LOOM_TRY(window_of(c, n, in, &j.s.w));
-  split_conv(&j.s, in[0].shape[0], in[0].shape[1], in[1].shape[0], false);
-  return conv_done(c, n, run_tasks(c, j.s.batch * j.s.blocks, big_flops(&j.s), conv_task, &j));
+  return loom_cpu_conv(c, n, in, out, NULL);
 }
 
 /* conv_transpose: x small [N, C, O], w [C, M/g, K] -> big [N, M, S];
