@@ -27,7 +27,7 @@ static const char usage[] =
     "                  [--quiet] [--list] [--rounds N] [--seconds S]\n"
     "                  [--trace FILE [--force]]\n"
     "                  [--plot OUT.svg [--peer FILE.jsonl]... [--plot-only]]\n"
-    "                  [--grad] [--input NAME=FILE.npy]...\n"
+    "                  [--grad] [--input NAME=FILE]... [--dim NAME=N]...\n"
     "\n"
     "Measures the machine's triad bandwidth, memory roof and sgemm rate, then\n"
     "runs each workload (all of them when none is named) in the modes\n"
@@ -40,11 +40,13 @@ static const char usage[] =
     "write-allocate) measured at the workload's own footprint, and the\n"
     "speedups between modes.\n"
     "\n"
-    "A FILE (a graph file, as 'loom run' takes) is a workload of its own: its\n"
-    "inputs get random data of their declared shapes (params small, integer\n"
-    "inputs valid indices of the axes they index) unless --input gives them;\n"
-    "with --grad it runs forward + backward (the gradients of its first scalar\n"
-    "f32 output with respect to its params).\n"
+    "A FILE (a graph file, as 'loom run' takes, or an ONNX model, MODEL.onnx)\n"
+    "is a workload of its own: its inputs get random data of their declared\n"
+    "shapes (params small, integer inputs valid indices of the axes they\n"
+    "index; an ONNX model's symbolic dims 1 unless --dim sets them) unless\n"
+    "--input gives them (.npy; for ONNX also TensorProto .pb); with --grad it\n"
+    "runs forward + backward (the gradients of its first scalar f32 output\n"
+    "with respect to its params: an ONNX model's initializers).\n"
     "\n"
     "The workload 'rng' (run only when named) measures instead the random\n"
     "bytes per second of every Philox4x32 path (ref, portable, avx2, avx512;\n"
@@ -115,6 +117,8 @@ typedef struct opts {
   bool grad;          /* --grad: file workloads run forward + backward */
   int32_t n_inputs;
   const char **inputs; /* --input NAME=FILE */
+  int32_t n_dims;
+  const char **dims; /* --dim NAME=N */
   int32_t n_files;
   loom_bench_file_spec *file_specs; /* the named FILEs, as workloads */
   loom_bench_workload *files;
@@ -229,9 +233,10 @@ static int parse_args(int argc, char **argv, opts *o) {
   o->names = calloc((size_t)argc + 1, sizeof *o->names);
   o->peers = calloc((size_t)argc + 1, sizeof *o->peers);
   o->inputs = calloc((size_t)argc + 1, sizeof *o->inputs);
+  o->dims = calloc((size_t)argc + 1, sizeof *o->dims);
   o->file_specs = calloc((size_t)argc + 1, sizeof *o->file_specs);
   o->files = calloc((size_t)argc + 1, sizeof *o->files);
-  if (!o->names || !o->peers || !o->inputs || !o->file_specs || !o->files) {
+  if (!o->names || !o->peers || !o->inputs || !o->dims || !o->file_specs || !o->files) {
     fprintf(stderr, "loom: out of memory\n");
     return 1;
   }
@@ -278,6 +283,12 @@ static int parse_args(int argc, char **argv, opts *o) {
       if (r < 0 || !strchr(v, '='))
         return usage_error("--input wants NAME=FILE.npy, got '%s'", r < 0 ? "" : v);
       o->inputs[o->n_inputs++] = v;
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--dim", &v)) != 0) {
+      const char *eq = r > 0 ? strchr(v, '=') : NULL;
+      int32_t n = 0;
+      if (!eq || eq == v || !parse_int(eq + 1, 1, 1 << 30, &n))
+        return usage_error("--dim wants NAME=N (N >= 1), got '%s'", r < 0 ? "" : v);
+      o->dims[o->n_dims++] = v;
     } else if (strcmp(a, "--with-reference") == 0) {
       o->run.with_reference = true;
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--size", &v)) != 0) {
@@ -334,10 +345,12 @@ static int parse_args(int argc, char **argv, opts *o) {
     o->file_specs[k].grad = o->grad;
     o->file_specs[k].n_inputs = o->n_inputs;
     o->file_specs[k].inputs = o->inputs;
+    o->file_specs[k].n_dims = o->n_dims;
+    o->file_specs[k].dims = o->dims;
   }
-  if ((o->grad || o->n_inputs) && !o->n_files)
+  if ((o->grad || o->n_inputs || o->n_dims) && !o->n_files)
     return usage_error("%s applies to FILE workloads: name a graph file",
-                       o->grad ? "--grad" : "--input");
+                       o->grad ? "--grad" : o->n_inputs ? "--input" : "--dim");
   if ((o->n_peers || o->plot_only) && !o->plot)
     return usage_error("%s needs --plot FILE", o->plot_only ? "--plot-only" : "--peer");
   if (o->plot_only && (!o->n_peers || o->n_names))
@@ -391,6 +404,7 @@ static void free_opts(opts *o) {
   free(o->names);
   free(o->peers);
   free(o->inputs);
+  free(o->dims);
   free(o->file_specs);
   free(o->files);
 }

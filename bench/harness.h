@@ -36,6 +36,8 @@ typedef struct loom_bench_result {
   double warm_compile_s;      /* its compile time (the kernel cache warm) */
   bool warm_cache_hit;
   double median_s, min_s;
+  double gemm_s;              /* median time in GEMM steps per run (the trace's
+                               * "gemm" events, epilogues included); 0: none */
   int32_t runs;
   bool checked;               /* compared against the baseline mode */
   loom_bench_mode baseline;

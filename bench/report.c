@@ -134,6 +134,14 @@ static void json_result(FILE *f, const loom_bench_row *row, const loom_bench_res
     fprintf(f, ", \"gemm_flops\": %.6g, \"gflops\": %.4g, \"sgemm_fraction\": %.4g",
             row->gemm_flops, fin(gf), mi->m.sgemm_gflops > 0 ? fin(gf / mi->m.sgemm_gflops) : 0.0);
   }
+  if (s->modeled_seconds > 0) fprintf(f, ", \"modeled_s\": %.6g", fin(s->modeled_seconds));
+  if (r->gemm_s > 0 && s->gemm_flops > 0) {
+    double rate = s->gemm_flops / r->gemm_s / 1e9;
+    fprintf(f, ", \"gemm_s\": %.6g, \"gemm_step_flops\": %.6g, \"gemm_gflops\": %.4g",
+            fin(r->gemm_s), s->gemm_flops, fin(rate));
+    if (mi->m.sgemm_gflops > 0)
+      fprintf(f, ", \"gemm_sgemm_fraction\": %.4g", fin(rate / mi->m.sgemm_gflops));
+  }
   for (int32_t m = LOOM_BENCH_EAGER; m < LOOM_BENCH_MODE_COUNT; m++)
     if (r->vs[m] > 0)
       fprintf(f, ", \"vs_%s\": %.4g", loom_bench_mode_name((loom_bench_mode)m), fin(r->vs[m]));
@@ -184,6 +192,37 @@ static void table_result(FILE *f, const loom_bench_row *row, const loom_bench_re
           ratio(v3, sizeof v3, r->vs[LOOM_BENCH_LOOP]), err);
 }
 
+static bool ran(const loom_bench_row *row, loom_bench_mode m) {
+  return row->wanted[m] && row->r[m].outcome == LOOM_BENCH_RAN;
+}
+
+/* For a model workload: per mode, the GEMM steps' rate from the trace
+ * (their flops over their time) against the measured sgemm rate; then the
+ * loop and stitch plans' modeled and measured times, flagged when the
+ * cost model's stitch plan ran slower than loop. */
+static void table_gemm_and_model(FILE *f, const loom_bench_row *row,
+                                 const loom_bench_machine_info *mi) {
+  for (int32_t m = LOOM_BENCH_NONE; m < LOOM_BENCH_MODE_COUNT; m++) {
+    const loom_bench_result *r = &row->r[m];
+    if (!ran(row, (loom_bench_mode)m) || r->gemm_s <= 0 || r->stats.gemm_flops <= 0) continue;
+    double rate = r->stats.gemm_flops / r->gemm_s / 1e9;
+    fprintf(f, "  %-10s GEMM steps %.2f GFLOP in %.3f ms of %.3f: %.1f GFLOP/s",
+            loom_bench_mode_name((loom_bench_mode)m), r->stats.gemm_flops / 1e9, r->gemm_s * 1e3,
+            r->median_s * 1e3, rate);
+    if (mi->m.sgemm_gflops > 0) fprintf(f, ", %.0f%% of sgemm", 100.0 * rate / mi->m.sgemm_gflops);
+    fprintf(f, "\n");
+  }
+  if (!ran(row, LOOM_BENCH_LOOP) || !ran(row, LOOM_BENCH_STITCH)) return;
+  const loom_bench_result *lp = &row->r[LOOM_BENCH_LOOP], *sp = &row->r[LOOM_BENCH_STITCH];
+  fprintf(f, "  model      loop %.3f ms (measured %.3f), stitch %.3f ms (measured %.3f)",
+          lp->stats.modeled_seconds * 1e3, lp->median_s * 1e3, sp->stats.modeled_seconds * 1e3,
+          sp->median_s * 1e3);
+  if (sp->median_s > lp->median_s)
+    fprintf(f, ": STITCH SLOWER THAN LOOP (x%.2f)%s", lp->median_s / sp->median_s,
+            sp->stats.modeled_seconds <= lp->stats.modeled_seconds ? ", not as modeled" : "");
+  fprintf(f, "\n");
+}
+
 void loom_bench_print_row(FILE *f, bool json, const loom_bench_row *row,
                           const loom_bench_machine_info *mi) {
   if (!json) {
@@ -205,4 +244,5 @@ void loom_bench_print_row(FILE *f, bool json, const loom_bench_row *row,
     else
       table_result(f, row, &row->r[m], mi);
   }
+  if (!json && row->gemm_flops > 0) table_gemm_and_model(f, row, mi);
 }

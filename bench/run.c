@@ -17,6 +17,7 @@
 
 #include "ir/dtype.h"
 #include "perf/rng_rate.h"
+#include "runtime/trace.h"
 #include "rng/philox_fast.h"
 
 #include <math.h>
@@ -109,12 +110,14 @@ typedef struct wl_state {
   loom_bench_mode base_mode;
   loom_session *ses[LOOM_BENCH_MODE_COUNT];
   double *t[LOOM_BENCH_MODE_COUNT]; /* timed runs */
+  double *tg[LOOM_BENCH_MODE_COUNT]; /* their time in GEMM steps */
 } wl_state;
 
 static void wl_free(wl_state *s) {
   for (int32_t m = 0; m < LOOM_BENCH_MODE_COUNT; m++) {
     loom_session_free(s->ses[m]);
     free(s->t[m]);
+    free(s->tg[m]);
   }
   for (int32_t i = 0; s->in && i < s->n_in; i++)
     loom_tensor_free(s->in[i]);
@@ -200,11 +203,21 @@ static void fail(wl_state *s, loom_bench_result *r) {
             r->note);
 }
 
-static loom_status run_once(wl_state *s, loom_bench_mode m, double *seconds) {
+/* One run of mode m; with gemm_seconds, also its time in GEMM steps, from
+ * the context's trace (the --trace one, or one recorded for this run). */
+static loom_status run_once(wl_state *s, loom_bench_mode m, double *seconds,
+                            double *gemm_seconds) {
+  bool own = gemm_seconds && !s->ctx->trace && loom_ctx_trace_begin(s->ctx) == LOOM_STATUS_OK;
+  double g0 = gemm_seconds ? loom_trace_seconds(s->ctx->trace, "gemm") : 0.0;
   double t0 = loom_now_s();
   loom_status st =
       loom_session_run(s->ses[m], s->n_in, (const loom_tensor *const *)s->in, s->n_out, s->out);
   if (seconds) *seconds = loom_now_s() - t0;
+  if (gemm_seconds) *gemm_seconds = loom_trace_seconds(s->ctx->trace, "gemm") - g0;
+  if (own) {
+    s->ctx->trace_free(s->ctx->trace);
+    s->ctx->trace = NULL;
+  }
   return st;
 }
 
@@ -232,11 +245,12 @@ static bool prepare_mode(wl_state *s, loom_bench_mode m, loom_bench_result *r, i
     }
     loom_session_free(again);
   }
-  if (!st) st = run_once(s, m, NULL);
+  if (!st) st = run_once(s, m, NULL, NULL);
   if (!st) st = check_outputs(s, r);
   if (!st) {
     s->t[m] = loom_calloc(s->ctx, (size_t)runs, sizeof *s->t[m]);
-    if (!s->t[m]) st = LOOM_STATUS_OUT_OF_MEMORY;
+    s->tg[m] = loom_calloc(s->ctx, (size_t)runs, sizeof *s->tg[m]);
+    if (!s->t[m] || !s->tg[m]) st = LOOM_STATUS_OUT_OF_MEMORY;
   }
   if (st) {
     fail(s, r);
@@ -253,6 +267,7 @@ static void finish_mode(wl_state *s, loom_bench_result *r, int32_t runs) {
   r->runs = runs;
   r->median_s = loom_median(t, runs); /* sorts t */
   r->min_s = t[0];
+  r->gemm_s = s->b.gemm_flops > 0 ? loom_median(s->tg[r->mode], runs) : 0.0;
   r->outcome = LOOM_BENCH_RAN;
   loom_session_free(s->ses[r->mode]);
   s->ses[r->mode] = NULL;
@@ -273,7 +288,7 @@ static bool run_modes(wl_state *s, loom_bench_row *row) {
       progress(s, "timing", "reference");
       loom_status st = LOOM_STATUS_OK;
       for (int32_t k = 0; !st && k < runs; k++)
-        st = run_once(s, LOOM_BENCH_REFERENCE, &s->t[LOOM_BENCH_REFERENCE][k]);
+        st = run_once(s, LOOM_BENCH_REFERENCE, &s->t[LOOM_BENCH_REFERENCE][k], NULL);
       if (st)
         fail(s, ref);
       else
@@ -305,7 +320,8 @@ static bool run_modes(wl_state *s, loom_bench_row *row) {
   for (int32_t k = 0; k < o->runs; k++) {
     for (int32_t m = LOOM_BENCH_EAGER; m < LOOM_BENCH_MODE_COUNT; m++) {
       if (!live[m]) continue;
-      if (run_once(s, (loom_bench_mode)m, &s->t[m][k]) != LOOM_STATUS_OK) {
+      double *tg = s->b.gemm_flops > 0 ? &s->tg[m][k] : NULL;
+      if (run_once(s, (loom_bench_mode)m, &s->t[m][k], tg) != LOOM_STATUS_OK) {
         fail(s, &row->r[m]);
         live[m] = ok = false;
       }

@@ -5,12 +5,17 @@
  * integer inputs valid indices of the axes they index), unless --input
  * gives them; with --grad the workload is the forward and the backward
  * pass: the gradients of the graph's scalar loss with respect to its
- * parameters, as the named model workloads are built.
+ * parameters, as the named model workloads are built. An ONNX model
+ * (FILE.onnx) is imported as `loom run` imports it: its initializers are
+ * the params and keep their values; its inputs are random of their
+ * declared shapes (symbolic dims from --dim, else 1) unless --input gives
+ * them (.npy or TensorProto .pb).
  */
 #include "workloads.h"
 
 #include "ir/dtype.h"
 #include "ops/attrs.h"
+#include "onnx/feeds.h"
 #include "ops/op.h"
 
 #include <stdio.h>
@@ -49,6 +54,112 @@ static int32_t find_loss(const loom_graph *g) {
     if (t->rank == 0 && t->dtype == LOOM_DTYPE_F32) return o;
   }
   return -1;
+}
+
+/* Tensors held by name until the graph's inputs are final (--grad may drop
+ * some and renumber the rest). */
+typedef struct held_data {
+  int32_t n;
+  char **names;
+  loom_tensor **t;
+} held_data;
+
+static void held_free(held_data *h) {
+  for (int32_t k = 0; k < h->n; k++) free(h->names[k]), loom_tensor_free(h->t[k]);
+  free(h->names);
+  free(h->t);
+  memset(h, 0, sizeof *h);
+}
+
+static bool is_onnx(const char *path) {
+  size_t n = strlen(path);
+  return n >= 5 && strcmp(path + n - 5, ".onnx") == 0;
+}
+
+/* "NAME=VALUE" into a malloc'd name and a pointer to the value. */
+static loom_status split_pair(loom_ctx *ctx, const char *flag, const char *arg, char **name,
+                              const char **value) {
+  const char *eq = strchr(arg, '=');
+  if (!eq || eq == arg || !eq[1])
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s wants NAME=VALUE, got '%s'", flag, arg);
+  *name = strndup(arg, (size_t)(eq - arg));
+  *value = eq + 1;
+  return *name ? LOOM_STATUS_OK : loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "bench: out of memory");
+}
+
+/* Imports the model with its inputs; *g takes the program's graph and h
+ * the data of every graph input (the initializers and the inputs). */
+static loom_status load_onnx(loom_ctx *ctx, const loom_bench_file_spec *spec, loom_graph **g,
+                             held_data *h) {
+  int32_t n_pairs = spec->n_inputs + spec->n_dims;
+  char **names = calloc((size_t)n_pairs + 1, sizeof *names);
+  const char **values = calloc((size_t)n_pairs + 1, sizeof *values);
+  int64_t *dims = calloc((size_t)spec->n_dims + 1, sizeof *dims);
+  onnx_model *m = NULL;
+  onnx_inputs in = {0};
+  onnx_program *p = NULL;
+  loom_status st = names && values && dims ? LOOM_STATUS_OK
+                                           : loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+  for (int32_t k = 0; !st && k < spec->n_inputs; k++)
+    st = split_pair(ctx, "--input", spec->inputs[k], &names[k], &values[k]);
+  for (int32_t k = 0; !st && k < spec->n_dims; k++) {
+    int32_t j = spec->n_inputs + k;
+    st = split_pair(ctx, "--dim", spec->dims[k], &names[j], &values[j]);
+    if (!st) dims[k] = strtoll(values[j], NULL, 10); /* checked by the command line */
+  }
+  onnx_input_spec is = {.n_given = spec->n_inputs, .given_names = (const char *const *)names,
+                        .given_paths = values, .n_dims = spec->n_dims,
+                        .dim_names = (const char *const *)names + spec->n_inputs,
+                        .dim_values = dims, .random = true};
+  if (!st) st = onnx_model_load(ctx, spec->path, &m);
+  if (!st) st = onnx_inputs_load(ctx, m, &is, &in);
+  if (!st) st = onnx_import(ctx, m, in.n, in.feeds, &p);
+  if (!st) {
+    *g = p->g;
+    p->g = NULL;
+    int32_t n = (*g)->n_inputs;
+    h->names = calloc((size_t)n + 1, sizeof *h->names);
+    h->t = calloc((size_t)n + 1, sizeof *h->t);
+    if (!h->names || !h->t) st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+    for (int32_t i = 0; !st && i < n; i++) {
+      const char *name = loom_graph_input_name(*g, i);
+      loom_tensor **from = NULL; /* the slot that owns its data, emptied */
+      for (int32_t k = 0; p->bound[i] && k < p->n_owned; k++)
+        if (p->owned[k] == p->bound[i]) from = &p->owned[k];
+      for (int32_t k = 0; !p->bound[i] && k < in.n; k++)
+        if (strcmp(in.feeds[k].name, name) == 0) from = &in.t[k];
+      if (!from) continue; /* filled by the bench's rules */
+      if (!(h->names[h->n] = strdup(name))) {
+        st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+        break;
+      }
+      h->t[h->n++] = *from;
+      *from = NULL;
+    }
+  }
+  onnx_program_free(p);
+  onnx_inputs_free(&in);
+  onnx_model_free(m);
+  for (int32_t k = 0; names && k < n_pairs; k++) free(names[k]);
+  free(names);
+  free(values);
+  free(dims);
+  return st;
+}
+
+/* Gives each graph input the held tensor of its name (moved into b). */
+static loom_status bind_held(loom_ctx *ctx, held_data *h, loom_bench_graph *b) {
+  const loom_graph *g = b->g;
+  b->given = calloc((size_t)g->n_inputs + 1, sizeof *b->given);
+  if (!b->given) return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "bench: out of memory");
+  b->n_given = g->n_inputs;
+  for (int32_t i = 0; i < g->n_inputs; i++)
+    for (int32_t k = 0; k < h->n; k++)
+      if (h->t[k] && strcmp(h->names[k], loom_graph_input_name(g, i)) == 0) {
+        b->given[i] = h->t[k];
+        h->t[k] = NULL;
+      }
+  return LOOM_STATUS_OK;
 }
 
 /* Reads each "name=file.npy" of the spec into b->given, checked against
@@ -90,12 +201,26 @@ static loom_status bind_inputs(loom_ctx *ctx, const loom_bench_file_spec *spec,
   return LOOM_STATUS_OK;
 }
 
+static loom_status build_loaded(loom_ctx *ctx, const loom_bench_file_spec *spec, held_data *held,
+                                loom_bench_graph *b);
+
 loom_status loom_bench_build_file(loom_ctx *ctx, const loom_bench_workload *w, bool small,
                                   loom_bench_graph *b) {
   (void)small; /* the file's shapes are the user's */
   const loom_bench_file_spec *spec = w->arg;
   memset(b, 0, sizeof *b);
-  LOOM_TRY(loom_graph_load(ctx, spec->path, &b->g));
+  held_data held = {0};
+  bool onnx = is_onnx(spec->path);
+  loom_status st = onnx ? load_onnx(ctx, spec, &b->g, &held) : loom_graph_load(ctx, spec->path, &b->g);
+  if (!st) st = build_loaded(ctx, spec, onnx ? &held : NULL, b);
+  held_free(&held);
+  return st;
+}
+
+/* The rest of loom_bench_build_file, on the loaded graph b->g; held: an
+ * ONNX model's data by name (NULL: a graph file, --input read here). */
+static loom_status build_loaded(loom_ctx *ctx, const loom_bench_file_spec *spec, held_data *held,
+                                loom_bench_graph *b) {
   loom_graph *g = b->g;
   /* integer inputs index axes: found before --grad decomposes the graph */
   int64_t classes = 0;
@@ -132,7 +257,7 @@ loom_status loom_bench_build_file(loom_ctx *ctx, const loom_bench_workload *w, b
     b->fill[b->n_fill++] = fill;
   }
   b->classes = classes > 0 ? classes : 1;
-  LOOM_TRY(bind_inputs(ctx, spec, b));
+  LOOM_TRY(held ? bind_held(ctx, held, b) : bind_inputs(ctx, spec, b));
   b->min_bytes = loom_bench_io_bytes(g);
   LOOM_TRY(loom_bench_count_flops(b));
   char tb[96] = "";

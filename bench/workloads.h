@@ -54,6 +54,21 @@ loom_status loom_bench_build_bert(loom_ctx *ctx, const loom_bench_workload *self
 loom_status loom_bench_build_gpt2(loom_ctx *ctx, const loom_bench_workload *self, bool small,
                                   loom_bench_graph *b);
 
+/* The training step of `loom train` with its defaults (wl_train.c); --size
+ * small: batch 8. */
+loom_status loom_bench_build_train_step(loom_ctx *ctx, const loom_bench_workload *self, bool small,
+                                        loom_bench_graph *b);
+/* The layer workloads (wl_layers.c). */
+#define LOOM_BENCH_LAYER_BUILD(fn)                                                            \
+  loom_status fn(loom_ctx *ctx, const loom_bench_workload *self, bool small, loom_bench_graph *b)
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_rmsnorm_fwd);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_rmsnorm_bwd);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_swiglu);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_rotary);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_groupnorm_silu);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_ls_ce);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_bce);
+
 /* One pre-LN GPT block's forward for `loom bench attention` (wl_model.c):
  * batch 1, seq tokens, heads heads of head_dim (d_model = heads *
  * head_dim, MLP 4 d_model), causal attention with dropout p on the
@@ -64,12 +79,15 @@ loom_status loom_bench_build_attn_block(loom_ctx *ctx, int64_t seq, int64_t head
 /* The block's inputs x and parameters (the gradients' wrt). */
 #define LOOM_BENCH_ATTN_BLOCK_WRT 13
 
-/* A workload read from a file (wl_file.c): `loom bench FILE`. */
+/* A workload read from a file (wl_file.c): `loom bench FILE`, a graph
+ * file or an ONNX model (FILE.onnx). */
 typedef struct loom_bench_file_spec {
   const char *path;
   bool grad;                 /* forward + backward: d(loss)/d(params) */
   int32_t n_inputs;
   const char *const *inputs; /* "name=file.npy": data for those inputs */
+  int32_t n_dims;
+  const char *const *dims;   /* "name=N": an ONNX model's symbolic dims */
 } loom_bench_file_spec;
 /* Builds the workload whose arg is a loom_bench_file_spec. */
 loom_status loom_bench_build_file(loom_ctx *ctx, const loom_bench_workload *w, bool small,

@@ -196,12 +196,21 @@ typedef enum loom_op {
   X(OVERLAP, overlap, "a bitmask made by a worker beside earlier GEMMs") SEP   \
   X(SEQUENTIAL, sequential, "a bitmask made just before attention")
 
+/* How GPU backends multiply f32 matrices (cuBLAS compute types; the cpu
+ * and ref backends always compute in f32). Accumulation is f32 in every
+ * mode; tf32 and bf16 round the operands. */
+#define LOOM_GEMM_PRECISION_LIST(X, SEP)                                       \
+  X(F32, f32, "f32 products, f32 accumulation (default)") SEP                 \
+  X(TF32, tf32, "operands rounded to tf32, f32 accumulation") SEP              \
+  X(BF16, bf16, "operands rounded to bf16, f32 accumulation")
+
 #define LOOM_X_MODE_NAME(ENUM, name, help) #name
 /* "stitch, loop, none, eager" and the like: string literals. */
 #define LOOM_FUSION_MODE_NAMES LOOM_FUSION_MODE_LIST(LOOM_X_MODE_NAME, ", ")
 #define LOOM_ATTENTION_MODE_NAMES                                              \
   LOOM_ATTENTION_MODE_LIST(LOOM_X_MODE_NAME, ", ")
 #define LOOM_RNG_PLACEMENT_NAMES LOOM_RNG_PLACEMENT_LIST(LOOM_X_MODE_NAME, ", ")
+#define LOOM_GEMM_PRECISION_NAMES LOOM_GEMM_PRECISION_LIST(LOOM_X_MODE_NAME, ", ")
 
 typedef enum loom_fusion_mode {
 #define LOOM_X_ENUM(ENUM, name, help) LOOM_FUSION_##ENUM,
@@ -223,6 +232,13 @@ typedef enum loom_rng_placement {
 #undef LOOM_X_ENUM
   LOOM_RNG_COUNT
 } loom_rng_placement;
+
+typedef enum loom_gemm_precision {
+#define LOOM_X_ENUM(ENUM, name, help) LOOM_GEMM_##ENUM,
+  LOOM_GEMM_PRECISION_LIST(LOOM_X_ENUM, )
+#undef LOOM_X_ENUM
+  LOOM_GEMM_COUNT
+} loom_gemm_precision;
 
 /* A value in a graph (an input, a parameter or an op's output). */
 typedef int32_t loom_value;
@@ -288,6 +304,9 @@ loom_status loom_attention_mode_from_name(const char *name,
                                           loom_attention_mode *out);
 loom_status loom_rng_placement_from_name(const char *name,
                                          loom_rng_placement *out);
+const char *loom_gemm_precision_name(loom_gemm_precision p);
+loom_status loom_gemm_precision_from_name(const char *name,
+                                          loom_gemm_precision *out);
 
 /* ---- tensors (host memory) ---------------------------------------------- */
 
@@ -406,6 +425,7 @@ typedef struct loom_session_options {
   loom_fusion_mode fusion;       /* LOOM_FUSION_MODE_LIST */
   loom_attention_mode attention; /* LOOM_ATTENTION_MODE_LIST */
   loom_rng_placement rng;        /* LOOM_RNG_PLACEMENT_LIST */
+  loom_gemm_precision gemm;      /* LOOM_GEMM_PRECISION_LIST */
 } loom_session_options;
 
 /* Options with their size set and every other field at its default, then
@@ -419,7 +439,7 @@ static inline void loom_session_options_init(loom_session_options *o) {
   /* every field, in order (-Wextra flags one left out) */
   loom_session_options defaults = {sizeof(loom_session_options), NULL,
                                    LOOM_FUSION_STITCH, LOOM_ATTENTION_FLASH,
-                                   LOOM_RNG_AUTO};
+                                   LOOM_RNG_AUTO, LOOM_GEMM_F32};
   *o = defaults;
 }
 
@@ -439,6 +459,8 @@ typedef struct loom_session_stats {
                             * kernels: the backend does not support them */
   int32_t n_async_comm;    /* comm ops that can run while later compute does
                             * (when a parallel plan's run overlaps them) */
+  double modeled_seconds;  /* the cost model's time of the whole plan */
+  double gemm_flops;       /* flops of the GEMM library calls of one run */
 } loom_session_stats;
 
 /* Decomposes, verifies and prepares a graph to run: on cpu, fuses it and

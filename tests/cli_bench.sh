@@ -62,6 +62,16 @@ line=$(printf '%s\n' "$out" | grep -F '"mode": "stitch"')
 check "json: the workload's roof is the best variant" roof_is_max "$line"
 check "json: the fraction is of the workload's roof" has_keys "$line" roof_bytes triad_fraction
 
+# ---- a model workload: its GEMM steps' rate and both plans' modeled time ----
+run bench --size small --json --runs 1 --modes loop,stitch --quiet bert_layer
+check "bench bert_layer --json exits 0" test "$rc" -eq 0
+line=$(printf '%s\n' "$out" | grep -F '"mode": "stitch"')
+check "json: a model workload's GEMM time and rate" has_keys "$line" gemm_s gemm_step_flops \
+  gemm_gflops gemm_sgemm_fraction modeled_s
+run bench --size small --runs 1 --modes loop,stitch --quiet bert_layer
+check "table: GEMM steps' rate per mode" test "${out#*stitch     GEMM steps}" != "$out"
+check "table: loop and stitch modeled and measured" test "${out#*model      loop}" != "$out"
+
 check "json: rng runs only when named" test "${out#*\"workload\": \"rng\"}" == "$out"
 
 # ---- rng: the Philox paths (issue 4, point 1) -------------------------------
@@ -200,9 +210,15 @@ check "bad --seconds exits 2" test "$rc" -eq 2
 run bench --list
 check "--list exits 0" test "$rc" -eq 0
 for w in layernorm_fwd layernorm_bwd softmax_fwd softmax_bwd bias_gelu \
-  bias_dropout_residual_ln cross_entropy adamw bert_layer gpt2_block rng attention; do
+  bias_dropout_residual_ln cross_entropy adamw bert_layer gpt2_block train_step rng attention; do
   check "--list names $w" test "${out#*$w}" != "$out"
 done
+# the main job's step, built as the trainer builds it: 1024 tokens at full
+# size, 256 at small (eager: no compile, to keep this quick)
+run bench train_step --size small --modes eager --runs 1 --quiet --json
+check "train_step runs" test "$rc" -eq 0
+check "train_step is the trainer's step at batch 8 (256 tokens)" \
+  test "${out#*\"shape\": \"b8 t32 d128 L2: 256 tokens\"}" != "$out"
 run bench --help
 check "--help exits 0" test "$rc" -eq 0
 check "--help prints usage" test "${out#*usage: loom bench}" != "$out"

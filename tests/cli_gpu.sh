@@ -3,7 +3,10 @@
 # --backend opencl --emit c` (OpenCL C from the GPU renderer) and `loom run
 # --backend opencl` on tests/data/cli/mlp.loom, its outputs byte for byte
 # the independently computed .npy files. Without an OpenCL device the
-# opencl checks become the message saying why (and still pass).
+# opencl checks become the message saying why (and still pass). The same
+# for cuda: with a GPU, `loom run --backend cuda` byte for byte; without
+# one, `loom devices` and `loom run --backend cuda` say why (the run
+# exits 1).
 #
 # usage: bash tests/cli_gpu.sh PATH/TO/loom PATH/TO/tests/data
 set -u
@@ -37,6 +40,25 @@ else
   run run "$DATA/mlp.loom" "${inputs[@]}" --out "$tmp/ocl_none" --backend opencl --fusion none
   expect "run --backend opencl --fusion none" 0 "*logits*"
   same_bytes "run --backend opencl --fusion none: logits" "$tmp/ocl_none/logits.npy" "$DATA/expected_logits.npy"
+fi
+
+if "$LOOM" devices | grep -q "^  cuda     CUDA:"; then
+  run compile "$DATA/mlp.loom" --backend cuda --emit c
+  expect "compile --backend cuda --emit c" 0 "*extern \"C\" __global__*threadIdx.x*__syncthreads()*"
+  run run "$DATA/mlp.loom" "${inputs[@]}" --out "$tmp/cuda" --backend cuda
+  expect "run --backend cuda" 0 "*logits: f32[2, 3]*-5.5, 6.25, 0.75*positive: bool[2, 3]*total: f32[]*-0.125*"
+  for name in logits positive total; do
+    same_bytes "run --backend cuda: $name" "$tmp/cuda/$name.npy" "$DATA/expected_$name.npy"
+  done
+  run run "$DATA/mlp.loom" "${inputs[@]}" --out "$tmp/cuda_none" --backend cuda --fusion none
+  expect "run --backend cuda --fusion none" 0 "*logits*"
+  same_bytes "run --backend cuda --fusion none: logits" "$tmp/cuda_none/logits.npy" "$DATA/expected_logits.npy"
+else
+  run devices
+  expect "devices: cuda unavailable" 0 "*cuda     unavailable: backend cuda: no CUDA d*CUDA: no CUDA d*"
+  run run "$DATA/mlp.loom" "${inputs[@]}" --out "$tmp/cuda" --backend cuda
+  expect "run --backend cuda without a GPU" 1 "" "*backend cuda: no CUDA d*"
+  echo "cli_gpu: cuda runs skipped: $("$LOOM" devices | grep '^  cuda')"
 fi
 
 finish cli_gpu

@@ -59,8 +59,17 @@ run run "$T/model.onnx" --input Q=$S/input_0.pb
 expect "run with an unknown input" 1 "" "*no input named 'Q'*"
 run compile "$T/model.onnx" --fusion stitch
 expect "compile" 0 "*fusion stitch*kernels*"
-run bench "$T/model.onnx" --iters 3
-expect "bench" 0 "*median*over 3 runs*"
+# bench: a model is a workload like any graph file, every mode, --json
+run bench "$T/model.onnx" --runs 2 --modes eager,stitch --quiet --json
+expect "bench" 0 "*\"workload\": \"$T/model.onnx\", \"mode\": \"eager\"*\"mode\": \"stitch\"*"
+run bench "$T/model.onnx" --runs 1 --modes stitch --quiet --input X=$S/input_0.pb
+expect "bench with a .pb input" 0 "*stitch*"
+run bench "$T/model.onnx" --runs 1 --modes stitch --quiet --input Q=$S/input_0.pb
+expect "bench with an unknown input" 1 "" "*no input named 'Q'*"
+run bench "$NODE/test_acos/model.onnx" --runs 1 --modes stitch --quiet
+expect "bench of an unsupported model" 1 "" "*Acos*"
+run bench "$T/model.onnx" --dim N=x
+expect "bench --dim wants a number" 2 "" "*--dim wants NAME=N*"
 # an unsupported op is named with its node
 run show "$NODE/test_acos/model.onnx"
 expect "show names the unsupported node" 1 "*Acos*unsupported*unsupported nodes:*"

@@ -154,3 +154,17 @@ loom_tensor **loom_test_gpt_inputs(loom_ctx *ctx, const loom_graph *g, uint64_t 
   }
   return in;
 }
+
+bool loom_test_backend_selected(const char *name) {
+  if (!strcmp(name, "ref") || !strcmp(name, "cpu")) return true;
+  const char *list = getenv("LOOM_TEST_BACKENDS");
+  if (!list || !list[0]) return true;
+  size_t n = strlen(name);
+  for (const char *p = list; *p;) {
+    size_t len = strcspn(p, ",");
+    if (len == n && strncmp(p, name, n) == 0) return true;
+    p += len;
+    p += *p == ',';
+  }
+  return false;
+}

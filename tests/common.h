@@ -50,6 +50,11 @@ int loom_test_finish(const char *name);
  * Each test program runs with XDG_CACHE_HOME set to a private temporary
  * directory that common.c creates before main and removes at exit. */
 void loom_test_remove_tree(const char *path);
+/* True if the differential tests run device backend `name`: the host
+ * backends (ref, cpu) always; a device backend (opencl, cuda) unless
+ * $LOOM_TEST_BACKENDS is set and does not list it (comma-separated, e.g.
+ * "cuda": the GPU check skips PoCL there). */
+bool loom_test_backend_selected(const char *name);
 
 /* Deterministic pseudo-random numbers for test data (xorshift). */
 typedef struct loom_test_rng {

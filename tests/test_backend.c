@@ -27,13 +27,13 @@ static int32_t count_op(const loom_graph *g, loom_op op) {
 }
 
 static void test_registry(void) {
-  CHECK(strcmp(loom_backend_names(), "ref, cpu, opencl") == 0);
+  CHECK(strcmp(loom_backend_names(), "ref, cpu, opencl, cuda") == 0);
   CHECK(loom_backend_name_known("ref") && loom_backend_name_known("cpu"));
   CHECK(!loom_backend_name_known("gpu") && !loom_backend_name_known(NULL) &&
         !loom_backend_name_known(""));
   loom_backend *b = NULL;
   CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_backend_new(ctx, "gpu", &b));
-  CHECK(strstr(loom_ctx_error(ctx), "known: ref, cpu, opencl") != NULL);
+  CHECK(strstr(loom_ctx_error(ctx), "known: ref, cpu, opencl, cuda") != NULL);
   CHECK_OK(ctx, loom_backend_new(ctx, "cpu", &b));
   CHECK(b && strcmp(b->iface->name, "cpu") == 0 && b->iface->rewrite && b->iface->describe);
   loom_backend_free(b);

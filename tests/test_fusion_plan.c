@@ -726,6 +726,47 @@ static void test_gemm_split(void) {
   loom_graph_free(g);
 }
 
+/* The epilogue rule: the block size is the model's, from the machine's
+ * GEMM curve. An FFN GEMM ([1024, 768] x [768, 3072]) with bias + tanh: on
+ * the default machine (whole-row blocks of 128 rows and more at the full
+ * rate) the epilogue takes big blocks, where the old rule (as large as
+ * fits half the L2) took 16 rows; where every block runs at a fifth of the
+ * rate no epilogue pays and the kernel stays a separate step; and the
+ * modeled time is never above the plan without an epilogue. */
+static int64_t epilogue_rows_of(const loom_graph *g, const loom_machine *m, double *modeled) {
+  loom_program p;
+  loom_fusion_options o = {.mode = LOOM_FUSION_STITCH, .machine = m};
+  int64_t rows = -1;
+  CHECK_OK(ctx, loom_fusion_compile(ctx, g, &o, &p));
+  for (int32_t s = 0; s < p.n_steps; s++)
+    if (p.steps[s].kind == LOOM_STEP_GEMM) rows = p.steps[s].epilogue_rows;
+  *modeled = p.modeled_seconds;
+  loom_program_clear(&p);
+  return rows;
+}
+
+static void test_epilogue_rule(void) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  loom_value x = in_f32(g, "x", 2, SHAPE(1024, 768)), w = in_f32(g, "w", 2, SHAPE(768, 3072));
+  loom_value b = in_f32(g, "b", 1, SHAPE(3072)), y;
+  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_MATMUL, 2, (loom_value[]){x, w}, 0, NULL, &y));
+  y = op1(g, LOOM_OP_TANH, op2(g, LOOM_OP_ADD, y, b), 0, NULL);
+  CHECK_OK(ctx, loom_graph_output(g, "y", y));
+  g = finish(g);
+  if (!g) return;
+  double fused_s = 0, slow_s = 0;
+  int64_t rows = epilogue_rows_of(g, &machine, &fused_s);
+  CHECK(rows >= 128);
+  loom_machine slow = machine;
+  for (int32_t i = 0; i < LOOM_GEMM_ROWS_POINTS; i++) slow.gemm_rows_eff[i] = 0.2;
+  CHECK(epilogue_rows_of(g, &slow, &slow_s) == 0);
+  /* the same GEMM and kernel, less the kernel's launch */
+  CHECK(fused_s < slow_s && fused_s > slow_s - 2 * machine.kernel_launch_s);
+  if (rows < 128) fprintf(stderr, "  epilogue rule: blocks of %lld rows\n", (long long)rows);
+  loom_graph_free(g);
+}
+
 static void test_gpt(void) {
   loom_graph *g = build_gpt(1);
   if (!g) return;
@@ -835,6 +876,7 @@ int main(void) {
   test_machine();
   test_cost_model();
   test_gemm_split();
+  test_epilogue_rule();
   test_duplication();
   check_pattern("layernorm fwd", build_layernorm_fwd(), 1, true);
   check_pattern("layernorm bwd", build_layernorm_bwd(), 1, true);

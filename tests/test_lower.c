@@ -503,6 +503,85 @@ static void case_layout(loom_ctx *ctx) {
   loom_graph_free(g);
 }
 
+/* Concat, pad and slice inside one kernel: rotary embeddings (slices of
+ * an input, neg, concat) and the shape of their backward (slices of a
+ * gradient padded back), a softmax over a concat of three computed pieces,
+ * a pad of a computed value, a slice of a computed value, and a concat
+ * along rows reduced over rows. */
+static void case_concat_pad(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int64_t xs[3] = {3, 4, 10}, cs[3] = {3, 1, 10};
+  int32_t x = input(g, "x", LOOM_DTYPE_F32, 3, xs), d = input(g, "d", LOOM_DTYPE_F32, 3, xs);
+  int32_t cs_ = input(g, "cos", LOOM_DTYPE_F32, 3, cs), sn = input(g, "sin", LOOM_DTYPE_F32, 3, cs);
+  int32_t x1 = lb_slice(g, x, (int64_t[]){0, 0, 0}, (int64_t[]){3, 4, 5});
+  int32_t x2 = lb_slice(g, x, (int64_t[]){0, 0, 5}, (int64_t[]){3, 4, 10});
+  int32_t rot = lb_concat(g, 2, (int32_t[]){lb_neg(g, x2), x1}, -1);
+  int32_t y = lb_add(g, lb_mul(g, x, cs_), lb_mul(g, rot, sn));
+  loom_graph_output(g, "y", lb_unary(g, LOOM_OP_TANH, y));
+  int32_t d1 = lb_slice(g, d, (int64_t[]){0, 0, 0}, (int64_t[]){3, 4, 5});
+  int32_t d2 = lb_slice(g, d, (int64_t[]){0, 0, 5}, (int64_t[]){3, 4, 10});
+  int32_t back = lb_add(g, lb_pad(g, lb_neg(g, d1), (int64_t[]){0, 0, 5}, (int64_t[]){0, 0, 0}, 0),
+                        lb_pad(g, d2, (int64_t[]){0, 0, 0}, (int64_t[]){0, 0, 5}, 0));
+  int32_t e = lb_unary(g, LOOM_OP_EXP, d);
+  int32_t mid = lb_slice(g, e, (int64_t[]){0, 1, 2}, (int64_t[]){3, 3, 9}); /* [3, 2, 7] */
+  int32_t mid_p = lb_pad(g, mid, (int64_t[]){0, 1, 2}, (int64_t[]){0, 1, 1}, 0.25);
+  loom_graph_output(g, "back", lb_add(g, lb_mul(g, back, sn), mid_p));
+  tcase tc = {"rotary, slices padded back", -2, 2, 0, 0, -1, 0, 0};
+  check_graph(ctx, g, &tc);
+  loom_graph_free(g);
+
+  loom_graph_new(ctx, &g);
+  int32_t a = input(g, "a", LOOM_DTYPE_F32, 2, (int64_t[]){4, 3});
+  int32_t b = input(g, "b", LOOM_DTYPE_F32, 2, (int64_t[]){4, 6});
+  int32_t c = input(g, "c", LOOM_DTYPE_F32, 2, (int64_t[]){4, 2});
+  int32_t k = lb_concat(g, 3, (int32_t[]){lb_unary(g, LOOM_OP_TANH, a), b,
+                                           lb_unary(g, LOOM_OP_EXP, c)}, 1); /* [4, 11] */
+  loom_attr_value av[LOOM_MAX_ATTRS];
+  loom_attrs_default(LOOM_OP_SOFTMAX, av);
+  LOOM_ATTRV_I(av, softmax, axis) = -1;
+  loom_graph_output(g, "softmax", lb_op(g, LOOM_OP_SOFTMAX, 1, &k, av));
+  int32_t b2 = input(g, "b2", LOOM_DTYPE_F32, 2, (int64_t[]){4, 6});
+  int32_t p = lb_pad(g, lb_unary(g, LOOM_OP_EXP, b2), (int64_t[]){1, 2}, (int64_t[]){0, 3}, -0.5);
+  int64_t ax = 1;
+  loom_graph_output(g, "pad_sum", lb_sum(g, lb_mul(g, p, p), 1, &ax, false)); /* [5] */
+  int32_t b3 = input(g, "b3", LOOM_DTYPE_F32, 2, (int64_t[]){4, 6});
+  int32_t b4 = input(g, "b4", LOOM_DTYPE_F32, 2, (int64_t[]){3, 6});
+  int32_t rows = lb_concat(g, 2, (int32_t[]){lb_neg(g, b3), lb_unary(g, LOOM_OP_EXP, b4)}, 0);
+  int64_t ax0 = 0;
+  loom_graph_output(g, "col_sum", lb_sum(g, rows, 1, &ax0, false)); /* [6] */
+  tcase tc2 = {"softmax(concat), pad, row concat", -1, 1, 0, 0, -1, 0, 0};
+  check_graph(ctx, g, &tc2);
+  loom_graph_free(g);
+
+  /* one computed value at two places of a concat (rotate_half of a
+   * computed value), and a stored slice of a computed value: not one
+   * kernel (a loop would hold two offsets; the slice's other elements are
+   * not its own) */
+  loom_graph_new(ctx, &g);
+  e = lb_unary(g, LOOM_OP_EXP, input(g, "e", LOOM_DTYPE_F32, 2, (int64_t[]){4, 6}));
+  loom_graph_output(g, "twice", lb_concat(g, 2, (int32_t[]){e, e}, 1));
+  loom_graph *dg = NULL;
+  CHECK_OK(ctx, loom_graph_decompose(g, &dg));
+  int32_t *gon = dg ? malloc(sizeof(int32_t) * (size_t)dg->n_nodes) : NULL;
+  for (int32_t n = 0; gon && n < dg->n_nodes; n++) gon[n] = 7;
+  if (gon) CHECK(!loom_fusion_group_analyze(dg, gon, 7, LOOM_FUSION_STITCH, NULL));
+  free(gon);
+  loom_graph_free(dg);
+  loom_graph_free(g);
+  loom_graph_new(ctx, &g);
+  e = lb_unary(g, LOOM_OP_EXP, input(g, "e", LOOM_DTYPE_F32, 2, (int64_t[]){4, 6}));
+  loom_graph_output(g, "e", e);
+  loom_graph_output(g, "part", lb_slice(g, e, (int64_t[]){0, 1}, (int64_t[]){4, 4}));
+  CHECK_OK(ctx, loom_graph_decompose(g, &dg));
+  gon = dg ? malloc(sizeof(int32_t) * (size_t)dg->n_nodes) : NULL;
+  for (int32_t n = 0; gon && n < dg->n_nodes; n++) gon[n] = 7;
+  if (gon) CHECK(!loom_fusion_group_analyze(dg, gon, 7, LOOM_FUSION_STITCH, NULL));
+  free(gon);
+  loom_graph_free(dg);
+  loom_graph_free(g);
+}
+
 /* Attention's memory-bound middle: scale, causal mask (iota compare),
  * softmax, dropout with a runtime counter base; forward and backward. */
 static void case_attn_middle(loom_ctx *ctx, int64_t sq, int64_t sk) {
@@ -729,6 +808,7 @@ int main(void) {
     if (!strcmp(one, "bn")) case_batchnorm(ctx, 9, 5);
     if (!strcmp(one, "flat")) case_flat(ctx, 8192);
     if (!strcmp(one, "deep")) case_deep_chain(ctx, 10000);
+    if (!strcmp(one, "concat")) case_concat_pad(ctx);
     loom_ctx_free(ctx);
     return loom_test_finish("test_lower");
   }
@@ -755,6 +835,7 @@ int main(void) {
   case_index(ctx);
   case_batchnorm(ctx, 9, 5);
   case_layout(ctx);
+  case_concat_pad(ctx);
   case_attn_middle(ctx, 5, 5);
   case_independent_sums(ctx);
   case_attn_middle(ctx, 3, 7);

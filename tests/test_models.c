@@ -56,20 +56,32 @@ static const mode modes[] = {
     {"cpu", LOOM_FUSION_LOOP},
     {"cpu", LOOM_FUSION_STITCH},
     {"opencl", LOOM_FUSION_STITCH}, /* where a device is present */
+    {"cuda", LOOM_FUSION_STITCH},   /* where a device is present */
 };
-enum { N_MODES = 5, M_LOOP = 2, M_STITCH = 3 };
+enum { N_MODES = 6, M_LOOP = 2, M_STITCH = 3 };
 
-/* True if mode m's backend can be created here (opencl: a device). */
+/* True if mode m's backend can be created here (opencl, cuda: a device)
+ * and $LOOM_TEST_BACKENDS, where set, lists it. */
 static bool mode_present(loom_ctx *ctx, const mode *m) {
-  static int opencl = 0; /* 0: not asked; 1 present; -1 absent */
-  if (strcmp(m->backend, "opencl") != 0) return true;
-  if (opencl == 0) {
+  static const char *asked[8];
+  static bool present[8];
+  static int n_asked;
+  for (int i = 0; i < n_asked; i++)
+    if (strcmp(asked[i], m->backend) == 0) return present[i];
+  bool ok = loom_test_backend_selected(m->backend);
+  if (!ok) {
+    printf("test_models: backend %s skipped: not in LOOM_TEST_BACKENDS\n", m->backend);
+  } else if (strcmp(m->backend, "cpu") != 0) {
     loom_backend *b = NULL;
-    opencl = loom_backend_new(ctx, "opencl", &b) == LOOM_STATUS_OK ? 1 : -1;
-    if (opencl < 0) printf("test_models: backend opencl skipped: %s\n", loom_ctx_error(ctx));
+    ok = loom_backend_new(ctx, m->backend, &b) == LOOM_STATUS_OK;
+    if (!ok) printf("test_models: backend %s skipped: %s\n", m->backend, loom_ctx_error(ctx));
     loom_backend_free(b);
   }
-  return opencl > 0;
+  if (n_asked < 8) {
+    asked[n_asked] = m->backend;
+    present[n_asked++] = ok;
+  }
+  return ok;
 }
 
 /* ---- graph building helpers (public API, checked) ------------------------ */

@@ -568,9 +568,12 @@ static const mode modes[] = {
     {"cpu", LOOM_FUSION_STITCH},
     {"opencl", LOOM_FUSION_NONE}, /* (loop lies between these two) */
     {"opencl", LOOM_FUSION_STITCH},
+    {"cuda", LOOM_FUSION_NONE},
+    {"cuda", LOOM_FUSION_STITCH},
 };
 
-/* True if mode m's backend can be created here (asked once per name). */
+/* True if mode m's backend can be created here (asked once per name) and
+ * $LOOM_TEST_BACKENDS, where set, lists it. */
 static bool mode_present(loom_ctx *ctx, const mode *m) {
   static const char *asked[8];
   static bool present[8];
@@ -578,8 +581,11 @@ static bool mode_present(loom_ctx *ctx, const mode *m) {
   for (int i = 0; i < n_asked; i++)
     if (strcmp(asked[i], m->backend) == 0) return present[i];
   loom_backend *b = NULL;
-  bool ok = loom_backend_new(ctx, m->backend, &b) == LOOM_STATUS_OK;
-  if (!ok) printf("test_ops: backend %s skipped: %s\n", m->backend, loom_ctx_error(ctx));
+  bool ok = loom_test_backend_selected(m->backend);
+  if (!ok)
+    printf("test_ops: backend %s skipped: not in LOOM_TEST_BACKENDS\n", m->backend);
+  else if (!(ok = loom_backend_new(ctx, m->backend, &b) == LOOM_STATUS_OK))
+    printf("test_ops: backend %s skipped: %s\n", m->backend, loom_ctx_error(ctx));
   loom_backend_free(b);
   if (n_asked < 8) {
     asked[n_asked] = m->backend;

@@ -2,7 +2,8 @@
  * loom onnx-test DIR: the ONNX backend node tests (a folder per test:
  * model.onnx and test_data_set_N/{input,output}_K.pb), each imported with
  * its inputs, run on a backend and compared with the expected outputs;
- * and loom run / show / compile / bench for a .onnx model.
+ * and loom run / show / compile for a .onnx model (loom bench takes one as
+ * any graph file: bench/wl_file.c).
  */
 #define _DEFAULT_SOURCE /* DT_DIR */
 #include "cli_onnx.h"
@@ -12,6 +13,7 @@
 #include "core/file.h"
 #include "ir/dtype.h"
 #include "ir/graph.h"
+#include "onnx/feeds.h"
 #include "onnx/import.h"
 #include "onnx/model.h"
 #include "runtime/backend.h"
@@ -38,7 +40,7 @@ static bool ends_with(const char *s, const char *suffix) {
 bool loom_cli_onnx_wants(int argc, char **argv) {
   if (argc < 1) return false;
   if (strcmp(argv[0], "onnx-test") == 0) return true;
-  if (strcmp(argv[0], "run") && strcmp(argv[0], "show") && strcmp(argv[0], "compile") && strcmp(argv[0], "bench"))
+  if (strcmp(argv[0], "run") && strcmp(argv[0], "show") && strcmp(argv[0], "compile"))
     return false;
   for (int i = 1; i < argc; i++)
     if (argv[i][0] != '-' && ends_with(argv[i], ".onnx")) return true;
@@ -46,29 +48,6 @@ bool loom_cli_onnx_wants(int argc, char **argv) {
 }
 
 /* ---- tensors from files -------------------------------------------------- */
-
-/* A TensorProto .pb file as a Loom tensor; its name (if any) to *name. */
-static loom_status load_pb(loom_ctx *ctx, const char *path, loom_tensor **out, char **name) {
-  char *buf = NULL;
-  size_t len = 0;
-  *out = NULL;
-  if (name) *name = NULL;
-  LOOM_TRY(loom_file_read(ctx, path, (size_t)2 << 30, &buf, &len));
-  onnx_model *holder = NULL;
-  onnx_tensor *t = NULL;
-  loom_status st = onnx_tensor_parse(ctx, buf, len, &holder, &t);
-  free(buf);
-  if (!st) st = onnx_tensor_to_loom(ctx, holder, t, out);
-  if (!st && name && t->name[0] && !(*name = strdup(t->name))) st = LOOM_STATUS_OUT_OF_MEMORY;
-  onnx_model_free(holder);
-  if (st) loom_error_prefix(ctx, "%s", path);
-  return st;
-}
-
-static loom_status load_tensor(loom_ctx *ctx, const char *path, loom_tensor **out) {
-  if (ends_with(path, ".npy")) return loom_tensor_load_npy(ctx, path, out);
-  return load_pb(ctx, path, out, NULL);
-}
 
 /* ---- comparing outputs ---------------------------------------------------- */
 
@@ -173,14 +152,14 @@ static test_result run_data_set(loom_ctx *ctx, const onnx_model *m, const char *
     snprintf(path, sizeof path, "%s/input_%d.pb", set_dir, k);
     struct stat sb;
     if (stat(path, &sb) != 0) break;
-    st = load_pb(ctx, path, &ins[k], &in_names[k]);
+    st = onnx_tensor_load_file(ctx, path, &ins[k], &in_names[k]);
     n_in = k + 1;
   }
   for (int k = 0; k < 64 && !st; k++) {
     snprintf(path, sizeof path, "%s/output_%d.pb", set_dir, k);
     struct stat sb;
     if (stat(path, &sb) != 0) break;
-    st = load_pb(ctx, path, &want[k], NULL);
+    st = onnx_tensor_load_file(ctx, path, &want[k], NULL);
     n_want = k + 1;
   }
   if (st) {
@@ -379,33 +358,34 @@ static int cmd_onnx_test(int argc, char **argv) {
   return total[T_FAIL] ? 1 : 0;
 }
 
-/* ---- run, show, compile, bench of a model --------------------------------- */
+/* ---- run, show, compile of a model --------------------------------- */
 
 static const char usage_model[] =
     "usage: loom run MODEL.onnx [--input NAME=PATH]... [--out DIR] [--force]\n"
     "       loom show MODEL.onnx [--input NAME=PATH]...\n"
-    "       loom compile MODEL.onnx [--input NAME=PATH]... [--fusion MODE] [--emit graph|program|kernels|c]\n"
-    "       loom bench MODEL.onnx [--input NAME=PATH]... [--dim NAME=N]... [--iters N]\n"
+    "       loom compile MODEL.onnx [--input NAME=PATH]... [--dim NAME=N]... [--fusion MODE]\n"
+    "                         [--emit graph|program|kernels|c]\n"
     "  (each also takes --backend NAME, --fusion MODE, --threads N)\n"
     "\n"
     "An ONNX model, imported as docs/ONNX.md says. Inputs are .npy or ONNX\n"
     "TensorProto (.pb) files; a given input's shape binds the model's\n"
     "symbolic dims. run writes each output to DIR/<name>.npy. show prints the\n"
     "model's inputs, outputs, opsets and op counts, and the nodes Loom does\n"
-    "not support. compile prints what the cpu backend made of it. bench times\n"
-    "it on random inputs of the declared shapes (uniform in [-1, 1) for\n"
-    "floats, zeros for integers; a symbolic dim is 1 unless --dim sets it)\n"
-    "and prints the median.\n";
+    "not support. compile prints what the cpu backend made of it, on random\n"
+    "inputs of the declared shapes where none are given (uniform in [-1, 1)\n"
+    "for floats, zeros for integers; a symbolic dim is 1 unless --dim sets\n"
+    "it). `loom bench MODEL.onnx` times a model like any workload (loom bench\n"
+    "--help).\n";
 
 typedef struct model_args {
   const char *cmd, *file, *out_dir, *backend, *emit;
   loom_fusion_mode fusion;
-  long threads, iters;
+  long threads;
   bool force;
   int n_in, n_dims;
   const char *in_name[64], *in_path[64];
   const char *dim_name[64];
-  long dim_value[64];
+  int64_t dim_value[64];
 } model_args;
 
 static int model_usage(const char *fmt, const char *arg) {
@@ -421,7 +401,6 @@ static int parse_model_args(int argc, char **argv, model_args *a) {
   a->out_dir = ".";
   a->backend = LOOM_BACKEND_DEFAULT;
   a->fusion = LOOM_FUSION_STITCH;
-  a->iters = 20;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *v = NULL;
     int m;
@@ -436,8 +415,10 @@ static int parse_model_args(int argc, char **argv, model_args *a) {
       if (!eq || eq == v || !eq[1]) return model_usage("%s wants NAME=VALUE", arg);
       ((char *)eq)[0] = '\0';
       if (dim) {
-        if (a->n_dims == 64 || !loom_cli_parse_long(eq + 1, 0, 1L << 40, &a->dim_value[a->n_dims]))
+        long n = 0;
+        if (a->n_dims == 64 || !loom_cli_parse_long(eq + 1, 0, 1L << 40, &n))
           return model_usage("--dim wants NAME=N, got '%s'", eq + 1);
+        a->dim_value[a->n_dims] = n;
         a->dim_name[a->n_dims++] = v;
       } else {
         if (a->n_in == 64) return model_usage("%s", "at most 64 inputs");
@@ -456,8 +437,6 @@ static int parse_model_args(int argc, char **argv, model_args *a) {
       if (m < 0 || loom_fusion_mode_from_name(v, &a->fusion)) return model_usage("unknown fusion mode '%s'", m < 0 ? arg : v);
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--threads", &v)) != 0) {
       if (m < 0 || !loom_cli_parse_long(v, 0, 4096, &a->threads)) return model_usage("--threads wants a number, got '%s'", m < 0 ? "" : v);
-    } else if ((m = loom_cli_flag_value(argc, argv, &i, "--iters", &v)) != 0) {
-      if (m < 0 || !loom_cli_parse_long(v, 1, 100000, &a->iters)) return model_usage("--iters wants a number, got '%s'", m < 0 ? "" : v);
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--emit", &v)) != 0) {
       if (m < 0 || (strcmp(v, "graph") && strcmp(v, "program") && strcmp(v, "kernels") && strcmp(v, "c")))
         return model_usage("--emit wants graph, program, kernels or c, got '%s'", m < 0 ? "" : v);
@@ -476,63 +455,24 @@ static int parse_model_args(int argc, char **argv, model_args *a) {
 
 typedef struct loaded {
   onnx_model *m;
-  onnx_feed feeds[64];
-  loom_tensor *ins[64];
-  int n_feeds;
+  onnx_inputs in;
   onnx_program *p;
 } loaded;
 
 static void loaded_free(loaded *l) {
-  for (int i = 0; i < l->n_feeds; i++) loom_tensor_free(l->ins[i]);
+  onnx_inputs_free(&l->in);
   onnx_program_free(l->p);
   onnx_model_free(l->m);
-}
-
-/* A random input of the declared shape (bench). */
-static loom_status random_input(loom_ctx *ctx, const onnx_value_info *vi, const model_args *a, uint64_t *seed,
-                                loom_tensor **out) {
-  loom_dtype dt;
-  if (!vi->is_tensor || !onnx_dtype_to_loom(vi->elem_type, &dt))
-    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "input '%s': unsupported type", vi->name);
-  int64_t shape[LOOM_MAX_RANK];
-  if (vi->rank > LOOM_MAX_RANK) return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "input '%s': rank %d", vi->name, vi->rank);
-  for (int32_t d = 0; d < vi->rank; d++) {
-    shape[d] = vi->dims[d] >= 0 ? vi->dims[d] : 1;
-    for (int k = 0; vi->params[d] && k < a->n_dims; k++)
-      if (strcmp(a->dim_name[k], vi->params[d]) == 0) shape[d] = a->dim_value[k];
-  }
-  LOOM_TRY(loom_tensor_new(ctx, dt, vi->rank, shape, out));
-  if (loom_dtype_is_float(dt)) {
-    int64_t n = loom_tensor_numel(*out);
-    for (int64_t i = 0; i < n; i++) {
-      *seed = *seed * 6364136223846793005ULL + 1442695040888963407ULL;
-      loom_store(dt, loom_tensor_data(*out), i, (double)(*seed >> 11) / 9007199254740992.0 * 2 - 1);
-    }
-  }
-  return LOOM_STATUS_OK;
 }
 
 static loom_status load_model(loom_ctx *ctx, const model_args *a, bool random, loaded *l) {
   memset(l, 0, sizeof *l);
   LOOM_TRY(onnx_model_load(ctx, a->file, &l->m));
-  for (int i = 0; i < a->n_in; i++) {
-    LOOM_TRY(load_tensor(ctx, a->in_path[i], &l->ins[i]));
-    l->feeds[i] = (onnx_feed){a->in_name[i], l->ins[i]};
-    l->n_feeds = i + 1;
-  }
-  const onnx_graph *g = l->m->graph;
-  uint64_t seed = 42;
-  for (int32_t i = 0; random && i < g->n_inputs && l->n_feeds < 64; i++) {
-    const onnx_value_info *vi = &g->inputs[i];
-    bool given = false;
-    for (int k = 0; k < l->n_feeds; k++) given |= strcmp(l->feeds[k].name, vi->name) == 0;
-    for (int32_t k = 0; k < g->n_init; k++) given |= strcmp(g->init[k].name, vi->name) == 0;
-    if (given) continue;
-    LOOM_TRY(random_input(ctx, vi, a, &seed, &l->ins[l->n_feeds]));
-    l->feeds[l->n_feeds] = (onnx_feed){vi->name, l->ins[l->n_feeds]};
-    l->n_feeds++;
-  }
-  return onnx_import(ctx, l->m, l->n_feeds, l->feeds, &l->p);
+  onnx_input_spec spec = {.n_given = a->n_in, .given_names = a->in_name, .given_paths = a->in_path,
+                          .n_dims = a->n_dims, .dim_names = a->dim_name, .dim_values = a->dim_value,
+                          .random = random};
+  LOOM_TRY(onnx_inputs_load(ctx, l->m, &spec, &l->in));
+  return onnx_import(ctx, l->m, l->in.n, l->in.feeds, &l->p);
 }
 
 static bool safe_name(const char *s) {
@@ -553,7 +493,7 @@ static int model_run(loom_ctx *ctx, const model_args *a) {
                       loom_graph_output_name(l.p->g, i));
   loom_session_options so = LOOM_SESSION_OPTIONS(.backend = a->backend, .fusion = a->fusion);
   if (!st) st = onnx_program_session(ctx, l.p, &so, &s);
-  if (!st) st = onnx_program_run(ctx, l.p, s, l.n_feeds, l.feeds, outs);
+  if (!st) st = onnx_program_run(ctx, l.p, s, l.in.n, l.in.feeds, outs);
   if (!st && mkdir(a->out_dir, 0777) != 0 && errno != EEXIST)
     st = loom_error(ctx, LOOM_STATUS_IO, "cannot create '%s': %s", a->out_dir, strerror(errno));
   for (int32_t i = 0; !st && i < n_out; i++) {
@@ -656,12 +596,12 @@ static int model_show(loom_ctx *ctx, const model_args *a) {
     printf("import: %s\n", loom_escape_message(loom_ctx_error(ctx), esc, sizeof esc));
   else
     printf("import: ok: %d Loom nodes, %d ONNX nodes folded at load time, %d parameters bound\n", l.p->g->n_nodes,
-           l.p->n_folded, l.p->g->n_inputs - l.n_feeds);
+           l.p->n_folded, l.p->g->n_inputs - l.in.n);
   loaded_free(&l);
   return st || n_unsup ? 1 : 0;
 }
 
-static int model_compile_or_bench(loom_ctx *ctx, const model_args *a, bool bench) {
+static int model_compile(loom_ctx *ctx, const model_args *a) {
   loaded l;
   loom_session *s = NULL;
   char esc[1100];
@@ -669,21 +609,6 @@ static int model_compile_or_bench(loom_ctx *ctx, const model_args *a, bool bench
   loom_session_options so = LOOM_SESSION_OPTIONS(.backend = a->backend, .fusion = a->fusion);
   loom_status st = load_model(ctx, a, true, &l);
   if (!st) st = onnx_program_session(ctx, l.p, &so, &s);
-  double *times = NULL;
-  if (!st && bench) {
-    int32_t n_out = loom_graph_num_outputs(l.p->g);
-    times = calloc((size_t)a->iters, sizeof *times);
-    loom_tensor **outs = calloc((size_t)n_out + 1, sizeof *outs);
-    if (!times || !outs) st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
-    /* one warm-up run, then iters timed ones writing the same outputs */
-    for (long it = -1; !st && it < a->iters; it++) {
-      double t0 = loom_now_s();
-      st = onnx_program_run(ctx, l.p, s, l.n_feeds, l.feeds, outs);
-      if (it >= 0) times[it] = loom_now_s() - t0;
-    }
-    for (int32_t i = 0; outs && i < n_out; i++) loom_tensor_free(outs[i]);
-    free(outs);
-  }
   if (!st && a->emit) {
     /* the artifact on stdout, the summary on stderr (as loom compile) */
     loom_session_artifact what = strcmp(a->emit, "graph") == 0     ? LOOM_ARTIFACT_GRAPH
@@ -705,17 +630,10 @@ static int model_compile_or_bench(loom_ctx *ctx, const model_args *a, bool bench
             ss.n_primitive_ops, ss.n_kernels, ss.n_epilogues, ss.n_gemm);
     fprintf(sum, "  eager nodes     %d\n  peak bytes      %lld\n  compile time    %.3f s\n", ss.n_eager,
             (long long)ss.peak_bytes, ss.compile_seconds);
-    if (bench) {
-      double lo = times[0];
-      for (long i = 1; i < a->iters; i++) lo = times[i] < lo ? times[i] : lo;
-      printf("  median          %.3f ms over %ld runs (min %.3f ms)\n", 1e3 * loom_median(times, (int32_t)a->iters),
-             a->iters, 1e3 * lo);
-    }
     rc = 0;
   } else {
     fprintf(stderr, "loom: %s\n", loom_escape_message(loom_ctx_error(ctx), esc, sizeof esc));
   }
-  free(times);
   loom_session_free(s);
   loaded_free(&l);
   return rc;
@@ -732,7 +650,7 @@ int loom_cli_onnx_main(int argc, char **argv) {
   if (loom_ctx_set_threads(ctx, (int32_t)a.threads)) fprintf(stderr, "loom: %s\n", loom_ctx_error(ctx));
   else if (strcmp(a.cmd, "run") == 0) rc = model_run(ctx, &a);
   else if (strcmp(a.cmd, "show") == 0) rc = model_show(ctx, &a);
-  else rc = model_compile_or_bench(ctx, &a, strcmp(a.cmd, "bench") == 0);
+  else rc = model_compile(ctx, &a);
   loom_ctx_free(ctx);
   return rc;
 }

@@ -20,6 +20,7 @@
 #include "ir/text_ir.h"
 #include "ops/op.h"
 #include "runtime/backend.h"
+#include "runtime/cuda/cuda.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/opencl/ocl.h"
 #include "train/train_cli.h"
@@ -880,7 +881,7 @@ static int cmd_devices(int argc, char **argv) {
   if (argc > 1) {
     if (is_help(argv[1])) {
       fputs("usage: loom devices\n\nLists every backend with its device (or why it is "
-            "unavailable),\nthe OpenCL devices present and whether NVRTC compiles CUDA C.\n",
+            "unavailable),\nthe OpenCL and CUDA devices present and whether NVRTC compiles CUDA C.\n",
             stdout);
       return 0;
     }
@@ -912,11 +913,16 @@ static int cmd_devices(int argc, char **argv) {
   else
     printf("OpenCL: %s\n", loom_ctx_error(ctx));
   free(text);
-  char ver[32];
-  if (loom_nvrtc_version(ctx, ver, sizeof ver) == LOOM_STATUS_OK)
-    printf("CUDA: NVRTC %s compiles Loom's generated CUDA C (no CUDA backend yet)\n", ver);
+  if (loom_cu_list_devices(ctx, &text) == LOOM_STATUS_OK)
+    printf("CUDA devices:\n%s", text[0] ? text : "  (none)\n");
   else
     printf("CUDA: %s\n", loom_ctx_error(ctx));
+  free(text);
+  char ver[32];
+  if (loom_nvrtc_version(ctx, ver, sizeof ver) == LOOM_STATUS_OK)
+    printf("NVRTC %s compiles Loom's generated CUDA C\n", ver);
+  else
+    printf("NVRTC: %s\n", loom_ctx_error(ctx));
   loom_ctx_free(ctx);
   return 0;
 }

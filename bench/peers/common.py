@@ -10,9 +10,17 @@ import time
 
 WORKLOADS = [
     "layernorm_fwd", "layernorm_bwd", "softmax_fwd", "softmax_bwd", "bias_gelu",
-    "bias_dropout_residual_ln", "cross_entropy", "adamw", "bert_layer", "gpt2_block",
+    "bias_dropout_residual_ln", "cross_entropy", "adamw",
+    # bench/wl_layers.c
+    "rmsnorm_fwd", "rmsnorm_bwd", "swiglu", "rotary", "groupnorm_silu", "ls_cross_entropy",
+    "bce_logits",
+    "bert_layer", "gpt2_block", "train_step",
 ]
-MEMORY_BOUND = set(WORKLOADS[:8])
+MEMORY_BOUND = set(WORKLOADS[:15])
+RMS_EPS = 1e-6
+GN_EPS = 1e-5
+GN_GROUPS = 32
+LABEL_SMOOTHING = 0.1
 
 
 def rows_cols(small):
@@ -22,6 +30,22 @@ def rows_cols(small):
 
 def ce_shape(small):
     return (256, 1024) if small else (4096, 8192)
+
+
+def swiglu_shape(small):
+    """[R, 2C] of the projection u; the output is [R, C]."""
+    return (1024, 512) if small else (16384, 2048)
+
+
+def rotary_shapes(small):
+    """x [T, H, D] and cos / sin [T, 1, D]."""
+    t, h, d = (256, 8, 32) if small else (4096, 16, 64)
+    return (t, h, d), (t, 1, d)
+
+
+def groupnorm_shape(small):
+    """x [N, C, H, W] (GN_GROUPS groups)."""
+    return (2, 64, 16, 16) if small else (16, 256, 32, 32)
 
 
 def adamw_shapes(small):
@@ -38,6 +62,15 @@ def model_cfg(name, small):
     return (8, 128, 768, 12, 3072) if name == "bert_layer" else (4, 256, 768, 12, 3072)
 
 
+def train_cfg(small):
+    """The main job's step (`loom train`'s defaults, src/train/trainer.c):
+    (batch, context, vocab, layers, d_model, heads, d_ff, lr, betas, eps,
+    weight decay). Tied head, pre-LN, GELU tanh, learned positions, no
+    dropout; weight decay on the 2-d parameters only."""
+    return dict(batch=8 if small else 32, context=32, vocab=256, layers=2, d=128, heads=4,
+                ff=512, lr=3e-3, betas=(0.9, 0.95), eps=1e-8, wd=0.1)
+
+
 def numel(shape):
     n = 1
     for d in shape:
@@ -50,25 +83,44 @@ def min_bytes(name, small, io_bytes=None):
     model workloads, every input, parameter and output once (io_bytes)."""
     r, c = rows_cols(small)
     n = r * c
-    if name in ("layernorm_fwd", "softmax_fwd", "bias_gelu"):
+    if name in ("layernorm_fwd", "softmax_fwd", "bias_gelu", "rmsnorm_fwd"):
         return 2 * n * 4
-    if name in ("layernorm_bwd", "softmax_bwd", "bias_dropout_residual_ln"):
+    if name in ("layernorm_bwd", "softmax_bwd", "bias_dropout_residual_ln", "rmsnorm_bwd",
+                "bce_logits"):
         return 3 * n * 4
-    if name == "cross_entropy":
+    if name in ("cross_entropy", "ls_cross_entropy"):
         return 2 * numel(ce_shape(small)) * 4
+    if name == "swiglu":
+        r, c2 = swiglu_shape(small)
+        return 3 * r * (c2 // 2) * 4
+    if name == "rotary":
+        xs, cs = rotary_shapes(small)
+        return 2 * numel(xs) * 4 + 2 * numel(cs) * 4
+    if name == "groupnorm_silu":
+        return 2 * numel(groupnorm_shape(small)) * 4
     if name == "adamw":
         return 7 * sum(numel(s) for s in adamw_shapes(small)) * 4
     return io_bytes or 0
 
 
 def shape_str(name, small):
-    if name == "cross_entropy":
+    if name in ("cross_entropy", "ls_cross_entropy"):
         return "logits [%d, %d]" % ce_shape(small)
+    if name == "swiglu":
+        return "u [%d, %d]" % swiglu_shape(small)
+    if name == "rotary":
+        return "x [%d, %d, %d]" % rotary_shapes(small)[0]
+    if name == "groupnorm_silu":
+        return "[%d, %d, %d, %d] G=%d" % (groupnorm_shape(small) + (GN_GROUPS,))
     if name == "adamw":
         shapes = adamw_shapes(small)
         return "P=%d in %d tensors" % (sum(numel(s) for s in shapes), len(shapes))
     if name in ("bert_layer", "gpt2_block"):
         return "b%d s%d h%d nh%d ff%d" % model_cfg(name, small)
+    if name == "train_step":
+        c = train_cfg(small)
+        return "b%d t%d d%d L%d: %d tokens" % (c["batch"], c["context"], c["d"], c["layers"],
+                                               c["batch"] * c["context"])
     return "[%d, %d]" % rows_cols(small)
 
 

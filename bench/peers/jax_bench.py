@@ -71,6 +71,110 @@ def nbytes(tree):
     return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree))
 
 
+def train_step(small):
+    """One step of the main job (src/model/gpt.c, `loom train`'s defaults):
+    forward, cross-entropy, gradients and AdamW in one jitted function."""
+    c = C.train_cfg(small)
+    d, v, t, bsz = c["d"], c["vocab"], c["context"], c["batch"]
+    params = {"wte": rand((v, d), 1, 0.02), "wpe": rand((t, d), 2, 0.02),
+              "lnf_g": jnp.ones(d), "lnf_b": jnp.zeros(d),
+              "blocks": [block_params(d, c["ff"]) for _ in range(c["layers"])]}
+    tokens = jax.random.randint(jax.random.PRNGKey(3), (bsz, t), 0, v)
+    targets = jax.random.randint(jax.random.PRNGKey(4), (bsz, t), 0, v)
+    b1, b2 = c["betas"]
+
+    def loss_fn(ps):
+        x = ps["wte"][tokens] + ps["wpe"][None, :, :]
+        for w in ps["blocks"]:
+            a = mha(layer_norm(x, w["ln1_g"], w["ln1_b"]) @ w["qkv_w"] + w["qkv_b"], bsz, t, d,
+                    c["heads"], True)
+            x = x + a @ w["proj_w"] + w["proj_b"]
+            m = gelu(layer_norm(x, w["ln2_g"], w["ln2_b"]) @ w["fc_w"] + w["fc_b"], True)
+            x = x + m @ w["out_w"] + w["out_b"]
+        logits = layer_norm(x, ps["lnf_g"], ps["lnf_b"]) @ ps["wte"].T
+        lse = jax.nn.logsumexp(logits, -1)
+        return (lse - jnp.take_along_axis(logits, targets[..., None], -1)[..., 0]).mean()
+
+    def step(ps, ms, vs, k):
+        loss, gs = jax.value_and_grad(loss_fn)(ps)
+
+        def upd(p, g, m, v_):
+            wd = c["wd"] if p.ndim == 2 else 0.0
+            m = b1 * m + (1 - b1) * g
+            v_ = b2 * v_ + (1 - b2) * g * g
+            u = (m / (1 - b1 ** k)) / (jnp.sqrt(v_ / (1 - b2 ** k)) + c["eps"]) + wd * p
+            return p - c["lr"] * u, m, v_
+        out = jax.tree_util.tree_map(upd, ps, gs, ms, vs)
+        pick = lambda i: jax.tree_util.tree_map(lambda o: o[i], out,  # noqa: E731
+                                                is_leaf=lambda o: isinstance(o, tuple))
+        return loss, pick(0), pick(1), pick(2)
+    f = jax.jit(step)
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+    return (lambda: jax.block_until_ready(f(params, zeros, zeros, 10.0))), None, None
+
+def rms_norm(x, g):
+    return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + C.RMS_EPS) * g
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return jnp.concatenate([-x[..., h:], x[..., :h]], -1)
+
+
+def build_layer(name, small, wait):
+    """The workloads of bench/wl_layers.c, or None."""
+    r, c = C.rows_cols(small)
+    if name in ("rmsnorm_fwd", "rmsnorm_bwd"):
+        x, g, dy = rand((r, c), 1), rand((c,), 2, 0.1, 1.0), rand((r, c), 4)
+        if name == "rmsnorm_fwd":
+            f = jax.jit(rms_norm)
+            return (lambda: wait(f(x, g))), None, None
+        f = jax.jit(lambda x, g, dy: jax.vjp(rms_norm, x, g)[1](dy))
+        return (lambda: wait(f(x, g, dy))), None, None
+    if name == "swiglu":
+        u = rand(C.swiglu_shape(small), 1)
+        half = u.shape[1] // 2
+        f = jax.jit(lambda u: jax.nn.silu(u[:, :half]) * u[:, half:])
+        return (lambda: wait(f(u))), None, None
+    if name == "rotary":
+        xs, cs = C.rotary_shapes(small)
+        x, cos, sin = rand(xs, 1), rand(cs, 2), rand(cs, 3)
+        f = jax.jit(lambda x, cos, sin: x * cos + rotate_half(x) * sin)
+        return (lambda: wait(f(x, cos, sin))), None, None
+    if name == "groupnorm_silu":
+        n, ch, hh, ww = C.groupnorm_shape(small)
+        x, g, b = rand((n, ch, hh, ww), 1), rand((ch, 1, 1), 2, 0.1, 1.0), rand((ch, 1, 1), 3, 0.02)
+
+        def gn(x, g, b):
+            xg = x.reshape(n, C.GN_GROUPS, -1)
+            mean = xg.mean(-1, keepdims=True)
+            xc = xg - mean
+            var = (xc * xc).mean(-1, keepdims=True)
+            return jax.nn.silu((xc * jax.lax.rsqrt(var + C.GN_EPS)).reshape(x.shape) * g + b)
+        f = jax.jit(gn)
+        return (lambda: wait(f(x, g, b))), None, None
+    if name == "ls_cross_entropy":
+        n, k = C.ce_shape(small)
+        logits = rand((n, k), 1)
+        labels = jax.random.randint(jax.random.PRNGKey(2), (n,), 0, k)
+        eps = C.LABEL_SMOOTHING
+
+        def ce(lg):
+            logp = jax.nn.log_softmax(lg, -1)
+            target = jnp.where(jnp.arange(k)[None, :] == labels[:, None], 1 - eps + eps / k, eps / k)
+            return -(target * logp).sum() / n
+        f = jax.jit(jax.value_and_grad(ce))
+        return (lambda: wait(f(logits))), None, None
+    if name == "bce_logits":
+        x, t = rand((r, c), 1), rand((r, c), 2, 0.5, 0.5)
+
+        def bce(x):
+            return (jnp.maximum(x, 0) - x * t + jnp.log(1 + jnp.exp(-jnp.abs(x)))).mean()
+        f = jax.jit(jax.value_and_grad(bce))
+        return (lambda: wait(f(x))), None, None
+    return None
+
+
 def build(name, small):
     """(fn, io_bytes, gemm_flops): fn() runs the workload once and waits."""
     r, c = C.rows_cols(small)
@@ -110,6 +214,9 @@ def build(name, small):
             return (lse - jnp.take_along_axis(lg, labels[:, None], -1)[:, 0]).mean()
         f = jax.jit(jax.value_and_grad(ce))
         return (lambda: wait(f(logits))), None, None
+    layer = build_layer(name, small, wait)
+    if layer:
+        return layer
     if name == "adamw":
         shapes = C.adamw_shapes(small)
         ps = [rand(s, i, 0.02) for i, s in enumerate(shapes)]
@@ -128,6 +235,8 @@ def build(name, small):
             return out
         f = jax.jit(step)
         return (lambda: wait(f(ps, gs, ms, vs, 10.0))), None, None
+    if name == "train_step":
+        return train_step(small)
     bsz, s, h, nh, ff = C.model_cfg(name, small)
     x, w = rand((bsz, s, h), 1), block_params(h, ff)
     if name == "bert_layer":

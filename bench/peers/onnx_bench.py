@@ -2,14 +2,18 @@
 """ONNX Runtime on an ONNX model, timed as `loom bench MODEL.onnx` times
 Loom: inputs of the declared shapes (symbolic dims 1), one warm-up run,
 then the median of --runs runs. Default session options but the thread
-count (--threads, as `loom bench --threads`). Prints one line:
-"onnxruntime MODEL: median X ms over N runs (min Y ms)".
+count (--threads, as `loom bench --threads`). Prints one JSON line as
+`loom bench --json` does (workload: the model's path as given, mode
+onnxruntime), so compare.py puts it beside Loom's modes:
 
-  python3 bench/peers/onnx_bench.py MODEL.onnx [--threads N] [--runs N]
+  loom bench MODEL.onnx --threads 2 --json > loom.jsonl
+  python3 bench/peers/onnx_bench.py MODEL.onnx --threads 2 > ort.jsonl
+  python3 bench/peers/compare.py loom.jsonl ort.jsonl
 
 Needs `pip install onnxruntime numpy`. Loom never needs it to build or test.
 """
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -25,7 +29,7 @@ def main():
         import numpy as np
         import onnxruntime as ort
     except ImportError as e:
-        print(f"onnx_bench: skipped: {e} (pip install onnxruntime numpy)")
+        print(f"onnx_bench: skipped: {e} (pip install onnxruntime numpy)", file=sys.stderr)
         return 0
     so = ort.SessionOptions()
     if a.threads:
@@ -49,8 +53,9 @@ def main():
         t0 = time.perf_counter()
         sess.run(None, feeds)
         times.append(time.perf_counter() - t0)
-    print(f"onnxruntime {a.model}: median {1e3 * statistics.median(times):.3f} ms over {a.runs} runs "
-          f"(min {1e3 * min(times):.3f} ms)")
+    print(json.dumps({"workload": a.model, "mode": "onnxruntime", "median_s": statistics.median(times),
+                      "min_s": min(times), "runs": a.runs, "threads": a.threads,
+                      "framework": "onnxruntime " + ort.__version__}), flush=True)
     return 0
 
 

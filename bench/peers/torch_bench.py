@@ -4,7 +4,9 @@ the same JSON lines as `loom bench --json` (modes torch_eager, torch_compile).
 
     python3 bench/peers/torch_bench.py --size small [WORKLOAD...]
 
-Never needed to build or test Loom; needs `pip install torch`."""
+LOOM_PEER_DEVICE=cuda runs everything on the GPU (tensors, modules and the
+machine line's triad and sgemm; timing waits for the device), as
+scripts/gpu-check.sh does. Never needed to build or test Loom; needs `pip install torch`."""
 
 import os
 import sys
@@ -20,14 +22,18 @@ except ImportError:
     sys.exit(1)
 
 MODES = ["torch_eager", "torch_compile"]
+DEVICE = os.environ.get("LOOM_PEER_DEVICE", "cpu")
+if DEVICE != "cpu":
+    torch.set_default_device(DEVICE)
+SYNC = torch.cuda.synchronize if DEVICE.startswith("cuda") else (lambda: None)
 LN_EPS = 1e-5
 P_DROP = 0.1
 
 
 def rand(shape, seed, scale=1.0, offset=0.0, grad=False):
     g = torch.Generator().manual_seed(seed)
-    t = (torch.rand(shape, generator=g) * 2 - 1) * scale + offset
-    return t.requires_grad_(grad)
+    t = (torch.rand(shape, generator=g, device="cpu") * 2 - 1) * scale + offset
+    return t.to(DEVICE).requires_grad_(grad)
 
 
 def nbytes(ts):
@@ -54,9 +60,114 @@ class GPT2Block(torch.nn.Module):
         return x + F.dropout(m, self.p)
 
 
+class GPT(torch.nn.Module):
+    """The main job's model (src/model/gpt.c): learned positions, pre-LN
+    blocks without dropout, a final LayerNorm, the head tied to wte."""
+
+    def __init__(self, c):
+        super().__init__()
+        d = c["d"]
+        self.wte = torch.nn.Embedding(c["vocab"], d)
+        self.wpe = torch.nn.Embedding(c["context"], d)
+        self.blocks = torch.nn.ModuleList(GPT2Block(d, c["heads"], c["ff"], 0.0)
+                                          for _ in range(c["layers"]))
+        self.lnf = torch.nn.LayerNorm(d, eps=LN_EPS)
+        for p in self.parameters():
+            if p.dim() == 2:
+                torch.nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, tokens, targets):
+        x = self.wte(tokens) + self.wpe(torch.arange(tokens.shape[1]))
+        for b in self.blocks:
+            x = b(x)
+        logits = self.lnf(x) @ self.wte.weight.t()
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def train_step(small, compiled):
+    """One step of the main job: zero_grad, forward, backward, AdamW."""
+    c = C.train_cfg(small)
+    model = GPT(c).train()
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    other = [p for p in model.parameters() if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": c["wd"]},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=c["lr"], betas=c["betas"], eps=c["eps"], foreach=True)
+    g = torch.Generator().manual_seed(7)
+    shape = (c["batch"], c["context"])
+    tokens = torch.randint(0, c["vocab"], shape, generator=g)
+    targets = torch.randint(0, c["vocab"], shape, generator=g)
+    fwd = torch.compile(model) if compiled else model
+    step = torch.compile(opt.step) if compiled else opt.step
+
+    def run():
+        opt.zero_grad(set_to_none=True)
+        loss = fwd(tokens, targets)
+        loss.backward()
+        step()
+        return loss
+    return run, None, None
+
+
 def block_flops(b, s, h, nh, ff):
     """Matmul flops of one forward (full s x s attention, as Loom counts)."""
     return 2 * b * s * (3 * h * h + h * h + 2 * h * ff) + 2 * 2 * b * s * s * h
+
+
+def rms_norm(x, g):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + C.RMS_EPS) * g
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], -1)
+
+
+def build_layer(name, small, comp):
+    """The workloads of bench/wl_layers.c, or None."""
+    r, c = C.rows_cols(small)
+    if name in ("rmsnorm_fwd", "rmsnorm_bwd"):
+        bwd = name.endswith("bwd")
+        x, g = rand((r, c), 1, grad=bwd), rand((c,), 2, 0.1, 1.0, grad=bwd)
+        f = comp(rms_norm)
+        if not bwd:
+            return (lambda: f(x, g)), None, None
+        dy = rand((r, c), 4)
+        return (lambda: torch.autograd.grad(f(x, g), (x, g), dy)), None, None
+    if name == "swiglu":
+        u = rand(C.swiglu_shape(small), 1)
+        half = u.shape[1] // 2
+        f = comp(lambda u: F.silu(u[:, :half]) * u[:, half:])
+        return (lambda: f(u)), None, None
+    if name == "rotary":
+        xs, cs = C.rotary_shapes(small)
+        x, cos, sin = rand(xs, 1), rand(cs, 2), rand(cs, 3)
+        f = comp(lambda x, cos, sin: x * cos + rotate_half(x) * sin)
+        return (lambda: f(x, cos, sin)), None, None
+    if name == "groupnorm_silu":
+        n, ch, hh, ww = C.groupnorm_shape(small)
+        x, g, b = rand((n, ch, hh, ww), 1), rand((ch,), 2, 0.1, 1.0), rand((ch,), 3, 0.02)
+        f = comp(lambda x, g, b: F.silu(F.group_norm(x, C.GN_GROUPS, g, b, C.GN_EPS)))
+        return (lambda: f(x, g, b)), None, None
+    if name == "ls_cross_entropy":
+        n, k = C.ce_shape(small)
+        logits = rand((n, k), 1, grad=True)
+        labels = torch.randint(0, k, (n,), generator=torch.Generator().manual_seed(2))
+        f = comp(lambda lg, lb: F.cross_entropy(lg, lb, label_smoothing=C.LABEL_SMOOTHING))
+
+        def run():
+            loss = f(logits, labels)
+            return loss, torch.autograd.grad(loss, (logits,))
+        return run, None, None
+    if name == "bce_logits":
+        x, t = rand((r, c), 1, grad=True), rand((r, c), 2, 0.5, 0.5)
+        f = comp(lambda x, t: F.binary_cross_entropy_with_logits(x, t))
+
+        def run():
+            loss = f(x, t)
+            return loss, torch.autograd.grad(loss, (x,))
+        return run, None, None
+    return None
 
 
 def build(name, small, compiled):
@@ -92,13 +203,17 @@ def build(name, small, compiled):
     if name == "cross_entropy":
         n, k = C.ce_shape(small)
         logits = rand((n, k), 1, grad=True)
-        labels = torch.randint(0, k, (n,), generator=torch.Generator().manual_seed(2))
+        labels = torch.randint(0, k, (n,), generator=torch.Generator().manual_seed(2),
+                               device="cpu").to(DEVICE)
         f = comp(lambda lg, lb: F.cross_entropy(lg, lb))
 
         def run():
             loss = f(logits, labels)
             return loss, torch.autograd.grad(loss, (logits,))
         return run, None, None
+    layer = build_layer(name, small, comp)
+    if layer:
+        return layer
     if name == "adamw":
         params = [rand(s, i, 0.02, grad=True) for i, s in enumerate(C.adamw_shapes(small))]
         for i, p in enumerate(params):
@@ -108,6 +223,8 @@ def build(name, small, compiled):
         opt = torch.optim.AdamW(groups, lr=1e-3, foreach=True)
         step = comp(opt.step)
         return (lambda: step()), None, None
+    if name == "train_step":
+        return train_step(small, compiled)
     bsz, s, h, nh, ff = C.model_cfg(name, small)
     x = rand((bsz, s, h), 1, grad=name == "gpt2_block")
     if name == "bert_layer":
@@ -135,12 +252,12 @@ def build(name, small, compiled):
 def machine(threads):
     n = max(4 * C.llc_bytes(), 48 << 20) // 12
     a, b, c = torch.zeros(n), torch.ones(n), torch.full((n,), 2.0)
-    med, _ = C.time_fn(lambda: torch.add(b, c, alpha=3.0, out=a), 7)
+    med, _ = C.time_fn(lambda: torch.add(b, c, alpha=3.0, out=a), 7, SYNC)
     triad = 12 * n / med / 1e9
     m1, m2, m3 = torch.rand(2048, 2048), torch.rand(2048, 2048), torch.empty(2048, 2048)
-    med, _ = C.time_fn(lambda: torch.mm(m1, m2, out=m3), 5)
+    med, _ = C.time_fn(lambda: torch.mm(m1, m2, out=m3), 5, SYNC)
     sgemm = 2 * 2048 ** 3 / med / 1e9
-    fw = "torch " + torch.__version__
+    fw = "torch " + torch.__version__ + ("" if DEVICE == "cpu" else " " + DEVICE)
     C.machine_line(triad, sgemm, threads, fw, 12 * n)
     return triad, sgemm, fw
 
@@ -155,7 +272,7 @@ def main():
             C.progress("%s: %s" % (name, mode))
             try:
                 fn, io, flops = build(name, a.small, mode == "torch_compile")
-                med, mn = C.time_fn(fn, a.runs)
+                med, mn = C.time_fn(fn, a.runs, SYNC)
             except Exception as e:  # a peer failing is reported, not fatal
                 C.error_line(name, mode, a.small, "%s: %s" % (type(e).__name__, e))
                 continue

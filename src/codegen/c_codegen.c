@@ -97,6 +97,7 @@ void loom_cg_analyze_part(cg_part *cp) {
     if (x->kind == LOOM_KX_LOAD || x->kind == LOOM_KX_INDEX) {
       for (int32_t j = 0; j < part->r_rank && j < LOOM_MAX_RANK; j++)
         if (x->map.r[j] != 0 && part->r_shape[j] != 1) lv = 1;
+      if (x->kind == LOOM_KX_LOAD && x->n_a == 1 && cp->level[x->a[0]]) lv = 1; /* its guard */
     } else if (x->kind == LOOM_KX_SCRATCH) {
       lv = 1;
     } else if (x->kind == LOOM_KX_OP || x->kind == LOOM_KX_KEEP) {

@@ -160,7 +160,10 @@ void loom_cg_mark_reach_stop(const loom_kernel *k, int32_t e, uint8_t *seen, con
     seen[i] = 1;
     pending--;
     const loom_kexpr *x = &k->exprs[i];
-    if ((stop && stop[i]) || (x->kind != LOOM_KX_OP && x->kind != LOOM_KX_KEEP)) continue;
+    /* operands: of ops, keep bits and guarded loads */
+    if ((stop && stop[i]) || x->kind == LOOM_KX_CONST || x->kind == LOOM_KX_INDEX ||
+        x->kind == LOOM_KX_REG || x->kind == LOOM_KX_SCRATCH)
+      continue;
     for (int32_t a = 0; a < x->n_a && a < 3; a++) {
       int32_t o = x->a[a];
       if (o >= 0 && o < i && !seen[o]) {
@@ -338,7 +341,9 @@ loom_status loom_cg_emit_expr(loom_ctx *ctx, cg_buf *b, const cg_site *si, int32
     put(&t, "a%d[", x->arg);
     loom_cg_put_offset(&t, si, base, &x->map);
     put(&t, "]");
+    if (x->n_a == 1) put(b, "v%d ? ", x->a[0]); /* guarded: 0 where it reads nothing */
     if (!t.buf.oom) loom_cg_conv(b, t.buf.p, k->args[x->arg].dtype, x->dtype);
+    if (x->n_a == 1) put(b, " : (%s)0", loom_cg_ctype(x->dtype));
     b->buf.oom |= t.buf.oom;
     free(t.buf.p);
     put(b, ";\n");

@@ -150,7 +150,8 @@ static int32_t prefetch_loads(cg_buf *b, const cg_part *cp, int32_t s, const uin
   int32_t n = 0;
   for (int32_t e = 0; e < k->n_exprs; e++) {
     const loom_kexpr *x = &k->exprs[e];
-    if (!need[e] || x->kind != LOOM_KX_LOAD || k->args[x->arg].temp) continue;
+    /* guarded loads are left out: their rows may start outside the argument */
+    if (!need[e] || x->kind != LOOM_KX_LOAD || x->n_a || k->args[x->arg].temp) continue;
     int64_t sz = (int64_t)loom_dtype_size(x->dtype), st;
     if (!loom_cg_p_flat(&x->map, part, &st) || st <= 0 || x->map.r[lp->dim[0]] != 1 ||
         k->args[x->arg].numel * sz < CG_PREFETCH_MIN_BYTES)

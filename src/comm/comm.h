@@ -8,8 +8,9 @@
  *   - MPI (comm_mpi.c, Open MPI): one process per rank under mpirun; built
  *     when CMake finds MPI, otherwise loom_comm_mpi_new reports
  *     LOOM_STATUS_UNSUPPORTED.
- * The GPU issue adds NCCL behind the same table (see "Streams and device
- * buffers" below).
+ *   - NCCL (comm_nccl.c): one process per GPU, host buffers staged through
+ *     device memory, point to point like the others (see "Streams and
+ *     device buffers" below for what a device-buffer NCCL would add).
  *
  * An implementation provides point-to-point messages only (isend, irecv,
  * wait with a deadline); every collective is built once, here (comm.c), on
@@ -32,7 +33,8 @@
  * with that message: MPI_Abort under MPI; the in-process world wakes every
  * waiting rank with an error) and free it.
  *
- * Streams and device buffers (for NCCL, not built): loom_comm.stream is the
+ * Streams and device buffers (NCCL's own collectives: not built):
+ * loom_comm.stream is the
  * queue the operations are ordered on (a cudaStream_t for NCCL; NULL, the
  * host, for both implementations here), passed to isend and irecv. A
  * communicator whose buffers live on a device sets device_buffers; the
@@ -124,6 +126,13 @@ loom_status loom_comm_inproc_new(loom_ctx *ctx, int32_t n, loom_comm **out);
 loom_status loom_comm_mpi_new(loom_ctx *ctx, loom_comm **out);
 /* True if Loom was built with MPI. */
 bool loom_comm_mpi_available(void);
+/* This process's rank over NCCL (comm_nccl.c): one process per GPU under
+ * mpirun, NCCL's id exchanged over MPI; the host buffers staged through
+ * device memory. UNSUPPORTED without NCCL (libnccl.so.2), a CUDA device
+ * or MPI. loom train --plan uses it when $LOOM_COMM is "nccl". */
+loom_status loom_comm_nccl_new(loom_ctx *ctx, loom_comm **out);
+/* True if NCCL can be opened and Loom was built with MPI. */
+bool loom_comm_nccl_available(void);
 
 void loom_comm_free(loom_comm *c);
 /* Sets the bound of every blocking wait (seconds > 0). */

@@ -36,13 +36,15 @@ bool loom_fusion_node_fusible(const loom_graph *g, int32_t node) {
   /* reductions and dropout accumulate or scale f32 data only */
   case LOOM_OPCLASS_REDUCE:
   case LOOM_OPCLASS_RNG: return out == LOOM_DTYPE_F32;
-  /* views: folded into loads, or loops shared with their input */
+  /* views: folded into loads, or loops shared with their input; concat
+   * and pad: a piece selected by index, guarded loads (lower_domain.c) */
   case LOOM_OPCLASS_LAYOUT:
     return n->op == LOOM_OP_RESHAPE || n->op == LOOM_OP_BROADCAST_TO ||
-           n->op == LOOM_OP_TRANSPOSE || n->op == LOOM_OP_SLICE;
+           n->op == LOOM_OP_TRANSPOSE || n->op == LOOM_OP_SLICE || n->op == LOOM_OP_CONCAT ||
+           n->op == LOOM_OP_PAD;
   /* a peer waits for each comm node: a boundary, run alone and in order */
   case LOOM_OPCLASS_COMM: return false;
-  default: return false; /* GEMM, gather/scatter, concat, pad: eager for now */
+  default: return false; /* GEMM, gather/scatter */
   }
 }
 

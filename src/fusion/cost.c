@@ -28,6 +28,9 @@
 /* Re-reading a row from L2 rather than L1 costs this fraction of reading
  * it from memory. */
 #define L2_REREAD_FRACTION 0.1
+/* Products below this many flops run on one thread (the cpu backend's
+ * LOOM_GEMM_PARALLEL_FLOPS, runtime/cpu/gemm.h). */
+#define GEMM_PARALLEL_FLOPS 1e6
 /* Rows at least this long get 16 vector lanes rather than 8. */
 #define LONG_ROW 256
 
@@ -143,15 +146,37 @@ int64_t loom_cost_node_bytes(const loom_graph *g, int32_t node) {
   return b;
 }
 
-double loom_cost_gemm(const loom_machine *m, const loom_graph *g, int32_t node) {
+int64_t loom_cost_gemm_depth(const loom_graph *g, int32_t node) {
   const loom_node *nd = &g->nodes[node];
   const loom_type *a = loom_value_type(g, nd->in[0]);
+  if (nd->op != LOOM_OP_MATMUL) { /* a conv: weights [M, C/g, K...] */
+    const loom_type *w = loom_value_type(g, nd->in[1]);
+    int64_t k = 1;
+    for (int32_t d = 1; d < w->rank; d++) k *= w->shape[d];
+    return k;
+  }
   bool ta = LOOM_ATTR_I(nd, matmul, trans_a) != 0;
-  int64_t k = a->rank >= 2 ? a->shape[a->rank - (ta ? 2 : 1)] : 1;
-  double flops = 2.0 * (double)loom_type_numel(loom_value_type(g, nd->out[0])) * (double)k;
-  double gemm_rate = (m->sgemm_gflops > 0 ? m->sgemm_gflops : 100.0) * 1e9;
+  return a->rank >= 2 ? a->shape[a->rank - (ta ? 2 : 1)] : 1;
+}
+
+double loom_cost_gemm(const loom_machine *m, const loom_graph *g, int32_t node) {
+  int64_t k = loom_cost_gemm_depth(g, node);
+  double flops = 2.0 * (double)loom_type_numel(loom_value_type(g, g->nodes[node].out[0])) * (double)k;
   double bw = (m->triad_gbps > 0 ? m->triad_gbps : 10.0) * 1e9;
-  return m->kernel_launch_s + fmax(flops / gemm_rate, (double)loom_cost_node_bytes(g, node) / bw);
+  /* on its own tiles: many (16 or more, gemm.h) unless the product is small */
+  double compute_s = loom_cost_gemm_blocked(m, flops, LOOM_MAX(m->cores, 2), 0, 0);
+  return m->kernel_launch_s + fmax(compute_s, (double)loom_cost_node_bytes(g, node) / bw);
+}
+
+double loom_cost_gemm_blocked(const loom_machine *m, double flops, int64_t tasks, int64_t rows,
+                              int64_t b_bytes) {
+  int64_t cores = m->cores > 0 ? m->cores : 1;
+  double core_rate = (m->sgemm_gflops > 0 ? m->sgemm_gflops : 100.0) * 1e9 / (double)cores;
+  /* a B that stays in the core's cache is re-packed cheaply */
+  double eff = rows > 0 && b_bytes > m->l2_bytes / 2 ? loom_machine_gemm_rows_eff(m, rows) : 1.0;
+  if (tasks <= 1 || flops < GEMM_PARALLEL_FLOPS) return flops / (core_rate * eff);
+  /* equal blocks in waves over the cores */
+  return flops / (double)tasks * (double)ceil_div(tasks, cores) / (core_rate * eff);
 }
 
 double loom_cost_eager(const loom_machine *m, const loom_graph *g, int32_t node) {

@@ -7,21 +7,26 @@
  * (kernel.h), so the epilogue is produced by the general mechanism like
  * every other kernel.
  *
- * Cost model (docs/FUSION.md, "GEMM epilogues"): a block of R rows must
- * stay in the core's L2 between the GEMM writing it and the epilogue
- * reading it, with what the epilogue writes per row:
- *   R * (4 N + out_bytes_per_row) <= L2 / 2,
- * and R >= 16, below which the single-threaded sgemm of a block runs
- * thin panels (and re-streams B for every block) and loses more than the
- * re-read of C saves. R is capped at 256 and so that the GEMM still has
- * two blocks per core; a block ends on a row of the kernel (whose rows
- * lowering may have cut to another length), or R is all of a short M. When the
- * kernel qualifies and R exists, fusing removes the kernel's read of C,
- * 4 * rows * N bytes, at the cost of nothing the model counts: it is fused.
+ * Cost model (docs/FUSION.md, "GEMM epilogues"): an epilogue must never
+ * make its GEMM slower than what it saves. Fused, the GEMM runs in blocks
+ * of R whole rows of C, at the rate the machine measured for such blocks
+ * (machine.h, gemm_rows_eff: thin blocks re-pack B and run short panels),
+ * in waves over the cores; the kernel loses its launch, and its read of C
+ * (4 * rows * N bytes) when a block stays in the core's L2 with what the
+ * epilogue writes, R * (4 N + out_bytes_per_row) <= L2 / 2. Unfused, the
+ * GEMM runs on its own tiles at the sgemm rate. Per GEMM the block size
+ * with the largest gain is taken (16 .. 256 rows or all of M); with no
+ * gain the kernel stays a separate step. An element-wise epilogue thus
+ * gets large blocks (near the full rate, C read from the LLC) unless the
+ * L2 saving pays for thin ones.
  */
 #include "fusion/fusion.h"
 
+#include "fusion/cost.h"
 #include "ir/dtype.h"
+#include "ops/op.h"
+
+#include <math.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -52,31 +57,64 @@ static bool loads_in_order(const loom_kernel *k, int32_t arg, int64_t row_len) {
 
 static int64_t gcd(int64_t a, int64_t b) { return b ? gcd(b, a % b) : a; }
 
-/* Rows per block for a GEMM producing `rows` rows of n_cols (per batch
- * element: m) feeding kernel k, whose rows are row_len long; 0 if the
- * epilogue does not pay. A block must end on a kernel row: R n_cols is a
- * multiple of row_len. */
-static int64_t block_rows(const loom_machine *mc, const loom_kernel *k, int64_t m, int64_t rows,
-                          int64_t n_cols, int64_t row_len) {
-  if ((m * n_cols) % row_len != 0) return 0; /* batch elements end on kernel rows */
-  int64_t unit = row_len / gcd(n_cols, row_len); /* R is a multiple of unit, */
-  unit *= (16 + unit - 1) / unit;                /* and at least 16 */
+/* What fusing a kernel into a GEMM would cost and save. */
+typedef struct epi_choice {
+  int64_t rows;     /* rows per block */
+  double gain_s;    /* modeled seconds saved (> 0: fuse) */
+  double gemm_s;    /* the blocked GEMM's modeled seconds */
+  double saved_s;   /* of the kernel's: its launch and, if in cache, its read of C */
+} epi_choice;
+
+/* The block size with the largest modeled gain for a GEMM (node) producing
+ * `rows` rows of n_cols (per batch element: m) feeding kernel k, whose
+ * rows are row_len long and whose modeled time is kernel_s. A block must
+ * end on a kernel row (R n_cols a multiple of row_len). Candidates: 16,
+ * 32, .., 256 rows (rounded down to the alignment) and all of m. */
+static epi_choice choose_rows(const loom_machine *mc, const loom_graph *g, int32_t node,
+                              const loom_kernel *k, double kernel_s, int64_t m, int64_t rows,
+                              int64_t n_cols, int64_t row_len) {
+  epi_choice best = {0};
+  if ((m * n_cols) % row_len != 0) return best; /* batch elements end on kernel rows */
+  int64_t unit = row_len / gcd(n_cols, row_len);  /* R is a multiple of unit */
   int64_t out_bytes = 0;
   for (int32_t a = 0; a < k->n_args; a++)
     if (k->args[a].is_output)
       out_bytes += k->args[a].numel * (int64_t)loom_dtype_size(k->args[a].dtype);
   int64_t per_row = 4 * n_cols + out_bytes / rows;
-  int64_t fit = mc->l2_bytes / 2 / per_row; /* rows that stay in the cache */
-  int64_t spread = LOOM_MAX(16, rows / (2 * (int64_t)LOOM_MAX(mc->cores, 1)));
-  int64_t cap = LOOM_MIN(LOOM_MIN(fit, spread), 256);
-  if (m <= cap) return m; /* a block per batch element */
-  return cap / unit * unit;
+  int64_t batch = rows / m;
+  int64_t kdim = loom_cost_gemm_depth(g, node);
+  double flops = 2.0 * (double)rows * (double)n_cols * (double)kdim;
+  int64_t b_bytes = 4 * kdim * n_cols; /* one batch element's B */
+  double bw = (mc->triad_gbps > 0 ? mc->triad_gbps : 10.0) * 1e9;
+  double io_s = (double)loom_cost_node_bytes(g, node) / bw;
+  double plain_s = loom_cost_gemm(mc, g, node);
+  int64_t cand[LOOM_GEMM_ROWS_POINTS + 1];
+  int32_t n_cand = 0;
+  for (int32_t i = 0; i < LOOM_GEMM_ROWS_POINTS; i++) {
+    int64_t r = ((int64_t)LOOM_GEMM_ROWS_MIN << i) / unit * unit;
+    if (r > 0 && r < m) cand[n_cand++] = r;
+  }
+  cand[n_cand++] = m;
+  for (int32_t i = 0; i < n_cand; i++) {
+    int64_t r = cand[i];
+    /* the kernel's read of C hits the cache only when a block stays in
+     * the computing core's L2 (with what the epilogue writes) */
+    double saved = mc->kernel_launch_s;
+    if (r * per_row <= mc->l2_bytes / 2) saved += (double)(4 * rows * n_cols) / bw;
+    saved = LOOM_MIN(saved, kernel_s);
+    int64_t tasks = batch * ((m + r - 1) / r);
+    double gemm_s =
+        mc->kernel_launch_s + fmax(loom_cost_gemm_blocked(mc, flops, tasks, r, b_bytes), io_s);
+    double gain = plain_s + saved - gemm_s;
+    if (gain > best.gain_s) best = (epi_choice){r, gain, gemm_s, saved};
+  }
+  return best;
 }
 
 /* The epilogue kernel for GEMM step s, or -1: the first kernel step after
- * it that reads its product and qualifies. */
+ * it that reads its product, qualifies and pays (*choice says how). */
 static int32_t find_epilogue(const loom_graph *g, const loom_machine *mc, const loom_program *p,
-                             const int32_t *made_at, int32_t s, int64_t *rows_out) {
+                             const int32_t *made_at, int32_t s, epi_choice *choice) {
   const loom_node *n = &g->nodes[p->steps[s].node];
   int32_t c = n->out[0];
   const loom_type *ct = loom_value_type(g, c);
@@ -111,10 +149,10 @@ static int32_t find_epilogue(const loom_graph *g, const loom_machine *mc, const 
      * everything else it reads must exist by then */
     for (int32_t a = 0; a < k->n_args && ok; a++)
       ok = k->args[a].is_output || a == arg || made_at[k->args[a].value] < s;
-    int64_t r = ok ? block_rows(mc, k, m, rows, n_cols, row_len) : 0;
-    if (r <= 0) continue;
-    *rows_out = r;
-    return t;
+    if (!ok) continue;
+    double kernel_s = p->kernel_seconds ? p->kernel_seconds[p->steps[t].kernel] : 0.0;
+    *choice = choose_rows(mc, g, p->steps[s].node, k, kernel_s, m, rows, n_cols, row_len);
+    if (choice->gain_s > 0) return t;
   }
   return -1;
 }
@@ -140,12 +178,12 @@ loom_status loom_fusion_attach_epilogues(loom_ctx *ctx, const loom_graph *g, con
   for (int32_t s = 0; s < p->n_steps; s++) {
     loom_step *st = &p->steps[s];
     if (st->kind != LOOM_STEP_GEMM || st->epilogue_rows > 0) continue;
-    int64_t rows = 0;
-    int32_t t = find_epilogue(g, m, p, made_at, s, &rows);
+    epi_choice choice = {0};
+    int32_t t = find_epilogue(g, m, p, made_at, s, &choice);
     if (t < 0) continue;
     int32_t ki = p->steps[t].kernel;
     st->kernel = ki;
-    st->epilogue_rows = rows;
+    st->epilogue_rows = choice.rows;
     /* the kernel's step goes; what it makes is now made at s */
     memmove(&p->steps[t], &p->steps[t + 1], sizeof *p->steps * (size_t)(p->n_steps - t - 1));
     p->n_steps--;
@@ -154,17 +192,14 @@ loom_status loom_fusion_attach_epilogues(loom_ctx *ctx, const loom_graph *g, con
       if (made_at[v] > t) made_at[v]--;
     for (int32_t a = 0; a < k->n_args; a++)
       if (k->args[a].is_output) made_at[k->args[a].value] = s;
-    /* the model: the kernel's read of C now hits the cache */
+    /* the model: the kernel loses its launch (and its read of C, when a
+     * block stays in cache); the GEMM runs at its blocks' rate */
     const loom_type *ct = loom_value_type(g, g->nodes[st->node].out[0]);
-    int64_t saved = 4 * loom_type_numel(ct);
-    double secs = m->triad_gbps > 0 ? (double)saved / (m->triad_gbps * 1e9) : 0.0;
+    int64_t saved = choice.saved_s > m->kernel_launch_s ? 4 * loom_type_numel(ct) : 0;
     if (p->kernel_bytes) p->kernel_bytes[ki] -= saved;
-    if (p->kernel_seconds) {
-      secs = LOOM_MIN(secs, p->kernel_seconds[ki]);
-      p->kernel_seconds[ki] -= secs;
-    }
+    if (p->kernel_seconds) p->kernel_seconds[ki] -= choice.saved_s;
     p->modeled_bytes -= saved;
-    p->modeled_seconds -= secs;
+    p->modeled_seconds -= choice.gain_s;
   }
   free(made_at);
   return LOOM_STATUS_OK;

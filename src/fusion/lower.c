@@ -438,6 +438,8 @@ static void lw_free(lw *w) {
   free(w->mem);
   free(w->lv);
   free(w->uf);
+  free(w->uoff);
+  free(w->ext);
   free(w->comp);
   free(w->red);
   free(w->phase);

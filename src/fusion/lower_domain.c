@@ -149,6 +149,49 @@ static void uf_union(int32_t *uf, int32_t a, int32_t b) {
   if (a != b) uf[a < b ? b : a] = a < b ? a : b;
 }
 
+/*
+ * The dims' union-find is weighted: every dim also knows where it starts
+ * in its class's loop, relative to its parent (w->uoff), because a piece
+ * of a concat, a slice of a computed value and the inside of a pad iterate
+ * the same loop as the whole, shifted. Returns the root; *start is the
+ * dim's start minus the root's.
+ */
+static int32_t wf_find(lw *w, int32_t a, int64_t *start) {
+  int64_t o = 0;
+  int32_t r = a;
+  for (; w->uf[r] != r; r = w->uf[r]) o += w->uoff[r];
+  for (int64_t rest = o; w->uf[a] != a;) { /* compress: every node on the path to the root */
+    int32_t next = w->uf[a];
+    int64_t step = w->uoff[a];
+    w->uf[a] = r;
+    w->uoff[a] = rest;
+    rest -= step;
+    a = next;
+  }
+  if (start) *start = o;
+  return r;
+}
+
+/* Puts dims a and b in one class with start(a) - start(b) = delta; false
+ * (and w->off_clash) if their class already places them otherwise. */
+static bool wf_union(lw *w, int32_t a, int32_t b, int64_t delta) {
+  int64_t da, db;
+  int32_t ra = wf_find(w, a, &da), rb = wf_find(w, b, &db);
+  if (ra == rb) {
+    if (da - db != delta) w->off_clash = true;
+    return da - db == delta;
+  }
+  int64_t d = delta - da + db; /* start(ra) - start(rb) */
+  if (ra < rb) {
+    w->uf[rb] = ra;
+    w->uoff[rb] = -d;
+  } else {
+    w->uf[ra] = rb;
+    w->uoff[ra] = d;
+  }
+  return true;
+}
+
 /* Unifies the dims of a (rank ra) with b's, right-aligned, where sizes
  * match and exceed 1 (NumPy broadcasting). */
 static void unify_aligned(lw *w, int32_t la, int32_t lb) {
@@ -156,8 +199,54 @@ static void unify_aligned(lw *w, int32_t la, int32_t lb) {
   for (int32_t i = 1; i <= ta->rank && i <= tb->rank; i++) {
     int32_t da = ta->rank - i, db = tb->rank - i;
     if (ta->shape[da] != 1 && ta->shape[da] == tb->shape[db])
-      uf_union(w->uf, la * MAXR + da, lb * MAXR + db);
+      wf_union(w, la * MAXR + da, lb * MAXR + db, 0);
   }
+}
+
+/* Dim d of local values li (input) and lo (output) in one class, the
+ * input's element i at the output's i + shift; false if a side has one
+ * element (no loop) while the other does not. */
+static bool unify_shifted(lw *w, int32_t li, int32_t lo, int32_t d, int64_t shift) {
+  int64_t ni = vt(w, li)->shape[d], no = vt(w, lo)->shape[d];
+  if (ni == 1 && no == 1) return true;
+  if (ni <= 1 || no <= 1) return false;
+  wf_union(w, li * MAXR + d, lo * MAXR + d, shift);
+  return true;
+}
+
+/* Concat, pad and slice of computed values: index arithmetic on one loop
+ * (the emitter selects a piece by index, guards the pad). */
+static loom_status shifted_layout(lw *w, int32_t m, const loom_node *nd, int32_t lo) {
+  const loom_type *to = vt(w, lo);
+  bool ok = true;
+  if (nd->op == LOOM_OP_CONCAT) {
+    int64_t axis = LOOM_ATTR_I(nd, concat, axis), at = 0;
+    if (axis < 0) axis += to->rank;
+    for (int32_t i = 0; i < nd->n_in; i++) {
+      int32_t li = w->loc[nd->in[i]];
+      for (int32_t d = 0; d < to->rank; d++)
+        ok = ok && unify_shifted(w, li, lo, d, d == axis ? at : 0);
+      at += vt(w, li)->shape[axis];
+    }
+  } else {
+    int32_t li = w->loc[nd->in[0]];
+    const loom_type *ti = vt(w, li);
+    for (int32_t d = 0; d < to->rank; d++) {
+      int64_t shift = 0;
+      if (nd->op == LOOM_OP_PAD) {
+        shift = LOOM_ATTR_INTS(nd, pad, lo).v[d];
+      } else { /* slice: the output's element i is the input's start + i */
+        shift = LOOM_ATTR_INTS(nd, slice, starts).v[d];
+        if (shift < 0) shift += ti->shape[d];
+        shift = -shift;
+      }
+      ok = ok && unify_shifted(w, li, lo, d, shift);
+    }
+  }
+  if (!ok)
+    return loom_lower_fail(w, "%s (node %d) moves a one-element dim", loom_op_name(nd->op),
+                           w->mem[m]);
+  return LOOM_STATUS_OK;
 }
 
 /* The reduced-axes mask of a reduce node over its input rank. */
@@ -246,8 +335,15 @@ static bool view_through(lw *w, const loom_node *nd, int32_t li, int32_t lo) {
 }
 
 static loom_status classes(lw *w) {
-  w->uf = malloc(sizeof(int32_t) * (size_t)w->n_lv * MAXR);
-  if (!w->uf) return loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+  size_t nuf = (size_t)w->n_lv * MAXR;
+  w->uf = malloc(sizeof(int32_t) * nuf);
+  w->uoff = calloc(nuf, sizeof(int64_t));
+  w->ext = calloc(nuf, sizeof(int64_t));
+  int64_t *lo_of = malloc(sizeof(int64_t) * nuf);
+  if (!w->uf || !w->uoff || !w->ext || !lo_of) {
+    free(lo_of);
+    return loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+  }
   for (int32_t i = 0; i < w->n_lv * MAXR; i++) w->uf[i] = i;
   for (int32_t m = 0; m < w->n_mem; m++) {
     const loom_node *nd = mnode(w, m);
@@ -257,11 +353,17 @@ static loom_status classes(lw *w) {
     if (d->cls == LOOM_OPCLASS_LAYOUT) {
       if (w->lv[li].view && view_through(w, nd, li, lo)) continue;
       const loom_type *ti = vt(w, li), *to = vt(w, lo);
-      if (nd->op == LOOM_OP_TRANSPOSE) {
+      if (nd->op == LOOM_OP_CONCAT || nd->op == LOOM_OP_PAD || nd->op == LOOM_OP_SLICE) {
+        loom_status st = shifted_layout(w, m, nd, lo);
+        if (st) {
+          free(lo_of);
+          return st;
+        }
+      } else if (nd->op == LOOM_OP_TRANSPOSE) {
         for (int32_t k = 0; k < to->rank; k++)
           if (to->shape[k] != 1)
-            uf_union(w->uf, lo * MAXR + k,
-                     li * MAXR + (int32_t)LOOM_ATTR_INTS(nd, transpose, perm).v[k]);
+            wf_union(w, lo * MAXR + k,
+                     li * MAXR + (int32_t)LOOM_ATTR_INTS(nd, transpose, perm).v[k], 0);
       } else if (nd->op == LOOM_OP_BROADCAST_TO) {
         unify_aligned(w, li, lo);
       } else if (nd->op == LOOM_OP_RESHAPE) {
@@ -281,17 +383,20 @@ static loom_status classes(lw *w) {
           w->lv[lo].alias = w->lv[li].alias >= 0 ? w->lv[li].alias : li;
           continue;
         }
-        if (!same)
+        if (!same) {
+          free(lo_of);
           return loom_lower_fail(w, "reshape (node %d) merges or splits dims read in the group",
                                  w->mem[m]);
+        }
         a = b = 0;
         for (;;) {
           while (a < ti->rank && ti->shape[a] == 1) a++;
           while (b < to->rank && to->shape[b] == 1) b++;
           if (a >= ti->rank || b >= to->rank) break;
-          uf_union(w->uf, li * MAXR + a++, lo * MAXR + b++);
+          wf_union(w, li * MAXR + a++, lo * MAXR + b++, 0);
         }
       } else {
+        free(lo_of);
         return loom_lower_fail(w, "%s (node %d) of a computed value", d->name, w->mem[m]);
       }
     } else if (d->cls == LOOM_OPCLASS_REDUCE) {
@@ -303,26 +408,46 @@ static loom_status classes(lw *w) {
           od += keep;
           continue;
         }
-        if (ti->shape[k] != 1) uf_union(w->uf, li * MAXR + k, lo * MAXR + od);
+        if (ti->shape[k] != 1) wf_union(w, li * MAXR + k, lo * MAXR + od, 0);
         od++;
       }
     } else if (d->cls == LOOM_OPCLASS_ELEMENTWISE || d->cls == LOOM_OPCLASS_RNG) {
       for (int32_t i = 0; i < nd->n_in; i++) unify_aligned(w, w->loc[nd->in[i]], lo);
     }
   }
+  if (w->off_clash) {
+    free(lo_of);
+    return loom_lower_fail(w, "layout ops place one loop at two offsets");
+  }
   /* class ids: uf roots of dims != 1 (an empty dim is a loop of no
-   * iterations); a value may not hold a class twice */
+   * iterations); a value may not hold a class twice. A class's loop runs
+   * over the union of its dims' ranges, from the lowest start. */
+  for (size_t i = 0; i < nuf; i++) lo_of[i] = INT64_MAX;
   for (int32_t l = 0; l < w->n_lv; l++) {
     const loom_type *t = vt(w, l);
     for (int32_t d = 0; d < MAXR; d++) {
+      int64_t start = 0;
       w->lv[l].uf[d] = d < t->rank && t->shape[d] != 1 && w->lv[l].alias < 0
-                           ? uf_find(w->uf, l * MAXR + d)
+                           ? wf_find(w, l * MAXR + d, &start)
                            : -1;
-      for (int32_t e = 0; e < d && w->lv[l].uf[d] >= 0; e++)
-        if (w->lv[l].uf[e] == w->lv[l].uf[d])
+      w->lv[l].off[d] = start;
+      int32_t c = w->lv[l].uf[d];
+      if (c < 0) continue;
+      lo_of[c] = LOOM_MIN(lo_of[c], start);
+      w->ext[c] = LOOM_MAX(w->ext[c], start + t->shape[d]); /* the end, for now */
+      for (int32_t e = 0; e < d; e++)
+        if (w->lv[l].uf[e] == c) {
+          free(lo_of);
           return loom_lower_fail(w, "value %d iterates one loop twice (a diagonal)", w->lv[l].v);
+        }
     }
   }
+  for (int32_t l = 0; l < w->n_lv; l++)
+    for (int32_t d = 0; d < MAXR; d++)
+      if (w->lv[l].uf[d] >= 0) w->lv[l].off[d] -= lo_of[w->lv[l].uf[d]];
+  for (size_t c = 0; c < nuf; c++)
+    if (lo_of[c] != INT64_MAX) w->ext[c] -= lo_of[c];
+  free(lo_of);
   return LOOM_STATUS_OK;
 }
 
@@ -422,12 +547,7 @@ static bool has_cls(const lval *x, int32_t c) {
   return false;
 }
 
-static int64_t cls_size(const lw *w, int32_t c) {
-  for (int32_t l = 0; l < w->n_lv; l++)
-    for (int32_t d = 0; d < MAXR; d++)
-      if (w->lv[l].uf[d] == c) return vt(w, l)->shape[d];
-  return 0;
-}
+static int64_t cls_size(const lw *w, int32_t c) { return w->ext[c]; }
 
 /* Loops no op ties together may still run as one: when a piece of the
  * group has no value spanning all its loops (x[a, b] and z[c, b] sharing
@@ -559,7 +679,7 @@ static loom_status domains(lw *w) {
     for (int32_t d = 0; d < t->rank; d++)
       if (f->uf[d] >= 0) {
         c->dcls[c->nd] = f->uf[d];
-        c->dsize[c->nd] = t->shape[d];
+        c->dsize[c->nd] = w->ext[f->uf[d]];
         c->dmult[c->nd++] = 1;
       }
     /* R: what the row reductions reduce (a common trailing run), else a
@@ -647,6 +767,18 @@ static loom_status reductions(lw *w) {
   w->red = calloc((size_t)w->n_mem, 1);
   w->phase = calloc((size_t)w->n_mem, sizeof(int32_t));
   if (!w->red || !w->phase) return loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+  /* a value that covers part of its loops is computed over all of them and
+   * selected by index; it may not be stored or reduced (its other
+   * elements are not its own) */
+  for (int32_t m = 0; m < w->n_mem; m++) {
+    const loom_node *nd = mnode(w, m);
+    int32_t lo = w->loc[nd->out[0]];
+    bool red = loom_op_get(nd->op)->cls == LOOM_OPCLASS_REDUCE;
+    if ((w->lv[lo].mat && (value_partial(w, lo) || value_partial(w, store_src(w, lo)))) ||
+        (red && value_partial(w, w->loc[nd->in[0]])))
+      return loom_lower_fail(w, "node %d %s a value that covers part of its loops", w->mem[m],
+                             red ? "reduces" : "stores");
+  }
   for (int32_t m = 0; m < w->n_mem; m++) {
     const loom_node *nd = mnode(w, m);
     if (loom_op_get(nd->op)->cls != LOOM_OPCLASS_REDUCE) continue;

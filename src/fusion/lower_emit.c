@@ -43,7 +43,8 @@ static int32_t kb_arg(lw *w, kbuild *b, int32_t v, int role) {
 
 static bool is_elem(const lpart *P, const lval *x) { return (x->space & P->rmask_) != 0; }
 
-/* The map of a value with strides `stride` (per dim) and `base`. */
+/* The map of a value with strides `stride` (per dim) and `base`: loop
+ * index i of a dim's class is the dim's element i - off. */
 static loom_kmap value_map(const lw *w, const lpart *P, int32_t l, const int64_t *stride,
                            int64_t base) {
   loom_kmap m = {.base = base};
@@ -52,6 +53,7 @@ static loom_kmap value_map(const lw *w, const lpart *P, int32_t l, const int64_t
   const lcomp *c = &w->comp[P->comp];
   for (int32_t d = 0; d < MAXR; d++) {
     if (x->uf[d] < 0) continue;
+    m.base -= stride[d] * x->off[d];
     for (int32_t i = 0; i < c->nd; i++) {
       if (c->dcls[i] != x->uf[d]) continue;
       if (P->pmask & (1u << i)) m.p[P->pidx[i]] += stride[d] * c->dmult[i];
@@ -68,13 +70,70 @@ static int32_t emit_const(lw *w, kbuild *b, loom_dtype dt, double c) {
   return kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_CONST, .dtype = dt, .c = c});
 }
 
+static int32_t emit_op(lw *w, kbuild *b, loom_op op, loom_dtype dt, int32_t x, int32_t y) {
+  if (x < 0 || y < 0) return -1;
+  return kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_OP, .dtype = dt, .op = op, .n_a = 2,
+                                    .a = {x, y}});
+}
+
+/* The loop index of dim d of value l minus the dim's start: the element
+ * of the dim at this point (outside [0, size) where l does not reach). */
+static int32_t emit_dim_index(lw *w, kbuild *b, lpart *P, int32_t l, int32_t d) {
+  int64_t st[MAXR] = {0};
+  st[d] = 1;
+  return kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_INDEX, .dtype = LOOM_DTYPE_I64,
+                                    .map = value_map(w, P, l, st, 0)});
+}
+
+/* bool: lo <= element of dim d of l < hi (a bound at the loop's own end
+ * is left out); -2 when no bound is needed. */
+static int32_t emit_in_range(lw *w, kbuild *b, lpart *P, int32_t l, int32_t d, int64_t lo,
+                             int64_t hi) {
+  const lval *x = &w->lv[l];
+  bool need_lo = x->off[d] + lo > 0, need_hi = x->off[d] + hi < w->ext[x->uf[d]];
+  if (!need_lo && !need_hi) return -2;
+  int32_t i = emit_dim_index(w, b, P, l, d), c = -2;
+  if (need_lo)
+    c = emit_op(w, b, LOOM_OP_GE, LOOM_DTYPE_BOOL, i, emit_const(w, b, LOOM_DTYPE_I64, (double)lo));
+  if (need_hi) {
+    int32_t h =
+        emit_op(w, b, LOOM_OP_LT, LOOM_DTYPE_BOOL, i, emit_const(w, b, LOOM_DTYPE_I64, (double)hi));
+    c = c == -2 ? h : emit_op(w, b, LOOM_OP_MUL, LOOM_DTYPE_BOOL, c, h);
+  }
+  return c;
+}
+
+/* bool: the point lies inside value l on every dim it covers only part
+ * of (and, when `pad` is a pad node, inside its unpadded input); -2 when
+ * no condition is needed. */
+static int32_t emit_inside(lw *w, kbuild *b, lpart *P, int32_t l, const loom_node *pad) {
+  const loom_type *t = vt(w, l);
+  int32_t c = -2;
+  for (int32_t d = 0; d < t->rank && c != -1; d++) {
+    if (w->lv[l].uf[d] < 0) continue;
+    int64_t lo = 0, hi = t->shape[d];
+    if (pad) {
+      lo = LOOM_ATTR_INTS(pad, pad, lo).v[d];
+      hi -= LOOM_ATTR_INTS(pad, pad, hi).v[d];
+      if (lo == 0 && hi == t->shape[d]) continue; /* not padded */
+    }
+    int32_t r = emit_in_range(w, b, P, l, d, lo, hi);
+    if (r == -2) continue;
+    c = c == -2 ? r : emit_op(w, b, LOOM_OP_MUL, LOOM_DTYPE_BOOL, c, r);
+  }
+  return c;
+}
+
 static int32_t emit_load(lw *w, kbuild *b, lpart *P, int32_t l) {
   const lval *x = &w->lv[l];
   const loom_type *t = vt(w, l);
   if (x->view) {
     int32_t a = kb_arg(w, b, x->src, 0);
-    if (a < 0) return -1;
+    /* a piece of a concat or the inside of a pad reads only where it lies */
+    int32_t guard = emit_inside(w, b, P, l, NULL);
+    if (a < 0 || guard == -1) return -1;
     return kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_LOAD, .dtype = t->dtype, .arg = a,
+                                      .n_a = guard >= 0, .a = {guard},
                                       .map = value_map(w, P, l, x->stride, x->base)});
   }
   int32_t a = kb_arg(w, b, x->v, x->mat ? 1 : 2);
@@ -102,7 +161,32 @@ static int32_t emit_node(lw *w, kbuild *b, lpart *P, int32_t l, int32_t m) {
     return kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_INDEX, .dtype = t->dtype,
                                       .map = value_map(w, P, l, st, LOOM_ATTR_I(nd, iota, start))});
   }
-  case LOOM_OPCLASS_LAYOUT: return got(P, w->loc[nd->in[0]]);
+  case LOOM_OPCLASS_LAYOUT: {
+    if (nd->op == LOOM_OP_PAD) { /* the input inside, the pad value outside */
+      int32_t in = got(P, w->loc[nd->in[0]]), c = emit_inside(w, b, P, l, nd);
+      if (c == -2) return in;
+      int32_t v = emit_const(w, b, t->dtype, LOOM_ATTR_F(nd, pad, value));
+      if (in < 0 || c < 0 || v < 0) return -1;
+      return kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_OP, .dtype = t->dtype,
+                                        .op = LOOM_OP_SELECT, .n_a = 3, .a = {c, in, v}});
+    }
+    if (nd->op != LOOM_OP_CONCAT) return got(P, w->loc[nd->in[0]]);
+    /* the piece whose range holds the index, by a chain of selects from
+     * the last piece back */
+    int64_t axis = LOOM_ATTR_I(nd, concat, axis), end = t->shape[axis < 0 ? axis += t->rank : axis];
+    int32_t e = got(P, w->loc[nd->in[nd->n_in - 1]]), idx = -2;
+    for (int32_t i = nd->n_in - 2; i >= 0 && e >= 0; i--) {
+      end -= vt(w, w->loc[nd->in[i + 1]])->shape[axis];
+      if (idx == -2) idx = emit_dim_index(w, b, P, l, (int32_t)axis);
+      int32_t c =
+          emit_op(w, b, LOOM_OP_LT, LOOM_DTYPE_BOOL, idx, emit_const(w, b, LOOM_DTYPE_I64, (double)end));
+      int32_t pi = got(P, w->loc[nd->in[i]]);
+      if (c < 0 || pi < 0) return -1;
+      e = kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_OP, .dtype = t->dtype, .op = LOOM_OP_SELECT,
+                                     .n_a = 3, .a = {c, pi, e}});
+    }
+    return e;
+  }
   case LOOM_OPCLASS_REDUCE: {
     int32_t x = got(P, w->loc[nd->in[0]]);
     if (w->red[m] != RED_IDENT) { /* a bug: a row reduction's register is missing */
@@ -167,8 +251,9 @@ static int32_t node_dep(const lw *w, int32_t l, int32_t i) {
   const loom_node *nd = mnode(w, w->lv[l].prod);
   loom_op_class c = loom_op_get(nd->op)->cls;
   int32_t n = c == LOOM_OPCLASS_SOURCE ? 0
-              : c == LOOM_OPCLASS_LAYOUT || c == LOOM_OPCLASS_REDUCE ? 1
-                                                                     : nd->n_in;
+              : (c == LOOM_OPCLASS_LAYOUT && nd->op != LOOM_OP_CONCAT) || c == LOOM_OPCLASS_REDUCE
+                  ? 1
+                  : nd->n_in;
   return i < n ? w->loc[nd->in[i]] : -1;
 }
 

@@ -28,6 +28,9 @@ typedef struct lval {
   int32_t n_use;    /* uses by member nodes */
   int32_t alias;    /* a reshape stored without looping over its own dims:
                        the local value it reshapes (same flat order), or -1 */
+  int64_t off[MAXR]; /* where the dim starts in its class's loop: element i
+                        of the dim is loop index off + i (a piece of a concat,
+                        a slice, the inside of a pad); 0 for most values */
 } lval;
 
 typedef struct lcomp {
@@ -61,6 +64,10 @@ typedef struct lw {
   lval *lv;
   int32_t n_lv, cap_lv;
   int32_t *uf;          /* union-find over local dims (n_lv * MAXR) */
+  int64_t *uoff;        /* per dim while classes are built: its start minus its
+                           parent's (a weighted union-find) */
+  int64_t *ext;         /* per class (uf root): the loop's extent */
+  bool off_clash;       /* two layout ops placed one dim at two starts */
   int32_t *cls_comp;    /* class (uf root) -> component */
   lcomp *comp;
   int32_t n_comp;
@@ -85,6 +92,19 @@ static inline void contiguous(const loom_type *t, int64_t *stride) {
     stride[d] = s;
     s *= t->shape[d];
   }
+}
+
+/* True if dim d of value l covers only part of its class's loop. */
+static inline bool dim_partial(const lw *w, int32_t l, int32_t d) {
+  const lval *x = &w->lv[l];
+  return x->uf[d] >= 0 && (x->off[d] != 0 || vt(w, l)->shape[d] != w->ext[x->uf[d]]);
+}
+
+/* True if value l covers only part of a loop it iterates. */
+static inline bool value_partial(const lw *w, int32_t l) {
+  for (int32_t d = 0; d < MAXR; d++)
+    if (dim_partial(w, l, d)) return true;
+  return false;
 }
 
 /* The R dims of a component's domain, as a mask. */

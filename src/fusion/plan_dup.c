@@ -35,6 +35,7 @@ static bool cheap_op(loom_op op) {
   case LOOM_OP_EQ: case LOOM_OP_NE: case LOOM_OP_LT: case LOOM_OP_LE: case LOOM_OP_GT:
   case LOOM_OP_GE: case LOOM_OP_SELECT: case LOOM_OP_CAST:
   case LOOM_OP_RESHAPE: case LOOM_OP_TRANSPOSE: case LOOM_OP_BROADCAST_TO: case LOOM_OP_SLICE:
+  case LOOM_OP_CONCAT: case LOOM_OP_PAD:
   case LOOM_OP_IOTA: case LOOM_OP_CONSTANT:
     return true;
   default: return false;

@@ -67,6 +67,7 @@ static kval eval_one(irun *x, const loom_kexpr *e) {
   kval v = {0};
   switch (e->kind) {
   case LOOM_KX_LOAD: {
+    if (e->n_a == 1 && x->val[e->a[0]].i == 0) return v; /* guarded off: 0 */
     int64_t off = loom_kmap_at(&e->map, part->p_rank, x->p, part->r_rank, x->r);
     const void *base = x->ptr[e->arg];
     if (is_int(e->dtype))

@@ -166,6 +166,7 @@ static void print_expr(loom_strbuf *b, int32_t i, const loom_kexpr *e) {
     loom_strbuf_put(b, "load a%d[", e->arg);
     print_map(b, &e->map);
     loom_strbuf_put(b, "]");
+    if (e->n_a == 1) loom_strbuf_put(b, " if e%d", e->a[0]);
     break;
   case LOOM_KX_CONST: loom_strbuf_put(b, "const %.17g", e->c); break;
   case LOOM_KX_INDEX:
@@ -311,7 +312,8 @@ static loom_status verify_expr(vstate *v, int32_t i) {
   for (int32_t a = 0; a < e->n_a; a++)
     if (e->a[a] < 0 || e->a[a] >= i)
       return verr(v, "e%d: operand %d is e%d, not an earlier expression", i, a, e->a[a]);
-  if (e->kind != LOOM_KX_OP && e->kind != LOOM_KX_KEEP && e->n_a != 0)
+  if (e->kind != LOOM_KX_OP && e->kind != LOOM_KX_KEEP && e->n_a != 0 &&
+      !(e->kind == LOOM_KX_LOAD && e->n_a == 1))
     return verr(v, "e%d: a %s takes no operands", i, loom_kexpr_kind_name(e->kind));
   switch (e->kind) {
   case LOOM_KX_LOAD: {
@@ -320,6 +322,8 @@ static loom_status verify_expr(vstate *v, int32_t i) {
     if (a->dtype != e->dtype)
       return verr(v, "e%d: load as %s of a%d, a %s argument", i, dt_name(e->dtype), e->arg,
                   dt_name(a->dtype));
+    if (e->n_a == 1 && k->exprs[e->a[0]].dtype != LOOM_DTYPE_BOOL)
+      return verr(v, "e%d: load guard e%d is not bool", i, e->a[0]);
     break;
   }
   case LOOM_KX_OP: {
@@ -394,7 +398,7 @@ static loom_status verify_reads(vstate *v, int32_t pi, int32_t s, const int32_t 
         if (!map_in_rank(&e->map, part->p_rank, part->r_rank))
           return verr(v, "part %d: e%d's map uses dims past P rank %d / R rank %d", pi, i,
                       part->p_rank, part->r_rank);
-        if (!map_in_bounds(&e->map, part, scalar, k->args[e->arg].numel))
+        if (e->n_a == 0 && !map_in_bounds(&e->map, part, scalar, k->args[e->arg].numel))
           return verr(v, "part %d stage %d (%s): e%d loads outside a%d (%lld elements)", pi, s,
                       where, i, e->arg, (long long)k->args[e->arg].numel);
         if ((k->args[e->arg].temp || k->args[e->arg].is_output) &&

@@ -75,6 +75,10 @@
  * gives 0); to bool x != 0.
  *
  *   LOAD    the argument's element at map(p, r); dtype == the arg's dtype.
+ *           With an operand (n_a 1, a[0] bool) the load is guarded: where
+ *           a[0] is 0 it reads nothing and its value is 0 (a concat or pad
+ *           reading a piece by index: the guard states where the map lies
+ *           in the argument, so the verifier does not bound the map).
  *   CONST   c converted to dtype. (An f64 CONST is an exact double operand,
  *           e.g. dropout's 1 - p.)
  *   INDEX   the integer map(p, r) converted to dtype.
@@ -175,7 +179,7 @@ typedef struct loom_karg {
 } loom_karg;
 
 typedef enum loom_kexpr_kind {
-  LOOM_KX_LOAD = 0, /* arg `arg` at map */
+  LOOM_KX_LOAD = 0, /* arg `arg` at map; guarded by a[0] when n_a == 1 */
   LOOM_KX_CONST,    /* constant c */
   LOOM_KX_INDEX,    /* the integer map(p, r) (iota, flat indices) */
   LOOM_KX_OP,       /* element-wise op `op` of a[0..n_a) (loom_op_def scalar fns) */

@@ -7,6 +7,7 @@
 #include "core/clock.h"
 #include "perf/profile.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,10 @@
 #define DEFAULT_TRIAD_GBPS 10.0
 #define DEFAULT_SGEMM_GFLOPS 100.0
 #define DEFAULT_LAUNCH_S 5e-6
+/* Whole-row blocks of 16 .. 256 rows against the GEMM's own tiles, as
+ * loom_gemm_rows_curve measured them on this project's machine
+ * (docs/PERFORMANCE.md, "The GEMM library"). */
+static const double default_rows_eff[LOOM_GEMM_ROWS_POINTS] = {0.8, 0.9, 0.95, 1.0, 1.0};
 
 /* Reads a small sysfs file into buf (NUL-terminated, newline stripped). */
 static bool read_small(const char *path, char *buf, size_t n) {
@@ -125,6 +130,7 @@ void loom_machine_default(loom_machine *m) {
   m->triad_gbps = DEFAULT_TRIAD_GBPS;
   m->sgemm_gflops = DEFAULT_SGEMM_GFLOPS;
   m->kernel_launch_s = DEFAULT_LAUNCH_S;
+  memcpy(m->gemm_rows_eff, default_rows_eff, sizeof default_rows_eff);
   m->comm = loom_comm_model_default();
   m->measured = false;
 }
@@ -156,4 +162,14 @@ void loom_machine_detect(loom_ctx *ctx, loom_machine *m) {
   }
   m->kernel_launch_s = quantize(measure_launch(m->cores));
   loom_profile_put("kernel_launch_s", m->kernel_launch_s);
+}
+
+double loom_machine_gemm_rows_eff(const loom_machine *m, int64_t rows) {
+  const double *e = m->gemm_rows_eff;
+  if (rows <= LOOM_GEMM_ROWS_MIN) return e[0];
+  double x = log2((double)rows / LOOM_GEMM_ROWS_MIN); /* 0 .. POINTS - 1 */
+  if (x >= LOOM_GEMM_ROWS_POINTS - 1) return e[LOOM_GEMM_ROWS_POINTS - 1];
+  int32_t i = (int32_t)x;
+  double f = x - i;
+  return e[i] + f * (e[i + 1] - e[i]);
 }

@@ -9,6 +9,10 @@
 #include "core/ctx.h"
 #include "perf/comm_model.h"
 
+/* Row blocks of the GEMM curve: 16, 32, 64, 128, 256 rows. */
+#define LOOM_GEMM_ROWS_MIN 16
+#define LOOM_GEMM_ROWS_POINTS 5
+
 typedef struct loom_machine {
   int32_t threads; /* threads a run uses (the context's setting) */
   /* Online cores: a fixed property of the machine. The cost models use it,
@@ -19,6 +23,13 @@ typedef struct loom_machine {
   double triad_gbps;                      /* STREAM-like triad bandwidth, all threads */
   double sgemm_gflops;                    /* large sgemm rate, all threads */
   double kernel_launch_s;                 /* fixed cost of one kernel launch (fork/join) */
+  /* The GEMM's rate on blocks of whole rows of C (a GEMM with an
+   * epilogue runs so), as a fraction of its rate on its own tiles:
+   * gemm_rows_eff[i] for blocks of LOOM_GEMM_ROWS_MIN << i rows. Thin
+   * blocks re-pack the whole of B per block and run short panels. Measured
+   * once per machine by the cpu backend (gemm.h) and kept in the profile;
+   * defaults otherwise. */
+  double gemm_rows_eff[LOOM_GEMM_ROWS_POINTS];
   /* Messages between MPI ranks (parallel plans): the model the machine
    * profile keeps (measured by the first parallel run, perf/comm_model.h),
    * else the shared-memory defaults. */
@@ -33,5 +44,9 @@ void loom_machine_detect(loom_ctx *ctx, loom_machine *m);
 /* A fixed, unmeasured machine (2 cores, 32 KiB L1d, 1 MiB L2, 8 MiB LLC,
  * default rates): for reproducible plans in tests and tools. */
 void loom_machine_default(loom_machine *m);
+/* The GEMM's rate on blocks of `rows` whole rows of C relative to its
+ * rate on its own tiles (gemm_rows_eff, interpolated in log2(rows);
+ * the first point below 16 rows, the last above 256). */
+double loom_machine_gemm_rows_eff(const loom_machine *m, int64_t rows);
 
 #endif

@@ -103,7 +103,7 @@ typedef struct loom_backend {
  * loom_NAME_backend_init (declared from this list in runtime/session.h);
  * adding one is that folder and one entry here.
  */
-#define LOOM_BACKEND_LIST(X) X(ref) X(cpu) X(opencl)
+#define LOOM_BACKEND_LIST(X) X(ref) X(cpu) X(opencl) X(cuda)
 /* The backend a session gets when its options name none. */
 #define LOOM_BACKEND_DEFAULT "cpu"
 /* " ref cpu": the registered names as one string literal, for --help. */

@@ -91,6 +91,11 @@ static loom_status read_options(loom_ctx *ctx, const loom_session_options *opts,
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "session options: unknown rng placement %d (known: " LOOM_RNG_PLACEMENT_NAMES ")",
                       (int)o->rng);
+  if ((unsigned)o->gemm >= LOOM_GEMM_COUNT)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "session options: unknown gemm precision %d (known: " LOOM_GEMM_PRECISION_NAMES
+                      ")",
+                      (int)o->gemm);
   return LOOM_STATUS_OK;
 }
 

@@ -495,7 +495,9 @@ int loom_train_main(int argc, char **argv) {
   /* MPI first: from here a failing rank ends every rank (the abort below),
    * and only rank 0 checks what only it writes */
   if (c.plan) {
-    if (loom_comm_mpi_new(ctx, &comm)) {
+    const char *which = getenv("LOOM_COMM");
+    bool nccl = which && strcmp(which, "nccl") == 0;
+    if (nccl ? loom_comm_nccl_new(ctx, &comm) : loom_comm_mpi_new(ctx, &comm)) {
       rc = fail(ctx, "--plan");
       goto out;
     }

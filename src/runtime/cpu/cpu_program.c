@@ -14,6 +14,7 @@
 #include "codegen/c_codegen.h"
 #include "comm/comm.h"
 #include "fusion/fusion.h"
+#include "ops/op.h"
 #include "perf/machine.h"
 #include "runtime/jit.h"
 #include "runtime/stream.h"
@@ -270,6 +271,14 @@ static loom_status conv_epilogues(loom_ctx *ctx, const loom_graph *g, const loom
   return st;
 }
 
+/* 2 m n k of a matmul node. */
+static double gemm_step_flops(const loom_graph *g, int32_t node) {
+  const loom_node *n = &g->nodes[node];
+  const loom_type *a = loom_value_type(g, n->in[0]);
+  int64_t k = a->shape[a->rank - (LOOM_ATTR_I(n, matmul, trans_a) ? 2 : 1)];
+  return 2.0 * (double)loom_type_numel(loom_value_type(g, n->out[0])) * (double)k;
+}
+
 loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fusion_mode fm,
                                      const loom_cpu_kernel *kernels, loom_prepared *out,
                                      loom_cpu_program **program) {
@@ -279,6 +288,7 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
   if (!p) return LOOM_STATUS_OUT_OF_MEMORY;
   loom_machine machine;
   loom_machine_detect(ctx, &machine);
+  loom_gemm_rows_curve(ctx, &machine); /* the epilogue rule reads it */
   loom_fusion_options fo = {.mode = fm, .machine = &machine};
   loom_status st = loom_fusion_compile(ctx, g, &fo, &p->prog);
   if (st) {
@@ -302,6 +312,7 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
     for (int32_t s = 0; s < prog->n_steps; s++) {
       const loom_step *ps = &prog->steps[s];
       out->stats.n_gemm += ps->kind == LOOM_STEP_GEMM;
+      if (ps->kind == LOOM_STEP_GEMM) out->stats.gemm_flops += gemm_step_flops(g, ps->node);
       out->stats.n_epilogues += ps->epilogue_rows > 0;
       out->stats.n_eager += ps->kind == LOOM_STEP_NODE;
       /* a GEMM with an epilogue runs the cpu matmul itself */
@@ -313,6 +324,7 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
   if (st) goto fail;
   out->stats.n_memory_ops = prog->n_memory_ops;
   out->stats.modeled_bytes = prog->modeled_bytes;
+  out->stats.modeled_seconds = prog->modeled_seconds;
   out->stats.compile_seconds = loom_now_s() - t0;
   *program = p;
   return LOOM_STATUS_OK;

@@ -1,8 +1,14 @@
 #include "runtime/cpu/gemm.h"
 
+#include "perf/profile.h"
+
 #include <dnnl.h>
+#include <math.h>
 #include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The square tile of C per task: the largest that still gives at least
  * GEMM_MIN_TASKS tasks, so big products run big, efficient sgemm calls and
@@ -82,4 +88,89 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   if (failed)
     return loom_error(ctx, LOOM_STATUS_INTERNAL, "matmul: dnnl_sgemm failed (status %d)", failed);
   return LOOM_STATUS_OK;
+}
+
+/* The block-size curve: one core times the same product on its own tiles
+ * and on whole-row blocks of 16 .. 256 rows, by CPU time (a busy machine
+ * slows the wall clock, not the thread's own work), best of CURVE_RUNS.
+ * B is larger than a core's L2, as a transformer's weights are, so thin
+ * blocks pay for re-packing it. Fractions are rounded to CURVE_STEP: plans
+ * read them, and a plan must not flip with timer noise. */
+#define CURVE_M 256
+#define CURVE_N 2048
+#define CURVE_K 512
+#define CURVE_RUNS 3
+#define CURVE_STEP 0.05
+
+static double thread_cpu_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void no_epilogue(void *user, int32_t thread, int64_t row0, int64_t row1) {
+  (void)user, (void)thread, (void)row0, (void)row1;
+}
+
+static bool curve_from_env(loom_machine *m) {
+  const char *env = getenv("LOOM_GEMM_ROWS_EFF");
+  if (!env || !*env) return false;
+  double e[LOOM_GEMM_ROWS_POINTS];
+  const char *s = env;
+  for (int32_t i = 0; i < LOOM_GEMM_ROWS_POINTS; i++) {
+    char *end = NULL;
+    e[i] = strtod(s, &end);
+    if (end == s || !(e[i] > 0 && e[i] <= 1)) return false;
+    s = *end == ',' ? end + 1 : end;
+  }
+  memcpy(m->gemm_rows_eff, e, sizeof e);
+  return true;
+}
+
+static bool curve_from_profile(loom_machine *m) {
+  double e[LOOM_GEMM_ROWS_POINTS];
+  for (int32_t i = 0; i < LOOM_GEMM_ROWS_POINTS; i++) {
+    char key[32];
+    snprintf(key, sizeof key, "gemm_rows_eff_%d", LOOM_GEMM_ROWS_MIN << i);
+    if (!loom_profile_get(key, &e[i]) || !(e[i] > 0 && e[i] <= 1)) return false;
+  }
+  memcpy(m->gemm_rows_eff, e, sizeof e);
+  return true;
+}
+
+void loom_gemm_rows_curve(loom_ctx *ctx, loom_machine *m) {
+  if (curve_from_env(m) || curve_from_profile(m)) return;
+  float *a = calloc((size_t)CURVE_M * CURVE_K, sizeof *a);
+  float *b = calloc((size_t)CURVE_K * CURVE_N, sizeof *b);
+  float *c = calloc((size_t)CURVE_M * CURVE_N, sizeof *c);
+  if (a && b && c) {
+    for (int64_t i = 0; i < (int64_t)CURVE_K * CURVE_N; i++) b[i] = (float)(i % 7) * 0.125f;
+    for (int64_t i = 0; i < (int64_t)CURVE_M * CURVE_K; i++) a[i] = (float)(i % 5) * 0.25f;
+    loom_gemm p = {.m = CURVE_M, .n = CURVE_N, .k = CURVE_K, .batch = 1, .a = a, .lda = CURVE_K,
+                   .b = b, .ldb = CURVE_N, .c = c, .ldc = CURVE_N,
+                   .c_stride = (int64_t)CURVE_M * CURVE_N};
+    /* best[0]: the GEMM's own tiles; best[1 + i]: blocks of 16 << i rows */
+    double best[1 + LOOM_GEMM_ROWS_POINTS];
+    for (int32_t i = 0; i <= LOOM_GEMM_ROWS_POINTS; i++) best[i] = 1e30;
+    bool ok = loom_gemm_f32(ctx, 1, &p) == LOOM_STATUS_OK; /* warm-up */
+    for (int32_t run = 0; run < CURVE_RUNS && ok; run++)
+      for (int32_t i = 0; i <= LOOM_GEMM_ROWS_POINTS && ok; i++) {
+        p.epilogue = (loom_gemm_epilogue){
+            .rows = i ? (int64_t)LOOM_GEMM_ROWS_MIN << (i - 1) : 0, .fn = no_epilogue};
+        double t0 = thread_cpu_s();
+        ok = loom_gemm_f32(ctx, 1, &p) == LOOM_STATUS_OK;
+        best[i] = LOOM_MIN(best[i], thread_cpu_s() - t0);
+      }
+    for (int32_t i = 0; i < LOOM_GEMM_ROWS_POINTS && ok && best[0] > 0; i++) {
+      double e = best[1 + i] > 0 ? best[0] / best[1 + i] : 1.0;
+      e = LOOM_MAX(CURVE_STEP, LOOM_MIN(1.0, round(e / CURVE_STEP) * CURVE_STEP));
+      m->gemm_rows_eff[i] = e;
+      char key[32];
+      snprintf(key, sizeof key, "gemm_rows_eff_%d", LOOM_GEMM_ROWS_MIN << i);
+      loom_profile_put(key, e);
+    }
+  }
+  free(a);
+  free(b);
+  free(c);
 }

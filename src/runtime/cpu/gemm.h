@@ -10,6 +10,7 @@
 #define LOOM_RUNTIME_CPU_GEMM_H
 
 #include "core/ctx.h"
+#include "perf/machine.h"
 
 /* Optional work on the product (rows > 0): the tiles become blocks of
  * `rows` whole rows of C, and fn(user, thread, r0, r1) runs on rows
@@ -43,5 +44,10 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p);
 /* The number of tiles p is split into when they run in parallel; 1 when
  * p runs on the calling thread (one tile, or below the flop threshold). */
 int64_t loom_gemm_parallel_tasks(const loom_gemm *p);
+
+/* Sets m->gemm_rows_eff from this machine's profile, or measures it (one
+ * core, about 0.1 s of CPU, once per machine) and keeps it there. The
+ * LOOM_GEMM_ROWS_EFF environment variable ("0.6,0.7,0.8,0.9,1") pins it. */
+void loom_gemm_rows_curve(loom_ctx *ctx, loom_machine *m);
 
 #endif
