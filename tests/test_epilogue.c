@@ -2,7 +2,8 @@
  * matmul's product row by row — bias + GELU, bias + residual + LayerNorm,
  * a batched attention score with softmax — run with the kernel fused
  * into the GEMM in loop and stitch modes (element-wise epilogues only in
- * loop mode; a kernel with a column reduction is never one), and match
+ * loop mode; a kernel with a column reduction is never one), and the same
+ * after a convolution (its cpu kernel's blocks of rows), and match
  * the reference; the stats say how many kernels became epilogues. Also the generated rows
  * entry itself: any split of the rows into ranges gives the whole
  * kernel's results bit for bit. */
@@ -63,6 +64,31 @@ static const workload workloads[] = {
      "%h : f32[256, 192] = matmul(%x, %w)\n"
      "%hb : f32[256, 192] = add(%h, %b)\n"
      "%y : f32[256, 192] = gelu(%hb)\n"
+     "output y = %y\n",
+     1, 1},
+    /* a convolution (cpu_conv.c) with BatchNormalization's per-channel
+     * scale and shift and a ReLU after it, run on each image's blocks of
+     * output channels */
+    {"conv+batchnorm+relu",
+     "input %x : f32[2, 8, 20, 20]\n"
+     "param %w : f32[32, 8, 3, 3]\n"
+     "param %s : f32[32, 1, 1]\n"
+     "param %t : f32[32, 1, 1]\n"
+     "%c : f32[2, 32, 20, 20] = conv(%x, %w, pads_lo=[1, 1], pads_hi=[1, 1])\n"
+     "%m : f32[2, 32, 20, 20] = mul(%c, %s)\n"
+     "%a : f32[2, 32, 20, 20] = add(%m, %t)\n"
+     "%y : f32[2, 32, 20, 20] = relu(%a)\n"
+     "output y = %y\n",
+     1, 1},
+    {"conv+batchnorm+relu, blocks of channels",
+     "input %x : f32[1, 16, 40, 40]\n"
+     "param %w : f32[128, 16, 3, 3]\n"
+     "param %s : f32[128, 1, 1]\n"
+     "param %b : f32[128, 1, 1]\n"
+     "%c : f32[1, 128, 20, 20] = conv(%x, %w, strides=[2, 2], pads_lo=[1, 1], pads_hi=[1, 1])\n"
+     "%m : f32[1, 128, 20, 20] = mul(%c, %s)\n"
+     "%a : f32[1, 128, 20, 20] = add(%m, %b)\n"
+     "%y : f32[1, 128, 20, 20] = relu(%a)\n"
      "output y = %y\n",
      1, 1},
     /* one kernel with a column reduction (per-tile partials): not an

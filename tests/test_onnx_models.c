@@ -6,7 +6,8 @@
  * MaxPool, grouped strided Conv, HardSwish, GlobalAveragePool, Flatten,
  * Gemm, Softmax). Shapes reach Reshape through Shape -> Gather -> Concat
  * chains, folded at load time. With an argument DIR it writes larger
- * BERT and GPT-2 blocks there instead, for bench/peers/onnx_bench.py. */
+ * BERT and GPT-2 blocks and a CNN there instead, for
+ * bench/peers/onnx_bench.py. */
 #include "common.h"
 #include "onnx_writer.h"
 
@@ -441,6 +442,56 @@ static void test_group_norm(void) {
   free(m.p);
 }
 
+/* A benchmark CNN (bench/peers/onnx_bench.py; not run here): a
+ * MobileNet-like stem on a [1, 3, 112, 112] image: Conv + BatchNorm +
+ * Relu blocks (full, depthwise, pointwise), MaxPool, strided Conv +
+ * BatchNorm + HardSwish, GlobalAveragePool, Flatten, Gemm. */
+static pbw bench_cnn_model(void) {
+  gw w = {0};
+  float *host = malloc(sizeof(float) * 128 * 128 * 9);
+  pbw v = onnxw_value("img", 1, 4, (int64_t[]){1, 3, 112, 112}, NULL);
+  pbw_msg(&w.g, 11, &v);
+  static const struct {
+    int64_t cin, cout, k, stride, groups;
+    const char *act;
+  } layers[] = {
+      {3, 32, 3, 2, 1, "Relu"},    {32, 32, 3, 1, 32, "Relu"},     {32, 64, 1, 1, 1, "Relu"},
+      {0, 0, 0, 0, 0, "MaxPool"},  {64, 128, 3, 1, 1, "Relu"},     {128, 128, 3, 1, 128, "Relu"},
+      {128, 128, 1, 1, 1, "Relu"}, {128, 128, 3, 2, 1, "HardSwish"},
+  };
+  const char *x = "img";
+  for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {
+    if (layers[l].cin == 0) {
+      pbw mp[2] = {onnxw_attr_ints("kernel_shape", 2, (int64_t[]){2, 2}), onnxw_attr_ints("strides", 2, (int64_t[]){2, 2})};
+      x = node(&w, "MaxPool", 1, &x, mp, 2);
+      continue;
+    }
+    int64_t co = layers[l].cout, k = layers[l].k, p = k / 2, s = layers[l].stride, g = layers[l].groups;
+    const char *in[3] = {x, weight(&w, 4, (int64_t[]){co, layers[l].cin / g, k, k}, host, 0.3),
+                         weight(&w, 1, (int64_t[]){co}, host, 0.1)};
+    pbw a[4] = {onnxw_attr_ints("pads", 4, (int64_t[]){p, p, p, p}), onnxw_attr_ints("kernel_shape", 2, (int64_t[]){k, k}),
+                onnxw_attr_ints("strides", 2, (int64_t[]){s, s}), onnxw_attr_int("group", g)};
+    x = node(&w, "Conv", 3, in, a, 4);
+    const char *bn[5] = {x, weight(&w, 1, (int64_t[]){co}, host, 1.0), weight(&w, 1, (int64_t[]){co}, host, 0.5),
+                         weight(&w, 1, (int64_t[]){co}, host, 0.5), NULL};
+    for (int64_t i = 0; i < co; i++) host[i] = 0.5f + (float)loom_test_uniform(&rng, 0, 1);
+    bn[4] = fresh(&w);
+    pbw t = onnxw_tensor(bn[4], 1, 1, (int64_t[]){co}, host, sizeof(float) * (size_t)co);
+    pbw_msg(&w.g, 5, &t);
+    x = op1(&w, layers[l].act, node(&w, "BatchNormalization", 5, bn, NULL, 0));
+  }
+  const char *fl = op1(&w, "Flatten", op1(&w, "GlobalAveragePool", x));
+  const char *gin[3] = {fl, weight(&w, 2, (int64_t[]){10, 128}, host, 0.5), weight(&w, 1, (int64_t[]){10}, host, 0.1)};
+  pbw tb = onnxw_attr_int("transB", 1);
+  pbw gm = onnxw_node("Gemm", "logits", 3, gin, 1, (const char *[]){"logits"});
+  pbw_msg(&gm, 5, &tb);
+  pbw_msg(&w.g, 1, &gm);
+  v = onnxw_value("logits", 1, 2, (int64_t[]){1, 10}, NULL);
+  pbw_msg(&w.g, 12, &v);
+  free(host);
+  return onnxw_model(&w.g, 14);
+}
+
 static void write_file(const char *dir, const char *name, const pbw *m) {
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -463,6 +514,9 @@ int main(int argc, char **argv) {
       free(m.p);
     }
     block_free(&bw);
+    pbw cnn = bench_cnn_model();
+    write_file(argv[1], "cnn.onnx", &cnn);
+    free(cnn.p);
     loom_ctx_free(ctx);
     return loom_test_finish("test_onnx_models");
   }

@@ -394,6 +394,10 @@ static void build_window_cases(void) {
       {LOOM_OP_CONV, 4, {2, 16, 20, 20}, {48, 16, 3, 3}, .lo = one, .hi = one},
       {LOOM_OP_CONV, 4, {3, 32, 14, 14}, {64, 8, 3, 3}, .strides = two, .lo = one, .hi = one, .groups = 4},
       {LOOM_OP_CONV, 5, {1, 2, 5, 6, 4}, {3, 2, 2, 3, 2}, .lo = one},
+      /* many channels, one image: blocks of output channels in parallel */
+      {LOOM_OP_CONV, 4, {1, 8, 10, 10}, {256, 8, 3, 3}, .groups = 1},
+      {LOOM_OP_CONV_TRANSPOSE, 4, {1, 16, 6, 6}, {16, 256, 3, 3}, .groups = 1},
+      {LOOM_OP_CONV_GRAD_WEIGHT, 4, {2, 8, 10, 10}, {2, 256, 8, 8}, .kernel = k3},
       {LOOM_OP_CONV_TRANSPOSE, 3, {2, 4, 7}, {4, 3, 3}, .strides = two, .lo = one, .opad = one},
       {LOOM_OP_CONV_TRANSPOSE, 4, {2, 4, 5, 6}, {4, 3, 3, 2}, .strides = s12, .lo = lo12, .hi = hi21, .dil = dil21, .groups = 2},
       {LOOM_OP_CONV_TRANSPOSE, 4, {2, 32, 12, 12}, {32, 40, 3, 3}, .strides = two, .lo = one, .hi = one},

@@ -560,6 +560,23 @@ static void test_texts(loom_ctx *ctx) {
                LOOM_STATUS_INVALID_ARGUMENT, "3:8: output name 'o' is already used");
   expect_error(ctx, "input %x : f32[1099511627776, 1099511627776]\n",
                LOOM_STATUS_INVALID_ARGUMENT, "1:7: input 'x': shape has too many elements");
+  /* window ops: bad shapes and attributes are errors that say which */
+  expect_error(ctx, "input %x : f32[1, 4, 5]\ninput %w : f32[6, 3, 3]\n%y = conv(%x, %w)\n",
+               LOOM_STATUS_SHAPE_MISMATCH, "3:6: conv: channels of f32[1, 4, 5] and f32[6, 3, 3]");
+  expect_error(ctx, "input %x : f32[1, 4, 2]\ninput %w : f32[6, 4, 3]\n%y = conv(%x, %w)\n",
+               LOOM_STATUS_SHAPE_MISMATCH, "3:6: conv: the window (3 positions");
+  expect_error(ctx, "input %x : f32[1, 4, 5]\ninput %w : f32[6, 4, 3]\n"
+               "%y = conv(%x, %w, strides=[0])\n",
+               LOOM_STATUS_INVALID_ARGUMENT, "3:6: conv: 'strides' must be >= 1, got 0");
+  expect_error(ctx, "input %x : f32[1, 4, 5, 5]\ninput %w : f32[6, 4, 3, 3]\n"
+               "%y = conv(%x, %w, pads_lo=[1])\n",
+               LOOM_STATUS_INVALID_ARGUMENT, "3:6: conv: 'pads_lo' has 1 values for 2 spatial dims");
+  expect_error(ctx, "input %x : f32[4, 5]\n%y = max_pool(%x, kernel=[2])\n",
+               LOOM_STATUS_SHAPE_MISMATCH, "2:6: max_pool: needs [N, C, spatial...]");
+  expect_error(ctx, "input %x : f32[1, 2, 5]\n%y = avg_pool(%x, kernel=[2], pads_lo=[2])\n",
+               LOOM_STATUS_INVALID_ARGUMENT, "2:6: avg_pool: padding (2, 0) of spatial dim 0");
+  expect_error(ctx, "input %x : i32[1, 2, 5]\n%y = max_pool(%x, kernel=[2])\n",
+               LOOM_STATUS_DTYPE_MISMATCH, "2:6: max_pool: needs a float input");
 
   /* NUL bytes through the length-aware entry */
   loom_graph *g = NULL;

@@ -146,12 +146,22 @@ int64_t loom_cost_node_bytes(const loom_graph *g, int32_t node) {
   return b;
 }
 
-double loom_cost_gemm(const loom_machine *m, const loom_graph *g, int32_t node) {
+int64_t loom_cost_gemm_depth(const loom_graph *g, int32_t node) {
   const loom_node *nd = &g->nodes[node];
   const loom_type *a = loom_value_type(g, nd->in[0]);
+  if (nd->op != LOOM_OP_MATMUL) { /* a conv: weights [M, C/g, K...] */
+    const loom_type *w = loom_value_type(g, nd->in[1]);
+    int64_t k = 1;
+    for (int32_t d = 1; d < w->rank; d++) k *= w->shape[d];
+    return k;
+  }
   bool ta = LOOM_ATTR_I(nd, matmul, trans_a) != 0;
-  int64_t k = a->rank >= 2 ? a->shape[a->rank - (ta ? 2 : 1)] : 1;
-  double flops = 2.0 * (double)loom_type_numel(loom_value_type(g, nd->out[0])) * (double)k;
+  return a->rank >= 2 ? a->shape[a->rank - (ta ? 2 : 1)] : 1;
+}
+
+double loom_cost_gemm(const loom_machine *m, const loom_graph *g, int32_t node) {
+  int64_t k = loom_cost_gemm_depth(g, node);
+  double flops = 2.0 * (double)loom_type_numel(loom_value_type(g, g->nodes[node].out[0])) * (double)k;
   double bw = (m->triad_gbps > 0 ? m->triad_gbps : 10.0) * 1e9;
   /* on its own tiles: many (16 or more, gemm.h) unless the product is small */
   double compute_s = loom_cost_gemm_blocked(m, flops, LOOM_MAX(m->cores, 2), 0, 0);

@@ -38,8 +38,11 @@ double loom_cost_group(const loom_machine *m, const loom_group_info *info,
 
 /* Bytes a node reads and writes when run alone (inputs + outputs). */
 int64_t loom_cost_node_bytes(const loom_graph *g, int32_t node);
-/* Modeled seconds of a matmul through the GEMM library. */
+/* Modeled seconds of a matmul (or a convolution) through the GEMM library. */
 double loom_cost_gemm(const loom_machine *m, const loom_graph *g, int32_t node);
+/* The length of the products a GEMM-class node sums: a matmul's K, a
+ * conv's C/g times its kernel positions. */
+int64_t loom_cost_gemm_depth(const loom_graph *g, int32_t node);
 /* Modeled compute seconds of a GEMM of `flops` run as `tasks` equal
  * blocks of `rows` whole rows of C each (an epilogue's blocking; 0: the
  * GEMM's own tiles), on the machine's cores: the sgemm rate per core times

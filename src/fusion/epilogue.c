@@ -80,9 +80,7 @@ static epi_choice choose_rows(const loom_machine *mc, const loom_graph *g, int32
       out_bytes += k->args[a].numel * (int64_t)loom_dtype_size(k->args[a].dtype);
   int64_t per_row = 4 * n_cols + out_bytes / rows;
   int64_t batch = rows / m;
-  const loom_node *nd = &g->nodes[node];
-  const loom_type *a = loom_value_type(g, nd->in[0]);
-  int64_t kdim = a->shape[a->rank - (LOOM_ATTR_I(nd, matmul, trans_a) ? 2 : 1)];
+  int64_t kdim = loom_cost_gemm_depth(g, node);
   double flops = 2.0 * (double)rows * (double)n_cols * (double)kdim;
   int64_t b_bytes = 4 * kdim * n_cols; /* one batch element's B */
   double bw = (mc->triad_gbps > 0 ? mc->triad_gbps : 10.0) * 1e9;
@@ -122,7 +120,11 @@ static int32_t find_epilogue(const loom_graph *g, const loom_machine *mc, const 
   if (ct->dtype != LOOM_DTYPE_F32 || ct->rank < 2) return -1;
   int64_t n_cols = ct->shape[ct->rank - 1], m = ct->shape[ct->rank - 2];
   int64_t rows = n_cols > 0 ? loom_type_numel(ct) / n_cols : 0;
-  if (rows <= 0 || m <= 0) return -1;
+  if (rows <= 0) return -1;
+  /* a convolution's unit is an image (its blocks of channels end on rows
+   * the epilogue's blocks align to: cpu_conv.c) */
+  if (n->op != LOOM_OP_MATMUL) m = ct->shape[0] > 0 ? rows / ct->shape[0] : 0;
+  if (m <= 0) return -1;
   for (int32_t t = s + 1; t < p->n_steps; t++) {
     if (p->steps[t].kind != LOOM_STEP_KERNEL) continue;
     const loom_kernel *k = &p->kernels[p->steps[t].kernel];
@@ -200,4 +202,20 @@ loom_status loom_fusion_attach_epilogues(loom_ctx *ctx, const loom_graph *g, con
   }
   free(made_at);
   return LOOM_STATUS_OK;
+}
+
+/* Node steps the backend runs with an epilogue of its own (a convolution
+ * whose kernel computes blocks of whole output rows, cpu_conv.c) take one
+ * by the same rule: marked as GEMM steps for the search, then restored. */
+loom_status loom_fusion_attach_node_epilogues(loom_ctx *ctx, const loom_graph *g,
+                                              const loom_machine *m, loom_program *p,
+                                              const bool *producer) {
+  for (int32_t s = 0; s < p->n_steps; s++)
+    if (p->steps[s].kind == LOOM_STEP_NODE && producer[p->steps[s].node])
+      p->steps[s].kind = LOOM_STEP_GEMM;
+  loom_status st = loom_fusion_attach_epilogues(ctx, g, m, p);
+  for (int32_t s = 0; s < p->n_steps; s++)
+    if (p->steps[s].kind == LOOM_STEP_GEMM && producer[p->steps[s].node])
+      p->steps[s].kind = LOOM_STEP_NODE;
+  return st;
 }

@@ -128,6 +128,12 @@ void loom_fusion_plan_clear(loom_fusion_plan *p);
  * none in none mode. Part of loom_fusion_compile. */
 loom_status loom_fusion_attach_epilogues(loom_ctx *ctx, const loom_graph *g, const loom_machine *m,
                                          loom_program *p);
+/* The same for the node steps whose node is marked in producer (per node
+ * of g): ops the backend runs in blocks of whole output rows with an
+ * epilogue (the cpu backend's convolutions). */
+loom_status loom_fusion_attach_node_epilogues(loom_ctx *ctx, const loom_graph *g,
+                                              const loom_machine *m, loom_program *p,
+                                              const bool *producer);
 
 /* Plans fusion over a decomposed, verified graph and lowers it. */
 loom_status loom_fusion_compile(loom_ctx *ctx, const loom_graph *g, const loom_fusion_options *opts,

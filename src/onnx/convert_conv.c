@@ -27,8 +27,8 @@ typedef struct window {
 
 /* Reads kernel (given: from the weights), strides, dilations, pads and
  * auto_pad for an input whose spatial dims are shape[2..]. */
-static loom_status read_window(onnx_cv *cv, const loom_type *t, const int64_t *kernel_given, bool pool,
-                               window *w) {
+static loom_status read_window(onnx_cv *cv, const loom_type *t, const int64_t *kernel_given,
+                               bool pool, window *w) {
   memset(w, 0, sizeof *w);
   w->k = t->rank - 2;
   if (w->k < 1 || w->k > MAX_SPATIAL) return cv_unsupported(cv, "%d spatial dims", w->k);
@@ -41,9 +41,11 @@ static loom_status read_window(onnx_cv *cv, const loom_type *t, const int64_t *k
     w->stride[d] = w->dil[d] = 1;
   }
   if ((n = cv_attr_ints(cv, "strides", v, MAX_SPATIAL)) >= 0)
-    for (int32_t d = 0; d < w->k && d < n; d++) w->stride[d] = v[d];
+    for (int32_t d = 0; d < w->k && d < n; d++)
+      w->stride[d] = v[d];
   if ((n = cv_attr_ints(cv, "dilations", v, MAX_SPATIAL)) >= 0)
-    for (int32_t d = 0; d < w->k && d < n; d++) w->dil[d] = v[d];
+    for (int32_t d = 0; d < w->k && d < n; d++)
+      w->dil[d] = v[d];
   if ((n = cv_attr_ints(cv, "pads", v, 2 * MAX_SPATIAL)) >= 0) {
     if (n != 2 * w->k) return cv_invalid(cv, "pads has %d values", n);
     for (int32_t d = 0; d < w->k; d++) {
@@ -108,7 +110,8 @@ static int32_t add_bias(onnx_cv *cv, int32_t y, int32_t bias, int64_t m, int32_t
   if (bias < 0) return y;
   int64_t bshape[LOOM_MAX_RANK];
   bshape[0] = m;
-  for (int32_t d = 1; d < r - 1; d++) bshape[d] = 1;
+  for (int32_t d = 1; d < r - 1; d++)
+    bshape[d] = 1;
   return lb_add(G, y, lb_reshape(G, bias, r - 1, bshape));
 }
 
@@ -121,14 +124,18 @@ static loom_status done(onnx_cv *cv, int32_t y) {
 loom_status onnx_cv_conv(onnx_cv *cv);
 loom_status onnx_cv_conv(onnx_cv *cv) {
   const loom_type *t = cv_type(cv, 0), *tw = cv_type(cv, 1);
-  if (!loom_dtype_is_float(t->dtype)) return cv_unsupported(cv, "a %s input", loom_dtype_name(t->dtype));
-  if (tw->rank != t->rank || tw->dtype != t->dtype) return cv_invalid(cv, "weights of another rank or type");
+  if (!loom_dtype_is_float(t->dtype))
+    return cv_unsupported(cv, "a %s input", loom_dtype_name(t->dtype));
+  if (tw->rank != t->rank || tw->dtype != t->dtype)
+    return cv_invalid(cv, "weights of another rank or type");
   window w;
   LOOM_TRY(read_window(cv, t, tw->shape + 2, false, &w));
   for (int32_t d = 0; d < w.k; d++)
-    if (w.kernel[d] != tw->shape[2 + d]) return cv_invalid(cv, "kernel_shape differs from the weights'");
+    if (w.kernel[d] != tw->shape[2 + d])
+      return cv_invalid(cv, "kernel_shape differs from the weights'");
   int64_t g = cv_attr_i(cv, "group", 1), c = t->shape[1], m = tw->shape[0];
-  if (g <= 0 || c % g || m % g || tw->shape[1] != c / g) return cv_invalid(cv, "group %lld for %lld channels", (long long)g, (long long)c);
+  if (g <= 0 || c % g || m % g || tw->shape[1] != c / g)
+    return cv_invalid(cv, "group %lld for %lld channels", (long long)g, (long long)c);
   loom_attr_value a[LOOM_MAX_ATTRS];
   window_attrs(LOOM_OP_CONV, &w, a);
   LOOM_ATTRV_I(a, conv, groups) = g;
@@ -142,14 +149,18 @@ loom_status onnx_cv_conv(onnx_cv *cv) {
 loom_status onnx_cv_conv_transpose(onnx_cv *cv);
 loom_status onnx_cv_conv_transpose(onnx_cv *cv) {
   const loom_type *t = cv_type(cv, 0), *tw = cv_type(cv, 1);
-  if (!loom_dtype_is_float(t->dtype)) return cv_unsupported(cv, "a %s input", loom_dtype_name(t->dtype));
-  if (tw->rank != t->rank || tw->dtype != t->dtype) return cv_invalid(cv, "weights of another rank or type");
+  if (!loom_dtype_is_float(t->dtype))
+    return cv_unsupported(cv, "a %s input", loom_dtype_name(t->dtype));
+  if (tw->rank != t->rank || tw->dtype != t->dtype)
+    return cv_invalid(cv, "weights of another rank or type");
   int32_t k = t->rank - 2;
-  if (k < 1 || k > MAX_SPATIAL || t->rank + 1 > LOOM_MAX_RANK) return cv_unsupported(cv, "%d spatial dims", k);
+  if (k < 1 || k > MAX_SPATIAL || t->rank + 1 > LOOM_MAX_RANK)
+    return cv_unsupported(cv, "%d spatial dims", k);
   int64_t g = cv_attr_i(cv, "group", 1), c = t->shape[1], mg = tw->shape[1], m = mg * g;
-  if (g <= 0 || c % g || tw->shape[0] != c) return cv_invalid(cv, "group %lld for %lld channels", (long long)g, (long long)c);
-  int64_t v[2 * MAX_SPATIAL], kernel[MAX_SPATIAL], stride[MAX_SPATIAL], dil[MAX_SPATIAL], lo[MAX_SPATIAL] = {0},
-      hi[MAX_SPATIAL] = {0}, opad[MAX_SPATIAL] = {0}, oshape[MAX_SPATIAL];
+  if (g <= 0 || c % g || tw->shape[0] != c)
+    return cv_invalid(cv, "group %lld for %lld channels", (long long)g, (long long)c);
+  int64_t v[2 * MAX_SPATIAL], kernel[MAX_SPATIAL], stride[MAX_SPATIAL], dil[MAX_SPATIAL],
+      lo[MAX_SPATIAL] = {0}, hi[MAX_SPATIAL] = {0}, opad[MAX_SPATIAL] = {0}, oshape[MAX_SPATIAL];
   int32_t n;
   for (int32_t d = 0; d < k; d++) {
     kernel[d] = tw->shape[2 + d];
@@ -159,11 +170,14 @@ loom_status onnx_cv_conv_transpose(onnx_cv *cv) {
     for (int32_t d = 0; d < k && d < n; d++)
       if (v[d] != kernel[d]) return cv_invalid(cv, "kernel_shape differs from the weights'");
   if ((n = cv_attr_ints(cv, "strides", v, MAX_SPATIAL)) >= 0)
-    for (int32_t d = 0; d < k && d < n; d++) stride[d] = v[d];
+    for (int32_t d = 0; d < k && d < n; d++)
+      stride[d] = v[d];
   if ((n = cv_attr_ints(cv, "dilations", v, MAX_SPATIAL)) >= 0)
-    for (int32_t d = 0; d < k && d < n; d++) dil[d] = v[d];
+    for (int32_t d = 0; d < k && d < n; d++)
+      dil[d] = v[d];
   if ((n = cv_attr_ints(cv, "output_padding", v, MAX_SPATIAL)) >= 0)
-    for (int32_t d = 0; d < k && d < n; d++) opad[d] = v[d];
+    for (int32_t d = 0; d < k && d < n; d++)
+      opad[d] = v[d];
   if ((n = cv_attr_ints(cv, "pads", v, 2 * MAX_SPATIAL)) >= 0) {
     if (n != 2 * k) return cv_invalid(cv, "pads has %d values", n);
     for (int32_t d = 0; d < k; d++) {
@@ -175,11 +189,14 @@ loom_status onnx_cv_conv_transpose(onnx_cv *cv) {
   if (cv->st) return cv->st;
   const char *ap = cv_attr_s(cv, "auto_pad", "NOTSET");
   bool same = strncmp(ap, "SAME_", 5) == 0, upper = strcmp(ap, "SAME_UPPER") == 0;
-  if (!same && strcmp(ap, "NOTSET") != 0 && strcmp(ap, "VALID") != 0) return cv_unsupported(cv, "auto_pad '%s'", ap);
+  if (!same && strcmp(ap, "NOTSET") != 0 && strcmp(ap, "VALID") != 0)
+    return cv_unsupported(cv, "auto_pad '%s'", ap);
   for (int32_t d = 0; d < k; d++) {
-    if (stride[d] <= 0 || dil[d] <= 0 || opad[d] < 0) return cv_invalid(cv, "bad strides, dilations or output_padding");
+    if (stride[d] <= 0 || dil[d] <= 0 || opad[d] < 0)
+      return cv_invalid(cv, "bad strides, dilations or output_padding");
     if (n_os < 0 && !same && (lo[d] < 0 || hi[d] < 0)) return cv_invalid(cv, "negative pads");
-    int64_t in = t->shape[2 + d], full = stride[d] * (in - 1) + opad[d] + (kernel[d] - 1) * dil[d] + 1;
+    int64_t in = t->shape[2 + d],
+            full = stride[d] * (in - 1) + opad[d] + (kernel[d] - 1) * dil[d] + 1;
     if (strcmp(ap, "VALID") == 0) lo[d] = hi[d] = 0;
     if (n_os >= 0 || same) {
       /* the spec's split of the total padding (floor halves; a negative
@@ -219,7 +236,8 @@ loom_status onnx_cv_conv_transpose(onnx_cv *cv) {
 
 static loom_status pool(onnx_cv *cv, bool max) {
   const loom_type *t = cv_type(cv, 0);
-  if (!loom_dtype_is_float(t->dtype)) return cv_unsupported(cv, "a %s input", loom_dtype_name(t->dtype));
+  if (!loom_dtype_is_float(t->dtype))
+    return cv_unsupported(cv, "a %s input", loom_dtype_name(t->dtype));
   if (cv->n_out > 1 && cv->node->out[1][0]) return cv_unsupported(cv, "the Indices output");
   window w;
   LOOM_TRY(read_window(cv, t, NULL, true, &w));
@@ -240,7 +258,8 @@ loom_status onnx_cv_average_pool(onnx_cv *cv) { return pool(cv, false); }
 /* GlobalAveragePool / GlobalMaxPool: one window over every spatial dim. */
 static loom_status global_pool(onnx_cv *cv, bool max) {
   const loom_type *t = cv_type(cv, 0);
-  if (!loom_dtype_is_float(t->dtype)) return cv_unsupported(cv, "a %s input", loom_dtype_name(t->dtype));
+  if (!loom_dtype_is_float(t->dtype))
+    return cv_unsupported(cv, "a %s input", loom_dtype_name(t->dtype));
   if (t->rank < 3 || t->rank - 2 > MAX_SPATIAL) return cv_invalid(cv, "input of rank %d", t->rank);
   window w = {.k = t->rank - 2};
   for (int32_t d = 0; d < w.k; d++) {

@@ -21,8 +21,9 @@
 typedef enum conv_result { RESULT_SMALL, RESULT_BIG, RESULT_WEIGHTS } conv_result;
 
 static conv_result result_of(loom_op op) {
-  return op == LOOM_OP_CONV ? RESULT_SMALL : op == LOOM_OP_CONV_TRANSPOSE ? RESULT_BIG
-                                                                          : RESULT_WEIGHTS;
+  return op == LOOM_OP_CONV             ? RESULT_SMALL
+         : op == LOOM_OP_CONV_TRANSPOSE ? RESULT_BIG
+                                        : RESULT_WEIGHTS;
 }
 
 /* The window and channel counts of n from its input types: *cb big-side
@@ -31,16 +32,15 @@ static conv_result result_of(loom_op op) {
 static loom_status conv_geometry(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                  loom_window *w, int64_t *batch, int64_t *cb, int64_t *ms) {
   char b0[128], b1[128];
-  const char *name = loom_op_name(n->op);
   const loom_type *x = &in[0], *y = &in[1];
   if (x->dtype != y->dtype || !loom_dtype_is_float(x->dtype))
     return loom_error(ctx, LOOM_STATUS_DTYPE_MISMATCH,
-                      "%s: inputs need the same float dtype, got %s and %s", name,
+                      "inputs need the same float dtype, got %s and %s",
                       loom_type_str(x, b0, sizeof b0), loom_type_str(y, b1, sizeof b1));
   if (x->rank < 3 || x->rank != y->rank)
     return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
-                      "%s: inputs need the same rank >= 3 ([N, C, spatial...]), got %s and %s",
-                      name, loom_type_str(x, b0, sizeof b0), loom_type_str(y, b1, sizeof b1));
+                      "inputs need the same rank >= 3 ([N, C, spatial...]), got %s and %s",
+                      loom_type_str(x, b0, sizeof b0), loom_type_str(y, b1, sizeof b1));
   int32_t k = x->rank - 2;
   conv_result r = result_of(n->op);
   /* conv and conv_transpose: y is the weights; conv_grad_weight: dy */
@@ -62,17 +62,17 @@ static loom_status conv_geometry(loom_ctx *ctx, const loom_node *n, const loom_t
   if (r == RESULT_SMALL) ok = ok && y->shape[1] * g == *cb;
   if (r == RESULT_BIG) ok = ok && y->shape[0] == *ms;
   if (!ok)
-    return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
-                      "%s: channels of %s and %s do not match in %lld groups", name,
-                      loom_type_str(x, b0, sizeof b0), loom_type_str(y, b1, sizeof b1),
-                      (long long)g);
+    return loom_error(
+        ctx, LOOM_STATUS_SHAPE_MISMATCH, "channels of %s and %s do not match in %lld groups",
+        loom_type_str(x, b0, sizeof b0), loom_type_str(y, b1, sizeof b1), (long long)g);
   if (r == RESULT_WEIGHTS) {
     bool same = y->shape[0] == x->shape[0];
-    for (int32_t d = 0; d < k; d++) same = same && y->shape[2 + d] == w->small[d];
+    for (int32_t d = 0; d < k; d++)
+      same = same && y->shape[2 + d] == w->small[d];
     if (!same)
       return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
-                        "%s: the output gradient %s is not the shape the window gives over %s",
-                        name, loom_type_str(y, b1, sizeof b1), loom_type_str(x, b0, sizeof b0));
+                        "the output gradient %s is not the shape the window gives over %s",
+                        loom_type_str(y, b1, sizeof b1), loom_type_str(x, b0, sizeof b0));
   }
   return LOOM_STATUS_OK;
 }
@@ -98,7 +98,8 @@ static double *load_all(loom_ctx *ctx, const loom_view *v) {
   int64_t n = loom_view_numel(v);
   double *d = loom_malloc(ctx, sizeof(double) * (size_t)(n ? n : 1));
   if (d)
-    for (int64_t i = 0; i < n; i++) d[i] = loom_view_get(v, i);
+    for (int64_t i = 0; i < n; i++)
+      d[i] = loom_view_get(v, i);
   return d;
 }
 
@@ -117,9 +118,12 @@ static void conv_terms(const loom_window *w, conv_result r, int64_t batch, int64
           for (int64_t j = 0; j < nk; j++) {
             int64_t p;
             if (!loom_window_at(w, o, j, &p)) continue;
-            if (r == RESULT_SMALL) sp[o] += bp[p] * wp[j];
-            else if (r == RESULT_BIG) bp[p] += sp[o] * wp[j];
-            else wp[j] += bp[p] * sp[o];
+            if (r == RESULT_SMALL)
+              sp[o] += bp[p] * wp[j];
+            else if (r == RESULT_BIG)
+              bp[p] += sp[o] * wp[j];
+            else
+              wp[j] += bp[p] * sp[o];
           }
       }
 }
@@ -140,10 +144,14 @@ static loom_status ref_conv(loom_ctx *ctx, const loom_node *n, const loom_view *
   double *res = loom_calloc(ctx, (size_t)(no ? no : 1), sizeof *res);
   loom_status st = a && b && res ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {
-    if (r == RESULT_SMALL) conv_terms(&w, r, batch, cb, ms, a, b, res);
-    else if (r == RESULT_BIG) conv_terms(&w, r, batch, cb, ms, res, b, a);
-    else conv_terms(&w, r, batch, cb, ms, a, res, b);
-    for (int64_t i = 0; i < no; i++) loom_view_set(&out[0], i, res[i]);
+    if (r == RESULT_SMALL)
+      conv_terms(&w, r, batch, cb, ms, a, b, res);
+    else if (r == RESULT_BIG)
+      conv_terms(&w, r, batch, cb, ms, res, b, a);
+    else
+      conv_terms(&w, r, batch, cb, ms, a, res, b);
+    for (int64_t i = 0; i < no; i++)
+      loom_view_set(&out[0], i, res[i]);
   }
   free(a);
   free(b);
@@ -168,7 +176,8 @@ static int32_t grad_weight(loom_graph *g, const loom_node *n, int32_t big, int32
   copy_window(n, LOOM_OP_CONV_GRAD_WEIGHT, a);
   loom_ints *ker = &LOOM_ATTRV_INTS(a, conv_grad_weight, kernel);
   ker->n = wt->rank - 2;
-  for (int32_t d = 0; d < ker->n; d++) ker->v[d] = wt->shape[2 + d];
+  for (int32_t d = 0; d < ker->n; d++)
+    ker->v[d] = wt->shape[2 + d];
   return lb_op(g, LOOM_OP_CONV_GRAD_WEIGHT, 2, (int32_t[]){big, small}, a);
 }
 
@@ -230,14 +239,13 @@ static void partition_conv(const loom_node *n, const loom_type *in, const loom_t
       p, res == RESULT_WEIGHTS ? LOOM_SPLIT_PARTIAL : LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
   int8_t m = -1, c = -1;
   if (one_group) {
-    m = (int8_t)loom_partition_new_label(p, res == RESULT_BIG ? LOOM_SPLIT_PARTIAL
-                                                              : LOOM_SPLIT_SPATIAL,
-                                         LOOM_OP_ADD);
-    c = (int8_t)loom_partition_new_label(p, res == RESULT_SMALL ? LOOM_SPLIT_PARTIAL
-                                                                : LOOM_SPLIT_SPATIAL,
-                                         LOOM_OP_ADD);
+    m = (int8_t)loom_partition_new_label(
+        p, res == RESULT_BIG ? LOOM_SPLIT_PARTIAL : LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
+    c = (int8_t)loom_partition_new_label(
+        p, res == RESULT_SMALL ? LOOM_SPLIT_PARTIAL : LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
   }
-  for (int32_t d = 0; d < r; d++) p->in[0][d] = p->in[1][d] = p->out[0][d] = -1;
+  for (int32_t d = 0; d < r; d++)
+    p->in[0][d] = p->in[1][d] = p->out[0][d] = -1;
   /* in[0] big/small/big, in[1] weights/weights/small, out small/big/weights */
   int8_t *big = res == RESULT_BIG ? p->out[0] : p->in[0];
   int8_t *small = res == RESULT_SMALL ? p->out[0] : res == RESULT_BIG ? p->in[0] : p->in[1];

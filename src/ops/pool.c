@@ -16,29 +16,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool is_grad(loom_op op) { return op == LOOM_OP_MAX_POOL_GRAD || op == LOOM_OP_AVG_POOL_GRAD; }
+static bool is_grad(loom_op op) {
+  return op == LOOM_OP_MAX_POOL_GRAD || op == LOOM_OP_AVG_POOL_GRAD;
+}
 
 static loom_status pool_geometry(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                  loom_window *w) {
   char b0[128], b1[128];
-  const char *name = loom_op_name(n->op);
   const loom_type *x = &in[0];
   if (!loom_dtype_is_float(x->dtype))
-    return loom_error(ctx, LOOM_STATUS_DTYPE_MISMATCH, "%s: needs a float input, got %s", name,
+    return loom_error(ctx, LOOM_STATUS_DTYPE_MISMATCH, "needs a float input, got %s",
                       loom_type_str(x, b0, sizeof b0));
   if (x->rank < 3)
     return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
-                      "%s: needs [N, C, spatial...] (rank >= 3), got %s", name,
+                      "needs [N, C, spatial...] (rank >= 3), got %s",
                       loom_type_str(x, b0, sizeof b0));
   LOOM_TRY(loom_window_read(ctx, n, x->rank - 2, x->shape + 2, NULL, NULL, w));
   if (is_grad(n->op)) {
     const loom_type *dy = &in[1];
     bool same = dy->dtype == x->dtype && dy->rank == x->rank && dy->shape[0] == x->shape[0] &&
                 dy->shape[1] == x->shape[1];
-    for (int32_t d = 0; same && d < w->k; d++) same = dy->shape[2 + d] == w->small[d];
+    for (int32_t d = 0; same && d < w->k; d++)
+      same = dy->shape[2 + d] == w->small[d];
     if (!same)
       return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
-                        "%s: the output gradient %s is not the pool's output over %s", name,
+                        "the output gradient %s is not the pool's output over %s",
                         loom_type_str(dy, b1, sizeof b1), loom_type_str(x, b0, sizeof b0));
   }
   return LOOM_STATUS_OK;
@@ -50,7 +52,8 @@ static loom_status infer_pool(loom_ctx *ctx, const loom_node *n, const loom_type
   LOOM_TRY(pool_geometry(ctx, n, in, &w));
   loom_type t = in[0];
   if (!is_grad(n->op))
-    for (int32_t d = 0; d < w.k; d++) t.shape[2 + d] = w.small[d];
+    for (int32_t d = 0; d < w.k; d++)
+      t.shape[2 + d] = w.small[d];
   out[0] = t;
   return LOOM_STATUS_OK;
 }
@@ -95,12 +98,15 @@ static loom_status ref_pool(loom_ctx *ctx, const loom_node *n, const loom_view *
   double *res = loom_calloc(ctx, (size_t)(nr ? nr : 1), sizeof *res);
   loom_status st = x && dy && res ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {
-    for (int64_t i = 0; i < nx; i++) x[i] = loom_view_get(&in[0], i);
-    for (int64_t i = 0; is_grad(n->op) && i < ny; i++) dy[i] = loom_view_get(&in[1], i);
+    for (int64_t i = 0; i < nx; i++)
+      x[i] = loom_view_get(&in[0], i);
+    for (int64_t i = 0; is_grad(n->op) && i < ny; i++)
+      dy[i] = loom_view_get(&in[1], i);
     int64_t res_plane = is_grad(n->op) ? nb : ns;
     for (int64_t pl = 0; pl < planes; pl++)
       pool_plane(&w, n->op, x + pl * nb, dy + pl * ns, res + pl * res_plane);
-    for (int64_t i = 0; i < nr; i++) loom_view_set(&out[0], i, res[i]);
+    for (int64_t i = 0; i < nr; i++)
+      loom_view_set(&out[0], i, res[i]);
   }
   free(x);
   free(dy);
@@ -126,7 +132,8 @@ static void partition_pool(const loom_node *n, const loom_type *in, const loom_t
   for (int32_t d = 0; d < in[0].rank; d++) {
     int8_t l = d == 0 ? b : d == 1 ? c : -1;
     p->out[0][d] = l;
-    for (int32_t i = 0; i < n->n_in; i++) p->in[i][d] = l;
+    for (int32_t i = 0; i < n->n_in; i++)
+      p->in[i][d] = l;
   }
 }
 

@@ -12,18 +12,16 @@ static bool is_pool(loom_op op) {
 
 /* One per-dim list: empty gives `def` everywhere, else exactly k values
  * no smaller than `min`. */
-static loom_status read_list(loom_ctx *ctx, const loom_node *n, const char *name,
-                             const loom_ints *v, int32_t k, int64_t def, int64_t min,
-                             int64_t *out) {
+static loom_status read_list(loom_ctx *ctx, const char *name, const loom_ints *v, int32_t k,
+                             int64_t def, int64_t min, int64_t *out) {
   if (v->n != 0 && v->n != k)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "%s: '%s' has %d values for %d spatial dims", loom_op_name(n->op), name,
-                      (int)v->n, (int)k);
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "'%s' has %d values for %d spatial dims",
+                      name, (int)v->n, (int)k);
   for (int32_t d = 0; d < k; d++) {
     out[d] = v->n ? v->v[d] : def;
     if (out[d] < min)
-      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s: '%s' must be >= %lld, got %lld",
-                        loom_op_name(n->op), name, (long long)min, (long long)out[d]);
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "'%s' must be >= %lld, got %lld", name,
+                        (long long)min, (long long)out[d]);
   }
   return LOOM_STATUS_OK;
 }
@@ -31,10 +29,9 @@ static loom_status read_list(loom_ctx *ctx, const loom_node *n, const char *name
 loom_status loom_window_read(loom_ctx *ctx, const loom_node *n, int32_t k, const int64_t *big,
                              const int64_t *small, const int64_t *kernel, loom_window *w) {
   memset(w, 0, sizeof *w);
-  const char *name = loom_op_name(n->op);
   if (k < 1 || k > LOOM_WINDOW_MAX_DIMS)
     return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
-                      "%s: needs [N, C, spatial...] with 1 to %d spatial dims, got rank %d", name,
+                      "needs [N, C, spatial...] with 1 to %d spatial dims, got rank %d",
                       LOOM_WINDOW_MAX_DIMS, (int)k + 2);
   w->k = k;
   w->groups = 1;
@@ -49,7 +46,7 @@ loom_status loom_window_read(loom_ctx *ctx, const loom_node *n, int32_t k, const
     w->include_pad = LOOM_ATTR_I(n, max_pool, count_include_pad) != 0;
     if (ker->n != k)
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                        "%s: 'kernel' has %d values for %d spatial dims", name, (int)ker->n, (int)k);
+                        "'kernel' has %d values for %d spatial dims", (int)ker->n, (int)k);
   } else {
     strides = &LOOM_ATTR_INTS(n, conv, strides);
     lo = &LOOM_ATTR_INTS(n, conv, pads_lo);
@@ -57,51 +54,50 @@ loom_status loom_window_read(loom_ctx *ctx, const loom_node *n, int32_t k, const
     dil = &LOOM_ATTR_INTS(n, conv, dilations);
     w->groups = LOOM_ATTR_I(n, conv, groups);
     if (w->groups < 1)
-      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "%s: 'groups' must be >= 1, got %lld",
-                        name, (long long)w->groups);
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "'groups' must be >= 1, got %lld",
+                        (long long)w->groups);
     if (n->op == LOOM_OP_CONV_TRANSPOSE) opad = &LOOM_ATTR_INTS(n, conv_transpose, output_padding);
     if (n->op == LOOM_OP_CONV_GRAD_WEIGHT) ker = &LOOM_ATTR_INTS(n, conv_grad_weight, kernel);
   }
-  if (ker) LOOM_TRY(read_list(ctx, n, "kernel", ker, k, 1, 1, w->kernel));
+  if (ker) LOOM_TRY(read_list(ctx, "kernel", ker, k, 1, 1, w->kernel));
   if (kernel) memcpy(w->kernel, kernel, sizeof *kernel * (size_t)k);
-  LOOM_TRY(read_list(ctx, n, "strides", strides, k, 1, 1, w->stride));
-  LOOM_TRY(read_list(ctx, n, "pads_lo", lo, k, 0, 0, w->lo));
-  LOOM_TRY(read_list(ctx, n, "pads_hi", hi, k, 0, 0, w->hi));
-  LOOM_TRY(read_list(ctx, n, "dilations", dil, k, 1, 1, w->dil));
+  LOOM_TRY(read_list(ctx, "strides", strides, k, 1, 1, w->stride));
+  LOOM_TRY(read_list(ctx, "pads_lo", lo, k, 0, 0, w->lo));
+  LOOM_TRY(read_list(ctx, "pads_hi", hi, k, 0, 0, w->hi));
+  LOOM_TRY(read_list(ctx, "dilations", dil, k, 1, 1, w->dil));
   int64_t op[LOOM_WINDOW_MAX_DIMS] = {0};
-  if (opad) LOOM_TRY(read_list(ctx, n, "output_padding", opad, k, 0, 0, op));
+  if (opad) LOOM_TRY(read_list(ctx, "output_padding", opad, k, 0, 0, op));
   for (int32_t d = 0; d < k; d++) {
-    if (w->kernel[d] < 1)
-      return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH, "%s: an empty kernel", name);
+    if (w->kernel[d] < 1) return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH, "an empty kernel");
     /* sizes stay far below 2^62, so these products cannot overflow */
     if (w->kernel[d] > (1 << 20) || w->stride[d] > (1 << 20) || w->dil[d] > (1 << 20) ||
         w->lo[d] > (1 << 30) || w->hi[d] > (1 << 30) || op[d] > (1 << 20))
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                        "%s: a kernel, stride, dilation or padding too large", name);
+                        "a kernel, stride, dilation or padding too large");
     int64_t span = w->dil[d] * (w->kernel[d] - 1) + 1;
     /* a pool's window always holds an input position */
     if (is_pool(n->op) && (w->lo[d] >= span || w->hi[d] >= span))
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                        "%s: padding (%lld, %lld) of spatial dim %d must be smaller than the "
+                        "padding (%lld, %lld) of spatial dim %d must be smaller than the "
                         "window (%lld)",
-                        name, (long long)w->lo[d], (long long)w->hi[d], (int)d, (long long)span);
+                        (long long)w->lo[d], (long long)w->hi[d], (int)d, (long long)span);
     if (n->op == LOOM_OP_CONV_TRANSPOSE) {
       w->small[d] = small[d];
       w->big[d] = w->stride[d] * (small[d] - 1) + span - w->lo[d] - w->hi[d] + op[d];
       if (small[d] < 1 || w->big[d] < 1)
         return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
-                          "%s: spatial dim %d of size %lld gives an output of size %lld", name,
-                          (int)d, (long long)small[d], (long long)w->big[d]);
+                          "spatial dim %d of size %lld gives an output of size %lld", (int)d,
+                          (long long)small[d], (long long)w->big[d]);
       continue;
     }
     w->big[d] = big[d];
     int64_t room = big[d] + w->lo[d] + w->hi[d] - span;
     if (room < 0 || big[d] < 1)
       return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
-                        "%s: the window (%lld positions, dilation %lld) is larger than spatial "
+                        "the window (%lld positions, dilation %lld) is larger than spatial "
                         "dim %d (%lld, padded by %lld and %lld)",
-                        name, (long long)w->kernel[d], (long long)w->dil[d], (int)d,
-                        (long long)big[d], (long long)w->lo[d], (long long)w->hi[d]);
+                        (long long)w->kernel[d], (long long)w->dil[d], (int)d, (long long)big[d],
+                        (long long)w->lo[d], (long long)w->hi[d]);
     int64_t o = (w->ceil_mode ? room + w->stride[d] - 1 : room) / w->stride[d] + 1;
     /* ceil_mode: the last window must start inside the input or its
      * leading padding */
@@ -113,7 +109,8 @@ loom_status loom_window_read(loom_ctx *ctx, const loom_node *n, int32_t k, const
 
 static int64_t prod(const int64_t *v, int32_t k) {
   int64_t p = 1;
-  for (int32_t d = 0; d < k; d++) p *= v[d];
+  for (int32_t d = 0; d < k; d++)
+    p *= v[d];
   return p;
 }
 

@@ -19,9 +19,9 @@ typedef struct loom_window {
   int64_t kernel[LOOM_WINDOW_MAX_DIMS], stride[LOOM_WINDOW_MAX_DIMS], dil[LOOM_WINDOW_MAX_DIMS];
   int64_t lo[LOOM_WINDOW_MAX_DIMS], hi[LOOM_WINDOW_MAX_DIMS];
   int64_t big[LOOM_WINDOW_MAX_DIMS], small[LOOM_WINDOW_MAX_DIMS];
-  int64_t groups;     /* conv ops */
-  bool ceil_mode;     /* pools */
-  bool include_pad;   /* avg_pool */
+  int64_t groups;   /* conv ops */
+  bool ceil_mode;   /* pools */
+  bool include_pad; /* avg_pool */
 } loom_window;
 
 /* Reads node n's window for a big side of spatial size big[0..k) (conv,

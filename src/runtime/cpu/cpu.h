@@ -40,6 +40,13 @@ loom_cpu_kernel loom_cpu_source_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_attention_kernel(const loom_graph *g, const loom_node *n);
 /* conv, conv_transpose, conv_grad_weight and the pools (cpu_conv.c). */
 loom_cpu_kernel loom_cpu_conv_kernel(const loom_graph *g, const loom_node *n);
+/* Runs f32 conv node n (loom_cpu_conv_kernel said yes) with an epilogue
+ * (gemm.h; NULL: none) on the output's rows (its last dim; each image's
+ * block of channels is whole rows), in blocks of at most epi->rows rows
+ * on the thread that computed them. */
+struct loom_gemm_epilogue;
+loom_status loom_cpu_conv(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                          const loom_view *out, const struct loom_gemm_epilogue *epi);
 
 /* Async steps (cpu_overlap.c): moves every dropout_mask step marked
  * `overlap` to just before the last GEMM step ahead of its first user

@@ -13,6 +13,7 @@
  * positions), run plain loops over (image, channel) planes.
  */
 #include "runtime/cpu/cpu.h"
+#include "runtime/cpu/gemm.h"
 
 #include "ops/window.h"
 
@@ -24,10 +25,17 @@
 #include <string.h>
 
 #define MAX_DIMS 3      /* spatial dims oneDNN takes */
-#define MIN_TASKS 16    /* blocks of channels: at least this many tasks per call, */
-#define MIN_CHANNELS 16 /* while a block keeps this many channels */
+#define MIN_TASKS 8     /* blocks of channels: at least this many tasks per call, */
+#define MIN_CHANNELS 64 /* while a block keeps this many channels (each block redoes im2col) */
 
-typedef enum prim_kind { P_FWD, P_BWD_DATA, P_BWD_WEIGHTS, P_MAX, P_AVG_EXCL, P_AVG_INCL } prim_kind;
+typedef enum prim_kind {
+  P_FWD,
+  P_BWD_DATA,
+  P_BWD_WEIGHTS,
+  P_MAX,
+  P_AVG_EXCL,
+  P_AVG_INCL
+} prim_kind;
 
 /* One primitive's geometry (N = 1; zero-filled so it compares bytewise). */
 typedef struct prim_key {
@@ -73,7 +81,8 @@ static void md_weights(dnnl_memory_desc_t *md, const prim_key *p) {
   if (p->groups > 1) dims[at++] = p->groups;
   dims[at++] = p->small_c / p->groups;
   dims[at++] = p->big_c / p->groups;
-  for (int32_t d = 0; d < p->k; d++) dims[at++] = p->kernel[d];
+  for (int32_t d = 0; d < p->k; d++)
+    dims[at++] = p->kernel[d];
   md_plain(md, at, dims);
 }
 
@@ -94,22 +103,23 @@ static dnnl_status_t create(const prim_key *p, dnnl_primitive_t *prim, size_t *s
   md_image(&small, p->small_c, k, p->small);
   if (p->kind <= P_BWD_WEIGHTS) md_weights(&wt, p);
   dnnl_status_t st = dnnl_primitive_attr_create(&attr);
-  if (st == dnnl_success) st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  if (st == dnnl_success)
+    st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
   if (st == dnnl_success && p->kind <= P_BWD_WEIGHTS) {
     dnnl_convolution_desc_t fwd, cd;
-    st = dnnl_dilated_convolution_forward_desc_init(&fwd, p->kind == P_FWD ? dnnl_forward_inference : dnnl_forward_training,
-                                                    dnnl_convolution_direct, &big, &wt, NULL, &small,
-                                                    stride, dil, lo, hi);
+    st = dnnl_dilated_convolution_forward_desc_init(
+        &fwd, p->kind == P_FWD ? dnnl_forward_inference : dnnl_forward_training,
+        dnnl_convolution_direct, &big, &wt, NULL, &small, stride, dil, lo, hi);
     if (st == dnnl_success && p->kind == P_FWD) {
       st = dnnl_primitive_desc_create(&pd, &fwd, attr, engine, NULL);
     } else if (st == dnnl_success) {
       st = dnnl_primitive_desc_create(&hint, &fwd, NULL, engine, NULL);
       if (st == dnnl_success)
         st = p->kind == P_BWD_DATA
-                 ? dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &big, &wt,
-                                                                    &small, stride, dil, lo, hi)
-                 : dnnl_dilated_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &big, &wt,
-                                                                       NULL, &small, stride, dil, lo, hi);
+                 ? dnnl_dilated_convolution_backward_data_desc_init(
+                       &cd, dnnl_convolution_direct, &big, &wt, &small, stride, dil, lo, hi)
+                 : dnnl_dilated_convolution_backward_weights_desc_init(
+                       &cd, dnnl_convolution_direct, &big, &wt, NULL, &small, stride, dil, lo, hi);
       if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &cd, attr, engine, hint);
     }
   } else if (st == dnnl_success) {
@@ -117,12 +127,13 @@ static dnnl_status_t create(const prim_key *p, dnnl_primitive_t *prim, size_t *s
     dnnl_alg_kind_t alg = p->kind == P_MAX        ? dnnl_pooling_max
                           : p->kind == P_AVG_EXCL ? dnnl_pooling_avg_exclude_padding
                                                   : dnnl_pooling_avg_include_padding;
-    st = dnnl_pooling_v2_forward_desc_init(&pl, dnnl_forward_inference, alg, &big, &small, stride, ker, dil,
-                                           lo, hi);
+    st = dnnl_pooling_v2_forward_desc_init(&pl, dnnl_forward_inference, alg, &big, &small, stride,
+                                           ker, dil, lo, hi);
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &pl, attr, engine, NULL);
   }
   if (st == dnnl_success) {
-    *scratch = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+    *scratch =
+        dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
     st = dnnl_primitive_create(prim, pd);
   }
   if (pd) dnnl_primitive_desc_destroy(pd);
@@ -165,7 +176,8 @@ static _Thread_local size_t thread_scratch_size;
 /* Runs e's primitive on one thread: args are (DNNL_ARG_*, pointer) pairs. */
 static bool run_prim(const prim_entry *e, int32_t n, const int *which, void *const *ptrs) {
   const prim_key *p = &e->key;
-  if (!thread_stream && dnnl_stream_create(&thread_stream, engine, dnnl_stream_default_flags) != dnnl_success)
+  if (!thread_stream &&
+      dnnl_stream_create(&thread_stream, engine, dnnl_stream_default_flags) != dnnl_success)
     return false;
   if (e->scratch > thread_scratch_size) {
     free(thread_scratch);
@@ -208,7 +220,8 @@ static bool run_prim(const prim_entry *e, int32_t n, const int *which, void *con
  * while a block keeps MIN_CHANNELS channels (per_unit each). */
 static int64_t block_units(int64_t units, int64_t per_unit, int64_t images) {
   int64_t b = units;
-  while (b > 1 && images * ((units + b - 1) / b) < MIN_TASKS && (b + 1) / 2 * per_unit >= MIN_CHANNELS)
+  while (b > 1 && images * ((units + b - 1) / b) < MIN_TASKS &&
+         (b + 1) / 2 * per_unit >= MIN_CHANNELS)
     b = (b + 1) / 2;
   return b;
 }
@@ -236,7 +249,8 @@ static void key_window(prim_key *p, prim_kind kind, const loom_window *w) {
 static loom_status window_of(const loom_cpu *c, const loom_node *n, const loom_view *in,
                              loom_window *w) {
   int32_t k = in[0].rank - 2;
-  const int64_t *kernel = n->op == LOOM_OP_CONV || n->op == LOOM_OP_CONV_TRANSPOSE ? in[1].shape + 2 : NULL;
+  const int64_t *kernel =
+      n->op == LOOM_OP_CONV || n->op == LOOM_OP_CONV_TRANSPOSE ? in[1].shape + 2 : NULL;
   return loom_window_read(c->ctx, n, k, in[0].shape + 2, in[0].shape + 2, kernel, w);
 }
 
@@ -306,19 +320,24 @@ static void block_key(const conv_split *s, prim_kind kind, int64_t blk, prim_key
 
 static bool big_flops(const conv_split *s) {
   return 2.0 * (double)s->batch * (double)s->small_c * (double)(s->big_c / s->w.groups) *
-             (double)s->kn * (double)s->ss >= 1e6;
+             (double)s->kn * (double)s->ss >=
+         1e6;
 }
+
+static int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
 
 /* What a conv op's tasks read. */
 typedef struct conv_job {
   conv_split s;
   const float *a, *b, *packed;
   float *out;
+  const loom_gemm_epilogue *epi; /* conv: NULL or run on each task's rows */
 } conv_job;
 
 static loom_status conv_done(const loom_cpu *c, const loom_node *n, bool ok) {
   if (ok) return LOOM_STATUS_OK;
-  return loom_error(c->ctx, LOOM_STATUS_INTERNAL, "%s: a oneDNN primitive failed", loom_op_name(n->op));
+  return loom_error(c->ctx, LOOM_STATUS_INTERNAL, "%s: a oneDNN primitive failed",
+                    loom_op_name(n->op));
 }
 
 /* conv: x big [N, C, S], w [M, C/g, K] -> small [N, M, O]; tasks: image x
@@ -333,15 +352,41 @@ static bool conv_task(const void *user, int64_t t) {
                    (void *)(j->b + u0 * sc * (s->big_c / s->w.groups) * s->kn),
                    j->out + (img * s->small_c + u0 * sc) * s->ss};
   static const int which[6] = {0, DNNL_ARG_SRC, 2, DNNL_ARG_WEIGHTS, 1, DNNL_ARG_DST};
-  return run_key(&p, 3, which, ptrs);
+  if (!run_key(&p, 3, which, ptrs)) return false;
+  const loom_gemm_epilogue *epi = j->epi;
+  if (!epi) return true;
+  /* the task's output, [nu * sc] channels of image img, is whole rows of
+   * the last dim, ending on planes (which end on the kernel's rows) */
+  int64_t cols = s->w.small[s->w.k - 1];
+  if (cols <= 0) return true;
+  int64_t r0 = (img * s->small_c + u0 * sc) * s->ss / cols, r1 = r0 + nu * sc * s->ss / cols;
+  for (int64_t r = r0; r < r1; r += epi->rows)
+    epi->fn(epi->user, omp_get_thread_num(), r, LOOM_MIN(r + epi->rows, r1));
+  return true;
+}
+
+loom_status loom_cpu_conv(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                          const loom_view *out, const loom_gemm_epilogue *epi) {
+  conv_job j = {.a = in[0].data, .b = in[1].data, .out = out[0].data};
+  if (epi && epi->rows > 0 && epi->fn) j.epi = epi;
+  LOOM_TRY(window_of(c, n, in, &j.s.w));
+  conv_split *s = &j.s;
+  split_conv(s, in[0].shape[0], in[0].shape[1], in[1].shape[0], false);
+  int64_t plane_rows = s->w.k > 1 ? s->ss / s->w.small[s->w.k - 1] : 1;
+  if (j.epi && plane_rows > 0) {
+    /* blocks of whole epilogue blocks: each image's rows are cut into
+     * blocks of epi->rows (aligned to the kernel's rows, as is the image's
+     * end), so a block of channels must span a multiple of them */
+    int64_t q = epi->rows / gcd64(epi->rows, plane_rows * s->per_small);
+    s->b = LOOM_MIN((s->b + q - 1) / q * q, s->units);
+    s->blocks = (s->units + s->b - 1) / s->b;
+  }
+  return conv_done(c, n, run_tasks(c, j.s.batch * j.s.blocks, big_flops(&j.s), conv_task, &j));
 }
 
 static loom_status k_conv(const loom_cpu *c, const loom_node *n, const loom_view *in,
                           const loom_view *out) {
-  conv_job j = {.a = in[0].data, .b = in[1].data, .out = out[0].data};
-  LOOM_TRY(window_of(c, n, in, &j.s.w));
-  split_conv(&j.s, in[0].shape[0], in[0].shape[1], in[1].shape[0], false);
-  return conv_done(c, n, run_tasks(c, j.s.batch * j.s.blocks, big_flops(&j.s), conv_task, &j));
+  return loom_cpu_conv(c, n, in, out, NULL);
 }
 
 /* conv_transpose: x small [N, C, O], w [C, M/g, K] -> big [N, M, S];
@@ -405,7 +450,8 @@ static bool grad_weight_task(const void *user, int64_t t) {
     void *ptrs[3] = {(void *)(j->a + (img * s->big_c + u0 * s->per_big) * s->bs),
                      (void *)(j->b + (img * s->small_c + u0 * sc) * s->ss), img ? part : dst};
     ok = run_prim(&e, 3, which, ptrs);
-    for (int64_t i = 0; ok && img && i < len; i++) dst[i] += part[i];
+    for (int64_t i = 0; ok && img && i < len; i++)
+      dst[i] += part[i];
   }
   free(part);
   if (owned) dnnl_primitive_destroy(e.prim);
@@ -440,9 +486,12 @@ static void pool_plane(const loom_window *w, loom_op op, const float *x, const f
     if (op == LOOM_OP_AVG_POOL_GRAD) share = dy[o] / (double)loom_window_count(w, o);
     for (int64_t j = 0; j < nk; j++) {
       if (!loom_window_at(w, o, j, &p)) continue;
-      if (op == LOOM_OP_AVG_POOL) acc += x[p];
-      else if (op == LOOM_OP_AVG_POOL_GRAD) res[p] += (float)share;
-      else if (best < 0 || x[p] > x[best] || (x[p] != x[p] && x[best] == x[best])) best = p;
+      if (op == LOOM_OP_AVG_POOL)
+        acc += x[p];
+      else if (op == LOOM_OP_AVG_POOL_GRAD)
+        res[p] += (float)share;
+      else if (best < 0 || x[p] > x[best] || (x[p] != x[p] && x[best] == x[best]))
+        best = p;
     }
     if (op == LOOM_OP_MAX_POOL) res[o] = best < 0 ? -INFINITY : x[best];
     if (op == LOOM_OP_AVG_POOL) res[o] = (float)(acc / (double)loom_window_count(w, o));

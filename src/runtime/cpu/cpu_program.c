@@ -256,6 +256,21 @@ static loom_status prepare_async(loom_ctx *ctx, const loom_graph *g, loom_cpu_pr
 
 const loom_program *loom_cpu_program_get(const loom_cpu_program *p) { return p ? &p->prog : NULL; }
 
+/* Convolutions with a cpu kernel take epilogues like GEMMs: a kernel that
+ * reads the output row by row (a BatchNormalization's scale and shift,
+ * an activation) runs on each block of rows right after it is made. */
+static loom_status conv_epilogues(loom_ctx *ctx, const loom_graph *g, const loom_machine *m,
+                                  const loom_cpu_kernel *kernels, loom_program *prog) {
+  bool *producer = loom_calloc(ctx, (size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *producer);
+  if (!producer) return LOOM_STATUS_OUT_OF_MEMORY;
+  bool any = false;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    any |= producer[i] = g->nodes[i].op == LOOM_OP_CONV && kernels[i];
+  loom_status st = any ? loom_fusion_attach_node_epilogues(ctx, g, m, prog, producer) : LOOM_STATUS_OK;
+  free(producer);
+  return st;
+}
+
 /* 2 m n k of a matmul node. */
 static double gemm_step_flops(const loom_graph *g, int32_t node) {
   const loom_node *n = &g->nodes[node];
@@ -280,7 +295,8 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
     loom_error_prefix(ctx, "cpu backend: fusion (%s)", loom_fusion_mode_name(fm));
     goto fail;
   }
-  st = load_code(ctx, p, out);
+  st = conv_epilogues(ctx, g, &machine, kernels, &p->prog);
+  if (!st) st = load_code(ctx, p, out);
   int32_t n_async_comm = 0;
   if (!st && !p->eager)
     st = loom_cpu_overlap_schedule(ctx, g, &p->prog, &p->join, &n_async_comm);
@@ -381,7 +397,7 @@ static const char *step_name(const loom_graph *g, const loom_program *prog, cons
                              char *buf, size_t n) {
   if (st->kind == LOOM_STEP_KERNEL) return prog->kernels[st->kernel].name;
   if (st->epilogue_rows > 0) {
-    snprintf(buf, n, "matmul + %s", prog->kernels[st->kernel].name);
+    snprintf(buf, n, "%s + %s", loom_op_name(g->nodes[st->node].op), prog->kernels[st->kernel].name);
     return buf;
   }
   return loom_op_name(g->nodes[st->node].op);
@@ -393,7 +409,7 @@ static const char *const step_category[] = {"kernel", "gemm", "eager"};
 static loom_status run_step(loom_cpu_program *p, const loom_cpu *c, const loom_graph *g,
                             loom_view *values, const loom_step *st, int32_t nt) {
   const loom_program *prog = &p->prog;
-  if (st->kind == LOOM_STEP_NODE || (st->kind == LOOM_STEP_GEMM && st->epilogue_rows <= 0))
+  if (st->kind != LOOM_STEP_KERNEL && st->epilogue_rows <= 0)
     return loom_cpu_exec_node(c, g, &g->nodes[st->node], values);
   const loom_kernel *k = &prog->kernels[st->kernel];
   for (int32_t a = 0; a < k->n_args; a++)
@@ -408,8 +424,10 @@ static loom_status run_step(loom_cpu_program *p, const loom_cpu *c, const loom_g
                         loom_kpart_row_len(&k->parts[0])};
   loom_gemm_epilogue epi = {st->epilogue_rows, run_epilogue, &call};
   loom_view in[2] = {values[n->in[0]], values[n->in[1]]};
-  loom_status rs = loom_cpu_matmul(c, n, in, &values[n->out[0]], &epi);
-  if (rs) loom_error_prefix(c->ctx, "matmul with epilogue %s (node %d)", k->name, st->node);
+  loom_status rs = n->op == LOOM_OP_MATMUL ? loom_cpu_matmul(c, n, in, &values[n->out[0]], &epi)
+                                           : loom_cpu_conv(c, n, in, &values[n->out[0]], &epi);
+  if (rs)
+    loom_error_prefix(c->ctx, "%s with epilogue %s (node %d)", loom_op_name(n->op), k->name, st->node);
   return rs;
 }
 
