@@ -181,7 +181,7 @@ static bool same_bits(const shared *a, const shared *b) {
 }
 
 /* dp2's gradients in buckets of at most this many bytes: several, so
- * that some overlap the backward (the default would make one) */
+ * that some overlap the backward */
 #define SMALL_BUCKETS 16384
 
 static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in0, loom_tensor **want,
@@ -227,7 +227,7 @@ static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in0, lo
     /* an all-reduce of a bucket sums each element in the same order as
      * one per gradient: the same bits, in fewer collectives */
     loom_plan_program *apart = NULL;
-    lo.bucket_bytes = -1;
+    lo.bucket_bytes = 0;
     CHECK_OK(ctx, loom_plan_lower(p, &lo, &apart));
     if (apart) {
       CHECK(apart->n_comms > pp->n_comms && pp->n_comms > 1);

@@ -78,16 +78,13 @@ typedef struct loom_plan_program {
   loom_plan_device_stats *stats; /* n_devices */
 } loom_plan_program;
 
-/* All-reduces coalesced into one bucket hold at most this many bytes per
- * member unless the options say otherwise: PyTorch DDP's default. */
-#define LOOM_PLAN_BUCKET_BYTES ((int64_t)25 << 20)
-
 typedef struct loom_plan_lower_options {
   loom_comm_model comm;  /* costs of the communication choices */
   int64_t memory_limit;  /* bytes per device, 0: none */
   int64_t bucket_bytes;  /* gradient buckets: all-reduces whose results are read
                             later coalesced up to this many bytes per member
-                            (0: LOOM_PLAN_BUCKET_BYTES, < 0: never) */
+                            (<= 0: none, one all-reduce per gradient; off by
+                            default: docs/PARALLEL.md, "Gradient buckets") */
 } loom_plan_lower_options;
 
 /* Validates and lowers p. A broken plan fails with a message naming the

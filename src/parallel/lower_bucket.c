@@ -318,8 +318,8 @@ static loom_status rebuild_graph(rebuild *r, const int32_t *sorted, const int32_
 
 loom_status lower_bucket(lower_walk *w) {
   loom_plan_program *pp = w->pp;
-  if (w->o.bucket_bytes < 0 || pp->n_comms < 2) return LOOM_STATUS_OK;
-  int64_t cap = w->o.bucket_bytes ? w->o.bucket_bytes : LOOM_PLAN_BUCKET_BYTES;
+  if (w->o.bucket_bytes <= 0 || pp->n_comms < 2) return LOOM_STATUS_OK;
+  int64_t cap = w->o.bucket_bytes;
   int32_t *sorted = NULL, *succ_start = NULL, *succ = NULL, merged = 0;
   int32_t *bucket = loom_malloc(w->ctx, sizeof *bucket * (size_t)pp->n_comms);
   loom_status st = bucket ? lower_sort(w, &sorted, &succ_start, &succ) : LOOM_STATUS_OUT_OF_MEMORY;
