@@ -9,6 +9,8 @@
  *     the trainer's own figure).
  *   - Comm overlap: the same dp2 (and pp2) runs with --comm-overlap on and
  *     off, alternating, and the ratio of their tokens/s.
+ *   - Gradient buckets: dp2 with gradients in 1 MiB buckets and with one
+ *     all-reduce per gradient (the default), alternating.
  *   - Planning: applying a built-in plan, validating and lowering it and
  *     cutting every device's program out, for a 48-layer GPT on 64
  *     virtual devices.
@@ -83,44 +85,48 @@ static void dp_scaling(FILE *f, bool json, const loom_bench_opts *o) {
             steps, k, ma, mb, mb / ma, mb / ma >= 1.7 ? "met" : "not met");
 }
 
-/* dp2 and pp2 with comm ops overlapping compute and blocking, alternating. */
-static void comm_overlap(FILE *f, bool json, const loom_bench_opts *o) {
+/* The same plan run two ways (extra flags a, b), alternating: medians and
+ * their ratio as a row named `bench`. */
+static void two_ways(FILE *f, bool json, const loom_bench_opts *o, const char *bench,
+                     const char *plan, const char *a, const char *b, const char *na,
+                     const char *nb) {
   char exe[4096];
   if (!loom_bench_mpi_exe(exe, sizeof exe)) {
-    fprintf(f, json ? "{\"bench\":\"comm_overlap\",\"skipped\":\"no mpirun\"}\n"
-                    : "comm overlap: skipped (no mpirun)\n");
+    fprintf(f, json ? "{\"bench\":\"%s\",\"skipped\":\"no mpirun\"}\n" : "%s: skipped (no mpirun)\n",
+            bench);
     return;
   }
   int32_t steps = o->small ? 8 : 40, runs = o->runs < 1 ? 1 : o->runs;
-  char flags[256], on[5000], off[5000];
+  char flags[256], ca[5000], cb[5000], what[96];
   train_flags(flags, sizeof flags, steps);
-  static const char *const plans[] = {"dp2", "pp2"};
-  for (size_t p = 0; p < sizeof plans / sizeof plans[0]; p++) {
-    loom_bench_mpirun_cmd(on, sizeof on, 2, exe, flags, plans[p], "--comm-overlap on");
-    loom_bench_mpirun_cmd(off, sizeof off, 2, exe, flags, plans[p], "--comm-overlap off");
-    char what[64];
-    snprintf(what, sizeof what, "comm overlap %s", plans[p]);
-    double ma = 0, mb = 0;
-    const char *failed = alternate(on, off, runs, o->quiet, what, &ma, &mb);
-    if (failed) {
-      fprintf(f, json ? "{\"bench\":\"comm_overlap\",\"error\":\"a run failed\"}\n"
-                      : "comm overlap: a run failed (%s)\n",
-              failed);
-      return;
-    }
-    int32_t k = runs < 64 ? runs : 64;
-    if (json)
-      fprintf(f,
-              "{\"bench\":\"comm_overlap\",\"plan\":\"%s\",\"steps\":%d,\"runs\":%d,"
-              "\"on_tok_s\":%.0f,\"off_tok_s\":%.0f,\"ratio\":%.3f}\n",
-              plans[p], steps, k, ma, mb, ma / mb);
-    else
-      fprintf(f,
-              "comm overlap %s (same model, %d steps, median of %d): on %8.0f tok/s, off %8.0f "
-              "tok/s = %.3fx\n",
-              plans[p], steps, k, ma, mb, ma / mb);
-    fflush(f);
+  loom_bench_mpirun_cmd(ca, sizeof ca, 2, exe, flags, plan, a);
+  loom_bench_mpirun_cmd(cb, sizeof cb, 2, exe, flags, plan, b);
+  snprintf(what, sizeof what, "%s %s", bench, plan);
+  double ma = 0, mb = 0;
+  const char *failed = alternate(ca, cb, runs, o->quiet, what, &ma, &mb);
+  if (failed) {
+    fprintf(f, json ? "{\"bench\":\"%s\",\"error\":\"a run failed\"}\n" : "%s: a run failed (%s)\n",
+            bench, failed);
+    return;
   }
+  int32_t k = runs < 64 ? runs : 64;
+  if (json)
+    fprintf(f,
+            "{\"bench\":\"%s\",\"plan\":\"%s\",\"steps\":%d,\"runs\":%d,\"%s_tok_s\":%.0f,"
+            "\"%s_tok_s\":%.0f,\"ratio\":%.3f}\n",
+            bench, plan, steps, k, na, ma, nb, mb, ma / mb);
+  else
+    fprintf(f, "%s %s (same model, %d steps, median of %d): %s %8.0f tok/s, %s %8.0f tok/s = %.3fx\n",
+            bench, plan, steps, k, na, ma, nb, mb, ma / mb);
+  fflush(f);
+}
+
+/* dp2 and pp2 with comm ops overlapping compute and blocking, alternating. */
+static void comm_overlap(FILE *f, bool json, const loom_bench_opts *o) {
+  static const char *const plans[] = {"dp2", "pp2"};
+  for (size_t p = 0; p < sizeof plans / sizeof plans[0]; p++)
+    two_ways(f, json, o, "comm_overlap", plans[p], "--comm-overlap on", "--comm-overlap off", "on",
+             "off");
 }
 
 static void plan_time(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *o) {
@@ -192,6 +198,8 @@ bool loom_bench_run_parallel(loom_ctx *ctx, FILE *f, bool json, const loom_bench
   fflush(f);
   dp_scaling(f, json, o);
   fflush(f);
+  two_ways(f, json, o, "gradient_buckets", "dp2", "--bucket-bytes 1048576", "", "buckets",
+           "one_each");
   comm_overlap(f, json, o);
   return true;
 }

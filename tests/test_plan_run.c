@@ -180,12 +180,19 @@ static bool same_bits(const shared *a, const shared *b) {
   return same;
 }
 
+/* dp2's gradients in buckets of at most this many bytes: several, so
+ * that some overlap the backward */
+#define SMALL_BUCKETS 16384
+
 static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in0, loom_tensor **want,
                        loom_tensor **before_last, const char *spec, int32_t n, bool both) {
   loom_plan *p = NULL;
   loom_plan_program *pp = NULL;
+  bool dp2 = strcmp(spec, "dp2") == 0;
+  loom_plan_lower_options lo = {.comm = loom_comm_model_default(),
+                                .bucket_bytes = dp2 ? SMALL_BUCKETS : 0};
   CHECK_OK(ctx, loom_plan_builtin(ctx, g, spec, n, &p));
-  if (p) CHECK_OK(ctx, loom_plan_lower(p, NULL, &pp));
+  if (p) CHECK_OK(ctx, loom_plan_lower(p, &lo, &pp));
   if (!pp) {
     loom_plan_free(p);
     return;
@@ -203,7 +210,7 @@ static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in0, lo
   /* every comm op of rank 0 went through its stream */
   CHECK(sh.comm_tasks > 0 && sh.comm_tasks % STEPS == 0);
   /* the gradient all-reduces run while the backward of earlier layers does */
-  if (strcmp(spec, "dp2") == 0) CHECK(sh.n_async_comm > 0);
+  if (dp2) CHECK(sh.n_async_comm > 0);
   printf("%-10s on %d threads: worst error %.1e of an update's rms; %lld comm ops on the stream, "
          "%d overlapping compute\n",
          spec, n, worst, (long long)sh.comm_tasks / STEPS, sh.n_async_comm);
@@ -215,6 +222,27 @@ static void check_plan(loom_ctx *ctx, const loom_graph *g, loom_tensor **in0, lo
     CHECK(same);
     printf("%-10s overlap off: %s\n", spec, same ? "bit-identical" : "DIFFERENT");
     free_got(&off);
+  }
+  if (dp2) {
+    /* an all-reduce of a bucket sums each element in the same order as
+     * one per gradient: the same bits, in fewer collectives */
+    loom_plan_program *apart = NULL;
+    lo.bucket_bytes = 0;
+    CHECK_OK(ctx, loom_plan_lower(p, &lo, &apart));
+    if (apart) {
+      CHECK(apart->n_comms > pp->n_comms && pp->n_comms > 1);
+      for (int32_t d = 0; d < n; d++)
+        CHECK(apart->stats[d].comm_bytes[LOOM_OP_ALL_REDUCE] ==
+              pp->stats[d].comm_bytes[LOOM_OP_ALL_REDUCE]);
+      shared one_each;
+      run_plan(ctx, apart, in0, n, true, &one_each);
+      bool same = same_bits(&sh, &one_each);
+      CHECK(same);
+      printf("%-10s %d buckets of <= %d bytes against %d all-reduces: %s\n", spec, pp->n_comms,
+             SMALL_BUCKETS, apart->n_comms, same ? "bit-identical" : "DIFFERENT");
+      free_got(&one_each);
+    }
+    loom_plan_program_free(apart);
   }
   free_got(&sh);
   loom_plan_program_free(pp);

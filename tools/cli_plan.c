@@ -63,6 +63,8 @@ static const char usage[] =
     "  --show WHAT          the programs to print: one device's number, all\n"
     "                       (the default) or none (the summary only)\n"
     "  --memory-limit B     fail when a device's peak would pass B bytes\n"
+    "  --bucket-bytes N     coalesce gradient all-reduces into buckets of at most\n"
+    "                       N bytes per device (default 0: none)\n"
     "  --dot FILE           write the global graph as Graphviz, one cluster\n"
     "                       per device, comm ops between them\n"
     "  --save-plan FILE     write the plan as a plan file (a built-in's too), to\n"
@@ -147,6 +149,7 @@ typedef struct plan_args {
   int32_t cores;      /* with it: the cluster's devices before sharing */
   long devices;
   int64_t memory_limit;
+  int64_t bucket_bytes; /* --bucket-bytes (0: none) */
   bool force;
   bool search;              /* --search: find the plan instead of lowering one */
   long top;
@@ -266,6 +269,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
     bool known = gpt_dst || !strcmp(name, "--plan") || !strcmp(name, "--devices") ||
                  !strcmp(name, "--model") || !strcmp(name, "--arch") ||
                  !strcmp(name, "--show") || !strcmp(name, "--memory-limit") ||
+                 !strcmp(name, "--bucket-bytes") ||
                  !strcmp(name, "--dot") || !strcmp(name, "--dropout") ||
                  !strcmp(name, "--save-plan") || !strcmp(name, "--rng") ||
                  !strcmp(name, "--attention") || !strcmp(name, "--cluster") ||
@@ -311,6 +315,9 @@ static int parse_args(int argc, char **argv, plan_args *a) {
     } else if (!strcmp(name, "--memory-limit")) {
       if (!parse_i64(v, 0, INT64_MAX, &a->memory_limit))
         return usage_error("--memory-limit wants a byte count, got '%s'", v);
+    } else if (!strcmp(name, "--bucket-bytes")) {
+      if (!parse_i64(v, 0, INT64_MAX, &a->bucket_bytes))
+        return usage_error("--bucket-bytes wants a byte count, got '%s'", v);
     } else if (!strcmp(name, "--dot")) {
       if (!*v) return usage_error("--dot wants a file name");
       a->dot = v;
@@ -768,7 +775,8 @@ int loom_cli_plan_main(int argc, char **argv) {
   }
   /* the costs an MPI run on this machine lowers with */
   loom_plan_lower_options lo = {.comm = loom_comm_model_kept("mpi"),
-                                .memory_limit = a.memory_limit};
+                                .memory_limit = a.memory_limit,
+                                .bucket_bytes = a.bucket_bytes};
   if (loom_plan_lower(p, &lo, &pp)) goto fail;
   if (!a.show || strcmp(a.show, "none") != 0) {
     bool all = !a.show || strcmp(a.show, "all") == 0;

@@ -565,6 +565,7 @@ loom_status loom_plan_lower(const loom_plan *p, const loom_plan_lower_options *o
   if (!st) st = walk(&w);
   if (!st) st = deliver_outputs(&w);
   if (!st) st = lower_tag(&w, -1, LOWER_HOST);
+  if (!st) st = lower_bucket(&w);
   if (!st) st = lower_finish(&w);
   if (!st) {
     pp->output_tied = loom_malloc(ctx, sizeof *pp->output_tied * (size_t)(L->n_outputs + 1));

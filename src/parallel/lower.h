@@ -81,6 +81,10 @@ typedef struct loom_plan_program {
 typedef struct loom_plan_lower_options {
   loom_comm_model comm;  /* costs of the communication choices */
   int64_t memory_limit;  /* bytes per device, 0: none */
+  int64_t bucket_bytes;  /* gradient buckets: all-reduces whose results are read
+                            later coalesced up to this many bytes per member
+                            (<= 0: none, one all-reduce per gradient; off by
+                            default: docs/PARALLEL.md, "Gradient buckets") */
 } loom_plan_lower_options;
 
 /* Validates and lowers p. A broken plan fails with a message naming the

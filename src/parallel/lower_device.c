@@ -94,11 +94,18 @@ loom_status loom_plan_device_graph(const loom_plan_program *pp, int32_t d, loom_
       if (!st) imap[n_imap++] = feed_of[n->out[0]];
       continue;
     }
-    int32_t in[LOOM_PART_MAX_IO], outv[LOOM_PART_MAX_IO];
+    int32_t in[LOOM_PART_MAX_IO];
     if (pp->node_device[node] >= 0) {
-      for (int32_t k = 0; k < n->n_in; k++) in[k] = map[n->in[k]];
-      st = loom_graph_add(g, n->op, n->n_in, in, n->attr, n->n_out, outv);
+      /* any number of inputs (a gradient bucket's concat has one per gradient) */
+      int32_t *ins = n->n_in > LOOM_PART_MAX_IO ? malloc(sizeof *ins * (size_t)n->n_in) : in;
+      int32_t out_stack[LOOM_PART_MAX_IO], *outv = out_stack;
+      if (n->n_out > LOOM_PART_MAX_IO) outv = malloc(sizeof *outv * (size_t)n->n_out);
+      if (!ins || !outv) st = LOOM_STATUS_OUT_OF_MEMORY;
+      for (int32_t k = 0; !st && k < n->n_in; k++) ins[k] = map[n->in[k]];
+      if (!st) st = loom_graph_add(g, n->op, n->n_in, ins, n->attr, n->n_out, outv);
       for (int32_t o = 0; !st && o < n->n_out; o++) map[n->out[o]] = outv[o];
+      if (ins != in) free(ins);
+      if (outv != out_stack) free(outv);
       continue;
     }
     /* a comm op: this member's input (if any) and output */

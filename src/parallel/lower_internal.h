@@ -114,6 +114,14 @@ loom_status lower_search(const lower_walk *w, int32_t v, int32_t n_needs, const 
                          lower_path *out);
 void lower_path_free(lower_path *p);
 
+/* lower_bucket.c: coalesces all-reduces into buckets (w->o.bucket_bytes),
+ * rebuilding the global graph and its tags. */
+loom_status lower_bucket(lower_walk *w);
+/* lower_order.c: one topological order of the global graph's nodes (data
+ * and op_order edges; a ready comm op first, else the lowest node id), or
+ * the deadlock's message; with succ_start, also the edges by source
+ * (CSR: the successors of x are succ[succ_start[x] .. succ_start[x+1])). */
+loom_status lower_sort(lower_walk *w, int32_t **sorted, int32_t **succ_start, int32_t **succ);
 /* lower_order.c: the index in pp->comms of the comm op at global node
  * `node`, or -1 (comms are kept in node order). */
 int32_t lower_comm_index(const loom_plan_program *pp, int32_t node);

@@ -160,11 +160,14 @@ static void renumber_comms(loom_plan_program *pp, const int32_t *sorted) {
   }
 }
 
-static loom_status order_and_check(lower_walk *w) {
+loom_status lower_sort(lower_walk *w, int32_t **sorted_out, int32_t **succ_start,
+                       int32_t **succ) {
   loom_plan_program *pp = w->pp;
   const loom_plan *p = w->p;
   const loom_graph *G = pp->global;
   int32_t nn = G->n_nodes;
+  *sorted_out = NULL;
+  if (succ_start) *succ_start = *succ = NULL;
   /* edges: data (producer -> consumer) and op_order (sub-op nodes) */
   int32_t n_edges = 0;
   for (int32_t i = 0; i < nn; i++) n_edges += G->nodes[i].n_in;
@@ -241,6 +244,27 @@ static loom_status order_and_check(lower_walk *w) {
                         "plan: the orders and the data dependencies form a cycle (a deadlock)");
     }
   }
+  free(indeg);
+  free(of_subop);
+  free(h.v);
+  free(hc.v);
+  if (!st && succ_start) {
+    *succ_start = start;
+    *succ = to;
+  } else {
+    free(start);
+    free(to);
+  }
+  if (st) free(sorted);
+  else *sorted_out = sorted;
+  return st;
+}
+
+static loom_status order_and_check(lower_walk *w) {
+  loom_plan_program *pp = w->pp;
+  int32_t nn = pp->global->n_nodes;
+  int32_t *sorted = NULL;
+  loom_status st = lower_sort(w, &sorted, NULL, NULL);
   if (!st) renumber_comms(pp, sorted);
   /* per-device lists */
   if (!st) {
@@ -269,13 +293,7 @@ static loom_status order_and_check(lower_walk *w) {
     }
     free(fill);
   }
-  free(start);
-  free(to);
-  free(indeg);
-  free(of_subop);
   free(sorted);
-  free(h.v);
-  free(hc.v);
   return st;
 }
 

@@ -76,6 +76,8 @@ static const char usage[] =
     "%s"
     "  --comm-overlap on|off  on (default): comm ops run on a comm stream while\n"
     "                    the compute after them runs; off: each blocks the step\n"
+    "  --bucket-bytes N  gradient all-reduces coalesced into buckets of at most N\n"
+    "                    bytes per device (default 0: one all-reduce per gradient)\n"
     "checkpoints (safetensors):\n"
     "  --save FILE       save parameters, AdamW state and config at the end\n"
     "                    (under --plan: gathered, one file, by rank 0)\n"
@@ -94,6 +96,7 @@ typedef struct cli {
   char rank_trace[4096];
   const char *plan;   /* NULL: one device */
   bool comm_overlap;  /* --comm-overlap */
+  int64_t bucket_bytes; /* --bucket-bytes (0: none) */
   bool force;
   int32_t rank; /* this process's rank under --plan, else 0 */
   /* which flags were given, so --load knows what to keep */
@@ -179,6 +182,7 @@ static int parse_args(int argc, char **argv, cli *c) {
     INT_FLAG("--log-every", 1, 1 << 24, c->log_every, (void)0)
     INT_FLAG("--eval-every", 0, 1 << 24, c->eval_every, (void)0)
     INT_FLAG("--threads", 0, 4096, c->cfg.threads, (void)0)
+    INT_FLAG("--bucket-bytes", 0, (int64_t)1 << 40, c->bucket_bytes, (void)0)
 #undef INT_FLAG
     if (!strcmp(name, "--seed")) {
       char *end = NULL;
@@ -551,6 +555,7 @@ int loom_train_main(int argc, char **argv) {
       rc = fail(ctx, NULL);
       goto out;
     }
+    loom_trainer_set_bucket_bytes(t, c.bucket_bytes);
     if (loom_trainer_attach_plan(t, comm, c.plan)) {
       rc = fail(ctx, NULL);
       if (comm->size == 1)

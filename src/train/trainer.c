@@ -46,6 +46,7 @@ struct loom_trainer {
   loom_plan *plan;
   loom_plan_program *program;
   loom_plan_runner *runner;
+  int64_t bucket_bytes; /* the lowering's gradient buckets */
   bool state_synced; /* the whole tensors hold the pieces' values */
 };
 
@@ -561,6 +562,10 @@ static loom_status check_ranks_agree(loom_trainer *t, const char *plan) {
   return s;
 }
 
+void loom_trainer_set_bucket_bytes(loom_trainer *t, int64_t bytes) {
+  if (t) t->bucket_bytes = bytes;
+}
+
 loom_status loom_trainer_attach_plan(loom_trainer *t, struct loom_comm *comm, const char *plan) {
   if (!t || !comm || !plan)
     return loom_error(t ? t->ctx : NULL, LOOM_STATUS_INVALID_ARGUMENT, "train: NULL argument");
@@ -588,7 +593,7 @@ loom_status loom_trainer_attach_plan(loom_trainer *t, struct loom_comm *comm, co
   /* the communication choices use this machine's links, as rank 0's
    * profile keeps them (measured on the first run): every rank, and every
    * run on this machine, lowers with the same model */
-  loom_plan_lower_options lo = {.comm = loom_comm_model_default()};
+  loom_plan_lower_options lo = {.comm = loom_comm_model_default(), .bucket_bytes = t->bucket_bytes};
   if (!s) s = loom_comm_model_get(comm, ctx, false, &lo.comm);
   if (!s) s = loom_plan_lower(t->plan, &lo, &t->program);
   if (!s) s = check_ranks_agree(t, plan);

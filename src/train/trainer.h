@@ -72,6 +72,9 @@ void loom_trainer_free(loom_trainer *t);
  * Every rank checks that all were started with the same plan and model.
  */
 struct loom_comm;
+/* Gradient buckets of the next attach (loom_plan_lower_options.bucket_bytes:
+ * 0, the default, one all-reduce per gradient); every rank the same. */
+void loom_trainer_set_bucket_bytes(loom_trainer *t, int64_t bytes);
 loom_status loom_trainer_attach_plan(loom_trainer *t, struct loom_comm *comm, const char *plan);
 /* Gathers the state into the trainer's whole tensors (no-op on one device). */
 loom_status loom_trainer_sync(loom_trainer *t);
