@@ -89,7 +89,11 @@ static loom_status mpi_wait(void *cctx, loom_ctx *ctx, loom_comm_request *req, d
   *timed_out = false;
   const char *what = r.is_recv ? "recv from" : "send to";
   MPI_Status st;
-  /* spin briefly, then sleep between tests (loom_comm_poll_pause) */
+  /* Spin for about the time the bytes take to move, then sleep between
+   * tests (loom_comm_poll_pause). A large message crosses in fragments,
+   * each needing a test on both ends: a sleep per fragment made a 3 MB
+   * all-reduce take hundreds of sleeps. */
+  double spin_until = loom_now_s() + 1e-4 + (double)r.bytes / 1e9;
   for (int32_t spins = 0;; spins++) {
     int done = 0;
     int rc = MPI_Test(&r.req, &done, &st);
@@ -107,7 +111,7 @@ static loom_status mpi_wait(void *cctx, loom_ctx *ctx, loom_comm_request *req, d
       return loom_error(ctx, LOOM_STATUS_IO, "%s rank %d (tag %d, %zu bytes) timed out", what,
                         (int)r.peer, (int)r.tag, r.bytes);
     }
-    loom_comm_poll_pause(spins);
+    if (loom_now_s() >= spin_until) loom_comm_poll_pause(spins);
   }
   if (r.is_recv) {
     int got = 0;
