@@ -9,8 +9,9 @@
  * f32 functions; sqrt, rsqrt, reciprocal, division): a backward kernel
  * recomputes exp(x - max) or a GELU's tanh from what it loads anyway
  * instead of the forward writing them, when the cost model says so (its
- * compute term counts the recomputation). Never duplicated: erf, log, pow,
- * sin and cos (computed in double), reductions, random numbers. A
+ * compute term counts the recomputation). Never duplicated: erf, pow, sin
+ * and cos (computed in double), log (f32 since lm_logf, not yet measured
+ * as a copy), reductions, random numbers. A
  * duplicated producer takes with it the cheap producers of its inputs
  * whose values were not in memory (a broadcast of a mean with the
  * subtraction it feeds), so the copy reads what is in memory already.
