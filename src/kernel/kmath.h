@@ -21,7 +21,7 @@
  *
  * Accuracy (measured over every f32 input against libm's double result
  * rounded to f32; tests/test_codegen.c checks a sample): lm_expf and
- * lm_tanhf and lm_logf within 1 ulp (lm_logf: every 61st bit pattern), lm_sigmoidf
+ * lm_tanhf and lm_logf within 1 ulp (lm_logf: every input), lm_sigmoidf
  * within 2 ulp. Specials: exp(-inf) =
  * 0, exp(inf) = inf, tanh(+-inf) = +-1, sigmoid(-inf) = 0, sigmoid(inf) =
  * 1, tanh(+-0) = +-0 (tanh(x) = x below 2^-12); overflow gives inf and
