@@ -210,7 +210,8 @@ check "bad --seconds exits 2" test "$rc" -eq 2
 run bench --list
 check "--list exits 0" test "$rc" -eq 0
 for w in layernorm_fwd layernorm_bwd softmax_fwd softmax_bwd bias_gelu \
-  bias_dropout_residual_ln cross_entropy adamw bert_layer gpt2_block train_step rng attention; do
+  bias_dropout_residual_ln cross_entropy adamw rmsnorm_fwd rmsnorm_bwd swiglu rotary \
+  groupnorm_silu ls_cross_entropy bce_logits bert_layer gpt2_block train_step rng attention; do
   check "--list names $w" test "${out#*$w}" != "$out"
 done
 # the main job's step, built as the trainer builds it: 1024 tokens at full

@@ -374,9 +374,10 @@ static bool has_libm_op(const loom_kernel *k) {
     const loom_kexpr *x = &k->exprs[e];
     if (x->kind != LOOM_KX_OP) continue;
     switch (x->op) {
-    case LOOM_OP_LOG: case LOOM_OP_ERF: case LOOM_OP_POW: case LOOM_OP_SIN: case LOOM_OP_COS:
+    case LOOM_OP_ERF: case LOOM_OP_POW: case LOOM_OP_SIN: case LOOM_OP_COS:
     case LOOM_OP_RSQRT: return true;
     case LOOM_OP_SIGMOID: case LOOM_OP_TANH: case LOOM_OP_EXP: /* f32: kmath.h's, exact */
+    case LOOM_OP_LOG:
       if (x->dtype != LOOM_DTYPE_F32 || k->exprs[x->a[0]].dtype != LOOM_DTYPE_F32) return true;
       break;
     default: break;
@@ -898,9 +899,9 @@ static void test_casts(loom_dtype from) {
 
 /* The prelude's double exp and erf (the fast erf path) stay within 2^-44
  * of libm (the generated code relies on 2^-40); the prelude's f32 exp,
- * tanh and sigmoid (kernel/kmath.h's text), vectorised in generated code,
- * equal kmath.h's functions compiled here bit for bit and stay within 1, 1
- * and 2 ulp of libm's double results rounded to f32; and an f32 kernel
+ * tanh, sigmoid and log (kernel/kmath.h's text), vectorised in generated
+ * code, equal kmath.h's functions compiled here bit for bit and stay within
+ * 1, 1, 2 and 1 ulp of libm's double results rounded to f32; and an f32 kernel
  * over a wide range of inputs, where some elements take erf's exact
  * fallback, equals the interpreter bit for bit. */
 static double ref_sigmoid(double x) {
@@ -918,6 +919,7 @@ static void test_fast_math(void) {
       "  if (f == 0) for (int64_t i = 0; i < n; i++) y[i] = lm_expf(x[i]);\n"
       "  if (f == 1) for (int64_t i = 0; i < n; i++) y[i] = lm_tanhf(x[i]);\n"
       "  if (f == 2) for (int64_t i = 0; i < n; i++) y[i] = lm_sigmoidf(x[i]);\n"
+      "  if (f == 3) for (int64_t i = 0; i < n; i++) y[i] = lm_logf(x[i]);\n"
       "}\n";
   size_t n = strlen(pre) + sizeof wrappers;
   char *src = malloc(n);
@@ -968,15 +970,18 @@ static void test_fast_math(void) {
     xs[0] = 0.0f, xs[2] = -0.0f, xs[4] = INFINITY, xs[6] = -INFINITY, xs[8] = 88.72283f,
     xs[10] = -103.97f, xs[12] = -87.34f, xs[14] = 0.625f, xs[16] = -0.625f;
   }
-  static const int64_t max_ulp[3] = {1, 1, 2};
-  for (int f = 0; fv && xs && ys && f < 3; f++) {
+  static const int64_t max_ulp[4] = {1, 1, 2, 1};
+  for (int f = 0; fv && xs && ys && f < 4; f++) {
     fv(f, xs, ys, nv);
     int64_t bits_bad = 0, ulp_bad = 0, worst_ulp = 0;
     for (int64_t i = 0; i < nv; i++) {
       float x = xs[i];
-      float mine = f == 0 ? lm_expf(x) : f == 1 ? lm_tanhf(x) : lm_sigmoidf(x);
+      float mine = f == 0   ? lm_expf(x)
+                   : f == 1 ? lm_tanhf(x)
+                   : f == 2 ? lm_sigmoidf(x)
+                            : lm_logf(x);
       bits_bad += memcmp(&mine, &ys[i], sizeof mine) != 0;
-      double r = f == 0 ? exp(x) : f == 1 ? tanh(x) : ref_sigmoid(x);
+      double r = f == 0 ? exp(x) : f == 1 ? tanh(x) : f == 2 ? ref_sigmoid(x) : log(x);
       float want = (float)r;
       if (x != x || want != want) {
         ulp_bad += ys[i] == ys[i]; /* NaN in, NaN out */

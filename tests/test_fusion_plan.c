@@ -814,14 +814,16 @@ static void test_gpt(void) {
  * and, past the sum, by y = h * sum: loop mode cannot put both readers in
  * one kernel (a reduction only as a root), so XLA recomputes the cheap
  * broadcast-add in the second kernel instead of writing h and reading it
- * back; an exp it leaves alone. */
+ * back. An exp of it is recomputed too (an f32 function of the kernels,
+ * cheaper than the traffic by the cost model); an erf (computed in
+ * double) is left alone. */
 static void test_duplication(void) {
-  for (int expensive = 0; expensive < 2; expensive++) {
+  for (int kind = 0; kind < 3; kind++) { /* add, exp, erf */
     loom_graph *g = NULL;
     CHECK_OK(ctx, loom_graph_new(ctx, &g));
     loom_value x = in_f32(g, "x", 2, SHAPE(R, C)), b = in_f32(g, "b", 1, SHAPE(C));
     loom_value h = op2(g, LOOM_OP_ADD, x, b);
-    if (expensive) h = op1(g, LOOM_OP_EXP, h, 0, NULL);
+    if (kind) h = op1(g, kind == 1 ? LOOM_OP_EXP : LOOM_OP_ERF, h, 0, NULL);
     loom_attr a[2] = {A_INTS("axes", 1, 1), A_INT("keepdims", 1)};
     loom_value s = op1(g, LOOM_OP_REDUCE_SUM, h, 2, a);
     CHECK_OK(ctx, loom_graph_output(g, "y", op2(g, LOOM_OP_MUL, h, s)));
@@ -834,22 +836,24 @@ static void test_duplication(void) {
       CHECK_OK(ctx, loom_fusion_compile(ctx, g, &o, &p[dup]));
     }
     /* the value h lives in memory only without duplication */
-    int32_t hv = -1, n_add = 0, n_exp = 0;
+    int32_t hv = -1, n_add = 0, n_exp = 0, n_erf = 0;
     for (int32_t n = 0; n < g->n_nodes; n++) {
       if (g->nodes[n].op == LOOM_OP_REDUCE_SUM) hv = g->nodes[n].in[0];
     }
     for (int32_t i = 0; i < p[1].n_dups; i++) {
       n_add += g->nodes[p[1].dup_node[i]].op == LOOM_OP_ADD;
       n_exp += g->nodes[p[1].dup_node[i]].op == LOOM_OP_EXP;
+      n_erf += g->nodes[p[1].dup_node[i]].op == LOOM_OP_ERF;
     }
     CHECK(p[0].n_dups == 0);
-    CHECK(n_exp == 0);
-    if (!expensive) {
-      CHECK(n_add == 1);
+    CHECK(n_erf == 0);
+    if (kind < 2) {
+      CHECK(n_add == 1 && n_exp == (kind == 1));
       CHECK(hv >= 0 && p[0].materialized[hv] && !p[1].materialized[hv]);
       CHECK(p[1].modeled_bytes < p[0].modeled_bytes);
-      printf("duplication: broadcast-add into 2 kernels: MB %.1f -> %.1f, %d copies\n",
-             p[0].modeled_bytes / 1e6, p[1].modeled_bytes / 1e6, (int)p[1].n_dups);
+      printf("duplication: broadcast-add%s into 2 kernels: MB %.1f -> %.1f, %d copies\n",
+             kind ? " + exp" : "", p[0].modeled_bytes / 1e6, p[1].modeled_bytes / 1e6,
+             (int)p[1].n_dups);
     } else {
       CHECK(p[1].n_dups == 0);
       CHECK(hv >= 0 && p[1].materialized[hv]);

@@ -22,10 +22,10 @@
  *        is bitwise the double one rounded to f32: +, -, *, / and sqrt are
  *        correctly rounded and double has more than 2*24+2 bits, so the
  *        double rounding is harmless; neg, abs, sign, relu, max and min are
- *        exact. exp, tanh and sigmoid of an f32 operand into an f32 result
- *        are by definition the kernel IR's own f32 functions (kernel/kmath.h,
- *        pasted into the prelude), which the interpreter calls too; log,
- *        erf, pow, rsqrt, ... have no flt form;
+ *        exact. exp, tanh, sigmoid and log of an f32 operand into an f32
+ *        result are by definition the kernel IR's own f32 functions
+ *        (kernel/kmath.h, pasted into the prelude), which the interpreter
+ *        calls too; erf, pow, rsqrt, ... have no flt form;
  *   int  integer operands (as int64_t), the exact result of
  *        ops/elementwise.c's integer path (saturated to the dtype after).
  * Comparisons, select and cast are rendered apart (render_op).
@@ -39,7 +39,7 @@ static const cg_render render_table[LOOM_OP_COUNT] = {
     [LOOM_OP_ABS] = {"fabs($a)", "fabsf($a)", "lm_abs_i($a)"},
     [LOOM_OP_SIGN] = {"lm_sign($a)", "lm_signf($a)", "(($a > 0) - ($a < 0))"},
     [LOOM_OP_EXP] = {"exp($a)", "lm_expf($a)", NULL},
-    [LOOM_OP_LOG] = {"log($a)", NULL, NULL},
+    [LOOM_OP_LOG] = {"log($a)", "lm_logf($a)", NULL},
     [LOOM_OP_SQRT] = {"sqrt($a)", "sqrtf($a)", NULL},
     [LOOM_OP_RSQRT] = {"1.0 / sqrt($a)", NULL, NULL},
     [LOOM_OP_RECIPROCAL] = {"1.0 / $a", "1.0f / $a", NULL},

@@ -258,11 +258,12 @@ static void put_erf(cg_buf *b) {
 
 void loom_cg_put_prelude(cg_buf *b) {
   put(b, "%s", prelude);
-  put(b, "/* The kernel IR's f32 exp, tanh and sigmoid: the text of kernel/kmath.h,\n"
+  put(b, "/* The kernel IR's f32 exp, tanh, sigmoid and log: the text of kernel/kmath.h,\n"
          " * which the interpreter compiles (one line per function). */\n");
   put(b, "%s\n", LOOM_KMATH_STR(LOOM_KMATH_EXPF));
   put(b, "%s\n", LOOM_KMATH_STR(LOOM_KMATH_TANHF));
   put(b, "%s\n", LOOM_KMATH_STR(LOOM_KMATH_SIGMOIDF));
+  put(b, "%s\n", LOOM_KMATH_STR(LOOM_KMATH_LOGF));
   put_erf(b);
 }
 

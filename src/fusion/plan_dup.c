@@ -4,10 +4,16 @@
  * is recomputed in each of them instead, where the cost model says the
  * plan gets cheaper, as XLA's loop fusion duplicates cheap element-wise
  * producers into their consumers (instruction_fusion.cc: IsExpensive,
- * FusionWouldDuplicate). Expensive ops are never duplicated: exp, log,
- * tanh, erf, sqrt and rsqrt, divisions, powers, reductions, random
- * numbers. A duplicated producer takes with it the cheap producers of its
- * inputs whose values were not in memory (a broadcast of a mean with the
+ * FusionWouldDuplicate). Unlike XLA, values a few float instructions
+ * recompute are candidates too (exp, tanh, sigmoid: the kernel IR's own
+ * f32 functions; sqrt, rsqrt, reciprocal, division): a backward kernel
+ * recomputes exp(x - max) or a GELU's tanh from what it loads anyway
+ * instead of the forward writing them, when the cost model says so (its
+ * compute term counts the recomputation). Never duplicated: erf, pow, sin
+ * and cos (computed in double), log (f32 since lm_logf, not yet measured
+ * as a copy), reductions, random numbers. A
+ * duplicated producer takes with it the cheap producers of its inputs
+ * whose values were not in memory (a broadcast of a mean with the
  * subtraction it feeds), so the copy reads what is in memory already.
  *
  * Groups keep their members; the copies are extra (group, node) pairs
@@ -39,6 +45,17 @@ static bool cheap_op(loom_op op) {
   case LOOM_OP_IOTA: case LOOM_OP_CONSTANT:
     return true;
   default: return false;
+  }
+}
+
+/* Worth recomputing rather than storing and loading, if the cost model
+ * agrees: cheap ops and the float functions the kernels compute in f32. */
+static bool recomputable_op(loom_op op) {
+  switch (op) {
+  case LOOM_OP_EXP: case LOOM_OP_TANH: case LOOM_OP_SIGMOID: case LOOM_OP_SQRT:
+  case LOOM_OP_RSQRT: case LOOM_OP_RECIPROCAL: case LOOM_OP_DIV:
+    return true;
+  default: return cheap_op(op);
   }
 }
 
@@ -75,12 +92,12 @@ static bool push_pair(dup_state *d, int32_t g, int32_t u) {
   return true;
 }
 
-/* A node that may be duplicated: a cheap, fusible, single-output memory
- * node in a group, whose value is no graph output. */
+/* A node that may be duplicated: a recomputable, fusible, single-output
+ * memory node in a group, whose value is no graph output. */
 static bool candidate(const plan_ctx *p, int32_t u) {
   const loom_node *nd = &p->g->nodes[u];
   return p->cls[u] == LOOM_NODE_MEMORY && p->gon[u] >= 0 && nd->n_out == 1 &&
-         cheap_op(nd->op) && !p->ix->is_output[nd->out[0]];
+         recomputable_op(nd->op) && !p->ix->is_output[nd->out[0]];
 }
 
 static bool has(const dup_state *d, int32_t g, int32_t u) {

@@ -69,7 +69,7 @@
  * expression's dtype" once per expression, exactly as the reference
  * executor computes once per graph node, so an expression DAG that mirrors
  * graph nodes reproduces the reference bit for bit (reductions and f32
- * exp/tanh/sigmoid aside, see OP below).
+ * exp/tanh/sigmoid/log aside, see OP below).
  * "Convert x to dtype" below means loom_store's conversion: to f32 round
  * to nearest; to an integer dtype truncate toward zero and saturate (NaN
  * gives 0); to bool x != 0.
@@ -90,10 +90,11 @@
  *             int64 result (saturating add/sub/mul/neg/abs, div truncating
  *             with x/0 = 0, comparisons 0/1), saturated to dtype, as the
  *             reference does (ops/elementwise.c);
- *           - EXP, TANH or SIGMOID of an f32 operand with an f32 result:
- *             the kernel IR's own f32 functions lm_expf, lm_tanhf,
- *             lm_sigmoidf (kernel/kmath.h: float arithmetic and fmaf only,
- *             within 1, 1 and 2 ulp of the correctly rounded value), which
+ *           - EXP, TANH, SIGMOID or LOG of an f32 operand with an f32
+ *             result: the kernel IR's own f32 functions lm_expf, lm_tanhf,
+ *             lm_sigmoidf, lm_logf (kernel/kmath.h: float arithmetic and
+ *             fmaf only, within 1, 1, 2 and 1 ulp of the correctly rounded
+ *             value), which
  *             generated code must reproduce bit for bit (the C generator
  *             pastes kmath.h's text into its prelude). So such an
  *             expression may differ from the reference executor (libm in
@@ -103,7 +104,7 @@
  *             dtype (comparisons give bool).
  *           A generator may use float arithmetic where that is bitwise
  *           identical (+, -, *, /, sqrt of f32 operands rounded to f32 are;
- *           erf, log, pow are not: call the double functions).
+ *           erf and pow are not: call the double functions).
  *   REG     the register's value; dtype == the dtype of its writer's expr.
  *   SCRATCH the scratch row's element at the current flat r (f32).
  *   KEEP    dropout's keep bit (bool): counter position

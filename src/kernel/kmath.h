@@ -1,6 +1,6 @@
 /*
  * The kernel IR's own f32 transcendental functions (kernel.h, "Numeric
- * semantics"): exp, tanh and sigmoid of an f32 operand with an f32 result
+ * semantics"): exp, tanh, sigmoid and log of an f32 operand with an f32 result
  * are defined as these functions, not as libm's double functions rounded.
  * The interpreter (kernel/interp.c) calls them; the C generator pastes the
  * very same text into the prelude of every generated file
@@ -21,7 +21,8 @@
  *
  * Accuracy (measured over every f32 input against libm's double result
  * rounded to f32; tests/test_codegen.c checks a sample): lm_expf and
- * lm_tanhf within 1 ulp, lm_sigmoidf within 2 ulp. Specials: exp(-inf) =
+ * lm_tanhf and lm_logf within 1 ulp (lm_logf: every input), lm_sigmoidf
+ * within 2 ulp. Specials: exp(-inf) =
  * 0, exp(inf) = inf, tanh(+-inf) = +-1, sigmoid(-inf) = 0, sigmoid(inf) =
  * 1, tanh(+-0) = +-0 (tanh(x) = x below 2^-12); overflow gives inf and
  * underflow rounds through the subnormals; a NaN operand is returned as
@@ -38,6 +39,11 @@
  * lm_tanhf: Cephes' odd polynomial below |x| = 0.625, 1 - 2 / (e^2|x| + 1)
  * above (with the sign of x). lm_sigmoidf: 1 / (1 + e^-x) for x >= 0,
  * e^x / (1 + e^x) below, as the op table's sigmoid.
+ * lm_logf: x = 2^e m with m in (sqrt(1/2), sqrt(2)] (subnormals scaled by
+ * 2^25 first, exactly), log(m) = f - f^2/2 + f^3 P(f) with f = m - 1 and
+ * Cephes' logf polynomial P, plus e ln2 in two parts (0.693359375 exact,
+ * -2.12194440e-4); log(0) = -inf, log(x < 0) = NaN (the quiet NaN
+ * 0x7fc00000, the same bits in vector and scalar code), log(inf) = inf.
  */
 #ifndef LOOM_KERNEL_KMATH_H
 #define LOOM_KERNEL_KMATH_H
@@ -105,9 +111,48 @@
     return x != x ? x : y;                                                                        \
   }
 
+#define LOOM_KMATH_LOGF                                                                          \
+  static inline float lm_logf(float x) {                                                          \
+    float xs = x < 0x1p-126f ? x * 0x1p+25f : x;                                                  \
+    int32_t eb = x < 0x1p-126f ? -25 : 0;                                                         \
+    union { float f; uint32_t u; } b = {xs};                                                      \
+    int32_t e = (int32_t)((b.u >> 23) & 0xffu) - 127 + eb;                                        \
+    union { uint32_t u; float f; } mb = {(b.u & 0x007fffffu) | 0x3f800000u};                      \
+    float m = mb.f;                                                                               \
+    int32_t big = m > 0x1.6a09e6p+0f;                                                             \
+    float mh = m * 0.5f;                                                                          \
+    m = big ? mh : m;                                                                             \
+    e = e + big;                                                                                  \
+    float f = m - 1.0f;                                                                           \
+    float z = f * f;                                                                              \
+    float p = 7.0376836292e-2f;                                                                     \
+    p = fmaf(p, f, -1.1514610310e-1f);                                                              \
+    p = fmaf(p, f, 1.1676998740e-1f);                                                               \
+    p = fmaf(p, f, -1.2420140846e-1f);                                                              \
+    p = fmaf(p, f, 1.4249322787e-1f);                                                               \
+    p = fmaf(p, f, -1.6668057665e-1f);                                                              \
+    p = fmaf(p, f, 2.0000714765e-1f);                                                               \
+    p = fmaf(p, f, -2.4999993993e-1f);                                                              \
+    p = fmaf(p, f, 3.3333331174e-1f);                                                               \
+    float fz = f * z;                                                                             \
+    float y = p * fz;                                                                             \
+    float ef = (float)e;                                                                          \
+    y = fmaf(ef, -2.12194440e-4f, y);                                                            \
+    y = fmaf(-0.5f, z, y);                                                                        \
+    float r = f + y;                                                                              \
+    r = fmaf(ef, 0x1.63p-1f, r);                                                                  \
+    union { uint32_t u; float f; } ninf = {0xff800000u};                                          \
+    union { uint32_t u; float f; } qnan = {0x7fc00000u};                                          \
+    r = x == 0.0f ? ninf.f : r;                                                                   \
+    r = x < 0.0f ? qnan.f : r;                                                                    \
+    r = x > 0x1.fffffep+127f ? x : r;                                                             \
+    return x != x ? x : r;                                                                        \
+  }
+
 LOOM_KMATH_EXPF
 LOOM_KMATH_TANHF
 LOOM_KMATH_SIGMOIDF
+LOOM_KMATH_LOGF
 
 /* The text of a LOOM_KMATH_* definition, for generated C. */
 #define LOOM_KMATH_STR_(...) #__VA_ARGS__
