@@ -168,22 +168,43 @@ static prim_entry get_prim(const prim_key *p, bool *owned) {
   return e;
 }
 
-/* Each OpenMP thread's stream and scratchpad. */
-static _Thread_local dnnl_stream_t thread_stream;
-static _Thread_local void *thread_scratch;
-static _Thread_local size_t thread_scratch_size;
+/* Each OpenMP thread's stream and scratchpad. They are also chained on a
+ * global list, so that what a thread made stays reachable (not a leak)
+ * after OpenMP retires the thread; the process keeps them to its end. */
+typedef struct thread_res {
+  dnnl_stream_t stream;
+  void *scratch;
+  size_t scratch_size;
+  struct thread_res *next;
+} thread_res;
+static thread_res *all_thread_res;
+static _Thread_local thread_res *my_res;
+
+static thread_res *thread_resources(void) {
+  if (my_res) return my_res;
+  thread_res *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  if (dnnl_stream_create(&r->stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+    free(r);
+    return NULL;
+  }
+  pthread_mutex_lock(&cache_lock);
+  r->next = all_thread_res;
+  all_thread_res = r;
+  pthread_mutex_unlock(&cache_lock);
+  return my_res = r;
+}
 
 /* Runs e's primitive on one thread: args are (DNNL_ARG_*, pointer) pairs. */
 static bool run_prim(const prim_entry *e, int32_t n, const int *which, void *const *ptrs) {
   const prim_key *p = &e->key;
-  if (!thread_stream &&
-      dnnl_stream_create(&thread_stream, engine, dnnl_stream_default_flags) != dnnl_success)
-    return false;
-  if (e->scratch > thread_scratch_size) {
-    free(thread_scratch);
-    thread_scratch = aligned_alloc(64, (e->scratch + 63) / 64 * 64);
-    thread_scratch_size = thread_scratch ? e->scratch : 0;
-    if (!thread_scratch) return false;
+  thread_res *res = thread_resources();
+  if (!res) return false;
+  if (e->scratch > res->scratch_size) {
+    free(res->scratch);
+    res->scratch = aligned_alloc(64, (e->scratch + 63) / 64 * 64);
+    res->scratch_size = res->scratch ? e->scratch : 0;
+    if (!res->scratch) return false;
   }
   dnnl_memory_desc_t mds[3] = {0};
   md_image(&mds[0], p->big_c, (int32_t)p->k, p->big);
@@ -202,12 +223,12 @@ static bool run_prim(const prim_entry *e, int32_t n, const int *which, void *con
     args[na] = (dnnl_exec_arg_t){which[2 * i + 1], mem[na]};
   }
   if (ok && e->scratch) {
-    ok = dnnl_memory_create(&mem[na], &smd, engine, thread_scratch) == dnnl_success;
+    ok = dnnl_memory_create(&mem[na], &smd, engine, res->scratch) == dnnl_success;
     args[na] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mem[na]};
     na++;
   }
-  ok = ok && dnnl_primitive_execute(e->prim, thread_stream, na, args) == dnnl_success &&
-       dnnl_stream_wait(thread_stream) == dnnl_success;
+  ok = ok && dnnl_primitive_execute(e->prim, res->stream, na, args) == dnnl_success &&
+       dnnl_stream_wait(res->stream) == dnnl_success;
   for (int32_t i = 0; i < 5; i++)
     if (mem[i]) dnnl_memory_destroy(mem[i]);
   return ok;
