@@ -8,7 +8,7 @@
 
 #include "harness.h"
 #include "plot.h"
-#include "cli_args.h"
+#include "cli.h"
 #include "core/file.h"
 #include "runtime/backend.h"
 
@@ -18,7 +18,6 @@
 #include <sys/stat.h>
 #include <string.h>
 
-#define EXIT_USAGE 2
 #define DEFAULT_RUNS 5
 
 static const char usage[] =
@@ -130,14 +129,6 @@ typedef struct opts {
   const char **names;
 } opts;
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "loom: ");
-  fprintf(stderr, fmt, arg);
-  const char *end = strstr(usage, "\n\n");
-  fprintf(stderr, "\n%.*s\nTry 'loom bench --help' for more.\n", (int)(end - usage), usage);
-  return EXIT_USAGE;
-}
-
 static bool parse_int(const char *s, int32_t lo, int32_t hi, int32_t *out) {
   long v;
   if (!loom_cli_parse_long(s, lo, hi, &v)) return false;
@@ -246,7 +237,7 @@ static int parse_args(int argc, char **argv, opts *o) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = NULL;
     int r;
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+    if (loom_cli_is_help(a)) {
       fputs(usage, stdout);
       return 0;
     } else if (strcmp(a, "--list") == 0) {
@@ -270,13 +261,13 @@ static int parse_args(int argc, char **argv, opts *o) {
     } else if (strcmp(a, "--force") == 0) {
       o->force = true;
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--trace", &v)) != 0) {
-      if (r < 0 || !*v) return usage_error("%s needs a file name", a);
+      if (r < 0 || !*v) return loom_cli_usage_error("loom", usage, "%s needs a file name", a);
       o->trace = v;
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--plot", &v)) != 0) {
-      if (r < 0 || !*v) return usage_error("%s needs a file name", a);
+      if (r < 0 || !*v) return loom_cli_usage_error("loom", usage, "%s needs a file name", a);
       o->plot = v;
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--peer", &v)) != 0) {
-      if (r < 0 || !*v) return usage_error("%s needs a file name", a);
+      if (r < 0 || !*v) return loom_cli_usage_error("loom", usage, "%s needs a file name", a);
       o->peers[o->n_peers++] = v;
     } else if (strcmp(a, "--plot-only") == 0) {
       o->plot_only = true;
@@ -284,67 +275,67 @@ static int parse_args(int argc, char **argv, opts *o) {
       o->grad = true;
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--input", &v)) != 0) {
       if (r < 0 || !strchr(v, '='))
-        return usage_error("--input wants NAME=FILE.npy, got '%s'", r < 0 ? "" : v);
+        return loom_cli_usage_error("loom", usage, "--input wants NAME=FILE.npy, got '%s'", r < 0 ? "" : v);
       o->inputs[o->n_inputs++] = v;
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--dim", &v)) != 0) {
       const char *eq = r > 0 ? strchr(v, '=') : NULL;
       int32_t n = 0;
       if (!eq || eq == v || !parse_int(eq + 1, 1, 1 << 30, &n))
-        return usage_error("--dim wants NAME=N (N >= 1), got '%s'", r < 0 ? "" : v);
+        return loom_cli_usage_error("loom", usage, "--dim wants NAME=N (N >= 1), got '%s'", r < 0 ? "" : v);
       o->dims[o->n_dims++] = v;
     } else if (strcmp(a, "--with-reference") == 0) {
       o->run.with_reference = true;
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--size", &v)) != 0) {
-      if (r < 0) return usage_error("%s needs a value", a);
+      if (r < 0) return loom_cli_usage_error("loom", usage, "%s needs a value", a);
       if (strcmp(v, "small") == 0)
         o->run.small = true;
       else if (strcmp(v, "full") == 0)
         o->run.small = false;
       else
-        return usage_error("--size must be small or full, got '%s'", v);
+        return loom_cli_usage_error("loom", usage, "--size must be small or full, got '%s'", v);
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--runs", &v)) != 0) {
-      if (r < 0) return usage_error("%s needs a value", a);
+      if (r < 0) return loom_cli_usage_error("loom", usage, "%s needs a value", a);
       if (!parse_int(v, 1, 1000, &o->run.runs))
-        return usage_error("--runs must be an integer in [1, 1000], got '%s'", v);
+        return loom_cli_usage_error("loom", usage, "--runs must be an integer in [1, 1000], got '%s'", v);
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--rounds", &v)) != 0) {
-      if (r < 0) return usage_error("%s needs a value", a);
+      if (r < 0) return loom_cli_usage_error("loom", usage, "%s needs a value", a);
       if (!parse_int(v, 0, LOOM_PHILOX_MAX_ROUNDS, &o->rng_rounds))
-        return usage_error("--rounds must be an integer in [0, 16], got '%s'", v);
+        return loom_cli_usage_error("loom", usage, "--rounds must be an integer in [0, 16], got '%s'", v);
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--seconds", &v)) != 0) {
-      if (r < 0) return usage_error("%s needs a value", a);
+      if (r < 0) return loom_cli_usage_error("loom", usage, "%s needs a value", a);
       if (!parse_seconds(v, &o->rng_seconds))
-        return usage_error("--seconds must be a number in (0, 60], got '%s'", v);
+        return loom_cli_usage_error("loom", usage, "--seconds must be a number in (0, 60], got '%s'", v);
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--threads", &v)) != 0) {
-      if (r < 0) return usage_error("%s needs a value", a);
+      if (r < 0) return loom_cli_usage_error("loom", usage, "%s needs a value", a);
       if (!parse_int(v, 0, 4096, &o->threads))
-        return usage_error("--threads must be an integer in [0, 4096], got '%s'", v);
+        return loom_cli_usage_error("loom", usage, "--threads must be an integer in [0, 4096], got '%s'", v);
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--modes", &v)) != 0) {
-      if (r < 0) return usage_error("%s needs a value", a);
+      if (r < 0) return loom_cli_usage_error("loom", usage, "%s needs a value", a);
       if (!parse_modes(v, o->run.modes))
-        return usage_error("--modes takes a comma-separated subset of "
+        return loom_cli_usage_error("loom", usage, "--modes takes a comma-separated subset of "
                            "reference,eager,none,loop,stitch, got '%s'", v);
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--attention", &v)) != 0) {
-      if (r < 0) return usage_error("%s needs a value", a);
+      if (r < 0) return loom_cli_usage_error("loom", usage, "%s needs a value", a);
       if (loom_attention_mode_from_name(v, &o->run.attention))
-        return usage_error("--attention wants one of " LOOM_ATTENTION_MODE_NAMES ", got '%s'", v);
+        return loom_cli_usage_error("loom", usage, "--attention wants one of " LOOM_ATTENTION_MODE_NAMES ", got '%s'", v);
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--backend", &v)) != 0) {
-      if (r < 0) return usage_error("%s needs a value", a);
+      if (r < 0) return loom_cli_usage_error("loom", usage, "%s needs a value", a);
       if (!loom_backend_name_known(v))
-        return usage_error("unknown backend '%s' (see 'loom bench --help')", v);
+        return loom_cli_usage_error("loom", usage, "unknown backend '%s' (see 'loom bench --help')", v);
       o->run.backend = v;
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--gemm", &v)) != 0) {
-      if (r < 0) return usage_error("%s needs a value", a);
+      if (r < 0) return loom_cli_usage_error("loom", usage, "%s needs a value", a);
       if (loom_gemm_precision_from_name(v, &o->run.gemm))
-        return usage_error("--gemm must be one of " LOOM_GEMM_PRECISION_NAMES ", got '%s'", v);
+        return loom_cli_usage_error("loom", usage, "--gemm must be one of " LOOM_GEMM_PRECISION_NAMES ", got '%s'", v);
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--fusion", &v)) != 0) {
       /* as on every command that compiles: one mode only */
-      if (r < 0) return usage_error("%s needs a value", a);
+      if (r < 0) return loom_cli_usage_error("loom", usage, "%s needs a value", a);
       if (strchr(v, ',') || strcmp(v, "reference") == 0 || !parse_modes(v, o->run.modes))
-        return usage_error("--fusion must be one of " LOOM_FUSION_MODE_NAMES ", got '%s'", v);
+        return loom_cli_usage_error("loom", usage, "--fusion must be one of " LOOM_FUSION_MODE_NAMES ", got '%s'", v);
     } else if (a[0] == '-') {
-      return usage_error("unknown option '%s'", a);
+      return loom_cli_usage_error("loom", usage, "unknown option '%s'", a);
     } else if (!is_special(a) && !loom_bench_find(a) && !is_graph_file(a)) {
-      return usage_error("unknown workload '%s' (see 'loom bench --list'; a graph file is "
+      return loom_cli_usage_error("loom", usage, "unknown workload '%s' (see 'loom bench --list'; a graph file is "
                          "taken by its path)",
                          a);
     } else {
@@ -360,12 +351,12 @@ static int parse_args(int argc, char **argv, opts *o) {
     o->file_specs[k].dims = o->dims;
   }
   if ((o->grad || o->n_inputs || o->n_dims) && !o->n_files)
-    return usage_error("%s applies to FILE workloads: name a graph file",
+    return loom_cli_usage_error("loom", usage, "%s applies to FILE workloads: name a graph file",
                        o->grad ? "--grad" : o->n_inputs ? "--input" : "--dim");
   if ((o->n_peers || o->plot_only) && !o->plot)
-    return usage_error("%s needs --plot FILE", o->plot_only ? "--plot-only" : "--peer");
+    return loom_cli_usage_error("loom", usage, "%s needs --plot FILE", o->plot_only ? "--plot-only" : "--peer");
   if (o->plot_only && (!o->n_peers || o->n_names))
-    return usage_error("%s", o->n_names ? "--plot-only runs no workloads: name none"
+    return loom_cli_usage_error("loom", usage, "%s", o->n_names ? "--plot-only runs no workloads: name none"
                                         : "--plot-only draws --peer files: give at least one");
   return -1;
 }

@@ -4,12 +4,11 @@
  * `loom cluster --this-machine [--out FILE]`: measures this machine and
  * writes its description (docs/CLI.md).
  */
-#include "cli_cluster.h"
 
 #include "loom.h"
 
 #include "bench.h"
-#include "cli_args.h"
+#include "cli.h"
 #include "core/file.h"
 #include "core/strbuf.h"
 #include "perf/cluster.h"
@@ -18,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EXIT_USAGE 2
 
 static const char usage[] =
     "usage: loom cluster FILE\n"
@@ -35,19 +33,6 @@ static const char usage[] =
     "  -h, --help       print this help\n"
     "\n"
     "Exit status: 0 success, 1 failure, 2 wrong arguments.\n";
-
-static int usage_error(const char *what, const char *arg) {
-  fprintf(stderr, "loom cluster: %s%s%s%s\n", what, arg ? " '" : "", arg ? arg : "",
-          arg ? "'" : "");
-  fprintf(stderr, "Try 'loom cluster --help' for more.\n");
-  return EXIT_USAGE;
-}
-
-static int fail(loom_ctx *ctx) {
-  char msg[LOOM_ERROR_MAX];
-  fprintf(stderr, "loom cluster: %s\n", loom_escape_message(loom_ctx_error(ctx), msg, sizeof msg));
-  return 1;
-}
 
 /* What a planner reads off the description. */
 static void print_derived(const loom_cluster *c) {
@@ -73,12 +58,12 @@ int loom_cli_cluster_main(int argc, char **argv) {
   bool this_machine = false, force = false;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *v = NULL;
-    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+    if (loom_cli_is_help(arg)) {
       fputs(usage, stdout);
       return 0;
     }
     int got = loom_cli_flag_value(argc, argv, &i, "--out", &v);
-    if (got < 0) return usage_error("--out wants a file name", NULL);
+    if (got < 0) return loom_cli_usage_error("loom cluster", usage, "--out wants a file name");
     if (got > 0) {
       out = v;
       continue;
@@ -88,19 +73,19 @@ int loom_cli_cluster_main(int argc, char **argv) {
     } else if (!strcmp(arg, "--force")) {
       force = true;
     } else if (arg[0] == '-' && arg[1]) {
-      return usage_error("unknown option", arg);
+      return loom_cli_usage_error("loom cluster", usage, "unknown option '%s'", arg);
     } else if (!file) {
       file = arg;
     } else {
-      return usage_error("unexpected argument", arg);
+      return loom_cli_usage_error("loom cluster", usage, "unexpected argument '%s'", arg);
     }
   }
   if (this_machine == (file != NULL))
-    return usage_error(this_machine ? "give FILE or --this-machine, not both"
-                                    : "give a cluster FILE or --this-machine",
-                       NULL);
-  if (out && !this_machine) return usage_error("--out goes with --this-machine", NULL);
-  if (force && !out) return usage_error("--force goes with --out", NULL);
+    return loom_cli_usage_error("loom cluster", usage, "%s",
+                                this_machine ? "give FILE or --this-machine, not both"
+                                             : "give a cluster FILE or --this-machine");
+  if (out && !this_machine) return loom_cli_usage_error("loom cluster", usage, "--out goes with --this-machine");
+  if (force && !out) return loom_cli_usage_error("loom cluster", usage, "--force goes with --out");
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) {
     fprintf(stderr, "loom cluster: out of memory\n");
@@ -136,7 +121,7 @@ int loom_cli_cluster_main(int argc, char **argv) {
   rc = 0;
   goto done;
 fail:
-  rc = fail(ctx);
+  rc = loom_cli_fail("loom cluster", ctx);
 done:
   free(text);
   loom_ctx_free(ctx);

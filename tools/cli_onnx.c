@@ -6,9 +6,8 @@
  * any graph file: bench/wl_file.c).
  */
 #define _DEFAULT_SOURCE /* DT_DIR */
-#include "cli_onnx.h"
 
-#include "cli_args.h"
+#include "cli.h"
 #include "core/clock.h"
 #include "core/file.h"
 #include "ir/dtype.h"
@@ -26,7 +25,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define EXIT_USAGE 2
 
 /* Paths too long for their buffers are cut, and then not found: an error
  * message, not a fault. */
@@ -267,7 +265,7 @@ static int cmd_onnx_test(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = NULL;
     int m;
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+    if (loom_cli_is_help(a)) {
       fputs(usage_test, stdout);
       return 0;
     }
@@ -297,11 +295,11 @@ static int cmd_onnx_test(int argc, char **argv) {
   bad:
     fprintf(stderr, "loom: bad argument '%s' for onnx-test\n%.*s\n", a, (int)(strchr(usage_test, '\n') - usage_test),
             usage_test);
-    return EXIT_USAGE;
+    return LOOM_CLI_EXIT_USAGE;
   }
   if (!dir) {
     fprintf(stderr, "loom: onnx-test needs a DIR\n%s", usage_test);
-    return EXIT_USAGE;
+    return LOOM_CLI_EXIT_USAGE;
   }
   char **tests = NULL;
   int n = list_dir(dir, "", &tests);
@@ -392,7 +390,7 @@ static int model_usage(const char *fmt, const char *arg) {
   fprintf(stderr, "loom: ");
   fprintf(stderr, fmt, arg);
   fprintf(stderr, "\n%s", usage_model);
-  return EXIT_USAGE;
+  return LOOM_CLI_EXIT_USAGE;
 }
 
 static int parse_model_args(int argc, char **argv, model_args *a) {
@@ -404,7 +402,7 @@ static int parse_model_args(int argc, char **argv, model_args *a) {
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *v = NULL;
     int m;
-    if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+    if (loom_cli_is_help(arg)) {
       fputs(usage_model, stdout);
       return -1;
     }

@@ -7,11 +7,10 @@
  * `loom plan gpt --search --devices N --cluster FILE` finds the fastest
  * plan instead (parallel/search.h) and can write it as a plan file.
  */
-#include "cli_plan.h"
 
 #include "loom.h"
 
-#include "cli_args.h"
+#include "cli.h"
 #include "core/file.h"
 #include "core/strbuf.h"
 #include "ir/graph.h"
@@ -33,7 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EXIT_USAGE 2
 /* --search rates plans without lowering them: clusters of any size */
 #define SEARCH_MAX_DEVICES (1L << 20)
 
@@ -119,18 +117,6 @@ static const char usage[] =
 static const char *const comm_kinds[] = {"all_reduce", "all_gather", "reduce_scatter",
                                          "all_to_all", "broadcast",  "transfer"};
 #define N_KINDS ((int)(sizeof comm_kinds / sizeof comm_kinds[0]))
-
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "loom plan: ");
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  const char *end = strstr(usage, "\n\n");
-  fprintf(stderr, "\n%.*s\nTry 'loom plan --help' for more.\n", (int)(end - usage), usage);
-  return EXIT_USAGE;
-}
 
 static int fail(loom_ctx *ctx) {
   char msg[LOOM_ERROR_MAX];
@@ -231,7 +217,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
   a->devices = -1;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *v = NULL;
-    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+    if (loom_cli_is_help(arg)) {
       fputs(usage, stdout);
       return 0;
     }
@@ -252,7 +238,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       continue;
     }
     if (arg[0] != '-' || !arg[1]) {
-      if (a->model) return usage_error("unexpected argument '%s'", arg);
+      if (a->model) return loom_cli_usage_error("loom plan", usage, "unexpected argument '%s'", arg);
       a->model = arg;
       continue;
     }
@@ -261,7 +247,7 @@ static int parse_args(int argc, char **argv, plan_args *a) {
     const char *eq = strchr(arg, '=');
     size_t nl = eq ? (size_t)(eq - arg) : strlen(arg);
     if (strncmp(arg, "--", 2) != 0 || nl >= sizeof name)
-      return usage_error("unknown flag '%s' for 'plan'", arg);
+      return loom_cli_usage_error("loom plan", usage, "unknown flag '%s' for 'plan'", arg);
     memcpy(name, arg, nl);
     name[nl] = '\0';
     int64_t lo = 0, hi = 0, iv = 0;
@@ -275,30 +261,30 @@ static int parse_args(int argc, char **argv, plan_args *a) {
                  !strcmp(name, "--attention") || !strcmp(name, "--cluster") ||
                  !strcmp(name, "--trace") || !strcmp(name, "--precision") ||
                  !strcmp(name, "--top") || !strcmp(name, "--out");
-    if (!known) return usage_error("unknown flag '%s' for 'plan'", name);
+    if (!known) return loom_cli_usage_error("loom plan", usage, "unknown flag '%s' for 'plan'", name);
     if (loom_cli_flag_value(argc, argv, &i, name, &v) < 0)
-      return usage_error("%s needs a value", name);
+      return loom_cli_usage_error("loom plan", usage, "%s needs a value", name);
     if (gpt_dst) {
       if (!parse_i64(v, lo, hi, &iv))
-        return usage_error("%s wants an integer in [%lld, %lld], got '%s'", name, (long long)lo,
+        return loom_cli_usage_error("loom plan", usage, "%s wants an integer in [%lld, %lld], got '%s'", name, (long long)lo,
                            (long long)hi, v);
       *gpt_dst = (int32_t)iv;
       if (!a->model_flag) a->model_flag = arg;
     } else if (!strcmp(name, "--model")) {
-      if (a->model) return usage_error("--model %s: the model is already %s", v, a->model);
+      if (a->model) return loom_cli_usage_error("loom plan", usage, "--model %s: the model is already %s", v, a->model);
       loom_gpt_config m;
       if (!loom_gpt_config_named(v, &m, NULL))
-        return usage_error("--model wants one of %s, got '%s'", loom_gpt_config_names(), v);
+        return loom_cli_usage_error("loom plan", usage, "--model wants one of %s, got '%s'", loom_gpt_config_names(), v);
       a->model = v;
     } else if (!strcmp(name, "--arch")) {
       loom_gpt_arch arch;
       if (!loom_gpt_arch_from_name(v, &arch))
-        return usage_error("--arch wants gpt or llama, got '%s'", v);
+        return loom_cli_usage_error("loom plan", usage, "--arch wants gpt or llama, got '%s'", v);
       loom_gpt_config_set_arch(&a->cfg.model, arch);
       a->given |= GIVEN_ARCH;
       if (!a->model_flag) a->model_flag = arg;
     } else if (!strcmp(name, "--plan")) {
-      if (!*v) return usage_error("--plan wants a plan file or a built-in spec");
+      if (!*v) return loom_cli_usage_error("loom plan", usage, "--plan wants a plan file or a built-in spec");
       a->plan = v;
     } else if (!strcmp(name, "--devices")) {
       /* the range is checked below: --search plans far more devices */
@@ -306,86 +292,86 @@ static int parse_args(int argc, char **argv, plan_args *a) {
       if (!loom_cli_parse_long(v, 1, SEARCH_MAX_DEVICES, &a->devices)) a->devices = 0;
     } else if (!strcmp(name, "--top")) {
       if (!loom_cli_parse_long(v, 1, 1000, &a->top))
-        return usage_error("--top wants a number in [1, 1000], got '%s'", v);
+        return loom_cli_usage_error("loom plan", usage, "--top wants a number in [1, 1000], got '%s'", v);
     } else if (!strcmp(name, "--out")) {
-      if (!*v) return usage_error("--out wants a file name");
+      if (!*v) return loom_cli_usage_error("loom plan", usage, "--out wants a file name");
       a->out = v;
     } else if (!strcmp(name, "--show")) {
       a->show = v;
     } else if (!strcmp(name, "--memory-limit")) {
       if (!parse_i64(v, 0, INT64_MAX, &a->memory_limit))
-        return usage_error("--memory-limit wants a byte count, got '%s'", v);
+        return loom_cli_usage_error("loom plan", usage, "--memory-limit wants a byte count, got '%s'", v);
     } else if (!strcmp(name, "--bucket-bytes")) {
       if (!parse_i64(v, 0, INT64_MAX, &a->bucket_bytes))
-        return usage_error("--bucket-bytes wants a byte count, got '%s'", v);
+        return loom_cli_usage_error("loom plan", usage, "--bucket-bytes wants a byte count, got '%s'", v);
     } else if (!strcmp(name, "--dot")) {
-      if (!*v) return usage_error("--dot wants a file name");
+      if (!*v) return loom_cli_usage_error("loom plan", usage, "--dot wants a file name");
       a->dot = v;
     } else if (!strcmp(name, "--cluster")) {
-      if (!*v) return usage_error("--cluster wants a cluster file");
+      if (!*v) return loom_cli_usage_error("loom plan", usage, "--cluster wants a cluster file");
       a->cluster = v;
     } else if (!strcmp(name, "--trace")) {
-      if (!*v) return usage_error("--trace wants a file name");
+      if (!*v) return loom_cli_usage_error("loom plan", usage, "--trace wants a file name");
       a->trace = v;
     } else if (!strcmp(name, "--precision")) {
       int32_t p = 0;
       while (p < LOOM_PRECISION_COUNT && strcmp(v, loom_precision_name((loom_precision)p))) p++;
       if (p == LOOM_PRECISION_COUNT)
-        return usage_error("--precision wants f32, tf32, bf16 or fp8, got '%s'", v);
+        return loom_cli_usage_error("loom plan", usage, "--precision wants f32, tf32, bf16 or fp8, got '%s'", v);
       a->precision = (loom_precision)p;
     } else if (!strcmp(name, "--save-plan")) {
-      if (!*v) return usage_error("--save-plan wants a file name");
+      if (!*v) return loom_cli_usage_error("loom plan", usage, "--save-plan wants a file name");
       a->save_plan = v;
     } else if (!strcmp(name, "--dropout")) {
       char *end = NULL;
       double p = strtod(v, &end);
       if (!*v || *end || !(p >= 0.0 && p < 1.0))
-        return usage_error("--dropout wants a number in [0, 1), got '%s'", v);
+        return loom_cli_usage_error("loom plan", usage, "--dropout wants a number in [0, 1), got '%s'", v);
       a->cfg.model.dropout = p;
       a->given |= GIVEN_DROPOUT;
       if (!a->model_flag) a->model_flag = arg;
     } else if (!strcmp(name, "--rng")) {
       if (loom_rng_placement_from_name(v, &a->cfg.rng) || a->cfg.rng == LOOM_RNG_AUTO)
-        return usage_error("--rng wants fused, overlap or sequential, got '%s'", v);
+        return loom_cli_usage_error("loom plan", usage, "--rng wants fused, overlap or sequential, got '%s'", v);
       if (!a->model_flag) a->model_flag = arg;
     } else {
       if (loom_attention_mode_from_name(v, &a->cfg.attention))
-        return usage_error("--attention wants one of " LOOM_ATTENTION_MODE_NAMES ", got '%s'", v);
+        return loom_cli_usage_error("loom plan", usage, "--attention wants one of " LOOM_ATTENTION_MODE_NAMES ", got '%s'", v);
       if (!a->model_flag) a->model_flag = arg;
     }
   }
   if (!a->model)
-    return usage_error("plan needs a MODEL (a text-IR file, gpt, or one of %s)",
+    return loom_cli_usage_error("loom plan", usage, "plan needs a MODEL (a text-IR file, gpt, or one of %s)",
                        loom_gpt_config_names());
-  if (a->search && a->plan) return usage_error("--search finds the plan: it goes without --plan");
-  if (!a->plan && !a->search) return usage_error("plan needs --plan P (or --search)");
-  if (a->devices < 0) return usage_error("plan needs --devices N");
+  if (a->search && a->plan) return loom_cli_usage_error("loom plan", usage, "--search finds the plan: it goes without --plan");
+  if (!a->plan && !a->search) return loom_cli_usage_error("loom plan", usage, "plan needs --plan P (or --search)");
+  if (a->devices < 0) return loom_cli_usage_error("loom plan", usage, "plan needs --devices N");
   long most = a->search ? SEARCH_MAX_DEVICES : LOOM_PLAN_MAX_DEVICES;
   if (a->devices < 1 || a->devices > most)
-    return usage_error("--devices wants a number in [1, %ld], got '%s'", most, a->devices_text);
+    return loom_cli_usage_error("loom plan", usage, "--devices wants a number in [1, %ld], got '%s'", most, a->devices_text);
   bool gpt = strcmp(a->model, "gpt") == 0 || apply_named(a);
   if (a->search) {
-    if (!gpt) return usage_error("--search plans the gpt model only");
-    if (!a->cluster) return usage_error("--search needs --cluster FILE: the plans are rated on it");
+    if (!gpt) return loom_cli_usage_error("loom plan", usage, "--search plans the gpt model only");
+    if (!a->cluster) return loom_cli_usage_error("loom plan", usage, "--search needs --cluster FILE: the plans are rated on it");
     if (a->show || a->dot || a->save_plan || a->trace)
-      return usage_error("--show, --dot, --save-plan and --trace go with --plan, not --search");
+      return loom_cli_usage_error("loom plan", usage, "--show, --dot, --save-plan and --trace go with --plan, not --search");
   } else if (a->out || a->top) {
-    return usage_error("--out and --top go with --search");
+    return loom_cli_usage_error("loom plan", usage, "--out and --top go with --search");
   }
   if (!gpt && a->model_flag)
-    return usage_error("%s applies to the gpt model only", a->model_flag);
+    return loom_cli_usage_error("loom plan", usage, "%s applies to the gpt model only", a->model_flag);
   loom_gpt_config *g = &a->cfg.model;
   if (gpt && (g->n_head > g->d_model || g->d_model % g->n_head))
-    return usage_error("--heads %d does not divide --d-model %d", g->n_head, g->d_model);
+    return loom_cli_usage_error("loom plan", usage, "--heads %d does not divide --d-model %d", g->n_head, g->d_model);
   if (gpt && g->n_kv_head && g->n_head % g->n_kv_head)
-    return usage_error("--kv-heads %d does not divide --heads %d", g->n_kv_head, g->n_head);
+    return loom_cli_usage_error("loom plan", usage, "--kv-heads %d does not divide --heads %d", g->n_kv_head, g->n_head);
   if (!g->d_ff) g->d_ff = 4 * g->d_model;
   if ((a->trace || a->overlap || a->precision || a->oversubscribe) && !a->cluster)
-    return usage_error("--trace, --overlap, --oversubscribe and --precision go with --cluster");
+    return loom_cli_usage_error("loom plan", usage, "--trace, --overlap, --oversubscribe and --precision go with --cluster");
   if (a->show && strcmp(a->show, "all") && strcmp(a->show, "none")) {
     long d = 0;
     if (!loom_cli_parse_long(a->show, 0, a->devices - 1, &d))
-      return usage_error("--show wants a device in [0, %ld], all or none, got '%s'",
+      return loom_cli_usage_error("loom plan", usage, "--show wants a device in [0, %ld], all or none, got '%s'",
                          a->devices - 1, a->show);
   }
   return -1;

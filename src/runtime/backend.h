@@ -118,6 +118,10 @@ void loom_backend_free(loom_backend *b);
 /* True if name is a registered backend. */
 bool loom_backend_name_known(const char *name);
 
+/* What `loom devices` prints (*text malloc'ed): each backend with its
+ * device or why it is unavailable, the OpenCL and CUDA devices, NVRTC. */
+loom_status loom_devices_report(loom_ctx *ctx, char **text);
+
 /*
  * The backend's graph rewrite, for builders that must run it before
  * autodiff (model/gpt.c, the attention bench) without naming a backend:
