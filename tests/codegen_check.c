@@ -39,11 +39,13 @@ void bufs_alloc(const loom_kernel *k, bufs *b) {
 
 void bufs_copy(const loom_kernel *k, const bufs *src, bufs *dst) {
   bufs_alloc(k, dst);
-  for (int32_t i = 0; i < k->n_args; i++) memcpy(dst->p[i], src->p[i], src->bytes[i]);
+  for (int32_t i = 0; i < k->n_args; i++)
+    memcpy(dst->p[i], src->p[i], src->bytes[i]);
 }
 
 void bufs_free(bufs *b) {
-  for (int32_t i = 0; i < b->n; i++) free(b->p[i]);
+  for (int32_t i = 0; i < b->n; i++)
+    free(b->p[i]);
 }
 
 loom_jit_module *codegen_compile(const loom_kernel *ks, int32_t n, bool print) {
@@ -106,7 +108,8 @@ bool check_kernel(const loom_kernel *k, bufs *in, bool print) {
       }
     }
     if (nt == 3)
-      for (int32_t i = 0; i < k->n_args; i++) memcpy(in->p[i], got.p[i], got.bytes[i]);
+      for (int32_t i = 0; i < k->n_args; i++)
+        memcpy(in->p[i], got.p[i], got.bytes[i]);
     bufs_free(&got);
   }
   bufs_free(&ref);
@@ -135,8 +138,10 @@ static void cuda_run(const loom_kernel *k, const char *src, const bufs *in, cons
       printf("%s: CUDA runs skipped: not in LOOM_TEST_BACKENDS\n", test_name);
     } else {
       cu_state = loom_cu_get(cg_ctx, &cu_dev) == LOOM_STATUS_OK ? 1 : -1;
-      if (cu_state < 0) printf("%s: CUDA runs skipped: %s\n", test_name, loom_ctx_error(cg_ctx));
-      else printf("%s: CUDA runs on %s\n", test_name, cu_dev->name);
+      if (cu_state < 0)
+        printf("%s: CUDA runs skipped: %s\n", test_name, loom_ctx_error(cg_ctx));
+      else
+        printf("%s: CUDA runs on %s\n", test_name, cu_dev->name);
     }
   }
   if (cu_state < 0) return;
@@ -161,7 +166,8 @@ static void cuda_run(const loom_kernel *k, const char *src, const bufs *in, cons
     cu_kernels++;
     cu_exact += same_as_interpreter("CUDA", k, &got, ref, loose);
   }
-  for (int32_t i = 0; i < k->n_args; i++) loom_cu_free(cu_dev, dev[i]);
+  for (int32_t i = 0; i < k->n_args; i++)
+    loom_cu_free(cu_dev, dev[i]);
   bufs_free(&got);
   loom_cu_module_free(m);
 }
@@ -173,8 +179,10 @@ static void cuda_check(const loom_kernel *k, const bufs *in, const bufs *ref, bo
   char ver[32];
   if (cuda_state == 0) {
     cuda_state = loom_nvrtc_version(cg_ctx, ver, sizeof ver) == LOOM_STATUS_OK ? 1 : -1;
-    if (cuda_state < 0) printf("%s: CUDA (NVRTC) skipped: %s\n", test_name, loom_ctx_error(cg_ctx));
-    else printf("%s: CUDA C compiled with NVRTC %s for sm_90\n", test_name, ver);
+    if (cuda_state < 0)
+      printf("%s: CUDA (NVRTC) skipped: %s\n", test_name, loom_ctx_error(cg_ctx));
+    else
+      printf("%s: CUDA C compiled with NVRTC %s for sm_90\n", test_name, ver);
   }
   if (cuda_state < 0) return;
   char *src = NULL, *ptx = NULL;
@@ -210,14 +218,16 @@ static bool same_as_interpreter(const char *which, const loom_kernel *k, const b
       const void *g = (char *)got->p[i] + e * es, *r = (char *)ref->p[i] + e * es;
       if (memcmp(g, r, es) == 0) continue;
       exact = false;
-      double gv = loom_load(k->args[i].dtype, got->p[i], e), rv = loom_load(k->args[i].dtype, ref->p[i], e);
+      double gv = loom_load(k->args[i].dtype, got->p[i], e),
+             rv = loom_load(k->args[i].dtype, ref->p[i], e);
       /* a NaN's sign and payload are not specified by either library */
       double tol = k->args[i].dtype == LOOM_DTYPE_F32 ? 2.5e-7 : 1e-15;
-      bool ok = (gv != gv && rv != rv) ||
-                (loose && loom_dtype_is_float(k->args[i].dtype) && fabs(gv - rv) <= tol * fabs(rv) + 1e-300);
+      bool ok = (gv != gv && rv != rv) || (loose && loom_dtype_is_float(k->args[i].dtype) &&
+                                           fabs(gv - rv) <= tol * fabs(rv) + 1e-300);
       CHECK(ok);
       if (!ok) {
-        fprintf(stderr, "  %s %s a%d[%lld]: got %.9g want %.9g\n", which, k->name, i, (long long)e, gv, rv);
+        fprintf(stderr, "  %s %s a%d[%lld]: got %.9g want %.9g\n", which, k->name, i, (long long)e,
+                gv, rv);
         break;
       }
     }
@@ -241,8 +251,10 @@ static void gpu_check(const loom_kernel *k, const bufs *in, const bufs *ref, boo
       printf("%s: OpenCL skipped: not in LOOM_TEST_BACKENDS\n", test_name);
     } else {
       gpu_state = loom_ocl_get(cg_ctx, &gpu_dev) == LOOM_STATUS_OK ? 1 : -1;
-      if (gpu_state < 0) printf("%s: OpenCL skipped: %s\n", test_name, loom_ctx_error(cg_ctx));
-      else printf("%s: OpenCL on %s\n", test_name, loom_ocl_device_name(gpu_dev));
+      if (gpu_state < 0)
+        printf("%s: OpenCL skipped: %s\n", test_name, loom_ctx_error(cg_ctx));
+      else
+        printf("%s: OpenCL on %s\n", test_name, loom_ocl_device_name(gpu_dev));
     }
   }
   if (gpu_state < 0) return;
@@ -271,9 +283,14 @@ static bool has_libm_op(const loom_kernel *k) {
     const loom_kexpr *x = &k->exprs[e];
     if (x->kind != LOOM_KX_OP) continue;
     switch (x->op) {
-    case LOOM_OP_ERF: case LOOM_OP_POW: case LOOM_OP_SIN: case LOOM_OP_COS:
+    case LOOM_OP_ERF:
+    case LOOM_OP_POW:
+    case LOOM_OP_SIN:
+    case LOOM_OP_COS:
     case LOOM_OP_RSQRT: return true;
-    case LOOM_OP_SIGMOID: case LOOM_OP_TANH: case LOOM_OP_EXP: /* f32: kmath.h's, exact */
+    case LOOM_OP_SIGMOID:
+    case LOOM_OP_TANH:
+    case LOOM_OP_EXP: /* f32: kmath.h's, exact */
     case LOOM_OP_LOG:
       if (x->dtype != LOOM_DTYPE_F32 || k->exprs[x->a[0]].dtype != LOOM_DTYPE_F32) return true;
       break;
@@ -283,15 +300,14 @@ static bool has_libm_op(const loom_kernel *k) {
   return false;
 }
 
-
 void fill_f32(void *p, int64_t n, double lo, double hi) {
-  for (int64_t i = 0; i < n; i++) ((float *)p)[i] = (float)loom_test_uniform(&cg_rng, lo, hi);
+  for (int64_t i = 0; i < n; i++)
+    ((float *)p)[i] = (float)loom_test_uniform(&cg_rng, lo, hi);
 }
 
 bool close_rel(double got, double want, double tol) {
   return fabs(got - want) <= tol * fmax(1.0, fabs(want));
 }
-
 
 int codegen_check_finish(void) {
   if (cuda_state > 0) printf("%s: NVRTC compiled %d kernels' CUDA C\n", test_name, cuda_kernels);

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-extern loom_ctx *cg_ctx;  /* made by codegen_check_init */
-extern bool cg_quick;     /* LOOM_TEST_QUICK: smaller sizes */
+extern loom_ctx *cg_ctx; /* made by codegen_check_init */
+extern bool cg_quick;    /* LOOM_TEST_QUICK: smaller sizes */
 extern loom_test_rng cg_rng;
 
 /* Makes cg_ctx; name prefixes the lines the harness prints. */
@@ -42,8 +42,8 @@ static inline void kb_init(loom_kernel *k, const char *name) {
 
 static inline int32_t kb_arg(loom_kernel *k, loom_dtype dt, int64_t numel, bool out, bool temp) {
   k->args = kb_grow(k->args, k->n_args, sizeof *k->args);
-  k->args[k->n_args] = (loom_karg){.value = k->n_args, .dtype = dt, .is_output = out,
-                                   .temp = temp, .numel = numel};
+  k->args[k->n_args] =
+      (loom_karg){.value = k->n_args, .dtype = dt, .is_output = out, .temp = temp, .numel = numel};
   return k->n_args++;
 }
 
@@ -54,8 +54,8 @@ static inline int32_t kb_expr(loom_kernel *k, loom_kexpr e) {
 }
 
 static inline int32_t kb_load(loom_kernel *k, int32_t arg, loom_kmap m) {
-  return kb_expr(k, (loom_kexpr){.kind = LOOM_KX_LOAD, .dtype = k->args[arg].dtype, .arg = arg,
-                                 .map = m});
+  return kb_expr(
+      k, (loom_kexpr){.kind = LOOM_KX_LOAD, .dtype = k->args[arg].dtype, .arg = arg, .map = m});
 }
 static inline int32_t kb_const(loom_kernel *k, loom_dtype dt, double c) {
   return kb_expr(k, (loom_kexpr){.kind = LOOM_KX_CONST, .dtype = dt, .c = c});
@@ -63,10 +63,10 @@ static inline int32_t kb_const(loom_kernel *k, loom_dtype dt, double c) {
 static inline int32_t kb_index(loom_kernel *k, loom_dtype dt, loom_kmap m) {
   return kb_expr(k, (loom_kexpr){.kind = LOOM_KX_INDEX, .dtype = dt, .map = m});
 }
-static inline int32_t kb_op(loom_kernel *k, loom_op op, loom_dtype dt, int32_t n, int32_t a0, int32_t a1,
-                     int32_t a2) {
-  return kb_expr(k, (loom_kexpr){.kind = LOOM_KX_OP, .dtype = dt, .op = op, .n_a = n,
-                                 .a = {a0, a1, a2}});
+static inline int32_t kb_op(loom_kernel *k, loom_op op, loom_dtype dt, int32_t n, int32_t a0,
+                            int32_t a1, int32_t a2) {
+  return kb_expr(
+      k, (loom_kexpr){.kind = LOOM_KX_OP, .dtype = dt, .op = op, .n_a = n, .a = {a0, a1, a2}});
 }
 static inline int32_t kb_reg(loom_kernel *k, loom_dtype dt, int32_t reg) {
   return kb_expr(k, (loom_kexpr){.kind = LOOM_KX_REG, .dtype = dt, .reg = reg});
@@ -76,14 +76,16 @@ static inline int32_t kb_scratch(loom_kernel *k, int32_t s) {
 }
 
 static inline int32_t kb_part(loom_kernel *k, int32_t pr, const int64_t *ps, int32_t rr,
-                       const int64_t *rs, int64_t rpt, int32_t vw, int32_t regs,
-                       int32_t scratch, int32_t phase) {
+                              const int64_t *rs, int64_t rpt, int32_t vw, int32_t regs,
+                              int32_t scratch, int32_t phase) {
   k->parts = kb_grow(k->parts, k->n_parts, sizeof *k->parts);
   loom_kpart *p = &k->parts[k->n_parts];
   p->p_rank = pr;
   p->r_rank = rr;
-  for (int32_t i = 0; i < pr; i++) p->p_shape[i] = ps[i];
-  for (int32_t j = 0; j < rr; j++) p->r_shape[j] = rs[j];
+  for (int32_t i = 0; i < pr; i++)
+    p->p_shape[i] = ps[i];
+  for (int32_t j = 0; j < rr; j++)
+    p->r_shape[j] = rs[j];
   p->sched = (loom_kschedule){.rows_per_tile = rpt, .vector_width = vw};
   p->n_regs = regs;
   p->n_scratch = scratch;
@@ -98,17 +100,16 @@ static inline int32_t kb_stage(loom_kernel *k, int32_t part, loom_kstage_kind ki
   return p->n_stages++;
 }
 
-static inline void kb_out(loom_kernel *k, int32_t part, int32_t stage, loom_kdst_kind dst, int32_t expr,
-                   int32_t target, loom_kmap m, loom_op combine) {
+static inline void kb_out(loom_kernel *k, int32_t part, int32_t stage, loom_kdst_kind dst,
+                          int32_t expr, int32_t target, loom_kmap m, loom_op combine) {
   loom_kstage *st = &k->parts[part].stages[stage];
   st->out = kb_grow(st->out, st->n_out, sizeof *st->out);
-  st->out[st->n_out++] = (loom_kout){.dst = dst, .expr = expr, .target = target, .map = m,
-                                     .combine = combine};
+  st->out[st->n_out++] =
+      (loom_kout){.dst = dst, .expr = expr, .target = target, .map = m, .combine = combine};
 }
 
 #define MAP(b, ...) ((loom_kmap){.base = (b), __VA_ARGS__})
 #define I64S(...) ((const int64_t[]){__VA_ARGS__})
-
 
 /* Argument buffers: inputs filled by the caller, outputs pre-filled with a
  * pattern so that an element the kernel forgets shows up. */

@@ -71,7 +71,8 @@ static void test_elementwise(void) {
   fill_f32(in.p[ab], 1, -2, 2);
   uint8_t *mk = in.p[am];
   int64_t *iv = in.p[ai];
-  for (int64_t e = 0; e < N; e++) mk[e] = (uint8_t)(loom_test_uniform(&cg_rng, 0, 1) < 0.5);
+  for (int64_t e = 0; e < N; e++)
+    mk[e] = (uint8_t)(loom_test_uniform(&cg_rng, 0, 1) < 0.5);
   for (int64_t p = 0; p < P; p++)
     iv[p] = p % 3 == 0 ? INT64_MAX - 20 : p % 3 == 1 ? -(int64_t)p * 1000003 : (int64_t)1 << 40;
   check_kernel(&k, &in, false);
@@ -134,8 +135,10 @@ static void test_softmax(int32_t vw, int64_t rpt) {
   int bad = 0;
   for (int64_t p = 0; p < P; p++) {
     double m = -INFINITY, s = 0;
-    for (int64_t r = 0; r < R; r++) m = fmax(m, xf[p * R + r]);
-    for (int64_t r = 0; r < R; r++) s += (float)exp((float)(xf[p * R + r] - (float)m));
+    for (int64_t r = 0; r < R; r++)
+      m = fmax(m, xf[p * R + r]);
+    for (int64_t r = 0; r < R; r++)
+      s += (float)exp((float)(xf[p * R + r] - (float)m));
     for (int64_t r = 0; r < R; r++) {
       double want = (float)exp((float)(xf[p * R + r] - (float)m)) / s;
       bad += fabs(yf[p * R + r] - want) > tol * want;
@@ -201,7 +204,8 @@ static void test_column(int64_t P) {
   }
   for (int64_t p = 0; p < P; p++) {
     double s = 0;
-    for (int64_t r = 0; r < R; r++) s += xf[p * R + r];
+    for (int64_t r = 0; r < R; r++)
+      s += xf[p * R + r];
     bad += !close_rel(((float *)in.p[arow])[p], s, 1e-6);
     total += (double)((float *)in.p[arow])[p];
   }
@@ -260,9 +264,13 @@ static void test_dropout(int64_t R, int64_t stride, int64_t bval) {
   int32_t x = kb_load(&k, ax, full);
   int32_t idx = kb_index(&k, LOOM_DTYPE_I64, MAP(0, .p = {R * stride}, .r = {stride}));
   int32_t base = kb_load(&k, abase, MAP(0));
-  int32_t keep = kb_expr(&k, (loom_kexpr){.kind = LOOM_KX_KEEP, .dtype = LOOM_DTYPE_BOOL, .n_a = 2,
-                                           .a = {idx, base}, .seed = seed, .offset = offset,
-                                           .threshold = loom_dropout_threshold(prob)});
+  int32_t keep = kb_expr(&k, (loom_kexpr){.kind = LOOM_KX_KEEP,
+                                          .dtype = LOOM_DTYPE_BOOL,
+                                          .n_a = 2,
+                                          .a = {idx, base},
+                                          .seed = seed,
+                                          .offset = offset,
+                                          .threshold = loom_dropout_threshold(prob)});
   int32_t c = kb_const(&k, LOOM_DTYPE_F64, 1.0 - prob);
   int32_t dv = kb_op(&k, LOOM_OP_DIV, LOOM_DTYPE_F32, 2, x, c, 0);
   int32_t zero = kb_const(&k, LOOM_DTYPE_F32, 0.0);

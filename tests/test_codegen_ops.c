@@ -18,16 +18,38 @@
 /* ---- every element-wise op and cast against the op table --------------------- */
 
 static const double float_vals[] = {
-    0.0,   -0.0,   1.0,   -1.0,   0.5,    -2.5,   3.0,    1e-40,  -1e-40, 1e30,   -1e30,
-    88.7,  -104.0, 1e-7,  2.0,    100.0,  -0.75,  7.25,   0.1,    -0.3,   12.5,   -3.0,
-    INFINITY, -INFINITY, NAN,  255.5,  256.0,  -129.0, 2147483648.0, -2147483904.0,
-    9.3e18, -9.3e18, 4.0, 0.25};
+    0.0,    -0.0,         1.0,           -1.0,   0.5,      -2.5,      3.0,   1e-40, -1e-40,
+    1e30,   -1e30,        88.7,          -104.0, 1e-7,     2.0,       100.0, -0.75, 7.25,
+    0.1,    -0.3,         12.5,          -3.0,   INFINITY, -INFINITY, NAN,   255.5, 256.0,
+    -129.0, 2147483648.0, -2147483904.0, 9.3e18, -9.3e18,  4.0,       0.25};
 #define N_FLOAT_VALS ((int64_t)(sizeof float_vals / sizeof float_vals[0]))
 
-static const int64_t int_vals[] = {0, 1, -1, 2, -2, 3, 7, -7, 100, -100, 255, 256, -129,
-                                   INT32_MAX, INT32_MIN, (int64_t)INT32_MAX + 1,
-                                   (int64_t)1 << 40, -((int64_t)1 << 40), INT64_MAX, INT64_MIN,
-                                   INT64_MAX - 1, INT64_MIN + 1, 3037000500LL, 12, -12, 5};
+static const int64_t int_vals[] = {0,
+                                   1,
+                                   -1,
+                                   2,
+                                   -2,
+                                   3,
+                                   7,
+                                   -7,
+                                   100,
+                                   -100,
+                                   255,
+                                   256,
+                                   -129,
+                                   INT32_MAX,
+                                   INT32_MIN,
+                                   (int64_t)INT32_MAX + 1,
+                                   (int64_t)1 << 40,
+                                   -((int64_t)1 << 40),
+                                   INT64_MAX,
+                                   INT64_MIN,
+                                   INT64_MAX - 1,
+                                   INT64_MIN + 1,
+                                   3037000500LL,
+                                   12,
+                                   -12,
+                                   5};
 #define N_INT_VALS ((int64_t)(sizeof int_vals / sizeof int_vals[0]))
 
 static void fill_vals(loom_dtype dt, void *p, int64_t n, int32_t shift) {
@@ -38,7 +60,12 @@ static void fill_vals(loom_dtype dt, void *p, int64_t n, int32_t shift) {
       int64_t v = int_vals[(i + shift) % N_INT_VALS];
       switch (dt) {
       case LOOM_DTYPE_I64: ((int64_t *)p)[i] = v; break;
-      case LOOM_DTYPE_I32: ((int32_t *)p)[i] = (int32_t)(v % 3000000000LL > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : v); break;
+      case LOOM_DTYPE_I32:
+        ((int32_t *)p)[i] = (int32_t)(v % 3000000000LL > INT32_MAX ? INT32_MAX
+                                      : v < INT32_MIN              ? INT32_MIN
+                                      : v > INT32_MAX              ? INT32_MAX
+                                                                   : v);
+        break;
       case LOOM_DTYPE_U8: ((uint8_t *)p)[i] = (uint8_t)(v & 0xff); break;
       default: ((uint8_t *)p)[i] = (uint8_t)(v & 1); break;
       }
@@ -131,7 +158,7 @@ static void test_ops(loom_dtype dt) {
 /* cast from dtype `from` to every other dtype. */
 static void test_casts(loom_dtype from) {
   static const loom_dtype dts[] = {LOOM_DTYPE_F32, LOOM_DTYPE_F64, LOOM_DTYPE_I32,
-                                   LOOM_DTYPE_I64, LOOM_DTYPE_U8, LOOM_DTYPE_BOOL};
+                                   LOOM_DTYPE_I64, LOOM_DTYPE_U8,  LOOM_DTYPE_BOOL};
   const int64_t R = loom_dtype_is_float(from) ? N_FLOAT_VALS : N_INT_VALS;
   loom_kernel k;
   char name[48];
@@ -162,9 +189,7 @@ static void test_casts(loom_dtype from) {
  * 1, 1, 2 and 1 ulp of libm's double results rounded to f32; and an f32 kernel
  * over a wide range of inputs, where some elements take erf's exact
  * fallback, equals the interpreter bit for bit. */
-static double ref_sigmoid(double x) {
-  return loom_op_get(LOOM_OP_SIGMOID)->scalar1(x);
-}
+static double ref_sigmoid(double x) { return loom_op_get(LOOM_OP_SIGMOID)->scalar1(x); }
 
 static void test_fast_math(void) {
   char *pre = NULL;
@@ -251,8 +276,8 @@ static void test_fast_math(void) {
     }
     CHECK(bits_bad == 0 && ulp_bad == 0);
     if (bits_bad || ulp_bad)
-      fprintf(stderr, "  f32 fn %d: %lld differ from kmath.h, %lld beyond %lld ulp (worst %lld)\n", f,
-              (long long)bits_bad, (long long)ulp_bad, (long long)max_ulp[f],
+      fprintf(stderr, "  f32 fn %d: %lld differ from kmath.h, %lld beyond %lld ulp (worst %lld)\n",
+              f, (long long)bits_bad, (long long)ulp_bad, (long long)max_ulp[f],
               (long long)worst_ulp);
   }
   free(xs);
@@ -266,7 +291,8 @@ static void test_fast_math(void) {
   kb_init(&k, "k_fast");
   int32_t ax = kb_arg(&k, LOOM_DTYPE_F32, N, false, false);
   int32_t ao[5];
-  for (int32_t i = 0; i < 5; i++) ao[i] = kb_arg(&k, LOOM_DTYPE_F32, N, true, false);
+  for (int32_t i = 0; i < 5; i++)
+    ao[i] = kb_arg(&k, LOOM_DTYPE_F32, N, true, false);
   int32_t acol = kb_arg(&k, LOOM_DTYPE_F32, R, true, false);
   loom_kmap full = MAP(0, .p = {R}, .r = {1});
   int32_t x = kb_load(&k, ax, full);
@@ -313,7 +339,7 @@ int main(void) {
   codegen_check_init("test_codegen_ops");
   test_fast_math();
   static const loom_dtype dts[] = {LOOM_DTYPE_F32, LOOM_DTYPE_F64, LOOM_DTYPE_I32,
-                                   LOOM_DTYPE_I64, LOOM_DTYPE_U8, LOOM_DTYPE_BOOL};
+                                   LOOM_DTYPE_I64, LOOM_DTYPE_U8,  LOOM_DTYPE_BOOL};
   for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
     test_ops(dts[i]);
     test_casts(dts[i]);

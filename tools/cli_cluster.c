@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static const char usage[] =
     "usage: loom cluster FILE\n"
     "       loom cluster --this-machine [--out FILE [--force]]\n"
@@ -84,7 +83,8 @@ int loom_cli_cluster_main(int argc, char **argv) {
     return loom_cli_usage_error("loom cluster", usage, "%s",
                                 this_machine ? "give FILE or --this-machine, not both"
                                              : "give a cluster FILE or --this-machine");
-  if (out && !this_machine) return loom_cli_usage_error("loom cluster", usage, "--out goes with --this-machine");
+  if (out && !this_machine)
+    return loom_cli_usage_error("loom cluster", usage, "--out goes with --this-machine");
   if (force && !out) return loom_cli_usage_error("loom cluster", usage, "--force goes with --out");
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) {

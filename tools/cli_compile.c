@@ -33,23 +33,24 @@ static const char usage_compile[] =
     "With --emit or --dump-after the artifact goes to stdout and the\n"
     "summary to stderr.\n"
     "\n"
-    "  --fusion MODE        how the cpu backend makes code:\n"
-    LOOM_FUSION_MODE_LIST(HELP_MODE, )
-    "  --backend NAME       one of" LOOM_BACKEND_HELP_NAMES " (default " LOOM_BACKEND_DEFAULT ");\n"
-    "                       --emit c prints its source (opencl: OpenCL C)\n"
-    "  --emit WHAT          c: the generated C source; kernels: the kernel IR;\n"
-    "                       program: the fused program's steps\n"
-    "  --dump-after PASS    decompose: the text IR after decomposition;\n"
-    "                       fuse: the program listing; lower: the kernel IR\n"
-    "  --threads N          CPU threads (0 = all cores, the default)\n"
-    "  --dot FILE           write the fused program as Graphviz DOT: one cluster\n"
-    "                       per step (blue: a generated kernel; orange: a GEMM\n"
-    "                       and its epilogue; grey: an eager node); dashed edges\n"
-    "                       are values kept inside a kernel\n"
-    "  --svg FILE, --png FILE  the same picture rendered by Graphviz (its 'dot'\n"
-    "                       program must be installed)\n"
-    "  --force              overwrite the --dot, --svg or --png file if it exists\n"
-    "  -h, --help           print this help\n";
+    "  --fusion MODE        how the cpu backend makes code:\n" LOOM_FUSION_MODE_LIST(
+        HELP_MODE, ) "  --backend NAME       one of" LOOM_BACKEND_HELP_NAMES
+                     " (default " LOOM_BACKEND_DEFAULT ");\n"
+                     "                       --emit c prints its source (opencl: OpenCL C)\n"
+                     "  --emit WHAT          c: the generated C source; kernels: the kernel IR;\n"
+                     "                       program: the fused program's steps\n"
+                     "  --dump-after PASS    decompose: the text IR after decomposition;\n"
+                     "                       fuse: the program listing; lower: the kernel IR\n"
+                     "  --threads N          CPU threads (0 = all cores, the default)\n"
+                     "  --dot FILE           write the fused program as Graphviz DOT: one cluster\n"
+                     "                       per step (blue: a generated kernel; orange: a GEMM\n"
+                     "                       and its epilogue; grey: an eager node); dashed edges\n"
+                     "                       are values kept inside a kernel\n"
+                     "  --svg FILE, --png FILE  the same picture rendered by Graphviz (its 'dot'\n"
+                     "                       program must be installed)\n"
+                     "  --force              overwrite the --dot, --svg or --png file if it "
+                     "exists\n"
+                     "  -h, --help           print this help\n";
 
 /* "12345 (12.1 KiB)" */
 static void print_bytes(FILE *f, int64_t b) {
@@ -79,8 +80,7 @@ static void print_compile_summary(FILE *f, const char *file, loom_fusion_mode fu
   fprintf(f, "\n  peak bytes      ");
   print_bytes(f, st->peak_bytes);
   fprintf(f, "\n  compile time    %.3f s\n", st->compile_seconds);
-  fprintf(f, "  kernel cache    %s\n",
-          st->n_kernels == 0 ? "-" : st->cache_hit ? "hit" : "miss");
+  fprintf(f, "  kernel cache    %s\n", st->n_kernels == 0 ? "-" : st->cache_hit ? "hit" : "miss");
 }
 
 /* The pictures `loom compile` writes: DOT text, and renderings of it. */
@@ -129,35 +129,42 @@ int loom_cli_compile_main(int argc, char **argv) {
       if (m < 0) return loom_cli_usage_error("loom", usage_compile, "%s needs a value", a);
       if (loom_fusion_mode_from_name(v, &fusion))
         return loom_cli_usage_error("loom", usage_compile,
-                           "unknown fusion mode '%s' (known: " LOOM_FUSION_MODE_NAMES ")", v);
+                                    "unknown fusion mode '%s' (known: " LOOM_FUSION_MODE_NAMES ")",
+                                    v);
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--emit", &v)) != 0) {
       if (m < 0) return loom_cli_usage_error("loom", usage_compile, "%s needs a value", a);
       if (strcmp(v, "c") && strcmp(v, "kernels") && strcmp(v, "program"))
-        return loom_cli_usage_error("loom", usage_compile, "--emit wants c, kernels or program, got '%s'", v);
+        return loom_cli_usage_error("loom", usage_compile,
+                                    "--emit wants c, kernels or program, got '%s'", v);
       emit = v;
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--backend", &v)) != 0) {
       if (m < 0) return loom_cli_usage_error("loom", usage_compile, "%s needs a value", a);
       if (!loom_backend_name_known(v))
-        return loom_cli_usage_error("loom", usage_compile, "unknown backend '%s' (%s)", v, loom_backend_names());
+        return loom_cli_usage_error("loom", usage_compile, "unknown backend '%s' (%s)", v,
+                                    loom_backend_names());
       backend = v;
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--dump-after", &v)) != 0) {
       if (m < 0) return loom_cli_usage_error("loom", usage_compile, "%s needs a value", a);
       if (strcmp(v, "decompose") && strcmp(v, "fuse") && strcmp(v, "lower"))
         return loom_cli_usage_error("loom", usage_compile,
-                           "--dump-after wants decompose, fuse or lower, got '%s'", v);
+                                    "--dump-after wants decompose, fuse or lower, got '%s'", v);
       dump = v;
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--threads", &v)) != 0) {
       if (m < 0) return loom_cli_usage_error("loom", usage_compile, "%s needs a value", a);
       if (!loom_cli_parse_long(v, 0, 4096, &threads))
-        return loom_cli_usage_error("loom", usage_compile, "--threads wants a number in [0, 4096], got '%s'", v);
+        return loom_cli_usage_error("loom", usage_compile,
+                                    "--threads wants a number in [0, 4096], got '%s'", v);
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--dot", &v)) != 0) {
-      if (m < 0 || !*v) return loom_cli_usage_error("loom", usage_compile, "%s needs a file name", a);
+      if (m < 0 || !*v)
+        return loom_cli_usage_error("loom", usage_compile, "%s needs a file name", a);
       pics.dot = v;
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--svg", &v)) != 0) {
-      if (m < 0 || !*v) return loom_cli_usage_error("loom", usage_compile, "%s needs a file name", a);
+      if (m < 0 || !*v)
+        return loom_cli_usage_error("loom", usage_compile, "%s needs a file name", a);
       pics.svg = v;
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--png", &v)) != 0) {
-      if (m < 0 || !*v) return loom_cli_usage_error("loom", usage_compile, "%s needs a file name", a);
+      if (m < 0 || !*v)
+        return loom_cli_usage_error("loom", usage_compile, "%s needs a file name", a);
       pics.png = v;
     } else if (strcmp(a, "--force") == 0) {
       pics.force = true;
@@ -173,14 +180,18 @@ int loom_cli_compile_main(int argc, char **argv) {
   /* what each artifact is: decompose, program listing, kernel IR, C */
   bool want_decompose = dump && strcmp(dump, "decompose") == 0;
   bool want_program = (dump && strcmp(dump, "fuse") == 0) || (emit && strcmp(emit, "program") == 0);
-  bool want_kernels = (dump && strcmp(dump, "lower") == 0) || (emit && strcmp(emit, "kernels") == 0);
+  bool want_kernels =
+      (dump && strcmp(dump, "lower") == 0) || (emit && strcmp(emit, "kernels") == 0);
   bool want_c = emit && strcmp(emit, "c") == 0;
   if (fusion == LOOM_FUSION_EAGER && (want_program || want_kernels || want_c))
     return loom_cli_usage_error("loom", usage_compile, "%s %s needs a fusion mode other than eager",
-                       emit ? "--emit" : "--dump-after", emit ? emit : dump);
+                                emit ? "--emit" : "--dump-after", emit ? emit : dump);
   if (fusion == LOOM_FUSION_EAGER && want_pictures(&pics))
-    return loom_cli_usage_error("loom", usage_compile, "%s needs a fusion mode other than eager (no program to draw)",
-                       pics.dot ? "--dot" : pics.svg ? "--svg" : "--png");
+    return loom_cli_usage_error("loom", usage_compile,
+                                "%s needs a fusion mode other than eager (no program to draw)",
+                                pics.dot   ? "--dot"
+                                : pics.svg ? "--svg"
+                                           : "--png");
 
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) {
@@ -199,8 +210,7 @@ int loom_cli_compile_main(int argc, char **argv) {
     rc = loom_cli_fail("loom", ctx);
     goto done;
   }
-  if (loom_session_warning(s)[0])
-    fprintf(stderr, "loom: warning: %s\n", loom_session_warning(s));
+  if (loom_session_warning(s)[0]) fprintf(stderr, "loom: warning: %s\n", loom_session_warning(s));
   /* each artifact as text from the session, in the order asked for */
   const struct {
     bool wanted;

@@ -33,13 +33,12 @@ static const char usage_run[] =
     "  --backend NAME       one of" LOOM_BACKEND_HELP_NAMES " (default " LOOM_BACKEND_DEFAULT
     "; ref: the\n"
     "                       reference kernels)\n"
-    "  --fusion MODE        how the cpu backend makes code:\n"
-    LOOM_FUSION_MODE_LIST(HELP_MODE, )
-    "  --gemm P             f32 products on a GPU backend: f32 (default), tf32\n"
-    "                       or bf16 (operands rounded, f32 accumulation)\n"
-    "  --threads N          CPU threads (0 = all cores, the default)\n"
-    "  --force              overwrite output files that already exist\n"
-    "  -h, --help           print this help\n";
+    "  --fusion MODE        how the cpu backend makes code:\n" LOOM_FUSION_MODE_LIST(
+        HELP_MODE, ) "  --gemm P             f32 products on a GPU backend: f32 (default), tf32\n"
+                     "                       or bf16 (operands rounded, f32 accumulation)\n"
+                     "  --threads N          CPU threads (0 = all cores, the default)\n"
+                     "  --force              overwrite output files that already exist\n"
+                     "  -h, --help           print this help\n";
 
 typedef struct run_input {
   const char *name, *path;
@@ -47,12 +46,13 @@ typedef struct run_input {
 } run_input;
 
 /* A one-line summary: "y: f32[4, 16] -> out/y.npy  [0.5, -1, ...]". */
-static void print_summary(const char *name, const loom_tensor *t,
-                          const char *path) {
+static void print_summary(const char *name, const loom_tensor *t, const char *path) {
   loom_type ty = {.dtype = loom_tensor_dtype(t), .rank = loom_tensor_rank(t)};
-  for (int32_t d = 0; d < ty.rank; d++) ty.shape[d] = loom_tensor_dim(t, d);
+  for (int32_t d = 0; d < ty.rank; d++)
+    ty.shape[d] = loom_tensor_dim(t, d);
   char buf[160];
-  printf("%s: %s -> %s  [", loom_cli_shown(name), loom_type_str(&ty, buf, sizeof buf), loom_cli_shown(path));
+  printf("%s: %s -> %s  [", loom_cli_shown(name), loom_type_str(&ty, buf, sizeof buf),
+         loom_cli_shown(path));
   int64_t n = loom_tensor_numel(t), shown = n < 6 ? n : 6;
   for (int64_t i = 0; i < shown; i++)
     printf("%s%.6g", i ? ", " : "", loom_load(ty.dtype, loom_tensor_data(t), i));
@@ -65,9 +65,9 @@ static bool safe_file_name(const char *s) {
          !loom_has_control_bytes(s);
 }
 
-static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
-                     int n_ins, const char *out_dir, const char *backend,
-                     loom_fusion_mode fusion, loom_gemm_precision gemm, bool force) {
+static int run_graph(loom_ctx *ctx, const char *file, run_input *ins, int n_ins,
+                     const char *out_dir, const char *backend, loom_fusion_mode fusion,
+                     loom_gemm_precision gemm, bool force) {
   loom_graph *g = NULL;
   loom_session *s = NULL;
   loom_tensor **inputs = NULL, **outputs = NULL;
@@ -93,11 +93,11 @@ static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
   for (int32_t i = 0; i < n_in; i++) {
     const char *name = loom_graph_input_name(g, i);
     int k = 0;
-    while (k < n_ins && strcmp(ins[k].name, name) != 0) k++;
+    while (k < n_ins && strcmp(ins[k].name, name) != 0)
+      k++;
     if (k == n_ins) {
       size_t m = strlen(missing);
-      snprintf(missing + m, sizeof missing - m, "%s%s (%s)", m ? ", " : "",
-               name,
+      snprintf(missing + m, sizeof missing - m, "%s%s (%s)", m ? ", " : "", name,
                loom_type_str(loom_value_type(g, loom_graph_input_value(g, i)), buf, sizeof buf));
       continue;
     }
@@ -106,13 +106,11 @@ static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
   for (int k = 0; k < n_ins; k++)
     if (!ins[k].used) {
       loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                 "%s has no input named '%s' (see 'loom show %s')", file,
-                 ins[k].name, file);
+                 "%s has no input named '%s' (see 'loom show %s')", file, ins[k].name, file);
       goto fail;
     }
   if (missing[0]) {
-    loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-               "no --input given for graph input %s", missing);
+    loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "no --input given for graph input %s", missing);
     goto fail;
   }
 
@@ -122,8 +120,8 @@ static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
   bool make_dir = false;
   if (stat(out_dir, &st) != 0) {
     if (errno != ENOENT) {
-      loom_error(ctx, LOOM_STATUS_IO, "cannot use output directory '%s': %s",
-                 out_dir, strerror(errno));
+      loom_error(ctx, LOOM_STATUS_IO, "cannot use output directory '%s': %s", out_dir,
+                 strerror(errno));
       goto fail;
     }
     /* it can be made: its parent exists and is writable */
@@ -151,8 +149,7 @@ static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
     snprintf(paths[i], len, "%s/%s.npy", out_dir, name);
     for (int32_t j = 0; j < i; j++)
       if (strcmp(paths[i], paths[j]) == 0) {
-        loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                   "two outputs are named '%s'", name);
+        loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "two outputs are named '%s'", name);
         goto fail;
       }
     /* writable now, not found out after the graph ran */
@@ -164,23 +161,21 @@ static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
   for (int32_t i = 0; i < n_in; i++) {
     const char *name = loom_graph_input_name(g, i);
     int k = 0;
-    while (strcmp(ins[k].name, name) != 0) k++;
+    while (strcmp(ins[k].name, name) != 0)
+      k++;
     if (loom_tensor_load_npy(ctx, ins[k].path, &inputs[i]) != LOOM_STATUS_OK) {
       loom_error_prefix(ctx, "input '%s'", name);
       goto fail;
     }
     loom_type want = *loom_value_type(g, loom_graph_input_value(g, i));
-    loom_type have = {.dtype = loom_tensor_dtype(inputs[i]),
-                      .rank = loom_tensor_rank(inputs[i])};
+    loom_type have = {.dtype = loom_tensor_dtype(inputs[i]), .rank = loom_tensor_rank(inputs[i])};
     for (int32_t d = 0; d < have.rank; d++)
       have.shape[d] = loom_tensor_dim(inputs[i], d);
     if (!loom_type_equal(&want, &have)) {
       loom_error(ctx,
-                 want.dtype != have.dtype ? LOOM_STATUS_DTYPE_MISMATCH
-                                          : LOOM_STATUS_SHAPE_MISMATCH,
-                 "input '%s': %s holds %s but the graph wants %s", name,
-                 ins[k].path, loom_type_str(&have, buf, sizeof buf),
-                 loom_type_str(&want, buf2, sizeof buf2));
+                 want.dtype != have.dtype ? LOOM_STATUS_DTYPE_MISMATCH : LOOM_STATUS_SHAPE_MISMATCH,
+                 "input '%s': %s holds %s but the graph wants %s", name, ins[k].path,
+                 loom_type_str(&have, buf, sizeof buf), loom_type_str(&want, buf2, sizeof buf2));
       goto fail;
     }
   }
@@ -188,19 +183,17 @@ static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
   loom_session_options opts =
       LOOM_SESSION_OPTIONS(.backend = backend, .fusion = fusion, .gemm = gemm);
   if (loom_session_new(ctx, g, &opts, &s) != LOOM_STATUS_OK) goto fail;
-  if (loom_session_warning(s)[0])
-    fprintf(stderr, "loom: warning: %s\n", loom_session_warning(s));
-  if (loom_session_run(s, n_in, (const loom_tensor *const *)inputs, n_out,
-                       outputs) != LOOM_STATUS_OK)
+  if (loom_session_warning(s)[0]) fprintf(stderr, "loom: warning: %s\n", loom_session_warning(s));
+  if (loom_session_run(s, n_in, (const loom_tensor *const *)inputs, n_out, outputs) !=
+      LOOM_STATUS_OK)
     goto fail;
   if (make_dir && mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
-    loom_error(ctx, LOOM_STATUS_IO, "cannot create output directory '%s': %s",
-               out_dir, strerror(errno));
+    loom_error(ctx, LOOM_STATUS_IO, "cannot create output directory '%s': %s", out_dir,
+               strerror(errno));
     goto fail;
   }
   for (int32_t i = 0; i < n_out; i++) {
-    if (loom_tensor_save_npy(ctx, outputs[i], paths[i]) != LOOM_STATUS_OK)
-      goto fail;
+    if (loom_tensor_save_npy(ctx, outputs[i], paths[i]) != LOOM_STATUS_OK) goto fail;
     print_summary(loom_graph_output_name(g, i), outputs[i], paths[i]);
   }
   rc = 0;
@@ -209,9 +202,12 @@ static int run_graph(loom_ctx *ctx, const char *file, run_input *ins,
 fail:
   loom_cli_fail("loom", ctx);
 done:
-  for (int32_t i = 0; inputs && i < n_in; i++) loom_tensor_free(inputs[i]);
-  for (int32_t i = 0; outputs && i < n_out; i++) loom_tensor_free(outputs[i]);
-  for (int32_t i = 0; paths && i < n_out; i++) free(paths[i]);
+  for (int32_t i = 0; inputs && i < n_in; i++)
+    loom_tensor_free(inputs[i]);
+  for (int32_t i = 0; outputs && i < n_out; i++)
+    loom_tensor_free(outputs[i]);
+  for (int32_t i = 0; paths && i < n_out; i++)
+    free(paths[i]);
   free(inputs);
   free(outputs);
   free(paths);
@@ -266,29 +262,33 @@ int loom_cli_run_main(int argc, char **argv) {
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--backend", &v)) != 0) {
       if (m < 0) goto missing;
       if (!loom_backend_name_known(v)) {
-        rc = loom_cli_usage_error("loom", usage_run, "unknown backend '%s' (%s)", v, loom_backend_names());
+        rc = loom_cli_usage_error("loom", usage_run, "unknown backend '%s' (%s)", v,
+                                  loom_backend_names());
         goto done;
       }
       backend = v;
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--fusion", &v)) != 0) {
       if (m < 0) goto missing;
       if (loom_fusion_mode_from_name(v, &fusion)) {
-        rc = loom_cli_usage_error("loom", usage_run, "unknown fusion mode '%s' (known: " LOOM_FUSION_MODE_NAMES ")",
-                         v);
+        rc = loom_cli_usage_error(
+            "loom", usage_run, "unknown fusion mode '%s' (known: " LOOM_FUSION_MODE_NAMES ")", v);
         goto done;
       }
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--gemm", &v)) != 0) {
       if (m < 0) goto missing;
       if (loom_gemm_precision_from_name(v, &gemm)) {
-        rc = loom_cli_usage_error("loom", usage_run, "unknown gemm precision '%s' (known: " LOOM_GEMM_PRECISION_NAMES
-                         ")", v);
+        rc = loom_cli_usage_error(
+            "loom", usage_run, "unknown gemm precision '%s' (known: " LOOM_GEMM_PRECISION_NAMES ")",
+            v);
         goto done;
       }
     } else if ((m = loom_cli_flag_value(argc, argv, &i, "--threads", &v)) != 0) {
       if (m < 0) goto missing;
       if (!loom_cli_parse_long(v, 0, 4096, &threads)) {
-        rc = loom_cli_usage_error("loom", usage_run, "--threads wants a number in [0, 4096], "
-                                    "got '%s'", v);
+        rc = loom_cli_usage_error("loom", usage_run,
+                                  "--threads wants a number in [0, 4096], "
+                                  "got '%s'",
+                                  v);
         goto done;
       }
     } else if (strcmp(a, "--force") == 0) {

@@ -34,15 +34,13 @@ static const char usage_ops[] =
     "  -h, --help           print this help\n";
 
 /* "f32[4, 8]" of a graph value. */
-static const char *value_type_str(const loom_graph *g, loom_value v, char *buf,
-                                  size_t n) {
+static const char *value_type_str(const loom_graph *g, loom_value v, char *buf, size_t n) {
   return loom_type_str(loom_value_type(g, v), buf, n);
 }
 
 /* "%name", or "%N" numbered as the text IR printer numbers unnamed values
  * (num[v], in order of definition), so the two listings agree. */
-static void print_value_ref(const loom_graph *g, const int32_t *num,
-                            int32_t v) {
+static void print_value_ref(const loom_graph *g, const int32_t *num, int32_t v) {
   const char *name = g->values[v].name;
   if (!name)
     printf("%%%d", num[v]);
@@ -55,7 +53,8 @@ static void print_value_ref(const loom_graph *g, const int32_t *num,
 /* The printer's numbering: unnamed inputs first, then node outputs. */
 static void number_unnamed(const loom_graph *g, int32_t *num) {
   int32_t next = 0;
-  for (int32_t v = 0; v < g->n_values; v++) num[v] = -1;
+  for (int32_t v = 0; v < g->n_values; v++)
+    num[v] = -1;
   for (int32_t i = 0; i < g->n_inputs; i++)
     if (!g->values[g->inputs[i]].name) num[g->inputs[i]] = next++;
   for (int32_t i = 0; i < g->n_nodes; i++)
@@ -73,8 +72,7 @@ static void print_op_counts(const loom_graph *g, const char *title) {
     if ((unsigned)g->nodes[i].op < LOOM_OP_COUNT) counts[g->nodes[i].op]++;
   printf("%s (%d nodes):\n", title, g->n_nodes);
   for (int op = 0; op < LOOM_OP_COUNT; op++)
-    if (counts[op])
-      printf("  %-14s %d\n", loom_op_name((loom_op)op), counts[op]);
+    if (counts[op]) printf("  %-14s %d\n", loom_op_name((loom_op)op), counts[op]);
 }
 
 int loom_cli_show_main(int argc, char **argv) {
@@ -86,8 +84,7 @@ int loom_cli_show_main(int argc, char **argv) {
     }
     if (argv[i][0] == '-' && argv[i][1] != '\0')
       return loom_cli_usage_error("loom", usage_show, "unknown flag '%s' for 'show'", argv[i]);
-    if (file)
-      return loom_cli_usage_error("loom", usage_show, "unexpected argument '%s'", argv[i]);
+    if (file) return loom_cli_usage_error("loom", usage_show, "unexpected argument '%s'", argv[i]);
     file = argv[i];
   }
   if (!file) return loom_cli_usage_error("loom", usage_show, "show needs a FILE");
@@ -127,14 +124,14 @@ int loom_cli_show_main(int argc, char **argv) {
     const char *kind = g->values[v].kind == LOOM_VALUE_INPUT   ? "input"
                        : g->values[v].kind == LOOM_VALUE_PARAM ? "param"
                                                                : "";
-    printf(" : %s%s%s\n", value_type_str(g, v, buf, sizeof buf),
-           kind[0] ? "  " : "", kind);
+    printf(" : %s%s%s\n", value_type_str(g, v, buf, sizeof buf), kind[0] ? "  " : "", kind);
   }
 
   int32_t n_in = loom_graph_num_inputs(g), n_params = 0;
-  for (int32_t i = 0; i < n_in; i++) n_params += loom_graph_input_is_param(g, i);
-  printf("\ninputs: %d data, %d params; parameter elements: %lld\n",
-         n_in - n_params, n_params, (long long)loom_graph_param_count(g));
+  for (int32_t i = 0; i < n_in; i++)
+    n_params += loom_graph_input_is_param(g, i);
+  printf("\ninputs: %d data, %d params; parameter elements: %lld\n", n_in - n_params, n_params,
+         (long long)loom_graph_param_count(g));
   printf("outputs:");
   for (int32_t i = 0; i < loom_graph_num_outputs(g); i++)
     printf(" %s", loom_cli_shown(loom_graph_output_name(g, i)));
@@ -184,8 +181,7 @@ static void print_attr_default(const loom_attr_spec *a) {
     printf(" = []");
   } else if (a->fmt == LOOM_ATTR_FMT_BOOL) {
     printf(" = %s", a->def_i ? "true" : "false");
-  } else if (a->fmt == LOOM_ATTR_FMT_DTYPE &&
-             loom_dtype_name((loom_dtype)a->def_i)) {
+  } else if (a->fmt == LOOM_ATTR_FMT_DTYPE && loom_dtype_name((loom_dtype)a->def_i)) {
     printf(" = %s", loom_dtype_name((loom_dtype)a->def_i));
   } else {
     printf(" = %lld", (long long)a->def_i);
@@ -230,8 +226,8 @@ int loom_cli_ops_main(int argc, char **argv) {
     }
     if (d->n_attrs == 0) printf("—");
     printf(" | %s |\n", d->cls == LOOM_OPCLASS_COMPOSITE ? "via decomposition"
-                        : d->grad                         ? "yes"
-                                                          : "—");
+                        : d->grad                        ? "yes"
+                                                         : "—");
   }
   return 0;
 }

@@ -53,12 +53,14 @@ static const char usage_main[] =
 static int cmd_devices(int argc, char **argv) {
   if (argc > 1) {
     if (loom_cli_is_help(argv[1])) {
-      fputs("usage: loom devices\n\nLists every backend with its device (or why it is "
-            "unavailable),\nthe OpenCL and CUDA devices present and whether NVRTC compiles CUDA C.\n",
-            stdout);
+      fputs(
+          "usage: loom devices\n\nLists every backend with its device (or why it is "
+          "unavailable),\nthe OpenCL and CUDA devices present and whether NVRTC compiles CUDA C.\n",
+          stdout);
       return 0;
     }
-    return loom_cli_usage_error("loom", usage_main, "unexpected argument '%s' for 'devices'", argv[1]);
+    return loom_cli_usage_error("loom", usage_main, "unexpected argument '%s' for 'devices'",
+                                argv[1]);
   }
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) return 1;
@@ -76,10 +78,10 @@ static const struct {
   const char *name;
   int (*main)(int argc, char **argv);
 } commands[] = {
-    {"train", loom_train_main},        {"run", loom_cli_run_main},
+    {"train", loom_train_main},         {"run", loom_cli_run_main},
     {"compile", loom_cli_compile_main}, {"bench", loom_bench_main},
-    {"show", loom_cli_show_main},      {"ops", loom_cli_ops_main},
-    {"plan", loom_cli_plan_main},      {"cluster", loom_cli_cluster_main},
+    {"show", loom_cli_show_main},       {"ops", loom_cli_ops_main},
+    {"plan", loom_cli_plan_main},       {"cluster", loom_cli_cluster_main},
     {"devices", cmd_devices},
 };
 
@@ -94,7 +96,8 @@ static int cmd_help(int argc, char **argv) {
     fputs(usage_main, stdout);
     return 0;
   }
-  if (argc > 2) return loom_cli_usage_error("loom", usage_main, "unexpected argument '%s'", argv[2]);
+  if (argc > 2)
+    return loom_cli_usage_error("loom", usage_main, "unexpected argument '%s'", argv[2]);
   int (*cmd)(int, char **) = find_command(argv[1]);
   if (!cmd) return loom_cli_usage_error("loom", usage_main, "unknown command '%s'", argv[1]);
   char help[] = "--help";
