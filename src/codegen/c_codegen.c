@@ -200,10 +200,13 @@ static loom_status emit_part(loom_ctx *ctx, cg_buf *b, cg_part *cp, const loom_k
   const loom_kpart *part = cp->part;
   part_comment(b, cp);
   part_args(k, cp->index, need, used);
+  bool guarded = false; /* a guarded load: see LM_GUARDED in the prelude */
+  for (int32_t e = 0; e < k->n_exprs; e++)
+    guarded |= k->exprs[e].kind == LOOM_KX_LOAD && k->exprs[e].n_a == 1;
   put(b,
-      "static void %s_part%d(int64_t tile, int64_t row_begin, int64_t row_end, char *restrict ws,"
+      "static %svoid %s_part%d(int64_t tile, int64_t row_begin, int64_t row_end, char *restrict ws,"
       " float *restrict scratch",
-      k->name, cp->index);
+      guarded ? "LM_GUARDED " : "", k->name, cp->index);
   for (int32_t a = 0; a < k->n_args; a++)
     if (used[a])
       put(b, ",\n    %s%s *restrict a%d", used[a] == 2 ? "" : "const ",
