@@ -1,12 +1,14 @@
 /*
- * Flash attention on the opencl backend (codegen/gpu_attention.h's
- * kernels): forward and backward against the reference executor's
+ * Flash attention on the GPU backends (codegen/gpu_attention.h's
+ * kernels), on opencl and, where a CUDA device is, on cuda (each only
+ * where present and, when $LOOM_TEST_BACKENDS is set, listed there): forward and backward against the reference executor's
  * decomposition, with and without dropout and causal masking, at sizes
  * that are not multiples of the tiles and head dims 32, 64 and 80; every
  * RNG placement (fused, sequential, overlap: the mask on the second
- * command queue beside the GEMM that makes q; auto) giving the same bits;
- * dropout_mask's bits equal to the cpu backend's and to the spec; the
- * kernels in the source. Skips, saying why, without an OpenCL device.
+ * command queue / stream beside the GEMM that makes q; auto) giving the
+ * same bits; dropout_mask's bits equal to the cpu backend's and to the
+ * spec; the kernels in the source; on opencl, the overlapped mask's trace
+ * around that GEMM. Skips, saying why, without a device.
  */
 #include "common.h"
 #include "io/json.h"
@@ -20,6 +22,7 @@
 #include <unistd.h>
 
 static loom_ctx *ctx;
+static const char *backend; /* the GPU backend under test */
 
 static const char *const placements[] = {"fused", "sequential", "overlap", "auto"};
 
@@ -128,7 +131,7 @@ static void test_case(int64_t b0, int64_t b1, int64_t sq, int64_t sk, int64_t d,
       loom_rng_placement rp = LOOM_RNG_AUTO;
       loom_rng_placement_from_name(placements[pl], &rp);
       int32_t fallback = -1;
-      bool ok = gf && run(gf, "opencl", rp, in, 6, got, 4, &fallback);
+      bool ok = gf && run(gf, backend, rp, in, 6, got, 4, &fallback);
       loom_graph_free(gf);
       if (!ok) continue;
       CHECK(fallback == 0); /* attention, its gradient and the mask on the device */
@@ -161,9 +164,9 @@ static void test_case(int64_t b0, int64_t b1, int64_t sq, int64_t sk, int64_t d,
     }
     free_all(ref, 4);
   }
-  printf("attention [%lld,%lld] sq %lld sk %lld d %lld causal %d p %g: 4 placements bit for bit "
+  printf("%s attention [%lld,%lld] sq %lld sk %lld d %lld causal %d p %g: 4 placements bit for bit "
          "equal, worst error against ref %.2g\n",
-         (long long)b0, (long long)b1, (long long)sq, (long long)sk, (long long)d, causal, p,
+         backend, (long long)b0, (long long)b1, (long long)sq, (long long)sk, (long long)d, causal, p,
          worst_all);
   free_all(first, 4);
   free_all(in, 6);
@@ -254,7 +257,7 @@ static void test_mask(void) {
   CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_I64, 0, NULL, &in));
   if (in) *(int64_t *)loom_tensor_data(in) = base;
   if (in && run(g, "cpu", LOOM_RNG_AUTO, &in, 1, &cpu, 1, NULL) &&
-      run(g, "opencl", LOOM_RNG_AUTO, &in, 1, &gpu, 1, NULL)) {
+      run(g, backend, LOOM_RNG_AUTO, &in, 1, &gpu, 1, NULL)) {
     const uint8_t *c = loom_tensor_data(cpu), *o = loom_tensor_data(gpu);
     const int64_t nb = (numel + 7) / 8;
     CHECK(loom_tensor_numel(gpu) == nb);
@@ -269,8 +272,8 @@ static void test_mask(void) {
     }
     CHECK(wrong == 0);
     CHECK(kept > numel / 2 && kept < numel - numel / 8);
-    printf("dropout_mask: %lld of %lld bits set, the cpu's and the spec's\n", (long long)kept,
-           (long long)numel);
+    printf("%s dropout_mask: %lld of %lld bits set, the cpu's and the spec's\n", backend,
+           (long long)kept, (long long)numel);
   }
   loom_tensor_free(in);
   loom_tensor_free(cpu);
@@ -293,12 +296,15 @@ static void test_source(void) {
   for (int m = 0; m < 2; m++) {
     loom_session *s = NULL;
     loom_session_options o = LOOM_SESSION_OPTIONS(
-        .backend = "opencl", .attention = m ? LOOM_ATTENTION_DECOMPOSED : LOOM_ATTENTION_FLASH);
+        .backend = backend, .attention = m ? LOOM_ATTENTION_DECOMPOSED : LOOM_ATTENTION_FLASH);
     CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
     char *text = NULL;
     if (s) CHECK_OK(ctx, loom_session_describe(s, LOOM_ARTIFACT_SOURCE, &text));
-    bool has = text && strstr(text, "__kernel __attribute__((reqd_work_group_size(64, 1, 1))) "
-                                    "void lm_fa_fwd_d32_v32_m0(");
+    bool has = text && strstr(text, strcmp(backend, "cuda")
+                                        ? "__kernel __attribute__((reqd_work_group_size(64, 1, "
+                                          "1))) void lm_fa_fwd_d32_v32_m0("
+                                        : "extern \"C\" __global__ void __launch_bounds__(64) "
+                                          "lm_fa_fwd_d32_v32_m0(");
     CHECK(m ? !has : has);
     loom_session_stats st = {0};
     if (s) CHECK_OK(ctx, loom_session_get_stats(s, &st));
@@ -311,19 +317,26 @@ static void test_source(void) {
 
 int main(void) {
   if (loom_ctx_new(&ctx)) return 1;
-  loom_backend *b = NULL;
-  if (loom_backend_new(ctx, "opencl", &b) != LOOM_STATUS_OK) {
-    printf("test_opencl_attention: skipped: %s\n", loom_ctx_error(ctx));
-    loom_ctx_free(ctx);
-    return 0;
+  static const char *const gpus[] = {"opencl", "cuda"};
+  for (int i = 0; i < 2; i++) {
+    backend = gpus[i];
+    loom_backend *b = NULL;
+    if (!loom_test_backend_selected(backend)) {
+      printf("test_opencl_attention: %s skipped: not in LOOM_TEST_BACKENDS\n", backend);
+      continue;
+    }
+    if (loom_backend_new(ctx, backend, &b) != LOOM_STATUS_OK) {
+      printf("test_opencl_attention: %s skipped: %s\n", backend, loom_ctx_error(ctx));
+      continue;
+    }
+    loom_backend_free(b);
+    test_mask();
+    test_source();
+    if (i == 0) test_overlap_trace(); /* the second queue's lane: opencl's trace */
+    test_case(2, 3, 70, 70, 32, true, 0.1);
+    test_case(1, 1, 47, 65, 80, true, 0.2);
+    test_case(1, 2, 65, 40, 64, false, 0.0);
   }
-  loom_backend_free(b);
-  test_mask();
-  test_source();
-  test_overlap_trace();
-  test_case(2, 3, 70, 70, 32, true, 0.1);
-  test_case(1, 1, 47, 65, 80, true, 0.2);
-  test_case(1, 2, 65, 40, 64, false, 0.0);
   loom_ctx_free(ctx);
   return loom_test_finish("test_opencl_attention");
 }

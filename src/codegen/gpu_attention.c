@@ -601,8 +601,8 @@ loom_status loom_codegen_gpu_attention_dims(loom_ctx *ctx, loom_gpu_dialect d, i
 
 loom_status loom_gpu_attention_rewrite(loom_ctx *ctx, const loom_graph *g,
                                        const loom_session_options *opts,
-                                       void (*measure)(loom_ctx *ctx, loom_rng_model *m),
-                                       loom_graph **out, int32_t *n_rewritten) {
+                                       void (*measure)(void *arg, loom_ctx *ctx, loom_rng_model *m),
+                                       void *arg, loom_graph **out, int32_t *n_rewritten) {
   *out = NULL;
   if (opts->attention == LOOM_ATTENTION_DECOMPOSED) return LOOM_STATUS_OK;
   bool candidate = false, dropout = false;
@@ -615,7 +615,7 @@ loom_status loom_gpu_attention_rewrite(loom_ctx *ctx, const loom_graph *g,
   if (!candidate) return LOOM_STATUS_OK;
   loom_rng_model model;
   const bool measured = opts->rng == LOOM_RNG_AUTO && dropout && measure;
-  if (measured) measure(ctx, &model);
+  if (measured) measure(arg, ctx, &model);
   loom_status st =
       loom_graph_fuse_attention(g, opts->rng, measured ? &model : NULL, out, n_rewritten);
   if (st && g->ctx != ctx) loom_error(ctx, st, "%s", loom_ctx_error(g->ctx));

@@ -69,11 +69,11 @@ loom_status loom_codegen_gpu_attention_dims(loom_ctx *ctx, loom_gpu_dialect d, i
 /* The GPU backends' graph rewrite, the cpu backend's (passes/attention.h):
  * attention becomes flash attention with the placement opts->rng names
  * (auto: per attention op, what measure's model predicts fastest; measure
- * is called only then), unless opts->attention is `decomposed` (`auto` is
+ * is called, with arg, only then), unless opts->attention is `decomposed` (`auto` is
  * flash here: no decomposed-attention cost model for GPUs yet). */
 loom_status loom_gpu_attention_rewrite(loom_ctx *ctx, const loom_graph *g,
                                        const loom_session_options *opts,
-                                       void (*measure)(loom_ctx *ctx, loom_rng_model *m),
-                                       loom_graph **out, int32_t *n_rewritten);
+                                       void (*measure)(void *arg, loom_ctx *ctx, loom_rng_model *m),
+                                       void *arg, loom_graph **out, int32_t *n_rewritten);
 
 #endif

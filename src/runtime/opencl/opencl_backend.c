@@ -339,7 +339,8 @@ static loom_status ocl_graph_compute(void *bctx, loom_ctx *ctx, const loom_graph
 
 /* On PoCL the device is this CPU, so the cpu backend's measured rates are
  * the ones auto chooses by. */
-static void ocl_measure(loom_ctx *ctx, loom_rng_model *m) {
+static void ocl_measure(void *arg, loom_ctx *ctx, loom_rng_model *m) {
+  (void)arg;
   loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), m);
 }
 
@@ -347,7 +348,7 @@ static loom_status ocl_rewrite(void *bctx, loom_ctx *ctx, const loom_graph *g,
                                const loom_session_options *opts, loom_graph **out,
                                int32_t *n_rewritten) {
   (void)bctx;
-  return loom_gpu_attention_rewrite(ctx, g, opts, ocl_measure, out, n_rewritten);
+  return loom_gpu_attention_rewrite(ctx, g, opts, ocl_measure, NULL, out, n_rewritten);
 }
 
 static void ocl_device_name(void *bctx, char *out, size_t n) {
