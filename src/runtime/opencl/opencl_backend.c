@@ -32,6 +32,7 @@
 #include "runtime/session.h"
 #include "runtime/trace.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,10 +339,17 @@ static loom_status ocl_graph_compute(void *bctx, loom_ctx *ctx, const loom_graph
 }
 
 /* On PoCL the device is this CPU, so the cpu backend's measured rates are
- * the ones auto chooses by. */
+ * the ones auto chooses by: measured once per process (a second or so). */
 static void ocl_measure(void *arg, loom_ctx *ctx, loom_rng_model *m) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static loom_rng_model rates;
+  static bool measured;
   (void)arg;
-  loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), m);
+  pthread_mutex_lock(&lock);
+  if (!measured) loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &rates);
+  measured = true;
+  *m = rates;
+  pthread_mutex_unlock(&lock);
 }
 
 static loom_status ocl_rewrite(void *bctx, loom_ctx *ctx, const loom_graph *g,
