@@ -310,8 +310,13 @@ static void put_text(cg_buf *b, const gpu_dialect *d, const char *text, const fa
     p++;
     switch (c) {
     case 'K': put(b, "%s", d->kernel); break;
-    case 'G': put(b, "%s", d->global); break;
-    case 'S': put(b, "%s", d->shared); break;
+    case 'G':
+    case 'S': { /* qualifiers end with a space where not empty: no second one */
+      const char *q = c == 'G' ? d->global : d->shared;
+      put(b, "%s", q);
+      if (q[0] && p[1] == ' ') p++;
+      break;
+    }
     case 'L': put(b, "%s", d->lid); break;
     case 'I': put(b, "%s", d->gid); break;
     case 'N': put(b, "%s", d->ngroups); break;
