@@ -8,7 +8,12 @@
 #      cuda_abi_check, NCCL on one rank (under mpirun), cli_gpu.sh;
 #   4. runs `loom bench --backend cuda` (the memory-bound workloads, the BERT
 #      layer, the GPT-2 block) with LOOM_CUDA_TIMING=1 (the device's own
-#      time per run in the log), the two models again with --gemm tf32;
+#      time per run in the log), the two models again with --gemm tf32; then
+#      the attention RNG sweep (tests/test_cuda_attention.c --sweep): a
+#      Llama-2-7B block (d 4096, 32 heads of 128, d_ff 11008, sequence 2048)
+#      forward + backward + AdamW with attention dropout under the fused,
+#      sequential and overlap placements, the same bits checked, each
+#      placement's median step and device time (attention_rng.txt);
 #   5. runs PyTorch eager and torch.compile on the GPU on the same workloads
 #      where PyTorch with CUDA is installed (bench/peers/torch_bench.py),
 #      and prints both side by side (bench/peers/compare.py);
@@ -34,8 +39,6 @@
 #                and gpu-check.txt: the device tool returns at most 8 files)
 # On the device machine, carry the --fetch-debs folder (an ignored folder of
 # the repository) and pass it to --debs.
-# The attention RNG sweep (loom bench attention) is skipped, saying why: the
-# cuda backend has no flash attention or RNG placements yet (docs/GPU.md).
 set -uo pipefail
 
 die() { echo "gpu-check: $*" >&2; exit 2; }
@@ -191,7 +194,7 @@ step() {
 }
 
 # ---- 2. build -------------------------------------------------------------------
-targets=(loom_cli test_cuda test_ops test_models test_codegen)
+targets=(loom_cli test_cuda test_cuda_attention test_opencl_attention test_ops test_models test_codegen)
 if [[ $dry = 1 ]]; then echo "gpu-check: would run, in order (limit, command):"; fi
 step configure test 90 configure.log cmake "${generator[@]}" -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
 step build test 240 build.log cmake --build "$build" -j "$jobs" --target "${targets[@]}"
@@ -296,7 +299,27 @@ if [[ $have_python = 1 ]]; then
   rm -f "$summarizer"
   [[ $dry = 0 && -s $out/device_times.txt ]] && cat "$out/device_times.txt"
 fi
-echo "gpu-check: attention RNG sweep skipped: the cuda backend has no flash attention or RNG placements yet (docs/GPU.md)"
+# the attention RNG sweep: whole steps (copies in and out included) on
+# stdout, the device's own time per run (LOOM_CUDA_TIMING) in the log; a
+# failed equality of the placements' bits fails it like a test
+step attention_rng test 150 attention_rng.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
+  "$out/attention_rng.jsonl" env LOOM_CUDA_TIMING=1 "$tests/test_cuda_attention" --sweep --runs 5
+if [[ $dry = 0 && -s $out/attention_rng.log ]]; then
+  # 6 runs per placement (1 warm-up), in the order fused, sequential, overlap
+  grep -o "[0-9.]* ms on the device" "$out/attention_rng.log" | awk '
+    { t[n++] = $1 }
+    END {
+      split("fused sequential overlap", name, " ")
+      for (p = 0; p < 3 && 6 * p + 5 < n; p++) {
+        for (r = 1; r < 6; r++) v[r] = t[6 * p + r]
+        for (r = 2; r < 6; r++) for (q = r; q > 1 && v[q - 1] > v[q]; q--) { x = v[q]; v[q] = v[q - 1]; v[q - 1] = x }
+        med[p] = v[3]
+        printf "attention rng sweep: %s: median device time %.3f ms\n", name[p + 1], med[p]
+      }
+      if (med[0] > 0 && med[2] > 0) printf "attention rng sweep: overlap over fused (device time): x%.3f\n", med[0] / med[2]
+    }' > "$out/attention_rng.txt"
+  cat "$out/attention_rng.jsonl" "$out/attention_rng.txt"
+fi
 
 # ---- 5. PyTorch on the GPU, side by side -----------------------------------------------
 if [[ $torch = 1 && $have_python = 1 ]] &&
@@ -318,6 +341,8 @@ fi
 # ---- 6. the longer test suites, last: the measurements above come first -----------------
 step test_ops test 150 test_ops.log env LOOM_TEST_BACKENDS=cuda "$tests/test_ops"
 step test_models test 120 test_models.log env LOOM_TEST_BACKENDS=cuda "$tests/test_models" --quick
+step test_attention_cuda test 90 test_attention_cuda.log env LOOM_TEST_BACKENDS=cuda \
+  "$tests/test_opencl_attention"
 step test_codegen test 90 test_codegen.log "$tests/test_codegen"
 
 [[ $dry = 1 ]] && { echo "gpu-check: dry run: nothing was run"; exit 0; }

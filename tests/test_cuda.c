@@ -9,13 +9,15 @@
  * batched evenly and unevenly, f64, k = 0, tf32 and bf16 within their
  * rounding) against the ref backend; a host fallback node between device
  * kernels; outputs computed into the caller's tensors. Without one those
- * say why they are skipped.
+ * say why they are skipped. The flash-attention kernels compile with NVRTC
+ * for sm_90 (test_opencl_attention runs them on a GPU).
  */
 #include "common.h"
 #include "comm/comm.h"
 #include "rng/philox.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda.h"
+#include "runtime/cuda/nvrtc.h"
 
 #include "core/clock.h"
 
@@ -397,8 +399,46 @@ static void test_nccl(bool have_gpu) {
   loom_comm_free(c);
 }
 
+/* The flash-attention and mask kernels (codegen/gpu_attention.h) as CUDA
+ * C compile with NVRTC for sm_90, every function of head dims 32, 64, 80
+ * and 128 (Llama-2-7B's) in each dropout mode; without NVRTC, a skip. */
+static void test_attention_nvrtc(void) {
+  char ver[32];
+  if (loom_nvrtc_version(ctx, ver, sizeof ver)) {
+    printf("attention kernels: NVRTC skipped: %s\n", loom_ctx_error(ctx));
+    return;
+  }
+  const int32_t d[] = {32, 64, 80, 128, 64, 128}, rng[] = {0, 1, 2, 1, 0, 2};
+  char *src = NULL, *ptx = NULL;
+  CHECK_OK(ctx, loom_codegen_gpu_attention_dims(ctx, LOOM_GPU_CUDA, 6, d, d, rng, &src));
+  if (src) CHECK_OK(ctx, loom_nvrtc_compile(ctx, src, 90, &ptx));
+  int found = 0;
+  for (int i = 0; ptx && i < 6; i++)
+    for (int k = 0; k < 3; k++) {
+      static const char *const kinds[] = {"fwd", "dkdv", "dq"};
+      char entry[96];
+      snprintf(entry, sizeof entry, ".entry lm_fa_%s_d%d_v%d_m%d(", kinds[k], (int)d[i], (int)d[i],
+               (int)rng[i]);
+      found += strstr(ptx, entry) != NULL;
+    }
+  CHECK(found == 18);
+  CHECK(ptx && strstr(ptx, ".entry lm_fa_di(") && strstr(ptx, ".entry lm_dropout_bits("));
+  /* no float atomics: the backward sums in a fixed order */
+  CHECK(ptx && !strstr(ptx, "atom."));
+  printf("attention kernels: %d functions compiled with NVRTC %s for sm_90\n", found + 2, ver);
+  /* bad dims are an error, not a kernel */
+  const int32_t big[] = {300};
+  char *none = NULL;
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+               loom_codegen_gpu_attention_dims(ctx, LOOM_GPU_CUDA, 1, big, big, rng, &none));
+  CHECK(none == NULL);
+  free(src);
+  free(ptx);
+}
+
 int main(void) {
   if (loom_ctx_new(&ctx)) return 1;
+  test_attention_nvrtc();
   test_symbol_tables();
   test_gemm_option();
   bool gpu = test_driver();

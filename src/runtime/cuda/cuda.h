@@ -19,6 +19,7 @@
 #ifndef LOOM_RUNTIME_CUDA_CUDA_H
 #define LOOM_RUNTIME_CUDA_CUDA_H
 
+#include "codegen/gpu_attention.h"
 #include "kernel/kernel.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_api.h"
@@ -73,6 +74,13 @@ void loom_cu_module_free(loom_cu_kernels *m);
  * workspace). */
 loom_status loom_cu_run(loom_ctx *ctx, loom_cu_kernels *m, const loom_kernel *k,
                         const loom_cu_deviceptr *args);
+
+/* Queues calls[0 .. n) of module m (codegen/gpu_attention.h: flash
+ * attention, dropout masks) in order on stream s, over device pointers:
+ * bufs[i] for the node's buffer i (0: none), ws for the workspace. */
+loom_status loom_cu_calls(loom_ctx *ctx, loom_cu_kernels *m, const loom_gpu_call *calls, int32_t n,
+                          int32_t n_bufs, const loom_cu_deviceptr *bufs, loom_cu_deviceptr ws,
+                          loom_cu_stream s);
 
 /* ---- cuBLAS (cuda_gemm.c) ---------------------------------------------------- */
 

@@ -2,10 +2,16 @@
  * The cuda backend: the fusion plan's kernels rendered as CUDA C
  * (codegen/gpu_codegen.h), compiled by NVRTC and run on the process's
  * CUDA device (cuda.h), matmuls on cuBLAS (f32, tf32 or bf16 by the
- * session's gemm option), every other node on the host through the one
- * node executor with its reference kernel. Attention is decomposed (no
- * rewrite yet); dropout masks come from the kernels' lm_keep, the same
- * Philox counters as the cpu backend's, so masks agree bit for bit.
+ * session's gemm option), flash attention (forward, backward) and dropout
+ * masks as the GPU attention kernels (codegen/gpu_attention.h), every
+ * other node on the host through the one node executor with its reference
+ * kernel. Like the cpu backend it rewrites attention into flash attention
+ * with the session's RNG placement; an `overlap` mask runs on the second
+ * stream beside the GEMM before its attention (the cpu backend's schedule,
+ * loom_cpu_overlap_schedule): it waits for an event recorded on the main
+ * stream when it is queued, and the main stream waits for its event after
+ * that GEMM. Dropout masks come from the same Philox counters as the cpu
+ * backend's, so masks agree bit for bit.
  *
  * Memory is device-resident: the session's arena is pinned host memory
  * with a device mirror of the same size, and every value lives in the
@@ -20,6 +26,7 @@
  */
 #include "runtime/cuda/cuda.h"
 
+#include "codegen/gpu_attention.h"
 #include "codegen/gpu_codegen.h"
 #include "core/clock.h"
 #include "core/strbuf.h"
@@ -66,6 +73,12 @@ typedef struct cuda_prepared {
   loom_cu_deviceptr *dev;  /* per value, this run: where it lives on the device */
   bool *host_input;        /* per value, this run: a graph input read from caller memory */
   loom_cu_deviceptr *args; /* argument pointers, room for the widest kernel */
+  char *attn_source;       /* the attention kernels' CUDA C (NULL: none) */
+  loom_cu_kernels *attn;
+  loom_cu_deviceptr attn_ws; /* the attention backward's workspace (Di) */
+  int32_t *join;           /* per step: on the second stream until step join[s] when > s */
+  loom_cu_event *done;     /* per such step: recorded on the second stream after it */
+  loom_cu_event ready;     /* recorded on the main stream when one is queued */
 } cuda_prepared;
 
 static void cuda_free(void *bctx) {
@@ -158,9 +171,19 @@ static void cuda_release(void *bctx, void *handle) {
   cuda_backend *b = bctx;
   cuda_prepared *h = handle;
   if (!h) return;
-  loom_program_clear(&h->prog);
   free(h->source);
   loom_cu_module_free(h->module);
+  b->cu->api->cuCtxSetCurrent(b->cu->context);
+  b->cu->api->cuStreamSynchronize(b->cu->side); /* nothing queued there still runs */
+  loom_cu_module_free(h->attn);
+  free(h->attn_source);
+  loom_cu_free(b->cu, h->attn_ws);
+  for (int32_t s = 0; h->done && s < h->prog.n_steps; s++)
+    if (h->done[s]) b->cu->api->cuEventDestroy_v2(h->done[s]);
+  if (h->ready) b->cu->api->cuEventDestroy_v2(h->ready);
+  free(h->done);
+  free(h->join);
+  loom_program_clear(&h->prog);
   if (h->stage) {
     b->cu->api->cuCtxSetCurrent(b->cu->context);
     b->cu->api->cuStreamSynchronize(b->cu->stream);
@@ -175,6 +198,40 @@ static void cuda_release(void *bctx, void *handle) {
   free(h->gemm_on_device);
   free(h->args);
   free(h);
+}
+
+/* The attention kernels of g (NVRTC), their workspace, and the events of
+ * the steps that run on the second stream. */
+static loom_status prepare_attention(loom_ctx *ctx, cuda_backend *be, cuda_prepared *h,
+                                     const loom_graph *g) {
+  loom_cu *cu = be->cu;
+  LOOM_TRY(loom_codegen_gpu_attention(ctx, LOOM_GPU_CUDA, g, &h->attn_source));
+  if (!h->attn_source) return LOOM_STATUS_OK;
+  loom_status st = loom_cu_module_build(ctx, cu, h->attn_source, &h->attn, NULL);
+  if (st) {
+    loom_error_prefix(ctx, "cuda backend: the attention kernels");
+    return st;
+  }
+  int64_t ws_max = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    loom_gpu_call calls[3];
+    int32_t nc = 0;
+    int64_t ws = 0;
+    LOOM_TRY(loom_gpu_attention_calls(ctx, g, &g->nodes[i], calls, &nc, &ws));
+    ws_max = LOOM_MAX(ws_max, ws);
+  }
+  LOOM_TRY(loom_cu_alloc(ctx, cu, (size_t)ws_max, &h->attn_ws));
+  if (!h->join) return LOOM_STATUS_OK;
+  h->done = loom_calloc(ctx, (size_t)h->prog.n_steps + 1, sizeof *h->done);
+  if (!h->done) return LOOM_STATUS_OUT_OF_MEMORY;
+  LOOM_TRY(loom_cu_check(ctx, cu, cu->api->cuEventCreate(&h->ready, LOOM_CU_EVENT_DISABLE_TIMING),
+                         "creating an event"));
+  for (int32_t s = 0; s < h->prog.n_steps; s++)
+    if (h->join[s] > s)
+      LOOM_TRY(loom_cu_check(ctx, cu,
+                             cu->api->cuEventCreate(&h->done[s], LOOM_CU_EVENT_DISABLE_TIMING),
+                             "creating an event"));
+  return LOOM_STATUS_OK;
 }
 
 static loom_status cuda_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
@@ -194,10 +251,16 @@ static loom_status cuda_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
     loom_error_prefix(ctx, "cuda backend: fusion (%s)", loom_fusion_mode_name(mode));
     goto fail;
   }
+  /* overlapped masks move beside the GEMM before their attention */
+  int32_t n_async_comm = 0;
+  st = loom_cpu_overlap_schedule(ctx, g, &h->prog, &h->join, &n_async_comm);
+  if (st) goto fail;
   const loom_program *prog = &h->prog;
   int32_t max_args = 1;
   for (int32_t i = 0; i < prog->n_kernels; i++)
     max_args = LOOM_MAX(max_args, prog->kernels[i].n_args);
+  st = prepare_attention(ctx, be, h, g);
+  if (st) goto fail;
   size_t nv = (size_t)(g->n_values ? g->n_values : 1);
   h->n_values = g->n_values;
   h->args = loom_calloc(ctx, (size_t)max_args, sizeof *h->args);
@@ -231,8 +294,13 @@ static loom_status cuda_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
       out->stats.n_epilogues += ps->epilogue_rows > 0;
       out->stats.n_fallback += !h->gemm_on_device[s];
     } else if (ps->kind == LOOM_STEP_NODE) {
+      loom_gpu_call calls[3];
+      int32_t nc = 0;
+      int64_t ws = 0;
+      st = loom_gpu_attention_calls(ctx, g, &g->nodes[ps->node], calls, &nc, &ws);
+      if (st) goto fail;
       out->stats.n_eager++;
-      out->stats.n_fallback++;
+      out->stats.n_fallback += nc == 0; /* else the attention kernels run it */
     }
   }
   const loom_cublas_api *blas = NULL;
@@ -241,7 +309,7 @@ static loom_status cuda_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
     loom_error_prefix(ctx, "cuda backend: the graph has matmuls");
     goto fail;
   }
-  st = loom_program_plan_steps(ctx, g, prog, NULL, &out->plan);
+  st = loom_program_plan_steps(ctx, g, prog, h->join, &out->plan);
   if (st) goto fail;
   for (int32_t v = 0; v < g->n_values; v++)
     h->root[v] = out->plan.root[v];
@@ -267,6 +335,7 @@ static loom_status cuda_describe(void *bctx, loom_ctx *ctx, const loom_graph *g,
   loom_strbuf b = {0};
   if (what == LOOM_ARTIFACT_SOURCE) {
     loom_strbuf_put(&b, "%s", h->source ? h->source : "");
+    if (h->attn_source) loom_strbuf_put(&b, "%s", h->attn_source);
   } else if (what == LOOM_ARTIFACT_KERNELS) {
     loom_strbuf_put(&b, "%s", "");
     for (int32_t k = 0; k < h->prog.n_kernels; k++) {
@@ -371,6 +440,42 @@ static loom_status run_kernel(loom_ctx *ctx, cuda_prepared *h, const loom_kernel
   return st;
 }
 
+/* Queues node n on the attention kernels: on the main stream, or (async:
+ * an overlapped mask) on the second stream after the main stream's work so
+ * far, signalling h->done[s]. *done false when the kernels do not take n. */
+static loom_status run_attention(loom_ctx *ctx, cuda_backend *be, cuda_prepared *h,
+                                 const loom_graph *g, const loom_node *n, int32_t s, bool async,
+                                 bool *done) {
+  *done = false;
+  if (!h->attn) return LOOM_STATUS_OK;
+  loom_cu *cu = be->cu;
+  loom_gpu_call calls[3];
+  int32_t nc = 0;
+  int64_t ws = 0;
+  LOOM_TRY(loom_gpu_attention_calls(ctx, g, n, calls, &nc, &ws));
+  const int32_t nb = n->n_in + n->n_out; /* at most 8 + 3 for the attention ops */
+  if (nc == 0 || nb > 16) return LOOM_STATUS_OK;
+  loom_cu_deviceptr bufs[16];
+  for (int32_t i = 0; i < nb; i++) bufs[i] = h->dev[i < n->n_in ? n->in[i] : n->out[i - n->n_in]];
+  *done = true;
+  if (!async) return loom_cu_calls(ctx, h->attn, calls, nc, nb, bufs, h->attn_ws, cu->stream);
+  LOOM_TRY(loom_cu_check(ctx, cu, cu->api->cuEventRecord(h->ready, cu->stream), "an event"));
+  LOOM_TRY(loom_cu_check(ctx, cu, cu->api->cuStreamWaitEvent(cu->side, h->ready, 0),
+                         "the second stream waiting for the main one"));
+  LOOM_TRY(loom_cu_calls(ctx, h->attn, calls, nc, nb, bufs, 0, cu->side));
+  return loom_cu_check(ctx, cu, cu->api->cuEventRecord(h->done[s], cu->side), "an event");
+}
+
+/* The main stream waits for the second stream's steps joined after step s. */
+static loom_status join_after(loom_ctx *ctx, cuda_backend *be, cuda_prepared *h, int32_t s) {
+  loom_cu *cu = be->cu;
+  for (int32_t a = 0; h->join && h->done && a < h->prog.n_steps; a++)
+    if (h->join[a] == s && h->join[a] > a && h->done[a])
+      LOOM_TRY(loom_cu_check(ctx, cu, cu->api->cuStreamWaitEvent(cu->stream, h->done[a], 0),
+                             "the main stream waiting for the second one"));
+  return LOOM_STATUS_OK;
+}
+
 /* The graph's outputs back in host memory, where the session reads them;
  * waits for the stream. */
 static loom_status copy_outputs(loom_ctx *ctx, cuda_backend *be, cuda_prepared *h,
@@ -414,14 +519,20 @@ static loom_status cuda_graph_compute(void *bctx, loom_ctx *ctx, const loom_grap
                             &values[n->out[0]], h->dev[n->out[0]]);
       if (rs) loom_error_prefix(ctx, "matmul (node %d)", st->node);
     } else {
-      rs = run_on_host(ctx, be, h, g, &g->nodes[st->node], values);
+      const loom_node *n = &g->nodes[st->node];
+      const bool async = h->join && h->join[s] > s && n->op == LOOM_OP_DROPOUT_MASK && h->done;
+      bool done = false;
+      rs = run_attention(ctx, be, h, g, n, s, async, &done);
+      if (!rs && !done) rs = run_on_host(ctx, be, h, g, n, values);
     }
     /* a GEMM's epilogue: the kernel over all the product's rows */
     if (!rs && st->kind == LOOM_STEP_GEMM && st->epilogue_rows > 0)
       rs = run_kernel(ctx, h, &prog->kernels[st->kernel]);
+    if (!rs) rs = join_after(ctx, be, h, s);
     if (!rs && trace) rs = loom_cu_sync(ctx, be->cu); /* a step's time, not its queueing */
     if (rs) {
       loom_cu_sync(ctx, be->cu);
+      be->cu->api->cuStreamSynchronize(be->cu->side);
       return rs;
     }
     if (trace) {
@@ -444,6 +555,24 @@ static loom_status cuda_graph_compute(void *bctx, loom_ctx *ctx, const loom_grap
   return LOOM_STATUS_OK;
 }
 
+/* Auto picks by the published rates of the GPU (perf/rng_model.h): an
+ * H200's where the device is one, else an H100's. */
+static void cuda_measure(void *arg, loom_ctx *ctx, loom_rng_model *m) {
+  const loom_cu *cu = arg;
+  (void)ctx;
+  if (strstr(cu->name, "H200"))
+    loom_rng_model_h200(m);
+  else
+    loom_rng_model_h100(m);
+}
+
+static loom_status cuda_rewrite(void *bctx, loom_ctx *ctx, const loom_graph *g,
+                                const loom_session_options *opts, loom_graph **out,
+                                int32_t *n_rewritten) {
+  cuda_backend *be = bctx;
+  return loom_gpu_attention_rewrite(ctx, g, opts, cuda_measure, be->cu, out, n_rewritten);
+}
+
 static void cuda_device_name(void *bctx, char *out, size_t n) {
   const cuda_backend *be = bctx;
   char d[200];
@@ -457,6 +586,7 @@ static const loom_backend_iface cuda_iface = {
     .supports_op = cuda_supports_op,
     .buffer_alloc = cuda_buffer_alloc,
     .buffer_free = cuda_buffer_free,
+    .rewrite = cuda_rewrite,
     .prepare = cuda_prepare,
     .release = cuda_release,
     .describe = cuda_describe,

@@ -384,3 +384,42 @@ loom_status loom_cu_run(loom_ctx *ctx, loom_cu_kernels *m, const loom_kernel *k,
   free(launches);
   return st;
 }
+
+loom_status loom_cu_calls(loom_ctx *ctx, loom_cu_kernels *m, const loom_gpu_call *calls, int32_t n,
+                          int32_t n_bufs, const loom_cu_deviceptr *bufs, loom_cu_deviceptr ws,
+                          loom_cu_stream s) {
+  loom_cu *cu = m->cu;
+  for (int32_t c = 0; c < n; c++) {
+    const loom_gpu_call *call = &calls[c];
+    /* kernel parameters: each a pointer to its 8-byte value */
+    union {
+      loom_cu_deviceptr p;
+      int64_t i;
+      double f;
+    } vals[LOOM_GPU_CALL_MAX_ARGS];
+    void *params[LOOM_GPU_CALL_MAX_ARGS];
+    for (int32_t a = 0; a < call->n_args; a++) {
+      const loom_gpu_arg *arg = &call->args[a];
+      if (arg->kind == LOOM_GPU_ARG_BUF)
+        vals[a].p = arg->buf == LOOM_GPU_BUF_WORKSPACE ? ws
+                    : arg->buf >= 0 && arg->buf < n_bufs ? bufs[arg->buf]
+                                                         : 0;
+      else if (arg->kind == LOOM_GPU_ARG_I64)
+        vals[a].i = arg->i;
+      else
+        vals[a].f = arg->f;
+      params[a] = &vals[a];
+    }
+    loom_cu_function fn = NULL;
+    LOOM_TRY(get_fn(ctx, m, call->fn, &fn));
+    loom_cu_result r = cu->api->cuLaunchKernel(fn, (unsigned)call->groups, 1, 1, LOOM_GPU_LOCAL, 1,
+                                               1, 0, s, params, NULL);
+    if (r != LOOM_CU_SUCCESS) {
+      char b[96];
+      return loom_error(ctx, LOOM_STATUS_INTERNAL, "CUDA: launching %s over %lld blocks: %s",
+                        call->fn, (long long)call->groups,
+                        loom_cu_error_name(cu->api, r, b, sizeof b));
+    }
+  }
+  return LOOM_STATUS_OK;
+}

@@ -23,6 +23,7 @@
 #ifndef LOOM_RUNTIME_OPENCL_OCL_H
 #define LOOM_RUNTIME_OPENCL_OCL_H
 
+#include "codegen/gpu_attention.h"
 #include "kernel/kernel.h"
 
 typedef struct loom_ocl loom_ocl;
@@ -58,6 +59,23 @@ loom_status loom_ocl_launch(loom_ctx *ctx, loom_ocl_module *m, const char *fn, i
                             void *const *args, const size_t *bytes, const bool *written,
                             int32_t n_scalars, const int32_t *scalars, const size_t global[2],
                             const size_t local[2]);
+
+/* A launch of gpu_attention.h's calls still running on the second queue. */
+typedef struct loom_ocl_pending loom_ocl_pending;
+
+/* Runs calls[0 .. n) of module m (codegen/gpu_attention.h) in order over
+ * host buffers: bufs[i] of bytes[i] bytes (written[i]: mapped back when
+ * done) for the node's buffers, ws of ws_bytes for the workspace. With
+ * pending NULL on the main queue, waiting for them; else on the second
+ * queue, returning at once with *pending to join (loom_ocl_join) before
+ * anything reads what they write. */
+loom_status loom_ocl_calls(loom_ctx *ctx, loom_ocl_module *m, const loom_gpu_call *calls, int32_t n,
+                           int32_t n_bufs, void *const *bufs, const size_t *bytes,
+                           const bool *written, void *ws, size_t ws_bytes,
+                           loom_ocl_pending **pending);
+/* Waits for p (joined through its event), maps its outputs back and frees
+ * it (NULL: nothing to do). */
+loom_status loom_ocl_join(loom_ctx *ctx, loom_ocl_pending *p);
 
 /* A row-major f32 product C = op(A) op(B), `batch` of them: product i
  * reads A from element a_off[i] and B from b_off[i] and writes C from

@@ -30,7 +30,8 @@
   X(clCreateProgramWithSource) X(clCreateProgramWithBinary) X(clBuildProgram)                  \
   X(clGetProgramBuildInfo) X(clGetProgramInfo) X(clReleaseProgram) X(clCreateKernel)            \
   X(clReleaseKernel) X(clSetKernelArg) X(clEnqueueNDRangeKernel) X(clFinish) X(clCreateBuffer)  \
-  X(clReleaseMemObject) X(clEnqueueMapBuffer) X(clEnqueueUnmapMemObject)
+  X(clReleaseMemObject) X(clEnqueueMapBuffer) X(clEnqueueUnmapMemObject) X(clFlush)            \
+  X(clWaitForEvents) X(clReleaseEvent)
 
 typedef struct loom_ocl_api {
 #define LOOM_OCL_FIELD(name) __typeof__(&name) name;

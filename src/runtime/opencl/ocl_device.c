@@ -40,6 +40,19 @@ loom_status loom_ocl_launch(loom_ctx *ctx, loom_ocl_module *m, const char *fn, i
   (void)scalars; (void)global; (void)local;
   return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "Loom was built without the OpenCL headers");
 }
+loom_status loom_ocl_calls(loom_ctx *ctx, loom_ocl_module *m, const loom_gpu_call *calls, int32_t n,
+                           int32_t n_bufs, void *const *bufs, const size_t *bytes,
+                           const bool *written, void *ws, size_t ws_bytes,
+                           loom_ocl_pending **pending) {
+  (void)m; (void)calls; (void)n; (void)n_bufs; (void)bufs; (void)bytes; (void)written; (void)ws;
+  (void)ws_bytes;
+  if (pending) *pending = NULL;
+  return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "Loom was built without the OpenCL headers");
+}
+loom_status loom_ocl_join(loom_ctx *ctx, loom_ocl_pending *p) {
+  (void)ctx; (void)p;
+  return LOOM_STATUS_OK;
+}
 bool loom_ocl_have_clblast(void) { return false; }
 loom_status loom_ocl_clblast_sgemm(loom_ctx *ctx, loom_ocl *cl, const loom_ocl_gemm_args *g) {
   (void)cl; (void)g;
@@ -59,6 +72,7 @@ struct loom_ocl {
   cl_device_id device;
   cl_context context;
   cl_command_queue queue;
+  cl_command_queue side; /* a second queue: work beside the main one (the overlapped mask) */
   char name[256];
   char identity[1024]; /* platform and device names and versions: part of cache keys */
   char options[128];   /* build options */
@@ -171,6 +185,8 @@ static loom_status open_device(loom_ctx *ctx, loom_ocl *cl) {
   if (!cl->context) CL_FAIL(ctx, "creating a context", e);
   cl->queue = api->clCreateCommandQueue(cl->context, cl->device, 0, &e);
   if (!cl->queue) CL_FAIL(ctx, "creating a command queue", e);
+  cl->side = api->clCreateCommandQueue(cl->context, cl->device, 0, &e);
+  if (!cl->side) CL_FAIL(ctx, "creating the second command queue", e);
   pthread_mutex_init(&cl->lock, NULL);
   return LOOM_STATUS_OK;
 }
@@ -506,6 +522,125 @@ loom_status loom_ocl_launch(loom_ctx *ctx, loom_ocl_module *m, const char *fn, i
   }
   pthread_mutex_unlock(&cl->lock);
   return st;
+}
+
+/* ---- gpu_attention.h's calls, on either queue ---------------------------------- */
+
+struct loom_ocl_pending {
+  loom_ocl *cl;
+  int32_t n;     /* buffers */
+  cl_mem *mem;   /* n + 1: the node's buffers, then the workspace */
+  size_t *bytes;
+  bool *written;
+  cl_event done;
+};
+
+static void pending_free(loom_ocl_pending *p) {
+  if (!p) return;
+  free(p->mem);
+  free(p->bytes);
+  free(p->written);
+  free(p);
+}
+
+/* Sets the arguments of one call and queues it on q (the last one
+ * signalling *done when done is not NULL). */
+static cl_int enqueue_call(loom_ocl *cl, cl_command_queue q, cl_kernel k, const loom_gpu_call *c,
+                           const loom_ocl_pending *p, cl_event *done) {
+  const loom_ocl_api *api = cl->api;
+  cl_int e = CL_SUCCESS;
+  for (int32_t i = 0; i < c->n_args && e == CL_SUCCESS; i++) {
+    const loom_gpu_arg *a = &c->args[i];
+    if (a->kind == LOOM_GPU_ARG_BUF) {
+      cl_mem none = NULL;
+      const cl_mem *mem = a->buf == LOOM_GPU_BUF_WORKSPACE ? &p->mem[p->n]
+                          : a->buf >= 0 && a->buf < p->n ? &p->mem[a->buf]
+                                                         : &none;
+      e = api->clSetKernelArg(k, (cl_uint)i, sizeof(cl_mem), mem);
+    } else if (a->kind == LOOM_GPU_ARG_I64) {
+      cl_long v = a->i;
+      e = api->clSetKernelArg(k, (cl_uint)i, sizeof v, &v);
+    } else {
+      cl_double v = a->f;
+      e = api->clSetKernelArg(k, (cl_uint)i, sizeof v, &v);
+    }
+  }
+  size_t local = LOOM_GPU_LOCAL, global = (size_t)c->groups * LOOM_GPU_LOCAL;
+  if (e == CL_SUCCESS) e = api->clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, done);
+  return e;
+}
+
+loom_status loom_ocl_calls(loom_ctx *ctx, loom_ocl_module *m, const loom_gpu_call *calls, int32_t n,
+                           int32_t n_bufs, void *const *bufs, const size_t *bytes,
+                           const bool *written, void *ws, size_t ws_bytes,
+                           loom_ocl_pending **pending) {
+  loom_ocl *cl = m->cl;
+  if (pending) *pending = NULL;
+  loom_ocl_pending *p = calloc(1, sizeof *p);
+  if (p) {
+    p->cl = cl;
+    p->n = n_bufs;
+    p->mem = calloc((size_t)n_bufs + 1, sizeof *p->mem);
+    p->bytes = calloc((size_t)n_bufs + 1, sizeof *p->bytes);
+    p->written = calloc((size_t)n_bufs + 1, sizeof *p->written);
+  }
+  if (!p || !p->mem || !p->bytes || !p->written) {
+    pending_free(p);
+    return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+  }
+  loom_status st = LOOM_STATUS_OK;
+  cl_int e = CL_SUCCESS;
+  pthread_mutex_lock(&cl->lock);
+  for (int32_t i = 0; i <= n_bufs && e == CL_SUCCESS; i++) {
+    p->bytes[i] = i < n_bufs ? bytes[i] : ws_bytes;
+    p->written[i] = i < n_bufs ? written[i] : true;
+    void *host = i < n_bufs ? bufs[i] : ws;
+    if (host || i == n_bufs) p->mem[i] = host_buffer(cl, host, p->bytes[i], p->written[i], &e);
+  }
+  cl_command_queue q = pending ? cl->side : cl->queue;
+  for (int32_t c = 0; c < n && e == CL_SUCCESS && !st; c++) {
+    cl_kernel k;
+    st = get_fn(ctx, m, calls[c].fn, &k);
+    if (!st) e = enqueue_call(cl, q, k, &calls[c], p, pending && c == n - 1 ? &p->done : NULL);
+    if (!st && e != CL_SUCCESS) {
+      char b[64];
+      st = loom_error(ctx, LOOM_STATUS_INTERNAL, "OpenCL: launching %s: %s", calls[c].fn,
+                      loom_ocl_error_name(e, b, sizeof b));
+    }
+  }
+  if (!st && pending && n > 0) {
+    cl->api->clFlush(q); /* start it now: the main queue's work goes on beside it */
+    pthread_mutex_unlock(&cl->lock);
+    *pending = p;
+    return LOOM_STATUS_OK;
+  }
+  if (pending && p->done) cl->api->clWaitForEvents(1, &p->done);
+  cl_int fe = finish_buffers(cl, n_bufs + 1, p->mem, p->bytes, p->written);
+  pthread_mutex_unlock(&cl->lock);
+  if (p->done) cl->api->clReleaseEvent(p->done);
+  pending_free(p);
+  if (!st && fe != CL_SUCCESS) {
+    char b[64];
+    st = loom_error(ctx, LOOM_STATUS_INTERNAL, "OpenCL: running %s: %s", n > 0 ? calls[0].fn : "",
+                    loom_ocl_error_name(fe, b, sizeof b));
+  }
+  return st;
+}
+
+loom_status loom_ocl_join(loom_ctx *ctx, loom_ocl_pending *p) {
+  if (!p) return LOOM_STATUS_OK;
+  loom_ocl *cl = p->cl;
+  cl_int e = cl->api->clWaitForEvents(1, &p->done);
+  pthread_mutex_lock(&cl->lock);
+  cl_int fe = finish_buffers(cl, p->n + 1, p->mem, p->bytes, p->written);
+  pthread_mutex_unlock(&cl->lock);
+  cl->api->clReleaseEvent(p->done);
+  pending_free(p);
+  if (e == CL_SUCCESS) e = fe;
+  if (e == CL_SUCCESS) return LOOM_STATUS_OK;
+  char b[64];
+  return loom_error(ctx, LOOM_STATUS_INTERNAL, "OpenCL: the second queue's work: %s",
+                    loom_ocl_error_name(e, b, sizeof b));
 }
 
 /* ---- CLBlast (Debian libclblast1), opened at run time ------------------------ */

@@ -2,9 +2,15 @@
  * The opencl backend: the fusion plan's kernels rendered as OpenCL C
  * (codegen/gpu_codegen.h) and run on the process's OpenCL device (ocl.h:
  * PoCL on this machine's CPU), f32 matmuls on CLBlast where it is
- * installed, else Loom's tiled GEMM kernel (ocl_gemm.c), every other node on the host through the one node
- * executor with its reference kernel. Attention is decomposed (no rewrite);
- * dropout masks come from the same Philox counters as on the cpu backend
+ * installed, else Loom's tiled GEMM kernel (ocl_gemm.c), flash attention
+ * (forward, backward) and dropout masks as the GPU attention kernels
+ * (codegen/gpu_attention.h), every other node on the host through the one
+ * node executor with its reference kernel. Like the cpu backend it
+ * rewrites attention into flash attention with the session's RNG
+ * placement; an `overlap` mask runs on the second command queue beside
+ * the GEMM before its attention (the cpu backend's schedule,
+ * loom_cpu_overlap_schedule), joined through its event after that GEMM.
+ * Dropout masks come from the same Philox counters as on the cpu backend
  * (the kernels' lm_keep), so masks agree bit for bit. Fusion `eager` runs
  * one kernel per primitive (fusion none) on the device.
  *
@@ -13,10 +19,12 @@
  */
 #include "runtime/opencl/opencl.h"
 
+#include "codegen/gpu_attention.h"
 #include "codegen/gpu_codegen.h"
 #include "core/clock.h"
 #include "core/strbuf.h"
 #include "fusion/fusion.h"
+#include "ir/dtype.h"
 #include "kernel/kernel.h"
 #include "ops/op.h"
 #include "perf/machine.h"
@@ -24,6 +32,7 @@
 #include "runtime/session.h"
 #include "runtime/trace.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +48,11 @@ typedef struct ocl_prepared {
   loom_ocl_module *module;
   bool *gemm_on_device;   /* per step: a GEMM lm_sgemm runs */
   void **args;            /* argument pointers, room for the widest kernel */
+  char *attn_source;      /* the attention kernels' OpenCL C (NULL: none) */
+  loom_ocl_module *attn;
+  int32_t *join;          /* per step: async until step join[s] when > s (NULL: none) */
+  loom_ocl_pending **pending; /* per step: its async launch, until joined */
+  double *queued_at;          /* per step: when its async launch was queued (trace) */
 } ocl_prepared;
 
 static void ocl_free(void *bctx) {
@@ -77,6 +91,11 @@ static void ocl_release(void *bctx, void *handle) {
   loom_ocl_module_free(h->module);
   free(h->gemm_on_device);
   free(h->args);
+  free(h->attn_source);
+  loom_ocl_module_free(h->attn);
+  free(h->join);
+  free(h->pending);
+  free(h->queued_at);
   free(h);
 }
 
@@ -95,9 +114,25 @@ static loom_status ocl_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
     loom_error_prefix(ctx, "opencl backend: fusion (%s)", loom_fusion_mode_name(mode));
     goto fail;
   }
+  /* overlapped masks move beside the GEMM before their attention */
+  int32_t n_async_comm = 0;
+  st = loom_cpu_overlap_schedule(ctx, g, &h->prog, &h->join, &n_async_comm);
+  if (st) goto fail;
   const loom_program *prog = &h->prog;
   int32_t max_args = 1;
   for (int32_t i = 0; i < prog->n_kernels; i++) max_args = LOOM_MAX(max_args, prog->kernels[i].n_args);
+  h->pending = loom_calloc(ctx, (size_t)(prog->n_steps + 1), sizeof *h->pending);
+  h->queued_at = loom_calloc(ctx, (size_t)(prog->n_steps + 1), sizeof *h->queued_at);
+  if (!h->pending || !h->queued_at) {
+    st = LOOM_STATUS_OUT_OF_MEMORY;
+    goto fail;
+  }
+  st = loom_codegen_gpu_attention(ctx, LOOM_GPU_OPENCL, g, &h->attn_source);
+  if (!st && h->attn_source) st = loom_ocl_module_build(ctx, be->dev, h->attn_source, &h->attn, NULL);
+  if (st) {
+    loom_error_prefix(ctx, "opencl backend: the attention kernels");
+    goto fail;
+  }
   h->args = loom_calloc(ctx, (size_t)max_args, sizeof *h->args);
   h->gemm_on_device = loom_calloc(ctx, (size_t)(prog->n_steps + 1), sizeof *h->gemm_on_device);
   if (!h->args || !h->gemm_on_device) {
@@ -125,8 +160,13 @@ static loom_status ocl_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
       out->stats.n_fallback += !h->gemm_on_device[s];
       device_gemms += h->gemm_on_device[s];
     } else if (ps->kind == LOOM_STEP_NODE) {
+      loom_gpu_call calls[3];
+      int32_t nc = 0;
+      int64_t ws = 0;
+      st = loom_gpu_attention_calls(ctx, g, &g->nodes[ps->node], calls, &nc, &ws);
+      if (st) goto fail;
       out->stats.n_eager++;
-      out->stats.n_fallback++;
+      out->stats.n_fallback += nc == 0; /* else the attention kernels run it */
     }
   }
   if (!be->gemm && device_gemms > 0 && !loom_ocl_have_clblast()) {
@@ -136,7 +176,7 @@ static loom_status ocl_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
       goto fail;
     }
   }
-  st = loom_program_plan_steps(ctx, g, prog, NULL, &out->plan);
+  st = loom_program_plan_steps(ctx, g, prog, h->join, &out->plan);
   if (st) goto fail;
   out->stats.n_memory_ops = prog->n_memory_ops;
   out->stats.modeled_bytes = prog->modeled_bytes;
@@ -159,6 +199,7 @@ static loom_status ocl_describe(void *bctx, loom_ctx *ctx, const loom_graph *g,
   loom_strbuf b = {0};
   if (what == LOOM_ARTIFACT_SOURCE) {
     loom_strbuf_put(&b, "%s", h->source ? h->source : "");
+    if (h->attn_source) loom_strbuf_put(&b, "%s", h->attn_source);
   } else if (what == LOOM_ARTIFACT_KERNELS) {
     loom_strbuf_put(&b, "%s", "");
     for (int32_t k = 0; k < h->prog.n_kernels; k++) {
@@ -191,6 +232,64 @@ static loom_status run_kernel(loom_ctx *ctx, ocl_prepared *h, const loom_kernel 
   return st;
 }
 
+/* Runs node n on the attention kernels, on the second queue when async
+ * (*pending then set); *done false when they do not take it. */
+static loom_status run_attention(loom_ctx *ctx, ocl_prepared *h, const loom_graph *g,
+                                 const loom_node *n, loom_view *values, bool async,
+                                 loom_ocl_pending **pending, bool *done) {
+  *done = false;
+  if (!h->attn) return LOOM_STATUS_OK;
+  loom_gpu_call calls[3];
+  int32_t nc = 0;
+  int64_t ws_bytes = 0;
+  LOOM_TRY(loom_gpu_attention_calls(ctx, g, n, calls, &nc, &ws_bytes));
+  if (nc == 0) return LOOM_STATUS_OK;
+  void *bufs[16];
+  size_t bytes[16];
+  bool written[16];
+  const int32_t nb = n->n_in + n->n_out; /* at most 8 + 3 for the attention ops */
+  if (nb > 16) return LOOM_STATUS_OK;
+  for (int32_t i = 0; i < nb; i++) {
+    const loom_view *v = &values[i < n->n_in ? n->in[i] : n->out[i - n->n_in]];
+    bufs[i] = v->data;
+    bytes[i] = (size_t)loom_view_numel(v) * loom_dtype_size(v->dtype);
+    written[i] = i >= n->n_in;
+  }
+  void *ws = ws_bytes > 0 ? malloc((size_t)ws_bytes) : NULL;
+  if (ws_bytes > 0 && !ws) return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+  loom_status st = loom_ocl_calls(ctx, h->attn, calls, nc, nb, bufs, bytes, written, ws,
+                                  (size_t)ws_bytes, async ? pending : NULL);
+  free(ws); /* an async call (the mask) has no workspace */
+  if (st) loom_error_prefix(ctx, "%s (node %d)", loom_op_name(n->op), (int)(n - g->nodes));
+  *done = true;
+  return st;
+}
+
+/* The trace lane of the second queue's work (from queuing to joining). */
+#define SIDE_LANE 1
+
+/* Joins every async launch whose join step is s. */
+static loom_status join_after(loom_ctx *ctx, ocl_prepared *h, const loom_graph *g, int32_t s) {
+  loom_status st = LOOM_STATUS_OK;
+  for (int32_t a = 0; h->join && a < h->prog.n_steps; a++)
+    if (h->pending[a] && h->join[a] == s) {
+      loom_status js = loom_ocl_join(ctx, h->pending[a]);
+      h->pending[a] = NULL;
+      if (!st) st = js;
+      loom_trace_event(ctx->trace, SIDE_LANE, loom_op_name(g->nodes[h->prog.steps[a].node].op),
+                       "rng", h->queued_at[a], loom_trace_now(ctx->trace));
+    }
+  return st;
+}
+
+/* After a failure: nothing left running on the second queue. */
+static void drain(loom_ctx *ctx, ocl_prepared *h) {
+  for (int32_t a = 0; a < h->prog.n_steps; a++) {
+    loom_ocl_join(ctx, h->pending[a]);
+    h->pending[a] = NULL;
+  }
+}
+
 static loom_status ocl_graph_compute(void *bctx, loom_ctx *ctx, const loom_graph *g, void *handle,
                                      loom_view *values) {
   ocl_backend *be = bctx;
@@ -210,19 +309,54 @@ static loom_status ocl_graph_compute(void *bctx, loom_ctx *ctx, const loom_graph
                            &values[n->out[0]]);
       if (rs) loom_error_prefix(ctx, "matmul (node %d)", st->node);
     } else {
-      rs = loom_exec_node_ref(ctx, g, &g->nodes[st->node], values);
+      const loom_node *n = &g->nodes[st->node];
+      bool done = false;
+      const bool async = h->join && h->join[s] > s && n->op == LOOM_OP_DROPOUT_MASK;
+      h->queued_at[s] = t0;
+      if (async && trace) rs = loom_trace_name_lane(ctx, trace, SIDE_LANE, "opencl queue 2");
+      if (!rs) rs = run_attention(ctx, h, g, n, values, async, &h->pending[s], &done);
+      if (!rs && !done) rs = loom_exec_node_ref(ctx, g, n, values);
     }
     /* a GEMM's epilogue: the kernel over all the product's rows */
     if (!rs && st->kind == LOOM_STEP_GEMM && st->epilogue_rows > 0)
       rs = run_kernel(ctx, h, &prog->kernels[st->kernel], values);
-    if (rs) return rs;
+    if (rs) {
+      drain(ctx, h);
+      return rs;
+    }
     if (trace) {
       const char *name = st->kind == LOOM_STEP_KERNEL ? prog->kernels[st->kernel].name
                                                       : loom_op_name(g->nodes[st->node].op);
       loom_trace_event(trace, 0, name, step_category[st->kind], t0, loom_trace_now(trace));
     }
+    rs = join_after(ctx, h, g, s); /* the masks queued beside this step */
+    if (rs) {
+      drain(ctx, h);
+      return rs;
+    }
   }
   return LOOM_STATUS_OK;
+}
+
+/* On PoCL the device is this CPU, so the cpu backend's measured rates are
+ * the ones auto chooses by: measured once per process (a second or so). */
+static void ocl_measure(void *arg, loom_ctx *ctx, loom_rng_model *m) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static loom_rng_model rates;
+  static bool measured;
+  (void)arg;
+  pthread_mutex_lock(&lock);
+  if (!measured) loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &rates);
+  measured = true;
+  *m = rates;
+  pthread_mutex_unlock(&lock);
+}
+
+static loom_status ocl_rewrite(void *bctx, loom_ctx *ctx, const loom_graph *g,
+                               const loom_session_options *opts, loom_graph **out,
+                               int32_t *n_rewritten) {
+  (void)bctx;
+  return loom_gpu_attention_rewrite(ctx, g, opts, ocl_measure, NULL, out, n_rewritten);
 }
 
 static void ocl_device_name(void *bctx, char *out, size_t n) {
@@ -236,6 +370,7 @@ static const loom_backend_iface ocl_iface = {
     .supports_op = ocl_supports_op,
     .buffer_alloc = ocl_buffer_alloc,
     .buffer_free = ocl_buffer_free,
+    .rewrite = ocl_rewrite,
     .prepare = ocl_prepare,
     .release = ocl_release,
     .describe = ocl_describe,

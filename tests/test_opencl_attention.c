@@ -1,0 +1,342 @@
+/*
+ * Flash attention on the GPU backends (codegen/gpu_attention.h's
+ * kernels), on opencl and, where a CUDA device is, on cuda (each only
+ * where present and, when $LOOM_TEST_BACKENDS is set, listed there): forward and backward against the reference executor's
+ * decomposition, with and without dropout and causal masking, at sizes
+ * that are not multiples of the tiles and head dims 32, 64 and 80; every
+ * RNG placement (fused, sequential, overlap: the mask on the second
+ * command queue / stream beside the GEMM that makes q; auto) giving the
+ * same bits; dropout_mask's bits equal to the cpu backend's and to the
+ * spec; the kernels in the source; on opencl, the overlapped mask's trace
+ * around that GEMM. Skips, saying why, without a device.
+ */
+#include "common.h"
+#include "io/json.h"
+#include "passes/attention.h"
+#include "rng/philox.h"
+#include "runtime/backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static loom_ctx *ctx;
+static const char *backend; /* the GPU backend under test */
+
+static const char *const placements[] = {"fused", "sequential", "overlap", "auto"};
+
+/* q = x wq; y = attention(q, k, v, base); loss = sum(y * w); the
+ * gradients of loss for x, k and v. With a placement (not NULL) the
+ * attention pass runs before autodiff, as the training builders do, so
+ * the backward is flash_attention_grad; without, the gradient is the
+ * decomposition's (the reference). */
+static loom_graph *build(int64_t b0, int64_t b1, int64_t sq, int64_t sk, int64_t d, bool causal,
+                         double p, const char *placement) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  if (!g) return NULL;
+  loom_value x, wq, q, k, v, base, w, y, prod, loss, grads[3];
+  int64_t qs[4] = {b0, b1, sq, d}, ks[4] = {b0, b1, sk, d}, ws[2] = {d, d};
+  CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 4, qs, &x));
+  CHECK_OK(ctx, loom_graph_input(g, "k", LOOM_DTYPE_F32, 4, ks, &k));
+  CHECK_OK(ctx, loom_graph_input(g, "v", LOOM_DTYPE_F32, 4, ks, &v));
+  CHECK_OK(ctx, loom_graph_input(g, "base", LOOM_DTYPE_I64, 0, NULL, &base));
+  CHECK_OK(ctx, loom_graph_input(g, "w", LOOM_DTYPE_F32, 4, qs, &w));
+  CHECK_OK(ctx, loom_graph_input(g, "wq", LOOM_DTYPE_F32, 2, ws, &wq));
+  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_MATMUL, 2, (loom_value[]){x, wq}, 0, NULL, &q));
+  loom_attr attrs[] = {{.name = "causal", .kind = LOOM_ATTR_INT, .i = causal},
+                       {.name = "p", .kind = LOOM_ATTR_FLOAT, .f = p},
+                       {.name = "seed", .kind = LOOM_ATTR_INT, .i = 4321},
+                       {.name = "offset", .kind = LOOM_ATTR_INT, .i = 77}};
+  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_ATTENTION, 4, (loom_value[]){q, k, v, base}, 4, attrs, &y));
+  CHECK_OK(ctx, loom_graph_output(g, "y", y));
+  if (placement) {
+    loom_rng_placement pl = LOOM_RNG_FUSED;
+    CHECK(loom_rng_placement_from_name(placement, &pl) == LOOM_STATUS_OK);
+    loom_rng_model model;
+    loom_rng_model_h200(&model); /* auto: a GPU's model picks overlap for long GEMMs */
+    loom_graph *f = NULL;
+    int32_t n = 0;
+    CHECK_OK(ctx, loom_graph_fuse_attention(g, pl, &model, &f, &n));
+    CHECK(n == 1);
+    loom_graph_free(g);
+    g = f;
+    if (!g) return NULL;
+    y = g->outputs[0];
+    x = g->inputs[0], k = g->inputs[1], v = g->inputs[2], w = g->inputs[4];
+  }
+  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_MUL, 2, (loom_value[]){y, w}, 0, NULL, &prod));
+  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_REDUCE_SUM, 1, &prod, 0, NULL, &loss));
+  CHECK_OK(ctx, loom_graph_grad(g, loss, 3, (loom_value[]){x, k, v}, grads));
+  CHECK_OK(ctx, loom_graph_output(g, "dx", grads[0]));
+  CHECK_OK(ctx, loom_graph_output(g, "dk", grads[1]));
+  CHECK_OK(ctx, loom_graph_output(g, "dv", grads[2]));
+  return g;
+}
+
+/* Runs g; *fallback (may be NULL): the nodes run on the reference kernels. */
+static bool run(const loom_graph *g, const char *backend, loom_rng_placement rng,
+                loom_tensor **in, int32_t n_in, loom_tensor **out, int32_t n_out,
+                int32_t *fallback) {
+  loom_session *s = NULL;
+  loom_session_options o = LOOM_SESSION_OPTIONS(.backend = backend, .rng = rng);
+  loom_status st = loom_session_new(ctx, g, &o, &s);
+  loom_session_stats stats = {0};
+  if (!st) st = loom_session_get_stats(s, &stats);
+  if (fallback) *fallback = stats.n_fallback;
+  for (int i = 0; i < n_out; i++) out[i] = NULL;
+  if (!st) st = loom_session_run(s, n_in, (const loom_tensor *const *)in, n_out, out);
+  if (st) fprintf(stderr, "%s: %s\n", backend, loom_ctx_error(ctx));
+  CHECK(st == LOOM_STATUS_OK);
+  loom_session_free(s);
+  return st == LOOM_STATUS_OK;
+}
+
+static void free_all(loom_tensor **t, int n) {
+  for (int i = 0; i < n; i++) {
+    loom_tensor_free(t[i]);
+    t[i] = NULL;
+  }
+}
+
+static void test_case(int64_t b0, int64_t b1, int64_t sq, int64_t sk, int64_t d, bool causal,
+                      double p) {
+  loom_graph *g = build(b0, b1, sq, sk, d, causal, p, NULL);
+  if (!g) return;
+  loom_test_rng rng = {(uint64_t)(sq * 131 + sk * 7 + d + causal)};
+  loom_tensor *in[6] = {0};
+  int64_t qs[4] = {b0, b1, sq, d}, ks[4] = {b0, b1, sk, d}, ws[2] = {d, d};
+  const int64_t *shapes[6] = {qs, ks, ks, NULL, qs, ws};
+  const int ranks[6] = {4, 4, 4, 0, 4, 2};
+  for (int i = 0; i < 6; i++) {
+    CHECK_OK(ctx, loom_tensor_new(ctx, i == 3 ? LOOM_DTYPE_I64 : LOOM_DTYPE_F32, ranks[i],
+                                  shapes[i], &in[i]));
+    if (!in[i]) return;
+    if (i == 3) {
+      *(int64_t *)loom_tensor_data(in[i]) = 5000011;
+      continue;
+    }
+    float *x = loom_tensor_data(in[i]);
+    const double r = i == 5 ? 0.3 : 1.0;
+    for (int64_t e = 0; e < loom_tensor_numel(in[i]); e++)
+      x[e] = (float)loom_test_uniform(&rng, -r, r);
+  }
+  loom_tensor *ref[4], *first[4] = {0};
+  double worst_all = 0;
+  if (run(g, "ref", LOOM_RNG_AUTO, in, 6, ref, 4, NULL)) {
+    for (int pl = 0; pl < 4; pl++) {
+      loom_tensor *got[4];
+      loom_graph *gf = build(b0, b1, sq, sk, d, causal, p, placements[pl]);
+      loom_rng_placement rp = LOOM_RNG_AUTO;
+      loom_rng_placement_from_name(placements[pl], &rp);
+      int32_t fallback = -1;
+      bool ok = gf && run(gf, backend, rp, in, 6, got, 4, &fallback);
+      loom_graph_free(gf);
+      if (!ok) continue;
+      CHECK(fallback == 0); /* attention, its gradient and the mask on the device */
+      double worst = 0;
+      for (int t = 0; t < 4; t++) {
+        const float *a = loom_tensor_data(got[t]), *b = loom_tensor_data(ref[t]);
+        for (int64_t e = 0; e < loom_tensor_numel(ref[t]); e++) {
+          double err = fabs((double)a[e] - (double)b[e]) / (1.0 + fabs((double)b[e]));
+          if (err > worst || isnan(err)) worst = err;
+        }
+      }
+      /* f32 tiles with an online softmax against the decomposition in double */
+      CHECK(worst <= 1e-4);
+      if (!(worst <= 1e-4))
+        fprintf(stderr, "  [%lld,%lld] sq %lld sk %lld d %lld causal %d p %g, %s: error %g\n",
+                (long long)b0, (long long)b1, (long long)sq, (long long)sk, (long long)d, causal, p,
+                placements[pl], worst);
+      worst_all = fmax(worst_all, worst);
+      if (!first[0]) {
+        memcpy(first, got, sizeof got);
+        continue;
+      }
+      bool same = true;
+      for (int t = 0; t < 4; t++)
+        same = same && memcmp(loom_tensor_data(got[t]), loom_tensor_data(first[t]),
+                              sizeof(float) * (size_t)loom_tensor_numel(got[t])) == 0;
+      CHECK(same); /* the same masks, so the same bits */
+      if (!same) fprintf(stderr, "  %s differs from fused\n", placements[pl]);
+      free_all(got, 4);
+    }
+    free_all(ref, 4);
+  }
+  printf("%s attention [%lld,%lld] sq %lld sk %lld d %lld causal %d p %g: 4 placements bit for bit "
+         "equal, worst error against ref %.2g\n",
+         backend, (long long)b0, (long long)b1, (long long)sq, (long long)sk, (long long)d, causal, p,
+         worst_all);
+  free_all(first, 4);
+  free_all(in, 6);
+  loom_graph_free(g);
+}
+
+/* [ts, ts + dur] (microseconds) of the first complete event of category
+ * cat in a Chrome trace. */
+static bool trace_interval(const loom_json *events, const char *cat, double *t0, double *t1) {
+  for (int32_t i = 0; events && i < events->n; i++) {
+    const loom_json *e = &events->items[i], *c = loom_json_get(e, "cat"),
+                    *ts = loom_json_get(e, "ts"), *dur = loom_json_get(e, "dur");
+    if (!c || c->kind != LOOM_JSON_STRING || strcmp(c->str, cat) != 0 || !ts || !dur) continue;
+    *t0 = ts->num;
+    *t1 = ts->num + dur->num;
+    return true;
+  }
+  return false;
+}
+
+/* With the overlap placement the mask is queued on the second command
+ * queue before the GEMM that makes q and joined after it: in the trace its
+ * interval on the "opencl queue 2" lane (queued to joined) contains the
+ * GEMM step's on the main lane. (Sequential runs it before the GEMM.) */
+static void test_overlap_trace(void) {
+  loom_graph *g = build(1, 2, 40, 40, 32, true, 0.1, "overlap");
+  if (!g) return;
+  loom_session *s = NULL;
+  CHECK_OK(ctx, loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.backend = "opencl"), &s));
+  loom_tensor *in[6] = {0}, *out[4] = {0};
+  for (int32_t i = 0; i < 6; i++) {
+    const loom_type *t = loom_value_type(g, g->inputs[i]);
+    CHECK_OK(ctx, loom_tensor_new(ctx, t->dtype, t->rank, t->shape, &in[i]));
+  }
+  char path[] = "/tmp/loom_ocl_trace_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+  if (s) {
+    CHECK_OK(ctx, loom_ctx_trace_begin(ctx));
+    CHECK_OK(ctx, loom_session_run(s, 6, (const loom_tensor *const *)in, 4, out));
+    CHECK_OK(ctx, loom_ctx_trace_end(ctx, path));
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = fopen(path, "rb");
+    if (f) {
+      text = calloc(1, 1 << 20);
+      n = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
+      fclose(f);
+    }
+    CHECK(text && strstr(text, "\"opencl queue 2\""));
+    loom_json *j = NULL;
+    if (text) CHECK_OK(ctx, loom_json_parse(ctx, text, n, &j));
+    double m0 = 0, m1 = 0, g0 = 0, g1 = 0;
+    const loom_json *ev = loom_json_get(j, "traceEvents");
+    bool found = trace_interval(ev, "rng", &m0, &m1) && trace_interval(ev, "gemm", &g0, &g1);
+    CHECK(found);
+    CHECK(m0 <= g0 && g1 <= m1);
+    printf("overlap: mask queued %.0f us, joined %.0f us; the GEMM [%.0f, %.0f] us between\n", m0,
+           m1, g0, g1);
+    loom_json_free(j);
+    free(text);
+  }
+  remove(path);
+  free_all(out, 4);
+  free_all(in, 6);
+  loom_session_free(s);
+  loom_graph_free(g);
+}
+
+/* dropout_mask of 1000 bits with a base: bit for bit the cpu backend's and
+ * the spec's (rng/philox.h), the last byte's spare bits 0. */
+static void test_mask(void) {
+  const int64_t numel = 1003;
+  const uint64_t seed = 0xfeedULL;
+  const int64_t offset = 13, base = 1000001;
+  loom_graph *g = NULL;
+  loom_value b, bits;
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  CHECK_OK(ctx, loom_graph_input(g, "base", LOOM_DTYPE_I64, 0, NULL, &b));
+  loom_attr at[] = {{.name = "p", .kind = LOOM_ATTR_FLOAT, .f = 0.25},
+                    {.name = "seed", .kind = LOOM_ATTR_INT, .i = (int64_t)seed},
+                    {.name = "offset", .kind = LOOM_ATTR_INT, .i = offset},
+                    {.name = "numel", .kind = LOOM_ATTR_INT, .i = numel}};
+  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_DROPOUT_MASK, 1, &b, 4, at, &bits));
+  CHECK_OK(ctx, loom_graph_output(g, "bits", bits));
+  loom_tensor *in = NULL, *cpu = NULL, *gpu = NULL;
+  CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_I64, 0, NULL, &in));
+  if (in) *(int64_t *)loom_tensor_data(in) = base;
+  if (in && run(g, "cpu", LOOM_RNG_AUTO, &in, 1, &cpu, 1, NULL) &&
+      run(g, backend, LOOM_RNG_AUTO, &in, 1, &gpu, 1, NULL)) {
+    const uint8_t *c = loom_tensor_data(cpu), *o = loom_tensor_data(gpu);
+    const int64_t nb = (numel + 7) / 8;
+    CHECK(loom_tensor_numel(gpu) == nb);
+    CHECK(memcmp(c, o, (size_t)nb) == 0);
+    const uint64_t thr = loom_dropout_threshold(0.25);
+    int64_t wrong = 0, kept = 0;
+    for (int64_t e = 0; e < nb * 8; e++) {
+      bool want = e < numel && loom_dropout_keep(seed, (uint64_t)(base + offset + e), thr);
+      bool have = (o[e / 8] >> (e % 8)) & 1;
+      wrong += want != have;
+      kept += have;
+    }
+    CHECK(wrong == 0);
+    CHECK(kept > numel / 2 && kept < numel - numel / 8);
+    printf("%s dropout_mask: %lld of %lld bits set, the cpu's and the spec's\n", backend,
+           (long long)kept, (long long)numel);
+  }
+  loom_tensor_free(in);
+  loom_tensor_free(cpu);
+  loom_tensor_free(gpu);
+  loom_graph_free(g);
+}
+
+/* The session's own pass (the backend's rewrite) makes flash attention,
+ * whose kernels are in the described source; decomposed keeps them out. */
+static void test_source(void) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx,
+                                 "input %q : f32[1, 2, 20, 32]\n"
+                                 "input %k : f32[1, 2, 20, 32]\n"
+                                 "input %v : f32[1, 2, 20, 32]\n"
+                                 "%y : f32[1, 2, 20, 32] = attention(%q, %k, %v, causal=true)\n"
+                                 "output y = %y\n",
+                                 &g));
+  if (!g) return;
+  for (int m = 0; m < 2; m++) {
+    loom_session *s = NULL;
+    loom_session_options o = LOOM_SESSION_OPTIONS(
+        .backend = backend, .attention = m ? LOOM_ATTENTION_DECOMPOSED : LOOM_ATTENTION_FLASH);
+    CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
+    char *text = NULL;
+    if (s) CHECK_OK(ctx, loom_session_describe(s, LOOM_ARTIFACT_SOURCE, &text));
+    bool has = text && strstr(text, strcmp(backend, "cuda")
+                                        ? "__kernel __attribute__((reqd_work_group_size(64, 1, "
+                                          "1))) void lm_fa_fwd_d32_v32_m0("
+                                        : "extern \"C\" __global__ void __launch_bounds__(64) "
+                                          "lm_fa_fwd_d32_v32_m0(");
+    CHECK(m ? !has : has);
+    loom_session_stats st = {0};
+    if (s) CHECK_OK(ctx, loom_session_get_stats(s, &st));
+    if (!m) CHECK(st.n_eager == 1 && st.n_fallback == 0); /* flash attention on the device */
+    loom_free(text);
+    loom_session_free(s);
+  }
+  loom_graph_free(g);
+}
+
+int main(void) {
+  if (loom_ctx_new(&ctx)) return 1;
+  static const char *const gpus[] = {"opencl", "cuda"};
+  for (int i = 0; i < 2; i++) {
+    backend = gpus[i];
+    loom_backend *b = NULL;
+    if (!loom_test_backend_selected(backend)) {
+      printf("test_opencl_attention: %s skipped: not in LOOM_TEST_BACKENDS\n", backend);
+      continue;
+    }
+    if (loom_backend_new(ctx, backend, &b) != LOOM_STATUS_OK) {
+      printf("test_opencl_attention: %s skipped: %s\n", backend, loom_ctx_error(ctx));
+      continue;
+    }
+    loom_backend_free(b);
+    test_mask();
+    test_source();
+    if (i == 0) test_overlap_trace(); /* the second queue's lane: opencl's trace */
+    test_case(2, 3, 70, 70, 32, true, 0.1);
+    test_case(1, 1, 47, 65, 80, true, 0.2);
+    test_case(1, 2, 65, 40, 64, false, 0.0);
+  }
+  loom_ctx_free(ctx);
+  return loom_test_finish("test_opencl_attention");
+}
