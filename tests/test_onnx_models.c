@@ -442,6 +442,84 @@ static void test_group_norm(void) {
   free(m.p);
 }
 
+/* How many nodes of op the import of model makes. */
+static int count_op(const pbw *model, loom_op op) {
+  onnx_model *m = NULL;
+  onnx_program *p = NULL;
+  CHECK_OK(ctx, onnx_model_parse(ctx, model->p, model->n, NULL, &m));
+  if (m) CHECK_OK(ctx, onnx_import(ctx, m, 0, NULL, &p));
+  int n = 0;
+  for (int32_t i = 0; p && i < p->g->n_nodes; i++) n += p->g->nodes[i].op == op;
+  onnx_program_free(p);
+  onnx_model_free(m);
+  return n;
+}
+
+/* Attention as PyTorch exports a causal one: x [1, 2, 6, 4] as q, k =
+ * 0.5 x, v = -x; Softmax(Where(mask, q k^T * 0.5, fill)) v with the mask
+ * from Trilu (lower: causal; upper: not) and Equal. The import makes the
+ * attention op (causal) only for the causal mask with fill <= -1e9; every
+ * variant matches the definition computed here. */
+static void test_causal_attention(void) {
+  static const struct {
+    int upper;
+    float fill;
+    int attention;
+  } cases[] = {{0, -1e9f, 1}, {0, -INFINITY, 1}, {0, -1e4f, 0}, {1, -1e9f, 0}};
+  enum { N = 6, DK = 4, HS = 2 };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    gw w = {0};
+    pbw v = onnxw_value("x", 1, 4, (int64_t[]){1, HS, N, DK}, NULL);
+    pbw_msg(&w.g, 11, &v);
+    const char *k = op2(&w, "Mul", "x", scalar_f(&w, 0.5f)), *vv = op1(&w, "Neg", "x");
+    pbw perm = onnxw_attr_ints("perm", 4, (int64_t[]){0, 1, 3, 2});
+    const char *kt = node(&w, "Transpose", 1, &k, &perm, 1);
+    const char *sc = op2(&w, "Mul", op2(&w, "MatMul", "x", kt), scalar_f(&w, 0.5f));
+    float ones[N * N];
+    for (int i = 0; i < N * N; i++) ones[i] = 1;
+    const char *on = fresh(&w);
+    pbw t = onnxw_tensor(on, 1, 2, (int64_t[]){N, N}, ones, sizeof ones);
+    pbw_msg(&w.g, 5, &t);
+    pbw up = onnxw_attr_int("upper", cases[c].upper);
+    const char *keep = op2(&w, "Equal", node(&w, "Trilu", 1, &on, &up, 1), scalar_f(&w, 1.0f));
+    const char *win[3] = {keep, sc, scalar_f(&w, cases[c].fill)};
+    pbw ax = onnxw_attr_int("axis", -1);
+    const char *pr = node(&w, "Softmax", 1, (const char *[]){node(&w, "Where", 3, win, NULL, 0)}, &ax, 1);
+    const char *mm[2] = {pr, vv};
+    pbw o = onnxw_node("MatMul", "att", 2, mm, 1, (const char *[]){"y"});
+    pbw_msg(&w.g, 1, &o);
+    v = onnxw_value("y", 1, 4, (int64_t[]){1, HS, N, DK}, NULL);
+    pbw_msg(&w.g, 12, &v);
+    pbw m = onnxw_model(&w.g, 17);
+    CHECK(count_op(&m, LOOM_OP_ATTENTION) == cases[c].attention);
+    float x[HS * N * DK], want[HS * N * DK];
+    for (int i = 0; i < HS * N * DK; i++) x[i] = (float)loom_test_uniform(&rng, -2, 2);
+    for (int h = 0; h < HS; h++)
+      for (int i = 0; i < N; i++) {
+        const float *xh = x + h * N * DK;
+        double s[N], mx = -INFINITY, sum = 0;
+        for (int j = 0; j < N; j++) {
+          double d = 0;
+          for (int e = 0; e < DK; e++) d += (double)xh[i * DK + e] * 0.5 * xh[j * DK + e];
+          bool kept = cases[c].upper ? j >= i : j <= i;
+          s[j] = kept ? d * 0.5 : cases[c].fill;
+          mx = fmax(mx, s[j]);
+        }
+        for (int j = 0; j < N; j++) sum += s[j] = exp(s[j] - mx);
+        for (int e = 0; e < DK; e++) {
+          double acc = 0;
+          for (int j = 0; j < N; j++) acc += s[j] / sum * -xh[j * DK + e];
+          want[(h * N + i) * DK + e] = (float)acc;
+        }
+      }
+    char what[64];
+    snprintf(what, sizeof what, "attention, %s mask, fill %g", cases[c].upper ? "upper" : "causal",
+             (double)cases[c].fill);
+    run_and_compare(what, &m, "x", 4, (int64_t[]){1, HS, N, DK}, x, want, HS * N * DK, 0);
+    free(m.p);
+  }
+}
+
 /* A benchmark CNN (bench/peers/onnx_bench.py; not run here): a
  * MobileNet-like stem on a [1, 3, 112, 112] image: Conv + BatchNorm +
  * Relu blocks (full, depthwise, pointwise), MaxPool, strided Conv +
@@ -542,6 +620,7 @@ int main(int argc, char **argv) {
   run_and_compare("small CNN", &m, "img", 4, (int64_t[]){1, CI, HW, HW}, img, probs, NC, 0);
   free(m.p);
   test_group_norm();
+  test_causal_attention();
   loom_ctx_free(ctx);
   return loom_test_finish("test_onnx_models");
 }
