@@ -583,18 +583,30 @@ int main(int argc, char **argv) {
   block_weights bw;
   if (argc > 1) {
     /* benchmark models (bench/peers/onnx_bench.py): one sequence of 128
-     * tokens, width 256, 4 heads, FFN 1024 */
-    B = 1, T = 128, D = 256, H = 4, DH = 64, F = 1024;
+     * tokens, width 256, 4 heads, FFN 1024; with "base N", BERT-base and
+     * GPT-2-small sized ones instead (width 768, 12 heads, FFN 3072) for
+     * N sequences of 128 */
+    bool base = argc > 2 && strcmp(argv[2], "base") == 0;
+    B = base && argc > 3 ? atoi(argv[3]) : 1, T = 128, D = base ? 768 : 256, H = base ? 12 : 4;
+    DH = 64, F = 4 * D;
+    CHECK(B >= 1 && B <= 64);
+    if (B < 1 || B > 64) return loom_test_finish("test_onnx_models");
     block_alloc(&bw);
     for (int gpt = 0; gpt < 2; gpt++) {
       pbw m = block_model(gpt, &bw);
-      write_file(argv[1], gpt ? "gpt2_block.onnx" : "bert_layer.onnx", &m);
+      char name[64];
+      snprintf(name, sizeof name, "%s%s.onnx", gpt ? "gpt2_block" : "bert_layer",
+               base ? (gpt ? "_small" : "_base") : "");
+      if (base && B > 1) snprintf(name + strlen(name) - 5, sizeof name - strlen(name) + 5, "_b%d.onnx", B);
+      write_file(argv[1], name, &m);
       free(m.p);
     }
     block_free(&bw);
-    pbw cnn = bench_cnn_model();
-    write_file(argv[1], "cnn.onnx", &cnn);
-    free(cnn.p);
+    if (!base) {
+      pbw cnn = bench_cnn_model();
+      write_file(argv[1], "cnn.onnx", &cnn);
+      free(cnn.p);
+    }
     loom_ctx_free(ctx);
     return loom_test_finish("test_onnx_models");
   }
