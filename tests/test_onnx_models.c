@@ -520,6 +520,84 @@ static void test_causal_attention(void) {
   }
 }
 
+/* MaxPool with Indices: x [2, 3, 7, 6] of few distinct values (ties),
+ * kernel [3, 2], strides [2, 2], pads [1, 0, 1, 1], dilations [1, 2],
+ * ceil_mode, both storage orders, on every backend, against loops that
+ * take the first maximum in the window's row-major order. */
+static void test_maxpool_indices(void) {
+  enum { N = 2, C = 3, H = 7, W = 6, KH = 3, KW = 2 };
+  const int64_t st[2] = {2, 2}, lo[2] = {1, 0}, hi[2] = {1, 1}, dil[2] = {1, 2};
+  int64_t oh = 0, ow = 0, os[2];
+  for (int d = 0; d < 2; d++) { /* ceil_mode, the last window starting inside */
+    int64_t s = d ? W : H, k = d ? KW : KH, room = s + lo[d] + hi[d] - (dil[d] * (k - 1) + 1);
+    os[d] = (room + st[d] - 1) / st[d] + 1;
+    if ((os[d] - 1) * st[d] >= s + lo[d]) os[d]--;
+  }
+  oh = os[0], ow = os[1];
+  float x[N * C * H * W];
+  for (int i = 0; i < N * C * H * W; i++) x[i] = (float)floor(loom_test_uniform(&rng, 0, 4));
+  for (int order = 0; order < 2; order++) {
+    gw w = {0};
+    pbw v = onnxw_value("x", 1, 4, (int64_t[]){N, C, H, W}, NULL);
+    pbw_msg(&w.g, 11, &v);
+    pbw a[6] = {onnxw_attr_ints("kernel_shape", 2, (int64_t[]){KH, KW}),
+                onnxw_attr_ints("strides", 2, st),
+                onnxw_attr_ints("pads", 4, (int64_t[]){lo[0], lo[1], hi[0], hi[1]}),
+                onnxw_attr_ints("dilations", 2, dil), onnxw_attr_int("ceil_mode", 1),
+                onnxw_attr_int("storage_order", order)};
+    const char *in = "x";
+    pbw nd = onnxw_node("MaxPool", "mp", 1, &in, 2, (const char *[]){"y", "i"});
+    for (int k = 0; k < 6; k++) pbw_msg(&nd, 5, &a[k]);
+    pbw_msg(&w.g, 1, &nd);
+    v = onnxw_value("y", 1, 4, (int64_t[]){N, C, oh, ow}, NULL);
+    pbw_msg(&w.g, 12, &v);
+    v = onnxw_value("i", 7, 4, (int64_t[]){N, C, oh, ow}, NULL);
+    pbw_msg(&w.g, 12, &v);
+    pbw m = onnxw_model(&w.g, 12);
+    onnx_model *om = NULL;
+    onnx_program *p = NULL;
+    CHECK_OK(ctx, onnx_model_parse(ctx, m.p, m.n, NULL, &om));
+    if (om) CHECK_OK(ctx, onnx_import(ctx, om, 0, NULL, &p));
+    loom_tensor *xt = NULL;
+    CHECK_OK(ctx, loom_tensor_wrap(ctx, LOOM_DTYPE_F32, 4, (int64_t[]){N, C, H, W}, x, &xt));
+    onnx_feed f = {"x", xt};
+    static const char *backends[] = {"ref", "cpu", "cpu"};
+    for (int b = 0; p && b < 3; b++) {
+      loom_session *s = NULL;
+      loom_tensor *out[2] = {NULL, NULL};
+      loom_session_options o = LOOM_SESSION_OPTIONS(
+          .backend = backends[b], .fusion = b == 2 ? LOOM_FUSION_STITCH : LOOM_FUSION_EAGER);
+      CHECK_OK(ctx, onnx_program_session(ctx, p, &o, &s));
+      if (s) CHECK_OK(ctx, onnx_program_run(ctx, p, s, 1, &f, out));
+      CHECK(out[0] && out[1] && loom_tensor_dtype(out[1]) == LOOM_DTYPE_I64);
+      int bad = 0;
+      for (int64_t e = 0; out[0] && out[1] && e < N * C * oh * ow; e++) {
+        int64_t j = e % ow, i = e / ow % oh, nc = e / (oh * ow), best = -1;
+        for (int64_t a0 = 0; a0 < KH; a0++)
+          for (int64_t a1 = 0; a1 < KW; a1++) {
+            int64_t r = i * st[0] + a0 * dil[0] - lo[0], c = j * st[1] + a1 * dil[1] - lo[1];
+            if (r < 0 || r >= H || c < 0 || c >= W) continue;
+            int64_t at = nc * H * W + r * W + c;
+            if (best < 0 || x[at] > x[best]) best = at;
+          }
+        int64_t r = best % (H * W) / W, c = best % W;
+        int64_t want = nc * H * W + (order ? c * H + r : r * W + c);
+        bad += ((const float *)loom_tensor_data(out[0]))[e] != x[best] ||
+               ((const int64_t *)loom_tensor_data(out[1]))[e] != want;
+      }
+      printf("MaxPool Indices (storage_order %d) on %s: %d wrong\n", order, backends[b], bad);
+      CHECK(bad == 0);
+      loom_tensor_free(out[0]);
+      loom_tensor_free(out[1]);
+      loom_session_free(s);
+    }
+    loom_tensor_free(xt);
+    onnx_program_free(p);
+    onnx_model_free(om);
+    free(m.p);
+  }
+}
+
 /* A benchmark CNN (bench/peers/onnx_bench.py; not run here): a
  * MobileNet-like stem on a [1, 3, 112, 112] image: Conv + BatchNorm +
  * Relu blocks (full, depthwise, pointwise), MaxPool, strided Conv +
@@ -633,6 +711,7 @@ int main(int argc, char **argv) {
   free(m.p);
   test_group_norm();
   test_causal_attention();
+  test_maxpool_indices();
   loom_ctx_free(ctx);
   return loom_test_finish("test_onnx_models");
 }
