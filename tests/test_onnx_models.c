@@ -598,6 +598,55 @@ static void test_maxpool_indices(void) {
   }
 }
 
+/* AveragePool with dilations (opset 19): x [1, 2, 9, 8], kernel [3, 2],
+ * dilations [2, 3], strides [1, 2], pads [2, 1, 1, 2], with and without
+ * count_include_pad, against loops (the divisor: the window's positions
+ * inside the input, or inside the padded input). */
+static void test_avgpool_dilations(void) {
+  enum { C = 2, H = 9, W = 8, KH = 3, KW = 2 };
+  const int64_t st[2] = {1, 2}, lo[2] = {2, 1}, hi[2] = {1, 2}, dil[2] = {2, 3};
+  int64_t os[2];
+  for (int d = 0; d < 2; d++)
+    os[d] = ((d ? W : H) + lo[d] + hi[d] - (dil[d] * ((d ? KW : KH) - 1) + 1)) / st[d] + 1;
+  float x[C * H * W];
+  for (int i = 0; i < C * H * W; i++) x[i] = (float)loom_test_uniform(&rng, -1, 1);
+  for (int incl = 0; incl < 2; incl++) {
+    gw w = {0};
+    pbw v = onnxw_value("x", 1, 4, (int64_t[]){1, C, H, W}, NULL);
+    pbw_msg(&w.g, 11, &v);
+    pbw a[5] = {onnxw_attr_ints("kernel_shape", 2, (int64_t[]){KH, KW}),
+                onnxw_attr_ints("strides", 2, st),
+                onnxw_attr_ints("pads", 4, (int64_t[]){lo[0], lo[1], hi[0], hi[1]}),
+                onnxw_attr_ints("dilations", 2, dil), onnxw_attr_int("count_include_pad", incl)};
+    const char *in = "x";
+    pbw nd = onnxw_node("AveragePool", "ap", 1, &in, 1, (const char *[]){"y"});
+    for (int k = 0; k < 5; k++) pbw_msg(&nd, 5, &a[k]);
+    pbw_msg(&w.g, 1, &nd);
+    v = onnxw_value("y", 1, 4, (int64_t[]){1, C, os[0], os[1]}, NULL);
+    pbw_msg(&w.g, 12, &v);
+    pbw m = onnxw_model(&w.g, 19);
+    int64_t n = C * os[0] * os[1];
+    float *want = fa((size_t)n);
+    for (int64_t e = 0; e < n; e++) {
+      int64_t j = e % os[1], i = e / os[1] % os[0], c = e / (os[0] * os[1]);
+      double sum = 0;
+      int count = 0;
+      for (int64_t a0 = 0; a0 < KH; a0++)
+        for (int64_t a1 = 0; a1 < KW; a1++) {
+          int64_t r = i * st[0] + a0 * dil[0] - lo[0], q = j * st[1] + a1 * dil[1] - lo[1];
+          bool inside = r >= 0 && r < H && q >= 0 && q < W;
+          if (inside) sum += x[(c * H + r) * W + q];
+          count += inside || incl;
+        }
+      want[e] = (float)(sum / count);
+    }
+    run_and_compare(incl ? "AveragePool dilations, count_include_pad" : "AveragePool dilations",
+                    &m, "x", 4, (int64_t[]){1, C, H, W}, x, want, n, 0);
+    free(want);
+    free(m.p);
+  }
+}
+
 /* A benchmark CNN (bench/peers/onnx_bench.py; not run here): a
  * MobileNet-like stem on a [1, 3, 112, 112] image: Conv + BatchNorm +
  * Relu blocks (full, depthwise, pointwise), MaxPool, strided Conv +
@@ -712,6 +761,7 @@ int main(int argc, char **argv) {
   test_group_norm();
   test_causal_attention();
   test_maxpool_indices();
+  test_avgpool_dilations();
   loom_ctx_free(ctx);
   return loom_test_finish("test_onnx_models");
 }

@@ -1306,7 +1306,7 @@ static const onnx_converter converters[] = {
     {"ConvTranspose", 1, 0, onnx_cv_conv_transpose,
      "auto_pad,dilations,group,kernel_shape,output_padding,output_shape,pads,strides"},
     {"MaxPool", 1, 0, onnx_cv_max_pool, "auto_pad,ceil_mode,dilations,kernel_shape,pads,storage_order,strides"},
-    {"AveragePool", 1, 0, onnx_cv_average_pool, "auto_pad,ceil_mode,count_include_pad,kernel_shape,pads,strides"},
+    {"AveragePool", 1, 0, onnx_cv_average_pool, "auto_pad,ceil_mode,count_include_pad,dilations,kernel_shape,pads,strides"},
 };
 
 const onnx_converter *onnx_find_converter(const char *op_type, int64_t opset) {
