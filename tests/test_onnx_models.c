@@ -442,6 +442,211 @@ static void test_group_norm(void) {
   free(m.p);
 }
 
+/* How many nodes of op the import of model makes. */
+static int count_op(const pbw *model, loom_op op) {
+  onnx_model *m = NULL;
+  onnx_program *p = NULL;
+  CHECK_OK(ctx, onnx_model_parse(ctx, model->p, model->n, NULL, &m));
+  if (m) CHECK_OK(ctx, onnx_import(ctx, m, 0, NULL, &p));
+  int n = 0;
+  for (int32_t i = 0; p && i < p->g->n_nodes; i++) n += p->g->nodes[i].op == op;
+  onnx_program_free(p);
+  onnx_model_free(m);
+  return n;
+}
+
+/* Attention as PyTorch exports a causal one: x [1, 2, 6, 4] as q, k =
+ * 0.5 x, v = -x; Softmax(Where(mask, q k^T * 0.5, fill)) v with the mask
+ * from Trilu (lower: causal; upper: not) and Equal. The import makes the
+ * attention op (causal) only for the causal mask with fill <= -1e9; every
+ * variant matches the definition computed here. */
+static void test_causal_attention(void) {
+  static const struct {
+    int upper;
+    float fill;
+    int attention;
+  } cases[] = {{0, -1e9f, 1}, {0, -INFINITY, 1}, {0, -1e4f, 0}, {1, -1e9f, 0}};
+  enum { N = 6, DK = 4, HS = 2 };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    gw w = {0};
+    pbw v = onnxw_value("x", 1, 4, (int64_t[]){1, HS, N, DK}, NULL);
+    pbw_msg(&w.g, 11, &v);
+    const char *k = op2(&w, "Mul", "x", scalar_f(&w, 0.5f)), *vv = op1(&w, "Neg", "x");
+    pbw perm = onnxw_attr_ints("perm", 4, (int64_t[]){0, 1, 3, 2});
+    const char *kt = node(&w, "Transpose", 1, &k, &perm, 1);
+    const char *sc = op2(&w, "Mul", op2(&w, "MatMul", "x", kt), scalar_f(&w, 0.5f));
+    float ones[N * N];
+    for (int i = 0; i < N * N; i++) ones[i] = 1;
+    const char *on = fresh(&w);
+    pbw t = onnxw_tensor(on, 1, 2, (int64_t[]){N, N}, ones, sizeof ones);
+    pbw_msg(&w.g, 5, &t);
+    pbw up = onnxw_attr_int("upper", cases[c].upper);
+    const char *keep = op2(&w, "Equal", node(&w, "Trilu", 1, &on, &up, 1), scalar_f(&w, 1.0f));
+    const char *win[3] = {keep, sc, scalar_f(&w, cases[c].fill)};
+    pbw ax = onnxw_attr_int("axis", -1);
+    const char *pr = node(&w, "Softmax", 1, (const char *[]){node(&w, "Where", 3, win, NULL, 0)}, &ax, 1);
+    const char *mm[2] = {pr, vv};
+    pbw o = onnxw_node("MatMul", "att", 2, mm, 1, (const char *[]){"y"});
+    pbw_msg(&w.g, 1, &o);
+    v = onnxw_value("y", 1, 4, (int64_t[]){1, HS, N, DK}, NULL);
+    pbw_msg(&w.g, 12, &v);
+    pbw m = onnxw_model(&w.g, 17);
+    CHECK(count_op(&m, LOOM_OP_ATTENTION) == cases[c].attention);
+    float x[HS * N * DK], want[HS * N * DK];
+    for (int i = 0; i < HS * N * DK; i++) x[i] = (float)loom_test_uniform(&rng, -2, 2);
+    for (int h = 0; h < HS; h++)
+      for (int i = 0; i < N; i++) {
+        const float *xh = x + h * N * DK;
+        double s[N], mx = -INFINITY, sum = 0;
+        for (int j = 0; j < N; j++) {
+          double d = 0;
+          for (int e = 0; e < DK; e++) d += (double)xh[i * DK + e] * 0.5 * xh[j * DK + e];
+          bool kept = cases[c].upper ? j >= i : j <= i;
+          s[j] = kept ? d * 0.5 : cases[c].fill;
+          mx = fmax(mx, s[j]);
+        }
+        for (int j = 0; j < N; j++) sum += s[j] = exp(s[j] - mx);
+        for (int e = 0; e < DK; e++) {
+          double acc = 0;
+          for (int j = 0; j < N; j++) acc += s[j] / sum * -xh[j * DK + e];
+          want[(h * N + i) * DK + e] = (float)acc;
+        }
+      }
+    char what[64];
+    snprintf(what, sizeof what, "attention, %s mask, fill %g", cases[c].upper ? "upper" : "causal",
+             (double)cases[c].fill);
+    run_and_compare(what, &m, "x", 4, (int64_t[]){1, HS, N, DK}, x, want, HS * N * DK, 0);
+    free(m.p);
+  }
+}
+
+/* MaxPool with Indices: x [2, 3, 7, 6] of few distinct values (ties),
+ * kernel [3, 2], strides [2, 2], pads [1, 0, 1, 1], dilations [1, 2],
+ * ceil_mode, both storage orders, on every backend, against loops that
+ * take the first maximum in the window's row-major order. */
+static void test_maxpool_indices(void) {
+  enum { N = 2, C = 3, H = 7, W = 6, KH = 3, KW = 2 };
+  const int64_t st[2] = {2, 2}, lo[2] = {1, 0}, hi[2] = {1, 1}, dil[2] = {1, 2};
+  int64_t oh = 0, ow = 0, os[2];
+  for (int d = 0; d < 2; d++) { /* ceil_mode, the last window starting inside */
+    int64_t s = d ? W : H, k = d ? KW : KH, room = s + lo[d] + hi[d] - (dil[d] * (k - 1) + 1);
+    os[d] = (room + st[d] - 1) / st[d] + 1;
+    if ((os[d] - 1) * st[d] >= s + lo[d]) os[d]--;
+  }
+  oh = os[0], ow = os[1];
+  float x[N * C * H * W];
+  for (int i = 0; i < N * C * H * W; i++) x[i] = (float)floor(loom_test_uniform(&rng, 0, 4));
+  for (int order = 0; order < 2; order++) {
+    gw w = {0};
+    pbw v = onnxw_value("x", 1, 4, (int64_t[]){N, C, H, W}, NULL);
+    pbw_msg(&w.g, 11, &v);
+    pbw a[6] = {onnxw_attr_ints("kernel_shape", 2, (int64_t[]){KH, KW}),
+                onnxw_attr_ints("strides", 2, st),
+                onnxw_attr_ints("pads", 4, (int64_t[]){lo[0], lo[1], hi[0], hi[1]}),
+                onnxw_attr_ints("dilations", 2, dil), onnxw_attr_int("ceil_mode", 1),
+                onnxw_attr_int("storage_order", order)};
+    const char *in = "x";
+    pbw nd = onnxw_node("MaxPool", "mp", 1, &in, 2, (const char *[]){"y", "i"});
+    for (int k = 0; k < 6; k++) pbw_msg(&nd, 5, &a[k]);
+    pbw_msg(&w.g, 1, &nd);
+    v = onnxw_value("y", 1, 4, (int64_t[]){N, C, oh, ow}, NULL);
+    pbw_msg(&w.g, 12, &v);
+    v = onnxw_value("i", 7, 4, (int64_t[]){N, C, oh, ow}, NULL);
+    pbw_msg(&w.g, 12, &v);
+    pbw m = onnxw_model(&w.g, 12);
+    onnx_model *om = NULL;
+    onnx_program *p = NULL;
+    CHECK_OK(ctx, onnx_model_parse(ctx, m.p, m.n, NULL, &om));
+    if (om) CHECK_OK(ctx, onnx_import(ctx, om, 0, NULL, &p));
+    loom_tensor *xt = NULL;
+    CHECK_OK(ctx, loom_tensor_wrap(ctx, LOOM_DTYPE_F32, 4, (int64_t[]){N, C, H, W}, x, &xt));
+    onnx_feed f = {"x", xt};
+    static const char *backends[] = {"ref", "cpu", "cpu"};
+    for (int b = 0; p && b < 3; b++) {
+      loom_session *s = NULL;
+      loom_tensor *out[2] = {NULL, NULL};
+      loom_session_options o = LOOM_SESSION_OPTIONS(
+          .backend = backends[b], .fusion = b == 2 ? LOOM_FUSION_STITCH : LOOM_FUSION_EAGER);
+      CHECK_OK(ctx, onnx_program_session(ctx, p, &o, &s));
+      if (s) CHECK_OK(ctx, onnx_program_run(ctx, p, s, 1, &f, out));
+      CHECK(out[0] && out[1] && loom_tensor_dtype(out[1]) == LOOM_DTYPE_I64);
+      int bad = 0;
+      for (int64_t e = 0; out[0] && out[1] && e < N * C * oh * ow; e++) {
+        int64_t j = e % ow, i = e / ow % oh, nc = e / (oh * ow), best = -1;
+        for (int64_t a0 = 0; a0 < KH; a0++)
+          for (int64_t a1 = 0; a1 < KW; a1++) {
+            int64_t r = i * st[0] + a0 * dil[0] - lo[0], c = j * st[1] + a1 * dil[1] - lo[1];
+            if (r < 0 || r >= H || c < 0 || c >= W) continue;
+            int64_t at = nc * H * W + r * W + c;
+            if (best < 0 || x[at] > x[best]) best = at;
+          }
+        int64_t r = best % (H * W) / W, c = best % W;
+        int64_t want = nc * H * W + (order ? c * H + r : r * W + c);
+        bad += ((const float *)loom_tensor_data(out[0]))[e] != x[best] ||
+               ((const int64_t *)loom_tensor_data(out[1]))[e] != want;
+      }
+      printf("MaxPool Indices (storage_order %d) on %s: %d wrong\n", order, backends[b], bad);
+      CHECK(bad == 0);
+      loom_tensor_free(out[0]);
+      loom_tensor_free(out[1]);
+      loom_session_free(s);
+    }
+    loom_tensor_free(xt);
+    onnx_program_free(p);
+    onnx_model_free(om);
+    free(m.p);
+  }
+}
+
+/* AveragePool with dilations (opset 19): x [1, 2, 9, 8], kernel [3, 2],
+ * dilations [2, 3], strides [1, 2], pads [2, 1, 1, 2], with and without
+ * count_include_pad, against loops (the divisor: the window's positions
+ * inside the input, or inside the padded input). */
+static void test_avgpool_dilations(void) {
+  enum { C = 2, H = 9, W = 8, KH = 3, KW = 2 };
+  const int64_t st[2] = {1, 2}, lo[2] = {2, 1}, hi[2] = {1, 2}, dil[2] = {2, 3};
+  int64_t os[2];
+  for (int d = 0; d < 2; d++)
+    os[d] = ((d ? W : H) + lo[d] + hi[d] - (dil[d] * ((d ? KW : KH) - 1) + 1)) / st[d] + 1;
+  float x[C * H * W];
+  for (int i = 0; i < C * H * W; i++) x[i] = (float)loom_test_uniform(&rng, -1, 1);
+  for (int incl = 0; incl < 2; incl++) {
+    gw w = {0};
+    pbw v = onnxw_value("x", 1, 4, (int64_t[]){1, C, H, W}, NULL);
+    pbw_msg(&w.g, 11, &v);
+    pbw a[5] = {onnxw_attr_ints("kernel_shape", 2, (int64_t[]){KH, KW}),
+                onnxw_attr_ints("strides", 2, st),
+                onnxw_attr_ints("pads", 4, (int64_t[]){lo[0], lo[1], hi[0], hi[1]}),
+                onnxw_attr_ints("dilations", 2, dil), onnxw_attr_int("count_include_pad", incl)};
+    const char *in = "x";
+    pbw nd = onnxw_node("AveragePool", "ap", 1, &in, 1, (const char *[]){"y"});
+    for (int k = 0; k < 5; k++) pbw_msg(&nd, 5, &a[k]);
+    pbw_msg(&w.g, 1, &nd);
+    v = onnxw_value("y", 1, 4, (int64_t[]){1, C, os[0], os[1]}, NULL);
+    pbw_msg(&w.g, 12, &v);
+    pbw m = onnxw_model(&w.g, 19);
+    int64_t n = C * os[0] * os[1];
+    float *want = fa((size_t)n);
+    for (int64_t e = 0; e < n; e++) {
+      int64_t j = e % os[1], i = e / os[1] % os[0], c = e / (os[0] * os[1]);
+      double sum = 0;
+      int count = 0;
+      for (int64_t a0 = 0; a0 < KH; a0++)
+        for (int64_t a1 = 0; a1 < KW; a1++) {
+          int64_t r = i * st[0] + a0 * dil[0] - lo[0], q = j * st[1] + a1 * dil[1] - lo[1];
+          bool inside = r >= 0 && r < H && q >= 0 && q < W;
+          if (inside) sum += x[(c * H + r) * W + q];
+          count += inside || incl;
+        }
+      want[e] = (float)(sum / count);
+    }
+    run_and_compare(incl ? "AveragePool dilations, count_include_pad" : "AveragePool dilations",
+                    &m, "x", 4, (int64_t[]){1, C, H, W}, x, want, n, 0);
+    free(want);
+    free(m.p);
+  }
+}
+
 /* A benchmark CNN (bench/peers/onnx_bench.py; not run here): a
  * MobileNet-like stem on a [1, 3, 112, 112] image: Conv + BatchNorm +
  * Relu blocks (full, depthwise, pointwise), MaxPool, strided Conv +
@@ -505,18 +710,30 @@ int main(int argc, char **argv) {
   block_weights bw;
   if (argc > 1) {
     /* benchmark models (bench/peers/onnx_bench.py): one sequence of 128
-     * tokens, width 256, 4 heads, FFN 1024 */
-    B = 1, T = 128, D = 256, H = 4, DH = 64, F = 1024;
+     * tokens, width 256, 4 heads, FFN 1024; with "base N", BERT-base and
+     * GPT-2-small sized ones instead (width 768, 12 heads, FFN 3072) for
+     * N sequences of 128 */
+    bool base = argc > 2 && strcmp(argv[2], "base") == 0;
+    B = base && argc > 3 ? atoi(argv[3]) : 1, T = 128, D = base ? 768 : 256, H = base ? 12 : 4;
+    DH = 64, F = 4 * D;
+    CHECK(B >= 1 && B <= 64);
+    if (B < 1 || B > 64) return loom_test_finish("test_onnx_models");
     block_alloc(&bw);
     for (int gpt = 0; gpt < 2; gpt++) {
       pbw m = block_model(gpt, &bw);
-      write_file(argv[1], gpt ? "gpt2_block.onnx" : "bert_layer.onnx", &m);
+      char name[64];
+      snprintf(name, sizeof name, "%s%s.onnx", gpt ? "gpt2_block" : "bert_layer",
+               base ? (gpt ? "_small" : "_base") : "");
+      if (base && B > 1) snprintf(name + strlen(name) - 5, sizeof name - strlen(name) + 5, "_b%d.onnx", B);
+      write_file(argv[1], name, &m);
       free(m.p);
     }
     block_free(&bw);
-    pbw cnn = bench_cnn_model();
-    write_file(argv[1], "cnn.onnx", &cnn);
-    free(cnn.p);
+    if (!base) {
+      pbw cnn = bench_cnn_model();
+      write_file(argv[1], "cnn.onnx", &cnn);
+      free(cnn.p);
+    }
     loom_ctx_free(ctx);
     return loom_test_finish("test_onnx_models");
   }
@@ -542,6 +759,9 @@ int main(int argc, char **argv) {
   run_and_compare("small CNN", &m, "img", 4, (int64_t[]){1, CI, HW, HW}, img, probs, NC, 0);
   free(m.p);
   test_group_norm();
+  test_causal_attention();
+  test_maxpool_indices();
+  test_avgpool_dilations();
   loom_ctx_free(ctx);
   return loom_test_finish("test_onnx_models");
 }

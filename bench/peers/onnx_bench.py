@@ -10,13 +10,36 @@ onnxruntime), so compare.py puts it beside Loom's modes:
   python3 bench/peers/onnx_bench.py MODEL.onnx --threads 2 > ort.jsonl
   python3 bench/peers/compare.py loom.jsonl ort.jsonl
 
+With --profile it also prints, to stderr, each node's fastest and median
+time over the runs (ONNX Runtime's profiler; the nodes after its own
+fusions), to set beside the kernels of `loom bench MODEL.onnx --trace`.
+
 Needs `pip install onnxruntime numpy`. Loom never needs it to build or test.
 """
 import argparse
+import collections
 import json
+import os
 import statistics
 import sys
+import tempfile
 import time
+
+
+def print_profile(path, out):
+    """Each node's fastest and median kernel time from a profile file."""
+    with open(path) as f:
+        events = json.load(f)
+    by_node = collections.defaultdict(list)
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            by_node[(e["name"][: -len("_kernel_time")], e["args"].get("op_name", ""))].append(e["dur"])
+    total = 0
+    for (name, op), d in by_node.items():
+        d.sort()
+        total += d[0]
+        print(f"  {name[:40]:40} {op:24} min {d[0]:8d} us  median {d[len(d) // 2]:8d} us", file=out)
+    print(f"  sum of the minimums: {total} us", file=out)
 
 
 def main():
@@ -24,6 +47,7 @@ def main():
     ap.add_argument("model")
     ap.add_argument("--threads", type=int, default=0, help="0: ONNX Runtime's default")
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--profile", action="store_true", help="per-node times to stderr")
     a = ap.parse_args()
     try:
         import numpy as np
@@ -35,6 +59,9 @@ def main():
     if a.threads:
         so.intra_op_num_threads = a.threads
         so.inter_op_num_threads = 1
+    if a.profile:
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="onnx_bench"), "profile")
     sess = ort.InferenceSession(a.model, so, providers=["CPUExecutionProvider"])
     types = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(int64)": np.int64,
              "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
@@ -56,6 +83,11 @@ def main():
     print(json.dumps({"workload": a.model, "mode": "onnxruntime", "median_s": statistics.median(times),
                       "min_s": min(times), "runs": a.runs, "threads": a.threads,
                       "framework": "onnxruntime " + ort.__version__}), flush=True)
+    if a.profile:
+        path = sess.end_profiling()
+        print_profile(path, sys.stderr)
+        os.remove(path)
+        os.rmdir(os.path.dirname(path))
     return 0
 
 

@@ -5,34 +5,13 @@
  * value, a dtype, an input that must be known at load time) it reports as
  * unsupported, naming the node: never a guess.
  */
-#include "onnx/import_internal.h"
+#include "onnx/convert_util.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- helpers ---------------------------------------------------------------- */
-
-#define G (cv->g)
-#define IN(i) cv_in(cv, i)
-#define TYPE(i) cv_type(cv, i)
-
-static loom_status done1(onnx_cv *cv, int32_t v) {
-  cv_out(cv, 0, v);
-  return LOOM_STATUS_OK;
-}
-
-static int32_t scalar(onnx_cv *cv, int32_t like, double v) { return lb_scalar_like(G, like, v); }
-
-static loom_attr_value *attrs_of(loom_op op, loom_attr_value *a) {
-  loom_attrs_default(op, a);
-  return a;
-}
-
-static void set_ints(loom_ints *dst, int32_t n, const int64_t *v) {
-  dst->n = n;
-  for (int32_t k = 0; k < n && k < LOOM_MAX_RANK; k++) dst->v[k] = v[k];
-}
 
 /* A host tensor of dtype from doubles, as output o. */
 static loom_status out_host(onnx_cv *cv, int32_t o, loom_dtype dt, int32_t rank, const int64_t *shape,
@@ -42,14 +21,6 @@ static loom_status out_host(onnx_cv *cv, int32_t o, loom_dtype dt, int32_t rank,
   int64_t n = loom_tensor_numel(t);
   for (int64_t i = 0; i < n; i++) loom_store(dt, loom_tensor_data(t), i, v[i]);
   cv_out_const(cv, o, t);
-  return LOOM_STATUS_OK;
-}
-
-static bool is_float(const loom_type *t) { return loom_dtype_is_float(t->dtype); }
-
-static loom_status need_float(onnx_cv *cv, int32_t i) {
-  if (!is_float(TYPE(i)))
-    return cv_unsupported(cv, "input %d is %s (a float type is needed)", i, loom_dtype_name(TYPE(i)->dtype));
   return LOOM_STATUS_OK;
 }
 
@@ -335,209 +306,6 @@ static loom_status cv_dropout(onnx_cv *cv) {
     cv_out(cv, 1, lb_const(G, LOOM_DTYPE_BOOL, t->rank, t->shape, 1));
   }
   return LOOM_STATUS_OK;
-}
-
-/* ---- matrices, normalization ------------------------------------------------ */
-
-/* If v is transpose(x) swapping only the last two dims, sets v = x. */
-static bool swapped_last2(loom_graph *g, int32_t *v) {
-  if (*v < 0 || g->values[*v].kind != LOOM_VALUE_NODE) return false;
-  const loom_node *n = &g->nodes[g->values[*v].node];
-  if (n->op != LOOM_OP_TRANSPOSE) return false;
-  const loom_ints *perm = &LOOM_ATTR_INTS(n, transpose, perm);
-  int32_t r = perm->n;
-  if (r < 2 || perm->v[r - 2] != r - 1 || perm->v[r - 1] != r - 2) return false;
-  for (int32_t d = 0; d < r - 2; d++)
-    if (perm->v[d] != d) return false;
-  *v = n->in[0];
-  return true;
-}
-
-static loom_status cv_matmul(onnx_cv *cv) {
-  LOOM_TRY(need_float(cv, 0));
-  int32_t a = IN(0), b = IN(1);
-  const loom_type *ta = TYPE(0), *tb = TYPE(1);
-  if (ta->dtype != tb->dtype) return cv_invalid(cv, "inputs of different types");
-  if (ta->rank == 0 || tb->rank == 0) return cv_invalid(cv, "MatMul of a scalar");
-  /* NumPy's 1-D rules: a vector is a row on the left, a column on the
-   * right, and that dim leaves the result */
-  if (ta->rank == 1) a = lb_reshape(G, a, 2, (int64_t[]){1, ta->shape[0]});
-  if (tb->rank == 1) b = lb_reshape(G, b, 2, (int64_t[]){tb->shape[0], 1});
-  /* an operand that is a transpose of its last two dims (K^T in
-   * attention) is read transposed by the GEMM instead */
-  bool trans_a = swapped_last2(G, &a), trans_b = swapped_last2(G, &b);
-  int32_t y = lb_matmul(G, a, b, trans_a, trans_b);
-  if ((ta->rank == 1 || tb->rank == 1) && y >= 0) {
-    loom_type t = G->values[y].type;
-    int64_t shape[LOOM_MAX_RANK];
-    int32_t r = 0;
-    for (int32_t d = 0; d < t.rank; d++) {
-      if (ta->rank == 1 && d == t.rank - 2) continue;
-      if (tb->rank == 1 && d == t.rank - 1) continue;
-      shape[r++] = t.shape[d];
-    }
-    y = lb_reshape(G, y, r, shape);
-  }
-  return done1(cv, y);
-}
-
-static loom_status cv_gemm(onnx_cv *cv) {
-  LOOM_TRY(need_float(cv, 0));
-  if (TYPE(0)->rank != 2 || TYPE(1)->rank != 2) return cv_invalid(cv, "A and B must be matrices");
-  double alpha = cv_attr_f(cv, "alpha", 1.0), beta = cv_attr_f(cv, "beta", 1.0);
-  int32_t y = lb_matmul(G, IN(0), IN(1), cv_attr_i(cv, "transA", 0) != 0, cv_attr_i(cv, "transB", 0) != 0);
-  if (alpha != 1.0) y = lb_mul(G, y, scalar(cv, y, alpha));
-  if (cv_has(cv, 2) && beta != 0.0) {
-    int32_t c = IN(2);
-    if (beta != 1.0) c = lb_mul(G, c, scalar(cv, c, beta));
-    y = lb_add(G, y, c);
-  }
-  return done1(cv, y);
-}
-
-/* Softmax and LogSoftmax: before opset 13 the input is seen as a matrix
- * [prod(dims < axis), prod(dims >= axis)] (default axis 1). */
-static loom_status softmax(onnx_cv *cv, loom_op op) {
-  LOOM_TRY(need_float(cv, 0));
-  const loom_type *t = TYPE(0);
-  int32_t x = IN(0), axis;
-  int64_t def = cv->opset < 13 ? 1 : -1;
-  if (!onnx_axis(cv_attr_i(cv, "axis", def), t->rank ? t->rank : 1, &axis)) return cv_invalid(cv, "axis out of range");
-  loom_attr_value a[LOOM_MAX_ATTRS];
-  attrs_of(op, a);
-  if (cv->opset < 13) {
-    int64_t rows = 1, cols = 1;
-    for (int32_t d = 0; d < t->rank; d++) *(d < axis ? &rows : &cols) *= t->shape[d];
-    int32_t x2 = lb_reshape(G, x, 2, (int64_t[]){rows, cols});
-    LOOM_ATTRV_I(a, softmax, axis) = 1;
-    int32_t y = lb_op(G, op, 1, &x2, a);
-    return done1(cv, lb_reshape(G, y, t->rank, t->shape));
-  }
-  LOOM_ATTRV_I(a, softmax, axis) = axis;
-  return done1(cv, lb_op(G, op, 1, &x, a));
-}
-static loom_status cv_softmax(onnx_cv *cv) { return softmax(cv, LOOM_OP_SOFTMAX); }
-static loom_status cv_log_softmax(onnx_cv *cv) { return softmax(cv, LOOM_OP_LOG_SOFTMAX); }
-
-static loom_status cv_layer_norm(onnx_cv *cv) {
-  LOOM_TRY(need_float(cv, 0));
-  const loom_type *t = TYPE(0);
-  int32_t axis;
-  if (!onnx_axis(cv_attr_i(cv, "axis", -1), t->rank, &axis)) return cv_invalid(cv, "axis out of range");
-  int32_t in[3] = {IN(0), -1, -1}, n = 1;
-  for (int32_t i = 1; i < 3; i++) {
-    if (!cv_has(cv, i)) break;
-    int32_t v = IN(i);
-    if (TYPE(i)->dtype != t->dtype) return cv_invalid(cv, "input %d of another type", i);
-    bool exact = TYPE(i)->rank == t->rank - axis;
-    for (int32_t d = 0; exact && d < TYPE(i)->rank; d++) exact = TYPE(i)->shape[d] == t->shape[axis + d];
-    if (!exact) v = lb_broadcast_to(G, v, t->rank - axis, t->shape + axis);
-    in[n++] = v;
-  }
-  loom_attr_value a[LOOM_MAX_ATTRS];
-  attrs_of(LOOM_OP_LAYER_NORM, a);
-  LOOM_ATTRV_I(a, layer_norm, axis) = axis;
-  double eps = cv_attr_f(cv, "epsilon", 1e-5);
-  LOOM_ATTRV_F(a, layer_norm, eps) = eps;
-  cv_out(cv, 0, lb_op(G, LOOM_OP_LAYER_NORM, n, in, a));
-  /* Mean and InvStdDev (kept dims), when asked for */
-  bool more = (cv->n_out > 1 && cv->node->out[1][0]) || (cv->n_out > 2 && cv->node->out[2][0]);
-  if (more) {
-    int64_t axes[LOOM_MAX_RANK];
-    int32_t na = 0;
-    for (int32_t d = axis; d < t->rank; d++) axes[na++] = d;
-    loom_attr_value r[LOOM_MAX_ATTRS];
-    attrs_of(LOOM_OP_REDUCE_MEAN, r);
-    set_ints(&LOOM_ATTRV_INTS(r, reduce_mean, axes), na, axes);
-    LOOM_ATTRV_I(r, reduce_mean, keepdims) = 1;
-    int32_t x = in[0];
-    int32_t mean = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &x, r);
-    int32_t xc = lb_sub(G, x, mean), sq = lb_mul(G, xc, xc);
-    int32_t var = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &sq, r);
-    cv_out(cv, 1, mean);
-    cv_out(cv, 2, lb_unary(G, LOOM_OP_RSQRT, lb_add(G, var, scalar(cv, x, eps))));
-  }
-  return LOOM_STATUS_OK;
-}
-
-/* BatchNormalization at inference: (x - mean) / sqrt(var + eps) * scale + B,
- * per channel (dim 1). */
-static loom_status cv_batch_norm(onnx_cv *cv) {
-  LOOM_TRY(need_float(cv, 0));
-  if (cv_attr_i(cv, "training_mode", 0) != 0) return cv_unsupported(cv, "training_mode");
-  if (cv_attr_i(cv, "spatial", 1) != 1) return cv_unsupported(cv, "spatial=0");
-  if (cv_attr_has(cv, "consumed_inputs")) return cv_unsupported(cv, "consumed_inputs");
-  for (int32_t o = 1; o < cv->n_out; o++)
-    if (cv->node->out[o][0]) return cv_unsupported(cv, "the running statistics outputs");
-  const loom_type *t = TYPE(0);
-  if (t->rank < 2) return cv_invalid(cv, "input of rank %d", t->rank);
-  int64_t shape[LOOM_MAX_RANK];
-  for (int32_t d = 0; d < t->rank - 1; d++) shape[d] = d == 0 ? t->shape[1] : 1;
-  int32_t p[4];
-  for (int32_t i = 0; i < 4; i++) {
-    if (TYPE(i + 1)->dtype != t->dtype) return cv_unsupported(cv, "parameters of another type than X");
-    p[i] = lb_reshape(G, IN(i + 1), t->rank - 1, shape);
-  }
-  int32_t x = IN(0);
-  double eps = cv_attr_f(cv, "epsilon", 1e-5);
-  int32_t inv = lb_unary(G, LOOM_OP_RSQRT, lb_add(G, p[3], scalar(cv, x, eps)));
-  int32_t y = lb_mul(G, lb_sub(G, x, p[2]), lb_mul(G, inv, p[0]));
-  return done1(cv, lb_add(G, y, p[1]));
-}
-
-static loom_status cv_instance_norm(onnx_cv *cv) {
-  LOOM_TRY(need_float(cv, 0));
-  const loom_type *t = TYPE(0);
-  if (t->rank < 3) return cv_invalid(cv, "input of rank %d", t->rank);
-  int64_t axes[LOOM_MAX_RANK], shape[LOOM_MAX_RANK];
-  int32_t n = 0;
-  for (int32_t d = 2; d < t->rank; d++) axes[n++] = d;
-  for (int32_t d = 0; d < t->rank - 1; d++) shape[d] = d == 0 ? t->shape[1] : 1;
-  int32_t x = IN(0);
-  loom_attr_value a[LOOM_MAX_ATTRS];
-  attrs_of(LOOM_OP_REDUCE_MEAN, a);
-  set_ints(&LOOM_ATTRV_INTS(a, reduce_mean, axes), n, axes);
-  LOOM_ATTRV_I(a, reduce_mean, keepdims) = 1;
-  int32_t m = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &x, a);
-  int32_t xc = lb_sub(G, x, m);
-  int32_t sq = lb_mul(G, xc, xc);
-  int32_t var = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &sq, a);
-  int32_t inv = lb_unary(G, LOOM_OP_RSQRT, lb_add(G, var, scalar(cv, x, cv_attr_f(cv, "epsilon", 1e-5))));
-  int32_t sc = lb_reshape(G, IN(1), t->rank - 1, shape), b = lb_reshape(G, IN(2), t->rank - 1, shape);
-  return done1(cv, lb_add(G, lb_mul(G, lb_mul(G, xc, inv), sc), b));
-}
-
-
-/* GroupNormalization: x [N, C, ...] seen as [N, G, rest], normalized over
- * rest; scale and bias per group (opset 18-20) or per channel (21+). */
-static loom_status cv_group_norm(onnx_cv *cv) {
-  LOOM_TRY(need_float(cv, 0));
-  const loom_type *t = TYPE(0);
-  int64_t g = cv_attr_i(cv, "num_groups", 0);
-  if (t->rank < 2 || g <= 0 || t->shape[1] % g) return cv_invalid(cv, "num_groups %lld for %lld channels", (long long)g, (long long)(t->rank > 1 ? t->shape[1] : 0));
-  int64_t n = t->shape[0], c = t->shape[1], rest = loom_type_numel(t) / LOOM_MAX(1, n * g);
-  bool per_channel = cv->opset >= 21;
-  int64_t want = per_channel ? c : g;
-  if (loom_type_numel(TYPE(1)) != want || loom_type_numel(TYPE(2)) != want) return cv_invalid(cv, "scale and bias need %lld values", (long long)want);
-  int32_t x = lb_reshape(G, IN(0), 3, (int64_t[]){n, g, rest});
-  loom_attr_value a[LOOM_MAX_ATTRS];
-  attrs_of(LOOM_OP_REDUCE_MEAN, a);
-  int64_t ax = 2;
-  set_ints(&LOOM_ATTRV_INTS(a, reduce_mean, axes), 1, &ax);
-  LOOM_ATTRV_I(a, reduce_mean, keepdims) = 1;
-  int32_t m = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &x, a);
-  int32_t xc = lb_sub(G, x, m), sq = lb_mul(G, xc, xc);
-  int32_t var = lb_op(G, LOOM_OP_REDUCE_MEAN, 1, &sq, a);
-  int32_t y = lb_mul(G, xc, lb_unary(G, LOOM_OP_RSQRT, lb_add(G, var, scalar(cv, x, cv_attr_f(cv, "epsilon", 1e-5)))));
-  if (!per_channel) {
-    y = lb_add(G, lb_mul(G, y, lb_reshape(G, IN(1), 2, (int64_t[]){g, 1})), lb_reshape(G, IN(2), 2, (int64_t[]){g, 1}));
-    return done1(cv, lb_reshape(G, y, t->rank, t->shape));
-  }
-  y = lb_reshape(G, y, t->rank, t->shape);
-  int64_t shape[LOOM_MAX_RANK];
-  shape[0] = c;
-  for (int32_t d = 2; d < t->rank; d++) shape[d - 1] = 1;
-  return done1(cv, lb_add(G, lb_mul(G, y, lb_reshape(G, IN(1), t->rank - 1, shape)), lb_reshape(G, IN(2), t->rank - 1, shape)));
 }
 
 /* ---- reductions -------------------------------------------------------------- */
@@ -1377,6 +1145,15 @@ static loom_status cv_space_to_depth(onnx_cv *cv) {
 }
 
 /* convert_conv.c */
+/* convert_matrix.c */
+loom_status onnx_cv_matmul(onnx_cv *cv);
+loom_status onnx_cv_gemm(onnx_cv *cv);
+loom_status onnx_cv_softmax(onnx_cv *cv);
+loom_status onnx_cv_log_softmax(onnx_cv *cv);
+loom_status onnx_cv_layer_norm(onnx_cv *cv);
+loom_status onnx_cv_batch_norm(onnx_cv *cv);
+loom_status onnx_cv_instance_norm(onnx_cv *cv);
+loom_status onnx_cv_group_norm(onnx_cv *cv);
 loom_status onnx_cv_conv(onnx_cv *cv);
 loom_status onnx_cv_conv_transpose(onnx_cv *cv);
 loom_status onnx_cv_max_pool(onnx_cv *cv);
@@ -1451,14 +1228,14 @@ static const onnx_converter converters[] = {
     {"Clip", 6, 0, cv_clip, "min,max"},
     {"Identity", 1, 0, cv_identity, ""},
     {"Dropout", 1, 0, cv_dropout, "ratio,is_test,seed"},
-    {"MatMul", 1, 0, cv_matmul, ""},
-    {"Gemm", 6, 0, cv_gemm, "alpha,beta,transA,transB,broadcast"},
-    {"Softmax", 1, 0, cv_softmax, "axis"},
-    {"LogSoftmax", 1, 0, cv_log_softmax, "axis"},
-    {"LayerNormalization", 17, 0, cv_layer_norm, "axis,epsilon,stash_type"},
-    {"BatchNormalization", 6, 0, cv_batch_norm, "epsilon,momentum,spatial,is_test,training_mode"},
-    {"InstanceNormalization", 6, 0, cv_instance_norm, "epsilon"},
-    {"GroupNormalization", 18, 0, cv_group_norm, "epsilon,num_groups,stash_type"},
+    {"MatMul", 1, 0, onnx_cv_matmul, ""},
+    {"Gemm", 6, 0, onnx_cv_gemm, "alpha,beta,transA,transB,broadcast"},
+    {"Softmax", 1, 0, onnx_cv_softmax, "axis"},
+    {"LogSoftmax", 1, 0, onnx_cv_log_softmax, "axis"},
+    {"LayerNormalization", 17, 0, onnx_cv_layer_norm, "axis,epsilon,stash_type"},
+    {"BatchNormalization", 6, 0, onnx_cv_batch_norm, "epsilon,momentum,spatial,is_test,training_mode"},
+    {"InstanceNormalization", 6, 0, onnx_cv_instance_norm, "epsilon"},
+    {"GroupNormalization", 18, 0, onnx_cv_group_norm, "epsilon,num_groups,stash_type"},
     {"ReduceSum", 1, 0, cv_reduce_sum, "axes,keepdims,noop_with_empty_axes"},
     {"ReduceMean", 1, 0, cv_reduce_mean, "axes,keepdims,noop_with_empty_axes"},
     {"ReduceMax", 1, 0, cv_reduce_max, "axes,keepdims,noop_with_empty_axes"},
@@ -1529,7 +1306,7 @@ static const onnx_converter converters[] = {
     {"ConvTranspose", 1, 0, onnx_cv_conv_transpose,
      "auto_pad,dilations,group,kernel_shape,output_padding,output_shape,pads,strides"},
     {"MaxPool", 1, 0, onnx_cv_max_pool, "auto_pad,ceil_mode,dilations,kernel_shape,pads,storage_order,strides"},
-    {"AveragePool", 1, 0, onnx_cv_average_pool, "auto_pad,ceil_mode,count_include_pad,kernel_shape,pads,strides"},
+    {"AveragePool", 1, 0, onnx_cv_average_pool, "auto_pad,ceil_mode,count_include_pad,dilations,kernel_shape,pads,strides"},
 };
 
 const onnx_converter *onnx_find_converter(const char *op_type, int64_t opset) {

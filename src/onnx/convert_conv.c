@@ -17,6 +17,7 @@
 
 #define G (cv->g)
 #define MAX_SPATIAL 5
+#define MAX_INDEX_TABLE ((int64_t)1 << 24) /* MaxPool Indices: entries of its position table */
 
 typedef struct window {
   int32_t k; /* spatial dims */
@@ -234,13 +235,110 @@ loom_status onnx_cv_conv_transpose(onnx_cv *cv) {
   return done(cv, add_bias(cv, y, cv_has(cv, 2) ? cv_in(cv, 2) : -1, m, t->rank));
 }
 
+/* MaxPool's Indices: for each output position the flat index over the
+ * whole input [N, C, S...] (spatial dims row-major, or column-major with
+ * storage_order 1) of the first maximum in the window's row-major order,
+ * as ONNX Runtime and PyTorch pick it. Decomposed (a model asks for it
+ * rarely; the values still come from max_pool): the windows gathered
+ * from the input padded with -inf into [N, C, O..., K], the first
+ * position j of the maximum along K, and a table of each (o, j)'s input
+ * position built at load time. */
+static int32_t pool_indices(onnx_cv *cv, const window *w, int32_t x, const loom_type *t,
+                            bool col_major) {
+  int32_t k = w->k, r = t->rank;
+  int64_t lo[LOOM_MAX_RANK] = {0}, hi[LOOM_MAX_RANK] = {0}, ktot = 1, otot = 1;
+  for (int32_t d = 0; d < k; d++) {
+    int64_t span = w->dil[d] * (w->kernel[d] - 1) + 1;
+    lo[2 + d] = w->lo[d];
+    hi[2 + d] = LOOM_MAX(0, (w->out[d] - 1) * w->stride[d] + span - t->shape[2 + d] - w->lo[d]);
+    ktot *= w->kernel[d];
+    otot *= w->out[d];
+  }
+  /* [N, C, O0, K0, O1, K1, ...]: along each padded dim, positions
+   * o * stride + j * dil */
+  int32_t p = lb_pad(G, x, lo, hi, -INFINITY);
+  for (int32_t d = 0; d < k; d++) {
+    int64_t no = w->out[d], nk = w->kernel[d];
+    double *at = malloc(sizeof(double) * (size_t)(no * nk));
+    if (!at) return -1;
+    for (int64_t o = 0; o < no; o++)
+      for (int64_t j = 0; j < nk; j++) at[o * nk + j] = (double)(o * w->stride[d] + j * w->dil[d]);
+    int32_t idx = cv_const_values(cv, LOOM_DTYPE_I64, 2, (int64_t[]){no, nk}, at);
+    free(at);
+    p = lb_gather(G, p, idx, 2 + 2 * d);
+  }
+  int64_t perm[LOOM_MAX_RANK] = {0, 1}, shape[LOOM_MAX_RANK] = {t->shape[0], t->shape[1]};
+  for (int32_t d = 0; d < k; d++) {
+    perm[2 + d] = 2 + 2 * d;
+    perm[2 + k + d] = 3 + 2 * d;
+    shape[2 + d] = w->out[d];
+  }
+  shape[2 + k] = ktot;
+  p = lb_reshape(G, lb_transpose(G, p, perm), r + 1, shape);
+  /* the first j reaching the window's maximum */
+  int64_t last = r;
+  int32_t hit = lb_binary(G, LOOM_OP_EQ, p, lb_reduce(G, LOOM_OP_REDUCE_MAX, p, 1, &last, true));
+  int32_t js = lb_iota(G, LOOM_DTYPE_I64, r + 1, shape, r);
+  int32_t first = lb_reduce(G, LOOM_OP_REDUCE_MIN,
+                            lb_select(G, hit, js, lb_scalar(G, LOOM_DTYPE_I64, (double)ktot)), 1,
+                            &last, true);
+  /* its input position, from the table [O..., K] */
+  double *pos = malloc(sizeof(double) * (size_t)(otot * ktot));
+  if (!pos) return -1;
+  for (int64_t oo = 0; oo < otot; oo++)
+    for (int64_t jj = 0; jj < ktot; jj++) {
+      int64_t orest = oo, jrest = jj, flat = 0, scale = 1;
+      int64_t at[MAX_SPATIAL];
+      for (int32_t d = k - 1; d >= 0; d--) {
+        at[d] = orest % w->out[d] * w->stride[d] + jrest % w->kernel[d] * w->dil[d] - w->lo[d];
+        orest /= w->out[d];
+        jrest /= w->kernel[d];
+      }
+      for (int32_t i = 0; i < k; i++) {
+        int32_t d = col_major ? i : k - 1 - i;
+        flat += at[d] * scale;
+        scale *= t->shape[2 + d];
+      }
+      pos[oo * ktot + jj] = (double)flat;
+    }
+  int32_t table = cv_const_values(cv, LOOM_DTYPE_I64, r - 1, shape + 2, pos);
+  free(pos);
+  int32_t sel = lb_select(G, lb_binary(G, LOOM_OP_EQ, js, first), table,
+                          lb_scalar(G, LOOM_DTYPE_I64, 0.0));
+  int32_t spatial = lb_reduce(G, LOOM_OP_REDUCE_SUM, sel, 1, &last, false);
+  /* plus the plane's start: (n * C + c) * prod(S) */
+  int64_t plane = 1, nc[LOOM_MAX_RANK] = {t->shape[0], t->shape[1]};
+  for (int32_t d = 0; d < k; d++) {
+    plane *= t->shape[2 + d];
+    nc[2 + d] = 1;
+  }
+  int32_t n = lb_iota(G, LOOM_DTYPE_I64, r, nc, 0), c = lb_iota(G, LOOM_DTYPE_I64, r, nc, 1);
+  int32_t start = lb_mul(G, lb_add(G, lb_mul(G, n, lb_scalar(G, LOOM_DTYPE_I64, (double)nc[1])), c),
+                         lb_scalar(G, LOOM_DTYPE_I64, (double)plane));
+  return lb_add(G, spatial, start);
+}
+
 static loom_status pool(onnx_cv *cv, bool max) {
   const loom_type *t = cv_type(cv, 0);
   if (!loom_dtype_is_float(t->dtype))
     return cv_unsupported(cv, "a %s input", loom_dtype_name(t->dtype));
-  if (cv->n_out > 1 && cv->node->out[1][0]) return cv_unsupported(cv, "the Indices output");
+  bool indices = cv->n_out > 1 && cv->node->out[1][0];
+  int64_t order = cv_attr_i(cv, "storage_order", 0);
+  if (indices && (order < 0 || order > 1)) return cv_invalid(cv, "storage_order %lld", (long long)order);
+  if (indices && 2 * t->rank - 2 > LOOM_MAX_RANK)
+    return cv_unsupported(cv, "the Indices output over %d spatial dims", t->rank - 2);
   window w;
   LOOM_TRY(read_window(cv, t, NULL, true, &w));
+  double table = 1; /* pool_indices' table: output positions x window positions */
+  for (int32_t d = 0; indices && d < w.k; d++)
+    table *= (double)w.out[d] * (double)w.kernel[d];
+  if (indices && table > (double)MAX_INDEX_TABLE)
+    return cv_unsupported(cv, "the Indices output over %.0f (output, window) positions", table);
+  if (indices) {
+    int32_t ix = pool_indices(cv, &w, cv_in(cv, 0), t, order == 1);
+    if (ix < 0 && !G->err) return loom_error(cv->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+    cv_out(cv, 1, ix);
+  }
   loom_op op = max ? LOOM_OP_MAX_POOL : LOOM_OP_AVG_POOL;
   loom_attr_value a[LOOM_MAX_ATTRS];
   window_attrs(op, &w, a);

@@ -176,6 +176,13 @@ const loom_tensor *cv_const(const onnx_cv *cv, int32_t i) {
   return e->c ? e->c : e->known;
 }
 
+const loom_tensor *cv_value_const(const onnx_cv *cv, int32_t v) {
+  const bindings *b = cv->im->binds;
+  for (int32_t i = 0; b && v >= 0 && i < b->n; i++)
+    if (b->val[i] == v) return b->t[i];
+  return NULL;
+}
+
 int32_t cv_ints(onnx_cv *cv, int32_t i, int64_t *out, int32_t max) {
   const loom_tensor *t = cv_const(cv, i);
   if (!t) {

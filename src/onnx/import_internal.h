@@ -55,6 +55,9 @@ const loom_type *cv_type(const onnx_cv *cv, int32_t i);
 /* Input i's values when known at load time (a constant, or a fed input);
  * NULL otherwise. */
 const loom_tensor *cv_const(const onnx_cv *cv, int32_t i);
+/* The tensor bound to parameter v of the graph being built (a constant
+ * the importer made a parameter), or NULL. */
+const loom_tensor *cv_value_const(const onnx_cv *cv, int32_t v);
 /* Input i as integers (at most max); its count, or -1 with cv->st set
  * (UNSUPPORTED: not known at load time). */
 int32_t cv_ints(onnx_cv *cv, int32_t i, int64_t *out, int32_t max);

@@ -27,6 +27,7 @@
 #define MAX_DIMS 3      /* spatial dims oneDNN takes */
 #define MIN_TASKS 8     /* blocks of channels: at least this many tasks per call, */
 #define MIN_CHANNELS 64 /* while a block keeps this many channels (each block redoes im2col) */
+#define MIN_CHANNELS_BLOCKED 32 /* the same for direct kernels on blocked layouts (no im2col) */
 
 typedef enum prim_kind {
   P_FWD,
@@ -40,14 +41,21 @@ typedef enum prim_kind {
 /* One primitive's geometry (N = 1; zero-filled so it compares bytewise). */
 typedef struct prim_key {
   int64_t kind, k, groups, big_c, small_c;
+  int64_t any; /* P_FWD: the primitive picks its layouts (format_any) */
   int64_t big[MAX_DIMS], small[MAX_DIMS], kernel[MAX_DIMS], stride[MAX_DIMS], dil[MAX_DIMS];
   int64_t lo[MAX_DIMS], hi[MAX_DIMS]; /* hi: oneDNN's padding_r */
 } prim_key;
 
+/* A primitive and the layouts it takes: md[0] the big side, md[1] the
+ * small side, md[2] the weights. With key.any (forward only) they are
+ * the primitive's picks, and the reorders move each that is not plain
+ * between Loom's plain layout and it (NULL: plain). */
 typedef struct prim_entry {
   prim_key key;
   dnnl_primitive_t prim; /* NULL: oneDNN has no implementation */
   size_t scratch;
+  dnnl_memory_desc_t md[3];
+  dnnl_primitive_t to_src, from_dst, to_wt;
 } prim_entry;
 
 #define CACHE_CAP 512
@@ -75,18 +83,50 @@ static void md_image(dnnl_memory_desc_t *md, int64_t c, int32_t k, const int64_t
 }
 
 /* [OC, IC, K...] or, grouped, [G, OC/G, IC/G, K...] */
-static void md_weights(dnnl_memory_desc_t *md, const prim_key *p) {
-  int64_t dims[MAX_DIMS + 3];
+static int32_t weight_dims(const prim_key *p, int64_t *dims) {
   int32_t at = 0;
   if (p->groups > 1) dims[at++] = p->groups;
   dims[at++] = p->small_c / p->groups;
   dims[at++] = p->big_c / p->groups;
   for (int32_t d = 0; d < p->k; d++)
     dims[at++] = p->kernel[d];
-  md_plain(md, at, dims);
+  return at;
 }
 
-static dnnl_status_t create(const prim_key *p, dnnl_primitive_t *prim, size_t *scratch) {
+static void md_weights(dnnl_memory_desc_t *md, const prim_key *p) {
+  int64_t dims[MAX_DIMS + 3];
+  md_plain(md, weight_dims(p, dims), dims);
+}
+
+/* The same shapes in layout tag (any: the primitive picks). */
+static void md_tag(dnnl_memory_desc_t *md, int32_t nd, const int64_t *dims, dnnl_format_tag_t tag) {
+  dnnl_dims_t d = {0};
+  memcpy(d, dims, sizeof *dims * (size_t)nd);
+  dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, tag);
+}
+
+/* The layouts a forward conv may take, tried in this order: images in
+ * blocks of 16 or 8 channels (the direct kernels' own layouts on AVX-512
+ * and AVX2: cheap to reorder to and from plain, unlike channels-last),
+ * then whatever the primitive picks. */
+enum { LAYOUT_PLAIN = 0, LAYOUT_ANY = 1 };
+static const int32_t layouts_tried[] = {16, 8, LAYOUT_ANY};
+
+/* An image layout's tag: nd dims in blocks of `layout` channels (plain
+ * when c is below a block: the direct kernels read a thin input plain). */
+static dnnl_format_tag_t image_tag(int32_t layout, int32_t nd, int64_t c) {
+  if (layout == LAYOUT_ANY) return dnnl_format_tag_any;
+  if (c < layout) return nd == 3 ? dnnl_abc : nd == 4 ? dnnl_abcd : dnnl_abcde;
+  if (layout == 8) return nd == 3 ? dnnl_aBc8b : nd == 4 ? dnnl_aBcd8b : dnnl_aBcde8b;
+  return nd == 3 ? dnnl_aBc16b : nd == 4 ? dnnl_aBcd16b : dnnl_aBcde16b;
+}
+
+/* p's primitive with images in `layout` (LAYOUT_PLAIN, LAYOUT_ANY or a
+ * channel block; forward only) and, unless plain, weights as it picks;
+ * kept: its descriptor, for the layouts. With a layout, an implementation
+ * that is neither a reference loop nor im2col + GEMM, or none. */
+static dnnl_status_t create(const prim_key *p, int32_t layout, dnnl_primitive_t *prim,
+                            size_t *scratch, dnnl_primitive_desc_t *kept) {
   dnnl_primitive_attr_t attr = NULL;
   dnnl_primitive_desc_t pd = NULL, hint = NULL;
   dnnl_memory_desc_t big, small, wt = {0};
@@ -102,6 +142,15 @@ static dnnl_status_t create(const prim_key *p, dnnl_primitive_t *prim, size_t *s
   md_image(&big, p->big_c, k, p->big);
   md_image(&small, p->small_c, k, p->small);
   if (p->kind <= P_BWD_WEIGHTS) md_weights(&wt, p);
+  if (layout != LAYOUT_PLAIN) {
+    int64_t dims[MAX_DIMS + 3] = {1, p->big_c};
+    memcpy(dims + 2, p->big, sizeof *dims * (size_t)k);
+    md_tag(&big, k + 2, dims, image_tag(layout, k + 2, p->big_c));
+    dims[1] = p->small_c;
+    memcpy(dims + 2, p->small, sizeof *dims * (size_t)k);
+    md_tag(&small, k + 2, dims, image_tag(layout, k + 2, layout));
+    md_tag(&wt, weight_dims(p, dims), dims, dnnl_format_tag_any);
+  }
   dnnl_status_t st = dnnl_primitive_attr_create(&attr);
   if (st == dnnl_success)
     st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
@@ -112,6 +161,11 @@ static dnnl_status_t create(const prim_key *p, dnnl_primitive_t *prim, size_t *s
         dnnl_convolution_direct, &big, &wt, NULL, &small, stride, dil, lo, hi);
     if (st == dnnl_success && p->kind == P_FWD) {
       st = dnnl_primitive_desc_create(&pd, &fwd, attr, engine, NULL);
+      const char *impl = NULL;
+      if (st == dnnl_success && layout != LAYOUT_PLAIN &&
+          (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+           !impl || strncmp(impl, "ref", 3) == 0 || strstr(impl, "gemm")))
+        st = dnnl_unimplemented;
     } else if (st == dnnl_success) {
       st = dnnl_primitive_desc_create(&hint, &fwd, NULL, engine, NULL);
       if (st == dnnl_success)
@@ -136,9 +190,59 @@ static dnnl_status_t create(const prim_key *p, dnnl_primitive_t *prim, size_t *s
         dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
     st = dnnl_primitive_create(prim, pd);
   }
+  if (st == dnnl_success && kept) {
+    *kept = pd;
+    pd = NULL;
+  }
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (hint) dnnl_primitive_desc_destroy(hint);
   if (attr) dnnl_primitive_attr_destroy(attr);
+  return st;
+}
+
+/* A reorder from one layout to another, or NULL where they are the same. */
+static dnnl_status_t create_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                                   dnnl_primitive_t *r) {
+  *r = NULL;
+  if (dnnl_memory_desc_equal(from, to)) return dnnl_success;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, NULL);
+  if (st == dnnl_success) st = dnnl_primitive_create(r, pd);
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  return st;
+}
+
+static void destroy_entry(prim_entry *e) {
+  dnnl_primitive_t *all[4] = {&e->prim, &e->to_src, &e->from_dst, &e->to_wt};
+  for (int32_t i = 0; i < 4; i++) {
+    if (*all[i]) dnnl_primitive_destroy(*all[i]);
+    *all[i] = NULL;
+  }
+}
+
+/* e's primitive and layouts for e->key: plain ones, or with key.any
+ * the first of layouts_tried that has a fast implementation, its weights
+ * as it picks, and the reorders to and from plain (plain when none). */
+static dnnl_status_t create_entry(prim_entry *e) {
+  prim_key *p = &e->key;
+  int32_t k = (int32_t)p->k;
+  md_image(&e->md[0], p->big_c, k, p->big);
+  md_image(&e->md[1], p->small_c, k, p->small);
+  if (p->kind <= P_BWD_WEIGHTS) md_weights(&e->md[2], p);
+  dnnl_primitive_desc_t pd = NULL;
+  for (size_t i = 0; p->any && !pd && i < sizeof layouts_tried / sizeof *layouts_tried; i++)
+    if (create(p, layouts_tried[i], &e->prim, &e->scratch, &pd) != dnnl_success) pd = NULL;
+  if (!pd) return create(p, LAYOUT_PLAIN, &e->prim, &e->scratch, NULL);
+  const dnnl_memory_desc_t *src = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+  const dnnl_memory_desc_t *dst = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+  const dnnl_memory_desc_t *wt = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  dnnl_status_t st = create_reorder(&e->md[0], src, &e->to_src);
+  if (st == dnnl_success) st = create_reorder(dst, &e->md[1], &e->from_dst);
+  if (st == dnnl_success) st = create_reorder(&e->md[2], wt, &e->to_wt);
+  e->md[0] = *src;
+  e->md[1] = *dst;
+  e->md[2] = *wt;
+  dnnl_primitive_desc_destroy(pd);
   return st;
 }
 
@@ -158,7 +262,7 @@ static prim_entry get_prim(const prim_key *p, bool *owned) {
   int prev = omp_get_max_threads();
   omp_set_num_threads(1);
   if (!engine && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) engine = NULL;
-  if (engine && create(p, &e.prim, &e.scratch) != dnnl_success) e.prim = NULL;
+  if (engine && create_entry(&e) != dnnl_success) destroy_entry(&e);
   omp_set_num_threads(prev);
   if (n_cached < CACHE_CAP)
     cache[n_cached++] = e;
@@ -173,8 +277,8 @@ static prim_entry get_prim(const prim_key *p, bool *owned) {
  * after OpenMP retires the thread; the process keeps them to its end. */
 typedef struct thread_res {
   dnnl_stream_t stream;
-  void *scratch;
-  size_t scratch_size;
+  void *scratch, *weights, *src, *dst; /* src, dst: images in a primitive's layout */
+  size_t scratch_size, weights_size, src_size, dst_size;
   struct thread_res *next;
 } thread_res;
 static thread_res *all_thread_res;
@@ -195,21 +299,37 @@ static thread_res *thread_resources(void) {
   return my_res = r;
 }
 
+/* *buf holding at least `need` bytes (64-byte aligned); false when out of
+ * memory. */
+static bool grow(void **buf, size_t *have, size_t need) {
+  if (need <= *have) return true;
+  free(*buf);
+  *buf = aligned_alloc(64, (need + 63) / 64 * 64);
+  *have = *buf ? need : 0;
+  return *buf != NULL;
+}
+
+/* Runs a reorder primitive from src to dst on this thread's stream. */
+static bool run_reorder(dnnl_primitive_t r, const dnnl_memory_desc_t *from, const void *src,
+                        const dnnl_memory_desc_t *to, void *dst) {
+  thread_res *res = thread_resources();
+  dnnl_memory_t m[2] = {0};
+  bool ok = res &&
+            dnnl_memory_create(&m[0], from, engine, (void *)src) == dnnl_success &&
+            dnnl_memory_create(&m[1], to, engine, dst) == dnnl_success;
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, m[0]}, {DNNL_ARG_TO, m[1]}};
+  ok = ok && dnnl_primitive_execute(r, res->stream, 2, args) == dnnl_success &&
+       dnnl_stream_wait(res->stream) == dnnl_success;
+  for (int32_t i = 0; i < 2; i++)
+    if (m[i]) dnnl_memory_destroy(m[i]);
+  return ok;
+}
+
 /* Runs e's primitive on one thread: args are (DNNL_ARG_*, pointer) pairs. */
 static bool run_prim(const prim_entry *e, int32_t n, const int *which, void *const *ptrs) {
-  const prim_key *p = &e->key;
   thread_res *res = thread_resources();
-  if (!res) return false;
-  if (e->scratch > res->scratch_size) {
-    free(res->scratch);
-    res->scratch = aligned_alloc(64, (e->scratch + 63) / 64 * 64);
-    res->scratch_size = res->scratch ? e->scratch : 0;
-    if (!res->scratch) return false;
-  }
-  dnnl_memory_desc_t mds[3] = {0};
-  md_image(&mds[0], p->big_c, (int32_t)p->k, p->big);
-  md_image(&mds[1], p->small_c, (int32_t)p->k, p->small);
-  if (p->kind <= P_BWD_WEIGHTS) md_weights(&mds[2], p);
+  if (!res || !grow(&res->scratch, &res->scratch_size, e->scratch)) return false;
+  const dnnl_memory_desc_t *mds = e->md;
   dnnl_memory_desc_t smd;
   dnnl_dims_t sdim = {(int64_t)e->scratch};
   dnnl_memory_desc_init_by_tag(&smd, 1, sdim, dnnl_u8, dnnl_a);
@@ -239,10 +359,10 @@ static bool run_prim(const prim_entry *e, int32_t n, const int *which, void *con
 /* Units (groups, or single channels with one group) per block: the whole
  * lot unless that leaves fewer than MIN_TASKS tasks over `images`, halved
  * while a block keeps MIN_CHANNELS channels (per_unit each). */
-static int64_t block_units(int64_t units, int64_t per_unit, int64_t images) {
+static int64_t block_units(int64_t units, int64_t per_unit, int64_t images, int64_t min_channels) {
   int64_t b = units;
   while (b > 1 && images * ((units + b - 1) / b) < MIN_TASKS &&
-         (b + 1) / 2 * per_unit >= MIN_CHANNELS)
+         (b + 1) / 2 * per_unit >= min_channels)
     b = (b + 1) / 2;
   return b;
 }
@@ -294,12 +414,17 @@ static bool run_tasks(const loom_cpu *c, int64_t tasks, bool parallel,
   return !failed;
 }
 
+/* Destroys what get_prim handed over when it did not cache it. */
+static void release(prim_entry *e, bool owned) {
+  if (owned) destroy_entry(e);
+}
+
 /* Runs p's primitive on one task's pointers. */
 static bool run_key(const prim_key *p, int32_t n, const int *which, void *const *ptrs) {
   bool owned;
   prim_entry e = get_prim(p, &owned);
   bool ok = e.prim && run_prim(&e, n, which, ptrs);
-  if (owned) dnnl_primitive_destroy(e.prim);
+  release(&e, owned);
   return ok;
 }
 
@@ -311,7 +436,8 @@ typedef struct conv_split {
   int64_t batch, units, per_small, per_big, b, blocks, big_c, small_c, kn, bs, ss;
 } conv_split;
 
-static void split_conv(conv_split *s, int64_t batch, int64_t big_c, int64_t small_c, bool by_big) {
+static void split_conv(conv_split *s, int64_t batch, int64_t big_c, int64_t small_c, bool by_big,
+                       int64_t min_channels) {
   const loom_window *w = &s->w;
   int64_t g = w->groups;
   s->batch = batch;
@@ -324,7 +450,7 @@ static void split_conv(conv_split *s, int64_t batch, int64_t big_c, int64_t smal
   s->per_small = g > 1 ? small_c / g : by_big ? 0 : 1;
   s->per_big = g > 1 ? big_c / g : by_big ? 1 : 0;
   int64_t per = LOOM_MAX(s->per_small, s->per_big);
-  s->b = block_units(s->units, per, by_big || s->per_small ? batch : 1);
+  s->b = block_units(s->units, per, by_big || s->per_small ? batch : 1, min_channels);
   s->blocks = (s->units + s->b - 1) / s->b;
 }
 
@@ -346,6 +472,7 @@ static bool big_flops(const conv_split *s) {
 }
 
 static int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
+static int64_t lcm64(int64_t a, int64_t b) { return a / gcd64(a, b) * b; }
 
 /* What a conv op's tasks read. */
 typedef struct conv_job {
@@ -353,12 +480,70 @@ typedef struct conv_job {
   const float *a, *b, *packed;
   float *out;
   const loom_gemm_epilogue *epi; /* conv: NULL or run on each task's rows */
+  /* conv: any, primitives that pick their layouts; with one group, whole
+   * (the whole conv's primitive) and xb, the input in its layout once for
+   * every task whose primitive takes the same (x_bytes an image) */
+  int64_t any, unit; /* unit: blocks are multiples of it */
+  prim_entry whole;
+  bool whole_owned;
+  char *xb;
+  size_t x_bytes;
 } conv_job;
 
 static loom_status conv_done(const loom_cpu *c, const loom_node *n, bool ok) {
   if (ok) return LOOM_STATUS_OK;
   return loom_error(c->ctx, LOOM_STATUS_INTERNAL, "%s: a oneDNN primitive failed",
                     loom_op_name(n->op));
+}
+
+/* One image of the input into the shared copy. */
+static bool input_layout_task(const void *user, int64_t img) {
+  const conv_job *j = user;
+  const conv_split *s = &j->s;
+  dnnl_memory_desc_t plain;
+  md_image(&plain, s->big_c, s->w.k, s->w.big);
+  return run_reorder(j->whole.to_src, &plain, j->a + img * s->big_c * s->bs, &j->whole.md[0],
+                     j->xb + (size_t)img * j->x_bytes);
+}
+
+/* One task's conv through e: input channels from u0 * per_big (all with
+ * one group), output channels [c0, c0 + nc) of image img. Images and
+ * weights in other layouts than plain pass through this thread's buffers
+ * (the input through the shared copy where it has e's layout). */
+static bool conv_block(const conv_job *j, const prim_entry *e, int64_t img, int64_t u0,
+                       int64_t c0) {
+  const conv_split *s = &j->s;
+  thread_res *res = thread_resources();
+  if (!e->prim || !res) return false;
+  const float *src = j->a + (img * s->big_c + u0 * s->per_big) * s->bs;
+  const float *wt = j->b + c0 * (s->big_c / s->w.groups) * s->kn;
+  float *out = j->out + (img * s->small_c + c0) * s->ss, *dst = out;
+  dnnl_memory_desc_t plain[3];
+  md_image(&plain[0], e->key.big_c, (int32_t)e->key.k, e->key.big);
+  md_image(&plain[1], e->key.small_c, (int32_t)e->key.k, e->key.small);
+  md_weights(&plain[2], &e->key);
+  if (j->xb && dnnl_memory_desc_equal(&e->md[0], &j->whole.md[0])) {
+    src = (const float *)(j->xb + (size_t)img * j->x_bytes);
+  } else if (e->to_src) {
+    if (!grow(&res->src, &res->src_size, dnnl_memory_desc_get_size(&e->md[0])) ||
+        !run_reorder(e->to_src, &plain[0], src, &e->md[0], res->src))
+      return false;
+    src = res->src;
+  }
+  if (e->to_wt) {
+    if (!grow(&res->weights, &res->weights_size, dnnl_memory_desc_get_size(&e->md[2])) ||
+        !run_reorder(e->to_wt, &plain[2], wt, &e->md[2], res->weights))
+      return false;
+    wt = res->weights;
+  }
+  if (e->from_dst) {
+    if (!grow(&res->dst, &res->dst_size, dnnl_memory_desc_get_size(&e->md[1]))) return false;
+    dst = res->dst;
+  }
+  void *ptrs[3] = {(void *)src, (void *)wt, dst};
+  static const int which[6] = {0, DNNL_ARG_SRC, 2, DNNL_ARG_WEIGHTS, 1, DNNL_ARG_DST};
+  return run_prim(e, 3, which, ptrs) &&
+         (!e->from_dst || run_reorder(e->from_dst, &e->md[1], dst, &plain[1], out));
 }
 
 /* conv: x big [N, C, S], w [M, C/g, K] -> small [N, M, O]; tasks: image x
@@ -369,13 +554,13 @@ static bool conv_task(const void *user, int64_t t) {
   int64_t img = t / s->blocks, u0, nu, sc = s->per_small;
   prim_key p;
   block_key(s, P_FWD, t % s->blocks, &p, &u0, &nu);
-  void *ptrs[3] = {(void *)(j->a + (img * s->big_c + u0 * s->per_big) * s->bs),
-                   (void *)(j->b + u0 * sc * (s->big_c / s->w.groups) * s->kn),
-                   j->out + (img * s->small_c + u0 * sc) * s->ss};
-  static const int which[6] = {0, DNNL_ARG_SRC, 2, DNNL_ARG_WEIGHTS, 1, DNNL_ARG_DST};
-  if (!run_key(&p, 3, which, ptrs)) return false;
+  p.any = j->any;
+  bool owned;
+  prim_entry e = get_prim(&p, &owned);
+  bool ok = conv_block(j, &e, img, u0, u0 * sc);
+  release(&e, owned);
   const loom_gemm_epilogue *epi = j->epi;
-  if (!epi) return true;
+  if (!ok || !epi) return ok;
   /* the task's output, [nu * sc] channels of image img, is whole rows of
    * the last dim, ending on planes (which end on the kernel's rows) */
   int64_t cols = s->w.small[s->w.k - 1];
@@ -386,23 +571,75 @@ static bool conv_task(const void *user, int64_t t) {
   return true;
 }
 
+/* Cuts s into blocks of whole epilogue blocks (epi: NULL or its rows):
+ * each image's rows are cut into blocks of epi->rows (aligned to the
+ * kernel's rows, as is the image's end), so a block of channels must span
+ * a multiple of them. */
+static void align_blocks(conv_split *s, const loom_gemm_epilogue *epi, int64_t unit) {
+  int64_t plane_rows = s->w.k > 1 ? s->ss / s->w.small[s->w.k - 1] : 1, q = unit;
+  if (epi && plane_rows > 0) q = lcm64(q, epi->rows / gcd64(epi->rows, plane_rows * s->per_small));
+  s->b = LOOM_MIN((s->b + q - 1) / q * q, s->units);
+  s->blocks = (s->units + s->b - 1) / s->b;
+}
+
+/* An image md's channel block (1: none). */
+static int64_t inner_block(const dnnl_memory_desc_t *md) {
+  const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+  return md->format_kind == dnnl_blocked && b->inner_nblks == 1 && b->inner_idxs[0] == 1
+             ? b->inner_blks[0]
+             : 1;
+}
+
+/* Whether the conv runs on the layouts oneDNN picks: its direct kernels
+ * on channels-last or channel-blocked images (and weights in their own
+ * layout) instead of im2col + GEMM on plain ones, each task reordering its
+ * images and weights. Decided on the whole conv's picks; with those,
+ * blocks of fewer channels pay (no im2col to redo). */
+static void pick_layouts(conv_job *j) {
+  conv_split *s = &j->s, whole = *s;
+  whole.b = whole.units;
+  whole.blocks = 1;
+  prim_key p;
+  int64_t u0, nu;
+  block_key(&whole, P_FWD, 0, &p, &u0, &nu);
+  p.any = 1;
+  j->whole = get_prim(&p, &j->whole_owned);
+  const prim_entry *e = &j->whole;
+  if (!e->prim || (!e->to_src && !e->from_dst)) return;
+  j->any = 1;
+  split_conv(s, s->batch, s->big_c, s->small_c, false, MIN_CHANNELS_BLOCKED);
+  /* blocks start on whole channel blocks of the sides they cut (one
+   * group: the output; depthwise: both), so no task pads a block */
+  int64_t b0 = inner_block(&e->md[0]), b1 = inner_block(&e->md[1]);
+  if (s->w.groups == 1)
+    j->unit = b1;
+  else if (s->per_big == 1 && s->per_small == 1)
+    j->unit = lcm64(b0, b1);
+}
+
+/* The whole input in the whole conv's layout, for its blocks. */
+static bool shared_input(const loom_cpu *c, conv_job *j) {
+  const conv_split *s = &j->s;
+  if (!j->any || s->w.groups != 1 || s->blocks == 1 || !j->whole.prim || !j->whole.to_src)
+    return true;
+  j->x_bytes = (dnnl_memory_desc_get_size(&j->whole.md[0]) + 63) / 64 * 64;
+  j->xb = loom_malloc(c->ctx, j->x_bytes * (size_t)s->batch);
+  return j->xb && run_tasks(c, s->batch, s->batch > 1, input_layout_task, j);
+}
+
 loom_status loom_cpu_conv(const loom_cpu *c, const loom_node *n, const loom_view *in,
                           const loom_view *out, const loom_gemm_epilogue *epi) {
-  conv_job j = {.a = in[0].data, .b = in[1].data, .out = out[0].data};
+  conv_job j = {.a = in[0].data, .b = in[1].data, .out = out[0].data, .unit = 1};
   if (epi && epi->rows > 0 && epi->fn) j.epi = epi;
   LOOM_TRY(window_of(c, n, in, &j.s.w));
   conv_split *s = &j.s;
-  split_conv(s, in[0].shape[0], in[0].shape[1], in[1].shape[0], false);
-  int64_t plane_rows = s->w.k > 1 ? s->ss / s->w.small[s->w.k - 1] : 1;
-  if (j.epi && plane_rows > 0) {
-    /* blocks of whole epilogue blocks: each image's rows are cut into
-     * blocks of epi->rows (aligned to the kernel's rows, as is the image's
-     * end), so a block of channels must span a multiple of them */
-    int64_t q = epi->rows / gcd64(epi->rows, plane_rows * s->per_small);
-    s->b = LOOM_MIN((s->b + q - 1) / q * q, s->units);
-    s->blocks = (s->units + s->b - 1) / s->b;
-  }
-  return conv_done(c, n, run_tasks(c, j.s.batch * j.s.blocks, big_flops(&j.s), conv_task, &j));
+  split_conv(s, in[0].shape[0], in[0].shape[1], in[1].shape[0], false, MIN_CHANNELS);
+  if (s->batch > 0) pick_layouts(&j);
+  align_blocks(s, j.epi, j.unit);
+  bool ok = shared_input(c, &j) && run_tasks(c, s->batch * s->blocks, big_flops(s), conv_task, &j);
+  free(j.xb);
+  release(&j.whole, j.whole_owned);
+  return conv_done(c, n, ok);
 }
 
 static loom_status k_conv(const loom_cpu *c, const loom_node *n, const loom_view *in,
@@ -434,7 +671,8 @@ static loom_status k_conv_transpose(const loom_cpu *c, const loom_node *n, const
   conv_job j = {.a = in[0].data, .b = in[1].data, .out = out[0].data};
   conv_split *s = &j.s;
   LOOM_TRY(window_of(c, n, in, &s->w));
-  split_conv(s, in[0].shape[0], in[1].shape[1] * s->w.groups, in[0].shape[1], true);
+  split_conv(s, in[0].shape[0], in[1].shape[1] * s->w.groups, in[0].shape[1], true,
+             MIN_CHANNELS);
   float *packed = NULL;
   if (s->w.groups == 1 && s->blocks > 1) {
     packed = loom_malloc(c->ctx, sizeof(float) * (size_t)(s->small_c * s->big_c * s->kn));
@@ -475,7 +713,7 @@ static bool grad_weight_task(const void *user, int64_t t) {
       dst[i] += part[i];
   }
   free(part);
-  if (owned) dnnl_primitive_destroy(e.prim);
+  release(&e, owned);
   return ok;
 }
 
@@ -484,7 +722,7 @@ static loom_status k_conv_grad_weight(const loom_cpu *c, const loom_node *n, con
   conv_job j = {.a = in[0].data, .b = in[1].data, .out = out[0].data};
   conv_split *s = &j.s;
   LOOM_TRY(window_of(c, n, in, &s->w));
-  split_conv(s, in[0].shape[0], in[0].shape[1], in[1].shape[1], false);
+  split_conv(s, in[0].shape[0], in[0].shape[1], in[1].shape[1], false, MIN_CHANNELS);
   if (s->batch == 0) {
     memset(j.out, 0, sizeof(float) * (size_t)loom_view_numel(&out[0]));
     return LOOM_STATUS_OK;
@@ -547,7 +785,7 @@ static bool pool_task(const void *user, int64_t t) {
       pool_plane(&j->w, j->op, j->x + pl * j->bs, NULL, j->y + pl * j->ss);
   else
     ok = run_prim(&e, 2, which, ptrs);
-  if (owned) dnnl_primitive_destroy(e.prim);
+  release(&e, owned);
   return ok;
 }
 
@@ -584,7 +822,7 @@ static loom_status k_pool(const loom_cpu *c, const loom_node *n, const loom_view
     run_tasks(c, planes, parallel, plane_task, &j);
     return LOOM_STATUS_OK;
   }
-  j.b = block_units(j.ch, 1, batch);
+  j.b = block_units(j.ch, 1, batch, MIN_CHANNELS);
   j.blocks = (j.ch + j.b - 1) / j.b;
   return conv_done(c, n, run_tasks(c, batch * j.blocks, parallel, pool_task, &j));
 }
