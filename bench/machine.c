@@ -13,6 +13,7 @@
 #include "model/gpt.h"
 #include "ops/op.h"
 #include "parallel/lower.h"
+#include "parallel/simulate.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/trace.h"
 #include "train/trainer.h"
@@ -222,14 +223,22 @@ static void stop_neighbours(const pid_t *pids, int32_t n) {
   for (int32_t i = 0; i < n; i++) waitpid(pids[i], NULL, 0);
 }
 
-/* The rate of Loom's GEMMs inside a training step (transposed operands
- * for the gradients, fused epilogues, weights packed anew as they change),
- * which is not one 1024^3 sgemm's: measured on the steps of one process
- * training a small GPT, the GEMM FLOPs of a step over the time its "gemm"
- * events take, in GFLOP/s. The caller keeps the other cores busy, as
- * ranks run side by side. */
+/* One process training a small GPT, which is what a rank runs: its GEMMs
+ * (transposed operands for the gradients, fused epilogues, weights packed
+ * anew as they change) are not one 1024^3 sgemm, its flash-attention
+ * kernels run well below its GEMMs, and a step pays for more than its
+ * kernels. Measured over CAL_STEPS steps, per step: the time of its
+ * "gemm" events and their FLOPs, of its flash-attention events, of all
+ * its events, and the wall time. The caller keeps the other cores busy,
+ * as ranks run side by side. */
 #define CAL_STEPS 2
-static loom_status step_gemm_rate(loom_ctx *ctx, double *gflops) {
+typedef struct step_measure {
+  loom_graph *g; /* the step's graph, built as the trainer builds it */
+  double gemm_s, gemm_flops, attn_s, events_s, wall_s;
+  double state_bytes; /* parameters and AdamW moments, updated in place */
+} step_measure;
+
+static loom_status measure_step(loom_ctx *ctx, step_measure *m) {
   loom_train_config c;
   loom_train_config_default(&c);
   c.model.n_layer = 4;
@@ -239,31 +248,73 @@ static loom_status step_gemm_rate(loom_ctx *ctx, double *gflops) {
   c.batch = 16;
   c.steps = 1 + CAL_STEPS;
   c.threads = 1;
-  /* the step as measured before loom train's defaults were tuned */
-  c.model.dropout = 0.1;
+  c.model.dropout = 0; /* as `loom train` runs */
   c.model.context = 64;
   loom_trainer *t = NULL;
-  loom_graph *g = NULL;
   LOOM_TRY(loom_trainer_new(ctx, &c, &t));
+  m->state_bytes = 3.0 * (double)loom_trainer_param_count(t) * sizeof(float);
   float loss = 0;
   loom_status st = loom_trainer_step(t, &loss); /* compiles */
   if (!st) st = loom_ctx_trace_begin(ctx);
+  double t0 = loom_now_s();
   for (int32_t k = 0; !st && k < CAL_STEPS; k++) st = loom_trainer_step(t, &loss);
-  double gemm_s = st ? 0 : loom_trace_seconds(ctx->trace, "gemm");
+  m->wall_s = (loom_now_s() - t0) / CAL_STEPS;
+  if (!st) {
+    m->gemm_s = loom_trace_seconds(ctx->trace, "gemm") / CAL_STEPS;
+    m->attn_s = loom_trace_sum(ctx->trace, NULL, "flash_attention", NULL) / CAL_STEPS;
+    m->events_s = loom_trace_sum(ctx->trace, NULL, NULL, NULL) / CAL_STEPS;
+  }
   if (ctx->trace) ctx->trace_free(ctx->trace), ctx->trace = NULL;
   loom_trainer_free(t);
-  /* the same step's graph, built as the trainer builds it, for its GEMM FLOPs */
+  /* the same step's graph, built as the trainer builds it */
   loom_session_options so = LOOM_SESSION_OPTIONS(.backend = "cpu", .rng = c.rng, .attention = c.attention);
   loom_gpt_optim opt = {.beta1 = c.beta1, .beta2 = c.beta2, .eps = c.eps,
                         .weight_decay = c.weight_decay, .seed = c.seed, .session = &so};
   int64_t per_step = 0;
-  if (!st) st = loom_gpt_build_train(ctx, &c.model, c.batch, c.model.context, &opt, &g, &per_step);
-  double flops = 0;
-  for (int32_t n = 0; !st && n < g->n_nodes; n++)
-    if (g->nodes[n].op == LOOM_OP_MATMUL) flops += loom_plan_node_flops(g, &g->nodes[n]);
-  loom_graph_free(g);
-  LOOM_TRY(st);
-  *gflops = gemm_s > 0 ? flops * CAL_STEPS / gemm_s / 1e9 : 0;
+  if (!st) st = loom_gpt_build_train(ctx, &c.model, c.batch, c.model.context, &opt, &m->g, &per_step);
+  for (int32_t n = 0; !st && n < m->g->n_nodes; n++)
+    if (m->g->nodes[n].op == LOOM_OP_MATMUL)
+      m->gemm_flops += loom_plan_node_flops(m->g, &m->g->nodes[n]);
+  return st;
+}
+
+/* The simulator's seconds for the step's graph on cluster c (one device),
+ * in all and its flash attention's. */
+static loom_status simulate_step(loom_ctx *ctx, const loom_graph *g, const loom_cluster *c,
+                                 double *total, double *attn) {
+  double *t = loom_malloc(ctx, sizeof *t * (size_t)(g->n_nodes ? g->n_nodes : 1));
+  if (!t) return LOOM_STATUS_OUT_OF_MEMORY;
+  loom_sim_options so = {.cluster = c, .precision = LOOM_PRECISION_f32};
+  loom_status st = loom_sim_graph_seconds(ctx, g, &so, t);
+  *total = *attn = 0;
+  for (int32_t n = 0; !st && n < g->n_nodes; n++) {
+    loom_op op = g->nodes[n].op;
+    *total += t[n];
+    if (op == LOOM_OP_FLASH_ATTENTION || op == LOOM_OP_FLASH_ATTENTION_GRAD) *attn += t[n];
+  }
+  free(t);
+  return st;
+}
+
+/* attn.efficiency and kernel.launch from the measured step: the
+ * flash kernels' time against the simulator's at the full rate, and what
+ * the step spends outside its kernels (less the copy of the updated state
+ * out of the arena, which the simulator charges itself) per kernel the
+ * simulator counts. */
+#define LAUNCH_PROBE_S 1e-3
+static loom_status fit_step(loom_ctx *ctx, const step_measure *m, loom_cluster *c) {
+  double total0 = 0, total1 = 0, attn = 0, ignored = 0;
+  c->attention_efficiency = 1;
+  c->kernel_launch_s = 0;
+  LOOM_TRY(simulate_step(ctx, m->g, c, &total0, &attn));
+  c->kernel_launch_s = LAUNCH_PROBE_S;
+  LOOM_TRY(simulate_step(ctx, m->g, c, &total1, &ignored));
+  double launches = (total1 - total0) / LAUNCH_PROBE_S;
+  c->attention_efficiency = attn > 0 && m->attn_s > 0 ? fmin(1, fmax(0.001, attn / m->attn_s)) : 0;
+  double eff = c->memory_efficiency > 0 ? c->memory_efficiency : 1;
+  double copy = 2 * m->state_bytes / (c->memory_bandwidth_Bps * eff);
+  double outside = m->wall_s - m->events_s - copy;
+  c->kernel_launch_s = launches >= 1 && outside > 0 ? outside / launches : 0;
   return LOOM_STATUS_OK;
 }
 
@@ -309,6 +360,19 @@ static double wait_share(int32_t cores) {
   return w < 0 ? 0 : w > 1 ? 1 : w;
 }
 
+/* harness.h */
+void loom_bench_measure_mpi_link(void) {
+  char exe[4096], cmd[5000];
+  if (!loom_bench_mpi_exe(exe, sizeof exe)) return;
+  loom_bench_mpirun_cmd(cmd, sizeof cmd, 2, exe,
+                        "train --layers 1 --d-model 16 --heads 1 --batch 2 --context 8 --steps 1 "
+                        "--threads 1 --log-every 100000 --eval-every 0",
+                        "dp2", ">/dev/null");
+  char env_cmd[5100];
+  snprintf(env_cmd, sizeof env_cmd, "LOOM_COMM_REMEASURE=1 %s", cmd);
+  if (system(env_cmd) != 0) return; /* the kept model stays */
+}
+
 loom_status loom_bench_this_cluster(loom_ctx *ctx, loom_cluster *out) {
   loom_machine m;
   loom_machine_detect(ctx, &m);
@@ -320,13 +384,13 @@ loom_status loom_bench_this_cluster(loom_ctx *ctx, loom_cluster *out) {
    * the other cores busy */
   pid_t pids[MAX_NEIGHBOURS];
   int32_t busy = start_neighbours(LOOM_MIN(m.cores - 1, MAX_NEIGHBOURS), false, pids);
-  double step = 0;
+  step_measure sm = {0};
   if (!st) st = loom_measure_sgemm(ctx, via_loom, 1, 1024, 0, &one);
   if (!st) st = skinny_rate(ctx, PROBE_M, PROBE_N, HALF_DIM_PROBE, &small);
   loom_mm_free();
-  if (!st) st = step_gemm_rate(ctx, &step);
+  if (!st) st = measure_step(ctx, &sm);
   stop_neighbours(pids, busy);
-  LOOM_TRY(st);
+  double step = sm.gemm_s > 0 ? sm.gemm_flops / sm.gemm_s / 1e9 : 0;
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   double memory = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
   /* flops.f32 is the best rate Loom's GEMMs reached, the step's or the
@@ -335,6 +399,9 @@ loom_status loom_bench_this_cluster(loom_ctx *ctx, loom_cluster *out) {
   double best = fmax(one, step);
   loom_cluster_this_machine(&m, best, half_dim(one, small), memory, out);
   out->gemm_efficiency = best > 0 && step > 0 ? fmax(0.05, step / best) : 1;
+  if (!st) st = fit_step(ctx, &sm, out);
+  loom_graph_free(sm.g);
+  LOOM_TRY(st);
   out->wait_share = wait_share(m.cores > 0 ? m.cores : 1);
   return LOOM_STATUS_OK;
 }
