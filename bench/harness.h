@@ -209,6 +209,13 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
 double loom_bench_train_tok_s(const char *cmd);
 /* This executable's path into exe; false if unknown or there is no mpirun. */
 bool loom_bench_mpi_exe(char *exe, size_t size);
+/* The MPI link as it is now (machine.c): two ranks of this executable
+ * ping-pong (perf/comm_model.c, LOOM_COMM_REMEASURE=1) and keep the model
+ * in the machine profile, where loom_bench_this_cluster reads it. A model
+ * kept by whichever run came first may have been measured while the
+ * machine was busy with other work (17 us and 1 GB/s where it measures
+ * under 1 us and 4-9 GB/s otherwise). Without mpirun the kept one stays. */
+void loom_bench_measure_mpi_link(void);
 /* `mpirun -np NP EXE FLAGS --plan PLAN EXTRA`, one thread per rank. */
 void loom_bench_mpirun_cmd(char *cmd, size_t size, int32_t np, const char *exe, const char *flags,
                            const char *plan, const char *extra);

@@ -6,6 +6,7 @@
  * oneDNN's own threaded sgemm is measured beside it, so a gap between the
  * two shows.
  */
+#define _GNU_SOURCE /* sched_setaffinity: mpirun binds each rank to a core */
 #include "harness.h"
 #include "bench.h"
 #include "comm/comm.h"
@@ -13,6 +14,7 @@
 #include "model/gpt.h"
 #include "ops/op.h"
 #include "parallel/lower.h"
+#include "parallel/simulate.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/trace.h"
 #include "train/trainer.h"
@@ -26,6 +28,7 @@
 #include <time.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -199,13 +202,29 @@ static float busy_loop(int32_t reps) {
   return x[reps % 4096];
 }
 
-static int32_t start_neighbours(int32_t n, bool poll, pid_t *pids) {
-  int32_t started = 0;
+/* Binds the calling process to core `cpu` (of the `cores` online), as
+ * mpirun binds each of up to `cores` ranks to its own core, or frees it
+ * (cpu < 0). A bound rank keeps its core's share of the machine when
+ * other work runs beside it, where unbound processes crowd one another
+ * (two unbound trainers ran 1.7x slower each than one, two bound ranks
+ * about as fast as one); the rates measured here must be the ranks'. */
+static void bind_to_core(int32_t cpu, int32_t cores) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int32_t c = 0; c < cores && c < CPU_SETSIZE; c++)
+    if (cpu < 0 || c == cpu % cores) CPU_SET(c, &set);
+  (void)sched_setaffinity(0, sizeof set, &set); /* best effort: unbound measures too */
+}
+
+/* n neighbours, the i-th bound to core first + i. */
+static int32_t start_neighbours(int32_t n, bool poll, int32_t first, pid_t *pids) {
+  int32_t started = 0, cores = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
   pid_t parent = getpid();
   for (; started < n; started++) {
     pid_t pid = fork();
     if (pid < 0) break;
     if (pid == 0) {
+      bind_to_core(first + started, cores > 0 ? cores : 1);
       /* until killed, or orphaned (the parent died before it could) */
       for (int32_t spins = 0; getppid() == parent; spins++)
         if (poll) loom_comm_poll_pause(spins);
@@ -222,14 +241,22 @@ static void stop_neighbours(const pid_t *pids, int32_t n) {
   for (int32_t i = 0; i < n; i++) waitpid(pids[i], NULL, 0);
 }
 
-/* The rate of Loom's GEMMs inside a training step (transposed operands
- * for the gradients, fused epilogues, weights packed anew as they change),
- * which is not one 1024^3 sgemm's: measured on the steps of one process
- * training a small GPT, the GEMM FLOPs of a step over the time its "gemm"
- * events take, in GFLOP/s. The caller keeps the other cores busy, as
- * ranks run side by side. */
+/* One process training a small GPT, which is what a rank runs: its GEMMs
+ * (transposed operands for the gradients, fused epilogues, weights packed
+ * anew as they change) are not one 1024^3 sgemm, its flash-attention
+ * kernels run well below its GEMMs, and a step pays for more than its
+ * kernels. Measured over CAL_STEPS steps, per step: the time of its
+ * "gemm" events, of its flash-attention events, of all its events, and
+ * the wall time. The caller keeps the other cores busy,
+ * as ranks run side by side. */
 #define CAL_STEPS 2
-static loom_status step_gemm_rate(loom_ctx *ctx, double *gflops) {
+typedef struct step_measure {
+  loom_graph *g; /* the step's graph, built as the trainer builds it */
+  double gemm_s, attn_s, events_s, wall_s;
+  double state_bytes; /* parameters and AdamW moments, updated in place */
+} step_measure;
+
+static loom_status measure_step(loom_ctx *ctx, step_measure *m) {
   loom_train_config c;
   loom_train_config_default(&c);
   c.model.n_layer = 4;
@@ -239,31 +266,100 @@ static loom_status step_gemm_rate(loom_ctx *ctx, double *gflops) {
   c.batch = 16;
   c.steps = 1 + CAL_STEPS;
   c.threads = 1;
-  /* the step as measured before loom train's defaults were tuned */
-  c.model.dropout = 0.1;
+  c.model.dropout = 0; /* as `loom train` runs */
   c.model.context = 64;
   loom_trainer *t = NULL;
-  loom_graph *g = NULL;
   LOOM_TRY(loom_trainer_new(ctx, &c, &t));
+  m->state_bytes = 3.0 * (double)loom_trainer_param_count(t) * sizeof(float);
   float loss = 0;
   loom_status st = loom_trainer_step(t, &loss); /* compiles */
   if (!st) st = loom_ctx_trace_begin(ctx);
+  double t0 = loom_now_s();
   for (int32_t k = 0; !st && k < CAL_STEPS; k++) st = loom_trainer_step(t, &loss);
-  double gemm_s = st ? 0 : loom_trace_seconds(ctx->trace, "gemm");
+  m->wall_s = (loom_now_s() - t0) / CAL_STEPS;
+  if (!st) {
+    m->gemm_s = loom_trace_seconds(ctx->trace, "gemm") / CAL_STEPS;
+    m->attn_s = loom_trace_sum(ctx->trace, NULL, "flash_attention", NULL) / CAL_STEPS;
+    m->events_s = loom_trace_sum(ctx->trace, NULL, NULL, NULL) / CAL_STEPS;
+  }
   if (ctx->trace) ctx->trace_free(ctx->trace), ctx->trace = NULL;
   loom_trainer_free(t);
-  /* the same step's graph, built as the trainer builds it, for its GEMM FLOPs */
+  /* the same step's graph, built as the trainer builds it */
   loom_session_options so = LOOM_SESSION_OPTIONS(.backend = "cpu", .rng = c.rng, .attention = c.attention);
   loom_gpt_optim opt = {.beta1 = c.beta1, .beta2 = c.beta2, .eps = c.eps,
                         .weight_decay = c.weight_decay, .seed = c.seed, .session = &so};
   int64_t per_step = 0;
-  if (!st) st = loom_gpt_build_train(ctx, &c.model, c.batch, c.model.context, &opt, &g, &per_step);
-  double flops = 0;
-  for (int32_t n = 0; !st && n < g->n_nodes; n++)
-    if (g->nodes[n].op == LOOM_OP_MATMUL) flops += loom_plan_node_flops(g, &g->nodes[n]);
-  loom_graph_free(g);
-  LOOM_TRY(st);
-  *gflops = gemm_s > 0 ? flops * CAL_STEPS / gemm_s / 1e9 : 0;
+  if (!st) st = loom_gpt_build_train(ctx, &c.model, c.batch, c.model.context, &opt, &m->g, &per_step);
+  return st;
+}
+
+/* The simulator's seconds for the step's graph on cluster c (one device):
+ * its GEMMs, its flash attention and the rest. */
+typedef struct step_parts {
+  double gemm, attn, other;
+} step_parts;
+
+static loom_status simulate_step(loom_ctx *ctx, const loom_graph *g, const loom_cluster *c,
+                                 step_parts *out) {
+  double *t = loom_malloc(ctx, sizeof *t * (size_t)(g->n_nodes ? g->n_nodes : 1));
+  if (!t) return LOOM_STATUS_OUT_OF_MEMORY;
+  loom_sim_options so = {.cluster = c, .precision = LOOM_PRECISION_f32};
+  loom_status st = loom_sim_graph_seconds(ctx, g, &so, t);
+  *out = (step_parts){0, 0, 0};
+  for (int32_t n = 0; !st && n < g->n_nodes; n++) {
+    loom_op op = g->nodes[n].op;
+    if (op == LOOM_OP_MATMUL) out->gemm += t[n];
+    else if (op == LOOM_OP_FLASH_ATTENTION || op == LOOM_OP_FLASH_ATTENTION_GRAD) out->attn += t[n];
+    else out->other += t[n];
+  }
+  free(t);
+  return st;
+}
+
+/* Fits the device to the measured step, so that the simulator's one
+ * device runs it as measured, part by part:
+ *   gemm.efficiency   its GEMMs at the full rate against the "gemm" events
+ *                     (their fused epilogues inside), flops.f32 raised
+ *                     when the step's GEMMs beat the 1024^3 sgemm;
+ *   memory.bandwidth  the rate at which the step's other kernels move
+ *                     their bytes (its small activations stay in cache:
+ *                     more than the triad here);
+ *   attn.efficiency   its flash kernels at the full rate against theirs;
+ *   kernel.launch     what the step spends outside its kernels, less the
+ *                     copy of the updated state the simulator charges
+ *                     itself, per kernel the simulator counts.
+ * Each is left as measured (the triad, efficiency 1, no launch) when the
+ * step gives nothing to fit it to. */
+#define LAUNCH_PROBE_S 1e-3
+#define BANDWIDTH_ROUNDS 3
+static loom_status fit_step(loom_ctx *ctx, const step_measure *m, loom_cluster *c) {
+  step_parts p;
+  double *rate = &c->flops[LOOM_PRECISION_f32];
+  c->gemm_efficiency = c->attention_efficiency = c->memory_efficiency = 1;
+  c->kernel_launch_s = 0;
+  LOOM_TRY(simulate_step(ctx, m->g, c, &p));
+  if (p.gemm > 0 && m->gemm_s > 0) {
+    double e = p.gemm / m->gemm_s;
+    if (e > 1) *rate *= e, e = 1;
+    c->gemm_efficiency = fmax(0.05, e);
+  }
+  /* the rest is mostly memory-bound: a few rounds settle the nodes that
+   * cross between the roofline's two sides */
+  double other = m->events_s - m->gemm_s - m->attn_s;
+  for (int32_t r = 0; r < BANDWIDTH_ROUNDS && other > 0; r++) {
+    LOOM_TRY(simulate_step(ctx, m->g, c, &p));
+    if (p.other <= 0) break;
+    c->memory_bandwidth_Bps *= p.other / other;
+  }
+  LOOM_TRY(simulate_step(ctx, m->g, c, &p));
+  c->attention_efficiency = p.attn > 0 && m->attn_s > 0 ? fmin(1, fmax(0.001, p.attn / m->attn_s)) : 0;
+  double total0 = p.gemm + p.attn + p.other;
+  c->kernel_launch_s = LAUNCH_PROBE_S;
+  LOOM_TRY(simulate_step(ctx, m->g, c, &p));
+  double launches = (p.gemm + p.attn + p.other - total0) / LAUNCH_PROBE_S;
+  double copy = 2 * m->state_bytes / c->memory_bandwidth_Bps;
+  double outside = m->wall_s - m->events_s - copy;
+  c->kernel_launch_s = launches >= 1 && outside > 0 ? outside / launches : 0;
   return LOOM_STATUS_OK;
 }
 
@@ -288,25 +384,40 @@ static int cmp_double(const void *a, const void *b) {
 static double wait_share(int32_t cores) {
   pid_t busy_pids[MAX_NEIGHBOURS], poll_pids[MAX_NEIGHBOURS];
   int32_t pollers = LOOM_MIN(cores, MAX_NEIGHBOURS);
-  int32_t busy = start_neighbours(LOOM_MIN(cores - 1, MAX_NEIGHBOURS), false, busy_pids);
+  int32_t busy = start_neighbours(LOOM_MIN(cores - 1, MAX_NEIGHBOURS), false, 1, busy_pids);
+  bind_to_core(0, cores);
   int32_t reps = 100;
   while (reps < (1 << 24) && seconds_of_loop(reps) < 0.05) reps *= 2; /* 50-100 ms */
   double alone[WAIT_TURNS], polled[WAIT_TURNS];
   int32_t got = 0;
   for (int32_t t = 0; t < WAIT_TURNS; t++) {
     alone[t] = seconds_of_loop(reps);
-    got = start_neighbours(pollers, true, poll_pids);
+    got = start_neighbours(pollers, true, 0, poll_pids);
     polled[t] = seconds_of_loop(reps);
     stop_neighbours(poll_pids, got);
     if (got < pollers) break;
   }
   stop_neighbours(busy_pids, busy);
+  bind_to_core(-1, cores);
   if (got < pollers || busy < LOOM_MIN(cores - 1, MAX_NEIGHBOURS)) return 0; /* no fork */
   qsort(alone, WAIT_TURNS, sizeof *alone, cmp_double);
   qsort(polled, WAIT_TURNS, sizeof *polled, cmp_double);
   double slower = polled[WAIT_TURNS / 2] / alone[WAIT_TURNS / 2]; /* (C + P w) / C */
   double w = (slower - 1) * cores / pollers;
   return w < 0 ? 0 : w > 1 ? 1 : w;
+}
+
+/* harness.h */
+void loom_bench_measure_mpi_link(void) {
+  char exe[4096], cmd[5000];
+  if (!loom_bench_mpi_exe(exe, sizeof exe)) return;
+  loom_bench_mpirun_cmd(cmd, sizeof cmd, 2, exe,
+                        "train --layers 1 --d-model 16 --heads 1 --batch 2 --context 8 --steps 1 "
+                        "--threads 1 --log-every 100000 --eval-every 0",
+                        "dp2", ">/dev/null");
+  char env_cmd[5100];
+  snprintf(env_cmd, sizeof env_cmd, "LOOM_COMM_REMEASURE=1 %s", cmd);
+  if (system(env_cmd) != 0) return; /* the kept model stays */
 }
 
 loom_status loom_bench_this_cluster(loom_ctx *ctx, loom_cluster *out) {
@@ -319,22 +430,23 @@ loom_status loom_bench_this_cluster(loom_ctx *ctx, loom_cluster *out) {
   /* every rate under the same conditions as the ranks run: one thread,
    * the other cores busy */
   pid_t pids[MAX_NEIGHBOURS];
-  int32_t busy = start_neighbours(LOOM_MIN(m.cores - 1, MAX_NEIGHBOURS), false, pids);
-  double step = 0;
+  int32_t busy = start_neighbours(LOOM_MIN(m.cores - 1, MAX_NEIGHBOURS), false, 1, pids);
+  bind_to_core(0, m.cores);
+  step_measure sm = {0};
   if (!st) st = loom_measure_sgemm(ctx, via_loom, 1, 1024, 0, &one);
   if (!st) st = skinny_rate(ctx, PROBE_M, PROBE_N, HALF_DIM_PROBE, &small);
   loom_mm_free();
-  if (!st) st = step_gemm_rate(ctx, &step);
+  if (!st) st = measure_step(ctx, &sm);
   stop_neighbours(pids, busy);
-  LOOM_TRY(st);
+  bind_to_core(-1, m.cores);
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   double memory = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
-  /* flops.f32 is the best rate Loom's GEMMs reached, the step's or the
-   * 1024^3 sgemm's, and gemm.efficiency what the step's reach of it (a
-   * fraction: the step's small GEMMs may beat the large one here) */
-  double best = fmax(one, step);
-  loom_cluster_this_machine(&m, best, half_dim(one, small), memory, out);
-  out->gemm_efficiency = best > 0 && step > 0 ? fmax(0.05, step / best) : 1;
+  /* flops.f32 the 1024^3 sgemm's rate (raised if the step's GEMMs beat
+   * it), the efficiencies, bandwidth and launch fitted to the step */
+  loom_cluster_this_machine(&m, one, half_dim(one, small), memory, out);
+  if (!st) st = fit_step(ctx, &sm, out);
+  loom_graph_free(sm.g);
+  LOOM_TRY(st);
   out->wait_share = wait_share(m.cores > 0 ? m.cores : 1);
   return LOOM_STATUS_OK;
 }

@@ -51,6 +51,7 @@ static loom_status build_graph(loom_ctx *ctx, loom_graph **g) {
   c.n_head = SIM_HEADS;
   c.d_ff = 4 * SIM_D_MODEL;
   c.context = SIM_CONTEXT;
+  c.dropout = 0; /* `loom train`'s default, which the runs use */
   /* as `loom train --plan` builds it: attention dropout inside the kernels */
   loom_session_options so = LOOM_SESSION_OPTIONS(.backend = "cpu", .rng = LOOM_RNG_FUSED);
   loom_gpt_optim opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
@@ -87,11 +88,13 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
                     : "simulator: skipped (no mpirun)\n");
     return true;
   }
-  /* The machine is measured again right before each run (2 s): a shared
+  /* The MPI link once (its model hardly moves the overlapped plans); the
+   * rest of the machine again right before each run (2 s): a shared
    * machine's speed drifts by more than the error allowed over the minutes
    * the bench takes, and the prediction must see the machine the run saw. */
   loom_cluster machine;
   loom_graph *g = NULL;
+  loom_bench_measure_mpi_link();
   if (loom_bench_this_cluster(ctx, &machine) || build_graph(ctx, &g)) {
     fprintf(f, "simulator: %s\n", loom_ctx_error(ctx));
     loom_graph_free(g);
@@ -106,11 +109,13 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
   if (!json)
     fprintf(f,
             "simulator against this machine (%s, measured before each run: at the start %.1f "
-            "GFLOP/s, %.2f GB/s per core, wait.share %.2f; GPT %d layers, d_model %d, batch %d "
-            "x %d; %d steps, median of %d; load average %.2f)\n"
+            "GFLOP/s, %.2f GB/s per core, attn.efficiency %.2f, wait.share %.2f, MPI %.2f us + "
+            "bytes / %.2f GB/s; GPT %d layers, d_model %d, batch %d x %d; %d steps, median of "
+            "%d; load average %.2f)\n"
             "%-18s %5s %12s %12s %8s %8s %9s\n",
             machine.name, machine.flops[LOOM_PRECISION_f32] / 1e9,
-            machine.memory_bandwidth_Bps / 1e9, machine.wait_share, SIM_LAYERS, SIM_D_MODEL,
+            machine.memory_bandwidth_Bps / 1e9, machine.attention_efficiency, machine.wait_share,
+            machine.intra.latency_s * 1e6, machine.intra.bandwidth_Bps / 1e9, SIM_LAYERS, SIM_D_MODEL,
             SIM_BATCH, SIM_CONTEXT, steps, runs, loom_bench_loadavg(), "plan", "ranks",
             "measured_ms", "predicted_ms", "error", "bubble", "GFLOP/s");
   bool ok = true;

@@ -183,6 +183,57 @@ static void test_stitching(void) {
   loom_graph_free(g);
 }
 
+/* An output tied to an input (training state, updated in place) is
+ * computed in the arena and copied over the input after the run: a read
+ * and a write of its bytes at the end of the device's step. Without the
+ * tie nothing is copied. */
+static const char update[] = "param %w : f32[1024, 256]\n"
+                             "%n = neg(%w)\n"
+                             "output w2 = %n\n";
+
+static void test_state_copy_out(void) {
+  loom_cluster c = cluster(1);
+  loom_sim_options o = {.cluster = &c, .precision = LOOM_PRECISION_f32};
+  double mb = 1024.0 * 256 * 4, bw = 100e9 * 0.8;
+  for (int32_t tied = 0; tied < 2; tied++) {
+    char plan[256];
+    snprintf(plan, sizeof plan,
+             "plan devices 1\nassign neg.0 0\ninput %%w R(1) on 0\noutput w2 R(1) on 0\n%s",
+             tied ? "tie w2 %w\n" : "");
+    loom_graph *g = NULL;
+    loom_plan_program *pp = lower_text(&g, update, plan);
+    loom_sim_result r;
+    CHECK_OK(ctx, loom_plan_simulate(pp, &o, &r));
+    /* neg reads w and writes n; the copy reads n and writes w */
+    CHECK(near(r.step_s, 2 * mb / bw + (tied ? 2 * mb / bw : 0)));
+    loom_sim_result_free(&r);
+    loom_plan_program_free(pp);
+    loom_graph_free(g);
+  }
+}
+
+/* attn.efficiency: flash attention at that fraction of the rate, its
+ * shape's own (no skinny-GEMM factor); absent, attention runs as a GEMM. */
+static const char attn[] = "input %q : f32[2, 4, 64, 32]\n"
+                           "input %base : i64[]\n"
+                           "%o, %l = flash_attention(%q, %q, %q, %base)\n"
+                           "output o = %o\n";
+
+static void test_attention_efficiency(void) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx, attn, &g));
+  if (!g) return;
+  loom_cluster c = cluster(1);
+  c.gemm_efficiency = 0.5;
+  loom_sim_options o = {.cluster = &c, .precision = LOOM_PRECISION_f32};
+  const loom_node *n = &g->nodes[0];
+  double flops = 4.0 * 2 * 4 * 64 * 64 * 32; /* QK^T and PV */
+  CHECK(near(loom_sim_node_seconds(g, n, &o), flops / (1e12 * 0.5 * 32.0 / (32 + 32))));
+  c.attention_efficiency = 0.2;
+  CHECK(near(loom_sim_node_seconds(g, n, &o), flops / (1e12 * 0.2)));
+  loom_graph_free(g);
+}
+
 /* The GPT step under built-in plans: a pipeline idles (its bubble), data
  * parallel does not; overlapping never makes a step slower; the step is at
  * least the busiest device's compute. */
@@ -271,6 +322,8 @@ int main(void) {
   CHECK_OK(ctx, loom_ctx_new(&ctx));
   test_gemm_and_all_reduce();
   test_stitching();
+  test_state_copy_out();
+  test_attention_efficiency();
   test_collectives();
   test_gpt_plans();
   loom_ctx_free(ctx);

@@ -294,6 +294,27 @@ static void test_null_and_args(loom_ctx *ctx) {
   loom_json_free(j);
 }
 
+/* Sums by category and name prefix: what the machine bench fits its
+ * attention rate and launch cost from. */
+static void test_sums(loom_ctx *ctx) {
+  loom_trace *t = NULL;
+  CHECK_OK(ctx, loom_trace_new(ctx, &t));
+  if (!t) return;
+  double b = loom_trace_now(t);
+  CHECK(loom_trace_event(t, 0, "flash_attention", "eager", b, b + 0.25));
+  CHECK(loom_trace_event(t, 0, "flash_attention_grad", "eager", b, b + 0.5));
+  CHECK(loom_trace_event(t, 0, "pad", "eager", b, b + 2));
+  CHECK(loom_trace_event(t, 1, "matmul", "gemm", b, b + 4));
+  int64_t n = -1;
+  CHECK(fabs(loom_trace_sum(t, NULL, "flash_attention", &n) - 0.75) < 1e-9 && n == 2);
+  CHECK(fabs(loom_trace_sum(t, "eager", NULL, &n) - 2.75) < 1e-9 && n == 3);
+  CHECK(fabs(loom_trace_sum(t, NULL, NULL, &n) - 6.75) < 1e-9 && n == 4);
+  CHECK(loom_trace_sum(t, "gemm", "flash", &n) == 0 && n == 0);
+  CHECK(fabs(loom_trace_seconds(t, "gemm") - 4) < 1e-9);
+  CHECK(loom_trace_sum(NULL, NULL, NULL, &n) == 0 && n == 0);
+  loom_trace_free(t);
+}
+
 static int count_entries(const char *path) {
   DIR *d = opendir(path);
   if (!d) return -1;
@@ -367,6 +388,7 @@ int main(void) {
   test_escaping(ctx);
   test_bad_events(ctx);
   test_null_and_args(ctx);
+  test_sums(ctx);
   test_save(ctx);
   remove_dir();
   loom_ctx_free(ctx);

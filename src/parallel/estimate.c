@@ -48,6 +48,8 @@ typedef struct timing_key {
   double rope_theta;
   loom_precision precision;
   double rate, f32_rate, mem_bw, launch, element_bytes, gemm_eff, mem_eff;
+  double cluster_gemm_eff, cluster_mem_eff, attention_eff; /* the cluster's own */
+  int32_t half_dim;
   bool composite_attention;
 } timing_key;
 
@@ -229,6 +231,9 @@ static loom_status layer_times(loom_ctx *ctx, const loom_gpt_config *m, int32_t 
   k.mem_bw = so->cluster->memory_bandwidth_Bps, k.launch = so->cluster->kernel_launch_s;
   k.element_bytes = so->element_bytes, k.gemm_eff = so->gemm_efficiency;
   k.mem_eff = so->memory_efficiency, k.composite_attention = composite_attention;
+  k.cluster_gemm_eff = so->cluster->gemm_efficiency, k.half_dim = so->cluster->gemm_half_dim;
+  k.cluster_mem_eff = so->cluster->memory_efficiency;
+  k.attention_eff = so->cluster->attention_efficiency;
   for (int32_t i = 0; i < CACHE_SLOTS; i++)
     if (cache[i].used && !memcmp(&cache[i].key, &k, sizeof k)) {
       *out = cache[i].t;

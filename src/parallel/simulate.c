@@ -26,7 +26,13 @@ typedef struct sim {
   const loom_cluster *c;
   double gemm_eff, mem_eff, rate;
   double half_dim; /* a GEMM whose smallest dim is s runs at s / (s + half_dim) */
+  double attn_eff; /* fused attention's fraction of the rate (0: as a GEMM) */
   const struct fusion_view *fusion; /* NULL: every node its own kernel */
+  /* per device (loom_plan_simulate): its last compute position in
+   * order_nodes and the seconds it then spends copying out its updated
+   * state (NULL: none) */
+  const int32_t *last_compute;
+  const double *copy_out_s;
 } sim;
 
 static double elem_bytes(const sim *s, const loom_type *t) {
@@ -118,8 +124,8 @@ static loom_status fusion_view_build(loom_ctx *ctx, const loom_graph *G, int32_t
   return LOOM_STATUS_OK;
 }
 
-static double skinny_rate(const sim *s, double least) {
-  return s->rate * s->gemm_eff * least / (least + s->half_dim);
+static double skinny_rate(const sim *s, double eff, double least) {
+  return s->rate * eff * least / (least + s->half_dim);
 }
 
 /* Seconds node n of G takes on one device. */
@@ -130,12 +136,14 @@ static double node_time(const sim *s, const loom_graph *G, const loom_node *n) {
     const loom_type *a = loom_value_type(G, n->in[0]), *o = loom_value_type(G, n->out[0]);
     int64_t k = LOOM_ATTR_I(n, matmul, trans_a) ? a->shape[a->rank - 2] : a->shape[a->rank - 1];
     double least = (double)LOOM_MIN(k, LOOM_MIN(o->shape[o->rank - 2], o->shape[o->rank - 1]));
-    return launch + flops / skinny_rate(s, least);
+    return launch + flops / skinny_rate(s, s->gemm_eff, least);
   }
   if (n->op == LOOM_OP_FLASH_ATTENTION || n->op == LOOM_OP_FLASH_ATTENTION_GRAD) {
     const loom_type *q = loom_value_type(G, n->in[0]); /* [B, H, T, dh] */
     double least = (double)LOOM_MIN(q->shape[q->rank - 2], q->shape[q->rank - 1]);
-    return launch + flops / skinny_rate(s, least);
+    /* a measured attn.efficiency is the kernels' own, shape and all */
+    double rate = s->attn_eff > 0 ? s->rate * s->attn_eff : skinny_rate(s, s->gemm_eff, least);
+    return launch + flops / rate;
   }
   /* fused: only what crosses its kernel's edge, one launch per kernel */
   const fusion_view *f = s->fusion;
@@ -160,14 +168,14 @@ static double pick(double option, double cluster, double fallback) {
 
 static sim sim_make(const loom_plan_program *pp, const loom_sim_options *o) {
   const loom_cluster *c = o->cluster;
-  return (sim){pp,
-               o,
-               c,
-               pick(o->gemm_efficiency, c->gemm_efficiency, DEFAULT_GEMM_EFFICIENCY),
-               pick(o->memory_efficiency, c->memory_efficiency, DEFAULT_MEMORY_EFFICIENCY),
-               c->flops[o->precision],
-               pick(0, c->gemm_half_dim, DEFAULT_HALF_DIM),
-               NULL};
+  return (sim){.pp = pp,
+               .o = o,
+               .c = c,
+               .gemm_eff = pick(o->gemm_efficiency, c->gemm_efficiency, DEFAULT_GEMM_EFFICIENCY),
+               .mem_eff = pick(o->memory_efficiency, c->memory_efficiency, DEFAULT_MEMORY_EFFICIENCY),
+               .rate = c->flops[o->precision],
+               .half_dim = pick(0, c->gemm_half_dim, DEFAULT_HALF_DIM),
+               .attn_eff = c->attention_efficiency};
 }
 
 double loom_sim_node_seconds(const loom_graph *g, const loom_node *n, const loom_sim_options *o) {
@@ -439,6 +447,7 @@ static bool timeline_settle(const sim *s, timeline *t, double now, loom_sim_resu
       for (int32_t i = 0; i < n->n_in && ready; i++) ready = t->ready[n->in[i]] <= now;
       if (!ready) break;
       t->compute_left[d] = compute_time(s, node), t->started[d] = now;
+      if (s->last_compute && t->pos[d] == s->last_compute[d]) t->compute_left[d] += s->copy_out_s[d];
       t->compute[d] = LANE_RUN;
       changed = true;
       if (t->compute_left[d] > 0) break;
@@ -527,6 +536,30 @@ static loom_status timeline_run(const sim *s, timeline *t, int32_t total, loom_s
   return LOOM_STATUS_OK;
 }
 
+/* The runtime computes an output that updates an input in place (the new
+ * parameters and optimizer state: pp->output_tied) in its arena and
+ * copies it over the input after the run (runtime/session.c), a read and a
+ * write of each piece at the end of the device's step: charged to its
+ * last compute node. */
+static void state_copy_out(const sim *s, int32_t *last_compute, double *copy_out) {
+  const loom_plan_program *pp = s->pp;
+  for (int32_t d = 0; d < pp->n_devices; d++) {
+    last_compute[d] = -1;
+    for (int32_t i = pp->order_start[d + 1] - 1; i >= pp->order_start[d]; i--)
+      if (lower_comm_index(pp, pp->order_nodes[i]) < 0) {
+        last_compute[d] = i;
+        break;
+      }
+  }
+  double rate = s->c->memory_bandwidth_Bps * s->mem_eff;
+  for (int32_t k = 0; k < pp->n_outs; k++) {
+    const loom_plan_io *io = &pp->outs[k];
+    if (pp->output_tied && pp->output_tied[io->index] >= 0 && io->device >= 0 &&
+        io->device < pp->n_devices)
+      copy_out[io->device] += 2.0 * value_bytes(s, pp->global, io->value) / rate;
+  }
+}
+
 static void timeline_free(timeline *t) {
   free(t->compute), free(t->compute_left), free(t->started), free(t->pos);
   free(t->fifo), free(t->head), free(t->tail);
@@ -559,6 +592,14 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   LOOM_TRY(vst);
   s.fusion = &fv;
   size_t n_dev = (size_t)nd, n_val = (size_t)(G->n_values ? G->n_values : 1);
+  int32_t *last_compute = loom_malloc(ctx, sizeof *last_compute * n_dev);
+  double *copy_out = loom_calloc(ctx, n_dev, sizeof *copy_out);
+  if (!last_compute || !copy_out) {
+    free(last_compute), free(copy_out), fusion_view_free(&fv);
+    return LOOM_STATUS_OUT_OF_MEMORY;
+  }
+  state_copy_out(&s, last_compute, copy_out);
+  s.last_compute = last_compute, s.copy_out_s = copy_out;
   size_t n_pos = (size_t)(total ? total : 1);
   timeline t = {
       loom_calloc(ctx, n_dev, sizeof *t.compute),  loom_calloc(ctx, n_dev, sizeof(double)),
@@ -606,6 +647,8 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   }
   timeline_free(&t);
   fusion_view_free(&fv);
+  free(last_compute);
+  free(copy_out);
   if (st) loom_sim_result_free(out);
   return st;
 }

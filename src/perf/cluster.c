@@ -48,6 +48,7 @@ static const key_def keys[] = {
     {"gemm.efficiency", K_FRACTION, AT(gemm_efficiency), false, NULL},
     {"gemm.half_dim", K_COUNT, AT(gemm_half_dim), false, NULL},
     {"memory.efficiency", K_FRACTION, AT(memory_efficiency), false, NULL},
+    {"attn.efficiency", K_FRACTION, AT(attention_efficiency), false, NULL},
     {"wait.share", K_FRACTION, AT(wait_share), false, NULL},
     {"node.devices", K_COUNT, AT(devices_per_node), true, NULL},
     {"collectives", K_WORD, AT(collectives), false, "nccl direct"},

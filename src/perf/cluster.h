@@ -64,6 +64,9 @@ typedef struct loom_cluster {
   double gemm_efficiency;
   int32_t gemm_half_dim;
   double memory_efficiency;
+  /* the fraction of flops.* fused attention kernels reach (0: the GEMM
+   * efficiency; a CPU's flash kernels run well below its GEMMs) */
+  double attention_efficiency;
   /* ranks sharing cores (loom_sim_options.cores): the fraction of a core
    * a rank takes while it polls for its peers (0: none) */
   double wait_share;

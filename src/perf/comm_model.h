@@ -51,8 +51,8 @@ loom_status loom_comm_model_measure(struct loom_comm *c, loom_ctx *ctx, loom_com
  * (perf/profile.h: comm_<kind>_latency_s and comm_<kind>_bytes_per_s, kind
  * the communicator's name, e.g. "mpi"), measured with
  * loom_comm_model_measure and recorded there when the profile has none or
- * when remeasure is set, so every run on this machine lowers a plan with
- * the same costs. Collective: rank 0 reads and writes the profile, and its
+ * when remeasure is set (or the environment has LOOM_COMM_REMEASURE=1),
+ * so every run on this machine lowers a plan with the same costs. Collective: rank 0 reads and writes the profile, and its
  * model goes to every rank. One rank: the kept model, else the defaults.
  */
 loom_status loom_comm_model_get(struct loom_comm *c, loom_ctx *ctx, bool remeasure,

@@ -380,3 +380,22 @@ double loom_trace_seconds(loom_trace *t, const char *cat) {
   pthread_mutex_unlock(&t->mu);
   return sum;
 }
+
+double loom_trace_sum(loom_trace *t, const char *cat, const char *prefix, int64_t *count) {
+  int64_t n = 0;
+  double sum = 0;
+  if (t) {
+    size_t plen = prefix ? strlen(prefix) : 0;
+    pthread_mutex_lock(&t->mu);
+    for (size_t i = 0; i < t->n_ev; i++) {
+      const trace_event *e = &t->ev[i];
+      if (cat && !(e->cat && strcmp(t->pool + e->cat - 1, cat) == 0)) continue;
+      if (prefix && !(e->name && strncmp(t->pool + e->name - 1, prefix, plen) == 0)) continue;
+      sum += e->end - e->begin;
+      n++;
+    }
+    pthread_mutex_unlock(&t->mu);
+  }
+  if (count) *count = n;
+  return sum;
+}

@@ -79,5 +79,9 @@ int64_t loom_trace_count(loom_trace *t);
 /* Seconds of the recorded events of category cat ("gemm", "kernel", ...),
  * summed over lanes. */
 double loom_trace_seconds(loom_trace *t, const char *cat);
+/* Seconds of the events of category cat whose name starts with prefix
+ * (either NULL: any), summed over lanes; *count (may be NULL) gets how
+ * many there were. */
+double loom_trace_sum(loom_trace *t, const char *cat, const char *prefix, int64_t *count);
 
 #endif
