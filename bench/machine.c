@@ -123,7 +123,6 @@ loom_status loom_bench_measure_machine(loom_ctx *ctx, bool small, bool quiet,
   memset(mi, 0, sizeof *mi);
   mi->loadavg = loom_bench_loadavg();
   loom_machine_detect(ctx, &mi->m);
-  loom_gemm_rows_curve(ctx, &mi->m); /* what the epilogue rule reads (kept) */
   /* STREAM's rule is arrays several times the LLC; --size small settles
    * for one LLC's worth in all so quick runs stay quick. */
   loom_measure_options mo = {.gemm_n = GEMM_N, .sgemm = via_loom};
@@ -137,6 +136,7 @@ loom_status loom_bench_measure_machine(loom_ctx *ctx, bool small, bool quiet,
   loom_status st = loom_machine_measure(ctx, &mo, &mi->m, &tr);
   loom_mm_free();
   LOOM_TRY(st);
+  loom_gemm_rows_curve(ctx, &mi->m); /* what the epilogue rule reads (kept) */
   LOOM_TRY(loom_measure_sgemm(ctx, onednn_sgemm, mi->m.threads, GEMM_N, 0,
                               &mi->sgemm_lib_gflops));
   /* The roof over the same bytes as the triad, with the kernels built

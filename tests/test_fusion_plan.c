@@ -16,6 +16,7 @@
 #include "common.h"
 
 #include "fusion/cost.h"
+#include "perf/profile.h"
 #include "ir/build.h"
 #include "model/gpt.h"
 
@@ -657,7 +658,7 @@ static void test_machine(void) {
   CHECK(m.threads >= 1 && m.cores >= 1);
   CHECK(m.l1d_bytes > 0 && m.l2_bytes >= m.l1d_bytes && m.llc_bytes >= m.l2_bytes);
   CHECK(m.kernel_launch_s > 0 && m.kernel_launch_s < 1e-2);
-  CHECK(m.triad_gbps > 0 && m.sgemm_gflops > 0 && !m.measured);
+  CHECK(m.triad_gbps > 0 && m.sgemm_gflops > 0);
   printf("machine: %d threads, %d cores, L1d %lld, L2 %lld, LLC %lld, launch %.2g s\n", m.threads,
          m.cores, (long long)m.l1d_bytes, (long long)m.l2_bytes, (long long)m.llc_bytes,
          m.kernel_launch_s);
@@ -665,7 +666,27 @@ static void test_machine(void) {
   loom_machine one;
   loom_machine_detect(ctx, &one);
   CHECK(one.threads == 1 && one.cores == m.cores); /* plans read cores */
+  /* rates measured with fewer threads than cores are not kept */
+  one.measured = true;
+  one.triad_gbps = 1e4;
+  loom_machine_keep_best(&one, 0);
+  double kept = 0;
+  CHECK(one.cores == 1 || !loom_profile_get("triad_gbps", &kept));
   CHECK_OK(ctx, loom_ctx_set_threads(ctx, 0));
+  /* the profile keeps the best rates and launch cost seen, to two digits,
+   * and plans read them (the profile is this test's own: common.c) */
+  loom_machine seen = m;
+  seen.measured = true;
+  seen.triad_gbps = 23.456;
+  seen.sgemm_gflops = 187.6;
+  loom_machine_keep_best(&seen, 3e-6);
+  seen.triad_gbps = 11.0; /* a busy machine's: lower, not kept */
+  seen.sgemm_gflops = 250.0;
+  loom_machine_keep_best(&seen, 9e-6);
+  loom_machine got;
+  loom_machine_detect(ctx, &got);
+  CHECK(got.measured && fabs(got.triad_gbps - 23.0) < 1e-9 && fabs(got.sgemm_gflops - 250.0) < 1e-9);
+  CHECK(getenv("LOOM_KERNEL_LAUNCH_US") || got.kernel_launch_s <= 3e-6);
 }
 
 static void test_api(void) {
@@ -767,6 +788,31 @@ static void test_epilogue_rule(void) {
   loom_graph_free(g);
 }
 
+/* Stitch mode never keeps a plan the model rates slower than the loop
+ * plan: it compiles both and keeps the faster, whatever the machine. */
+static void check_never_slower_than_loop(const char *what, const loom_graph *g) {
+  static const double launch[] = {0.5e-6, 5e-6, 1e-4};
+  for (int32_t i = 0; i < 3; i++) {
+    loom_machine m = machine;
+    m.kernel_launch_s = launch[i];
+    loom_program p[3];
+    loom_fusion_options o[3] = {{.mode = LOOM_FUSION_LOOP, .machine = &m},
+                                {.mode = LOOM_FUSION_STITCH, .machine = &m, .stitch_only = true},
+                                {.mode = LOOM_FUSION_STITCH, .machine = &m}};
+    for (int32_t k = 0; k < 3; k++)
+      CHECK_OK(ctx, loom_fusion_compile(ctx, g, &o[k], &p[k]));
+    double best = fmin(p[0].modeled_seconds, p[1].modeled_seconds);
+    CHECK(p[2].modeled_seconds == best);
+    CHECK(p[2].mode == (p[1].modeled_seconds <= p[0].modeled_seconds ? LOOM_FUSION_STITCH
+                                                                      : LOOM_FUSION_LOOP));
+    if (p[2].mode == LOOM_FUSION_LOOP)
+      printf("%s, launch %.1g s: stitch keeps the loop plan (%.3f ms against %.3f)\n", what,
+             launch[i], 1e3 * p[0].modeled_seconds, 1e3 * p[1].modeled_seconds);
+    for (int32_t k = 0; k < 3; k++)
+      loom_program_clear(&p[k]);
+  }
+}
+
 static void test_gpt(void) {
   loom_graph *g = build_gpt(1);
   if (!g) return;
@@ -787,6 +833,7 @@ static void test_gpt(void) {
   CHECK(r[2].kernels <= r[1].kernels);
   /* at bench sizes only: on toy tensors launches rightly decide more */
   if (!quick) check_launch_robust("gpt block", g);
+  check_never_slower_than_loop("gpt block", g);
   /* the thread count of a run never reaches the plan */
   loom_machine one = machine;
   one.threads = 1;

@@ -60,7 +60,33 @@ static loom_status lower_group(loom_ctx *ctx, loom_fusion_index *ix, const loom_
   return LOOM_STATUS_OK;
 }
 
+static loom_status compile_mode(loom_ctx *ctx, const loom_graph *g, const loom_fusion_options *opts,
+                                loom_program *out);
+
 loom_status loom_fusion_compile(loom_ctx *ctx, const loom_graph *g, const loom_fusion_options *opts,
+                                loom_program *out) {
+  LOOM_TRY(compile_mode(ctx, g, opts, out));
+  if (opts->mode != LOOM_FUSION_STITCH || opts->stitch_only) return LOOM_STATUS_OK;
+  /* The search is greedy and stitch's larger groups can lose what loop's
+   * epilogues win: the loop plan, when the model rates it faster. */
+  loom_fusion_options lo = *opts;
+  lo.mode = LOOM_FUSION_LOOP;
+  loom_program loop;
+  loom_status st = compile_mode(ctx, g, &lo, &loop);
+  if (st) {
+    loom_program_clear(out);
+    return st;
+  }
+  if (loop.modeled_seconds < out->modeled_seconds) {
+    loom_program_clear(out);
+    *out = loop;
+  } else {
+    loom_program_clear(&loop);
+  }
+  return LOOM_STATUS_OK;
+}
+
+static loom_status compile_mode(loom_ctx *ctx, const loom_graph *g, const loom_fusion_options *opts,
                                 loom_program *out) {
   if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "fusion_compile: out is NULL");
   memset(out, 0, sizeof *out);

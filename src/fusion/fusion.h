@@ -72,6 +72,11 @@ typedef struct loom_fusion_options {
    * loop fusion does. 0: the mode's default (loom_fusion_mode_duplicates);
    * 1: on; -1: off. */
   int32_t duplicate;
+  /* Stitch mode also compiles the loop plan and keeps whichever the cost
+   * model rates faster (its fusions are a subset of stitch's, so stitch is
+   * never modeled slower than the plan it could have chosen); true keeps
+   * the stitch plan regardless (tests of the stitch plan itself). */
+  bool stitch_only;
 } loom_fusion_options;
 
 /* Whether mode duplicates cheap producers by default: loop does (XLA's

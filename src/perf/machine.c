@@ -84,11 +84,11 @@ static void read_caches(loom_machine *m) {
 }
 
 /* The fork/join of an empty parallel loop over the threads: what every
- * generated kernel pays once. The minimum over a few dozen runs (at most
- * ~3 ms in all): on a shared, busy machine a run waits for a core now and
- * then, and the floor is the cost itself. */
+ * generated kernel pays once. The minimum over a few hundred runs (at
+ * most ~20 ms in all): on a shared, busy machine a run waits for a core
+ * now and then, and the floor is the cost itself. */
 static double measure_launch(int32_t threads) {
-  enum { RUNS = 50 };
+  enum { RUNS = 400 };
   volatile int32_t sink = 0;
   for (int warm = 0; warm < 3; warm++) {
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -96,7 +96,7 @@ static double measure_launch(int32_t threads) {
       sink += 0;
   }
   double best = 1.0, start = loom_now_s();
-  for (int r = 0; r < RUNS && loom_now_s() - start < 3e-3; r++) {
+  for (int r = 0; r < RUNS && loom_now_s() - start < 20e-3; r++) {
     double t0 = loom_now_s();
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int32_t i = 0; i < threads; i++)
@@ -118,6 +118,25 @@ static double quantize(double s) {
   double x = s / decade; /* in [1, 10) */
   double q = x < 1.4 ? 1 : x < 3.2 ? 2 : x < 7.1 ? 5 : 10;
   return q * decade;
+}
+
+/* Rates are kept to two significant digits: a plan reads them, and the
+ * best rate seen may only move the plan when it moves by a few percent. */
+static double two_digits(double x) {
+  if (!(x > 0)) return 0;
+  double scale = pow(10.0, floor(log10(x)) - 1);
+  return round(x / scale) * scale;
+}
+
+/* The machine's measured rates, if the profile keeps both. */
+static void read_kept_rates(loom_machine *m) {
+  double triad = 0, sgemm = 0;
+  if (loom_profile_get("triad_gbps", &triad) && triad >= 0.1 && triad <= 1e5 &&
+      loom_profile_get("sgemm_gflops", &sgemm) && sgemm >= 0.1 && sgemm <= 1e7) {
+    m->triad_gbps = triad;
+    m->sgemm_gflops = sgemm;
+    m->measured = true;
+  }
 }
 
 void loom_machine_default(loom_machine *m) {
@@ -147,6 +166,7 @@ void loom_machine_detect(loom_ctx *ctx, loom_machine *m) {
   if (m->llc_bytes < m->l2_bytes) m->llc_bytes = m->l2_bytes;
   /* Measured with the cores, like the plans that read it; the
    * environment may pin it (reproducible plans on a noisy machine). */
+  read_kept_rates(m);
   const char *env = getenv("LOOM_KERNEL_LAUNCH_US");
   double pinned = env ? strtod(env, NULL) : 0.0;
   if (pinned > 0 && pinned < 1e6) {
@@ -172,4 +192,23 @@ double loom_machine_gemm_rows_eff(const loom_machine *m, int64_t rows) {
   int32_t i = (int32_t)x;
   double f = x - i;
   return e[i] + f * (e[i + 1] - e[i]);
+}
+
+double loom_machine_measure_launch(const loom_machine *m) {
+  return quantize(measure_launch(m->cores > 0 ? m->cores : 1));
+}
+
+void loom_machine_keep_best(const loom_machine *m, double launch_s) {
+  double kept = 0;
+  /* rates taken with fewer threads than cores are not the machine's */
+  if (m->measured && m->threads == m->cores) {
+    double triad = two_digits(m->triad_gbps), sgemm = two_digits(m->sgemm_gflops);
+    if (triad > 0 && !(loom_profile_get("triad_gbps", &kept) && kept >= triad))
+      loom_profile_put("triad_gbps", triad);
+    if (sgemm > 0 && !(loom_profile_get("sgemm_gflops", &kept) && kept >= sgemm))
+      loom_profile_put("sgemm_gflops", sgemm);
+  }
+  if (launch_s >= 1e-9 && launch_s <= 1e-3 &&
+      !(loom_profile_get("kernel_launch_s", &kept) && kept <= launch_s))
+    loom_profile_put("kernel_launch_s", launch_s);
 }

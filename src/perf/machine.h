@@ -37,13 +37,24 @@ typedef struct loom_machine {
   bool measured;                          /* false: rates are defaults */
 } loom_machine;
 
-/* Reads cache sizes and thread count; rates get conservative defaults;
- * measures the launch cost (at most ~3 ms), unless the environment
- * variable LOOM_KERNEL_LAUNCH_US pins it (in microseconds). */
+/* Reads cache sizes and thread count; the triad and sgemm rates the
+ * profile keeps (perf/profile.h; measured = true), else conservative
+ * defaults; the launch cost the profile keeps, else measures it (at most
+ * ~20 ms) and keeps it, unless the environment variable
+ * LOOM_KERNEL_LAUNCH_US pins it (in microseconds). */
 void loom_machine_detect(loom_ctx *ctx, loom_machine *m);
 /* A fixed, unmeasured machine (2 cores, 32 KiB L1d, 1 MiB L2, 8 MiB LLC,
  * default rates): for reproducible plans in tests and tools. */
 void loom_machine_default(loom_machine *m);
+/* A fresh measurement of the launch cost (~20 ms at most), rounded as
+ * loom_machine_detect keeps it. */
+double loom_machine_measure_launch(const loom_machine *m);
+/* Keeps the best of what the profile has and what was measured: the
+ * higher triad and sgemm rates of m (when m->measured and m was measured
+ * with all its cores) and the lower launch cost (launch_s; 0: none). A
+ * busy machine measures low rates and high costs; the best seen is the
+ * machine's, and plans read it (loom_machine_detect). */
+void loom_machine_keep_best(const loom_machine *m, double launch_s);
 /* The GEMM's rate on blocks of `rows` whole rows of C relative to its
  * rate on its own tiles (gemm_rows_eff, interpolated in log2(rows);
  * the first point below 16 rows, the last above 256). */

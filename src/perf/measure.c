@@ -161,5 +161,34 @@ loom_status loom_machine_measure(loom_ctx *ctx, const loom_measure_options *opts
     m->sgemm_gflops = gf;
   }
   m->measured = true;
+  /* What a session's plans read: the best this machine has shown; a
+   * triad that fits in the LLC, or a rate left at its default, is not. */
+  loom_machine best = *m;
+  if (!o.sgemm) best.sgemm_gflops = 0;
+  if (bytes < 2 * m->llc_bytes) best.triad_gbps = 0;
+  loom_machine_keep_best(&best, loom_machine_measure_launch(m));
+  return LOOM_STATUS_OK;
+}
+
+/* A quick first measurement (tens of ms): a triad over twice the LLC, a
+ * 512^3 sgemm (below the large rate; a later `loom bench` raises it). */
+#define ONCE_GEMM_N 512
+#define ONCE_TRIALS 3
+
+loom_status loom_machine_measure_once(loom_ctx *ctx, loom_sgemm_fn sgemm, loom_machine *m) {
+  if (m->measured || !sgemm) return LOOM_STATUS_OK;
+  loom_machine q = *m;
+  q.threads = q.cores; /* the machine's rates, whatever this run's threads */
+  int64_t n = 2 * q.llc_bytes / (3 * (int64_t)sizeof(float));
+  n = n < 1024 ? 1024 : n - n % 1024;
+  loom_triad_result tr;
+  LOOM_TRY(loom_measure_triad(ctx, q.threads, n, ONCE_TRIALS, &tr));
+  LOOM_TRY(loom_measure_sgemm(ctx, sgemm, q.threads, ONCE_GEMM_N, ONCE_TRIALS, &q.sgemm_gflops));
+  q.triad_gbps = tr.gbps;
+  q.measured = true;
+  loom_machine_keep_best(&q, 0);
+  m->triad_gbps = q.triad_gbps;
+  m->sgemm_gflops = q.sgemm_gflops;
+  m->measured = true;
   return LOOM_STATUS_OK;
 }

@@ -48,8 +48,16 @@ loom_status loom_measure_sgemm(loom_ctx *ctx, loom_sgemm_fn fn, int32_t threads,
                                int32_t trials, double *gflops);
 /* loom_machine_detect, then measures the triad and (with opts->sgemm) the
  * sgemm rate into m (opts may be NULL: triad only, defaults);
- * m->measured becomes true. triad (may be NULL) gets the triad's details. */
+ * m->measured becomes true, and the profile keeps the best rates and
+ * launch cost seen (loom_machine_keep_best). triad (may be NULL) gets the
+ * triad's details. */
 loom_status loom_machine_measure(loom_ctx *ctx, const loom_measure_options *opts,
                                  loom_machine *m, loom_triad_result *triad);
+
+/* When m's rates are defaults (nothing kept in the profile), measures
+ * them quickly (tens of ms: a triad over twice the LLC, a 512^3 sgemm
+ * through `sgemm`, with all cores) and keeps them (loom_machine_keep_best),
+ * so every later plan on this machine reads measured rates. */
+loom_status loom_machine_measure_once(loom_ctx *ctx, loom_sgemm_fn sgemm, loom_machine *m);
 
 #endif

@@ -16,6 +16,7 @@
 #include "fusion/fusion.h"
 #include "ops/op.h"
 #include "perf/machine.h"
+#include "perf/measure.h"
 #include "runtime/jit.h"
 #include "runtime/stream.h"
 #include "runtime/trace.h"
@@ -289,8 +290,11 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
   loom_machine machine;
   loom_machine_detect(ctx, &machine);
   loom_gemm_rows_curve(ctx, &machine); /* the epilogue rule reads it */
+  /* the cost model's rates: kept in the profile, or measured once now */
+  loom_status st = loom_machine_measure_once(ctx, loom_gemm_sgemm, &machine);
+  if (st) goto fail;
   loom_fusion_options fo = {.mode = fm, .machine = &machine};
-  loom_status st = loom_fusion_compile(ctx, g, &fo, &p->prog);
+  st = loom_fusion_compile(ctx, g, &fo, &p->prog);
   if (st) {
     loom_error_prefix(ctx, "cpu backend: fusion (%s)", loom_fusion_mode_name(fm));
     goto fail;

@@ -10,27 +10,45 @@
 #include <string.h>
 #include <time.h>
 
-/* The square tile of C per task: the largest that still gives at least
+/* The tile of C per task: the largest that still gives at least
  * GEMM_MIN_TASKS tasks, so big products run big, efficient sgemm calls and
- * small ones still spread over the cores. It depends on the shapes only,
- * never on the thread count, so results do not change with threads. */
+ * small ones still spread over the cores. Rows no wider than
+ * GEMM_WHOLE_ROWS are not cut: a skinny product's short column tiles
+ * re-pack A per tile and run short panels (whole rows measured 1.1-1.4x
+ * faster on one core for n = 128, docs/PERFORMANCE.md); wider ones get
+ * square tiles. With an epilogue a tile is the epilogue's whole rows. The
+ * tile depends on the shapes only, never on the thread count, so results
+ * do not change with threads. */
 #define GEMM_MIN_TASKS 16
+#define GEMM_WHOLE_ROWS 512
+#define GEMM_MIN_ROWS 16
 
-static int64_t gemm_tile(const loom_gemm *p) {
-  if (p->epilogue.rows > 0) return p->epilogue.rows;
+static void gemm_tile(const loom_gemm *p, int64_t *tile_m, int64_t *tile_n) {
+  if (p->epilogue.rows > 0 && p->epilogue.fn) {
+    *tile_m = p->epilogue.rows;
+    *tile_n = p->n;
+    return;
+  }
   static const int64_t sizes[] = {512, 256, 128};
+  if (p->n <= GEMM_WHOLE_ROWS) {
+    *tile_n = p->n;
+    for (*tile_m = 512; *tile_m > GEMM_MIN_ROWS; *tile_m /= 2)
+      if (p->batch * ((p->m + *tile_m - 1) / *tile_m) >= GEMM_MIN_TASKS) return;
+    return;
+  }
   for (int i = 0; i < 3; i++) {
     int64_t t = sizes[i];
-    if (p->batch * ((p->m + t - 1) / t) * ((p->n + t - 1) / t) >= GEMM_MIN_TASKS) return t;
+    *tile_m = *tile_n = t;
+    if (p->batch * ((p->m + t - 1) / t) * ((p->n + t - 1) / t) >= GEMM_MIN_TASKS) return;
   }
-  return 64;
+  *tile_m = *tile_n = 64;
 }
 
-/* Tiles per row of C and their count (with an epilogue, whole rows). */
-static int64_t gemm_tasks(const loom_gemm *p, int64_t tile, int64_t *mb, int64_t *nb) {
-  const bool epi = p->epilogue.rows > 0 && p->epilogue.fn;
-  *mb = (p->m + tile - 1) / tile;
-  *nb = epi ? 1 : (p->n + tile - 1) / tile;
+/* Tiles per column and row of C, and their count. */
+static int64_t gemm_tasks(const loom_gemm *p, int64_t tile_m, int64_t tile_n, int64_t *mb,
+                          int64_t *nb) {
+  *mb = (p->m + tile_m - 1) / tile_m;
+  *nb = (p->n + tile_n - 1) / tile_n;
   return p->batch * *mb * *nb;
 }
 
@@ -41,7 +59,9 @@ static bool gemm_parallel(const loom_gemm *p, int64_t tasks) {
 
 int64_t loom_gemm_parallel_tasks(const loom_gemm *p) {
   if (p->m <= 0 || p->n <= 0 || p->batch <= 0 || p->k == 0) return 1;
-  int64_t mb, nb, tasks = gemm_tasks(p, gemm_tile(p), &mb, &nb);
+  int64_t tile_m, tile_n, mb, nb;
+  gemm_tile(p, &tile_m, &tile_n);
+  int64_t tasks = gemm_tasks(p, tile_m, tile_n, &mb, &nb);
   return gemm_parallel(p, tasks) ? tasks : 1;
 }
 
@@ -55,10 +75,10 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
     if (epi) p->epilogue.fn(p->epilogue.user, 0, 0, p->batch * p->m);
     return LOOM_STATUS_OK;
   }
-  const int64_t tile = gemm_tile(p);
   /* with an epilogue a tile is whole rows: the epilogue needs them all */
-  int64_t mb, nb, tasks = gemm_tasks(p, tile, &mb, &nb);
-  const int64_t tile_n = epi ? p->n : tile;
+  int64_t tile, tile_n, mb, nb;
+  gemm_tile(p, &tile, &tile_n);
+  int64_t tasks = gemm_tasks(p, tile, tile_n, &mb, &nb);
   const bool parallel = gemm_parallel(p, tasks);
   int failed = 0;
   /* oneDNN threads itself unless it runs inside an active parallel region;
@@ -88,6 +108,13 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   if (failed)
     return loom_error(ctx, LOOM_STATUS_INTERNAL, "matmul: dnnl_sgemm failed (status %d)", failed);
   return LOOM_STATUS_OK;
+}
+
+loom_status loom_gemm_sgemm(loom_ctx *ctx, int32_t threads, int64_t m, int64_t n, int64_t k,
+                            const float *a, const float *b, float *c) {
+  loom_gemm p = {.m = m, .n = n, .k = k, .batch = 1, .a = a, .lda = k, .b = b, .ldb = n,
+                 .c = c, .ldc = n, .c_stride = m * n};
+  return loom_gemm_f32(ctx, threads, &p);
 }
 
 /* The block-size curve: one core times the same product on its own tiles

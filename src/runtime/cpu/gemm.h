@@ -45,6 +45,12 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p);
  * p runs on the calling thread (one tile, or below the flop threshold). */
 int64_t loom_gemm_parallel_tasks(const loom_gemm *p);
 
+/* C[m, n] = A[m, k] B[k, n], dense row-major, with `threads` threads:
+ * the shape of perf/measure.h's loom_sgemm_fn, so the machine's sgemm
+ * rate is measured through this GEMM. */
+loom_status loom_gemm_sgemm(loom_ctx *ctx, int32_t threads, int64_t m, int64_t n, int64_t k,
+                            const float *a, const float *b, float *c);
+
 /* Sets m->gemm_rows_eff from this machine's profile, or measures it (one
  * core, about 0.1 s of CPU, once per machine) and keeps it there. The
  * LOOM_GEMM_ROWS_EFF environment variable ("0.6,0.7,0.8,0.9,1") pins it. */
