@@ -19,7 +19,8 @@
 #      and prints both side by side (bench/peers/compare.py);
 #   6. runs the longer tests: test_ops and test_models on the cuda backend
 #      against ref (LOOM_TEST_BACKENDS=cuda: PoCL's OpenCL is skipped) and
-#      test_codegen (every generated kernel through NVRTC); last, so that a
+#      test_codegen and test_codegen_ops (every generated kernel through
+#      NVRTC, and run on the GPU against the interpreter); last, so that a
 #      slow step cannot crowd out the measurements;
 #   7. writes OUT/gpu-check.json: the machine, every step's status, time and
 #      files. Exit status 0 only if every test step passed; 2 (at once) if
@@ -194,7 +195,8 @@ step() {
 }
 
 # ---- 2. build -------------------------------------------------------------------
-targets=(loom_cli test_cuda test_cuda_attention test_opencl_attention test_ops test_models test_codegen)
+targets=(loom_cli test_cuda test_cuda_attention test_opencl_attention test_ops test_models test_codegen
+         test_codegen_ops)
 if [[ $dry = 1 ]]; then echo "gpu-check: would run, in order (limit, command):"; fi
 step configure test 90 configure.log cmake "${generator[@]}" -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
 step build test 240 build.log cmake --build "$build" -j "$jobs" --target "${targets[@]}"
@@ -344,6 +346,7 @@ step test_models test 120 test_models.log env LOOM_TEST_BACKENDS=cuda "$tests/te
 step test_attention_cuda test 90 test_attention_cuda.log env LOOM_TEST_BACKENDS=cuda \
   "$tests/test_opencl_attention"
 step test_codegen test 90 test_codegen.log "$tests/test_codegen"
+step test_codegen_ops test 90 test_codegen_ops.log "$tests/test_codegen_ops"
 
 [[ $dry = 1 ]] && { echo "gpu-check: dry run: nothing was run"; exit 0; }
 
