@@ -282,7 +282,8 @@ static void test_mask(void) {
 }
 
 /* The session's own pass (the backend's rewrite) makes flash attention,
- * whose kernels are in the described source; decomposed keeps them out. */
+ * whose kernels are in the described source; decomposed keeps them out;
+ * auto places dropout by the backend's RNG model. */
 static void test_source(void) {
   loom_graph *g = NULL;
   CHECK_OK(ctx, loom_graph_parse(ctx,
@@ -312,6 +313,33 @@ static void test_source(void) {
     loom_free(text);
     loom_session_free(s);
   }
+  loom_graph_free(g);
+  /* with dropout and the default placement (auto): the backend's model
+   * picks fused (Philox in the kernel) or a mask kernel, all on the device */
+  g = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx,
+                                 "input %q : f32[1, 2, 20, 32]\n"
+                                 "input %k : f32[1, 2, 20, 32]\n"
+                                 "input %v : f32[1, 2, 20, 32]\n"
+                                 "input %base : i64[]\n"
+                                 "%y : f32[1, 2, 20, 32] = attention(%q, %k, %v, %base, "
+                                 "causal=true, p=0.1, seed=3)\n"
+                                 "output y = %y\n",
+                                 &g));
+  if (!g) return;
+  loom_session *s = NULL;
+  CHECK_OK(ctx, loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.backend = backend), &s));
+  char *text = NULL;
+  if (s) CHECK_OK(ctx, loom_session_describe(s, LOOM_ARTIFACT_SOURCE, &text));
+  const bool fused = text && strstr(text, "lm_fa_fwd_d32_v32_m1(");
+  const bool mask = text && strstr(text, "lm_fa_fwd_d32_v32_m2(");
+  CHECK(fused != mask);
+  loom_session_stats st = {0};
+  if (s) CHECK_OK(ctx, loom_session_get_stats(s, &st));
+  CHECK(st.n_fallback == 0 && st.n_eager == (mask ? 2 : 1));
+  printf("%s: auto placed the dropout %s\n", backend, fused ? "in the kernel (fused)" : "in a mask");
+  loom_free(text);
+  loom_session_free(s);
   loom_graph_free(g);
 }
 

@@ -16,7 +16,9 @@
  * - backward: Di = rowsum(dO * O) per row (lm_fa_di), then one pass over
  *   query tiles per key (a group per (batch*head, 64 keys), a thread per
  *   key accumulating its dK and dV rows, query / dO tiles of FA_BR rows
- *   staged) and one over key tiles per query (lm_fa_dq, a thread per row
+ *   staged, and with fused dropout the tile's keep bits, drawn by the
+ *   group a Philox block per four consecutive keys) and one over key tiles
+ *   per query (lm_fa_dq, a thread per row
  *   accumulating its dQ row): the probabilities are recomputed from lse,
  *   never stored, and nothing is summed by atomics.
  * Keep bits: the Philox counters of docs/DROPOUT.md (one block of four
@@ -42,6 +44,7 @@
  * 48 KiB a CUDA block may declare statically. */
 #define FA_MAX_DSUM 320
 _Static_assert(LOOM_GPU_LOCAL == 64, "one row (key) per thread of 64-row tiles");
+_Static_assert(2 * FA_BR == LOOM_GPU_LOCAL, "dK / dV: two threads draw each staged row's bits");
 
 /* What every attention kernel shares: reading `base`, the keep bits. */
 static const char helpers[] =
@@ -183,6 +186,7 @@ static const char dkdv_text[] =
     "  @S float qs[@R_ * @D];\n"
     "  @S float dos[@R_ * @V];\n"
     "  @S float ls[@R_], ds[@R_];\n"
+    "  @S uint32_t kbits[2 * @R_]; /* fused dropout: the tile's keep bits, 64 per row */\n"
     "  const int t = @L;\n"
     "  const int64_t nkt = (sk + 63) / 64, off = sk - sq;\n"
     "  const uint64_t j0 = offset + lm_base_of(base, base_bytes);\n"
@@ -212,6 +216,14 @@ static const char dkdv_text[] =
     "        ls[x] = lse[bh * sq + q0 + x];\n"
     "        ds[x] = di[bh * sq + q0 + x];\n"
     "      }\n"
+    "      if (@M == 1) { /* thread t draws row t / 2's bits of 32 keys: consecutive\n"
+    "                      * counters, a Philox block per four */\n"
+    "        const int64_t ii = t >> 1, kk = k0 + (t & 1) * 32;\n"
+    "        uint32_t word = 0;\n"
+    "        for (int b = 0; ii < r && b < 32 && kk + b < sk; b++)\n"
+    "          if (" KEEP("(uint64_t)((bh * sq + q0 + ii) * sk + kk + b)") ") word |= 1u << b;\n"
+    "        kbits[t] = word;\n"
+    "      }\n"
     "      @B;\n"
     "      for (int ii = 0; col && ii < r; ii++) {\n"
     "        const int64_t i = q0 + ii;\n"
@@ -220,7 +232,8 @@ static const char dkdv_text[] =
     "        for (int x = 0; x < @D; x++) a += qs[ii * @D + x] * kr[x];\n"
     "        for (int x = 0; x < @V; x++) dp += dos[ii * @V + x] * vr[x];\n"
     "        const float p = lm_expf(a - ls[ii]), dis = ds[ii];\n"
-    "        const uint8_t keep = " KEEP("(uint64_t)((bh * sq + i) * sk + j)") ";\n"
+    "        const uint8_t keep = @M == 1 ? (uint8_t)((kbits[ii * 2 + (t >> 5)] >> (t & 31)) & 1u)\n"
+    "                                     : " KEEP("(uint64_t)((bh * sq + i) * sk + j)") ";\n"
     DSOFT
     "        for (int x = 0; x < @V; x++) dva[x] += pd * dos[ii * @V + x];\n"
     "        for (int x = 0; x < @D; x++) dka[x] += dsv * qs[ii * @D + x];\n"
