@@ -1,5 +1,5 @@
-/* The cpu backend's convolutions (cpu_conv.c) on the layouts oneDNN
- * picks: channel counts that are not a multiple of the channel block,
+/* The cpu backend's convolutions and pools (cpu_conv.c) on the layouts
+ * oneDNN picks: channel counts that are not a multiple of the channel block,
  * depthwise with and without a multiplier, grouped, dilated, strided,
  * asymmetric padding, 1-D and 3-D, batches, several blocks of output
  * channels, with and without an epilogue after them (stitch). Each graph
@@ -75,6 +75,22 @@ static const conv_case cases[] = {
      "input %x : f32[1, 8, 6, 10, 10]\n"
      "param %w : f32[20, 8, 3, 3, 3]\n"
      "%y : f32[1, 20, 4, 8, 8] = conv(%x, %w)\n"
+     "output y = %y\n"},
+    /* the pools on blocked layouts too (cpu_conv.c) */
+    {"max_pool, 40 channels, dilated, ceil_mode",
+     "input %x : f32[2, 40, 16, 14]\n"
+     "%y : f32[2, 40, 9, 7] = max_pool(%x, kernel=[3, 2], strides=[2, 2], pads_lo=[1, 0], "
+     "pads_hi=[1, 1], dilations=[1, 2], ceil_mode=true)\n"
+     "output y = %y\n"},
+    {"avg_pool, 80 channels",
+     "input %x : f32[1, 80, 12, 12]\n"
+     "%y : f32[1, 80, 6, 6] = avg_pool(%x, kernel=[3, 3], strides=[2, 2], pads_lo=[1, 1], "
+     "pads_hi=[1, 1])\n"
+     "output y = %y\n"},
+    {"avg_pool, 24 channels, count_include_pad",
+     "input %x : f32[1, 24, 11, 11]\n"
+     "%y : f32[1, 24, 6, 6] = avg_pool(%x, kernel=[3, 3], strides=[2, 2], pads_lo=[1, 1], "
+     "pads_hi=[1, 1], count_include_pad=true)\n"
      "output y = %y\n"},
 };
 

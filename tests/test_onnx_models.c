@@ -456,16 +456,20 @@ static int count_op(const pbw *model, loom_op op) {
 }
 
 /* Attention as PyTorch exports a causal one: x [1, 2, 6, 4] as q, k =
- * 0.5 x, v = -x; Softmax(Where(mask, q k^T * 0.5, fill)) v with the mask
- * from Trilu (lower: causal; upper: not) and Equal. The import makes the
- * attention op (causal) only for the causal mask with fill <= -1e9; every
- * variant matches the definition computed here. */
+ * 0.5 x, v = -x; Softmax(masked scores) v, the scores q k^T * 0.5 (or q
+ * and k^T each times sqrt(0.5) first), masked by Where(mask, scores, fill)
+ * with the mask from Trilu (lower: causal; upper: not) and Equal, or by
+ * adding a float mask of 0 and fill. The import makes the attention op
+ * (causal) only for causal masks with fill <= -1e9; every variant matches
+ * the definition computed here. */
 static void test_causal_attention(void) {
   static const struct {
-    int upper;
+    int upper, additive, prescaled;
     float fill;
     int attention;
-  } cases[] = {{0, -1e9f, 1}, {0, -INFINITY, 1}, {0, -1e4f, 0}, {1, -1e9f, 0}};
+  } cases[] = {{0, 0, 0, -1e9f, 1}, {0, 0, 0, -INFINITY, 1}, {0, 0, 0, -1e4f, 0},
+               {1, 0, 0, -1e9f, 0}, {0, 1, 0, -INFINITY, 1}, {0, 1, 0, -1e4f, 0},
+               {1, 1, 0, -INFINITY, 0}, {0, 0, 1, -1e9f, 1}, {0, 1, 1, -3.4e38f, 1}};
   enum { N = 6, DK = 4, HS = 2 };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     gw w = {0};
@@ -473,18 +477,32 @@ static void test_causal_attention(void) {
     pbw_msg(&w.g, 11, &v);
     const char *k = op2(&w, "Mul", "x", scalar_f(&w, 0.5f)), *vv = op1(&w, "Neg", "x");
     pbw perm = onnxw_attr_ints("perm", 4, (int64_t[]){0, 1, 3, 2});
-    const char *kt = node(&w, "Transpose", 1, &k, &perm, 1);
-    const char *sc = op2(&w, "Mul", op2(&w, "MatMul", "x", kt), scalar_f(&w, 0.5f));
-    float ones[N * N];
-    for (int i = 0; i < N * N; i++) ones[i] = 1;
+    const char *kt = node(&w, "Transpose", 1, &k, &perm, 1), *sc;
+    if (cases[c].prescaled) {
+      float r = sqrtf(0.5f);
+      sc = op2(&w, "MatMul", op2(&w, "Mul", "x", scalar_f(&w, r)), op2(&w, "Mul", kt, scalar_f(&w, r)));
+    } else {
+      sc = op2(&w, "Mul", op2(&w, "MatMul", "x", kt), scalar_f(&w, 0.5f));
+    }
+    float mask[N * N];
+    for (int i = 0; i < N * N; i++) {
+      bool kept = cases[c].upper ? i % N >= i / N : i % N <= i / N;
+      mask[i] = cases[c].additive ? (kept ? 0.0f : cases[c].fill) : 1.0f;
+    }
     const char *on = fresh(&w);
-    pbw t = onnxw_tensor(on, 1, 2, (int64_t[]){N, N}, ones, sizeof ones);
+    pbw t = onnxw_tensor(on, 1, 2, (int64_t[]){N, N}, mask, sizeof mask);
     pbw_msg(&w.g, 5, &t);
-    pbw up = onnxw_attr_int("upper", cases[c].upper);
-    const char *keep = op2(&w, "Equal", node(&w, "Trilu", 1, &on, &up, 1), scalar_f(&w, 1.0f));
-    const char *win[3] = {keep, sc, scalar_f(&w, cases[c].fill)};
+    const char *masked;
+    if (cases[c].additive) {
+      masked = op2(&w, "Add", sc, on);
+    } else {
+      pbw up = onnxw_attr_int("upper", cases[c].upper);
+      const char *keep = op2(&w, "Equal", node(&w, "Trilu", 1, &on, &up, 1), scalar_f(&w, 1.0f));
+      const char *win[3] = {keep, sc, scalar_f(&w, cases[c].fill)};
+      masked = node(&w, "Where", 3, win, NULL, 0);
+    }
     pbw ax = onnxw_attr_int("axis", -1);
-    const char *pr = node(&w, "Softmax", 1, (const char *[]){node(&w, "Where", 3, win, NULL, 0)}, &ax, 1);
+    const char *pr = node(&w, "Softmax", 1, &masked, &ax, 1);
     const char *mm[2] = {pr, vv};
     pbw o = onnxw_node("MatMul", "att", 2, mm, 1, (const char *[]){"y"});
     pbw_msg(&w.g, 1, &o);
@@ -502,7 +520,7 @@ static void test_causal_attention(void) {
           double d = 0;
           for (int e = 0; e < DK; e++) d += (double)xh[i * DK + e] * 0.5 * xh[j * DK + e];
           bool kept = cases[c].upper ? j >= i : j <= i;
-          s[j] = kept ? d * 0.5 : cases[c].fill;
+          s[j] = kept ? d * 0.5 : cases[c].additive ? d * 0.5 + cases[c].fill : cases[c].fill;
           mx = fmax(mx, s[j]);
         }
         for (int j = 0; j < N; j++) sum += s[j] = exp(s[j] - mx);
@@ -512,9 +530,10 @@ static void test_causal_attention(void) {
           want[(h * N + i) * DK + e] = (float)acc;
         }
       }
-    char what[64];
-    snprintf(what, sizeof what, "attention, %s mask, fill %g", cases[c].upper ? "upper" : "causal",
-             (double)cases[c].fill);
+    char what[96];
+    snprintf(what, sizeof what, "attention, %s %s mask, fill %g%s", cases[c].upper ? "upper" : "causal",
+             cases[c].additive ? "additive" : "Where", (double)cases[c].fill,
+             cases[c].prescaled ? ", q and k scaled" : "");
     run_and_compare(what, &m, "x", 4, (int64_t[]){1, HS, N, DK}, x, want, HS * N * DK, 0);
     free(m.p);
   }

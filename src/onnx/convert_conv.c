@@ -17,7 +17,7 @@
 
 #define G (cv->g)
 #define MAX_SPATIAL 5
-#define MAX_INDEX_TABLE ((int64_t)1 << 24) /* MaxPool Indices: entries of its position table */
+#define MAX_INDEX_TABLE ((int64_t)1 << 22) /* MaxPool Indices: entries of its position table */
 
 typedef struct window {
   int32_t k; /* spatial dims */

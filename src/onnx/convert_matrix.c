@@ -24,76 +24,10 @@ static bool const_value(const loom_graph *g, int32_t v, double *out) {
   return true;
 }
 
-/* Whether mask (bool, known at load time, broadcast against scores
- * [..., sq, sk]) keeps exactly the positions j <= i + sk - sq of every
- * row: the causal attention's (attention op, docs/OPS.md). */
-static bool causal_mask(const loom_tensor *mask, const loom_type *scores) {
-  int32_t r = loom_tensor_rank(mask), rs = scores->rank;
-  if (loom_tensor_dtype(mask) != LOOM_DTYPE_BOOL || r < 2 || r > rs) return false;
-  int64_t sq = scores->shape[rs - 2], sk = scores->shape[rs - 1];
-  if (loom_tensor_dim(mask, r - 2) != sq || loom_tensor_dim(mask, r - 1) != sk) return false;
-  const void *d = loom_tensor_data(mask);
-  for (int64_t e = 0, n = loom_tensor_numel(mask); e < n; e++) {
-    int64_t j = e % sk, i = e / sk % sq;
-    if ((loom_load(LOOM_DTYPE_BOOL, d, e) != 0) != (j <= i + sk - sq)) return false;
-  }
-  return true;
-}
-
-/* matmul(softmax(where(mask, s, fill), -1), v), s = matmul(q, k^T) times
- * or divided by a constant, mask causal and known at load time (PyTorch
- * exports Trilu / Equal / Where, folded at load time), fill at most -1e9:
- * the attention op with causal set (the session runs it as flash
- * attention, skipping the masked half). The masked probabilities are
- * exactly 0 there, as they are here unless a row's kept scores all lie
- * within 88 of fill (exp underflows to 0 below that). -1 when p is not
- * such a softmax. */
-static int32_t causal_attention(onnx_cv *cv, int32_t p, int32_t v) {
-  const loom_graph *g = G;
-  const loom_type *tp = &g->values[p].type;
-  const loom_node *sm = producer(g, p), *sel = sm ? producer(g, sm->in[0]) : NULL;
-  if (!sm || sm->op != LOOM_OP_SOFTMAX || LOOM_ATTR_I(sm, softmax, axis) != tp->rank - 1 || !sel ||
-      sel->op != LOOM_OP_SELECT)
-    return -1;
-  double fill, c = 1.0, scale = 1.0;
-  const loom_tensor *mask = cv_value_const(cv, sel->in[0]);
-  if (!const_value(g, sel->in[2], &fill) || !(fill <= -1e9) || !mask || !causal_mask(mask, tp))
-    return -1;
-  int32_t s = sel->in[1];
-  const loom_node *n = producer(g, s);
-  if (n && (n->op == LOOM_OP_MUL || n->op == LOOM_OP_DIV) && const_value(g, n->in[1], &c)) {
-    scale = n->op == LOOM_OP_MUL ? c : 1.0 / c;
-    s = n->in[0];
-    n = producer(g, s);
-  }
-  if (!(scale != 0.0 && isfinite(scale)) || !n || n->op != LOOM_OP_MATMUL ||
-      LOOM_ATTR_I(n, matmul, trans_a) || !LOOM_ATTR_I(n, matmul, trans_b))
-    return -1;
-  /* q [..., sq, d], k [..., sk, d], v [..., sk, dv]: the same leading
-   * dims, which the scores have too (no broadcasting anywhere) */
-  int32_t q = n->in[0], k = n->in[1];
-  const loom_type *tq = &g->values[q].type, *tk = &g->values[k].type, *tv = &g->values[v].type;
-  const loom_type *ts = &g->values[s].type;
-  int32_t r = tq->rank;
-  bool ok = r >= 2 && tk->rank == r && tv->rank == r && tp->rank == r && ts->rank == r &&
-            tq->dtype == tv->dtype && tk->dtype == tv->dtype;
-  for (int32_t d = 0; ok && d < r; d++)
-    ok = ts->shape[d] == tp->shape[d] &&
-         (d >= r - 2 || (tk->shape[d] == tq->shape[d] && tv->shape[d] == tq->shape[d]));
-  if (!ok || tv->shape[r - 2] != tk->shape[r - 2]) return -1;
-  loom_attr_value a[LOOM_MAX_ATTRS];
-  attrs_of(LOOM_OP_ATTENTION, a);
-  LOOM_ATTRV_I(a, attention, causal) = 1;
-  LOOM_ATTRV_F(a, attention, scale) = scale;
-  return lb_op(G, LOOM_OP_ATTENTION, 3, (int32_t[]){q, k, v}, a);
-}
-
-
 /* If v is transpose(x) swapping only the last two dims, sets v = x. */
-static bool swapped_last2(loom_graph *g, int32_t *v) {
-  if (*v < 0 || g->values[*v].kind != LOOM_VALUE_NODE) return false;
-  const loom_node *n = &g->nodes[g->values[*v].node];
-  if (n->op != LOOM_OP_TRANSPOSE) return false;
+static bool swapped_last2(const loom_graph *g, int32_t *v) {
+  const loom_node *n = producer(g, *v);
+  if (!n || n->op != LOOM_OP_TRANSPOSE) return false;
   const loom_ints *perm = &LOOM_ATTR_INTS(n, transpose, perm);
   int32_t r = perm->n;
   if (r < 2 || perm->v[r - 2] != r - 1 || perm->v[r - 1] != r - 2) return false;
@@ -101,6 +35,106 @@ static bool swapped_last2(loom_graph *g, int32_t *v) {
     if (perm->v[d] != d) return false;
   *v = n->in[0];
   return true;
+}
+
+static bool same_shape(const loom_type *a, const loom_type *b) {
+  bool same = a->rank == b->rank;
+  for (int32_t d = 0; same && d < a->rank; d++) same = a->shape[d] == b->shape[d];
+  return same;
+}
+
+/* If v = x * c, c * x or x / c with c a constant and x of v's shape:
+ * sets v = x and multiplies *scale by c (or 1/c). */
+static void strip_scale(const loom_graph *g, int32_t *v, double *scale) {
+  const loom_node *n = producer(g, *v);
+  double c;
+  int32_t x;
+  if (!n || (n->op != LOOM_OP_MUL && n->op != LOOM_OP_DIV)) return;
+  if (const_value(g, n->in[1], &c))
+    x = n->in[0];
+  else if (n->op == LOOM_OP_MUL && const_value(g, n->in[0], &c))
+    x = n->in[1];
+  else
+    return;
+  if (!same_shape(&g->values[x].type, &g->values[*v].type)) return;
+  *scale *= n->op == LOOM_OP_MUL ? c : 1.0 / c;
+  *v = x;
+}
+
+/* Whether mask (known at load time, broadcast against scores [..., sq,
+ * sk]) keeps exactly the positions j <= i + sk - sq of every row, the
+ * causal attention's (attention op, docs/OPS.md): a bool mask where it is
+ * true, an additive one where it is 0 (and at most -1e9 elsewhere). */
+static bool causal_mask(const loom_tensor *mask, const loom_type *scores, bool additive) {
+  int32_t r = loom_tensor_rank(mask), rs = scores->rank;
+  loom_dtype dt = loom_tensor_dtype(mask);
+  if ((additive ? !loom_dtype_is_float(dt) : dt != LOOM_DTYPE_BOOL) || r < 2 || r > rs)
+    return false;
+  int64_t sq = scores->shape[rs - 2], sk = scores->shape[rs - 1];
+  if (loom_tensor_dim(mask, r - 2) != sq || loom_tensor_dim(mask, r - 1) != sk) return false;
+  const void *d = loom_tensor_data(mask);
+  for (int64_t e = 0, n = loom_tensor_numel(mask); e < n; e++) {
+    int64_t j = e % sk, i = e / sk % sq;
+    double m = loom_load(dt, d, e);
+    bool keep = additive ? m == 0.0 : m != 0.0;
+    if (keep != (j <= i + sk - sq) || (additive && !keep && !(m <= -1e9))) return false;
+  }
+  return true;
+}
+
+/* matmul(softmax(masked, -1), v) where masked is where(mask, s, fill)
+ * (fill at most -1e9) or s + mask (0 kept, at most -1e9 masked), the mask
+ * causal and known at load time (PyTorch exports Trilu / Equal / Where,
+ * or a float mask, folded at load time), s = matmul(q, k^T) with
+ * constant factors on s, q or k (divided or multiplied; k^T given or read
+ * transposed): the attention op with causal set and their product as its
+ * scale (the session runs it as flash attention, skipping the masked
+ * half). The masked probabilities are exactly 0 there, as they are here
+ * unless a row's kept scores all lie within 88 of the fill (exp
+ * underflows to 0 below that). -1 when p is not such a softmax. */
+static int32_t causal_attention(onnx_cv *cv, int32_t p, int32_t v) {
+  const loom_graph *g = G;
+  const loom_type *tp = &g->values[p].type;
+  const loom_node *sm = producer(g, p), *m = sm ? producer(g, sm->in[0]) : NULL;
+  if (!sm || sm->op != LOOM_OP_SOFTMAX || LOOM_ATTR_I(sm, softmax, axis) != tp->rank - 1 || !m)
+    return -1;
+  int32_t s = -1;
+  double fill, scale = 1.0;
+  if (m->op == LOOM_OP_SELECT) {
+    const loom_tensor *mask = cv_value_const(cv, m->in[0]);
+    if (const_value(g, m->in[2], &fill) && fill <= -1e9 && mask && causal_mask(mask, tp, false))
+      s = m->in[1];
+  } else if (m->op == LOOM_OP_ADD) {
+    for (int32_t side = 0; side < 2 && s < 0; side++) {
+      const loom_tensor *mask = cv_value_const(cv, m->in[side]);
+      if (mask && causal_mask(mask, tp, true)) s = m->in[1 - side];
+    }
+  }
+  if (s < 0) return -1;
+  strip_scale(g, &s, &scale);
+  const loom_node *n = producer(g, s);
+  if (!n || n->op != LOOM_OP_MATMUL || LOOM_ATTR_I(n, matmul, trans_a)) return -1;
+  int32_t q = n->in[0], k = n->in[1];
+  strip_scale(g, &q, &scale);
+  strip_scale(g, &k, &scale);
+  if (!LOOM_ATTR_I(n, matmul, trans_b) && !swapped_last2(g, &k)) return -1;
+  if (!(scale != 0.0 && isfinite(scale))) return -1;
+  /* q [..., sq, d], k [..., sk, d], v [..., sk, dv]: the same leading
+   * dims, which the scores have too (no broadcasting anywhere) */
+  const loom_type *tq = &g->values[q].type, *tk = &g->values[k].type, *tv = &g->values[v].type;
+  const loom_type *ts = &g->values[s].type;
+  int32_t r = tq->rank;
+  bool ok = r >= 2 && tk->rank == r && tv->rank == r && tp->rank == r && same_shape(ts, tp) &&
+            same_shape(&g->values[sm->in[0]].type, tp) && tq->dtype == tv->dtype &&
+            tk->dtype == tv->dtype && tk->shape[r - 1] == tq->shape[r - 1];
+  for (int32_t d = 0; ok && d < r - 2; d++)
+    ok = tk->shape[d] == tq->shape[d] && tv->shape[d] == tq->shape[d];
+  if (!ok || tv->shape[r - 2] != tk->shape[r - 2]) return -1;
+  loom_attr_value a[LOOM_MAX_ATTRS];
+  attrs_of(LOOM_OP_ATTENTION, a);
+  LOOM_ATTRV_I(a, attention, causal) = 1;
+  LOOM_ATTRV_F(a, attention, scale) = scale;
+  return lb_op(G, LOOM_OP_ATTENTION, 3, (int32_t[]){q, k, v}, a);
 }
 
 loom_status onnx_cv_matmul(onnx_cv *cv) {

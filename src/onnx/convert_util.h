@@ -27,6 +27,10 @@ static inline void set_ints(loom_ints *dst, int32_t n, const int64_t *v) {
   for (int32_t k = 0; k < n && k < LOOM_MAX_RANK; k++) dst->v[k] = v[k];
 }
 
+static inline int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
 static inline bool is_float(const loom_type *t) { return loom_dtype_is_float(t->dtype); }
 
 static inline loom_status need_float(onnx_cv *cv, int32_t i) {

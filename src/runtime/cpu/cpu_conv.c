@@ -8,7 +8,10 @@
  * block of channels or groups) and each task is one single-threaded
  * primitive run inside our own OpenMP loop, so results do not depend on
  * the thread count. conv_grad_weight sums its per-image products in image
- * order. Primitives are cached by their geometry. Pool gradients, and
+ * order. Primitives are cached by their geometry. Forward convs run on
+ * oneDNN's direct kernels in channel-blocked layouts (layouts_tried):
+ * Loom's tensors stay plain, so each task reorders its images and
+ * weights to and from the primitive's layouts. Pool gradients, and
  * pools oneDNN does not express (count_include_pad over ceil_mode's extra
  * positions), run plain loops over (image, channel) planes.
  */
@@ -41,15 +44,15 @@ typedef enum prim_kind {
 /* One primitive's geometry (N = 1; zero-filled so it compares bytewise). */
 typedef struct prim_key {
   int64_t kind, k, groups, big_c, small_c;
-  int64_t any; /* P_FWD: the primitive picks its layouts (format_any) */
+  int64_t any; /* P_FWD: the first of layouts_tried with a fast kernel, else plain */
   int64_t big[MAX_DIMS], small[MAX_DIMS], kernel[MAX_DIMS], stride[MAX_DIMS], dil[MAX_DIMS];
   int64_t lo[MAX_DIMS], hi[MAX_DIMS]; /* hi: oneDNN's padding_r */
 } prim_key;
 
 /* A primitive and the layouts it takes: md[0] the big side, md[1] the
  * small side, md[2] the weights. With key.any (forward only) they are
- * the primitive's picks, and the reorders move each that is not plain
- * between Loom's plain layout and it (NULL: plain). */
+ * the layouts it was made for, and the reorders move each that is not
+ * plain between Loom's plain layout and it (NULL: plain). */
 typedef struct prim_entry {
   prim_key key;
   dnnl_primitive_t prim; /* NULL: oneDNN has no implementation */
