@@ -77,6 +77,11 @@ typedef enum loom_comm_reduce {
  * communicator's waits poll this way; the cluster measurement of this
  * machine (wait.share) polls the same. */
 void loom_comm_poll_pause(int32_t spins);
+/* How long a wait for a request of `bytes` spins (tests without pausing)
+ * before it starts pausing: about the time the bytes take to cross, so a
+ * large message's fragments do not each wait out a sleep. A spinning rank
+ * holds its core; the simulator charges ranks time-sharing cores for it. */
+double loom_comm_spin_seconds(size_t bytes);
 
 /* An operation in flight; its buffer must stay valid and untouched until
  * it is waited for. Owned by the implementation, freed by the wait. */

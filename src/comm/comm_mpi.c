@@ -93,7 +93,7 @@ static loom_status mpi_wait(void *cctx, loom_ctx *ctx, loom_comm_request *req, d
    * tests (loom_comm_poll_pause). A large message crosses in fragments,
    * each needing a test on both ends: a sleep per fragment made a 3 MB
    * all-reduce take hundreds of sleeps. */
-  double spin_until = loom_now_s() + 1e-4 + (double)r.bytes / 1e9;
+  double spin_until = loom_now_s() + loom_comm_spin_seconds(r.bytes);
   for (int32_t spins = 0;; spins++) {
     int done = 0;
     int rc = MPI_Test(&r.req, &done, &st);

@@ -4,6 +4,7 @@
  */
 #include "parallel/simulate.h"
 
+#include "comm/comm.h"
 #include "fusion/fusion.h"
 #include "ir/dtype.h"
 #include "ops/op.h"
@@ -393,6 +394,7 @@ typedef struct timeline {
   int32_t *fifo, *head, *tail; /* issued comm positions: fifo[order_start[d] + i] */
   bool *comm_run;
   double *comm_left, *comm_started;
+  double *wait_since; /* when the comm lane's head op began waiting for its peers */
   double *ready; /* per value: when it exists (INFINITY: not yet) */
 } timeline;
 
@@ -437,6 +439,7 @@ static bool timeline_settle(const sim *s, timeline *t, double now, loom_sim_resu
       int32_t node = pp->order_nodes[t->pos[d]];
       const loom_node *n = &G->nodes[node];
       if (lower_comm_index(pp, node) >= 0) { /* issue it; blocking comm waits */
+        if (t->head[d] == t->tail[d] && !t->comm_run[d]) t->wait_since[d] = now;
         t->fifo[pp->order_start[d] + t->tail[d]++] = t->pos[d];
         if (s->o->overlap) t->pos[d]++;
         else t->compute[d] = LANE_BLOCKED;
@@ -489,8 +492,16 @@ static void timeline_end_comm(const sim *s, timeline *t, int32_t d, double now,
     out->events[at] = (loom_sim_event){node, t->comm_started[e], now, true};
     out->devices[e].comm_s += now - t->comm_started[e];
     t->comm_run[e] = false, (*done)++;
+    t->wait_since[e] = now; /* the next op, if any, waits from now */
     if (t->compute[e] == LANE_BLOCKED && t->pos[e] == at) t->compute[e] = LANE_FREE, t->pos[e]++;
   }
+}
+
+/* How long device d's comm lane spins for the op at its head. */
+static double waiting_spin_s(const loom_plan_program *pp, const timeline *t, int32_t d) {
+  int32_t node = pp->order_nodes[t->fifo[pp->order_start[d] + t->head[d]]];
+  int64_t bytes = pp->comms[lower_comm_index(pp, node)].bytes;
+  return loom_comm_spin_seconds((size_t)(bytes > 0 ? bytes : 0));
 }
 
 static loom_status timeline_run(const sim *s, timeline *t, int32_t total, loom_sim_result *out) {
@@ -504,9 +515,15 @@ static loom_status timeline_run(const sim *s, timeline *t, int32_t total, loom_s
     double demand = 0, dt = INFINITY;
     for (int32_t d = 0; d < nd; d++) {
       demand += (t->compute[d] == LANE_RUN) + (t->comm_run[d] ? 1.0 : 0.0);
-      if (!t->comm_run[d] && t->head[d] < t->tail[d]) demand += wait_share;
+      if (t->comm_run[d] || t->head[d] == t->tail[d]) continue;
+      /* a lane waiting for its peers spins on its core first (comm_mpi.c),
+       * then polls at wait_share of one */
+      double spin_end = t->wait_since[d] + waiting_spin_s(pp, t, d);
+      if (now < spin_end) demand += 1, dt = fmin(dt, spin_end - now);
+      else demand += wait_share;
     }
     double rate = demand > cores ? cores / demand : 1;
+    if (cores == INFINITY) dt = INFINITY; /* dedicated cores: spinning takes nothing */
     for (int32_t d = 0; d < nd; d++) {
       if (t->compute[d] == LANE_RUN) dt = fmin(dt, t->compute_left[d] / rate);
       if (t->comm_run[d]) dt = fmin(dt, t->comm_left[d] / rate);
@@ -564,6 +581,7 @@ static void timeline_free(timeline *t) {
   free(t->compute), free(t->compute_left), free(t->started), free(t->pos);
   free(t->fifo), free(t->head), free(t->tail);
   free(t->comm_run), free(t->comm_left), free(t->comm_started), free(t->ready);
+  free(t->wait_since);
 }
 
 loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_options *o,
@@ -607,13 +625,13 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
       loom_calloc(ctx, n_pos, sizeof(int32_t)),    loom_calloc(ctx, n_dev, sizeof(int32_t)),
       loom_calloc(ctx, n_dev, sizeof(int32_t)),    loom_calloc(ctx, n_dev, sizeof(bool)),
       loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_dev, sizeof(double)),
-      loom_calloc(ctx, n_val, sizeof(double))};
+      loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_val, sizeof(double))};
   out->devices = loom_calloc(ctx, n_dev, sizeof *out->devices);
   out->event_start = loom_malloc(ctx, sizeof *out->event_start * (size_t)(nd + 1));
   out->events = loom_calloc(ctx, n_pos, sizeof *out->events);
   loom_status st = LOOM_STATUS_OK;
   if (!t.compute || !t.compute_left || !t.started || !t.pos || !t.fifo || !t.head || !t.tail ||
-      !t.comm_run || !t.comm_left || !t.comm_started || !t.ready || !out->devices ||
+      !t.comm_run || !t.comm_left || !t.comm_started || !t.wait_since || !t.ready || !out->devices ||
       !out->event_start || !out->events)
     st = LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {
