@@ -114,7 +114,9 @@ static loom_status emit_range(loom_ctx *ctx, cg_buf *b, cg_site si, const uint8_
   line(b, "for (; i0 + %d <= %s; i0 += %d) {", B, hi, B);
   b->indent++;
   emit_pf(b, &si);
-  if (lanes) line(b, "#pragma GCC unroll 0"); /* unrolled first, the lanes would not vectorise */
+  /* unrolled first, the lanes would not vectorise; 1, not 0: clang
+   * refuses 0, and both compilers read 1 as "do not unroll" */
+  if (lanes) line(b, "#pragma GCC unroll 1");
   line(b, "for (int l = 0; l < %d; l++) {", B);
   b->indent++;
   line(b, "const int64_t r = i0 + l;");
