@@ -337,16 +337,22 @@ static loom_status search_region(plan_ctx *p, int32_t beam) {
       int32_t ng = png[s] = consumer_groups(p, v, gs);
       /* branches: alone, each consumer group, all of them, and (when all
        * fails) the groups that can be joined, greedily in order */
+      /* A source node (a constant, an iota: no inputs) joins one consumer
+       * group at most: joining several would merge kernels that share
+       * nothing but it (every micro-batch's backward through one
+       * constant, so a pipeline stage waited for all of them); the other
+       * groups recompute it (plan_dup.c). */
+      bool source = p->g->nodes[v].n_in == 0;
       int32_t nm = ng > 64 ? 0 : ng;
       uint64_t all = nm == 64 ? ~0ull : (1ull << nm) - 1, greedy = 0;
       bool all_ok = false;
       for (int32_t o = 0; o < 3 + nm; o++) {
         uint64_t mask = o == 0 ? 0 : o <= nm ? 1ull << (o - 1) : o == nm + 1 ? all : greedy;
         if (o > 0 && o <= nm && ng == 0) continue;
-        if (o == nm + 1 && nm < 2) continue;
+        if (o == nm + 1 && (nm < 2 || source)) continue;
         if (o == nm + 2) {
           /* greedy: only when it differs from every branch above */
-          if (nm < 3 || all_ok) continue;
+          if (nm < 3 || all_ok || source) continue;
           for (int32_t i = 0; i < nm; i++) {
             int32_t ns = select_groups(gs, ng, greedy | 1ull << i, sel);
             double c;
