@@ -671,7 +671,7 @@ static void test_machine(void) {
   one.triad_gbps = 1e4;
   loom_machine_keep_best(&one, 0);
   double kept = 0;
-  CHECK(one.cores == 1 || !loom_profile_get("triad_gbps", &kept));
+  CHECK(one.cores == 1 || !loom_profile_get("triad_gbps", &kept) || kept < 1e4);
   CHECK_OK(ctx, loom_ctx_set_threads(ctx, 0));
   /* the profile keeps the best rates and launch cost seen, to two digits,
    * and plans read them (the profile is this test's own: common.c) */
