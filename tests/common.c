@@ -1,5 +1,8 @@
 #include "common.h"
 
+#include "perf/machine.h"
+#include "perf/profile.h"
+
 #include <math.h>
 
 #include <dirent.h>
@@ -69,6 +72,17 @@ __attribute__((constructor)) static void make_test_cache(void) {
   test_cache_owner = getpid();
   setenv("XDG_CACHE_HOME", test_cache, 1);
   atexit(remove_test_cache);
+  /* A fixed machine profile: the plans of a test do not follow the timer
+   * noise of a busy machine (launch cost, rates, the GEMM's row curve) */
+  loom_profile_put("kernel_launch_s", 5e-6);
+  loom_profile_put("triad_gbps", 10.0);
+  loom_profile_put("sgemm_gflops", 100.0);
+  static const double rows_eff[LOOM_GEMM_ROWS_POINTS] = {0.8, 0.9, 0.95, 1.0, 1.0};
+  for (int32_t i = 0; i < LOOM_GEMM_ROWS_POINTS; i++) {
+    char key[32];
+    snprintf(key, sizeof key, "gemm_rows_eff_%d", LOOM_GEMM_ROWS_MIN << i);
+    loom_profile_put(key, rows_eff[i]);
+  }
 }
 
 loom_tensor **loom_test_run(loom_ctx *ctx, const loom_graph *g, const loom_session_options *o,

@@ -554,6 +554,30 @@ static void case_concat_pad(loom_ctx *ctx) {
   check_graph(ctx, g, &tc2);
   loom_graph_free(g);
 
+  /* one-element dims padded and concatenated wider (q, k and v sliced from
+   * one projection, their gradients padded back and summed), transposed */
+  loom_graph_new(ctx, &g);
+  int64_t qs[3] = {1, 4, 6};
+  int32_t q = input(g, "q", LOOM_DTYPE_F32, 3, qs), kq = input(g, "k", LOOM_DTYPE_F32, 3, qs);
+  int32_t v = input(g, "v", LOOM_DTYPE_F32, 3, qs);
+  int32_t sum3 = lb_add(
+      g,
+      lb_add(g, lb_pad(g, lb_unary(g, LOOM_OP_TANH, q), (int64_t[]){0, 0, 0}, (int64_t[]){2, 0, 0}, 0),
+             lb_pad(g, kq, (int64_t[]){1, 0, 0}, (int64_t[]){1, 0, 0}, 0)),
+      lb_pad(g, v, (int64_t[]){2, 0, 0}, (int64_t[]){0, 0, 0}, 0.5)); /* [3, 4, 6] */
+  loom_graph_output(g, "qkv", lb_transpose(g, sum3, (int64_t[]){1, 0, 2}));
+  tcase tc3 = {"one-element dims padded wider", -1, 1, 0, 0, -1, 1, 0};
+  check_graph(ctx, g, &tc3);
+  loom_graph_free(g);
+  loom_graph_new(ctx, &g);
+  q = input(g, "q", LOOM_DTYPE_F32, 3, qs);
+  v = input(g, "v", LOOM_DTYPE_F32, 3, qs);
+  int32_t cat = lb_concat(g, 2, (int32_t[]){lb_neg(g, q), lb_unary(g, LOOM_OP_EXP, v)}, 0);
+  loom_graph_output(g, "cat", lb_transpose(g, lb_add(g, cat, cat), (int64_t[]){2, 1, 0}));
+  tcase tc4 = {"one-element dims concatenated", -1, 1, 0, 0, -1, 1, 0};
+  check_graph(ctx, g, &tc4);
+  loom_graph_free(g);
+
   /* one computed value at two places of a concat (rotate_half of a
    * computed value), and a stored slice of a computed value: not one
    * kernel (a loop would hold two offsets; the slice's other elements are

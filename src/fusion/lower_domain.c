@@ -206,9 +206,14 @@ static void unify_aligned(lw *w, int32_t la, int32_t lb) {
 /* Dim d of local values li (input) and lo (output) in one class, the
  * input's element i at the output's i + shift; false if a side has one
  * element (no loop) while the other does not. */
-static bool unify_shifted(lw *w, int32_t li, int32_t lo, int32_t d, int64_t shift) {
+static bool unify_shifted(lw *w, int32_t li, int32_t lo, int32_t d, int64_t shift, bool widen) {
   int64_t ni = vt(w, li)->shape[d], no = vt(w, lo)->shape[d];
   if (ni == 1 && no == 1) return true;
+  /* A one-element dim padded or concatenated wider (the gradient of a
+   * slice that split q, k and v): the input has no loop there and reads
+   * its one element at every index; the pad's guard or the concat's
+   * choice of piece (lower_emit.c) keeps only the index where it lies. */
+  if (ni == 1 && widen) return true;
   if (ni <= 1 || no <= 1) return false;
   wf_union(w, li * MAXR + d, lo * MAXR + d, shift);
   return true;
@@ -225,7 +230,7 @@ static loom_status shifted_layout(lw *w, int32_t m, const loom_node *nd, int32_t
     for (int32_t i = 0; i < nd->n_in; i++) {
       int32_t li = w->loc[nd->in[i]];
       for (int32_t d = 0; d < to->rank; d++)
-        ok = ok && unify_shifted(w, li, lo, d, d == axis ? at : 0);
+        ok = ok && unify_shifted(w, li, lo, d, d == axis ? at : 0, true);
       at += vt(w, li)->shape[axis];
     }
   } else {
@@ -240,7 +245,7 @@ static loom_status shifted_layout(lw *w, int32_t m, const loom_node *nd, int32_t
         if (shift < 0) shift += ti->shape[d];
         shift = -shift;
       }
-      ok = ok && unify_shifted(w, li, lo, d, shift);
+      ok = ok && unify_shifted(w, li, lo, d, shift, nd->op == LOOM_OP_PAD);
     }
   }
   if (!ok)

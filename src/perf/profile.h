@@ -8,7 +8,9 @@
  *
  * (cores: the online cores), one `key value` line per fact (a number), e.g.
  *
- *   kernel_launch_s 5e-06
+ *   kernel_launch_s 5e-07
+ *   triad_gbps 30
+ *   sgemm_gflops 200
  *   comm_mpi_latency_s 4.1e-06
  *   comm_mpi_bytes_per_s 6.3e+09
  *
