@@ -135,11 +135,11 @@ static void test_ops(loom_dtype dt) {
         double got = loom_load(e->dtype, in.p[ko->target], r);
         double want = loom_load(e->dtype, &(float){(float)v}, 0);
         if (e->dtype == LOOM_DTYPE_BOOL) want = v != 0.0;
-        /* f32 exp, tanh, sigmoid: the kernel IR's own functions, within 1,
-         * 1 and 2 ulp of the op table's (kernel/kmath.h) */
-        int64_t ulps = e->op == LOOM_OP_EXP || e->op == LOOM_OP_TANH ? 1
-                       : e->op == LOOM_OP_SIGMOID                    ? 2
-                                                                     : 0;
+        /* f32 exp, tanh, log, sigmoid, erf: the kernel IR's own functions,
+         * within 1, 1, 1, 2 and 2 ulp of the op table's (kernel/kmath.h) */
+        int64_t ulps = e->op == LOOM_OP_EXP || e->op == LOOM_OP_TANH || e->op == LOOM_OP_LOG ? 1
+                       : e->op == LOOM_OP_SIGMOID || e->op == LOOM_OP_ERF                    ? 2
+                                                                                             : 0;
         if (ulps && got == got && want == want && ulp_dist((float)got, (float)want) <= ulps)
           continue;
         if (!(got == want || (got != got && want != want))) {
@@ -184,9 +184,9 @@ static void test_casts(loom_dtype from) {
 
 /* The prelude's double exp and erf (the fast erf path) stay within 2^-44
  * of libm (the generated code relies on 2^-40); the prelude's f32 exp,
- * tanh, sigmoid and log (kernel/kmath.h's text), vectorised in generated
- * code, equal kmath.h's functions compiled here bit for bit and stay within
- * 1, 1, 2 and 1 ulp of libm's double results rounded to f32; and an f32 kernel
+ * tanh, sigmoid, log and erf (kernel/kmath.h's text), vectorised in
+ * generated code, equal kmath.h's functions compiled here bit for bit and
+ * stay within 1, 1, 2, 1 and 2 ulp of libm's double results rounded to f32; and an f32 kernel
  * over a wide range of inputs, where some elements take erf's exact
  * fallback, equals the interpreter bit for bit. */
 static double ref_sigmoid(double x) { return loom_op_get(LOOM_OP_SIGMOID)->scalar1(x); }
@@ -203,6 +203,7 @@ static void test_fast_math(void) {
       "  if (f == 1) for (int64_t i = 0; i < n; i++) y[i] = lm_tanhf(x[i]);\n"
       "  if (f == 2) for (int64_t i = 0; i < n; i++) y[i] = lm_sigmoidf(x[i]);\n"
       "  if (f == 3) for (int64_t i = 0; i < n; i++) y[i] = lm_logf(x[i]);\n"
+      "  if (f == 4) for (int64_t i = 0; i < n; i++) y[i] = lm_erff(x[i]);\n"
       "}\n";
   size_t n = strlen(pre) + sizeof wrappers;
   char *src = malloc(n);
@@ -253,8 +254,8 @@ static void test_fast_math(void) {
     xs[0] = 0.0f, xs[2] = -0.0f, xs[4] = INFINITY, xs[6] = -INFINITY, xs[8] = 88.72283f,
     xs[10] = -103.97f, xs[12] = -87.34f, xs[14] = 0.625f, xs[16] = -0.625f;
   }
-  static const int64_t max_ulp[4] = {1, 1, 2, 1};
-  for (int f = 0; fv && xs && ys && f < 4; f++) {
+  static const int64_t max_ulp[5] = {1, 1, 2, 1, 2};
+  for (int f = 0; fv && xs && ys && f < 5; f++) {
     fv(f, xs, ys, nv);
     int64_t bits_bad = 0, ulp_bad = 0, worst_ulp = 0;
     for (int64_t i = 0; i < nv; i++) {
@@ -262,9 +263,14 @@ static void test_fast_math(void) {
       float mine = f == 0   ? lm_expf(x)
                    : f == 1 ? lm_tanhf(x)
                    : f == 2 ? lm_sigmoidf(x)
-                            : lm_logf(x);
+                   : f == 3 ? lm_logf(x)
+                            : lm_erff(x);
       bits_bad += memcmp(&mine, &ys[i], sizeof mine) != 0;
-      double r = f == 0 ? exp(x) : f == 1 ? tanh(x) : f == 2 ? ref_sigmoid(x) : log(x);
+      double r = f == 0   ? exp(x)
+                 : f == 1 ? tanh(x)
+                 : f == 2 ? ref_sigmoid(x)
+                 : f == 3 ? log(x)
+                          : erf(x);
       float want = (float)r;
       if (x != x || want != want) {
         ulp_bad += ys[i] == ys[i]; /* NaN in, NaN out */

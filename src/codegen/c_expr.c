@@ -22,10 +22,10 @@
  *        is bitwise the double one rounded to f32: +, -, *, / and sqrt are
  *        correctly rounded and double has more than 2*24+2 bits, so the
  *        double rounding is harmless; neg, abs, sign, relu, max and min are
- *        exact. exp, tanh, sigmoid and log of an f32 operand into an f32
- *        result are by definition the kernel IR's own f32 functions
+ *        exact. exp, tanh, sigmoid, log and erf of an f32 operand into an
+ *        f32 result are by definition the kernel IR's own f32 functions
  *        (kernel/kmath.h, pasted into the prelude), which the interpreter
- *        calls too; erf, pow, rsqrt, ... have no flt form;
+ *        calls too; pow, rsqrt, ... have no flt form;
  *   int  integer operands (as int64_t), the exact result of
  *        ops/elementwise.c's integer path (saturated to the dtype after).
  * Comparisons, select and cast are rendered apart (render_op).
@@ -46,7 +46,7 @@ static const cg_render render_table[LOOM_OP_COUNT] = {
     [LOOM_OP_TANH] = {"tanh($a)", "lm_tanhf($a)", NULL},
     [LOOM_OP_SIGMOID] = {"lm_sigmoid($a)", "lm_sigmoidf($a)", NULL},
     [LOOM_OP_RELU] = {"($a < 0 ? 0.0 : $a)", "($a < 0 ? 0.0f : $a)", "($a < 0 ? 0 : $a)"},
-    [LOOM_OP_ERF] = {"erf($a)", NULL, NULL},
+    [LOOM_OP_ERF] = {"erf($a)", "lm_erff($a)", NULL},
     [LOOM_OP_SIN] = {"sin($a)", NULL, NULL},
     [LOOM_OP_COS] = {"cos($a)", NULL, NULL},
     [LOOM_OP_ADD] = {"$a + $b", "$a + $b", "lm_add_i($a, $b)"},

@@ -268,20 +268,22 @@ static void put_erf(cg_buf *b) {
 
 void loom_cg_put_prelude(cg_buf *b) {
   put(b, "%s", prelude);
-  put(b, "/* The kernel IR's f32 exp, tanh, sigmoid and log: the text of kernel/kmath.h,\n"
+  put(b, "/* The kernel IR's f32 exp, tanh, sigmoid, log and erf: the text of kernel/kmath.h,\n"
          " * which the interpreter compiles (one line per function). */\n");
   put(b, "%s\n", LOOM_KMATH_STR(LOOM_KMATH_EXPF));
   put(b, "%s\n", LOOM_KMATH_STR(LOOM_KMATH_TANHF));
   put(b, "%s\n", LOOM_KMATH_STR(LOOM_KMATH_SIGMOIDF));
   put(b, "%s\n", LOOM_KMATH_STR(LOOM_KMATH_LOGF));
+  put(b, "%s\n", LOOM_KMATH_STR(LOOM_KMATH_ERFF));
   put_erf(b);
 }
 
 /* Index into loom_cg_fast_table + 1 if expr e has a fast path, else 0. */
 int8_t loom_cg_fast_kind(const loom_kernel *k, int32_t e) {
   const loom_kexpr *x = &k->exprs[e];
+  /* an f32 operand takes the kernel IR's own f32 function (kmath.h) */
   if (x->kind != LOOM_KX_OP || x->dtype != LOOM_DTYPE_F32 || x->n_a != 1 ||
-      !loom_cg_is_float(k->exprs[x->a[0]].dtype))
+      !loom_cg_is_float(k->exprs[x->a[0]].dtype) || k->exprs[x->a[0]].dtype == LOOM_DTYPE_F32)
     return 0;
   for (int8_t i = 0; i < LOOM_ARRAY_LEN(loom_cg_fast_table); i++)
     if (loom_cg_fast_table[i].op == x->op) return (int8_t)(i + 1);

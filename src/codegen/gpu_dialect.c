@@ -171,7 +171,7 @@ static void put_requalified(cg_buf *b, const char *text, const char *fn) {
 void loom_gpu_put_prelude(cg_buf *b, const gpu_dialect *d) {
   put(b, "%s", d->header);
   put(b, "%s", helpers);
-  put(b, "/* The kernel IR's f32 exp, tanh, sigmoid and log (kernel/kmath.h's text). */\n");
+  put(b, "/* The kernel IR's f32 exp, tanh, sigmoid, log and erf (kernel/kmath.h's text). */\n");
   put_requalified(b, LOOM_KMATH_STR(LOOM_KMATH_EXPF), d->fn);
   put(b, "\n");
   put_requalified(b, LOOM_KMATH_STR(LOOM_KMATH_TANHF), d->fn);
@@ -179,5 +179,7 @@ void loom_gpu_put_prelude(cg_buf *b, const gpu_dialect *d) {
   put_requalified(b, LOOM_KMATH_STR(LOOM_KMATH_SIGMOIDF), d->fn);
   put(b, "\n");
   put_requalified(b, LOOM_KMATH_STR(LOOM_KMATH_LOGF), d->fn);
+  put(b, "\n");
+  put_requalified(b, LOOM_KMATH_STR(LOOM_KMATH_ERFF), d->fn);
   put(b, "\n");
 }

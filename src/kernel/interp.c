@@ -107,6 +107,7 @@ static kval eval_one(irun *x, const loom_kexpr *e) {
     case LOOM_OP_TANH: return (kval){.f = lm_tanhf(a)};
     case LOOM_OP_SIGMOID: return (kval){.f = lm_sigmoidf(a)};
     case LOOM_OP_LOG: return (kval){.f = lm_logf(a)};
+    case LOOM_OP_ERF: return (kval){.f = lm_erff(a)};
     default: break;
     }
   }

@@ -90,11 +90,11 @@
  *             int64 result (saturating add/sub/mul/neg/abs, div truncating
  *             with x/0 = 0, comparisons 0/1), saturated to dtype, as the
  *             reference does (ops/elementwise.c);
- *           - EXP, TANH, SIGMOID or LOG of an f32 operand with an f32
+ *           - EXP, TANH, SIGMOID, LOG or ERF of an f32 operand with an f32
  *             result: the kernel IR's own f32 functions lm_expf, lm_tanhf,
- *             lm_sigmoidf, lm_logf (kernel/kmath.h: float arithmetic and
- *             fmaf only, within 1, 1, 2 and 1 ulp of the correctly rounded
- *             value), which
+ *             lm_sigmoidf, lm_logf, lm_erff (kernel/kmath.h: float
+ *             arithmetic and fmaf only, within 1, 1, 2, 1 and 2 ulp of the
+ *             correctly rounded value), which
  *             generated code must reproduce bit for bit (the C generator
  *             pastes kmath.h's text into its prelude). So such an
  *             expression may differ from the reference executor (libm in
@@ -104,7 +104,7 @@
  *             dtype (comparisons give bool).
  *           A generator may use float arithmetic where that is bitwise
  *           identical (+, -, *, /, sqrt of f32 operands rounded to f32 are;
- *           erf and pow are not: call the double functions).
+ *           pow is not: call the double function).
  *   REG     the register's value; dtype == the dtype of its writer's expr.
  *   SCRATCH the scratch row's element at the current flat r (f32).
  *   KEEP    dropout's keep bit (bool): counter position
