@@ -14,10 +14,11 @@
  *   loop over the whole row. With row reductions it runs in blocks of W
  *   elements with W explicit lane accumulators (lane l takes flat r = l mod
  *   W), which gcc vectorises; a tail loop finishes the row;
- * - f32 exp, tanh and sigmoid are Loom's own (kernel/kmath.h, shared
- *   with the interpreter); erf goes through a vectorisable double version
- *   checked against libm; dropout masks along a row share one Philox block
- *   per four elements. The last two run chunk by chunk before the stage's
+ * - f32 exp, tanh, sigmoid, log and erf are Loom's own (kernel/kmath.h,
+ *   shared with the interpreter); erf of a double operand into an f32
+ *   result goes through a vectorisable double version checked against
+ *   libm; dropout masks along a row share one Philox block per four
+ *   elements. The last two run chunk by chunk before the stage's
  *   loop, into stack buffers (emit_chunked); rows are prefetched in the
  *   loop and large outputs are written with streaming stores (c_stage.c).
  *
