@@ -6,17 +6,14 @@
 #include "ir/dtype.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/binary_cache.h"
+#include "runtime/device_once.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static loom_cu the_device;
-static loom_cu *device_ptr;
-static loom_status device_status;
-static char device_error[512];
-static pthread_mutex_t device_lock = PTHREAD_MUTEX_INITIALIZER;
+static loom_device_once device_once = LOOM_DEVICE_ONCE_INIT;
 
 loom_status loom_cu_check(loom_ctx *ctx, const loom_cu *cu, loom_cu_result r, const char *what) {
   if (r == LOOM_CU_SUCCESS) return LOOM_STATUS_OK;
@@ -93,25 +90,16 @@ static loom_status open_device(loom_ctx *ctx, loom_cu *cu) {
   return LOOM_STATUS_OK;
 }
 
+static loom_status open_the_device(loom_ctx *ctx, void *storage) {
+  return open_device(ctx, storage);
+}
+
 loom_status loom_cu_get(loom_ctx *ctx, loom_cu **out) {
-  pthread_mutex_lock(&device_lock);
-  if (!device_ptr && !device_status) {
-    loom_ctx *tmp = NULL;
-    if (loom_ctx_new(&tmp)) {
-      pthread_mutex_unlock(&device_lock);
-      return LOOM_STATUS_OUT_OF_MEMORY;
-    }
-    device_status = open_device(tmp, &the_device);
-    if (device_status)
-      snprintf(device_error, sizeof device_error, "%s", loom_ctx_error(tmp));
-    else
-      device_ptr = &the_device;
-    loom_ctx_free(tmp);
-  }
-  pthread_mutex_unlock(&device_lock);
-  *out = device_ptr;
-  if (!device_ptr) return loom_error(ctx, device_status, "%s", device_error);
-  return loom_cu_bind(ctx, device_ptr);
+  void *dev = NULL;
+  loom_status st = loom_device_once_get(ctx, &device_once, open_the_device, &the_device, &dev);
+  *out = dev;
+  if (st) return st;
+  return loom_cu_bind(ctx, *out);
 }
 
 loom_status loom_cu_bind(loom_ctx *ctx, loom_cu *cu) {

@@ -60,6 +60,7 @@ loom_status loom_ocl_clblast_sgemm(loom_ctx *ctx, loom_ocl *cl, const loom_ocl_g
 }
 #else
 #include "runtime/binary_cache.h"
+#include "runtime/device_once.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -99,10 +100,7 @@ struct loom_ocl_module {
   } while (0)
 
 static loom_ocl the_device;
-static loom_ocl *device_ptr;
-static loom_status device_status;
-static char device_error[512];
-static pthread_mutex_t device_lock = PTHREAD_MUTEX_INITIALIZER;
+static loom_device_once device_once = LOOM_DEVICE_ONCE_INIT;
 
 /* Devices of every platform in order: up to cap into ids (and their
  * platforms); the count. */
@@ -189,25 +187,15 @@ static loom_status open_device(loom_ctx *ctx, loom_ocl *cl) {
   return LOOM_STATUS_OK;
 }
 
+static loom_status open_the_device(loom_ctx *ctx, void *storage) {
+  return open_device(ctx, storage);
+}
+
 loom_status loom_ocl_get(loom_ctx *ctx, loom_ocl **out) {
-  pthread_mutex_lock(&device_lock);
-  if (!device_ptr && !device_status) {
-    loom_ctx *tmp = NULL;
-    if (loom_ctx_new(&tmp)) {
-      pthread_mutex_unlock(&device_lock);
-      return LOOM_STATUS_OUT_OF_MEMORY;
-    }
-    device_status = open_device(tmp, &the_device);
-    if (device_status)
-      snprintf(device_error, sizeof device_error, "%s", loom_ctx_error(tmp));
-    else
-      device_ptr = &the_device;
-    loom_ctx_free(tmp);
-  }
-  pthread_mutex_unlock(&device_lock);
-  *out = device_ptr;
-  if (!device_ptr) return loom_error(ctx, device_status, "%s", device_error);
-  return LOOM_STATUS_OK;
+  void *dev = NULL;
+  loom_status st = loom_device_once_get(ctx, &device_once, open_the_device, &the_device, &dev);
+  *out = dev;
+  return st;
 }
 
 const char *loom_ocl_device_name(const loom_ocl *cl) { return cl ? cl->name : ""; }
