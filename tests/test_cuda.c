@@ -12,9 +12,8 @@
  * say why they are skipped. The flash-attention kernels compile with NVRTC
  * for sm_90 (test_opencl_attention runs them on a GPU).
  */
-#include "common.h"
+#include "gpu_common.h"
 #include "comm/comm.h"
-#include "rng/philox.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/nvrtc.h"
@@ -22,7 +21,6 @@
 #include "core/clock.h"
 
 #include <dlfcn.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,141 +134,6 @@ static void test_gemm_option(void) {
 
 /* ---- on a GPU --------------------------------------------------------------- */
 
-static bool run(loom_graph *g, const char *backend, loom_fusion_mode fusion,
-                loom_gemm_precision gemm, int32_t n_in, loom_tensor **in, int32_t n_out,
-                loom_tensor **out) {
-  loom_session *s = NULL;
-  loom_session_options o = LOOM_SESSION_OPTIONS(.backend = backend, .fusion = fusion, .gemm = gemm);
-  loom_status st = loom_session_new(ctx, g, &o, &s);
-  if (!st) st = loom_session_run(s, n_in, (const loom_tensor *const *)in, n_out, out);
-  if (st)
-    fprintf(stderr, "%s/%s: %s\n", backend, loom_fusion_mode_name(fusion), loom_ctx_error(ctx));
-  loom_session_free(s);
-  return st == LOOM_STATUS_OK;
-}
-
-static void fill(loom_tensor *t, uint64_t seed) {
-  loom_test_rng rng = {seed};
-  int64_t n = loom_tensor_numel(t);
-  if (loom_tensor_dtype(t) == LOOM_DTYPE_F64) {
-    double *p = loom_tensor_data(t);
-    for (int64_t i = 0; i < n; i++)
-      p[i] = loom_test_uniform(&rng, -2, 2);
-  } else {
-    float *p = loom_tensor_data(t);
-    for (int64_t i = 0; i < n; i++)
-      p[i] = (float)loom_test_uniform(&rng, -2, 2);
-  }
-}
-
-/* The worst |a - b| / max(floor, |a|) over two f32 or f64 tensors. */
-static double worst_rel(const loom_tensor *a, const loom_tensor *b, double floor) {
-  double worst = 0;
-  int64_t n = loom_tensor_numel(a);
-  bool f64 = loom_tensor_dtype(a) == LOOM_DTYPE_F64;
-  for (int64_t i = 0; i < n; i++) {
-    double x =
-        f64 ? ((const double *)loom_tensor_data(a))[i] : ((const float *)loom_tensor_data(a))[i];
-    double y =
-        f64 ? ((const double *)loom_tensor_data(b))[i] : ((const float *)loom_tensor_data(b))[i];
-    worst = fmax(worst, fabs(x - y) / fmax(floor, fabs(x)));
-  }
-  return worst;
-}
-
-static void test_dropout(loom_fusion_mode fusion) {
-  const int64_t shape[2] = {61, 257};
-  const uint64_t seed = 0x1234abcdULL;
-  const int64_t offset = 1000;
-  const double p = 0.3;
-  loom_graph *g = NULL;
-  loom_value x, y;
-  CHECK_OK(ctx, loom_graph_new(ctx, &g));
-  CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 2, shape, &x));
-  loom_attr at[3] = {{.name = "p", .kind = LOOM_ATTR_FLOAT, .f = p},
-                     {.name = "seed", .kind = LOOM_ATTR_INT, .i = (int64_t)seed},
-                     {.name = "offset", .kind = LOOM_ATTR_INT, .i = offset}};
-  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_DROPOUT, 1, &x, 3, at, &y));
-  CHECK_OK(ctx, loom_graph_output(g, "y", y));
-  loom_tensor *in = NULL, *cpu = NULL, *gpu = NULL;
-  CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, shape, &in));
-  fill(in, 5);
-  bool ok = run(g, "cpu", fusion, LOOM_GEMM_F32, 1, &in, 1, &cpu) &&
-            run(g, "cuda", fusion, LOOM_GEMM_F32, 1, &in, 1, &gpu);
-  CHECK(ok);
-  if (ok) {
-    const float *xv = loom_tensor_data(in), *gv = loom_tensor_data(gpu);
-    uint64_t thr = loom_dropout_threshold(p);
-    int64_t n = loom_tensor_numel(in), kept = 0, wrong = 0;
-    for (int64_t i = 0; i < n; i++) {
-      bool keep = loom_dropout_keep(seed, (uint64_t)(i + offset), thr);
-      kept += keep;
-      float want = keep ? (float)((double)xv[i] / (1.0 - p)) : 0.0f;
-      wrong += memcmp(&want, &gv[i], 4) != 0;
-    }
-    CHECK(wrong == 0);
-    CHECK(kept > n / 2 && kept < n - n / 5);
-    CHECK(memcmp(loom_tensor_data(cpu), gv, (size_t)n * 4) == 0);
-    printf("dropout (%s): %lld of %lld kept, mask and values bit for bit the cpu's\n",
-           loom_fusion_mode_name(fusion), (long long)kept, (long long)n);
-  }
-  loom_tensor_free(in);
-  loom_tensor_free(cpu);
-  loom_tensor_free(gpu);
-  loom_graph_free(g);
-}
-
-/* softmax(a @ b): close to the cpu backend, the same bytes on a second
- * run, everything on the device, and the source is CUDA C. */
-static void test_softmax_matmul(void) {
-  const int64_t sa[2] = {37, 45}, sb[2] = {45, 131};
-  loom_graph *g = NULL;
-  loom_value a, b, c, y;
-  CHECK_OK(ctx, loom_graph_new(ctx, &g));
-  CHECK_OK(ctx, loom_graph_input(g, "a", LOOM_DTYPE_F32, 2, sa, &a));
-  CHECK_OK(ctx, loom_graph_input(g, "b", LOOM_DTYPE_F32, 2, sb, &b));
-  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_MATMUL, 2, (loom_value[]){a, b}, 0, NULL, &c));
-  loom_attr ax = {.name = "axis", .kind = LOOM_ATTR_INT, .i = -1};
-  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_SOFTMAX, 1, &c, 1, &ax, &y));
-  CHECK_OK(ctx, loom_graph_output(g, "y", y));
-  CHECK_OK(ctx, loom_graph_output(g, "c", c));
-  loom_tensor *in[2] = {NULL, NULL}, *cpu[2] = {NULL, NULL}, *gpu[2] = {NULL, NULL},
-              *again[2] = {NULL, NULL};
-  CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, sa, &in[0]));
-  CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, sb, &in[1]));
-  fill(in[0], 1);
-  fill(in[1], 2);
-  bool ok = run(g, "cpu", LOOM_FUSION_STITCH, LOOM_GEMM_F32, 2, in, 2, cpu) &&
-            run(g, "cuda", LOOM_FUSION_STITCH, LOOM_GEMM_F32, 2, in, 2, gpu) &&
-            run(g, "cuda", LOOM_FUSION_STITCH, LOOM_GEMM_F32, 2, in, 2, again);
-  CHECK(ok);
-  for (int32_t o = 0; ok && o < 2; o++) {
-    double worst = worst_rel(cpu[o], gpu[o], 1e-3);
-    CHECK(worst < 1e-5);
-    CHECK(memcmp(loom_tensor_data(gpu[o]), loom_tensor_data(again[o]),
-                 (size_t)loom_tensor_numel(cpu[o]) * 4) == 0);
-    printf("softmax(matmul) output %d: worst relative difference from cpu %.2g\n", o, worst);
-  }
-  loom_session *s = NULL;
-  loom_session_options opt = LOOM_SESSION_OPTIONS(.backend = "cuda");
-  char *text = NULL;
-  CHECK_OK(ctx, loom_session_new(ctx, g, &opt, &s));
-  if (s) CHECK_OK(ctx, loom_session_describe(s, LOOM_ARTIFACT_SOURCE, &text));
-  loom_session_stats stats = {0};
-  if (s) CHECK_OK(ctx, loom_session_get_stats(s, &stats));
-  CHECK(stats.n_gemm == 1 && stats.n_fallback == 0 && stats.n_kernels >= 1);
-  CHECK(text && strstr(text, "__global__") && strstr(text, "__syncthreads()"));
-  loom_free(text);
-  loom_session_free(s);
-  for (int32_t o = 0; o < 2; o++) {
-    loom_tensor_free(in[o]);
-    loom_tensor_free(cpu[o]);
-    loom_tensor_free(gpu[o]);
-    loom_tensor_free(again[o]);
-  }
-  loom_graph_free(g);
-}
-
 /* matmul of a [sa] and b [sb] (dtype dt, trans_b) on cuda with `gemm`
  * against ref: within tol. */
 static void check_matmul(const char *label, loom_dtype dt, int32_t ra, const int64_t *sa,
@@ -287,13 +150,13 @@ static void check_matmul(const char *label, loom_dtype dt, int32_t ra, const int
   loom_tensor *in[2] = {NULL, NULL}, *want = NULL, *got = NULL;
   CHECK_OK(ctx, loom_tensor_new(ctx, dt, ra, sa, &in[0]));
   CHECK_OK(ctx, loom_tensor_new(ctx, dt, rb, sb, &in[1]));
-  fill(in[0], 3);
-  fill(in[1], 4);
-  bool ok = run(g, "ref", LOOM_FUSION_STITCH, LOOM_GEMM_F32, 2, in, 1, &want) &&
-            run(g, "cuda", LOOM_FUSION_STITCH, gemm, 2, in, 1, &got);
+  loom_test_gpu_fill(in[0], 3);
+  loom_test_gpu_fill(in[1], 4);
+  bool ok = loom_test_gpu_run(ctx, g, "ref", LOOM_FUSION_STITCH, LOOM_GEMM_F32, 2, in, 1, &want) &&
+            loom_test_gpu_run(ctx, g, "cuda", LOOM_FUSION_STITCH, gemm, 2, in, 1, &got);
   CHECK(ok);
   if (ok) {
-    double worst = worst_rel(want, got, 1.0);
+    double worst = loom_test_gpu_worst_rel(want, got, 1.0);
     if (!(worst <= tol)) fprintf(stderr, "matmul %s: worst %.3g > %.3g\n", label, worst, tol);
     CHECK(worst <= tol);
     printf("matmul %s (%s): worst difference from ref %.2g (tolerance %.2g)\n", label,
@@ -342,17 +205,17 @@ static void test_fallback_and_bound_output(void) {
   loom_tensor *in[2] = {NULL, NULL}, *want = NULL, *got = NULL;
   CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, sx, &in[0]));
   CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_I32, 1, si, &in[1]));
-  fill(in[0], 7);
+  loom_test_gpu_fill(in[0], 7);
   int32_t *iv = loom_tensor_data(in[1]);
   for (int i = 0; i < 7; i++)
     iv[i] = (i * 13) % 50;
   const int64_t sy[2] = {7, 40};
   CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, sy, &got)); /* computed in place */
-  bool ok = run(g, "ref", LOOM_FUSION_STITCH, LOOM_GEMM_F32, 2, in, 1, &want) &&
-            run(g, "cuda", LOOM_FUSION_STITCH, LOOM_GEMM_F32, 2, in, 1, &got);
+  bool ok = loom_test_gpu_run(ctx, g, "ref", LOOM_FUSION_STITCH, LOOM_GEMM_F32, 2, in, 1, &want) &&
+            loom_test_gpu_run(ctx, g, "cuda", LOOM_FUSION_STITCH, LOOM_GEMM_F32, 2, in, 1, &got);
   CHECK(ok);
   if (ok) {
-    double worst = worst_rel(want, got, 1e-3);
+    double worst = loom_test_gpu_worst_rel(want, got, 1e-3);
     CHECK(worst < 1e-6);
     printf("gather on the host between device kernels, output in place: worst %.2g\n", worst);
   }
@@ -444,9 +307,9 @@ int main(void) {
   bool gpu = test_driver();
   test_nccl(gpu);
   if (gpu) {
-    test_dropout(LOOM_FUSION_STITCH);
-    test_dropout(LOOM_FUSION_EAGER);
-    test_softmax_matmul();
+    loom_test_gpu_dropout(ctx, "cuda", LOOM_FUSION_STITCH);
+    loom_test_gpu_dropout(ctx, "cuda", LOOM_FUSION_EAGER);
+    loom_test_gpu_softmax_matmul(ctx, "cuda", (const char *[]){"__global__", "__syncthreads()"}, 2);
     test_matmuls();
     test_fallback_and_bound_output();
   }

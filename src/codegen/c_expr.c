@@ -409,3 +409,16 @@ void loom_cg_put_combine(cg_buf *b, loom_op combine, const char *acc, const char
     put(b, "%s = lm_%s%s(%s, %s)", acc, combine == LOOM_OP_MAXIMUM ? "max" : "min",
         dbl ? "" : "f", acc, v);
 }
+
+void loom_cg_put_col_combine(cg_buf *b, const cg_site *si, const loom_kout *ko, const char *base,
+                             int32_t col, const char *v, loom_dtype from) {
+  cg_buf a = {0}, t = {0};
+  put(&a, "pc%d[", col);
+  loom_cg_put_offset(&a, si, base, &ko->map);
+  put(&a, "]");
+  loom_cg_conv(&t, v, from, LOOM_DTYPE_F64);
+  if (!a.buf.oom && !t.buf.oom) loom_cg_put_combine(b, ko->combine, a.buf.p, t.buf.p, true);
+  b->buf.oom |= a.buf.oom || t.buf.oom;
+  free(a.buf.p);
+  free(t.buf.p);
+}

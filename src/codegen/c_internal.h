@@ -151,6 +151,10 @@ const char *loom_cg_ident(loom_op combine, bool dbl);
 /* "acc = combine(acc, v)" in double (column partials) or float (row
  * reduction lanes, kernel.h). */
 void loom_cg_put_combine(cg_buf *b, loom_op combine, const char *acc, const char *v, bool dbl);
+/* Output ko's value v (of type from) combined, in double, into its column
+ * partial pc<col> at the map's offset from the row base named base. */
+void loom_cg_put_col_combine(cg_buf *b, const cg_site *si, const loom_kout *ko, const char *base,
+                             int32_t col, const char *v, loom_dtype from);
 
 /* ---- parts and kernels (c_codegen.c), shared with the GPU renderer ------- */
 

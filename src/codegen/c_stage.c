@@ -52,19 +52,9 @@ static loom_status emit_outputs(loom_ctx *ctx, cg_buf *b, const cg_site *si, int
       free(t.buf.p);
       break;
     }
-    case LOOM_KDST_COL_REDUCE: {
-      cg_buf a = {0}, t = {0};
-      put(&a, "pc%d[", col);
-      loom_cg_put_offset(&a, si, base, &ko->map);
-      put(&a, "]");
-      loom_cg_conv(&t, v, x->dtype, LOOM_DTYPE_F64);
-      if (!a.buf.oom && !t.buf.oom) loom_cg_put_combine(b, ko->combine, a.buf.p, t.buf.p, true);
-      b->buf.oom |= a.buf.oom || t.buf.oom;
-      free(a.buf.p);
-      free(t.buf.p);
-      col++;
+    case LOOM_KDST_COL_REDUCE:
+      loom_cg_put_col_combine(b, si, ko, base, col++, v, x->dtype);
       break;
-    }
     default:
       return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "kernel %s: bad destination %d", k->name,
                         (int)ko->dst);

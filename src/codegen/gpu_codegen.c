@@ -182,16 +182,8 @@ static loom_status put_outputs(loom_ctx *ctx, cg_buf *b, const cg_site *si, int3
         put(b, "lm_col[%d * %d + lm_lid] = ", cr++, L);
         loom_cg_conv(b, v, x->dtype, LOOM_DTYPE_F64);
       } else { /* scalar stage */
-        cg_buf a = {0}, t = {0};
-        put(&a, "pc%d[", col);
-        loom_cg_put_offset(&a, si, base, &ko->map);
-        put(&a, "]");
-        loom_cg_conv(&t, v, x->dtype, LOOM_DTYPE_F64);
         put(b, "if (lm_lid == 0) ");
-        if (!a.buf.oom && !t.buf.oom) loom_cg_put_combine(b, ko->combine, a.buf.p, t.buf.p, true);
-        b->buf.oom |= a.buf.oom || t.buf.oom;
-        free(a.buf.p);
-        free(t.buf.p);
+        loom_cg_put_col_combine(b, si, ko, base, col, v, x->dtype);
       }
       col++;
       break;

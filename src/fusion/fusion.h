@@ -151,5 +151,12 @@ loom_status loom_program_dot(loom_ctx *ctx, const loom_graph *g, const loom_prog
                              char **out);
 loom_status loom_program_print(loom_ctx *ctx, const loom_graph *g, const loom_program *p,
                                char **out);
+/* A backend's loom_session_describe of its fused program: the listing,
+ * the DOT, the kernels (each ending in a newline) or the source, given as
+ * n_sources parts joined in order (NULL parts skipped). Any other artifact
+ * is LOOM_STATUS_UNSUPPORTED, the message naming backend. */
+loom_status loom_program_describe(loom_ctx *ctx, const loom_graph *g, const loom_program *p,
+                                  const char *const *sources, int n_sources,
+                                  loom_session_artifact what, const char *backend, char **text);
 
 #endif

@@ -142,3 +142,33 @@ loom_status loom_program_print(loom_ctx *ctx, const loom_graph *g, const loom_pr
   if (!*out) return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "program_print: out of memory");
   return LOOM_STATUS_OK;
 }
+
+loom_status loom_program_describe(loom_ctx *ctx, const loom_graph *g, const loom_program *p,
+                                  const char *const *sources, int n_sources,
+                                  loom_session_artifact what, const char *backend, char **text) {
+  *text = NULL;
+  if (what == LOOM_ARTIFACT_PROGRAM) return loom_program_print(ctx, g, p, text);
+  if (what == LOOM_ARTIFACT_DOT) return loom_program_dot(ctx, g, p, text);
+  loom_strbuf b = {0};
+  if (what == LOOM_ARTIFACT_SOURCE) {
+    for (int i = 0; i < n_sources; i++)
+      if (sources[i]) loom_strbuf_put(&b, "%s", sources[i]);
+  } else if (what == LOOM_ARTIFACT_KERNELS) {
+    for (int32_t k = 0; k < p->n_kernels; k++) {
+      char *kt = NULL;
+      loom_status st = loom_kernel_print(ctx, &p->kernels[k], &kt);
+      if (st) {
+        free(loom_strbuf_take(&b));
+        return st;
+      }
+      size_t n = strlen(kt);
+      loom_strbuf_put(&b, "%s%s", kt, n && kt[n - 1] != '\n' ? "\n" : "");
+      free(kt);
+    }
+  } else {
+    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "%s backend: nothing to describe as %d",
+                      backend, (int)what);
+  }
+  *text = loom_strbuf_take(&b);
+  return *text ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
+}

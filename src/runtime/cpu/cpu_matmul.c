@@ -5,6 +5,7 @@
  */
 #include "runtime/cpu/cpu.h"
 #include "runtime/cpu/gemm.h"
+#include "runtime/matmul_batch.h"
 
 #include "ops/attrs.h"
 
@@ -44,29 +45,8 @@ loom_status loom_cpu_matmul(const loom_cpu *c, const loom_node *n, const loom_vi
     p.batch = 1;
     return loom_gemm_f32(c->ctx, c->nt, &p);
   }
-  /* Batch offsets from the operands' broadcast strides. */
-  int64_t shape[LOOM_MAX_RANK];
-  for (int32_t d = 0; d < br; d++)
-    shape[d] = o->shape[d];
-  shape[br] = in[0].shape[ra - 2];
-  shape[br + 1] = in[0].shape[ra - 1];
-  loom_view av = loom_view_broadcast(&in[0], br + 2, shape);
-  shape[br] = in[1].shape[rb - 2];
-  shape[br + 1] = in[1].shape[rb - 1];
-  loom_view bv = loom_view_broadcast(&in[1], br + 2, shape);
-  int64_t *off = loom_malloc(c->ctx, sizeof(int64_t) * 2 * (size_t)p.batch);
-  if (!off) return LOOM_STATUS_OUT_OF_MEMORY;
-  for (int64_t bi = 0; bi < p.batch; bi++) {
-    int64_t oa = 0, ob = 0, rest = bi;
-    for (int32_t d = br - 1; d >= 0; d--) {
-      int64_t i = rest % o->shape[d];
-      rest /= o->shape[d];
-      oa += i * av.stride[d];
-      ob += i * bv.stride[d];
-    }
-    off[bi] = oa;
-    off[p.batch + bi] = ob;
-  }
+  int64_t *off = NULL;
+  LOOM_TRY(loom_matmul_batch_offsets(c->ctx, &in[0], &in[1], o, p.batch, &off));
   p.a_off = off;
   p.b_off = off + p.batch;
   loom_status st = loom_gemm_f32(c->ctx, c->nt, &p);

@@ -71,30 +71,8 @@ void loom_cpu_program_free(loom_cpu_program *p) {
 loom_status loom_cpu_program_describe(loom_ctx *ctx, const loom_graph *g,
                                       const loom_cpu_program *p, loom_session_artifact what,
                                       char **text) {
-  *text = NULL;
-  if (what == LOOM_ARTIFACT_PROGRAM) return loom_program_print(ctx, g, &p->prog, text);
-  if (what == LOOM_ARTIFACT_DOT) return loom_program_dot(ctx, g, &p->prog, text);
-  loom_strbuf b = {0};
-  if (what == LOOM_ARTIFACT_SOURCE) {
-    loom_strbuf_put(&b, "%s", p->source ? p->source : "");
-  } else if (what == LOOM_ARTIFACT_KERNELS) {
-    for (int32_t k = 0; k < p->prog.n_kernels; k++) {
-      char *kt = NULL;
-      loom_status st = loom_kernel_print(ctx, &p->prog.kernels[k], &kt);
-      if (st) {
-        free(loom_strbuf_take(&b));
-        return st;
-      }
-      size_t n = strlen(kt);
-      loom_strbuf_put(&b, "%s%s", kt, n && kt[n - 1] != '\n' ? "\n" : "");
-      free(kt);
-    }
-  } else {
-    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "cpu backend: nothing to describe as %d",
-                      (int)what);
-  }
-  *text = loom_strbuf_take(&b);
-  return *text ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
+  const char *sources[] = {p->source};
+  return loom_program_describe(ctx, g, &p->prog, sources, 1, what, "cpu", text);
 }
 
 bool loom_cpu_program_is_eager(const loom_cpu_program *p) { return !p || p->eager; }

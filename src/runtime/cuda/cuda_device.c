@@ -2,23 +2,18 @@
 #include "runtime/cuda/cuda.h"
 
 #include "codegen/gpu_codegen.h"
-#include "core/sha256.h"
 #include "core/strbuf.h"
 #include "ir/dtype.h"
 #include "runtime/cuda/nvrtc.h"
-#include "runtime/jit.h"
-#include "runtime/jit_internal.h"
+#include "runtime/binary_cache.h"
+#include "runtime/device_once.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static loom_cu the_device;
-static loom_cu *device_ptr;
-static loom_status device_status;
-static char device_error[512];
-static pthread_mutex_t device_lock = PTHREAD_MUTEX_INITIALIZER;
+static loom_device_once device_once = LOOM_DEVICE_ONCE_INIT;
 
 loom_status loom_cu_check(loom_ctx *ctx, const loom_cu *cu, loom_cu_result r, const char *what) {
   if (r == LOOM_CU_SUCCESS) return LOOM_STATUS_OK;
@@ -95,25 +90,16 @@ static loom_status open_device(loom_ctx *ctx, loom_cu *cu) {
   return LOOM_STATUS_OK;
 }
 
+static loom_status open_the_device(loom_ctx *ctx, void *storage) {
+  return open_device(ctx, storage);
+}
+
 loom_status loom_cu_get(loom_ctx *ctx, loom_cu **out) {
-  pthread_mutex_lock(&device_lock);
-  if (!device_ptr && !device_status) {
-    loom_ctx *tmp = NULL;
-    if (loom_ctx_new(&tmp)) {
-      pthread_mutex_unlock(&device_lock);
-      return LOOM_STATUS_OUT_OF_MEMORY;
-    }
-    device_status = open_device(tmp, &the_device);
-    if (device_status)
-      snprintf(device_error, sizeof device_error, "%s", loom_ctx_error(tmp));
-    else
-      device_ptr = &the_device;
-    loom_ctx_free(tmp);
-  }
-  pthread_mutex_unlock(&device_lock);
-  *out = device_ptr;
-  if (!device_ptr) return loom_error(ctx, device_status, "%s", device_error);
-  return loom_cu_bind(ctx, device_ptr);
+  void *dev = NULL;
+  loom_status st = loom_device_once_get(ctx, &device_once, open_the_device, &the_device, &dev);
+  *out = dev;
+  if (st) return st;
+  return loom_cu_bind(ctx, *out);
 }
 
 loom_status loom_cu_bind(loom_ctx *ctx, loom_cu *cu) {
@@ -204,23 +190,6 @@ struct loom_cu_kernels {
   int64_t workspace_bytes;
 };
 
-static void key_of(const loom_cu *cu, const char *nvrtc, const char *source, uint8_t key[32],
-                   char hex[65]) {
-  loom_sha256_state s;
-  loom_sha256_init(&s);
-  char id[96];
-  snprintf(id, sizeof id, "loom-cuda-1|nvrtc %s|compute_%d|--fmad=false", nvrtc, (int)cu->arch);
-  loom_sha256_update(&s, id, strlen(id) + 1);
-  loom_sha256_update(&s, source, strlen(source));
-  loom_sha256_final(&s, key);
-  static const char digits[] = "0123456789abcdef";
-  for (int i = 0; i < 32; i++) {
-    hex[2 * i] = digits[key[i] >> 4];
-    hex[2 * i + 1] = digits[key[i] & 15];
-  }
-  hex[64] = '\0';
-}
-
 /* The PTX of source: from the cache when an entry for its key is there and
  * intact, else from NVRTC (then stored, best effort). *ptx malloc'ed and
  * NUL-terminated. */
@@ -229,38 +198,21 @@ static loom_status get_ptx(loom_ctx *ctx, loom_cu *cu, const char *source, char 
   *ptx = NULL;
   char nvrtc[32];
   LOOM_TRY(loom_nvrtc_version(ctx, nvrtc, sizeof nvrtc));
-  uint8_t key[32];
-  char hex[65], name[80], why[256];
-  key_of(cu, nvrtc, source, key, hex);
-  snprintf(name, sizeof name, "%s.ptx", hex);
-  char *dir = loom_jit_cache_dir();
-  jit_dir d;
-  bool have_dir = dir && jit_dir_open_cache(&d, dir, why, sizeof why);
-  free(dir);
-  if (have_dir) {
-    uint8_t *data = NULL;
-    size_t n = 0;
-    if (jit_entry_read(&d, name, key, &data, &n, why, sizeof why) == JIT_ENTRY_OK &&
-        n > JIT_TRAILER_BYTES) {
-      size_t len = n - JIT_TRAILER_BYTES;
-      data[len] = '\0'; /* over the trailer, which is no longer needed */
-      *ptx = (char *)data;
-      if (cache_hit) *cache_hit = true;
-      jit_dir_close(&d);
-      return LOOM_STATUS_OK;
-    }
-    free(data);
+  char id[96];
+  snprintf(id, sizeof id, "loom-cuda-1|nvrtc %s|compute_%d|--fmad=false", nvrtc, (int)cu->arch);
+  const char *parts[] = {id};
+  loom_binary_cache c;
+  loom_binary_cache_open(&c, "ptx", parts, 1, source);
+  size_t len = 0;
+  *ptx = (char *)loom_binary_cache_load(&c, &len);
+  if (*ptx) {
+    if (cache_hit) *cache_hit = true;
+    loom_binary_cache_close(&c);
+    return LOOM_STATUS_OK;
   }
   loom_status st = loom_nvrtc_compile(ctx, source, (int)cu->arch, ptx);
-  if (!st && have_dir) {
-    size_t len = strlen(*ptx);
-    uint8_t t[JIT_TRAILER_BYTES];
-    char tmp[160];
-    jit_trailer((const uint8_t *)*ptx, len, key, t);
-    jit_tmp_name(tmp, sizeof tmp, "ptx", hex, "tmp");
-    jit_entry_write(&d, tmp, name, *ptx, len, t, sizeof t); /* best effort */
-  }
-  if (have_dir) jit_dir_close(&d);
+  if (!st) loom_binary_cache_store(&c, *ptx, strlen(*ptx));
+  loom_binary_cache_close(&c);
   return st;
 }
 

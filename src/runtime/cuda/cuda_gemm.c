@@ -16,6 +16,7 @@
 #include "ir/dtype.h"
 #include "ops/attrs.h"
 #include "ops/op.h"
+#include "runtime/matmul_batch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,29 +130,8 @@ loom_status loom_cuda_matmul(loom_ctx *ctx, loom_cu *cu, loom_cublas_handle *bla
                                       (int)ldb, A, type, (int)lda, beta, C, type, (int)nn, compute,
                                       LOOM_CUBLAS_GEMM_DEFAULT),
                       "gemm");
-  /* per-product element offsets of A and B from the broadcast views */
-  int64_t shape[LOOM_MAX_RANK];
-  for (int32_t d = 0; d < br; d++)
-    shape[d] = o->shape[d];
-  shape[br] = in[0].shape[ra - 2];
-  shape[br + 1] = in[0].shape[ra - 1];
-  loom_view av = loom_view_broadcast(&in[0], br + 2, shape);
-  shape[br] = in[1].shape[rb - 2];
-  shape[br + 1] = in[1].shape[rb - 1];
-  loom_view bv = loom_view_broadcast(&in[1], br + 2, shape);
-  int64_t *off = loom_malloc(ctx, sizeof(int64_t) * 2 * (size_t)batch);
-  if (!off) return LOOM_STATUS_OUT_OF_MEMORY;
-  for (int64_t i = 0; i < batch; i++) {
-    int64_t oa = 0, ob = 0, rest = i;
-    for (int32_t d = br - 1; d >= 0; d--) {
-      int64_t idx = rest % o->shape[d];
-      rest /= o->shape[d];
-      oa += idx * av.stride[d];
-      ob += idx * bv.stride[d];
-    }
-    off[i] = oa;
-    off[batch + i] = ob;
-  }
+  int64_t *off = NULL;
+  LOOM_TRY(loom_matmul_batch_offsets(ctx, &in[0], &in[1], o, batch, &off));
   int64_t sa, sb;
   loom_status st;
   if (off[0] == 0 && off[batch] == 0 && even_steps(off, batch, &sa) &&

@@ -59,9 +59,8 @@ loom_status loom_ocl_clblast_sgemm(loom_ctx *ctx, loom_ocl *cl, const loom_ocl_g
   return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "Loom was built without the OpenCL headers");
 }
 #else
-#include "core/sha256.h"
-#include "runtime/jit.h"
-#include "runtime/jit_internal.h"
+#include "runtime/binary_cache.h"
+#include "runtime/device_once.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -101,10 +100,7 @@ struct loom_ocl_module {
   } while (0)
 
 static loom_ocl the_device;
-static loom_ocl *device_ptr;
-static loom_status device_status;
-static char device_error[512];
-static pthread_mutex_t device_lock = PTHREAD_MUTEX_INITIALIZER;
+static loom_device_once device_once = LOOM_DEVICE_ONCE_INIT;
 
 /* Devices of every platform in order: up to cap into ids (and their
  * platforms); the count. */
@@ -191,25 +187,15 @@ static loom_status open_device(loom_ctx *ctx, loom_ocl *cl) {
   return LOOM_STATUS_OK;
 }
 
+static loom_status open_the_device(loom_ctx *ctx, void *storage) {
+  return open_device(ctx, storage);
+}
+
 loom_status loom_ocl_get(loom_ctx *ctx, loom_ocl **out) {
-  pthread_mutex_lock(&device_lock);
-  if (!device_ptr && !device_status) {
-    loom_ctx *tmp = NULL;
-    if (loom_ctx_new(&tmp)) {
-      pthread_mutex_unlock(&device_lock);
-      return LOOM_STATUS_OUT_OF_MEMORY;
-    }
-    device_status = open_device(tmp, &the_device);
-    if (device_status)
-      snprintf(device_error, sizeof device_error, "%s", loom_ctx_error(tmp));
-    else
-      device_ptr = &the_device;
-    loom_ctx_free(tmp);
-  }
-  pthread_mutex_unlock(&device_lock);
-  *out = device_ptr;
-  if (!device_ptr) return loom_error(ctx, device_status, "%s", device_error);
-  return LOOM_STATUS_OK;
+  void *dev = NULL;
+  loom_status st = loom_device_once_get(ctx, &device_once, open_the_device, &the_device, &dev);
+  *out = dev;
+  return st;
 }
 
 const char *loom_ocl_device_name(const loom_ocl *cl) { return cl ? cl->name : ""; }
@@ -233,23 +219,6 @@ loom_status loom_ocl_list_devices(loom_ctx *ctx, char **text) {
 }
 
 /* ---- programs and their cache ------------------------------------------------ */
-
-static void key_of(const loom_ocl *cl, const char *source, uint8_t key[32], char hex[65]) {
-  loom_sha256_state s;
-  loom_sha256_init(&s);
-  const char tag[] = "loom-opencl-1";
-  loom_sha256_update(&s, tag, sizeof tag);
-  loom_sha256_update(&s, cl->identity, strlen(cl->identity) + 1);
-  loom_sha256_update(&s, cl->options, strlen(cl->options) + 1);
-  loom_sha256_update(&s, source, strlen(source));
-  loom_sha256_final(&s, key);
-  static const char digits[] = "0123456789abcdef";
-  for (int i = 0; i < 32; i++) {
-    hex[2 * i] = digits[key[i] >> 4];
-    hex[2 * i + 1] = digits[key[i] & 15];
-  }
-  hex[64] = '\0';
-}
 
 /* The build log, for an error message. */
 static loom_status build_error(loom_ctx *ctx, const loom_ocl *cl, cl_program p, cl_int e) {
@@ -285,59 +254,44 @@ loom_status loom_ocl_module_build(loom_ctx *ctx, loom_ocl *cl, const char *sourc
   *out = NULL;
   if (cache_hit) *cache_hit = false;
   const loom_ocl_api *api = cl->api;
-  uint8_t key[32];
-  char hex[65], name[80], why[256];
-  key_of(cl, source, key, hex);
-  snprintf(name, sizeof name, "%s.clbin", hex);
-  char *dir = loom_jit_cache_dir();
-  jit_dir d;
-  bool have_dir = dir && jit_dir_open_cache(&d, dir, why, sizeof why);
-  free(dir);
+  /* the key: the driver and device, and the build options */
+  const char *parts[] = {"loom-opencl-1", cl->identity, cl->options};
+  loom_binary_cache c;
+  loom_binary_cache_open(&c, "clbin", parts, 3, source);
   cl_program p = NULL;
   cl_int e = CL_SUCCESS;
-  if (have_dir) {
-    uint8_t *data = NULL;
-    size_t n = 0;
-    if (jit_entry_read(&d, name, key, &data, &n, why, sizeof why) == JIT_ENTRY_OK &&
-        n > JIT_TRAILER_BYTES) {
-      size_t bn = n - JIT_TRAILER_BYTES;
-      const unsigned char *bp = data;
-      cl_int bs = CL_SUCCESS;
-      p = api->clCreateProgramWithBinary(cl->context, 1, &cl->device, &bn, &bp, &bs, &e);
-      if (p && (bs != CL_SUCCESS || api->clBuildProgram(p, 1, &cl->device, cl->options, NULL,
-                                                        NULL) != CL_SUCCESS)) {
-        api->clReleaseProgram(p); /* a binary the driver no longer takes: rebuild */
-        p = NULL;
-      }
-      if (p && cache_hit) *cache_hit = true;
+  size_t bn = 0;
+  uint8_t *data = loom_binary_cache_load(&c, &bn);
+  if (data) {
+    const unsigned char *bp = data;
+    cl_int bs = CL_SUCCESS;
+    p = api->clCreateProgramWithBinary(cl->context, 1, &cl->device, &bn, &bp, &bs, &e);
+    if (p && (bs != CL_SUCCESS ||
+              api->clBuildProgram(p, 1, &cl->device, cl->options, NULL, NULL) != CL_SUCCESS)) {
+      api->clReleaseProgram(p); /* a binary the driver no longer takes: rebuild */
+      p = NULL;
     }
+    if (p && cache_hit) *cache_hit = true;
     free(data);
   }
   if (!p) {
     p = api->clCreateProgramWithSource(cl->context, 1, &source, NULL, &e);
     if (!p) {
-      if (have_dir) jit_dir_close(&d);
+      loom_binary_cache_close(&c);
       CL_FAIL(ctx, "creating a program", e);
     }
     e = api->clBuildProgram(p, 1, &cl->device, cl->options, NULL, NULL);
     if (e != CL_SUCCESS) {
       loom_status st = build_error(ctx, cl, p, e);
       api->clReleaseProgram(p);
-      if (have_dir) jit_dir_close(&d);
+      loom_binary_cache_close(&c);
       return st;
     }
-    size_t bn = 0;
-    uint8_t *bin = have_dir ? program_binary(cl, p, &bn) : NULL;
-    if (bin) {
-      uint8_t t[JIT_TRAILER_BYTES];
-      char tmp[160];
-      jit_trailer(bin, bn, key, t);
-      jit_tmp_name(tmp, sizeof tmp, "clbin", hex, "tmp");
-      jit_entry_write(&d, tmp, name, bin, bn, t, sizeof t); /* best effort */
-      free(bin);
-    }
+    uint8_t *bin = c.have_dir ? program_binary(cl, p, &bn) : NULL;
+    if (bin) loom_binary_cache_store(&c, bin, bn);
+    free(bin);
   }
-  if (have_dir) jit_dir_close(&d);
+  loom_binary_cache_close(&c);
   loom_ocl_module *m = loom_calloc(ctx, 1, sizeof *m);
   if (!m) {
     api->clReleaseProgram(p);

@@ -10,6 +10,7 @@
 
 #include "ops/attrs.h"
 #include "ops/op.h"
+#include "runtime/matmul_batch.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -79,27 +80,7 @@ loom_status loom_ocl_matmul(loom_ctx *ctx, loom_ocl *dev, loom_ocl_module *gemm,
     off = loom_calloc(ctx, 2, sizeof *off);
     if (!off) return LOOM_STATUS_OUT_OF_MEMORY;
   } else {
-    int64_t shape[LOOM_MAX_RANK];
-    for (int32_t d = 0; d < br; d++) shape[d] = o->shape[d];
-    shape[br] = in[0].shape[ra - 2];
-    shape[br + 1] = in[0].shape[ra - 1];
-    loom_view av = loom_view_broadcast(&in[0], br + 2, shape);
-    shape[br] = in[1].shape[rb - 2];
-    shape[br + 1] = in[1].shape[rb - 1];
-    loom_view bv = loom_view_broadcast(&in[1], br + 2, shape);
-    off = loom_malloc(ctx, sizeof(int64_t) * 2 * (size_t)batch);
-    if (!off) return LOOM_STATUS_OUT_OF_MEMORY;
-    for (int64_t bi = 0; bi < batch; bi++) {
-      int64_t oa = 0, ob = 0, rest = bi;
-      for (int32_t d = br - 1; d >= 0; d--) {
-        int64_t i = rest % o->shape[d];
-        rest /= o->shape[d];
-        oa += i * av.stride[d];
-        ob += i * bv.stride[d];
-      }
-      off[bi] = oa;
-      off[batch + bi] = ob;
-    }
+    LOOM_TRY(loom_matmul_batch_offsets(ctx, &in[0], &in[1], o, batch, &off));
   }
   if ((m + 15) / 16 * batch >= ((int64_t)1 << 31) || m * batch >= ((int64_t)1 << 31)) {
     free(off);

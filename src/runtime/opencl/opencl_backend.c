@@ -195,30 +195,8 @@ static loom_status ocl_describe(void *bctx, loom_ctx *ctx, const loom_graph *g,
   const ocl_prepared *h = handle;
   *text = NULL;
   if (!h) return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "opencl backend: nothing prepared");
-  if (what == LOOM_ARTIFACT_PROGRAM) return loom_program_print(ctx, g, &h->prog, text);
-  loom_strbuf b = {0};
-  if (what == LOOM_ARTIFACT_SOURCE) {
-    loom_strbuf_put(&b, "%s", h->source ? h->source : "");
-    if (h->attn_source) loom_strbuf_put(&b, "%s", h->attn_source);
-  } else if (what == LOOM_ARTIFACT_KERNELS) {
-    loom_strbuf_put(&b, "%s", "");
-    for (int32_t k = 0; k < h->prog.n_kernels; k++) {
-      char *kt = NULL;
-      loom_status st = loom_kernel_print(ctx, &h->prog.kernels[k], &kt);
-      if (st) {
-        free(loom_strbuf_take(&b));
-        return st;
-      }
-      size_t n = strlen(kt);
-      loom_strbuf_put(&b, "%s%s", kt, n && kt[n - 1] != '\n' ? "\n" : "");
-      free(kt);
-    }
-  } else {
-    return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "opencl backend: nothing to describe as %d",
-                      (int)what);
-  }
-  *text = loom_strbuf_take(&b);
-  return *text ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
+  const char *sources[] = {h->source, h->attn_source};
+  return loom_program_describe(ctx, g, &h->prog, sources, 2, what, "opencl", text);
 }
 
 static const char *const step_category[] = {"kernel", "gemm", "eager"};
