@@ -623,14 +623,8 @@ loom_status loom_gpu_attention_rewrite(loom_ctx *ctx, const loom_graph *g,
                                        void *arg, loom_graph **out, int32_t *n_rewritten) {
   *out = NULL;
   if (opts->attention == LOOM_ATTENTION_DECOMPOSED) return LOOM_STATUS_OK;
-  bool candidate = false, dropout = false;
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    loom_op op = g->nodes[i].op;
-    candidate |= op == LOOM_OP_ATTENTION || op == LOOM_OP_SOFTMAX;
-    dropout |= (op == LOOM_OP_ATTENTION && LOOM_ATTR_F(&g->nodes[i], attention, p) > 0.0) ||
-               op == LOOM_OP_DROPOUT;
-  }
-  if (!candidate) return LOOM_STATUS_OK;
+  bool dropout = false;
+  if (!loom_attention_candidates(g, &dropout)) return LOOM_STATUS_OK;
   loom_rng_model model;
   const bool measured = opts->rng == LOOM_RNG_AUTO && dropout && measure;
   if (measured) measure(arg, ctx, &model);

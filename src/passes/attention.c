@@ -256,3 +256,15 @@ loom_status loom_graph_fuse_attention_costed(const loom_graph *g, loom_rng_place
   *out = dst;
   return LOOM_STATUS_OK;
 }
+
+bool loom_attention_candidates(const loom_graph *g, bool *dropout) {
+  bool candidate = false;
+  *dropout = false;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    loom_op op = g->nodes[i].op;
+    candidate |= op == LOOM_OP_ATTENTION || op == LOOM_OP_SOFTMAX;
+    *dropout |= (op == LOOM_OP_ATTENTION && LOOM_ATTR_F(&g->nodes[i], attention, p) > 0.0) ||
+                op == LOOM_OP_DROPOUT;
+  }
+  return candidate;
+}

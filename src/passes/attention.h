@@ -31,6 +31,12 @@ loom_status loom_graph_fuse_attention(const loom_graph *g, loom_rng_placement pl
                                       const loom_rng_model *model, loom_graph **out,
                                       int32_t *n_replaced);
 
+/* True if g has something the attention pass may rewrite (an attention
+ * composite, or a softmax its pattern may start from); *dropout: whether
+ * any attention or dropout draws random numbers (only then does a
+ * backend measure its RNG model for `auto`). */
+bool loom_attention_candidates(const loom_graph *g, bool *dropout);
+
 /* What the choice between flash and decomposed attention reads. */
 typedef struct loom_attention_costs {
   loom_rng_model rates; /* measured: flash forward / backward and GEMM FLOP/s, bandwidth */

@@ -150,14 +150,8 @@ static loom_status cpu_rewrite(void *bctx, loom_ctx *ctx, const loom_graph *g,
   loom_rng_placement placement = opts->rng;
   if (opts->attention == LOOM_ATTENTION_DECOMPOSED) return LOOM_STATUS_OK;
   /* attention is an `attention` node or a pattern around a softmax */
-  bool candidate = false, dropout = false;
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    loom_op op = g->nodes[i].op;
-    candidate |= op == LOOM_OP_ATTENTION || op == LOOM_OP_SOFTMAX;
-    dropout |= (op == LOOM_OP_ATTENTION && LOOM_ATTR_F(&g->nodes[i], attention, p) > 0.0) ||
-               op == LOOM_OP_DROPOUT;
-  }
-  if (!candidate) return LOOM_STATUS_OK;
+  bool dropout = false;
+  if (!loom_attention_candidates(g, &dropout)) return LOOM_STATUS_OK;
   loom_rng_model model;
   bool measured = placement == LOOM_RNG_AUTO && dropout;
   if (measured) loom_cpu_rng_model(ctx, loom_ctx_resolved_threads(ctx), &model);
