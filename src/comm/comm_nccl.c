@@ -3,8 +3,9 @@
  * opened at run time like the CUDA driver (runtime/cuda/cuda_api.h). The
  * ranks learn NCCL's unique id over MPI (rank 0 makes it, the MPI
  * communicator broadcasts it), so it runs under mpirun like the MPI
- * communicator; each process takes the GPU of its local rank
- * (runtime/cuda/cuda.h). Built without MPI, a process no launcher started
+ * communicator; each process takes the GPU of its local rank (the device
+ * layer's choice, seen through runtime/cuda/cuda_stream.h: memory and a
+ * stream of its own, no more). Built without MPI, a process no launcher started
  * is a world of one rank.
  *
  * Buffers stay host memory (comm.h): a send copies its bytes to a device
@@ -21,7 +22,7 @@
 
 #include "core/clock.h"
 #include "core/ctx.h"
-#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/cuda_stream.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,18 +84,18 @@ static void free_request(nccl_ctx *n, loom_comm_request *r) {
 static void nccl_free(void *cctx) {
   nccl_ctx *n = cctx;
   if (!n) return;
-  n->cu->api->cuCtxSetCurrent(n->cu->context);
+  if (n->comm) n->nccl->ncclCommDestroy(n->comm);
+  /* once the stream is done (and the device current), no request's
+   * buffer is in use */
+  loom_cu_stream_free(n->cu, n->stream);
   for (loom_comm_request *r = n->pending, *next; r; r = next) {
     next = r->next;
     free_request(n, r);
   }
-  if (n->comm) n->nccl->ncclCommDestroy(n->comm);
-  n->cu->api->cuStreamSynchronize(n->stream);
   for (loom_comm_request *r = n->posted, *next; r; r = next) {
     next = r->next;
     free_request(n, r);
   }
-  n->cu->api->cuStreamDestroy_v2(n->stream);
   loom_comm_free(n->boot);
   free(n);
 }
@@ -110,12 +111,9 @@ static loom_status queue(nccl_ctx *n, loom_ctx *ctx, bool is_recv, void *buf, si
       .is_recv = is_recv, .host = buf, .bytes = bytes, .peer = peer, .tag = tag};
   if (bytes) {
     loom_status st = loom_cu_alloc(ctx, n->cu, bytes, &r->dev);
-    if (!st && !is_recv)
-      st =
-          loom_cu_check(ctx, n->cu, n->cu->api->cuMemcpyHtoDAsync_v2(r->dev, buf, bytes, n->stream),
-                        "copying a message to the device");
+    if (!st && !is_recv) st = loom_cu_to_device_on(ctx, n->cu, r->dev, buf, bytes, n->stream);
     if (st) {
-      free(r);
+      free_request(n, r);
       return st;
     }
   }
@@ -174,23 +172,17 @@ static loom_status nccl_wait(void *cctx, loom_ctx *ctx, loom_comm_request *req, 
   if (!st) st = post_pending(n, ctx);
   /* everything posted so far is done once the stream is idle */
   for (int32_t spins = 0; !st && !req->done; spins++) {
-    loom_cu_result r = n->cu->api->cuStreamQuery(n->stream);
-    if (r == LOOM_CU_SUCCESS) {
+    bool idle = false;
+    st = loom_cu_stream_done(ctx, n->cu, n->stream, "NCCL's stream", &idle);
+    if (st) break;
+    if (idle) {
       for (loom_comm_request *q = n->posted; q; q = q->next) {
         if (q->done) continue;
-        if (q->is_recv && q->bytes)
-          st = loom_cu_check(ctx, n->cu,
-                             n->cu->api->cuMemcpyDtoHAsync_v2(q->host, q->dev, q->bytes, n->stream),
-                             "copying a message to the host");
+        if (!st && q->is_recv)
+          st = loom_cu_to_host_on(ctx, n->cu, q->host, q->dev, q->bytes, n->stream);
         q->done = true;
       }
-      if (!st)
-        st = loom_cu_check(ctx, n->cu, n->cu->api->cuStreamSynchronize(n->stream),
-                           "copying messages to the host");
-      break;
-    }
-    if (r != LOOM_CU_ERROR_NOT_READY) {
-      st = loom_cu_check(ctx, n->cu, r, "NCCL's stream");
+      if (!st) st = loom_cu_stream_sync(ctx, n->cu, n->stream, "copying messages to the host");
       break;
     }
     loom_nccl_result async = LOOM_NCCL_SUCCESS;
@@ -265,8 +257,7 @@ loom_status loom_comm_nccl_new(loom_ctx *ctx, loom_comm **out) {
   n->cu = cu;
   n->boot = boot;
   n->rank = rank;
-  st = loom_cu_check(ctx, cu, cu->api->cuStreamCreate(&n->stream, LOOM_CU_STREAM_NON_BLOCKING),
-                     "creating NCCL's stream");
+  st = loom_cu_stream_new(ctx, cu, &n->stream);
   if (st) goto fail;
   loom_nccl_unique_id id;
   memset(&id, 0, sizeof id);
@@ -294,7 +285,7 @@ loom_status loom_comm_nccl_new(loom_ctx *ctx, loom_comm **out) {
   return LOOM_STATUS_OK;
 fail:
   if (n) {
-    if (n->stream) cu->api->cuStreamDestroy_v2(n->stream);
+    if (n->stream) loom_cu_stream_free(cu, n->stream);
     free(n);
   }
   free(c);

@@ -23,8 +23,9 @@
 #include "kernel/kernel.h"
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_api.h"
+#include "runtime/cuda/cuda_stream.h" /* the device, memory, streams */
 
-typedef struct loom_cu {
+struct loom_cu {
   const loom_cu_driver_api *api;
   loom_cu_device dev;
   loom_cu_context context;
@@ -34,13 +35,8 @@ typedef struct loom_cu {
   int32_t sms, driver_version;
   size_t memory_bytes;
   char name[256];
-} loom_cu;
+};
 
-/* The process's device, opened on first use. UNSUPPORTED, with a message
- * beginning "no CUDA driver: " or "no CUDA device: ", without one. */
-loom_status loom_cu_get(loom_ctx *ctx, loom_cu **out);
-/* Makes the device's context current on this thread. */
-loom_status loom_cu_bind(loom_ctx *ctx, loom_cu *cu);
 /* An error for driver result r of `what` (LOOM_STATUS_OK if r is 0). */
 loom_status loom_cu_check(loom_ctx *ctx, const loom_cu *cu, loom_cu_result r, const char *what);
 /* "NAME, sm_90, 132 SMs, 139 GiB, driver 13.0" */
@@ -49,9 +45,6 @@ void loom_cu_describe(const loom_cu *cu, char *out, size_t n);
  * (malloc'ed); UNSUPPORTED without a driver. */
 loom_status loom_cu_list_devices(loom_ctx *ctx, char **text);
 
-/* Device memory. */
-loom_status loom_cu_alloc(loom_ctx *ctx, loom_cu *cu, size_t bytes, loom_cu_deviceptr *out);
-void loom_cu_free(loom_cu *cu, loom_cu_deviceptr p);
 /* Copies on the main stream (asynchronous where the host memory is
  * pinned; wait with loom_cu_sync). */
 loom_status loom_cu_to_device(loom_ctx *ctx, loom_cu *cu, loom_cu_deviceptr dst, const void *src,

@@ -149,18 +149,28 @@ void loom_cu_free(loom_cu *cu, loom_cu_deviceptr p) {
   if (p) cu->api->cuMemFree_v2(p);
 }
 
+loom_status loom_cu_to_device_on(loom_ctx *ctx, loom_cu *cu, loom_cu_deviceptr dst, const void *src,
+                                 size_t bytes, loom_cu_stream s) {
+  if (!bytes) return LOOM_STATUS_OK;
+  return loom_cu_check(ctx, cu, cu->api->cuMemcpyHtoDAsync_v2(dst, src, bytes, s),
+                       "copying to the device");
+}
+
+loom_status loom_cu_to_host_on(loom_ctx *ctx, loom_cu *cu, void *dst, loom_cu_deviceptr src,
+                               size_t bytes, loom_cu_stream s) {
+  if (!bytes) return LOOM_STATUS_OK;
+  return loom_cu_check(ctx, cu, cu->api->cuMemcpyDtoHAsync_v2(dst, src, bytes, s),
+                       "copying to the host");
+}
+
 loom_status loom_cu_to_device(loom_ctx *ctx, loom_cu *cu, loom_cu_deviceptr dst, const void *src,
                               size_t bytes) {
-  if (!bytes) return LOOM_STATUS_OK;
-  return loom_cu_check(ctx, cu, cu->api->cuMemcpyHtoDAsync_v2(dst, src, bytes, cu->stream),
-                       "copying to the device");
+  return loom_cu_to_device_on(ctx, cu, dst, src, bytes, cu->stream);
 }
 
 loom_status loom_cu_to_host(loom_ctx *ctx, loom_cu *cu, void *dst, loom_cu_deviceptr src,
                             size_t bytes) {
-  if (!bytes) return LOOM_STATUS_OK;
-  return loom_cu_check(ctx, cu, cu->api->cuMemcpyDtoHAsync_v2(dst, src, bytes, cu->stream),
-                       "copying to the host");
+  return loom_cu_to_host_on(ctx, cu, dst, src, bytes, cu->stream);
 }
 
 loom_status loom_cu_zero(loom_ctx *ctx, loom_cu *cu, loom_cu_deviceptr dst, size_t bytes) {
@@ -170,8 +180,34 @@ loom_status loom_cu_zero(loom_ctx *ctx, loom_cu *cu, loom_cu_deviceptr dst, size
 }
 
 loom_status loom_cu_sync(loom_ctx *ctx, loom_cu *cu) {
-  return loom_cu_check(ctx, cu, cu->api->cuStreamSynchronize(cu->stream),
-                       "waiting for the stream (an earlier kernel or copy failed)");
+  return loom_cu_stream_sync(ctx, cu, cu->stream,
+                             "waiting for the stream (an earlier kernel or copy failed)");
+}
+
+/* ---- streams of one's own (cuda_stream.h) ---------------------------------------- */
+
+loom_status loom_cu_stream_new(loom_ctx *ctx, loom_cu *cu, loom_cu_stream *out) {
+  *out = NULL;
+  return loom_cu_check(ctx, cu, cu->api->cuStreamCreate(out, LOOM_CU_STREAM_NON_BLOCKING),
+                       "creating a stream");
+}
+
+void loom_cu_stream_free(loom_cu *cu, loom_cu_stream s) {
+  cu->api->cuCtxSetCurrent(cu->context);
+  if (!s) return;
+  cu->api->cuStreamSynchronize(s);
+  cu->api->cuStreamDestroy_v2(s);
+}
+
+loom_status loom_cu_stream_done(loom_ctx *ctx, loom_cu *cu, loom_cu_stream s, const char *what,
+                                bool *done) {
+  loom_cu_result r = cu->api->cuStreamQuery(s);
+  *done = r == LOOM_CU_SUCCESS;
+  return r == LOOM_CU_ERROR_NOT_READY ? LOOM_STATUS_OK : loom_cu_check(ctx, cu, r, what);
+}
+
+loom_status loom_cu_stream_sync(loom_ctx *ctx, loom_cu *cu, loom_cu_stream s, const char *what) {
+  return loom_cu_check(ctx, cu, cu->api->cuStreamSynchronize(s), what);
 }
 
 /* ---- modules and their PTX cache ------------------------------------------------ */
