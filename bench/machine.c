@@ -15,7 +15,7 @@
 #include "ops/op.h"
 #include "parallel/lower.h"
 #include "parallel/simulate.h"
-#include "runtime/cpu/gemm.h"
+#include "runtime/backend.h"
 #include "runtime/trace.h"
 #include "train/trainer.h"
 #include "core/clock.h"
@@ -136,7 +136,9 @@ loom_status loom_bench_measure_machine(loom_ctx *ctx, bool small, bool quiet,
   loom_status st = loom_machine_measure(ctx, &mo, &mi->m, &tr);
   loom_mm_free();
   LOOM_TRY(st);
-  loom_gemm_rows_curve(ctx, &mi->m); /* what the epilogue rule reads (kept) */
+  /* what the default backend's cost rules read (the cpu GEMM's epilogue
+   * rule: kept in the machine profile) */
+  LOOM_TRY(loom_backend_machine_rates(ctx, NULL, &mi->m));
   LOOM_TRY(loom_measure_sgemm(ctx, onednn_sgemm, mi->m.threads, GEMM_N, 0,
                               &mi->sgemm_lib_gflops));
   /* The roof over the same bytes as the triad, with the kernels built

@@ -63,6 +63,14 @@ loom_status loom_backend_rng_model(loom_ctx *ctx, const loom_session_options *op
   return st;
 }
 
+loom_status loom_backend_machine_rates(loom_ctx *ctx, const char *name, loom_machine *m) {
+  loom_backend *b = NULL;
+  LOOM_TRY(loom_backend_new(ctx, name ? name : LOOM_BACKEND_DEFAULT, &b));
+  if (b->iface->machine_rates) b->iface->machine_rates(b->context, ctx, m);
+  loom_backend_free(b);
+  return LOOM_STATUS_OK;
+}
+
 void loom_backend_free(loom_backend *b) {
   if (!b) return;
   if (b->iface && b->iface->free) b->iface->free(b->context);

@@ -12,6 +12,7 @@
 
 #define LOOM_WARNING_MAX 512
 
+#include "perf/machine.h"
 #include "perf/rng_model.h"
 
 /* What preparing a graph gives the session. */
@@ -66,6 +67,10 @@ typedef struct loom_backend_iface {
   /* Optional: the RNG placement model's rates measured on this backend's
    * kernels with `threads` threads (perf/rng_model.h). */
   void (*rng_model)(void *bctx, loom_ctx *ctx, int32_t threads, loom_rng_model *m);
+  /* Optional: the rates of m that this backend's cost rules read, measured
+   * on its own kernels or kept in the machine profile (the cpu backend:
+   * the GEMM's efficiency by rows per block). */
+  void (*machine_rates)(void *bctx, loom_ctx *ctx, loom_machine *m);
   /* Prepares a decomposed, verified graph to run with these options
    * (never NULL: the session's complete copy, every mode checked).
    * Fills out (zeroed by the caller but for `supported` and the stats' op
@@ -136,6 +141,10 @@ loom_status loom_backend_rewrite(loom_ctx *ctx, const loom_session_options *opts
  * `threads` threads; LOOM_STATUS_UNSUPPORTED if it has none. */
 loom_status loom_backend_rng_model(loom_ctx *ctx, const loom_session_options *opts,
                                    int32_t threads, loom_rng_model *m);
+
+/* The backend `name` names (NULL: the default) fills the rates of m its
+ * cost rules read; a backend without any leaves m as it is. */
+loom_status loom_backend_machine_rates(loom_ctx *ctx, const char *name, loom_machine *m);
 
 /* A backend's kernel for one node: n's outputs from its inputs. self is
  * what the backend's kernels share (the cpu backend: its context and

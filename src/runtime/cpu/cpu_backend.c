@@ -10,6 +10,7 @@
  * by the same rule.
  */
 #include "runtime/cpu/cpu.h"
+#include "runtime/cpu/gemm.h"
 
 #include "ops/composite_util.h"
 #include "ops/op.h"
@@ -170,6 +171,11 @@ static void cpu_rng_model(void *bctx, loom_ctx *ctx, int32_t threads, loom_rng_m
   loom_cpu_rng_model(ctx, threads, m);
 }
 
+static void cpu_machine_rates(void *bctx, loom_ctx *ctx, loom_machine *m) {
+  (void)bctx;
+  loom_gemm_rows_curve(ctx, m);
+}
+
 static const loom_backend_iface cpu_iface = {
     .name = "cpu",
     .free = cpu_free,
@@ -178,6 +184,7 @@ static const loom_backend_iface cpu_iface = {
     .buffer_free = loom_host_buffer_free,
     .rewrite = cpu_rewrite,
     .rng_model = cpu_rng_model,
+    .machine_rates = cpu_machine_rates,
     .prepare = cpu_prepare,
     .release = cpu_release,
     .describe = cpu_describe,
