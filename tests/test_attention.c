@@ -5,6 +5,7 @@
  * gives the same results bit for bit (the same masks); unknown options are
  * errors; and the peak memory of a flash session at sequence 4096 stays
  * far below one [Sq, Sk] probability matrix. */
+#include "attention_graph.h"
 #include "common.h"
 
 #include "io/json.h"
@@ -20,50 +21,13 @@ static loom_ctx *ctx;
 
 static const char *const placements[] = {"fused", "sequential", "overlap", "auto"};
 
-/* y = attention(q, k, v, base), loss = sum(y * w), d(loss)/d(q, k, v).
- * With a placement (not NULL), the attention pass runs before autodiff, as
- * the training builders do, so the backward is flash_attention_grad;
- * without, the gradient comes from the decomposition (the reference). */
+/* The shared graph (attention_graph.h), q an input. */
 static loom_graph *build(int64_t bh0, int64_t bh1, int64_t sq, int64_t sk, int64_t d, bool causal,
                          double p, const char *placement) {
-  loom_graph *g = NULL;
-  CHECK_OK(ctx, loom_graph_new(ctx, &g));
-  if (!g) return NULL;
-  loom_value q, k, v, base, w, y, prod, loss, grads[3];
-  int64_t qs[4] = {bh0, bh1, sq, d}, ks[4] = {bh0, bh1, sk, d};
-  CHECK_OK(ctx, loom_graph_input(g, "q", LOOM_DTYPE_F32, 4, qs, &q));
-  CHECK_OK(ctx, loom_graph_input(g, "k", LOOM_DTYPE_F32, 4, ks, &k));
-  CHECK_OK(ctx, loom_graph_input(g, "v", LOOM_DTYPE_F32, 4, ks, &v));
-  CHECK_OK(ctx, loom_graph_input(g, "base", LOOM_DTYPE_I64, 0, NULL, &base));
-  CHECK_OK(ctx, loom_graph_input(g, "w", LOOM_DTYPE_F32, 4, qs, &w));
-  loom_attr attrs[] = {{.name = "causal", .kind = LOOM_ATTR_INT, .i = causal},
-                       {.name = "p", .kind = LOOM_ATTR_FLOAT, .f = p},
-                       {.name = "seed", .kind = LOOM_ATTR_INT, .i = 1234},
-                       {.name = "offset", .kind = LOOM_ATTR_INT, .i = 99}};
-  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_ATTENTION, 4, (loom_value[]){q, k, v, base}, 4, attrs, &y));
-  CHECK_OK(ctx, loom_graph_output(g, "y", y));
-  if (placement) {
-    loom_rng_placement pl = LOOM_RNG_FUSED;
-    CHECK(loom_rng_placement_from_name(placement, &pl) == LOOM_STATUS_OK);
-    loom_rng_model model;
-    loom_rng_model_h100(&model); /* auto: any model will do for equality */
-    loom_graph *f = NULL;
-    int32_t n = 0;
-    CHECK_OK(ctx, loom_graph_fuse_attention(g, pl, &model, &f, &n));
-    CHECK(n == 1);
-    loom_graph_free(g);
-    g = f;
-    if (!g) return NULL;
-    y = g->outputs[0];
-    q = g->inputs[0], k = g->inputs[1], v = g->inputs[2], w = g->inputs[4];
-  }
-  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_MUL, 2, (loom_value[]){y, w}, 0, NULL, &prod));
-  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_REDUCE_SUM, 1, &prod, 0, NULL, &loss));
-  CHECK_OK(ctx, loom_graph_grad(g, loss, 3, (loom_value[]){q, k, v}, grads));
-  CHECK_OK(ctx, loom_graph_output(g, "dq", grads[0]));
-  CHECK_OK(ctx, loom_graph_output(g, "dk", grads[1]));
-  CHECK_OK(ctx, loom_graph_output(g, "dv", grads[2]));
-  return g;
+  loom_test_attention a = {bh0, bh1, sq, sk, d, causal, p, .seed = 1234, .offset = 99};
+  loom_rng_model model;
+  loom_rng_model_h100(&model); /* auto: any model will do for equality */
+  return loom_test_attention_graph(ctx, &a, placement, &model);
 }
 
 static bool run(const loom_graph *g, const loom_session_options *o, loom_tensor **in,

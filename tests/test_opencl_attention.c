@@ -10,6 +10,7 @@
  * spec; the kernels in the source; on opencl, the overlapped mask's trace
  * around that GEMM. Skips, saying why, without a device.
  */
+#include "attention_graph.h"
 #include "common.h"
 #include "io/json.h"
 #include "passes/attention.h"
@@ -26,53 +27,13 @@ static const char *backend; /* the GPU backend under test */
 
 static const char *const placements[] = {"fused", "sequential", "overlap", "auto"};
 
-/* q = x wq; y = attention(q, k, v, base); loss = sum(y * w); the
- * gradients of loss for x, k and v. With a placement (not NULL) the
- * attention pass runs before autodiff, as the training builders do, so
- * the backward is flash_attention_grad; without, the gradient is the
- * decomposition's (the reference). */
+/* The shared graph (attention_graph.h) with q = x wq. */
 static loom_graph *build(int64_t b0, int64_t b1, int64_t sq, int64_t sk, int64_t d, bool causal,
                          double p, const char *placement) {
-  loom_graph *g = NULL;
-  CHECK_OK(ctx, loom_graph_new(ctx, &g));
-  if (!g) return NULL;
-  loom_value x, wq, q, k, v, base, w, y, prod, loss, grads[3];
-  int64_t qs[4] = {b0, b1, sq, d}, ks[4] = {b0, b1, sk, d}, ws[2] = {d, d};
-  CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 4, qs, &x));
-  CHECK_OK(ctx, loom_graph_input(g, "k", LOOM_DTYPE_F32, 4, ks, &k));
-  CHECK_OK(ctx, loom_graph_input(g, "v", LOOM_DTYPE_F32, 4, ks, &v));
-  CHECK_OK(ctx, loom_graph_input(g, "base", LOOM_DTYPE_I64, 0, NULL, &base));
-  CHECK_OK(ctx, loom_graph_input(g, "w", LOOM_DTYPE_F32, 4, qs, &w));
-  CHECK_OK(ctx, loom_graph_input(g, "wq", LOOM_DTYPE_F32, 2, ws, &wq));
-  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_MATMUL, 2, (loom_value[]){x, wq}, 0, NULL, &q));
-  loom_attr attrs[] = {{.name = "causal", .kind = LOOM_ATTR_INT, .i = causal},
-                       {.name = "p", .kind = LOOM_ATTR_FLOAT, .f = p},
-                       {.name = "seed", .kind = LOOM_ATTR_INT, .i = 4321},
-                       {.name = "offset", .kind = LOOM_ATTR_INT, .i = 77}};
-  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_ATTENTION, 4, (loom_value[]){q, k, v, base}, 4, attrs, &y));
-  CHECK_OK(ctx, loom_graph_output(g, "y", y));
-  if (placement) {
-    loom_rng_placement pl = LOOM_RNG_FUSED;
-    CHECK(loom_rng_placement_from_name(placement, &pl) == LOOM_STATUS_OK);
-    loom_rng_model model;
-    loom_rng_model_h200(&model); /* auto: a GPU's model picks overlap for long GEMMs */
-    loom_graph *f = NULL;
-    int32_t n = 0;
-    CHECK_OK(ctx, loom_graph_fuse_attention(g, pl, &model, &f, &n));
-    CHECK(n == 1);
-    loom_graph_free(g);
-    g = f;
-    if (!g) return NULL;
-    y = g->outputs[0];
-    x = g->inputs[0], k = g->inputs[1], v = g->inputs[2], w = g->inputs[4];
-  }
-  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_MUL, 2, (loom_value[]){y, w}, 0, NULL, &prod));
-  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_REDUCE_SUM, 1, &prod, 0, NULL, &loss));
-  CHECK_OK(ctx, loom_graph_grad(g, loss, 3, (loom_value[]){x, k, v}, grads));
-  CHECK_OK(ctx, loom_graph_output(g, "dx", grads[0]));
-  CHECK_OK(ctx, loom_graph_output(g, "dk", grads[1]));
-  CHECK_OK(ctx, loom_graph_output(g, "dv", grads[2]));
-  return g;
+  loom_test_attention a = {b0, b1, sq, sk, d, causal, p, .seed = 4321, .offset = 77, .project_q = true};
+  loom_rng_model model;
+  loom_rng_model_h200(&model); /* auto: a GPU's model picks overlap for long GEMMs */
+  return loom_test_attention_graph(ctx, &a, placement, &model);
 }
 
 /* Runs g; *fallback (may be NULL): the nodes run on the reference kernels. */
