@@ -65,7 +65,8 @@ loom_status loom_cpu_overlap_schedule(loom_ctx *ctx, const loom_graph *g, struct
 bool loom_cpu_step_is_comm(const loom_graph *g, const struct loom_step *st);
 
 /* The RNG placement model's rates for this machine, measured with the cpu
- * backend's kernels on `threads` threads (rng_rates.c, about 0.1 s). */
+ * backend's kernels on `threads` threads (rng_rates.c, about 0.1 s) the
+ * first time and kept in the machine profile. */
 #include "perf/rng_model.h"
 void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m);
 struct loom_attention_costs;

@@ -4,9 +4,12 @@
  * one core, a GEMM, and the flash-attention kernels on a small causal block
  * without dropout, with words drawn inside (how much dearer they are there
  * than alone: the fused penalty) and with the mask read from bits (the
- * cost of a mask bit). All threads, best of three; about 0.1 s. Memory
- * bandwidth (for writing a mask) is the machine's triad figure, measured
- * by `loom bench`, a default otherwise.
+ * cost of a mask bit). All threads, best of three; about 0.1 s, once per
+ * machine and thread count: the rates are kept in the machine profile
+ * (perf/profile.h), so the placements auto picks, and what `loom compile`
+ * prints, are the same from one run to the next. Memory bandwidth (for
+ * writing a mask) is the machine's triad figure, measured by `loom bench`,
+ * a default otherwise.
  */
 #include "runtime/cpu/cpu.h"
 #include "core/clock.h"
@@ -20,6 +23,7 @@
 #include "rng/philox.h"
 #include "rng/philox_fast.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,7 +52,9 @@ static bool time_flash(loom_ctx *ctx, int32_t threads, const loom_flash_attn *a,
   return true;
 }
 
-void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m) {
+/* Measures the rates into m (estimates from the machine first); false if
+ * a measurement failed, the estimates kept. */
+static bool measure_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m) {
   loom_machine mc;
   loom_machine_detect(ctx, &mc);
   *m = (loom_rng_model){.machine = "this CPU (measured rates)",
@@ -69,7 +75,7 @@ void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m) {
   if (!buf || !bits) { /* keep the estimates */
     free(buf);
     free(bits);
-    return;
+    return false;
   }
   for (int64_t i = 0; i < 6 * qn + 3 * gn; i++) buf[i] = (float)((i * 37 % 101) - 50) / 100.0f;
   float *q = buf, *k = q + qn, *v = k + qn, *o = v + qn, *d_o = o + qn, *dq = d_o + qn;
@@ -86,7 +92,8 @@ void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m) {
     }
     g_best = LOOM_MIN(g_best, loom_now_s() - t0);
   }
-  if (g_best < 1e30) m->gemm_flops = 2.0 * (double)RATE_GEMM * RATE_GEMM * RATE_GEMM / g_best;
+  bool gemm_ok = g_best < 1e30;
+  if (gemm_ok) m->gemm_flops = 2.0 * (double)RATE_GEMM * RATE_GEMM * RATE_GEMM / g_best;
   /* a causal block three ways: no dropout, words drawn in the kernel (the
    * fused penalty), the mask read from bits (the cost of reading it) */
   loom_flash_attn a = {.bh = RATE_BH, .sq = RATE_S, .sk = RATE_S, .d = RATE_D, .dv = RATE_D,
@@ -105,7 +112,7 @@ void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m) {
   ok = ok && time_flash(ctx, threads, &a, o, lse, d_o, dq, &f2, &b2);
   free(buf);
   free(bits);
-  if (!ok) return;
+  if (!ok) return false;
   /* causal: half the scores; rate(S) = R S / (S + s0) through both points */
   double flops = 0.5 * 4.0 * (double)n * RATE_D, flops_l = 0.5 * 4.0 * RATE_S2 * RATE_S2 * RATE_D;
   double r1 = (flops / f0 + 2.5 * flops / b0) / 2, r2 = (flops_l / fl + 2.5 * flops_l / bl) / 2;
@@ -117,6 +124,40 @@ void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m) {
   double drawn = 2.0 * (0.5 * (double)n) / (m->rng_words_core * m->cores); /* twice, visible */
   m->fused_rng_penalty = LOOM_MAX(0.25, ((f1 + b1) - (f0 + b0)) / drawn);
   m->mask_read_bit_s = LOOM_MAX(0.0, ((f2 + b2) - (f0 + b0)) / (2.0 * (double)n));
+  return gemm_ok;
+}
+
+/* The measured rates' profile keys, "KEY_<threads>t": a placement that
+ * flipped with timer noise would change what `loom compile` prints and
+ * the program a session runs, so they are measured once per machine and
+ * thread count. */
+static const char *const rng_keys[] = {"rng_words_core",    "rng_gemm_flops", "rng_attn_fwd_flops",
+                                       "rng_attn_bwd_flops", "rng_attn_s0",    "rng_fused_penalty",
+                                       "rng_mask_read_bit_s"};
+
+void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m) {
+  double *field[] = {&m->rng_words_core, &m->gemm_flops,       &m->attn_fwd_flops,
+                     &m->attn_bwd_flops, &m->attn_s0,          &m->fused_rng_penalty,
+                     &m->mask_read_bit_s};
+  char key[LOOM_ARRAY_LEN(rng_keys)][48];
+  double v[LOOM_ARRAY_LEN(rng_keys)];
+  bool kept = true;
+  for (int32_t i = 0; i < LOOM_ARRAY_LEN(rng_keys); i++) {
+    snprintf(key[i], sizeof key[i], "%s_%dt", rng_keys[i], (int)threads);
+    kept = kept && loom_profile_get(key[i], &v[i]) && v[i] >= 0;
+  }
+  if (!kept) {
+    if (measure_rng_model(ctx, threads, m))
+      for (int32_t i = 0; i < LOOM_ARRAY_LEN(rng_keys); i++) loom_profile_put(key[i], *field[i]);
+    return;
+  }
+  loom_machine mc;
+  loom_machine_detect(ctx, &mc);
+  *m = (loom_rng_model){.machine = "this CPU (measured rates)",
+                        .cores = mc.cores > 0 ? mc.cores : 1,
+                        .bandwidth = mc.triad_gbps * 1e9,
+                        .overlap_cores = 1};
+  for (int32_t i = 0; i < LOOM_ARRAY_LEN(rng_keys); i++) *field[i] = v[i];
 }
 
 /* Profile keys of the attention choice's rates, in the order read. */
