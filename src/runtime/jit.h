@@ -97,7 +97,8 @@ const char *loom_jit_module_key(const loom_jit_module *m);
 void loom_jit_free(loom_jit_module *m);
 
 /* The cache directory in use for this environment (malloc'ed; NULL when
- * no HOME or XDG_CACHE_HOME is set). */
+ * no HOME or XDG_CACHE_HOME is set): $LOOM_KERNEL_CACHE where it is an
+ * absolute path, else $XDG_CACHE_HOME/loom, else ~/.cache/loom. */
 char *loom_jit_cache_dir(void);
 /* The key loom_jit_load gives `source` with this environment's compiler
  * and the CPU identity `cpu` (NULL: this CPU's, loom_cpu_identity()). */
