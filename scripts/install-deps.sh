@@ -30,5 +30,12 @@ if [ "$(id -u)" -ne 0 ]; then
   sudo=sudo
 fi
 export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Without dpkg's fsync after every file (what it guards against, a crash
+# halfway through an install, costs a CI container nothing); the package
+# lists are fetched only when the install cannot go without them (a fresh
+# image has none; stale ones name versions the mirror no longer has).
+install=($sudo apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-unsafe-io)
+if ! "${install[@]}" "${missing[@]}" 2>/dev/null; then
+  $sudo apt-get update -qq
+  "${install[@]}" "${missing[@]}"
+fi
