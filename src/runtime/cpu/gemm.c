@@ -12,16 +12,26 @@
 
 /* The tile of C per task: the largest that still gives at least
  * GEMM_MIN_TASKS tasks, so big products run big, efficient sgemm calls and
- * small ones still spread over the cores. Rows no wider than
- * GEMM_WHOLE_ROWS are not cut: a skinny product's short column tiles
- * re-pack A per tile and run short panels (whole rows measured 1.1-1.4x
- * faster on one core for n = 128, docs/PERFORMANCE.md); wider ones get
- * square tiles. With an epilogue a tile is the epilogue's whole rows. The
- * tile depends on the shapes only, never on the thread count, so results
- * do not change with threads. */
+ * small ones still spread over the cores. Each sgemm call re-packs its
+ * share of A and B, and runs panels as wide as its tile: a tile narrower
+ * than GEMM_MIN_COLS columns or shorter than GEMM_MIN_ROWS rows loses
+ * 10-25% on one core (64 x 64 tiles of 128 x 768 x 3072 ran at 74 GFLOP/s,
+ * 64 x 128 at 90, whole rows at 99: docs/PERFORMANCE.md), so tiles stop
+ * shrinking there even when that leaves fewer tasks. Tiles start at most
+ * GEMM_MAX_TILE on a side and halve along their longer side (rows on a
+ * tie: whole rows re-pack the smaller operand, A, when M is the short
+ * side). With an epilogue a tile is the epilogue's whole rows. The tile
+ * depends on the shapes only, never on the thread count, so results do not
+ * change with threads. */
 #define GEMM_MIN_TASKS 16
-#define GEMM_WHOLE_ROWS 512
-#define GEMM_MIN_ROWS 16
+#define GEMM_MAX_TILE 512
+#define GEMM_MIN_ROWS 64
+#define GEMM_MIN_COLS 128
+
+/* Half of a tile side, rounded up to whole vectors of 16 floats. */
+static int64_t half_tile(int64_t t) { return ((t + 1) / 2 + 15) / 16 * 16; }
+
+static int64_t tile_count(int64_t len, int64_t tile) { return (len + tile - 1) / tile; }
 
 static void gemm_tile(const loom_gemm *p, int64_t *tile_m, int64_t *tile_n) {
   if (p->epilogue.rows > 0 && p->epilogue.fn) {
@@ -29,19 +39,19 @@ static void gemm_tile(const loom_gemm *p, int64_t *tile_m, int64_t *tile_n) {
     *tile_n = p->n;
     return;
   }
-  static const int64_t sizes[] = {512, 256, 128};
-  if (p->n <= GEMM_WHOLE_ROWS) {
-    *tile_n = p->n;
-    for (*tile_m = 512; *tile_m > GEMM_MIN_ROWS; *tile_m /= 2)
-      if (p->batch * ((p->m + *tile_m - 1) / *tile_m) >= GEMM_MIN_TASKS) return;
-    return;
+  int64_t tm = LOOM_MIN(p->m, GEMM_MAX_TILE), tn = LOOM_MIN(p->n, GEMM_MAX_TILE);
+  while (p->batch * tile_count(p->m, tm) * tile_count(p->n, tn) < GEMM_MIN_TASKS) {
+    bool can_m = half_tile(tm) >= GEMM_MIN_ROWS && half_tile(tm) < tm;
+    bool can_n = half_tile(tn) >= GEMM_MIN_COLS && half_tile(tn) < tn;
+    if (can_m && (tm >= tn || !can_n))
+      tm = half_tile(tm);
+    else if (can_n)
+      tn = half_tile(tn);
+    else
+      break;
   }
-  for (int i = 0; i < 3; i++) {
-    int64_t t = sizes[i];
-    *tile_m = *tile_n = t;
-    if (p->batch * ((p->m + t - 1) / t) * ((p->n + t - 1) / t) >= GEMM_MIN_TASKS) return;
-  }
-  *tile_m = *tile_n = 64;
+  *tile_m = tm;
+  *tile_n = tn;
 }
 
 /* Tiles per column and row of C, and their count. */
