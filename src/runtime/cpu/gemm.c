@@ -1,5 +1,7 @@
 #include "runtime/cpu/gemm.h"
 
+#include "runtime/cpu/gemm_matmul.h"
+
 #include "perf/profile.h"
 
 #include <dnnl.h>
@@ -62,6 +64,21 @@ static int64_t gemm_tasks(const loom_gemm *p, int64_t tile_m, int64_t tile_n, in
   return p->batch * *mb * *nb;
 }
 
+/* Products whose tiles run on oneDNN's matmul primitive rather than
+ * sgemm: a transposed B (as ONNX Gemm's transB and a linear layer's input
+ * gradient give it) at least GEMM_MATMUL_MIN_DEPTH deep, which the
+ * primitive reads in place (gemm_matmul.h). Shallower products lost 0-10%
+ * on it (K = 64..256), and small ones stay on sgemm: a primitive call
+ * costs a few microseconds more. */
+#define GEMM_MATMUL_MIN_DEPTH 512
+#define GEMM_MATMUL_MIN_FLOPS 1e7
+
+bool loom_gemm_uses_matmul(const loom_gemm *p) {
+  double flops = 2.0 * (double)p->batch * (double)p->m * (double)p->n * (double)p->k;
+  return p->trans_b && !p->trans_a && p->k >= GEMM_MATMUL_MIN_DEPTH &&
+         flops >= GEMM_MATMUL_MIN_FLOPS;
+}
+
 static bool gemm_parallel(const loom_gemm *p, int64_t tasks) {
   double flops = 2.0 * (double)p->batch * (double)p->m * (double)p->n * (double)p->k;
   return tasks > 1 && flops >= LOOM_GEMM_PARALLEL_FLOPS;
@@ -90,6 +107,17 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   gemm_tile(p, &tile, &tile_n);
   int64_t tasks = gemm_tasks(p, tile, tile_n, &mb, &nb);
   const bool parallel = gemm_parallel(p, tasks);
+  /* tiles of a transposed B on the matmul primitive (gemm_matmul.h): one
+   * per tile shape, the full tile and the tails */
+  const loom_gemm_tile_prim *prim[2][2] = {{NULL}};
+  bool use_prim = loom_gemm_uses_matmul(p);
+  for (int32_t tm = 0; tm < 2 && use_prim; tm++)
+    for (int32_t tn = 0; tn < 2 && use_prim; tn++) {
+      int64_t m = tm ? p->m - (mb - 1) * tile : LOOM_MIN(tile, p->m);
+      int64_t n = tn ? p->n - (nb - 1) * tile_n : LOOM_MIN(tile_n, p->n);
+      prim[tm][tn] = loom_gemm_tile_prim_get(p, m, n);
+      use_prim = prim[tm][tn] != NULL;
+    }
   int failed = 0;
   /* oneDNN threads itself unless it runs inside an active parallel region;
    * a one-thread (inactive) region would still let it use every core with
@@ -98,15 +126,22 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   omp_set_num_threads(1);
 #pragma omp parallel for num_threads(nt) schedule(static) if (parallel)
   for (int64_t t = 0; t < tasks; t++) {
-    int64_t bi = t / (mb * nb), r = t % (mb * nb), i0 = (r / nb) * tile, j0 = (r % nb) * tile_n;
+    int64_t bi = t / (mb * nb), r = t % (mb * nb), ib = r / nb, jb = r % nb;
+    int64_t i0 = ib * tile, j0 = jb * tile_n;
     int64_t m = p->m - i0 < tile ? p->m - i0 : tile;
     int64_t n = p->n - j0 < tile_n ? p->n - j0 : tile_n;
     const float *a = p->a + (p->a_off ? p->a_off[bi] : 0) + (p->trans_a ? i0 : i0 * p->lda);
     const float *b = p->b + (p->b_off ? p->b_off[bi] : 0) + (p->trans_b ? j0 * p->ldb : j0);
     float *c = p->c + bi * p->c_stride + i0 * p->ldc + j0;
     omp_set_num_threads(1);
-    dnnl_status_t st = dnnl_sgemm(p->trans_a ? 'T' : 'N', p->trans_b ? 'T' : 'N', m, n, p->k, 1.0f,
-                                  a, p->lda, b, p->ldb, 0.0f, c, p->ldc);
+    dnnl_status_t st = dnnl_success;
+    if (use_prim) {
+      if (!loom_gemm_tile_prim_run(prim[ib == mb - 1 && mb > 1][jb == nb - 1 && nb > 1], a, b, c))
+        st = dnnl_runtime_error;
+    } else {
+      st = dnnl_sgemm(p->trans_a ? 'T' : 'N', p->trans_b ? 'T' : 'N', m, n, p->k, 1.0f, a, p->lda,
+                      b, p->ldb, 0.0f, c, p->ldc);
+    }
     if (st != dnnl_success) {
 #pragma omp atomic write
       failed = (int)st;
