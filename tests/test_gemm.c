@@ -1,7 +1,8 @@
 /* The cpu backend's GEMM (runtime/cpu/gemm.h) on its threaded path: shapes
  * above the flop threshold split into several tiles run in parallel — plain,
- * transposed, batched with per-batch offsets, and with a row epilogue — give
- * the same bytes on 1, 2 and 3 threads and match a double-precision
+ * transposed, batched with per-batch offsets, skinny with tails, and with a
+ * row epilogue — are cut into the expected tiles, give the same bytes on 1,
+ * 2 and 3 threads and match a double-precision
  * product; small products stay on the calling thread. (The session-level
  * determinism checks of test_ops and test_models reach the same path
  * through matmul nodes; this pins it down where the split happens.) */
@@ -18,15 +19,27 @@ typedef struct shape {
   int64_t m, n, k, batch;
   bool ta, tb;
   int64_t epilogue_rows;
-  bool threaded; /* expected: above the threshold with several tiles */
+  int64_t tasks; /* expected: 1 on the calling thread, else the tile count */
+  bool matmul;   /* expected: tiles on oneDNN's matmul primitive */
 } shape;
 
+/* Tiles stop at 64 rows x 128 columns (gemm.c): a skinny product splits
+ * its columns first, and odd sizes leave tails in both directions. */
+/* A deep product with B transposed runs on the matmul primitive: tiles
+ * narrower than C (copied out), whole rows (an epilogue's), tails, batches. */
 static const shape shapes[] = {
-    {"plain", 130, 70, 200, 1, false, false, 0, true},
-    {"trans_a trans_b", 130, 70, 200, 1, true, true, 0, true},
-    {"batched", 64, 80, 96, 4, false, false, 0, true},
-    {"epilogue", 128, 96, 128, 1, false, false, 16, true},
-    {"small", 16, 16, 16, 1, false, false, 0, false},
+    {"plain", 130, 70, 200, 1, false, false, 0, 2, false},
+    {"trans_a trans_b", 130, 70, 200, 1, true, true, 0, 2, false},
+    {"batched", 64, 80, 96, 4, false, false, 0, 4, false},
+    {"epilogue", 128, 96, 128, 1, false, false, 16, 8, false},
+    {"small", 16, 16, 16, 1, false, false, 0, 1, false},
+    {"skinny tails", 100, 1000, 300, 1, false, false, 0, 8, false},
+    {"skinny trans_b", 100, 1000, 300, 1, false, true, 0, 8, false},
+    {"skinny trans_a", 100, 1000, 300, 1, true, false, 0, 8, false},
+    {"deep trans_b", 100, 1000, 600, 1, false, true, 0, 8, true},
+    {"trans_b epilogue", 100, 200, 520, 1, false, true, 32, 4, true},
+    {"one row", 1, 1100, 4800, 1, false, true, 0, 9, true},
+    {"batched trans_b", 40, 300, 520, 3, false, true, 0, 6, true},
 };
 
 /* The epilogue: tanh over whole rows of C, in place (row_len = n). */
@@ -61,7 +74,11 @@ static void test_shape(loom_ctx *ctx, const shape *s, loom_test_rng *rng) {
   epi_user u = {NULL, s->n};
   if (s->epilogue_rows) p.epilogue = (loom_gemm_epilogue){s->epilogue_rows, epi_tanh, &u};
   int64_t tasks = loom_gemm_parallel_tasks(&p);
-  CHECK(s->threaded ? tasks >= 4 : tasks == 1);
+  if (tasks != s->tasks)
+    fprintf(stderr, "gemm %s: %lld tasks, expected %lld\n", s->name, (long long)tasks,
+            (long long)s->tasks);
+  CHECK(tasks == s->tasks);
+  CHECK(loom_gemm_uses_matmul(&p) == s->matmul);
   for (int t = 0; t < 3; t++) {
     p.c = u.c = c[t];
     CHECK_OK(ctx, loom_gemm_f32(ctx, t + 1, &p));
@@ -85,9 +102,9 @@ static void test_shape(loom_ctx *ctx, const shape *s, loom_test_rng *rng) {
         worst = fmax(worst, fabs(acc - c[0][(bi * s->m + i) * s->n + j]));
       }
   printf("gemm %-16s %3lldx%3lldx%3lld batch %lld: %lld parallel tasks, 1/2/3 threads %s, "
-         "error %.2g\n",
+         "error %.2g%s\n",
          s->name, (long long)s->m, (long long)s->n, (long long)s->k, (long long)s->batch,
-         (long long)tasks, same ? "equal" : "DIFFER", worst);
+         (long long)tasks, same ? "equal" : "DIFFER", worst, s->matmul ? ", matmul primitive" : "");
   CHECK(worst <= 1e-6 * (double)s->k);
   for (int t = 0; t < 3; t++) free(c[t]);
   free(a);

@@ -10,6 +10,10 @@ onnxruntime), so compare.py puts it beside Loom's modes:
   python3 bench/peers/onnx_bench.py MODEL.onnx --threads 2 > ort.jsonl
   python3 bench/peers/compare.py loom.jsonl ort.jsonl
 
+cpu_median_s is the median of the process's CPU time per run: with one
+thread, the figure a busy machine disturbs least (the wall clock counts
+the time other jobs hold the core).
+
 With --profile it also prints, to stderr, each node's fastest and median
 time over the runs (ONNX Runtime's profiler; the nodes after its own
 fusions), to set beside the kernels of `loom bench MODEL.onnx --trace`.
@@ -75,13 +79,15 @@ def main():
             return 1
         feeds[i.name] = (rng.uniform(-1, 1, shape) if dt in (np.float32, np.float64) else np.zeros(shape)).astype(dt)
     sess.run(None, feeds)
-    times = []
+    times, cpu = [], []
     for _ in range(a.runs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         sess.run(None, feeds)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     print(json.dumps({"workload": a.model, "mode": "onnxruntime", "median_s": statistics.median(times),
-                      "min_s": min(times), "runs": a.runs, "threads": a.threads,
+                      "min_s": min(times), "cpu_median_s": statistics.median(cpu),
+                      "runs": a.runs, "threads": a.threads,
                       "framework": "onnxruntime " + ort.__version__}), flush=True)
     if a.profile:
         path = sess.end_profiling()

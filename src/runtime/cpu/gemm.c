@@ -1,5 +1,7 @@
 #include "runtime/cpu/gemm.h"
 
+#include "runtime/cpu/gemm_matmul.h"
+
 #include "perf/profile.h"
 
 #include <dnnl.h>
@@ -12,16 +14,28 @@
 
 /* The tile of C per task: the largest that still gives at least
  * GEMM_MIN_TASKS tasks, so big products run big, efficient sgemm calls and
- * small ones still spread over the cores. Rows no wider than
- * GEMM_WHOLE_ROWS are not cut: a skinny product's short column tiles
- * re-pack A per tile and run short panels (whole rows measured 1.1-1.4x
- * faster on one core for n = 128, docs/PERFORMANCE.md); wider ones get
- * square tiles. With an epilogue a tile is the epilogue's whole rows. The
- * tile depends on the shapes only, never on the thread count, so results
- * do not change with threads. */
-#define GEMM_MIN_TASKS 16
-#define GEMM_WHOLE_ROWS 512
-#define GEMM_MIN_ROWS 16
+ * small ones still spread over the cores. Each sgemm call re-packs its
+ * share of A and B, and runs panels as wide as its tile: a tile narrower
+ * than GEMM_MIN_COLS columns or shorter than GEMM_MIN_ROWS rows loses
+ * 10-25% on one core (64 x 64 tiles of 128 x 768 x 3072 ran at 74 GFLOP/s,
+ * 64 x 128 at 90, whole rows at 99: docs/PERFORMANCE.md), so tiles stop
+ * shrinking there even when that leaves fewer tasks. Tiles start at most
+ * GEMM_MAX_TILE on a side and halve along their longer side (rows on a
+ * tie). With an epilogue a tile is the epilogue's whole rows. The tile
+ * depends on the shapes only, never on the thread count, so results do not
+ * change with threads. Eight tasks balance on 1, 2, 4 and 8 threads and lose
+ * at most 11% on 3; sixteen cut mid-sized products into tiles 1-8% slower
+ * on one core (512 x 1024 x 1024: 128 x 256 tiles 89 GFLOP/s, 256 x 256
+ * tiles 94). */
+#define GEMM_MIN_TASKS 8
+#define GEMM_MAX_TILE 512
+#define GEMM_MIN_ROWS 64
+#define GEMM_MIN_COLS 128
+
+/* Half of a tile side, rounded up to whole vectors of 16 floats. */
+static int64_t half_tile(int64_t t) { return ((t + 1) / 2 + 15) / 16 * 16; }
+
+static int64_t tile_count(int64_t len, int64_t tile) { return (len + tile - 1) / tile; }
 
 static void gemm_tile(const loom_gemm *p, int64_t *tile_m, int64_t *tile_n) {
   if (p->epilogue.rows > 0 && p->epilogue.fn) {
@@ -29,19 +43,19 @@ static void gemm_tile(const loom_gemm *p, int64_t *tile_m, int64_t *tile_n) {
     *tile_n = p->n;
     return;
   }
-  static const int64_t sizes[] = {512, 256, 128};
-  if (p->n <= GEMM_WHOLE_ROWS) {
-    *tile_n = p->n;
-    for (*tile_m = 512; *tile_m > GEMM_MIN_ROWS; *tile_m /= 2)
-      if (p->batch * ((p->m + *tile_m - 1) / *tile_m) >= GEMM_MIN_TASKS) return;
-    return;
+  int64_t tm = LOOM_MIN(p->m, GEMM_MAX_TILE), tn = LOOM_MIN(p->n, GEMM_MAX_TILE);
+  while (p->batch * tile_count(p->m, tm) * tile_count(p->n, tn) < GEMM_MIN_TASKS) {
+    bool can_m = half_tile(tm) >= GEMM_MIN_ROWS && half_tile(tm) < tm;
+    bool can_n = half_tile(tn) >= GEMM_MIN_COLS && half_tile(tn) < tn;
+    if (can_m && (tm >= tn || !can_n))
+      tm = half_tile(tm);
+    else if (can_n)
+      tn = half_tile(tn);
+    else
+      break;
   }
-  for (int i = 0; i < 3; i++) {
-    int64_t t = sizes[i];
-    *tile_m = *tile_n = t;
-    if (p->batch * ((p->m + t - 1) / t) * ((p->n + t - 1) / t) >= GEMM_MIN_TASKS) return;
-  }
-  *tile_m = *tile_n = 64;
+  *tile_m = tm;
+  *tile_n = tn;
 }
 
 /* Tiles per column and row of C, and their count. */
@@ -50,6 +64,21 @@ static int64_t gemm_tasks(const loom_gemm *p, int64_t tile_m, int64_t tile_n, in
   *mb = (p->m + tile_m - 1) / tile_m;
   *nb = (p->n + tile_n - 1) / tile_n;
   return p->batch * *mb * *nb;
+}
+
+/* Products whose tiles run on oneDNN's matmul primitive rather than
+ * sgemm: a transposed B (as ONNX Gemm's transB and a linear layer's input
+ * gradient give it) at least GEMM_MATMUL_MIN_DEPTH deep, which the
+ * primitive reads in place (gemm_matmul.h). Shallower products lost 0-10%
+ * on it (K = 64..256), and small ones stay on sgemm: a primitive call
+ * costs a few microseconds more. */
+#define GEMM_MATMUL_MIN_DEPTH 512
+#define GEMM_MATMUL_MIN_FLOPS 1e7
+
+bool loom_gemm_uses_matmul(const loom_gemm *p) {
+  double flops = 2.0 * (double)p->batch * (double)p->m * (double)p->n * (double)p->k;
+  return p->trans_b && !p->trans_a && p->k >= GEMM_MATMUL_MIN_DEPTH &&
+         flops >= GEMM_MATMUL_MIN_FLOPS;
 }
 
 static bool gemm_parallel(const loom_gemm *p, int64_t tasks) {
@@ -80,6 +109,17 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   gemm_tile(p, &tile, &tile_n);
   int64_t tasks = gemm_tasks(p, tile, tile_n, &mb, &nb);
   const bool parallel = gemm_parallel(p, tasks);
+  /* tiles of a transposed B on the matmul primitive (gemm_matmul.h): one
+   * per tile shape, the full tile and the tails */
+  const loom_gemm_tile_prim *prim[2][2] = {{NULL}};
+  bool use_prim = loom_gemm_uses_matmul(p);
+  for (int32_t tm = 0; tm < 2 && use_prim; tm++)
+    for (int32_t tn = 0; tn < 2 && use_prim; tn++) {
+      int64_t m = tm ? p->m - (mb - 1) * tile : LOOM_MIN(tile, p->m);
+      int64_t n = tn ? p->n - (nb - 1) * tile_n : LOOM_MIN(tile_n, p->n);
+      prim[tm][tn] = loom_gemm_tile_prim_get(p, m, n);
+      use_prim = prim[tm][tn] != NULL;
+    }
   int failed = 0;
   /* oneDNN threads itself unless it runs inside an active parallel region;
    * a one-thread (inactive) region would still let it use every core with
@@ -88,15 +128,22 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   omp_set_num_threads(1);
 #pragma omp parallel for num_threads(nt) schedule(static) if (parallel)
   for (int64_t t = 0; t < tasks; t++) {
-    int64_t bi = t / (mb * nb), r = t % (mb * nb), i0 = (r / nb) * tile, j0 = (r % nb) * tile_n;
+    int64_t bi = t / (mb * nb), r = t % (mb * nb), ib = r / nb, jb = r % nb;
+    int64_t i0 = ib * tile, j0 = jb * tile_n;
     int64_t m = p->m - i0 < tile ? p->m - i0 : tile;
     int64_t n = p->n - j0 < tile_n ? p->n - j0 : tile_n;
     const float *a = p->a + (p->a_off ? p->a_off[bi] : 0) + (p->trans_a ? i0 : i0 * p->lda);
     const float *b = p->b + (p->b_off ? p->b_off[bi] : 0) + (p->trans_b ? j0 * p->ldb : j0);
     float *c = p->c + bi * p->c_stride + i0 * p->ldc + j0;
     omp_set_num_threads(1);
-    dnnl_status_t st = dnnl_sgemm(p->trans_a ? 'T' : 'N', p->trans_b ? 'T' : 'N', m, n, p->k, 1.0f,
-                                  a, p->lda, b, p->ldb, 0.0f, c, p->ldc);
+    dnnl_status_t st = dnnl_success;
+    if (use_prim) {
+      if (!loom_gemm_tile_prim_run(prim[ib == mb - 1 && mb > 1][jb == nb - 1 && nb > 1], a, b, c))
+        st = dnnl_runtime_error;
+    } else {
+      st = dnnl_sgemm(p->trans_a ? 'T' : 'N', p->trans_b ? 'T' : 'N', m, n, p->k, 1.0f, a, p->lda,
+                      b, p->ldb, 0.0f, c, p->ldc);
+    }
     if (st != dnnl_success) {
 #pragma omp atomic write
       failed = (int)st;

@@ -1,8 +1,9 @@
 /*
  * The cpu backend's GEMM: C = op(A) op(B), f32, row-major, batched, on
- * oneDNN's dnnl_sgemm. The work is split into fixed tiles of C (batch x
- * row block x column block, sized by the shapes only) and each tile is one
- * single-threaded sgemm inside our own OpenMP loop: oneDNN runs sequentially
+ * oneDNN's dnnl_sgemm (or its matmul primitive, for a transposed B). The
+ * work is split into fixed tiles of C (batch x row block x column block,
+ * sized by the shapes only) and each tile is one single-threaded oneDNN
+ * call inside our own OpenMP loop: oneDNN runs sequentially
  * inside a parallel region, so there is one thread count (ours) and the
  * result does not depend on it.
  */
@@ -44,6 +45,11 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p);
 /* The number of tiles p is split into when they run in parallel; 1 when
  * p runs on the calling thread (one tile, or below the flop threshold). */
 int64_t loom_gemm_parallel_tasks(const loom_gemm *p);
+
+/* True if p's tiles run on oneDNN's matmul primitive (gemm_matmul.h)
+ * rather than sgemm: a deep enough product with B transposed. If oneDNN
+ * has no fast primitive for a tile, the product still runs on sgemm. */
+bool loom_gemm_uses_matmul(const loom_gemm *p);
 
 /* C[m, n] = A[m, k] B[k, n], dense row-major, with `threads` threads:
  * the shape of perf/measure.h's loom_sgemm_fn, so the machine's sgemm

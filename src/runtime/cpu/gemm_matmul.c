@@ -1,0 +1,154 @@
+/* GEMM tiles on oneDNN's matmul primitive (gemm_matmul.h). */
+#include "runtime/cpu/gemm_matmul.h"
+
+#include <dnnl.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What a tile's primitive depends on (no padding: compared bytewise). */
+typedef struct tile_key {
+  int64_t m, n, k, lda, ldb, ldc;
+  int32_t trans_a, trans_b;
+} tile_key;
+
+struct loom_gemm_tile_prim {
+  tile_key key;
+  dnnl_primitive_t prim; /* NULL: no fast primitive for this key */
+  dnnl_memory_desc_t a, b, c;
+  size_t scratch;
+};
+
+/* Kept for the process: a product has at most four tile shapes (full and
+ * tails), a model a few dozen products. When full, new shapes use sgemm. */
+#define TILE_CACHE 256
+static loom_gemm_tile_prim cache[TILE_CACHE];
+static int32_t n_cached;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static dnnl_engine_t engine;
+
+/* A [rows, cols] f32 matrix with row stride ld, stored transposed if t. */
+static void md_matrix(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int64_t ld, bool t) {
+  dnnl_dims_t d = {rows, cols}, s = {t ? 1 : ld, t ? ld : 1};
+  dnnl_memory_desc_init_by_strides(md, 2, d, dnnl_f32, s);
+}
+
+static void create(loom_gemm_tile_prim *e) {
+  const tile_key *k = &e->key;
+  md_matrix(&e->a, k->m, k->k, k->lda, k->trans_a);
+  md_matrix(&e->b, k->k, k->n, k->ldb, k->trans_b);
+  /* oneDNN 2.6's brgemm matmul writes only a dense C: a narrower tile is
+   * computed into the thread's buffer and copied out (m x n floats, in
+   * cache, against 2 m n k flops) */
+  md_matrix(&e->c, k->m, k->n, k->n, false);
+  dnnl_matmul_desc_t md;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_status_t st = dnnl_matmul_desc_init(&md, &e->a, &e->b, NULL, &e->c);
+  if (st == dnnl_success) st = dnnl_primitive_attr_create(&attr);
+  if (st == dnnl_success) st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL);
+  /* only the blocked kernels: oneDNN's reference matmul is far slower */
+  const char *impl = NULL;
+  if (st == dnnl_success &&
+      (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+       !impl || strncmp(impl, "brg", 3) != 0))
+    st = dnnl_unimplemented;
+  if (st == dnnl_success) {
+    e->scratch = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+    if (dnnl_primitive_create(&e->prim, pd) != dnnl_success) e->prim = NULL;
+  }
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+}
+
+const loom_gemm_tile_prim *loom_gemm_tile_prim_get(const loom_gemm *p, int64_t m, int64_t n) {
+  tile_key key = {.m = m, .n = n, .k = p->k, .lda = p->lda, .ldb = p->ldb, .ldc = p->ldc,
+                   .trans_a = p->trans_a, .trans_b = p->trans_b};
+  const loom_gemm_tile_prim *found = NULL;
+  pthread_mutex_lock(&lock);
+  for (int32_t i = 0; i < n_cached && !found; i++)
+    if (memcmp(&cache[i].key, &key, sizeof key) == 0) found = &cache[i];
+  if (!found && n_cached < TILE_CACHE) {
+    /* made for one thread: its blocking must not follow the thread count */
+    int prev = omp_get_max_threads();
+    omp_set_num_threads(1);
+    if (!engine && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) engine = NULL;
+    loom_gemm_tile_prim *e = &cache[n_cached++];
+    memset(e, 0, sizeof *e);
+    e->key = key;
+    if (engine) create(e);
+    omp_set_num_threads(prev);
+    found = e;
+  }
+  pthread_mutex_unlock(&lock);
+  return found && found->prim ? found : NULL;
+}
+
+/* Each OpenMP thread's stream and scratchpad, chained on a global list so
+ * that they stay reachable after OpenMP retires the thread; the process
+ * keeps them to its end. */
+typedef struct thread_res {
+  dnnl_stream_t stream;
+  void *scratch, *tile; /* tile: a dense C when the product's is not */
+  size_t scratch_size, tile_size;
+  struct thread_res *next;
+} thread_res;
+static thread_res *all_res;
+static _Thread_local thread_res *my_res;
+
+/* *buf holding at least `need` bytes, 64-byte aligned. */
+static bool grow(void **buf, size_t *have, size_t need) {
+  if (need <= *have) return true;
+  free(*buf);
+  *buf = aligned_alloc(64, (need + 63) / 64 * 64);
+  *have = *buf ? need : 0;
+  return *buf != NULL;
+}
+
+static thread_res *resources(size_t scratch, size_t tile) {
+  thread_res *r = my_res;
+  if (!r) {
+    r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    if (dnnl_stream_create(&r->stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+      free(r);
+      return NULL;
+    }
+    pthread_mutex_lock(&lock);
+    r->next = all_res;
+    all_res = r;
+    pthread_mutex_unlock(&lock);
+    my_res = r;
+  }
+  if (!grow(&r->scratch, &r->scratch_size, scratch) || !grow(&r->tile, &r->tile_size, tile))
+    return NULL;
+  return r;
+}
+
+bool loom_gemm_tile_prim_run(const loom_gemm_tile_prim *t, const float *a, const float *b,
+                             float *c) {
+  const tile_key *k = &t->key;
+  bool copy = k->ldc != k->n;
+  thread_res *r = resources(t->scratch, copy ? sizeof(float) * (size_t)(k->m * k->n) : 0);
+  if (!r) return false;
+  float *dst = copy ? r->tile : c;
+  dnnl_memory_desc_t smd;
+  dnnl_dims_t sdim = {(int64_t)(t->scratch ? t->scratch : 1)};
+  dnnl_memory_desc_init_by_tag(&smd, 1, sdim, dnnl_u8, dnnl_a);
+  dnnl_memory_t mem[4] = {0};
+  bool ok = dnnl_memory_create(&mem[0], &t->a, engine, (void *)a) == dnnl_success &&
+            dnnl_memory_create(&mem[1], &t->b, engine, (void *)b) == dnnl_success &&
+            dnnl_memory_create(&mem[2], &t->c, engine, dst) == dnnl_success &&
+            (!t->scratch || dnnl_memory_create(&mem[3], &smd, engine, r->scratch) == dnnl_success);
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]},
+                             {DNNL_ARG_DST, mem[2]}, {DNNL_ARG_SCRATCHPAD, mem[3]}};
+  ok = ok && dnnl_primitive_execute(t->prim, r->stream, t->scratch ? 4 : 3, args) == dnnl_success &&
+       dnnl_stream_wait(r->stream) == dnnl_success;
+  for (int32_t i = 0; i < 4; i++)
+    if (mem[i]) dnnl_memory_destroy(mem[i]);
+  for (int64_t i = 0; ok && copy && i < k->m; i++)
+    memcpy(c + i * k->ldc, dst + i * k->n, sizeof(float) * (size_t)k->n);
+  return ok;
+}

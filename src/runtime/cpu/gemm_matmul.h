@@ -1,0 +1,26 @@
+/*
+ * One tile of the cpu GEMM (gemm.h) on oneDNN's matmul primitive instead of
+ * dnnl_sgemm. The primitive (brgemm on AVX-512) reads a transposed B in
+ * place where sgemm re-packs it with a slower path: 128 x 768 x 3072 with
+ * B stored [N, K] ran at 100 GFLOP/s against sgemm's 85 on one core
+ * (docs/PERFORMANCE.md). Each tile shape gets one primitive, made for one
+ * thread and kept for the process, so a tile's result depends on its shape
+ * only, never on the thread count.
+ */
+#ifndef LOOM_RUNTIME_CPU_GEMM_MATMUL_H
+#define LOOM_RUNTIME_CPU_GEMM_MATMUL_H
+
+#include "runtime/cpu/gemm.h"
+
+/* A primitive for tiles of m x n of C in product p (p's k, strides and
+ * transposes); NULL when oneDNN has no fast one (or no memory). Call
+ * outside any parallel region; the result is kept for the process. */
+typedef struct loom_gemm_tile_prim loom_gemm_tile_prim;
+const loom_gemm_tile_prim *loom_gemm_tile_prim_get(const loom_gemm *p, int64_t m, int64_t n);
+
+/* C tile = A tile * B tile on the calling thread (a, b, c: the tile's
+ * first elements, strided as p said); false if oneDNN failed. */
+bool loom_gemm_tile_prim_run(const loom_gemm_tile_prim *t, const float *a, const float *b,
+                             float *c);
+
+#endif
