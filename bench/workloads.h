@@ -68,6 +68,14 @@ LOOM_BENCH_LAYER_BUILD(loom_bench_build_rotary);
 LOOM_BENCH_LAYER_BUILD(loom_bench_build_groupnorm_silu);
 LOOM_BENCH_LAYER_BUILD(loom_bench_build_ls_ce);
 LOOM_BENCH_LAYER_BUILD(loom_bench_build_bce);
+/* held-out graphs (wl_layers.c) */
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_instnorm_lrelu);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_instnorm_lrelu_bwd);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_t5_norm_residual);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_alibi_softmax);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_alibi_softmax_bwd);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_geglu_bwd);
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_layerscale_droppath);
 
 /* One pre-LN GPT block's forward for `loom bench attention` (wl_model.c):
  * batch 1, seq tokens, heads heads of head_dim (d_model = heads *

@@ -211,7 +211,9 @@ run bench --list
 check "--list exits 0" test "$rc" -eq 0
 for w in layernorm_fwd layernorm_bwd softmax_fwd softmax_bwd bias_gelu \
   bias_dropout_residual_ln cross_entropy adamw rmsnorm_fwd rmsnorm_bwd swiglu rotary \
-  groupnorm_silu ls_cross_entropy bce_logits bert_layer gpt2_block train_step rng attention; do
+  groupnorm_silu ls_cross_entropy bce_logits instnorm_lrelu instnorm_lrelu_bwd t5_norm_residual \
+  alibi_softmax alibi_softmax_bwd geglu_bwd layerscale_droppath bert_layer gpt2_block train_step \
+  rng attention; do
   check "--list names $w" test "${out#*$w}" != "$out"
 done
 # the main job's step, built as the trainer builds it: 1024 tokens at full

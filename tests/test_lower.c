@@ -734,15 +734,61 @@ static void case_random(loom_ctx *ctx, uint64_t seed) {
 
 /* A group that is not one kernel gives false from analyze and a message
  * from lower, never a crash. */
+/* Reshapes of computed values that merge or split dims, read again in
+ * the group (lower_split.c): GroupNorm with a per-channel affine and SiLU
+ * ([N, C, H, W] -> [N, G, C/G*H*W] and back around the statistics),
+ * forward and backward; and [4, 6] -> [8, 3] (loops 4 x 2 x 3), with an
+ * iota along the merged dim, a column sum over it and a transpose. */
+static void case_split_reshape(loom_ctx *ctx, bool bwd) {
+  loom_graph *g = NULL;
+  loom_graph_new(ctx, &g);
+  int64_t xs[4] = {2, 6, 3, 5}, gs[3] = {2, 3, 30}, ps[3] = {6, 1, 1}, last = -1;
+  int32_t x = input(g, "x", LOOM_DTYPE_F32, 4, xs);
+  int32_t gam = input(g, "gamma", LOOM_DTYPE_F32, 3, ps);
+  int32_t bet = input(g, "beta", LOOM_DTYPE_F32, 3, ps);
+  int32_t xg = lb_reshape(g, lb_unary(g, LOOM_OP_TANH, x), 3, gs);
+  int32_t inv = lb_scalar(g, LOOM_DTYPE_F32, 1.0 / 30);
+  int32_t mean = lb_mul(g, lb_sum(g, xg, 1, &last, true), inv);
+  int32_t xc = lb_sub(g, xg, mean);
+  int32_t var = lb_mul(g, lb_sum(g, lb_mul(g, xc, xc), 1, &last, true), inv);
+  int32_t rstd = lb_unary(g, LOOM_OP_RSQRT, lb_add(g, var, lb_scalar(g, LOOM_DTYPE_F32, 1e-5)));
+  int32_t xn = lb_reshape(g, lb_mul(g, xc, rstd), 4, xs);
+  int32_t y = lb_unary(g, LOOM_OP_SILU, lb_add(g, lb_mul(g, xn, gam), bet));
+  if (!bwd) {
+    loom_graph_output(g, "y", y);
+    int64_t as[2] = {4, 6}, bs[2] = {8, 3}, ax0 = 0;
+    int32_t a = input(g, "a", LOOM_DTYPE_F32, 2, as);
+    int32_t r = lb_reshape(g, lb_unary(g, LOOM_OP_EXP, a), 2, bs);
+    int32_t row = lb_cast(g, lb_iota(g, LOOM_DTYPE_I64, 2, bs, 0), LOOM_DTYPE_F32);
+    int32_t r2 = lb_add(g, r, row);
+    loom_graph_output(g, "r", lb_unary(g, LOOM_OP_NEG, r2));
+    loom_graph_output(g, "colsum", lb_sum(g, r2, 1, &ax0, false));
+    loom_graph_output(g, "rt", lb_transpose(g, lb_unary(g, LOOM_OP_TANH, r2), (int64_t[]){1, 0}));
+    tcase tc = {"split reshapes fwd", -2, 2, 0, 0, 0, 0, 0};
+    check_graph(ctx, g, &tc);
+  } else {
+    int32_t loss = weighted_loss(g, y, 4, xs);
+    loom_value grads[3];
+    CHECK_OK(ctx, loom_graph_grad(g, loss, 3, (loom_value[]){x, gam, bet}, grads));
+    loom_graph_output(g, "dx", grads[0]);
+    loom_graph_output(g, "dgamma", grads[1]);
+    loom_graph_output(g, "dbeta", grads[2]);
+    tcase tc = {"groupnorm+silu bwd", -2, 2, 0, 0, 0, 0, 0};
+    check_graph(ctx, g, &tc);
+  }
+  loom_graph_free(g);
+}
+
 static void case_refusals(loom_ctx *ctx) {
   loom_graph *g = NULL;
   loom_graph_new(ctx, &g);
   int64_t s[2] = {4, 6};
   int32_t x = input(g, "x", LOOM_DTYPE_F32, 2, s);
   int32_t w = input(g, "w", LOOM_DTYPE_F32, 2, (int64_t[]){6, 3});
-  /* a reshape that splits computed dims, read again in the group */
+  /* a reshape that regroups computed dims, read again in the group, whose
+   * factors do not nest (24 as 4 x 6 and as 6 x 4) */
   int32_t r = lb_unary(g, LOOM_OP_NEG,
-                       lb_reshape(g, lb_unary(g, LOOM_OP_EXP, x), 2, (int64_t[]){8, 3}));
+                       lb_reshape(g, lb_unary(g, LOOM_OP_EXP, x), 2, (int64_t[]){6, 4}));
   int32_t mm = lb_matmul(g, x, w, false, false);
   loom_graph_output(g, "r", r);
   loom_graph_output(g, "mm", mm);
@@ -833,6 +879,8 @@ int main(void) {
     if (!strcmp(one, "flat")) case_flat(ctx, 8192);
     if (!strcmp(one, "deep")) case_deep_chain(ctx, 10000);
     if (!strcmp(one, "concat")) case_concat_pad(ctx);
+    if (!strcmp(one, "split")) case_split_reshape(ctx, false);
+    if (!strcmp(one, "splitb")) case_split_reshape(ctx, true);
     loom_ctx_free(ctx);
     return loom_test_finish("test_lower");
   }
@@ -866,6 +914,8 @@ int main(void) {
   case_rmsnorm_bwd(ctx);
   case_empty(ctx);
   case_refusals(ctx);
+  case_split_reshape(ctx, false);
+  case_split_reshape(ctx, true);
   for (uint64_t s = 1; s <= (q ? 30u : 300u); s++) case_random(ctx, s);
   loom_ctx_free(ctx);
   return loom_test_finish("test_lower");

@@ -2,8 +2,8 @@
  * Graphs nobody wrote by hand: a seeded generator writes random graphs of
  * memory-intensive ops in the text IR — element-wise chains, reductions over
  * random axes with and without keepdims, broadcasts back onto their source
- * (the softmax / norm shape), transposes, reshapes that merge and split
- * dims, slices, pads, concats, matmuls with their epilogues, composites
+ * (the softmax / norm shape), transposes, reshapes that merge, split and
+ * regroup dims, slices, pads, concats, matmuls with their epilogues, composites
  * (softmax, layer_norm, rms_norm, gelu, silu) and dropout — over odd shapes
  * of rank 1 to 4, with some intermediates as extra outputs. Half of them
  * also get the gradient of sum(y * w) with respect to every f32 input
@@ -272,9 +272,16 @@ static void layout(gen *g, int32_t a) {
     put(g, "transpose(%%v%d, perm=", a);
     put_shape(g, x.rank, perm);
     put(g, ")\n");
-  } else if (kind == 1) { /* reshape: merge two adjacent dims, or split one */
+  } else if (kind == 1) { /* reshape: merge two adjacent dims, split one, or
+                             * move a factor from one to the next (GroupNorm's
+                             * [N, C, HW] <-> [N, G, C/G*HW]) */
     int32_t r = x.rank;
-    if (r >= 2 && chance(g, 0.5)) {
+    int32_t d0 = r >= 2 ? (int32_t)pick(g, r - 1) : 0;
+    int64_t f0 = x.shape[d0] % 2 == 0 ? 2 : x.shape[d0] % 3 == 0 ? 3 : 1;
+    if (r >= 2 && f0 > 1 && x.shape[d0 + 1] > 1 && chance(g, 0.3)) {
+      s[d0] = x.shape[d0] / f0;
+      s[d0 + 1] = x.shape[d0 + 1] * f0;
+    } else if (r >= 2 && chance(g, 0.5)) {
       int32_t d = (int32_t)pick(g, r - 1);
       s[d] = x.shape[d] * x.shape[d + 1];
       for (int32_t e = d + 1; e < r - 1; e++)

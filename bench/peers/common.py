@@ -14,13 +14,20 @@ WORKLOADS = [
     # bench/wl_layers.c
     "rmsnorm_fwd", "rmsnorm_bwd", "swiglu", "rotary", "groupnorm_silu", "ls_cross_entropy",
     "bce_logits",
+    # held-out graphs (bench/wl_layers.c)
+    "instnorm_lrelu", "instnorm_lrelu_bwd", "t5_norm_residual", "alibi_softmax",
+    "alibi_softmax_bwd", "geglu_bwd", "layerscale_droppath",
     "bert_layer", "gpt2_block", "train_step",
 ]
-MEMORY_BOUND = set(WORKLOADS[:15])
+MEMORY_BOUND = set(WORKLOADS[:22])
 RMS_EPS = 1e-6
 GN_EPS = 1e-5
 GN_GROUPS = 32
 LABEL_SMOOTHING = 0.1
+IN_EPS = 1e-5
+LRELU_SLOPE = 0.2
+ALIBI_SCALE = 0.125
+DROP_PATH_KEEP = 0.9
 
 
 def rows_cols(small):
@@ -46,6 +53,30 @@ def rotary_shapes(small):
 def groupnorm_shape(small):
     """x [N, C, H, W] (GN_GROUPS groups)."""
     return (2, 64, 16, 16) if small else (16, 256, 32, 32)
+
+
+def instnorm_shape(small):
+    """x [N, C, H, W] of instnorm_lrelu(_bwd)."""
+    return (2, 32, 16, 16) if small else (8, 128, 64, 64)
+
+
+def t5_shape(small):
+    return (2048, 256) if small else (16384, 1024)
+
+
+def alibi_shape(small):
+    """scores [B, H, S, S]."""
+    return (1, 4, 64, 64) if small else (4, 16, 256, 256)
+
+
+def geglu_shape(small):
+    """[R, 2C] of u; y and dy are [R, C]."""
+    return (1024, 512) if small else (16384, 2048)
+
+
+def layerscale_shape(small):
+    """[B, T, C] of x, f and dy."""
+    return (4, 64, 128) if small else (32, 256, 768)
 
 
 def adamw_shapes(small):
@@ -100,6 +131,15 @@ def min_bytes(name, small, io_bytes=None):
         return 2 * numel(groupnorm_shape(small)) * 4
     if name == "adamw":
         return 7 * sum(numel(s) for s in adamw_shapes(small)) * 4
+    per = {"instnorm_lrelu": (instnorm_shape, 2), "instnorm_lrelu_bwd": (instnorm_shape, 3),
+           "t5_norm_residual": (t5_shape, 4), "alibi_softmax": (alibi_shape, 2),
+           "alibi_softmax_bwd": (alibi_shape, 3), "layerscale_droppath": (layerscale_shape, 3)}
+    if name in per:
+        fn, k = per[name]
+        return k * numel(fn(small)) * 4
+    if name == "geglu_bwd":
+        r, c2 = geglu_shape(small)
+        return 5 * r * (c2 // 2) * 4
     return io_bytes or 0
 
 
@@ -112,6 +152,15 @@ def shape_str(name, small):
         return "x [%d, %d, %d]" % rotary_shapes(small)[0]
     if name == "groupnorm_silu":
         return "[%d, %d, %d, %d] G=%d" % (groupnorm_shape(small) + (GN_GROUPS,))
+    if name in ("instnorm_lrelu", "instnorm_lrelu_bwd", "alibi_softmax", "alibi_softmax_bwd"):
+        fn = instnorm_shape if name.startswith("instnorm") else alibi_shape
+        return "[%d, %d, %d, %d]" % fn(small)
+    if name == "t5_norm_residual":
+        return "[%d, %d]" % t5_shape(small)
+    if name == "geglu_bwd":
+        return "u [%d, %d]" % geglu_shape(small)
+    if name == "layerscale_droppath":
+        return "[%d, %d, %d]" % layerscale_shape(small)
     if name == "adamw":
         shapes = adamw_shapes(small)
         return "P=%d in %d tensors" % (sum(numel(s) for s in shapes), len(shapes))

@@ -172,6 +172,71 @@ def build_layer(name, small, wait):
             return (jnp.maximum(x, 0) - x * t + jnp.log(1 + jnp.exp(-jnp.abs(x)))).mean()
         f = jax.jit(jax.value_and_grad(bce))
         return (lambda: wait(f(x))), None, None
+    return build_held_out(name, small, wait)
+
+
+def build_held_out(name, small, wait):
+    """The held-out graphs of bench/wl_layers.c, or None."""
+    if name in ("instnorm_lrelu", "instnorm_lrelu_bwd"):
+        xs = C.instnorm_shape(small)
+        ch = xs[1]
+        x, g, b = rand(xs, 1), rand((ch, 1, 1), 2, 0.1, 1.0), rand((ch, 1, 1), 3, 0.02)
+
+        def inorm(x, g, b):
+            mean = x.mean((2, 3), keepdims=True)
+            xc = x - mean
+            var = (xc * xc).mean((2, 3), keepdims=True)
+            z = xc * jax.lax.rsqrt(var + C.IN_EPS) * g + b
+            return jnp.where(z > 0, z, z * C.LRELU_SLOPE)
+        if name == "instnorm_lrelu":
+            f = jax.jit(inorm)
+            return (lambda: wait(f(x, g, b))), None, None
+        dy = rand(xs, 4)
+        f = jax.jit(lambda x, g, b, dy: jax.vjp(inorm, x, g, b)[1](dy))
+        return (lambda: wait(f(x, g, b, dy))), None, None
+    if name == "t5_norm_residual":
+        xs = C.t5_shape(small)
+        x, res, w = rand(xs, 1), rand(xs, 2), rand((xs[1],), 3, 0.1, 1.0)
+
+        def t5(x, res, w):
+            h = x + res
+            return h, h * jax.lax.rsqrt(jnp.mean(h * h, -1, keepdims=True) + C.RMS_EPS) * w
+        f = jax.jit(t5)
+        return (lambda: wait(f(x, res, w))), None, None
+    if name in ("alibi_softmax", "alibi_softmax_bwd"):
+        bs, nh, s, _ = C.alibi_shape(small)
+        sc, slopes, mask = rand((bs, nh, s, s), 1), rand((nh, 1, 1), 2, 0.5, 0.5), \
+            rand((bs, 1, 1, s), 3)
+        pos = jnp.arange(s)
+        dist = (pos[None, :] - pos[:, None]).astype(jnp.float32)
+        causal = pos[None, :] <= pos[:, None]
+
+        def alibi(sc):
+            z = sc * C.ALIBI_SCALE + slopes * dist + mask
+            return jax.nn.softmax(jnp.where(causal, z, -jnp.inf), -1)
+        if name == "alibi_softmax":
+            f = jax.jit(alibi)
+            return (lambda: wait(f(sc))), None, None
+        dy = rand((bs, nh, s, s), 4)
+        f = jax.jit(lambda sc, dy: jax.vjp(alibi, sc)[1](dy))
+        return (lambda: wait(f(sc, dy))), None, None
+    if name == "geglu_bwd":
+        u = rand(C.geglu_shape(small), 1)
+        half = u.shape[1] // 2
+        dy = rand((u.shape[0], half), 4)
+        geglu = lambda u: jax.nn.gelu(u[:, :half], approximate=True) * u[:, half:]  # noqa: E731
+        f = jax.jit(lambda u, dy: jax.vjp(geglu, u)[1](dy))
+        return (lambda: wait(f(u, dy))), None, None
+    if name == "layerscale_droppath":
+        xs = C.layerscale_shape(small)
+        fb, g, x = rand(xs, 1), rand((xs[2],), 2, 0.02), rand(xs, 3)
+        u, dy = rand((xs[0], 1, 1), 4, 0.5, 0.5), rand(xs, 5)
+
+        def ls(fb, g):
+            keep = (u < C.DROP_PATH_KEEP).astype(jnp.float32) / C.DROP_PATH_KEEP
+            return x + fb * g * keep
+        f = jax.jit(lambda fb, g, dy: jax.vjp(ls, fb, g)[1](dy))
+        return (lambda: wait(f(fb, g, dy))), None, None
     return None
 
 

@@ -167,6 +167,66 @@ def build_layer(name, small, comp):
             loss = f(x, t)
             return loss, torch.autograd.grad(loss, (x,))
         return run, None, None
+    return build_held_out(name, small, comp)
+
+
+def build_held_out(name, small, comp):
+    """The held-out graphs of bench/wl_layers.c, or None."""
+    if name in ("instnorm_lrelu", "instnorm_lrelu_bwd"):
+        bwd = name.endswith("bwd")
+        xs = C.instnorm_shape(small)
+        ch = xs[1]
+        x = rand(xs, 1, grad=bwd)
+        g, b = rand((ch,), 2, 0.1, 1.0, grad=bwd), rand((ch,), 3, 0.02, grad=bwd)
+        f = comp(lambda x, g, b: F.leaky_relu(F.instance_norm(x, weight=g, bias=b, eps=C.IN_EPS),
+                                              C.LRELU_SLOPE))
+        if not bwd:
+            return (lambda: f(x, g, b)), None, None
+        dy = rand(xs, 4)
+        return (lambda: torch.autograd.grad(f(x, g, b), (x, g, b), dy)), None, None
+    if name == "t5_norm_residual":
+        xs = C.t5_shape(small)
+        x, res, w = rand(xs, 1), rand(xs, 2), rand((xs[1],), 3, 0.1, 1.0)
+
+        def t5(x, res, w):
+            h = x + res
+            return h, h * torch.rsqrt((h * h).mean(-1, keepdim=True) + C.RMS_EPS) * w
+        f = comp(t5)
+        return (lambda: f(x, res, w)), None, None
+    if name in ("alibi_softmax", "alibi_softmax_bwd"):
+        bwd = name.endswith("bwd")
+        bs, nh, s, _ = C.alibi_shape(small)
+        sc = rand((bs, nh, s, s), 1, grad=bwd)
+        slopes = rand((nh, 1, 1), 2, 0.5, 0.5)
+        mask = rand((bs, 1, 1, s), 3)
+        pos = torch.arange(s)
+        dist = (pos[None, :] - pos[:, None]).float()
+        causal = pos[None, :] <= pos[:, None]
+
+        def alibi(sc, slopes, mask):
+            z = sc * C.ALIBI_SCALE + slopes * dist + mask
+            return torch.softmax(z.masked_fill(~causal, float("-inf")), -1)
+        f = comp(alibi)
+        if not bwd:
+            return (lambda: f(sc, slopes, mask)), None, None
+        dy = rand((bs, nh, s, s), 4)
+        return (lambda: torch.autograd.grad(f(sc, slopes, mask), (sc,), dy)), None, None
+    if name == "geglu_bwd":
+        u = rand(C.geglu_shape(small), 1, grad=True)
+        half = u.shape[1] // 2
+        dy = rand((u.shape[0], half), 4)
+        f = comp(lambda u: F.gelu(u[:, :half], approximate="tanh") * u[:, half:])
+        return (lambda: torch.autograd.grad(f(u), (u,), dy)), None, None
+    if name == "layerscale_droppath":
+        xs = C.layerscale_shape(small)
+        fb, g = rand(xs, 1, grad=True), rand((xs[2],), 2, 0.02, grad=True)
+        x, u, dy = rand(xs, 3), rand((xs[0], 1, 1), 4, 0.5, 0.5), rand(xs, 5)
+
+        def ls(x, fb, g, u):
+            keep = (u < C.DROP_PATH_KEEP).float() / C.DROP_PATH_KEEP
+            return x + fb * g * keep
+        f = comp(ls)
+        return (lambda: torch.autograd.grad(f(x, fb, g, u), (fb, g), dy)), None, None
     return None
 
 

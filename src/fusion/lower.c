@@ -10,7 +10,9 @@
  *     dims it must iterate together with: aligned broadcast dims of
  *     element-wise ops, kept dims of reductions, permuted dims of
  *     transposes, reshapes that only add or drop size-1 dims. A class is
- *     one loop of the iteration domain.
+ *     one loop of the iteration domain; a reshape that regroups dims
+ *     refines the classes on both sides into their common factors, one
+ *     loop each (lower_split.c).
  *  3. Domains. Classes that share values form a component (one or more
  *     parts); a component's domain is the dim order of a value that holds
  *     all its classes, split into P (rows) and R (inside a row): R is what
@@ -31,7 +33,8 @@
  *     is kept in scratch when recomputing it would cost more than reading
  *     it back (transcendentals), else recomputed.
  *
- * Steps 1-4 are in lower_domain.c, the expressions and stages of one part
+ * Steps 1-4 are in lower_domain.c (step 2's loops per value in
+ * lower_split.c), the expressions and stages of one part
  * in lower_emit.c (shared state: lower_internal.h); this file groups the
  * roots of each phase into parts, puts parts in canonical form, schedules
  * them, and holds the entry point.

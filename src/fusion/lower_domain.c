@@ -135,20 +135,6 @@ static loom_status collect(lw *w) {
 
 /* ---- 2. views and dim classes ------------------------------------------- */
 
-static int32_t uf_find(int32_t *uf, int32_t a) {
-  while (uf[a] != a) {
-    uf[a] = uf[uf[a]];
-    a = uf[a];
-  }
-  return a;
-}
-
-static void uf_union(int32_t *uf, int32_t a, int32_t b) {
-  a = uf_find(uf, a);
-  b = uf_find(uf, b);
-  if (a != b) uf[a < b ? b : a] = a < b ? a : b;
-}
-
 /*
  * The dims' union-find is weighted: every dim also knows where it starts
  * in its class's loop, relative to its parent (w->uoff), because a piece
@@ -345,8 +331,12 @@ static loom_status classes(lw *w) {
   w->uoff = calloc(nuf, sizeof(int64_t));
   w->ext = calloc(nuf, sizeof(int64_t));
   int64_t *lo_of = malloc(sizeof(int64_t) * nuf);
-  if (!w->uf || !w->uoff || !w->ext || !lo_of) {
+  /* reshapes of computed values that merge or split dims (lower_split.c) */
+  int32_t *splits = malloc(sizeof(int32_t) * (size_t)(w->n_mem > 0 ? w->n_mem : 1)), n_splits = 0;
+  w->n_cls = (int32_t)nuf;
+  if (!w->uf || !w->uoff || !w->ext || !lo_of || !splits) {
     free(lo_of);
+    free(splits);
     return loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
   }
   for (int32_t i = 0; i < w->n_lv * MAXR; i++) w->uf[i] = i;
@@ -362,6 +352,7 @@ static loom_status classes(lw *w) {
         loom_status st = shifted_layout(w, m, nd, lo);
         if (st) {
           free(lo_of);
+          free(splits);
           return st;
         }
       } else if (nd->op == LOOM_OP_TRANSPOSE) {
@@ -374,7 +365,8 @@ static loom_status classes(lw *w) {
       } else if (nd->op == LOOM_OP_RESHAPE) {
         /* size-1 dims may come and go between computed values; a reshape
          * that merges or splits dims is stored in its input's loops (the
-         * flat order is the same) if nothing in the group reads it */
+         * flat order is the same) if nothing in the group reads it, else
+         * both sides iterate their dims' common factors (lower_split.c) */
         int32_t a = 0, b = 0;
         bool same = true;
         for (;;) {
@@ -389,9 +381,8 @@ static loom_status classes(lw *w) {
           continue;
         }
         if (!same) {
-          free(lo_of);
-          return loom_lower_fail(w, "reshape (node %d) merges or splits dims read in the group",
-                                 w->mem[m]);
+          splits[n_splits++] = m;
+          continue;
         }
         a = b = 0;
         for (;;) {
@@ -402,6 +393,7 @@ static loom_status classes(lw *w) {
         }
       } else {
         free(lo_of);
+        free(splits);
         return loom_lower_fail(w, "%s (node %d) of a computed value", d->name, w->mem[m]);
       }
     } else if (d->cls == LOOM_OPCLASS_REDUCE) {
@@ -422,11 +414,12 @@ static loom_status classes(lw *w) {
   }
   if (w->off_clash) {
     free(lo_of);
+    free(splits);
     return loom_lower_fail(w, "layout ops place one loop at two offsets");
   }
   /* class ids: uf roots of dims != 1 (an empty dim is a loop of no
-   * iterations); a value may not hold a class twice. A class's loop runs
-   * over the union of its dims' ranges, from the lowest start. */
+   * iterations). A class's loop runs over the union of its dims' ranges,
+   * from the lowest start. */
   for (size_t i = 0; i < nuf; i++) lo_of[i] = INT64_MAX;
   for (int32_t l = 0; l < w->n_lv; l++) {
     const loom_type *t = vt(w, l);
@@ -440,11 +433,6 @@ static loom_status classes(lw *w) {
       if (c < 0) continue;
       lo_of[c] = LOOM_MIN(lo_of[c], start);
       w->ext[c] = LOOM_MAX(w->ext[c], start + t->shape[d]); /* the end, for now */
-      for (int32_t e = 0; e < d; e++)
-        if (w->lv[l].uf[e] == c) {
-          free(lo_of);
-          return loom_lower_fail(w, "value %d iterates one loop twice (a diagonal)", w->lv[l].v);
-        }
     }
   }
   for (int32_t l = 0; l < w->n_lv; l++)
@@ -453,16 +441,15 @@ static loom_status classes(lw *w) {
   for (size_t c = 0; c < nuf; c++)
     if (lo_of[c] != INT64_MAX) w->ext[c] -= lo_of[c];
   free(lo_of);
-  return LOOM_STATUS_OK;
+  /* each value's loops; a value may not hold a loop twice */
+  loom_status st = loom_lower_loops(w, splits, n_splits);
+  free(splits);
+  return st;
 }
 
 /* ---- 3. components and domains ------------------------------------------ */
 
-static int32_t count_cls(const lval *x) {
-  int32_t n = 0;
-  for (int32_t d = 0; d < MAXR; d++) n += x->uf[d] >= 0;
-  return n;
-}
+static int32_t count_cls(const lval *x) { return x->n_loops; }
 
 /* Domain dims a set of classes covers (a class may span two after a split). */
 static uint32_t cls_mask(const lcomp *c, const int32_t *cls, int32_t n) {
@@ -473,14 +460,15 @@ static uint32_t cls_mask(const lcomp *c, const int32_t *cls, int32_t n) {
   return m;
 }
 
-/* Classes a reduce node reduces (dims != 1), into out; returns the count. */
+/* Classes a reduce node reduces (the loops of its reduced dims), into out
+ * (room for MAXD); returns the count. */
 static int32_t reduced_classes(const lw *w, int32_t m, int32_t *out) {
   const loom_node *nd = mnode(w, m);
-  int32_t li = w->loc[nd->in[0]];
-  uint32_t mask = reduce_mask(nd, vt(w, li)->rank);
+  const lval *x = &w->lv[w->loc[nd->in[0]]];
+  uint32_t mask = reduce_mask(nd, vt(w, w->loc[nd->in[0]])->rank);
   int32_t n = 0;
-  for (int32_t d = 0; d < MAXR; d++)
-    if ((mask & (1u << d)) && w->lv[li].uf[d] >= 0) out[n++] = w->lv[li].uf[d];
+  for (int32_t k = 0; k < x->n_loops; k++)
+    if (mask & (1u << x->loop_dim[k])) out[n++] = x->loop[k];
   return n;
 }
 
@@ -547,8 +535,8 @@ static void plain_suffix(lcomp *c, int32_t s) {
 }
 
 static bool has_cls(const lval *x, int32_t c) {
-  for (int32_t d = 0; d < MAXR; d++)
-    if (x->uf[d] == c) return true;
+  for (int32_t k = 0; k < x->n_loops; k++)
+    if (x->loop[k] == c) return true;
   return false;
 }
 
@@ -559,7 +547,7 @@ static int64_t cls_size(const lw *w, int32_t c) { return w->ext[c]; }
  * only b), a loop c that never meets loop a in one value and has its size
  * is merged into it. Returns true if it merged anything. */
 static bool merge_one(lw *w, int32_t *cuf) {
-  int32_t nuf = w->n_lv * MAXR;
+  int32_t nuf = w->n_cls;
   int32_t *ncls = calloc((size_t)nuf * 3, sizeof(int32_t));
   if (!ncls) return false;
   int32_t *best = ncls + nuf, *seen = ncls + 2 * nuf;
@@ -567,20 +555,12 @@ static bool merge_one(lw *w, int32_t *cuf) {
     cuf[i] = i;
     best[i] = -1;
   }
-  for (int32_t l = 0; l < w->n_lv; l++) {
-    int32_t first = -1;
-    for (int32_t d = 0; d < MAXR; d++) {
-      int32_t c = w->lv[l].uf[d];
-      if (c < 0) continue;
-      if (first < 0) first = c;
-      else uf_union(cuf, first, c);
-    }
-  }
+  for (int32_t l = 0; l < w->n_lv; l++)
+    for (int32_t k = 1; k < w->lv[l].n_loops; k++) uf_union(cuf, w->lv[l].loop[0], w->lv[l].loop[k]);
   /* per piece: its loop count and its fullest value */
   for (int32_t l = 0; l < w->n_lv; l++)
-    for (int32_t d = 0; d < MAXR; d++) {
-      int32_t c = w->lv[l].uf[d];
-      if (c < 0) continue;
+    for (int32_t k = 0; k < w->lv[l].n_loops; k++) {
+      int32_t c = w->lv[l].loop[k];
       int32_t r = uf_find(cuf, c);
       if (!seen[c]) {
         seen[c] = 1;
@@ -593,20 +573,24 @@ static bool merge_one(lw *w, int32_t *cuf) {
     if (best[r] < 0 || count_cls(&w->lv[best[r]]) == ncls[r]) continue;
     const lval *f = &w->lv[best[r]];
     for (int32_t l2 = 0; l2 < w->n_lv && !merged; l2++)
-      for (int32_t d = 0; d < MAXR && !merged; d++) {
-        int32_t c = w->lv[l2].uf[d];
-        if (c < 0 || uf_find(cuf, c) != r || has_cls(f, c)) continue;
+      for (int32_t k2 = 0; k2 < w->lv[l2].n_loops && !merged; k2++) {
+        int32_t c = w->lv[l2].loop[k2];
+        if (uf_find(cuf, c) != r || has_cls(f, c)) continue;
         int64_t sz = cls_size(w, c);
-        for (int32_t e = 0; e < MAXR && !merged; e++) {
-          int32_t t = f->uf[e];
-          if (t < 0 || cls_size(w, t) != sz) continue;
+        for (int32_t e = 0; e < f->n_loops && !merged; e++) {
+          int32_t t = f->loop[e];
+          if (cls_size(w, t) != sz) continue;
           bool meet = false;
           for (int32_t l3 = 0; l3 < w->n_lv && !meet; l3++)
             meet = has_cls(&w->lv[l3], c) && has_cls(&w->lv[l3], t);
           if (meet) continue;
-          for (int32_t l3 = 0; l3 < w->n_lv; l3++)
+          for (int32_t l3 = 0; l3 < w->n_lv; l3++) {
+            lval *x = &w->lv[l3];
+            for (int32_t k3 = 0; k3 < x->n_loops; k3++)
+              if (x->loop[k3] == c) x->loop[k3] = t;
             for (int32_t d3 = 0; d3 < MAXR; d3++)
-              if (w->lv[l3].uf[d3] == c) w->lv[l3].uf[d3] = t;
+              if (x->uf[d3] == c) x->uf[d3] = t;
+          }
           merged = true;
         }
       }
@@ -616,7 +600,7 @@ static bool merge_one(lw *w, int32_t *cuf) {
 }
 
 static loom_status domains(lw *w) {
-  int32_t nuf = w->n_lv * MAXR;
+  int32_t nuf = w->n_cls;
   int32_t *cuf = malloc(sizeof(int32_t) * (size_t)nuf * 2);
   if (!cuf) return loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
   w->cls_comp = cuf + nuf;
@@ -626,15 +610,8 @@ static loom_status domains(lw *w) {
     cuf[i] = i;
     w->cls_comp[i] = -1;
   }
-  for (int32_t l = 0; l < w->n_lv; l++) {
-    int32_t first = -1;
-    for (int32_t d = 0; d < MAXR; d++) {
-      int32_t c = w->lv[l].uf[d];
-      if (c < 0) continue;
-      if (first < 0) first = c;
-      else uf_union(cuf, first, c);
-    }
-  }
+  for (int32_t l = 0; l < w->n_lv; l++)
+    for (int32_t k = 1; k < w->lv[l].n_loops; k++) uf_union(cuf, w->lv[l].loop[0], w->lv[l].loop[k]);
   /* components: one per class-union root, domain from its fullest value */
   int32_t *reds = malloc(sizeof(int32_t) * (size_t)(w->n_mem > 0 ? w->n_mem : 1)), n_red = 0;
   if (reds)
@@ -650,9 +627,9 @@ static loom_status domains(lw *w) {
   }
   for (int32_t i = 0; i < nuf; i++) root_comp[i] = -1;
   for (int32_t l = 0; l < w->n_lv; l++)
-    for (int32_t d = 0; d < MAXR; d++) {
-      int32_t c = w->lv[l].uf[d];
-      if (c < 0 || w->cls_comp[c] >= 0) continue;
+    for (int32_t k = 0; k < w->lv[l].n_loops; k++) {
+      int32_t c = w->lv[l].loop[k];
+      if (w->cls_comp[c] >= 0) continue;
       int32_t r = uf_find(cuf, c);
       if (root_comp[r] < 0) {
         root_comp[r] = w->n_comp;
@@ -667,9 +644,7 @@ static loom_status domains(lw *w) {
     goto done;
   }
   for (int32_t l = 0; l < w->n_lv; l++) {
-    int32_t c0 = -1;
-    for (int32_t d = 0; d < MAXR && c0 < 0; d++)
-      if (w->lv[l].uf[d] >= 0) c0 = w->cls_comp[w->lv[l].uf[d]];
+    int32_t c0 = w->lv[l].n_loops > 0 ? w->cls_comp[w->lv[l].loop[0]] : -1;
     w->lv[l].comp = c0;
     if (c0 >= 0 && count_cls(&w->lv[l]) == ncls[c0] && full[c0] < 0) full[c0] = l;
   }
@@ -680,20 +655,18 @@ static loom_status domains(lw *w) {
     }
     lcomp *c = &w->comp[ci];
     const lval *f = &w->lv[full[ci]];
-    const loom_type *t = vt(w, full[ci]);
-    for (int32_t d = 0; d < t->rank; d++)
-      if (f->uf[d] >= 0) {
-        c->dcls[c->nd] = f->uf[d];
-        c->dsize[c->nd] = w->ext[f->uf[d]];
-        c->dmult[c->nd++] = 1;
-      }
+    for (int32_t k = 0; k < f->n_loops; k++) {
+      c->dcls[c->nd] = f->loop[k];
+      c->dsize[c->nd] = w->ext[f->loop[k]];
+      c->dmult[c->nd++] = 1;
+    }
     /* R: what the row reductions reduce (a common trailing run), else a
      * trailing run of unreduced dims big enough to vectorise */
     int32_t last = c->dcls[c->nd - 1], j = c->nd, any_row = 0;
     uint32_t reduced_any = 0;
     for (int32_t q = 0; q < n_red; q++) {
       int32_t m = reds[q];
-      int32_t rc[MAXR], nr = reduced_classes(w, m, rc);
+      int32_t rc[MAXD], nr = reduced_classes(w, m, rc);
       if (nr == 0 || w->cls_comp[rc[0]] != ci) continue;
       uint32_t rm = cls_mask(c, rc, nr);
       reduced_any |= rm;
@@ -730,7 +703,7 @@ static loom_status domains(lw *w) {
   }
   for (int32_t l = 0; l < w->n_lv; l++) {
     lval *x = &w->lv[l];
-    if (x->comp >= 0) x->space = cls_mask(&w->comp[x->comp], x->uf, MAXR);
+    if (x->comp >= 0) x->space = cls_mask(&w->comp[x->comp], x->loop, x->n_loops);
   }
 done:
   free(reds);
@@ -787,7 +760,7 @@ static loom_status reductions(lw *w) {
   for (int32_t m = 0; m < w->n_mem; m++) {
     const loom_node *nd = mnode(w, m);
     if (loom_op_get(nd->op)->cls != LOOM_OPCLASS_REDUCE) continue;
-    int32_t rc[MAXR], nr = reduced_classes(w, m, rc);
+    int32_t rc[MAXD], nr = reduced_classes(w, m, rc);
     if (nr == 0) {
       w->red[m] = RED_IDENT;
       continue;

@@ -51,13 +51,15 @@ static loom_kmap value_map(const lw *w, const lpart *P, int32_t l, const int64_t
   const lval *x = &w->lv[l];
   if (P->comp < 0) return m;
   const lcomp *c = &w->comp[P->comp];
-  for (int32_t d = 0; d < MAXR; d++) {
-    if (x->uf[d] < 0) continue;
-    m.base -= stride[d] * x->off[d];
+  for (int32_t d = 0; d < MAXR; d++)
+    if (x->uf[d] >= 0) m.base -= stride[d] * x->off[d];
+  /* a dim split over several loops (lower_split.c) is their weighted sum */
+  for (int32_t k = 0; k < x->n_loops; k++) {
+    int64_t s = stride[x->loop_dim[k]] * x->loop_mult[k];
     for (int32_t i = 0; i < c->nd; i++) {
-      if (c->dcls[i] != x->uf[d]) continue;
-      if (P->pmask & (1u << i)) m.p[P->pidx[i]] += stride[d] * c->dmult[i];
-      else if (P->rmask_ & (1u << i)) m.r[P->ridx[i]] += stride[d] * c->dmult[i];
+      if (c->dcls[i] != x->loop[k]) continue;
+      if (P->pmask & (1u << i)) m.p[P->pidx[i]] += s * c->dmult[i];
+      else if (P->rmask_ & (1u << i)) m.r[P->ridx[i]] += s * c->dmult[i];
     }
   }
   return m;

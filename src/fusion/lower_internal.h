@@ -22,7 +22,14 @@ typedef struct lval {
   int32_t src;
   int64_t base;
   int64_t stride[MAXR];
-  int32_t uf[MAXR]; /* class per dim (after step 2), -1 for size-1 dims */
+  int32_t uf[MAXR]; /* class per dim (after step 2) when the dim is one loop;
+                       -1 for size-1 dims and for dims split over several */
+  int32_t n_loops;  /* the loops it iterates, dims in order, outer first: */
+  int32_t loop[MAXD];       /* class of each */
+  int8_t loop_dim[MAXD];    /* the dim it indexes */
+  int64_t loop_mult[MAXD];  /* its weight in that dim's index (a reshape of a
+                               computed value splits a dim over several loops:
+                               lower_split.c) */
   int32_t comp;     /* component, -1 for values without classes (tiny) */
   uint32_t space;   /* domain dims of its component it iterates */
   int32_t n_use;    /* uses by member nodes */
@@ -67,6 +74,8 @@ typedef struct lw {
   int64_t *uoff;        /* per dim while classes are built: its start minus its
                            parent's (a weighted union-find) */
   int64_t *ext;         /* per class (uf root): the loop's extent */
+  int32_t n_cls;        /* class ids: dims' uf slots, then the loops that
+                           split dims add (lower_split.c) */
   bool off_clash;       /* two layout ops placed one dim at two starts */
   int32_t *cls_comp;    /* class (uf root) -> component */
   lcomp *comp;
@@ -76,6 +85,21 @@ typedef struct lw {
   int32_t max_phase;
   loom_status err; /* the first failure while emitting */
 } lw;
+
+/* A plain union-find over ids (path halving; the smaller id is the root). */
+static inline int32_t uf_find(int32_t *uf, int32_t a) {
+  while (uf[a] != a) {
+    uf[a] = uf[uf[a]];
+    a = uf[a];
+  }
+  return a;
+}
+
+static inline void uf_union(int32_t *uf, int32_t a, int32_t b) {
+  a = uf_find(uf, a);
+  b = uf_find(uf, b);
+  if (a != b) uf[a < b ? b : a] = a < b ? a : b;
+}
 
 /* Fails lowering with UNSUPPORTED: "group G: <message>" (lower.c). */
 loom_status loom_lower_fail(lw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -111,6 +135,11 @@ static inline bool value_partial(const lw *w, int32_t l) {
 static inline uint32_t rmask(const lcomp *c) {
   return (uint32_t)(((UINT64_C(1) << c->nd) - 1) & ~((UINT64_C(1) << c->k) - 1));
 }
+
+/* Step 2's end (lower_split.c): each value's loops. Reshapes of computed
+ * values that merge or split dims (members splits[0..n)) refine the
+ * classes of their dims into common factors, one loop each. */
+loom_status loom_lower_loops(lw *w, const int32_t *splits, int32_t n);
 
 /* Steps 1-4 (lower_domain.c): members and values, dim classes, domains,
  * reductions and phases. */
