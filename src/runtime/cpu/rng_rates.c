@@ -22,6 +22,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The flash rates are taken at two lengths, RATE_S and RATE_S2 (one head),
  * to fit the efficiency curve Sk / (Sk + s0). */
@@ -119,9 +120,96 @@ void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m) {
   m->mask_read_bit_s = LOOM_MAX(0.0, ((f2 + b2) - (f0 + b0)) / (2.0 * (double)n));
 }
 
-/* Profile keys of the attention choice's rates, in the order read. */
-static const char *const attention_keys[] = {"attn_fwd_flops", "attn_bwd_flops", "attn_s0",
-                                             "attn_gemm_flops"};
+/* Profile keys of the attention choice's rates, in the order read; the
+ * version names the flash kernels and the way they were measured with (v2:
+ * the forward on transposed scores, one core's CPU time), so new kernels
+ * are measured afresh. */
+static const char *const attention_keys[] = {"attn_v2_fwd_flops", "attn_v2_bwd_flops",
+                                             "attn_v2_s0", "attn_v2_gemm_flops"};
+
+/* CPU seconds of the calling thread: unlike wall time, not stretched when
+ * other processes share the cores. */
+static double thread_cpu_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The choice's shapes: flash forward and backward at a short and a long
+ * length (d 64, not causal, about the same flops), and the decomposed
+ * form's score GEMM at the short one (batched [S, d] x [d, S]). */
+enum { CH_BH = 8, CH_S = 128, CH_S2 = 1024, CH_D = 64, CH_REPS = 3 };
+
+/* Best-of-CH_REPS CPU seconds of flash forward and backward on a, one
+ * thread, after a warm-up; false on an error. */
+static bool flash_cpu(loom_ctx *ctx, const loom_flash_attn *a, float *o, float *lse,
+                      const float *d_o, float *g, double *fwd, double *bwd) {
+  *fwd = *bwd = 1e30;
+  for (int r = 0; r <= CH_REPS; r++) {
+    double t0 = thread_cpu_s();
+    loom_status s1 = loom_flash_attn_fwd(ctx, 1, a, o, lse);
+    double t1 = thread_cpu_s();
+    loom_status s2 = loom_flash_attn_bwd(ctx, 1, a, o, lse, d_o, g, g, g); /* rates only */
+    double t2 = thread_cpu_s();
+    if (s1 || s2) {
+      loom_error_clear(ctx);
+      return false;
+    }
+    if (r == 0) continue; /* the warm-up */
+    *fwd = LOOM_MIN(*fwd, t1 - t0);
+    *bwd = LOOM_MIN(*bwd, t2 - t1);
+  }
+  return true;
+}
+
+/* Measures the rates into v (attention_keys' order): one core's CPU time
+ * times the cores, so that the figures do not depend on the load at the
+ * moment (the kernels are compute-bound and scale with the cores); about
+ * 0.1 s of CPU. False: keep the estimates. */
+static bool measure_attention_rates(loom_ctx *ctx, int32_t cores, double v[4]) {
+  const int64_t n1 = (int64_t)CH_BH * CH_S * CH_D, n2 = (int64_t)CH_S2 * CH_D;
+  const int64_t n = LOOM_MAX(n1, n2), ns = (int64_t)CH_BH * CH_S * CH_S;
+  float *buf = calloc((size_t)(6 * n + ns + CH_BH * CH_S2), sizeof *buf);
+  if (!buf) return false;
+  for (int64_t i = 0; i < 6 * n; i++) buf[i] = (float)((i * 37 % 101) - 50) / 100.0f;
+  float *q = buf, *k = q + n, *val = k + n, *o = val + n, *d_o = o + n, *g = d_o + n;
+  float *sc = g + n, *lse = sc + ns;
+  loom_flash_attn a = {.bh = CH_BH, .sq = CH_S, .sk = CH_S, .d = CH_D, .dv = CH_D,
+                       .q = q, .k = k, .v = val, .scale = 0.125};
+  loom_flash_attn along = a;
+  along.bh = 1;
+  along.sq = along.sk = CH_S2;
+  double f1, b1, f2, b2, gs = 1e30;
+  bool ok = flash_cpu(ctx, &a, o, lse, d_o, g, &f1, &b1) &&
+            flash_cpu(ctx, &along, o, lse, d_o, g, &f2, &b2);
+  int64_t off[CH_BH];
+  for (int64_t i = 0; i < CH_BH; i++) off[i] = i * CH_S * CH_D;
+  loom_gemm gm = {.trans_b = true, .m = CH_S, .n = CH_S, .k = CH_D, .batch = CH_BH, .a = q,
+                  .lda = CH_D, .a_off = off, .b = k, .ldb = CH_D, .b_off = off, .c = sc,
+                  .ldc = CH_S, .c_stride = CH_S * CH_S};
+  for (int r = 0; ok && r <= CH_REPS; r++) {
+    double t0 = thread_cpu_s();
+    if (loom_gemm_f32(ctx, 1, &gm)) {
+      loom_error_clear(ctx);
+      ok = false;
+    }
+    if (r > 0) gs = LOOM_MIN(gs, thread_cpu_s() - t0);
+  }
+  free(buf);
+  if (!ok || f1 <= 0 || b1 <= 0 || f2 <= 0 || b2 <= 0 || gs <= 0) return false;
+  /* rate(S) = R S / (S + s0) through both lengths (forward and backward
+   * together), then R per pass from the short point */
+  const double fl1 = 4.0 * (double)CH_BH * CH_S * CH_S * CH_D, fl2 = 4.0 * CH_S2 * CH_S2 * CH_D;
+  double r1 = (fl1 / f1 + 2.5 * fl1 / b1) / 2, r2 = (fl2 / f2 + 2.5 * fl2 / b2) / 2;
+  double den = r2 / CH_S2 - r1 / CH_S;
+  double s0 = den > 0 ? LOOM_MAX(0.0, (r1 - r2) / den) : 0.0;
+  double lift = (CH_S + s0) / CH_S;
+  v[0] = fl1 / f1 * lift * cores;
+  v[1] = 2.5 * fl1 / b1 * lift * cores;
+  v[2] = s0;
+  v[3] = 2.0 * (double)CH_BH * CH_S * CH_S * CH_D / gs * cores;
+  return true;
+}
 
 void loom_cpu_attention_costs(loom_ctx *ctx, loom_attention_costs *c) {
   loom_machine mc;
@@ -129,20 +217,17 @@ void loom_cpu_attention_costs(loom_ctx *ctx, loom_attention_costs *c) {
   memset(c, 0, sizeof *c);
   c->launch_s = mc.kernel_launch_s;
   c->cache_bytes = mc.llc_bytes;
-  double v[4];
+  const int32_t cores = mc.cores > 0 ? mc.cores : 1;
+  /* estimates until measured: the GEMM at the machine's sgemm rate, flash
+   * at half of it */
+  double v[4] = {mc.sgemm_gflops * 0.5e9, mc.sgemm_gflops * 0.5e9, 0.0, mc.sgemm_gflops * 1e9};
   bool kept = true;
   for (int i = 0; i < 4 && kept; i++)
     kept = loom_profile_get(attention_keys[i], &v[i]) && v[i] >= 0;
-  if (!kept) {
-    loom_cpu_rng_model(ctx, mc.cores > 0 ? mc.cores : 1, &c->rates);
-    v[0] = c->rates.attn_fwd_flops;
-    v[1] = c->rates.attn_bwd_flops;
-    v[2] = c->rates.attn_s0;
-    v[3] = c->rates.gemm_flops;
+  if (!kept && measure_attention_rates(ctx, cores, v))
     for (int i = 0; i < 4; i++) loom_profile_put(attention_keys[i], v[i]);
-  }
-  c->rates = (loom_rng_model){.cores = mc.cores > 0 ? mc.cores : 1, .attn_fwd_flops = v[0],
-                              .attn_bwd_flops = v[1], .attn_s0 = v[2], .gemm_flops = v[3],
+  c->rates = (loom_rng_model){.cores = cores, .attn_fwd_flops = v[0], .attn_bwd_flops = v[1],
+                              .attn_s0 = v[2], .gemm_flops = v[3],
                               .bandwidth = mc.triad_gbps * 1e9, .rng_words_core = 1e8,
                               .fused_rng_penalty = 1.0, .overlap_cores = 1};
 }
