@@ -89,6 +89,8 @@ typedef struct fa_kernels {
   void (*dsoft)(float *ds, const float *p, int64_t n, const uint8_t *bits, float inv, float di);
   /* dst[x] = (float)((double)src[x] * scale): the same bits in every set */
   void (*scale)(const float *src, int64_t n, double scale, float *dst);
+  /* sum of x[j] y[j] for j < n, in double, in a fixed order */
+  double (*dot)(const float *x, const float *y, int64_t n);
 } fa_kernels;
 
 static inline bool bit_at(const uint8_t *bits, int64_t j) { return (bits[j >> 3] >> (j & 7)) & 1; }
@@ -177,11 +179,18 @@ static void scale_port(const float *src, int64_t n, double scale, float *dst) {
     dst[x] = (float)((double)src[x] * scale);
 }
 
+static double dot_port(const float *x, const float *y, int64_t n) {
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; j++)
+    sum += (double)x[j] * (double)y[j];
+  return sum;
+}
+
 static const fa_kernels kernels_port = {
     .gemm = gemm_port,       .transpose = transpose_port,     .col_causal = col_causal_port,
     .col_max = col_max_port, .col_exp_sum = col_exp_sum_port, .col_mask = col_mask_port,
     .exp_sum = exp_sum_port, .mask = mask_port,               .dsoft = dsoft_port,
-    .scale = scale_port};
+    .scale = scale_port,     .dot = dot_port};
 
 /* -- AVX-512F ---------------------------------------------------------------- */
 
@@ -416,11 +425,29 @@ T512 static void col_mask_512(float *x, int64_t ldx, int64_t rows, int64_t n, co
   }
 }
 
+/* The upper 8 floats of v as doubles. */
+I512 __m512d hi_pd(__m512 v) {
+  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+/* Sixteen double lanes (float products are exact in double), then their sum. */
+T512 static double dot_512(const float *x, const float *y, int64_t n) {
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+  for (int64_t j = 0; j < n; j += 16) {
+    __mmask16 k = lanes(n - j);
+    __m512 a = _mm512_maskz_loadu_ps(k, x + j), b = _mm512_maskz_loadu_ps(k, y + j);
+    lo = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)),
+                         _mm512_cvtps_pd(_mm512_castps512_ps256(b)), lo);
+    hi = _mm512_fmadd_pd(hi_pd(a), hi_pd(b), hi);
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+}
+
 static const fa_kernels kernels_512 = {
     .gemm = gemm_512,       .transpose = transpose_512,     .col_causal = col_causal_512,
     .col_max = col_max_512, .col_exp_sum = col_exp_sum_512, .col_mask = col_mask_512,
     .exp_sum = exp_sum_512, .mask = mask_512,               .dsoft = dsoft_512,
-    .scale = scale_512};
+    .scale = scale_512,     .dot = dot_512};
 
 #endif /* FA_HAVE_AVX512 */
 
@@ -732,12 +759,11 @@ static int64_t bwd_chunks(const loom_flash_attn *a) {
   return max64(1, min64(nkb, (BWD_MIN_TASKS + a->bh - 1) / a->bh));
 }
 
-/* Per-thread floats: Qs, K^T, V^T, S/P/Pd, dP/dS, dK and dV accumulators,
- * keep bits (two rows: one read, one accumulated for the NaN rule). */
+/* Per-thread floats: Qs, K^T, V^T, S/P/Pd, dP/dS, keep bits (two rows: one
+ * read, one accumulated for the NaN rule). */
 static int64_t bwd_thread_floats(const loom_flash_attn *a) {
   return up16(BWD_BR * a->d) + up16(a->d * BWD_BC) + up16(a->dv * BWD_BC) +
-         2 * up16(BWD_BR * BWD_BC) + up16(BWD_BC * a->d) + up16(BWD_BC * a->dv) +
-         2 * up16(BWD_BC / 32 + 16);
+         2 * up16(BWD_BR * BWD_BC) + 2 * up16(BWD_BC / 32 + 16);
 }
 
 /* Shared floats: Di per row and the partial dq of chunks 1 .. chunks-1. */
@@ -759,9 +785,8 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
   const int64_t D = a->d, DV = a->dv, SQ = a->sq, SK = a->sk;
   float *qs = ws, *kt = qs + up16(BWD_BR * D), *vt = kt + up16(D * BWD_BC);
   float *s = vt + up16(DV * BWD_BC), *dp = s + up16(BWD_BR * BWD_BC);
-  float *dka = dp + up16(BWD_BR * BWD_BC), *dva = dka + up16(BWD_BC * D);
-  uint8_t *bits = (uint8_t *)(void *)(dva + up16(BWD_BC * DV));
-  uint8_t *nanbits = (uint8_t *)(void *)(dva + up16(BWD_BC * DV) + up16(BWD_BC / 32 + 16));
+  uint8_t *bits = (uint8_t *)(void *)(dp + up16(BWD_BR * BWD_BC));
+  uint8_t *nanbits = bits + 4 * up16(BWD_BC / 32 + 16);
 
   float *dqt = chunk == 0 ? io->dq + bh * SQ * D : io->part + ((chunk - 1) * a->bh + bh) * SQ * D;
   memset(dqt, 0, sizeof(float) * (size_t)(SQ * D));
@@ -772,6 +797,8 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
     const int64_t kb = kbi * BWD_BC, c = min64(BWD_BC, SK - kb);
     kn->transpose(c, D, kbh + kb * D, D, kt, c);
     kn->transpose(c, DV, vbh + kb * DV, DV, vt, c);
+    /* the task owns these keys' rows of dk and dv: accumulated in place */
+    float *dka = io->dk + (bh * SK + kb) * D, *dva = io->dv + (bh * SK + kb) * DV;
     memset(dka, 0, sizeof(float) * (size_t)(c * D));
     memset(dva, 0, sizeof(float) * (size_t)(c * DV));
     /* the first query row that sees key kb: i + off >= kb */
@@ -799,9 +826,7 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
       kn->gemm(cc, D, r, dp, 1, BWD_BC, qs, D, dka, D, true);                    /* dK += dS^T Qs */
       kn->gemm(r, D, cc, dp, BWD_BC, 1, kbh + kb * D, D, dqt + q0 * D, D, true); /* dQ += dS K */
     }
-    memcpy(io->dk + (bh * SK + kb) * D, dka, sizeof(float) * (size_t)(c * D));
-    float *dvo = io->dv + (bh * SK + kb) * DV;
-    memcpy(dvo, dva, sizeof(float) * (size_t)(c * DV));
+    float *dvo = dva;
     /* The composite's NaN rows (no key seen) reach dv through Pd^T dO:
      * dv[j] is NaN for every key j such a row keeps. */
     if (a->causal && SQ > SK && DV > 0) {
@@ -863,12 +888,8 @@ loom_status loom_flash_attn_bwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
     /* Di = rowsum(dO * O), in double */
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < rblocks; t++)
-      for (int64_t i = t * 256; i < min64(n_rows, t * 256 + 256); i++) {
-        double sum = 0.0;
-        for (int64_t x = 0; x < DV; x++)
-          sum += (double)d_o[i * DV + x] * (double)o[i * DV + x];
-        io.di[i] = (float)sum;
-      }
+      for (int64_t i = t * 256; i < min64(n_rows, t * 256 + 256); i++)
+        io.di[i] = (float)R.kn->dot(d_o + i * DV, o + i * DV, DV);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; t++)
       bwd_task(&R, &io, t / io.chunks, t % io.chunks, mine);
