@@ -13,6 +13,7 @@
 #include "runtime/cpu/flash_attention.h"
 #include "runtime/cpu/gemm.h"
 
+#include "kernel/kmath.h"
 #include "passes/attention.h"
 #include "perf/machine.h"
 #include "perf/profile.h"
@@ -125,7 +126,9 @@ void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m) {
  * the forward on transposed scores, one core's CPU time), so new kernels
  * are measured afresh. */
 static const char *const attention_keys[] = {"attn_v2_fwd_flops", "attn_v2_bwd_flops",
-                                             "attn_v2_s0", "attn_v2_gemm_flops"};
+                                             "attn_v2_s0",        "attn_v2_gemm_flops",
+                                             "attn_v2_softmax_s", "attn_v2_softmax_grad_s"};
+enum { N_ATTN_KEYS = 6 };
 
 /* CPU seconds of the calling thread: unlike wall time, not stretched when
  * other processes share the cores. */
@@ -162,11 +165,87 @@ static bool flash_cpu(loom_ctx *ctx, const loom_flash_attn *a, float *o, float *
   return true;
 }
 
+/* The decomposed form's softmax as the stitched kernels compute it (their
+ * lm_expf, in rows held in memory): max, exp and sum, scale; and its
+ * gradient dS = P (dP - rowsum(P dP)); sums and max in 8 lanes, as
+ * vectorised kernels take them. Built for the widest of AVX-512, AVX2 +
+ * FMA and the baseline the CPU has, as the generated code is
+ * (-march=native). */
+
+#define SOFTMAX_ROWS(name, attr)                                                                  \
+  attr static void name(float *s, float *dp, int64_t rows, int64_t n, bool grad) {                \
+    for (int64_t r = 0; r < rows; r++) {                                                          \
+      float *x = s + r * n, *g = dp + r * n, acc[8] = {0}, mx[8];                                 \
+      const int64_t n8 = n & ~(int64_t)7;                                                         \
+      if (grad) {                                                                                 \
+        for (int64_t j = 0; j < n8; j += 8)                                                       \
+          for (int l = 0; l < 8; l++)                                                             \
+            acc[l] += x[j + l] * g[j + l];                                                        \
+        float t = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];          \
+        for (int64_t j = n8; j < n; j++)                                                          \
+          t += x[j] * g[j];                                                                       \
+        for (int64_t j = 0; j < n; j++)                                                           \
+          g[j] = x[j] * (g[j] - t);                                                               \
+        continue;                                                                                 \
+      }                                                                                           \
+      for (int l = 0; l < 8; l++)                                                                 \
+        mx[l] = x[0];                                                                             \
+      for (int64_t j = 0; j < n8; j += 8)                                                         \
+        for (int l = 0; l < 8; l++)                                                               \
+          mx[l] = x[j + l] > mx[l] ? x[j + l] : mx[l];                                            \
+      float m = x[0];                                                                             \
+      for (int l = 0; l < 8; l++)                                                                 \
+        m = mx[l] > m ? mx[l] : m;                                                                \
+      for (int64_t j = n8; j < n; j++)                                                            \
+        m = x[j] > m ? x[j] : m;                                                                  \
+      for (int64_t j = 0; j < n; j++)                                                             \
+        x[j] = lm_expf(x[j] - m);                                                                 \
+      for (int64_t j = 0; j < n8; j += 8)                                                         \
+        for (int l = 0; l < 8; l++)                                                               \
+          acc[l] += x[j + l];                                                                     \
+      float sum = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];          \
+      for (int64_t j = n8; j < n; j++)                                                            \
+        sum += x[j];                                                                              \
+      const float inv = 1.0f / sum;                                                               \
+      for (int64_t j = 0; j < n; j++)                                                             \
+        x[j] *= inv;                                                                              \
+    }                                                                                             \
+  }
+
+SOFTMAX_ROWS(softmax_rows_base, )
+#if LOOM_PHILOX_HAVE_X86
+SOFTMAX_ROWS(softmax_rows_avx2, __attribute__((target("avx2,fma"))))
+SOFTMAX_ROWS(softmax_rows_avx512,
+             __attribute__((target("avx2,fma,avx512f,avx512vl,avx512dq,avx512bw"))))
+#endif
+
+/* Best-of-CH_REPS CPU seconds per score of the softmax (grad: its
+ * gradient) over rows x n scores. */
+static double softmax_cpu(float *s, float *dp, int64_t rows, int64_t n, bool grad) {
+  void (*fn)(float *, float *, int64_t, int64_t, bool) = softmax_rows_base;
+#if LOOM_PHILOX_HAVE_X86
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) fn = softmax_rows_avx2;
+  if (fn == softmax_rows_avx2 && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw"))
+    fn = softmax_rows_avx512; /* lm_expf vectorises only with AVX-512 (measured, gcc 12) */
+#endif
+  double best = 1e30;
+  for (int r = 0; r <= CH_REPS; r++) {
+    for (int64_t i = 0; i < rows * n; i++) /* scores of a softmax's range */
+      s[i] = (float)(i * 37 % 101) / 25.0f;
+    double t0 = thread_cpu_s();
+    fn(s, dp, rows, n, grad);
+    if (r > 0) best = LOOM_MIN(best, thread_cpu_s() - t0);
+  }
+  return best / (double)(rows * n);
+}
+
 /* Measures the rates into v (attention_keys' order): one core's CPU time
  * times the cores, so that the figures do not depend on the load at the
  * moment (the kernels are compute-bound and scale with the cores); about
  * 0.1 s of CPU. False: keep the estimates. */
-static bool measure_attention_rates(loom_ctx *ctx, int32_t cores, double v[4]) {
+static bool measure_attention_rates(loom_ctx *ctx, int32_t cores, double v[N_ATTN_KEYS]) {
   const int64_t n1 = (int64_t)CH_BH * CH_S * CH_D, n2 = (int64_t)CH_S2 * CH_D;
   const int64_t n = LOOM_MAX(n1, n2), ns = (int64_t)CH_BH * CH_S * CH_S;
   float *buf = calloc((size_t)(6 * n + ns + CH_BH * CH_S2), sizeof *buf);
@@ -195,6 +274,10 @@ static bool measure_attention_rates(loom_ctx *ctx, int32_t cores, double v[4]) {
     }
     if (r > 0) gs = LOOM_MIN(gs, thread_cpu_s() - t0);
   }
+  if (ok) {
+    v[4] = softmax_cpu(sc, g, CH_BH * CH_S, CH_S, false);
+    v[5] = softmax_cpu(sc, g, CH_BH * CH_S, CH_S, true);
+  }
   free(buf);
   if (!ok || f1 <= 0 || b1 <= 0 || f2 <= 0 || b2 <= 0 || gs <= 0) return false;
   /* rate(S) = R S / (S + s0) through both lengths (forward and backward
@@ -220,12 +303,15 @@ void loom_cpu_attention_costs(loom_ctx *ctx, loom_attention_costs *c) {
   const int32_t cores = mc.cores > 0 ? mc.cores : 1;
   /* estimates until measured: the GEMM at the machine's sgemm rate, flash
    * at half of it */
-  double v[4] = {mc.sgemm_gflops * 0.5e9, mc.sgemm_gflops * 0.5e9, 0.0, mc.sgemm_gflops * 1e9};
+  double v[N_ATTN_KEYS] = {mc.sgemm_gflops * 0.5e9, mc.sgemm_gflops * 0.5e9, 0.0,
+                           mc.sgemm_gflops * 1e9, 0.0, 0.0};
   bool kept = true;
-  for (int i = 0; i < 4 && kept; i++)
+  for (int i = 0; i < N_ATTN_KEYS && kept; i++)
     kept = loom_profile_get(attention_keys[i], &v[i]) && v[i] >= 0;
   if (!kept && measure_attention_rates(ctx, cores, v))
-    for (int i = 0; i < 4; i++) loom_profile_put(attention_keys[i], v[i]);
+    for (int i = 0; i < N_ATTN_KEYS; i++) loom_profile_put(attention_keys[i], v[i]);
+  c->softmax_s = v[4];
+  c->softmax_grad_s = v[5];
   c->rates = (loom_rng_model){.cores = cores, .attn_fwd_flops = v[0], .attn_bwd_flops = v[1],
                               .attn_s0 = v[2], .gemm_flops = v[3],
                               .bandwidth = mc.triad_gbps * 1e9, .rng_words_core = 1e8,
