@@ -23,15 +23,30 @@
  * bandwidth measured in this run, and the machine's launch cost per
  * kernel or GEMM call. docs/PERFORMANCE.md ("Attention dropout: RNG
  * placements") has the figures and what they show.
+ *
+ * With `--attention auto` it checks the other choice the cost model makes
+ * instead: flash or decomposed attention (no dropout), per point of a
+ * sweep over batch x heads, sequence length, head dim, causal or not,
+ * forward or forward + backward. Each point is one attention composite
+ * over inputs q, k, v, built twice (the flash rewrite before autodiff, as
+ * the training step does, or left to decomposition), run in stitch mode
+ * alternately; the table puts loom_attention_predict's two times (the
+ * rates the cpu backend keeps in the machine profile) beside the measured
+ * medians, and says whether the pass's pick was the faster one.
  */
 #include "harness.h"
 #include "core/clock.h"
 
+#include "ir/build.h"
+#include "ops/op.h"
+#include "passes/attention.h"
 #include "runtime/backend.h"
+#include "runtime/cpu/cpu.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define ATTN_HEADS 4
 #define ATTN_P 0.1
@@ -473,8 +488,218 @@ static void gpu_regime(FILE *f, bool json) {
     fprintf(f, "  (the paper reports x1.14 for overlap over fused on a Llama2 block, GH100, FP8)\n");
 }
 
+/* ---- flash or decomposed ----------------------------------------------------- */
+
+typedef struct choice_point {
+  int64_t batch, heads, seq, d;
+  bool causal, backward;
+  const char *like; /* the workload with this attention, or "" */
+} choice_point;
+
+static const choice_point full_choices[] = {
+    {8, 12, 128, 64, false, false, "bert_layer"}, {4, 12, 256, 64, true, true, "gpt2_block"},
+    {32, 4, 32, 32, true, true, "train_step"},    {32, 4, 32, 32, true, false, ""},
+    {8, 4, 64, 64, false, false, ""},             {8, 12, 128, 64, false, true, ""},
+    {4, 8, 128, 128, true, true, ""},             {2, 8, 512, 64, true, false, ""},
+    {2, 8, 512, 64, true, true, ""},              {1, 8, 1024, 128, false, true, ""}};
+static const choice_point small_choices[] = {{2, 4, 64, 32, false, false, ""},
+                                             {4, 4, 32, 32, true, true, ""}};
+
+/* q, k, v [batch, heads, seq, d] and one attention; backward: the
+ * gradients of sum(o * dy) with respect to q, k and v. flash: the cpu
+ * backend's attention pass rewrites it first (before autodiff). */
+static loom_status build_choice(loom_ctx *ctx, const choice_point *c, bool flash, variant *v) {
+  LOOM_TRY(loom_graph_new(ctx, &v->b.g));
+  loom_graph *g = v->b.g;
+  int64_t sh[4] = {c->batch, c->heads, c->seq, c->d};
+  static const char *const names[3] = {"q", "k", "v"};
+  int32_t in[3];
+  for (int32_t i = 0; i < 3; i++)
+    in[i] = loom_bench_input(&v->b, names[i], LOOM_DTYPE_F32, 4, sh, LOOM_BENCH_FILL_UNIFORM, true);
+  int32_t dy = c->backward ? loom_bench_input(&v->b, "dy", LOOM_DTYPE_F32, 4, sh,
+                                              LOOM_BENCH_FILL_UNIFORM, false)
+                           : -1;
+  loom_attr_value a[LOOM_MAX_ATTRS];
+  loom_attrs_default(LOOM_OP_ATTENTION, a);
+  LOOM_ATTRV_I(a, attention, causal) = c->causal ? 1 : 0;
+  int32_t y = lb_op(g, LOOM_OP_ATTENTION, 3, in, a);
+  if (c->backward) y = loom_bench_vjp_loss(g, y, dy);
+  LOOM_TRY(loom_build_status(g));
+  LOOM_TRY(loom_graph_output(g, c->backward ? "objective" : "o", y));
+  if (flash) {
+    loom_graph *fg = NULL;
+    int32_t n = 0;
+    LOOM_TRY(loom_backend_rewrite(ctx, &LOOM_SESSION_OPTIONS(.attention = LOOM_ATTENTION_FLASH),
+                                  g, &fg, &n));
+    if (fg) {
+      loom_graph_free(v->b.g);
+      v->b.g = fg;
+    }
+    if (n != 1)
+      return loom_error(ctx, LOOM_STATUS_INTERNAL,
+                        "bench: the attention pass replaced %d ops, not 1", (int)n);
+  }
+  if (c->backward) {
+    int32_t wrt[3] = {0, 1, 2};
+    LOOM_TRY(loom_bench_make_backward(&v->b, 3, wrt));
+  }
+  g = v->b.g;
+  v->n_out = g->n_outputs;
+  v->out = loom_calloc(ctx, (size_t)(v->n_out ? v->n_out : 1), sizeof *v->out);
+  if (!v->out) return LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t i = 0; i < v->n_out; i++) {
+    const loom_type *t = loom_value_type(g, g->outputs[i]);
+    LOOM_TRY(loom_tensor_new(ctx, t->dtype, t->rank, t->shape, &v->out[i]));
+  }
+  return LOOM_STATUS_OK;
+}
+
+/* CPU seconds of the process: with one thread, the time the run would
+ * take on a core of its own, however loaded the machine is. */
+static double process_cpu_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Measured medians of c flash ([0]) and decomposed ([1]) in ms, wall
+ * clock and process CPU time, runs alternating; false (the error on
+ * stderr) if either failed. */
+static bool measure_choice(loom_ctx *ctx, const loom_bench_opts *o, const choice_point *c,
+                           double ms[2], double cpu_ms[2]) {
+  double *cpu[2] = {NULL, NULL};
+  variant vs[2];
+  memset(vs, 0, sizeof vs);
+  loom_tensor **in = NULL;
+  int32_t n_in = 0;
+  loom_status st = LOOM_STATUS_OK;
+  /* the graphs are rewritten already: the sessions leave attention alone */
+  const loom_session_options so =
+      LOOM_SESSION_OPTIONS(.fusion = LOOM_FUSION_STITCH, .attention = LOOM_ATTENTION_DECOMPOSED);
+  for (int k = 0; k < 2 && !st; k++) {
+    st = build_choice(ctx, c, k == 0, &vs[k]);
+    if (!st && !in) {
+      n_in = vs[k].b.g->n_inputs;
+      in = loom_calloc(ctx, (size_t)(n_in ? n_in : 1), sizeof *in);
+      st = in ? loom_bench_make_inputs(ctx, &vs[k].b, in) : LOOM_STATUS_OUT_OF_MEMORY;
+    }
+    if (!st) st = loom_session_new(ctx, vs[k].b.g, &so, &vs[k].s);
+    if (!st) {
+      vs[k].t = loom_calloc(ctx, (size_t)o->runs, sizeof *vs[k].t);
+      cpu[k] = loom_calloc(ctx, (size_t)o->runs, sizeof *cpu[k]);
+      if (!vs[k].t || !cpu[k]) st = LOOM_STATUS_OUT_OF_MEMORY;
+    }
+    if (!st) st = run_variant(&vs[k], n_in, in, NULL); /* the warm-up */
+  }
+  for (int32_t r = 0; r < o->runs && !st; r++)
+    for (int k = 0; k < 2 && !st; k++) {
+      double c0 = process_cpu_s();
+      st = run_variant(&vs[k], n_in, in, &vs[k].t[r]);
+      cpu[k][r] = process_cpu_s() - c0;
+    }
+  if (st)
+    fprintf(stderr, "loom: bench attention: flash or decomposed: %s\n", loom_ctx_error(ctx));
+  for (int k = 0; k < 2; k++) {
+    if (!st) {
+      ms[k] = 1e3 * loom_median(vs[k].t, o->runs);
+      cpu_ms[k] = 1e3 * loom_median(cpu[k], o->runs);
+    }
+    free(cpu[k]);
+    variant_free(&vs[k]);
+  }
+  for (int32_t i = 0; in && i < n_in; i++)
+    loom_tensor_free(in[i]);
+  free(in);
+  return !st;
+}
+
+static bool run_choices(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *o) {
+  const choice_point *pts = o->small ? small_choices : full_choices;
+  int32_t n = o->small ? LOOM_ARRAY_LEN(small_choices) : LOOM_ARRAY_LEN(full_choices);
+  loom_attention_costs costs;
+  loom_cpu_attention_costs(ctx, &costs);
+  /* the rates are the whole machine's: on fewer threads (--threads), the
+   * compute rates of those threads, so that predictions compare with the
+   * measurements (the pick does not change: both forms' compute scales) */
+  const int32_t used = loom_ctx_resolved_threads(ctx);
+  if (used > 0 && used < costs.rates.cores) {
+    const double share = (double)used / costs.rates.cores;
+    costs.rates.attn_fwd_flops *= share;
+    costs.rates.attn_bwd_flops *= share;
+    costs.rates.gemm_flops *= share;
+    costs.softmax_s /= share; /* per core, spread over the cores */
+    costs.softmax_grad_s /= share;
+  }
+  const loom_rng_model *m = &costs.rates;
+  /* the per-score softmax figures as measured (one core) */
+  const double share_1e9 =
+      1e9 * (used > 0 && used < costs.rates.cores ? (double)used / costs.rates.cores : 1.0);
+  if (!json)
+    fprintf(f,
+            "Flash or decomposed attention (no dropout, stitch mode, %d thread(s), %d "
+            "alternating runs, medians; ms)\n"
+            "rates (machine profile): flash fwd %.1f GFLOP/s, bwd %.1f, s0 %.0f; GEMM %.1f "
+            "GFLOP/s; softmax %.2f ns, its gradient %.2f ns per score and core; bandwidth "
+            "%.1f GB/s; launch %.1f us\n"
+            "  %-5s %-5s %-5s %-4s %-6s %-8s %10s %9s %10s %9s %9s %8s %-10s %-10s %s\n",
+            (int)used, (int)o->runs, m->attn_fwd_flops / 1e9, m->attn_bwd_flops / 1e9, m->attn_s0,
+            m->gemm_flops / 1e9, costs.softmax_s * share_1e9, costs.softmax_grad_s * share_1e9,
+            m->bandwidth / 1e9, costs.launch_s * 1e6, "batch", "heads",
+            "seq", "dim", "causal", "pass", "pred flash", "pred dec", "meas flash", "meas dec",
+            "cpu flash", "cpu dec", "pick", "faster", "like");
+  bool ok = true;
+  int32_t agree = 0, ran = 0;
+  for (int32_t i = 0; i < n; i++) {
+    const choice_point *c = &pts[i];
+    loom_rng_attn a = {.bh = c->batch * c->heads, .sq = c->seq, .sk = c->seq, .d = c->d,
+                       .dv = c->d, .causal = c->causal, .backward = c->backward};
+    double pf = 0, pd = 0, ms[2] = {0, 0}, cms[2] = {0, 0};
+    loom_attention_predict(&costs, &a, &pf, &pd);
+    if (!o->quiet) {
+      fprintf(stderr, "bench: attention choice %lld x %lld heads, seq %lld, dim %lld\n",
+              (long long)c->batch, (long long)c->heads, (long long)c->seq, (long long)c->d);
+      fflush(stderr);
+    }
+    bool measured = measure_choice(ctx, o, c, ms, cms);
+    ok = ok && measured;
+    const char *pick = pd < pf ? "decomposed" : "flash";
+    /* one thread: by CPU time, which the load does not stretch */
+    const double *by = used == 1 ? cms : ms;
+    const char *faster = !measured ? "?" : by[1] < by[0] ? "decomposed" : "flash";
+    if (measured) {
+      ran++;
+      agree += strcmp(pick, faster) == 0;
+    }
+    if (json)
+      fprintf(f,
+              "{\"workload\": \"attention_choice\", \"batch\": %lld, \"heads\": %lld, \"seq\": "
+              "%lld, \"head_dim\": %lld, \"causal\": %s, \"backward\": %s, "
+              "\"predicted_flash_s\": %.6g, \"predicted_decomposed_s\": %.6g, "
+              "\"measured_flash_s\": %.6g, \"measured_decomposed_s\": %.6g, "
+              "\"cpu_flash_s\": %.6g, \"cpu_decomposed_s\": %.6g, \"picked\": \"%s\", "
+              "\"faster\": \"%s\"}\n",
+              (long long)c->batch, (long long)c->heads, (long long)c->seq, (long long)c->d,
+              c->causal ? "true" : "false", c->backward ? "true" : "false", fin(pf), fin(pd),
+              ms[0] / 1e3, ms[1] / 1e3, cms[0] / 1e3, cms[1] / 1e3, pick, faster);
+    else
+      fprintf(f,
+              "  %-5lld %-5lld %-5lld %-4lld %-6s %-8s %10.3f %9.3f %10.3f %9.3f %9.3f %8.3f "
+              "%-10s %-10s %s\n",
+              (long long)c->batch, (long long)c->heads, (long long)c->seq, (long long)c->d,
+              c->causal ? "yes" : "no", c->backward ? "fwd+bwd" : "fwd", pf * 1e3,
+              isfinite(pd) ? pd * 1e3 : -1.0, ms[0], ms[1], cms[0], cms[1], pick, faster,
+              c->like);
+    fflush(f);
+  }
+  if (!json)
+    fprintf(f, "the pick was the faster one (%s) at %d of %d points\n",
+            used == 1 ? "CPU time, one thread" : "wall clock", (int)agree, (int)ran);
+  return ok;
+}
+
 bool loom_bench_run_attention(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *o,
                               const loom_bench_machine_info *mi) {
+  if (o->attention == LOOM_ATTENTION_AUTO) return run_choices(ctx, f, json, o);
   const int64_t *seqs = o->small ? small_seqs : full_seqs;
   const int64_t *dims = o->small ? small_dims : full_dims;
   int32_t n_seq = o->small ? (int32_t)(sizeof small_seqs / sizeof *small_seqs)

@@ -364,6 +364,21 @@ static void test_choice(void) {
   CHECK(fabs(flash - 4 * n * 64 / 5e10) < 1e-9);
   CHECK(fabs(dec - (4 * n * 64 / 2e11 + 3 * 4 * n / 1e10 + 3e-6)) < 1e-9);
   CHECK(dec < flash);
+  /* the softmax's own work per score, spread over the cores: forward
+   * only, then with its gradient in the backward */
+  loom_attention_costs cs = c;
+  cs.softmax_s = 6e-9;
+  cs.softmax_grad_s = 1e-9;
+  double flash2 = 0, dec2 = 0;
+  loom_attention_predict(&cs, &a, &flash2, &dec2);
+  CHECK(flash2 == flash && fabs(dec2 - (dec + n * 6e-9 / 2)) < 1e-9);
+  CHECK(dec2 > flash); /* enough to turn the choice */
+  loom_rng_attn ab = a;
+  ab.backward = true;
+  double fb = 0, db = 0, fb2 = 0, db2 = 0;
+  loom_attention_predict(&c, &ab, &fb, &db);
+  loom_attention_predict(&cs, &ab, &fb2, &db2);
+  CHECK(fb2 == fb && fabs(db2 - (db + n * 7e-9 / 2)) < 1e-9);
   a.sq = a.sk = 8192; /* one head's probabilities (256 MiB) pass the cache */
   loom_attention_predict(&c, &a, &flash, &dec);
   CHECK(isinf(dec));

@@ -165,9 +165,9 @@ static loom_status replace(loom_graph *dst, const loom_graph *src, const sdpa *a
 }
 
 /* Forward: S = q k^T, P = softmax(S) (an epilogue of the first GEMM's
- * blocks, or a kernel), O = P v: P's bytes written and read, S's written
- * (3 passes), 3 steps. Backward: dP = dO v^T, dS from P and dP, dq, dk,
- * dv: 4 GEMMs, 5 passes, 5 steps. */
+ * blocks, or a kernel: its max, exp and sums per score too), O = P v: P's
+ * bytes written and read, S's written (3 passes), 3 steps. Backward:
+ * dP = dO v^T, dS from P and dP, dq, dk, dv: 4 GEMMs, 5 passes, 5 steps. */
 void loom_attention_predict(const loom_attention_costs *c, const loom_rng_attn *a,
                             double *flash_s, double *decomposed_s) {
   const loom_rng_model *m = &c->rates;
@@ -184,7 +184,9 @@ void loom_attention_predict(const loom_attention_costs *c, const loom_rng_attn *
   }
   double bw = m->bandwidth > 0 ? m->bandwidth : 1e10;
   double gemm = m->gemm_flops > 0 ? m->gemm_flops : 1e11;
-  *decomposed_s = flops / gemm + passes * bytes / bw + steps * c->launch_s;
+  double softmax = n * (c->softmax_s + (a->backward ? c->softmax_grad_s : 0.0)) /
+                   (m->cores > 0 ? m->cores : 1);
+  *decomposed_s = flops / gemm + softmax + passes * bytes / bw + steps * c->launch_s;
   if (a->bh > 0 && (double)bytes / (double)a->bh > (double)c->cache_bytes) *decomposed_s = INFINITY;
 }
 

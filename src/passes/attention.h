@@ -42,11 +42,15 @@ typedef struct loom_attention_costs {
   loom_rng_model rates; /* measured: flash forward / backward and GEMM FLOP/s, bandwidth */
   double launch_s;      /* one step (kernel or GEMM) */
   int64_t cache_bytes;  /* the LLC */
+  /* One core's seconds per score of the decomposed form's softmax and of
+   * its gradient, as the stitched kernels compute them (0: not counted) */
+  double softmax_s, softmax_grad_s;
 } loom_attention_costs;
 
 /* Predicted seconds of attention a as flash attention and decomposed: two
  * batched GEMMs (four more in the backward) over every score, causal or
- * not, at the GEMM rate, and the [Sq, Sk] probabilities through memory
+ * not, at the GEMM rate, the softmax's (and its gradient's) own work per
+ * score on all cores, and the [Sq, Sk] probabilities through memory
  * (3 passes forward, 5 more backward) plus a launch per step; decomposed
  * is never chosen when one attention's probabilities exceed the cache
  * (long sequences: they would stream from memory and take O(S^2) space). */

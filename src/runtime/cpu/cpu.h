@@ -71,10 +71,12 @@ bool loom_cpu_step_is_comm(const loom_graph *g, const struct loom_step *st);
 void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m);
 struct loom_attention_costs;
 /* The rates the choice between flash and decomposed attention reads
- * (passes/attention.h): the flash and GEMM rates loom_cpu_rng_model
- * measures, on all cores, kept in the machine profile after the first
- * measurement (a choice that flipped with timer noise would change
- * results' rounding); bandwidth, launch and LLC from the machine. */
+ * (passes/attention.h): flash forward and backward at a short and a long
+ * length and the decomposed form's batched score GEMM, measured in one
+ * core's CPU time (times the cores: the load at the moment does not move
+ * them), kept in the machine profile after the first measurement (a
+ * choice that flipped with timer noise would change results' rounding);
+ * bandwidth, launch and LLC from the machine. */
 void loom_cpu_attention_costs(loom_ctx *ctx, struct loom_attention_costs *c);
 loom_cpu_kernel loom_cpu_matmul_kernel(const loom_graph *g, const loom_node *n);
 /* Runs f32 matmul node n (loom_cpu_matmul_kernel said yes) with a GEMM

@@ -2,11 +2,13 @@
  * Flash attention on the CPU: forward and backward over tiles, with the
  * online softmax, the causal mask and Philox dropout (flash_attention.h).
  *
- * Every tile product is C (+)= A B with B row-major (K^T and V^T are
- * transposed once per key block; A may be read transposed), done by one
- * kernel: each element of C is summed over k in order in one accumulator,
- * so a product does not depend on how it is blocked. Element-wise work (row
- * max, exp, masks, dS) has its own small kernels. Two sets: AVX-512F
+ * Every tile product is C (+)= A B with B row-major (the forward
+ * transposes each task's Q once, the backward K and V once per key block;
+ * A may be read transposed), done by one kernel: each element of C is
+ * summed over k in order in one accumulator, so a product does not depend
+ * on how it is blocked. The forward keeps its scores transposed (queries
+ * as vector lanes), so its softmax works down columns; the backward's
+ * element-wise work (exp, masks, dS) runs along rows. Two sets: AVX-512F
  * intrinsics (per-function target attributes, called only after
  * __builtin_cpu_supports) and plain C for the baseline ISA.
  *
@@ -35,18 +37,18 @@
 #endif
 
 /* Tile sizes (fixed: they decide the summation order, never the thread
- * count). Forward: FWD_BR query rows per task, FWD_BC keys per block, the
- * scores of FWD_BM rows at a time (one transposed key block serves FWD_BR
- * rows; FWD_BM x FWD_BC scores stay in L1). Backward: BWD_BC keys per block,
+ * count). Forward: FWD_BR query rows per task, FWD_BC keys per block,
+ * FWD_BN query rows (vector lanes) per strip: the transposed scores of a
+ * strip (FWD_BC x FWD_BN) stay in L1. Backward: BWD_BC keys per block,
  * BWD_BR query rows per step. Chosen by measurement at Sq = Sk = 1024,
  * D = 64 (64 x 128 backward tiles: 128-key runs also make the Philox words
  * cheaper per element than 64-key runs). */
 #define FWD_BR 128
-#define FWD_BM 64
+#define FWD_BN 32
 #define FWD_BC 128
 #define BWD_BR 64
 #define BWD_BC 128
-_Static_assert(FWD_BC % 8 == 0 && FWD_BM <= FWD_BR, "key blocks start on a byte of keep bits");
+_Static_assert(FWD_BC % 32 == 0 && FWD_BN <= FWD_BR, "key blocks start on a word of keep bits");
 /* The backward splits each bh's key blocks over enough chunks (tasks) to
  * give at least this many tasks, each with its own partial dq. */
 #define BWD_MIN_TASKS 16
@@ -66,8 +68,19 @@ typedef struct fa_kernels {
   /* dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols */
   void (*transpose)(int64_t rows, int64_t cols, const float *src, int64_t lds, float *dst,
                     int64_t ldd);
-  /* max of x[0 .. n), n >= 1 */
-  float (*row_max)(const float *x, int64_t n);
+  /* The forward's column kernels, over a tile x[j * ldx + i] of scores
+   * transposed (row j: a key, column i: a query), j < rows, i < n. */
+  /* x[j][i] = -inf for i < t0 + j: keys past a query's causal limit */
+  void (*col_causal)(float *x, int64_t ldx, int64_t rows, int64_t n, int64_t t0);
+  /* m[i] = max(m[i], x[0][i], ..., x[rows - 1][i]) */
+  void (*col_max)(const float *x, int64_t ldx, int64_t rows, int64_t n, float *m);
+  /* x[j][i] = exp(mul x[j][i] - sub[i]); sum[i] = their sum over j in order */
+  void (*col_exp_sum)(float *x, int64_t ldx, int64_t rows, int64_t n, float mul,
+                      const float *sub, float *sum);
+  /* x[j][i] = bit kb + j of keep-bit row i (bits + i * bstride) ? x * mul : 0;
+   * kb + 32 t is a whole 32-bit word of each row for every t < rows / 32 */
+  void (*col_mask)(float *x, int64_t ldx, int64_t rows, int64_t n, const uint8_t *bits,
+                   int64_t bstride, int64_t kb, float mul);
   /* x[j] = exp(x[j] - sub) for j < n; returns their sum (a fixed order) */
   float (*exp_sum)(float *x, int64_t n, float sub);
   /* x[j] = bit j of bits ? x[j] * mul : 0 for j < n */
@@ -76,6 +89,8 @@ typedef struct fa_kernels {
   void (*dsoft)(float *ds, const float *p, int64_t n, const uint8_t *bits, float inv, float di);
   /* dst[x] = (float)((double)src[x] * scale): the same bits in every set */
   void (*scale)(const float *src, int64_t n, double scale, float *dst);
+  /* sum of x[j] y[j] for j < n, in double, in a fixed order */
+  double (*dot)(const float *x, const float *y, int64_t n);
 } fa_kernels;
 
 static inline bool bit_at(const uint8_t *bits, int64_t j) { return (bits[j >> 3] >> (j & 7)) & 1; }
@@ -105,11 +120,35 @@ static void transpose_port(int64_t rows, int64_t cols, const float *src, int64_t
       dst[c * ldd + r] = src[r * lds + c];
 }
 
-static float row_max_port(const float *x, int64_t n) {
-  float m = x[0];
-  for (int64_t j = 1; j < n; j++)
-    m = x[j] > m ? x[j] : m;
-  return m;
+static void col_causal_port(float *x, int64_t ldx, int64_t rows, int64_t n, int64_t t0) {
+  for (int64_t j = 0; j < rows; j++)
+    for (int64_t i = 0; i < min64(n, t0 + j); i++)
+      x[j * ldx + i] = -INFINITY;
+}
+
+static void col_max_port(const float *x, int64_t ldx, int64_t rows, int64_t n, float *m) {
+  for (int64_t j = 0; j < rows; j++)
+    for (int64_t i = 0; i < n; i++)
+      m[i] = x[j * ldx + i] > m[i] ? x[j * ldx + i] : m[i];
+}
+
+static void col_exp_sum_port(float *x, int64_t ldx, int64_t rows, int64_t n, float mul,
+                             const float *sub, float *sum) {
+  for (int64_t i = 0; i < n; i++)
+    sum[i] = 0.0f;
+  for (int64_t j = 0; j < rows; j++)
+    for (int64_t i = 0; i < n; i++) {
+      float e = expf(mul * x[j * ldx + i] - sub[i]);
+      x[j * ldx + i] = e;
+      sum[i] += e;
+    }
+}
+
+static void col_mask_port(float *x, int64_t ldx, int64_t rows, int64_t n, const uint8_t *bits,
+                          int64_t bstride, int64_t kb, float mul) {
+  for (int64_t j = 0; j < rows; j++)
+    for (int64_t i = 0; i < n; i++)
+      x[j * ldx + i] = bit_at(bits + i * bstride, kb + j) ? x[j * ldx + i] * mul : 0.0f;
 }
 
 static float exp_sum_port(float *x, int64_t n, float sub) {
@@ -140,8 +179,18 @@ static void scale_port(const float *src, int64_t n, double scale, float *dst) {
     dst[x] = (float)((double)src[x] * scale);
 }
 
-static const fa_kernels kernels_port = {gemm_port, transpose_port, row_max_port, exp_sum_port,
-                                        mask_port, dsoft_port,     scale_port};
+static double dot_port(const float *x, const float *y, int64_t n) {
+  double sum = 0.0;
+  for (int64_t j = 0; j < n; j++)
+    sum += (double)x[j] * (double)y[j];
+  return sum;
+}
+
+static const fa_kernels kernels_port = {
+    .gemm = gemm_port,       .transpose = transpose_port,     .col_causal = col_causal_port,
+    .col_max = col_max_port, .col_exp_sum = col_exp_sum_port, .col_mask = col_mask_port,
+    .exp_sum = exp_sum_port, .mask = mask_port,               .dsoft = dsoft_port,
+    .scale = scale_port,     .dot = dot_port};
 
 /* -- AVX-512F ---------------------------------------------------------------- */
 
@@ -247,14 +296,6 @@ T512 static void transpose_512(int64_t rows, int64_t cols, const float *src, int
       dst[c * ldd + r] = src[r * lds + c];
 }
 
-T512 static float row_max_512(const float *x, int64_t n) {
-  const __m512 ninf = _mm512_set1_ps(-INFINITY);
-  __m512 m = ninf;
-  for (int64_t j = 0; j < n; j += 16)
-    m = _mm512_max_ps(m, _mm512_mask_loadu_ps(ninf, lanes(n - j), x + j));
-  return _mm512_reduce_max_ps(m);
-}
-
 /* exp(x - sub) in 16 lanes as 2^t: t = x log2(e) - sub log2(e) (one FMA;
  * the rounding of sub log2(e) is the same for a whole row, so it cancels in
  * the softmax), t = n + f with n = round(t) and |f| <= 1/2, 2^f by a
@@ -328,8 +369,85 @@ T512 static void dsoft_512(float *ds, const float *p, int64_t n, const uint8_t *
   }
 }
 
-static const fa_kernels kernels_512 = {gemm_512, transpose_512, row_max_512, exp_sum_512,
-                                       mask_512, dsoft_512,     scale_512};
+T512 static void col_causal_512(float *x, int64_t ldx, int64_t rows, int64_t n, int64_t t0) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < rows; j++)
+    for (int64_t i = 0; i < min64(n, t0 + j); i += 16)
+      _mm512_mask_storeu_ps(x + j * ldx + i, lanes(min64(n, t0 + j) - i), ninf);
+}
+
+T512 static void col_max_512(const float *x, int64_t ldx, int64_t rows, int64_t n, float *m) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = lanes(n - i);
+    __m512 v = _mm512_mask_loadu_ps(ninf, k, m + i);
+    for (int64_t j = 0; j < rows; j++)
+      v = _mm512_max_ps(v, _mm512_mask_loadu_ps(ninf, k, x + j * ldx + i));
+    _mm512_mask_storeu_ps(m + i, k, v);
+  }
+}
+
+T512 static void col_exp_sum_512(float *x, int64_t ldx, int64_t rows, int64_t n, float mul,
+                                 const float *sub, float *sum) {
+  const __m512 l2e = _mm512_set1_ps((float)(mul * FA_LOG2E));
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = lanes(n - i);
+    const __m512 c = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, sub + i), _mm512_set1_ps(-(float)FA_LOG2E));
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t j = 0; j < rows; j++) {
+      float *p = x + j * ldx + i;
+      __m512 e = exp2_512(_mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, p), l2e, c));
+      _mm512_mask_storeu_ps(p, k, e);
+      acc = _mm512_add_ps(acc, e);
+    }
+    _mm512_mask_storeu_ps(sum + i, k, acc);
+  }
+}
+
+/* The keep bits of 16 query rows for 32 keys at a time, as lanes: bit b
+ * of lane l is key kb + j + b of row l. */
+T512 static void col_mask_512(float *x, int64_t ldx, int64_t rows, int64_t n, const uint8_t *bits,
+                              int64_t bstride, int64_t kb, float mul) {
+  const __m512 f = _mm512_set1_ps(mul);
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = lanes(n - i);
+    for (int64_t j = 0; j < rows; j += 32) {
+      uint32_t w[16] = {0};
+      for (int64_t l = 0; l < min64(16, n - i); l++)
+        memcpy(&w[l], bits + (i + l) * bstride + (kb + j) / 8, sizeof w[l]);
+      const __m512i g = _mm512_loadu_si512(w);
+      for (int64_t b = 0; b < min64(32, rows - j); b++) {
+        __mmask16 keep = _mm512_test_epi32_mask(g, _mm512_set1_epi32((int)(1u << b)));
+        float *p = x + (j + b) * ldx + i;
+        _mm512_mask_storeu_ps(p, k, _mm512_maskz_mul_ps(keep, _mm512_maskz_loadu_ps(k, p), f));
+      }
+    }
+  }
+}
+
+/* The upper 8 floats of v as doubles. */
+I512 __m512d hi_pd(__m512 v) {
+  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+/* Sixteen double lanes (float products are exact in double), then their sum. */
+T512 static double dot_512(const float *x, const float *y, int64_t n) {
+  __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+  for (int64_t j = 0; j < n; j += 16) {
+    __mmask16 k = lanes(n - j);
+    __m512 a = _mm512_maskz_loadu_ps(k, x + j), b = _mm512_maskz_loadu_ps(k, y + j);
+    lo = _mm512_fmadd_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(a)),
+                         _mm512_cvtps_pd(_mm512_castps512_ps256(b)), lo);
+    hi = _mm512_fmadd_pd(hi_pd(a), hi_pd(b), hi);
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+}
+
+static const fa_kernels kernels_512 = {
+    .gemm = gemm_512,       .transpose = transpose_512,     .col_causal = col_causal_512,
+    .col_max = col_max_512, .col_exp_sum = col_exp_sum_512, .col_mask = col_mask_512,
+    .exp_sum = exp_sum_512, .mask = mask_512,               .dsoft = dsoft_512,
+    .scale = scale_512,     .dot = dot_512};
 
 #endif /* FA_HAVE_AVX512 */
 
@@ -409,91 +527,119 @@ static int64_t fwd_bits_stride(const loom_flash_attn *a) {
   return ((a->sk + 7) / 8 + 63) & ~(int64_t)63;
 }
 
-/* Per-thread floats of the forward: Qs, K^T, S/P, O accumulator, row max,
- * row sum (double), and with dropout the keep bits of the task's rows over
- * all keys (made once per task: long runs make Philox words cheaper, 0.39
- * against 0.53 ns per element for 128-key runs, measured). */
+/* Per-thread floats of the forward: Q^T, a strip's S^T, O, the running
+ * max, the row sums (double) and the final factors per query row, and with
+ * dropout the keep bits of the task's rows over all keys (made once per
+ * task: long runs make Philox words cheaper, 0.39 against 0.53 ns per
+ * element for 128-key runs, measured) plus a word of slack. */
 static int64_t fwd_thread_floats(const loom_flash_attn *a) {
-  return up16(FWD_BR * a->d) + up16(a->d * FWD_BC) + up16(FWD_BM * FWD_BC) + up16(FWD_BR * a->dv) +
-         up16(FWD_BR) + up16(2 * FWD_BR) + (a->p > 0.0 ? FWD_BR * fwd_bits_stride(a) / 4 : 0);
+  return up16(a->d * FWD_BR) + up16(FWD_BC * FWD_BN) + up16(FWD_BR * a->dv) + up16(FWD_BR) +
+         up16(2 * FWD_BR) +
+         (a->p > 0.0 ? FWD_BR * fwd_bits_stride(a) / 4 + 16 : 0);
 }
 
+/* One task: FWD_BR query rows of one bh. The scores are computed
+ * transposed, S^T = K Qs^T (keys as rows, queries as vector lanes), so the
+ * online softmax's max, exp and sums run down columns, lane-parallel, with
+ * no per-row reductions; O += P V reads P^T as its broadcast operand, so
+ * nothing is transposed back. Strips of FWD_BN queries keep the scores in
+ * L1, and causal strips stop at the last key their last query sees. */
 static void fwd_task(const fa_run *R, int64_t bh, int64_t q0, float *ws, float *o, float *lse) {
   const loom_flash_attn *a = R->a;
   const fa_kernels *kn = R->kn;
   const int64_t D = a->d, DV = a->dv, SQ = a->sq, SK = a->sk;
   const int64_t r = min64(FWD_BR, SQ - q0);
-  float *qs = ws, *kt = qs + up16(FWD_BR * D), *s = kt + up16(D * FWD_BC);
-  float *acc = s + up16(FWD_BM * FWD_BC), *mrow = acc + up16(FWD_BR * DV);
-  double *lrow = (double *)(void *)(mrow + up16(FWD_BR));
-  uint8_t *bits = (uint8_t *)(void *)(mrow + up16(FWD_BR) + up16(2 * FWD_BR));
+  float *qt = ws, *st = qt + up16(D * FWD_BR), *acc = st + up16(FWD_BC * FWD_BN);
+  float *mx = acc + up16(FWD_BR * DV);
+  double *l = (double *)(void *)(mx + up16(FWD_BR));
+  uint8_t *bits = (uint8_t *)(void *)(mx + up16(FWD_BR) + up16(2 * FWD_BR));
 
   const int64_t bstride = fwd_bits_stride(a);
-  kn->scale(a->q + (bh * SQ + q0) * D, r * D, a->scale, qs);
+  const float *kbh = a->k + bh * SK * D, *vbh = a->v + bh * SK * DV;
+  kn->transpose(r, D, a->q + (bh * SQ + q0) * D, D, qt, FWD_BR);
+  /* a positive scale goes into the exponent (as the max): one pass fewer */
+  const float mul = a->scale > 0.0 ? (float)a->scale : 1.0f;
+  if (!(a->scale > 0.0))
+    for (int64_t x = 0; x < D; x++)
+      kn->scale(qt + x * FWD_BR, r, a->scale, qt + x * FWD_BR);
   for (int64_t i = 0; i < r; i++) {
-    mrow[i] = -INFINITY;
-    lrow[i] = 0.0;
+    mx[i] = -INFINITY;
+    l[i] = 0.0;
     /* the keep bits of every key the row sees (all keys for a row that sees
-     * none: its output depends on whether any is kept) */
+     * none: its output depends on whether any is kept); the rest of the
+     * row's words is read, so zeroed */
     const int64_t lim = row_limit(R, q0 + i);
-    if (R->drop) row_bits(R, (bh * SQ + q0 + i) * SK, lim > 0 ? lim : SK, bits + i * bstride);
+    if (!R->drop) continue;
+    memset(bits + i * bstride, 0, (size_t)bstride);
+    row_bits(R, (bh * SQ + q0 + i) * SK, lim > 0 ? lim : SK, bits + i * bstride);
   }
   memset(acc, 0, sizeof(float) * (size_t)(r * DV));
-  const float *kbh = a->k + bh * SK * D, *vbh = a->v + bh * SK * DV;
   const int64_t kend = row_limit(R, q0 + r - 1); /* the last row sees the most keys */
   for (int64_t kb = 0; kb < kend; kb += FWD_BC) {
     const int64_t c = min64(FWD_BC, kend - kb);
-    kn->transpose(c, D, kbh + kb * D, D, kt, c);
-    /* sub-blocks of FWD_BM rows share the transposed keys */
-    for (int64_t i0 = 0; i0 < r; i0 += FWD_BM) {
-      const int64_t rr = min64(FWD_BM, r - i0);
-      const int64_t cc = min64(c, row_limit(R, q0 + i0 + rr - 1) - kb); /* keys these rows see */
-      if (cc <= 0) continue;
-      kn->gemm(rr, cc, D, qs + i0 * D, D, 1, kt, c, s, FWD_BC, false);
-      for (int64_t i = i0; i < i0 + rr; i++) {
-        float *si = s + (i - i0) * FWD_BC;
-        const int64_t vis = min64(cc, max64(0, row_limit(R, q0 + i) - kb));
-        if (vis < cc) memset(si + vis, 0, sizeof(float) * (size_t)(cc - vis)); /* masked: P = 0 */
-        if (vis == 0) continue;
-        float mx = kn->row_max(si, vis), mnew = mx > mrow[i] ? mx : mrow[i];
-        float rs = kn->exp_sum(si, vis, mnew);
-        if (mnew != mrow[i] && mrow[i] != -INFINITY) {
-          double alpha = exp((double)mrow[i] - (double)mnew);
-          lrow[i] *= alpha;
-          float fa = (float)alpha, *ai = acc + i * DV;
-          for (int64_t x = 0; x < DV; x++)
-            ai[x] *= fa;
-        }
-        lrow[i] += rs;
-        mrow[i] = mnew;
-        if (R->drop) kn->mask(si, vis, bits + i * bstride + kb / 8, 1.0f);
+    for (int64_t i1 = 0; i1 < r; i1 += FWD_BN) {
+      const int64_t w = min64(FWD_BN, r - i1);
+      const int64_t cs = min64(c, row_limit(R, q0 + i1 + w - 1) - kb); /* keys the strip sees */
+      if (cs <= 0) continue;
+      /* S^T; causal: per 16 lanes, each up to the last key its last lane
+       * sees (the keys past it are set to -inf below) */
+      const int64_t hw = a->causal ? 16 : w;
+      for (int64_t h = 0; h < w; h += hw) {
+        const int64_t ch = min64(cs, row_limit(R, q0 + i1 + min64(w, h + hw) - 1) - kb);
+        if (ch > 0)
+          kn->gemm(ch, min64(hw, w - h), D, kbh + kb * D, D, 1, qt + i1 + h, FWD_BR, st + h,
+                   FWD_BN, false);
       }
-      kn->gemm(rr, DV, cc, s, FWD_BC, 1, vbh + kb * DV, DV, acc + i0 * DV, DV, true);
+      /* key kb + j is past query q0 + i1 + i's limit when i < t0 + j */
+      const int64_t t0 = kb - (q0 + i1) - R->off;
+      if (a->causal && t0 + cs - 1 > 0) kn->col_causal(st, FWD_BN, cs, w, t0);
+      float smax[FWD_BN], sub[FWD_BN], sum[FWD_BN];
+      for (int64_t i = 0; i < w; i++)
+        smax[i] = -INFINITY;
+      kn->col_max(st, FWD_BN, cs, w, smax);
+      for (int64_t i = 0; i < w; i++) {
+        const float mold = mx[i1 + i], ms = mul * smax[i];
+        const float mnew = ms > mold ? ms : mold;
+        mx[i1 + i] = mnew;
+        sub[i] = mnew == -INFINITY ? 0.0f : mnew; /* sees no key yet: exp(-inf) = 0 */
+        if (mnew != mold && mold != -INFINITY) {
+          double al = exp((double)mold - (double)mnew);
+          l[i1 + i] *= al;
+          kn->scale(acc + (i1 + i) * DV, DV, al, acc + (i1 + i) * DV);
+        }
+      }
+      kn->col_exp_sum(st, FWD_BN, cs, w, mul, sub, sum);
+      for (int64_t i = 0; i < w; i++)
+        l[i1 + i] += sum[i];
+      if (R->drop) kn->col_mask(st, FWD_BN, cs, w, bits + i1 * bstride, bstride, kb, 1.0f);
+      for (int64_t h = 0; h < w; h += hw) { /* O += P V, over the keys each lane group sees */
+        const int64_t ch = min64(cs, row_limit(R, q0 + i1 + min64(w, h + hw) - 1) - kb);
+        if (ch > 0)
+          kn->gemm(min64(hw, w - h), DV, ch, st + h, 1, FWD_BN, vbh + kb * DV, DV,
+                   acc + (i1 + h) * DV, DV, true);
+      }
     }
   }
+  float *obh = o + (bh * SQ + q0) * DV;
   for (int64_t i = 0; i < r; i++) {
-    float *oi = o + (bh * SQ + q0 + i) * DV;
-    if (row_limit(R, q0 + i) <= 0) {
-      /* Sees no key. The composite's probabilities are 0/0 = NaN; dropout
-       * zeroes the dropped ones, so the row is NaN unless every key is
-       * dropped (then 0). */
-      float fill = NAN;
-      if (R->drop) {
-        bool any = false;
-        for (int64_t x = 0; x < (SK + 7) / 8; x++)
-          any |= bits[i * bstride + x] != 0;
-        if (!any) fill = 0.0f;
-      }
-      for (int64_t x = 0; x < DV; x++)
-        oi[x] = fill;
-      if (lse) lse[bh * SQ + q0 + i] = -INFINITY;
-      continue;
+    if (row_limit(R, q0 + i) <= 0) continue;
+    kn->scale(acc + i * DV, DV, R->inv_keepd / l[i], obh + i * DV);
+    if (lse) lse[bh * SQ + q0 + i] = (float)((double)mx[i] + log(l[i]));
+  }
+  for (int64_t i = 0; i < r && row_limit(R, q0 + i) <= 0; i++) {
+    /* Sees no key. The composite's probabilities are 0/0 = NaN; dropout
+     * zeroes the dropped ones, so the row is NaN unless every key is
+     * dropped (then 0). */
+    float fill = NAN;
+    if (R->drop) {
+      bool any = false;
+      for (int64_t x = 0; x < (SK + 7) / 8; x++)
+        any |= bits[i * bstride + x] != 0;
+      if (!any) fill = 0.0f;
     }
-    const double f = R->inv_keepd / lrow[i];
-    const float *ai = acc + i * DV;
     for (int64_t x = 0; x < DV; x++)
-      oi[x] = (float)((double)ai[x] * f);
-    if (lse) lse[bh * SQ + q0 + i] = (float)((double)mrow[i] + log(lrow[i]));
+      obh[i * DV + x] = fill;
+    if (lse) lse[bh * SQ + q0 + i] = -INFINITY;
   }
 }
 
@@ -613,12 +759,11 @@ static int64_t bwd_chunks(const loom_flash_attn *a) {
   return max64(1, min64(nkb, (BWD_MIN_TASKS + a->bh - 1) / a->bh));
 }
 
-/* Per-thread floats: Qs, K^T, V^T, S/P/Pd, dP/dS, dK and dV accumulators,
- * keep bits (two rows: one read, one accumulated for the NaN rule). */
+/* Per-thread floats: Qs, K^T, V^T, S/P/Pd, dP/dS, keep bits (two rows: one
+ * read, one accumulated for the NaN rule). */
 static int64_t bwd_thread_floats(const loom_flash_attn *a) {
   return up16(BWD_BR * a->d) + up16(a->d * BWD_BC) + up16(a->dv * BWD_BC) +
-         2 * up16(BWD_BR * BWD_BC) + up16(BWD_BC * a->d) + up16(BWD_BC * a->dv) +
-         2 * up16(BWD_BC / 32 + 16);
+         2 * up16(BWD_BR * BWD_BC) + 2 * up16(BWD_BC / 32 + 16);
 }
 
 /* Shared floats: Di per row and the partial dq of chunks 1 .. chunks-1. */
@@ -640,9 +785,8 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
   const int64_t D = a->d, DV = a->dv, SQ = a->sq, SK = a->sk;
   float *qs = ws, *kt = qs + up16(BWD_BR * D), *vt = kt + up16(D * BWD_BC);
   float *s = vt + up16(DV * BWD_BC), *dp = s + up16(BWD_BR * BWD_BC);
-  float *dka = dp + up16(BWD_BR * BWD_BC), *dva = dka + up16(BWD_BC * D);
-  uint8_t *bits = (uint8_t *)(void *)(dva + up16(BWD_BC * DV));
-  uint8_t *nanbits = (uint8_t *)(void *)(dva + up16(BWD_BC * DV) + up16(BWD_BC / 32 + 16));
+  uint8_t *bits = (uint8_t *)(void *)(dp + up16(BWD_BR * BWD_BC));
+  uint8_t *nanbits = bits + 4 * up16(BWD_BC / 32 + 16);
 
   float *dqt = chunk == 0 ? io->dq + bh * SQ * D : io->part + ((chunk - 1) * a->bh + bh) * SQ * D;
   memset(dqt, 0, sizeof(float) * (size_t)(SQ * D));
@@ -653,6 +797,8 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
     const int64_t kb = kbi * BWD_BC, c = min64(BWD_BC, SK - kb);
     kn->transpose(c, D, kbh + kb * D, D, kt, c);
     kn->transpose(c, DV, vbh + kb * DV, DV, vt, c);
+    /* the task owns these keys' rows of dk and dv: accumulated in place */
+    float *dka = io->dk + (bh * SK + kb) * D, *dva = io->dv + (bh * SK + kb) * DV;
     memset(dka, 0, sizeof(float) * (size_t)(c * D));
     memset(dva, 0, sizeof(float) * (size_t)(c * DV));
     /* the first query row that sees key kb: i + off >= kb */
@@ -680,9 +826,7 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
       kn->gemm(cc, D, r, dp, 1, BWD_BC, qs, D, dka, D, true);                    /* dK += dS^T Qs */
       kn->gemm(r, D, cc, dp, BWD_BC, 1, kbh + kb * D, D, dqt + q0 * D, D, true); /* dQ += dS K */
     }
-    memcpy(io->dk + (bh * SK + kb) * D, dka, sizeof(float) * (size_t)(c * D));
-    float *dvo = io->dv + (bh * SK + kb) * DV;
-    memcpy(dvo, dva, sizeof(float) * (size_t)(c * DV));
+    float *dvo = dva;
     /* The composite's NaN rows (no key seen) reach dv through Pd^T dO:
      * dv[j] is NaN for every key j such a row keeps. */
     if (a->causal && SQ > SK && DV > 0) {
@@ -744,12 +888,8 @@ loom_status loom_flash_attn_bwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
     /* Di = rowsum(dO * O), in double */
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < rblocks; t++)
-      for (int64_t i = t * 256; i < min64(n_rows, t * 256 + 256); i++) {
-        double sum = 0.0;
-        for (int64_t x = 0; x < DV; x++)
-          sum += (double)d_o[i * DV + x] * (double)o[i * DV + x];
-        io.di[i] = (float)sum;
-      }
+      for (int64_t i = t * 256; i < min64(n_rows, t * 256 + 256); i++)
+        io.di[i] = (float)R.kn->dot(d_o + i * DV, o + i * DV, DV);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; t++)
       bwd_task(&R, &io, t / io.chunks, t % io.chunks, mine);

@@ -23,7 +23,9 @@
  *
  * Design: FlashAttention-2. The forward runs tasks (bh, 128 query rows)
  * with an online softmax (running max in f32, running sum in double) over
- * blocks of 128 keys; the backward recomputes P from lse, with
+ * blocks of 128 keys, on transposed scores K Q^T in strips of 32 queries
+ * (the queries are the vector lanes: the softmax needs no row reductions,
+ * and a causal strip stops at its last query's last key); the backward recomputes P from lse, with
  * Di = rowsum(dO * O), and runs tasks (bh, key chunk): each accumulates dk,
  * dv of its key blocks and a partial dq, and the partial dq are summed in
  * a fixed order afterwards (no atomics). Tasks depend on the shapes only,

@@ -16,6 +16,7 @@
 #include "runtime/cpu/flash_attention.h"
 #include "runtime/cpu/gemm.h"
 
+#include "kernel/kmath.h"
 #include "passes/attention.h"
 #include "perf/machine.h"
 #include "perf/profile.h"
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The flash rates are taken at two lengths, RATE_S and RATE_S2 (one head),
  * to fit the efficiency curve Sk / (Sk + s0). */
@@ -160,9 +162,178 @@ void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m) {
   for (int32_t i = 0; i < LOOM_ARRAY_LEN(rng_keys); i++) *field[i] = v[i];
 }
 
-/* Profile keys of the attention choice's rates, in the order read. */
-static const char *const attention_keys[] = {"attn_fwd_flops", "attn_bwd_flops", "attn_s0",
-                                             "attn_gemm_flops"};
+/* Profile keys of the attention choice's rates, in the order read; the
+ * version names the flash kernels and the way they were measured with (v2:
+ * the forward on transposed scores, one core's CPU time), so new kernels
+ * are measured afresh. */
+static const char *const attention_keys[] = {"attn_v2_fwd_flops", "attn_v2_bwd_flops",
+                                             "attn_v2_s0",        "attn_v2_gemm_flops",
+                                             "attn_v2_softmax_s", "attn_v2_softmax_grad_s"};
+enum { N_ATTN_KEYS = 6 };
+
+/* CPU seconds of the calling thread: unlike wall time, not stretched when
+ * other processes share the cores. */
+static double thread_cpu_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The choice's shapes: flash forward and backward at a short and a long
+ * length (d 64, not causal, about the same flops), and the decomposed
+ * form's score GEMM at the short one (batched [S, d] x [d, S]). */
+enum { CH_BH = 8, CH_S = 128, CH_S2 = 1024, CH_D = 64, CH_REPS = 3 };
+
+/* Best-of-CH_REPS CPU seconds of flash forward and backward on a, one
+ * thread, after a warm-up; false on an error. */
+static bool flash_cpu(loom_ctx *ctx, const loom_flash_attn *a, float *o, float *lse,
+                      const float *d_o, float *g, double *fwd, double *bwd) {
+  *fwd = *bwd = 1e30;
+  for (int r = 0; r <= CH_REPS; r++) {
+    double t0 = thread_cpu_s();
+    loom_status s1 = loom_flash_attn_fwd(ctx, 1, a, o, lse);
+    double t1 = thread_cpu_s();
+    loom_status s2 = loom_flash_attn_bwd(ctx, 1, a, o, lse, d_o, g, g, g); /* rates only */
+    double t2 = thread_cpu_s();
+    if (s1 || s2) {
+      loom_error_clear(ctx);
+      return false;
+    }
+    if (r == 0) continue; /* the warm-up */
+    *fwd = LOOM_MIN(*fwd, t1 - t0);
+    *bwd = LOOM_MIN(*bwd, t2 - t1);
+  }
+  return true;
+}
+
+/* The decomposed form's softmax as the stitched kernels compute it (their
+ * lm_expf, in rows held in memory): max, exp and sum, scale; and its
+ * gradient dS = P (dP - rowsum(P dP)); sums and max in 8 lanes, as
+ * vectorised kernels take them. Built for the widest of AVX-512, AVX2 +
+ * FMA and the baseline the CPU has, as the generated code is
+ * (-march=native). */
+
+#define SOFTMAX_ROWS(name, attr)                                                                  \
+  attr static void name(float *s, float *dp, int64_t rows, int64_t n, bool grad) {                \
+    for (int64_t r = 0; r < rows; r++) {                                                          \
+      float *x = s + r * n, *g = dp + r * n, acc[8] = {0}, mx[8];                                 \
+      const int64_t n8 = n & ~(int64_t)7;                                                         \
+      if (grad) {                                                                                 \
+        for (int64_t j = 0; j < n8; j += 8)                                                       \
+          for (int l = 0; l < 8; l++)                                                             \
+            acc[l] += x[j + l] * g[j + l];                                                        \
+        float t = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];          \
+        for (int64_t j = n8; j < n; j++)                                                          \
+          t += x[j] * g[j];                                                                       \
+        for (int64_t j = 0; j < n; j++)                                                           \
+          g[j] = x[j] * (g[j] - t);                                                               \
+        continue;                                                                                 \
+      }                                                                                           \
+      for (int l = 0; l < 8; l++)                                                                 \
+        mx[l] = x[0];                                                                             \
+      for (int64_t j = 0; j < n8; j += 8)                                                         \
+        for (int l = 0; l < 8; l++)                                                               \
+          mx[l] = x[j + l] > mx[l] ? x[j + l] : mx[l];                                            \
+      float m = x[0];                                                                             \
+      for (int l = 0; l < 8; l++)                                                                 \
+        m = mx[l] > m ? mx[l] : m;                                                                \
+      for (int64_t j = n8; j < n; j++)                                                            \
+        m = x[j] > m ? x[j] : m;                                                                  \
+      for (int64_t j = 0; j < n; j++)                                                             \
+        x[j] = lm_expf(x[j] - m);                                                                 \
+      for (int64_t j = 0; j < n8; j += 8)                                                         \
+        for (int l = 0; l < 8; l++)                                                               \
+          acc[l] += x[j + l];                                                                     \
+      float sum = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];          \
+      for (int64_t j = n8; j < n; j++)                                                            \
+        sum += x[j];                                                                              \
+      const float inv = 1.0f / sum;                                                               \
+      for (int64_t j = 0; j < n; j++)                                                             \
+        x[j] *= inv;                                                                              \
+    }                                                                                             \
+  }
+
+SOFTMAX_ROWS(softmax_rows_base, )
+#if LOOM_PHILOX_HAVE_X86
+SOFTMAX_ROWS(softmax_rows_avx2, __attribute__((target("avx2,fma"))))
+SOFTMAX_ROWS(softmax_rows_avx512,
+             __attribute__((target("avx2,fma,avx512f,avx512vl,avx512dq,avx512bw"))))
+#endif
+
+/* Best-of-CH_REPS CPU seconds per score of the softmax (grad: its
+ * gradient) over rows x n scores. */
+static double softmax_cpu(float *s, float *dp, int64_t rows, int64_t n, bool grad) {
+  void (*fn)(float *, float *, int64_t, int64_t, bool) = softmax_rows_base;
+#if LOOM_PHILOX_HAVE_X86
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) fn = softmax_rows_avx2;
+  if (fn == softmax_rows_avx2 && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw"))
+    fn = softmax_rows_avx512; /* lm_expf vectorises only with AVX-512 (measured, gcc 12) */
+#endif
+  double best = 1e30;
+  for (int r = 0; r <= CH_REPS; r++) {
+    for (int64_t i = 0; i < rows * n; i++) /* scores of a softmax's range */
+      s[i] = (float)(i * 37 % 101) / 25.0f;
+    double t0 = thread_cpu_s();
+    fn(s, dp, rows, n, grad);
+    if (r > 0) best = LOOM_MIN(best, thread_cpu_s() - t0);
+  }
+  return best / (double)(rows * n);
+}
+
+/* Measures the rates into v (attention_keys' order): one core's CPU time
+ * times the cores, so that the figures do not depend on the load at the
+ * moment (the kernels are compute-bound and scale with the cores); about
+ * 0.1 s of CPU. False: keep the estimates. */
+static bool measure_attention_rates(loom_ctx *ctx, int32_t cores, double v[N_ATTN_KEYS]) {
+  const int64_t n1 = (int64_t)CH_BH * CH_S * CH_D, n2 = (int64_t)CH_S2 * CH_D;
+  const int64_t n = LOOM_MAX(n1, n2), ns = (int64_t)CH_BH * CH_S * CH_S;
+  float *buf = calloc((size_t)(6 * n + ns + CH_BH * CH_S2), sizeof *buf);
+  if (!buf) return false;
+  for (int64_t i = 0; i < 6 * n; i++) buf[i] = (float)((i * 37 % 101) - 50) / 100.0f;
+  float *q = buf, *k = q + n, *val = k + n, *o = val + n, *d_o = o + n, *g = d_o + n;
+  float *sc = g + n, *lse = sc + ns;
+  loom_flash_attn a = {.bh = CH_BH, .sq = CH_S, .sk = CH_S, .d = CH_D, .dv = CH_D,
+                       .q = q, .k = k, .v = val, .scale = 0.125};
+  loom_flash_attn along = a;
+  along.bh = 1;
+  along.sq = along.sk = CH_S2;
+  double f1, b1, f2, b2, gs = 1e30;
+  bool ok = flash_cpu(ctx, &a, o, lse, d_o, g, &f1, &b1) &&
+            flash_cpu(ctx, &along, o, lse, d_o, g, &f2, &b2);
+  int64_t off[CH_BH];
+  for (int64_t i = 0; i < CH_BH; i++) off[i] = i * CH_S * CH_D;
+  loom_gemm gm = {.trans_b = true, .m = CH_S, .n = CH_S, .k = CH_D, .batch = CH_BH, .a = q,
+                  .lda = CH_D, .a_off = off, .b = k, .ldb = CH_D, .b_off = off, .c = sc,
+                  .ldc = CH_S, .c_stride = CH_S * CH_S};
+  for (int r = 0; ok && r <= CH_REPS; r++) {
+    double t0 = thread_cpu_s();
+    if (loom_gemm_f32(ctx, 1, &gm)) {
+      loom_error_clear(ctx);
+      ok = false;
+    }
+    if (r > 0) gs = LOOM_MIN(gs, thread_cpu_s() - t0);
+  }
+  if (ok) {
+    v[4] = softmax_cpu(sc, g, CH_BH * CH_S, CH_S, false);
+    v[5] = softmax_cpu(sc, g, CH_BH * CH_S, CH_S, true);
+  }
+  free(buf);
+  if (!ok || f1 <= 0 || b1 <= 0 || f2 <= 0 || b2 <= 0 || gs <= 0) return false;
+  /* rate(S) = R S / (S + s0) through both lengths (forward and backward
+   * together), then R per pass from the short point */
+  const double fl1 = 4.0 * (double)CH_BH * CH_S * CH_S * CH_D, fl2 = 4.0 * CH_S2 * CH_S2 * CH_D;
+  double r1 = (fl1 / f1 + 2.5 * fl1 / b1) / 2, r2 = (fl2 / f2 + 2.5 * fl2 / b2) / 2;
+  double den = r2 / CH_S2 - r1 / CH_S;
+  double s0 = den > 0 ? LOOM_MAX(0.0, (r1 - r2) / den) : 0.0;
+  double lift = (CH_S + s0) / CH_S;
+  v[0] = fl1 / f1 * lift * cores;
+  v[1] = 2.5 * fl1 / b1 * lift * cores;
+  v[2] = s0;
+  v[3] = 2.0 * (double)CH_BH * CH_S * CH_S * CH_D / gs * cores;
+  return true;
+}
 
 void loom_cpu_attention_costs(loom_ctx *ctx, loom_attention_costs *c) {
   loom_machine mc;
@@ -170,20 +341,20 @@ void loom_cpu_attention_costs(loom_ctx *ctx, loom_attention_costs *c) {
   memset(c, 0, sizeof *c);
   c->launch_s = mc.kernel_launch_s;
   c->cache_bytes = mc.llc_bytes;
-  double v[4];
+  const int32_t cores = mc.cores > 0 ? mc.cores : 1;
+  /* estimates until measured: the GEMM at the machine's sgemm rate, flash
+   * at half of it */
+  double v[N_ATTN_KEYS] = {mc.sgemm_gflops * 0.5e9, mc.sgemm_gflops * 0.5e9, 0.0,
+                           mc.sgemm_gflops * 1e9, 0.0, 0.0};
   bool kept = true;
-  for (int i = 0; i < 4 && kept; i++)
+  for (int i = 0; i < N_ATTN_KEYS && kept; i++)
     kept = loom_profile_get(attention_keys[i], &v[i]) && v[i] >= 0;
-  if (!kept) {
-    loom_cpu_rng_model(ctx, mc.cores > 0 ? mc.cores : 1, &c->rates);
-    v[0] = c->rates.attn_fwd_flops;
-    v[1] = c->rates.attn_bwd_flops;
-    v[2] = c->rates.attn_s0;
-    v[3] = c->rates.gemm_flops;
-    for (int i = 0; i < 4; i++) loom_profile_put(attention_keys[i], v[i]);
-  }
-  c->rates = (loom_rng_model){.cores = mc.cores > 0 ? mc.cores : 1, .attn_fwd_flops = v[0],
-                              .attn_bwd_flops = v[1], .attn_s0 = v[2], .gemm_flops = v[3],
+  if (!kept && measure_attention_rates(ctx, cores, v))
+    for (int i = 0; i < N_ATTN_KEYS; i++) loom_profile_put(attention_keys[i], v[i]);
+  c->softmax_s = v[4];
+  c->softmax_grad_s = v[5];
+  c->rates = (loom_rng_model){.cores = cores, .attn_fwd_flops = v[0], .attn_bwd_flops = v[1],
+                              .attn_s0 = v[2], .gemm_flops = v[3],
                               .bandwidth = mc.triad_gbps * 1e9, .rng_words_core = 1e8,
                               .fused_rng_penalty = 1.0, .overlap_cores = 1};
 }
