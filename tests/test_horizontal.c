@@ -5,9 +5,10 @@
  * parameters of odd sizes (one element, a prime-length vector, ragged
  * matrices, one large enough to run on every thread) and on independent
  * element-wise chains: in loop and stitch mode each is one kernel with a
- * part per tensor; in every fusion mode the results match the reference
- * executor; and any thread count gives the bits of one thread, since the
- * rows a thread gets depend on the thread count. */
+ * part per tensor; so are independent column sums (their parts are cut
+ * at tiles, not rows); in every fusion mode the results match the
+ * reference executor; and any thread count gives the bits of one thread,
+ * since the rows and tiles a thread gets depend on the thread count. */
 #include "common.h"
 
 #include "fusion/fusion.h"
@@ -88,6 +89,18 @@ static const char chains_text[] =
     "output y2 = %y2\n"
     "output y3 = %y3\n"
     "output y4 = %y4\n";
+
+/* Independent groups with column sums: their parts are cut at tiles,
+ * whose partials are combined in tile order whichever thread ran them. */
+static const char colsum_text[] =
+    "param %a : f32[4099, 19]\n"
+    "param %b : f32[1031, 41]\n"
+    "%s : f32[19] = reduce_sum(%a, axes=[0])\n"
+    "%t : f32[1031, 41] = tanh(%b)\n"
+    "%u : f32[41] = reduce_sum(%b, axes=[0])\n"
+    "output s = %s\n"
+    "output t = %t\n"
+    "output u = %u\n";
 
 /* Plans the decomposed graph in mode m with the default machine: the
  * number of kernels, and the parts of the largest. */
@@ -213,6 +226,7 @@ int main(void) {
   if (adam) check_graph("adamw", adam, n);
   free(adam);
   check_graph("element-wise chains", chains_text, 4);
+  check_graph("column sums", colsum_text, 2);
   loom_ctx_free(ctx);
   return loom_test_finish("test_horizontal");
 }

@@ -366,52 +366,63 @@ bool loom_cg_name_ok(const char *s) {
   return true;
 }
 
-/* True if parts [pi, pj) of one phase are several and none has a column
- * reduction: every row is computed alone, so any split of their rows over
- * the threads gives the same bits. */
-static bool phase_splits_by_elements(const loom_kernel *k, int32_t pi, int32_t pj) {
-  int32_t with_rows = 0;
-  for (int32_t q = pi; q < pj; q++) {
-    const loom_kpart *part = &k->parts[q];
-    with_rows += loom_kpart_rows(part) > 0;
-    for (int32_t s = 0; s < part->n_stages; s++)
-      for (int32_t o = 0; o < part->stages[s].n_out; o++)
-        if (part->stages[s].out[o].dst == LOOM_KDST_COL_REDUCE) return false;
-  }
-  return with_rows > 1;
+static bool part_has_col_reduce(const loom_kpart *part) {
+  for (int32_t s = 0; s < part->n_stages; s++)
+    for (int32_t o = 0; o < part->stages[s].n_out; o++)
+      if (part->stages[s].out[o].dst == LOOM_KDST_COL_REDUCE) return true;
+  return false;
 }
 
-/* A horizontally fused phase (several independent parts, e.g. AdamW over
- * every parameter): the parts' elements, concatenated in part order, are
- * split into one even run per thread, rounded to whole rows (a row goes to
- * the thread whose run holds its first element). Tiles of different parts
- * differ in size, so splitting the tiles evenly, as `omp for` does, left
- * one thread with more bytes; bases and lengths are constants here. */
+/* A horizontally fused phase (several parts with rows: AdamW over every
+ * parameter, the row and column sums of a LayerNorm backward): the parts'
+ * elements, concatenated in part order, are split into one even run per
+ * thread. A part without column reductions is cut at rows (a row goes to
+ * the thread whose run holds its first element), and every row is
+ * computed alone, so any split gives the same bits. A part with column
+ * reductions is cut at its tiles, the same way: each tile still fills its
+ * own partials, combined in tile order, so the bits do not depend on
+ * which thread ran it either. `omp for` over the tiles split the tile
+ * *count* evenly, and tiles of different parts differ in size. The bases
+ * and lengths are constants in the code. */
 static void emit_phase_split(cg_buf *b, const loom_kernel *k, const loom_kworkspace *ws,
                              int32_t pi, int32_t pj, uint8_t *need, uint8_t *used) {
   int64_t total = 0;
   for (int32_t q = pi; q < pj; q++)
     total += loom_kpart_rows(&k->parts[q]) * loom_kpart_row_len(&k->parts[q]);
-  line(b, "{ /* %lld elements, an even run of whole rows per thread */", (long long)total);
+  line(b, "{ /* %lld elements, an even run per thread */", (long long)total);
   b->indent++;
   line(b, "const int64_t nt_ = omp_get_num_threads(), me_ = omp_get_thread_num();");
   line(b, "const int64_t lo = %lldLL * me_ / nt_, hi = %lldLL * (me_ + 1) / nt_;",
        (long long)total, (long long)total);
   int64_t base = 0;
   for (int32_t q = pi; q < pj; q++) {
-    int64_t rows = loom_kpart_rows(&k->parts[q]), len = loom_kpart_row_len(&k->parts[q]);
+    const loom_kpart *part = &k->parts[q];
+    int64_t rows = loom_kpart_rows(part), len = loom_kpart_row_len(part);
     if (rows <= 0) continue;
-    int64_t end = base + rows * len;
+    bool tiled = part_has_col_reduce(part);
+    /* the unit the part is cut at: a tile or a row */
+    int64_t rpt = tiled ? part->sched.rows_per_tile : 1, unit = rpt * len;
+    int64_t units = tiled ? loom_kpart_tiles(part) : rows, end = base + rows * len;
     line(b, "if (lo < %lldLL && hi > %lldLL) { /* part %d: elements [%lld, %lld) */",
          (long long)end, (long long)base, q, (long long)base, (long long)end);
     b->indent++;
-    line(b, "const int64_t r0 = lo > %lldLL ? (lo - %lldLL + %lld) / %lld : 0;", (long long)base,
-         (long long)base, (long long)(len - 1), (long long)len);
-    line(b, "const int64_t r1 = hi < %lldLL ? (hi - %lldLL + %lld) / %lld : %lld;", (long long)end,
-         (long long)base, (long long)(len - 1), (long long)len, (long long)rows);
+    line(b, "const int64_t u0 = lo > %lldLL ? (lo - %lldLL + %lld) / %lld : 0;", (long long)base,
+         (long long)base, (long long)(unit - 1), (long long)unit);
+    line(b, "const int64_t u1 = hi < %lldLL ? (hi - %lldLL + %lld) / %lld : %lld;", (long long)end,
+         (long long)base, (long long)(unit - 1), (long long)unit, (long long)units);
     part_args(k, q, need, used);
-    put(b, "%*sif (r0 < r1) ", 2 * b->indent, "");
-    put_part_call(b, k, ws, q, used, "0", "r0", "r1");
+    if (tiled) {
+      char r0[48], r1[96];
+      snprintf(r0, sizeof r0, "t * %lld", (long long)rpt);
+      snprintf(r1, sizeof r1, "t * %lld + %lld < %lld ? t * %lld + %lld : %lld", (long long)rpt,
+               (long long)rpt, (long long)rows, (long long)rpt, (long long)rpt, (long long)rows);
+      line(b, "for (int64_t t = u0; t < u1; t++)");
+      put(b, "%*s  ", 2 * b->indent, "");
+      put_part_call(b, k, ws, q, used, "t", r0, r1);
+    } else {
+      put(b, "%*sif (u0 < u1) ", 2 * b->indent, "");
+      put_part_call(b, k, ws, q, used, "0", "u0", "u1");
+    }
     put(b, ";\n");
     b->indent--;
     line(b, "}");
@@ -419,8 +430,10 @@ static void emit_phase_split(cg_buf *b, const loom_kernel *k, const loom_kworksp
   }
   b->indent--;
   line(b, "}");
-  /* the next phase reads what this one wrote */
-  if (pj < k->n_parts) line(b, "#pragma omp barrier");
+  /* the combines and the next phase read what this one wrote */
+  bool combines = false;
+  for (int32_t q = pi; q < pj; q++) combines |= part_has_col_reduce(&k->parts[q]);
+  if (combines || pj < k->n_parts) line(b, "#pragma omp barrier");
 }
 
 static loom_status emit_kernel(loom_ctx *ctx, cg_buf *b, const loom_kernel *k) {
@@ -489,7 +502,9 @@ static loom_status emit_kernel(loom_ctx *ctx, cg_buf *b, const loom_kernel *k) {
       while (pj < k->n_parts && k->parts[pj].phase == phase) total += loom_kpart_tiles(&k->parts[pj++]);
       line(b, "/* phase %d: the tiles of parts %d..%d, then their column reductions */", phase,
            pi, pj - 1);
-      if (total > 0 && phase_splits_by_elements(k, pi, pj)) {
+      int32_t with_rows = 0;
+      for (int32_t q = pi; q < pj; q++) with_rows += loom_kpart_rows(&k->parts[q]) > 0;
+      if (total > 0 && with_rows > 1) {
         emit_phase_split(b, k, &ws, pi, pj, need, used);
       } else if (total > 0) {
         line(b, "#pragma omp for schedule(static)");
