@@ -6,7 +6,9 @@
  *   and rounded once, or in float where that gives the same bits;
  * - a part is a static function running one tile; the kernel function runs
  *   the tiles of each phase in one `omp for` (schedule(static)), then the
- *   phase's column-reduction combines, inside one parallel region; a
+ *   phase's column-reduction combines, inside one parallel region (a phase
+ *   of several parts without column reductions, a horizontal fusion,
+ *   splits the parts' concatenated elements evenly instead); a
  *   kernel whose rows are independent also gets NAME_rows, which runs any
  *   range of rows on the calling thread (a GEMM's epilogue, kernel.h);
  * - a ROW stage is a loop nest over the part's R dims, adjacent dims merged
@@ -189,6 +191,40 @@ static void put_part_call(cg_buf *b, const loom_kernel *k, const loom_kworkspace
   put(b, ")");
 }
 
+/* How many leading stages of a part run once per call instead of once
+ * per row: SCALAR stages that only set registers from values that do not
+ * depend on the row (constants, and loads whose map ignores the row, and
+ * ops of those). AdamW's bias corrections 1 - beta^step are such a stage:
+ * two double pows per row, a cost the size of the row's own work on a
+ * bias of a few hundred elements. */
+static int32_t row_invariant_stages(const cg_part *cp) {
+  const loom_kernel *k = cp->k;
+  const loom_kpart *part = cp->part;
+  uint8_t *inv = calloc((size_t)k->n_exprs + 1, 1);
+  if (!inv) return 0; /* only an optimisation */
+  for (int32_t e = 0; e < k->n_exprs; e++) {
+    const loom_kexpr *x = &k->exprs[e];
+    /* a SCALAR stage has r = 0: a map there depends on p alone */
+    bool ok = x->kind == LOOM_KX_CONST || x->kind == LOOM_KX_OP || x->kind == LOOM_KX_LOAD ||
+              x->kind == LOOM_KX_INDEX;
+    if (x->kind == LOOM_KX_LOAD || x->kind == LOOM_KX_INDEX)
+      for (int32_t i = 0; ok && i < part->p_rank; i++)
+        ok = x->map.p[i] == 0 || part->p_shape[i] == 1;
+    for (int32_t i = 0; ok && i < x->n_a; i++) ok = inv[x->a[i]];
+    inv[e] = ok;
+  }
+  int32_t n = 0;
+  for (; n < part->n_stages; n++) {
+    const loom_kstage *st = &part->stages[n];
+    bool ok = st->kind == LOOM_KSTAGE_SCALAR;
+    for (int32_t o = 0; ok && o < st->n_out; o++)
+      ok = st->out[o].dst == LOOM_KDST_REG && inv[st->out[o].expr];
+    if (!ok) break;
+  }
+  free(inv);
+  return n;
+}
+
 /* The function of a part: rows [row_begin, row_end), which are tile
  * `tile` (its column partials) or, through NAME_rows, any range of a part
  * without column reductions. Arguments come in as restrict parameters:
@@ -235,6 +271,16 @@ static loom_status emit_part(loom_ctx *ctx, cg_buf *b, cg_part *cp, const loom_k
            loom_cg_ident(ko->combine, true));
       col++;
     }
+  int32_t once = row_invariant_stages(cp);
+  if (once > 0) {
+    for (int32_t r = 0; r < part->n_regs; r++) line(b, "%s reg%d;", loom_cg_ctype(cp->reg_dt[r]), r);
+    line(b, "if (row_begin < row_end) { /* row-invariant: once per call */");
+    b->indent++;
+    for (int32_t s = 0; s < once; s++)
+      LOOM_TRY(loom_cg_emit_stage(ctx, b, cp, s, need, loom_cg_col_index(k, cp->index, s)));
+    b->indent--;
+    line(b, "}");
+  }
   line(b, "for (int64_t row = row_begin; row < row_end; row++) {");
   b->indent++;
   if (cp->need_pidx) {
@@ -244,8 +290,9 @@ static loom_status emit_part(loom_ctx *ctx, cg_buf *b, cg_part *cp, const loom_k
       if (i) line(b, "q /= %lld;", (long long)part->p_shape[i]);
     }
   }
-  for (int32_t r = 0; r < part->n_regs; r++) line(b, "%s reg%d;", loom_cg_ctype(cp->reg_dt[r]), r);
-  for (int32_t s = 0; s < part->n_stages; s++)
+  if (once == 0)
+    for (int32_t r = 0; r < part->n_regs; r++) line(b, "%s reg%d;", loom_cg_ctype(cp->reg_dt[r]), r);
+  for (int32_t s = once; s < part->n_stages; s++)
     LOOM_TRY(loom_cg_emit_stage(ctx, b, cp, s, need, loom_cg_col_index(k, cp->index, s)));
   b->indent--;
   line(b, "}");
@@ -319,6 +366,76 @@ bool loom_cg_name_ok(const char *s) {
   return true;
 }
 
+static bool part_has_col_reduce(const loom_kpart *part) {
+  for (int32_t s = 0; s < part->n_stages; s++)
+    for (int32_t o = 0; o < part->stages[s].n_out; o++)
+      if (part->stages[s].out[o].dst == LOOM_KDST_COL_REDUCE) return true;
+  return false;
+}
+
+/* A horizontally fused phase (several parts with rows: AdamW over every
+ * parameter, the row and column sums of a LayerNorm backward): the parts'
+ * elements, concatenated in part order, are split into one even run per
+ * thread. A part without column reductions is cut at rows (a row goes to
+ * the thread whose run holds its first element), and every row is
+ * computed alone, so any split gives the same bits. A part with column
+ * reductions is cut at its tiles, the same way: each tile still fills its
+ * own partials, combined in tile order, so the bits do not depend on
+ * which thread ran it either. `omp for` over the tiles split the tile
+ * *count* evenly, and tiles of different parts differ in size. The bases
+ * and lengths are constants in the code. */
+static void emit_phase_split(cg_buf *b, const loom_kernel *k, const loom_kworkspace *ws,
+                             int32_t pi, int32_t pj, uint8_t *need, uint8_t *used) {
+  int64_t total = 0;
+  for (int32_t q = pi; q < pj; q++)
+    total += loom_kpart_rows(&k->parts[q]) * loom_kpart_row_len(&k->parts[q]);
+  line(b, "{ /* %lld elements, an even run per thread */", (long long)total);
+  b->indent++;
+  line(b, "const int64_t nt_ = omp_get_num_threads(), me_ = omp_get_thread_num();");
+  line(b, "const int64_t lo = %lldLL * me_ / nt_, hi = %lldLL * (me_ + 1) / nt_;",
+       (long long)total, (long long)total);
+  int64_t base = 0;
+  for (int32_t q = pi; q < pj; q++) {
+    const loom_kpart *part = &k->parts[q];
+    int64_t rows = loom_kpart_rows(part), len = loom_kpart_row_len(part);
+    if (rows <= 0) continue;
+    bool tiled = part_has_col_reduce(part);
+    /* the unit the part is cut at: a tile or a row */
+    int64_t rpt = tiled ? part->sched.rows_per_tile : 1, unit = rpt * len;
+    int64_t units = tiled ? loom_kpart_tiles(part) : rows, end = base + rows * len;
+    line(b, "if (lo < %lldLL && hi > %lldLL) { /* part %d: elements [%lld, %lld) */",
+         (long long)end, (long long)base, q, (long long)base, (long long)end);
+    b->indent++;
+    line(b, "const int64_t u0 = lo > %lldLL ? (lo - %lldLL + %lld) / %lld : 0;", (long long)base,
+         (long long)base, (long long)(unit - 1), (long long)unit);
+    line(b, "const int64_t u1 = hi < %lldLL ? (hi - %lldLL + %lld) / %lld : %lld;", (long long)end,
+         (long long)base, (long long)(unit - 1), (long long)unit, (long long)units);
+    part_args(k, q, need, used);
+    if (tiled) {
+      char r0[48], r1[96];
+      snprintf(r0, sizeof r0, "t * %lld", (long long)rpt);
+      snprintf(r1, sizeof r1, "t * %lld + %lld < %lld ? t * %lld + %lld : %lld", (long long)rpt,
+               (long long)rpt, (long long)rows, (long long)rpt, (long long)rpt, (long long)rows);
+      line(b, "for (int64_t t = u0; t < u1; t++)");
+      put(b, "%*s  ", 2 * b->indent, "");
+      put_part_call(b, k, ws, q, used, "t", r0, r1);
+    } else {
+      put(b, "%*sif (u0 < u1) ", 2 * b->indent, "");
+      put_part_call(b, k, ws, q, used, "0", "u0", "u1");
+    }
+    put(b, ";\n");
+    b->indent--;
+    line(b, "}");
+    base = end;
+  }
+  b->indent--;
+  line(b, "}");
+  /* the combines and the next phase read what this one wrote */
+  bool combines = false;
+  for (int32_t q = pi; q < pj; q++) combines |= part_has_col_reduce(&k->parts[q]);
+  if (combines || pj < k->n_parts) line(b, "#pragma omp barrier");
+}
+
 static loom_status emit_kernel(loom_ctx *ctx, cg_buf *b, const loom_kernel *k) {
   if (!loom_cg_name_ok(k->name))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
@@ -385,7 +502,11 @@ static loom_status emit_kernel(loom_ctx *ctx, cg_buf *b, const loom_kernel *k) {
       while (pj < k->n_parts && k->parts[pj].phase == phase) total += loom_kpart_tiles(&k->parts[pj++]);
       line(b, "/* phase %d: the tiles of parts %d..%d, then their column reductions */", phase,
            pi, pj - 1);
-      if (total > 0) {
+      int32_t with_rows = 0;
+      for (int32_t q = pi; q < pj; q++) with_rows += loom_kpart_rows(&k->parts[q]) > 0;
+      if (total > 0 && with_rows > 1) {
+        emit_phase_split(b, k, &ws, pi, pj, need, used);
+      } else if (total > 0) {
         line(b, "#pragma omp for schedule(static)");
         line(b, "for (int64_t t = 0; t < %lld; t++) {", (long long)total);
         b->indent++;

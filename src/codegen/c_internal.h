@@ -65,6 +65,11 @@ int8_t loom_cg_fast_kind(const loom_kernel *k, int32_t e);
  * of a kernel that reads one tensor and writes one). A constant, not the
  * machine's cache size: it changes no result, only the traffic. */
 #define CG_STREAM_MIN_BYTES ((int64_t)8 << 20)
+/* So do the stores of every output of a kernel that writes at least this
+ * many bytes in all (a horizontally fused AdamW writes three tensors per
+ * parameter, most of them small): beyond a last-level cache's worth, what
+ * it wrote first is evicted before anyone reads it. */
+#define CG_STREAM_KERNEL_BYTES ((int64_t)32 << 20)
 /* Software prefetch: a part's first stage to load a row of an argument of
  * at least CG_PREFETCH_MIN_BYTES (flat row stride, unit stride along the
  * one loop) prefetches, one line per block of the R loop, the same

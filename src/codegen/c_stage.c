@@ -173,17 +173,23 @@ static int32_t prefetch_loads(cg_buf *b, const cg_part *cp, int32_t s, const uin
 }
 
 /* Marks in stream[] the outputs of ROW stage st of a one-loop part that
- * go through streaming stores (CG_STREAM_MIN_BYTES); returns how many. */
+ * go through streaming stores (CG_STREAM_MIN_BYTES, CG_STREAM_KERNEL_BYTES);
+ * returns how many. */
 static int32_t stream_outputs(const cg_part *cp, const loom_kstage *st, uint8_t *stream) {
   const loom_kernel *k = cp->k;
   const cg_loops *lp = &cp->loops;
   int32_t n = 0;
+  int64_t written = 0; /* the kernel's outputs, in bytes */
+  for (int32_t a = 0; a < k->n_args; a++)
+    if (k->args[a].is_output && !k->args[a].temp)
+      written += k->args[a].numel * (int64_t)loom_dtype_size(k->args[a].dtype);
   for (int32_t o = 0; o < st->n_out; o++) {
     const loom_kout *ko = &st->out[o];
     stream[o] = 0;
     if (st->kind != LOOM_KSTAGE_ROW || lp->n != 1 || ko->dst != LOOM_KDST_STORE) continue;
     const loom_karg *g = &k->args[ko->target];
-    if (g->dtype != LOOM_DTYPE_F32 || g->numel * 4 < CG_STREAM_MIN_BYTES ||
+    if (g->dtype != LOOM_DTYPE_F32 ||
+        (g->numel * 4 < CG_STREAM_MIN_BYTES && written < CG_STREAM_KERNEL_BYTES) ||
         lp->extent[0] < CG_STREAM_MIN_ROW || ko->map.r[lp->dim[0]] != 1)
       continue;
     stream[o] = 1;
