@@ -31,13 +31,13 @@
  * a fixed order afterwards (no atomics). Tasks depend on the shapes only,
  * never on the thread count, so results are bitwise identical for any
  * n_threads. Extra memory (loom_flash_attn_workspace_bytes), never
- * Sq x Sk: per-thread tiles (about 130 KB at D = Dv = 64; with dropout the
- * forward adds 16 bytes per key per thread of keep bits) and, in the
- * backward, BH * Sq floats of Di plus at most 15 partial [Sq, D] dq slices
- * in all. The keep mask is
- * generated per tile row with the fast Philox paths
- * (loom_dropout_mask_bits) or read from mask_bits; both give bitwise the
- * same results. Outputs must not overlap the inputs.
+ * Sq x Sk: per-thread tiles (about 80 KB forward, 150 KB backward at D =
+ * Dv = 64; with dropout the forward adds 16 bytes per key per thread of
+ * keep bits) and, in the backward, BH * Sq floats of Di plus at most 15
+ * partial [Sq, D] dq slices in all. The keep mask is generated per tile
+ * row with the fast Philox paths (loom_dropout_mask_bits) or read from
+ * mask_bits; both give bitwise the same results. Outputs must not
+ * overlap the inputs.
  */
 #ifndef LOOM_RUNTIME_CPU_FLASH_ATTENTION_H
 #define LOOM_RUNTIME_CPU_FLASH_ATTENTION_H
