@@ -4,6 +4,7 @@
 
 #include "ir/build.h"
 #include "ops/op.h"
+#include "runtime/backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,16 @@ loom_status loom_bench_make_backward_of(loom_bench_graph *b, int32_t loss, int32
   loom_ctx *ctx = g->ctx;
   if (loss < 0 || loss >= g->n_outputs)
     return loom_error(ctx, LOOM_STATUS_INTERNAL, "bench: a backward workload needs a loss");
+  /* as `loom train` builds its step: the default backend's rewrite (flash
+   * attention, its own backward) before autodiff, which would otherwise
+   * differentiate attention's primitives */
+  loom_session_options so = LOOM_SESSION_OPTIONS();
+  LOOM_TRY(loom_backend_rewrite(ctx, &so, g, &fin, NULL));
+  if (fin) {
+    loom_graph_free(b->g);
+    b->g = g = fin;
+    fin = NULL;
+  }
   LOOM_TRY(loom_graph_decompose(g, &dg));
   int32_t n_keep = dg->n_outputs - 1, n_out = n_keep + n_wrt;
   int32_t *wv = loom_calloc(ctx, (size_t)(n_wrt ? n_wrt : 1), sizeof *wv);

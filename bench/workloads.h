@@ -123,6 +123,9 @@ int32_t loom_bench_vjp_loss(loom_graph *g, int32_t y, int32_t dy);
  * appends d(loss)/d(inputs wrt[0..n_wrt)) (indices into the graph's
  * inputs), and keeps only what the kept forward outputs and the gradients
  * need (the loss itself is dropped). Gradients are named "d" + input name.
+ * Attention composites become what the default backend makes of them with
+ * default options (flash attention on cpu), as in `loom train`'s step, so
+ * `--attention` does not change a backward workload.
  */
 loom_status loom_bench_make_backward(loom_bench_graph *b, int32_t n_wrt, const int32_t *wrt);
 /* The same with output `loss` as the loss (the others kept). */
