@@ -16,6 +16,7 @@
  * positions), run plain loops over (image, channel) planes.
  */
 #include "runtime/cpu/cpu.h"
+#include "runtime/cpu/dnnl_thread.h"
 #include "runtime/cpu/gemm.h"
 
 #include "ops/window.h"
@@ -264,7 +265,7 @@ static prim_entry get_prim(const prim_key *p, bool *owned) {
     }
   int prev = omp_get_max_threads();
   omp_set_num_threads(1);
-  if (!engine && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) engine = NULL;
+  if (!engine) engine = loom_dnnl_engine();
   if (engine && create_entry(&e) != dnnl_success) destroy_entry(&e);
   omp_set_num_threads(prev);
   if (n_cached < CACHE_CAP)
@@ -275,54 +276,17 @@ static prim_entry get_prim(const prim_key *p, bool *owned) {
   return e;
 }
 
-/* Each OpenMP thread's stream and scratchpad. They are also chained on a
- * global list, so that what a thread made stays reachable (not a leak)
- * after OpenMP retires the thread; the process keeps them to its end. */
-typedef struct thread_res {
-  dnnl_stream_t stream;
-  void *scratch, *weights, *src, *dst; /* src, dst: images in a primitive's layout */
-  size_t scratch_size, weights_size, src_size, dst_size;
-  struct thread_res *next;
-} thread_res;
-static thread_res *all_thread_res;
-static _Thread_local thread_res *my_res;
-
-static thread_res *thread_resources(void) {
-  if (my_res) return my_res;
-  thread_res *r = calloc(1, sizeof *r);
-  if (!r) return NULL;
-  if (dnnl_stream_create(&r->stream, engine, dnnl_stream_default_flags) != dnnl_success) {
-    free(r);
-    return NULL;
-  }
-  pthread_mutex_lock(&cache_lock);
-  r->next = all_thread_res;
-  all_thread_res = r;
-  pthread_mutex_unlock(&cache_lock);
-  return my_res = r;
-}
-
-/* *buf holding at least `need` bytes (64-byte aligned); false when out of
- * memory. */
-static bool grow(void **buf, size_t *have, size_t need) {
-  if (need <= *have) return true;
-  free(*buf);
-  *buf = aligned_alloc(64, (need + 63) / 64 * 64);
-  *have = *buf ? need : 0;
-  return *buf != NULL;
-}
-
 /* Runs a reorder primitive from src to dst on this thread's stream. */
 static bool run_reorder(dnnl_primitive_t r, const dnnl_memory_desc_t *from, const void *src,
                         const dnnl_memory_desc_t *to, void *dst) {
-  thread_res *res = thread_resources();
+  loom_dnnl_thread *res = loom_dnnl_thread_get();
   dnnl_memory_t m[2] = {0};
   bool ok = res &&
             dnnl_memory_create(&m[0], from, engine, (void *)src) == dnnl_success &&
             dnnl_memory_create(&m[1], to, engine, dst) == dnnl_success;
   dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, m[0]}, {DNNL_ARG_TO, m[1]}};
-  ok = ok && dnnl_primitive_execute(r, res->stream, 2, args) == dnnl_success &&
-       dnnl_stream_wait(res->stream) == dnnl_success;
+  ok = ok && dnnl_primitive_execute(r, loom_dnnl_stream(res), 2, args) == dnnl_success &&
+       dnnl_stream_wait(loom_dnnl_stream(res)) == dnnl_success;
   for (int32_t i = 0; i < 2; i++)
     if (m[i]) dnnl_memory_destroy(m[i]);
   return ok;
@@ -330,8 +294,9 @@ static bool run_reorder(dnnl_primitive_t r, const dnnl_memory_desc_t *from, cons
 
 /* Runs e's primitive on one thread: args are (DNNL_ARG_*, pointer) pairs. */
 static bool run_prim(const prim_entry *e, int32_t n, const int *which, void *const *ptrs) {
-  thread_res *res = thread_resources();
-  if (!res || !grow(&res->scratch, &res->scratch_size, e->scratch)) return false;
+  loom_dnnl_thread *res = loom_dnnl_thread_get();
+  void *scratch = res ? loom_dnnl_buffer(res, LOOM_DNNL_SCRATCH, e->scratch) : NULL;
+  if (!scratch) return false;
   const dnnl_memory_desc_t *mds = e->md;
   dnnl_memory_desc_t smd;
   dnnl_dims_t sdim = {(int64_t)e->scratch};
@@ -346,12 +311,12 @@ static bool run_prim(const prim_entry *e, int32_t n, const int *which, void *con
     args[na] = (dnnl_exec_arg_t){which[2 * i + 1], mem[na]};
   }
   if (ok && e->scratch) {
-    ok = dnnl_memory_create(&mem[na], &smd, engine, res->scratch) == dnnl_success;
+    ok = dnnl_memory_create(&mem[na], &smd, engine, scratch) == dnnl_success;
     args[na] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mem[na]};
     na++;
   }
-  ok = ok && dnnl_primitive_execute(e->prim, res->stream, na, args) == dnnl_success &&
-       dnnl_stream_wait(res->stream) == dnnl_success;
+  ok = ok && dnnl_primitive_execute(e->prim, loom_dnnl_stream(res), na, args) == dnnl_success &&
+       dnnl_stream_wait(loom_dnnl_stream(res)) == dnnl_success;
   for (int32_t i = 0; i < 5; i++)
     if (mem[i]) dnnl_memory_destroy(mem[i]);
   return ok;
@@ -516,7 +481,7 @@ static bool input_layout_task(const void *user, int64_t img) {
 static bool conv_block(const conv_job *j, const prim_entry *e, int64_t img, int64_t u0,
                        int64_t c0) {
   const conv_split *s = &j->s;
-  thread_res *res = thread_resources();
+  loom_dnnl_thread *res = loom_dnnl_thread_get();
   if (!e->prim || !res) return false;
   const float *src = j->a + (img * s->big_c + u0 * s->per_big) * s->bs;
   const float *wt = j->b + c0 * (s->big_c / s->w.groups) * s->kn;
@@ -528,20 +493,18 @@ static bool conv_block(const conv_job *j, const prim_entry *e, int64_t img, int6
   if (j->xb && dnnl_memory_desc_equal(&e->md[0], &j->whole.md[0])) {
     src = (const float *)(j->xb + (size_t)img * j->x_bytes);
   } else if (e->to_src) {
-    if (!grow(&res->src, &res->src_size, dnnl_memory_desc_get_size(&e->md[0])) ||
-        !run_reorder(e->to_src, &plain[0], src, &e->md[0], res->src))
-      return false;
-    src = res->src;
+    void *buf = loom_dnnl_buffer(res, LOOM_DNNL_SRC, dnnl_memory_desc_get_size(&e->md[0]));
+    if (!buf || !run_reorder(e->to_src, &plain[0], src, &e->md[0], buf)) return false;
+    src = buf;
   }
   if (e->to_wt) {
-    if (!grow(&res->weights, &res->weights_size, dnnl_memory_desc_get_size(&e->md[2])) ||
-        !run_reorder(e->to_wt, &plain[2], wt, &e->md[2], res->weights))
-      return false;
-    wt = res->weights;
+    void *buf = loom_dnnl_buffer(res, LOOM_DNNL_WEIGHTS, dnnl_memory_desc_get_size(&e->md[2]));
+    if (!buf || !run_reorder(e->to_wt, &plain[2], wt, &e->md[2], buf)) return false;
+    wt = buf;
   }
   if (e->from_dst) {
-    if (!grow(&res->dst, &res->dst_size, dnnl_memory_desc_get_size(&e->md[1]))) return false;
-    dst = res->dst;
+    dst = loom_dnnl_buffer(res, LOOM_DNNL_DST, dnnl_memory_desc_get_size(&e->md[1]));
+    if (!dst) return false;
   }
   void *ptrs[3] = {(void *)src, (void *)wt, dst};
   static const int which[6] = {0, DNNL_ARG_SRC, 2, DNNL_ARG_WEIGHTS, 1, DNNL_ARG_DST};

@@ -1,10 +1,11 @@
 /* GEMM tiles on oneDNN's matmul primitive (gemm_matmul.h). */
 #include "runtime/cpu/gemm_matmul.h"
 
+#include "runtime/cpu/dnnl_thread.h"
+
 #include <dnnl.h>
 #include <omp.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* What a tile's primitive depends on (no padding: compared bytewise). */
@@ -47,16 +48,18 @@ static void create(loom_gemm_tile_prim *e) {
   dnnl_primitive_desc_t pd = NULL;
   dnnl_status_t st = dnnl_matmul_desc_init(&md, &e->a, &e->b, NULL, &e->c);
   if (st == dnnl_success) st = dnnl_primitive_attr_create(&attr);
-  if (st == dnnl_success) st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  if (st == dnnl_success)
+    st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
   if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL);
   /* only the blocked kernels: oneDNN's reference matmul is far slower */
   const char *impl = NULL;
   if (st == dnnl_success &&
-      (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
-       !impl || strncmp(impl, "brg", 3) != 0))
+      (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
+       strncmp(impl, "brg", 3) != 0))
     st = dnnl_unimplemented;
   if (st == dnnl_success) {
-    e->scratch = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+    e->scratch =
+        dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
     if (dnnl_primitive_create(&e->prim, pd) != dnnl_success) e->prim = NULL;
   }
   if (pd) dnnl_primitive_desc_destroy(pd);
@@ -64,8 +67,14 @@ static void create(loom_gemm_tile_prim *e) {
 }
 
 const loom_gemm_tile_prim *loom_gemm_tile_prim_get(const loom_gemm *p, int64_t m, int64_t n) {
-  tile_key key = {.m = m, .n = n, .k = p->k, .lda = p->lda, .ldb = p->ldb, .ldc = p->ldc,
-                   .trans_a = p->trans_a, .trans_b = p->trans_b};
+  tile_key key = {.m = m,
+                  .n = n,
+                  .k = p->k,
+                  .lda = p->lda,
+                  .ldb = p->ldb,
+                  .ldc = p->ldc,
+                  .trans_a = p->trans_a,
+                  .trans_b = p->trans_b};
   const loom_gemm_tile_prim *found = NULL;
   pthread_mutex_lock(&lock);
   for (int32_t i = 0; i < n_cached && !found; i++)
@@ -74,7 +83,7 @@ const loom_gemm_tile_prim *loom_gemm_tile_prim_get(const loom_gemm *p, int64_t m
     /* made for one thread: its blocking must not follow the thread count */
     int prev = omp_get_max_threads();
     omp_set_num_threads(1);
-    if (!engine && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) engine = NULL;
+    if (!engine) engine = loom_dnnl_engine();
     loom_gemm_tile_prim *e = &cache[n_cached++];
     memset(e, 0, sizeof *e);
     e->key = key;
@@ -86,54 +95,15 @@ const loom_gemm_tile_prim *loom_gemm_tile_prim_get(const loom_gemm *p, int64_t m
   return found && found->prim ? found : NULL;
 }
 
-/* Each OpenMP thread's stream and scratchpad, chained on a global list so
- * that they stay reachable after OpenMP retires the thread; the process
- * keeps them to its end. */
-typedef struct thread_res {
-  dnnl_stream_t stream;
-  void *scratch, *tile; /* tile: a dense C when the product's is not */
-  size_t scratch_size, tile_size;
-  struct thread_res *next;
-} thread_res;
-static thread_res *all_res;
-static _Thread_local thread_res *my_res;
-
-/* *buf holding at least `need` bytes, 64-byte aligned. */
-static bool grow(void **buf, size_t *have, size_t need) {
-  if (need <= *have) return true;
-  free(*buf);
-  *buf = aligned_alloc(64, (need + 63) / 64 * 64);
-  *have = *buf ? need : 0;
-  return *buf != NULL;
-}
-
-static thread_res *resources(size_t scratch, size_t tile) {
-  thread_res *r = my_res;
-  if (!r) {
-    r = calloc(1, sizeof *r);
-    if (!r) return NULL;
-    if (dnnl_stream_create(&r->stream, engine, dnnl_stream_default_flags) != dnnl_success) {
-      free(r);
-      return NULL;
-    }
-    pthread_mutex_lock(&lock);
-    r->next = all_res;
-    all_res = r;
-    pthread_mutex_unlock(&lock);
-    my_res = r;
-  }
-  if (!grow(&r->scratch, &r->scratch_size, scratch) || !grow(&r->tile, &r->tile_size, tile))
-    return NULL;
-  return r;
-}
-
 bool loom_gemm_tile_prim_run(const loom_gemm_tile_prim *t, const float *a, const float *b,
                              float *c) {
   const tile_key *k = &t->key;
   bool copy = k->ldc != k->n;
-  thread_res *r = resources(t->scratch, copy ? sizeof(float) * (size_t)(k->m * k->n) : 0);
-  if (!r) return false;
-  float *dst = copy ? r->tile : c;
+  loom_dnnl_thread *r = loom_dnnl_thread_get();
+  void *scratch = r && t->scratch ? loom_dnnl_buffer(r, LOOM_DNNL_SCRATCH, t->scratch) : NULL;
+  size_t tile_bytes = sizeof(float) * (size_t)(k->m * k->n);
+  float *dst = r && copy ? loom_dnnl_buffer(r, LOOM_DNNL_DST, tile_bytes) : c;
+  if (!r || (t->scratch && !scratch) || !dst) return false;
   dnnl_memory_desc_t smd;
   dnnl_dims_t sdim = {(int64_t)(t->scratch ? t->scratch : 1)};
   dnnl_memory_desc_init_by_tag(&smd, 1, sdim, dnnl_u8, dnnl_a);
@@ -141,11 +111,14 @@ bool loom_gemm_tile_prim_run(const loom_gemm_tile_prim *t, const float *a, const
   bool ok = dnnl_memory_create(&mem[0], &t->a, engine, (void *)a) == dnnl_success &&
             dnnl_memory_create(&mem[1], &t->b, engine, (void *)b) == dnnl_success &&
             dnnl_memory_create(&mem[2], &t->c, engine, dst) == dnnl_success &&
-            (!t->scratch || dnnl_memory_create(&mem[3], &smd, engine, r->scratch) == dnnl_success);
-  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]},
-                             {DNNL_ARG_DST, mem[2]}, {DNNL_ARG_SCRATCHPAD, mem[3]}};
-  ok = ok && dnnl_primitive_execute(t->prim, r->stream, t->scratch ? 4 : 3, args) == dnnl_success &&
-       dnnl_stream_wait(r->stream) == dnnl_success;
+            (!t->scratch || dnnl_memory_create(&mem[3], &smd, engine, scratch) == dnnl_success);
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]},
+                             {DNNL_ARG_WEIGHTS, mem[1]},
+                             {DNNL_ARG_DST, mem[2]},
+                             {DNNL_ARG_SCRATCHPAD, mem[3]}};
+  dnnl_stream_t stream = loom_dnnl_stream(r);
+  ok = ok && dnnl_primitive_execute(t->prim, stream, t->scratch ? 4 : 3, args) == dnnl_success &&
+       dnnl_stream_wait(stream) == dnnl_success;
   for (int32_t i = 0; i < 4; i++)
     if (mem[i]) dnnl_memory_destroy(mem[i]);
   for (int64_t i = 0; ok && copy && i < k->m; i++)

@@ -3,9 +3,12 @@
  * dnnl_sgemm. The primitive (brgemm on AVX-512) reads a transposed B in
  * place where sgemm re-packs it with a slower path: 128 x 768 x 3072 with
  * B stored [N, K] ran at 100 GFLOP/s against sgemm's 85 on one core
- * (docs/PERFORMANCE.md). Each tile shape gets one primitive, made for one
- * thread and kept for the process, so a tile's result depends on its shape
- * only, never on the thread count.
+ * (docs/PERFORMANCE.md); with B stored [K, N] the primitive was the slower
+ * one (81 against 87 at 128 x 3072 x 768), and it wins there only with B
+ * packed ahead, which pays only when the packed copy outlives a run. Each
+ * tile shape gets one primitive, made for one thread and kept for the
+ * process, so a tile's result depends on its shape only, never on the
+ * thread count.
  */
 #ifndef LOOM_RUNTIME_CPU_GEMM_MATMUL_H
 #define LOOM_RUNTIME_CPU_GEMM_MATMUL_H
