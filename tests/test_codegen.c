@@ -299,13 +299,15 @@ static void test_dropout(int64_t R, int64_t stride, int64_t bval) {
   loom_kernel_clear(&k);
 }
 
-/* Three parts in one launch: R = 1 (no R dims), a wide row with a row
+/* Four parts in one launch: R = 1 (no R dims), a wide row with a row
  * reduction in 16 lanes, and nested R loops over a transposed load that
- * cannot merge (with scratch and 4 lanes); rows_per_tile beyond the rows. */
+ * cannot merge (with scratch and 4 lanes), once with an innermost extent
+ * the lanes do not divide (element by element) and once with one they do
+ * (blocks of lanes); rows_per_tile beyond the rows. */
 static void test_multipart(void) {
   loom_kernel k;
   kb_init(&k, "k_multi");
-  const int64_t P0 = 13, P1 = 5, R1 = 19, P2 = 4, R2a = 6, R2b = 5;
+  const int64_t P0 = 13, P1 = 5, R1 = 19, P2 = 4, R2a = 6, R2b = 5, P3 = 3, R3a = 3, R3b = 8;
   int32_t a0 = kb_arg(&k, LOOM_DTYPE_F32, P0, false, false);
   int32_t a0o = kb_arg(&k, LOOM_DTYPE_F32, P0, true, false);
   int32_t a1 = kb_arg(&k, LOOM_DTYPE_F32, P1 * R1, false, false);
@@ -314,6 +316,9 @@ static void test_multipart(void) {
   int32_t a2 = kb_arg(&k, LOOM_DTYPE_F32, P2 * R2a * R2b, false, false);
   int32_t a2o = kb_arg(&k, LOOM_DTYPE_F32, P2 * R2a * R2b, true, false);
   int32_t a2s = kb_arg(&k, LOOM_DTYPE_F32, P2, true, false);
+  int32_t a3 = kb_arg(&k, LOOM_DTYPE_F32, P3 * R3a * R3b, false, false);
+  int32_t a3o = kb_arg(&k, LOOM_DTYPE_F32, P3 * R3a * R3b, true, false);
+  int32_t a3s = kb_arg(&k, LOOM_DTYPE_F32, P3, true, false);
   /* part 0: y = x * 2 + 1 */
   int32_t x0 = kb_load(&k, a0, MAP(0, .p = {1}));
   int32_t two = kb_const(&k, LOOM_DTYPE_F32, 2.0), one = kb_const(&k, LOOM_DTYPE_F32, 1.0);
@@ -353,12 +358,30 @@ static void test_multipart(void) {
   kb_stage(&k, p2, LOOM_KSTAGE_SCALAR);
   kb_out(&k, p2, 2, LOOM_KDST_STORE, kb_reg(&k, LOOM_DTYPE_F32, 1), a2s, MAP(0, .p = {1}),
          LOOM_OP_ADD);
+  /* part 3: the same over R [3, 8] in 4 lanes: the inner loop in blocks */
+  loom_kmap tr3 = MAP(0, .p = {R3a * R3b}, .r = {1, R3a});
+  loom_kmap nat3 = MAP(0, .p = {R3a * R3b}, .r = {R3b, 1});
+  int32_t x3 = kb_load(&k, a3, tr3);
+  int32_t h3 = kb_op(&k, LOOM_OP_MUL, LOOM_DTYPE_F32, 2, x3, half, 0);
+  int32_t y3 = kb_op(&k, LOOM_OP_SUB, LOOM_DTYPE_F32, 2, kb_scratch(&k, 0),
+                     kb_reg(&k, LOOM_DTYPE_F32, 0), 0);
+  int32_t p3 = kb_part(&k, 1, I64S(P3), 2, I64S(R3a, R3b), 2, 4, 2, 1, 0);
+  kb_stage(&k, p3, LOOM_KSTAGE_ROW);
+  kb_out(&k, p3, 0, LOOM_KDST_SCRATCH, h3, 0, MAP(0), LOOM_OP_ADD);
+  kb_out(&k, p3, 0, LOOM_KDST_ROW_REDUCE, x3, 0, MAP(0), LOOM_OP_MINIMUM);
+  kb_out(&k, p3, 0, LOOM_KDST_ROW_REDUCE, x3, 1, MAP(0), LOOM_OP_ADD);
+  kb_stage(&k, p3, LOOM_KSTAGE_ROW);
+  kb_out(&k, p3, 1, LOOM_KDST_STORE, y3, a3o, nat3, LOOM_OP_ADD);
+  kb_stage(&k, p3, LOOM_KSTAGE_SCALAR);
+  kb_out(&k, p3, 2, LOOM_KDST_STORE, kb_reg(&k, LOOM_DTYPE_F32, 1), a3s, MAP(0, .p = {1}),
+         LOOM_OP_ADD);
 
   bufs in;
   bufs_alloc(&k, &in);
   fill_f32(in.p[a0], P0, -3, 3);
   fill_f32(in.p[a1], P1 * R1, -3, 3);
   fill_f32(in.p[a2], P2 * R2a * R2b, -3, 3);
+  fill_f32(in.p[a3], P3 * R3a * R3b, -3, 3);
   check_kernel(&k, &in, false);
   int bad = 0;
   for (int64_t p = 0; p < P0; p++) {
@@ -386,6 +409,19 @@ static void test_multipart(void) {
       for (int64_t j = 0; j < R2b; j++)
         bad += ((float *)in.p[a2o])[p * R2a * R2b + i * R2b + j] != xv[j * R2a + i] * 0.5f - m;
     bad += !close_rel(((float *)in.p[a2s])[p], s, 1e-6);
+  }
+  for (int64_t p = 0; p < P3; p++) {
+    const float *xv = (const float *)in.p[a3] + p * R3a * R3b;
+    float m = INFINITY;
+    double s = 0;
+    for (int64_t e = 0; e < R3a * R3b; e++) {
+      m = fminf(m, xv[e]);
+      s += xv[e];
+    }
+    for (int64_t i = 0; i < R3a; i++)
+      for (int64_t j = 0; j < R3b; j++)
+        bad += ((float *)in.p[a3o])[p * R3a * R3b + i * R3b + j] != xv[j * R3a + i] * 0.5f - m;
+    bad += !close_rel(((float *)in.p[a3s])[p], s, 1e-6);
   }
   CHECK(bad == 0);
   bufs_free(&in);

@@ -239,6 +239,56 @@ static bool keep_block(const cg_part *cp, int32_t e) {
   return n_el == 1;
 }
 
+/* The R loops of a part with several (a map no merge could fold, as a
+ * per-channel gain over GroupNorm's (C/G, H*W)): a loop per dim, the flat
+ * index counted along. When the innermost extent is a multiple of the
+ * lanes, it runs in blocks of W with lane l = flat mod W, as emit_range
+ * does, so that the block vectorises; else element by element with lane
+ * f mod W. The lanes, hence the results, are the same either way. */
+static loom_status emit_nested(loom_ctx *ctx, cg_buf *b, cg_site si, const uint8_t *need,
+                               int32_t col_first, int32_t W) {
+  static const char *const ix[LOOM_MAX_RANK] = {"i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7"};
+  const cg_loops *lp = &si.cp->loops;
+  int32_t last = lp->n - 1;
+  bool blocks = W > 1 && lp->extent[last] % W == 0;
+  char lane[48];
+  snprintf(lane, sizeof lane, "(f %% %d)", W);
+  for (int32_t d = 0; d < lp->n; d++) si.idx[d] = ix[d];
+  si.flat = "f";
+  si.lane = W > 1 ? lane : "0";
+  line(b, "int64_t f = 0;");
+  for (int32_t d = 0; d < (blocks ? last : lp->n); d++) {
+    line(b, "for (int64_t %s = 0; %s < %lld; %s++) {", ix[d], ix[d], (long long)lp->extent[d],
+         ix[d]);
+    b->indent++;
+  }
+  if (blocks) {
+    line(b, "for (int64_t ib = 0; ib < %lld; ib += %d) {", (long long)lp->extent[last], W);
+    b->indent++;
+    line(b, "#pragma GCC unroll 1");
+    line(b, "for (int l = 0; l < %d; l++) {", W);
+    b->indent++;
+    line(b, "const int64_t %s = ib + l, fl = f + l;", ix[last]);
+    line(b, "(void)fl;");
+    si.flat = "fl";
+    si.lane = "l";
+    LOOM_TRY(emit_body(ctx, b, &si, need, col_first, false));
+    b->indent--;
+    line(b, "}");
+    line(b, "f += %d;", W);
+    b->indent--;
+    line(b, "}");
+  } else {
+    LOOM_TRY(emit_body(ctx, b, &si, need, col_first, false));
+    line(b, "f++;");
+  }
+  for (int32_t d = 0; d < (blocks ? last : lp->n); d++) {
+    b->indent--;
+    line(b, "}");
+  }
+  return LOOM_STATUS_OK;
+}
+
 /* A one-loop ROW stage with fast exprs, chunk by chunk: the fast exprs
  * (and what they need) for the whole chunk into stack buffers, exact libm
  * where flagged, then the stage's loop over the chunk reading them back.
@@ -385,7 +435,6 @@ loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int3
     line(b, "for (int l = 0; l < %d; l++) acc%d[l] = %s;", W, o, loom_cg_ident(ko->combine, false));
   }
   const cg_loops *lp = &cp->loops;
-  static const char *const ix[LOOM_MAX_RANK] = {"i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7"};
   if (lp->n == 0) { /* one element per row */
     LOOM_TRY(emit_body(ctx, b, &si, need, col_first, false));
   } else if (lp->n == 1) {
@@ -434,24 +483,7 @@ loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int3
     free(pf);
     LOOM_TRY(st2);
   } else {
-    /* a loop per merged dim; the flat index counts along */
-    char lane[48];
-    snprintf(lane, sizeof lane, "(f %% %d)", W);
-    for (int32_t d = 0; d < lp->n; d++) si.idx[d] = ix[d];
-    si.flat = "f";
-    si.lane = W > 1 ? lane : "0";
-    line(b, "int64_t f = 0;");
-    for (int32_t d = 0; d < lp->n; d++) {
-      line(b, "for (int64_t %s = 0; %s < %lld; %s++) {", ix[d], ix[d],
-           (long long)lp->extent[d], ix[d]);
-      b->indent++;
-    }
-    LOOM_TRY(emit_body(ctx, b, &si, need, col_first, false));
-    line(b, "f++;");
-    for (int32_t d = 0; d < lp->n; d++) {
-      b->indent--;
-      line(b, "}");
-    }
+    LOOM_TRY(emit_nested(ctx, b, si, need, col_first, W));
   }
   /* lanes folded left in lane order, rounded to f32 */
   for (int32_t o = 0; o < st->n_out; o++) {
