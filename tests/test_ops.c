@@ -43,6 +43,9 @@ typedef struct op_case {
   /* Runs on the reference kernels in cpu mode eager / in the fused modes
    * (classify_cases): a fallback, not cpu coverage. */
   bool ref_eager, ref_fused;
+  /* Not run on the GPU backends: an element-wise op on a shape whose
+   * indexing other cases check there (see gpu_subset). */
+  bool host_only;
 } op_case;
 
 static op_case *cases;
@@ -87,6 +90,21 @@ static void attr_ints(op_case *c, const char *name, int32_t n, const int64_t *v)
       (loom_attr){.name = name, .kind = LOOM_ATTR_INTS, .n_ints = n, .ints = c->ints[k]};
 }
 
+/*
+ * The GPU subset. Every case runs on cpu in every mode; the GPU backends
+ * (each an LLVM or NVRTC compile of every kernel, slow on PoCL) skip the
+ * element-wise op x shape cross product, whose two factors their code
+ * keeps apart: an op's expression does not depend on the shape (every op
+ * and cast is also checked at its edge values on the GPU backends by
+ * test_codegen_ops), nor the indexing, broadcasting and launch of a shape
+ * on the op. So there every op runs on one shape (and its other dtypes),
+ * and every shape on two ops (a plain one and one whose math has its own
+ * vector form, or a comparison: a bool result); reduce_max and _min keep
+ * the axes but not keepdims' second output shape (reduce_sum has both).
+ */
+#define GPU_ALL_SHAPES_UNARY(op) ((op) == LOOM_OP_NEG || (op) == LOOM_OP_EXP)
+#define GPU_ALL_SHAPES_BINARY(op) ((op) == LOOM_OP_ADD || (op) == LOOM_OP_LT)
+
 /* Shapes every element-wise op is tried on: scalar, size-1, empty, odd. */
 static const struct {
   int32_t rank;
@@ -122,7 +140,7 @@ static void build_elementwise_cases(void) {
     for (int32_t s = 0; s < LOOM_ARRAY_LEN(unary_shapes); s++) {
       operand x = opnd(LOOM_DTYPE_F32, unary_shapes[s].rank, unary_shapes[s].shape,
                        unary[u].lo, unary[u].hi);
-      add_case(unary[u].op, 1, &x);
+      add_case(unary[u].op, 1, &x)->host_only = s != 4 && !GPU_ALL_SHAPES_UNARY(unary[u].op);
       if (s == 4) { /* other dtypes on one shape: the fallback path */
         x.dt = LOOM_DTYPE_F64;
         add_case(unary[u].op, 1, &x);
@@ -153,7 +171,7 @@ static void build_elementwise_cases(void) {
                binary[b].ahi),
           opnd(LOOM_DTYPE_F32, binary_shapes[s].rb, binary_shapes[s].b, binary[b].blo,
                binary[b].bhi)};
-      add_case(binary[b].op, 2, in);
+      add_case(binary[b].op, 2, in)->host_only = s != 2 && !GPU_ALL_SHAPES_BINARY(binary[b].op);
       if (s == 2) {
         in[0].dt = in[1].dt = LOOM_DTYPE_F64;
         add_case(binary[b].op, 2, in);
@@ -209,6 +227,7 @@ static void build_reduce_cases(void) {
         attr_ints(c, "axes", red[r].n_axes, red[r].axes);
         attr_i(c, "keepdims", keep);
         c->rtol = 1e-5;
+        c->host_only = keep && ops[o] != LOOM_OP_REDUCE_SUM;
       }
   /* an empty set reduced: sum = 0 (max/min of nothing gives -inf/+inf) */
   operand e = opnd(LOOM_DTYPE_F32, 2, (int64_t[]){3, 0}, -1, 1);
@@ -594,11 +613,12 @@ static bool mode_present(loom_ctx *ctx, const mode *m) {
   return ok;
 }
 
-/* Graph of cases [first, first + n); NULL on failure (message printed). */
-static loom_graph *build_graph(loom_ctx *ctx, int32_t first, int32_t n) {
+/* Graph of cases ids[0 .. n); NULL on failure (message printed). */
+static loom_graph *build_graph(loom_ctx *ctx, const int32_t *ids, int32_t n) {
   loom_graph *g = NULL;
   if (loom_graph_new(ctx, &g)) return NULL;
-  for (int32_t k = first; k < first + n; k++) {
+  for (int32_t j = 0; j < n; j++) {
+    int32_t k = ids[j];
     op_case *c = &cases[k];
     loom_value vin[MAX_IN], y;
     char name[32];
@@ -623,10 +643,10 @@ static loom_graph *build_graph(loom_ctx *ctx, int32_t first, int32_t n) {
   return g;
 }
 
-/* Runs cases [first, first + n) as one graph; outputs into out[0..n). */
-static bool run_graph(loom_ctx *ctx, int32_t first, int32_t n, const mode *m,
+/* Runs cases ids[0 .. n) as one graph; outputs into out[0..n). */
+static bool run_graph(loom_ctx *ctx, const int32_t *ids, int32_t n, const mode *m,
                       loom_tensor **inputs, loom_tensor **out, int32_t threads) {
-  loom_graph *g = build_graph(ctx, first, n);
+  loom_graph *g = build_graph(ctx, ids, n);
   if (!g) return false;
   loom_session *s = NULL;
   loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = m->backend, .fusion = m->fusion);
@@ -639,7 +659,7 @@ static bool run_graph(loom_ctx *ctx, int32_t first, int32_t n, const mode *m,
                  LOOM_STATUS_OK;
   loom_ctx_set_threads(ctx, 0);
   if (!ok) {
-    fprintf(stderr, "%s..%s on %s/%s: %s\n", cases[first].label, cases[first + n - 1].label,
+    fprintf(stderr, "%s..%s on %s/%s: %s\n", cases[ids[0]].label, cases[ids[n - 1]].label,
             m->backend, loom_fusion_mode_name(m->fusion), loom_ctx_error(ctx));
     for (int32_t k = 0; k < n; k++) {
       loom_tensor_free(out[k]);
@@ -693,7 +713,7 @@ static void classify_cases(loom_ctx *ctx) {
   for (int32_t k = 0; k < n_cases; k++) {
     op_case *c = &cases[k];
     describe(c);
-    loom_graph *g = build_graph(ctx, k, 1), *d = NULL;
+    loom_graph *g = build_graph(ctx, &k, 1), *d = NULL;
     if (g) CHECK_OK(ctx, loom_graph_decompose(g, &d));
     for (int32_t j = 0; d && j < d->n_nodes; j++) {
       bool kernel = cpu->iface->supports_op(cpu->context, d, &d->nodes[j]);
@@ -719,14 +739,14 @@ static int32_t on_cpu[LOOM_ARRAY_LEN(modes)], on_ref[LOOM_ARRAY_LEN(modes)];
 static const int32_t det_threads[] = {1, 2, 3};
 
 /* Runs the batch in mode m at each of det_threads and compares with got. */
-static void check_threads(loom_ctx *ctx, int32_t first, int32_t n, const mode *m,
+static void check_threads(loom_ctx *ctx, const int32_t *ids, int32_t n, const mode *m,
                           loom_tensor **inputs, loom_tensor **got, loom_tensor **alt) {
   for (int32_t t = 0; t < LOOM_ARRAY_LEN(det_threads); t++) {
-    bool ok = run_graph(ctx, first, n, m, inputs, alt, det_threads[t]);
+    bool ok = run_graph(ctx, ids, n, m, inputs, alt, det_threads[t]);
     CHECK(ok);
     for (int32_t k = 0; ok && k < n; k++) {
       if (!same_bytes(alt[k], got[k]))
-        fprintf(stderr, "%s on %s: %d thread(s) differ from all cores\n", cases[first + k].label,
+        fprintf(stderr, "%s on %s: %d thread(s) differ from all cores\n", cases[ids[k]].label,
                 loom_fusion_mode_name(m->fusion), det_threads[t]);
       CHECK(same_bytes(alt[k], got[k]));
     }
@@ -737,52 +757,68 @@ static void check_threads(loom_ctx *ctx, int32_t first, int32_t n, const mode *m
   }
 }
 
-/* One batch on every mode against ref; eager and stitch also at 1, 2 and
- * 3 threads (bitwise equal). Counts the pairs compared in on_cpu/on_ref. */
-static void check_batch(loom_ctx *ctx, int32_t first, int32_t n, loom_test_rng *rng) {
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The host backend's modes (cpu) or the device backends' (opencl, cuda). */
+static bool is_gpu_mode(const mode *m) { return strcmp(m->backend, "cpu") != 0; }
+
+/* Seconds spent per mode (compiles included), for the summary. */
+static double mode_s[LOOM_ARRAY_LEN(modes)];
+
+/* One batch, cases ids[0 .. n), on the host modes or on the device modes
+ * against ref; cpu eager and stitch also at 1, 2 and 3 threads (bitwise
+ * equal). Counts the pairs compared in on_cpu/on_ref. */
+static void check_batch(loom_ctx *ctx, const int32_t *ids, int32_t n, bool gpu,
+                        loom_test_rng *rng) {
   int32_t n_in = 0;
-  for (int32_t k = first; k < first + n; k++) n_in += case_inputs(k);
+  for (int32_t k = 0; k < n; k++) n_in += case_inputs(ids[k]);
   loom_tensor **inputs = calloc((size_t)n_in + 1, sizeof *inputs);
   loom_tensor **ref = calloc((size_t)n, sizeof *ref), **got = calloc((size_t)n, sizeof *got);
   loom_tensor **alt = calloc((size_t)n, sizeof *alt);
   int32_t at = 0;
-  for (int32_t k = first; k < first + n; k++) {
-    for (int32_t i = 0; i < cases[k].n_in; i++, at++) {
-      CHECK_OK(ctx, loom_tensor_new(ctx, cases[k].in[i].dt, cases[k].in[i].rank,
-                                    cases[k].in[i].shape, &inputs[at]));
-      if (inputs[at]) fill(inputs[at], &cases[k].in[i], rng);
+  for (int32_t j = 0; j < n; j++) {
+    const op_case *c = &cases[ids[j]];
+    for (int32_t i = 0; i < c->n_in; i++, at++) {
+      CHECK_OK(ctx, loom_tensor_new(ctx, c->in[i].dt, c->in[i].rank, c->in[i].shape, &inputs[at]));
+      if (inputs[at]) fill(inputs[at], &c->in[i], rng);
     }
   }
   const mode ref_mode = {"ref", LOOM_FUSION_STITCH}; /* ref ignores the fusion mode */
-  CHECK(run_graph(ctx, first, n, &ref_mode, inputs, ref, 0));
+  CHECK(run_graph(ctx, ids, n, &ref_mode, inputs, ref, 0));
   for (int32_t m = 0; m < LOOM_ARRAY_LEN(modes); m++) {
-    if (!mode_present(ctx, &modes[m])) continue;
-    bool ok = run_graph(ctx, first, n, &modes[m], inputs, got, 0);
+    if (is_gpu_mode(&modes[m]) != gpu || !mode_present(ctx, &modes[m])) continue;
+    double t0 = now_s();
+    bool ok = run_graph(ctx, ids, n, &modes[m], inputs, got, 0);
     if (!ok && n > 1) {
       /* find the case(s) that broke the batch */
-      for (int32_t k = 0, in_at = 0; k < n; in_at += case_inputs(first + k), k++) {
+      for (int32_t k = 0, in_at = 0; k < n; in_at += case_inputs(ids[k]), k++) {
         loom_tensor *one = NULL;
-        if (!run_graph(ctx, first + k, 1, &modes[m], inputs + in_at, &one, 0))
-          fprintf(stderr, "  fails alone: %s\n", cases[first + k].label);
+        if (!run_graph(ctx, &ids[k], 1, &modes[m], inputs + in_at, &one, 0))
+          fprintf(stderr, "  fails alone: %s\n", cases[ids[k]].label);
         loom_tensor_free(one);
       }
     }
     CHECK(ok);
     for (int32_t k = 0; ok && k < n; k++) {
-      CHECK(compare(&cases[first + k], &modes[m], ref[k], got[k]));
-      if (is_fallback(&cases[first + k], &modes[m]))
+      CHECK(compare(&cases[ids[k]], &modes[m], ref[k], got[k]));
+      if (is_fallback(&cases[ids[k]], &modes[m]))
         on_ref[m]++;
       else
         on_cpu[m]++;
     }
     /* (a GPU backend's results do not depend on host threads) */
-    if (ok && strcmp(modes[m].backend, "cpu") == 0 &&
+    if (ok && !gpu &&
         (modes[m].fusion == LOOM_FUSION_STITCH || modes[m].fusion == LOOM_FUSION_EAGER))
-      check_threads(ctx, first, n, &modes[m], inputs, got, alt);
+      check_threads(ctx, ids, n, &modes[m], inputs, got, alt);
     for (int32_t k = 0; k < n; k++) {
       loom_tensor_free(got[k]);
       got[k] = NULL;
     }
+    mode_s[m] += now_s() - t0;
   }
   for (int32_t k = 0; k < n; k++) loom_tensor_free(ref[k]);
   for (int32_t i = 0; i < n_in; i++) loom_tensor_free(inputs[i]);
@@ -792,10 +828,13 @@ static void check_batch(loom_ctx *ctx, int32_t first, int32_t n, loom_test_rng *
   free(alt);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+/* Runs the cases with ids[0 .. n) in batches of `batch`; the batch count. */
+static int32_t check_batches(loom_ctx *ctx, const int32_t *ids, int32_t n, int32_t batch, bool gpu,
+                             loom_test_rng *rng) {
+  int32_t batches = 0;
+  for (int32_t first = 0; first < n; first += batch, batches++)
+    check_batch(ctx, ids + first, LOOM_MIN(batch, n - first), gpu, rng);
+  return batches;
 }
 
 int main(void) {
@@ -834,15 +873,20 @@ int main(void) {
   const char *quick = getenv("LOOM_TEST_QUICK");
   int32_t batch = quick && quick[0] == '1' ? 128 : 64;
   loom_test_rng rng = {42};
-  int32_t batches = 0;
-  for (int32_t first = 0; first < n_cases; first += batch, batches++)
-    check_batch(ctx, first, LOOM_MIN(batch, n_cases - first), &rng);
-  printf("op harness: %d cases x %d modes against ref, %d batches, %.1fs\n", n_cases,
-         LOOM_ARRAY_LEN(modes), batches, now_s() - t0);
+  int32_t *ids = malloc(sizeof *ids * (size_t)n_cases), n_gpu = 0;
+  if (!ids) return 2;
+  for (int32_t k = 0; k < n_cases; k++) ids[k] = k;
+  int32_t batches = check_batches(ctx, ids, n_cases, batch, false, &rng);
+  for (int32_t k = 0; k < n_cases; k++)
+    if (!cases[k].host_only) ids[n_gpu++] = k;
+  int32_t gpu_batches = check_batches(ctx, ids, n_gpu, batch, true, &rng);
+  free(ids);
+  printf("op harness: %d cases on cpu, %d of them on the GPU backends, against ref; %d + %d "
+         "batches, %.1fs\n",
+         n_cases, n_gpu, batches, gpu_batches, now_s() - t0);
   for (int32_t m = 0; m < LOOM_ARRAY_LEN(modes); m++)
-    printf("  %-6s %-6s: %d cases on its kernels, %d fallbacks to ref\n", modes[m].backend,
-           loom_fusion_mode_name(modes[m].fusion),
-           on_cpu[m], on_ref[m]);
+    printf("  %-6s %-6s: %d cases on its kernels, %d fallbacks to ref (%.1fs)\n", modes[m].backend,
+           loom_fusion_mode_name(modes[m].fusion), on_cpu[m], on_ref[m], mode_s[m]);
   for (int32_t fused = 0; fused < 2; fused++) {
     printf("  %s fall back to ref on:", fused ? "none/loop/stitch" : "eager");
     for (int32_t k = 0; k < n_cases; k++)
