@@ -7,8 +7,8 @@
  * - a part is a static function running one tile; the kernel function runs
  *   the tiles of each phase in one `omp for` (schedule(static)), then the
  *   phase's column-reduction combines, inside one parallel region (a phase
- *   of several parts without column reductions, a horizontal fusion,
- *   splits the parts' concatenated elements evenly instead); a
+ *   of several parts, a horizontal fusion, splits the parts' concatenated
+ *   elements evenly instead: emit_phase_split); a
  *   kernel whose rows are independent also gets NAME_rows, which runs any
  *   range of rows on the calling thread (a GEMM's epilogue, kernel.h);
  * - a ROW stage is a loop nest over the part's R dims, adjacent dims merged
@@ -412,7 +412,7 @@ static void emit_phase_split(cg_buf *b, const loom_kernel *k, const loom_kworksp
          (long long)base, (long long)(unit - 1), (long long)unit, (long long)units);
     part_args(k, q, need, used);
     if (tiled) {
-      char r0[48], r1[96];
+      char r0[48], r1[192];
       snprintf(r0, sizeof r0, "t * %lld", (long long)rpt);
       snprintf(r1, sizeof r1, "t * %lld + %lld < %lld ? t * %lld + %lld : %lld", (long long)rpt,
                (long long)rpt, (long long)rows, (long long)rpt, (long long)rpt, (long long)rows);
