@@ -386,9 +386,11 @@ static bool part_has_col_reduce(const loom_kpart *part) {
  * and lengths are constants in the code. */
 static void emit_phase_split(cg_buf *b, const loom_kernel *k, const loom_kworkspace *ws,
                              int32_t pi, int32_t pj, uint8_t *need, uint8_t *used) {
+  /* a row of an empty R (a reduction over a zero-length axis) still
+   * writes its result: it weighs one element */
   int64_t total = 0;
   for (int32_t q = pi; q < pj; q++)
-    total += loom_kpart_rows(&k->parts[q]) * loom_kpart_row_len(&k->parts[q]);
+    total += loom_kpart_rows(&k->parts[q]) * LOOM_MAX(loom_kpart_row_len(&k->parts[q]), 1);
   line(b, "{ /* %lld elements, an even run per thread */", (long long)total);
   b->indent++;
   line(b, "const int64_t nt_ = omp_get_num_threads(), me_ = omp_get_thread_num();");
@@ -397,7 +399,7 @@ static void emit_phase_split(cg_buf *b, const loom_kernel *k, const loom_kworksp
   int64_t base = 0;
   for (int32_t q = pi; q < pj; q++) {
     const loom_kpart *part = &k->parts[q];
-    int64_t rows = loom_kpart_rows(part), len = loom_kpart_row_len(part);
+    int64_t rows = loom_kpart_rows(part), len = LOOM_MAX(loom_kpart_row_len(part), 1);
     if (rows <= 0) continue;
     bool tiled = part_has_col_reduce(part);
     /* the unit the part is cut at: a tile or a row */
