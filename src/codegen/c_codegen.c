@@ -221,6 +221,15 @@ static int32_t row_invariant_stages(const cg_part *cp) {
       ok = st->out[o].dst == LOOM_KDST_REG && inv[st->out[o].expr];
     if (!ok) break;
   }
+  /* a register a later stage writes again must be set anew each row */
+  for (int32_t s = n; s < part->n_stages && n > 0; s++)
+    for (int32_t o = 0; o < part->stages[s].n_out; o++) {
+      const loom_kout *ko = &part->stages[s].out[o];
+      if (ko->dst != LOOM_KDST_REG && ko->dst != LOOM_KDST_ROW_REDUCE) continue;
+      for (int32_t h = 0; h < n; h++)
+        for (int32_t q = 0; q < part->stages[h].n_out; q++)
+          if (part->stages[h].out[q].target == ko->target) n = 0;
+    }
   free(inv);
   return n;
 }
