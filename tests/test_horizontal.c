@@ -102,6 +102,15 @@ static const char colsum_text[] =
     "output t = %t\n"
     "output u = %u\n";
 
+/* A part over an empty axis still writes its rows (sums of nothing). */
+static const char empty_text[] =
+    "param %a : f32[37, 0]\n"
+    "param %b : f32[53, 7]\n"
+    "%s : f32[37] = reduce_sum(%a, axes=[1])\n"
+    "%t : f32[53, 7] = tanh(%b)\n"
+    "output s = %s\n"
+    "output t = %t\n";
+
 /* Plans the decomposed graph in mode m with the default machine: the
  * number of kernels, and the parts of the largest. */
 static void plan_shape(const loom_graph *g, loom_fusion_mode m, int32_t *kernels, int32_t *parts) {
@@ -227,6 +236,7 @@ int main(void) {
   free(adam);
   check_graph("element-wise chains", chains_text, 4);
   check_graph("column sums", colsum_text, 2);
+  check_graph("an empty axis", empty_text, 2);
   loom_ctx_free(ctx);
   return loom_test_finish("test_horizontal");
 }

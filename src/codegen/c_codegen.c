@@ -7,8 +7,8 @@
  * - a part is a static function running one tile; the kernel function runs
  *   the tiles of each phase in one `omp for` (schedule(static)), then the
  *   phase's column-reduction combines, inside one parallel region (a phase
- *   of several parts without column reductions, a horizontal fusion,
- *   splits the parts' concatenated elements evenly instead); a
+ *   of several parts, a horizontal fusion, splits the parts' concatenated
+ *   elements evenly instead: emit_phase_split); a
  *   kernel whose rows are independent also gets NAME_rows, which runs any
  *   range of rows on the calling thread (a GEMM's epilogue, kernel.h);
  * - a ROW stage is a loop nest over the part's R dims, adjacent dims merged
@@ -221,6 +221,15 @@ static int32_t row_invariant_stages(const cg_part *cp) {
       ok = st->out[o].dst == LOOM_KDST_REG && inv[st->out[o].expr];
     if (!ok) break;
   }
+  /* a register a later stage writes again must be set anew each row */
+  for (int32_t s = n; s < part->n_stages && n > 0; s++)
+    for (int32_t o = 0; o < part->stages[s].n_out; o++) {
+      const loom_kout *ko = &part->stages[s].out[o];
+      if (ko->dst != LOOM_KDST_REG && ko->dst != LOOM_KDST_ROW_REDUCE) continue;
+      for (int32_t h = 0; h < n; h++)
+        for (int32_t q = 0; q < part->stages[h].n_out; q++)
+          if (part->stages[h].out[q].target == ko->target) n = 0;
+    }
   free(inv);
   return n;
 }
@@ -386,9 +395,11 @@ static bool part_has_col_reduce(const loom_kpart *part) {
  * and lengths are constants in the code. */
 static void emit_phase_split(cg_buf *b, const loom_kernel *k, const loom_kworkspace *ws,
                              int32_t pi, int32_t pj, uint8_t *need, uint8_t *used) {
+  /* a row of an empty R (a reduction over a zero-length axis) still
+   * writes its result: it weighs one element */
   int64_t total = 0;
   for (int32_t q = pi; q < pj; q++)
-    total += loom_kpart_rows(&k->parts[q]) * loom_kpart_row_len(&k->parts[q]);
+    total += loom_kpart_rows(&k->parts[q]) * LOOM_MAX(loom_kpart_row_len(&k->parts[q]), 1);
   line(b, "{ /* %lld elements, an even run per thread */", (long long)total);
   b->indent++;
   line(b, "const int64_t nt_ = omp_get_num_threads(), me_ = omp_get_thread_num();");
@@ -397,7 +408,7 @@ static void emit_phase_split(cg_buf *b, const loom_kernel *k, const loom_kworksp
   int64_t base = 0;
   for (int32_t q = pi; q < pj; q++) {
     const loom_kpart *part = &k->parts[q];
-    int64_t rows = loom_kpart_rows(part), len = loom_kpart_row_len(part);
+    int64_t rows = loom_kpart_rows(part), len = LOOM_MAX(loom_kpart_row_len(part), 1);
     if (rows <= 0) continue;
     bool tiled = part_has_col_reduce(part);
     /* the unit the part is cut at: a tile or a row */
@@ -412,7 +423,7 @@ static void emit_phase_split(cg_buf *b, const loom_kernel *k, const loom_kworksp
          (long long)base, (long long)(unit - 1), (long long)unit, (long long)units);
     part_args(k, q, need, used);
     if (tiled) {
-      char r0[48], r1[96];
+      char r0[48], r1[192];
       snprintf(r0, sizeof r0, "t * %lld", (long long)rpt);
       snprintf(r1, sizeof r1, "t * %lld + %lld < %lld ? t * %lld + %lld : %lld", (long long)rpt,
                (long long)rpt, (long long)rows, (long long)rpt, (long long)rpt, (long long)rows);
