@@ -87,7 +87,7 @@ static const char usage[] =
     "  --rounds N           rng: Philox rounds, 0-16 (default both 10 and 7)\n"
     "  --seconds S          rng: seconds per figure, (0, 60] (default 0.5)\n"
     "  --trace FILE         write a Chrome trace (chrome://tracing, ui.perfetto.dev)\n"
-    "                       of every session run after the machine measurement:\n"
+    "                       of every timed session run (not the warm-ups):\n"
     "                       kernels, GEMMs and overlapped mask tasks per lane\n"
     "  --plot FILE          draw each workload's median time per mode as an SVG\n"
     "                       bar chart (bars scaled to the workload's slowest)\n"

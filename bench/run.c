@@ -246,7 +246,14 @@ static bool prepare_mode(wl_state *s, loom_bench_mode m, loom_bench_result *r, i
     }
     loom_session_free(again);
   }
-  if (!st) st = run_once(s, m, NULL, NULL);
+  if (!st) {
+    /* the warm-up stays out of --trace: a process's first GEMM and the
+     * first touch of memory would read as a slow step */
+    struct loom_trace *trace = s->ctx->trace;
+    s->ctx->trace = NULL;
+    st = run_once(s, m, NULL, NULL);
+    s->ctx->trace = trace;
+  }
   if (!st) st = check_outputs(s, r);
   if (!st) {
     s->t[m] = loom_calloc(s->ctx, (size_t)runs, sizeof *s->t[m]);
