@@ -163,7 +163,7 @@ double loom_cost_gemm(const loom_machine *m, const loom_graph *g, int32_t node) 
   int64_t k = loom_cost_gemm_depth(g, node);
   double flops = 2.0 * (double)loom_type_numel(loom_value_type(g, g->nodes[node].out[0])) * (double)k;
   double bw = (m->triad_gbps > 0 ? m->triad_gbps : 10.0) * 1e9;
-  /* on its own tiles: many (16 or more, gemm.h) unless the product is small */
+  /* on its own tiles: many (8 or more, GEMM_MIN_TASKS in gemm.c) unless the product is small */
   double compute_s = loom_cost_gemm_blocked(m, flops, LOOM_MAX(m->cores, 2), 0, 0);
   return m->kernel_launch_s + fmax(compute_s, (double)loom_cost_node_bytes(g, node) / bw);
 }
