@@ -41,7 +41,6 @@
 #include "ops/op.h"
 #include "passes/attention.h"
 #include "runtime/backend.h"
-#include "runtime/cpu/cpu.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -541,6 +540,7 @@ static loom_status build_choice(loom_ctx *ctx, const choice_point *c, bool flash
   }
   if (c->backward) {
     int32_t wrt[3] = {0, 1, 2};
+    v->b.attention = flash ? LOOM_ATTENTION_FLASH : LOOM_ATTENTION_DECOMPOSED;
     LOOM_TRY(loom_bench_make_backward(&v->b, 3, wrt));
   }
   g = v->b.g;
@@ -617,7 +617,10 @@ static bool run_choices(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts
   const choice_point *pts = o->small ? small_choices : full_choices;
   int32_t n = o->small ? LOOM_ARRAY_LEN(small_choices) : LOOM_ARRAY_LEN(full_choices);
   loom_attention_costs costs;
-  loom_cpu_attention_costs(ctx, &costs);
+  if (loom_backend_attention_costs(ctx, o->backend, &costs)) {
+    fprintf(stderr, "bench: attention: %s\n", loom_ctx_error(ctx));
+    return false;
+  }
   /* the rates are the whole machine's: on fewer threads (--threads), the
    * compute rates of those threads, so that predictions compare with the
    * measurements (the pick does not change: both forms' compute scales) */

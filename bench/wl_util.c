@@ -101,7 +101,7 @@ loom_status loom_bench_make_backward_of(loom_bench_graph *b, int32_t loss, int32
   /* as `loom train` builds its step: the default backend's rewrite (flash
    * attention, its own backward) before autodiff, which would otherwise
    * differentiate attention's primitives */
-  loom_session_options so = LOOM_SESSION_OPTIONS();
+  loom_session_options so = LOOM_SESSION_OPTIONS(.attention = b->attention);
   LOOM_TRY(loom_backend_rewrite(ctx, &so, g, &fin, NULL));
   if (fin) {
     loom_graph_free(b->g);

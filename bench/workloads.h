@@ -30,6 +30,7 @@ typedef struct loom_bench_graph {
   char shape[96];        /* e.g. "[32768, 1024]" */
   loom_tensor **given;   /* per graph input: the user's data (--input), or NULL: filled */
   int32_t n_given;
+  loom_attention_mode attention; /* what the backward makes of attention (0: flash) */
 } loom_bench_graph;
 
 typedef struct loom_bench_workload loom_bench_workload;
@@ -124,8 +125,9 @@ int32_t loom_bench_vjp_loss(loom_graph *g, int32_t y, int32_t dy);
  * inputs), and keeps only what the kept forward outputs and the gradients
  * need (the loss itself is dropped). Gradients are named "d" + input name.
  * Attention composites become what the default backend makes of them with
- * default options (flash attention on cpu), as in `loom train`'s step, so
- * `--attention` does not change a backward workload.
+ * b->attention (flash attention on cpu unless a builder asks otherwise),
+ * as in `loom train`'s step; `--attention` does not change a backward
+ * workload.
  */
 loom_status loom_bench_make_backward(loom_bench_graph *b, int32_t n_wrt, const int32_t *wrt);
 /* The same with output `loss` as the loss (the others kept). */

@@ -71,6 +71,20 @@ loom_status loom_backend_machine_rates(loom_ctx *ctx, const char *name, loom_mac
   return LOOM_STATUS_OK;
 }
 
+loom_status loom_backend_attention_costs(loom_ctx *ctx, const char *name,
+                                         struct loom_attention_costs *c) {
+  loom_backend *b = NULL;
+  LOOM_TRY(loom_backend_new(ctx, name ? name : LOOM_BACKEND_DEFAULT, &b));
+  loom_status st = LOOM_STATUS_OK;
+  if (b->iface->attention_costs)
+    b->iface->attention_costs(b->context, ctx, c);
+  else
+    st = loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "backend %s does not choose how to run attention",
+                    b->iface->name);
+  loom_backend_free(b);
+  return st;
+}
+
 void loom_backend_free(loom_backend *b) {
   if (!b) return;
   if (b->iface && b->iface->free) b->iface->free(b->context);

@@ -15,6 +15,8 @@
 #include "perf/machine.h"
 #include "perf/rng_model.h"
 
+struct loom_attention_costs; /* passes/attention.h */
+
 /* What preparing a graph gives the session. */
 typedef struct loom_prepared {
   /* Set by the session before prepare (read-only for the backend): per
@@ -71,6 +73,9 @@ typedef struct loom_backend_iface {
    * on its own kernels or kept in the machine profile (the cpu backend:
    * the GEMM's efficiency by rows per block). */
   void (*machine_rates)(void *bctx, loom_ctx *ctx, loom_machine *m);
+  /* Optional: what its choice between flash and decomposed attention reads
+   * (passes/attention.h), measured on its own kernels. */
+  void (*attention_costs)(void *bctx, loom_ctx *ctx, struct loom_attention_costs *c);
   /* Prepares a decomposed, verified graph to run with these options
    * (never NULL: the session's complete copy, every mode checked).
    * Fills out (zeroed by the caller but for `supported` and the stats' op
@@ -145,6 +150,11 @@ loom_status loom_backend_rng_model(loom_ctx *ctx, const loom_session_options *op
 /* The backend `name` names (NULL: the default) fills the rates of m its
  * cost rules read; a backend without any leaves m as it is. */
 loom_status loom_backend_machine_rates(loom_ctx *ctx, const char *name, loom_machine *m);
+
+/* The attention choice's costs of the backend `name` names (NULL: the
+ * default); LOOM_STATUS_UNSUPPORTED if it makes no such choice. */
+loom_status loom_backend_attention_costs(loom_ctx *ctx, const char *name,
+                                         struct loom_attention_costs *c);
 
 /* A backend's kernel for one node: n's outputs from its inputs. self is
  * what the backend's kernels share (the cpu backend: its context and

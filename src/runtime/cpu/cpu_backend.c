@@ -176,6 +176,11 @@ static void cpu_machine_rates(void *bctx, loom_ctx *ctx, loom_machine *m) {
   loom_gemm_rows_curve(ctx, m);
 }
 
+static void cpu_attention_costs(void *bctx, loom_ctx *ctx, struct loom_attention_costs *c) {
+  (void)bctx;
+  loom_cpu_attention_costs(ctx, c);
+}
+
 static const loom_backend_iface cpu_iface = {
     .name = "cpu",
     .free = cpu_free,
@@ -185,6 +190,7 @@ static const loom_backend_iface cpu_iface = {
     .rewrite = cpu_rewrite,
     .rng_model = cpu_rng_model,
     .machine_rates = cpu_machine_rates,
+    .attention_costs = cpu_attention_costs,
     .prepare = cpu_prepare,
     .release = cpu_release,
     .describe = cpu_describe,
