@@ -133,20 +133,25 @@ static bool tile_prims(const loom_gemm *p, int64_t tile, int64_t tile_n, int64_t
   return true;
 }
 
-/* Products worth packing: B transposed (stored [N, K]: ONNX Gemm's
- * transB, weights in PyTorch's layout), where the packed primitive beat
- * the unpacked paths by 5-14% on BERT-base's shapes on one core (CPU time,
- * docs/PERFORMANCE.md, tenth session), and big enough that a primitive
- * call's few microseconds do not matter. A B stored [K, N] stays on
- * sgemm: it runs at 105-110 GFLOP/s there, about the core's peak, and the
- * packed primitive measured 0.93-1.08x of it. LOOM_GEMM_PACK=all packs
- * both (to measure), =none neither. */
+/* Products worth packing, by measurement (one core, CPU time, BERT-base's
+ * shapes; docs/PERFORMANCE.md, tenth session): a B transposed (stored
+ * [N, K]: ONNX Gemm's transB, weights in PyTorch's layout), where the
+ * packed primitive beat the unpacked paths by 2-29%; and a B stored
+ * [K, N] under a short product (at most GEMM_PACK_MAX_ROWS rows, one or
+ * two sequences: sgemm re-packs B for few rows of A per call there), where
+ * it gained 0-20%. Under taller products sgemm already runs at about the
+ * core's peak and the packed primitive measured 0.88-1.00x of it. Both big
+ * enough that a primitive call's few microseconds do not matter.
+ * LOOM_GEMM_PACK=all packs every big product (to measure), =none none. */
+#define GEMM_PACK_MAX_ROWS 256
+
 static bool worth_packing(const loom_gemm *p) {
   double flops = 2.0 * (double)p->batch * (double)p->m * (double)p->n * (double)p->k;
   const char *env = getenv("LOOM_GEMM_PACK");
   bool all = env && strcmp(env, "all") == 0, none = env && strcmp(env, "none") == 0;
-  return !none && (p->trans_b || all) && !p->trans_a && p->k > 0 && p->m > 0 && p->n > 0 &&
-         p->batch > 0 && flops >= GEMM_MATMUL_MIN_FLOPS;
+  bool shape = p->trans_b || p->m <= GEMM_PACK_MAX_ROWS || all;
+  return !none && shape && !p->trans_a && p->k > 0 && p->m > 0 && p->n > 0 && p->batch > 0 &&
+         flops >= GEMM_MATMUL_MIN_FLOPS;
 }
 
 loom_status loom_gemm_pack_b(loom_ctx *ctx, const loom_gemm *p, loom_gemm_packed_b **out) {
