@@ -136,11 +136,12 @@ static bool tile_prims(const loom_gemm *p, int64_t tile, int64_t tile_n, int64_t
 /* Products worth packing, by measurement (one core, CPU time, BERT-base's
  * shapes; docs/PERFORMANCE.md, tenth session): a B transposed (stored
  * [N, K]: ONNX Gemm's transB, weights in PyTorch's layout), where the
- * packed primitive beat the unpacked paths by 2-29%; and a B stored
+ * packed primitive ran 1.02-1.25x the unpacked paths; and a B stored
  * [K, N] under a short product (at most GEMM_PACK_MAX_ROWS rows, one or
  * two sequences: sgemm re-packs B for few rows of A per call there), where
- * it gained 0-20%. Under taller products sgemm already runs at about the
- * core's peak and the packed primitive measured 0.88-1.00x of it. Both big
+ * it ran 0.99-1.20x sgemm. Under taller products sgemm already runs at
+ * about the core's peak (105-110 GFLOP/s) and the packed primitive
+ * measured 0.88-1.00x of it (one outlier 1.08x). Both big
  * enough that a primitive call's few microseconds do not matter.
  * LOOM_GEMM_PACK=all packs every big product (to measure), =none none. */
 #define GEMM_PACK_MAX_ROWS 256
