@@ -15,6 +15,9 @@ typedef enum loom_bench_mode {
   LOOM_BENCH_NONE,          /* generated code, one kernel per primitive */
   LOOM_BENCH_LOOP,          /* XLA-style loop fusion */
   LOOM_BENCH_STITCH,        /* stitching fusion */
+  LOOM_BENCH_FROZEN,        /* stitch with the params frozen (loom_session_freeze_input):
+                             * GEMM operands packed once; only workloads whose GEMMs
+                             * read params */
   LOOM_BENCH_MODE_COUNT
 } loom_bench_mode;
 
