@@ -144,7 +144,7 @@ static bool is_const(const translator *t, int32_t e, double v) {
 
 /* True if e is x * a + b with constants, for the a and b given. */
 static bool affine_of(const translator *t, int32_t e, int32_t x, double a, double b) {
-  if (e == x) return a == 1.0 && b == 0.0;
+  if (e == x) return fabs(a - 1.0) <= 1e-6 && fabs(b) <= 1e-6;
   const loom_kexpr *y = &t->k->exprs[e];
   if (y->kind != LOOM_KX_OP || y->n_a != 2) return false;
   int32_t l = y->a[0], r = y->a[1];
