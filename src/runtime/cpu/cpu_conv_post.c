@@ -47,6 +47,7 @@ typedef struct translator {
   raw_op raw[RAW_MAX];
   double *val; /* evaluation of U exprs for one channel */
   bool *done;
+  double *opv; /* per raw op with an operand, per channel: its value (args given) */
 } translator;
 
 /* The map's coefficient along domain dim d. */
@@ -261,13 +262,26 @@ static double eval_u(translator *t, int32_t e, int64_t ch) {
   return t->val[e] = v;
 }
 
-/* Without args, zeros (the structure alone). */
-static float *channel_values(translator *t, const raw_op *op) {
-  float *v = calloc((size_t)t->ch, sizeof(float));
-  for (int64_t c = 0; v && t->args && c < t->ch; c++) {
+/* Every raw op's operand for every channel into t->opv, each channel's
+ * shared subexpressions evaluated once; without args, zeros (the
+ * structure alone). */
+static bool eval_operands(translator *t) {
+  t->opv = calloc((size_t)(t->n * t->ch + 1), sizeof *t->opv);
+  if (!t->opv) return false;
+  for (int64_t c = 0; t->args && c < t->ch; c++) {
     memset(t->done, 0, sizeof *t->done * (size_t)t->k->n_exprs);
-    v[c] = op->expr < 0 ? op->value : (float)eval_u(t, op->expr, c);
+    for (int32_t i = 0; i < t->n; i++) {
+      const raw_op *op = &t->raw[i];
+      if (op->kind == LOOM_CONV_POST_CHANNEL)
+        t->opv[i * t->ch + c] = op->expr < 0 ? op->value : eval_u(t, op->expr, c);
+    }
   }
+  return true;
+}
+
+static float *channel_values(translator *t, int32_t i) {
+  float *v = malloc(sizeof(float) * (size_t)t->ch);
+  for (int64_t c = 0; v && c < t->ch; c++) v[c] = (float)t->opv[i * t->ch + c];
   return v;
 }
 
@@ -294,7 +308,7 @@ static bool collapse(translator *t, loom_conv_post *post) {
     if (!is_affine(r)) {
       loom_conv_post_op op = {.kind = r->kind, .alg = r->alg, .alpha = r->alpha, .beta = r->beta,
                               .tensor = r->tensor};
-      if (r->kind == LOOM_CONV_POST_CHANNEL && !(op.chan = channel_values(t, r))) return false;
+      if (r->kind == LOOM_CONV_POST_CHANNEL && !(op.chan = channel_values(t, i))) return false;
       if (!add_op(post, op)) return false;
       i++;
       continue;
@@ -317,8 +331,7 @@ static bool collapse(translator *t, loom_conv_post *post) {
       double a = 1.0, b = 0.0;
       for (int32_t q = i; q < j; q++) {
         const raw_op *op = &t->raw[q];
-        memset(t->done, 0, sizeof *t->done * (size_t)t->k->n_exprs);
-        double u = op->expr < 0 ? op->value : eval_u(t, op->expr, c);
+        double u = t->opv[q * t->ch + c];
         if (op->alg == dnnl_binary_add) b += u;
         if (op->alg == dnnl_binary_sub) b -= u;
         if (op->alg == dnnl_binary_mul) a *= u, b *= u;
@@ -412,7 +425,7 @@ bool loom_conv_post_from_kernel(const loom_kernel *k, void *const *args, int32_t
     const loom_karg *arg = &k->args[out->target];
     classify(&t);
     ok = arg->dtype == LOOM_DTYPE_F32 && arg->numel == t.total && in_order(&t, &out->map) &&
-         emit(&t, out->expr) && t.n > 0 && collapse(&t, post);
+         emit(&t, out->expr) && t.n > 0 && eval_operands(&t) && collapse(&t, post);
     post->out = args ? args[out->target] : NULL;
   }
   free(t.cls);
@@ -420,6 +433,7 @@ bool loom_conv_post_from_kernel(const loom_kernel *k, void *const *args, int32_t
   free(t.emitted);
   free(t.val);
   free(t.done);
+  free(t.opv);
   free(t.reg_expr);
   if (!ok) loom_conv_post_free(post);
   return ok;
