@@ -246,8 +246,45 @@ loom_status onnx_cv_layer_norm(onnx_cv *cv) {
   return LOOM_STATUS_OK;
 }
 
+/* BatchNormalization's statistics as one scale and one shift per channel,
+ * s = scale / sqrt(var + eps) and t = B - mean * s, computed at load time
+ * (as ONNX Runtime does) when all four are constants of the model and not
+ * graph inputs a caller could feed: *s and *t, shaped like the
+ * statistics' reshape. False when they are not. */
+static bool fold_batch_norm(onnx_cv *cv, double eps, int32_t rank, const int64_t *shape,
+                            int32_t *s, int32_t *t) {
+  const loom_tensor *p[4];
+  int64_t c = shape[0];
+  for (int32_t i = 0; i < 4; i++) {
+    const onnx_graph *gr = cv->m->graph;
+    for (int32_t k = 0; gr && k < gr->n_inputs; k++)
+      if (strcmp(gr->inputs[k].name, cv->node->in[i + 1]) == 0) return false;
+    p[i] = cv_const(cv, i + 1);
+    if (!p[i] || loom_tensor_numel(p[i]) != c) return false;
+  }
+  double *v = malloc(sizeof(double) * (size_t)(2 * c + 1));
+  if (!v) return false;
+  loom_dtype dt = TYPE(0)->dtype;
+  for (int64_t k = 0; k < c; k++) {
+    double sc = loom_load(loom_tensor_dtype(p[0]), loom_tensor_data(p[0]), k);
+    double b = loom_load(loom_tensor_dtype(p[1]), loom_tensor_data(p[1]), k);
+    double mean = loom_load(loom_tensor_dtype(p[2]), loom_tensor_data(p[2]), k);
+    double var = loom_load(loom_tensor_dtype(p[3]), loom_tensor_data(p[3]), k);
+    double f = sc / sqrt(var + eps);
+    /* exactly representable in the input's dtype (cv_const_values) */
+    loom_store(dt, &v[2 * c], 0, f);
+    v[k] = loom_load(dt, &v[2 * c], 0);
+    loom_store(dt, &v[2 * c], 0, b - mean * v[k]);
+    v[c + k] = loom_load(dt, &v[2 * c], 0);
+  }
+  *s = cv_const_values(cv, dt, rank, shape, v);
+  *t = cv_const_values(cv, dt, rank, shape, v + c);
+  free(v);
+  return *s >= 0 && *t >= 0;
+}
+
 /* BatchNormalization at inference: (x - mean) / sqrt(var + eps) * scale + B,
- * per channel (dim 1). */
+ * per channel (dim 1); x * s + t with constant statistics. */
 loom_status onnx_cv_batch_norm(onnx_cv *cv) {
   LOOM_TRY(need_float(cv, 0));
   if (cv_attr_i(cv, "training_mode", 0) != 0) return cv_unsupported(cv, "training_mode");
@@ -259,13 +296,16 @@ loom_status onnx_cv_batch_norm(onnx_cv *cv) {
   if (t->rank < 2) return cv_invalid(cv, "input of rank %d", t->rank);
   int64_t shape[LOOM_MAX_RANK];
   for (int32_t d = 0; d < t->rank - 1; d++) shape[d] = d == 0 ? t->shape[1] : 1;
+  double eps = cv_attr_f(cv, "epsilon", 1e-5);
+  int32_t fs, ft;
+  if (fold_batch_norm(cv, eps, t->rank - 1, shape, &fs, &ft))
+    return done1(cv, lb_add(G, lb_mul(G, IN(0), fs), ft));
   int32_t p[4];
   for (int32_t i = 0; i < 4; i++) {
     if (TYPE(i + 1)->dtype != t->dtype) return cv_unsupported(cv, "parameters of another type than X");
     p[i] = lb_reshape(G, IN(i + 1), t->rank - 1, shape);
   }
   int32_t x = IN(0);
-  double eps = cv_attr_f(cv, "epsilon", 1e-5);
   int32_t inv = lb_unary(G, LOOM_OP_RSQRT, lb_add(G, p[3], scalar(cv, x, eps)));
   int32_t y = lb_mul(G, lb_sub(G, x, p[2]), lb_mul(G, inv, p[0]));
   return done1(cv, lb_add(G, y, p[1]));

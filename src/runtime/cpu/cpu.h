@@ -11,6 +11,7 @@
 
 #include "ir/view.h"
 #include "runtime/backend.h"
+#include "runtime/cpu/gemm.h"
 
 /* Below this many elements a kernel runs on the calling thread only. */
 #define LOOM_CPU_PAR_MIN 16384
@@ -59,13 +60,45 @@ loom_cpu_kernel loom_cpu_source_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_attention_kernel(const loom_graph *g, const loom_node *n);
 /* conv, conv_transpose, conv_grad_weight and the pools (cpu_conv.c). */
 loom_cpu_kernel loom_cpu_conv_kernel(const loom_graph *g, const loom_node *n);
+/* A conv's epilogue kernel: run on the output's rows (gemm.h's
+ * epilogue), or, where the kernel computes what oneDNN's post-ops can
+ * (cpu_conv_post.h) and nothing else reads the conv's output c, inside
+ * the conv, which then writes the kernel's output instead. */
+struct loom_kernel;
+typedef struct loom_conv_epilogue {
+  loom_gemm_epilogue rows;
+  const struct loom_kernel *kernel; /* NULL: rows only */
+  void *const *args;                /* the kernel's bound arguments */
+  int32_t c;                        /* the conv's output value */
+  bool c_read;                      /* c is read past the kernel, or a graph output */
+  int32_t layout;                   /* LOOM_CPU_*_BLOCKED (a conv step without epilogue too) */
+} loom_conv_epilogue;
+/* Window ops' inputs and outputs kept in channel blocks between them
+ * (cpu_conv_layout.c): a value made by a conv or pool and read only by
+ * convs and pools that all take it in the same blocks (oneDNN's nChw16c
+ * on AVX-512) stays in them, with no reorder to and from plain. */
+enum { LOOM_CPU_IN_BLOCKED = 1, LOOM_CPU_OUT_BLOCKED = 2 };
+/* The channel blocks conv or forward pool node n of g takes its input in
+ * and gives its output in (1: plain; a conv with an epilogue kernel gives
+ * blocks only when the kernel runs as post-ops). */
+void loom_cpu_window_blocks(loom_ctx *ctx, const loom_graph *g, const loom_node *n,
+                            const loom_conv_epilogue *epi, int64_t *in_block, int64_t *out_block);
+/* Runs a pool node (max_pool, avg_pool, their gradients) with layout
+ * LOOM_CPU_*_BLOCKED (0 for plain; forward pools only). */
+loom_status loom_cpu_pool(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                          const loom_view *out, int32_t layout);
+struct loom_program;
+/* Per graph node, the LOOM_CPU_*_BLOCKED layout of each conv and pool step
+ * of p (NULL when none is blocked); c_read as loom_conv_epilogue's. */
+loom_status loom_cpu_window_layouts(loom_ctx *ctx, const loom_graph *g,
+                                    const struct loom_program *p, const loom_cpu_kernel *kernels,
+                                    const bool *c_read, uint8_t **layout);
 /* Runs f32 conv node n (loom_cpu_conv_kernel said yes) with an epilogue
- * (gemm.h; NULL: none) on the output's rows (its last dim; each image's
- * block of channels is whole rows), in blocks of at most epi->rows rows
- * on the thread that computed them. */
-struct loom_gemm_epilogue;
+ * (NULL: none) on the output's rows (its last dim; each image's block of
+ * channels is whole rows), in blocks of at most epi->rows.rows rows on the
+ * thread that computed them, or as post-ops. */
 loom_status loom_cpu_conv(const loom_cpu *c, const loom_node *n, const loom_view *in,
-                          const loom_view *out, const struct loom_gemm_epilogue *epi);
+                          const loom_view *out, const loom_conv_epilogue *epi);
 
 /* Async steps (cpu_overlap.c): moves every dropout_mask step marked
  * `overlap` to just before the last GEMM step ahead of its first user

@@ -16,6 +16,7 @@
  * positions), run plain loops over (image, channel) planes.
  */
 #include "runtime/cpu/cpu.h"
+#include "runtime/cpu/cpu_conv_post.h"
 #include "runtime/cpu/dnnl_thread.h"
 #include "runtime/cpu/gemm.h"
 
@@ -48,6 +49,8 @@ typedef struct prim_key {
   int64_t any; /* P_FWD: the first of layouts_tried with a fast kernel, else plain */
   int64_t big[MAX_DIMS], small[MAX_DIMS], kernel[MAX_DIMS], stride[MAX_DIMS], dil[MAX_DIMS];
   int64_t lo[MAX_DIMS], hi[MAX_DIMS]; /* hi: oneDNN's padding_r */
+  /* P_FWD: a bias, and post-ops (kind, alg, alpha and beta bits each) */
+  int64_t scale, bias, n_post, post[LOOM_CONV_POST_MAX][4];
 } prim_key;
 
 /* A primitive and the layouts it takes: md[0] the big side, md[1] the
@@ -125,6 +128,50 @@ static dnnl_format_tag_t image_tag(int32_t layout, int32_t nd, int64_t c) {
   return nd == 3 ? dnnl_aBc16b : nd == 4 ? dnnl_aBcd16b : dnnl_aBcde16b;
 }
 
+static int64_t float_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static float bits_float(int64_t b) {
+  uint32_t u = (uint32_t)b;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* A post-op's second operand: per channel [1, c, 1...] or a tensor
+ * [1, c, spatial...] of the block's output channels, plain. */
+static void md_post_operand(dnnl_memory_desc_t *md, const prim_key *p, int64_t kind) {
+  int64_t dims[MAX_DIMS + 2] = {1, p->small_c};
+  for (int32_t d = 0; d < p->k; d++)
+    dims[2 + d] = kind == LOOM_CONV_POST_CHANNEL ? 1 : p->small[d];
+  md_plain(md, (int32_t)p->k + 2, dims);
+}
+
+/* p's post-ops into attr. */
+static dnnl_status_t set_post_ops(dnnl_primitive_attr_t attr, const prim_key *p) {
+  if (!p->n_post) return dnnl_success;
+  dnnl_post_ops_t po;
+  dnnl_status_t st = dnnl_post_ops_create(&po);
+  if (st != dnnl_success) return st;
+  for (int64_t i = 0; st == dnnl_success && i < p->n_post; i++) {
+    const int64_t *q = p->post[i];
+    dnnl_memory_desc_t md;
+    if (q[0] == LOOM_CONV_POST_ELTWISE) {
+      st = dnnl_post_ops_append_eltwise(po, 1.0f, (dnnl_alg_kind_t)q[1], bits_float(q[2]),
+                                        bits_float(q[3]));
+    } else {
+      md_post_operand(&md, p, q[0]);
+      st = dnnl_post_ops_append_binary(po, (dnnl_alg_kind_t)q[1], &md);
+    }
+  }
+  if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(attr, po);
+  dnnl_post_ops_destroy(po);
+  return st;
+}
+
 /* p's primitive with images in `layout` (LAYOUT_PLAIN, LAYOUT_ANY or a
  * channel block; forward only) and, unless plain, weights as it picks;
  * kept: its descriptor, for the layouts. With a layout, an implementation
@@ -133,7 +180,7 @@ static dnnl_status_t create(const prim_key *p, int32_t layout, dnnl_primitive_t 
                             size_t *scratch, dnnl_primitive_desc_t *kept) {
   dnnl_primitive_attr_t attr = NULL;
   dnnl_primitive_desc_t pd = NULL, hint = NULL;
-  dnnl_memory_desc_t big, small, wt = {0};
+  dnnl_memory_desc_t big, small, wt = {0}, bias;
   dnnl_dims_t stride = {0}, dil = {0}, lo = {0}, hi = {0}, ker = {0};
   int32_t k = (int32_t)p->k;
   for (int32_t d = 0; d < k; d++) {
@@ -146,6 +193,7 @@ static dnnl_status_t create(const prim_key *p, int32_t layout, dnnl_primitive_t 
   md_image(&big, p->big_c, k, p->big);
   md_image(&small, p->small_c, k, p->small);
   if (p->kind <= P_BWD_WEIGHTS) md_weights(&wt, p);
+  md_plain(&bias, 1, &p->small_c);
   if (layout != LAYOUT_PLAIN) {
     int64_t dims[MAX_DIMS + 3] = {1, p->big_c};
     memcpy(dims + 2, p->big, sizeof *dims * (size_t)k);
@@ -158,11 +206,12 @@ static dnnl_status_t create(const prim_key *p, int32_t layout, dnnl_primitive_t 
   dnnl_status_t st = dnnl_primitive_attr_create(&attr);
   if (st == dnnl_success)
     st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  if (st == dnnl_success) st = set_post_ops(attr, p);
   if (st == dnnl_success && p->kind <= P_BWD_WEIGHTS) {
     dnnl_convolution_desc_t fwd, cd;
     st = dnnl_dilated_convolution_forward_desc_init(
         &fwd, p->kind == P_FWD ? dnnl_forward_inference : dnnl_forward_training,
-        dnnl_convolution_direct, &big, &wt, NULL, &small, stride, dil, lo, hi);
+        dnnl_convolution_direct, &big, &wt, p->bias ? &bias : NULL, &small, stride, dil, lo, hi);
     if (st == dnnl_success && p->kind == P_FWD) {
       st = dnnl_primitive_desc_create(&pd, &fwd, attr, engine, NULL);
       const char *impl = NULL;
@@ -204,15 +253,23 @@ static dnnl_status_t create(const prim_key *p, int32_t layout, dnnl_primitive_t 
   return st;
 }
 
-/* A reorder from one layout to another, or NULL where they are the same. */
+/* A reorder from one layout to another, or NULL where they are the same
+ * and it scales nothing; scale_mask: the dims whose index picks a scale
+ * given at run time (0: none). */
 static dnnl_status_t create_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
-                                   dnnl_primitive_t *r) {
+                                   int scale_mask, dnnl_primitive_t *r) {
   *r = NULL;
-  if (dnnl_memory_desc_equal(from, to)) return dnnl_success;
+  if (!scale_mask && dnnl_memory_desc_equal(from, to)) return dnnl_success;
   dnnl_primitive_desc_t pd = NULL;
-  dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, NULL);
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_status_t st = dnnl_primitive_attr_create(&attr);
+  if (st == dnnl_success && scale_mask)
+    st = dnnl_primitive_attr_set_output_scales(attr, 1, scale_mask, &DNNL_RUNTIME_F32_VAL);
+  if (st == dnnl_success)
+    st = dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, attr);
   if (st == dnnl_success) st = dnnl_primitive_create(r, pd);
   if (pd) dnnl_primitive_desc_destroy(pd);
+  if (attr) dnnl_primitive_attr_destroy(attr);
   return st;
 }
 
@@ -236,13 +293,19 @@ static dnnl_status_t create_entry(prim_entry *e) {
   dnnl_primitive_desc_t pd = NULL;
   for (size_t i = 0; p->any && !pd && i < sizeof layouts_tried / sizeof *layouts_tried; i++)
     if (create(p, layouts_tried[i], &e->prim, &e->scratch, &pd) != dnnl_success) pd = NULL;
-  if (!pd) return create(p, LAYOUT_PLAIN, &e->prim, &e->scratch, NULL);
+  /* weights scaled per output channel (grouped: [G, OC/G, ...]) */
+  int wt_mask = p->scale ? (p->groups > 1 ? 3 : 1) : 0;
+  if (!pd) {
+    dnnl_status_t st = create(p, LAYOUT_PLAIN, &e->prim, &e->scratch, NULL);
+    if (st == dnnl_success && wt_mask) st = create_reorder(&e->md[2], &e->md[2], wt_mask, &e->to_wt);
+    return st;
+  }
   const dnnl_memory_desc_t *src = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
   const dnnl_memory_desc_t *dst = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
   const dnnl_memory_desc_t *wt = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-  dnnl_status_t st = create_reorder(&e->md[0], src, &e->to_src);
-  if (st == dnnl_success) st = create_reorder(dst, &e->md[1], &e->from_dst);
-  if (st == dnnl_success) st = create_reorder(&e->md[2], wt, &e->to_wt);
+  dnnl_status_t st = create_reorder(&e->md[0], src, 0, &e->to_src);
+  if (st == dnnl_success) st = create_reorder(dst, &e->md[1], 0, &e->from_dst);
+  if (st == dnnl_success) st = create_reorder(&e->md[2], wt, wt_mask, &e->to_wt);
   e->md[0] = *src;
   e->md[1] = *dst;
   e->md[2] = *wt;
@@ -276,24 +339,42 @@ static prim_entry get_prim(const prim_key *p, bool *owned) {
   return e;
 }
 
-/* Runs a reorder primitive from src to dst on this thread's stream. */
-static bool run_reorder(dnnl_primitive_t r, const dnnl_memory_desc_t *from, const void *src,
-                        const dnnl_memory_desc_t *to, void *dst) {
+/* Runs a reorder primitive from src to dst on this thread's stream;
+ * scales: NULL, or the n_scales values it multiplies by. */
+static bool run_reorder_scaled(dnnl_primitive_t r, const dnnl_memory_desc_t *from, const void *src,
+                               const dnnl_memory_desc_t *to, void *dst, const float *scales,
+                               int64_t n_scales) {
   loom_dnnl_thread *res = loom_dnnl_thread_get();
-  dnnl_memory_t m[2] = {0};
+  dnnl_memory_t m[3] = {0};
+  dnnl_memory_desc_t smd;
+  md_plain(&smd, 1, &n_scales);
   bool ok = res &&
             dnnl_memory_create(&m[0], from, engine, (void *)src) == dnnl_success &&
-            dnnl_memory_create(&m[1], to, engine, dst) == dnnl_success;
-  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, m[0]}, {DNNL_ARG_TO, m[1]}};
-  ok = ok && dnnl_primitive_execute(r, loom_dnnl_stream(res), 2, args) == dnnl_success &&
+            dnnl_memory_create(&m[1], to, engine, dst) == dnnl_success &&
+            (!scales || dnnl_memory_create(&m[2], &smd, engine, (void *)scales) == dnnl_success);
+  dnnl_exec_arg_t args[3] = {
+      {DNNL_ARG_FROM, m[0]}, {DNNL_ARG_TO, m[1]}, {DNNL_ARG_ATTR_OUTPUT_SCALES, m[2]}};
+  ok = ok &&
+       dnnl_primitive_execute(r, loom_dnnl_stream(res), scales ? 3 : 2, args) == dnnl_success &&
        dnnl_stream_wait(loom_dnnl_stream(res)) == dnnl_success;
-  for (int32_t i = 0; i < 2; i++)
+  for (int32_t i = 0; i < 3; i++)
     if (m[i]) dnnl_memory_destroy(m[i]);
   return ok;
 }
 
-/* Runs e's primitive on one thread: args are (DNNL_ARG_*, pointer) pairs. */
-static bool run_prim(const prim_entry *e, int32_t n, const int *which, void *const *ptrs) {
+static bool run_reorder(dnnl_primitive_t r, const dnnl_memory_desc_t *from, const void *src,
+                        const dnnl_memory_desc_t *to, void *dst) {
+  return run_reorder_scaled(r, from, src, to, dst, NULL, 0);
+}
+
+/* The post-op operands and the bias after a run's first three args. */
+#define MAX_ARGS (3 + 1 + LOOM_CONV_POST_MAX)
+
+/* Runs e's primitive on one thread: args are (DNNL_ARG_*, pointer)
+ * pairs; extra (NULL or one desc per arg past the first three): the
+ * descs of the bias and post-op operands. */
+static bool run_prim_with(const prim_entry *e, int32_t n, const int *which, void *const *ptrs,
+                          const dnnl_memory_desc_t *extra) {
   loom_dnnl_thread *res = loom_dnnl_thread_get();
   void *scratch = res ? loom_dnnl_buffer(res, LOOM_DNNL_SCRATCH, e->scratch) : NULL;
   if (!scratch) return false;
@@ -301,13 +382,14 @@ static bool run_prim(const prim_entry *e, int32_t n, const int *which, void *con
   dnnl_memory_desc_t smd;
   dnnl_dims_t sdim = {(int64_t)e->scratch};
   dnnl_memory_desc_init_by_tag(&smd, 1, sdim, dnnl_u8, dnnl_a);
-  dnnl_exec_arg_t args[5];
-  dnnl_memory_t mem[5] = {0};
-  bool ok = true;
+  dnnl_exec_arg_t args[MAX_ARGS + 1];
+  dnnl_memory_t mem[MAX_ARGS + 1] = {0};
+  bool ok = n <= MAX_ARGS;
   int32_t na = 0;
   for (int32_t i = 0; i < n && ok; i++, na++) {
     /* which: 0 big, 1 small, 2 weights (the md), with its DNNL_ARG */
-    ok = dnnl_memory_create(&mem[na], &mds[which[2 * i]], engine, ptrs[i]) == dnnl_success;
+    const dnnl_memory_desc_t *md = i < 3 ? &mds[which[2 * i]] : &extra[i - 3];
+    ok = dnnl_memory_create(&mem[na], md, engine, ptrs[i]) == dnnl_success;
     args[na] = (dnnl_exec_arg_t){which[2 * i + 1], mem[na]};
   }
   if (ok && e->scratch) {
@@ -317,9 +399,13 @@ static bool run_prim(const prim_entry *e, int32_t n, const int *which, void *con
   }
   ok = ok && dnnl_primitive_execute(e->prim, loom_dnnl_stream(res), na, args) == dnnl_success &&
        dnnl_stream_wait(loom_dnnl_stream(res)) == dnnl_success;
-  for (int32_t i = 0; i < 5; i++)
+  for (int32_t i = 0; i < MAX_ARGS + 1; i++)
     if (mem[i]) dnnl_memory_destroy(mem[i]);
   return ok;
+}
+
+static bool run_prim(const prim_entry *e, int32_t n, const int *which, void *const *ptrs) {
+  return run_prim_with(e, n, which, ptrs, NULL);
 }
 
 /* ---- splitting the work ------------------------------------------------ */
@@ -448,10 +534,15 @@ typedef struct conv_job {
   const float *a, *b, *packed;
   float *out;
   const loom_gemm_epilogue *epi; /* conv: NULL or run on each task's rows */
+  const loom_conv_post *post;    /* conv: NULL or the epilogue as post-ops (then no epi) */
   /* conv: any, primitives that pick their layouts; with one group, whole
    * (the whole conv's primitive) and xb, the input in its layout once for
    * every task whose primitive takes the same (x_bytes an image) */
   int64_t any, unit; /* unit: blocks are multiples of it */
+  /* the whole conv's channel blocks (1: plain), and LOOM_CPU_*_BLOCKED:
+   * the input and output are kept in them between window ops */
+  int64_t in_block, out_block;
+  int32_t layout;
   prim_entry whole;
   bool whole_owned;
   char *xb;
@@ -474,42 +565,89 @@ static bool input_layout_task(const void *user, int64_t img) {
                      j->xb + (size_t)img * j->x_bytes);
 }
 
+/* An image md's channel block (1: none). */
+static int64_t inner_block(const dnnl_memory_desc_t *md) {
+  const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+  return md->format_kind == dnnl_blocked && b->inner_nblks == 1 && b->inner_idxs[0] == 1
+             ? b->inner_blks[0]
+             : 1;
+}
+
+/* post's signature into p (a forward conv's key). */
+static void key_post(prim_key *p, const loom_conv_post *post) {
+  if (!post) return;
+  p->scale = post->scale != NULL;
+  p->bias = post->bias != NULL;
+  p->n_post = post->n;
+  for (int32_t i = 0; i < post->n; i++) {
+    const loom_conv_post_op *o = &post->op[i];
+    p->post[i][0] = o->kind;
+    p->post[i][1] = o->alg;
+    p->post[i][2] = float_bits(o->alpha);
+    p->post[i][3] = float_bits(o->beta);
+  }
+}
+
 /* One task's conv through e: input channels from u0 * per_big (all with
  * one group), output channels [c0, c0 + nc) of image img. Images and
  * weights in other layouts than plain pass through this thread's buffers
- * (the input through the shared copy where it has e's layout). */
+ * (the input through the shared copy where it has e's layout). With
+ * post-ops, it writes their result (post->out) instead of the conv's. */
 static bool conv_block(const conv_job *j, const prim_entry *e, int64_t img, int64_t u0,
                        int64_t c0) {
   const conv_split *s = &j->s;
   loom_dnnl_thread *res = loom_dnnl_thread_get();
   if (!e->prim || !res) return false;
+  const loom_conv_post *post = j->post;
   const float *src = j->a + (img * s->big_c + u0 * s->per_big) * s->bs;
   const float *wt = j->b + c0 * (s->big_c / s->w.groups) * s->kn;
-  float *out = j->out + (img * s->small_c + c0) * s->ss, *dst = out;
+  float *out = (post ? post->out : j->out) + (img * s->small_c + c0) * s->ss, *dst = out;
   dnnl_memory_desc_t plain[3];
   md_image(&plain[0], e->key.big_c, (int32_t)e->key.k, e->key.big);
   md_image(&plain[1], e->key.small_c, (int32_t)e->key.k, e->key.small);
   md_weights(&plain[2], &e->key);
-  if (j->xb && dnnl_memory_desc_equal(&e->md[0], &j->whole.md[0])) {
+  if (j->layout & LOOM_CPU_IN_BLOCKED) { /* already in e's layout */
+    if (inner_block(&e->md[0]) != j->in_block) return false;
+  } else if (j->xb && dnnl_memory_desc_equal(&e->md[0], &j->whole.md[0])) {
     src = (const float *)(j->xb + (size_t)img * j->x_bytes);
   } else if (e->to_src) {
     void *buf = loom_dnnl_buffer(res, LOOM_DNNL_SRC, dnnl_memory_desc_get_size(&e->md[0]));
     if (!buf || !run_reorder(e->to_src, &plain[0], src, &e->md[0], buf)) return false;
     src = buf;
   }
-  if (e->to_wt) {
+  if (e->to_wt) { /* with the post-ops' scale per output channel folded in */
     void *buf = loom_dnnl_buffer(res, LOOM_DNNL_WEIGHTS, dnnl_memory_desc_get_size(&e->md[2]));
-    if (!buf || !run_reorder(e->to_wt, &plain[2], wt, &e->md[2], buf)) return false;
+    const float *scale = e->key.scale ? post->scale + c0 : NULL;
+    if (!buf || !run_reorder_scaled(e->to_wt, &plain[2], wt, &e->md[2], buf, scale,
+                                    e->key.small_c))
+      return false;
     wt = buf;
   }
-  if (e->from_dst) {
+  bool out_blocked = j->layout & LOOM_CPU_OUT_BLOCKED;
+  if (out_blocked && inner_block(&e->md[1]) != j->out_block) return false;
+  if (e->from_dst && !out_blocked) {
     dst = loom_dnnl_buffer(res, LOOM_DNNL_DST, dnnl_memory_desc_get_size(&e->md[1]));
     if (!dst) return false;
   }
-  void *ptrs[3] = {(void *)src, (void *)wt, dst};
-  static const int which[6] = {0, DNNL_ARG_SRC, 2, DNNL_ARG_WEIGHTS, 1, DNNL_ARG_DST};
-  return run_prim(e, 3, which, ptrs) &&
-         (!e->from_dst || run_reorder(e->from_dst, &e->md[1], dst, &plain[1], out));
+  void *ptrs[MAX_ARGS] = {(void *)src, (void *)wt, dst};
+  int which[2 * MAX_ARGS] = {0, DNNL_ARG_SRC, 2, DNNL_ARG_WEIGHTS, 1, DNNL_ARG_DST};
+  dnnl_memory_desc_t extra[MAX_ARGS];
+  int32_t n = 3;
+  if (e->key.bias) {
+    md_plain(&extra[n - 3], 1, &e->key.small_c);
+    which[2 * n + 1] = DNNL_ARG_BIAS;
+    ptrs[n++] = post->bias + c0;
+  }
+  for (int32_t i = 0; i < e->key.n_post; i++) {
+    const loom_conv_post_op *o = &post->op[i];
+    if (o->kind == LOOM_CONV_POST_ELTWISE) continue;
+    md_post_operand(&extra[n - 3], &e->key, o->kind);
+    which[2 * n + 1] = DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1;
+    ptrs[n++] = o->kind == LOOM_CONV_POST_CHANNEL ? (void *)(o->chan + c0)
+                                                  : (void *)(o->tensor + (out - post->out));
+  }
+  return run_prim_with(e, n, which, ptrs, extra) &&
+         (!e->from_dst || out_blocked || run_reorder(e->from_dst, &e->md[1], dst, &plain[1], out));
 }
 
 /* conv: x big [N, C, S], w [M, C/g, K] -> small [N, M, O]; tasks: image x
@@ -521,6 +659,7 @@ static bool conv_task(const void *user, int64_t t) {
   prim_key p;
   block_key(s, P_FWD, t % s->blocks, &p, &u0, &nu);
   p.any = j->any;
+  key_post(&p, j->post);
   bool owned;
   prim_entry e = get_prim(&p, &owned);
   bool ok = conv_block(j, &e, img, u0, u0 * sc);
@@ -548,12 +687,20 @@ static void align_blocks(conv_split *s, const loom_gemm_epilogue *epi, int64_t u
   s->blocks = (s->units + s->b - 1) / s->b;
 }
 
-/* An image md's channel block (1: none). */
-static int64_t inner_block(const dnnl_memory_desc_t *md) {
-  const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
-  return md->format_kind == dnnl_blocked && b->inner_nblks == 1 && b->inner_idxs[0] == 1
-             ? b->inner_blks[0]
-             : 1;
+/* Whether the whole conv (key p) runs with j's post-ops on the layouts
+ * it takes without them (a post-op that only a slower kernel supports is
+ * left to the epilogue on rows). */
+static bool post_fits(const conv_job *j, const prim_key *p) {
+  const prim_entry *w = &j->whole;
+  bool fast = w->prim && (w->to_src || w->from_dst), owned;
+  prim_key q = *p;
+  key_post(&q, j->post);
+  q.any = fast;
+  prim_entry e = get_prim(&q, &owned);
+  bool ok = e.prim && (!fast || (dnnl_memory_desc_equal(&e.md[0], &w->md[0]) &&
+                                 dnnl_memory_desc_equal(&e.md[1], &w->md[1])));
+  release(&e, owned);
+  return ok;
 }
 
 /* Whether the conv runs on the layouts oneDNN picks: its direct kernels
@@ -570,9 +717,12 @@ static void pick_layouts(conv_job *j) {
   block_key(&whole, P_FWD, 0, &p, &u0, &nu);
   p.any = 1;
   j->whole = get_prim(&p, &j->whole_owned);
+  if (j->post && !post_fits(j, &p)) j->post = NULL;
   const prim_entry *e = &j->whole;
   if (!e->prim || (!e->to_src && !e->from_dst)) return;
   j->any = 1;
+  j->in_block = inner_block(&e->md[0]);
+  j->out_block = inner_block(&e->md[1]);
   split_conv(s, s->batch, s->big_c, s->small_c, false, MIN_CHANNELS_BLOCKED);
   /* blocks start on whole channel blocks of the sides they cut (one
    * group: the output; depthwise: both), so no task pads a block */
@@ -586,26 +736,60 @@ static void pick_layouts(conv_job *j) {
 /* The whole input in the whole conv's layout, for its blocks. */
 static bool shared_input(const loom_cpu *c, conv_job *j) {
   const conv_split *s = &j->s;
-  if (!j->any || s->w.groups != 1 || s->blocks == 1 || !j->whole.prim || !j->whole.to_src)
+  if (!j->any || s->w.groups != 1 || s->blocks == 1 || !j->whole.prim || !j->whole.to_src ||
+      (j->layout & LOOM_CPU_IN_BLOCKED))
     return true;
   j->x_bytes = (dnnl_memory_desc_get_size(&j->whole.md[0]) + 63) / 64 * 64;
   j->xb = loom_malloc(c->ctx, j->x_bytes * (size_t)s->batch);
   return j->xb && run_tasks(c, s->batch, s->batch > 1, input_layout_task, j);
 }
 
-loom_status loom_cpu_conv(const loom_cpu *c, const loom_node *n, const loom_view *in,
-                          const loom_view *out, const loom_gemm_epilogue *epi) {
-  conv_job j = {.a = in[0].data, .b = in[1].data, .out = out[0].data, .unit = 1};
-  if (epi && epi->rows > 0 && epi->fn) j.epi = epi;
-  LOOM_TRY(window_of(c, n, in, &j.s.w));
-  conv_split *s = &j.s;
+/* j planned for conv node n on inputs of in's shapes (the data is not
+ * read): its window, blocks, post-ops (post, translated by the caller, or
+ * NULL) and layouts. */
+static loom_status plan_conv(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                             const loom_conv_post *post, conv_job *j) {
+  LOOM_TRY(window_of(c, n, in, &j->s.w));
+  conv_split *s = &j->s;
   split_conv(s, in[0].shape[0], in[0].shape[1], in[1].shape[0], false, MIN_CHANNELS);
-  if (s->batch > 0) pick_layouts(&j);
-  align_blocks(s, j.epi, j.unit);
-  bool ok = shared_input(c, &j) && run_tasks(c, s->batch * s->blocks, big_flops(s), conv_task, &j);
+  j->post = post;
+  j->in_block = j->out_block = 1;
+  if (s->batch > 0) pick_layouts(j);
+  if (j->post) j->epi = NULL;
+  align_blocks(s, j->epi, j->unit);
+  return LOOM_STATUS_OK;
+}
+
+/* The epilogue's post-ops when oneDNN can say them and nothing else reads
+ * the conv's own output (args NULL: the structure alone). */
+static bool conv_post(const loom_conv_epilogue *epi, void *const *args, const loom_view *in,
+                      const loom_view *out, loom_conv_post *post) {
+  memset(post, 0, sizeof *post);
+  if (!epi || !epi->kernel || epi->c_read || out->rank < 3) return false;
+  int64_t plane = 1;
+  for (int32_t d = 2; d < out->rank; d++) plane *= out->shape[d];
+  (void)in;
+  return loom_conv_post_from_kernel(epi->kernel, args, epi->c, out->shape[0], out->shape[1], plane,
+                                    post);
+}
+
+loom_status loom_cpu_conv(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                          const loom_view *out, const loom_conv_epilogue *epi) {
+  conv_job j = {.a = in[0].data, .b = in[1].data, .out = out[0].data, .unit = 1};
+  if (epi && epi->rows.rows > 0 && epi->rows.fn) j.epi = &epi->rows;
+  j.layout = epi ? epi->layout : 0;
+  loom_conv_post post;
+  bool has_post = j.epi && conv_post(epi, epi->args, in, out, &post);
+  loom_status st = plan_conv(c, n, in, has_post ? &post : NULL, &j);
+  /* kept blocked: what the program planned (loom_cpu_window_blocks) */
+  bool ok = !st && (!(j.layout & LOOM_CPU_IN_BLOCKED) || j.in_block > 1) &&
+            (!(j.layout & LOOM_CPU_OUT_BLOCKED) || (j.out_block > 1 && !j.epi));
+  ok = ok && shared_input(c, &j) &&
+       run_tasks(c, j.s.batch * j.s.blocks, big_flops(&j.s), conv_task, &j);
   free(j.xb);
   release(&j.whole, j.whole_owned);
-  return conv_done(c, n, ok);
+  if (has_post) loom_conv_post_free(&post);
+  return st ? st : conv_done(c, n, ok);
 }
 
 static loom_status k_conv(const loom_cpu *c, const loom_node *n, const loom_view *in,
@@ -727,14 +911,16 @@ static void pool_plane(const loom_window *w, loom_op op, const float *x, const f
 typedef struct pool_job {
   loom_window w;
   loom_op op;
-  prim_key whole;
-  int64_t ch, bs, ss, b, blocks;
+  prim_key whole; /* any: in channel blocks (the input or output kept in them) */
+  int64_t ch, bs, ss, b, blocks, block;
+  int32_t layout; /* LOOM_CPU_*_BLOCKED */
   const float *x, *dy;
   float *y;
 } pool_job;
 
 /* Image x block of channels through oneDNN (plane loops where it has no
- * primitive for the case). */
+ * primitive for the case). In channel blocks, the side that is not kept
+ * in them passes through this thread's buffers. */
 static bool pool_task(const void *user, int64_t t) {
   const pool_job *j = user;
   int64_t img = t / j->blocks, c0 = (t % j->blocks) * j->b, nc = LOOM_MIN(j->b, j->ch - c0);
@@ -742,15 +928,32 @@ static bool pool_task(const void *user, int64_t t) {
   p.big_c = p.small_c = nc;
   bool owned;
   prim_entry e = get_prim(&p, &owned);
+  loom_dnnl_thread *res = loom_dnnl_thread_get();
   int64_t pl0 = img * j->ch + c0;
-  void *ptrs[2] = {(void *)(j->x + pl0 * j->bs), j->y + pl0 * j->ss};
-  static const int which[4] = {0, DNNL_ARG_SRC, 1, DNNL_ARG_DST};
+  const float *x = j->x + pl0 * j->bs;
+  float *y = j->y + pl0 * j->ss, *dst = y;
+  dnnl_memory_desc_t plain[2];
+  md_image(&plain[0], nc, j->w.k, j->w.big);
+  md_image(&plain[1], nc, j->w.k, j->w.small);
   bool ok = true;
-  if (!e.prim)
+  if (!e.prim && !p.any) {
     for (int64_t pl = pl0; pl < pl0 + nc; pl++)
       pool_plane(&j->w, j->op, j->x + pl * j->bs, NULL, j->y + pl * j->ss);
-  else
-    ok = run_prim(&e, 2, which, ptrs);
+  } else if (!e.prim || !res || (p.any && inner_block(&e.md[0]) != j->block)) {
+    ok = false;
+  } else {
+    if (e.to_src && !(j->layout & LOOM_CPU_IN_BLOCKED)) {
+      void *buf = loom_dnnl_buffer(res, LOOM_DNNL_SRC, dnnl_memory_desc_get_size(&e.md[0]));
+      ok = buf && run_reorder(e.to_src, &plain[0], x, &e.md[0], buf);
+      x = buf;
+    }
+    if (e.from_dst && !(j->layout & LOOM_CPU_OUT_BLOCKED))
+      ok = ok && (dst = loom_dnnl_buffer(res, LOOM_DNNL_DST, dnnl_memory_desc_get_size(&e.md[1])));
+    void *ptrs[2] = {(void *)x, dst};
+    static const int which[4] = {0, DNNL_ARG_SRC, 1, DNNL_ARG_DST};
+    ok = ok && run_prim(&e, 2, which, ptrs) &&
+         (dst == y || run_reorder(e.from_dst, &e.md[1], dst, &plain[1], y));
+  }
   release(&e, owned);
   return ok;
 }
@@ -764,33 +967,101 @@ static bool plane_task(const void *user, int64_t t) {
   return true;
 }
 
+/* j planned for pool node n on inputs of in's shapes: whether oneDNN runs
+ * it (*dnnl), its blocks of channels and, with layout, its channel block
+ * (j->block; 1: none). */
+static loom_status plan_pool(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                             int32_t layout, pool_job *j, bool *dnnl) {
+  j->op = n->op;
+  j->layout = layout;
+  LOOM_TRY(window_of(c, n, in, &j->w));
+  bool grad = n->op == LOOM_OP_MAX_POOL_GRAD || n->op == LOOM_OP_AVG_POOL_GRAD;
+  int64_t batch = in[0].shape[0];
+  j->ch = in[0].shape[1];
+  j->bs = loom_window_big_numel(&j->w);
+  j->ss = loom_window_small_numel(&j->w);
+  prim_kind kind = n->op == LOOM_OP_MAX_POOL ? P_MAX : j->w.include_pad ? P_AVG_INCL : P_AVG_EXCL;
+  bool use_dnnl = !grad && j->w.k <= MAX_DIMS;
+  key_window(&j->whole, kind, &j->w);
+  /* include_pad: oneDNN divides by the kernel's size, right only when no
+   * window runs past the explicit padding */
+  for (int32_t d = 0; d < j->w.k && use_dnnl; d++)
+    use_dnnl = kind != P_AVG_INCL || j->whole.hi[d] <= j->w.hi[d];
+  *dnnl = use_dnnl;
+  j->block = 1;
+  j->b = block_units(j->ch, 1, batch, MIN_CHANNELS);
+  if (use_dnnl && layout) { /* the whole pool's blocks; tasks cut on them */
+    prim_key p = j->whole;
+    p.big_c = p.small_c = j->ch;
+    p.any = 1;
+    bool owned;
+    prim_entry e = get_prim(&p, &owned);
+    if (e.prim) j->block = inner_block(&e.md[0]);
+    release(&e, owned);
+    j->whole.any = 1;
+    j->b = LOOM_MIN((j->b + j->block - 1) / j->block * j->block, j->ch);
+  }
+  j->blocks = (j->ch + j->b - 1) / j->b;
+  return LOOM_STATUS_OK;
+}
+
+loom_status loom_cpu_pool(const loom_cpu *c, const loom_node *n, const loom_view *in,
+                          const loom_view *out, int32_t layout) {
+  pool_job j = {.x = in[0].data, .y = out[0].data};
+  bool use_dnnl;
+  LOOM_TRY(plan_pool(c, n, in, layout, &j, &use_dnnl));
+  if (layout && (!use_dnnl || j.block <= 1))
+    return loom_error(c->ctx, LOOM_STATUS_INTERNAL, "%s: no channel-blocked layout",
+                      loom_op_name(n->op));
+  int64_t batch = in[0].shape[0], planes = batch * j.ch;
+  bool parallel = planes * (j.bs + j.ss) >= LOOM_CPU_PAR_MIN;
+  if (!use_dnnl) {
+    if (n->op == LOOM_OP_MAX_POOL_GRAD || n->op == LOOM_OP_AVG_POOL_GRAD) j.dy = in[1].data;
+    run_tasks(c, planes, parallel, plane_task, &j);
+    return LOOM_STATUS_OK;
+  }
+  return conv_done(c, n, run_tasks(c, batch * j.blocks, parallel, pool_task, &j));
+}
+
 /* Pools through oneDNN where it computes what the op means, else, and for
  * the gradients, plane loops. */
 static loom_status k_pool(const loom_cpu *c, const loom_node *n, const loom_view *in,
                           const loom_view *out) {
-  pool_job j = {.op = n->op, .x = in[0].data, .y = out[0].data};
-  LOOM_TRY(window_of(c, n, in, &j.w));
-  bool grad = n->op == LOOM_OP_MAX_POOL_GRAD || n->op == LOOM_OP_AVG_POOL_GRAD;
-  if (grad) j.dy = in[1].data;
-  int64_t batch = in[0].shape[0], planes = batch * in[0].shape[1];
-  j.ch = in[0].shape[1];
-  j.bs = loom_window_big_numel(&j.w);
-  j.ss = loom_window_small_numel(&j.w);
-  bool parallel = planes * (j.bs + j.ss) >= LOOM_CPU_PAR_MIN;
-  prim_kind kind = n->op == LOOM_OP_MAX_POOL ? P_MAX : j.w.include_pad ? P_AVG_INCL : P_AVG_EXCL;
-  bool use_dnnl = !grad && j.w.k <= MAX_DIMS;
-  key_window(&j.whole, kind, &j.w);
-  /* include_pad: oneDNN divides by the kernel's size, right only when no
-   * window runs past the explicit padding */
-  for (int32_t d = 0; d < j.w.k && use_dnnl; d++)
-    use_dnnl = kind != P_AVG_INCL || j.whole.hi[d] <= j.w.hi[d];
-  if (!use_dnnl) {
-    run_tasks(c, planes, parallel, plane_task, &j);
-    return LOOM_STATUS_OK;
+  return loom_cpu_pool(c, n, in, out, 0);
+}
+
+/* A view of type t without data (the planners read shapes only). */
+static void shape_view(loom_view *v, const loom_type *t) {
+  memset(v, 0, sizeof *v);
+  v->dtype = t->dtype;
+  v->rank = t->rank;
+  memcpy(v->shape, t->shape, sizeof v->shape);
+}
+
+void loom_cpu_window_blocks(loom_ctx *ctx, const loom_graph *g, const loom_node *n,
+                            const loom_conv_epilogue *epi, int64_t *in_block, int64_t *out_block) {
+  *in_block = *out_block = 1;
+  loom_view in[2], out;
+  for (int32_t i = 0; i < 2; i++) shape_view(&in[i], loom_value_type(g, n->in[LOOM_MIN(i, n->n_in - 1)]));
+  shape_view(&out, loom_value_type(g, n->out[0]));
+  loom_cpu c = {.ctx = ctx, .nt = 1};
+  if (n->op == LOOM_OP_CONV && n->n_in == 2) {
+    conv_job j = {.unit = 1};
+    if (epi && epi->rows.rows > 0) j.epi = &epi->rows;
+    loom_conv_post post;
+    bool has_post = j.epi && conv_post(epi, NULL, in, &out, &post);
+    if (plan_conv(&c, n, in, has_post ? &post : NULL, &j) == LOOM_STATUS_OK && j.any) {
+      *in_block = j.in_block;
+      if (!j.epi) *out_block = j.out_block;
+    }
+    release(&j.whole, j.whole_owned);
+    if (has_post) loom_conv_post_free(&post);
+  } else if (n->op == LOOM_OP_MAX_POOL || n->op == LOOM_OP_AVG_POOL) {
+    pool_job j = {0};
+    bool dnnl;
+    if (plan_pool(&c, n, in, 1, &j, &dnnl) == LOOM_STATUS_OK && dnnl)
+      *in_block = *out_block = j.block;
   }
-  j.b = block_units(j.ch, 1, batch, MIN_CHANNELS);
-  j.blocks = (j.ch + j.b - 1) / j.b;
-  return conv_done(c, n, run_tasks(c, batch * j.blocks, parallel, pool_task, &j));
 }
 
 loom_cpu_kernel loom_cpu_conv_kernel(const loom_graph *g, const loom_node *n) {

@@ -48,6 +48,12 @@ struct loom_cpu_program {
   loom_ctx *task_ctx;        /* the worker task's own context, for its errors */
   struct comm_task *comm;    /* per step: a comm step's task on the stream */
   int64_t *wait_after;       /* per step: the stream ticket to wait for after it, 0 */
+  /* per node: a conv whose output is read past its epilogue kernel (or is
+   * a graph output), so the epilogue cannot replace it (NULL: no conv
+   * epilogues) */
+  bool *c_read;
+  /* per node: LOOM_CPU_*_BLOCKED of conv and pool steps (NULL: all plain) */
+  uint8_t *layout;
 };
 
 void loom_cpu_program_free(loom_cpu_program *p) {
@@ -62,6 +68,8 @@ void loom_cpu_program_free(loom_cpu_program *p) {
   free(p->join);
   free(p->comm);
   free(p->wait_after);
+  free(p->c_read);
+  free(p->layout);
   loom_worker_free(p->worker);
   loom_ctx_free(p->task_ctx);
   loom_jit_free(p->jit);
@@ -239,7 +247,8 @@ const loom_program *loom_cpu_program_get(const loom_cpu_program *p) { return p ?
  * reads the output row by row (a BatchNormalization's scale and shift,
  * an activation) runs on each block of rows right after it is made. */
 static loom_status conv_epilogues(loom_ctx *ctx, const loom_graph *g, const loom_machine *m,
-                                  const loom_cpu_kernel *kernels, loom_program *prog) {
+                                  const loom_cpu_kernel *kernels, loom_cpu_program *p) {
+  loom_program *prog = &p->prog;
   bool *producer = loom_calloc(ctx, (size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *producer);
   if (!producer) return LOOM_STATUS_OUT_OF_MEMORY;
   bool any = false;
@@ -247,7 +256,25 @@ static loom_status conv_epilogues(loom_ctx *ctx, const loom_graph *g, const loom
     any |= producer[i] = g->nodes[i].op == LOOM_OP_CONV && kernels[i];
   loom_status st = any ? loom_fusion_attach_node_epilogues(ctx, g, m, prog, producer) : LOOM_STATUS_OK;
   free(producer);
-  return st;
+  if (st || !any) return st;
+  /* which conv outputs are read past their epilogue kernel */
+  p->c_read = loom_calloc(ctx, (size_t)g->n_nodes, sizeof *p->c_read);
+  if (!p->c_read) return LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t s = 0; s < prog->n_steps; s++) {
+    const loom_step *ps = &prog->steps[s];
+    if (ps->kind != LOOM_STEP_NODE || ps->epilogue_rows <= 0) continue;
+    const loom_kernel *k = &prog->kernels[ps->kernel];
+    int32_t c = g->nodes[ps->node].out[0];
+    bool read = false;
+    for (int32_t o = 0; o < g->n_outputs; o++) read |= g->outputs[o] == c;
+    for (int32_t i = 0; i < g->n_nodes && !read; i++) {
+      bool in_kernel = i == ps->node;
+      for (int32_t q = 0; q < k->n_nodes; q++) in_kernel |= k->nodes[q] == i;
+      for (int32_t a = 0; a < g->nodes[i].n_in && !in_kernel; a++) read |= g->nodes[i].in[a] == c;
+    }
+    p->c_read[ps->node] = read;
+  }
+  return LOOM_STATUS_OK;
 }
 
 /* 2 m n k of a matmul node. */
@@ -277,7 +304,8 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
     loom_error_prefix(ctx, "cpu backend: fusion (%s)", loom_fusion_mode_name(fm));
     goto fail;
   }
-  st = conv_epilogues(ctx, g, &machine, kernels, &p->prog);
+  st = conv_epilogues(ctx, g, &machine, kernels, p);
+  if (!st) st = loom_cpu_window_layouts(ctx, g, &p->prog, kernels, p->c_read, &p->layout);
   if (!st) st = load_code(ctx, p, out);
   int32_t n_async_comm = 0;
   if (!st && !p->eager)
@@ -391,6 +419,14 @@ static const char *const step_category[] = {"kernel", "gemm", "eager"};
 static loom_status run_step(loom_cpu_program *p, const loom_cpu *c, const loom_graph *g,
                             loom_view *values, const loom_step *st, int32_t nt) {
   const loom_program *prog = &p->prog;
+  int32_t layout = p->layout && st->kind != LOOM_STEP_KERNEL ? p->layout[st->node] : 0;
+  if (layout && st->epilogue_rows <= 0) { /* a window op on channel-blocked values */
+    const loom_node *n = &g->nodes[st->node];
+    loom_view in[2] = {values[n->in[0]], values[n->in[n->n_in - 1]]};
+    loom_conv_epilogue plain_epi = {.layout = layout};
+    return n->op == LOOM_OP_CONV ? loom_cpu_conv(c, n, in, &values[n->out[0]], &plain_epi)
+                                 : loom_cpu_pool(c, n, in, &values[n->out[0]], layout);
+  }
   if (st->kind != LOOM_STEP_KERNEL && st->epilogue_rows <= 0)
     return loom_cpu_exec_node(c, g, &g->nodes[st->node], values);
   const loom_kernel *k = &prog->kernels[st->kernel];
@@ -406,8 +442,10 @@ static loom_status run_step(loom_cpu_program *p, const loom_cpu *c, const loom_g
                         loom_kpart_row_len(&k->parts[0])};
   loom_gemm_epilogue epi = {st->epilogue_rows, run_epilogue, &call};
   loom_view in[2] = {values[n->in[0]], values[n->in[1]]};
+  loom_conv_epilogue conv_epi = {epi, k, p->args, n->out[0], p->c_read && p->c_read[st->node],
+                                 layout};
   loom_status rs = n->op == LOOM_OP_MATMUL ? loom_cpu_matmul(c, n, in, &values[n->out[0]], &epi)
-                                           : loom_cpu_conv(c, n, in, &values[n->out[0]], &epi);
+                                           : loom_cpu_conv(c, n, in, &values[n->out[0]], &conv_epi);
   if (rs)
     loom_error_prefix(c->ctx, "%s with epilogue %s (node %d)", loom_op_name(n->op), k->name, st->node);
   return rs;
