@@ -1,8 +1,11 @@
 /*
  * Measuring the alpha-beta model (comm_model.h) with a ping-pong between
  * ranks 0 and 1: round trips of a small message give the latency, round
- * trips of a large one the bandwidth. Medians, so one preempted round trip
- * (two cores shared by several processes) does not skew the model.
+ * trips of a ladder of sizes the plans send (64 KiB to 4 MiB: a layer's
+ * gradients, a micro-batch's activations) the bandwidth. Every size is
+ * measured in several rounds, interleaved, and the model takes medians:
+ * one preempted round trip, or a burst of other work during one size (two
+ * cores shared by several processes), does not move it.
  */
 #include "perf/comm_model.h"
 
@@ -16,21 +19,31 @@
 #include <string.h>
 
 #define PROBE_SMALL_BYTES 8
-#define PROBE_LARGE_BYTES (4 << 20)
-#define PROBE_SMALL_REPS 15
+/* the ladder: 64 KiB x 4^i */
+#define PROBE_RUNGS 4
+#define PROBE_FIRST_BYTES (64 << 10)
+#define PROBE_LARGE_BYTES (PROBE_FIRST_BYTES << (2 * (PROBE_RUNGS - 1)))
+/* rounds over the ladder, and round trips of each size in a round */
+#define PROBE_ROUNDS 3
+#define PROBE_SMALL_REPS 7
 #define PROBE_LARGE_REPS 3
+#define PROBE_MAX_TRIPS (PROBE_ROUNDS * PROBE_SMALL_REPS)
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
 
-/* Median round trip of `bytes` between ranks 0 and 1, after one warm-up. */
+static double median_of(double *t, int32_t n) {
+  qsort(t, (size_t)n, sizeof *t, cmp_double);
+  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* reps round trips of `bytes` between ranks 0 and 1, appended to t. */
 static loom_status round_trips(loom_comm *c, loom_ctx *ctx, void *buf, int64_t bytes, int32_t reps,
-                               double *median) {
-  double t[PROBE_SMALL_REPS + 1];
+                               double *t) {
   int32_t peer = 1 - c->rank;
-  for (int32_t r = 0; r <= reps; r++) {
+  for (int32_t r = 0; r < reps; r++) {
     double t0 = loom_now_s();
     if (c->rank == 0) {
       LOOM_TRY(loom_comm_probe_send(c, ctx, buf, bytes, peer));
@@ -41,8 +54,43 @@ static loom_status round_trips(loom_comm *c, loom_ctx *ctx, void *buf, int64_t b
     }
     t[r] = loom_now_s() - t0;
   }
-  qsort(t + 1, (size_t)reps, sizeof *t, cmp_double); /* t[0]: the warm-up */
-  *median = t[1 + reps / 2];
+  return LOOM_STATUS_OK;
+}
+
+/* The latency and the bandwidth from the medians: the latency half the
+ * small round trip; per rung, its bytes over half its round trip less
+ * the latency (all of it when the latency would take more than half: a
+ * quiet host's shared memory), and the bandwidth the median over rungs. */
+static void fit_model(double small_trip, const double *rung_trip, double *latency,
+                      double *bandwidth) {
+  double lat = small_trip / 2, bw[PROBE_RUNGS];
+  for (int32_t i = 0; i < PROBE_RUNGS; i++) {
+    double bytes = (double)((int64_t)PROBE_FIRST_BYTES << (2 * i)), one_way = rung_trip[i] / 2;
+    double transfer = one_way - lat > one_way / 2 ? one_way - lat : one_way;
+    bw[i] = bytes / (transfer > 0 ? transfer : 1e-9);
+  }
+  *latency = lat > 0 ? lat : 1e-9;
+  *bandwidth = median_of(bw, PROBE_RUNGS);
+}
+
+static loom_status probe(loom_comm *c, loom_ctx *ctx, double model[2]) {
+  void *buf = loom_calloc(ctx, 1, PROBE_LARGE_BYTES);
+  if (!buf) return LOOM_STATUS_OUT_OF_MEMORY;
+  double small[PROBE_MAX_TRIPS], rung[PROBE_RUNGS][PROBE_MAX_TRIPS], warm[1];
+  loom_status st = round_trips(c, ctx, buf, PROBE_LARGE_BYTES, 1, warm); /* pages, paths */
+  for (int32_t r = 0; !st && r < PROBE_ROUNDS; r++) {
+    st = round_trips(c, ctx, buf, PROBE_SMALL_BYTES, PROBE_SMALL_REPS,
+                     small + r * PROBE_SMALL_REPS);
+    for (int32_t i = 0; !st && i < PROBE_RUNGS; i++)
+      st = round_trips(c, ctx, buf, (int64_t)PROBE_FIRST_BYTES << (2 * i), PROBE_LARGE_REPS,
+                       rung[i] + r * PROBE_LARGE_REPS);
+  }
+  free(buf);
+  if (st) return st;
+  double trips[PROBE_RUNGS];
+  for (int32_t i = 0; i < PROBE_RUNGS; i++)
+    trips[i] = median_of(rung[i], PROBE_ROUNDS * PROBE_LARGE_REPS);
+  fit_model(median_of(small, PROBE_ROUNDS * PROBE_SMALL_REPS), trips, &model[0], &model[1]);
   return LOOM_STATUS_OK;
 }
 
@@ -53,22 +101,11 @@ loom_status loom_comm_model_measure(struct loom_comm *c, loom_ctx *ctx, loom_com
   if (c->size < 2) return LOOM_STATUS_OK;
   double model[2] = {0, 0}; /* latency, bandwidth: rank 0's, for everyone */
   if (c->rank <= 1) {
-    void *buf = loom_calloc(ctx, 1, PROBE_LARGE_BYTES);
-    if (!buf) return LOOM_STATUS_OUT_OF_MEMORY;
-    double small = 0, large = 0;
-    loom_status st = round_trips(c, ctx, buf, PROBE_SMALL_BYTES, PROBE_SMALL_REPS, &small);
-    if (!st) st = round_trips(c, ctx, buf, PROBE_LARGE_BYTES, PROBE_LARGE_REPS, &large);
-    free(buf);
+    loom_status st = probe(c, ctx, model);
     if (st) {
       loom_error_prefix(ctx, "comm model");
       return st;
     }
-    double latency = small / 2, one_way = large / 2;
-    /* a large message faster than the latency model allows: the whole time
-     * is transfer (shared memory on a quiet host) */
-    double transfer = one_way - latency > one_way / 2 ? one_way - latency : one_way;
-    model[0] = latency > 0 ? latency : 1e-9;
-    model[1] = (double)PROBE_LARGE_BYTES / (transfer > 0 ? transfer : 1e-9);
   }
   loom_status st = loom_comm_broadcast(c, ctx, model, 2, LOOM_DTYPE_F64, 0);
   if (st) {

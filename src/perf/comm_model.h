@@ -39,10 +39,12 @@ static inline double loom_comm_model_time(const loom_comm_model *m, double bytes
 /*
  * Measures the model on communicator c (perf/comm_model.c): ranks 0 and 1
  * ping-pong small messages (latency: half the median round trip) and
- * 4 MiB ones (bandwidth: the bytes over half the median round trip, less
- * the latency); rank 0's result goes to every rank, so all get the same
- * model. Every rank calls it; the others only take part in the broadcast.
- * One rank: the defaults (measured false). Well under 50 ms on one host.
+ * messages of 64 KiB, 256 KiB, 1 MiB and 4 MiB, the sizes plans send
+ * (per size the bytes over half the median round trip, less the latency;
+ * the bandwidth the median over sizes), in three interleaved rounds;
+ * rank 0's result goes to every rank, so all get the same model. Every
+ * rank calls it; the others only take part in the broadcast. One rank:
+ * the defaults (measured false). About 50 ms on one host.
  */
 loom_status loom_comm_model_measure(struct loom_comm *c, loom_ctx *ctx, loom_comm_model *out);
 
