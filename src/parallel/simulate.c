@@ -554,6 +554,17 @@ static double pool_cores(const sim *s) {
   return s->pp->n_devices <= s->o->cores ? 1.0 : (double)s->o->cores;
 }
 
+/* The speed of each task in a pool of `cores` whose tasks want `demand`
+ * cores: a fair share, cores / demand, of which processes taking turns
+ * on a core get the cluster's shared.efficiency at two a core (measured:
+ * loom cluster --this-machine), 1 when they fit, in proportion between. */
+static double shared_rate(const sim *s, double demand, double cores) {
+  if (!(demand > cores)) return 1;
+  double e = s->c->shared_efficiency > 0 ? s->c->shared_efficiency : 1;
+  double crowd = fmin(1, (demand - cores) / cores);
+  return cores / demand * (1 - (1 - e) * crowd);
+}
+
 /* The pace of the comm op running on device d: the slowest of its
  * members' cores (t->pool_rate). */
 static double comm_pace(const sim *s, const timeline *t, int32_t d) {
@@ -586,7 +597,7 @@ static loom_status timeline_run(const sim *s, timeline *t, int32_t total, loom_s
       if (now < spin_end) *want += 1, dt = fmin(dt, spin_end - now);
       else *want += wait_share;
     }
-    for (int32_t d = 0; d < nd; d++) rate[d] = demand[d] > cores ? cores / demand[d] : 1;
+    for (int32_t d = 0; d < nd; d++) rate[d] = shared_rate(s, demand[d], cores);
     /* a collective moves at its slowest member's pace */
     for (int32_t d = 0; d < nd; d++) t->comm_rate[d] = t->comm_run[d] ? comm_pace(s, t, d) : 1;
     if (cores == INFINITY) dt = INFINITY; /* dedicated cores: spinning takes nothing */

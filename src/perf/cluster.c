@@ -50,6 +50,7 @@ static const key_def keys[] = {
     {"memory.efficiency", K_FRACTION, AT(memory_efficiency), false, NULL},
     {"attn.efficiency", K_FRACTION, AT(attention_efficiency), false, NULL},
     {"wait.share", K_FRACTION, AT(wait_share), false, NULL},
+    {"shared.efficiency", K_FRACTION, AT(shared_efficiency), false, NULL},
     {"node.devices", K_COUNT, AT(devices_per_node), true, NULL},
     {"collectives", K_WORD, AT(collectives), false, "nccl direct"},
     {"nodes", K_COUNT, AT(max_nodes), false, NULL},
