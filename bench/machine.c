@@ -506,18 +506,24 @@ void loom_bench_measure_mpi_link(void) {
                         "dp2", ">/dev/null");
   char env_cmd[5100];
   snprintf(env_cmd, sizeof env_cmd, "LOOM_COMM_REMEASURE=1 %s", cmd);
-  double lat[MPI_LINK_RUNS], bw[MPI_LINK_RUNS];
+  double lat[MPI_LINK_RUNS], bw[MPI_LINK_RUNS], ex[MPI_LINK_RUNS], cp[MPI_LINK_RUNS];
   int32_t got = 0;
   for (int32_t r = 0; r < MPI_LINK_RUNS; r++) {
     if (system(env_cmd) != 0) continue; /* the kept model stays */
     loom_comm_model m = loom_comm_model_kept("mpi");
-    if (m.measured) lat[got] = m.latency_s, bw[got] = m.bandwidth_Bps, got++;
+    if (m.measured && m.exchange_Bps > 0 && m.copy_Bps > 0)
+      lat[got] = m.latency_s, bw[got] = m.bandwidth_Bps, ex[got] = m.exchange_Bps,
+      cp[got] = m.copy_Bps, got++;
   }
   if (got < 2) return; /* one run's model is kept as it is */
   qsort(lat, (size_t)got, sizeof *lat, cmp_double);
   qsort(bw, (size_t)got, sizeof *bw, cmp_double);
+  qsort(ex, (size_t)got, sizeof *ex, cmp_double);
+  qsort(cp, (size_t)got, sizeof *cp, cmp_double);
   loom_profile_put("comm_mpi_latency_s", lat[got / 2]);
   loom_profile_put("comm_mpi_bytes_per_s", bw[got / 2]);
+  loom_profile_put("comm_mpi_exchange_bytes_per_s", ex[got / 2]);
+  loom_profile_put("comm_mpi_copy_bytes_per_s", cp[got / 2]);
 }
 
 loom_status loom_bench_this_cluster(loom_ctx *ctx, loom_cluster *out) {

@@ -282,10 +282,11 @@ static double comm_time(const sim *s, int32_t k) {
   double sent = (double)cm->bytes * elem_bytes(s, t) / (double)loom_dtype_size(t->dtype);
   if (strcmp(c->collectives, "direct") == 0) {
     /* the CPU's own copies and reductions around the messages, at the
-     * memory rate of the member's core */
+     * measured rate of a collective's copies, else the memory rate */
     double full = value_bytes(s, pp->global, pp->global->nodes[cm->node].out[0]);
     if (cm->op == LOOM_OP_REDUCE_SCATTER) full *= n;
-    double local = local_copy_bytes(cm->op, n, full) / (c->memory_bandwidth_Bps * s->mem_eff);
+    double copy = c->comm_copy_Bps > 0 ? c->comm_copy_Bps : c->memory_bandwidth_Bps * s->mem_eff;
+    double local = local_copy_bytes(cm->op, n, full) / copy;
     return (cm->op == LOOM_OP_ALL_REDUCE ? 2 : 1) * lat + sent / bw + local;
   }
   if (cm->op == LOOM_OP_BROADCAST) /* a pipelined chain: each forwards the data once */

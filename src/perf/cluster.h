@@ -74,6 +74,9 @@ typedef struct loom_cluster {
    * processes taking turns on it get (switching, caches refilled; 0: 1),
    * at two processes a core; in between, in proportion */
   double shared_efficiency;
+  /* the rate of a collective's own copies and reductions on a device
+   * (Loom's direct collectives; 0: the memory bandwidth's) */
+  double comm_copy_Bps;
   int32_t devices_per_node;
   /* the collectives' algorithms: "nccl" (rings, trees, hierarchical
    * across nodes; the default) or "direct" (Loom's own over MPI) */
