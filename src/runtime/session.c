@@ -30,6 +30,7 @@ struct loom_session {
    * (loom_session_freeze_input); n_frozen of them. */
   loom_tensor **frozen;
   int32_t n_frozen;
+  int32_t n_in_place; /* outputs the last run computed in an input's memory */
 };
 
 void loom_session_free(loom_session *s) {
@@ -202,6 +203,8 @@ fail:
   return st;
 }
 
+int32_t loom_session_last_in_place(const loom_session *s) { return s ? s->n_in_place : 0; }
+
 int64_t loom_session_peak_bytes(const loom_session *s) { return s ? s->prep.plan.peak_bytes : 0; }
 
 loom_status loom_session_get_stats_sized(const loom_session *s, loom_session_stats *out,
@@ -279,12 +282,32 @@ static void point_value(loom_session *s, int32_t root, void *p) {
     if (plan->root[v] == root && plan->offset[v] >= 0) s->values[v].data = p;
 }
 
+/* True if output tensor t of value v may be computed in place: t is
+ * exactly the caller's tensor of one input, overlaps no other, and the
+ * memory plan lets v take that input's memory (loom_memplan.in_place_*:
+ * every other read of the input is done by the time v is written). */
+static bool in_place_ok(const loom_session *s, int32_t v, const loom_tensor *t, int32_t n_inputs,
+                        const loom_tensor *const *inputs) {
+  const loom_memplan *plan = &s->prep.plan;
+  int32_t x = -1;
+  for (int32_t k = 0; k < n_inputs; k++) {
+    const loom_tensor *in = inputs[k];
+    if (!ranges_overlap(in->v.data, tensor_bytes(in), t->v.data, tensor_bytes(t))) continue;
+    if (x >= 0 || in->v.data != t->v.data || tensor_bytes(in) != tensor_bytes(t)) return false;
+    x = s->g->inputs[k];
+  }
+  for (int32_t k = 0; x >= 0 && k < plan->n_in_place; k++)
+    if (plan->in_place_out[k] == v && plan->in_place_in[k] == x) return true;
+  return false;
+}
+
 /*
  * Zero-copy outputs: a caller-given output whose value lives in the arena
  * is computed straight into the caller's memory instead of being copied
- * there afterwards — unless that memory overlaps an input or another
- * output (an in-place update must read the old values until the end), or
- * the value is another output's too. direct[i] says which were bound.
+ * there afterwards — unless that memory overlaps an input (an update must
+ * read the old values until the end; but see in_place_ok) or another
+ * output, or the value is another output's too. direct[i] says which
+ * were bound.
  */
 static void bind_outputs(loom_session *s, int32_t n_inputs, const loom_tensor *const *inputs,
                          int32_t n_outputs, loom_tensor *const *outputs, bool *direct) {
@@ -302,9 +325,12 @@ static void bind_outputs(loom_session *s, int32_t n_inputs, const loom_tensor *c
       ok = k == i || (g->outputs[k] != v && plan->root[g->outputs[k]] != v &&
                       !(outputs[k] && ranges_overlap(outputs[k]->v.data, tensor_bytes(outputs[k]),
                                                      t->v.data, tensor_bytes(t))));
-    for (int32_t k = 0; k < n_inputs && ok; k++)
-      ok = !ranges_overlap(inputs[k]->v.data, tensor_bytes(inputs[k]), t->v.data, tensor_bytes(t));
-    if (!ok) continue;
+    bool inputs_clear = true;
+    for (int32_t k = 0; k < n_inputs && inputs_clear; k++)
+      inputs_clear =
+          !ranges_overlap(inputs[k]->v.data, tensor_bytes(inputs[k]), t->v.data, tensor_bytes(t));
+    if (!ok || (!inputs_clear && !in_place_ok(s, v, t, n_inputs, inputs))) continue;
+    s->n_in_place += !inputs_clear;
     direct[i] = true;
     point_value(s, v, t->v.data);
   }
@@ -352,6 +378,7 @@ static loom_status run_alone(loom_session *s, int32_t n_inputs, const loom_tenso
       s->values[v].data = s->values[s->prep.plan.root[v]].data;
   bool *direct = loom_calloc(ctx, (size_t)(n_outputs ? n_outputs : 1), sizeof *direct);
   if (!direct) return LOOM_STATUS_OUT_OF_MEMORY;
+  s->n_in_place = 0;
   bind_outputs(s, n_inputs, inputs, n_outputs, outputs, direct);
   loom_status st =
       s->backend->iface->graph_compute(s->backend->context, ctx, g, s->prep.handle, s->values);
