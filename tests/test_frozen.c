@@ -4,8 +4,13 @@
  * gives what the same session gives with the weights passed on every run
  * and what the reference backend gives; a rebind changes the result (the
  * packs follow the new data); unfreezing takes the inputs from the caller
- * again; bad calls get clear errors. */
+ * again; bad calls get clear errors. An ONNX model's session freezes its
+ * initializers and packs the Gemm weight they give. */
 #include "common.h"
+#include "onnx_writer.h"
+
+#include "onnx/import.h"
+#include "onnx/model.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -66,6 +71,75 @@ static double max_diff(loom_tensor **a, loom_tensor **b) {
 
 static void run(loom_ctx *ctx, loom_session *s, loom_tensor **in, loom_tensor **out) {
   CHECK_OK(ctx, loom_session_run(s, N_IN, (const loom_tensor *const *)in, N_OUT, out));
+}
+
+/* y = Gemm(x [128, 256], W [600, 256] transB, b [600]): W and b are
+ * initializers. onnx_program_session freezes both and packs W; the result
+ * equals a plain session's (the initializers passed on every run) and the
+ * reference's. */
+static void test_onnx_initializers(loom_ctx *ctx, loom_test_rng *rng) {
+  enum { M = 128, K = 256, N = 600 };
+  float *w = malloc(sizeof(float) * N * K), *b = malloc(sizeof(float) * N);
+  for (int i = 0; i < N * K; i++) w[i] = (float)loom_test_uniform(rng, -0.1, 0.1);
+  for (int i = 0; i < N; i++) b[i] = (float)loom_test_uniform(rng, -1, 1);
+  pbw g = {0}, t;
+  pbw_str(&g, 2, "gemm");
+  t = onnxw_tensor("W", 1, 2, (int64_t[]){N, K}, w, sizeof(float) * N * K);
+  pbw_msg(&g, 5, &t);
+  t = onnxw_tensor("b", 1, 1, (int64_t[]){N}, b, sizeof(float) * N);
+  pbw_msg(&g, 5, &t);
+  t = onnxw_value("x", 1, 2, (int64_t[]){M, K}, NULL);
+  pbw_msg(&g, 11, &t);
+  t = onnxw_value("y", 1, 2, (int64_t[]){M, N}, NULL);
+  pbw_msg(&g, 12, &t);
+  const char *in[3] = {"x", "W", "b"}, *out[1] = {"y"};
+  pbw n = onnxw_node("Gemm", "gemm", 3, in, 1, out);
+  pbw a = onnxw_attr_int("transB", 1);
+  pbw_msg(&n, 5, &a);
+  pbw_msg(&g, 1, &n);
+  pbw model = onnxw_model(&g, 13);
+  onnx_model *m = NULL;
+  onnx_program *p = NULL;
+  CHECK_OK(ctx, onnx_model_parse(ctx, model.p, model.n, NULL, &m));
+  if (m) CHECK_OK(ctx, onnx_import(ctx, m, 0, NULL, &p));
+  loom_tensor *x = NULL, *y[3] = {NULL};
+  CHECK_OK(ctx, loom_tensor_new(ctx, LOOM_DTYPE_F32, 2, (int64_t[]){M, K}, &x));
+  fill(x, rng, 1.0);
+  onnx_feed f = {"x", x};
+  loom_session *s[3] = {NULL};
+  if (p) {
+    CHECK_OK(ctx, onnx_program_session(ctx, p, NULL, &s[0]));                 /* frozen */
+    CHECK_OK(ctx, loom_session_new(ctx, p->g, NULL, &s[1]));                  /* plain */
+    CHECK_OK(ctx, loom_session_new(ctx, p->g, &LOOM_SESSION_OPTIONS(.backend = "ref"), &s[2]));
+  }
+  for (int k = 0; k < 3; k++)
+    if (s[k]) CHECK_OK(ctx, onnx_program_run(ctx, p, s[k], 1, &f, &y[k]));
+  if (y[0] && y[1] && y[2]) {
+    loom_session_stats st;
+    CHECK_OK(ctx, loom_session_get_stats(s[0], &st));
+    double d_plain = 0, d_ref = 0;
+    const float *f0 = loom_tensor_data(y[0]), *f1 = loom_tensor_data(y[1]), *f2 = loom_tensor_data(y[2]);
+    for (int i = 0; i < M * N; i++) {
+      d_plain = fmax(d_plain, fabs((double)f0[i] - f1[i]));
+      d_ref = fmax(d_ref, fabs((double)f0[i] - f2[i]));
+    }
+    printf("onnx: %d initializers frozen, %d packed (%.2f MB); vs passed %.2g, vs ref %.2g\n",
+           st.n_frozen_inputs, st.n_packed, (double)st.packed_bytes / 1e6, d_plain, d_ref);
+    CHECK(st.n_frozen_inputs == 2);
+    CHECK(st.n_packed == 1);
+    CHECK(d_plain <= 1e-5);
+    CHECK(d_ref <= 1e-4);
+  }
+  for (int k = 0; k < 3; k++) {
+    loom_tensor_free(y[k]);
+    loom_session_free(s[k]);
+  }
+  loom_tensor_free(x);
+  onnx_program_free(p);
+  onnx_model_free(m);
+  free(model.p);
+  free(w);
+  free(b);
 }
 
 int main(void) {
@@ -166,6 +240,7 @@ int main(void) {
   loom_session_free(s);
   loom_session_free(ref);
   loom_graph_free(g);
+  test_onnx_initializers(ctx, &rng);
   loom_ctx_free(ctx);
   return loom_test_finish("test_frozen");
 }
