@@ -451,10 +451,13 @@ static loom_status fit_step(loom_ctx *ctx, const step_measure *m, loom_cluster *
 }
 
 /* wait.share: the fraction of a core a rank takes while it polls for its
- * peers. A fixed vector loop is timed on this process, the other cores
- * busy, alone and beside one poller per core, in turns (medians of
- * WAIT_TURNS): with C processes computing on C cores and P pollers taking
- * w each, the loop runs at C / (C + P w) of its speed alone. */
+ * peers. A fixed vector loop is timed on this process, bound to core 0,
+ * alone and beside one poller bound to the same core, in turns (medians
+ * of WAIT_TURNS): the poller taking w of the core, the loop runs at
+ * 1 / (1 + w) of its speed alone. Only that core is used: the cores of
+ * this guest share execution units (a loop ran faster when a poller took
+ * turns with a busy neighbour on the other core than beside the busy
+ * neighbour alone, which read w = 0). */
 #define WAIT_TURNS 5
 static double seconds_of_loop(int32_t reps) {
   double t0 = loom_now_s();
@@ -469,9 +472,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static double wait_share(int32_t cores) {
-  pid_t busy_pids[MAX_NEIGHBOURS], poll_pids[MAX_NEIGHBOURS];
-  int32_t pollers = LOOM_MIN(cores, MAX_NEIGHBOURS);
-  int32_t busy = start_neighbours(LOOM_MIN(cores - 1, MAX_NEIGHBOURS), false, 1, busy_pids);
+  pid_t poll_pid[1] = {0};
   bind_to_core(0, cores);
   int32_t reps = 100;
   while (reps < (1 << 24) && seconds_of_loop(reps) < 0.05) reps *= 2; /* 50-100 ms */
@@ -479,18 +480,16 @@ static double wait_share(int32_t cores) {
   int32_t got = 0;
   for (int32_t t = 0; t < WAIT_TURNS; t++) {
     alone[t] = seconds_of_loop(reps);
-    got = start_neighbours(pollers, true, 0, poll_pids);
+    got = start_neighbours(1, true, 0, poll_pid);
     polled[t] = seconds_of_loop(reps);
-    stop_neighbours(poll_pids, got);
-    if (got < pollers) break;
+    stop_neighbours(poll_pid, got);
+    if (got < 1) break;
   }
-  stop_neighbours(busy_pids, busy);
   bind_to_core(-1, cores);
-  if (got < pollers || busy < LOOM_MIN(cores - 1, MAX_NEIGHBOURS)) return 0; /* no fork */
+  if (got < 1) return 0; /* no fork */
   qsort(alone, WAIT_TURNS, sizeof *alone, cmp_double);
   qsort(polled, WAIT_TURNS, sizeof *polled, cmp_double);
-  double slower = polled[WAIT_TURNS / 2] / alone[WAIT_TURNS / 2]; /* (C + P w) / C */
-  double w = (slower - 1) * cores / pollers;
+  double w = polled[WAIT_TURNS / 2] / alone[WAIT_TURNS / 2] - 1; /* 1 + w */
   return w < 0 ? 0 : w > 1 ? 1 : w;
 }
 
@@ -533,6 +532,7 @@ loom_status loom_bench_this_cluster(loom_ctx *ctx, loom_cluster *out) {
   mo.triad_bytes = 4 * m.llc_bytes < TRIAD_MIN_BYTES ? TRIAD_MIN_BYTES : 4 * m.llc_bytes;
   double one = 0, small = 0;
   loom_status st = loom_machine_measure(ctx, &mo, &m, NULL);
+  double waiting = st ? 0 : wait_share(m.cores > 0 ? m.cores : 1);
   /* every rate under the same conditions as the ranks run: one thread,
    * bound to a core, a rank on each other core (a busy loop where no
    * trainer starts) */
@@ -566,6 +566,6 @@ loom_status loom_bench_this_cluster(loom_ctx *ctx, loom_cluster *out) {
   loom_graph_free(sm.g);
   loom_graph_free(crowded.g);
   LOOM_TRY(st);
-  out->wait_share = wait_share(m.cores > 0 ? m.cores : 1);
+  out->wait_share = waiting;
   return LOOM_STATUS_OK;
 }

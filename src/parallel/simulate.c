@@ -599,8 +599,10 @@ static loom_status timeline_run(const sim *s, timeline *t, int32_t total, loom_s
       else *want += wait_share;
     }
     for (int32_t d = 0; d < nd; d++) rate[d] = shared_rate(s, demand[d], cores);
-    /* a collective moves at its slowest member's pace */
-    for (int32_t d = 0; d < nd; d++) t->comm_rate[d] = t->comm_run[d] ? comm_pace(s, t, d) : 1;
+    /* a collective moves at its slowest member's pace (all at 1 on
+     * dedicated cores, which large clusters are: no walk of the members) */
+    for (int32_t d = 0; d < nd; d++)
+      t->comm_rate[d] = t->comm_run[d] && cores != INFINITY ? comm_pace(s, t, d) : 1;
     if (cores == INFINITY) dt = INFINITY; /* dedicated cores: spinning takes nothing */
     for (int32_t d = 0; d < nd; d++) {
       if (t->compute[d] == LANE_RUN) dt = fmin(dt, t->compute_left[d] / rate[core_pool(s, d)]);

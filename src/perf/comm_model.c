@@ -1,7 +1,7 @@
 /*
  * Measuring the alpha-beta model (comm_model.h) with a ping-pong between
  * ranks 0 and 1: round trips of a small message give the latency, round
- * trips of a ladder of sizes the plans send (64 KiB to 4 MiB: a layer's
+ * trips of a ladder of sizes the plans send (64 KiB to 1 MiB: a layer's
  * gradients, a micro-batch's activations) the bandwidth, and exchanges of
  * the same sizes (both ranks sending at once, as Loom's collectives do)
  * the bandwidth a collective gets. Every size is
@@ -21,8 +21,8 @@
 #include <string.h>
 
 #define PROBE_SMALL_BYTES 8
-/* the ladder: 64 KiB x 4^i */
-#define PROBE_RUNGS 4
+/* the ladder: 64 KiB x 4^i, to 1 MiB (a micro-batch's activations here) */
+#define PROBE_RUNGS 3
 #define PROBE_FIRST_BYTES (64 << 10)
 #define PROBE_LARGE_BYTES (PROBE_FIRST_BYTES << (2 * (PROBE_RUNGS - 1)))
 /* rounds over the ladder, and round trips of each size in a round */

@@ -46,7 +46,7 @@ static inline double loom_comm_model_time(const loom_comm_model *m, double bytes
 /*
  * Measures the model on communicator c (perf/comm_model.c): ranks 0 and 1
  * ping-pong small messages (latency: half the median round trip) and
- * messages of 64 KiB, 256 KiB, 1 MiB and 4 MiB, the sizes plans send
+ * messages of 64 KiB, 256 KiB and 1 MiB, the sizes plans send
  * (per size the bytes over half the median round trip, less the latency;
  * the bandwidth the median over sizes) and exchanges of those sizes (both
  * sending at once: exchange_Bps, per size the bytes over the median
