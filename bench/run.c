@@ -8,7 +8,11 @@
  * oracle, slow) runs on its own first, with at most 3 timed runs.
  *
  * Inputs are deterministic pseudo-random data (a fixed generator seeded by
- * each input's name); outputs go to tensors allocated once per workload.
+ * each input's name); outputs go to tensors allocated once per workload,
+ * except that an output named "new.X" (the next value of input X: training
+ * state, docs/PARALLEL.md "ties") is input X's own tensor, updated in place
+ * run after run as the trainer and the peers' optimizers update theirs.
+ * Each mode's checked warm-up run starts from the initial inputs.
  *
  * The rng workload is not a graph: its runner is at the end of this file.
  */
@@ -108,6 +112,8 @@ typedef struct wl_state {
   int32_t n_in, n_out;
   loom_tensor **in, **out;
   const loom_tensor **in_frozen; /* in with NULL for the params (the frozen mode's) */
+  int32_t *tie; /* per output: the input it updates in place, or -1 */
+  void **init;  /* per input: its first values, if an output updates it */
   void **base; /* the baseline mode's outputs (copies) */
   bool have_base;
   loom_bench_mode base_mode;
@@ -125,7 +131,11 @@ static void wl_free(wl_state *s) {
   for (int32_t i = 0; s->in && i < s->n_in; i++)
     loom_tensor_free(s->in[i]);
   for (int32_t i = 0; s->out && i < s->n_out; i++)
-    loom_tensor_free(s->out[i]);
+    if (!s->tie || s->tie[i] < 0) loom_tensor_free(s->out[i]);
+  for (int32_t i = 0; s->init && i < s->n_in; i++)
+    free(s->init[i]);
+  free(s->tie);
+  free(s->init);
   for (int32_t i = 0; s->base && i < s->n_out; i++)
     free(s->base[i]);
   free(s->in);
@@ -133,6 +143,22 @@ static void wl_free(wl_state *s) {
   free(s->out);
   free(s->base);
   loom_bench_graph_clear(&s->b);
+}
+
+/* The input output i updates in place: X for an output named "new.X" of
+ * X's type; -1 for any other. */
+static int32_t tied_input(const loom_graph *g, int32_t i) {
+  const char *nm = g->output_names[i];
+  if (!nm || strncmp(nm, "new.", 4) != 0) return -1;
+  const loom_type *t = loom_value_type(g, g->outputs[i]);
+  for (int32_t k = 0; k < g->n_inputs; k++) {
+    const loom_value_info *v = &g->values[g->inputs[k]];
+    if (!v->name || strcmp(v->name, nm + 4) != 0) continue;
+    bool same = v->type.dtype == t->dtype && v->type.rank == t->rank;
+    for (int32_t d = 0; same && d < t->rank; d++) same = v->type.shape[d] == t->shape[d];
+    return same ? k : -1;
+  }
+  return -1;
 }
 
 static loom_status wl_setup(wl_state *s) {
@@ -144,6 +170,9 @@ static loom_status wl_setup(wl_state *s) {
   s->out = loom_calloc(ctx, (size_t)(s->n_out ? s->n_out : 1), sizeof *s->out);
   s->base = loom_calloc(ctx, (size_t)(s->n_out ? s->n_out : 1), sizeof *s->base);
   if (!s->in || !s->out || !s->base) return LOOM_STATUS_OUT_OF_MEMORY;
+  s->tie = loom_calloc(ctx, (size_t)(s->n_out ? s->n_out : 1), sizeof *s->tie);
+  s->init = loom_calloc(ctx, (size_t)(s->n_in ? s->n_in : 1), sizeof *s->init);
+  if (!s->tie || !s->init) return LOOM_STATUS_OUT_OF_MEMORY;
   LOOM_TRY(loom_bench_make_inputs(ctx, &s->b, s->in));
   s->in_frozen = loom_calloc(ctx, (size_t)(s->n_in ? s->n_in : 1), sizeof *s->in_frozen);
   if (!s->in_frozen) return LOOM_STATUS_OUT_OF_MEMORY;
@@ -151,9 +180,28 @@ static loom_status wl_setup(wl_state *s) {
     s->in_frozen[i] = loom_graph_input_is_param(g, i) ? NULL : s->in[i];
   for (int32_t i = 0; i < s->n_out; i++) {
     const loom_type *t = loom_value_type(g, g->outputs[i]);
-    LOOM_TRY(loom_tensor_new(ctx, t->dtype, t->rank, t->shape, &s->out[i]));
+    s->tie[i] = tied_input(g, i);
+    int32_t k = s->tie[i];
+    if (k < 0 || s->init[k]) {
+      s->tie[i] = -1;
+      LOOM_TRY(loom_tensor_new(ctx, t->dtype, t->rank, t->shape, &s->out[i]));
+      continue;
+    }
+    size_t nb = (size_t)loom_tensor_numel(s->in[k]) * loom_dtype_size(t->dtype);
+    s->init[k] = loom_malloc(ctx, nb ? nb : 1);
+    if (!s->init[k]) return LOOM_STATUS_OUT_OF_MEMORY;
+    memcpy(s->init[k], loom_tensor_data(s->in[k]), nb);
+    s->out[i] = s->in[k];
   }
   return LOOM_STATUS_OK;
+}
+
+/* Puts the inputs that outputs update back to their first values. */
+static void restore_inputs(wl_state *s) {
+  for (int32_t k = 0; k < s->n_in; k++)
+    if (s->init[k])
+      memcpy(loom_tensor_data(s->in[k]), s->init[k],
+             (size_t)loom_tensor_numel(s->in[k]) * loom_dtype_size(loom_tensor_dtype(s->in[k])));
 }
 
 static size_t tensor_bytes(const loom_tensor *t) {
@@ -262,6 +310,7 @@ static bool prepare_mode(wl_state *s, loom_bench_mode m, loom_bench_result *r, i
      * first touch of memory would read as a slow step */
     struct loom_trace *trace = s->ctx->trace;
     s->ctx->trace = NULL;
+    restore_inputs(s); /* every mode's checked run starts from the same state */
     st = run_once(s, m, NULL, NULL);
     s->ctx->trace = trace;
   }
@@ -380,9 +429,12 @@ bool loom_bench_run_workload(loom_ctx *ctx, const loom_bench_opts *o,
     wl_free(&s);
     return false;
   }
-  /* frozen params matter where GEMMs read them */
+  /* frozen params matter where GEMMs read them, and mean nothing where
+   * the workload updates them (a training step) */
   bool params = false;
   for (int32_t i = 0; i < s.n_in; i++) params |= s.in_frozen[i] == NULL;
+  for (int32_t i = 0; i < s.n_out; i++)
+    params &= s.tie[i] < 0 || s.in_frozen[s.tie[i]] != NULL;
   row->wanted[LOOM_BENCH_FROZEN] &= params && s.b.gemm_flops > 0;
   snprintf(row->shape, sizeof row->shape, "%s", s.b.shape);
   row->min_bytes = s.b.min_bytes;

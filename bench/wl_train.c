@@ -26,7 +26,9 @@ static loom_bench_fill fill_of(const loom_graph *g, int32_t k) {
   case LOOM_GPT_IN_TARGETS:
   case LOOM_GPT_IN_RNG_BASE: return LOOM_BENCH_FILL_LABELS;
   case LOOM_GPT_IN_STEP: return LOOM_BENCH_FILL_STEP;
-  case LOOM_GPT_IN_LR: return LOOM_BENCH_FILL_POSITIVE;
+  /* the state is updated in place run after run (bench/run.c): a small
+   * step keeps it near where it starts, as training does */
+  case LOOM_GPT_IN_LR: return LOOM_BENCH_FILL_SMALL;
   default: break;
   }
   if (strncmp(v->name, "adam.v.", 7) == 0) return LOOM_BENCH_FILL_POSITIVE;

@@ -230,6 +230,16 @@ static void test_update(void) {
               "output p = %p1\n"
               "output m = %m1\n",
               (const int32_t[]){0, 2}, 3, 2);
+  /* large enough for streaming stores (8 MiB, c_internal.h): the kernel
+   * stores the ordinary way when in place, streams when not */
+  check_graph("streamed update",
+              "param %p : f32[2048, 1024]\n"
+              "input %g : f32[2048, 1024]\n"
+              "%lr : f32[] = constant(value=0.05)\n"
+              "%u : f32[2048, 1024] = mul(%g, %lr)\n"
+              "%p1 : f32[2048, 1024] = sub(%p, %u)\n"
+              "output p = %p1\n",
+              (const int32_t[]){0}, 2, 1);
   /* the update output not aliased: nothing in place, nothing changes */
   check_graph("momentum, fresh outputs",
               "param %p : f32[64, 48]\n"
