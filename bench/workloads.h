@@ -77,6 +77,13 @@ LOOM_BENCH_LAYER_BUILD(loom_bench_build_alibi_softmax);
 LOOM_BENCH_LAYER_BUILD(loom_bench_build_alibi_softmax_bwd);
 LOOM_BENCH_LAYER_BUILD(loom_bench_build_geglu_bwd);
 LOOM_BENCH_LAYER_BUILD(loom_bench_build_layerscale_droppath);
+/* held-out graphs in the text IR (wl_heldout.c): the workload's arg is one
+ * of these templates */
+LOOM_BENCH_LAYER_BUILD(loom_bench_build_heldout);
+typedef struct loom_bench_heldout loom_bench_heldout;
+extern const loom_bench_heldout loom_bench_heldout_rotary_bwd, loom_bench_heldout_focal,
+    loom_bench_heldout_softcap, loom_bench_heldout_moe_top2, loom_bench_heldout_sqrelu,
+    loom_bench_heldout_convnext;
 
 /* One pre-LN GPT block's forward for `loom bench attention` (wl_model.c):
  * batch 1, seq tokens, heads heads of head_dim (d_model = heads *

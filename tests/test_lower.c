@@ -578,21 +578,39 @@ static void case_concat_pad(loom_ctx *ctx) {
   check_graph(ctx, g, &tc4);
   loom_graph_free(g);
 
-  /* one computed value at two places of a concat (rotate_half of a
-   * computed value), and a stored slice of a computed value: not one
-   * kernel (a loop would hold two offsets; the slice's other elements are
-   * not its own) */
+  /* one computed value at two or three places of one loop: an instance
+   * per place (lower_instance.c) — a concat of a value with itself,
+   * rotate_half of a computed value, and the shape of a gated unit's
+   * backward (both halves of one projection read by both pads) */
   loom_graph_new(ctx, &g);
   e = lb_unary(g, LOOM_OP_EXP, input(g, "e", LOOM_DTYPE_F32, 2, (int64_t[]){4, 6}));
-  loom_graph_output(g, "twice", lb_concat(g, 2, (int32_t[]){e, e}, 1));
-  loom_graph *dg = NULL;
-  CHECK_OK(ctx, loom_graph_decompose(g, &dg));
-  int32_t *gon = dg ? malloc(sizeof(int32_t) * (size_t)dg->n_nodes) : NULL;
-  for (int32_t n = 0; gon && n < dg->n_nodes; n++) gon[n] = 7;
-  if (gon) CHECK(!loom_fusion_group_analyze(dg, gon, 7, LOOM_FUSION_STITCH, NULL));
-  free(gon);
-  loom_graph_free(dg);
+  loom_graph_output(g, "twice", lb_concat(g, 3, (int32_t[]){e, lb_neg(g, e), e}, 1));
+  int32_t t = lb_unary(g, LOOM_OP_TANH, input(g, "t", LOOM_DTYPE_F32, 2, (int64_t[]){4, 8}));
+  int32_t t1 = lb_slice(g, t, (int64_t[]){0, 0}, (int64_t[]){4, 4});
+  int32_t t2 = lb_slice(g, t, (int64_t[]){0, 4}, (int64_t[]){4, 8});
+  loom_graph_output(g, "rotate_half", lb_add(g, lb_mul(g, t, t), lb_concat(g, 2, (int32_t[]){lb_neg(g, t2), t1}, 1)));
+  tcase tc5 = {"one value at several offsets", -1, 1, 0, 0, 1, 0, 1};
+  check_graph(ctx, g, &tc5);
   loom_graph_free(g);
+  /* ... and cut into a stage per segment of du's columns, [0, 32) and
+   * [32, 64), in one part (a row's inputs are read once for both), where
+   * each half computes only its own chain (the tanh and exp of the other
+   * half are not evaluated there) */
+  loom_graph_new(ctx, &g);
+  int32_t u = input(g, "u", LOOM_DTYPE_F32, 2, (int64_t[]){64, 64});
+  int32_t dy = input(g, "dy", LOOM_DTYPE_F32, 2, (int64_t[]){64, 32});
+  int32_t ua = lb_unary(g, LOOM_OP_TANH, lb_slice(g, u, (int64_t[]){0, 0}, (int64_t[]){64, 32}));
+  int32_t ub = lb_slice(g, u, (int64_t[]){0, 32}, (int64_t[]){64, 64});
+  int32_t dya = lb_mul(g, dy, ub), dyb = lb_mul(g, lb_unary(g, LOOM_OP_EXP, dy), ua);
+  loom_graph_output(g, "du", lb_add(g, lb_pad(g, lb_mul(g, dya, ua), (int64_t[]){0, 0}, (int64_t[]){0, 32}, 0),
+                                   lb_pad(g, dyb, (int64_t[]){0, 32}, (int64_t[]){0, 0}, 0)));
+  tcase tc6 = {"gated unit bwd, segments", -1, 1, 0, 0, 1, 1, 1};
+  check_graph(ctx, g, &tc6);
+  loom_graph_free(g);
+  /* a stored slice of a computed value: not one kernel (the slice's other
+   * elements are not its own) */
+  loom_graph *dg = NULL;
+  int32_t *gon = NULL;
   loom_graph_new(ctx, &g);
   e = lb_unary(g, LOOM_OP_EXP, input(g, "e", LOOM_DTYPE_F32, 2, (int64_t[]){4, 6}));
   loom_graph_output(g, "e", e);

@@ -17,9 +17,27 @@ WORKLOADS = [
     # held-out graphs (bench/wl_layers.c)
     "instnorm_lrelu", "instnorm_lrelu_bwd", "t5_norm_residual", "alibi_softmax",
     "alibi_softmax_bwd", "geglu_bwd", "layerscale_droppath",
+    # held-out graphs in the text IR (bench/wl_heldout.c)
+    "rotary_bwd", "focal_loss", "softcap_zloss", "moe_top2_lb", "sqrelu_mlp", "convnext_tail",
     "bert_layer", "gpt2_block", "train_step",
 ]
-MEMORY_BOUND = set(WORKLOADS[:22])
+MEMORY_BOUND = set(WORKLOADS[:22]) | {"rotary_bwd", "focal_loss", "softcap_zloss", "moe_top2_lb"}
+# the sizes of bench/wl_heldout.c's templates: (full, small)
+HELDOUT = {
+    "rotary_bwd": (dict(T=4096, H=16, D=64), dict(T=256, H=8, D=32)),
+    "focal_loss": (dict(N=4096, K=8192), dict(N=256, K=1024)),
+    "softcap_zloss": (dict(N=4096, K=8192), dict(N=256, K=1024)),
+    "moe_top2_lb": (dict(T=262144, E=8), dict(T=8192, E=8)),
+    "sqrelu_mlp": (dict(N=4096, D=512, F=2048), dict(N=256, D=64, F=256)),
+    "convnext_tail": (dict(B=8, H=56, W=56, C=96, F=384), dict(B=2, H=14, W=14, C=32, F=128)),
+}
+SOFTCAP = 30.0
+ZLOSS = 1e-4
+LB_WEIGHT = 0.04  # E / 2 * 0.01
+
+
+def heldout(name, small):
+    return HELDOUT[name][1 if small else 0]
 RMS_EPS = 1e-6
 GN_EPS = 1e-5
 GN_GROUPS = 32
@@ -144,6 +162,8 @@ def min_bytes(name, small, io_bytes=None):
 
 
 def shape_str(name, small):
+    if name in HELDOUT:  # as loom bench prints it: the template's sizes
+        return " ".join("%s=%d" % kv for kv in heldout(name, small).items())
     if name in ("cross_entropy", "ls_cross_entropy"):
         return "logits [%d, %d]" % ce_shape(small)
     if name == "swiglu":

@@ -175,8 +175,77 @@ def build_layer(name, small, wait):
     return build_held_out(name, small, wait)
 
 
+def nbytes(arrs):
+    return sum(a.size * a.dtype.itemsize for a in arrs)
+
+
+def build_text_ir(name, small, wait):
+    """The held-out graphs of bench/wl_heldout.c (written in the text IR
+    there), or None; io_bytes counts every input and output once."""
+    S = C.heldout(name, small)
+    if name == "rotary_bwd":
+        t, h, d = S["T"], S["H"], S["D"]
+        x, cs, sn, dy = rand((t, h, d), 1), rand((t, 1, d), 2), rand((t, 1, d), 3), rand((t, h, d), 4)
+
+        def rot(x):
+            return x * cs + jnp.concatenate((-x[..., d // 2:], x[..., :d // 2]), -1) * sn
+        f = jax.jit(lambda x, dy: jax.vjp(rot, x)[1](dy))
+        return (lambda: wait(f(x, dy))), nbytes((x, cs, sn, dy, x)), None
+    if name in ("focal_loss", "softcap_zloss"):
+        n, k = S["N"], S["K"]
+        z = rand((n, k), 1)
+        t = jax.random.randint(jax.random.PRNGKey(2), (n,), 0, k)
+
+        def focal(z):
+            lpt = jnp.take_along_axis(jax.nn.log_softmax(z, -1), t[:, None], 1)[:, 0]
+            return -((1 - jnp.exp(lpt)) ** 2 * lpt).mean()
+
+        def softcap(z):
+            c = C.SOFTCAP * jnp.tanh(z / C.SOFTCAP)
+            lse = jax.nn.logsumexp(c, -1)
+            ce = lse - jnp.take_along_axis(c, t[:, None], 1)[:, 0]
+            return ce.mean() + C.ZLOSS * (lse * lse).mean()
+        f = jax.jit(jax.value_and_grad(focal if name == "focal_loss" else softcap))
+        return (lambda: wait(f(z))), nbytes((z, t, z)), None
+    if name == "moe_top2_lb":
+        tk, e = S["T"], S["E"]
+        lg, dg = rand((tk, e), 1), rand((tk, e), 2)
+
+        def route(lg):
+            p = jax.nn.softmax(lg, -1)
+            _, idx = jax.lax.top_k(p, 2)
+            sel = jax.nn.one_hot(idx, e).sum(1)
+            kept = p * sel
+            gates = kept / kept.sum(-1, keepdims=True)
+            lb = (sel.mean(0) * p.mean(0)).sum() * C.LB_WEIGHT
+            return (gates * dg).sum() + lb
+        f = jax.jit(jax.grad(route))
+        return (lambda: wait(f(lg))), nbytes((lg, dg, lg)), None
+    if name == "sqrelu_mlp":
+        n, d, ff = S["N"], S["D"], S["F"]
+        x, w1, w2, dy = rand((n, d), 1), rand((d, ff), 2, 0.02), rand((ff, d), 3, 0.02), rand((n, d), 4)
+        mlp = lambda x, w1, w2: jnp.square(jax.nn.relu(x @ w1)) @ w2  # noqa: E731
+        f = jax.jit(lambda x, w1, w2, dy: jax.vjp(mlp, x, w1, w2)[1](dy))
+        return ((lambda: wait(f(x, w1, w2, dy))), nbytes((x, w1, w2, dy, x, w1, w2)),
+                3 * 2 * 2 * n * d * ff)
+    if name == "convnext_tail":
+        c, ff = S["C"], S["F"]
+        x = rand((S["B"], S["H"], S["W"], c), 1)
+        ps = [rand(s, 2 + i, 0.02) for i, s in enumerate(((c,), (c,), (c, ff), (ff,), (ff, c),
+                                                          (c,), (c,)))]
+
+        def tail(x, g, bt, w1, b1, w2, b2, gamma):
+            h = jax.nn.gelu(layer_norm(x, g, bt, 1e-6) @ w1 + b1, approximate=False)
+            return x + gamma * (h @ w2 + b2)
+        f = jax.jit(tail)
+        return (lambda: wait(f(x, *ps))), nbytes([x] + ps + [x]), 2 * 2 * x.size * ff
+    return None
+
+
 def build_held_out(name, small, wait):
     """The held-out graphs of bench/wl_layers.c, or None."""
+    if name in C.HELDOUT:
+        return build_text_ir(name, small, wait)
     if name in ("instnorm_lrelu", "instnorm_lrelu_bwd"):
         xs = C.instnorm_shape(small)
         ch = xs[1]

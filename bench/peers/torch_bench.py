@@ -170,8 +170,83 @@ def build_layer(name, small, comp):
     return build_held_out(name, small, comp)
 
 
+def build_text_ir(name, small, comp):
+    """The held-out graphs of bench/wl_heldout.c (written in the text IR
+    there), or None; io_bytes counts every input and output once."""
+    S = C.heldout(name, small)
+    if name == "rotary_bwd":
+        t, h, d = S["T"], S["H"], S["D"]
+        x, dy = rand((t, h, d), 1, grad=True), rand((t, h, d), 4)
+        cs, sn = rand((t, 1, d), 2), rand((t, 1, d), 3)
+
+        def rot(x, cs, sn):
+            x1, x2 = x[..., :d // 2], x[..., d // 2:]
+            return x * cs + torch.cat((-x2, x1), -1) * sn
+        f = comp(rot)
+        return (lambda: torch.autograd.grad(f(x, cs, sn), (x,), dy)), nbytes((x, cs, sn, dy, x)), None
+    if name in ("focal_loss", "softcap_zloss"):
+        n, k = S["N"], S["K"]
+        z = rand((n, k), 1, grad=True)
+        t = torch.randint(0, k, (n,), generator=torch.Generator().manual_seed(2)).to(DEVICE)
+
+        def focal(z, t):
+            lpt = F.log_softmax(z, -1).gather(1, t[:, None])[:, 0]
+            return -((1 - lpt.exp()) ** 2 * lpt).mean()
+
+        def softcap(z, t):
+            c = C.SOFTCAP * torch.tanh(z / C.SOFTCAP)
+            lse = torch.logsumexp(c, -1)
+            ce = lse - c.gather(1, t[:, None])[:, 0]
+            return ce.mean() + C.ZLOSS * (lse * lse).mean()
+        f = comp(focal if name == "focal_loss" else softcap)
+
+        def run():
+            loss = f(z, t)
+            return loss, torch.autograd.grad(loss, (z,))
+        return run, nbytes((z, t, z)), None
+    if name == "moe_top2_lb":
+        tk, e = S["T"], S["E"]
+        lg, dg = rand((tk, e), 1, grad=True), rand((tk, e), 2)
+
+        def route(lg, dg):
+            p = F.softmax(lg, -1)
+            sel = torch.zeros_like(p).scatter(1, p.topk(2, -1).indices, 1.0)
+            kept = p * sel
+            gates = kept / kept.sum(-1, keepdim=True)
+            lb = (sel.mean(0) * p.mean(0)).sum() * C.LB_WEIGHT
+            return (gates * dg).sum() + lb
+        f = comp(route)
+        return (lambda: torch.autograd.grad(f(lg, dg), (lg,))), nbytes((lg, dg, lg)), None
+    if name == "sqrelu_mlp":
+        n, d, ff = S["N"], S["D"], S["F"]
+        x, dy = rand((n, d), 1, grad=True), rand((n, d), 4)
+        w1, w2 = rand((d, ff), 2, 0.02, grad=True), rand((ff, d), 3, 0.02, grad=True)
+        f = comp(lambda x, w1, w2: torch.relu(x @ w1).square() @ w2)
+        return ((lambda: torch.autograd.grad(f(x, w1, w2), (x, w1, w2), dy)),
+                nbytes((x, w1, w2, dy, x, w1, w2)), 3 * 2 * 2 * n * d * ff)
+    if name == "convnext_tail":
+        xs = (S["B"], S["H"], S["W"], S["C"])
+        c, ff = S["C"], S["F"]
+        x = rand(xs, 1)
+        ps = [rand(s, 2 + i, 0.02) for i, s in enumerate(((c,), (c,), (c, ff), (ff,), (ff, c),
+                                                          (c,), (c,)))]
+
+        def tail(x, g, bt, w1, b1, w2, b2, gamma):
+            h = F.gelu(F.layer_norm(x, (c,), g, bt, 1e-6) @ w1 + b1)
+            return x + gamma * (h @ w2 + b2)
+        f = comp(tail)
+
+        def run():
+            with torch.no_grad():
+                return f(x, *ps)
+        return run, nbytes([x] + ps + [x]), 2 * 2 * x.numel() * ff
+    return None
+
+
 def build_held_out(name, small, comp):
     """The held-out graphs of bench/wl_layers.c, or None."""
+    if name in C.HELDOUT:
+        return build_text_ir(name, small, comp)
     if name in ("instnorm_lrelu", "instnorm_lrelu_bwd"):
         bwd = name.endswith("bwd")
         xs = C.instnorm_shape(small)

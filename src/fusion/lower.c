@@ -6,6 +6,9 @@
  *     are materialized (group.h's rule). Values produced outside the group
  *     are loaded; a layout op (reshape, transpose, slice, broadcast_to)
  *     over a loaded value is folded into the load's strides (a "view").
+ *  1b. Instances (lower_instance.c): when step 2 finds a value needed at
+ *     two offsets of one loop, every value gets an instance per offset and
+ *     step 2 runs again.
  *  2. Dim classes. Every dim of size != 1 of every value is unified with the
  *     dims it must iterate together with: aligned broadcast dims of
  *     element-wise ops, kept dims of reductions, permuted dims of
@@ -31,7 +34,9 @@
  *     stage L computes per-row values into registers, ROW stage L stores,
  *     reduces and fills scratch. A per-element value used at a later level
  *     is kept in scratch when recomputing it would cost more than reading
- *     it back (transcendentals), else recomputed.
+ *     it back (transcendentals), else recomputed. A part of element-wise
+ *     work over pieces of a loop is cut into a part per segment between
+ *     the pieces' ends, so each computes only what lies in it (segments).
  *
  * Steps 1-4 are in lower_domain.c (step 2's loops per value in
  * lower_split.c), the expressions and stages of one part
@@ -72,9 +77,10 @@ static void closure(const lw *w, int32_t l, int32_t ph, bool *in, int32_t *stack
   list[(*n)++] = m0;
   stack[sp++] = m0;
   while (sp > 0) {
-    const loom_node *nd = mnode(w, stack[--sp]);
+    int32_t mm = stack[--sp];
+    const loom_node *nd = mnode(w, mm);
     for (int32_t i = 0; i < nd->n_in; i++) {
-      int32_t li = w->loc[nd->in[i]];
+      int32_t li = m_in(w, mm, i);
       if (loadable(w, li, ph)) continue;
       int32_t m = w->lv[li].prod;
       if (!in[m]) {
@@ -89,8 +95,7 @@ static void closure(const lw *w, int32_t l, int32_t ph, bool *in, int32_t *stack
 /* True if root r can be written from every row of a part with domain dims
  * pm (P) and rm (R): no row or element may write another's result. */
 static bool root_fits(const lw *w, const lroot *r, uint32_t pm, uint32_t rm) {
-  const loom_node *nd = mnode(w, r->m);
-  uint32_t sp = r->col ? w->lv[w->loc[nd->in[0]]].space : w->lv[store_src(w, r->l)].space;
+  uint32_t sp = r->col ? w->lv[m_in(w, r->m, 0)].space : w->lv[store_src(w, r->l)].space;
   if ((sp & pm) != pm) return false;
   return (sp & rm) == 0 || (sp & rm) == rm;
 }
@@ -113,9 +118,8 @@ static void part_domain(const lw *w, const lroot *roots, int32_t nr, const int32
   *mask = 0;
   for (int32_t i = 0; i < nr; i++) {
     if (label[i] != lab) continue;
-    const loom_node *rn = mnode(w, roots[i].m);
     const lval *vals[2] = {&w->lv[store_src(w, roots[i].l)],
-                           roots[i].col ? &w->lv[w->loc[rn->in[0]]] : NULL};
+                           roots[i].col ? &w->lv[m_in(w, roots[i].m, 0)] : NULL};
     for (int32_t j = 0; j < 2; j++)
       if (vals[j] && vals[j]->comp >= 0) {
         touch_comp(comp, vals[j]->comp);
@@ -125,7 +129,7 @@ static void part_domain(const lw *w, const lroot *roots, int32_t nr, const int32
   for (int32_t q = 0; q < n_cl; q++) {
     const loom_node *nd = mnode(w, cl[q]);
     for (int32_t i = -1; i < nd->n_in; i++) {
-      const lval *x = &w->lv[w->loc[i < 0 ? nd->out[0] : nd->in[i]]];
+      const lval *x = &w->lv[(i < 0 ? m_out(w, cl[q]) : m_in(w, cl[q], i))];
       if (x->comp < 0) continue;
       touch_comp(comp, x->comp);
       *mask |= x->space;
@@ -149,17 +153,100 @@ static loom_status new_part(lw *w, kbuild *b, int32_t *cap_parts, lpart *P, int3
   const lcomp *c = &w->comp[comp];
   for (int32_t i = 0; i < c->nd; i++) {
     if (!(mask & (1u << i))) continue;
+    int64_t size = c->dsize[i], lo, hi;
+    seg_range(w, P, c->dcls[i], &lo, &hi);
+    if (lo != 0 || hi != w->ext[c->dcls[i]]) size = hi - lo; /* a segment (one dim) */
     if (i < c->k) {
       P->pmask |= 1u << i;
       P->pidx[i] = kp->p_rank;
-      kp->p_shape[kp->p_rank++] = c->dsize[i];
+      kp->p_shape[kp->p_rank++] = size;
     } else {
       P->rmask_ |= 1u << i;
       P->ridx[i] = kp->r_rank;
-      kp->r_shape[kp->r_rank++] = c->dsize[i];
+      kp->r_shape[kp->r_rank++] = size;
     }
   }
   return LOOM_STATUS_OK;
+}
+
+/* ---- segments ----------------------------------------------------------- */
+
+/*
+ * A value that covers part of a loop (a piece of a concat, the inside of a
+ * pad, an instance at another offset) is computed at every iteration and
+ * selected by index. Where such values carry real work — the two halves of
+ * a gated unit's backward, each padded into one gradient — that work would
+ * be done twice or more. A part of element-wise work is then cut along
+ * those loops at the places where the pieces begin and end: a part per
+ * segment of a P loop, a stage per segment of an R loop (equal segments),
+ * in each of which every piece lies wholly inside or wholly outside, so
+ * the selects and guards resolve while lowering and what lies outside is
+ * not computed (lower_emit.c). Not for parts with reductions (a reduction
+ * would be cut in two), loops the kernel splits or regroups, segments of
+ * a row shorter than the vector lanes, or more than MAX_SEGMENTS parts.
+ */
+#define SEG_MIN_ROW 16 /* elements of a row segment */
+#define SEG_MIN_WORK 4 /* op weight per element the pieces must carry */
+
+/* Adds cut point p of a loop of extent ext to a sorted list; false when
+ * the list would exceed MAX_SEGMENTS segments. */
+static bool add_cut(int64_t *pts, int32_t *n, int64_t p) {
+  int32_t i = 0;
+  while (i < *n && pts[i] < p) i++;
+  if (i < *n && pts[i] == p) return true;
+  if (*n >= MAX_SEGMENTS + 1) return false;
+  memmove(pts + i + 1, pts + i, sizeof(int64_t) * (size_t)(*n - i));
+  pts[i] = p;
+  (*n)++;
+  return true;
+}
+
+/* The segments of a part computing members cl[0..n_cl) over the domain
+ * dims `mask` of component comp: along P loops (psg: a part each) and
+ * along R loops (rsg: a stage each, in one part, so a row's inputs are
+ * read from memory once for all its segments); returns how many segments
+ * there are in all (1: not cut). */
+static int32_t plan_segments(const lw *w, const int32_t *cl, int32_t n_cl, int32_t comp,
+                             uint32_t mask, segs *psg, segs *rsg) {
+  psg->n = rsg->n = 0;
+  if (comp < 0) return 1;
+  int32_t work = 0;
+  for (int32_t q = 0; q < n_cl; q++) {
+    if (loom_op_get(mnode(w, cl[q])->op)->cls == LOOM_OPCLASS_REDUCE) return 1;
+    if (value_partial(w, m_out(w, cl[q]))) work += loom_lower_op_weight(w, cl[q]);
+  }
+  if (work < SEG_MIN_WORK) return 1;
+  const lcomp *c = &w->comp[comp];
+  int32_t total = 1;
+  for (int32_t i = 0; i < c->nd; i++) {
+    int32_t cls = c->dcls[i];
+    bool ok = (mask & (1u << i)) && c->dmult[i] == 1;
+    for (int32_t j = 0; j < c->nd && ok; j++) ok = j == i || c->dcls[j] != cls;
+    segs *sg = i < c->k ? psg : rsg;
+    int32_t n_pts = 2;
+    int64_t *pts = sg->pts[sg->n];
+    pts[0] = 0;
+    pts[1] = w->ext[cls];
+    for (int32_t q = 0; q < n_cl && ok; q++)
+      for (int32_t k = -1; k < mnode(w, cl[q])->n_in && ok; k++) {
+        const lval *x = &w->lv[k < 0 ? m_out(w, cl[q]) : m_in(w, cl[q], k)];
+        for (int32_t e = 0; e < x->n_loops; e++) ok = ok && (x->loop[e] != cls || x->loop_mult[e] == 1);
+        for (int32_t d = 0; d < MAXR && ok; d++) {
+          if (x->uf[d] != cls) continue;
+          int64_t a = x->off[d], z = x->off[d] + vt(w, (int32_t)(x - w->lv))->shape[d];
+          if (a > 0 && a < w->ext[cls]) ok = add_cut(pts, &n_pts, a);
+          if (ok && z > 0 && z < w->ext[cls]) ok = add_cut(pts, &n_pts, z);
+        }
+      }
+    /* a row's segments run as stages of one part over one R loop: equal */
+    for (int32_t p = 0; ok && i >= c->k && p + 1 < n_pts; p++)
+      ok = pts[p + 1] - pts[p] >= SEG_MIN_ROW && pts[p + 1] - pts[p] == pts[1];
+    if (!ok || n_pts <= 2 || total * (n_pts - 1) > MAX_SEGMENTS) continue;
+    total *= n_pts - 1;
+    sg->cls[sg->n] = cls;
+    sg->n_pts[sg->n++] = n_pts;
+  }
+  return total;
 }
 
 /* ---- canonical form: merge loops that every map walks contiguously ---- */
@@ -285,9 +372,13 @@ static loom_status parts(lw *w, kbuild *b) {
   bool *mark = calloc((size_t)nm, sizeof(bool)); /* all false between uses */
   int32_t *clo_m = NULL;                          /* closures, root after root */
   lpart P = {0};
+  segs psg, rsg;
+  int64_t *seg_lo = malloc(sizeof(int64_t) * 2 * (size_t)(w->n_cls > 0 ? w->n_cls : 1));
+  int64_t *seg_hi = seg_lo ? seg_lo + w->n_cls : NULL;
+  for (int32_t c = 0; seg_lo && c < w->n_cls; c++) seg_lo[c] = 0, seg_hi[c] = w->ext[c];
   P.level = calloc((size_t)nl * 10, sizeof(int32_t));
   P.avail = calloc((size_t)nl * 5, 1);
-  if (!roots || !mine || !ibuf || !mark || !P.level || !P.avail) {
+  if (!roots || !mine || !ibuf || !mark || !P.level || !P.avail || !seg_lo) {
     st = loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
     goto done;
   }
@@ -313,7 +404,7 @@ static loom_status parts(lw *w, kbuild *b) {
     int32_t nr = 0;
     for (int32_t m = 0; m < nm; m++) {
       if (w->phase[m] != ph) continue;
-      int32_t l = w->loc[mnode(w, m)->out[0]];
+      int32_t l = m_out(w, m);
       bool col = w->red[m] == RED_COL || w->red[m] == RED_ROWCOL;
       if (w->lv[l].mat || (col && w->lv[l].n_use > 0))
         roots[nr++] = (lroot){.l = l, .m = m, .col = col};
@@ -329,7 +420,7 @@ static loom_status parts(lw *w, kbuild *b) {
       if (roots[i].col) {
         mark[roots[i].m] = true;
         clo_m[n_clo++] = roots[i].m;
-        closure(w, w->loc[mnode(w, roots[i].m)->in[0]], ph, mark, stack, clo_m, &n_clo);
+        closure(w, m_in(w, roots[i].m, 0), ph, mark, stack, clo_m, &n_clo);
       } else {
         closure(w, roots[i].l, ph, mark, stack, clo_m, &n_clo);
       }
@@ -399,28 +490,45 @@ static loom_status parts(lw *w, kbuild *b) {
       }
       int32_t nu = union_closure(mark, nm, clo_off, clo_m, order + a, z - a, ulist);
       part_domain(w, roots, nr, label, lab, ulist, nu, &comp, &mask);
-      st = new_part(w, b, &cap_parts, &P, comp, mask, ph);
-      if (st == LOOM_STATUS_OK) {
-        P.cl = ulist;
-        P.n_cl = nu;
-        for (int32_t q = a; q < z; q++) mine[q - a] = roots[order[q]];
-        int32_t first_expr = b->k->n_exprs;
-        st = loom_lower_build_part(w, b, &P, mine, z - a);
-        if (st == LOOM_STATUS_OK) canonicalize_part(b->k, P.kp, first_expr);
-      }
-      /* back to zero for the next part */
-      for (int32_t q = 0; q < nu; q++) {
-        int32_t m = ulist[q];
-        const loom_node *nd = mnode(w, m);
-        mark[m] = false;
-        P.rowreg[m] = -1;
-        for (int32_t i = -1; i < nd->n_in; i++) {
-          int32_t l = w->loc[i < 0 ? nd->out[0] : nd->in[i]];
-          P.level[l] = P.cost[l] = 0;
-          P.avail[l] = 0;
-          P.scratch[l] = P.later[l] = P.need_reg[l] = P.wants_reg[l] = false;
+      int32_t n_seg = plan_segments(w, ulist, nu, comp, mask, &psg, &rsg);
+      P.seg_lo = n_seg > 1 ? seg_lo : NULL;
+      P.seg_hi = n_seg > 1 ? seg_hi : NULL;
+      P.rsg = n_seg > 1 && rsg.n > 0 ? &rsg : NULL;
+      int32_t n_pseg = segs_count(&psg);
+      for (int32_t s = 0; s < n_pseg && st == LOOM_STATUS_OK; s++) {
+        if (n_seg > 1) {
+          seg_pick(&psg, s, seg_lo, seg_hi);
+          seg_pick(&rsg, 0, seg_lo, seg_hi); /* the part's R loop: the first segment's */
+        }
+        st = new_part(w, b, &cap_parts, &P, comp, mask, ph);
+        if (st == LOOM_STATUS_OK) {
+          P.cl = ulist;
+          P.n_cl = nu;
+          for (int32_t q = a; q < z; q++) mine[q - a] = roots[order[q]];
+          int32_t first_expr = b->k->n_exprs;
+          st = loom_lower_build_part(w, b, &P, mine, z - a);
+          if (st == LOOM_STATUS_OK) canonicalize_part(b->k, P.kp, first_expr);
+        }
+        /* back to zero for the next part */
+        for (int32_t q = 0; q < nu; q++) {
+          int32_t m = ulist[q];
+          const loom_node *nd = mnode(w, m);
+          P.rowreg[m] = -1;
+          for (int32_t i = -1; i < nd->n_in; i++) {
+            int32_t l = (i < 0 ? m_out(w, m) : m_in(w, m, i));
+            P.level[l] = P.cost[l] = 0;
+            P.avail[l] = 0;
+            P.scratch[l] = P.later[l] = P.need_reg[l] = P.wants_reg[l] = false;
+          }
         }
       }
+      for (int32_t q = 0; q < nu; q++) mark[ulist[q]] = false;
+      if (n_seg > 1) { /* whole loops again */
+        seg_whole(w, &psg, seg_lo, seg_hi);
+        seg_whole(w, &rsg, seg_lo, seg_hi);
+      }
+      P.seg_lo = P.seg_hi = NULL;
+      P.rsg = NULL;
     }
   }
   if (st == LOOM_STATUS_OK && b->k->n_parts == 0) st = loom_lower_fail(w, "produces nothing");
@@ -432,6 +540,7 @@ done:
   free(clo_m);
   free(P.level);
   free(P.avail);
+  free(seg_lo);
   return st;
 }
 
@@ -439,6 +548,7 @@ static void lw_free(lw *w) {
   if (w->loc) /* the index's scratch: back to all -1 */
     for (int32_t l = 0; l < w->n_lv; l++) w->loc[w->lv[l].v] = -1;
   free(w->mem);
+  free(w->io_off);
   free(w->lv);
   free(w->uf);
   free(w->uoff);

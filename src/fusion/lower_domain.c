@@ -31,18 +31,26 @@ static int32_t add_value(lw *w, int32_t v) {
 static loom_status collect_values(lw *w) {
   for (int32_t l = 0; l < w->n_lv; l++) w->loc[w->lv[l].v] = -1;
   w->n_lv = 0;
-  for (int32_t m = 0; m < w->n_mem; m++) {
-    const loom_node *nd = mnode(w, m);
+  int32_t n_io = 0;
+  for (int32_t m = 0; m < w->n_mem; m++) n_io += 1 + mnode(w, m)->n_in;
+  free(w->io_off);
+  w->io_off = malloc(sizeof(int32_t) * ((size_t)w->n_mem + (size_t)n_io + 1));
+  if (!w->io_off) return loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+  w->io = w->io_off + w->n_mem;
+  for (int32_t m = 0, at = 0; m < w->n_mem; m++) {
+    const loom_node *nd = mnode(w, m); /* fusible nodes have one output */
+    w->io_off[m] = at;
     for (int32_t i = 0; i < nd->n_in; i++) {
       int32_t l = add_value(w, nd->in[i]);
       if (l < 0) return LOOM_STATUS_OUT_OF_MEMORY;
       w->lv[l].n_use++;
+      w->io[at + 1 + i] = l;
     }
-    for (int32_t o = 0; o < nd->n_out; o++) {
-      int32_t l = add_value(w, nd->out[o]);
-      if (l < 0) return LOOM_STATUS_OUT_OF_MEMORY;
-      w->lv[l].prod = m;
-    }
+    int32_t l = add_value(w, nd->out[0]);
+    if (l < 0) return LOOM_STATUS_OUT_OF_MEMORY;
+    w->lv[l].prod = m;
+    w->io[at] = l;
+    at += 1 + nd->n_in;
   }
   /* materialized: a graph output, or used by a node outside the group
    * (any node, dead ones too) */
@@ -112,11 +120,11 @@ static loom_status collect(lw *w) {
   int32_t n_live = 0;
   for (int32_t m = w->n_mem - 1; m >= 0; m--) {
     const loom_node *nd = mnode(w, m);
-    live[m] = live[m] || w->lv[w->loc[nd->out[0]]].mat;
+    live[m] = live[m] || w->lv[m_out(w, m)].mat;
     if (!live[m]) continue;
     n_live++;
     for (int32_t i = 0; i < nd->n_in; i++) {
-      int32_t p = w->lv[w->loc[nd->in[i]]].prod;
+      int32_t p = w->lv[m_in(w, m, i)].prod;
       if (p >= 0) live[p] = true;
     }
   }
@@ -214,13 +222,13 @@ static loom_status shifted_layout(lw *w, int32_t m, const loom_node *nd, int32_t
     int64_t axis = LOOM_ATTR_I(nd, concat, axis), at = 0;
     if (axis < 0) axis += to->rank;
     for (int32_t i = 0; i < nd->n_in; i++) {
-      int32_t li = w->loc[nd->in[i]];
+      int32_t li = m_in(w, m, i);
       for (int32_t d = 0; d < to->rank; d++)
         ok = ok && unify_shifted(w, li, lo, d, d == axis ? at : 0, true);
       at += vt(w, li)->shape[axis];
     }
   } else {
-    int32_t li = w->loc[nd->in[0]];
+    int32_t li = m_in(w, m, 0);
     const loom_type *ti = vt(w, li);
     for (int32_t d = 0; d < to->rank; d++) {
       int64_t shift = 0;
@@ -240,8 +248,7 @@ static loom_status shifted_layout(lw *w, int32_t m, const loom_node *nd, int32_t
   return LOOM_STATUS_OK;
 }
 
-/* The reduced-axes mask of a reduce node over its input rank. */
-static uint32_t reduce_mask(const loom_node *nd, int32_t rank) {
+uint32_t loom_lower_reduce_mask(const loom_node *nd, int32_t rank) {
   const loom_ints *axes = &LOOM_ATTR_INTS(nd, reduce_sum, axes); /* sum, max, min */
   if (axes->n == 0) return rank ? (uint32_t)((UINT64_C(1) << rank) - 1) : 0;
   uint32_t m = 0;
@@ -330,7 +337,7 @@ static loom_status classes(lw *w) {
   w->uf = malloc(sizeof(int32_t) * nuf);
   w->uoff = calloc(nuf, sizeof(int64_t));
   w->ext = calloc(nuf, sizeof(int64_t));
-  int64_t *lo_of = malloc(sizeof(int64_t) * nuf);
+  int64_t *lo_of = malloc(sizeof(int64_t) * nuf * 2); /* then each class's end */
   /* reshapes of computed values that merge or split dims (lower_split.c) */
   int32_t *splits = malloc(sizeof(int32_t) * (size_t)(w->n_mem > 0 ? w->n_mem : 1)), n_splits = 0;
   w->n_cls = (int32_t)nuf;
@@ -343,8 +350,8 @@ static loom_status classes(lw *w) {
   for (int32_t m = 0; m < w->n_mem; m++) {
     const loom_node *nd = mnode(w, m);
     const loom_op_def *d = loom_op_get(nd->op);
-    int32_t lo = w->loc[nd->out[0]];
-    int32_t li = nd->n_in > 0 ? w->loc[nd->in[0]] : -1;
+    int32_t lo = m_out(w, m);
+    int32_t li = nd->n_in > 0 ? m_in(w, m, 0) : -1;
     if (d->cls == LOOM_OPCLASS_LAYOUT) {
       if (w->lv[li].view && view_through(w, nd, li, lo)) continue;
       const loom_type *ti = vt(w, li), *to = vt(w, lo);
@@ -398,7 +405,7 @@ static loom_status classes(lw *w) {
       }
     } else if (d->cls == LOOM_OPCLASS_REDUCE) {
       const loom_type *ti = vt(w, li);
-      uint32_t mask = reduce_mask(nd, ti->rank);
+      uint32_t mask = loom_lower_reduce_mask(nd, ti->rank);
       bool keep = LOOM_ATTR_I(nd, reduce_sum, keepdims) != 0;
       for (int32_t k = 0, od = 0; k < ti->rank; k++) {
         if (mask & (1u << k)) {
@@ -409,18 +416,34 @@ static loom_status classes(lw *w) {
         od++;
       }
     } else if (d->cls == LOOM_OPCLASS_ELEMENTWISE || d->cls == LOOM_OPCLASS_RNG) {
-      for (int32_t i = 0; i < nd->n_in; i++) unify_aligned(w, w->loc[nd->in[i]], lo);
+      for (int32_t i = 0; i < nd->n_in; i++) unify_aligned(w, m_in(w, m, i), lo);
     }
   }
-  if (w->off_clash) {
+  if (w->off_clash) { /* without instances yet: the caller makes them and comes back */
     free(lo_of);
     free(splits);
-    return loom_lower_fail(w, "layout ops place one loop at two offsets");
+    return w->instanced ? loom_lower_fail(w, "layout ops place one loop at two offsets")
+                        : LOOM_STATUS_OK;
   }
   /* class ids: uf roots of dims != 1 (an empty dim is a loop of no
-   * iterations). A class's loop runs over the union of its dims' ranges,
-   * from the lowest start. */
-  for (size_t i = 0; i < nuf; i++) lo_of[i] = INT64_MAX;
+   * iterations). A class's loop runs over the union of the ranges of the
+   * dims whose every element the kernel needs — stored values and what
+   * reductions reduce — from the lowest start; a value reaching past them
+   * (a slice's input, an instance of a value at another offset) is
+   * computed only inside. A class none of those iterates takes the union
+   * of all its dims' ranges. */
+  bool *need = calloc((size_t)w->n_lv + nuf + 1, sizeof(bool)), *open = need + w->n_lv;
+  if (!need) {
+    free(lo_of);
+    free(splits);
+    return loom_error(w->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
+  }
+  for (int32_t l = 0; l < w->n_lv; l++)
+    if (w->lv[l].prod >= 0 && w->lv[l].mat) need[store_src(w, l)] = true;
+  for (int32_t m = 0; m < w->n_mem; m++)
+    if (loom_op_get(mnode(w, m)->op)->cls == LOOM_OPCLASS_REDUCE) need[m_in(w, m, 0)] = true;
+  int64_t *hi_of = lo_of + nuf;
+  for (size_t i = 0; i < nuf; i++) lo_of[i] = INT64_MAX, hi_of[i] = INT64_MIN;
   for (int32_t l = 0; l < w->n_lv; l++) {
     const loom_type *t = vt(w, l);
     for (int32_t d = 0; d < MAXR; d++) {
@@ -430,16 +453,27 @@ static loom_status classes(lw *w) {
                            : -1;
       w->lv[l].off[d] = start;
       int32_t c = w->lv[l].uf[d];
-      if (c < 0) continue;
+      if (c < 0 || !need[l]) continue;
       lo_of[c] = LOOM_MIN(lo_of[c], start);
-      w->ext[c] = LOOM_MAX(w->ext[c], start + t->shape[d]); /* the end, for now */
+      hi_of[c] = LOOM_MAX(hi_of[c], start + t->shape[d]);
     }
   }
+  for (int32_t l = 0; l < w->n_lv; l++) /* classes nothing needed whole: open */
+    for (int32_t d = 0; d < MAXR; d++)
+      if (w->lv[l].uf[d] >= 0 && lo_of[w->lv[l].uf[d]] == INT64_MAX) open[w->lv[l].uf[d]] = true;
+  for (int32_t l = 0; l < w->n_lv; l++)
+    for (int32_t d = 0; d < MAXR; d++) {
+      int32_t c = w->lv[l].uf[d];
+      if (c < 0 || !open[c]) continue;
+      lo_of[c] = LOOM_MIN(lo_of[c], w->lv[l].off[d]);
+      hi_of[c] = LOOM_MAX(hi_of[c], w->lv[l].off[d] + vt(w, l)->shape[d]);
+    }
+  free(need);
   for (int32_t l = 0; l < w->n_lv; l++)
     for (int32_t d = 0; d < MAXR; d++)
       if (w->lv[l].uf[d] >= 0) w->lv[l].off[d] -= lo_of[w->lv[l].uf[d]];
   for (size_t c = 0; c < nuf; c++)
-    if (lo_of[c] != INT64_MAX) w->ext[c] -= lo_of[c];
+    if (lo_of[c] != INT64_MAX) w->ext[c] = hi_of[c] - lo_of[c];
   free(lo_of);
   /* each value's loops; a value may not hold a loop twice */
   loom_status st = loom_lower_loops(w, splits, n_splits);
@@ -464,8 +498,8 @@ static uint32_t cls_mask(const lcomp *c, const int32_t *cls, int32_t n) {
  * (room for MAXD); returns the count. */
 static int32_t reduced_classes(const lw *w, int32_t m, int32_t *out) {
   const loom_node *nd = mnode(w, m);
-  const lval *x = &w->lv[w->loc[nd->in[0]]];
-  uint32_t mask = reduce_mask(nd, vt(w, w->loc[nd->in[0]])->rank);
+  const lval *x = &w->lv[m_in(w, m, 0)];
+  uint32_t mask = loom_lower_reduce_mask(nd, vt(w, m_in(w, m, 0))->rank);
   int32_t n = 0;
   for (int32_t k = 0; k < x->n_loops; k++)
     if (mask & (1u << x->loop_dim[k])) out[n++] = x->loop[k];
@@ -721,17 +755,17 @@ done:
 /* True if member m's one-element result reaches, through one-element
  * values, a node iterating loops of another component. */
 static bool feeds_other_piece(const lw *w, int32_t m) {
-  int32_t comp = w->lv[w->loc[mnode(w, m)->in[0]]].comp;
+  int32_t comp = w->lv[m_in(w, m, 0)].comp;
   bool *tm = calloc((size_t)w->n_lv, sizeof(bool));
   if (!tm) return true;
-  tm[w->loc[mnode(w, m)->out[0]]] = true;
+  tm[m_out(w, m)] = true;
   bool other = false;
   for (int32_t m2 = m + 1; m2 < w->n_mem && !other; m2++) {
     const loom_node *nd = mnode(w, m2);
     bool hit = false;
-    for (int32_t i = 0; i < nd->n_in; i++) hit |= tm[w->loc[nd->in[i]]];
+    for (int32_t i = 0; i < nd->n_in; i++) hit |= tm[m_in(w, m2, i)];
     if (!hit) continue;
-    int32_t lo = w->loc[nd->out[0]];
+    int32_t lo = m_out(w, m2);
     if (w->lv[lo].comp < 0)
       tm[lo] = true;
     else
@@ -750,10 +784,10 @@ static loom_status reductions(lw *w) {
    * elements are not its own) */
   for (int32_t m = 0; m < w->n_mem; m++) {
     const loom_node *nd = mnode(w, m);
-    int32_t lo = w->loc[nd->out[0]];
+    int32_t lo = m_out(w, m);
     bool red = loom_op_get(nd->op)->cls == LOOM_OPCLASS_REDUCE;
     if ((w->lv[lo].mat && (value_partial(w, lo) || value_partial(w, store_src(w, lo)))) ||
-        (red && value_partial(w, w->loc[nd->in[0]])))
+        (red && value_partial(w, m_in(w, m, 0))))
       return loom_lower_fail(w, "node %d %s a value that covers part of its loops", w->mem[m],
                              red ? "reduces" : "stores");
   }
@@ -772,14 +806,14 @@ static loom_status reductions(lw *w) {
     w->red[m] = rowp && colp ? RED_ROWCOL : rowp ? RED_ROW : RED_COL;
     /* a reduction to one element that feeds work over other loops (another
      * piece of the group) ends a phase, through a column step */
-    if (w->red[m] == RED_ROW && w->lv[w->loc[nd->out[0]]].comp < 0 && feeds_other_piece(w, m))
+    if (w->red[m] == RED_ROW && w->lv[m_out(w, m)].comp < 0 && feeds_other_piece(w, m))
       w->red[m] = RED_ROWCOL;
   }
   for (int32_t m = 0; m < w->n_mem; m++) {
     const loom_node *nd = mnode(w, m);
     int32_t ph = 0;
     for (int32_t i = 0; i < nd->n_in; i++) {
-      int32_t p = w->lv[w->loc[nd->in[i]]].prod;
+      int32_t p = w->lv[m_in(w, m, i)].prod;
       if (p < 0) continue;
       if (w->mode == LOOM_FUSION_LOOP && w->red[p] >= RED_ROW)
         return loom_lower_fail(w, "loop mode: reduction node %d feeds node %d in the group",
@@ -795,6 +829,18 @@ static loom_status reductions(lw *w) {
 loom_status loom_lower_domains(lw *w) {
   loom_status st = collect(w);
   if (st == LOOM_STATUS_OK) st = classes(w);
+  if (st == LOOM_STATUS_OK && w->off_clash) { /* one value at two offsets of a loop */
+    free(w->uf);
+    free(w->uoff);
+    free(w->ext);
+    w->uf = NULL;
+    w->uoff = NULL;
+    w->ext = NULL;
+    w->off_clash = false;
+    w->instanced = true;
+    st = loom_lower_instances(w);
+    if (st == LOOM_STATUS_OK) st = classes(w);
+  }
   if (st == LOOM_STATUS_OK) st = domains(w);
   if (st == LOOM_STATUS_OK) st = reductions(w);
   return st;

@@ -56,6 +56,7 @@ static loom_kmap value_map(const lw *w, const lpart *P, int32_t l, const int64_t
   /* a dim split over several loops (lower_split.c) is their weighted sum */
   for (int32_t k = 0; k < x->n_loops; k++) {
     int64_t s = stride[x->loop_dim[k]] * x->loop_mult[k];
+    if (P->seg_lo) m.base += s * P->seg_lo[x->loop[k]]; /* the part's loop starts there */
     for (int32_t i = 0; i < c->nd; i++) {
       if (c->dcls[i] != x->loop[k]) continue;
       if (P->pmask & (1u << i)) m.p[P->pidx[i]] += s * c->dmult[i];
@@ -92,8 +93,12 @@ static int32_t emit_dim_index(lw *w, kbuild *b, lpart *P, int32_t l, int32_t d) 
 static int32_t emit_in_range(lw *w, kbuild *b, lpart *P, int32_t l, int32_t d, int64_t lo,
                              int64_t hi) {
   const lval *x = &w->lv[l];
-  bool need_lo = x->off[d] + lo > 0, need_hi = x->off[d] + hi < w->ext[x->uf[d]];
+  int64_t s0, s1;
+  seg_range(w, P, x->uf[d], &s0, &s1);
+  bool need_lo = x->off[d] + lo > s0, need_hi = x->off[d] + hi < s1;
   if (!need_lo && !need_hi) return -2;
+  if (x->off[d] + lo >= s1 || x->off[d] + hi <= s0) /* nowhere in this part's loop */
+    return emit_const(w, b, LOOM_DTYPE_BOOL, 0.0);
   int32_t i = emit_dim_index(w, b, P, l, d), c = -2;
   if (need_lo)
     c = emit_op(w, b, LOOM_OP_GE, LOOM_DTYPE_BOOL, i, emit_const(w, b, LOOM_DTYPE_I64, (double)lo));
@@ -129,6 +134,8 @@ static int32_t emit_inside(lw *w, kbuild *b, lpart *P, int32_t l, const loom_nod
 static int32_t emit_load(lw *w, kbuild *b, lpart *P, int32_t l) {
   const lval *x = &w->lv[l];
   const loom_type *t = vt(w, l);
+  if (outside_part(w, P, l)) /* what a guarded load reads there */
+    return emit_const(w, b, t->dtype, 0.0);
   if (x->view) {
     int32_t a = kb_arg(w, b, x->src, 0);
     /* a piece of a concat or the inside of a pad reads only where it lies */
@@ -165,24 +172,29 @@ static int32_t emit_node(lw *w, kbuild *b, lpart *P, int32_t l, int32_t m) {
   }
   case LOOM_OPCLASS_LAYOUT: {
     if (nd->op == LOOM_OP_PAD) { /* the input inside, the pad value outside */
-      int32_t in = got(P, w->loc[nd->in[0]]), c = emit_inside(w, b, P, l, nd);
+      if (outside_part(w, P, m_in(w, m, 0)))
+        return emit_const(w, b, t->dtype, LOOM_ATTR_F(nd, pad, value));
+      int32_t in = got(P, m_in(w, m, 0)), c = emit_inside(w, b, P, l, nd);
       if (c == -2) return in;
       int32_t v = emit_const(w, b, t->dtype, LOOM_ATTR_F(nd, pad, value));
       if (in < 0 || c < 0 || v < 0) return -1;
       return kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_OP, .dtype = t->dtype,
                                         .op = LOOM_OP_SELECT, .n_a = 3, .a = {c, in, v}});
     }
-    if (nd->op != LOOM_OP_CONCAT) return got(P, w->loc[nd->in[0]]);
+    if (nd->op != LOOM_OP_CONCAT) return got(P, m_in(w, m, 0));
     /* the piece whose range holds the index, by a chain of selects from
      * the last piece back */
     int64_t axis = LOOM_ATTR_I(nd, concat, axis), end = t->shape[axis < 0 ? axis += t->rank : axis];
-    int32_t e = got(P, w->loc[nd->in[nd->n_in - 1]]), idx = -2;
-    for (int32_t i = nd->n_in - 2; i >= 0 && e >= 0; i--) {
-      end -= vt(w, w->loc[nd->in[i + 1]])->shape[axis];
+    int32_t last = nd->n_in - 1; /* pieces outside this part's loop are left out */
+    while (last > 0 && outside_part(w, P, m_in(w, m, last))) end -= vt(w, m_in(w, m, last--))->shape[axis];
+    int32_t e = got(P, m_in(w, m, last)), idx = -2;
+    for (int32_t i = last - 1; i >= 0 && e >= 0; i--) {
+      end -= vt(w, m_in(w, m, i + 1))->shape[axis];
+      if (outside_part(w, P, m_in(w, m, i))) continue;
       if (idx == -2) idx = emit_dim_index(w, b, P, l, (int32_t)axis);
       int32_t c =
           emit_op(w, b, LOOM_OP_LT, LOOM_DTYPE_BOOL, idx, emit_const(w, b, LOOM_DTYPE_I64, (double)end));
-      int32_t pi = got(P, w->loc[nd->in[i]]);
+      int32_t pi = got(P, m_in(w, m, i));
       if (c < 0 || pi < 0) return -1;
       e = kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_OP, .dtype = t->dtype, .op = LOOM_OP_SELECT,
                                      .n_a = 3, .a = {c, pi, e}});
@@ -190,7 +202,7 @@ static int32_t emit_node(lw *w, kbuild *b, lpart *P, int32_t l, int32_t m) {
     return e;
   }
   case LOOM_OPCLASS_REDUCE: {
-    int32_t x = got(P, w->loc[nd->in[0]]);
+    int32_t x = got(P, m_in(w, m, 0));
     if (w->red[m] != RED_IDENT) { /* a bug: a row reduction's register is missing */
       w->err = loom_error(w->ctx, LOOM_STATUS_INTERNAL,
                           "group %d: reduction node %d used before its stage", w->group, w->mem[m]);
@@ -203,7 +215,7 @@ static int32_t emit_node(lw *w, kbuild *b, lpart *P, int32_t l, int32_t m) {
                                       .n_a = 2, .a = {z, x}});
   }
   case LOOM_OPCLASS_RNG: {
-    int32_t x = got(P, w->loc[nd->in[0]]);
+    int32_t x = got(P, m_in(w, m, 0));
     /* the logical index lin(at + j, whole): whole's strides, at's offset */
     loom_rng_piece piece;
     loom_status ps = loom_op_rng_piece(w->ctx, nd, t->rank, t->shape, &piece);
@@ -215,7 +227,7 @@ static int32_t emit_node(lw *w, kbuild *b, lpart *P, int32_t l, int32_t m) {
     for (int32_t d = 0; d < t->rank; d++) st[d] = (int64_t)piece.stride[d];
     int32_t idx = kb_expr(w, b, (loom_kexpr){.kind = LOOM_KX_INDEX, .dtype = LOOM_DTYPE_I64,
                                              .map = value_map(w, P, l, st, 0)});
-    int32_t base = nd->n_in > 1 ? got(P, w->loc[nd->in[1]]) : -1;
+    int32_t base = nd->n_in > 1 ? got(P, m_in(w, m, 1)) : -1;
     double p = LOOM_ATTR_F(nd, dropout, p);
     loom_kexpr keep = {.kind = LOOM_KX_KEEP, .dtype = LOOM_DTYPE_BOOL, .n_a = base >= 0 ? 2 : 1,
                        .a = {idx, base}, .seed = (uint64_t)LOOM_ATTR_I(nd, dropout, seed),
@@ -235,7 +247,7 @@ static int32_t emit_node(lw *w, kbuild *b, lpart *P, int32_t l, int32_t m) {
   }
   loom_kexpr e = {.kind = LOOM_KX_OP, .dtype = t->dtype, .op = nd->op, .n_a = nd->n_in};
   for (int32_t i = 0; i < nd->n_in; i++) {
-    e.a[i] = got(P, w->loc[nd->in[i]]);
+    e.a[i] = got(P, m_in(w, m, i));
     if (e.a[i] < 0) return e.a[i];
   }
   return kb_expr(w, b, e);
@@ -248,15 +260,24 @@ static bool is_leaf(const lw *w, const lpart *P, int32_t l) {
   return P->avail[l] == AV_REG || P->avail[l] == AV_SCRATCH || loadable(w, l, P->phase);
 }
 
-/* The i-th local value emit_node reads for l, or -1 past the last. */
-static int32_t node_dep(const lw *w, int32_t l, int32_t i) {
-  const loom_node *nd = mnode(w, w->lv[l].prod);
+/* The i-th local value emit_node reads for l, or -1 past the last: not
+ * what lies outside the part's loop range behind a pad or a concat. */
+static int32_t node_dep(const lw *w, const lpart *P, int32_t l, int32_t i) {
+  int32_t m = w->lv[l].prod;
+  const loom_node *nd = mnode(w, m);
   loom_op_class c = loom_op_get(nd->op)->cls;
   int32_t n = c == LOOM_OPCLASS_SOURCE ? 0
               : (c == LOOM_OPCLASS_LAYOUT && nd->op != LOOM_OP_CONCAT) || c == LOOM_OPCLASS_REDUCE
                   ? 1
                   : nd->n_in;
-  return i < n ? w->loc[nd->in[i]] : -1;
+  if (!P->seg_lo || (nd->op != LOOM_OP_PAD && nd->op != LOOM_OP_CONCAT)) return i < n ? m_in(w, m, i) : -1;
+  bool any = false;
+  for (int32_t j = 0; j < n; j++) any |= !outside_part(w, P, m_in(w, m, j));
+  for (int32_t j = 0; j < n; j++) {
+    if (outside_part(w, P, m_in(w, m, j)) && (any || nd->op == LOOM_OP_PAD || j > 0)) continue;
+    if (i-- == 0) return m_in(w, m, j);
+  }
+  return -1;
 }
 
 /* The expression of l, whose operands are all memoised. */
@@ -290,7 +311,7 @@ static int32_t emit(lw *w, kbuild *b, lpart *P, int32_t l) {
   while (top > 0) {
     int32_t t = stack[top - 1], next = -1;
     if (!is_leaf(w, P, t))
-      for (int32_t i = 0, d; (d = node_dep(w, t, i)) >= 0; i++)
+      for (int32_t i = 0, d; (d = node_dep(w, P, t, i)) >= 0; i++)
         if (!memoised(P, d)) {
           next = d;
           break;
@@ -305,7 +326,7 @@ static int32_t emit(lw *w, kbuild *b, lpart *P, int32_t l) {
   return P->memo[l];
 }
 
-static int32_t op_weight(const lw *w, int32_t m) {
+int32_t loom_lower_op_weight(const lw *w, int32_t m) {
   const loom_node *nd = mnode(w, m);
   switch (nd->op) {
   case LOOM_OP_EXP: case LOOM_OP_LOG: case LOOM_OP_TANH: case LOOM_OP_ERF: case LOOM_OP_SIGMOID:
@@ -362,10 +383,10 @@ loom_status loom_lower_build_part(lw *w, kbuild *b, lpart *P, const lroot *roots
   for (int32_t q = 0; q < P->n_cl; q++) {
     int32_t m = P->cl[q];
     const loom_node *nd = mnode(w, m);
-    int32_t lo = w->loc[nd->out[0]], lvl = 0, c = op_weight(w, m);
+    int32_t lo = m_out(w, m), lvl = 0, c = loom_lower_op_weight(w, m);
     bool elem = is_elem(P, &w->lv[lo]);
     for (int32_t i = 0; i < nd->n_in; i++) {
-      int32_t li = w->loc[nd->in[i]];
+      int32_t li = m_in(w, m, i);
       lvl = LOOM_MAX(lvl, P->level[li]);
       if (!loadable(w, li, P->phase) && (!elem || is_elem(P, &w->lv[li]))) c += cost[li];
     }
@@ -382,9 +403,9 @@ loom_status loom_lower_build_part(lw *w, kbuild *b, lpart *P, const lroot *roots
     int32_t m = P->cl[q];
     if (w->red[m] >= RED_ROW) continue;
     const loom_node *nd = mnode(w, m);
-    int32_t lo = w->loc[nd->out[0]];
+    int32_t lo = m_out(w, m);
     for (int32_t i = 0; i < nd->n_in; i++) {
-      int32_t li = w->loc[nd->in[i]];
+      int32_t li = m_in(w, m, i);
       need_reg[li] = true;
       if (P->level[li] < P->level[lo]) later[li] = true;
     }
@@ -392,26 +413,30 @@ loom_status loom_lower_build_part(lw *w, kbuild *b, lpart *P, const lroot *roots
   /* views and identities pass the need on to what they read */
   for (int32_t q = P->n_cl - 1; q >= 0; q--) {
     int32_t m = P->cl[q];
-    if (op_weight(w, m) > 0 || w->red[m] >= RED_ROW) continue;
+    if (loom_lower_op_weight(w, m) > 0 || w->red[m] >= RED_ROW) continue;
     const loom_node *nd = mnode(w, m);
-    int32_t lo = w->loc[nd->out[0]];
+    int32_t lo = m_out(w, m);
     for (int32_t i = 0; i < nd->n_in; i++) {
-      int32_t li = w->loc[nd->in[i]];
+      int32_t li = m_in(w, m, i);
       later[li] |= later[lo];
       need_reg[li] |= need_reg[lo];
     }
   }
   int32_t n_reg = 0, n_scr = 0;
   for (int32_t q = 0; q < P->n_cl; q++) {
-    int32_t m = P->cl[q], l = w->loc[mnode(w, m)->out[0]];
+    int32_t m = P->cl[q], l = m_out(w, m);
     const lval *x = &w->lv[l];
-    bool computed = !loadable(w, l, P->phase) && w->red[m] < RED_ROW && op_weight(w, m) > 0;
+    bool computed = !loadable(w, l, P->phase) && w->red[m] < RED_ROW && loom_lower_op_weight(w, m) > 0;
     P->scratch[l] = computed && later[l] && is_elem(P, x) && vt(w, l)->dtype == LOOM_DTYPE_F32 &&
                     cost[l] >= 4;
     /* per-row values: once per row into a register, if it saves work */
     wants_reg[l] = computed && !is_elem(P, x) && need_reg[l] && (P->level[l] >= 1 || cost[l] >= 2);
   }
-  for (int32_t lvl = 0; lvl <= L; lvl++) {
+  /* segments of R loops: the stages again for each (lower.c, "segments");
+   * per-row registers of the first stay available to the others */
+  int32_t n_rseg = P->rsg ? segs_count(P->rsg) : 1;
+  for (int32_t lvl = 0, rs = 0; rs < n_rseg; lvl = lvl == L ? 0 : lvl + 1, rs += lvl == 0) {
+    if (P->rsg && lvl == 0) seg_pick(P->rsg, rs, P->seg_lo, P->seg_hi);
     for (int pass = 0; pass < 2; pass++) { /* 0: SCALAR stage, 1: ROW stage */
       bool row = pass == 1;
       P->stamp++; /* a new stage: expressions are emitted afresh */
@@ -420,8 +445,8 @@ loom_status loom_lower_build_part(lw *w, kbuild *b, lpart *P, const lroot *roots
       for (int32_t q = 0; q < P->n_cl; q++) {
         int32_t m = P->cl[q];
         const loom_node *nd = mnode(w, m);
-        int32_t lo = w->loc[nd->out[0]];
-        int32_t lin = nd->n_in > 0 ? w->loc[nd->in[0]] : -1;
+        int32_t lo = m_out(w, m);
+        int32_t lin = nd->n_in > 0 ? m_in(w, m, 0) : -1;
         if (row && (w->red[m] == RED_ROW || w->red[m] == RED_ROWCOL) && P->level[lin] == lvl) {
           int32_t e = emit(w, b, P, lin);
           TRYE(e);
@@ -470,7 +495,7 @@ loom_status loom_lower_build_part(lw *w, kbuild *b, lpart *P, const lroot *roots
             goto oom;
           continue;
         }
-        int32_t lin = w->loc[nd->in[0]], e;
+        int32_t lin = m_in(w, rt->m, 0), e;
         if (w->red[rt->m] == RED_COL) {
           if (is_elem(P, &w->lv[lin]) != row || P->level[lin] != lvl) continue;
           e = emit(w, b, P, lin);

@@ -64,7 +64,10 @@ typedef struct lw {
   loom_fusion_mode mode;
   const int32_t *given;  /* the caller's member list (any order) */
   int32_t n_given;
-  int32_t *mem, n_mem;  /* live member node ids, ascending */
+  int32_t *mem, n_mem;  /* live member node ids, ascending (a node twice when
+                           lower_instance.c made instances of it) */
+  int32_t *io_off, *io; /* per member m: io[io_off[m]] its output's local
+                           value, io[io_off[m] + 1 + i] its input i's */
   int32_t *all_mem, n_all; /* every member (the kernel's node list) */
   int32_t *loc;         /* graph value -> local value index, -1 (ix->loc: set
                            back to -1 by lw_free) */
@@ -77,6 +80,7 @@ typedef struct lw {
   int32_t n_cls;        /* class ids: dims' uf slots, then the loops that
                            split dims add (lower_split.c) */
   bool off_clash;       /* two layout ops placed one dim at two starts */
+  bool instanced;       /* values have an instance per offset (lower_instance.c) */
   int32_t *cls_comp;    /* class (uf root) -> component */
   lcomp *comp;
   int32_t n_comp;
@@ -108,6 +112,10 @@ static inline const loom_type *vt(const lw *w, int32_t l) {
   return loom_value_type(w->g, w->lv[l].v);
 }
 static inline const loom_node *mnode(const lw *w, int32_t m) { return &w->g->nodes[w->mem[m]]; }
+/* The local values member m writes and reads (its instance's, when a
+ * value is read at several offsets of one loop: lower_instance.c). */
+static inline int32_t m_out(const lw *w, int32_t m) { return w->io[w->io_off[m]]; }
+static inline int32_t m_in(const lw *w, int32_t m, int32_t i) { return w->io[w->io_off[m] + 1 + i]; }
 
 /* Row-major strides of a contiguous value of type t. */
 static inline void contiguous(const loom_type *t, int64_t *stride) {
@@ -141,6 +149,13 @@ static inline uint32_t rmask(const lcomp *c) {
  * classes of their dims into common factors, one loop each. */
 loom_status loom_lower_loops(lw *w, const int32_t *splits, int32_t n);
 
+/* The reduced-axes mask of a reduce node over its input rank. */
+uint32_t loom_lower_reduce_mask(const loom_node *nd, int32_t rank);
+
+/* Step 1b (lower_instance.c): an instance of every value per offset it is
+ * needed at, after step 2 found one loop at two offsets. */
+loom_status loom_lower_instances(lw *w);
+
 /* Steps 1-4 (lower_domain.c): members and values, dim classes, domains,
  * reductions and phases. */
 loom_status loom_lower_domains(lw *w);
@@ -153,6 +168,37 @@ typedef struct kbuild {
 } kbuild;
 
 enum { AV_NONE = 0, AV_REG, AV_SCRATCH };
+
+/* Segments of loops (lower.c, "segments"): per cut class its points, 0
+ * and the loop's end included. */
+#define MAX_SEGMENTS 8
+typedef struct segs {
+  int32_t n; /* cut classes */
+  int32_t cls[MAXD];
+  int32_t n_pts[MAXD];
+  int64_t pts[MAXD][MAX_SEGMENTS + 1];
+} segs;
+
+static inline int32_t segs_count(const segs *sg) {
+  int32_t n = 1;
+  for (int32_t s = 0; s < sg->n; s++) n *= sg->n_pts[s] - 1;
+  return n;
+}
+
+/* Sets the ranges of sg's classes to segment `which` (mixed radix). */
+static inline void seg_pick(const segs *sg, int32_t which, int64_t *lo, int64_t *hi) {
+  for (int32_t s = 0; s < sg->n; s++) {
+    int32_t n = sg->n_pts[s] - 1, k = which % n;
+    which /= n;
+    lo[sg->cls[s]] = sg->pts[s][k];
+    hi[sg->cls[s]] = sg->pts[s][k + 1];
+  }
+}
+
+/* Sets sg's classes back to their whole loops. */
+static inline void seg_whole(const lw *w, const segs *sg, int64_t *lo, int64_t *hi) {
+  for (int32_t s = 0; s < sg->n; s++) lo[sg->cls[s]] = 0, hi[sg->cls[s]] = w->ext[sg->cls[s]];
+}
 
 /* What one part needs while it is built. */
 typedef struct lpart {
@@ -171,6 +217,12 @@ typedef struct lpart {
   int32_t *emit_stack;       /* per local value: emit's work stack (a DAG path) */
   const int32_t *cl;         /* members computed, ascending */
   int32_t n_cl;
+  /* the range of each class's loop this part runs, [seg_lo, seg_hi) (NULL:
+   * whole loops); a part per segment between the places where pieces of
+   * a concat or pad begin and end (lower.c, "segments") */
+  int64_t *seg_lo, *seg_hi;
+  const struct segs *rsg;    /* segments of R loops: the stages run once per
+                                segment (NULL: once) */
   /* per local value, work arrays of build_part (zero between parts) */
   int32_t *cost, *set_l, *set_kind, *set_id;
   bool *later, *need_reg, *wants_reg;
@@ -194,6 +246,29 @@ typedef struct lroot {
   int32_t l, m;  /* value and its producer */
   bool col;      /* COL_REDUCE (else STORE) */
 } lroot;
+
+/* The loop range [*lo, *hi) part P runs along class c. */
+static inline void seg_range(const lw *w, const lpart *P, int32_t c, int64_t *lo, int64_t *hi) {
+  *lo = P->seg_lo ? P->seg_lo[c] : 0;
+  *hi = P->seg_hi ? P->seg_hi[c] : w->ext[c];
+}
+
+/* True if value l has no element in the loop range part P runs. */
+static inline bool outside_part(const lw *w, const lpart *P, int32_t l) {
+  if (!P->seg_lo) return false;
+  const lval *x = &w->lv[l];
+  for (int32_t d = 0; d < MAXR; d++) {
+    if (x->uf[d] < 0) continue;
+    int64_t lo, hi;
+    seg_range(w, P, x->uf[d], &lo, &hi);
+    if (x->off[d] >= hi || x->off[d] + vt(w, l)->shape[d] <= lo) return true;
+  }
+  return false;
+}
+
+/* What member m costs per element: 8 a transcendental, 3 a division or
+ * root, 1 other element-wise work, 0 layout. */
+int32_t loom_lower_op_weight(const lw *w, int32_t m);
 
 /* Emits the stages of one part: roots[0..n) are its values to produce. */
 loom_status loom_lower_build_part(lw *w, kbuild *b, lpart *P, const lroot *roots, int32_t n);

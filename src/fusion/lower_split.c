@@ -178,8 +178,7 @@ static loom_status refine(splitter *s, const int32_t *splits, int32_t n) {
   for (bool changed = true; changed;) {
     changed = false;
     for (int32_t q = 0; q < n; q++) {
-      const loom_node *nd = mnode(w, splits[q]);
-      int32_t li = w->loc[nd->in[0]], lo = w->loc[nd->out[0]];
+      int32_t li = m_in(w, splits[q], 0), lo = m_out(w, splits[q]);
       const loom_type *ti = vt(w, li), *to = vt(w, lo);
       if (loom_type_numel(ti) <= 0)
         return loom_lower_fail(w, "reshape (node %d) of an empty value", w->mem[splits[q]]);
@@ -236,8 +235,7 @@ static loom_status join(splitter *s, const int32_t *splits, int32_t n, int32_t *
   for (int32_t i = 0; i < s->n_r; i++)
     for (int32_t j = 0; j < s->r[i].n; j++) w->ext[s->r[i].id[j]] = s->r[i].f[j];
   for (int32_t q = 0; q < n; q++) {
-    const loom_node *nd = mnode(w, splits[q]);
-    int32_t li = w->loc[nd->in[0]], lo = w->loc[nd->out[0]];
+    int32_t li = m_in(w, splits[q], 0), lo = m_out(w, splits[q]);
     for (int32_t i = 0, o = 0, i0, o0; next_run(vt(w, li), vt(w, lo), &i, &o, &i0, &o0);) {
       int32_t a[MAXP], b[MAXP];
       int64_t sa[MAXP], sb[MAXP];

@@ -291,6 +291,7 @@ typedef struct vstate {
   int32_t *stack;
   int32_t *arg_writers;  /* per arg: number of outputs writing it */
   int32_t *arg_phase;    /* per arg: phase of its writer (-1: none) */
+  const loom_kout **arg_first; /* per arg: its first writer */
 } vstate;
 
 static loom_status verr(vstate *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -552,9 +553,11 @@ loom_status loom_kernel_verify(loom_ctx *ctx, const loom_kernel *k) {
   size_t ne = (size_t)(k->n_exprs > 0 ? k->n_exprs : 1), na = (size_t)(k->n_args > 0 ? k->n_args : 1);
   v.mark = malloc(sizeof(int32_t) * ne * 2);
   v.arg_writers = calloc(na * 2, sizeof(int32_t));
-  if (!v.mark || !v.arg_writers) {
+  v.arg_first = calloc(na, sizeof(loom_kout *));
+  if (!v.mark || !v.arg_writers || !v.arg_first) {
     free(v.mark);
     free(v.arg_writers);
+    free(v.arg_first);
     return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory verifying a kernel");
   }
   v.stack = v.mark + ne;
@@ -571,18 +574,30 @@ loom_status loom_kernel_verify(loom_ctx *ctx, const loom_kernel *k) {
         if ((ko->dst != LOOM_KDST_STORE && ko->dst != LOOM_KDST_COL_REDUCE) || ko->target < 0 ||
             ko->target >= k->n_args)
           continue;
-        v.arg_writers[ko->target]++;
+        /* STOREs of one phase may share an output when they walk it alike
+         * from other bases (the segments of a loop: fusion/lower.c);
+         * anything else writes alone */
+        int32_t *n = &v.arg_writers[ko->target]; /* 0 none, 1 STOREs, 2 a COL_REDUCE, 3 more */
+        const loom_kout *f = v.arg_first[ko->target];
+        bool alike = f && ko->dst == LOOM_KDST_STORE && f->dst == LOOM_KDST_STORE &&
+                     !k->args[ko->target].temp && v.arg_phase[ko->target] == part->phase &&
+                     f->map.base != ko->map.base &&
+                     memcmp(f->map.p, ko->map.p, sizeof f->map.p) == 0 &&
+                     memcmp(f->map.r, ko->map.r, sizeof f->map.r) == 0;
+        *n = *n == 0 ? (ko->dst == LOOM_KDST_STORE ? 1 : 2) : alike ? 1 : 3;
+        if (!f) v.arg_first[ko->target] = ko;
         v.arg_phase[ko->target] = part->phase;
       }
   }
   for (int32_t i = 0; i < k->n_args && st == LOOM_STATUS_OK; i++) {
     const loom_karg *a = &k->args[i];
-    if ((a->is_output || a->temp) && v.arg_writers[i] != 1)
-      st = verr(&v, "%s a%d has %d writers (needs exactly 1)", a->temp ? "temp" : "output", i,
-                v.arg_writers[i]);
+    if ((a->is_output || a->temp) && (v.arg_writers[i] == 0 || v.arg_writers[i] == 3))
+      st = verr(&v, "%s a%d has %s writer (needs one, or STOREs of one phase)",
+                a->temp ? "temp" : "output", i, v.arg_writers[i] ? "more than one" : "no");
   }
   for (int32_t pi = 0; pi < k->n_parts && st == LOOM_STATUS_OK; pi++) st = verify_part(&v, pi);
   free(v.mark);
   free(v.arg_writers);
+  free(v.arg_first);
   return st;
 }

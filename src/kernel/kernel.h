@@ -50,8 +50,11 @@
  * current row only: a stage reads only registers and scratch rows written
  * by an earlier stage of its part (in the same row). Every register is
  * written by exactly one output of its part; every output argument by
- * exactly one output of the kernel; every temp argument by exactly one
- * COL_REDUCE; outputs and temps are loaded only by parts of later phases.
+ * exactly one output of the kernel, or by STOREs of one phase whose maps
+ * have the same strides and other bases (each writing its own elements:
+ * the segments of a loop, fusion/lower.c);
+ * every temp argument by exactly one COL_REDUCE; outputs and temps are
+ * loaded only by parts of later phases.
  *
  * ---- Maps -----------------------------------------------------------------
  *

@@ -1,0 +1,240 @@
+/*
+ * Held-out graphs written in the text IR, as a user writes a model file
+ * (issue 13: graphs nobody tuned for, tenth session). Each is a template
+ * whose sizes ($NAME) are set for --size full or small, parsed by
+ * loom_graph_parse like any .loom file; a backward workload states its
+ * objective (sum(y * dy) with dy an input) as its first output and lists
+ * the inputs it differentiates, and the bench builds the backward as for
+ * every other workload. Inputs are filled by dtype: integer ones as labels
+ * in [0, classes), params like initialised weights, the rest uniform in
+ * [-1, 1). The peers (bench/peers) write the same math by hand.
+ */
+#include "workloads.h"
+
+#include "ir/dtype.h"
+#include "ir/graph.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct loom_bench_heldout {
+  const char *full, *small; /* "NAME=VALUE ..." */
+  const char *classes;      /* the size variable label inputs index, or NULL */
+  int32_t n_wrt;            /* 0: forward only */
+  int32_t wrt[4];
+  const char *text;
+};
+typedef struct loom_bench_heldout heldout_spec;
+
+/* The value of $name in "A=1 B=2", or -1. */
+static long long size_of(const char *sizes, const char *name, size_t len) {
+  for (const char *p = sizes; *p;) {
+    while (*p == ' ') p++;
+    const char *eq = strchr(p, '=');
+    if (!eq) break;
+    if ((size_t)(eq - p) == len && strncmp(p, name, len) == 0) return atoll(eq + 1);
+    p = strchr(eq, ' ');
+    if (!p) break;
+  }
+  return -1;
+}
+
+/* The template with every $NAME replaced by its size (malloc'd). */
+static char *instantiate(loom_ctx *ctx, const char *text, const char *sizes) {
+  size_t cap = strlen(text) * 2 + 64, n = 0;
+  char *out = loom_malloc(ctx, cap);
+  for (const char *p = text; out && *p;) {
+    if (n + 32 >= cap) {
+      char *bigger = realloc(out, cap *= 2);
+      if (!bigger) {
+        free(out);
+        return NULL;
+      }
+      out = bigger;
+    }
+    if (*p != '$') {
+      out[n++] = *p++;
+      continue;
+    }
+    size_t len = 0;
+    while (isalnum((unsigned char)p[1 + len])) len++;
+    long long v = size_of(sizes, p + 1, len);
+    if (v < 0) { /* a bug in a template */
+      free(out);
+      loom_error(ctx, LOOM_STATUS_INTERNAL, "bench: held-out size $%.*s is not set", (int)len, p + 1);
+      return NULL;
+    }
+    n += (size_t)snprintf(out + n, cap - n, "%lld", v);
+    p += 1 + len;
+  }
+  if (out) out[n] = 0;
+  return out;
+}
+
+loom_status loom_bench_build_heldout(loom_ctx *ctx, const loom_bench_workload *self, bool small,
+                                 loom_bench_graph *b) {
+  const heldout_spec *s = self->arg;
+  const char *sizes = small ? s->small : s->full;
+  char *text = instantiate(ctx, s->text, sizes);
+  if (!text) return LOOM_STATUS_INTERNAL; /* a bad template, or no memory: the error says */
+  loom_status st = loom_graph_parse(ctx, text, &b->g);
+  free(text);
+  if (st) return st;
+  if (s->classes) b->classes = size_of(sizes, s->classes, strlen(s->classes));
+  snprintf(b->shape, sizeof b->shape, "%s", sizes);
+  if (s->n_wrt > 0) LOOM_TRY(loom_bench_make_backward(b, s->n_wrt, s->wrt));
+  const loom_graph *g = b->g;
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    const loom_value_info *v = &g->values[g->inputs[i]];
+    loom_bench_fill fill = loom_dtype_is_int(v->type.dtype) ? LOOM_BENCH_FILL_LABELS
+                           : v->kind == LOOM_VALUE_PARAM    ? LOOM_BENCH_FILL_SMALL
+                                                            : LOOM_BENCH_FILL_UNIFORM;
+    if (!loom_grow(ctx, (void **)&b->fill, &b->cap_fill, b->n_fill + 1, sizeof *b->fill))
+      return LOOM_STATUS_OUT_OF_MEMORY;
+    b->fill[b->n_fill++] = fill;
+  }
+  b->min_bytes = loom_bench_io_bytes(g);
+  return loom_bench_count_flops(b);
+}
+
+/* ---- the graphs ----------------------------------------------------------- */
+
+/* Rotary embedding backward: rotate_half of the computed dy * sin. */
+const heldout_spec loom_bench_heldout_rotary_bwd = {
+    "T=4096 H=16 D=64 D2=32", "T=256 H=8 D=32 D2=16", NULL, 1, {0},
+    "input %x : f32[$T, $H, $D]\n"
+    "input %cos : f32[$T, 1, $D]\n"
+    "input %sin : f32[$T, 1, $D]\n"
+    "input %dy : f32[$T, $H, $D]\n"
+    "%x1 = slice(%x, starts=[0, 0, 0], ends=[$T, $H, $D2])\n"
+    "%x2 = slice(%x, starts=[0, 0, $D2], ends=[$T, $H, $D])\n"
+    "%n2 = neg(%x2)\n"
+    "%rot = concat(%n2, %x1, axis=-1)\n"
+    "%a = mul(%x, %cos)\n"
+    "%b = mul(%rot, %sin)\n"
+    "%y = add(%a, %b)\n"
+    "%yd = mul(%y, %dy)\n"
+    "%obj = reduce_sum(%yd)\n"
+    "output objective = %obj\n"};
+
+/* Focal loss (gamma 2) on logits: -mean((1 - p_t)^2 log p_t), and dz. */
+const heldout_spec loom_bench_heldout_focal = {
+    "N=4096 K=8192", "N=256 K=1024", "K", 1, {0},
+    "input %z : f32[$N, $K]\n"
+    "input %t : i64[$N]\n"
+    "%lp = log_softmax(%z, axis=-1)\n"
+    "%col = iota(shape=[$N, $K], axis=1)\n"
+    "%tt = reshape(%t, shape=[$N, 1])\n"
+    "%hot = eq(%col, %tt)\n"
+    "%zero = constant(value=0)\n"
+    "%lpt_all = select(%hot, %lp, %zero)\n"
+    "%lpt = reduce_sum(%lpt_all, axes=[1])\n"
+    "%pt = exp(%lpt)\n"
+    "%one = constant(value=1)\n"
+    "%q = sub(%one, %pt)\n"
+    "%w = mul(%q, %q)\n"
+    "%f = mul(%w, %lpt)\n"
+    "%s = reduce_mean(%f)\n"
+    "%loss = neg(%s)\n"
+    "output loss = %loss\n"};
+
+/* Logit soft-capping (Gemma 2: 30 tanh(z / 30)) + cross-entropy + z-loss
+ * 1e-4 * mean(logsumexp^2), and dz. */
+const heldout_spec loom_bench_heldout_softcap = {
+    "N=4096 K=8192", "N=256 K=1024", "K", 1, {0},
+    "input %z : f32[$N, $K]\n"
+    "input %t : i64[$N]\n"
+    "%inv = constant(value=0.03333333333333333)\n"
+    "%cap = constant(value=30)\n"
+    "%zs = mul(%z, %inv)\n"
+    "%th = tanh(%zs)\n"
+    "%c = mul(%th, %cap)\n"
+    "%m = reduce_max(%c, axes=[1], keepdims=true)\n"
+    "%sh = sub(%c, %m)\n"
+    "%e = exp(%sh)\n"
+    "%se = reduce_sum(%e, axes=[1], keepdims=true)\n"
+    "%lse0 = log(%se)\n"
+    "%lse = add(%lse0, %m)\n"
+    "%col = iota(shape=[$N, $K], axis=1)\n"
+    "%tt = reshape(%t, shape=[$N, 1])\n"
+    "%hot = eq(%col, %tt)\n"
+    "%zero = constant(value=0)\n"
+    "%ct_all = select(%hot, %c, %zero)\n"
+    "%ct = reduce_sum(%ct_all, axes=[1], keepdims=true)\n"
+    "%ce = sub(%lse, %ct)\n"
+    "%ce_mean = reduce_mean(%ce)\n"
+    "%lse2 = mul(%lse, %lse)\n"
+    "%z2 = reduce_mean(%lse2)\n"
+    "%zw = constant(value=0.0001)\n"
+    "%zl = mul(%z2, %zw)\n"
+    "%loss = add(%ce_mean, %zl)\n"
+    "output loss = %loss\n"};
+
+/* Mixtral-style top-2 routing over 8 experts: gates renormalised over the
+ * two largest probabilities, and the load-balancing loss E * sum_e(f_e *
+ * P_e) (f: the fraction of tokens routed to e, P: its mean probability);
+ * objective sum(gates * dg) + 0.01 * lb, differentiated to the logits. */
+const heldout_spec loom_bench_heldout_moe_top2 = {
+    "T=262144 E=8", "T=8192 E=8", NULL, 1, {0},
+    "input %logits : f32[$T, $E]\n"
+    "input %dg : f32[$T, $E]\n"
+    "%p = softmax(%logits, axis=-1)\n"
+    "%m1 = reduce_max(%p, axes=[1], keepdims=true)\n"
+    "%top1 = eq(%p, %m1)\n"
+    "%ninf = constant(value=-inf)\n"
+    "%p2 = select(%top1, %ninf, %p)\n"
+    "%m2 = reduce_max(%p2, axes=[1], keepdims=true)\n"
+    "%top2 = eq(%p2, %m2)\n"
+    "%f1 = cast(%top1, dtype=f32)\n"
+    "%f2 = cast(%top2, dtype=f32)\n"
+    "%sel = add(%f1, %f2)\n"
+    "%kept = mul(%p, %sel)\n"
+    "%den = reduce_sum(%kept, axes=[1], keepdims=true)\n"
+    "%gates = div(%kept, %den)\n"
+    "%frac = reduce_mean(%sel, axes=[0])\n"
+    "%pmean = reduce_mean(%p, axes=[0])\n"
+    "%fp = mul(%frac, %pmean)\n"
+    "%lb0 = reduce_sum(%fp)\n"
+    "%lbw = constant(value=0.04)\n" /* E / 2 * 0.01 */
+    "%lb = mul(%lb0, %lbw)\n"
+    "%gd = mul(%gates, %dg)\n"
+    "%obj0 = reduce_sum(%gd)\n"
+    "%obj = add(%obj0, %lb)\n"
+    "output objective = %obj\n"};
+
+/* Squared-ReLU MLP (Primer): relu(x W1)^2 W2, forward + backward. */
+const heldout_spec loom_bench_heldout_sqrelu = {
+    "N=4096 D=512 F=2048", "N=256 D=64 F=256", NULL, 3, {0, 1, 2},
+    "input %x : f32[$N, $D]\n"
+    "param %w1 : f32[$D, $F]\n"
+    "param %w2 : f32[$F, $D]\n"
+    "input %dy : f32[$N, $D]\n"
+    "%h = matmul(%x, %w1)\n"
+    "%r = relu(%h)\n"
+    "%r2 = mul(%r, %r)\n"
+    "%y = matmul(%r2, %w2)\n"
+    "%yd = mul(%y, %dy)\n"
+    "%obj = reduce_sum(%yd)\n"
+    "output objective = %obj\n"};
+
+/* A ConvNeXt block's tail, channels last: x + gamma * (GELU(LayerNorm(x)
+ * W1 + b1) W2 + b2), forward. */
+const heldout_spec loom_bench_heldout_convnext = {
+    "B=8 H=56 W=56 C=96 F=384", "B=2 H=14 W=14 C=32 F=128", NULL, 0, {0},
+    "input %x : f32[$B, $H, $W, $C]\n"
+    "param %g : f32[$C]\n"
+    "param %bt : f32[$C]\n"
+    "param %w1 : f32[$C, $F]\n"
+    "param %b1 : f32[$F]\n"
+    "param %w2 : f32[$F, $C]\n"
+    "param %b2 : f32[$C]\n"
+    "param %gamma : f32[$C]\n"
+    "%n = layer_norm(%x, %g, %bt, axis=-1, eps=1e-06)\n"
+    "%h = linear(%n, %w1, %b1)\n"
+    "%a = gelu(%h)\n"
+    "%o = linear(%a, %w2, %b2)\n"
+    "%s = mul(%o, %gamma)\n"
+    "%y = add(%x, %s)\n"
+    "output y = %y\n"};
