@@ -32,8 +32,10 @@ def tests_of(build, regex):
             env[k] = v
         found.append({"name": t["name"], "command": t["command"], "env": env,
                       "cwd": props.get("WORKING_DIRECTORY", build),
-                      "skip_rc": props.get("SKIP_RETURN_CODE")})
-    return found
+                      "skip_rc": props.get("SKIP_RETURN_CODE"),
+                      "cleanup": "FIXTURES_CLEANUP" in props})
+    # a fixture's cleanup (test_tmp_left) after the tests, as ctest runs it
+    return [t for t in found if not t["cleanup"]] + [t for t in found if t["cleanup"]]
 
 
 def main():

@@ -78,7 +78,11 @@ check "dp: total input bytes 512" row_is total 10 512
 expect "dp: the default comm model" 0 "*comm model: 5 us per message + bytes / 5 GB/s (defaults: no MPI run measured yet)*"
 policy=${OMP_WAIT_POLICY:+-$(tr 'A-Z' 'a-z' <<<"$OMP_WAIT_POLICY" | tr -cd 'a-z')}
 mkdir -p "$XDG_CACHE_HOME/loom"
-printf 'comm_mpi_latency_s 2e-05\ncomm_mpi_bytes_per_s 1e+09\n' >>"$XDG_CACHE_HOME/loom/machine-$(getconf _NPROCESSORS_ONLN)$policy.txt"
+profile=$XDG_CACHE_HOME/loom/machine-$(getconf _NPROCESSORS_ONLN)$policy.txt
+# a file opens with its format version; one without reads as stale
+version=$(sed -n 's/^#define LOOM_PROFILE_VERSION //p' "$2/../../src/perf/profile.h")
+[ -s "$profile" ] || echo "profile_version $version" >"$profile"
+printf 'comm_mpi_latency_s 2e-05\ncomm_mpi_bytes_per_s 1e+09\n' >>"$profile"
 run plan "$tmp/mm.loom" --plan "$tmp/dp.plan" --devices 2
 expect "dp: the kept comm model" 0 "*comm model: 20 us per message + bytes / 1 GB/s (MPI, as the machine profile keeps it)*"
 

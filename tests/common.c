@@ -1,3 +1,5 @@
+/* syscall(): getdents64 for the signal-safe tree removal */
+#define _GNU_SOURCE
 #include "common.h"
 
 #include "perf/machine.h"
@@ -5,10 +7,12 @@
 
 #include <math.h>
 
-#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 int loom_test_failures = 0;
@@ -29,49 +33,106 @@ double loom_test_uniform(loom_test_rng *r, double lo, double hi) {
   return lo + (hi - lo) * (double)(x >> 11) / 9007199254740992.0;
 }
 
-void loom_test_remove_tree(const char *path) {
-  DIR *d = opendir(path);
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d))) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char p[4096];
-      snprintf(p, sizeof p, "%s/%s", path, e->d_name);
-      struct stat st;
-      if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-        loom_test_remove_tree(p);
-      else
-        unlink(p);
+/* Empties the open directory fd (subdirectories down to `depth` levels):
+ * only system calls and stack buffers, no allocation or stdio, so the
+ * signal handlers below may run it. Entries are read afresh after every
+ * pass that removed some (getdents over a changing directory may skip). */
+static void empty_dir(int fd, int depth) {
+  _Alignas(8) char buf[2048];
+  bool removed = true;
+  while (removed) {
+    removed = false;
+    if (lseek(fd, 0, SEEK_SET) < 0) return;
+    long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
+    for (long off = 0; off < n;) {
+      struct {
+        uint64_t ino;
+        int64_t next;
+        unsigned short reclen;
+        unsigned char type;
+        char name[];
+      } *e = (void *)(buf + off);
+      off += e->reclen;
+      if (!strcmp(e->name, ".") || !strcmp(e->name, "..")) continue;
+      if (unlinkat(fd, e->name, 0) == 0) {
+        removed = true;
+        continue;
+      }
+      int sub = depth > 0 ? openat(fd, e->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                          : -1;
+      if (sub >= 0) {
+        empty_dir(sub, depth - 1);
+        close(sub);
+      }
+      if (unlinkat(fd, e->name, AT_REMOVEDIR) == 0) removed = true;
     }
-    closedir(d);
-    rmdir(path);
-  } else {
-    unlink(path);
   }
+}
+
+void loom_test_remove_tree(const char *path) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    unlink(path);
+    return;
+  }
+  empty_dir(fd, 16);
+  close(fd);
+  rmdir(path);
 }
 
 /* Every test program gets a private kernel cache (XDG_CACHE_HOME),
  * created before main and removed at exit, so tests never read or write
  * the user's cache, and a stale or foreign entry there cannot change a
- * result. Only the process that made it removes it (not a forked child). */
+ * result. Only the process that made it removes it (not a forked child).
+ * A process ended by SIGTERM, SIGINT or SIGHUP removes it too (mpirun
+ * ends a job's other ranks so when one fails; Ctrl-C). What no process
+ * can remove, a SIGKILL's (a ctest timeout), stays under the build's
+ * tests/tmp (LOOM_TEST_TMP), not /tmp; the folder's name carries its
+ * owner's pid, so test_tmp_left tells such leftovers from live caches. */
 static char test_cache[512];
 static pid_t test_cache_owner;
 
-static void remove_test_cache(void) {
+void loom_test_remove_cache(void) {
   if (test_cache[0] && getpid() == test_cache_owner) loom_test_remove_tree(test_cache);
 }
 
-__attribute__((constructor)) static void make_test_cache(void) {
+static void remove_cache_and_die(int sig) {
+  loom_test_remove_cache();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+/* The directory the test caches go in: the build's (made if missing),
+ * else $TMPDIR or /tmp. */
+static const char *cache_base(void) {
+#ifdef LOOM_TEST_TMP
+  mkdir(LOOM_TEST_TMP, 0700);
+  struct stat st;
+  if (stat(LOOM_TEST_TMP, &st) == 0 && S_ISDIR(st.st_mode) && access(LOOM_TEST_TMP, W_OK) == 0)
+    return LOOM_TEST_TMP;
+#endif
   const char *tmp = getenv("TMPDIR");
-  snprintf(test_cache, sizeof test_cache, "%s/loom-test-cache-XXXXXX",
-           tmp && tmp[0] ? tmp : "/tmp");
+  return tmp && tmp[0] ? tmp : "/tmp";
+}
+
+__attribute__((constructor)) static void make_test_cache(void) {
+  snprintf(test_cache, sizeof test_cache, "%s/loom-test-cache-%ld-XXXXXX", cache_base(),
+           (long)getpid());
   if (!mkdtemp(test_cache)) {
     test_cache[0] = '\0';
     return;
   }
   test_cache_owner = getpid();
   setenv("XDG_CACHE_HOME", test_cache, 1);
-  atexit(remove_test_cache);
+  atexit(loom_test_remove_cache);
+  static const int ends[] = {SIGTERM, SIGINT, SIGHUP};
+  for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+    struct sigaction old, sa = {.sa_handler = remove_cache_and_die};
+    sigemptyset(&sa.sa_mask);
+    /* a signal the caller ignores (nohup) stays ignored */
+    if (sigaction(ends[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL)
+      sigaction(ends[i], &sa, NULL);
+  }
   /* A fixed machine profile: the plans of a test do not follow the timer
    * noise of a busy machine (launch cost, rates, the GEMM's row curve) */
   loom_profile_put("kernel_launch_s", 5e-6);

@@ -50,6 +50,9 @@ int loom_test_finish(const char *name);
  * Each test program runs with XDG_CACHE_HOME set to a private temporary
  * directory that common.c creates before main and removes at exit. */
 void loom_test_remove_tree(const char *path);
+/* Removes that directory now: for a process about to end without exit
+ * handlers (_exit, MPI_Abort). Only in the process that made it. */
+void loom_test_remove_cache(void);
 /* True if the differential tests run device backend `name`: the host
  * backends (ref, cpu) always; a device backend (opencl, cuda) unless
  * $LOOM_TEST_BACKENDS is set and does not list it (comma-separated, e.g.

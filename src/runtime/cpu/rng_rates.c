@@ -129,47 +129,79 @@ static bool measure_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m)
   return gemm_ok;
 }
 
-/* The measured rates' profile keys, "KEY_<threads>t": a placement that
- * flipped with timer noise would change what `loom compile` prints and
- * the program a session runs, so they are measured once per machine and
- * thread count. */
+/* The measured rates' profile keys, "KEY_<threads>t", in the order of
+ * rng_fields: a placement that flipped with timer noise would change what
+ * `loom compile` prints and the program a session runs, so they are
+ * measured once per machine and thread count. */
 static const char *const rng_keys[] = {"rng_words_core",    "rng_gemm_flops", "rng_attn_fwd_flops",
                                        "rng_attn_bwd_flops", "rng_attn_s0",    "rng_fused_penalty",
                                        "rng_mask_read_bit_s"};
+enum { N_RNG_KEYS = LOOM_ARRAY_LEN(rng_keys) };
+
+/* The rates of one profile table: kept values where every key has one
+ * (>= 0), else measured by measure(arg, v) and kept when it succeeds;
+ * false when neither (v keeps its estimates). Both tables go through it. */
+static bool kept_or_measured(const char *const *keys, int n, const char *suffix, double *v,
+                             bool (*measure)(void *arg, double *v), void *arg) {
+  double got[16];
+  bool kept = n <= 16 && loom_profile_get_all(keys, n, suffix, got);
+  for (int i = 0; kept && i < n; i++) kept = got[i] >= 0;
+  if (kept) {
+    memcpy(v, got, (size_t)n * sizeof *v);
+    return true;
+  }
+  if (!measure(arg, v)) return false;
+  loom_profile_put_all(keys, n, suffix, v);
+  return true;
+}
+
+typedef struct rng_job {
+  loom_ctx *ctx;
+  int32_t threads;
+  loom_rng_model *m;
+} rng_job;
+
+static void rng_fields(loom_rng_model *m, double *f[N_RNG_KEYS]) {
+  double *all[N_RNG_KEYS] = {&m->rng_words_core, &m->gemm_flops,     &m->attn_fwd_flops,
+                             &m->attn_bwd_flops, &m->attn_s0,        &m->fused_rng_penalty,
+                             &m->mask_read_bit_s};
+  memcpy(f, all, sizeof all);
+}
+
+static bool measure_rng(void *arg, double *v) {
+  rng_job *j = arg;
+  if (!measure_rng_model(j->ctx, j->threads, j->m)) return false;
+  double *f[N_RNG_KEYS];
+  rng_fields(j->m, f);
+  for (int i = 0; i < N_RNG_KEYS; i++) v[i] = *f[i];
+  return true;
+}
 
 void loom_cpu_rng_model(loom_ctx *ctx, int32_t threads, loom_rng_model *m) {
-  double *field[] = {&m->rng_words_core, &m->gemm_flops,       &m->attn_fwd_flops,
-                     &m->attn_bwd_flops, &m->attn_s0,          &m->fused_rng_penalty,
-                     &m->mask_read_bit_s};
-  char key[LOOM_ARRAY_LEN(rng_keys)][48];
-  double v[LOOM_ARRAY_LEN(rng_keys)];
-  bool kept = true;
-  for (int32_t i = 0; i < LOOM_ARRAY_LEN(rng_keys); i++) {
-    snprintf(key[i], sizeof key[i], "%s_%dt", rng_keys[i], (int)threads);
-    kept = kept && loom_profile_get(key[i], &v[i]) && v[i] >= 0;
-  }
-  if (!kept) {
-    if (measure_rng_model(ctx, threads, m))
-      for (int32_t i = 0; i < LOOM_ARRAY_LEN(rng_keys); i++) loom_profile_put(key[i], *field[i]);
-    return;
-  }
   loom_machine mc;
   loom_machine_detect(ctx, &mc);
+  char suffix[16];
+  snprintf(suffix, sizeof suffix, "_%dt", (int)threads);
+  rng_job j = {ctx, threads, m};
+  double v[N_RNG_KEYS];
+  /* a failed measurement leaves measure_rng_model's estimates in *m */
+  if (!kept_or_measured(rng_keys, N_RNG_KEYS, suffix, v, measure_rng, &j)) return;
   *m = (loom_rng_model){.machine = "this CPU (measured rates)",
                         .cores = mc.cores > 0 ? mc.cores : 1,
                         .bandwidth = mc.triad_gbps * 1e9,
                         .overlap_cores = 1};
-  for (int32_t i = 0; i < LOOM_ARRAY_LEN(rng_keys); i++) *field[i] = v[i];
+  double *f[N_RNG_KEYS];
+  rng_fields(m, f);
+  for (int i = 0; i < N_RNG_KEYS; i++) *f[i] = v[i];
 }
 
-/* Profile keys of the attention choice's rates, in the order read; the
- * version names the flash kernels and the way they were measured with (v2:
- * the forward on transposed scores, one core's CPU time), so new kernels
- * are measured afresh. */
-static const char *const attention_keys[] = {"attn_v2_fwd_flops", "attn_v2_bwd_flops",
-                                             "attn_v2_s0",        "attn_v2_gemm_flops",
-                                             "attn_v2_softmax_s", "attn_v2_softmax_grad_s"};
-enum { N_ATTN_KEYS = 6 };
+/* Profile keys of the attention choice's rates, in the order read (the
+ * kernels and the method they were measured with are the profile's
+ * version, perf/profile.h). */
+static const char *const attention_keys[] = {"attn_fwd_flops", "attn_bwd_flops",
+                                             "attn_s0",        "attn_gemm_flops",
+                                             "attn_softmax_s", "attn_softmax_grad_s"};
+enum { N_ATTN_KEYS = LOOM_ARRAY_LEN(attention_keys) };
 
 /* CPU seconds of the calling thread: unlike wall time, not stretched when
  * other processes share the cores. */
@@ -335,6 +367,16 @@ static bool measure_attention_rates(loom_ctx *ctx, int32_t cores, double v[N_ATT
   return true;
 }
 
+typedef struct attention_job {
+  loom_ctx *ctx;
+  int32_t cores;
+} attention_job;
+
+static bool measure_attention(void *arg, double *v) {
+  attention_job *j = arg;
+  return measure_attention_rates(j->ctx, j->cores, v);
+}
+
 void loom_cpu_attention_costs(loom_ctx *ctx, loom_attention_costs *c) {
   loom_machine mc;
   loom_machine_detect(ctx, &mc);
@@ -346,11 +388,8 @@ void loom_cpu_attention_costs(loom_ctx *ctx, loom_attention_costs *c) {
    * at half of it */
   double v[N_ATTN_KEYS] = {mc.sgemm_gflops * 0.5e9, mc.sgemm_gflops * 0.5e9, 0.0,
                            mc.sgemm_gflops * 1e9, 0.0, 0.0};
-  bool kept = true;
-  for (int i = 0; i < N_ATTN_KEYS && kept; i++)
-    kept = loom_profile_get(attention_keys[i], &v[i]) && v[i] >= 0;
-  if (!kept && measure_attention_rates(ctx, cores, v))
-    for (int i = 0; i < N_ATTN_KEYS; i++) loom_profile_put(attention_keys[i], v[i]);
+  attention_job j = {ctx, cores};
+  kept_or_measured(attention_keys, N_ATTN_KEYS, "", v, measure_attention, &j);
   c->softmax_s = v[4];
   c->softmax_grad_s = v[5];
   c->rates = (loom_rng_model){.cores = cores, .attn_fwd_flops = v[0], .attn_bwd_flops = v[1],
