@@ -481,7 +481,10 @@ void loom_session_free(loom_session *s);
  * Runs the graph. inputs: one tensor per graph input in declaration order.
  * outputs[i] == NULL: a new tensor is allocated (caller frees it); else it
  * must match the output's dtype and shape and is written. Outputs are written
- * after all computation, so an output may alias an input (in-place update).
+ * as if after all computation, so an output may alias an input (in-place
+ * update); an output whose tensor is exactly an input's may be computed
+ * there directly, where nothing still reads the old values (the same
+ * results, without a copy).
  * One run at a time per session: a call made while another thread is
  * inside loom_session_run on the same session returns LOOM_STATUS_BUSY at
  * once, writing nothing (no outputs, no message on the context).
