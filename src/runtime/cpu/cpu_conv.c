@@ -10,8 +10,14 @@
  * the thread count. conv_grad_weight sums its per-image products in image
  * order. Primitives are cached by their geometry. Forward convs run on
  * oneDNN's direct kernels in channel-blocked layouts (layouts_tried):
- * Loom's tensors stay plain, so each task reorders its images and
- * weights to and from the primitive's layouts. Pool gradients, and
+ * each task reorders its weights, and its images where they are plain,
+ * to and from the primitive's layouts; values the program keeps blocked
+ * between window ops (cpu_conv_layout.c: LOOM_CPU_*_BLOCKED) pass as
+ * they are. A conv's epilogue kernel runs as post-ops where oneDNN can
+ * say it (cpu_conv_post.c: its first scale folded into the weights'
+ * reorder, its shift the bias), else on the output's rows after each
+ * task. Forward pools run blocked where their input or output is kept
+ * blocked, else plain. Pool gradients, and
  * pools oneDNN does not express (count_include_pad over ceil_mode's extra
  * positions), run plain loops over (image, channel) planes.
  */
