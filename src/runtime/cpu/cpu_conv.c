@@ -551,6 +551,10 @@ typedef struct conv_job {
   int32_t layout;
   prim_entry whole;
   bool whole_owned;
+  /* conv: the primitives of every block but the last, and of the last
+   * (looked up once a call, not once a task) */
+  prim_entry blk[2];
+  bool blk_owned[2];
   char *xb;
   size_t x_bytes;
 } conv_job;
@@ -662,14 +666,10 @@ static bool conv_task(const void *user, int64_t t) {
   const conv_job *j = user;
   const conv_split *s = &j->s;
   int64_t img = t / s->blocks, u0, nu, sc = s->per_small;
-  prim_key p;
-  block_key(s, P_FWD, t % s->blocks, &p, &u0, &nu);
-  p.any = j->any;
-  key_post(&p, j->post);
-  bool owned;
-  prim_entry e = get_prim(&p, &owned);
-  bool ok = conv_block(j, &e, img, u0, u0 * sc);
-  release(&e, owned);
+  int64_t blk = t % s->blocks;
+  u0 = blk * s->b;
+  nu = LOOM_MIN(s->b, s->units - u0);
+  bool ok = conv_block(j, &j->blk[blk == s->blocks - 1], img, u0, u0 * sc);
   const loom_gemm_epilogue *epi = j->epi;
   if (!ok || !epi) return ok;
   /* the task's output, [nu * sc] channels of image img, is whole rows of
@@ -790,10 +790,19 @@ loom_status loom_cpu_conv(const loom_cpu *c, const loom_node *n, const loom_view
   /* kept blocked: what the program planned (loom_cpu_window_blocks) */
   bool ok = !st && (!(j.layout & LOOM_CPU_IN_BLOCKED) || j.in_block > 1) &&
             (!(j.layout & LOOM_CPU_OUT_BLOCKED) || (j.out_block > 1 && !j.epi));
+  for (int32_t i = 0; ok && i < 2; i++) { /* the first block's, the last's */
+    prim_key p;
+    int64_t u0, nu;
+    block_key(&j.s, P_FWD, i ? j.s.blocks - 1 : 0, &p, &u0, &nu);
+    p.any = j.any;
+    key_post(&p, j.post);
+    j.blk[i] = get_prim(&p, &j.blk_owned[i]);
+  }
   ok = ok && shared_input(c, &j) &&
        run_tasks(c, j.s.batch * j.s.blocks, big_flops(&j.s), conv_task, &j);
   free(j.xb);
   release(&j.whole, j.whole_owned);
+  for (int32_t i = 0; i < 2; i++) release(&j.blk[i], j.blk_owned[i]);
   if (has_post) loom_conv_post_free(&post);
   return st ? st : conv_done(c, n, ok);
 }
@@ -918,6 +927,8 @@ typedef struct pool_job {
   loom_window w;
   loom_op op;
   prim_key whole; /* any: in channel blocks (the input or output kept in them) */
+  prim_entry blk[2]; /* the primitives of every block but the last, and of the last */
+  bool blk_owned[2];
   int64_t ch, bs, ss, b, blocks, block;
   int32_t layout; /* LOOM_CPU_*_BLOCKED */
   const float *x, *dy;
@@ -931,9 +942,7 @@ static bool pool_task(const void *user, int64_t t) {
   const pool_job *j = user;
   int64_t img = t / j->blocks, c0 = (t % j->blocks) * j->b, nc = LOOM_MIN(j->b, j->ch - c0);
   prim_key p = j->whole;
-  p.big_c = p.small_c = nc;
-  bool owned;
-  prim_entry e = get_prim(&p, &owned);
+  prim_entry e = j->blk[(t % j->blocks) == j->blocks - 1];
   loom_dnnl_thread *res = loom_dnnl_thread_get();
   int64_t pl0 = img * j->ch + c0;
   const float *x = j->x + pl0 * j->bs;
@@ -960,7 +969,6 @@ static bool pool_task(const void *user, int64_t t) {
     ok = ok && run_prim(&e, 2, which, ptrs) &&
          (dst == y || run_reorder(e.from_dst, &e.md[1], dst, &plain[1], y));
   }
-  release(&e, owned);
   return ok;
 }
 
@@ -1026,7 +1034,14 @@ loom_status loom_cpu_pool(const loom_cpu *c, const loom_node *n, const loom_view
     run_tasks(c, planes, parallel, plane_task, &j);
     return LOOM_STATUS_OK;
   }
-  return conv_done(c, n, run_tasks(c, batch * j.blocks, parallel, pool_task, &j));
+  for (int32_t i = 0; i < 2; i++) { /* the first block's, the last's */
+    prim_key p = j.whole;
+    p.big_c = p.small_c = LOOM_MIN(j.b, j.ch - (i ? j.blocks - 1 : 0) * j.b);
+    j.blk[i] = get_prim(&p, &j.blk_owned[i]);
+  }
+  bool ok = run_tasks(c, batch * j.blocks, parallel, pool_task, &j);
+  for (int32_t i = 0; i < 2; i++) release(&j.blk[i], j.blk_owned[i]);
+  return conv_done(c, n, ok);
 }
 
 /* Pools through oneDNN where it computes what the op means, else, and for
