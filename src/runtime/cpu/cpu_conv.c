@@ -55,7 +55,8 @@ typedef struct prim_key {
   int64_t any; /* P_FWD: the first of layouts_tried with a fast kernel, else plain */
   int64_t big[MAX_DIMS], small[MAX_DIMS], kernel[MAX_DIMS], stride[MAX_DIMS], dil[MAX_DIMS];
   int64_t lo[MAX_DIMS], hi[MAX_DIMS]; /* hi: oneDNN's padding_r */
-  /* P_FWD: a bias, and post-ops (kind, alg, alpha and beta bits each) */
+  /* P_FWD: weights scaled per output channel, a bias, and post-ops (kind,
+   * alg, alpha and beta bits each): cpu_conv_post.h */
   int64_t scale, bias, n_post, post[LOOM_CONV_POST_MAX][4];
 } prim_key;
 
