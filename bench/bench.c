@@ -31,7 +31,9 @@ static const char usage[] =
     "Measures the machine's triad bandwidth, memory roof and sgemm rate, then\n"
     "runs each workload (all of them when none is named) in the modes\n"
     "reference (the ref backend), eager (one C loop per op), none, loop and\n"
-    "stitch (the fusion modes of the cpu backend), and reports per workload\n"
+    "stitch (the fusion modes of the cpu backend), and frozen (stitch with the\n"
+    "params frozen: loom_session_freeze_input, GEMM operands packed once;\n"
+    "only where GEMMs read params), and reports per workload\n"
     "and mode: primitive ops, kernels, modeled bytes, the median time, GB/s\n"
     "counting the minimum bytes the workload must move, that bandwidth as a\n"
     "fraction of the memory roof (the best of triad and copy, ordinary and\n"
@@ -78,7 +80,7 @@ static const char usage[] =
     "  --runs N             timed runs per mode (attention: per placement) after\n"
     "                       one warm-up (default 5)\n"
     "  --modes LIST         comma-separated subset of\n"
-    "                       reference,eager,none,loop,stitch (default all)\n"
+    "                       reference,eager,none,loop,stitch,frozen (default all)\n"
     "  --fusion M           one mode only: " LOOM_FUSION_MODE_NAMES "\n"
     "  --threads N          CPU threads (default 0 = all cores)\n"
     "  --with-reference     run the reference mode at full size too (slow)\n"
@@ -313,7 +315,7 @@ static int parse_args(int argc, char **argv, opts *o) {
       if (r < 0) return loom_cli_usage_error("loom", usage, "%s needs a value", a);
       if (!parse_modes(v, o->run.modes))
         return loom_cli_usage_error("loom", usage, "--modes takes a comma-separated subset of "
-                           "reference,eager,none,loop,stitch, got '%s'", v);
+                           "reference,eager,none,loop,stitch,frozen, got '%s'", v);
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--attention", &v)) != 0) {
       if (r < 0) return loom_cli_usage_error("loom", usage, "%s needs a value", a);
       if (loom_attention_mode_from_name(v, &o->run.attention))
@@ -330,7 +332,8 @@ static int parse_args(int argc, char **argv, opts *o) {
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--fusion", &v)) != 0) {
       /* as on every command that compiles: one mode only */
       if (r < 0) return loom_cli_usage_error("loom", usage, "%s needs a value", a);
-      if (strchr(v, ',') || strcmp(v, "reference") == 0 || !parse_modes(v, o->run.modes))
+      if (strchr(v, ',') || strcmp(v, "reference") == 0 || strcmp(v, "frozen") == 0 ||
+          !parse_modes(v, o->run.modes))
         return loom_cli_usage_error("loom", usage, "--fusion must be one of " LOOM_FUSION_MODE_NAMES ", got '%s'", v);
     } else if (a[0] == '-') {
       return loom_cli_usage_error("loom", usage, "unknown option '%s'", a);

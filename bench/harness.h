@@ -15,6 +15,9 @@ typedef enum loom_bench_mode {
   LOOM_BENCH_NONE,          /* generated code, one kernel per primitive */
   LOOM_BENCH_LOOP,          /* XLA-style loop fusion */
   LOOM_BENCH_STITCH,        /* stitching fusion */
+  LOOM_BENCH_FROZEN,        /* stitch with the params frozen (loom_session_freeze_input):
+                             * GEMM operands packed once; only workloads whose GEMMs
+                             * read params */
   LOOM_BENCH_MODE_COUNT
 } loom_bench_mode;
 
@@ -214,7 +217,8 @@ bool loom_bench_mpi_exe(char *exe, size_t size);
  * in the machine profile, where loom_bench_this_cluster reads it. A model
  * kept by whichever run came first may have been measured while the
  * machine was busy with other work (17 us and 1 GB/s where it measures
- * under 1 us and 4-9 GB/s otherwise). Without mpirun the kept one stays. */
+ * under 1 us and 4-9 GB/s otherwise). Three runs, their medians kept.
+ * Without mpirun the kept one stays. */
 void loom_bench_measure_mpi_link(void);
 /* `mpirun -np NP EXE FLAGS --plan PLAN EXTRA`, one thread per rank. */
 void loom_bench_mpirun_cmd(char *cmd, size_t size, int32_t np, const char *exe, const char *flags,

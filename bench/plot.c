@@ -103,7 +103,8 @@ static const char *mode_colour(const char *name) {
               {"eager", "#9ab7d3"},
               {"none", "#6d9ccc"},
               {"loop", "#3d78b8"},
-              {"stitch", "#123f7a"}};
+              {"stitch", "#123f7a"},
+              {"frozen", "#0a2347"}};
   for (size_t i = 0; i < sizeof loom / sizeof loom[0]; i++)
     if (!strcmp(name, loom[i].mode)) return loom[i].colour;
   return NULL;

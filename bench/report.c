@@ -144,6 +144,9 @@ static void json_result(FILE *f, const loom_bench_row *row, const loom_bench_res
             row->gemm_flops, fin(gf), mi->m.sgemm_gflops > 0 ? fin(gf / mi->m.sgemm_gflops) : 0.0);
   }
   if (s->modeled_seconds > 0) fprintf(f, ", \"modeled_s\": %.6g", fin(s->modeled_seconds));
+  if (s->n_frozen_inputs > 0)
+    fprintf(f, ", \"frozen_inputs\": %d, \"packed\": %d, \"packed_bytes\": %lld",
+            (int)s->n_frozen_inputs, (int)s->n_packed, (long long)s->packed_bytes);
   if (r->gemm_s > 0 && s->gemm_flops > 0) {
     double rate = s->gemm_flops / r->gemm_s / 1e9;
     fprintf(f, ", \"gemm_s\": %.6g, \"gemm_step_flops\": %.6g, \"gemm_gflops\": %.4g",
@@ -219,6 +222,14 @@ static void table_gemm_and_model(FILE *f, const loom_bench_row *row,
             loom_bench_mode_name((loom_bench_mode)m), r->stats.gemm_flops / 1e9, r->gemm_s * 1e3,
             r->median_s * 1e3, rate);
     if (mi->m.sgemm_gflops > 0) fprintf(f, ", %.0f%% of sgemm", 100.0 * rate / mi->m.sgemm_gflops);
+    fprintf(f, "\n");
+  }
+  if (ran(row, LOOM_BENCH_FROZEN)) {
+    const loom_bench_result *r = &row->r[LOOM_BENCH_FROZEN];
+    fprintf(f, "  frozen     %d params frozen, %d GEMM operands packed (%.1f MB)", (int)r->stats.n_frozen_inputs,
+            (int)r->stats.n_packed, (double)r->stats.packed_bytes / 1e6);
+    if (ran(row, LOOM_BENCH_STITCH))
+      fprintf(f, ": x%.3f of stitch", row->r[LOOM_BENCH_STITCH].median_s / r->median_s);
     fprintf(f, "\n");
   }
   if (!ran(row, LOOM_BENCH_LOOP) || !ran(row, LOOM_BENCH_STITCH)) return;

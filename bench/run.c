@@ -34,10 +34,12 @@ static const loom_fusion_mode mode_fusion[LOOM_BENCH_MODE_COUNT] = {
     [LOOM_BENCH_EAGER] = LOOM_FUSION_EAGER,
     [LOOM_BENCH_NONE] = LOOM_FUSION_NONE,
     [LOOM_BENCH_LOOP] = LOOM_FUSION_LOOP,
-    [LOOM_BENCH_STITCH] = LOOM_FUSION_STITCH};
+    [LOOM_BENCH_STITCH] = LOOM_FUSION_STITCH,
+    [LOOM_BENCH_FROZEN] = LOOM_FUSION_STITCH};
 
 const char *loom_bench_mode_name(loom_bench_mode m) {
   if (m == LOOM_BENCH_REFERENCE) return "reference";
+  if (m == LOOM_BENCH_FROZEN) return "frozen";
   return m > 0 && m < LOOM_BENCH_MODE_COUNT ? loom_fusion_mode_name(mode_fusion[m]) : "?";
 }
 
@@ -105,6 +107,7 @@ typedef struct wl_state {
   loom_bench_graph b;
   int32_t n_in, n_out;
   loom_tensor **in, **out;
+  const loom_tensor **in_frozen; /* in with NULL for the params (the frozen mode's) */
   void **base; /* the baseline mode's outputs (copies) */
   bool have_base;
   loom_bench_mode base_mode;
@@ -126,6 +129,7 @@ static void wl_free(wl_state *s) {
   for (int32_t i = 0; s->base && i < s->n_out; i++)
     free(s->base[i]);
   free(s->in);
+  free(s->in_frozen);
   free(s->out);
   free(s->base);
   loom_bench_graph_clear(&s->b);
@@ -141,6 +145,10 @@ static loom_status wl_setup(wl_state *s) {
   s->base = loom_calloc(ctx, (size_t)(s->n_out ? s->n_out : 1), sizeof *s->base);
   if (!s->in || !s->out || !s->base) return LOOM_STATUS_OUT_OF_MEMORY;
   LOOM_TRY(loom_bench_make_inputs(ctx, &s->b, s->in));
+  s->in_frozen = loom_calloc(ctx, (size_t)(s->n_in ? s->n_in : 1), sizeof *s->in_frozen);
+  if (!s->in_frozen) return LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t i = 0; i < s->n_in; i++)
+    s->in_frozen[i] = loom_graph_input_is_param(g, i) ? NULL : s->in[i];
   for (int32_t i = 0; i < s->n_out; i++) {
     const loom_type *t = loom_value_type(g, g->outputs[i]);
     LOOM_TRY(loom_tensor_new(ctx, t->dtype, t->rank, t->shape, &s->out[i]));
@@ -210,8 +218,9 @@ static loom_status run_once(wl_state *s, loom_bench_mode m, double *seconds,
   bool own = gemm_seconds && !s->ctx->trace && loom_ctx_trace_begin(s->ctx) == LOOM_STATUS_OK;
   double g0 = gemm_seconds ? loom_trace_seconds(s->ctx->trace, "gemm") : 0.0;
   double t0 = loom_now_s();
-  loom_status st =
-      loom_session_run(s->ses[m], s->n_in, (const loom_tensor *const *)s->in, s->n_out, s->out);
+  const loom_tensor *const *in =
+      m == LOOM_BENCH_FROZEN ? s->in_frozen : (const loom_tensor *const *)s->in;
+  loom_status st = loom_session_run(s->ses[m], s->n_in, in, s->n_out, s->out);
   if (seconds) *seconds = loom_now_s() - t0;
   if (gemm_seconds) *gemm_seconds = loom_trace_seconds(s->ctx->trace, "gemm") - g0;
   if (own) {
@@ -232,6 +241,8 @@ static bool prepare_mode(wl_state *s, loom_bench_mode m, loom_bench_result *r, i
                            .fusion = mode_fusion[m], .gemm = s->o->gemm,
                            .attention = s->o->attention);
   loom_status st = loom_session_new(s->ctx, s->b.g, &so, &s->ses[m]);
+  for (int32_t i = 0; !st && m == LOOM_BENCH_FROZEN && i < s->n_in; i++)
+    if (!s->in_frozen[i]) st = loom_session_freeze_input(s->ses[m], i, s->in[i]);
   if (!st) st = loom_session_get_stats(s->ses[m], &r->stats);
   if (!st && m >= LOOM_BENCH_NONE) {
     /* the same graph again: what compiling costs with the kernel cache warm */
@@ -254,6 +265,8 @@ static bool prepare_mode(wl_state *s, loom_bench_mode m, loom_bench_result *r, i
     st = run_once(s, m, NULL, NULL);
     s->ctx->trace = trace;
   }
+  /* what the first run packed */
+  if (!st && m == LOOM_BENCH_FROZEN) st = loom_session_get_stats(s->ses[m], &r->stats);
   if (!st) st = check_outputs(s, r);
   if (!st) {
     s->t[m] = loom_calloc(s->ctx, (size_t)runs, sizeof *s->t[m]);
@@ -367,6 +380,10 @@ bool loom_bench_run_workload(loom_ctx *ctx, const loom_bench_opts *o,
     wl_free(&s);
     return false;
   }
+  /* frozen params matter where GEMMs read them */
+  bool params = false;
+  for (int32_t i = 0; i < s.n_in; i++) params |= s.in_frozen[i] == NULL;
+  row->wanted[LOOM_BENCH_FROZEN] &= params && s.b.gemm_flops > 0;
   snprintf(row->shape, sizeof row->shape, "%s", s.b.shape);
   row->min_bytes = s.b.min_bytes;
   row->gemm_flops = s.b.gemm_flops;

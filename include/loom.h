@@ -462,6 +462,11 @@ typedef struct loom_session_stats {
                             * (when a parallel plan's run overlaps them) */
   double modeled_seconds;  /* the cost model's time of the whole plan */
   double gemm_flops;       /* flops of the GEMM library calls of one run */
+  /* Filled when asked (they change with loom_session_freeze_input and the
+   * first run after it): */
+  int32_t n_frozen_inputs; /* inputs bound with loom_session_freeze_input */
+  int32_t n_packed;        /* GEMM operands kept packed across runs */
+  int64_t packed_bytes;    /* their bytes */
 } loom_session_stats;
 
 /* Decomposes, verifies and prepares a graph to run: on cpu, fuses it and
@@ -484,6 +489,25 @@ void loom_session_free(loom_session *s);
 loom_status loom_session_run(loom_session *s, int32_t n_inputs,
                              const loom_tensor *const *inputs,
                              int32_t n_outputs, loom_tensor **outputs);
+/*
+ * Frozen inputs: weights that stay the same from run to run. Binds graph
+ * input `index` (declaration order) to a copy of t that the session owns,
+ * and later runs read that copy: they pass NULL in the input's place (a
+ * tensor there is refused with LOOM_STATUS_INVALID_ARGUMENT, naming the
+ * input, since the session would silently ignore it). Work derived from
+ * frozen data is kept across runs: the cpu backend packs every GEMM
+ * operand computed from frozen inputs alone once, on the next run, into
+ * the layout its fastest kernel reads, and reuses it. Calling again
+ * rebinds (copies the new data and drops all that was derived from the
+ * old); t NULL unfreezes (runs pass the input again). The caller's t may
+ * change or be freed after the call. Errors: an index out of range, a
+ * dtype or shape other than the input's, a tensor that is not contiguous;
+ * LOOM_STATUS_BUSY while a run is in progress on another thread.
+ */
+loom_status loom_session_freeze_input(loom_session *s, int32_t index,
+                                      const loom_tensor *t);
+/* True if graph input `index` is frozen. */
+bool loom_session_input_frozen(const loom_session *s, int32_t index);
 /* Peak bytes of the session's memory plan (its one arena). */
 int64_t loom_session_peak_bytes(const loom_session *s);
 /* What preparing the session did (kernels, bytes, compile time). The

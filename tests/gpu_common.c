@@ -1,9 +1,11 @@
 /* The GPU backends' shared checks (gpu_common.h). */
 #include "gpu_common.h"
 
+#include "ir/graph.h"
 #include "rng/philox.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 bool loom_test_gpu_run(loom_ctx *ctx, loom_graph *g, const char *backend, loom_fusion_mode fusion,
@@ -141,6 +143,71 @@ void loom_test_gpu_softmax_matmul(loom_ctx *ctx, const char *backend, const char
     loom_tensor_free(cpu[o]);
     loom_tensor_free(gpu[o]);
     loom_tensor_free(again[o]);
+  }
+  loom_graph_free(g);
+}
+
+/* Independent groups of every kind: an element-wise chain, a softmax whose
+ * row fits shared memory, one whose row does not (scratch in the
+ * workspace), column sums, an odd tiny one. */
+static const char horizontal_text[] =
+    "param %a : f32[33, 17]\n"
+    "param %b : f32[37, 129]\n"
+    "param %c : f32[5, 5003]\n"
+    "param %d : f32[1031, 41]\n"
+    "param %e : f32[7]\n"
+    "%ta : f32[33, 17] = tanh(%a)\n"
+    "%ya : f32[33, 17] = mul(%ta, %a)\n"
+    "%yb : f32[37, 129] = softmax(%b, axis=-1)\n"
+    "%yc : f32[5, 5003] = softmax(%c, axis=-1)\n"
+    "%yd : f32[41] = reduce_sum(%d, axes=[0])\n"
+    "%ye : f32[7] = exp(%e)\n"
+    "output ya = %ya\n"
+    "output yb = %yb\n"
+    "output yc = %yc\n"
+    "output yd = %yd\n"
+    "output ye = %ye\n";
+
+void loom_test_gpu_horizontal(loom_ctx *ctx, const char *backend) {
+  enum { N = 5 };
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx, horizontal_text, &g));
+  if (!g) return;
+  loom_tensor *in[N] = {0}, *cpu[N] = {0}, *gpu[N] = {0}, *again[N] = {0};
+  bool ok = true;
+  for (int32_t i = 0; i < N; i++) {
+    const loom_type *t = loom_value_type(g, g->inputs[i]);
+    ok &= loom_tensor_new(ctx, LOOM_DTYPE_F32, t->rank, t->shape, &in[i]) == LOOM_STATUS_OK;
+    if (in[i]) loom_test_gpu_fill(in[i], 40 + (uint64_t)i);
+  }
+  const loom_fusion_mode stitch = LOOM_FUSION_STITCH;
+  ok = ok && loom_test_gpu_run(ctx, g, "cpu", stitch, LOOM_GEMM_F32, N, in, N, cpu) &&
+       loom_test_gpu_run(ctx, g, backend, stitch, LOOM_GEMM_F32, N, in, N, gpu) &&
+       loom_test_gpu_run(ctx, g, backend, stitch, LOOM_GEMM_F32, N, in, N, again);
+  CHECK(ok);
+  for (int32_t o = 0; ok && o < N; o++) {
+    double worst = loom_test_gpu_worst_rel(cpu[o], gpu[o], 1e-3);
+    CHECK(worst < 1e-5);
+    CHECK(memcmp(loom_tensor_data(gpu[o]), loom_tensor_data(again[o]),
+                 (size_t)loom_tensor_numel(cpu[o]) * 4) == 0);
+    printf("horizontal output %s: worst relative difference from cpu %.2g\n",
+           g->values[g->outputs[o]].name, worst);
+  }
+  /* the groups are one kernel's parts, run as one launch */
+  loom_session *s = NULL;
+  loom_session_options opt = LOOM_SESSION_OPTIONS(.backend = backend);
+  char *text = NULL;
+  CHECK_OK(ctx, loom_session_new(ctx, g, &opt, &s));
+  if (s) CHECK_OK(ctx, loom_session_describe(s, LOOM_ARTIFACT_SOURCE, &text));
+  const char *mark = text ? strstr(text, "phase 0: parts 0..") : NULL;
+  CHECK(mark && atoi(mark + strlen("phase 0: parts 0..")) >= 1);
+  loom_free(text);
+  loom_session_free(s);
+  for (int32_t i = 0; i < N; i++) {
+    loom_tensor_free(in[i]);
+    loom_tensor_free(cpu[i]);
+    loom_tensor_free(gpu[i]);
+    loom_tensor_free(again[i]);
   }
   loom_graph_free(g);
 }

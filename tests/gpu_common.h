@@ -24,5 +24,10 @@ void loom_test_gpu_dropout(loom_ctx *ctx, const char *backend, loom_fusion_mode 
  * kernel language). */
 void loom_test_gpu_softmax_matmul(loom_ctx *ctx, const char *backend, const char *const *marks,
                                   int n_marks);
+/* Independent groups of every kind (element-wise, row reductions with
+ * shared and workspace scratch, column sums) fused horizontally: close to
+ * the cpu backend, the same bytes on a second run, and one launch for the
+ * kernel's parts. */
+void loom_test_gpu_horizontal(loom_ctx *ctx, const char *backend);
 
 #endif

@@ -129,7 +129,7 @@ static void test_this_machine(void) {
   loom_machine_default(&m);
   m.cores = 4;
   m.triad_gbps = 20;
-  m.comm = (loom_comm_model){2e-6, 8e9, true};
+  m.comm = (loom_comm_model){2e-6, 8e9, true, 0, 0};
   loom_cluster c;
   loom_cluster_this_machine(&m, 50, 40, 16e9, &c);
   c.attention_efficiency = 0.375; /* what the bench fits from a measured step */

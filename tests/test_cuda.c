@@ -310,6 +310,7 @@ int main(void) {
     loom_test_gpu_dropout(ctx, "cuda", LOOM_FUSION_STITCH);
     loom_test_gpu_dropout(ctx, "cuda", LOOM_FUSION_EAGER);
     loom_test_gpu_softmax_matmul(ctx, "cuda", (const char *[]){"__global__", "__syncthreads()"}, 2);
+    loom_test_gpu_horizontal(ctx, "cuda");
     test_matmuls();
     test_fallback_and_bound_output();
   }

@@ -3,7 +3,9 @@
  * transposed, batched with per-batch offsets, skinny with tails, and with a
  * row epilogue — are cut into the expected tiles, give the same bytes on 1,
  * 2 and 3 threads and match a double-precision
- * product; small products stay on the calling thread. (The session-level
+ * product; small products stay on the calling thread. With B packed ahead
+ * (loom_gemm_pack_b) the same tiles give the same bytes on any thread
+ * count and match the product too; a pack made for another B is ignored. (The session-level
  * determinism checks of test_ops and test_models reach the same path
  * through matmul nodes; this pins it down where the split happens.) */
 #include "common.h"
@@ -40,6 +42,7 @@ static const shape shapes[] = {
     {"trans_b epilogue", 100, 200, 520, 1, false, true, 32, 4, true},
     {"one row", 1, 1100, 4800, 1, false, true, 0, 9, true},
     {"batched trans_b", 40, 300, 520, 3, false, true, 0, 6, true},
+    {"batched tails", 70, 300, 260, 3, false, false, 0, 6, false},
 };
 
 /* The epilogue: tanh over whole rows of C, in place (row_len = n). */
@@ -52,6 +55,61 @@ static void epi_tanh(void *user, int32_t thread, int64_t r0, int64_t r1) {
   (void)thread;
   epi_user *u = user;
   for (int64_t i = r0 * u->n; i < r1 * u->n; i++) u->c[i] = tanhf(u->c[i]);
+}
+
+/* p (computed unpacked into want) again with B packed: on 1 and 2
+ * threads into c1, c2, equal to each other and close to want; and with a
+ * pack whose B has moved, exactly want (the pack is not used). */
+static void test_packed(loom_ctx *ctx, const shape *s, loom_gemm *p, const float *want, int64_t c_n,
+                        float *c1, float *c2, epi_user *u) {
+  loom_gemm_packed_b *pb = NULL;
+  CHECK_OK(ctx, loom_gemm_pack_b(ctx, p, &pb));
+  /* packed where the primitive wins: big, A as stored, B transposed or
+   * the product short */
+  double flops = 2.0 * (double)(s->batch * s->m * s->n * s->k);
+  bool expect = !s->ta && (s->tb || s->m <= 256) && flops >= 1e7;
+  if ((pb != NULL) != expect)
+    fprintf(stderr, "gemm %s: packed %d, expected %d\n", s->name, pb != NULL, expect);
+  CHECK((pb != NULL) == expect);
+  if (!pb) return;
+  p->b_packed = pb;
+  float *cs[2] = {c1, c2};
+  for (int t = 0; t < 2; t++) {
+    memset(cs[t], 0, sizeof(float) * (size_t)c_n);
+    p->c = u->c = cs[t];
+    CHECK_OK(ctx, loom_gemm_f32(ctx, t + 1, p));
+  }
+  bool same = memcmp(c1, c2, sizeof(float) * (size_t)c_n) == 0;
+  double worst = 0;
+  for (int64_t i = 0; i < c_n; i++) worst = fmax(worst, fabs((double)c1[i] - want[i]));
+  /* B changed in place: the pack still holds the old one (its owner must
+   * drop it), which shows that the packed run read the pack */
+  float *b = (float *)p->b;
+  int64_t b_n = s->batch * s->k * s->n;
+  for (int64_t i = 0; i < b_n; i++) b[i] = -b[i];
+  p->c = u->c = c2;
+  CHECK_OK(ctx, loom_gemm_f32(ctx, 2, p));
+  bool read_pack = memcmp(c1, c2, sizeof(float) * (size_t)c_n) == 0;
+  for (int64_t i = 0; i < b_n; i++) b[i] = -b[i];
+  CHECK(read_pack);
+  /* a B elsewhere (the same values): the pack describes another operand */
+  float *b2 = malloc(sizeof(float) * (size_t)(s->batch * s->k * s->n));
+  memcpy(b2, p->b, sizeof(float) * (size_t)(s->batch * s->k * s->n));
+  const float *b_was = p->b;
+  p->b = b2;
+  p->c = u->c = c2;
+  CHECK_OK(ctx, loom_gemm_f32(ctx, 2, p));
+  bool ignored = memcmp(c2, want, sizeof(float) * (size_t)c_n) == 0;
+  printf("gemm %-16s packed B %.2f MB: 1/2 threads %s, vs unpacked %.2g, %s, moved B %s\n",
+         s->name, (double)loom_gemm_packed_b_bytes(pb) / 1e6, same ? "equal" : "DIFFER", worst,
+         read_pack ? "reads the pack" : "DOES NOT READ THE PACK", ignored ? "unpacked" : "WRONG");
+  CHECK(same);
+  CHECK(worst <= 2e-6 * (double)s->k);
+  CHECK(ignored);
+  p->b = b_was;
+  p->b_packed = NULL;
+  free(b2);
+  loom_gemm_packed_b_free(pb);
 }
 
 static void test_shape(loom_ctx *ctx, const shape *s, loom_test_rng *rng) {
@@ -106,6 +164,7 @@ static void test_shape(loom_ctx *ctx, const shape *s, loom_test_rng *rng) {
          s->name, (long long)s->m, (long long)s->n, (long long)s->k, (long long)s->batch,
          (long long)tasks, same ? "equal" : "DIFFER", worst, s->matmul ? ", matmul primitive" : "");
   CHECK(worst <= 1e-6 * (double)s->k);
+  test_packed(ctx, s, &p, c[0], c_n, c[1], c[2], &u);
   for (int t = 0; t < 3; t++) free(c[t]);
   free(a);
   free(b);

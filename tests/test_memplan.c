@@ -393,7 +393,8 @@ static void test_steps_match_nodes(loom_ctx *ctx) {
     loom_memplan_step *steps = calloc((size_t)g->n_nodes + 1, sizeof *steps);
     for (int32_t j = 0; j < g->n_nodes; j++) {
       const loom_node *n = &g->nodes[j];
-      steps[j] = (loom_memplan_step){n->n_in, n->n_out, n->in, n->out, n->op == LOOM_OP_RESHAPE, false};
+      steps[j] = (loom_memplan_step){.n_in = n->n_in, .n_out = n->n_out, .in = n->in, .out = n->out,
+                                     .alias = n->op == LOOM_OP_RESHAPE};
     }
     loom_memplan a, b;
     CHECK_OK(ctx, loom_memplan_build(g, &a));

@@ -58,6 +58,7 @@ int main(void) {
   loom_backend_free(b);
   loom_test_gpu_dropout(ctx, "opencl", LOOM_FUSION_STITCH);
   loom_test_gpu_dropout(ctx, "opencl", LOOM_FUSION_EAGER);
+  loom_test_gpu_horizontal(ctx, "opencl");
   test_softmax_matmul(); /* on CLBlast where installed */
   test_empty_k();
   setenv("LOOM_OPENCL_NO_CLBLAST", "1", 1);

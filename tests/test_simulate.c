@@ -138,8 +138,68 @@ static void test_collectives(void) {
    * (1 step, S/2 at 10 GB/s), all-reduce of S/2 between the 2 nodes (2
    * steps of 10 us, S/2 at 1 GB/s), all-gather inside */
   CHECK(near(comm[1], 2 * (1e-6 + S / 2 / 10e9) + 20e-6 + S / 2 / 1e9));
-  /* direct: two phases, each member sends 2 (n-1)/n S over its NIC share */
-  CHECK(near(comm[2], 2 * 10e-6 + 1.5 * S / 1e9));
+  /* direct: two phases, each member sends 2 (n-1)/n S over its NIC share,
+   * and its CPU moves (2 + 6/n + 3 (n-1)/n) S = 5.75 S around them (the
+   * input copied into the output, its block into the parts and out, three
+   * others folded in, its block into the all-gather) at 0.8 of 100 GB/s */
+  CHECK(near(comm[2], 2 * 10e-6 + 1.5 * S / 1e9 + 5.75 * S / 80e9));
+  loom_plan_program_free(pp);
+  loom_graph_free(g);
+}
+
+/* Ranks bound to cores (as many ranks as cores: mpirun binds each to its
+ * own): device 0 runs exp(v) after its GEMM while its comm stream does
+ * the all-reduce of y, so the two share core 0 at half speed each, and
+ * device 1's core, which only waits, speeds neither: the all-reduce moves
+ * at its slower member's pace. With C the all-reduce and E the exp alone,
+ * the all-reduce ends at G + 2C, the exp at G + C + E. */
+static const char mm_exp[] = "input %x : f32[512, 256]\n"
+                             "param %w : f32[256, 1024]\n"
+                             "input %v : f32[4096, 1024]\n"
+                             "%y = matmul(%x, %w)\n"
+                             "%z = exp(%v)\n"
+                             "output y = %y\n"
+                             "output z = %z\n";
+static const char k_exp_plan[] = "plan devices 2\n"
+                                 "trans matmul.* split in0 1 2\n"
+                                 "assign matmul.0 0 1\n"
+                                 "assign exp.1 0\n"
+                                 "order matmul.0#0 exp.1\n"
+                                 "input %x D(1,2) on 0 1\n"
+                                 "input %w D(0,2) on 0 1\n"
+                                 "input %v R(1) on 0\n"
+                                 "output y R(2) on 0 1\n"
+                                 "output z R(1) on 0\n";
+
+static void test_bound_cores(void) {
+  loom_graph *g = NULL;
+  loom_plan_program *pp = lower_text(&g, mm_exp, k_exp_plan);
+  if (!pp) return;
+  loom_cluster c = cluster(2);
+  loom_sim_options o = {.cluster = &c, .precision = LOOM_PRECISION_f32, .overlap = true};
+  loom_sim_result alone, bound;
+  CHECK_OK(ctx, loom_plan_simulate(pp, &o, &alone));
+  o.cores = 2;
+  CHECK_OK(ctx, loom_plan_simulate(pp, &o, &bound));
+  if (alone.devices && bound.devices) {
+    double G = 0, E = 0, C = alone.devices[0].comm_s;
+    for (int32_t e = alone.event_start[0]; e < alone.event_start[1]; e++) {
+      const loom_sim_event *ev = &alone.events[e];
+      if (ev->comm) continue;
+      loom_op op = pp->global->nodes[ev->node].op;
+      if (op == LOOM_OP_MATMUL) G = ev->end_s - ev->start_s;
+      if (op != LOOM_OP_EXP) continue;
+      E = ev->end_s - ev->start_s;
+      CHECK(ev->start_s >= G * (1 - 1e-9)); /* after the GEMM, as ordered */
+    }
+    CHECK(G > 0 && E > C && C > 0); /* the exp outlasts the all-reduce */
+    CHECK(near(alone.step_s, G + E));
+    CHECK(near(bound.devices[0].comm_s, 2 * C) && near(bound.devices[1].comm_s, 2 * C));
+    CHECK(near(bound.devices[0].end_s, G + C + E));
+    CHECK(near(bound.step_s, G + C + E));
+  }
+  loom_sim_result_free(&alone);
+  loom_sim_result_free(&bound);
   loom_plan_program_free(pp);
   loom_graph_free(g);
 }
@@ -330,6 +390,7 @@ int main(void) {
   test_state_copy_out();
   test_attention_efficiency();
   test_collectives();
+  test_bound_cores();
   test_gpt_plans();
   loom_ctx_free(ctx);
   return loom_test_finish("test_simulate");

@@ -45,6 +45,39 @@ static int64_t part_groups(const loom_kpart *part) {
   return t < cap ? t : cap;
 }
 
+/* Where part q runs in its phase's one launch: groups [base, base +
+ * groups), and its workspace scratch (when global) at scr floats past the
+ * scratch area's start, one block per group. The parts of a phase run at
+ * once, so their workspace scratch blocks lie side by side. */
+typedef struct gpu_slot {
+  int64_t base, groups, scr;
+} gpu_slot;
+
+/* The slots of parts [pi, pj) (one phase); returns the phase's groups and
+ * sets *scr_floats to the workspace scratch it needs. */
+static int64_t phase_slots(const loom_kernel *k, int32_t pi, int32_t pj, gpu_slot *slot,
+                           int64_t *scr_floats) {
+  int64_t base = 0, scr = 0;
+  for (int32_t q = pi; q < pj; q++) {
+    const loom_kpart *part = &k->parts[q];
+    gpu_part gp;
+    gpu_part_info(part, &gp);
+    int64_t groups = LOOM_MAX(part_groups(part), 0);
+    slot[q - pi] = (gpu_slot){.base = base, .groups = groups, .scr = scr};
+    base += groups;
+    if (gp.global_scratch) scr += groups * part->n_scratch * loom_kpart_scratch_stride(part);
+  }
+  *scr_floats = scr;
+  return base;
+}
+
+/* The end of the phase that starts at part pi. */
+static int32_t phase_end(const loom_kernel *k, int32_t pi) {
+  int32_t pj = pi;
+  while (pj < k->n_parts && k->parts[pj].phase == k->parts[pi].phase) pj++;
+  return pj;
+}
+
 loom_status loom_gpu_launches(loom_ctx *ctx, const loom_kernel *k, loom_gpu_launch **out,
                               int32_t *n, int64_t *workspace_bytes) {
   *out = NULL;
@@ -53,24 +86,21 @@ loom_status loom_gpu_launches(loom_ctx *ctx, const loom_kernel *k, loom_gpu_laun
   LOOM_TRY(loom_kernel_workspace_layout(ctx, k, 1, &ws));
   int32_t cap = k->n_parts + ws.n_partial + 1;
   loom_gpu_launch *l = loom_calloc(ctx, (size_t)cap, sizeof *l);
-  if (!l) {
+  gpu_slot *slot = loom_calloc(ctx, (size_t)k->n_parts + 1, sizeof *slot);
+  if (!l || !slot) {
+    free(l);
+    free(slot);
     loom_kworkspace_clear(&ws);
     return LOOM_STATUS_OUT_OF_MEMORY;
   }
   int64_t scratch = 0;
   int32_t m = 0;
   for (int32_t pi = 0; pi < k->n_parts;) {
-    int32_t phase = k->parts[pi].phase, pj = pi;
-    while (pj < k->n_parts && k->parts[pj].phase == phase) pj++;
-    for (int32_t q = pi; q < pj; q++) {
-      const loom_kpart *part = &k->parts[q];
-      gpu_part gp;
-      gpu_part_info(part, &gp);
-      int64_t groups = part_groups(part);
-      if (gp.global_scratch)
-        scratch = LOOM_MAX(scratch, groups * part->n_scratch * loom_kpart_scratch_stride(part) * 4);
-      if (groups <= 0) continue;
-      snprintf(l[m].fn, sizeof l[m].fn, "%s_p%d", k->name, q);
+    int32_t pj = phase_end(k, pi);
+    int64_t scr = 0, groups = phase_slots(k, pi, pj, slot, &scr);
+    scratch = LOOM_MAX(scratch, scr * 4);
+    if (groups > 0) {
+      snprintf(l[m].fn, sizeof l[m].fn, "%s_h%d", k->name, k->parts[pi].phase);
       l[m++].groups = groups;
     }
     for (int32_t q = pi; q < pj; q++) {
@@ -82,9 +112,9 @@ loom_status loom_gpu_launches(loom_ctx *ctx, const loom_kernel *k, loom_gpu_laun
           if (ko->dst != LOOM_KDST_COL_REDUCE) continue;
           int64_t numel = k->args[ko->target].numel;
           if (numel > 0) {
-            int64_t groups = (numel + L - 1) / L;
+            int64_t cg = (numel + L - 1) / L;
             snprintf(l[m].fn, sizeof l[m].fn, "%s_c%d", k->name, c);
-            l[m++].groups = groups < LOOM_GPU_MAX_GROUPS ? groups : LOOM_GPU_MAX_GROUPS;
+            l[m++].groups = cg < LOOM_GPU_MAX_GROUPS ? cg : LOOM_GPU_MAX_GROUPS;
           }
           c++;
         }
@@ -92,6 +122,7 @@ loom_status loom_gpu_launches(loom_ctx *ctx, const loom_kernel *k, loom_gpu_laun
     pi = pj;
   }
   *workspace_bytes = ws.scratch + (scratch + 63) / 64 * 64;
+  free(slot);
   loom_kworkspace_clear(&ws);
   *out = l;
   *n = m;
@@ -100,7 +131,8 @@ loom_status loom_gpu_launches(loom_ctx *ctx, const loom_kernel *k, loom_gpu_laun
 
 /* ---- a function's parameters ---------------------------------------------- */
 
-/* Every function takes the kernel's non-temp arguments, then the workspace. */
+/* Every function takes the kernel's non-temp arguments, then the workspace
+ * (the list is left open: a part's function takes more). */
 static void put_params(cg_buf *b, const gpu_dialect *d, const loom_kernel *k) {
   put(b, "(");
   for (int32_t a = 0; a < k->n_args; a++) {
@@ -108,7 +140,15 @@ static void put_params(cg_buf *b, const gpu_dialect *d, const loom_kernel *k) {
     put(b, "\n    %s%s%s *%s a%d,", d->global, k->args[a].is_output ? "" : "const ",
         loom_cg_ctype(k->args[a].dtype), d->restrict_kw, a);
   }
-  put(b, "\n    %schar *%s lm_ws)", d->global, d->restrict_kw);
+  put(b, "\n    %schar *%s lm_ws", d->global, d->restrict_kw);
+}
+
+/* The same arguments, passed on. */
+static void put_args(cg_buf *b, const loom_kernel *k) {
+  put(b, "(");
+  for (int32_t a = 0; a < k->n_args; a++)
+    if (!k->args[a].temp) put(b, "a%d, ", a);
+  put(b, "lm_ws");
 }
 
 /* Pointers to the temps the workspace holds. */
@@ -368,7 +408,7 @@ static loom_status put_stage(loom_ctx *ctx, cg_buf *b, const gpu_dialect *d, con
 /* ---- parts and combines ------------------------------------------------------ */
 
 static loom_status put_part(loom_ctx *ctx, cg_buf *b, const gpu_dialect *d, cg_part *cp,
-                            const loom_kworkspace *ws, uint8_t *need) {
+                            const loom_kworkspace *ws, const gpu_slot *slot, uint8_t *need) {
   const loom_kernel *k = cp->k;
   const loom_kpart *part = cp->part;
   gpu_part gp;
@@ -378,32 +418,35 @@ static loom_status put_part(loom_ctx *ctx, cg_buf *b, const gpu_dialect *d, cg_p
   put(b, "/* %s part %d (phase %d): %lld rows of %lld, %lld rows per tile, %d lanes */\n",
       k->name, cp->index, part->phase, (long long)rows, (long long)loom_kpart_row_len(part),
       (long long)rpt, part->sched.vector_width);
-  put(b, "%s %s_p%d", d->kernel, k->name, cp->index);
+  /* a function its phase's launch calls (put_phase) for the groups of
+   * its slot: lm_gid counts from the slot's first group */
+  put(b, "%s void %s_p%d", d->fn, k->name, cp->index);
   put_params(b, d, k);
-  put(b, " {\n");
+  put(b, ",\n    const int64_t lm_gid, const int64_t lm_ngroups");
+  if (gp.max_rr) put(b, ",\n    %sfloat *%s lm_red", d->shared_ptr, d->restrict_kw);
+  if (gp.max_cr) put(b, ",\n    %sdouble *%s lm_col", d->shared_ptr, d->restrict_kw);
+  if (part->n_scratch > 0 && !gp.global_scratch)
+    put(b, ",\n    %sfloat *%s lm_scr", d->shared_ptr, d->restrict_kw);
+  put(b, ") {\n");
   b->indent = 1;
   line(b, "const int lm_lid = %s;", d->lid);
   line(b, "(void)lm_ws; (void)lm_lid;");
   put_temps(b, d, k, ws);
-  if (gp.max_rr) line(b, "%sfloat lm_red[%d * %d];", d->shared, gp.max_rr, L);
-  if (gp.max_cr) line(b, "%sdouble lm_col[%d * %d];", d->shared, gp.max_cr, L);
   int64_t stride = loom_kpart_scratch_stride(part);
   if (part->n_scratch > 0) {
     if (gp.global_scratch) {
-      line(b, "%sfloat *%s lm_scr = (%sfloat *)(lm_ws + %lld) + %s * %lld;", d->global,
-           d->restrict_kw, d->global, (long long)ws->scratch, d->gid,
+      line(b, "%sfloat *%s lm_scr = (%sfloat *)(lm_ws + %lld) + %lld + lm_gid * %lld;", d->global,
+           d->restrict_kw, d->global, (long long)ws->scratch, (long long)slot->scr,
            (long long)(part->n_scratch * stride));
       for (int32_t s = 0; s < part->n_scratch; s++)
         line(b, "%sfloat *%s s%d = lm_scr + %lld;", d->global, d->restrict_kw, s,
              (long long)(s * stride));
     } else {
-      line(b, "%sfloat lm_scr[%lld];", d->shared, (long long)(part->n_scratch * stride));
       for (int32_t s = 0; s < part->n_scratch; s++)
         line(b, "%sfloat *s%d = lm_scr + %lld;", d->shared_ptr, s, (long long)(s * stride));
     }
   }
-  line(b, "for (int64_t tile = %s; tile < %lld; tile += %s) {", d->gid, (long long)tiles,
-       d->ngroups);
+  line(b, "for (int64_t tile = lm_gid; tile < %lld; tile += lm_ngroups) {", (long long)tiles);
   b->indent++;
   line(b, "const int64_t row_begin = tile * %lld;", (long long)rpt);
   line(b, "const int64_t row_end = row_begin + %lld < %lld ? row_begin + %lld : %lld;",
@@ -446,6 +489,54 @@ static loom_status put_part(loom_ctx *ctx, cg_buf *b, const gpu_dialect *d, cg_p
   return LOOM_STATUS_OK;
 }
 
+/* NAME_h<phase>: one launch for every part of a phase (a horizontally
+ * fused kernel's parts run side by side): each group finds its part by
+ * its index and runs that part's function over the part's own groups.
+ * Shared memory is declared here, as large as the largest part needs
+ * (OpenCL allows it only at a launched function's scope). */
+static void put_phase(cg_buf *b, const gpu_dialect *d, const loom_kernel *k, int32_t pi,
+                      int32_t pj, const gpu_slot *slot) {
+  int32_t max_rr = 0, max_cr = 0;
+  int64_t max_scr = 0;
+  for (int32_t q = pi; q < pj; q++) {
+    gpu_part gp;
+    gpu_part_info(&k->parts[q], &gp);
+    max_rr = LOOM_MAX(max_rr, gp.max_rr);
+    max_cr = LOOM_MAX(max_cr, gp.max_cr);
+    if (!gp.global_scratch)
+      max_scr = LOOM_MAX(max_scr, k->parts[q].n_scratch * loom_kpart_scratch_stride(&k->parts[q]));
+  }
+  put(b, "/* %s phase %d: parts %d..%d in one launch */\n", k->name, k->parts[pi].phase, pi,
+      pj - 1);
+  put(b, "%s %s_h%d", d->kernel, k->name, k->parts[pi].phase);
+  put_params(b, d, k);
+  put(b, ") {\n");
+  b->indent = 1;
+  if (max_rr) line(b, "%sfloat lm_red[%d * %d];", d->shared, max_rr, L);
+  if (max_cr) line(b, "%sdouble lm_col[%d * %d];", d->shared, max_cr, L);
+  if (max_scr) line(b, "%sfloat lm_scr[%lld];", d->shared, (long long)max_scr);
+  line(b, "const int64_t lm_g = %s;", d->gid);
+  const char *kw = "if";
+  for (int32_t q = pi; q < pj; q++) {
+    const gpu_slot *sl = &slot[q - pi];
+    if (sl->groups <= 0) continue;
+    const loom_kpart *part = &k->parts[q];
+    gpu_part gp;
+    gpu_part_info(part, &gp);
+    put(b, "  %s (lm_g < %lld)\n", kw, (long long)(sl->base + sl->groups));
+    put(b, "    %s_p%d", k->name, q);
+    put_args(b, k);
+    put(b, ", lm_g - %lld, %lld", (long long)sl->base, (long long)sl->groups);
+    if (gp.max_rr) put(b, ", lm_red");
+    if (gp.max_cr) put(b, ", lm_col");
+    if (part->n_scratch > 0 && !gp.global_scratch) put(b, ", lm_scr");
+    put(b, ");\n");
+    kw = "else if";
+  }
+  b->indent = 0;
+  put(b, "}\n\n");
+}
+
 /* NAME_c<c>: column reduction c's partials combined in tile order. */
 static void put_combine(cg_buf *b, const gpu_dialect *d, const loom_kernel *k,
                         const loom_kworkspace *ws, const loom_kpart *part, const loom_kout *ko,
@@ -456,7 +547,7 @@ static void put_combine(cg_buf *b, const gpu_dialect *d, const loom_kernel *k,
       k->name, ko->target, c, loom_op_name(ko->combine), (long long)tiles);
   put(b, "%s %s_c%d", d->kernel, k->name, c);
   put_params(b, d, k);
-  put(b, " {\n");
+  put(b, ") {\n");
   b->indent = 1;
   line(b, "const int lm_lid = %s;", d->lid);
   put_temps(b, d, k, ws);
@@ -507,12 +598,23 @@ static loom_status put_kernel(loom_ctx *ctx, cg_buf *b, const gpu_dialect *d, co
   if (!need || !reach || !level || !reg_dt)
     st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory generating GPU code");
   put(b, "\n/* ==== kernel %s ==== */\n\n", k->name);
-  for (int32_t pi = 0; st == LOOM_STATUS_OK && pi < k->n_parts; pi++) {
-    cg_part cp = {.k = k, .part = &k->parts[pi], .index = pi, .reach = reach, .level = level,
-                  .reg_dt = reg_dt};
-    loom_cg_analyze_part(&cp);
-    st = put_part(ctx, b, d, &cp, &ws, need);
+  gpu_slot *slot = calloc((size_t)k->n_parts + 1, sizeof *slot);
+  if (!slot && st == LOOM_STATUS_OK)
+    st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory generating GPU code");
+  for (int32_t pi = 0; st == LOOM_STATUS_OK && pi < k->n_parts;) {
+    int32_t pj = phase_end(k, pi);
+    int64_t scr = 0;
+    phase_slots(k, pi, pj, slot, &scr);
+    for (int32_t q = pi; st == LOOM_STATUS_OK && q < pj; q++) {
+      cg_part cp = {.k = k, .part = &k->parts[q], .index = q, .reach = reach, .level = level,
+                    .reg_dt = reg_dt};
+      loom_cg_analyze_part(&cp);
+      st = put_part(ctx, b, d, &cp, &ws, &slot[q - pi], need);
+    }
+    if (st == LOOM_STATUS_OK) put_phase(b, d, k, pi, pj, slot);
+    pi = pj;
   }
+  free(slot);
   int32_t c = 0;
   for (int32_t pi = 0; st == LOOM_STATUS_OK && pi < k->n_parts; pi++)
     for (int32_t s = 0; s < k->parts[pi].n_stages; s++)

@@ -6,10 +6,14 @@
  * hardware's (docs/GPU.md).
  *
  * The lowering:
- * - every part of a kernel is one GPU function NAME_p<q>, launched over
- *   groups (work-groups / thread blocks) of LOOM_GPU_LOCAL threads; a
- *   group runs whole tiles (tile = group id, then + the group count), the
- *   tile's rows in order, the threads of the group sharing each row;
+ * - every part of a kernel is one GPU function NAME_p<q>, run by groups
+ *   (work-groups / thread blocks) of LOOM_GPU_LOCAL threads; a group runs
+ *   whole tiles (tile = group id, then + the group count), the tile's rows
+ *   in order, the threads of the group sharing each row;
+ * - the parts of one phase are one launch, NAME_h<phase>: its groups are
+ *   cut into a slot per part, and each calls its slot's part with its
+ *   index within the slot (group-shared memory is declared there, as large
+ *   as the largest part needs);
  * - a ROW stage gives thread t the elements r = t, t + L, t + 2L, ...
  *   (L = LOOM_GPU_LOCAL: neighbouring threads touch neighbouring
  *   elements, so loads and stores coalesce); a SCALAR stage runs on every
@@ -24,8 +28,8 @@
  *   divides L); column reductions: thread 0 adds the staged elements into
  *   the tile's partial in r order; NAME_c<c> combines the partials of
  *   column reduction c in tile order, one element per thread;
- * - parts run phase by phase: the host launches the functions in the
- *   order loom_gpu_launches gives, on one in-order queue or stream.
+ * - phases run in order: the host launches the functions in the order
+ *   loom_gpu_launches gives, on one in-order queue or stream.
  *
  * Every function takes the kernel's non-temp arguments in argument order
  * (a<i>, typed pointers) and then the workspace (bytes): temps and column

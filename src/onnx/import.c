@@ -788,9 +788,20 @@ loom_status onnx_import(loom_ctx *ctx, const onnx_model *m, int32_t n_feeds, con
 
 /* ---- running -------------------------------------------------------------- */
 
+/* The initializers are frozen: the session keeps its own copy and packs
+ * the GEMM operands they give once, for every run. */
 loom_status onnx_program_session(loom_ctx *ctx, const onnx_program *p,
                                  const loom_session_options *opts, loom_session **out) {
-  return loom_session_new(ctx, p->g, opts, out);
+  LOOM_TRY(loom_session_new(ctx, p->g, opts, out));
+  loom_status st = LOOM_STATUS_OK;
+  for (int32_t i = 0; i < p->n_bound && !st; i++)
+    if (p->bound[i]) st = loom_session_freeze_input(*out, i, p->bound[i]);
+  if (st) {
+    loom_error_prefix(ctx, "freezing the model's initializers");
+    loom_session_free(*out);
+    *out = NULL;
+  }
+  return st;
 }
 
 loom_status onnx_program_run(loom_ctx *ctx, const onnx_program *p, loom_session *s,
@@ -799,6 +810,7 @@ loom_status onnx_program_run(loom_ctx *ctx, const onnx_program *p, loom_session 
   if (!ins) return LOOM_STATUS_OUT_OF_MEMORY;
   loom_status st = LOOM_STATUS_OK;
   for (int32_t i = 0; i < p->n_bound && !st; i++) {
+    if (loom_session_input_frozen(s, i)) continue; /* the session's copy */
     ins[i] = p->bound[i];
     if (ins[i]) continue;
     const char *name = loom_graph_input_name(p->g, i);

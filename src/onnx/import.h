@@ -39,8 +39,10 @@ loom_status onnx_import(loom_ctx *ctx, const onnx_model *m, int32_t n_feeds, con
                         onnx_program **out);
 void onnx_program_free(onnx_program *p);
 
-/* Runs a program on the model's inputs (by name; the parameters come from
- * the program) with session options opts; outputs as loom_session_run. */
+/* A session of the program's graph with options opts, its parameters
+ * (initializers) frozen (loom_session_freeze_input); runs a program on
+ * the model's inputs (by name; parameters not frozen come from the
+ * program); outputs as loom_session_run. */
 loom_status onnx_program_session(loom_ctx *ctx, const onnx_program *p,
                                  const loom_session_options *opts, loom_session **out);
 loom_status onnx_program_run(loom_ctx *ctx, const onnx_program *p, loom_session *s,

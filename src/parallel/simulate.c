@@ -221,6 +221,35 @@ static int32_t ring_steps(loom_op op, int32_t n) {
 
 static double ceil_log2(int32_t n) { return ceil(log2((double)(n > 1 ? n : 1))); }
 
+/* Bytes one member's CPU moves through memory around Loom's own
+ * collectives (comm/comm.c and the device comm ops of ops/comm_ops.c),
+ * besides what MPI copies: `full` is the whole tensor (an all-reduce's,
+ * an all-gather's output, a reduce-scatter's input), n the members.
+ * Copies count a read and a write, a reduction two reads and a write.
+ *   all-reduce:     the input into the output (2), this member's block
+ *                   into the parts and out of them (2/n + 2/n), the n-1
+ *                   others folded in (3 (n-1)/n), this member's block into
+ *                   the all-gather (2/n);
+ *   all-gather:     the piece into a send buffer and into the received
+ *                   blocks (2/n + 2/n), the blocks into the output (2);
+ *   reduce-scatter: the input packed by member (2), then as the
+ *                   all-reduce's first phase (4/n + 3 (n-1)/n);
+ *   all-to-all:     packed (2), this member's block kept (2/n), the
+ *                   blocks into the output (2);
+ *   broadcast:      the input into the output (2);
+ *   transfer:       none (sent from and received into place). */
+static double local_copy_bytes(loom_op op, int32_t n, double full) {
+  double k = n > 1 ? n : 1;
+  switch (op) {
+  case LOOM_OP_ALL_REDUCE: return full * (2 + 6 / k + 3 * (k - 1) / k);
+  case LOOM_OP_ALL_GATHER: return full * (2 + 4 / k);
+  case LOOM_OP_REDUCE_SCATTER: return full * (2 + 4 / k + 3 * (k - 1) / k);
+  case LOOM_OP_ALL_TO_ALL: return full * (4 + 2 / k);
+  case LOOM_OP_BROADCAST: return 2 * full;
+  default: return 0;
+  }
+}
+
 /* Seconds comm k takes once every member has reached it, by the algorithm
  * the cluster's collectives use (docs/SIMULATOR.md): `direct`, Loom's own
  * over MPI (comm/comm.c: each member sends to every other at once, an
@@ -251,8 +280,15 @@ static double comm_time(const sim *s, int32_t k) {
   if (nodes > 1) bw = share < bw ? share : bw, lat = c->inter.latency_s;
   const loom_type *t = loom_value_type(pp->global, pp->global->nodes[cm->node].out[0]);
   double sent = (double)cm->bytes * elem_bytes(s, t) / (double)loom_dtype_size(t->dtype);
-  if (strcmp(c->collectives, "direct") == 0)
-    return (cm->op == LOOM_OP_ALL_REDUCE ? 2 : 1) * lat + sent / bw;
+  if (strcmp(c->collectives, "direct") == 0) {
+    /* the CPU's own copies and reductions around the messages, at the
+     * measured rate of a collective's copies, else the memory rate */
+    double full = value_bytes(s, pp->global, pp->global->nodes[cm->node].out[0]);
+    if (cm->op == LOOM_OP_REDUCE_SCATTER) full *= n;
+    double copy = c->comm_copy_Bps > 0 ? c->comm_copy_Bps : c->memory_bandwidth_Bps * s->mem_eff;
+    double local = local_copy_bytes(cm->op, n, full) / copy;
+    return (cm->op == LOOM_OP_ALL_REDUCE ? 2 : 1) * lat + sent / bw + local;
+  }
   if (cm->op == LOOM_OP_BROADCAST) /* a pipelined chain: each forwards the data once */
     return (n - 1) * lat + sent / (n > 1 ? n - 1 : 1) / bw;
   double ring = ring_steps(cm->op, n) * lat + sent / bw;
@@ -396,6 +432,8 @@ typedef struct timeline {
   double *comm_left, *comm_started;
   double *wait_since; /* when the comm lane's head op began waiting for its peers */
   double *ready; /* per value: when it exists (INFINITY: not yet) */
+  double *pool_demand, *pool_rate; /* per core pool (core_pool) */
+  double *comm_rate; /* per device: its running comm op's pace */
 } timeline;
 
 /* The members of comm op k: *n of them. */
@@ -504,29 +542,69 @@ static double waiting_spin_s(const loom_plan_program *pp, const timeline *t, int
   return loom_comm_spin_seconds((size_t)(bytes > 0 ? bytes : 0));
 }
 
+/* Where the ranks run when they share cores (mpirun's placement): as
+ * many ranks as cores or fewer are bound one to a core, so a rank's
+ * threads (compute and comm stream) share that core alone; more ranks
+ * than cores are left unbound, and all share all the cores. Pool of
+ * device d, and the cores of a pool. */
+static int32_t core_pool(const sim *s, int32_t d) {
+  return s->o->cores > 0 && s->pp->n_devices <= s->o->cores ? d : 0;
+}
+static double pool_cores(const sim *s) {
+  if (s->o->cores <= 0) return INFINITY;
+  return s->pp->n_devices <= s->o->cores ? 1.0 : (double)s->o->cores;
+}
+
+/* The speed of each task in a pool of `cores` whose tasks want `demand`
+ * cores: a fair share, cores / demand, of which processes taking turns
+ * on a core get the cluster's shared.efficiency at two a core (measured:
+ * loom cluster --this-machine), 1 when they fit, in proportion between. */
+static double shared_rate(const sim *s, double demand, double cores) {
+  if (!(demand > cores)) return 1;
+  double e = s->c->shared_efficiency > 0 ? s->c->shared_efficiency : 1;
+  double crowd = fmin(1, (demand - cores) / cores);
+  return cores / demand * (1 - (1 - e) * crowd);
+}
+
+/* The pace of the comm op running on device d: the slowest of its
+ * members' cores (t->pool_rate). */
+static double comm_pace(const sim *s, const timeline *t, int32_t d) {
+  const loom_plan_program *pp = s->pp;
+  int32_t node = pp->order_nodes[t->fifo[pp->order_start[d] + t->head[d]]], nm;
+  const int32_t *m = comm_members(pp, lower_comm_index(pp, node), &nm);
+  double pace = 1;
+  for (int32_t j = 0; j < nm; j++) pace = fmin(pace, t->pool_rate[core_pool(s, m[j])]);
+  return pace;
+}
+
 static loom_status timeline_run(const sim *s, timeline *t, int32_t total, loom_sim_result *out) {
   const loom_plan_program *pp = s->pp;
   int32_t nd = pp->n_devices, done = 0;
-  double now = 0, cores = s->o->cores > 0 ? s->o->cores : INFINITY;
+  double now = 0, cores = pool_cores(s);
   double wait_share = s->c->wait_share;
+  double *demand = t->pool_demand, *rate = t->pool_rate;
   while (done < total) {
     while (timeline_settle(s, t, now, out, &done)) {}
     if (done == total) break;
-    double demand = 0, dt = INFINITY;
+    double dt = INFINITY;
+    for (int32_t d = 0; d < nd; d++) demand[d] = 0;
     for (int32_t d = 0; d < nd; d++) {
-      demand += (t->compute[d] == LANE_RUN) + (t->comm_run[d] ? 1.0 : 0.0);
+      double *want = &demand[core_pool(s, d)];
+      *want += (t->compute[d] == LANE_RUN) + (t->comm_run[d] ? 1.0 : 0.0);
       if (t->comm_run[d] || t->head[d] == t->tail[d]) continue;
       /* a lane waiting for its peers spins on its core first (comm_mpi.c),
        * then polls at wait_share of one */
       double spin_end = t->wait_since[d] + waiting_spin_s(pp, t, d);
-      if (now < spin_end) demand += 1, dt = fmin(dt, spin_end - now);
-      else demand += wait_share;
+      if (now < spin_end) *want += 1, dt = fmin(dt, spin_end - now);
+      else *want += wait_share;
     }
-    double rate = demand > cores ? cores / demand : 1;
+    for (int32_t d = 0; d < nd; d++) rate[d] = shared_rate(s, demand[d], cores);
+    /* a collective moves at its slowest member's pace */
+    for (int32_t d = 0; d < nd; d++) t->comm_rate[d] = t->comm_run[d] ? comm_pace(s, t, d) : 1;
     if (cores == INFINITY) dt = INFINITY; /* dedicated cores: spinning takes nothing */
     for (int32_t d = 0; d < nd; d++) {
-      if (t->compute[d] == LANE_RUN) dt = fmin(dt, t->compute_left[d] / rate);
-      if (t->comm_run[d]) dt = fmin(dt, t->comm_left[d] / rate);
+      if (t->compute[d] == LANE_RUN) dt = fmin(dt, t->compute_left[d] / rate[core_pool(s, d)]);
+      if (t->comm_run[d]) dt = fmin(dt, t->comm_left[d] / t->comm_rate[d]);
     }
     if (dt == INFINITY)
       return loom_error(pp->ctx, LOOM_STATUS_INTERNAL,
@@ -537,9 +615,9 @@ static loom_status timeline_run(const sim *s, timeline *t, int32_t total, loom_s
     /* a task within a rounding of its end ends now */
     double eps = 1e-12 * fmax(now, 1e-9);
     for (int32_t d = 0; d < nd; d++) {
-      if (t->compute[d] == LANE_RUN && (t->compute_left[d] -= dt * rate) <= eps)
+      if (t->compute[d] == LANE_RUN && (t->compute_left[d] -= dt * rate[core_pool(s, d)]) <= eps)
         timeline_end_compute(pp, t, d, now, out, &done);
-      if (t->comm_run[d]) t->comm_left[d] -= dt * rate;
+      if (t->comm_run[d]) t->comm_left[d] -= dt * t->comm_rate[d];
     }
     for (int32_t d = 0; d < nd; d++)
       if (t->comm_run[d] && t->comm_left[d] <= eps) timeline_end_comm(s, t, d, now, out, &done);
@@ -581,7 +659,8 @@ static void timeline_free(timeline *t) {
   free(t->compute), free(t->compute_left), free(t->started), free(t->pos);
   free(t->fifo), free(t->head), free(t->tail);
   free(t->comm_run), free(t->comm_left), free(t->comm_started), free(t->ready);
-  free(t->wait_since);
+  free(t->wait_since), free(t->pool_demand), free(t->pool_rate);
+  free(t->comm_rate);
 }
 
 loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_options *o,
@@ -625,13 +704,16 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
       loom_calloc(ctx, n_pos, sizeof(int32_t)),    loom_calloc(ctx, n_dev, sizeof(int32_t)),
       loom_calloc(ctx, n_dev, sizeof(int32_t)),    loom_calloc(ctx, n_dev, sizeof(bool)),
       loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_dev, sizeof(double)),
-      loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_val, sizeof(double))};
+      loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_val, sizeof(double)),
+      loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_dev, sizeof(double)),
+      loom_calloc(ctx, n_dev, sizeof(double))};
   out->devices = loom_calloc(ctx, n_dev, sizeof *out->devices);
   out->event_start = loom_malloc(ctx, sizeof *out->event_start * (size_t)(nd + 1));
   out->events = loom_calloc(ctx, n_pos, sizeof *out->events);
   loom_status st = LOOM_STATUS_OK;
   if (!t.compute || !t.compute_left || !t.started || !t.pos || !t.fifo || !t.head || !t.tail ||
-      !t.comm_run || !t.comm_left || !t.comm_started || !t.wait_since || !t.ready || !out->devices ||
+      !t.comm_run || !t.comm_left || !t.comm_started || !t.wait_since || !t.ready ||
+      !t.pool_demand || !t.pool_rate || !t.comm_rate || !out->devices ||
       !out->event_start || !out->events)
     st = LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {

@@ -85,6 +85,8 @@ void loom_memplan_free(loom_memplan *p) {
   free(p->first);
   free(p->last);
   free(p->root);
+  free(p->in_place_out);
+  free(p->in_place_in);
   memset(p, 0, sizeof *p);
 }
 
@@ -158,6 +160,64 @@ static loom_status plan_ranges(const loom_graph *g, int32_t n_steps, const loom_
                         value_label(g, v, buf, sizeof buf));
     out->last[v] = n_steps;
   }
+  return LOOM_STATUS_OK;
+}
+
+/*
+ * The in-place pairs (loom_memplan.in_place_out/_in). Per external root
+ * x, the two latest steps that use it (a step uses it until its join)
+ * tell whether any step but the writer uses it at or after the writer's
+ * step; a graph output in x's memory uses it at the end.
+ */
+static loom_status plan_in_place(const loom_graph *g, int32_t n_steps,
+                                 const loom_memplan_step *steps, loom_memplan *out) {
+  int32_t nv = g->n_values, n_offers = 0;
+  for (int32_t j = 0; j < n_steps; j++) n_offers += steps[j].in_place ? steps[j].n_in_place : 0;
+  if (n_offers == 0) return LOOM_STATUS_OK;
+  out->in_place_out = loom_malloc(g->ctx, sizeof(int32_t) * (size_t)n_offers);
+  out->in_place_in = loom_malloc(g->ctx, sizeof(int32_t) * (size_t)n_offers);
+  /* per root: the latest use (until) and its step, the latest use by
+   * any other step */
+  int32_t *late = loom_malloc(g->ctx, sizeof(int32_t) * 3 * (size_t)(nv ? nv : 1));
+  if (!late || !out->in_place_out || !out->in_place_in) {
+    free(late);
+    return LOOM_STATUS_OUT_OF_MEMORY;
+  }
+  int32_t *until1 = late, *step1 = late + nv, *until2 = late + 2 * nv;
+  for (int32_t v = 0; v < nv; v++) until1[v] = step1[v] = until2[v] = -1;
+  for (int32_t j = 0; j <= n_steps; j++) {
+    /* step n_steps stands for the caller reading the graph outputs */
+    int32_t n = j < n_steps ? steps[j].n_in : g->n_outputs;
+    int32_t until = j < n_steps ? LOOM_MAX(j, LOOM_MIN(steps[j].join, n_steps - 1)) : n_steps;
+    for (int32_t i = 0; i < n; i++) {
+      int32_t x = out->root[j < n_steps ? steps[j].in[i] : g->outputs[i]];
+      if (g->values[x].kind == LOOM_VALUE_NODE || step1[x] == j) continue;
+      if (until >= until1[x]) {
+        until2[x] = until1[x];
+        until1[x] = until, step1[x] = j;
+      } else if (until > until2[x]) {
+        until2[x] = until;
+      }
+    }
+  }
+  for (int32_t j = 0; j < n_steps; j++) {
+    const loom_memplan_step *s = &steps[j];
+    for (int32_t k = 0; s->in_place && k < s->n_in_place; k++) {
+      int32_t o = s->in_place[2 * k], i = s->in_place[2 * k + 1];
+      if (o < 0 || o >= s->n_out || i < 0 || i >= s->n_in) continue;
+      int32_t v = s->out[o], x = out->root[s->in[i]];
+      bool ok = out->root[v] == v && g->values[x].kind != LOOM_VALUE_NODE &&
+                out->size[x] == out->size[v] && (step1[x] == j ? until2[x] : until1[x]) < j;
+      for (int32_t m = 0; ok && m < s->n_in; m++) /* x read through one argument */
+        ok = m == i || out->root[s->in[m]] != x;
+      bool is_output = false;
+      for (int32_t m = 0; ok && m < g->n_outputs && !is_output; m++) is_output = g->outputs[m] == v;
+      if (!ok || !is_output) continue;
+      out->in_place_out[out->n_in_place] = v;
+      out->in_place_in[out->n_in_place++] = x;
+    }
+  }
+  free(late);
   return LOOM_STATUS_OK;
 }
 
@@ -275,6 +335,7 @@ loom_status loom_memplan_build_steps(const loom_graph *g, int32_t n_steps,
     return LOOM_STATUS_OUT_OF_MEMORY;
   }
   loom_status st = plan_ranges(g, n_steps, steps, materialized, out);
+  if (!st) st = plan_in_place(g, n_steps, steps, out);
   if (st) {
     free(joined_head);
     free(joined_next);

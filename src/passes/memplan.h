@@ -29,6 +29,17 @@ typedef struct loom_memplan {
   /* Per value: the value that owns its memory (itself unless it is a
    * reshape, maybe of a reshape, of that value). */
   int32_t *root;
+  /* In-place pairs: graph output in_place_out[k] may be computed in the
+   * memory of graph input (or param) in_place_in[k], k < n_in_place. A
+   * pair is made when a step that writes the output offers it that
+   * input's memory (loom_memplan_step.in_place), no other step reads the
+   * input (or a reshape of it) at or after that step, no async step that
+   * reads it is still running then, and the input is no graph output
+   * itself. The caller decides per run: a session computes such an output
+   * straight into the caller's tensor when that tensor IS the input's (an
+   * optimizer updating its state in place), into the arena otherwise. */
+  int32_t n_in_place;
+  int32_t *in_place_out, *in_place_in;
   int64_t peak_bytes; /* the arena size */
 } loom_memplan;
 
@@ -50,6 +61,11 @@ typedef struct loom_memplan_step {
   const int32_t *in, *out;
   bool alias;
   int32_t join;
+  /* n_in_place offers (o, i) = (in_place[2k], in_place[2k + 1]): out[o]
+   * may share in[i]'s memory (the step reads in[i]'s elements only before,
+   * and where, it writes the same ones of out[o]: kernel/in_place.h). */
+  int32_t n_in_place;
+  const int32_t *in_place;
 } loom_memplan_step;
 
 /*

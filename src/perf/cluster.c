@@ -50,6 +50,8 @@ static const key_def keys[] = {
     {"memory.efficiency", K_FRACTION, AT(memory_efficiency), false, NULL},
     {"attn.efficiency", K_FRACTION, AT(attention_efficiency), false, NULL},
     {"wait.share", K_FRACTION, AT(wait_share), false, NULL},
+    {"shared.efficiency", K_FRACTION, AT(shared_efficiency), false, NULL},
+    {"comm.copy_rate", K_RATE, AT(comm_copy_Bps), false, NULL},
     {"node.devices", K_COUNT, AT(devices_per_node), true, NULL},
     {"collectives", K_WORD, AT(collectives), false, "nccl direct"},
     {"nodes", K_COUNT, AT(max_nodes), false, NULL},
@@ -351,7 +353,10 @@ void loom_cluster_this_machine(const loom_machine *m, double single_sgemm_gflops
   snprintf(out->collectives, sizeof out->collectives, "direct"); /* Loom's comm over MPI */
   out->max_nodes = 1;
   snprintf(out->intra.kind, sizeof out->intra.kind, "%s", m->comm.measured ? "mpi-shm" : "mpi-shm-default");
-  out->intra.bandwidth_Bps = m->comm.bandwidth_Bps;
+  /* Loom's direct collectives send and receive at once: the exchange's
+   * rate where it was measured */
+  out->intra.bandwidth_Bps = m->comm.exchange_Bps > 0 ? m->comm.exchange_Bps : m->comm.bandwidth_Bps;
+  out->comm_copy_Bps = m->comm.copy_Bps;
   out->intra.latency_s = m->comm.latency_s;
 }
 

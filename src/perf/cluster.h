@@ -70,6 +70,13 @@ typedef struct loom_cluster {
   /* ranks sharing cores (loom_sim_options.cores): the fraction of a core
    * a rank takes while it polls for its peers (0: none) */
   double wait_share;
+  /* ranks sharing cores: the fraction of their fair share of a core that
+   * processes taking turns on it get (switching, caches refilled; 0: 1),
+   * at two processes a core; in between, in proportion */
+  double shared_efficiency;
+  /* the rate of a collective's own copies and reductions on a device
+   * (Loom's direct collectives; 0: the memory bandwidth's) */
+  double comm_copy_Bps;
   int32_t devices_per_node;
   /* the collectives' algorithms: "nccl" (rings, trees, hierarchical
    * across nodes; the default) or "direct" (Loom's own over MPI) */

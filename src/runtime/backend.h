@@ -97,6 +97,14 @@ typedef struct loom_backend_iface {
    * and the reference kernel otherwise. */
   loom_status (*graph_compute)(void *bctx, loom_ctx *ctx, const loom_graph *g, void *handle,
                                loom_view *values);
+  /* Optional: which graph inputs hold the same data on every run from now
+   * on (frozen: per input of the prepared graph; NULL: none), so work
+   * derived from them may be kept across runs (the cpu backend packs the
+   * GEMM operands they give). Everything kept before is dropped: the
+   * session calls this whenever a frozen input is bound, rebound or freed. */
+  void (*freeze)(void *bctx, void *handle, const bool *frozen);
+  /* Optional: how many operands it keeps packed now, and their bytes. */
+  int32_t (*packed)(void *bctx, const void *handle, int64_t *bytes);
   /* Optional: the device the backend runs on, for `loom devices` (NULL:
    * the host CPU). */
   void (*device)(void *bctx, char *out, size_t n);

@@ -26,6 +26,11 @@ struct loom_session {
   /* A run is in progress: values, the arena and the backend's per-run
    * state belong to it, so a second thread is refused (loom.h). */
   atomic_flag running;
+  /* Per graph input: the session's copy of a frozen input, or NULL
+   * (loom_session_freeze_input); n_frozen of them. */
+  loom_tensor **frozen;
+  int32_t n_frozen;
+  int32_t n_in_place; /* outputs the last run computed in an input's memory */
 };
 
 void loom_session_free(loom_session *s) {
@@ -34,6 +39,8 @@ void loom_session_free(loom_session *s) {
   if (s->prep.handle) s->backend->iface->release(s->backend->context, s->prep.handle);
   loom_backend_free(s->backend);
   loom_memplan_free(&s->prep.plan);
+  for (int32_t i = 0; s->frozen && i < s->g->n_inputs; i++) loom_tensor_free(s->frozen[i]);
+  free(s->frozen);
   free(s->values);
   free(s->supported);
   loom_graph_free(s->g);
@@ -196,13 +203,20 @@ fail:
   return st;
 }
 
+int32_t loom_session_last_in_place(const loom_session *s) { return s ? s->n_in_place : 0; }
+
 int64_t loom_session_peak_bytes(const loom_session *s) { return s ? s->prep.plan.peak_bytes : 0; }
 
 loom_status loom_session_get_stats_sized(const loom_session *s, loom_session_stats *out,
                                          size_t out_size) {
   if (!s || !out || out_size == 0) return LOOM_STATUS_INVALID_ARGUMENT;
-  size_t n = LOOM_MIN(out_size, sizeof s->prep.stats);
-  memcpy(out, &s->prep.stats, n);
+  loom_session_stats now = s->prep.stats;
+  now.n_frozen_inputs = s->n_frozen;
+  const loom_backend *b = s->backend;
+  if (b->iface->packed && s->prep.handle)
+    now.n_packed = b->iface->packed(b->context, s->prep.handle, &now.packed_bytes);
+  size_t n = LOOM_MIN(out_size, sizeof now);
+  memcpy(out, &now, n);
   if (out_size > n) memset((char *)out + n, 0, out_size - n);
   return LOOM_STATUS_OK;
 }
@@ -268,12 +282,32 @@ static void point_value(loom_session *s, int32_t root, void *p) {
     if (plan->root[v] == root && plan->offset[v] >= 0) s->values[v].data = p;
 }
 
+/* True if output tensor t of value v may be computed in place: t is
+ * exactly the caller's tensor of one input, overlaps no other, and the
+ * memory plan lets v take that input's memory (loom_memplan.in_place_*:
+ * every other read of the input is done by the time v is written). */
+static bool in_place_ok(const loom_session *s, int32_t v, const loom_tensor *t, int32_t n_inputs,
+                        const loom_tensor *const *inputs) {
+  const loom_memplan *plan = &s->prep.plan;
+  int32_t x = -1;
+  for (int32_t k = 0; k < n_inputs; k++) {
+    const loom_tensor *in = inputs[k];
+    if (!ranges_overlap(in->v.data, tensor_bytes(in), t->v.data, tensor_bytes(t))) continue;
+    if (x >= 0 || in->v.data != t->v.data || tensor_bytes(in) != tensor_bytes(t)) return false;
+    x = s->g->inputs[k];
+  }
+  for (int32_t k = 0; x >= 0 && k < plan->n_in_place; k++)
+    if (plan->in_place_out[k] == v && plan->in_place_in[k] == x) return true;
+  return false;
+}
+
 /*
  * Zero-copy outputs: a caller-given output whose value lives in the arena
  * is computed straight into the caller's memory instead of being copied
- * there afterwards — unless that memory overlaps an input or another
- * output (an in-place update must read the old values until the end), or
- * the value is another output's too. direct[i] says which were bound.
+ * there afterwards — unless that memory overlaps an input (an update must
+ * read the old values until the end; but see in_place_ok) or another
+ * output, or the value is another output's too. direct[i] says which
+ * were bound.
  */
 static void bind_outputs(loom_session *s, int32_t n_inputs, const loom_tensor *const *inputs,
                          int32_t n_outputs, loom_tensor *const *outputs, bool *direct) {
@@ -291,9 +325,12 @@ static void bind_outputs(loom_session *s, int32_t n_inputs, const loom_tensor *c
       ok = k == i || (g->outputs[k] != v && plan->root[g->outputs[k]] != v &&
                       !(outputs[k] && ranges_overlap(outputs[k]->v.data, tensor_bytes(outputs[k]),
                                                      t->v.data, tensor_bytes(t))));
-    for (int32_t k = 0; k < n_inputs && ok; k++)
-      ok = !ranges_overlap(inputs[k]->v.data, tensor_bytes(inputs[k]), t->v.data, tensor_bytes(t));
-    if (!ok) continue;
+    bool inputs_clear = true;
+    for (int32_t k = 0; k < n_inputs && inputs_clear; k++)
+      inputs_clear =
+          !ranges_overlap(inputs[k]->v.data, tensor_bytes(inputs[k]), t->v.data, tensor_bytes(t));
+    if (!ok || (!inputs_clear && !in_place_ok(s, v, t, n_inputs, inputs))) continue;
+    s->n_in_place += !inputs_clear;
     direct[i] = true;
     point_value(s, v, t->v.data);
   }
@@ -341,6 +378,7 @@ static loom_status run_alone(loom_session *s, int32_t n_inputs, const loom_tenso
       s->values[v].data = s->values[s->prep.plan.root[v]].data;
   bool *direct = loom_calloc(ctx, (size_t)(n_outputs ? n_outputs : 1), sizeof *direct);
   if (!direct) return LOOM_STATUS_OUT_OF_MEMORY;
+  s->n_in_place = 0;
   bind_outputs(s, n_inputs, inputs, n_outputs, outputs, direct);
   loom_status st =
       s->backend->iface->graph_compute(s->backend->context, ctx, g, s->prep.handle, s->values);
@@ -399,13 +437,87 @@ static loom_status run_alone(loom_session *s, int32_t n_inputs, const loom_tenso
   return st;
 }
 
+/* The inputs a run reads: the caller's, with the session's copies in the
+ * places of frozen inputs (where the caller must pass NULL). *out is
+ * inputs itself when nothing is frozen. */
+static loom_status with_frozen(loom_session *s, int32_t n_inputs, const loom_tensor *const *inputs,
+                               const loom_tensor ***out) {
+  *out = (const loom_tensor **)inputs;
+  if (!s->n_frozen || n_inputs != s->g->n_inputs) return LOOM_STATUS_OK; /* run_alone says why */
+  const loom_tensor **all = loom_calloc(s->ctx, (size_t)n_inputs, sizeof *all);
+  if (!all) return LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t i = 0; i < n_inputs; i++) {
+    const loom_tensor *given = inputs ? inputs[i] : NULL;
+    if (s->frozen[i] && given) {
+      free(all);
+      return loom_error(s->ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                        "session_run: input '%s' (%d) is frozen (loom_session_freeze_input): pass "
+                        "NULL in its place, or unfreeze it",
+                        s->g->values[s->g->inputs[i]].name, i);
+    }
+    all[i] = s->frozen[i] ? s->frozen[i] : given;
+  }
+  *out = all;
+  return LOOM_STATUS_OK;
+}
+
 /* One run at a time: a concurrent call is refused before it touches the
  * session or its context, both of which the running thread is using. */
 loom_status loom_session_run(loom_session *s, int32_t n_inputs, const loom_tensor *const *inputs,
                              int32_t n_outputs, loom_tensor **outputs) {
   if (!s) return LOOM_STATUS_INVALID_ARGUMENT;
   if (atomic_flag_test_and_set_explicit(&s->running, memory_order_acquire)) return LOOM_STATUS_BUSY;
-  loom_status st = run_alone(s, n_inputs, inputs, n_outputs, outputs);
+  const loom_tensor **all = NULL;
+  loom_status st = with_frozen(s, n_inputs, inputs, &all);
+  if (!st) st = run_alone(s, n_inputs, all, n_outputs, outputs);
+  if (all != (const loom_tensor **)inputs) free(all);
   atomic_flag_clear_explicit(&s->running, memory_order_release);
   return st;
+}
+
+/* Tells the backend which inputs are frozen now (it drops what it kept). */
+static void tell_backend(loom_session *s) {
+  const loom_backend *b = s->backend;
+  if (!b->iface->freeze || !s->prep.handle) return;
+  bool *frozen = calloc((size_t)(s->g->n_inputs ? s->g->n_inputs : 1), sizeof *frozen);
+  for (int32_t i = 0; frozen && i < s->g->n_inputs; i++) frozen[i] = s->frozen[i] != NULL;
+  /* without memory to say which: none, which is always correct */
+  b->iface->freeze(b->context, s->prep.handle, frozen && s->n_frozen ? frozen : NULL);
+  free(frozen);
+}
+
+static loom_status freeze_alone(loom_session *s, int32_t index, const loom_tensor *t) {
+  const loom_graph *g = s->g;
+  if (index < 0 || index >= g->n_inputs)
+    return loom_error(s->ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "session_freeze_input: input %d does not exist (the graph has %d)", index,
+                      g->n_inputs);
+  const loom_value_info *vi = &g->values[g->inputs[index]];
+  if (t) LOOM_TRY(check_tensor(s->ctx, "session_freeze_input: input", vi->name, t, &vi->type));
+  if (!s->frozen) {
+    s->frozen = loom_calloc(s->ctx, (size_t)g->n_inputs, sizeof *s->frozen);
+    if (!s->frozen) return LOOM_STATUS_OUT_OF_MEMORY;
+  }
+  loom_tensor *copy = NULL;
+  if (t) {
+    LOOM_TRY(loom_tensor_new(s->ctx, vi->type.dtype, vi->type.rank, vi->type.shape, &copy));
+    loom_view_copy(&copy->v, &t->v);
+  }
+  s->n_frozen += (copy != NULL) - (s->frozen[index] != NULL);
+  loom_tensor_free(s->frozen[index]);
+  s->frozen[index] = copy;
+  tell_backend(s);
+  return LOOM_STATUS_OK;
+}
+
+loom_status loom_session_freeze_input(loom_session *s, int32_t index, const loom_tensor *t) {
+  if (!s) return LOOM_STATUS_INVALID_ARGUMENT;
+  if (atomic_flag_test_and_set_explicit(&s->running, memory_order_acquire)) return LOOM_STATUS_BUSY;
+  loom_status st = freeze_alone(s, index, t);
+  atomic_flag_clear_explicit(&s->running, memory_order_release);
+  return st;
+}
+
+bool loom_session_input_frozen(const loom_session *s, int32_t index) {
+  return s && s->frozen && index >= 0 && index < s->g->n_inputs && s->frozen[index];
 }

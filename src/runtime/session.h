@@ -18,4 +18,9 @@ LOOM_BACKEND_LIST(LOOM_BACKEND_INIT_DECL)
 void *loom_host_buffer_alloc(void *bctx, size_t bytes);
 void loom_host_buffer_free(void *bctx, void *p);
 
+/* How many outputs the session's last run computed straight into the
+ * memory of an input (the caller's tensor for both: an in-place update,
+ * loom_memplan.in_place) instead of copying them there after the run. */
+int32_t loom_session_last_in_place(const loom_session *s);
+
 #endif

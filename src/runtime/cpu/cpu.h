@@ -19,6 +19,7 @@
 #define LOOM_CPU_CHUNK 8192
 
 typedef struct loom_cpu loom_cpu;
+typedef struct loom_cpu_packs loom_cpu_packs;
 typedef loom_status (*loom_cpu_kernel)(const loom_cpu *c, const loom_node *n, const loom_view *in,
                                        const loom_view *out);
 
@@ -29,7 +30,25 @@ struct loom_cpu {
    * where supports_op took the node; NULL (or no table): the reference
    * kernel. */
   const loom_cpu_kernel *kernels;
+  /* GEMM operands packed once and reused across runs (NULL: none). */
+  loom_cpu_packs *packs;
 };
+
+/*
+ * Values that hold the same data on every run of a session's graph, and
+ * the B operands packed for the matmul nodes that read them
+ * (cpu_matmul.c): a value is constant when it is a frozen graph input or
+ * is computed, by ops that are not RNG or comm, from constants only (a
+ * transpose of a weight, a `constant` node). A matmul whose B is constant
+ * packs it on its first run (loom_gemm_pack_b) and reuses the pack until
+ * the frozen inputs change. One run at a time uses it (the session's).
+ */
+loom_status loom_cpu_packs_new(loom_ctx *ctx, const loom_graph *g, loom_cpu_packs **out);
+void loom_cpu_packs_free(loom_cpu_packs *pk);
+/* frozen: per graph input of g (NULL: none); drops every pack made. */
+void loom_cpu_packs_set_frozen(loom_cpu_packs *pk, const bool *frozen);
+/* How many B operands are packed now, and their bytes. */
+int32_t loom_cpu_packs_count(const loom_cpu_packs *pk, int64_t *bytes);
 
 /* Each family returns its kernel for node n of g, or NULL when the cpu
  * backend does not handle that case (the node then runs its ref kernel). */

@@ -52,6 +52,7 @@ static bool cpu_supports_op(void *bctx, const loom_graph *g, const loom_node *n)
 typedef struct cpu_prepared {
   loom_cpu_kernel *kernels; /* per node; NULL: the reference kernel */
   loom_cpu_program *program;
+  loom_cpu_packs *packs; /* GEMM operands packed across runs */
 } cpu_prepared;
 
 /* loom_exec_node's view of a cpu kernel. */
@@ -92,6 +93,7 @@ static void cpu_release(void *bctx, void *handle) {
   cpu_prepared *h = handle;
   if (!h) return;
   loom_cpu_program_free(h->program);
+  loom_cpu_packs_free(h->packs);
   free(h->kernels);
   free(h);
 }
@@ -111,6 +113,7 @@ static loom_status cpu_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
   loom_status st = opts->fusion == LOOM_FUSION_EAGER
                        ? loom_cpu_prepare_eager(g, h->kernels, out)
                        : loom_cpu_program_prepare(ctx, g, opts->fusion, h->kernels, out, &h->program);
+  if (!st) st = loom_cpu_packs_new(ctx, g, &h->packs);
   if (st) {
     cpu_release(bctx, h);
     return st;
@@ -133,12 +136,25 @@ static loom_status cpu_graph_compute(void *bctx, loom_ctx *ctx, const loom_graph
                                      loom_view *values) {
   (void)bctx;
   const cpu_prepared *h = handle;
-  loom_cpu c = {.ctx = ctx, .nt = loom_ctx_resolved_threads(ctx), .kernels = h->kernels};
+  loom_cpu c = {.ctx = ctx, .nt = loom_ctx_resolved_threads(ctx), .kernels = h->kernels,
+                .packs = h->packs};
   if (h->program && !loom_cpu_program_is_eager(h->program))
     return loom_cpu_program_run(h->program, &c, g, values);
   for (int32_t i = 0; i < g->n_nodes; i++)
     LOOM_TRY(loom_cpu_exec_node(&c, g, &g->nodes[i], values));
   return LOOM_STATUS_OK;
+}
+
+static void cpu_freeze(void *bctx, void *handle, const bool *frozen) {
+  (void)bctx;
+  cpu_prepared *h = handle;
+  if (h && h->packs) loom_cpu_packs_set_frozen(h->packs, frozen);
+}
+
+static int32_t cpu_packed(void *bctx, const void *handle, int64_t *bytes) {
+  (void)bctx;
+  const cpu_prepared *h = handle;
+  return loom_cpu_packs_count(h ? h->packs : NULL, bytes);
 }
 
 /* Attention becomes flash attention (passes/attention.h) unless the
@@ -195,6 +211,8 @@ static const loom_backend_iface cpu_iface = {
     .release = cpu_release,
     .describe = cpu_describe,
     .graph_compute = cpu_graph_compute,
+    .freeze = cpu_freeze,
+    .packed = cpu_packed,
 };
 
 loom_status loom_cpu_backend_init(loom_ctx *ctx, loom_backend *b) {

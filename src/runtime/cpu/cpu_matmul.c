@@ -1,15 +1,102 @@
 /*
  * matmul on the cpu backend (f32): NumPy batch broadcasting resolved into
  * per-batch offsets; a shared right operand folds the batch into M (one
- * tall GEMM, the linear-layer case).
+ * tall GEMM, the linear-layer case). A right operand that holds the same
+ * data on every run is packed once (cpu.h, loom_cpu_packs).
  */
 #include "runtime/cpu/cpu.h"
 #include "runtime/cpu/gemm.h"
 #include "runtime/matmul_batch.h"
 
 #include "ops/attrs.h"
+#include "ops/op.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+struct loom_cpu_packs {
+  const loom_graph *g;
+  bool *constant;           /* per value */
+  loom_gemm_packed_b **b;   /* per node: its B's pack, or NULL */
+  bool *tried;              /* per node: packing was tried since the last change */
+};
+
+loom_status loom_cpu_packs_new(loom_ctx *ctx, const loom_graph *g, loom_cpu_packs **out) {
+  *out = NULL;
+  loom_cpu_packs *pk = loom_calloc(ctx, 1, sizeof *pk);
+  if (!pk) return LOOM_STATUS_OUT_OF_MEMORY;
+  pk->g = g;
+  pk->constant = loom_calloc(ctx, (size_t)(g->n_values ? g->n_values : 1), sizeof *pk->constant);
+  pk->b = loom_calloc(ctx, (size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *pk->b);
+  pk->tried = loom_calloc(ctx, (size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *pk->tried);
+  if (!pk->constant || !pk->b || !pk->tried) {
+    loom_cpu_packs_free(pk);
+    return LOOM_STATUS_OUT_OF_MEMORY;
+  }
+  loom_cpu_packs_set_frozen(pk, NULL);
+  *out = pk;
+  return LOOM_STATUS_OK;
+}
+
+static void drop_packs(loom_cpu_packs *pk) {
+  for (int32_t i = 0; i < pk->g->n_nodes; i++) {
+    loom_gemm_packed_b_free(pk->b[i]);
+    pk->b[i] = NULL;
+    pk->tried[i] = false;
+  }
+}
+
+void loom_cpu_packs_free(loom_cpu_packs *pk) {
+  if (!pk) return;
+  if (pk->b && pk->tried) drop_packs(pk);
+  free(pk->constant);
+  free(pk->b);
+  free(pk->tried);
+  free(pk);
+}
+
+/* Nodes are in topological order: one pass sees every input first. */
+void loom_cpu_packs_set_frozen(loom_cpu_packs *pk, const bool *frozen) {
+  const loom_graph *g = pk->g;
+  drop_packs(pk);
+  memset(pk->constant, 0, sizeof *pk->constant * (size_t)g->n_values);
+  for (int32_t i = 0; i < g->n_inputs && frozen; i++) pk->constant[g->inputs[i]] = frozen[i];
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const loom_node *n = &g->nodes[i];
+    const loom_op_def *d = loom_op_get(n->op);
+    bool c = d && d->cls != LOOM_OPCLASS_RNG && d->cls != LOOM_OPCLASS_COMM;
+    for (int32_t k = 0; k < n->n_in && c; k++) c = pk->constant[n->in[k]];
+    for (int32_t k = 0; k < n->n_out; k++) pk->constant[n->out[k]] = c;
+  }
+}
+
+int32_t loom_cpu_packs_count(const loom_cpu_packs *pk, int64_t *bytes) {
+  int32_t n = 0;
+  int64_t total = 0;
+  for (int32_t i = 0; pk && i < pk->g->n_nodes; i++) {
+    n += pk->b[i] != NULL;
+    total += loom_gemm_packed_b_bytes(pk->b[i]);
+  }
+  if (bytes) *bytes = total;
+  return n;
+}
+
+/* Node n's pack for product p: made on its first run when its B is
+ * constant; NULL when not (or when the product gains nothing from one). */
+static loom_status packed_b(const loom_cpu *c, const loom_node *n, const loom_gemm *p,
+                            const loom_gemm_packed_b **out) {
+  *out = NULL;
+  loom_cpu_packs *pk = c->packs;
+  if (!pk || n < pk->g->nodes || n >= pk->g->nodes + pk->g->n_nodes) return LOOM_STATUS_OK;
+  int32_t i = (int32_t)(n - pk->g->nodes);
+  if (!pk->constant[n->in[1]]) return LOOM_STATUS_OK;
+  if (!pk->tried[i]) {
+    pk->tried[i] = true;
+    LOOM_TRY(loom_gemm_pack_b(c->ctx, p, &pk->b[i]));
+  }
+  *out = pk->b[i];
+  return LOOM_STATUS_OK;
+}
 
 loom_status loom_cpu_matmul(const loom_cpu *c, const loom_node *n, const loom_view *in,
                             const loom_view *out, const loom_gemm_epilogue *epi) {
@@ -43,13 +130,15 @@ loom_status loom_cpu_matmul(const loom_cpu *c, const loom_node *n, const loom_vi
     /* one GEMM: A's batch rows stack into M over a shared B */
     p.m *= p.batch;
     p.batch = 1;
+    LOOM_TRY(packed_b(c, n, &p, &p.b_packed));
     return loom_gemm_f32(c->ctx, c->nt, &p);
   }
   int64_t *off = NULL;
   LOOM_TRY(loom_matmul_batch_offsets(c->ctx, &in[0], &in[1], o, p.batch, &off));
   p.a_off = off;
   p.b_off = off + p.batch;
-  loom_status st = loom_gemm_f32(c->ctx, c->nt, &p);
+  loom_status st = packed_b(c, n, &p, &p.b_packed);
+  if (!st) st = loom_gemm_f32(c->ctx, c->nt, &p);
   free(off);
   return st;
 }

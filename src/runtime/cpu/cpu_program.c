@@ -14,6 +14,7 @@
 #include "codegen/c_codegen.h"
 #include "comm/comm.h"
 #include "fusion/fusion.h"
+#include "kernel/in_place.h"
 #include "ops/op.h"
 #include "perf/machine.h"
 #include "perf/measure.h"
@@ -85,25 +86,61 @@ loom_status loom_cpu_program_describe(loom_ctx *ctx, const loom_graph *g,
 
 bool loom_cpu_program_is_eager(const loom_cpu_program *p) { return !p || p->eager; }
 
+/* The in-place offers of kernel k's step (loom_memplan_step.in_place:
+ * pairs of an index in its out[], the kernel's outputs in argument
+ * order, and one in its in[], the arguments that are neither outputs nor
+ * temps, in order) into offer; returns how many. Room: 2 n_in n_out
+ * ints. */
+static int32_t offer_in_place(const loom_kernel *k, int32_t *offer) {
+  int32_t n = 0, o = 0;
+  int32_t *from = malloc(sizeof(int32_t) * (size_t)(k->n_args + 1));
+  for (int32_t a = 0; from && a < k->n_args; a++) {
+    if (!k->args[a].is_output) continue;
+    int32_t m = loom_kernel_in_place_inputs(k, a, from, k->n_args);
+    for (int32_t c = 0; c < m; c++) {
+      int32_t i = -1;
+      for (int32_t b = 0; b <= from[c]; b++) i += !k->args[b].is_output && !k->args[b].temp;
+      offer[2 * n] = o, offer[2 * n + 1] = i;
+      n++;
+    }
+    o++;
+  }
+  free(from);
+  return n;
+}
+
 /* The memory plan over the program's steps: a kernel reads its input
  * arguments and writes its outputs; GEMM and NODE steps their node's; a
  * GEMM with an epilogue both (the product is an output of the step, so
  * nothing the epilogue writes shares its memory). An async step (join[s]
- * > s) keeps its values until it is joined (loom_cpu_program_run). */
-loom_status loom_program_plan_steps(loom_ctx *ctx, const loom_graph *g, const loom_program *prog,
-                                     const int32_t *join, loom_memplan *plan) {
+ * > s) keeps its values until it is joined (loom_cpu_program_run). With
+ * in_place, a kernel step offers each output the memory of an input it
+ * updates element by element (kernel/in_place.h): C the generator emits
+ * honours that; other targets' code is not checked for it. */
+static loom_status plan_steps(loom_ctx *ctx, const loom_graph *g, const loom_program *prog,
+                              const int32_t *join, bool in_place, loom_memplan *plan) {
   int32_t ns = prog->n_steps, total = 0;
+  int64_t room = 0; /* in-place offers: 2 n_in n_out ints per kernel step */
   for (int32_t s = 0; s < ns; s++) {
     const loom_step *st = &prog->steps[s];
     if (st->kind == LOOM_STEP_KERNEL || st->epilogue_rows > 0)
       total += prog->kernels[st->kernel].n_args;
+    if (st->kind == LOOM_STEP_KERNEL && in_place) {
+      const loom_kernel *k = &prog->kernels[st->kernel];
+      int64_t n_out = 0;
+      for (int32_t a = 0; a < k->n_args; a++) n_out += k->args[a].is_output;
+      room += 2 * n_out * (k->n_args - n_out);
+    }
     if (st->kind != LOOM_STEP_KERNEL) total += g->nodes[st->node].n_in + g->nodes[st->node].n_out;
   }
   loom_memplan_step *steps = loom_calloc(ctx, (size_t)(ns ? ns : 1), sizeof *steps);
   int32_t *ids = loom_malloc(ctx, sizeof(int32_t) * (size_t)(total ? total : 1));
-  if (!steps || !ids) {
+  int32_t *offer = loom_malloc(ctx, sizeof(int32_t) * (size_t)(room ? room : 1));
+  int64_t offered = 0;
+  if (!steps || !ids || !offer) {
     free(steps);
     free(ids);
+    free(offer);
     return LOOM_STATUS_OUT_OF_MEMORY;
   }
   int32_t at = 0;
@@ -120,6 +157,11 @@ loom_status loom_program_plan_steps(loom_ctx *ctx, const loom_graph *g, const lo
       m->out = ids + at + m->n_in;
       for (int32_t a = 0; a < k->n_args; a++)
         if (k->args[a].is_output) ids[at + m->n_in + m->n_out++] = k->args[a].value;
+      if (in_place) {
+        m->in_place = offer + offered;
+        m->n_in_place = offer_in_place(k, offer + offered);
+        offered += 2 * (int64_t)m->n_in_place;
+      }
       at += k->n_args;
     } else if (st->epilogue_rows > 0) { /* GEMM node's, then the epilogue's */
       const loom_node *n = &g->nodes[st->node];
@@ -148,10 +190,16 @@ loom_status loom_program_plan_steps(loom_ctx *ctx, const loom_graph *g, const lo
   loom_status st = loom_memplan_build_steps(g, ns, steps, prog->materialized, plan);
   free(steps);
   free(ids);
+  free(offer);
   if (st)
     loom_error_prefix(ctx, "memory plan of the %s program",
                       loom_fusion_mode_name(prog->mode));
   return st;
+}
+
+loom_status loom_program_plan_steps(loom_ctx *ctx, const loom_graph *g, const loom_program *prog,
+                                     const int32_t *join, loom_memplan *plan) {
+  return plan_steps(ctx, g, prog, join, false, plan);
 }
 
 /* Compiles and loads the generated source; resolves every kernel. On a
@@ -329,7 +377,7 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
       out->stats.n_fallback += ps->kind != LOOM_STEP_KERNEL && ps->epilogue_rows <= 0 &&
                                !kernels[ps->node];
     }
-    st = loom_program_plan_steps(ctx, g, prog, p->join, &out->plan);
+    st = plan_steps(ctx, g, prog, p->join, true, &out->plan);
   }
   if (st) goto fail;
   out->stats.n_memory_ops = prog->n_memory_ops;

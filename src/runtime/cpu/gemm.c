@@ -94,6 +94,136 @@ int64_t loom_gemm_parallel_tasks(const loom_gemm *p) {
   return gemm_parallel(p, tasks) ? tasks : 1;
 }
 
+/* B packed for one product's tiles: per set of B (one per distinct
+ * batch offset) and column block, the block in the layout of the tile
+ * primitive of that block's width; tiles of the last row block (a shorter
+ * tail) read the same block, so their primitive must want the same layout. */
+struct loom_gemm_packed_b {
+  loom_gemm shape; /* the product it was made for (pointers compared, not read) */
+  int64_t tile_m, tile_n, mb, nb, n_sets;
+  int64_t *b_off;  /* a copy of shape.b_off (NULL: none) */
+  int64_t *set;    /* per batch element: its set of blocks */
+  const loom_gemm_tile_prim *prim[2][2];
+  float **block;   /* [n_sets * nb] */
+  int64_t bytes;
+};
+
+void loom_gemm_packed_b_free(loom_gemm_packed_b *pb) {
+  if (!pb) return;
+  for (int64_t i = 0; pb->block && i < pb->n_sets * pb->nb; i++) free(pb->block[i]);
+  free(pb->block);
+  free(pb->b_off);
+  free(pb->set);
+  free(pb);
+}
+
+int64_t loom_gemm_packed_b_bytes(const loom_gemm_packed_b *pb) { return pb ? pb->bytes : 0; }
+
+/* The primitives for p's tile shapes (full and tails), packed B or not;
+ * false when one of them has no fast primitive. */
+static bool tile_prims(const loom_gemm *p, int64_t tile, int64_t tile_n, int64_t mb, int64_t nb,
+                       bool packed, const loom_gemm_tile_prim *prim[2][2]) {
+  for (int32_t tm = 0; tm < 2; tm++)
+    for (int32_t tn = 0; tn < 2; tn++) {
+      int64_t m = tm ? p->m - (mb - 1) * tile : LOOM_MIN(tile, p->m);
+      int64_t n = tn ? p->n - (nb - 1) * tile_n : LOOM_MIN(tile_n, p->n);
+      prim[tm][tn] = loom_gemm_tile_prim_get(p, m, n, packed);
+      if (!prim[tm][tn]) return false;
+    }
+  return true;
+}
+
+/* Products worth packing, by measurement (one core, CPU time, BERT-base's
+ * shapes; docs/PERFORMANCE.md, tenth session): a B transposed (stored
+ * [N, K]: ONNX Gemm's transB, weights in PyTorch's layout), where the
+ * packed primitive ran 1.02-1.25x the unpacked paths; and a B stored
+ * [K, N] under a short product (at most GEMM_PACK_MAX_ROWS rows, one or
+ * two sequences: sgemm re-packs B for few rows of A per call there), where
+ * it ran 0.99-1.20x sgemm. Under taller products sgemm already runs at
+ * about the core's peak (105-110 GFLOP/s) and the packed primitive
+ * measured 0.88-1.00x of it (one outlier 1.08x). Both big
+ * enough that a primitive call's few microseconds do not matter.
+ * LOOM_GEMM_PACK=all packs every big product (to measure), =none none. */
+#define GEMM_PACK_MAX_ROWS 256
+
+static bool worth_packing(const loom_gemm *p) {
+  double flops = 2.0 * (double)p->batch * (double)p->m * (double)p->n * (double)p->k;
+  const char *env = getenv("LOOM_GEMM_PACK");
+  bool all = env && strcmp(env, "all") == 0, none = env && strcmp(env, "none") == 0;
+  bool shape = p->trans_b || p->m <= GEMM_PACK_MAX_ROWS || all;
+  return !none && shape && !p->trans_a && p->k > 0 && p->m > 0 && p->n > 0 && p->batch > 0 &&
+         flops >= GEMM_MATMUL_MIN_FLOPS;
+}
+
+loom_status loom_gemm_pack_b(loom_ctx *ctx, const loom_gemm *p, loom_gemm_packed_b **out) {
+  *out = NULL;
+  if (!worth_packing(p)) return LOOM_STATUS_OK;
+  loom_gemm_packed_b *pb = loom_calloc(ctx, 1, sizeof *pb);
+  if (!pb) return LOOM_STATUS_OUT_OF_MEMORY;
+  pb->shape = *p;
+  pb->shape.b_packed = NULL;
+  gemm_tile(p, &pb->tile_m, &pb->tile_n);
+  gemm_tasks(p, pb->tile_m, pb->tile_n, &pb->mb, &pb->nb);
+  /* the tail row block reads the full one's blocks: same layout needed */
+  bool ok = tile_prims(p, pb->tile_m, pb->tile_n, pb->mb, pb->nb, true, pb->prim) &&
+            loom_gemm_tile_prim_same_b(pb->prim[0][0], pb->prim[1][0]) &&
+            loom_gemm_tile_prim_same_b(pb->prim[0][1], pb->prim[1][1]);
+  if (!ok) {
+    loom_gemm_packed_b_free(pb);
+    return LOOM_STATUS_OK; /* no fast primitive: the product stays as it is */
+  }
+  pb->set = loom_calloc(ctx, (size_t)p->batch, sizeof *pb->set);
+  if (p->b_off) pb->b_off = loom_malloc(ctx, sizeof *pb->b_off * (size_t)p->batch);
+  if (!pb->set || (p->b_off && !pb->b_off)) goto oom;
+  /* batch elements that share a B (broadcast) share its blocks */
+  for (int64_t bi = 0; bi < p->batch && p->b_off; bi++) {
+    pb->b_off[bi] = p->b_off[bi];
+    int64_t same = 0;
+    while (same < bi && p->b_off[same] != p->b_off[bi]) same++;
+    pb->set[bi] = same < bi ? pb->set[same] : pb->n_sets++;
+  }
+  if (!p->b_off) pb->n_sets = 1;
+  pb->block = loom_calloc(ctx, (size_t)(pb->n_sets * pb->nb), sizeof *pb->block);
+  if (!pb->block) goto oom;
+  /* sets are numbered in order of first use: pack each at its first */
+  for (int64_t bi = 0, next = 0; bi < p->batch && next < pb->n_sets; bi++) {
+    if (pb->set[bi] != next) continue;
+    next++;
+    for (int64_t jb = 0; jb < pb->nb; jb++) {
+      const loom_gemm_tile_prim *t = pb->prim[0][jb == pb->nb - 1 && pb->nb > 1];
+      size_t bytes = (loom_gemm_tile_prim_b_bytes(t) + 63) / 64 * 64;
+      float **dst = &pb->block[pb->set[bi] * pb->nb + jb];
+      *dst = aligned_alloc(64, bytes);
+      if (!*dst) goto oom;
+      int64_t j0 = jb * pb->tile_n;
+      const float *b = p->b + (p->b_off ? p->b_off[bi] : 0) + (p->trans_b ? j0 * p->ldb : j0);
+      if (!loom_gemm_tile_prim_pack_b(t, b, *dst)) {
+        loom_gemm_packed_b_free(pb);
+        return loom_error(ctx, LOOM_STATUS_INTERNAL, "matmul: packing B (%lld x %lld) failed",
+                          (long long)p->k, (long long)p->n);
+      }
+      pb->bytes += (int64_t)bytes;
+    }
+  }
+  *out = pb;
+  return LOOM_STATUS_OK;
+oom:
+  loom_gemm_packed_b_free(pb);
+  return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "matmul: no memory to pack B");
+}
+
+/* True if pb was made for exactly p: the same operands, strides, shapes
+ * and tiles (the epilogue's rows set the tiles). */
+static bool pack_fits(const loom_gemm_packed_b *pb, const loom_gemm *p, int64_t tile,
+                      int64_t tile_n) {
+  const loom_gemm *s = &pb->shape;
+  return s->trans_a == p->trans_a && s->trans_b == p->trans_b && s->m == p->m && s->n == p->n &&
+         s->k == p->k && s->batch == p->batch && s->lda == p->lda && s->b == p->b &&
+         s->ldb == p->ldb && s->ldc == p->ldc && pb->tile_m == tile && pb->tile_n == tile_n &&
+         !pb->b_off == !p->b_off &&
+         (!p->b_off || memcmp(pb->b_off, p->b_off, sizeof *p->b_off * (size_t)p->batch) == 0);
+}
+
 loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   if (p->m <= 0 || p->n <= 0 || p->batch <= 0) return LOOM_STATUS_OK;
   const bool epi = p->epilogue.rows > 0 && p->epilogue.fn;
@@ -109,17 +239,16 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   gemm_tile(p, &tile, &tile_n);
   int64_t tasks = gemm_tasks(p, tile, tile_n, &mb, &nb);
   const bool parallel = gemm_parallel(p, tasks);
-  /* tiles of a transposed B on the matmul primitive (gemm_matmul.h): one
-   * per tile shape, the full tile and the tails */
+  /* tiles on the matmul primitive (gemm_matmul.h): one per tile shape,
+   * the full tile and the tails; with B packed ahead, the pack's */
+  const loom_gemm_packed_b *pk =
+      p->b_packed && pack_fits(p->b_packed, p, tile, tile_n) ? p->b_packed : NULL;
   const loom_gemm_tile_prim *prim[2][2] = {{NULL}};
-  bool use_prim = loom_gemm_uses_matmul(p);
-  for (int32_t tm = 0; tm < 2 && use_prim; tm++)
-    for (int32_t tn = 0; tn < 2 && use_prim; tn++) {
-      int64_t m = tm ? p->m - (mb - 1) * tile : LOOM_MIN(tile, p->m);
-      int64_t n = tn ? p->n - (nb - 1) * tile_n : LOOM_MIN(tile_n, p->n);
-      prim[tm][tn] = loom_gemm_tile_prim_get(p, m, n);
-      use_prim = prim[tm][tn] != NULL;
-    }
+  bool use_prim = pk != NULL;
+  if (pk)
+    memcpy(prim, pk->prim, sizeof prim);
+  else if (loom_gemm_uses_matmul(p))
+    use_prim = tile_prims(p, tile, tile_n, mb, nb, false, prim);
   int failed = 0;
   /* oneDNN threads itself unless it runs inside an active parallel region;
    * a one-thread (inactive) region would still let it use every core with
@@ -133,7 +262,8 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
     int64_t m = p->m - i0 < tile ? p->m - i0 : tile;
     int64_t n = p->n - j0 < tile_n ? p->n - j0 : tile_n;
     const float *a = p->a + (p->a_off ? p->a_off[bi] : 0) + (p->trans_a ? i0 : i0 * p->lda);
-    const float *b = p->b + (p->b_off ? p->b_off[bi] : 0) + (p->trans_b ? j0 * p->ldb : j0);
+    const float *b = pk ? pk->block[pk->set[bi] * nb + jb]
+                        : p->b + (p->b_off ? p->b_off[bi] : 0) + (p->trans_b ? j0 * p->ldb : j0);
     float *c = p->c + bi * p->c_stride + i0 * p->ldc + j0;
     omp_set_num_threads(1);
     dnnl_status_t st = dnnl_success;

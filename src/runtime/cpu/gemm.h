@@ -6,6 +6,15 @@
  * call inside our own OpenMP loop: oneDNN runs sequentially
  * inside a parallel region, so there is one thread count (ours) and the
  * result does not depend on it.
+ *
+ * A B that holds the same data from run to run (a frozen session input,
+ * an ONNX initializer) can be packed once (loom_gemm_pack_b) into the
+ * layout oneDNN's matmul primitive picks for each tile's column block, and
+ * every later call with that pack reads it instead of re-packing B per
+ * call. The pack is made for the product's own tiles, so the tiles, and
+ * with them which elements each call sums and in what order, are the same
+ * as without it: a result still depends on the shapes (and on whether the
+ * session packed that B), never on the thread count.
  */
 #ifndef LOOM_RUNTIME_CPU_GEMM_H
 #define LOOM_RUNTIME_CPU_GEMM_H
@@ -23,6 +32,8 @@ typedef struct loom_gemm_epilogue {
   void *user;
 } loom_gemm_epilogue;
 
+typedef struct loom_gemm_packed_b loom_gemm_packed_b;
+
 typedef struct loom_gemm {
   bool trans_a, trans_b; /* A stored [K, M] / B stored [N, K] */
   int64_t m, n, k, batch;
@@ -35,6 +46,10 @@ typedef struct loom_gemm {
   float *c;
   int64_t ldc, c_stride; /* row stride of C; offset between batch elements */
   loom_gemm_epilogue epilogue; /* none when rows == 0 */
+  /* B packed ahead for exactly this product (loom_gemm_pack_b), or NULL;
+   * a pack made for another product (a B moved, another tiling) is not
+   * used: the product then reads b as stored */
+  const loom_gemm_packed_b *b_packed;
 } loom_gemm;
 
 /* Products below this many flops run on the calling thread. */
@@ -50,6 +65,16 @@ int64_t loom_gemm_parallel_tasks(const loom_gemm *p);
  * rather than sgemm: a deep enough product with B transposed. If oneDNN
  * has no fast primitive for a tile, the product still runs on sgemm. */
 bool loom_gemm_uses_matmul(const loom_gemm *p);
+
+/* Packs p's B for p's tiles: *out NULL (and OK) when the product gains
+ * nothing from it (small, or no blocked primitive for its tiles). The
+ * pack holds a copy in another layout: B may change or go away after,
+ * but the pack then describes the old B, so whoever keeps it must drop
+ * it when B changes. Call outside any parallel region. */
+loom_status loom_gemm_pack_b(loom_ctx *ctx, const loom_gemm *p, loom_gemm_packed_b **out);
+void loom_gemm_packed_b_free(loom_gemm_packed_b *pb);
+/* The bytes a pack holds. */
+int64_t loom_gemm_packed_b_bytes(const loom_gemm_packed_b *pb);
 
 /* C[m, n] = A[m, k] B[k, n], dense row-major, with `threads` threads:
  * the shape of perf/measure.h's loom_sgemm_fn, so the machine's sgemm

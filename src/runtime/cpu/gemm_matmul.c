@@ -12,12 +12,15 @@
 typedef struct tile_key {
   int64_t m, n, k, lda, ldb, ldc;
   int32_t trans_a, trans_b;
+  int32_t packed; /* B in the primitive's own layout (weights format `any`) */
+  int32_t unused; /* zero: keeps the key free of padding */
 } tile_key;
 
 struct loom_gemm_tile_prim {
   tile_key key;
   dnnl_primitive_t prim; /* NULL: no fast primitive for this key */
   dnnl_memory_desc_t a, b, c;
+  dnnl_memory_desc_t b_strided; /* packed: B as stored, what packing reads */
   size_t scratch;
 };
 
@@ -39,6 +42,11 @@ static void create(loom_gemm_tile_prim *e) {
   const tile_key *k = &e->key;
   md_matrix(&e->a, k->m, k->k, k->lda, k->trans_a);
   md_matrix(&e->b, k->k, k->n, k->ldb, k->trans_b);
+  e->b_strided = e->b;
+  if (k->packed) {
+    dnnl_dims_t d = {k->k, k->n};
+    dnnl_memory_desc_init_by_tag(&e->b, 2, d, dnnl_f32, dnnl_format_tag_any);
+  }
   /* oneDNN 2.6's brgemm matmul writes only a dense C: a narrower tile is
    * computed into the thread's buffer and copied out (m x n floats, in
    * cache, against 2 m n k flops) */
@@ -57,6 +65,8 @@ static void create(loom_gemm_tile_prim *e) {
       (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
        strncmp(impl, "brg", 3) != 0))
     st = dnnl_unimplemented;
+  /* the layout the primitive picked for a packed B */
+  if (st == dnnl_success && k->packed) e->b = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
   if (st == dnnl_success) {
     e->scratch =
         dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
@@ -66,8 +76,10 @@ static void create(loom_gemm_tile_prim *e) {
   if (attr) dnnl_primitive_attr_destroy(attr);
 }
 
-const loom_gemm_tile_prim *loom_gemm_tile_prim_get(const loom_gemm *p, int64_t m, int64_t n) {
-  tile_key key = {.m = m,
+const loom_gemm_tile_prim *loom_gemm_tile_prim_get(const loom_gemm *p, int64_t m, int64_t n,
+                                                   bool packed_b) {
+  tile_key key = {.packed = packed_b,
+                  .m = m,
                   .n = n,
                   .k = p->k,
                   .lda = p->lda,
@@ -123,5 +135,36 @@ bool loom_gemm_tile_prim_run(const loom_gemm_tile_prim *t, const float *a, const
     if (mem[i]) dnnl_memory_destroy(mem[i]);
   for (int64_t i = 0; ok && copy && i < k->m; i++)
     memcpy(c + i * k->ldc, dst + i * k->n, sizeof(float) * (size_t)k->n);
+  return ok;
+}
+
+size_t loom_gemm_tile_prim_b_bytes(const loom_gemm_tile_prim *t) {
+  return dnnl_memory_desc_get_size(&t->b);
+}
+
+bool loom_gemm_tile_prim_same_b(const loom_gemm_tile_prim *x, const loom_gemm_tile_prim *y) {
+  return dnnl_memory_desc_equal(&x->b, &y->b) != 0;
+}
+
+bool loom_gemm_tile_prim_pack_b(const loom_gemm_tile_prim *t, const float *b, void *dst) {
+  if (!t->key.packed) return false;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_primitive_t reorder = NULL;
+  dnnl_memory_t src = NULL, out = NULL;
+  dnnl_stream_t stream = NULL;
+  bool ok = dnnl_reorder_primitive_desc_create(&pd, &t->b_strided, engine, &t->b, engine, NULL) ==
+                dnnl_success &&
+            dnnl_primitive_create(&reorder, pd) == dnnl_success &&
+            dnnl_memory_create(&src, &t->b_strided, engine, (void *)b) == dnnl_success &&
+            dnnl_memory_create(&out, &t->b, engine, dst) == dnnl_success &&
+            dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) == dnnl_success;
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, out}};
+  ok = ok && dnnl_primitive_execute(reorder, stream, 2, args) == dnnl_success &&
+       dnnl_stream_wait(stream) == dnnl_success;
+  if (stream) dnnl_stream_destroy(stream);
+  if (out) dnnl_memory_destroy(out);
+  if (src) dnnl_memory_destroy(src);
+  if (reorder) dnnl_primitive_destroy(reorder);
+  if (pd) dnnl_primitive_desc_destroy(pd);
   return ok;
 }
