@@ -47,8 +47,24 @@ loom_status loom_cpu_packs_new(loom_ctx *ctx, const loom_graph *g, loom_cpu_pack
 void loom_cpu_packs_free(loom_cpu_packs *pk);
 /* frozen: per graph input of g (NULL: none); drops every pack made. */
 void loom_cpu_packs_set_frozen(loom_cpu_packs *pk, const bool *frozen);
-/* How many B operands are packed now, and their bytes. */
+/* How many operands are packed now (GEMM B's and kernels' own), and their bytes. */
 int32_t loom_cpu_packs_count(const loom_cpu_packs *pk, int64_t *bytes);
+
+/* A kernel's own pack for a node (cpu_conv.c: a conv's weights in its
+ * primitives' layout): data freed by free_fn when the frozen set changes
+ * or the kernel replaces it. */
+typedef struct loom_cpu_pack {
+  void *data;
+  int64_t bytes;
+  void (*free_fn)(void *data);
+} loom_cpu_pack;
+/* Whether node n's input k holds the same data on every run. */
+bool loom_cpu_packs_constant(const loom_cpu *c, const loom_node *n, int32_t k);
+/* Node n's own pack slot, or NULL where n is not a node of the session's
+ * graph or there are no packs. */
+loom_cpu_pack *loom_cpu_packs_slot(const loom_cpu *c, const loom_node *n);
+/* Frees what slot holds and empties it. */
+void loom_cpu_pack_clear(loom_cpu_pack *slot);
 
 /* Each family returns its kernel for node n of g, or NULL when the cpu
  * backend does not handle that case (the node then runs its ref kernel). */
