@@ -30,7 +30,7 @@ struct loom_cpu {
    * where supports_op took the node; NULL (or no table): the reference
    * kernel. */
   const loom_cpu_kernel *kernels;
-  /* GEMM operands packed once and reused across runs (NULL: none). */
+  /* GEMM operands and conv weights packed once and reused across runs (NULL: none). */
   loom_cpu_packs *packs;
 };
 
@@ -41,7 +41,9 @@ struct loom_cpu {
  * is computed, by ops that are not RNG or comm, from constants only (a
  * transpose of a weight, a `constant` node). A matmul whose B is constant
  * packs it on its first run (loom_gemm_pack_b) and reuses the pack until
- * the frozen inputs change. One run at a time uses it (the session's).
+ * the frozen inputs change; a conv whose weights are constant keeps them
+ * reordered for its blocks in its node's own slot (loom_cpu_packs_slot).
+ * One run at a time uses it (the session's).
  */
 loom_status loom_cpu_packs_new(loom_ctx *ctx, const loom_graph *g, loom_cpu_packs **out);
 void loom_cpu_packs_free(loom_cpu_packs *pk);
