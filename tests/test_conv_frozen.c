@@ -31,7 +31,8 @@ static const char *graph_text =
 
 static void fill(loom_tensor *t, loom_test_rng *rng, double lo, double hi) {
   float *p = loom_tensor_data(t);
-  for (int64_t i = 0; i < loom_tensor_numel(t); i++) p[i] = (float)loom_test_uniform(rng, lo, hi);
+  for (int64_t i = 0; i < loom_tensor_numel(t); i++)
+    p[i] = (float)loom_test_uniform(rng, lo, hi);
 }
 
 static double max_diff(const loom_tensor *a, const loom_tensor *b) {
@@ -44,7 +45,8 @@ static double max_diff(const loom_tensor *a, const loom_tensor *b) {
 
 static bool same_bits(const loom_tensor *a, const loom_tensor *b) {
   return loom_tensor_numel(a) == loom_tensor_numel(b) &&
-         !memcmp(loom_tensor_data(a), loom_tensor_data(b), sizeof(float) * (size_t)loom_tensor_numel(a));
+         !memcmp(loom_tensor_data(a), loom_tensor_data(b),
+                 sizeof(float) * (size_t)loom_tensor_numel(a));
 }
 
 static loom_tensor *run(loom_ctx *ctx, loom_session *s, const loom_tensor *const *in) {
@@ -81,7 +83,8 @@ int main(void) {
   CHECK(st.n_packed == 0); /* weights passed: reordered on every run */
 
   const loom_tensor *x_only[N_IN] = {in[0]};
-  for (int32_t i = 1; i < N_IN; i++) CHECK_OK(ctx, loom_session_freeze_input(s, i, in[i]));
+  for (int32_t i = 1; i < N_IN; i++)
+    CHECK_OK(ctx, loom_session_freeze_input(s, i, in[i]));
   loom_tensor *first = run(ctx, s, x_only), *second = run(ctx, s, x_only);
   CHECK_OK(ctx, loom_session_get_stats(s, &st));
   printf("frozen: %d packed (%.1f KB); vs passed %s, vs ref %.2g\n", st.n_packed,
@@ -125,7 +128,8 @@ int main(void) {
   loom_session_free(s);
   loom_session_free(plain);
   loom_session_free(ref);
-  for (int32_t i = 0; i < N_IN; i++) loom_tensor_free(in[i]);
+  for (int32_t i = 0; i < N_IN; i++)
+    loom_tensor_free(in[i]);
   loom_graph_free(g);
   int rc = loom_test_finish("test_conv_frozen");
   loom_ctx_free(ctx);
