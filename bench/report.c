@@ -226,7 +226,7 @@ static void table_gemm_and_model(FILE *f, const loom_bench_row *row,
   }
   if (ran(row, LOOM_BENCH_FROZEN)) {
     const loom_bench_result *r = &row->r[LOOM_BENCH_FROZEN];
-    fprintf(f, "  frozen     %d params frozen, %d GEMM operands packed (%.1f MB)", (int)r->stats.n_frozen_inputs,
+    fprintf(f, "  frozen     %d params frozen, %d operands packed (%.1f MB)", (int)r->stats.n_frozen_inputs,
             (int)r->stats.n_packed, (double)r->stats.packed_bytes / 1e6);
     if (ran(row, LOOM_BENCH_STITCH))
       fprintf(f, ": x%.3f of stitch", row->r[LOOM_BENCH_STITCH].median_s / r->median_s);

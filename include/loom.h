@@ -465,7 +465,7 @@ typedef struct loom_session_stats {
   /* Filled when asked (they change with loom_session_freeze_input and the
    * first run after it): */
   int32_t n_frozen_inputs; /* inputs bound with loom_session_freeze_input */
-  int32_t n_packed;        /* GEMM operands kept packed across runs */
+  int32_t n_packed;        /* GEMM operands and conv weights kept packed across runs */
   int64_t packed_bytes;    /* their bytes */
 } loom_session_stats;
 

@@ -241,9 +241,78 @@ static void test_case(const conv_case *c) {
   loom_graph_free(g);
 }
 
+/* A training step: conv + batch-statistics BN + relu, max_pool, conv +
+ * bias + relu, a sum as the loss, and its gradients wrt the input and
+ * every weight (conv_transpose, conv_grad_weight, max_pool_grad): the cpu
+ * backend (stitch) against the reference, every output. The forward
+ * convs' outputs are read by the backward pass, so nothing there may run
+ * inside a conv or stay blocked where a kernel reads it. */
+static void test_training(void) {
+  static const char *text =
+      "input %x : f32[2, 8, 12, 12]\n"
+      "param %w1 : f32[32, 8, 3, 3]\n"
+      "param %w2 : f32[32, 32, 3, 3]\n"
+      "param %b2 : f32[32, 1, 1]\n"
+      "%c1 : f32[2, 32, 12, 12] = conv(%x, %w1, pads_lo=[1, 1], pads_hi=[1, 1])\n"
+      "%mu : f32[1, 32, 1, 1] = reduce_mean(%c1, axes=[0, 2, 3], keepdims=true)\n"
+      "%xc : f32[2, 32, 12, 12] = sub(%c1, %mu)\n"
+      "%sq : f32[2, 32, 12, 12] = mul(%xc, %xc)\n"
+      "%var : f32[1, 32, 1, 1] = reduce_mean(%sq, axes=[0, 2, 3], keepdims=true)\n"
+      "%eps : f32[] = constant(value=0.00001)\n"
+      "%ve : f32[1, 32, 1, 1] = add(%var, %eps)\n"
+      "%inv : f32[1, 32, 1, 1] = rsqrt(%ve)\n"
+      "%n : f32[2, 32, 12, 12] = mul(%xc, %inv)\n"
+      "%r : f32[2, 32, 12, 12] = relu(%n)\n"
+      "%p : f32[2, 32, 6, 6] = max_pool(%r, kernel=[2, 2], strides=[2, 2])\n"
+      "%c2 : f32[2, 32, 6, 6] = conv(%p, %w2, pads_lo=[1, 1], pads_hi=[1, 1])\n"
+      "%a2 : f32[2, 32, 6, 6] = add(%c2, %b2)\n"
+      "%r2 : f32[2, 32, 6, 6] = relu(%a2)\n"
+      "%q : f32[2, 32, 6, 6] = mul(%r2, %r2)\n"
+      "%loss : f32[] = reduce_sum(%q, axes=[0, 1, 2, 3])\n"
+      "output loss = %loss\n";
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx, text, &g));
+  if (!g) return;
+  loom_value wrt[4], grads[4];
+  for (int32_t i = 0; i < 4; i++) wrt[i] = loom_graph_input_value(g, i);
+  CHECK_OK(ctx, loom_graph_grad(g, loom_graph_output_value(g, 0), 4, wrt, grads));
+  static const char *names[4] = {"dx", "dw1", "dw2", "db2"};
+  for (int32_t i = 0; i < 4; i++) CHECK_OK(ctx, loom_graph_output(g, names[i], grads[i]));
+  loom_tensor **in = loom_test_uniform_inputs(ctx, g, 0x7a1);
+  loom_tensor *ref[5] = {0}, *got[5] = {0};
+  loom_session *s = NULL;
+  const char *backends[2] = {"ref", "cpu"};
+  loom_tensor **outs[2] = {ref, got};
+  for (int b = 0; b < 2; b++) {
+    loom_session_options o = LOOM_SESSION_OPTIONS(.backend = backends[b], .fusion = LOOM_FUSION_STITCH);
+    CHECK_OK(ctx, loom_session_new(ctx, g, &o, &s));
+    if (s) CHECK_OK(ctx, loom_session_run(s, g->n_inputs, (const loom_tensor *const *)in, 5, outs[b]));
+    loom_session_free(s);
+    s = NULL;
+  }
+  for (int32_t o = 0; o < 5; o++) {
+    CHECK(ref[o] && got[o]);
+    if (!ref[o] || !got[o]) continue;
+    const float *a = loom_tensor_data(got[o]), *r = loom_tensor_data(ref[o]);
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < loom_tensor_numel(ref[o]); i++) scale = fmax(scale, fabs((double)r[i]));
+    for (int64_t i = 0; i < loom_tensor_numel(ref[o]); i++) {
+      double e = fabs((double)a[i] - (double)r[i]) / (1.0 + scale);
+      worst = e > worst || isnan(e) ? e : worst;
+    }
+    CHECK(worst <= 1e-4);
+    printf("training step, output %d: max error %.2e (of the largest magnitude)\n", o, worst);
+    loom_tensor_free(ref[o]);
+    loom_tensor_free(got[o]);
+  }
+  loom_test_free_tensors(in, g->n_inputs);
+  loom_graph_free(g);
+}
+
 int main(void) {
   if (loom_ctx_new(&ctx)) return 1;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_case(&cases[i]);
+  test_training();
   loom_ctx_free(ctx);
   return loom_test_finish("test_conv_layouts");
 }

@@ -30,7 +30,7 @@ struct loom_cpu {
    * where supports_op took the node; NULL (or no table): the reference
    * kernel. */
   const loom_cpu_kernel *kernels;
-  /* GEMM operands packed once and reused across runs (NULL: none). */
+  /* GEMM operands and conv weights packed once and reused across runs (NULL: none). */
   loom_cpu_packs *packs;
 };
 
@@ -41,14 +41,32 @@ struct loom_cpu {
  * is computed, by ops that are not RNG or comm, from constants only (a
  * transpose of a weight, a `constant` node). A matmul whose B is constant
  * packs it on its first run (loom_gemm_pack_b) and reuses the pack until
- * the frozen inputs change. One run at a time uses it (the session's).
+ * the frozen inputs change; a conv whose weights are constant keeps them
+ * reordered for its blocks in its node's own slot (loom_cpu_packs_slot).
+ * One run at a time uses it (the session's).
  */
 loom_status loom_cpu_packs_new(loom_ctx *ctx, const loom_graph *g, loom_cpu_packs **out);
 void loom_cpu_packs_free(loom_cpu_packs *pk);
 /* frozen: per graph input of g (NULL: none); drops every pack made. */
 void loom_cpu_packs_set_frozen(loom_cpu_packs *pk, const bool *frozen);
-/* How many B operands are packed now, and their bytes. */
+/* How many operands are packed now (GEMM B's and kernels' own), and their bytes. */
 int32_t loom_cpu_packs_count(const loom_cpu_packs *pk, int64_t *bytes);
+
+/* A kernel's own pack for a node (cpu_conv.c: a conv's weights in its
+ * primitives' layout): data freed by free_fn when the frozen set changes
+ * or the kernel replaces it. */
+typedef struct loom_cpu_pack {
+  void *data;
+  int64_t bytes;
+  void (*free_fn)(void *data);
+} loom_cpu_pack;
+/* Whether node n's input k holds the same data on every run. */
+bool loom_cpu_packs_constant(const loom_cpu *c, const loom_node *n, int32_t k);
+/* Node n's own pack slot, or NULL where n is not a node of the session's
+ * graph or there are no packs. */
+loom_cpu_pack *loom_cpu_packs_slot(const loom_cpu *c, const loom_node *n);
+/* Frees what slot holds and empties it. */
+void loom_cpu_pack_clear(loom_cpu_pack *slot);
 
 /* Each family returns its kernel for node n of g, or NULL when the cpu
  * backend does not handle that case (the node then runs its ref kernel). */

@@ -10,8 +10,14 @@
  * the thread count. conv_grad_weight sums its per-image products in image
  * order. Primitives are cached by their geometry. Forward convs run on
  * oneDNN's direct kernels in channel-blocked layouts (layouts_tried):
- * Loom's tensors stay plain, so each task reorders its images and
- * weights to and from the primitive's layouts. Pool gradients, and
+ * each task reorders its weights, and its images where they are plain,
+ * to and from the primitive's layouts; values the program keeps blocked
+ * between window ops (cpu_conv_layout.c: LOOM_CPU_*_BLOCKED) pass as
+ * they are. A conv's epilogue kernel runs as post-ops where oneDNN can
+ * say it (cpu_conv_post.c: its first scale folded into the weights'
+ * reorder, its shift the bias), else on the output's rows after each
+ * task. Forward pools run blocked where their input or output is kept
+ * blocked, else plain. Pool gradients, and
  * pools oneDNN does not express (count_include_pad over ceil_mode's extra
  * positions), run plain loops over (image, channel) planes.
  */
@@ -49,7 +55,8 @@ typedef struct prim_key {
   int64_t any; /* P_FWD: the first of layouts_tried with a fast kernel, else plain */
   int64_t big[MAX_DIMS], small[MAX_DIMS], kernel[MAX_DIMS], stride[MAX_DIMS], dil[MAX_DIMS];
   int64_t lo[MAX_DIMS], hi[MAX_DIMS]; /* hi: oneDNN's padding_r */
-  /* P_FWD: a bias, and post-ops (kind, alg, alpha and beta bits each) */
+  /* P_FWD: weights scaled per output channel, a bias, and post-ops (kind,
+   * alg, alpha and beta bits each): cpu_conv_post.h */
   int64_t scale, bias, n_post, post[LOOM_CONV_POST_MAX][4];
 } prim_key;
 
@@ -545,9 +552,15 @@ typedef struct conv_job {
   int32_t layout;
   prim_entry whole;
   bool whole_owned;
+  /* conv: the primitives of every block but the last, and of the last
+   * (looked up once a call, not once a task) */
+  prim_entry blk[2];
+  bool blk_owned[2];
   char *xb;
   size_t x_bytes;
+  const struct conv_wpack *wpack; /* conv: the weights packed for these blocks, or NULL */
 } conv_job;
+
 
 static loom_status conv_done(const loom_cpu *c, const loom_node *n, bool ok) {
   if (ok) return LOOM_STATUS_OK;
@@ -588,13 +601,25 @@ static void key_post(prim_key *p, const loom_conv_post *post) {
   }
 }
 
+/* The weights of e's output channels from c0 into e's layout at dst,
+ * with the post-ops' scale per output channel folded in. */
+static bool reorder_weights(const conv_job *j, const prim_entry *e, int64_t c0, void *dst) {
+  const conv_split *s = &j->s;
+  dnnl_memory_desc_t plain;
+  md_weights(&plain, &e->key);
+  const float *scale = e->key.scale ? j->post->scale + c0 : NULL;
+  return run_reorder_scaled(e->to_wt, &plain, j->b + c0 * (s->big_c / s->w.groups) * s->kn, &e->md[2],
+                            dst, scale, e->key.small_c);
+}
+
 /* One task's conv through e: input channels from u0 * per_big (all with
  * one group), output channels [c0, c0 + nc) of image img. Images and
  * weights in other layouts than plain pass through this thread's buffers
- * (the input through the shared copy where it has e's layout). With
- * post-ops, it writes their result (post->out) instead of the conv's. */
+ * (the input through the shared copy where it has e's layout), unless the
+ * weights are packed (packed_wt: this block's, or NULL). With post-ops,
+ * it writes their result (post->out) instead of the conv's. */
 static bool conv_block(const conv_job *j, const prim_entry *e, int64_t img, int64_t u0,
-                       int64_t c0) {
+                       int64_t c0, const float *packed_wt) {
   const conv_split *s = &j->s;
   loom_dnnl_thread *res = loom_dnnl_thread_get();
   if (!e->prim || !res) return false;
@@ -615,12 +640,11 @@ static bool conv_block(const conv_job *j, const prim_entry *e, int64_t img, int6
     if (!buf || !run_reorder(e->to_src, &plain[0], src, &e->md[0], buf)) return false;
     src = buf;
   }
-  if (e->to_wt) { /* with the post-ops' scale per output channel folded in */
+  if (packed_wt) {
+    wt = packed_wt;
+  } else if (e->to_wt) {
     void *buf = loom_dnnl_buffer(res, LOOM_DNNL_WEIGHTS, dnnl_memory_desc_get_size(&e->md[2]));
-    const float *scale = e->key.scale ? post->scale + c0 : NULL;
-    if (!buf || !run_reorder_scaled(e->to_wt, &plain[2], wt, &e->md[2], buf, scale,
-                                    e->key.small_c))
-      return false;
+    if (!buf || !reorder_weights(j, e, c0, buf)) return false;
     wt = buf;
   }
   bool out_blocked = j->layout & LOOM_CPU_OUT_BLOCKED;
@@ -650,20 +674,103 @@ static bool conv_block(const conv_job *j, const prim_entry *e, int64_t img, int6
          (!e->from_dst || out_blocked || run_reorder(e->from_dst, &e->md[1], dst, &plain[1], out));
 }
 
+/*
+ * A conv's weights reordered (and scaled) once for its blocks, kept in
+ * its node's pack slot (cpu.h, loom_cpu_packs) while the weights are
+ * constant. It remembers what it was made from (the weights' address, the
+ * blocks' layouts, the scale's values) and is remade when any differs,
+ * so a pack describes exactly the reorders a run would do.
+ */
+typedef struct conv_wpack {
+  const float *w;
+  dnnl_memory_desc_t md[2]; /* the weights' layouts: every block but the last, the last */
+  int64_t b, blocks, n_scale;
+  float *scale; /* the scale folded in (n_scale values), or NULL */
+  size_t stride; /* bytes a block but the last takes */
+  char *data;
+} conv_wpack;
+
+static void wpack_free(void *data) {
+  conv_wpack *pk = data;
+  free(pk->scale);
+  free(pk->data);
+  free(pk);
+}
+
+static const float *wpack_block(const conv_wpack *pk, int64_t blk) {
+  return (const float *)(pk->data + (size_t)blk * pk->stride);
+}
+
+static bool wpack_task(const void *user, int64_t blk) {
+  const conv_job *j = user;
+  const prim_entry *e = &j->blk[blk == j->s.blocks - 1];
+  return reorder_weights(j, e, blk * j->s.b * j->s.per_small, (void *)wpack_block(j->wpack, blk));
+}
+
+static bool wpack_fits(const conv_wpack *pk, const conv_job *j) {
+  const loom_conv_post *post = j->post;
+  bool scaled = j->blk[1].key.scale != 0;
+  return pk->w == j->b && pk->b == j->s.b && pk->blocks == j->s.blocks &&
+         dnnl_memory_desc_equal(&pk->md[0], &j->blk[0].md[2]) &&
+         dnnl_memory_desc_equal(&pk->md[1], &j->blk[1].md[2]) && (pk->scale != NULL) == scaled &&
+         (!scaled || (pk->n_scale == j->s.small_c &&
+                      !memcmp(pk->scale, post->scale, sizeof(float) * (size_t)pk->n_scale)));
+}
+
+/* Sets j->wpack for conv node n when its weights are constant and its
+ * blocks reorder them: the pack in n's slot, made (again) where it does
+ * not fit j. Nothing packed is no error: the tasks then reorder. */
+static loom_status conv_wpack_get(const loom_cpu *c, const loom_node *n, conv_job *j) {
+  const conv_split *s = &j->s;
+  loom_cpu_pack *slot = loom_cpu_packs_slot(c, n);
+  if (!slot || !loom_cpu_packs_constant(c, n, 1) || s->batch <= 0 || !j->blk[0].prim ||
+      !j->blk[1].prim || !j->blk[0].to_wt || !j->blk[1].to_wt)
+    return LOOM_STATUS_OK;
+  if (slot->data && wpack_fits(slot->data, j)) {
+    j->wpack = slot->data;
+    return LOOM_STATUS_OK;
+  }
+  loom_cpu_pack_clear(slot);
+  conv_wpack *pk = loom_calloc(c->ctx, 1, sizeof *pk);
+  if (!pk) return LOOM_STATUS_OUT_OF_MEMORY;
+  pk->w = j->b;
+  pk->b = s->b;
+  pk->blocks = s->blocks;
+  pk->md[0] = j->blk[0].md[2];
+  pk->md[1] = j->blk[1].md[2];
+  pk->stride = (dnnl_memory_desc_get_size(&pk->md[0]) + 63) / 64 * 64;
+  size_t bytes = pk->stride * (size_t)(s->blocks - 1) + dnnl_memory_desc_get_size(&pk->md[1]);
+  pk->data = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (j->blk[1].key.scale) {
+    pk->n_scale = s->small_c;
+    pk->scale = loom_malloc(c->ctx, sizeof(float) * (size_t)s->small_c);
+    if (pk->scale) memcpy(pk->scale, j->post->scale, sizeof(float) * (size_t)s->small_c);
+  }
+  if (!pk->data || (j->blk[1].key.scale && !pk->scale)) {
+    wpack_free(pk);
+    return loom_error(c->ctx, LOOM_STATUS_OUT_OF_MEMORY, "conv: packing its weights");
+  }
+  j->wpack = pk;
+  if (!run_tasks(c, s->blocks, big_flops(s), wpack_task, j)) {
+    j->wpack = NULL;
+    wpack_free(pk);
+    return conv_done(c, n, false);
+  }
+  *slot = (loom_cpu_pack){pk, (int64_t)bytes, wpack_free};
+  return LOOM_STATUS_OK;
+}
+
 /* conv: x big [N, C, S], w [M, C/g, K] -> small [N, M, O]; tasks: image x
  * block of output channels. */
 static bool conv_task(const void *user, int64_t t) {
   const conv_job *j = user;
   const conv_split *s = &j->s;
   int64_t img = t / s->blocks, u0, nu, sc = s->per_small;
-  prim_key p;
-  block_key(s, P_FWD, t % s->blocks, &p, &u0, &nu);
-  p.any = j->any;
-  key_post(&p, j->post);
-  bool owned;
-  prim_entry e = get_prim(&p, &owned);
-  bool ok = conv_block(j, &e, img, u0, u0 * sc);
-  release(&e, owned);
+  int64_t blk = t % s->blocks;
+  u0 = blk * s->b;
+  nu = LOOM_MIN(s->b, s->units - u0);
+  const float *packed_wt = j->wpack ? wpack_block(j->wpack, blk) : NULL;
+  bool ok = conv_block(j, &j->blk[blk == s->blocks - 1], img, u0, u0 * sc, packed_wt);
   const loom_gemm_epilogue *epi = j->epi;
   if (!ok || !epi) return ok;
   /* the task's output, [nu * sc] channels of image img, is whole rows of
@@ -784,10 +891,20 @@ loom_status loom_cpu_conv(const loom_cpu *c, const loom_node *n, const loom_view
   /* kept blocked: what the program planned (loom_cpu_window_blocks) */
   bool ok = !st && (!(j.layout & LOOM_CPU_IN_BLOCKED) || j.in_block > 1) &&
             (!(j.layout & LOOM_CPU_OUT_BLOCKED) || (j.out_block > 1 && !j.epi));
-  ok = ok && shared_input(c, &j) &&
+  for (int32_t i = 0; ok && i < 2; i++) { /* the first block's, the last's */
+    prim_key p;
+    int64_t u0, nu;
+    block_key(&j.s, P_FWD, i ? j.s.blocks - 1 : 0, &p, &u0, &nu);
+    p.any = j.any;
+    key_post(&p, j.post);
+    j.blk[i] = get_prim(&p, &j.blk_owned[i]);
+  }
+  if (ok && !st) st = conv_wpack_get(c, n, &j);
+  ok = ok && !st && shared_input(c, &j) &&
        run_tasks(c, j.s.batch * j.s.blocks, big_flops(&j.s), conv_task, &j);
   free(j.xb);
   release(&j.whole, j.whole_owned);
+  for (int32_t i = 0; i < 2; i++) release(&j.blk[i], j.blk_owned[i]);
   if (has_post) loom_conv_post_free(&post);
   return st ? st : conv_done(c, n, ok);
 }
@@ -912,6 +1029,8 @@ typedef struct pool_job {
   loom_window w;
   loom_op op;
   prim_key whole; /* any: in channel blocks (the input or output kept in them) */
+  prim_entry blk[2]; /* the primitives of every block but the last, and of the last */
+  bool blk_owned[2];
   int64_t ch, bs, ss, b, blocks, block;
   int32_t layout; /* LOOM_CPU_*_BLOCKED */
   const float *x, *dy;
@@ -925,9 +1044,7 @@ static bool pool_task(const void *user, int64_t t) {
   const pool_job *j = user;
   int64_t img = t / j->blocks, c0 = (t % j->blocks) * j->b, nc = LOOM_MIN(j->b, j->ch - c0);
   prim_key p = j->whole;
-  p.big_c = p.small_c = nc;
-  bool owned;
-  prim_entry e = get_prim(&p, &owned);
+  prim_entry e = j->blk[(t % j->blocks) == j->blocks - 1];
   loom_dnnl_thread *res = loom_dnnl_thread_get();
   int64_t pl0 = img * j->ch + c0;
   const float *x = j->x + pl0 * j->bs;
@@ -954,7 +1071,6 @@ static bool pool_task(const void *user, int64_t t) {
     ok = ok && run_prim(&e, 2, which, ptrs) &&
          (dst == y || run_reorder(e.from_dst, &e.md[1], dst, &plain[1], y));
   }
-  release(&e, owned);
   return ok;
 }
 
@@ -1020,7 +1136,14 @@ loom_status loom_cpu_pool(const loom_cpu *c, const loom_node *n, const loom_view
     run_tasks(c, planes, parallel, plane_task, &j);
     return LOOM_STATUS_OK;
   }
-  return conv_done(c, n, run_tasks(c, batch * j.blocks, parallel, pool_task, &j));
+  for (int32_t i = 0; i < 2; i++) { /* the first block's, the last's */
+    prim_key p = j.whole;
+    p.big_c = p.small_c = LOOM_MIN(j.b, j.ch - (i ? j.blocks - 1 : 0) * j.b);
+    j.blk[i] = get_prim(&p, &j.blk_owned[i]);
+  }
+  bool ok = run_tasks(c, batch * j.blocks, parallel, pool_task, &j);
+  for (int32_t i = 0; i < 2; i++) release(&j.blk[i], j.blk_owned[i]);
+  return conv_done(c, n, ok);
 }
 
 /* Pools through oneDNN where it computes what the op means, else, and for

@@ -19,6 +19,7 @@ struct loom_cpu_packs {
   bool *constant;           /* per value */
   loom_gemm_packed_b **b;   /* per node: its B's pack, or NULL */
   bool *tried;              /* per node: packing was tried since the last change */
+  loom_cpu_pack *own;       /* per node: a kernel's own pack (loom_cpu_packs_slot) */
 };
 
 loom_status loom_cpu_packs_new(loom_ctx *ctx, const loom_graph *g, loom_cpu_packs **out) {
@@ -29,7 +30,8 @@ loom_status loom_cpu_packs_new(loom_ctx *ctx, const loom_graph *g, loom_cpu_pack
   pk->constant = loom_calloc(ctx, (size_t)(g->n_values ? g->n_values : 1), sizeof *pk->constant);
   pk->b = loom_calloc(ctx, (size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *pk->b);
   pk->tried = loom_calloc(ctx, (size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *pk->tried);
-  if (!pk->constant || !pk->b || !pk->tried) {
+  pk->own = loom_calloc(ctx, (size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *pk->own);
+  if (!pk->constant || !pk->b || !pk->tried || !pk->own) {
     loom_cpu_packs_free(pk);
     return LOOM_STATUS_OUT_OF_MEMORY;
   }
@@ -43,15 +45,17 @@ static void drop_packs(loom_cpu_packs *pk) {
     loom_gemm_packed_b_free(pk->b[i]);
     pk->b[i] = NULL;
     pk->tried[i] = false;
+    loom_cpu_pack_clear(&pk->own[i]);
   }
 }
 
 void loom_cpu_packs_free(loom_cpu_packs *pk) {
   if (!pk) return;
-  if (pk->b && pk->tried) drop_packs(pk);
+  if (pk->b && pk->tried && pk->own) drop_packs(pk);
   free(pk->constant);
   free(pk->b);
   free(pk->tried);
+  free(pk->own);
   free(pk);
 }
 
@@ -74,11 +78,28 @@ int32_t loom_cpu_packs_count(const loom_cpu_packs *pk, int64_t *bytes) {
   int32_t n = 0;
   int64_t total = 0;
   for (int32_t i = 0; pk && i < pk->g->n_nodes; i++) {
-    n += pk->b[i] != NULL;
-    total += loom_gemm_packed_b_bytes(pk->b[i]);
+    n += (pk->b[i] != NULL) + (pk->own[i].data != NULL);
+    total += loom_gemm_packed_b_bytes(pk->b[i]) + pk->own[i].bytes;
   }
   if (bytes) *bytes = total;
   return n;
+}
+
+static bool in_graph(const loom_cpu_packs *pk, const loom_node *n) {
+  return pk && n >= pk->g->nodes && n < pk->g->nodes + pk->g->n_nodes;
+}
+
+bool loom_cpu_packs_constant(const loom_cpu *c, const loom_node *n, int32_t k) {
+  return in_graph(c->packs, n) && k < n->n_in && c->packs->constant[n->in[k]];
+}
+
+loom_cpu_pack *loom_cpu_packs_slot(const loom_cpu *c, const loom_node *n) {
+  return in_graph(c->packs, n) ? &c->packs->own[n - c->packs->g->nodes] : NULL;
+}
+
+void loom_cpu_pack_clear(loom_cpu_pack *slot) {
+  if (slot->data && slot->free_fn) slot->free_fn(slot->data);
+  *slot = (loom_cpu_pack){0};
 }
 
 /* Node n's pack for product p: made on its first run when its B is
