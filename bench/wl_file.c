@@ -260,7 +260,7 @@ static loom_status build_loaded(loom_ctx *ctx, const loom_bench_file_spec *spec,
   LOOM_TRY(held ? bind_held(ctx, held, b) : bind_inputs(ctx, spec, b));
   b->min_bytes = loom_bench_io_bytes(g);
   LOOM_TRY(loom_bench_count_flops(b));
-  char tb[96] = "";
+  char tb[80] = "";
   if (g->n_inputs > 0) loom_type_str(loom_value_type(g, g->inputs[0]), tb, sizeof tb);
   snprintf(b->shape, sizeof b->shape, "%s%s", tb, spec->grad ? " fwd+bwd" : "");
   return LOOM_STATUS_OK;

@@ -298,7 +298,7 @@ static void case_adamw(loom_ctx *ctx) {
     CHECK_OK(ctx, loom_graph_op_multi(g, LOOM_OP_ADAMW, 5, (loom_value[]){p, gr, m, v, step}, 1,
                                       &lr, 3, out));
     for (int j = 0; j < 3; j++) {
-      char on[16];
+      char on[32];
       snprintf(on, sizeof on, "o%d_%d", i, j);
       loom_graph_output(g, on, out[j]);
     }
