@@ -246,16 +246,7 @@ static loom_status build_loaded(loom_ctx *ctx, const loom_bench_file_spec *spec,
     LOOM_TRY(st);
     g = b->g;
   }
-  /* fill rules: params like initialised weights, indices in range */
-  for (int32_t i = 0; i < g->n_inputs; i++) {
-    const loom_value_info *v = &g->values[g->inputs[i]];
-    loom_bench_fill fill = loom_dtype_is_int(v->type.dtype) ? LOOM_BENCH_FILL_LABELS
-                           : v->kind == LOOM_VALUE_PARAM    ? LOOM_BENCH_FILL_SMALL
-                                                            : LOOM_BENCH_FILL_UNIFORM;
-    if (!loom_grow(ctx, (void **)&b->fill, &b->cap_fill, b->n_fill + 1, sizeof *b->fill))
-      return LOOM_STATUS_OUT_OF_MEMORY;
-    b->fill[b->n_fill++] = fill;
-  }
+  LOOM_TRY(loom_bench_fill_by_kind(ctx, b));
   b->classes = classes > 0 ? classes : 1;
   LOOM_TRY(held ? bind_held(ctx, held, b) : bind_inputs(ctx, spec, b));
   b->min_bytes = loom_bench_io_bytes(g);

@@ -85,17 +85,8 @@ loom_status loom_bench_build_heldout(loom_ctx *ctx, const loom_bench_workload *s
   if (s->classes) b->classes = size_of(sizes, s->classes, strlen(s->classes));
   snprintf(b->shape, sizeof b->shape, "%s", sizes);
   if (s->n_wrt > 0) LOOM_TRY(loom_bench_make_backward(b, s->n_wrt, s->wrt));
-  const loom_graph *g = b->g;
-  for (int32_t i = 0; i < g->n_inputs; i++) {
-    const loom_value_info *v = &g->values[g->inputs[i]];
-    loom_bench_fill fill = loom_dtype_is_int(v->type.dtype) ? LOOM_BENCH_FILL_LABELS
-                           : v->kind == LOOM_VALUE_PARAM    ? LOOM_BENCH_FILL_SMALL
-                                                            : LOOM_BENCH_FILL_UNIFORM;
-    if (!loom_grow(ctx, (void **)&b->fill, &b->cap_fill, b->n_fill + 1, sizeof *b->fill))
-      return LOOM_STATUS_OUT_OF_MEMORY;
-    b->fill[b->n_fill++] = fill;
-  }
-  b->min_bytes = loom_bench_io_bytes(g);
+  LOOM_TRY(loom_bench_fill_by_kind(ctx, b));
+  b->min_bytes = loom_bench_io_bytes(b->g);
   return loom_bench_count_flops(b);
 }
 

@@ -3,6 +3,7 @@
 #include "workloads.h"
 
 #include "ir/build.h"
+#include "ir/dtype.h"
 #include "ops/op.h"
 #include "runtime/backend.h"
 
@@ -146,6 +147,20 @@ loom_status loom_bench_make_backward_of(loom_bench_graph *b, int32_t loss, int32
   if (st) return st;
   loom_graph_free(b->g);
   b->g = fin;
+  return LOOM_STATUS_OK;
+}
+
+loom_status loom_bench_fill_by_kind(loom_ctx *ctx, loom_bench_graph *b) {
+  const loom_graph *g = b->g;
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    const loom_value_info *v = &g->values[g->inputs[i]];
+    loom_bench_fill fill = loom_dtype_is_int(v->type.dtype) ? LOOM_BENCH_FILL_LABELS
+                           : v->kind == LOOM_VALUE_PARAM    ? LOOM_BENCH_FILL_SMALL
+                                                            : LOOM_BENCH_FILL_UNIFORM;
+    if (!loom_grow(ctx, (void **)&b->fill, &b->cap_fill, b->n_fill + 1, sizeof *b->fill))
+      return LOOM_STATUS_OUT_OF_MEMORY;
+    b->fill[b->n_fill++] = fill;
+  }
   return LOOM_STATUS_OK;
 }
 

@@ -142,6 +142,9 @@ loom_status loom_bench_make_backward_of(loom_bench_graph *b, int32_t loss, int32
                                         const int32_t *wrt);
 /* Sums the matmul flops of b->g after decomposition into b->gemm_flops. */
 loom_status loom_bench_count_flops(loom_bench_graph *b);
+/* Appends a fill rule per input of b->g: integer inputs get labels in
+ * range, params small values like initialised weights, the rest uniform. */
+loom_status loom_bench_fill_by_kind(loom_ctx *ctx, loom_bench_graph *b);
 /* Bytes of every graph input plus every graph output. */
 int64_t loom_bench_io_bytes(const loom_graph *g);
 
