@@ -774,11 +774,13 @@ static double mode_s[LOOM_ARRAY_LEN(modes)];
  * equal). Counts the pairs compared in on_cpu/on_ref. */
 static void check_batch(loom_ctx *ctx, const int32_t *ids, int32_t n, bool gpu,
                         loom_test_rng *rng) {
+  if (n <= 0) return;
   int32_t n_in = 0;
   for (int32_t k = 0; k < n; k++) n_in += case_inputs(ids[k]);
   loom_tensor **inputs = calloc((size_t)n_in + 1, sizeof *inputs);
-  loom_tensor **ref = calloc((size_t)n, sizeof *ref), **got = calloc((size_t)n, sizeof *got);
-  loom_tensor **alt = calloc((size_t)n, sizeof *alt);
+  size_t nb = (size_t)n;
+  loom_tensor **ref = calloc(nb, sizeof *ref), **got = calloc(nb, sizeof *got);
+  loom_tensor **alt = calloc(nb, sizeof *alt);
   int32_t at = 0;
   for (int32_t j = 0; j < n; j++) {
     const op_case *c = &cases[ids[j]];
