@@ -175,10 +175,6 @@ def build_layer(name, small, wait):
     return build_held_out(name, small, wait)
 
 
-def nbytes(arrs):
-    return sum(a.size * a.dtype.itemsize for a in arrs)
-
-
 def build_text_ir(name, small, wait):
     """The held-out graphs of bench/wl_heldout.c (written in the text IR
     there), or None; io_bytes counts every input and output once."""
