@@ -34,8 +34,7 @@ test: build
 # OpenCL platform compiles every kernel with an LLVM that runs many times
 # slower under the sanitizer's allocator; test_opencl still runs Loom's
 # OpenCL host code here, and the Release suite runs every backend. -O1,
-# as AddressSanitizer's own documentation advises: the reference kernels
-# at -O0 made this suite twice the Release one.
+# as AddressSanitizer's own documentation advises for speed.
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" \
 	  -DLOOM_SANITIZE=ON $(CMAKE_FLAGS) >/dev/null
