@@ -1,7 +1,7 @@
 /* The run-time compiler and its content-addressed cache: SHA-256 known
  * answers, compile + call, cache hits, corrupt and mismatched entries
  * rebuilt, compiler errors, a missing compiler, an unusable cache dir;
- * the key (CPU identity, the argv as run); what other users could plant
+ * the key (CPU identity, the argv as run, -O1 above LOOM_CC_O1_ABOVE); what other users could plant
  * (foreign or shared directories and entries, symlinks) is never loaded;
  * FIFO entries, compilers that hang or write nothing. Everything happens
  * in temporary directories, never in the user's cache. */
@@ -331,6 +331,48 @@ static void test_argv_as_run(void) {
   remove(log);
 }
 
+/* LOOM_CC_O1_ABOVE: a source longer than the limit compiles at -O1 (the
+ * argv, and so the key, say so) and still runs; one at the limit keeps
+ * -O3; a malformed limit is an error that names the variable. */
+static void test_o1_above(void) {
+  char script[512], log[512], text[1024], limit[32];
+  snprintf(script, sizeof script, "%s/optcc", cache_root);
+  snprintf(log, sizeof log, "%s/optcc.log", cache_root);
+  snprintf(text, sizeof text,
+           "#!/bin/sh\n"
+           "echo \"$*\" >> '%s'\n"
+           "exec cc \"$@\"\n",
+           log);
+  CHECK(write_script(script, text));
+  size_t n = strlen(src_add);
+  char plain[65] = "", at[65] = "", above[65] = "";
+  unsetenv("LOOM_CC_O1_ABOVE");
+  CHECK_OK(ctx, loom_jit_key_hex(ctx, src_add, NULL, plain));
+  snprintf(limit, sizeof limit, "%zu", n);
+  setenv("LOOM_CC_O1_ABOVE", limit, 1);
+  CHECK_OK(ctx, loom_jit_key_hex(ctx, src_add, NULL, at));
+  CHECK(strcmp(at, plain) == 0);
+  snprintf(limit, sizeof limit, "%zu", n - 1);
+  setenv("LOOM_CC_O1_ABOVE", limit, 1);
+  CHECK_OK(ctx, loom_jit_key_hex(ctx, src_add, NULL, above));
+  CHECK(strcmp(above, plain) != 0);
+  setenv("LOOM_CC", script, 1);
+  loom_jit_info a = load_and_call(src_add);
+  CHECK(!a.cache_hit);
+  unsetenv("LOOM_CC");
+  CHECK(file_contains(log, "-O1 -march=native "));
+  CHECK(!file_contains(log, "-O3"));
+  const char *bad[] = {"many", "-1", "12k", "99999999999999999999999"};
+  for (int i = 0; i < 4; i++) {
+    setenv("LOOM_CC_O1_ABOVE", bad[i], 1);
+    CHECK(loom_jit_key_hex(ctx, src_add, NULL, above) == LOOM_STATUS_INVALID_ARGUMENT);
+    CHECK(strstr(loom_ctx_error(ctx), "LOOM_CC_O1_ABOVE") != NULL);
+  }
+  unsetenv("LOOM_CC_O1_ABOVE");
+  remove(script);
+  remove(log);
+}
+
 /* A graph with a kernel to compile, for the session-level checks. */
 static const char *const small_graph = "input %x : f32[4]\n"
                                        "%y : f32[4] = tanh(%x)\n"
@@ -622,6 +664,7 @@ int main(void) {
   if (!mkdtemp(cache_root)) return 1;
   setenv("XDG_CACHE_HOME", cache_root, 1);
   unsetenv("LOOM_CC");
+  unsetenv("LOOM_CC_O1_ABOVE"); /* the suite's (tests/CMakeLists.txt) */
 
   test_sha256();
   test_compile_and_cache();
@@ -632,6 +675,7 @@ int main(void) {
   test_concurrent();
   test_key_has_cpu();
   test_argv_as_run();
+  test_o1_above();
   test_planted_entries();
   test_fifo_entry();
   test_bad_compilers();

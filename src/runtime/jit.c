@@ -80,11 +80,13 @@ typedef struct jit_compiler {
   char version[JIT_VERSION_MAX];
 } jit_compiler;
 
-static loom_status compiler_find(loom_ctx *ctx, jit_compiler *c) {
+/* The compiler for source: its argv (the level for the source's size). */
+static loom_status compiler_find(loom_ctx *ctx, const char *source, jit_compiler *c) {
   if (!jit_cc_parse(&c->cc))
     return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
                       "no C compiler (tried %s): cannot parse the compiler command", c->cc.from);
   jit_argv_make(&c->argv, &c->cc);
+  LOOM_TRY(jit_argv_opt_level(ctx, &c->argv, strlen(source)));
   LOOM_TRY(jit_timeout(ctx, &c->timeout_s));
   return jit_cc_version(ctx, &c->cc, c->timeout_s, c->version, sizeof c->version);
 }
@@ -94,7 +96,7 @@ loom_status loom_jit_key_hex(loom_ctx *ctx, const char *source, const char *cpu,
   if (!source || !hex)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "loom_jit_key_hex: NULL argument");
   jit_compiler c;
-  LOOM_TRY(compiler_find(ctx, &c));
+  LOOM_TRY(compiler_find(ctx, source, &c));
   uint8_t key[32];
   compute_key(&c.argv, c.version, cpu ? cpu : loom_cpu_identity(), source, key);
   to_hex(key, hex);
@@ -323,7 +325,7 @@ loom_status loom_jit_load_ex(loom_ctx *ctx, const char *source, loom_jit_module 
   *out = NULL;
 
   jit_compiler c;
-  LOOM_TRY(compiler_find(ctx, &c));
+  LOOM_TRY(compiler_find(ctx, source, &c));
   jit_job j = {.ctx = ctx, .c = &c};
   compute_key(&c.argv, c.version, loom_cpu_identity(), source, j.key);
   to_hex(j.key, j.hex);

@@ -76,6 +76,7 @@ bool jit_cc_parse(jit_cc *cc) {
 void jit_argv_make(jit_argv *a, const jit_cc *cc) {
   int n = 0;
   for (int i = 0; i < cc->n; i++) a->argv[n++] = cc->words[i];
+  a->opt_slot = n; /* jit_flags[0] */
   for (int i = 0; i < JIT_N_FLAGS; i++) a->argv[n++] = (char *)jit_flags[i];
   a->argv[n++] = "-o";
   a->out_slot = n;
@@ -85,6 +86,19 @@ void jit_argv_make(jit_argv *a, const jit_cc *cc) {
   a->argv[n++] = "-lm";
   a->argv[n] = NULL;
   a->argc = n;
+}
+
+loom_status jit_argv_opt_level(loom_ctx *ctx, jit_argv *a, size_t source_bytes) {
+  const char *v = getenv("LOOM_CC_O1_ABOVE");
+  if (!v || !v[0]) return LOOM_STATUS_OK;
+  char *end = NULL;
+  errno = 0;
+  unsigned long long limit = strtoull(v, &end, 10);
+  if (end == v || *end != '\0' || errno != 0 || v[0] == '-')
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "LOOM_CC_O1_ABOVE='%s': expected a number of bytes", v);
+  if (source_bytes > limit) a->argv[a->opt_slot] = "-O1";
+  return LOOM_STATUS_OK;
 }
 
 void jit_argv_hash(const jit_argv *a, loom_sha256_state *s) {

@@ -42,8 +42,15 @@ typedef struct jit_argv {
   char *argv[JIT_MAX_ARGV + 1]; /* NULL-terminated */
   int argc;
   int out_slot, src_slot; /* indices of the output and source file names */
+  int opt_slot;           /* index of the optimisation level (-O3) */
 } jit_argv;
 void jit_argv_make(jit_argv *a, const jit_cc *cc);
+/* For a source of source_bytes: -O1 instead of -O3 where it is longer than
+ * $LOOM_CC_O1_ABOVE bytes (unset or empty: never). A test suite's option:
+ * a huge unfused program compiles in about half the CPU time, and its
+ * kernels compute the same values more slowly (no flag that changes a
+ * value depends on the level). INVALID_ARGUMENT on a malformed value. */
+loom_status jit_argv_opt_level(loom_ctx *ctx, jit_argv *a, size_t source_bytes);
 /* Feeds the argv (placeholders in the file slots) into a key. */
 void jit_argv_hash(const jit_argv *a, loom_sha256_state *s);
 /* The flags alone, joined by blanks (static; for reports and docs). */
