@@ -110,13 +110,14 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
     fprintf(f,
             "simulator against this machine (%s, measured before each run: at the start %.1f "
             "GFLOP/s, %.2f GB/s per core, attn.efficiency %.2f, wait.share %.2f, "
-            "shared.efficiency %.2f, MPI %.2f us + bytes / %.2f GB/s, collective copies %.2f "
-            "GB/s; GPT %d layers, d_model %d, batch %d x %d; %d steps, median of %d; load "
+            "shared.efficiency %.2f, wait.period %.0f us, wait.turn %.0f us, MPI %.2f us + bytes / "
+            "%.2f GB/s, collective copies %.2f GB/s; GPT %d layers, d_model %d, batch %d x %d; %d steps, median of %d; load "
             "average %.2f)\n"
             "%-18s %5s %12s %12s %8s %8s %9s\n",
             machine.name, machine.flops[LOOM_PRECISION_f32] / 1e9,
             machine.memory_bandwidth_Bps / 1e9, machine.attention_efficiency, machine.wait_share,
-            machine.shared_efficiency, machine.intra.latency_s * 1e6,
+            machine.shared_efficiency, machine.wait_period_s * 1e6, machine.wait_turn_s * 1e6,
+            machine.intra.latency_s * 1e6,
             machine.intra.bandwidth_Bps / 1e9, machine.comm_copy_Bps / 1e9, SIM_LAYERS, SIM_D_MODEL,
             SIM_BATCH, SIM_CONTEXT, steps, runs, loom_bench_loadavg(), "plan", "ranks",
             "measured_ms", "predicted_ms", "error", "bubble", "GFLOP/s");
