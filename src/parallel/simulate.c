@@ -472,10 +472,10 @@ static double waiting_spin_s(const loom_plan_program *pp, const timeline *t, int
   return loom_comm_spin_seconds((size_t)(bytes > 0 ? bytes : 0));
 }
 
-/* What device d's comm lane wants of a core while it waits for its peers
- * at `now`: all of one while it spins (comm_mpi.c), wait.share after. */
-static double waiting_demand(const sim *s, const timeline *t, int32_t d, double now) {
-  return now < t->wait_since[d] + waiting_spin_s(s->pp, t, d) ? 1 : s->c->wait_share;
+/* Whether device d's comm lane, waiting for its peers, still spins at
+ * `now` (comm_mpi.c), holding a core, rather than polling with pauses. */
+static bool lane_spins(const sim *s, const timeline *t, int32_t d, double now) {
+  return now < t->wait_since[d] + waiting_spin_s(s->pp, t, d);
 }
 
 /* How long comm op k waits, once its last member has reached it at `now`,
@@ -483,7 +483,8 @@ static double waiting_demand(const sim *s, const timeline *t, int32_t d, double 
  * (o->cores; docs/SIMULATOR.md, "Turns"): a member past its spin sleeps
  * between tests and notices on average half a pause (wait.period) late;
  * and where more ranks than cores share them, a member is on a core
- * C / D of the time (D: the cores the pool wants, each member one), so
+ * C / D of the time (D: the cores the pool's running tasks want, each
+ * member one; a poller holds no time slice and yields at once), so
  * of the w members that come to the op from elsewhere (not straight from
  * the op before on their comm lane, still on its core), w (1 - C / D)
  * wait for a turn (wait.turn) in each of the op's phases. The longer of
@@ -505,8 +506,8 @@ static double comm_hold_s(const sim *s, const timeline *t, int32_t k, double now
     for (int32_t j = 0; j < nm && !member; j++) member = m[j] == d;
     demand += t->compute[d] == LANE_RUN;
     if (member) continue;
-    if (t->comm_run[d]) demand += t->comm_hold[d] > 0 ? s->c->wait_share : 1;
-    else if (t->head[d] < t->tail[d]) demand += waiting_demand(s, t, d, now);
+    if (t->comm_run[d]) demand += !(t->comm_hold[d] > 0);
+    else if (t->head[d] < t->tail[d]) demand += lane_spins(s, t, d, now);
   }
   double off = waited * fmax(0, 1 - s->o->cores / demand);
   double phases = pp->comms[k].op == LOOM_OP_ALL_REDUCE ? 2 : 1;
