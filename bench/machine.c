@@ -533,6 +533,11 @@ loom_status loom_bench_this_cluster(loom_ctx *ctx, loom_cluster *out) {
   double one = 0, small = 0;
   loom_status st = loom_machine_measure(ctx, &mo, &m, NULL);
   double waiting = st ? 0 : wait_share(m.cores > 0 ? m.cores : 1);
+  /* waits' pauses, and turns as the bench oversubscribes: two ranks a core */
+  loom_turn_result turns = {0, 0};
+  int32_t cores = m.cores > 0 ? m.cores : 1;
+  if (!st)
+    st = loom_measure_turns(ctx, cores, LOOM_MIN(2 * cores, LOOM_MEASURE_TURNS_MAX_RANKS), &turns);
   /* every rate under the same conditions as the ranks run: one thread,
    * bound to a core, a rank on each other core (a busy loop where no
    * trainer starts) */
@@ -567,5 +572,7 @@ loom_status loom_bench_this_cluster(loom_ctx *ctx, loom_cluster *out) {
   loom_graph_free(crowded.g);
   LOOM_TRY(st);
   out->wait_share = waiting;
+  out->wait_period_s = turns.poll_period_s;
+  out->wait_turn_s = turns.turn_s;
   return LOOM_STATUS_OK;
 }

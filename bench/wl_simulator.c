@@ -110,22 +110,25 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
     fprintf(f,
             "simulator against this machine (%s, measured before each run: at the start %.1f "
             "GFLOP/s, %.2f GB/s per core, attn.efficiency %.2f, wait.share %.2f, "
-            "shared.efficiency %.2f, MPI %.2f us + bytes / %.2f GB/s, collective copies %.2f "
-            "GB/s; GPT %d layers, d_model %d, batch %d x %d; %d steps, median of %d; load "
+            "shared.efficiency %.2f, wait.period %.0f us, wait.turn %.0f us, MPI %.2f us + bytes / "
+            "%.2f GB/s, collective copies %.2f GB/s; GPT %d layers, d_model %d, batch %d x %d; %d steps, median of %d; load "
             "average %.2f)\n"
-            "%-18s %5s %12s %12s %8s %8s %9s\n",
+            "%-18s %5s %12s %12s %8s %8s %9s %6s %6s %7s\n",
             machine.name, machine.flops[LOOM_PRECISION_f32] / 1e9,
             machine.memory_bandwidth_Bps / 1e9, machine.attention_efficiency, machine.wait_share,
-            machine.shared_efficiency, machine.intra.latency_s * 1e6,
+            machine.shared_efficiency, machine.wait_period_s * 1e6, machine.wait_turn_s * 1e6,
+            machine.intra.latency_s * 1e6,
             machine.intra.bandwidth_Bps / 1e9, machine.comm_copy_Bps / 1e9, SIM_LAYERS, SIM_D_MODEL,
             SIM_BATCH, SIM_CONTEXT, steps, runs, loom_bench_loadavg(), "plan", "ranks",
-            "measured_ms", "predicted_ms", "error", "bubble", "GFLOP/s");
+            "measured_ms", "predicted_ms", "error", "bubble", "GFLOP/s", "wait", "shared",
+            "turn_us");
   bool ok = true;
   double worst = 0;
   int32_t within = 0, done = 0;
   for (int32_t c = 0; c < N_CASES; c++) {
     const sim_case *k = &cases[c];
-    double predicted[16], bubble[16], step[16], rate[16];
+    /* per run: the prediction, and the measured constants it moves most with */
+    double predicted[16], bubble[16], step[16], rate[16], wait[16], shared[16], turn[16];
     char cmd[5000];
     loom_bench_mpirun_cmd(cmd, sizeof cmd, k->ranks, exe, flags, k->plan, "");
     int32_t r = 0;
@@ -139,6 +142,8 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
         break;
       }
       rate[r] = machine.flops[LOOM_PRECISION_f32] / 1e9;
+      wait[r] = machine.wait_share, shared[r] = machine.shared_efficiency;
+      turn[r] = machine.wait_turn_s * 1e6;
       double tps = loom_bench_train_tok_s(cmd);
       if (tps <= 0) {
         fprintf(f, "simulator %s: the run failed (%s)\n", k->plan, cmd);
@@ -153,6 +158,7 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
     }
     double measured = loom_median(step, r), pred = loom_median(predicted, r);
     double bub = loom_median(bubble, r), gflops = loom_median(rate, r);
+    double ws = loom_median(wait, r), se = loom_median(shared, r), tu = loom_median(turn, r);
     double err = pred / measured - 1;
     worst = fmax(worst, fabs(err));
     within += fabs(err) <= 0.15;
@@ -160,11 +166,12 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
     if (json)
       fprintf(f,
               "{\"bench\":\"simulator\",\"plan\":\"%s\",\"ranks\":%d,\"measured_s\":%.5f,"
-              "\"predicted_s\":%.5f,\"error\":%.4f,\"bubble\":%.4f,\"gflops\":%.2f}\n",
-              k->plan, k->ranks, measured, pred, err, bub, gflops);
+              "\"predicted_s\":%.5f,\"error\":%.4f,\"bubble\":%.4f,\"gflops\":%.2f,"
+              "\"wait_share\":%.3f,\"shared_efficiency\":%.3f,\"wait_turn_s\":%.6f}\n",
+              k->plan, k->ranks, measured, pred, err, bub, gflops, ws, se, tu * 1e-6);
     else
-      fprintf(f, "%-18s %5d %12.2f %12.2f %+7.1f%% %7.1f%% %9.1f\n", k->plan, k->ranks,
-              measured * 1e3, pred * 1e3, 100 * err, 100 * bub, gflops);
+      fprintf(f, "%-18s %5d %12.2f %12.2f %+7.1f%% %7.1f%% %9.1f %6.2f %6.2f %7.0f\n", k->plan,
+              k->ranks, measured * 1e3, pred * 1e3, 100 * err, 100 * bub, gflops, ws, se, tu);
     fflush(f);
   }
   if (!json)

@@ -383,6 +383,79 @@ static void test_gpt_plans(void) {
   loom_graph_free(g);
 }
 
+/* Turns (docs/SIMULATOR.md): four ranks on two cores compute their GEMM
+ * pieces at half speed and reach the all-reduce together; of the four
+ * members, each on a core half the time (the pool wants four cores),
+ * 4 (1 - 2/4) = 2 wait for a turn in each of its two phases, so the step
+ * grows by 4 turns. On four cores (bound, one a rank) no member waits. */
+static void test_turns(void) {
+  loom_graph *g = NULL;
+  loom_plan_program *pp = lower_text(&g, mm, k4_plan);
+  if (!pp) return;
+  loom_cluster c = cluster(4);
+  snprintf(c.collectives, sizeof c.collectives, "direct");
+  loom_sim_options o = {.cluster = &c, .precision = LOOM_PRECISION_f32, .cores = 2};
+  loom_sim_result base, turned, bound, bound_turned;
+  CHECK_OK(ctx, loom_plan_simulate(pp, &o, &base));
+  c.wait_turn_s = 1e-3;
+  CHECK_OK(ctx, loom_plan_simulate(pp, &o, &turned));
+  o.cores = 4;
+  CHECK_OK(ctx, loom_plan_simulate(pp, &o, &bound_turned));
+  c.wait_turn_s = 0;
+  CHECK_OK(ctx, loom_plan_simulate(pp, &o, &bound));
+  CHECK(base.step_s > 0 && near(turned.step_s, base.step_s + 4e-3));
+  CHECK(near(turned.devices[0].comm_s, base.devices[0].comm_s + 4e-3));
+  CHECK(bound.step_s > 0 && near(bound_turned.step_s, bound.step_s));
+  loom_sim_result_free(&base);
+  loom_sim_result_free(&turned);
+  loom_sim_result_free(&bound);
+  loom_sim_result_free(&bound_turned);
+  loom_plan_program_free(pp);
+  loom_graph_free(g);
+}
+
+/* A waiter's pauses: device 0 runs a long exp before its GEMM, so device
+ * 1 reaches the all-reduce first and waits past its spin, sleeping between
+ * tests; it notices the last member on average half a pause late, which
+ * the step pays once. Without that wait (the exp after the GEMM) nothing. */
+static const char k_late_plan[] = "plan devices 2\n"
+                                  "trans matmul.* split in0 1 2\n"
+                                  "assign matmul.0 0 1\n"
+                                  "assign exp.1 0\n"
+                                  "order exp.1 matmul.0#0\n"
+                                  "input %x D(1,2) on 0 1\n"
+                                  "input %w D(0,2) on 0 1\n"
+                                  "input %v R(1) on 0\n"
+                                  "output y R(2) on 0 1\n"
+                                  "output z R(1) on 0\n";
+static const char mm_big_exp[] = "input %x : f32[512, 256]\n"
+                                 "param %w : f32[256, 1024]\n"
+                                 "input %v : f32[16384, 4096]\n"
+                                 "%y = matmul(%x, %w)\n"
+                                 "%z = exp(%v)\n"
+                                 "output y = %y\n"
+                                 "output z = %z\n";
+
+static void test_wait_period(void) {
+  loom_graph *g = NULL;
+  loom_plan_program *pp = lower_text(&g, mm_big_exp, k_late_plan);
+  if (!pp) return;
+  loom_cluster c = cluster(2);
+  snprintf(c.collectives, sizeof c.collectives, "direct");
+  loom_sim_options o = {.cluster = &c, .precision = LOOM_PRECISION_f32, .cores = 2};
+  loom_sim_result base, late;
+  CHECK_OK(ctx, loom_plan_simulate(pp, &o, &base));
+  c.wait_period_s = 200e-6;
+  CHECK_OK(ctx, loom_plan_simulate(pp, &o, &late));
+  /* the exp (256 MiB in and out at 80 GB/s) outlasts device 1's spin */
+  CHECK(base.devices[1].idle_s > loom_comm_spin_seconds((size_t)pp->comms[0].bytes));
+  CHECK(near(late.step_s, base.step_s + 100e-6));
+  loom_sim_result_free(&base);
+  loom_sim_result_free(&late);
+  loom_plan_program_free(pp);
+  loom_graph_free(g);
+}
+
 int main(void) {
   CHECK_OK(ctx, loom_ctx_new(&ctx));
   test_gemm_and_all_reduce();
@@ -391,6 +464,8 @@ int main(void) {
   test_attention_efficiency();
   test_collectives();
   test_bound_cores();
+  test_turns();
+  test_wait_period();
   test_gpt_plans();
   loom_ctx_free(ctx);
   return loom_test_finish("test_simulate");

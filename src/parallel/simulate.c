@@ -433,7 +433,10 @@ typedef struct timeline {
   double *wait_since; /* when the comm lane's head op began waiting for its peers */
   double *ready; /* per value: when it exists (INFINITY: not yet) */
   double *pool_demand, *pool_rate; /* per core pool (core_pool) */
+  double *pool_busy; /* per pool: its demand less the pollers' shares */
   double *comm_rate; /* per device: its running comm op's pace */
+  double *comm_hold; /* per device: wall seconds its running comm op waits before moving bytes */
+  double *comm_ended; /* per device: when its last comm op ended (-1: none yet) */
 } timeline;
 
 /* The members of comm op k: *n of them. */
@@ -460,6 +463,55 @@ static bool comm_inputs_ready(const loom_plan_program *pp, const timeline *t, in
   for (int32_t i = 0; i < n->n_in; i++)
     if (pp->value_device[n->in[i]] == d && t->ready[n->in[i]] > now) return false;
   return true;
+}
+
+/* How long device d's comm lane spins for the op at its head. */
+static double waiting_spin_s(const loom_plan_program *pp, const timeline *t, int32_t d) {
+  int32_t node = pp->order_nodes[t->fifo[pp->order_start[d] + t->head[d]]];
+  int64_t bytes = pp->comms[lower_comm_index(pp, node)].bytes;
+  return loom_comm_spin_seconds((size_t)(bytes > 0 ? bytes : 0));
+}
+
+/* Whether device d's comm lane, waiting for its peers, still spins at
+ * `now` (comm_mpi.c), holding a core, rather than polling with pauses. */
+static bool lane_spins(const sim *s, const timeline *t, int32_t d, double now) {
+  return now < t->wait_since[d] + waiting_spin_s(s->pp, t, d);
+}
+
+/* How long comm op k waits, once its last member has reached it at `now`,
+ * before its bytes move, for ranks that poll MPI on time-shared cores
+ * (o->cores; docs/SIMULATOR.md, "Turns"): a member past its spin sleeps
+ * between tests and notices on average half a pause (wait.period) late;
+ * and where more ranks than cores share them, a member is on a core
+ * C / D of the time (D: the cores the pool's running tasks want, each
+ * member one; a poller holds no time slice and yields at once), so
+ * of the w members that come to the op from elsewhere (not straight from
+ * the op before on their comm lane, still on its core), w (1 - C / D)
+ * wait for a turn (wait.turn) in each of the op's phases. The longer of
+ * the two. */
+static double comm_hold_s(const sim *s, const timeline *t, int32_t k, double now) {
+  const loom_plan_program *pp = s->pp;
+  if (s->o->cores <= 0) return 0;
+  int32_t nm, nd = pp->n_devices;
+  const int32_t *m = comm_members(pp, k, &nm);
+  double notice = 0, waited = 0;
+  for (int32_t j = 0; j < nm; j++) {
+    if (now > t->wait_since[m[j]] + waiting_spin_s(pp, t, m[j])) notice = s->c->wait_period_s / 2;
+    waited += now > t->comm_ended[m[j]] + 1e-12 * fmax(now, 1e-9);
+  }
+  if (nd <= s->o->cores || !(s->c->wait_turn_s > 0)) return notice;
+  double demand = nm;
+  for (int32_t d = 0; d < nd; d++) {
+    bool member = false;
+    for (int32_t j = 0; j < nm && !member; j++) member = m[j] == d;
+    demand += t->compute[d] == LANE_RUN;
+    if (member) continue;
+    if (t->comm_run[d]) demand += !(t->comm_hold[d] > 0);
+    else if (t->head[d] < t->tail[d]) demand += lane_spins(s, t, d, now);
+  }
+  double off = waited * fmax(0, 1 - s->o->cores / demand);
+  double phases = pp->comms[k].op == LOOM_OP_ALL_REDUCE ? 2 : 1;
+  return fmax(notice, phases * off * s->c->wait_turn_s);
 }
 
 /* Starts what can start at `now`; true when anything changed. */
@@ -508,9 +560,10 @@ static bool timeline_settle(const sim *s, timeline *t, double now, loom_sim_resu
             comm_inputs_ready(pp, t, node, e, now);
     }
     if (!all) continue;
-    double left = comm_time(s, k);
+    double left = comm_time(s, k), hold = comm_hold_s(s, t, k, now);
     for (int32_t j = 0; j < nm; j++)
-      t->comm_run[m[j]] = true, t->comm_left[m[j]] = left, t->comm_started[m[j]] = now;
+      t->comm_run[m[j]] = true, t->comm_left[m[j]] = left, t->comm_started[m[j]] = now,
+      t->comm_hold[m[j]] = hold;
     changed = true;
   }
   return changed;
@@ -530,16 +583,9 @@ static void timeline_end_comm(const sim *s, timeline *t, int32_t d, double now,
     out->events[at] = (loom_sim_event){node, t->comm_started[e], now, true};
     out->devices[e].comm_s += now - t->comm_started[e];
     t->comm_run[e] = false, (*done)++;
-    t->wait_since[e] = now; /* the next op, if any, waits from now */
+    t->wait_since[e] = t->comm_ended[e] = now; /* the next op, if any, waits from now */
     if (t->compute[e] == LANE_BLOCKED && t->pos[e] == at) t->compute[e] = LANE_FREE, t->pos[e]++;
   }
-}
-
-/* How long device d's comm lane spins for the op at its head. */
-static double waiting_spin_s(const loom_plan_program *pp, const timeline *t, int32_t d) {
-  int32_t node = pp->order_nodes[t->fifo[pp->order_start[d] + t->head[d]]];
-  int64_t bytes = pp->comms[lower_comm_index(pp, node)].bytes;
-  return loom_comm_spin_seconds((size_t)(bytes > 0 ? bytes : 0));
 }
 
 /* Where the ranks run when they share cores (mpirun's placement): as
@@ -558,11 +604,14 @@ static double pool_cores(const sim *s) {
 /* The speed of each task in a pool of `cores` whose tasks want `demand`
  * cores: a fair share, cores / demand, of which processes taking turns
  * on a core get the cluster's shared.efficiency at two a core (measured:
- * loom cluster --this-machine), 1 when they fit, in proportion between. */
-static double shared_rate(const sim *s, double demand, double cores) {
+ * loom cluster --this-machine), 1 when they fit, in proportion between.
+ * Only `busy` tasks take turns: a poller's cost to the task it wakes
+ * beside, switches included, is its wait.share (measured so), already in
+ * `demand`. */
+static double shared_rate(const sim *s, double demand, double busy, double cores) {
   if (!(demand > cores)) return 1;
   double e = s->c->shared_efficiency > 0 ? s->c->shared_efficiency : 1;
-  double crowd = fmin(1, (demand - cores) / cores);
+  double crowd = fmin(1, fmax(0, busy - cores) / cores);
   return cores / demand * (1 - (1 - e) * crowd);
 }
 
@@ -582,23 +631,28 @@ static loom_status timeline_run(const sim *s, timeline *t, int32_t total, loom_s
   int32_t nd = pp->n_devices, done = 0;
   double now = 0, cores = pool_cores(s);
   double wait_share = s->c->wait_share;
-  double *demand = t->pool_demand, *rate = t->pool_rate;
+  double *demand = t->pool_demand, *rate = t->pool_rate, *busy = t->pool_busy;
   while (done < total) {
     while (timeline_settle(s, t, now, out, &done)) {}
     if (done == total) break;
     double dt = INFINITY;
-    for (int32_t d = 0; d < nd; d++) demand[d] = 0;
+    for (int32_t d = 0; d < nd; d++) demand[d] = busy[d] = 0;
     for (int32_t d = 0; d < nd; d++) {
-      double *want = &demand[core_pool(s, d)];
-      *want += (t->compute[d] == LANE_RUN) + (t->comm_run[d] ? 1.0 : 0.0);
-      if (t->comm_run[d] || t->head[d] == t->tail[d]) continue;
+      int32_t pool = core_pool(s, d);
+      /* a compute node and a comm op moving bytes want a core; a comm op
+       * held for a turn waits as a poller */
+      double runs = (t->compute[d] == LANE_RUN) + (t->comm_run[d] && !(t->comm_hold[d] > 0));
+      double polls = t->comm_run[d] && t->comm_hold[d] > 0 ? wait_share : 0;
       /* a lane waiting for its peers spins on its core first (comm_mpi.c),
        * then polls at wait_share of one */
-      double spin_end = t->wait_since[d] + waiting_spin_s(pp, t, d);
-      if (now < spin_end) *want += 1, dt = fmin(dt, spin_end - now);
-      else *want += wait_share;
+      if (!t->comm_run[d] && t->head[d] < t->tail[d]) {
+        double spin_end = t->wait_since[d] + waiting_spin_s(pp, t, d);
+        if (now < spin_end) runs += 1, dt = fmin(dt, spin_end - now);
+        else polls += wait_share;
+      }
+      demand[pool] += runs + polls, busy[pool] += runs;
     }
-    for (int32_t d = 0; d < nd; d++) rate[d] = shared_rate(s, demand[d], cores);
+    for (int32_t d = 0; d < nd; d++) rate[d] = shared_rate(s, demand[d], busy[d], cores);
     /* a collective moves at its slowest member's pace (all at 1 on
      * dedicated cores, which large clusters are: no walk of the members) */
     for (int32_t d = 0; d < nd; d++)
@@ -606,7 +660,8 @@ static loom_status timeline_run(const sim *s, timeline *t, int32_t total, loom_s
     if (cores == INFINITY) dt = INFINITY; /* dedicated cores: spinning takes nothing */
     for (int32_t d = 0; d < nd; d++) {
       if (t->compute[d] == LANE_RUN) dt = fmin(dt, t->compute_left[d] / rate[core_pool(s, d)]);
-      if (t->comm_run[d]) dt = fmin(dt, t->comm_left[d] / t->comm_rate[d]);
+      if (t->comm_run[d])
+        dt = fmin(dt, t->comm_hold[d] > 0 ? t->comm_hold[d] : t->comm_left[d] / t->comm_rate[d]);
     }
     if (dt == INFINITY)
       return loom_error(pp->ctx, LOOM_STATUS_INTERNAL,
@@ -619,7 +674,9 @@ static loom_status timeline_run(const sim *s, timeline *t, int32_t total, loom_s
     for (int32_t d = 0; d < nd; d++) {
       if (t->compute[d] == LANE_RUN && (t->compute_left[d] -= dt * rate[core_pool(s, d)]) <= eps)
         timeline_end_compute(pp, t, d, now, out, &done);
-      if (t->comm_run[d]) t->comm_left[d] -= dt * t->comm_rate[d];
+      if (!t->comm_run[d]) continue;
+      if (t->comm_hold[d] > 0) t->comm_hold[d] = t->comm_hold[d] - dt <= eps ? 0 : t->comm_hold[d] - dt;
+      else t->comm_left[d] -= dt * t->comm_rate[d];
     }
     for (int32_t d = 0; d < nd; d++)
       if (t->comm_run[d] && t->comm_left[d] <= eps) timeline_end_comm(s, t, d, now, out, &done);
@@ -661,8 +718,8 @@ static void timeline_free(timeline *t) {
   free(t->compute), free(t->compute_left), free(t->started), free(t->pos);
   free(t->fifo), free(t->head), free(t->tail);
   free(t->comm_run), free(t->comm_left), free(t->comm_started), free(t->ready);
-  free(t->wait_since), free(t->pool_demand), free(t->pool_rate);
-  free(t->comm_rate);
+  free(t->wait_since), free(t->pool_demand), free(t->pool_rate), free(t->pool_busy);
+  free(t->comm_rate), free(t->comm_hold), free(t->comm_ended);
 }
 
 loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_options *o,
@@ -708,20 +765,22 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
       loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_dev, sizeof(double)),
       loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_val, sizeof(double)),
       loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_dev, sizeof(double)),
-      loom_calloc(ctx, n_dev, sizeof(double))};
+      loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_dev, sizeof(double)),
+      loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_dev, sizeof(double))};
   out->devices = loom_calloc(ctx, n_dev, sizeof *out->devices);
   out->event_start = loom_malloc(ctx, sizeof *out->event_start * (size_t)(nd + 1));
   out->events = loom_calloc(ctx, n_pos, sizeof *out->events);
   loom_status st = LOOM_STATUS_OK;
   if (!t.compute || !t.compute_left || !t.started || !t.pos || !t.fifo || !t.head || !t.tail ||
       !t.comm_run || !t.comm_left || !t.comm_started || !t.wait_since || !t.ready ||
-      !t.pool_demand || !t.pool_rate || !t.comm_rate || !out->devices ||
+      !t.pool_demand || !t.pool_rate || !t.comm_rate || !t.comm_hold || !t.comm_ended || !t.pool_busy ||
+      !out->devices ||
       !out->event_start || !out->events)
     st = LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {
     out->n_devices = nd;
     for (int32_t d = 0; d <= nd; d++) out->event_start[d] = pp->order_start[d];
-    for (int32_t d = 0; d < nd; d++) t.pos[d] = pp->order_start[d];
+    for (int32_t d = 0; d < nd; d++) t.pos[d] = pp->order_start[d], t.comm_ended[d] = -1;
     /* what a program's node makes exists once it has run; the rest (the
      * step's inputs) from the start */
     for (int32_t i = 0; i < total; i++) {

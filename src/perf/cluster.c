@@ -51,6 +51,8 @@ static const key_def keys[] = {
     {"attn.efficiency", K_FRACTION, AT(attention_efficiency), false, NULL},
     {"wait.share", K_FRACTION, AT(wait_share), false, NULL},
     {"shared.efficiency", K_FRACTION, AT(shared_efficiency), false, NULL},
+    {"wait.period", K_SECONDS, AT(wait_period_s), false, NULL},
+    {"wait.turn", K_SECONDS, AT(wait_turn_s), false, NULL},
     {"comm.copy_rate", K_RATE, AT(comm_copy_Bps), false, NULL},
     {"node.devices", K_COUNT, AT(devices_per_node), true, NULL},
     {"collectives", K_WORD, AT(collectives), false, "nccl direct"},

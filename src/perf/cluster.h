@@ -74,6 +74,10 @@ typedef struct loom_cluster {
    * processes taking turns on it get (switching, caches refilled; 0: 1),
    * at two processes a core; in between, in proportion */
   double shared_efficiency;
+  /* ranks polling MPI on time-shared cores (loom_measure_turns): one
+   * pause of a polling wait, and the wait for a turn on a core of a
+   * collective's member that is off one (0: none; docs/SIMULATOR.md) */
+  double wait_period_s, wait_turn_s;
   /* the rate of a collective's own copies and reductions on a device
    * (Loom's direct collectives; 0: the memory bandwidth's) */
   double comm_copy_Bps;

@@ -60,4 +60,23 @@ loom_status loom_machine_measure(loom_ctx *ctx, const loom_measure_options *opts
  * so every later plan on this machine reads measured rates. */
 loom_status loom_machine_measure_once(loom_ctx *ctx, loom_sgemm_fn sgemm, loom_machine *m);
 
+/* How ranks that poll for their peers as Loom's MPI waits do
+ * (loom_comm_poll_pause) see each other (perf/measure_turns.c):
+ *   poll_period_s  one pause of a polling wait, timed alone (the sleep
+ *                  and the wake-up: a message that completes during it is
+ *                  noticed on average half a period late);
+ *   turn_s         what one hop of a ping-pong between two such waiters
+ *                  costs more when `ranks` processes time-share `cores`
+ *                  (the others busy, none bound, as mpirun leaves more
+ *                  ranks than cores) than when the two have the cores to
+ *                  themselves: the wait for a peer that is off a core to
+ *                  get one. 0 when ranks <= cores.
+ * Forks ranks processes for about a second in all. */
+#define LOOM_MEASURE_TURNS_MAX_RANKS 64
+typedef struct loom_turn_result {
+  double poll_period_s, turn_s;
+} loom_turn_result;
+loom_status loom_measure_turns(loom_ctx *ctx, int32_t cores, int32_t ranks,
+                               loom_turn_result *out);
+
 #endif
