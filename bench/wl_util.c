@@ -5,6 +5,7 @@
 #include "ir/build.h"
 #include "ir/dtype.h"
 #include "ops/op.h"
+#include "passes/decompose.h"
 #include "runtime/backend.h"
 
 #include <stdio.h>
@@ -109,7 +110,7 @@ loom_status loom_bench_make_backward_of(loom_bench_graph *b, int32_t loss, int32
     b->g = g = fin;
     fin = NULL;
   }
-  LOOM_TRY(loom_graph_decompose(g, &dg));
+  LOOM_TRY(loom_graph_decompose_for_grad(g, &dg));
   int32_t n_keep = dg->n_outputs - 1, n_out = n_keep + n_wrt;
   int32_t *wv = loom_calloc(ctx, (size_t)(n_wrt ? n_wrt : 1), sizeof *wv);
   int32_t *vals = loom_calloc(ctx, (size_t)n_out, sizeof *vals);

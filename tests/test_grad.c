@@ -8,6 +8,7 @@
 #include "common.h"
 
 #include "ir/graph.h"
+#include "passes/decompose.h"
 #include "rng/philox.h"
 
 #include <math.h>
@@ -894,6 +895,64 @@ static void test_pruning(void) {
   free_case(&c);
 }
 
+/* A composite with a gradient rule of its own (gelu) is differentiated by
+ * it (one tanh, the forward's t recomputed for CSE to merge), and
+ * loom_graph_decompose_for_grad keeps it (only it) for loom_graph_grad,
+ * with the same gradients as the fully decomposed graph. */
+static void test_composite_rule(void) {
+  tc c;
+  tc_begin(&c, "gelu rule");
+  loom_value x = tc_in(&c, "x", 2, SHAPE(3, 5), -3, 3, 0, true);
+  loom_value y = op(&c, LOOM_OP_GELU, 1, &x, 1, (loom_attr[]){A_INT("approximate", 1)});
+  loom_value sm = op(&c, LOOM_OP_SOFTMAX, 1, &y, 0, NULL);
+  loom_value l = op1(&c, LOOM_OP_REDUCE_SUM, op2(&c, LOOM_OP_MUL, sm, x));
+  CHECK_OK(c.ctx, loom_graph_output(c.g, "l", l));
+  loom_graph *dg = NULL, *full = NULL;
+  CHECK_OK(c.ctx, loom_graph_decompose_for_grad(c.g, &dg));
+  CHECK_OK(c.ctx, loom_graph_decompose(c.g, &full));
+  if (!dg || !full) goto done;
+  int32_t composites = 0, gelus = 0;
+  for (int32_t i = 0; i < dg->n_nodes; i++) {
+    composites += loom_op_is_composite(dg->nodes[i].op);
+    gelus += dg->nodes[i].op == LOOM_OP_GELU;
+  }
+  CHECK(composites == 1 && gelus == 1);
+  int32_t before = dg->n_nodes, tanhs = 0;
+  loom_value gk = LOOM_VALUE_NONE, gf = LOOM_VALUE_NONE;
+  CHECK_OK(c.ctx, loom_graph_grad(dg, dg->outputs[0], 1, &dg->inputs[0], &gk));
+  for (int32_t i = before; i < dg->n_nodes; i++) tanhs += dg->nodes[i].op == LOOM_OP_TANH;
+  CHECK(tanhs == 1);
+  CHECK_OK(c.ctx, loom_graph_grad(full, full->outputs[0], 1, &full->inputs[0], &gf));
+  CHECK_OK(c.ctx, loom_graph_output(dg, "g", gk));
+  CHECK_OK(c.ctx, loom_graph_output(full, "g", gf));
+  loom_session_options opts = LOOM_SESSION_OPTIONS(.backend = "ref");
+  loom_tensor *ok[2] = {NULL}, *of[2] = {NULL};
+  loom_session *sk = NULL, *sf = NULL;
+  CHECK_OK(c.ctx, loom_session_new(c.ctx, dg, &opts, &sk));
+  CHECK_OK(c.ctx, loom_session_new(c.ctx, full, &opts, &sf));
+  if (sk && sf) {
+    CHECK_OK(c.ctx, loom_session_run(sk, 1, (const loom_tensor *const *)c.t, 2, ok));
+    CHECK_OK(c.ctx, loom_session_run(sf, 1, (const loom_tensor *const *)c.t, 2, of));
+  }
+  if (ok[1] && of[1]) {
+    const double *a = loom_tensor_data(ok[1]), *b = loom_tensor_data(of[1]);
+    double worst = 0.0;
+    for (int64_t i = 0; i < loom_tensor_numel(ok[1]); i++)
+      worst = fmax(worst, fabs(a[i] - b[i]) / (1.0 + fabs(b[i])));
+    CHECK(worst < 1e-12);
+  }
+  for (int32_t i = 0; i < 2; i++) {
+    loom_tensor_free(ok[i]);
+    loom_tensor_free(of[i]);
+  }
+  loom_session_free(sk);
+  loom_session_free(sf);
+done:
+  loom_graph_free(dg);
+  loom_graph_free(full);
+  free_case(&c);
+}
+
 int main(void) {
   if (loom_ctx_new(&g_ctx) != LOOM_STATUS_OK) return 1;
   test_unary();
@@ -914,6 +973,7 @@ int main(void) {
   test_intermediate_wrt();
   test_misuse();
   test_pruning();
+  test_composite_rule();
   loom_ctx_free(g_ctx);
   return loom_test_finish("test_grad");
 }

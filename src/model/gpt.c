@@ -2,6 +2,7 @@
 
 #include "ir/build.h"
 #include "ops/op.h"
+#include "passes/decompose.h"
 #include "runtime/backend.h"
 
 #include <stdio.h>
@@ -437,8 +438,9 @@ loom_status loom_gpt_build_train(loom_ctx *ctx, const loom_gpt_config *c, int32_
     if (!s) s = loom_graph_output(g, "loss", loss);
   }
   if (!s && o->session) s = backend_rewrite(ctx, o->session, &g);
-  /* differentiate the primitives, so nothing is recomputed per composite */
-  if (!s) s = loom_graph_decompose(g, &dg);
+  /* differentiate the primitives, so nothing is recomputed per composite
+   * (but gelu, whose own gradient rule is cheaper than its primitives') */
+  if (!s) s = loom_graph_decompose_for_grad(g, &dg);
   if (!s) s = add_updates(dg, ps, n, o);
   free(pv);
   free(ps);

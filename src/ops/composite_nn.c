@@ -83,20 +83,51 @@ static loom_status float_unary_infer(loom_ctx *ctx, const loom_node *n, const lo
   return LOOM_STATUS_OK;
 }
 
+/* The value the tanh form takes the tanh of, sqrt(2/pi) (x + 0.044715
+ * x^3), or the erf form's x / sqrt 2: built the same way by the
+ * decomposition and the gradient rule, so the session's CSE merges the
+ * backward's copy of the forward values with the forward's own. */
+static int32_t gelu_t(loom_graph *g, int32_t x, bool approximate) {
+  if (!approximate) return lb_unary(g, LOOM_OP_ERF, lb_mul(g, x, lb_scalar_like(g, x, SQRT_HALF)));
+  int32_t x3 = lb_mul(g, lb_mul(g, x, x), x);
+  int32_t inner = lb_add(g, x, lb_mul(g, x3, lb_scalar_like(g, x, 0.044715)));
+  inner = lb_mul(g, inner, lb_scalar_like(g, x, SQRT_2_OVER_PI));
+  return lb_unary(g, LOOM_OP_TANH, inner);
+}
+
 static void gelu_decompose(loom_graph *g, const loom_node *n, const int32_t *in, int32_t *out) {
-  int32_t x = in[0], t;
-  if (LOOM_ATTR_I(n, gelu, approximate)) {
-    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-    int32_t x3 = lb_mul(g, lb_mul(g, x, x), x);
-    int32_t inner = lb_add(g, x, lb_mul(g, x3, lb_scalar_like(g, x, 0.044715)));
-    inner = lb_mul(g, inner, lb_scalar_like(g, x, SQRT_2_OVER_PI));
-    t = lb_unary(g, LOOM_OP_TANH, inner);
-  } else {
-    /* 0.5 x (1 + erf(x / sqrt 2)) */
-    t = lb_unary(g, LOOM_OP_ERF, lb_mul(g, x, lb_scalar_like(g, x, SQRT_HALF)));
-  }
+  /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) or 0.5 x (1 + erf(x / sqrt 2)) */
+  int32_t x = in[0], t = gelu_t(g, x, LOOM_ATTR_I(n, gelu, approximate));
   int32_t one_plus = lb_add(g, t, lb_scalar_like(g, x, 1.0));
   out[0] = lb_mul(g, lb_mul(g, x, lb_scalar_like(g, x, 0.5)), one_plus);
+}
+
+/*
+ * d gelu / dx = 0.5 (1 + t) + 0.5 x t', from the same t as the forward:
+ * tanh form, t' = (1 - t^2) sqrt(2/pi) (1 + 3 0.044715 x^2); erf form,
+ * t' = sqrt(2/pi) exp(-x^2 / 2). Differentiating the decomposition op by
+ * op instead builds d(x^3) as x^2 + x x + x x and the product rule's
+ * partial sums: about twice the element-wise work, which makes this
+ * kernel of a training step compute-bound (docs/PERFORMANCE.md).
+ */
+static void gelu_grad(loom_graph *g, const loom_node *n, const int32_t *dout, int32_t *din) {
+  if (dout[0] < 0) return;
+  int32_t x = n->in[0];
+  bool approximate = LOOM_ATTR_I(n, gelu, approximate);
+  int32_t t = gelu_t(g, x, approximate), x2 = lb_mul(g, x, x), dt;
+  if (approximate) {
+    int32_t sech2 = lb_sub(g, lb_scalar_like(g, x, 1.0), lb_mul(g, t, t));
+    int32_t slope = lb_add(g, lb_mul(g, x2, lb_scalar_like(g, x, 3.0 * 0.044715 * SQRT_2_OVER_PI)),
+                           lb_scalar_like(g, x, SQRT_2_OVER_PI));
+    dt = lb_mul(g, sech2, slope);
+  } else {
+    dt = lb_mul(g, lb_unary(g, LOOM_OP_EXP, lb_mul(g, x2, lb_scalar_like(g, x, -0.5))),
+                lb_scalar_like(g, x, SQRT_2_OVER_PI));
+  }
+  int32_t half_x = lb_mul(g, x, lb_scalar_like(g, x, 0.5));
+  int32_t one_plus = lb_add(g, t, lb_scalar_like(g, x, 1.0));
+  int32_t slope = lb_add(g, lb_mul(g, one_plus, lb_scalar_like(g, x, 0.5)), lb_mul(g, half_x, dt));
+  din[0] = lb_mul(g, dout[0], slope);
 }
 
 const loom_op_def loom_opdef_gelu = {
@@ -109,6 +140,7 @@ const loom_op_def loom_opdef_gelu = {
     .attrs = LOOM_ATTR_SPECS(gelu),
     .infer = float_unary_infer,
     .decompose = gelu_decompose,
+    .grad = gelu_grad,
     .partition = loom_partition_elementwise,
 };
 

@@ -105,7 +105,7 @@ typedef struct loom_op_def {
   loom_attr_spec attrs[LOOM_MAX_ATTRS];
   loom_infer_fn infer;
   loom_ref_fn ref;             /* primitives */
-  loom_grad_fn grad;           /* NULL: not differentiable */
+  loom_grad_fn grad;           /* NULL: not differentiable (a composite: through its decomposition) */
   loom_decompose_fn decompose; /* composites */
   loom_partition_fn partition; /* primitives */
   loom_sub_attrs_fn sub_attrs; /* NULL: no attribute depends on the piece */

@@ -11,7 +11,9 @@
  *   from a wrt). Contributions to a value are summed with add.
  * - A composite node is differentiated through its decomposition: the
  *   decomposition is appended to g and that subgraph is differentiated in
- *   its place (recursively, for composites made of composites).
+ *   its place (recursively, for composites made of composites) — unless
+ *   the composite has a gradient rule of its own, for an identity cheaper
+ *   than the chain rule through its primitives (gelu).
  * - A wrt that does not reach the loss (or is an integer value) gets a
  *   zero constant of its own type.
  * - Finally, appended nodes that no gradient uses are removed again (rules
@@ -147,8 +149,8 @@ static loom_status ad_node(ad_state *s, const loom_node *n, int depth) {
   }
   for (int32_t j = 0; j < n->n_in && !any_in; j++) any_in = s->fwd[n->in[j]];
   if (!any_out || !any_in) return LOOM_STATUS_OK;
-  if (loom_op_is_composite(n->op)) return ad_composite(s, n, dout, depth);
   const loom_op_def *d = loom_op_get(n->op);
+  if (loom_op_is_composite(n->op) && !d->grad) return ad_composite(s, n, dout, depth);
   if (!d->grad) return LOOM_STATUS_OK; /* comparisons, sign, ...: zero */
   int32_t stack_din[16], *din = stack_din;
   if (n->n_in > 16) {

@@ -1,7 +1,9 @@
 /* The decompose pass: composite ops lowered to primitives. Each round copies
  * the graph and replaces every composite node by what its definition's
  * decompose function emits (which may hold composites again), until none is
- * left. */
+ * left (or, for autodiff, none without a gradient rule of its own). */
+#include "passes/decompose.h"
+
 #include "ir/build.h"
 #include "ops/op.h"
 
@@ -10,9 +12,15 @@
 /* Composites expand into composites at most this deep. */
 #define DECOMPOSE_MAX_ROUNDS 16
 
-static bool has_composite(const loom_graph *g) {
+/* A composite this pass lowers: every one, or (keep_grad) those that autodiff
+ * could only differentiate through their primitives. */
+static bool lowered(loom_op op, bool keep_grad) {
+  return loom_op_is_composite(op) && !(keep_grad && loom_op_get(op)->grad);
+}
+
+static bool has_composite(const loom_graph *g, bool keep_grad) {
   for (int32_t i = 0; i < g->n_nodes; i++)
-    if (loom_op_is_composite(g->nodes[i].op)) return true;
+    if (lowered(g->nodes[i].op, keep_grad)) return true;
   return false;
 }
 
@@ -61,7 +69,7 @@ static loom_status lower_node(loom_graph *dst, const loom_graph *src, const loom
 }
 
 /* One round: a copy of src with every composite node lowered once. */
-static loom_status decompose_once(const loom_graph *src, loom_graph **out) {
+static loom_status decompose_once(const loom_graph *src, bool keep_grad, loom_graph **out) {
   int32_t *map = NULL;
   loom_graph *dst = NULL;
   *out = NULL;
@@ -69,8 +77,8 @@ static loom_status decompose_once(const loom_graph *src, loom_graph **out) {
   loom_status st = LOOM_STATUS_OK;
   for (int32_t i = 0; i < src->n_nodes && !st; i++) {
     const loom_node *n = &src->nodes[i];
-    st = loom_op_is_composite(n->op) ? lower_node(dst, src, n, map)
-                                     : loom_graph_copy_node(dst, src, n, map);
+    st = lowered(n->op, keep_grad) ? lower_node(dst, src, n, map)
+                                   : loom_graph_copy_node(dst, src, n, map);
   }
   if (!st) st = loom_graph_finish_copy(dst, src, map);
   free(map);
@@ -82,7 +90,7 @@ static loom_status decompose_once(const loom_graph *src, loom_graph **out) {
   return LOOM_STATUS_OK;
 }
 
-loom_status loom_graph_decompose(const loom_graph *g, loom_graph **out) {
+static loom_status decompose(const loom_graph *g, bool keep_grad, loom_graph **out) {
   if (!out)
     return g ? loom_error(g->ctx, LOOM_STATUS_INVALID_ARGUMENT, "graph_decompose: out is NULL")
              : LOOM_STATUS_INVALID_ARGUMENT;
@@ -92,11 +100,11 @@ loom_status loom_graph_decompose(const loom_graph *g, loom_graph **out) {
   /* Always at least one round, so the caller owns a fresh graph. */
   for (int32_t round = 0; round < DECOMPOSE_MAX_ROUNDS; round++) {
     loom_graph *next = NULL;
-    loom_status st = decompose_once(cur ? cur : g, &next);
+    loom_status st = decompose_once(cur ? cur : g, keep_grad, &next);
     loom_graph_free(cur);
     if (st) return st;
     cur = next;
-    if (!has_composite(cur)) {
+    if (!has_composite(cur, keep_grad)) {
       *out = cur;
       return LOOM_STATUS_OK;
     }
@@ -105,4 +113,12 @@ loom_status loom_graph_decompose(const loom_graph *g, loom_graph **out) {
   return loom_error(g->ctx, LOOM_STATUS_INTERNAL,
                     "decompose: composites remain after %d rounds (a cycle of lowerings?)",
                     DECOMPOSE_MAX_ROUNDS);
+}
+
+loom_status loom_graph_decompose(const loom_graph *g, loom_graph **out) {
+  return decompose(g, false, out);
+}
+
+loom_status loom_graph_decompose_for_grad(const loom_graph *g, loom_graph **out) {
+  return decompose(g, true, out);
 }

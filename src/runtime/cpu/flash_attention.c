@@ -48,6 +48,9 @@
 #define FWD_BC 128
 #define BWD_BR 64
 #define BWD_BC 128
+/* The backward's causal products go by strips of this many rows (the tile
+ * kernel's register block), each over the keys or rows it needs. */
+#define BWD_STRIP 8
 _Static_assert(FWD_BC % 32 == 0 && FWD_BN <= FWD_BR, "key blocks start on a word of keep bits");
 /* The backward splits each bh's key blocks over enough chunks (tasks) to
  * give at least this many tasks, each with its own partial dq. */
@@ -779,6 +782,16 @@ typedef struct bwd_io {
   int64_t chunks;
 } bwd_io;
 
+/* Keys of the block at kb (cc of them) that query row i sees. */
+static int64_t strip_keys(const fa_run *R, int64_t i, int64_t kb, int64_t cc) {
+  return max64(0, min64(cc, row_limit(R, i) - kb));
+}
+
+/* The first of the query rows q0 .. q0 + r - 1 that sees key j (r: none). */
+static int64_t strip_first_row(const fa_run *R, int64_t j, int64_t q0, int64_t r) {
+  return R->a->causal ? min64(r, max64(0, j - R->off - q0)) : 0;
+}
+
 static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chunk, float *ws) {
   const loom_flash_attn *a = R->a;
   const fa_kernels *kn = R->kn;
@@ -807,8 +820,15 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
       const int64_t r = min64(BWD_BR, SQ - q0);
       const int64_t cc = min64(c, row_limit(R, q0 + r - 1) - kb); /* keys these rows see */
       kn->scale(qbh + q0 * D, r * D, a->scale, qs);
-      kn->gemm(r, cc, D, qs, D, 1, kt, c, s, BWD_BC, false);                /* S */
-      kn->gemm(r, cc, DV, dobh + q0 * DV, DV, 1, vt, c, dp, BWD_BC, false); /* dO V^T */
+      /* Causal: per strip of BWD_STRIP query rows, only the keys its last
+       * row sees (the rest of each row is zeroed below) */
+      for (int64_t i = 0; i < r; i += BWD_STRIP) {
+        const int64_t h = min64(BWD_STRIP, r - i), n = strip_keys(R, q0 + i + h - 1, kb, cc);
+        if (n <= 0) continue;
+        kn->gemm(h, n, D, qs + i * D, D, 1, kt, c, s + i * BWD_BC, BWD_BC, false); /* S */
+        kn->gemm(h, n, DV, dobh + (q0 + i) * DV, DV, 1, vt, c, dp + i * BWD_BC, BWD_BC,
+                 false); /* dO V^T */
+      }
       for (int64_t i = 0; i < r; i++) {
         float *si = s + i * BWD_BC, *dpi = dp + i * BWD_BC;
         const int64_t vis = min64(cc, max64(0, row_limit(R, q0 + i) - kb));
@@ -822,9 +842,23 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
         kn->dsoft(dpi, si, vis, b, R->inv_keep, di[q0 + i]); /* dS (unscaled) */
         if (b) kn->mask(si, vis, b, R->inv_keep);            /* Pd */
       }
-      kn->gemm(cc, DV, r, s, 1, BWD_BC, dobh + q0 * DV, DV, dva, DV, true);      /* dV += Pd^T dO */
-      kn->gemm(cc, D, r, dp, 1, BWD_BC, qs, D, dka, D, true);                    /* dK += dS^T Qs */
-      kn->gemm(r, D, cc, dp, BWD_BC, 1, kbh + kb * D, D, dqt + q0 * D, D, true); /* dQ += dS K */
+      /* The products below skip only terms whose P or dS is exactly 0 (the
+       * rows before the first that sees a strip of keys, the keys past a
+       * strip of rows' last): the same sums in the same order */
+      for (int64_t j = 0; j < cc; j += BWD_STRIP) {
+        const int64_t h = min64(BWD_STRIP, cc - j), i0 = strip_first_row(R, kb + j, q0, r);
+        if (i0 >= r) continue;
+        kn->gemm(h, DV, r - i0, s + i0 * BWD_BC + j, 1, BWD_BC, dobh + (q0 + i0) * DV, DV,
+                 dva + j * DV, DV, true); /* dV += Pd^T dO */
+        kn->gemm(h, D, r - i0, dp + i0 * BWD_BC + j, 1, BWD_BC, qs + i0 * D, D, dka + j * D, D,
+                 true); /* dK += dS^T Qs */
+      }
+      for (int64_t i = 0; i < r; i += BWD_STRIP) {
+        const int64_t h = min64(BWD_STRIP, r - i), n = strip_keys(R, q0 + i + h - 1, kb, cc);
+        if (n > 0)
+          kn->gemm(h, D, n, dp + i * BWD_BC, BWD_BC, 1, kbh + kb * D, D, dqt + (q0 + i) * D, D,
+                   true); /* dQ += dS K */
+      }
     }
     float *dvo = dva;
     /* The composite's NaN rows (no key seen) reach dv through Pd^T dO:
