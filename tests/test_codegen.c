@@ -3,7 +3,7 @@
  * and row reductions, column reductions over many tiles with a temp read by
  * a later phase, iota, dropout over consecutive and strided counters,
  * several parts, R = 1, odd sizes, nested R loops, streaming stores (one
- * loop and a loop nest), and
+ * loop and a loop nest), a kernel that may run in place, and
  * errors. Each is generated, compiled through the jit and run with 1, 2 and
  * 3 threads (and on the GPU renderers: codegen_check.h). Results equal the
  * interpreter bit for bit, are identical across thread counts, and match
@@ -529,6 +529,66 @@ static void test_stream_nested(int64_t d2) {
   loom_kernel_clear(&k);
 }
 
+/* A kernel that may run in place (kernel/in_place.h: an optimizer's
+ * update, m' = 0.9 m + g c and g2 = g g, c a per-column scale): the
+ * arguments a run may tie (m and g, each output's candidates, and the
+ * outputs) are plain pointers, the rest restrict, and the stage carries
+ * LM_IVDEP. Run with m' in m's memory, on 1-3 threads, it gives the
+ * interpreter's bits of the untied run. */
+static void test_tied(void) {
+  const int64_t P = 67, R = 300, N = P * R;
+  loom_kernel k;
+  kb_init(&k, "k_tied");
+  int32_t am = kb_arg(&k, LOOM_DTYPE_F32, N, false, false);
+  int32_t ag = kb_arg(&k, LOOM_DTYPE_F32, N, false, false);
+  int32_t ac = kb_arg(&k, LOOM_DTYPE_F32, R, false, false);
+  int32_t amo = kb_arg(&k, LOOM_DTYPE_F32, N, true, false);
+  int32_t ag2 = kb_arg(&k, LOOM_DTYPE_F32, N, true, false);
+  loom_kmap full = MAP(0, .p = {R}, .r = {1});
+  int32_t m = kb_load(&k, am, full), g = kb_load(&k, ag, full);
+  int32_t c = kb_load(&k, ac, MAP(0, .r = {1}));
+  int32_t mo = kb_op(&k, LOOM_OP_ADD, LOOM_DTYPE_F32, 2,
+                     kb_op(&k, LOOM_OP_MUL, LOOM_DTYPE_F32, 2, m,
+                           kb_const(&k, LOOM_DTYPE_F32, 0.9), 0),
+                     kb_op(&k, LOOM_OP_MUL, LOOM_DTYPE_F32, 2, g, c, 0), 0);
+  int32_t g2 = kb_op(&k, LOOM_OP_MUL, LOOM_DTYPE_F32, 2, g, g, 0);
+  int32_t part = kb_part(&k, 1, I64S(P), 1, I64S(R), 8, 16, 0, 0, 0);
+  kb_stage(&k, part, LOOM_KSTAGE_ROW);
+  kb_out(&k, part, 0, LOOM_KDST_STORE, mo, amo, full, LOOM_OP_ADD);
+  kb_out(&k, part, 0, LOOM_KDST_STORE, g2, ag2, full, LOOM_OP_ADD);
+  char *src = NULL;
+  CHECK_OK(cg_ctx, loom_codegen_c(cg_ctx, &k, 1, &src));
+  CHECK(src && strstr(src, "const float *a0,") && strstr(src, "const float *a1,") &&
+        strstr(src, "const float *restrict a2,") && strstr(src, "float *a3,") &&
+        strstr(src, "float *a4)") && strstr(src, "LM_IVDEP\n"));
+  free(src);
+  bufs in;
+  bufs_alloc(&k, &in);
+  fill_f32(in.p[am], N, -3, 3);
+  fill_f32(in.p[ag], N, -3, 3);
+  fill_f32(in.p[ac], R, -1, 1);
+  bufs ref;
+  bufs_copy(&k, &in, &ref);
+  CHECK_OK(cg_ctx, loom_kernel_interpret(cg_ctx, &k, ref.p));
+  check_kernel(&k, &in, false);
+  loom_jit_module *mod = codegen_compile(&k, 1, false);
+  for (int32_t nt = 1; mod && nt <= 3; nt++) {
+    bufs got;
+    bufs_copy(&k, &ref, &got); /* fresh inputs: ref's are untouched */
+    void *own = got.p[amo];
+    got.p[amo] = got.p[am]; /* m' computed over m */
+    codegen_run(mod, &k, &got, nt);
+    CHECK(memcmp(got.p[am], ref.p[amo], got.bytes[amo]) == 0);
+    CHECK(memcmp(got.p[ag2], ref.p[ag2], got.bytes[ag2]) == 0);
+    got.p[amo] = own;
+    bufs_free(&got);
+  }
+  loom_jit_free(mod);
+  bufs_free(&ref);
+  bufs_free(&in);
+  loom_kernel_clear(&k);
+}
+
 static void test_errors(void) {
   loom_kernel k;
   kb_init(&k, "k_f16");
@@ -590,6 +650,7 @@ int main(void) {
   test_stream();
   test_stream_nested(32);
   test_stream_nested(24);
+  test_tied();
   test_errors();
   /* everything above was compiled into the private cache */
   const char *cache = getenv("XDG_CACHE_HOME");

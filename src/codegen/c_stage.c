@@ -95,6 +95,7 @@ static void emit_pf(cg_buf *b, const cg_site *si) {
 static loom_status emit_range(loom_ctx *ctx, cg_buf *b, cg_site si, const uint8_t *need,
                               int32_t col_first, int32_t W, const char *lo, const char *hi) {
   if (W <= 1 && si.n_pf == 0) {
+    if (si.ivdep) line(b, "LM_IVDEP");
     line(b, "for (int64_t i0 = %s; i0 < %s; i0++) {", lo, hi);
     b->indent++;
     si.idx[0] = si.flat = "i0";
@@ -112,6 +113,7 @@ static loom_status emit_range(loom_ctx *ctx, cg_buf *b, cg_site si, const uint8_
   /* unrolled first, the lanes would not vectorise; 1, not 0: clang
    * refuses 0, and both compilers read 1 as "do not unroll" */
   if (lanes) line(b, "#pragma GCC unroll 1");
+  if (si.ivdep) line(b, "LM_IVDEP");
   line(b, "for (int l = 0; l < %d; l++) {", B);
   b->indent++;
   line(b, "const int64_t r = i0 + l;");
@@ -323,6 +325,7 @@ static loom_status emit_nested(loom_ctx *ctx, cg_buf *b, cg_site si, const uint8
     line(b, "for (int64_t ib = 0; ib < %lld; ib += %d) {", (long long)lp->extent[last], W);
     b->indent++;
     line(b, "#pragma GCC unroll 1");
+    if (si.ivdep) line(b, "LM_IVDEP");
     line(b, "for (int l = 0; l < %d; l++) {", W);
     b->indent++;
     line(b, "const int64_t %s = ib + l, fl = f + l;", ix[last]);
@@ -336,6 +339,7 @@ static loom_status emit_nested(loom_ctx *ctx, cg_buf *b, cg_site si, const uint8
     b->indent--;
     line(b, "}");
   } else {
+    if (si.ivdep) line(b, "LM_IVDEP");
     line(b, "for (int64_t %s = 0; %s < %lld; %s++) {", ix[last], ix[last],
          (long long)lp->extent[last], ix[last]);
     b->indent++;
@@ -451,6 +455,26 @@ static loom_status emit_chunked(loom_ctx *ctx, cg_buf *b, cg_site si, int8_t *fa
   return status;
 }
 
+/* True if stage st (its exprs marked in need) gets LM_IVDEP: it loads
+ * or stores an argument that may share memory with another (the
+ * parameters are not restrict, and gcc vectorises nothing with a few such
+ * pairs: AdamW's three); and it has no reductions, whose accumulators
+ * (one lane, or a column partial at a map's offset) may carry a
+ * dependence from one element to the next. */
+static bool stage_ivdep(const cg_part *cp, const loom_kstage *st, const uint8_t *need) {
+  const loom_kernel *k = cp->k;
+  bool tied = false;
+  if (!cp->tied) return false;
+  for (int32_t o = 0; o < st->n_out; o++) {
+    const loom_kout *ko = &st->out[o];
+    if (ko->dst == LOOM_KDST_ROW_REDUCE || ko->dst == LOOM_KDST_COL_REDUCE) return false;
+    tied |= ko->dst == LOOM_KDST_STORE && cp->tied[ko->target];
+  }
+  for (int32_t e = 0; e < k->n_exprs; e++)
+    tied |= need[e] && k->exprs[e].kind == LOOM_KX_LOAD && cp->tied[k->exprs[e].arg];
+  return tied;
+}
+
 loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int32_t s,
                               uint8_t *need, int32_t col_first) {
   const loom_kernel *k = cp->k;
@@ -480,6 +504,7 @@ loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int3
     has_rr |= ko->dst == LOOM_KDST_ROW_REDUCE;
   }
   cg_site si = {.cp = cp, .stage = s, .scalar = scalar, .flat = "0", .lane = "0"};
+  si.ivdep = stage_ivdep(cp, st, need);
   /* row-level exprs: hoisted out of the R loop */
   for (int32_t e = 0; e < k->n_exprs; e++)
     if (need[e] && (scalar || !cp->level[e])) LOOM_TRY(loom_cg_emit_expr(ctx, b, &si, e));
