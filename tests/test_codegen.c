@@ -2,7 +2,8 @@
  * element-wise with broadcasts and bool/i64 operands, softmax with scratch
  * and row reductions, column reductions over many tiles with a temp read by
  * a later phase, iota, dropout over consecutive and strided counters,
- * several parts, R = 1, odd sizes, nested R loops, a kernel stream, and
+ * several parts, R = 1, odd sizes, nested R loops, streaming stores (one
+ * loop and a loop nest), a kernel that may run in place, and
  * errors. Each is generated, compiled through the jit and run with 1, 2 and
  * 3 threads (and on the GPU renderers: codegen_check.h). Results equal the
  * interpreter bit for bit, are identical across thread counts, and match
@@ -473,6 +474,121 @@ static void test_stream(void) {
   loom_kernel_clear(&k);
 }
 
+/* Streaming stores in a loop nest (c_stage.c, runs_whole_lines): the
+ * rotate-half of a rotary embedding, out[t, h, :D2] = x[t, h, :D2] c[t] +
+ * x[t, h, D2:] and out[t, h, D2:] = x[t, h, D2:] c[t] - x[t, h, :D2] with
+ * c broadcast over the heads, so R = [H, D2] stays two loops. With runs of
+ * whole lines (D2 = 32) the stores stream run by run, also in a stage
+ * with row-reduction lanes (the second, which sums its values); with D2 =
+ * 24 (runs of 96 bytes) they do not. Either way the interpreter's bits. */
+static void test_stream_nested(int64_t d2) {
+  const int64_t T = 2048, H = 16, D = 2 * d2, N = T * H * D;
+  loom_kernel k;
+  kb_init(&k, "k_stream_nested");
+  int32_t ax = kb_arg(&k, LOOM_DTYPE_F32, N, false, false);
+  int32_t ac = kb_arg(&k, LOOM_DTYPE_F32, T * d2, false, false);
+  int32_t ao = kb_arg(&k, LOOM_DTYPE_F32, N, true, false);
+  int32_t as = kb_arg(&k, LOOM_DTYPE_F32, T, true, false);
+  loom_kmap lo = MAP(0, .p = {H * D}, .r = {D, 1}), hi = MAP(d2, .p = {H * D}, .r = {D, 1});
+  int32_t c = kb_load(&k, ac, MAP(0, .p = {d2}, .r = {0, 1}));
+  int32_t x1 = kb_load(&k, ax, lo), x2 = kb_load(&k, ax, hi);
+  int32_t y1 = kb_op(&k, LOOM_OP_ADD, LOOM_DTYPE_F32, 2,
+                     kb_op(&k, LOOM_OP_MUL, LOOM_DTYPE_F32, 2, x1, c, 0), x2, 0);
+  int32_t y2 = kb_op(&k, LOOM_OP_SUB, LOOM_DTYPE_F32, 2,
+                     kb_op(&k, LOOM_OP_MUL, LOOM_DTYPE_F32, 2, x2, c, 0), x1, 0);
+  int32_t part = kb_part(&k, 1, I64S(T), 2, I64S(H, d2), 16, 16, 1, 0, 0);
+  kb_stage(&k, part, LOOM_KSTAGE_ROW);
+  kb_out(&k, part, 0, LOOM_KDST_STORE, y1, ao, lo, LOOM_OP_ADD);
+  kb_stage(&k, part, LOOM_KSTAGE_ROW);
+  kb_out(&k, part, 1, LOOM_KDST_STORE, y2, ao, hi, LOOM_OP_ADD);
+  kb_out(&k, part, 1, LOOM_KDST_ROW_REDUCE, y2, 0, MAP(0), LOOM_OP_ADD);
+  kb_stage(&k, part, LOOM_KSTAGE_SCALAR);
+  kb_out(&k, part, 2, LOOM_KDST_STORE, kb_reg(&k, LOOM_DTYPE_F32, 0), as, MAP(0, .p = {1}),
+         LOOM_OP_ADD);
+  char *src = NULL;
+  CHECK_OK(cg_ctx, loom_codegen_c(cg_ctx, &k, 1, &src));
+  bool streams = src && strstr(src, "lm_stream_f32(&a2[bo0 + i0 * (");
+  CHECK(streams == (d2 % 16 == 0));
+  free(src);
+  bufs in;
+  bufs_alloc(&k, &in);
+  fill_f32(in.p[ax], N, -3, 3);
+  fill_f32(in.p[ac], T * d2, -1, 1);
+  check_kernel(&k, &in, false);
+  const float *xv = in.p[ax], *cv = in.p[ac], *ov = in.p[ao];
+  int bad = 0;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t j = 0; j < d2; j++) {
+        int64_t e = (t * H + h) * D + j;
+        bad += ov[e] != xv[e] * cv[t * d2 + j] + xv[e + d2];
+        bad += ov[e + d2] != xv[e + d2] * cv[t * d2 + j] - xv[e];
+      }
+  CHECK(bad == 0);
+  bufs_free(&in);
+  loom_kernel_clear(&k);
+}
+
+/* A kernel that may run in place (kernel/in_place.h: an optimizer's
+ * update, m' = 0.9 m + g c and g2 = g g, c a per-column scale): the
+ * arguments a run may tie (m and g, each output's candidates, and the
+ * outputs) are plain pointers, the rest restrict, and the stage carries
+ * LM_IVDEP. Run with m' in m's memory, on 1-3 threads, it gives the
+ * interpreter's bits of the untied run. */
+static void test_tied(void) {
+  const int64_t P = 67, R = 300, N = P * R;
+  loom_kernel k;
+  kb_init(&k, "k_tied");
+  int32_t am = kb_arg(&k, LOOM_DTYPE_F32, N, false, false);
+  int32_t ag = kb_arg(&k, LOOM_DTYPE_F32, N, false, false);
+  int32_t ac = kb_arg(&k, LOOM_DTYPE_F32, R, false, false);
+  int32_t amo = kb_arg(&k, LOOM_DTYPE_F32, N, true, false);
+  int32_t ag2 = kb_arg(&k, LOOM_DTYPE_F32, N, true, false);
+  loom_kmap full = MAP(0, .p = {R}, .r = {1});
+  int32_t m = kb_load(&k, am, full), g = kb_load(&k, ag, full);
+  int32_t c = kb_load(&k, ac, MAP(0, .r = {1}));
+  int32_t mo = kb_op(&k, LOOM_OP_ADD, LOOM_DTYPE_F32, 2,
+                     kb_op(&k, LOOM_OP_MUL, LOOM_DTYPE_F32, 2, m,
+                           kb_const(&k, LOOM_DTYPE_F32, 0.9), 0),
+                     kb_op(&k, LOOM_OP_MUL, LOOM_DTYPE_F32, 2, g, c, 0), 0);
+  int32_t g2 = kb_op(&k, LOOM_OP_MUL, LOOM_DTYPE_F32, 2, g, g, 0);
+  int32_t part = kb_part(&k, 1, I64S(P), 1, I64S(R), 8, 16, 0, 0, 0);
+  kb_stage(&k, part, LOOM_KSTAGE_ROW);
+  kb_out(&k, part, 0, LOOM_KDST_STORE, mo, amo, full, LOOM_OP_ADD);
+  kb_out(&k, part, 0, LOOM_KDST_STORE, g2, ag2, full, LOOM_OP_ADD);
+  char *src = NULL;
+  CHECK_OK(cg_ctx, loom_codegen_c(cg_ctx, &k, 1, &src));
+  CHECK(src && strstr(src, "const float *a0,") && strstr(src, "const float *a1,") &&
+        strstr(src, "const float *restrict a2,") && strstr(src, "float *a3,") &&
+        strstr(src, "float *a4)") && strstr(src, "LM_IVDEP\n"));
+  free(src);
+  bufs in;
+  bufs_alloc(&k, &in);
+  fill_f32(in.p[am], N, -3, 3);
+  fill_f32(in.p[ag], N, -3, 3);
+  fill_f32(in.p[ac], R, -1, 1);
+  bufs ref;
+  bufs_copy(&k, &in, &ref);
+  CHECK_OK(cg_ctx, loom_kernel_interpret(cg_ctx, &k, ref.p));
+  check_kernel(&k, &in, false);
+  loom_jit_module *mod = codegen_compile(&k, 1, false);
+  for (int32_t nt = 1; mod && nt <= 3; nt++) {
+    bufs got;
+    bufs_copy(&k, &ref, &got); /* fresh inputs: ref's are untouched */
+    void *own = got.p[amo];
+    got.p[amo] = got.p[am]; /* m' computed over m */
+    codegen_run(mod, &k, &got, nt);
+    CHECK(memcmp(got.p[am], ref.p[amo], got.bytes[amo]) == 0);
+    CHECK(memcmp(got.p[ag2], ref.p[ag2], got.bytes[ag2]) == 0);
+    got.p[amo] = own;
+    bufs_free(&got);
+  }
+  loom_jit_free(mod);
+  bufs_free(&ref);
+  bufs_free(&in);
+  loom_kernel_clear(&k);
+}
+
 static void test_errors(void) {
   loom_kernel k;
   kb_init(&k, "k_f16");
@@ -532,6 +648,9 @@ int main(void) {
   test_dropout(1024, 1, -3000);
   test_multipart();
   test_stream();
+  test_stream_nested(32);
+  test_stream_nested(24);
+  test_tied();
   test_errors();
   /* everything above was compiled into the private cache */
   const char *cache = getenv("XDG_CACHE_HOME");

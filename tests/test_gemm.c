@@ -5,7 +5,9 @@
  * 2 and 3 threads and match a double-precision
  * product; small products stay on the calling thread. With B packed ahead
  * (loom_gemm_pack_b) the same tiles give the same bytes on any thread
- * count and match the product too; a pack made for another B is ignored. (The session-level
+ * count and match the product too; a pack made for another B is ignored.
+ * A product only its epilogue reads, kept tile by tile in per-thread
+ * buffers, gives the epilogue the same bytes and leaves C alone. (The session-level
  * determinism checks of test_ops and test_models reach the same path
  * through matmul nodes; this pins it down where the split happens.) */
 #include "common.h"
@@ -43,6 +45,7 @@ static const shape shapes[] = {
     {"one row", 1, 1100, 4800, 1, false, true, 0, 9, true},
     {"batched trans_b", 40, 300, 520, 3, false, true, 0, 6, true},
     {"batched tails", 70, 300, 260, 3, false, false, 0, 6, false},
+    {"batched epilogue", 70, 96, 200, 3, false, false, 32, 9, false},
 };
 
 /* The epilogue: tanh over whole rows of C, in place (row_len = n). */
@@ -55,6 +58,78 @@ static void epi_tanh(void *user, int32_t thread, int64_t r0, int64_t r1) {
   (void)thread;
   epi_user *u = user;
   for (int64_t i = r0 * u->n; i < r1 * u->n; i++) u->c[i] = tanhf(u->c[i]);
+}
+
+/* The epilogue of a product only it reads (loom_gemm_epilogue.tiles):
+ * tanh of the rows where `at` said they are, into out. */
+typedef struct tile_user {
+  float *out;
+  int64_t n;
+  const float *rows[4]; /* per thread: where the rows from row0[] are */
+  int64_t row0[4];
+  int64_t in_tiles;     /* calls on rows in a tile */
+  const float *c;       /* the product, for calls on rows that are there */
+} tile_user;
+
+static void tile_at(void *user, int32_t thread, int64_t row0, const float *rows) {
+  tile_user *u = user;
+  u->rows[thread] = rows ? rows : u->c + row0 * u->n;
+  u->row0[thread] = row0;
+#pragma omp atomic
+  u->in_tiles += rows != NULL;
+}
+
+static void tile_tanh(void *user, int32_t thread, int64_t r0, int64_t r1) {
+  tile_user *u = user;
+  const float *x = u->rows[thread] - u->row0[thread] * u->n;
+  for (int64_t i = r0 * u->n; i < r1 * u->n; i++) u->out[i] = tanhf(x[i]);
+}
+
+/* p (its epilogue's result in want) again with its tiles kept in
+ * per-thread buffers: on 1-3 threads, the epilogue's output is want's
+ * bytes, every call read a tile, and C was not written. */
+static void test_tiles(loom_ctx *ctx, const shape *s, loom_gemm *p, const float *want,
+                       int64_t c_n) {
+  int64_t floats = loom_gemm_tile_c(p);
+  CHECK(floats == LOOM_MIN(s->epilogue_rows, s->m) * s->n);
+  float *tiles = malloc(sizeof(float) * (size_t)(3 * floats));
+  float *out = malloc(sizeof(float) * (size_t)c_n), *c = malloc(sizeof(float) * (size_t)c_n);
+  loom_gemm q = *p;
+  q.c = c;
+  for (int t = 0; t < 3; t++) {
+    tile_user u = {.out = out, .n = s->n, .c = c};
+    memset(c, 0xa5, sizeof(float) * (size_t)c_n);
+    memset(out, 0, sizeof(float) * (size_t)c_n);
+    q.epilogue = (loom_gemm_epilogue){.rows = s->epilogue_rows, .fn = tile_tanh, .user = &u,
+                                      .tiles = tiles, .tile_floats = floats, .threads = t + 1,
+                                      .at = tile_at};
+    CHECK_OK(ctx, loom_gemm_f32(ctx, t + 1, &q));
+    bool c_kept = true;
+    for (int64_t i = 0; i < c_n; i++) {
+      uint32_t w;
+      memcpy(&w, &c[i], sizeof w);
+      c_kept &= w == 0xa5a5a5a5u;
+    }
+    int64_t calls = (s->batch * s->m + s->epilogue_rows - 1) / s->epilogue_rows;
+    if (s->batch > 1) calls = s->batch * ((s->m + s->epilogue_rows - 1) / s->epilogue_rows);
+    printf("gemm %-16s tiles in buffers, %d threads: %s, %lld of %lld calls on tiles, C %s\n",
+           s->name, t + 1,
+           memcmp(out, want, sizeof(float) * (size_t)c_n) == 0 ? "equal" : "DIFFER",
+           (long long)u.in_tiles, (long long)calls, c_kept ? "untouched" : "WRITTEN");
+    CHECK(memcmp(out, want, sizeof(float) * (size_t)c_n) == 0);
+    CHECK(u.in_tiles == calls);
+    CHECK(c_kept);
+  }
+  /* a buffer too small, or too few: the tiles go to C, the calls say so */
+  q.epilogue.tile_floats = floats - 1;
+  tile_user u = {.out = out, .n = s->n, .c = c};
+  q.epilogue.user = &u;
+  memset(out, 0, sizeof(float) * (size_t)c_n);
+  CHECK_OK(ctx, loom_gemm_f32(ctx, 2, &q));
+  CHECK(u.in_tiles == 0 && memcmp(out, want, sizeof(float) * (size_t)c_n) == 0);
+  free(tiles);
+  free(out);
+  free(c);
 }
 
 /* p (computed unpacked into want) again with B packed: on 1 and 2
@@ -130,7 +205,8 @@ static void test_shape(loom_ctx *ctx, const shape *s, loom_test_rng *rng) {
                  .b_off = s->batch > 1 ? off + s->batch : NULL, .ldc = s->n,
                  .c_stride = s->m * s->n};
   epi_user u = {NULL, s->n};
-  if (s->epilogue_rows) p.epilogue = (loom_gemm_epilogue){s->epilogue_rows, epi_tanh, &u};
+  if (s->epilogue_rows)
+    p.epilogue = (loom_gemm_epilogue){.rows = s->epilogue_rows, .fn = epi_tanh, .user = &u};
   int64_t tasks = loom_gemm_parallel_tasks(&p);
   if (tasks != s->tasks)
     fprintf(stderr, "gemm %s: %lld tasks, expected %lld\n", s->name, (long long)tasks,
@@ -164,6 +240,7 @@ static void test_shape(loom_ctx *ctx, const shape *s, loom_test_rng *rng) {
          s->name, (long long)s->m, (long long)s->n, (long long)s->k, (long long)s->batch,
          (long long)tasks, same ? "equal" : "DIFFER", worst, s->matmul ? ", matmul primitive" : "");
   CHECK(worst <= 1e-6 * (double)s->k);
+  if (s->epilogue_rows) test_tiles(ctx, s, &p, c[0], c_n);
   test_packed(ctx, s, &p, c[0], c_n, c[1], c[2], &u);
   for (int t = 0; t < 3; t++) free(c[t]);
   free(a);

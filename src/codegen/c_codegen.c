@@ -33,6 +33,7 @@
 #include "codegen/c_internal.h"
 
 #include "ir/dtype.h"
+#include "kernel/in_place.h"
 #include "ops/op.h"
 
 #include <stdio.h>
@@ -234,12 +235,28 @@ static int32_t row_invariant_stages(const cg_part *cp) {
   return n;
 }
 
+int32_t loom_cg_tied_args(const loom_kernel *k, uint8_t *tied) {
+  int32_t *from = malloc(sizeof(int32_t) * (size_t)(k->n_args + 1)), n = 0;
+  memset(tied, !from, (size_t)k->n_args); /* no room to ask: none is restrict */
+  for (int32_t a = 0; from && a < k->n_args; a++) {
+    if (!k->args[a].is_output) continue;
+    int32_t m = loom_kernel_in_place_inputs(k, a, from, k->n_args);
+    for (int32_t c = 0; c < m; c++) tied[from[c]] = 1;
+    if (m > 0) tied[a] = 1;
+  }
+  for (int32_t a = 0; a < k->n_args; a++) n += tied[a];
+  free(from);
+  return n;
+}
+
 /* The function of a part: rows [row_begin, row_end), which are tile
  * `tile` (its column partials) or, through NAME_rows, any range of a part
  * without column reductions. Arguments come in as restrict parameters:
  * gcc disambiguates those, where restrict locals loaded from args[] would
  * leave it one run-time alias check per pair, and no vectorisation past
- * ten pairs. */
+ * ten pairs. Arguments that a run may tie (an output computed in an
+ * input's memory: loom_cg_tied_args) are plain pointers instead, and the
+ * stages that use them carry LM_IVDEP (c_stage.c). */
 static loom_status emit_part(loom_ctx *ctx, cg_buf *b, cg_part *cp, const loom_kworkspace *ws,
                              uint8_t *need, uint8_t *used) {
   const loom_kernel *k = cp->k;
@@ -255,15 +272,16 @@ static loom_status emit_part(loom_ctx *ctx, cg_buf *b, cg_part *cp, const loom_k
       guarded ? "LM_GUARDED " : "", k->name, cp->index);
   for (int32_t a = 0; a < k->n_args; a++)
     if (used[a])
-      put(b, ",\n    %s%s *restrict a%d", used[a] == 2 ? "" : "const ",
-          loom_cg_ctype(k->args[a].dtype), a);
+      put(b, ",\n    %s%s *%sa%d", used[a] == 2 ? "" : "const ", loom_cg_ctype(k->args[a].dtype),
+          cp->tied && cp->tied[a] ? "" : "restrict ", a);
   put(b, ") {\n");
   b->indent++;
   line(b, "(void)tile; (void)ws; (void)scratch;");
   for (int32_t a = 0; a < k->n_args; a++)
     if (used[a])
-      line(b, "/* a%d: %s v%d%s */", a, used[a] == 2 ? "writes" : "reads", k->args[a].value,
-           k->args[a].temp ? " (a temp in the workspace)" : "");
+      line(b, "/* a%d: %s v%d%s%s */", a, used[a] == 2 ? "writes" : "reads", k->args[a].value,
+           k->args[a].temp ? " (a temp in the workspace)" : "",
+           cp->tied && cp->tied[a] ? " (may share memory: not restrict)" : "");
   /* scratch rows and column partials */
   int64_t stride = loom_kpart_scratch_stride(part);
   for (int32_t s = 0; s < part->n_scratch; s++)
@@ -467,13 +485,14 @@ static loom_status emit_kernel(loom_ctx *ctx, cg_buf *b, const loom_kernel *k) {
   LOOM_TRY(loom_kernel_workspace_layout(ctx, k, 1, &ws));
   size_t ne = (size_t)k->n_exprs + 1;
   uint8_t *need = calloc(ne, 1), *reach = calloc(ne, 1), *level = calloc(ne, 1);
-  uint8_t *used = calloc((size_t)k->n_args + 1, 1);
+  uint8_t *used = calloc((size_t)k->n_args + 1, 1), *tied = calloc((size_t)k->n_args + 1, 1);
   int32_t max_regs = 1;
   for (int32_t pi = 0; pi < k->n_parts; pi++) max_regs = LOOM_MAX(max_regs, k->parts[pi].n_regs);
   loom_dtype *reg_dt = calloc((size_t)max_regs, sizeof *reg_dt);
   loom_status st = LOOM_STATUS_OK;
-  if (!need || !reach || !level || !reg_dt || !used)
+  if (!need || !reach || !level || !reg_dt || !used || !tied)
     st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory generating C");
+  bool any_tied = st == LOOM_STATUS_OK && loom_cg_tied_args(k, tied) > 0;
 
   put(b, "\n/* ==== kernel %s: graph nodes", k->name);
   for (int32_t i = 0; i < k->n_nodes;) { /* runs of consecutive ids as ranges */
@@ -488,7 +507,7 @@ static loom_status emit_kernel(loom_ctx *ctx, cg_buf *b, const loom_kernel *k) {
   put(b, " ==== */\n\n");
   for (int32_t pi = 0; st == LOOM_STATUS_OK && pi < k->n_parts; pi++) {
     cg_part cp = {.k = k, .part = &k->parts[pi], .index = pi, .reach = reach, .level = level,
-                  .reg_dt = reg_dt};
+                  .reg_dt = reg_dt, .tied = any_tied ? tied : NULL};
     loom_cg_analyze_part(&cp);
     st = emit_part(ctx, b, &cp, &ws, need, used);
   }
@@ -567,6 +586,7 @@ static loom_status emit_kernel(loom_ctx *ctx, cg_buf *b, const loom_kernel *k) {
   free(reach);
   free(level);
   free(used);
+  free(tied);
   free(reg_dt);
   loom_kworkspace_clear(&ws);
   return st;

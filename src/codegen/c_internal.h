@@ -107,6 +107,8 @@ typedef struct cg_part {
   uint8_t *reach;     /* scratch for reachability (n_exprs) */
   uint8_t *level;     /* per expr: 1 if it varies along R in this part */
   loom_dtype *reg_dt; /* per register: its writer's dtype */
+  const uint8_t *tied; /* per argument: 1 if a run may put it in another's
+                        * memory (loom_cg_tied_args); NULL: none */
 } cg_part;
 
 /* Where a stage body is being emitted. */
@@ -121,6 +123,7 @@ typedef struct cg_site {
   int tmode;           /* how fast exprs are emitted (TM_*) */
   const uint8_t *stream; /* per stage output: 1 if its STORE goes through a
                           * chunk buffer so<o>[] and streaming stores */
+  bool ivdep;            /* LM_IVDEP before the innermost loop */
   int32_t n_pf;          /* LOAD exprs whose rows ahead are prefetched */
   const int32_t *pf;     /* in the R loop (offset pf<e> ahead of b<e>) */
 } cg_site;
@@ -166,6 +169,12 @@ void loom_cg_put_col_combine(cg_buf *b, const cg_site *si, const loom_kout *ko, 
 /* Fills cp's loops, need_pidx, level and reg_dt (cp->k, part, reach,
  * level and reg_dt set by the caller; reach and level: n_exprs + 1). */
 void loom_cg_analyze_part(cg_part *cp);
+/* Marks in tied[] (n_args bytes) the arguments a run may place in the
+ * memory of another: each output that may be computed in place of an
+ * input (kernel/in_place.h), and those inputs. Their parameters are not
+ * restrict: C11 leaves a store through one restrict pointer and a load of
+ * the same element through another undefined. Returns how many. */
+int32_t loom_cg_tied_args(const loom_kernel *k, uint8_t *tied);
 /* True if a kernel name is an identifier the generated code can export. */
 bool loom_cg_name_ok(const char *s);
 /* Index (kernel order) of the first COL_REDUCE of stage s of part pi. */

@@ -27,8 +27,12 @@ static loom_status emit_outputs(loom_ctx *ctx, cg_buf *b, const cg_site *si, int
     put(b, "%*s", 2 * b->indent, "");
     switch (ko->dst) {
     case LOOM_KDST_STORE:
-      if (si->stream && si->stream[o] && !si->scalar) {
-        put(b, "so%d[%s - c0] = ", o, si->idx[0]); /* streamed after the chunk */
+      if (si->stream && si->stream[o] && !si->scalar) { /* streamed after the chunk or run */
+        int32_t last = cp->loops.n - 1;
+        if (last == 0)
+          put(b, "so%d[%s - c0] = ", o, si->idx[0]);
+        else
+          put(b, "so%d[%s] = ", o, si->idx[last]);
       } else {
         put(b, "a%d[", ko->target);
         loom_cg_put_offset(b, si, base, &ko->map);
@@ -91,6 +95,7 @@ static void emit_pf(cg_buf *b, const cg_site *si) {
 static loom_status emit_range(loom_ctx *ctx, cg_buf *b, cg_site si, const uint8_t *need,
                               int32_t col_first, int32_t W, const char *lo, const char *hi) {
   if (W <= 1 && si.n_pf == 0) {
+    if (si.ivdep) line(b, "LM_IVDEP");
     line(b, "for (int64_t i0 = %s; i0 < %s; i0++) {", lo, hi);
     b->indent++;
     si.idx[0] = si.flat = "i0";
@@ -108,6 +113,7 @@ static loom_status emit_range(loom_ctx *ctx, cg_buf *b, cg_site si, const uint8_
   /* unrolled first, the lanes would not vectorise; 1, not 0: clang
    * refuses 0, and both compilers read 1 as "do not unroll" */
   if (lanes) line(b, "#pragma GCC unroll 1");
+  if (si.ivdep) line(b, "LM_IVDEP");
   line(b, "for (int l = 0; l < %d; l++) {", B);
   b->indent++;
   line(b, "const int64_t r = i0 + l;");
@@ -173,15 +179,35 @@ static int32_t prefetch_loads(cg_buf *b, const cg_part *cp, int32_t s, const uin
   return n;
 }
 
-/* Marks in stream[] the outputs of ROW stage st of a one-loop part that
- * go through streaming stores (CG_STREAM_MIN_BYTES, CG_STREAM_KERNEL_BYTES):
- * 1, or 2 for an output the run may compute in an input's memory
- * (kernel/in_place.h), which streams only when it is not (see
- * emit_stream_flush); returns how many. */
+/* True if every innermost run of map m over a part with several loops
+ * covers whole 64-byte lines (an aligned tensor assumed): the runs are at
+ * most a chunk long, a multiple of 16 floats, and start at multiples of
+ * 16 elements. Streaming stores of partial lines would mix with ordinary
+ * ones; whole lines need no head and tail. */
+static bool runs_whole_lines(const cg_part *cp, const loom_kmap *m) {
+  const cg_loops *lp = &cp->loops;
+  const loom_kpart *part = cp->part;
+  int32_t last = lp->n - 1;
+  if (lp->extent[last] % 16 != 0 || lp->extent[last] > CG_CHUNK || m->base % 16 != 0) return false;
+  for (int32_t i = 0; i < part->p_rank; i++)
+    if (part->p_shape[i] > 1 && m->p[i] % 16 != 0) return false;
+  for (int32_t d = 0; d < last; d++)
+    if (m->r[lp->dim[d]] % 16 != 0) return false;
+  return true;
+}
+
+/* Marks in stream[] the outputs of ROW stage st that go through streaming
+ * stores (CG_STREAM_MIN_BYTES, CG_STREAM_KERNEL_BYTES), unit stride along
+ * the innermost loop: in chunks of the one loop of a one-loop part, or
+ * run by run of the innermost loop of a loop nest whose runs are whole
+ * lines (runs_whole_lines: a rotary embedding's half heads). 1, or 2 for
+ * an output the run may compute in an input's memory (kernel/in_place.h),
+ * which streams only when it is not (see emit_stream_flush); returns how
+ * many. */
 static int32_t stream_outputs(const cg_part *cp, const loom_kstage *st, uint8_t *stream) {
   const loom_kernel *k = cp->k;
   const cg_loops *lp = &cp->loops;
-  int32_t n = 0;
+  int32_t n = 0, last = lp->n - 1;
   int64_t written = 0; /* the kernel's outputs, in bytes */
   for (int32_t a = 0; a < k->n_args; a++)
     if (k->args[a].is_output && !k->args[a].temp)
@@ -189,12 +215,13 @@ static int32_t stream_outputs(const cg_part *cp, const loom_kstage *st, uint8_t 
   for (int32_t o = 0; o < st->n_out; o++) {
     const loom_kout *ko = &st->out[o];
     stream[o] = 0;
-    if (st->kind != LOOM_KSTAGE_ROW || lp->n != 1 || ko->dst != LOOM_KDST_STORE) continue;
+    if (st->kind != LOOM_KSTAGE_ROW || lp->n < 1 || ko->dst != LOOM_KDST_STORE) continue;
     const loom_karg *g = &k->args[ko->target];
     if (g->dtype != LOOM_DTYPE_F32 ||
         (g->numel * 4 < CG_STREAM_MIN_BYTES && written < CG_STREAM_KERNEL_BYTES) ||
-        lp->extent[0] < CG_STREAM_MIN_ROW || ko->map.r[lp->dim[0]] != 1)
+        ko->map.r[lp->dim[last]] != 1)
       continue;
+    if (last == 0 ? lp->extent[0] < CG_STREAM_MIN_ROW : !runs_whole_lines(cp, &ko->map)) continue;
     stream[o] = loom_kernel_in_place_inputs(k, ko->target, NULL, 0) > 0 ? 2 : 1;
     n++;
   }
@@ -208,7 +235,8 @@ static void emit_stream_decl(cg_buf *b, const cg_site *si, int32_t ch) {
     if (si->stream[o]) line(b, "float so%d[%d] __attribute__((aligned(64)));", o, ch);
 }
 
-/* Streams the chunk [c0, c1) of every streamed output to memory. An
+/* Streams the chunk [c0, c1) of every streamed output (of a loop nest:
+ * the innermost loop's run just computed) to memory. An
  * output computed in place of an input it reads (the same pointer: an
  * optimizer's state) is stored the ordinary way instead: its lines were
  * just read, so a store costs no read for ownership, and a streaming
@@ -217,7 +245,15 @@ static void emit_stream_decl(cg_buf *b, const cg_site *si, int32_t ch) {
 static void emit_stream_flush(cg_buf *b, cg_site si) {
   const loom_kernel *k = si.cp->k;
   const loom_kstage *st = &si.cp->part->stages[si.stage];
-  si.idx[0] = si.flat = "c0";
+  const cg_loops *lp = &si.cp->loops;
+  int32_t last = lp->n - 1;
+  char count[32] = "c1 - c0";
+  if (last == 0) {
+    si.idx[0] = si.flat = "c0";
+  } else {
+    si.idx[last] = "0";
+    snprintf(count, sizeof count, "%lld", (long long)lp->extent[last]);
+  }
   for (int32_t o = 0; si.stream && o < st->n_out; o++) {
     if (!si.stream[o]) continue;
     int32_t t = st->out[o].target;
@@ -234,9 +270,9 @@ static void emit_stream_flush(cg_buf *b, cg_site si) {
     for (int32_t c = 0; c < n; c++)
       put(b, "%s(uintptr_t)a%d == (uintptr_t)a%d", c ? " || " : "if (", t, from[c]);
     if (n)
-      put(b, ")\n%*s  for (int64_t q = 0; q < c1 - c0; q++) (%s)[q] = so%d[q];\n%*selse\n%*s  ",
-          2 * b->indent, "", dst, o, 2 * b->indent, "", 2 * b->indent, "");
-    put(b, "lm_stream_f32(%s, so%d, c1 - c0);\n", dst, o);
+      put(b, ")\n%*s  for (int64_t q = 0; q < %s; q++) (%s)[q] = so%d[q];\n%*selse\n%*s  ",
+          2 * b->indent, "", count, dst, o, 2 * b->indent, "", 2 * b->indent, "");
+    put(b, "lm_stream_f32(%s, so%d, %s);\n", dst, o, count);
     free(from);
   }
 }
@@ -279,15 +315,17 @@ static loom_status emit_nested(loom_ctx *ctx, cg_buf *b, cg_site si, const uint8
   si.flat = "f";
   si.lane = W > 1 ? lane : "0";
   line(b, "int64_t f = 0;");
-  for (int32_t d = 0; d < (blocks ? last : lp->n); d++) {
+  for (int32_t d = 0; d < last; d++) {
     line(b, "for (int64_t %s = 0; %s < %lld; %s++) {", ix[d], ix[d], (long long)lp->extent[d],
          ix[d]);
     b->indent++;
   }
+  emit_stream_decl(b, &si, (int32_t)lp->extent[last]); /* one run (runs_whole_lines) */
   if (blocks) {
     line(b, "for (int64_t ib = 0; ib < %lld; ib += %d) {", (long long)lp->extent[last], W);
     b->indent++;
     line(b, "#pragma GCC unroll 1");
+    if (si.ivdep) line(b, "LM_IVDEP");
     line(b, "for (int l = 0; l < %d; l++) {", W);
     b->indent++;
     line(b, "const int64_t %s = ib + l, fl = f + l;", ix[last]);
@@ -301,10 +339,17 @@ static loom_status emit_nested(loom_ctx *ctx, cg_buf *b, cg_site si, const uint8
     b->indent--;
     line(b, "}");
   } else {
+    if (si.ivdep) line(b, "LM_IVDEP");
+    line(b, "for (int64_t %s = 0; %s < %lld; %s++) {", ix[last], ix[last],
+         (long long)lp->extent[last], ix[last]);
+    b->indent++;
     LOOM_TRY(emit_body(ctx, b, &si, need, col_first, false));
     line(b, "f++;");
+    b->indent--;
+    line(b, "}");
   }
-  for (int32_t d = 0; d < (blocks ? last : lp->n); d++) {
+  emit_stream_flush(b, si);
+  for (int32_t d = 0; d < last; d++) {
     b->indent--;
     line(b, "}");
   }
@@ -410,6 +455,26 @@ static loom_status emit_chunked(loom_ctx *ctx, cg_buf *b, cg_site si, int8_t *fa
   return status;
 }
 
+/* True if stage st (its exprs marked in need) gets LM_IVDEP: it loads
+ * or stores an argument that may share memory with another (the
+ * parameters are not restrict, and gcc vectorises nothing with a few such
+ * pairs: AdamW's three); and it has no reductions, whose accumulators
+ * (one lane, or a column partial at a map's offset) may carry a
+ * dependence from one element to the next. */
+static bool stage_ivdep(const cg_part *cp, const loom_kstage *st, const uint8_t *need) {
+  const loom_kernel *k = cp->k;
+  bool tied = false;
+  if (!cp->tied) return false;
+  for (int32_t o = 0; o < st->n_out; o++) {
+    const loom_kout *ko = &st->out[o];
+    if (ko->dst == LOOM_KDST_ROW_REDUCE || ko->dst == LOOM_KDST_COL_REDUCE) return false;
+    tied |= ko->dst == LOOM_KDST_STORE && cp->tied[ko->target];
+  }
+  for (int32_t e = 0; e < k->n_exprs; e++)
+    tied |= need[e] && k->exprs[e].kind == LOOM_KX_LOAD && cp->tied[k->exprs[e].arg];
+  return tied;
+}
+
 loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int32_t s,
                               uint8_t *need, int32_t col_first) {
   const loom_kernel *k = cp->k;
@@ -439,6 +504,7 @@ loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int3
     has_rr |= ko->dst == LOOM_KDST_ROW_REDUCE;
   }
   cg_site si = {.cp = cp, .stage = s, .scalar = scalar, .flat = "0", .lane = "0"};
+  si.ivdep = stage_ivdep(cp, st, need);
   /* row-level exprs: hoisted out of the R loop */
   for (int32_t e = 0; e < k->n_exprs; e++)
     if (need[e] && (scalar || !cp->level[e])) LOOM_TRY(loom_cg_emit_expr(ctx, b, &si, e));
@@ -505,7 +571,14 @@ loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int3
     free(pf);
     LOOM_TRY(st2);
   } else {
-    LOOM_TRY(emit_nested(ctx, b, si, need, col_first, W));
+    uint8_t *stream = calloc((size_t)st->n_out + 1, 1);
+    if (!stream) return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory generating C");
+    int32_t n_stream = stream_outputs(cp, st, stream);
+    si.stream = n_stream ? stream : NULL;
+    loom_status st2 = emit_nested(ctx, b, si, need, col_first, W);
+    if (n_stream) line(b, "if (row + 1 == row_end) lm_sfence(); /* streamed stores done */");
+    free(stream);
+    LOOM_TRY(st2);
   }
   /* lanes folded left in lane order, rounded to f32 */
   for (int32_t o = 0; o < st->n_out; o++) {

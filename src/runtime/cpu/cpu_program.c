@@ -55,6 +55,15 @@ struct loom_cpu_program {
   bool *c_read;
   /* per node: LOOM_CPU_*_BLOCKED of conv and pool steps (NULL: all plain) */
   uint8_t *layout;
+  /* per node: a matmul whose product nothing reads past its epilogue
+   * kernel (NULL: none); its tiles go to c_tiles, one buffer a thread of
+   * c_tile_floats (loom_gemm_epilogue.tiles), and each thread's epilogue
+   * calls read their arguments from targs (n_args a thread) */
+  bool *c_dead;
+  float *c_tiles;
+  int64_t c_tiles_cap; /* floats */
+  void **targs;
+  int64_t targs_cap;   /* pointers */
 };
 
 void loom_cpu_program_free(loom_cpu_program *p) {
@@ -71,6 +80,9 @@ void loom_cpu_program_free(loom_cpu_program *p) {
   free(p->wait_after);
   free(p->c_read);
   free(p->layout);
+  free(p->c_dead);
+  free(p->c_tiles);
+  free(p->targs);
   loom_worker_free(p->worker);
   loom_ctx_free(p->task_ctx);
   loom_jit_free(p->jit);
@@ -291,6 +303,22 @@ static loom_status prepare_async(loom_ctx *ctx, const loom_graph *g, loom_cpu_pr
 
 const loom_program *loom_cpu_program_get(const loom_cpu_program *p) { return p ? &p->prog : NULL; }
 
+/* True if the output of step ps (a node with an epilogue kernel) is read
+ * by a node outside that kernel, or is a graph output. */
+static bool read_past_epilogue(const loom_graph *g, const loom_program *prog,
+                               const loom_step *ps) {
+  const loom_kernel *k = &prog->kernels[ps->kernel];
+  int32_t c = g->nodes[ps->node].out[0];
+  bool read = false;
+  for (int32_t o = 0; o < g->n_outputs; o++) read |= g->outputs[o] == c;
+  for (int32_t i = 0; i < g->n_nodes && !read; i++) {
+    bool in_kernel = i == ps->node;
+    for (int32_t q = 0; q < k->n_nodes; q++) in_kernel |= k->nodes[q] == i;
+    for (int32_t a = 0; a < g->nodes[i].n_in && !in_kernel; a++) read |= g->nodes[i].in[a] == c;
+  }
+  return read;
+}
+
 /* Convolutions with a cpu kernel take epilogues like GEMMs: a kernel that
  * reads the output row by row (a BatchNormalization's scale and shift,
  * an activation) runs on each block of rows right after it is made. */
@@ -311,16 +339,23 @@ static loom_status conv_epilogues(loom_ctx *ctx, const loom_graph *g, const loom
   for (int32_t s = 0; s < prog->n_steps; s++) {
     const loom_step *ps = &prog->steps[s];
     if (ps->kind != LOOM_STEP_NODE || ps->epilogue_rows <= 0) continue;
-    const loom_kernel *k = &prog->kernels[ps->kernel];
-    int32_t c = g->nodes[ps->node].out[0];
-    bool read = false;
-    for (int32_t o = 0; o < g->n_outputs; o++) read |= g->outputs[o] == c;
-    for (int32_t i = 0; i < g->n_nodes && !read; i++) {
-      bool in_kernel = i == ps->node;
-      for (int32_t q = 0; q < k->n_nodes; q++) in_kernel |= k->nodes[q] == i;
-      for (int32_t a = 0; a < g->nodes[i].n_in && !in_kernel; a++) read |= g->nodes[i].in[a] == c;
-    }
-    p->c_read[ps->node] = read;
+    p->c_read[ps->node] = read_past_epilogue(g, prog, ps);
+  }
+  return LOOM_STATUS_OK;
+}
+
+/* Matmuls with an epilogue whose product nothing else reads: they keep
+ * their tiles in per-thread buffers (gemm.h, loom_gemm_epilogue.tiles). */
+static loom_status dead_products(loom_ctx *ctx, const loom_graph *g, loom_cpu_program *p) {
+  const loom_program *prog = &p->prog;
+  for (int32_t s = 0; s < prog->n_steps; s++) {
+    const loom_step *ps = &prog->steps[s];
+    if (ps->kind == LOOM_STEP_KERNEL || ps->epilogue_rows <= 0 ||
+        g->nodes[ps->node].op != LOOM_OP_MATMUL || read_past_epilogue(g, prog, ps))
+      continue;
+    if (!p->c_dead) p->c_dead = loom_calloc(ctx, (size_t)g->n_nodes, sizeof *p->c_dead);
+    if (!p->c_dead) return LOOM_STATUS_OUT_OF_MEMORY;
+    p->c_dead[ps->node] = true;
   }
   return LOOM_STATUS_OK;
 }
@@ -353,6 +388,7 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
     goto fail;
   }
   st = conv_epilogues(ctx, g, &machine, kernels, p);
+  if (!st) st = dead_products(ctx, g, p);
   if (!st) st = loom_cpu_window_layouts(ctx, g, &p->prog, kernels, p->c_read, &p->layout);
   if (!st) st = load_code(ctx, p, out);
   int32_t n_async_comm = 0;
@@ -425,12 +461,50 @@ typedef struct epilogue_call {
   void *const *args;
   void *workspace;
   int64_t n_cols, row_len;
+  /* a product kept in tiles: each thread's arguments (n_args apiece),
+   * the product's (argument prod) moved to its thread's tile */
+  void **targs;
+  int32_t n_args, prod;
 } epilogue_call;
 
 static void run_epilogue(void *user, int32_t thread, int64_t row0, int64_t row1) {
   const epilogue_call *e = user;
-  e->fn(e->args, e->workspace, thread, row0 * e->n_cols / e->row_len,
-        row1 * e->n_cols / e->row_len);
+  e->fn(e->targs ? e->targs + (size_t)thread * (size_t)e->n_args : e->args, e->workspace, thread,
+        row0 * e->n_cols / e->row_len, row1 * e->n_cols / e->row_len);
+}
+
+/* The product's rows from row0 on are at `rows` (a tile; NULL: in the
+ * product itself). The kernel addresses the product from its first row,
+ * so its argument becomes the address where row 0 would be: computed on
+ * integers (gcc defines the conversions), as only rows of the tile are
+ * read through it. */
+static void epilogue_at(void *user, int32_t thread, int64_t row0, const float *rows) {
+  const epilogue_call *e = user;
+  void **a = e->targs + (size_t)thread * (size_t)e->n_args;
+  memcpy(a, e->args, sizeof *a * (size_t)e->n_args);
+  if (rows)
+    a[e->prod] = (void *)((uintptr_t)rows - (uintptr_t)row0 * (uintptr_t)e->n_cols * sizeof(float));
+}
+
+/* Room in p for nt threads' tiles of `floats` and their arguments. */
+static loom_status reserve_tiles(loom_ctx *ctx, loom_cpu_program *p, int32_t nt, int64_t floats,
+                                 int32_t n_args) {
+  int64_t want = floats * nt, ptrs = (int64_t)n_args * nt;
+  if (want > p->c_tiles_cap) {
+    free(p->c_tiles);
+    p->c_tiles_cap = 0;
+    p->c_tiles = aligned_alloc(64, ((size_t)want * sizeof(float) + 63) / 64 * 64);
+    if (!p->c_tiles) return LOOM_STATUS_OUT_OF_MEMORY;
+    p->c_tiles_cap = want;
+  }
+  if (ptrs > p->targs_cap) {
+    free(p->targs);
+    p->targs_cap = 0;
+    p->targs = loom_calloc(ctx, (size_t)ptrs, sizeof *p->targs);
+    if (!p->targs) return LOOM_STATUS_OUT_OF_MEMORY;
+    p->targs_cap = ptrs;
+  }
+  return LOOM_STATUS_OK;
 }
 
 /* A dropout mask computed on the worker: its own cpu view (one thread,
@@ -486,9 +560,26 @@ static loom_status run_step(loom_cpu_program *p, const loom_cpu *c, const loom_g
   }
   const loom_node *n = &g->nodes[st->node];
   const loom_view *cv = &values[n->out[0]];
-  epilogue_call call = {p->rows_fns[st->kernel], p->args, p->workspace, cv->shape[cv->rank - 1],
-                        loom_kpart_row_len(&k->parts[0])};
-  loom_gemm_epilogue epi = {st->epilogue_rows, run_epilogue, &call};
+  epilogue_call call = {.fn = p->rows_fns[st->kernel], .args = p->args, .workspace = p->workspace,
+                        .n_cols = cv->shape[cv->rank - 1],
+                        .row_len = loom_kpart_row_len(&k->parts[0])};
+  loom_gemm_epilogue epi = {.rows = st->epilogue_rows, .fn = run_epilogue, .user = &call};
+  /* a product only the epilogue reads stays in per-thread tiles */
+  int64_t tile = st->epilogue_rows * call.n_cols;
+  call.prod = -1;
+  for (int32_t a = 0; a < k->n_args; a++)
+    if (!k->args[a].temp && k->args[a].value == n->out[0]) call.prod = a;
+  if (p->c_dead && p->c_dead[st->node] && call.prod >= 0 && n->op == LOOM_OP_MATMUL &&
+      tile * (int64_t)sizeof(float) <= LOOM_GEMM_TILE_C_MAX_BYTES) {
+    if (reserve_tiles(c->ctx, p, nt, tile, k->n_args))
+      return loom_error(c->ctx, LOOM_STATUS_OUT_OF_MEMORY, "cpu backend: no memory for GEMM tiles");
+    call.targs = p->targs;
+    call.n_args = k->n_args;
+    epi.tiles = p->c_tiles;
+    epi.tile_floats = tile;
+    epi.threads = nt;
+    epi.at = epilogue_at;
+  }
   loom_view in[2] = {values[n->in[0]], values[n->in[1]]};
   loom_conv_epilogue conv_epi = {epi, k, p->args, n->out[0], p->c_read && p->c_read[st->node],
                                  layout};

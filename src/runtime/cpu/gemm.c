@@ -58,6 +58,14 @@ static void gemm_tile(const loom_gemm *p, int64_t *tile_m, int64_t *tile_n) {
   *tile_n = tn;
 }
 
+int64_t loom_gemm_tile_c(const loom_gemm *p) {
+  if (p->epilogue.rows <= 0 || !p->epilogue.fn || p->k <= 0 || p->ldc != p->n ||
+      (p->batch > 1 && p->c_stride != p->m * p->n))
+    return 0;
+  int64_t floats = LOOM_MIN(p->epilogue.rows, p->m) * p->n;
+  return floats * (int64_t)sizeof(float) <= LOOM_GEMM_TILE_C_MAX_BYTES ? floats : 0;
+}
+
 /* Tiles per column and row of C, and their count. */
 static int64_t gemm_tasks(const loom_gemm *p, int64_t tile_m, int64_t tile_n, int64_t *mb,
                           int64_t *nb) {
@@ -231,6 +239,7 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
     for (int64_t bi = 0; bi < p->batch; bi++)
       for (int64_t i = 0; i < p->m; i++)
         memset(p->c + bi * p->c_stride + i * p->ldc, 0, sizeof(float) * (size_t)p->n);
+    if (epi && p->epilogue.at) p->epilogue.at(p->epilogue.user, 0, 0, NULL);
     if (epi) p->epilogue.fn(p->epilogue.user, 0, 0, p->batch * p->m);
     return LOOM_STATUS_OK;
   }
@@ -249,6 +258,10 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
     memcpy(prim, pk->prim, sizeof prim);
   else if (loom_gemm_uses_matmul(p))
     use_prim = tile_prims(p, tile, tile_n, mb, nb, false, prim);
+  /* a product only the epilogue reads: each tile in its thread's buffer */
+  const int64_t tile_c = p->epilogue.at && p->epilogue.tiles ? loom_gemm_tile_c(p) : 0;
+  const bool in_tiles = tile_c > 0 && tile_c <= p->epilogue.tile_floats &&
+                        p->epilogue.threads >= (parallel ? nt : 1);
   int failed = 0;
   /* oneDNN threads itself unless it runs inside an active parallel region;
    * a one-thread (inactive) region would still let it use every core with
@@ -264,7 +277,9 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
     const float *a = p->a + (p->a_off ? p->a_off[bi] : 0) + (p->trans_a ? i0 : i0 * p->lda);
     const float *b = pk ? pk->block[pk->set[bi] * nb + jb]
                         : p->b + (p->b_off ? p->b_off[bi] : 0) + (p->trans_b ? j0 * p->ldb : j0);
-    float *c = p->c + bi * p->c_stride + i0 * p->ldc + j0;
+    const int32_t thread = omp_get_thread_num();
+    float *c = in_tiles ? p->epilogue.tiles + thread * p->epilogue.tile_floats
+                        : p->c + bi * p->c_stride + i0 * p->ldc + j0;
     omp_set_num_threads(1);
     dnnl_status_t st = dnnl_success;
     if (use_prim) {
@@ -278,7 +293,8 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
 #pragma omp atomic write
       failed = (int)st;
     } else if (epi) {
-      p->epilogue.fn(p->epilogue.user, omp_get_thread_num(), bi * p->m + i0, bi * p->m + i0 + m);
+      if (p->epilogue.at) p->epilogue.at(p->epilogue.user, thread, bi * p->m + i0, in_tiles ? c : NULL);
+      p->epilogue.fn(p->epilogue.user, thread, bi * p->m + i0, bi * p->m + i0 + m);
     }
   }
   omp_set_num_threads(prev);

@@ -30,6 +30,18 @@ typedef struct loom_gemm_epilogue {
   int64_t rows;
   void (*fn)(void *user, int32_t thread, int64_t row0, int64_t row1);
   void *user;
+  /* Optional (at non-NULL): C is read by nothing but fn, so a tile may be
+   * computed into a buffer of its thread's, tiles + thread * tile_floats
+   * (threads: how many there are), reused tile after tile: it stays in
+   * cache, and C's lines are neither read for ownership nor written back.
+   * A tile that fits is computed there (C dense, loom_gemm_tile_c), and
+   * at(user, thread, row0, rows) tells fn, before its call on rows from
+   * row0, that they start at `rows` (tile_floats apart, n floats each);
+   * other tiles go to C as usual, at(user, thread, row0, NULL) first. */
+  float *tiles;
+  int64_t tile_floats;
+  int32_t threads;
+  void (*at)(void *user, int32_t thread, int64_t row0, const float *rows);
 } loom_gemm_epilogue;
 
 typedef struct loom_gemm_packed_b loom_gemm_packed_b;
@@ -54,6 +66,13 @@ typedef struct loom_gemm {
 
 /* Products below this many flops run on the calling thread. */
 #define LOOM_GEMM_PARALLEL_FLOPS 1e6
+
+/* The floats a thread's buffer needs to hold p's epilogue tiles
+ * (loom_gemm_epilogue.tiles), or 0 when p's tiles go to C: no epilogue,
+ * C not dense, or a tile over LOOM_GEMM_TILE_C_MAX_BYTES (it would not
+ * stay in cache). */
+#define LOOM_GEMM_TILE_C_MAX_BYTES ((int64_t)1 << 20)
+int64_t loom_gemm_tile_c(const loom_gemm *p);
 
 /* Runs p with nt OpenMP threads. */
 loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p);
