@@ -798,6 +798,19 @@ static void test_epilogue_rule(void) {
   /* the same GEMM and kernel, less the kernel's launch */
   CHECK(fused_s < slow_s && fused_s > slow_s - 2 * machine.kernel_launch_s);
   if (rows < 128) fprintf(stderr, "  epilogue rule: blocks of %lld rows\n", (long long)rows);
+  /* Bytes saved are time saved only where the kernel waits on memory: on
+   * a machine of slow arithmetic (5 GFLOP/s: bias + tanh computes longer
+   * than its 25 MB take at 10 GB/s) blocks of 16 rows, which keep C in L2
+   * for the kernel but run the GEMM 0.05% slower (0.5 ms), gain only the
+   * launch and lose, though the read of C they save would take 1.3 ms. */
+  loom_machine busy = machine;
+  busy.sgemm_gflops = 5;
+  busy.triad_gbps = 10;
+  busy.l2_bytes = 1 << 20;
+  for (int32_t i = 0; i < LOOM_GEMM_ROWS_POINTS; i++) busy.gemm_rows_eff[i] = i ? 0.2 : 0.9995;
+  CHECK(epilogue_rows_of(g, &busy, &slow_s) == 0);
+  busy.gemm_rows_eff[0] = 1.0; /* free blocks: the launch is gain enough */
+  CHECK(epilogue_rows_of(g, &busy, &slow_s) == 16);
   loom_graph_free(g);
 }
 

@@ -308,7 +308,9 @@ static loom_status emit_part(loom_ctx *ctx, cg_buf *b, cg_part *cp, const loom_k
     b->indent--;
     line(b, "}");
   }
-  line(b, "for (int64_t row = row_begin; row < row_end; row++) {");
+  bool blocks = once == 0 && loom_cg_row_block(cp) > 1; /* short rows: c_stage.c */
+  if (blocks) LOOM_TRY(loom_cg_emit_row_blocks(ctx, b, cp, need));
+  line(b, "for (int64_t row = %s; row < row_end; row++) {", blocks ? "row0" : "row_begin");
   b->indent++;
   if (cp->need_pidx) {
     line(b, "int64_t q = row;");

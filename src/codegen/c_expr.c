@@ -107,6 +107,8 @@ void loom_cg_conv(cg_buf *b, const char *x, loom_dtype from, loom_dtype to) {
     put(b, "%s", x);
   } else if (to == LOOM_DTYPE_BOOL) {
     put(b, "(uint8_t)(%s != 0)", x);
+  } else if (to == LOOM_DTYPE_F32 && from == LOOM_DTYPE_BOOL) {
+    put(b, "(%s ? 1.0f : 0.0f)", x); /* a select: gcc vectorises no bool -> double */
   } else if (to == LOOM_DTYPE_F32) {
     put(b, "(float)(double)%s", x); /* i64 -> f32 rounds through double too */
   } else if (to == LOOM_DTYPE_F64) {
@@ -362,14 +364,14 @@ loom_status loom_cg_emit_expr(loom_ctx *ctx, cg_buf *b, const cg_site *si, int32
   }
   case LOOM_KX_OP: LOOM_TRY(render_op(ctx, b, k, e)); break;
   case LOOM_KX_REG: {
-    char r[24];
-    snprintf(r, sizeof r, "reg%d", x->reg);
+    char r[32];
+    loom_cg_reg_name(r, sizeof r, si, x->reg);
     loom_cg_conv(b, r, cp->reg_dt[x->reg], x->dtype);
     break;
   }
   case LOOM_KX_SCRATCH: {
     char s[64];
-    snprintf(s, sizeof s, "s%d[%s]", x->scratch, si->scalar ? "0" : si->flat);
+    loom_cg_scratch_name(s, sizeof s, si, x->scratch);
     loom_cg_conv(b, s, LOOM_DTYPE_F32, x->dtype);
     break;
   }

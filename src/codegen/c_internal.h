@@ -86,6 +86,8 @@ int8_t loom_cg_fast_kind(const loom_kernel *k, int32_t e);
 /* cg_site.fast value of a KEEP over consecutive counters: its words come
  * from one Philox block per four elements, made before the chunk's loop. */
 #define CG_KEEP_BLOCK 100
+/* Rows at most this long may run in row blocks (loom_cg_row_block). */
+#define CG_BLOCK_MAX_ROW 16
 
 /* ---- parts and sites -------------------------------------------------------- */
 
@@ -126,6 +128,9 @@ typedef struct cg_site {
   bool ivdep;            /* LM_IVDEP before the innermost loop */
   int32_t n_pf;          /* LOAD exprs whose rows ahead are prefetched */
   const int32_t *pf;     /* in the R loop (offset pf<e> ahead of b<e>) */
+  int32_t block;         /* > 1: inside a block of this many rows, row row0 + rl
+                          * (loom_cg_emit_row_blocks): registers reg<r>[rl],
+                          * scratch bs<s>[r * block + rl] */
 } cg_site;
 
 /* Fast exprs in a chunked ROW stage: computed fast into t<e>[] with a
@@ -188,5 +193,18 @@ int32_t loom_cg_col_index(const loom_kernel *k, int32_t pi, int32_t s);
  * column reduction. */
 loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int32_t s,
                                uint8_t *need, int32_t col_first);
+/* Rows per block the part runs in (its schedule's rows_per_block where its
+ * stages allow: one loop of at most CG_BLOCK_MAX_ROW elements, no fast
+ * exprs or dropout masks), or 1: row by row. */
+int32_t loom_cg_row_block(const cg_part *cp);
+/* The part's rows from row_begin in blocks of loom_cg_row_block(cp), every
+ * stage a loop over the block's rows with the row's elements unrolled
+ * inside, so that the rows fill the vector lanes; leaves `row0` at the
+ * first row left for the row-by-row loop. Same results as that loop. */
+loom_status loom_cg_emit_row_blocks(loom_ctx *ctx, cg_buf *b, const cg_part *cp, uint8_t *need);
+/* Into out: the C lvalue of register r, or of scratch row s at the
+ * site's flat index, at site si. */
+void loom_cg_reg_name(char *out, size_t n, const cg_site *si, int32_t r);
+void loom_cg_scratch_name(char *out, size_t n, const cg_site *si, int32_t s);
 
 #endif

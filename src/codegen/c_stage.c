@@ -40,13 +40,19 @@ static loom_status emit_outputs(loom_ctx *ctx, cg_buf *b, const cg_site *si, int
       }
       loom_cg_conv(b, v, x->dtype, k->args[ko->target].dtype);
       break;
-    case LOOM_KDST_SCRATCH:
-      put(b, "s%d[%s] = ", ko->target, si->scalar ? "0" : si->flat);
+    case LOOM_KDST_SCRATCH: {
+      char sn[64];
+      loom_cg_scratch_name(sn, sizeof sn, si, ko->target);
+      put(b, "%s = ", sn);
       loom_cg_conv(b, v, x->dtype, LOOM_DTYPE_F32);
       break;
-    case LOOM_KDST_REG:
-      put(b, "reg%d = %s", ko->target, v);
+    }
+    case LOOM_KDST_REG: {
+      char rn[32];
+      loom_cg_reg_name(rn, sizeof rn, si, ko->target);
+      put(b, "%s = %s", rn, v);
       break;
+    }
     case LOOM_KDST_ROW_REDUCE: {
       char acc[48]; /* f32 lanes (kernel.h): float adds and compares */
       cg_buf t = {0};
@@ -58,7 +64,12 @@ static loom_status emit_outputs(loom_ctx *ctx, cg_buf *b, const cg_site *si, int
       break;
     }
     case LOOM_KDST_COL_REDUCE:
-      loom_cg_put_col_combine(b, si, ko, base, col++, v, x->dtype);
+      if (si->block > 1) { /* combined after the block's loop, row by row (emit_col_block) */
+        put(b, "bc%d[(%s) * %d + rl] = ", col++, si->scalar ? "0" : si->flat, si->block);
+        loom_cg_conv(b, v, x->dtype, LOOM_DTYPE_F64);
+      } else {
+        loom_cg_put_col_combine(b, si, ko, base, col++, v, x->dtype);
+      }
       break;
     default:
       return loom_error(ctx, LOOM_STATUS_UNSUPPORTED, "kernel %s: bad destination %d", k->name,
@@ -475,8 +486,29 @@ static bool stage_ivdep(const cg_part *cp, const loom_kstage *st, const uint8_t 
   return tied;
 }
 
-loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int32_t s,
-                              uint8_t *need, int32_t col_first) {
+/* The loop over a short row inside a row block, unrolled in the text
+ * (gcc's unroll pragma left a store loop rolled): the lane accumulators
+ * become scalars and what vectorises is the loop over the block's rows
+ * around it; lane l takes r = l mod W, as in emit_range. */
+static loom_status emit_unrolled(loom_ctx *ctx, cg_buf *b, cg_site si, const uint8_t *need,
+                                 int32_t col_first, int32_t W) {
+  si.idx[0] = si.flat = "i0";
+  char lane[32];
+  for (int64_t r = 0; r < si.cp->loops.extent[0]; r++) {
+    snprintf(lane, sizeof lane, "%lld", (long long)(W > 1 ? r % W : 0));
+    si.lane = lane;
+    line(b, "{");
+    b->indent++;
+    line(b, "const int64_t i0 = %lld;", (long long)r);
+    LOOM_TRY(emit_body(ctx, b, &si, need, col_first, false));
+    b->indent--;
+    line(b, "}");
+  }
+  return LOOM_STATUS_OK;
+}
+
+static loom_status emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int32_t s,
+                              uint8_t *need, int32_t col_first, int32_t block) {
   const loom_kernel *k = cp->k;
   const loom_kstage *st = &cp->part->stages[s];
   bool scalar = st->kind == LOOM_KSTAGE_SCALAR;
@@ -503,7 +535,8 @@ loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int3
     }
     has_rr |= ko->dst == LOOM_KDST_ROW_REDUCE;
   }
-  cg_site si = {.cp = cp, .stage = s, .scalar = scalar, .flat = "0", .lane = "0"};
+  cg_site si = {
+      .cp = cp, .stage = s, .scalar = scalar, .flat = "0", .lane = "0", .block = block};
   si.ivdep = stage_ivdep(cp, st, need);
   /* row-level exprs: hoisted out of the R loop */
   for (int32_t e = 0; e < k->n_exprs; e++)
@@ -520,11 +553,14 @@ loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int3
     const loom_kout *ko = &st->out[o];
     if (ko->dst != LOOM_KDST_ROW_REDUCE) continue;
     line(b, "float acc%d[%d]; /* f32 lanes of row reduction %d */", o, W, o);
+    if (block > 1) line(b, "#pragma GCC unroll %d", W);
     line(b, "for (int l = 0; l < %d; l++) acc%d[l] = %s;", W, o, loom_cg_ident(ko->combine, false));
   }
   const cg_loops *lp = &cp->loops;
   if (lp->n == 0) { /* one element per row */
     LOOM_TRY(emit_body(ctx, b, &si, need, col_first, false));
+  } else if (block > 1) { /* loom_cg_row_block: one loop, nothing fast or streamed */
+    LOOM_TRY(emit_unrolled(ctx, b, si, need, col_first, W));
   } else if (lp->n == 1) {
     int8_t *fast = calloc((size_t)k->n_exprs + 1, 1);
     uint8_t *stream = calloc((size_t)st->n_out + 1, 1);
@@ -587,15 +623,146 @@ loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int3
     line(b, "{");
     b->indent++;
     line(b, "float res = acc%d[0];", o);
-    char a[32];
+    char a[32], rn[32];
     snprintf(a, sizeof a, "acc%d[l]", o);
+    if (block > 1) line(b, "#pragma GCC unroll %d", W);
     put(b, "%*sfor (int l = 1; l < %d; l++) ", 2 * b->indent, "", W);
     loom_cg_put_combine(b, ko->combine, "res", a, false);
     put(b, ";\n");
-    line(b, "reg%d = (float)res;", ko->target);
+    loom_cg_reg_name(rn, sizeof rn, &si, ko->target);
+    line(b, "%s = (float)res;", rn);
     b->indent--;
     line(b, "}");
   }
+  b->indent--;
+  line(b, "}");
+  return LOOM_STATUS_OK;
+}
+
+loom_status loom_cg_emit_stage(loom_ctx *ctx, cg_buf *b, const cg_part *cp, int32_t s,
+                              uint8_t *need, int32_t col_first) {
+  return emit_stage(ctx, b, cp, s, need, col_first, 0);
+}
+
+/* ---- row blocks ------------------------------------------------------------ */
+
+void loom_cg_reg_name(char *out, size_t n, const cg_site *si, int32_t r) {
+  if (si->block > 1)
+    snprintf(out, n, "reg%d[rl]", r);
+  else
+    snprintf(out, n, "reg%d", r);
+}
+
+void loom_cg_scratch_name(char *out, size_t n, const cg_site *si, int32_t s) {
+  const char *idx = si->scalar ? "0" : si->flat;
+  if (si->block > 1)
+    snprintf(out, n, "bs%d[(%s) * %d + rl]", s, idx, si->block);
+  else
+    snprintf(out, n, "s%d[%s]", s, idx);
+}
+
+int32_t loom_cg_row_block(const cg_part *cp) {
+  const loom_kernel *k = cp->k;
+  const loom_kpart *part = cp->part;
+  int32_t v = part->sched.rows_per_block;
+  if (v <= 1 || cp->loops.n != 1 || cp->loops.extent[0] > CG_BLOCK_MAX_ROW ||
+      loom_kpart_rows(part) < v)
+    return 1;
+  uint8_t *m = calloc((size_t)k->n_exprs + 1, 1);
+  if (!m) return 1; /* only a schedule */
+  for (int32_t s = 0; s < part->n_stages; s++)
+    for (int32_t o = 0; o < part->stages[s].n_out; o++)
+      loom_cg_mark_reach(k, part->stages[s].out[o].expr, m);
+  for (int32_t e = 0; e < k->n_exprs && v > 1; e++)
+    if (m[e] && (k->exprs[e].kind == LOOM_KX_KEEP || loom_cg_fast_kind(k, e))) v = 1;
+  free(m);
+  return v;
+}
+
+/* Stage s's column reductions of a row block, from its buffers bc<col>
+ * into the tile's partials, row by row and element by element in the
+ * order the row loop combines them. */
+static void emit_col_block(cg_buf *b, const cg_part *cp, int32_t s, int32_t V) {
+  const loom_kstage *st = &cp->part->stages[s];
+  bool scalar = st->kind == LOOM_KSTAGE_SCALAR;
+  int32_t col = loom_cg_col_index(cp->k, cp->index, s);
+  cg_site si = {.cp = cp, .stage = s, .scalar = scalar, .flat = "i0", .lane = "0"};
+  si.idx[0] = "i0";
+  for (int32_t o = 0; o < st->n_out; o++) {
+    const loom_kout *ko = &st->out[o];
+    if (ko->dst != LOOM_KDST_COL_REDUCE) continue;
+    char base[24], v[48];
+    snprintf(base, sizeof base, "bo%d", o);
+    snprintf(v, sizeof v, "bc%d[i0 * %d + rl]", col, V);
+    line(b, "for (int64_t rl = 0; rl < %d; rl++) {", V);
+    b->indent++;
+    line(b, "const int64_t row = row0 + rl;");
+    line(b, "(void)row;");
+    if (cp->need_pidx) {
+      line(b, "int64_t q = row;");
+      for (int32_t i = cp->part->p_rank - 1; i >= 0; i--) {
+        line(b, "const int64_t p%d = q %% %lld;", i, (long long)cp->part->p_shape[i]);
+        if (i) line(b, "q /= %lld;", (long long)cp->part->p_shape[i]);
+      }
+    }
+    put(b, "%*sconst int64_t %s = ", 2 * b->indent, "", base);
+    loom_cg_put_row_base(b, cp, &ko->map);
+    put(b, ";\n");
+    line(b, "for (int64_t i0 = 0; i0 < %lld; i0++) {",
+         scalar ? 1LL : (long long)cp->loops.extent[0]);
+    b->indent++;
+    put(b, "%*s", 2 * b->indent, "");
+    loom_cg_put_col_combine(b, &si, ko, base, col, v, LOOM_DTYPE_F64);
+    put(b, ";\n");
+    b->indent--;
+    line(b, "}");
+    b->indent--;
+    line(b, "}");
+    col++;
+  }
+}
+
+loom_status loom_cg_emit_row_blocks(loom_ctx *ctx, cg_buf *b, const cg_part *cp, uint8_t *need) {
+  const loom_kpart *part = cp->part;
+  int32_t V = loom_cg_row_block(cp);
+  line(b, "int64_t row0 = row_begin;");
+  if (V <= 1) return LOOM_STATUS_OK;
+  long long R = (long long)cp->loops.extent[0];
+  line(b, "{ /* rows in blocks of %d, one row per vector lane; the rest row by row */", V);
+  b->indent++;
+  for (int32_t s = 0; s < part->n_scratch; s++)
+    line(b, "float bs%d[%lld] __attribute__((aligned(64)));", s, R * V);
+  int32_t col = loom_cg_col_index(cp->k, cp->index, 0);
+  for (int32_t s = 0; s < part->n_stages; s++)
+    for (int32_t o = 0; o < part->stages[s].n_out; o++)
+      if (part->stages[s].out[o].dst == LOOM_KDST_COL_REDUCE)
+        line(b, "double bc%d[%lld] __attribute__((aligned(64)));", col++, R * V);
+  line(b, "for (; row0 + %d <= row_end; row0 += %d) {", V, V);
+  b->indent++;
+  for (int32_t r = 0; r < part->n_regs; r++)
+    line(b, "%s reg%d[%d];", loom_cg_ctype(cp->reg_dt[r]), r, V);
+  for (int32_t s = 0; s < part->n_stages; s++) {
+    /* rolled: a loop unrolled whole lets gcc carry values into the next
+     * stage's loop through phis, which then does not vectorise */
+    line(b, "#pragma GCC unroll 1");
+    line(b, "for (int64_t rl = 0; rl < %d; rl++) {", V);
+    b->indent++;
+    line(b, "const int64_t row = row0 + rl;");
+    line(b, "(void)row;");
+    if (cp->need_pidx) {
+      line(b, "int64_t q = row;");
+      for (int32_t i = part->p_rank - 1; i >= 0; i--) {
+        line(b, "const int64_t p%d = q %% %lld;", i, (long long)part->p_shape[i]);
+        if (i) line(b, "q /= %lld;", (long long)part->p_shape[i]);
+      }
+    }
+    LOOM_TRY(emit_stage(ctx, b, cp, s, need, loom_cg_col_index(cp->k, cp->index, s), V));
+    b->indent--;
+    line(b, "}");
+    emit_col_block(b, cp, s, V);
+  }
+  b->indent--;
+  line(b, "}");
   b->indent--;
   line(b, "}");
   return LOOM_STATUS_OK;

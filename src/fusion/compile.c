@@ -6,6 +6,7 @@
  */
 #include "fusion/cost.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +38,7 @@ static void schedule_parts(loom_kernel *k, const loom_group_info *info) {
 static loom_status lower_group(loom_ctx *ctx, loom_fusion_index *ix, const loom_fusion_plan *plan,
                                int32_t group, const int32_t *mem, int32_t n_mem,
                                loom_fusion_mode mode, const loom_machine *m, loom_kernel *k,
-                               int64_t *bytes, double *seconds) {
+                               int64_t *bytes, double *seconds, double *excess) {
   loom_group_info info;
   memset(&info, 0, sizeof info);
   if (!loom_fusion_group_analyze_members(ix, plan->group_of_node, group, mem, n_mem, mode, &info))
@@ -46,6 +47,7 @@ static loom_status lower_group(loom_ctx *ctx, loom_fusion_index *ix, const loom_
                       loom_fusion_mode_name(mode));
   loom_cost_detail d;
   *seconds = loom_cost_group(m, &info, &d);
+  *excess = fmax(0.0, d.memory_s - d.compute_s) * d.imbalance;
   *bytes = info.bytes_read + info.bytes_written;
   char name[48];
   snprintf(name, sizeof name, "k%d", group);
@@ -127,8 +129,10 @@ static loom_status compile_mode(loom_ctx *ctx, const loom_graph *g, const loom_f
       calloc((size_t)(plan.n_groups ? plan.n_groups : 1), sizeof *out->kernel_bytes);
   out->kernel_seconds =
       calloc((size_t)(plan.n_groups ? plan.n_groups : 1), sizeof *out->kernel_seconds);
+  out->kernel_memory_excess =
+      calloc((size_t)(plan.n_groups ? plan.n_groups : 1), sizeof *out->kernel_memory_excess);
   if (!out->kernels || !out->steps || !out->materialized || !out->kernel_bytes ||
-      !out->kernel_seconds) {
+      !out->kernel_seconds || !out->kernel_memory_excess) {
     st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "fusion: out of memory");
     goto fail;
   }
@@ -170,13 +174,14 @@ static loom_status compile_mode(loom_ctx *ctx, const loom_graph *g, const loom_f
     out->steps[out->n_steps++] = *ps;
     if (ps->kind == LOOM_STEP_KERNEL) {
       int64_t bytes = 0;
-      double secs = 0;
+      double secs = 0, excess = 0;
       int32_t gi = ps->kernel;
       st = lower_group(ctx, ix, &plan, gi, mem + mem_off[gi], mem_off[gi + 1] - mem_off[gi],
-                       o.mode, m, &out->kernels[gi], &bytes, &secs);
+                       o.mode, m, &out->kernels[gi], &bytes, &secs, &excess);
       if (st) goto fail;
       out->kernel_bytes[ps->kernel] = bytes;
       out->kernel_seconds[ps->kernel] = secs;
+      out->kernel_memory_excess[ps->kernel] = excess;
       out->modeled_bytes += bytes;
       out->modeled_seconds += secs;
     } else {

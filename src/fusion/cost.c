@@ -33,6 +33,12 @@
 #define GEMM_PARALLEL_FLOPS 1e6
 /* Rows at least this long get 16 vector lanes rather than 8. */
 #define LONG_ROW 256
+/* Rows of 2 to SHORT_ROW elements run ROW_BLOCK rows side by side, one row
+ * per vector lane: a row of 8 fills one vector at most, and each of its
+ * row reductions would end in a fold over the lanes, a chain of scalar
+ * ops as long as the row (a top-2 gate over 8 experts: 12 folds a row). */
+#define SHORT_ROW 16
+#define ROW_BLOCK 16
 
 static int64_t ceil_div(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; }
 
@@ -57,6 +63,7 @@ loom_kschedule loom_cost_schedule(int64_t rows, int64_t row_len, int64_t bytes_p
                                   int64_t partial_elems) {
   loom_kschedule s = {.rows_per_tile = 1, .vector_width = loom_cost_vector_width(row_len)};
   if (rows <= 1) return s;
+  if (row_len >= 2 && row_len <= SHORT_ROW && rows >= ROW_BLOCK) s.rows_per_block = ROW_BLOCK;
   if (bytes_per_row < 1) bytes_per_row = 1;
   /* Big enough to amortise a tile, small enough for TILE_TARGET tiles;
    * amortisation wins when the two disagree (rows of a few bytes). */
@@ -119,7 +126,8 @@ double loom_cost_group(const loom_machine *m, const loom_group_info *info,
     d.extra_bytes = (int64_t)(L2_REREAD_FRACTION * (double)rereads);
   }
 
-  double rate = elem_rate * (d.sched.vector_width > 1 ? 1.0 : 1.0 / SCALAR_SLOWDOWN);
+  bool lanes = d.sched.vector_width > 1 || d.sched.rows_per_block > 1;
+  double rate = elem_rate * (lanes ? 1.0 : 1.0 / SCALAR_SLOWDOWN);
   d.memory_s = (double)(bytes + d.extra_bytes) / (bw * d.utilization);
   d.compute_s = (double)info->elem_ops / (rate * d.utilization);
   d.launch_s = m->kernel_launch_s;

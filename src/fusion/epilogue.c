@@ -61,16 +61,18 @@ typedef struct epi_choice {
   int64_t rows;   /* rows per block */
   double gain_s;  /* modeled seconds saved (> 0: fuse) */
   double saved_s; /* of the kernel's: its launch and, if in cache, its read of C */
+  bool in_cache;  /* a block stays in L2: the kernel reads C from there */
 } epi_choice;
 
 /* The block size with the largest modeled gain for a GEMM (node) producing
  * `rows` rows of n_cols (per batch element: m) feeding kernel k, whose
- * rows are row_len long and whose modeled time is kernel_s. A block must
+ * rows are row_len long, whose modeled time is kernel_s and whose traffic
+ * takes `excess` seconds longer than its compute. A block must
  * end on a kernel row (R n_cols a multiple of row_len). Candidates: 16,
  * 32, .., 256 rows (rounded down to the alignment) and all of m. */
 static epi_choice choose_rows(const loom_machine *mc, const loom_graph *g, int32_t node,
-                              const loom_kernel *k, double kernel_s, int64_t m, int64_t rows,
-                              int64_t n_cols, int64_t row_len) {
+                              const loom_kernel *k, double kernel_s, double excess, int64_t m,
+                              int64_t rows, int64_t n_cols, int64_t row_len) {
   epi_choice best = {0};
   if ((m * n_cols) % row_len != 0) return best; /* batch elements end on kernel rows */
   int64_t unit = row_len / gcd(n_cols, row_len);  /* R is a multiple of unit */
@@ -96,16 +98,19 @@ static epi_choice choose_rows(const loom_machine *mc, const loom_graph *g, int32
   for (int32_t i = 0; i < n_cand; i++) {
     int64_t r = cand[i];
     /* the kernel's read of C hits the cache only when a block stays in
-     * the computing core's L2 (with what the epilogue writes) */
+     * the computing core's L2 (with what the epilogue writes); bytes not
+     * read save time only where the kernel waits on memory rather than
+     * computes (a GELU's tanh, a LayerNorm's passes: its excess) */
     double saved = mc->kernel_launch_s;
-    if (r * per_row <= mc->l2_bytes / 2) saved += (double)(4 * rows * n_cols) / bw;
+    bool in_cache = r * per_row <= mc->l2_bytes / 2;
+    if (in_cache) saved += LOOM_MIN((double)(4 * rows * n_cols) / bw, excess);
     saved = LOOM_MIN(saved, kernel_s);
     int64_t tasks = batch * ((m + r - 1) / r);
     double gemm_s =
         mc->kernel_launch_s + fmax(loom_cost_gemm_blocked(mc, flops, tasks, r, b_bytes), io_s);
     double gain = plain_s + saved - gemm_s;
     /* candidates grow: on a tie, the larger block (fewer sgemm calls) */
-    if (gain > 0 && gain >= best.gain_s * (1 - 1e-9)) best = (epi_choice){r, gain, saved};
+    if (gain > 0 && gain >= best.gain_s * (1 - 1e-9)) best = (epi_choice){r, gain, saved, in_cache};
   }
   return best;
 }
@@ -149,8 +154,11 @@ static int32_t find_epilogue(const loom_graph *g, const loom_machine *mc, const 
     for (int32_t a = 0; a < k->n_args && ok; a++)
       ok = k->args[a].is_output || a == arg || made_at[k->args[a].value] < s;
     if (!ok) continue;
-    double kernel_s = p->kernel_seconds ? p->kernel_seconds[p->steps[t].kernel] : 0.0;
-    *choice = choose_rows(mc, g, p->steps[s].node, k, kernel_s, m, rows, n_cols, row_len);
+    int32_t ki = p->steps[t].kernel;
+    double kernel_s = p->kernel_seconds ? p->kernel_seconds[ki] : 0.0;
+    /* without the split (a program made elsewhere), as before: all of it */
+    double excess = p->kernel_memory_excess ? p->kernel_memory_excess[ki] : kernel_s;
+    *choice = choose_rows(mc, g, p->steps[s].node, k, kernel_s, excess, m, rows, n_cols, row_len);
     if (choice->gain_s > 0) return t;
   }
   return -1;
@@ -194,9 +202,12 @@ loom_status loom_fusion_attach_epilogues(loom_ctx *ctx, const loom_graph *g, con
     /* the model: the kernel loses its launch (and its read of C, when a
      * block stays in cache); the GEMM runs at its blocks' rate */
     const loom_type *ct = loom_value_type(g, g->nodes[st->node].out[0]);
-    int64_t saved = choice.saved_s > m->kernel_launch_s ? 4 * loom_type_numel(ct) : 0;
+    int64_t saved = choice.in_cache ? 4 * loom_type_numel(ct) : 0;
     if (p->kernel_bytes) p->kernel_bytes[ki] -= saved;
     if (p->kernel_seconds) p->kernel_seconds[ki] -= choice.saved_s;
+    if (p->kernel_memory_excess)
+      p->kernel_memory_excess[ki] =
+          fmax(0.0, p->kernel_memory_excess[ki] - (choice.saved_s - m->kernel_launch_s));
     p->modeled_bytes -= saved;
     p->modeled_seconds -= choice.gain_s;
   }

@@ -56,6 +56,9 @@ typedef struct loom_program {
   /* Per kernel: the cost model's bytes and seconds (n_kernels each). */
   int64_t *kernel_bytes;
   double *kernel_seconds;
+  /* Per kernel: how much longer its memory traffic takes than its
+   * compute (>= 0): what saving some of its traffic can gain at most. */
+  double *kernel_memory_excess;
   /* Duplicated producers: kernel dup_kernel[i] recomputes node
    * dup_node[i], which kernel_of its owner lists in its nodes. */
   int32_t n_dups;

@@ -21,6 +21,7 @@ void loom_program_clear(loom_program *p) {
   free(p->materialized);
   free(p->kernel_bytes);
   free(p->kernel_seconds);
+  free(p->kernel_memory_excess);
   free(p->dup_kernel);
   free(p->dup_node);
   memset(p, 0, sizeof *p);

@@ -241,6 +241,9 @@ typedef struct loom_kstage {
 typedef struct loom_kschedule {
   int64_t rows_per_tile; /* >= 1 */
   int32_t vector_width;  /* lanes of R loops and row reductions: 1, 2, 4, 8, 16 */
+  int32_t rows_per_block; /* short rows: this many rows run side by side, one
+                           * per vector lane (the C generator; 0 or 1: row by
+                           * row); changes no result */
 } loom_kschedule;
 
 typedef struct loom_kpart {
