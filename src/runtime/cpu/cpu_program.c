@@ -303,18 +303,35 @@ static loom_status prepare_async(loom_ctx *ctx, const loom_graph *g, loom_cpu_pr
 
 const loom_program *loom_cpu_program_get(const loom_cpu_program *p) { return p ? &p->prog : NULL; }
 
+/* The value whose memory v is: a reshape's output is its input's
+ * (passes/memplan.h). */
+static int32_t memory_root(const loom_graph *g, int32_t v) {
+  while (g->values[v].node >= 0 && g->nodes[g->values[v].node].op == LOOM_OP_RESHAPE)
+    v = g->nodes[g->values[v].node].in[0];
+  return v;
+}
+
 /* True if the output of step ps (a node with an epilogue kernel) is read
- * by a node outside that kernel, or is a graph output. */
+ * by another step, through a reshape or not, or is a graph output. Steps,
+ * not graph nodes, are asked: a kernel may recompute a node of ps's
+ * epilogue (fusion/plan_dup.c) and so read the output too. */
 static bool read_past_epilogue(const loom_graph *g, const loom_program *prog,
                                const loom_step *ps) {
-  const loom_kernel *k = &prog->kernels[ps->kernel];
-  int32_t c = g->nodes[ps->node].out[0];
+  const int32_t c = g->nodes[ps->node].out[0];
   bool read = false;
-  for (int32_t o = 0; o < g->n_outputs; o++) read |= g->outputs[o] == c;
-  for (int32_t i = 0; i < g->n_nodes && !read; i++) {
-    bool in_kernel = i == ps->node;
-    for (int32_t q = 0; q < k->n_nodes; q++) in_kernel |= k->nodes[q] == i;
-    for (int32_t a = 0; a < g->nodes[i].n_in && !in_kernel; a++) read |= g->nodes[i].in[a] == c;
+  for (int32_t o = 0; o < g->n_outputs; o++) read |= memory_root(g, g->outputs[o]) == c;
+  for (int32_t s = 0; s < prog->n_steps && !read; s++) {
+    const loom_step *st = &prog->steps[s];
+    if (st == ps) continue;
+    if (st->kind == LOOM_STEP_KERNEL || st->epilogue_rows > 0) {
+      const loom_kernel *k = &prog->kernels[st->kernel];
+      for (int32_t a = 0; a < k->n_args; a++)
+        read |= !k->args[a].temp && !k->args[a].is_output && memory_root(g, k->args[a].value) == c;
+    }
+    if (st->kind != LOOM_STEP_KERNEL && g->nodes[st->node].op != LOOM_OP_RESHAPE) {
+      const loom_node *n = &g->nodes[st->node];
+      for (int32_t a = 0; a < n->n_in; a++) read |= memory_root(g, n->in[a]) == c;
+    }
   }
   return read;
 }
