@@ -6,7 +6,8 @@
  * forward (GELU erf), and one training step of the GPT of `loom train`
  * (loss and every updated weight and AdamW moment). Also: stitch's memory
  * peak is no higher than loop's, and fused results do not depend on the
- * thread count. LOOM_TEST_QUICK=1 shrinks the sizes.
+ * thread count, nor on the C compiler's optimisation level. LOOM_TEST_QUICK=1
+ * shrinks the sizes.
  *
  * Tolerance, per output tensor, relative to that tensor's own scale:
  * max |got - ref| <= tol * max(rms(ref), TINY). The reference rounds each
@@ -457,6 +458,32 @@ static void check_catches_wrong_update(loom_ctx *ctx, const loom_graph *g, loom_
   free_tensors(bad, no);
 }
 
+/* The suite compiles sources over a size at -O1 (LOOM_CC_O1_ABOVE,
+ * tests/CMakeLists.txt) on the promise that no value depends on the
+ * optimisation level: g stitched at -O3 and at -O1 gives the same bytes. */
+static void check_level_free(loom_ctx *ctx, const loom_graph *g, loom_tensor **in) {
+  const char *v = getenv("LOOM_CC_O1_ABOVE");
+  char *kept = v ? strdup(v) : NULL;
+  unsetenv("LOOM_CC_O1_ABOVE");
+  loom_tensor **o3 = run(ctx, g, &modes[M_STITCH], in, 0, NULL);
+  setenv("LOOM_CC_O1_ABOVE", "0", 1);
+  loom_session_stats st;
+  memset(&st, 0, sizeof st);
+  loom_tensor **o1 = run(ctx, g, &modes[M_STITCH], in, 0, &st);
+  if (kept)
+    setenv("LOOM_CC_O1_ABOVE", kept, 1);
+  else
+    unsetenv("LOOM_CC_O1_ABOVE");
+  free(kept);
+  bool same = o3 && o1 && same_bytes(g, o3, o1);
+  printf("train step stitched at -O3 and at -O1 (compiled: %s): %s\n",
+         st.cache_hit ? "no, a hit" : "yes", same ? "the same bytes" : "DIFFERENT");
+  CHECK(same);
+  CHECK(!st.cache_hit); /* another argv, another key: really compiled again */
+  free_tensors(o3, loom_graph_num_outputs(g));
+  free_tensors(o1, loom_graph_num_outputs(g));
+}
+
 /* One training step of the GPT of `loom train` (tiny): loss, new weights,
  * new moments. */
 static void test_train_step(loom_ctx *ctx) {
@@ -503,6 +530,7 @@ static void test_train_step(loom_ctx *ctx) {
     check_model(ctx, "train step", g, in, ref, bases, stats);
     check_catches_wrong_update(ctx, g, in, ref, bases);
   }
+  check_level_free(ctx, g, in);
   free_tensors(ref, no);
   free(bases);
   if (stats[M_STITCH].n_kernels > 0) {

@@ -29,7 +29,8 @@ void jit_scopy(char *dst, size_t n, const char *src) {
   dst[l] = '\0';
 }
 
-/* The flags, written once (jit.h says why each is there). */
+/* The flags, written once (jit.h says why each is there); the level first
+ * (jit_argv_opt_level replaces it). */
 static const char *const jit_flags[] = {
     "-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c11", "-ffp-contract=off",
     "-fno-trapping-math", "-fno-math-errno",
