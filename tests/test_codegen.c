@@ -551,8 +551,9 @@ static void test_stream(void) {
  * c broadcast over the heads, so R = [H, D2] stays two loops. With runs of
  * whole lines (D2 = 32) the stores stream run by run, also in a stage
  * with row-reduction lanes (the second, which sums its values); with D2 =
- * 24 (runs of 96 bytes) they do not. Either way the interpreter's bits. */
-static void test_stream_nested(int64_t d2) {
+ * 24 (runs of 96 bytes), or a guarded load (scalar code), they do not.
+ * Either way the interpreter's bits. */
+static void test_stream_nested(int64_t d2, bool guarded) {
   const int64_t T = 2048, H = 16, D = 2 * d2, N = T * H * D;
   loom_kernel k;
   kb_init(&k, "k_stream_nested");
@@ -563,6 +564,13 @@ static void test_stream_nested(int64_t d2) {
   loom_kmap lo = MAP(0, .p = {H * D}, .r = {D, 1}), hi = MAP(d2, .p = {H * D}, .r = {D, 1});
   int32_t c = kb_load(&k, ac, MAP(0, .p = {d2}, .r = {0, 1}));
   int32_t x1 = kb_load(&k, ax, lo), x2 = kb_load(&k, ax, hi);
+  if (guarded) { /* a guard that always holds: the loop stays scalar, so no streaming */
+    int32_t j = kb_index(&k, LOOM_DTYPE_I64, MAP(0, .r = {0, 1}));
+    int32_t in = kb_op(&k, LOOM_OP_LT, LOOM_DTYPE_BOOL, 2, j, kb_const(&k, LOOM_DTYPE_I64, (double)d2),
+                       0);
+    x2 = kb_expr(&k, (loom_kexpr){.kind = LOOM_KX_LOAD, .dtype = LOOM_DTYPE_F32, .arg = ax,
+                                  .map = hi, .n_a = 1, .a = {in}});
+  }
   int32_t y1 = kb_op(&k, LOOM_OP_ADD, LOOM_DTYPE_F32, 2,
                      kb_op(&k, LOOM_OP_MUL, LOOM_DTYPE_F32, 2, x1, c, 0), x2, 0);
   int32_t y2 = kb_op(&k, LOOM_OP_SUB, LOOM_DTYPE_F32, 2,
@@ -579,7 +587,7 @@ static void test_stream_nested(int64_t d2) {
   char *src = NULL;
   CHECK_OK(cg_ctx, loom_codegen_c(cg_ctx, &k, 1, &src));
   bool streams = src && strstr(src, "lm_stream_f32(&a2[bo0 + i0 * (");
-  CHECK(streams == (d2 % 16 == 0));
+  CHECK(streams == (d2 % 16 == 0 && !guarded));
   free(src);
   bufs in;
   bufs_alloc(&k, &in);
@@ -722,8 +730,9 @@ int main(void) {
   test_dropout(1024, 1, -3000);
   test_multipart();
   test_stream();
-  test_stream_nested(32);
-  test_stream_nested(24);
+  test_stream_nested(32, false);
+  test_stream_nested(24, false);
+  test_stream_nested(32, true);
   test_tied();
   test_errors();
   /* everything above was compiled into the private cache */
