@@ -225,9 +225,10 @@ int loom_cli_ops_main(int argc, char **argv) {
       print_attr_default(&d->attrs[a]);
     }
     if (d->n_attrs == 0) printf("—");
-    printf(" | %s |\n", d->cls == LOOM_OPCLASS_COMPOSITE ? "via decomposition"
-                        : d->grad                        ? "yes"
-                                                         : "—");
+    const char *grad = d->cls == LOOM_OPCLASS_COMPOSITE ? d->grad ? "own rule" : "via decomposition"
+                       : d->grad                        ? "yes"
+                                                        : "—";
+    printf(" | %s |\n", grad);
   }
   return 0;
 }

@@ -83,51 +83,50 @@ static loom_status float_unary_infer(loom_ctx *ctx, const loom_node *n, const lo
   return LOOM_STATUS_OK;
 }
 
-/* The value the tanh form takes the tanh of, sqrt(2/pi) (x + 0.044715
- * x^3), or the erf form's x / sqrt 2: built the same way by the
- * decomposition and the gradient rule, so the session's CSE merges the
- * backward's copy of the forward values with the forward's own. */
-static int32_t gelu_t(loom_graph *g, int32_t x, bool approximate) {
-  if (!approximate) return lb_unary(g, LOOM_OP_ERF, lb_mul(g, x, lb_scalar_like(g, x, SQRT_HALF)));
+/* GELU is x c(x), c the normal CDF: the erf form's 0.5 (1 + erf(x / sqrt
+ * 2)), or the tanh form's 0.5 (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715
+ * x^3), computed as sigmoid(2u) (the same value: one exp and a division,
+ * where tanh also evaluates a polynomial for small arguments, and no 1 + t
+ * cancelling for negative x). Built the same way by the decomposition and
+ * the gradient rule, so the session's CSE merges the backward's copy of c
+ * with the forward's own. */
+static int32_t gelu_cdf(loom_graph *g, int32_t x, bool approximate) {
+  if (!approximate) {
+    int32_t e = lb_unary(g, LOOM_OP_ERF, lb_mul(g, x, lb_scalar_like(g, x, SQRT_HALF)));
+    return lb_mul(g, lb_add(g, e, lb_scalar_like(g, x, 1.0)), lb_scalar_like(g, x, 0.5));
+  }
   int32_t x3 = lb_mul(g, lb_mul(g, x, x), x);
   int32_t inner = lb_add(g, x, lb_mul(g, x3, lb_scalar_like(g, x, 0.044715)));
-  inner = lb_mul(g, inner, lb_scalar_like(g, x, SQRT_2_OVER_PI));
-  return lb_unary(g, LOOM_OP_TANH, inner);
+  inner = lb_mul(g, inner, lb_scalar_like(g, x, 2.0 * SQRT_2_OVER_PI));
+  return lb_unary(g, LOOM_OP_SIGMOID, inner);
 }
 
 static void gelu_decompose(loom_graph *g, const loom_node *n, const int32_t *in, int32_t *out) {
-  /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) or 0.5 x (1 + erf(x / sqrt 2)) */
-  int32_t x = in[0], t = gelu_t(g, x, LOOM_ATTR_I(n, gelu, approximate));
-  int32_t one_plus = lb_add(g, t, lb_scalar_like(g, x, 1.0));
-  out[0] = lb_mul(g, lb_mul(g, x, lb_scalar_like(g, x, 0.5)), one_plus);
+  out[0] = lb_mul(g, in[0], gelu_cdf(g, in[0], LOOM_ATTR_I(n, gelu, approximate)));
 }
 
 /*
- * d gelu / dx = 0.5 (1 + t) + 0.5 x t', from the same t as the forward:
- * tanh form, t' = (1 - t^2) sqrt(2/pi) (1 + 3 0.044715 x^2); erf form,
- * t' = sqrt(2/pi) exp(-x^2 / 2). Differentiating the decomposition op by
- * op instead builds d(x^3) as x^2 + x x + x x and the product rule's
- * partial sums: about twice the element-wise work, which makes this
- * kernel of a training step compute-bound (docs/PERFORMANCE.md).
+ * d gelu / dx = c + x c', from the forward's c: tanh form, c' = c (1 - c)
+ * 2 sqrt(2/pi) (1 + 3 0.044715 x^2); erf form, c' = exp(-x^2 / 2) /
+ * sqrt(2 pi). Differentiating the decomposition op by op instead builds
+ * d(x^3) as x^2 + x x + x x and the product rule's partial sums: about
+ * twice the element-wise work, which makes this kernel of a training step
+ * compute-bound (docs/PERFORMANCE.md).
  */
 static void gelu_grad(loom_graph *g, const loom_node *n, const int32_t *dout, int32_t *din) {
   if (dout[0] < 0) return;
   int32_t x = n->in[0];
   bool approximate = LOOM_ATTR_I(n, gelu, approximate);
-  int32_t t = gelu_t(g, x, approximate), x2 = lb_mul(g, x, x), dt;
+  int32_t c = gelu_cdf(g, x, approximate), x2 = lb_mul(g, x, x), dc;
   if (approximate) {
-    int32_t sech2 = lb_sub(g, lb_scalar_like(g, x, 1.0), lb_mul(g, t, t));
-    int32_t slope = lb_add(g, lb_mul(g, x2, lb_scalar_like(g, x, 3.0 * 0.044715 * SQRT_2_OVER_PI)),
-                           lb_scalar_like(g, x, SQRT_2_OVER_PI));
-    dt = lb_mul(g, sech2, slope);
+    int32_t slope = lb_add(g, lb_mul(g, x2, lb_scalar_like(g, x, 6.0 * 0.044715 * SQRT_2_OVER_PI)),
+                           lb_scalar_like(g, x, 2.0 * SQRT_2_OVER_PI));
+    dc = lb_mul(g, lb_mul(g, c, lb_sub(g, lb_scalar_like(g, x, 1.0), c)), slope);
   } else {
-    dt = lb_mul(g, lb_unary(g, LOOM_OP_EXP, lb_mul(g, x2, lb_scalar_like(g, x, -0.5))),
-                lb_scalar_like(g, x, SQRT_2_OVER_PI));
+    dc = lb_mul(g, lb_unary(g, LOOM_OP_EXP, lb_mul(g, x2, lb_scalar_like(g, x, -0.5))),
+                lb_scalar_like(g, x, 0.5 * SQRT_2_OVER_PI));
   }
-  int32_t half_x = lb_mul(g, x, lb_scalar_like(g, x, 0.5));
-  int32_t one_plus = lb_add(g, t, lb_scalar_like(g, x, 1.0));
-  int32_t slope = lb_add(g, lb_mul(g, one_plus, lb_scalar_like(g, x, 0.5)), lb_mul(g, half_x, dt));
-  din[0] = lb_mul(g, dout[0], slope);
+  din[0] = lb_mul(g, dout[0], lb_add(g, c, lb_mul(g, x, dc)));
 }
 
 const loom_op_def loom_opdef_gelu = {
