@@ -333,10 +333,14 @@ static void test_gpt_plans(void) {
       CHECK(m->params + m->optimizer + m->grads + m->comm_buffers + m->activations ==
             pp->stats[d].peak_bytes);
       CHECK(m->params > 0 && m->activations > 0);
-      /* dp: every parameter and its new value once, and AdamW's two
-       * moments of each, old and new; other plans may also hold pieces of
-       * a parameter they do not update (a tied embedding's other stage) */
-      CHECK(strcmp(specs[k], "dp2") ? m->optimizer <= 2 * m->params : m->optimizer == 2 * m->params);
+      /* AdamW's state is two moments a parameter, old and new. Where the
+       * peak falls inside the optimizer (as it does for dp since GELU's own
+       * gradient rule shrank the backward's activations), the parameters
+       * updated so far hold their new value beside the replicated input,
+       * which lives in the caller's memory: at most 4 bytes of state a
+       * byte of parameters. Other plans may also hold pieces of a
+       * parameter they do not update (a tied embedding's other stage). */
+      CHECK(m->optimizer <= (strcmp(specs[k], "dp2") ? 2 : 4) * m->params);
     }
     bubble[k] = blocking.bubble;
     /* both ranks on one core: whenever anything runs the core is busy
