@@ -127,7 +127,7 @@ static int32_t find_epilogue(const loom_graph *g, const loom_machine *mc, const 
   int64_t rows = n_cols > 0 ? loom_type_numel(ct) / n_cols : 0;
   if (rows <= 0) return -1;
   /* a convolution's unit is an image (its blocks of channels end on rows
-   * the epilogue's blocks align to: cpu_conv.c) */
+   * the epilogue's blocks align to: cpu_conv_forward.c) */
   if (n->op != LOOM_OP_MATMUL) m = ct->shape[0] > 0 ? rows / ct->shape[0] : 0;
   if (m <= 0) return -1;
   for (int32_t t = s + 1; t < p->n_steps; t++) {
@@ -216,7 +216,7 @@ loom_status loom_fusion_attach_epilogues(loom_ctx *ctx, const loom_graph *g, con
 }
 
 /* Node steps the backend runs with an epilogue of its own (a convolution
- * whose kernel computes blocks of whole output rows, cpu_conv.c) take one
+ * whose kernel computes blocks of whole output rows, cpu_conv_forward.c) take one
  * by the same rule: marked as GEMM steps for the search, then restored. */
 loom_status loom_fusion_attach_node_epilogues(loom_ctx *ctx, const loom_graph *g,
                                               const loom_machine *m, loom_program *p,

@@ -52,7 +52,7 @@ void loom_cpu_packs_set_frozen(loom_cpu_packs *pk, const bool *frozen);
 /* How many operands are packed now (GEMM B's and kernels' own), and their bytes. */
 int32_t loom_cpu_packs_count(const loom_cpu_packs *pk, int64_t *bytes);
 
-/* A kernel's own pack for a node (cpu_conv.c: a conv's weights in its
+/* A kernel's own pack for a node (cpu_conv_wpack.c: a conv's weights in its
  * primitives' layout): data freed by free_fn when the frozen set changes
  * or the kernel replaces it. */
 typedef struct loom_cpu_pack {
@@ -76,7 +76,7 @@ loom_cpu_kernel loom_cpu_layout_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_index_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_source_kernel(const loom_graph *g, const loom_node *n);
 loom_cpu_kernel loom_cpu_attention_kernel(const loom_graph *g, const loom_node *n);
-/* conv, conv_transpose, conv_grad_weight and the pools (cpu_conv.c). */
+/* conv, conv_transpose, conv_grad_weight and the pools (cpu_conv*.c). */
 loom_cpu_kernel loom_cpu_conv_kernel(const loom_graph *g, const loom_node *n);
 /* A conv's epilogue kernel: run on the output's rows (gemm.h's
  * epilogue), or, where the kernel computes what oneDNN's post-ops can
