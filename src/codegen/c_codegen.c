@@ -312,13 +312,7 @@ static loom_status emit_part(loom_ctx *ctx, cg_buf *b, cg_part *cp, const loom_k
   if (blocks) LOOM_TRY(loom_cg_emit_row_blocks(ctx, b, cp, need));
   line(b, "for (int64_t row = %s; row < row_end; row++) {", blocks ? "row0" : "row_begin");
   b->indent++;
-  if (cp->need_pidx) {
-    line(b, "int64_t q = row;");
-    for (int32_t i = part->p_rank - 1; i >= 0; i--) {
-      line(b, "const int64_t p%d = q %% %lld;", i, (long long)part->p_shape[i]);
-      if (i) line(b, "q /= %lld;", (long long)part->p_shape[i]);
-    }
-  }
+  loom_cg_emit_row_pidx(b, cp);
   if (once == 0)
     for (int32_t r = 0; r < part->n_regs; r++) line(b, "%s reg%d;", loom_cg_ctype(cp->reg_dt[r]), r);
   for (int32_t s = once; s < part->n_stages; s++)

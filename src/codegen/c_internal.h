@@ -202,6 +202,9 @@ int32_t loom_cg_row_block(const cg_part *cp);
  * inside, so that the rows fill the vector lanes; leaves `row0` at the
  * first row left for the row-by-row loop. Same results as that loop. */
 loom_status loom_cg_emit_row_blocks(loom_ctx *ctx, cg_buf *b, const cg_part *cp, uint8_t *need);
+/* Declares p<i>, the part's domain indices of the row in `row`, if its
+ * maps use them (cp->need_pidx). */
+void loom_cg_emit_row_pidx(cg_buf *b, const cg_part *cp);
 /* Into out: the C lvalue of register r, or of scratch row s at the
  * site's flat index, at site si. */
 void loom_cg_reg_name(char *out, size_t n, const cg_site *si, int32_t r);

@@ -688,6 +688,16 @@ int32_t loom_cg_row_block(const cg_part *cp) {
   return v;
 }
 
+/* The part's domain indices p<i> of row `row` (when its maps use them). */
+void loom_cg_emit_row_pidx(cg_buf *b, const cg_part *cp) {
+  if (!cp->need_pidx) return;
+  line(b, "int64_t q = row;");
+  for (int32_t i = cp->part->p_rank - 1; i >= 0; i--) {
+    line(b, "const int64_t p%d = q %% %lld;", i, (long long)cp->part->p_shape[i]);
+    if (i) line(b, "q /= %lld;", (long long)cp->part->p_shape[i]);
+  }
+}
+
 /* Stage s's column reductions of a row block, from its buffers bc<col>
  * into the tile's partials, row by row and element by element in the
  * order the row loop combines them. */
@@ -707,13 +717,7 @@ static void emit_col_block(cg_buf *b, const cg_part *cp, int32_t s, int32_t V) {
     b->indent++;
     line(b, "const int64_t row = row0 + rl;");
     line(b, "(void)row;");
-    if (cp->need_pidx) {
-      line(b, "int64_t q = row;");
-      for (int32_t i = cp->part->p_rank - 1; i >= 0; i--) {
-        line(b, "const int64_t p%d = q %% %lld;", i, (long long)cp->part->p_shape[i]);
-        if (i) line(b, "q /= %lld;", (long long)cp->part->p_shape[i]);
-      }
-    }
+    loom_cg_emit_row_pidx(b, cp);
     put(b, "%*sconst int64_t %s = ", 2 * b->indent, "", base);
     loom_cg_put_row_base(b, cp, &ko->map);
     put(b, ";\n");
@@ -758,13 +762,7 @@ loom_status loom_cg_emit_row_blocks(loom_ctx *ctx, cg_buf *b, const cg_part *cp,
     b->indent++;
     line(b, "const int64_t row = row0 + rl;");
     line(b, "(void)row;");
-    if (cp->need_pidx) {
-      line(b, "int64_t q = row;");
-      for (int32_t i = part->p_rank - 1; i >= 0; i--) {
-        line(b, "const int64_t p%d = q %% %lld;", i, (long long)part->p_shape[i]);
-        if (i) line(b, "q /= %lld;", (long long)part->p_shape[i]);
-      }
-    }
+    loom_cg_emit_row_pidx(b, cp);
     LOOM_TRY(emit_stage(ctx, b, cp, s, need, loom_cg_col_index(cp->k, cp->index, s), V));
     b->indent--;
     line(b, "}");
