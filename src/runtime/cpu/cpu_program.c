@@ -49,17 +49,16 @@ struct loom_cpu_program {
   loom_ctx *task_ctx;        /* the worker task's own context, for its errors */
   struct comm_task *comm;    /* per step: a comm step's task on the stream */
   int64_t *wait_after;       /* per step: the stream ticket to wait for after it, 0 */
-  /* per node: a conv whose output is read past its epilogue kernel (or is
-   * a graph output), so the epilogue cannot replace it (NULL: no conv
-   * epilogues) */
+  /* per node, for steps with an epilogue (conv or GEMM): the output is
+   * read past its epilogue kernel (or is a graph output), so it must be
+   * stored; a conv's epilogue cannot replace it, a GEMM's product cannot
+   * stay in tiles (NULL: no epilogues) */
   bool *c_read;
   /* per node: LOOM_CPU_*_BLOCKED of conv and pool steps (NULL: all plain) */
   uint8_t *layout;
-  /* per node: a matmul whose product nothing reads past its epilogue
-   * kernel (NULL: none); its tiles go to c_tiles, one buffer a thread of
-   * c_tile_floats (loom_gemm_epilogue.tiles), and each thread's epilogue
-   * calls read their arguments from targs (n_args a thread) */
-  bool *c_dead;
+  /* a GEMM product not read past its epilogue goes to c_tiles, one buffer
+   * a thread (loom_gemm_epilogue.tiles), and each thread's epilogue calls
+   * read their arguments from targs (n_args a thread) */
   float *c_tiles;
   int64_t c_tiles_cap; /* floats */
   void **targs;
@@ -80,7 +79,6 @@ void loom_cpu_program_free(loom_cpu_program *p) {
   free(p->wait_after);
   free(p->c_read);
   free(p->layout);
-  free(p->c_dead);
   free(p->c_tiles);
   free(p->targs);
   loom_worker_free(p->worker);
@@ -349,30 +347,18 @@ static loom_status conv_epilogues(loom_ctx *ctx, const loom_graph *g, const loom
     any |= producer[i] = g->nodes[i].op == LOOM_OP_CONV && kernels[i];
   loom_status st = any ? loom_fusion_attach_node_epilogues(ctx, g, m, prog, producer) : LOOM_STATUS_OK;
   free(producer);
-  if (st || !any) return st;
-  /* which conv outputs are read past their epilogue kernel */
-  p->c_read = loom_calloc(ctx, (size_t)g->n_nodes, sizeof *p->c_read);
-  if (!p->c_read) return LOOM_STATUS_OUT_OF_MEMORY;
-  for (int32_t s = 0; s < prog->n_steps; s++) {
-    const loom_step *ps = &prog->steps[s];
-    if (ps->kind != LOOM_STEP_NODE || ps->epilogue_rows <= 0) continue;
-    p->c_read[ps->node] = read_past_epilogue(g, prog, ps);
-  }
-  return LOOM_STATUS_OK;
+  return st;
 }
 
-/* Matmuls with an epilogue whose product nothing else reads: they keep
- * their tiles in per-thread buffers (gemm.h, loom_gemm_epilogue.tiles). */
-static loom_status dead_products(loom_ctx *ctx, const loom_graph *g, loom_cpu_program *p) {
+/* p->c_read for every step with an epilogue, conv or GEMM. */
+static loom_status outputs_read(loom_ctx *ctx, const loom_graph *g, loom_cpu_program *p) {
   const loom_program *prog = &p->prog;
   for (int32_t s = 0; s < prog->n_steps; s++) {
     const loom_step *ps = &prog->steps[s];
-    if (ps->kind == LOOM_STEP_KERNEL || ps->epilogue_rows <= 0 ||
-        g->nodes[ps->node].op != LOOM_OP_MATMUL || read_past_epilogue(g, prog, ps))
-      continue;
-    if (!p->c_dead) p->c_dead = loom_calloc(ctx, (size_t)g->n_nodes, sizeof *p->c_dead);
-    if (!p->c_dead) return LOOM_STATUS_OUT_OF_MEMORY;
-    p->c_dead[ps->node] = true;
+    if (ps->kind == LOOM_STEP_KERNEL || ps->epilogue_rows <= 0) continue;
+    if (!p->c_read) p->c_read = loom_calloc(ctx, (size_t)g->n_nodes, sizeof *p->c_read);
+    if (!p->c_read) return LOOM_STATUS_OUT_OF_MEMORY;
+    p->c_read[ps->node] = read_past_epilogue(g, prog, ps);
   }
   return LOOM_STATUS_OK;
 }
@@ -405,7 +391,7 @@ loom_status loom_cpu_program_prepare(loom_ctx *ctx, const loom_graph *g, loom_fu
     goto fail;
   }
   st = conv_epilogues(ctx, g, &machine, kernels, p);
-  if (!st) st = dead_products(ctx, g, p);
+  if (!st) st = outputs_read(ctx, g, p);
   if (!st) st = loom_cpu_window_layouts(ctx, g, &p->prog, kernels, p->c_read, &p->layout);
   if (!st) st = load_code(ctx, p, out);
   int32_t n_async_comm = 0;
@@ -586,7 +572,7 @@ static loom_status run_step(loom_cpu_program *p, const loom_cpu *c, const loom_g
   call.prod = -1;
   for (int32_t a = 0; a < k->n_args; a++)
     if (!k->args[a].temp && k->args[a].value == n->out[0]) call.prod = a;
-  if (p->c_dead && p->c_dead[st->node] && call.prod >= 0 && n->op == LOOM_OP_MATMUL &&
+  if (p->c_read && !p->c_read[st->node] && call.prod >= 0 && n->op == LOOM_OP_MATMUL &&
       tile * (int64_t)sizeof(float) <= LOOM_GEMM_TILE_C_MAX_BYTES) {
     if (reserve_tiles(c->ctx, p, nt, tile, k->n_args))
       return loom_error(c->ctx, LOOM_STATUS_OUT_OF_MEMORY, "cpu backend: no memory for GEMM tiles");
