@@ -277,22 +277,22 @@ static void emit_stream_flush(cg_buf *b, cg_site si) {
   for (int32_t o = 0; si.stream && o < st->n_out; o++) {
     if (!si.stream[o]) continue;
     int32_t t = st->out[o].target;
-    char base[24], dst[96];
+    char base[24];
     snprintf(base, sizeof base, "bo%d", o);
-    cg_buf off = {0};
+    cg_buf off = {0}; /* the run's first element in a<t> */
     loom_cg_put_offset(&off, &si, base, &st->out[o].map);
-    snprintf(dst, sizeof dst, "&a%d[%s]", t, off.buf.p ? off.buf.p : "0");
     b->buf.oom |= off.buf.oom || !off.buf.p;
-    free(off.buf.p);
+    const char *at = off.buf.p ? off.buf.p : "0";
     put(b, "%*s", 2 * b->indent, "");
     int32_t *from = si.stream[o] == 2 ? malloc(sizeof(int32_t) * (size_t)k->n_args) : NULL;
     int32_t n = from ? loom_kernel_in_place_inputs(k, t, from, k->n_args) : 0;
     for (int32_t c = 0; c < n; c++)
       put(b, "%s(uintptr_t)a%d == (uintptr_t)a%d", c ? " || " : "if (", t, from[c]);
     if (n)
-      put(b, ")\n%*s  for (int64_t q = 0; q < %s; q++) (%s)[q] = so%d[q];\n%*selse\n%*s  ",
-          2 * b->indent, "", count, dst, o, 2 * b->indent, "", 2 * b->indent, "");
-    put(b, "lm_stream_f32(%s, so%d, %s);\n", dst, o, count);
+      put(b, ")\n%*s  for (int64_t q = 0; q < %s; q++) (&a%d[%s])[q] = so%d[q];\n%*selse\n%*s  ",
+          2 * b->indent, "", count, t, at, o, 2 * b->indent, "", 2 * b->indent, "");
+    put(b, "lm_stream_f32(&a%d[%s], so%d, %s);\n", t, at, o, count);
+    free(off.buf.p);
     free(from);
   }
 }
