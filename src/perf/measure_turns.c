@@ -126,11 +126,6 @@ static int32_t work_reps(double seconds) {
   }
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 loom_status loom_measure_turns(loom_ctx *ctx, int32_t cores, int32_t ranks,
                                loom_turn_result *out) {
   if (!out) return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "measure turns: out is NULL");
@@ -155,9 +150,7 @@ loom_status loom_measure_turns(loom_ctx *ctx, int32_t cores, int32_t ranks,
     crowded[r] = mean_round(b, cores, ranks, reps);
   }
   munmap(b, sizeof *b);
-  qsort(fit, TURN_ROUNDS, sizeof *fit, cmp_double);
-  qsort(crowded, TURN_ROUNDS, sizeof *crowded, cmp_double);
-  double one = fit[TURN_ROUNDS / 2], t = crowded[TURN_ROUNDS / 2];
+  double one = loom_median(fit, TURN_ROUNDS), t = loom_median(crowded, TURN_ROUNDS);
   if (!(one > 0 && t > 0))
     return loom_error(ctx, LOOM_STATUS_IO, "measure turns: the probe's processes did not run");
   /* `ranks` processes' work takes ranks / cores times as long as `cores`
