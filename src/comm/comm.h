@@ -8,7 +8,7 @@
  *   - MPI (comm_mpi.c, Open MPI): one process per rank under mpirun; built
  *     when CMake finds MPI, otherwise loom_comm_mpi_new reports
  *     LOOM_STATUS_UNSUPPORTED.
- *   - NCCL (comm_nccl.c): one process per GPU, host buffers staged through
+ *   - NCCL (runtime/cuda/comm_nccl.c): one process per GPU, host buffers staged through
  *     device memory, point to point like the others (see "Streams and
  *     device buffers" below for what a device-buffer NCCL would add).
  *
@@ -131,7 +131,7 @@ loom_status loom_comm_inproc_new(loom_ctx *ctx, int32_t n, loom_comm **out);
 loom_status loom_comm_mpi_new(loom_ctx *ctx, loom_comm **out);
 /* True if Loom was built with MPI. */
 bool loom_comm_mpi_available(void);
-/* This process's rank over NCCL (comm_nccl.c): one process per GPU under
+/* This process's rank over NCCL (runtime/cuda/comm_nccl.c): one process per GPU under
  * mpirun, NCCL's id exchanged over MPI; the host buffers staged through
  * device memory. UNSUPPORTED without NCCL (libnccl.so.2) or a CUDA device;
  * without MPI only a single process (one rank). loom train --plan uses it

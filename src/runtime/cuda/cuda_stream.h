@@ -2,7 +2,7 @@
  * What code beside the cuda backend may use of the CUDA device layer
  * (cuda_device.c): the process's device, opaque here, its memory, and
  * streams of one's own with copies on them. The NCCL communicator
- * (comm/comm_nccl.c) moves its messages through device buffers this way;
+ * (runtime/cuda/comm_nccl.c) moves its messages through device buffers this way;
  * the backend's internals (modules, launches, cuBLAS) stay in cuda.h.
  */
 #ifndef LOOM_RUNTIME_CUDA_CUDA_STREAM_H
