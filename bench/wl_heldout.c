@@ -23,7 +23,7 @@ struct loom_bench_heldout {
   const char *full, *small; /* "NAME=VALUE ..." */
   const char *classes;      /* the size variable label inputs index, or NULL */
   int32_t n_wrt;            /* 0: forward only */
-  int32_t wrt[4];
+  int32_t wrt[12];
   const char *text;
 };
 typedef struct loom_bench_heldout heldout_spec;
@@ -229,3 +229,63 @@ const heldout_spec loom_bench_heldout_convnext = {
     "%s = mul(%o, %gamma)\n"
     "%y = add(%x, %s)\n"
     "output y = %y\n"};
+
+/* A Llama-style block, forward + backward to x and every weight: RMSNorm,
+ * separate Q/K/V projections, rotary embeddings written as a user writes
+ * them (slices, neg, concat; cos and sin broadcast over batch and heads),
+ * causal attention, a residual, RMSNorm and a SwiGLU MLP. */
+const heldout_spec loom_bench_heldout_llama = {
+    "B=2 T=256 D=512 H=8 E=64 E2=32 F=1408", "B=1 T=8 D=16 H=2 E=8 E2=4 F=24", NULL, 10,
+    {0, 3, 4, 5, 6, 7, 8, 9, 10, 11},
+    "input %x : f32[$B, $T, $D]\n"
+    "input %cos : f32[$T, 1, $E]\n"
+    "input %sin : f32[$T, 1, $E]\n"
+    "param %g1 : f32[$D]\n"
+    "param %wq : f32[$D, $D]\n"
+    "param %wk : f32[$D, $D]\n"
+    "param %wv : f32[$D, $D]\n"
+    "param %wo : f32[$D, $D]\n"
+    "param %g2 : f32[$D]\n"
+    "param %wg : f32[$D, $F]\n"
+    "param %wu : f32[$D, $F]\n"
+    "param %wd : f32[$F, $D]\n"
+    "input %dy : f32[$B, $T, $D]\n"
+    "%n1 = rms_norm(%x, %g1, eps=1e-06)\n"
+    "%q = linear(%n1, %wq)\n"
+    "%k = linear(%n1, %wk)\n"
+    "%v = linear(%n1, %wv)\n"
+    "%q4 = reshape(%q, shape=[$B, $T, $H, $E])\n"
+    "%k4 = reshape(%k, shape=[$B, $T, $H, $E])\n"
+    "%v4 = reshape(%v, shape=[$B, $T, $H, $E])\n"
+    "%q1 = slice(%q4, starts=[0, 0, 0, 0], ends=[$B, $T, $H, $E2])\n"
+    "%q2 = slice(%q4, starts=[0, 0, 0, $E2], ends=[$B, $T, $H, $E])\n"
+    "%qn = neg(%q2)\n"
+    "%qr = concat(%qn, %q1, axis=-1)\n"
+    "%qc = mul(%q4, %cos)\n"
+    "%qs = mul(%qr, %sin)\n"
+    "%qo = add(%qc, %qs)\n"
+    "%k1 = slice(%k4, starts=[0, 0, 0, 0], ends=[$B, $T, $H, $E2])\n"
+    "%k2 = slice(%k4, starts=[0, 0, 0, $E2], ends=[$B, $T, $H, $E])\n"
+    "%kn = neg(%k2)\n"
+    "%kr = concat(%kn, %k1, axis=-1)\n"
+    "%kc = mul(%k4, %cos)\n"
+    "%ks = mul(%kr, %sin)\n"
+    "%ko = add(%kc, %ks)\n"
+    "%qh = transpose(%qo, perm=[0, 2, 1, 3])\n"
+    "%kh = transpose(%ko, perm=[0, 2, 1, 3])\n"
+    "%vh = transpose(%v4, perm=[0, 2, 1, 3])\n"
+    "%att = attention(%qh, %kh, %vh, causal=true)\n"
+    "%at = transpose(%att, perm=[0, 2, 1, 3])\n"
+    "%am = reshape(%at, shape=[$B, $T, $D])\n"
+    "%o = linear(%am, %wo)\n"
+    "%h1 = add(%x, %o)\n"
+    "%n2 = rms_norm(%h1, %g2, eps=1e-06)\n"
+    "%gt = linear(%n2, %wg)\n"
+    "%up = linear(%n2, %wu)\n"
+    "%sg = silu(%gt)\n"
+    "%m = mul(%sg, %up)\n"
+    "%dn = linear(%m, %wd)\n"
+    "%y = add(%h1, %dn)\n"
+    "%yd = mul(%y, %dy)\n"
+    "%obj = reduce_sum(%yd)\n"
+    "output objective = %obj\n"};

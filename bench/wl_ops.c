@@ -305,6 +305,8 @@ static const loom_bench_workload workloads[] = {
      false, loom_bench_build_heldout, &loom_bench_heldout_sqrelu},
     {"convnext_tail", "held-out, text IR: ConvNeXt block tail x + gamma (GELU(LN(x) W1 + b1) W2 + b2)",
      "inputs+outputs", false, loom_bench_build_heldout, &loom_bench_heldout_convnext},
+    {"llama_block", "held-out, text IR: Llama-style block (RMSNorm, rotary from slice/neg/concat, causal attention, SwiGLU), fwd + bwd",
+     "inputs+outputs", false, loom_bench_build_heldout, &loom_bench_heldout_llama},
     {"bert_layer", "BERT-base encoder layer forward (post-LN, GELU erf)", "inputs+outputs", false,
      loom_bench_build_bert, NULL},
     {"gpt2_block", "GPT-2-small block forward + backward (pre-LN, causal, GELU tanh, dropout 0.1)",

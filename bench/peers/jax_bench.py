@@ -235,6 +235,29 @@ def build_text_ir(name, small, wait):
             return x + gamma * (h @ w2 + b2)
         f = jax.jit(tail)
         return (lambda: wait(f(x, *ps))), nbytes([x] + ps + [x]), 2 * 2 * x.size * ff
+    if name == "llama_block":
+        b, t, d, nh, ff = S["B"], S["T"], S["D"], S["H"], S["F"]
+        e = d // nh
+        x, dy, cs, sn = rand((b, t, d), 1), rand((b, t, d), 4), rand((t, 1, e), 2), rand((t, 1, e), 3)
+        shapes = ((d,), (d, d), (d, d), (d, d), (d, d), (d,), (d, ff), (d, ff), (ff, d))
+        ps = [rand(s, 5 + i, 0.02, 1.0 if len(s) == 1 else 0.0) for i, s in enumerate(shapes)]
+
+        def rms(x, g):
+            return x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + C.RMS_EPS) * g
+
+        def rot(u):
+            return u * cs + jnp.concatenate((-u[..., e // 2:], u[..., :e // 2]), -1) * sn
+
+        def block(x, g1, wq, wk, wv, wo, g2, wg, wu, wd):
+            n = rms(x, g1)
+            q, k, v = ((n @ w).reshape(b, t, nh, e) for w in (wq, wk, wv))
+            a = jax.nn.dot_product_attention(rot(q), rot(k), v, is_causal=True)
+            h = x + a.reshape(b, t, d) @ wo
+            n = rms(h, g2)
+            return h + (jax.nn.silu(n @ wg) * (n @ wu)) @ wd
+        f = jax.jit(lambda dy, *a: jax.vjp(block, *a)[1](dy))
+        return ((lambda: wait(f(dy, x, *ps))), nbytes([x, cs, sn] + ps + [dy, x] + ps),
+                C.llama_flops(S))
     return None
 
 

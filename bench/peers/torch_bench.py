@@ -240,6 +240,28 @@ def build_text_ir(name, small, comp):
             with torch.no_grad():
                 return f(x, *ps)
         return run, nbytes([x] + ps + [x]), 2 * 2 * x.numel() * ff
+    if name == "llama_block":
+        b, t, d, nh, ff = S["B"], S["T"], S["D"], S["H"], S["F"]
+        e = d // nh
+        x, dy = rand((b, t, d), 1, grad=True), rand((b, t, d), 4)
+        cs, sn = rand((t, 1, e), 2), rand((t, 1, e), 3)
+        shapes = ((d,), (d, d), (d, d), (d, d), (d, d), (d,), (d, ff), (d, ff), (ff, d))
+        ps = [rand(s, 5 + i, 0.02, 1.0 if len(s) == 1 else 0.0, grad=True)
+              for i, s in enumerate(shapes)]
+
+        def block(x, g1, wq, wk, wv, wo, g2, wg, wu, wd):
+            n = rms_norm(x, g1)
+            q, k, v = ((n @ w).view(b, t, nh, e) for w in (wq, wk, wv))
+            q, k = (u * cs + rotate_half(u) * sn for u in (q, k))
+            a = F.scaled_dot_product_attention(*(u.transpose(1, 2) for u in (q, k, v)),
+                                               is_causal=True)
+            h = x + a.transpose(1, 2).reshape(b, t, d) @ wo
+            n = rms_norm(h, g2)
+            return h + (F.silu(n @ wg) * (n @ wu)) @ wd
+        f = comp(block)
+        wrt = [x] + ps
+        return ((lambda: torch.autograd.grad(f(x, *ps), wrt, dy)),
+                nbytes([x, cs, sn] + ps + [dy] + wrt), C.llama_flops(S))
     return None
 
 
