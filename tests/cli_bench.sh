@@ -164,6 +164,8 @@ assert isinstance(d["traceEvents"], list) and d["traceEvents"], "no events"' "$t
 else
   check "--trace: the file has traceEvents" grep -q '"traceEvents"' "$trace"
 fi
+check "--trace: GEMM steps carry their problem (m, n, k, batch)" \
+  grep -q '"cat":"gemm","ph":"X",[^}]*"args":{"m":[1-9][0-9]*,"n":[1-9][0-9]*,"k":[1-9][0-9]*,"batch":[1-9][0-9]*}' "$trace"
 cp "$trace" "$tmp/trace.before"
 run bench attention --size small --runs 1 --json --quiet --trace "$trace"
 check "--trace refuses an existing file (exit 1)" test "$rc" -eq 1

@@ -15,6 +15,7 @@
 #include "comm/comm.h"
 #include "fusion/fusion.h"
 #include "kernel/in_place.h"
+#include "ops/attrs.h"
 #include "ops/op.h"
 #include "perf/machine.h"
 #include "perf/measure.h"
@@ -540,6 +541,24 @@ static const char *step_name(const loom_graph *g, const loom_program *prog, cons
 
 static const char *const step_category[] = {"kernel", "gemm", "eager"};
 
+/* A matmul step's problem as trace arguments (m, n, k, batch), so a
+ * trace shows each GEMM's shape and, with its duration, its rate; 0 for
+ * other steps. */
+static int32_t step_args(const loom_graph *g, const loom_step *st, loom_trace_arg *a) {
+  const loom_node *n = &g->nodes[st->node];
+  if (st->kind != LOOM_STEP_GEMM || n->op != LOOM_OP_MATMUL) return 0;
+  const loom_type *ta = loom_value_type(g, n->in[0]), *to = loom_value_type(g, n->out[0]);
+  int32_t r = to->rank;
+  int64_t m = to->shape[r - 2], nn = to->shape[r - 1];
+  int64_t k = ta->shape[ta->rank - (LOOM_ATTR_I(n, matmul, trans_a) ? 2 : 1)];
+  int64_t batch = m * nn > 0 ? loom_type_numel(to) / (m * nn) : 0;
+  a[0] = (loom_trace_arg){"m", m};
+  a[1] = (loom_trace_arg){"n", nn};
+  a[2] = (loom_trace_arg){"k", k};
+  a[3] = (loom_trace_arg){"batch", batch};
+  return 4;
+}
+
 /* Runs step st (a GEMM: with its epilogue, if any) with c's threads. */
 static loom_status run_step(loom_cpu_program *p, const loom_cpu *c, const loom_graph *g,
                             loom_view *values, const loom_step *st, int32_t nt) {
@@ -640,8 +659,10 @@ loom_status loom_cpu_program_run(loom_cpu_program *p, const loom_cpu *c, const l
       rs = run_step(p, &cs, g, values, st, cs.nt);
       if (trace) {
         char buf[64];
-        loom_trace_event(trace, 0, step_name(g, prog, st, buf, sizeof buf),
-                         step_category[st->kind], t0, loom_trace_now(trace));
+        loom_trace_arg args[LOOM_TRACE_MAX_ARGS];
+        loom_trace_event_args(trace, 0, step_name(g, prog, st, buf, sizeof buf),
+                              step_category[st->kind], t0, loom_trace_now(trace), args,
+                              step_args(g, st, args));
       }
     }
     if (pending && s >= mask_join) {
