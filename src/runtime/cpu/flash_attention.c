@@ -494,6 +494,23 @@ static int64_t row_limit(const fa_run *R, int64_t i) {
   return R->a->causal ? min64(R->a->sk, i + R->off + 1) : R->a->sk;
 }
 
+/* Element offset of bh's first row of an operand of `rows` rows of `width`
+ * (flash_attention.h: loom_flash_attn_layout), and the offset from one row
+ * to the next. */
+static int64_t op_off(const loom_flash_attn_layout *l, int64_t bh, int64_t rows, int64_t width) {
+  if (l->n_lead == 0) return bh * rows * width;
+  int64_t off = 0;
+  for (int32_t i = l->n_lead - 1; i >= 0; i--) {
+    off += (bh % l->lead[i]) * l->stride[i];
+    bh /= l->lead[i];
+  }
+  return off;
+}
+
+static int64_t op_ld(const loom_flash_attn_layout *l, int64_t width) {
+  return l->n_lead ? l->row : width;
+}
+
 /* dst bit k = bit e0 + k of src, for k < n (n >= 1); the last byte's unused
  * bits are 0. Reads only the bytes holding bits e0 .. e0 + n - 1. */
 static void bits_extract(const uint8_t *src, uint64_t e0, int64_t n, uint8_t *dst) {
@@ -558,8 +575,11 @@ static void fwd_task(const fa_run *R, int64_t bh, int64_t q0, float *ws, float *
   uint8_t *bits = (uint8_t *)(void *)(mx + up16(FWD_BR) + up16(2 * FWD_BR));
 
   const int64_t bstride = fwd_bits_stride(a);
-  const float *kbh = a->k + bh * SK * D, *vbh = a->v + bh * SK * DV;
-  kn->transpose(r, D, a->q + (bh * SQ + q0) * D, D, qt, FWD_BR);
+  const int64_t ldq = op_ld(&a->at[LOOM_FA_Q], D), ldk = op_ld(&a->at[LOOM_FA_K], D);
+  const int64_t ldv = op_ld(&a->at[LOOM_FA_V], DV), ldo = op_ld(&a->at[LOOM_FA_O], DV);
+  const float *kbh = a->k + op_off(&a->at[LOOM_FA_K], bh, SK, D);
+  const float *vbh = a->v + op_off(&a->at[LOOM_FA_V], bh, SK, DV);
+  kn->transpose(r, D, a->q + op_off(&a->at[LOOM_FA_Q], bh, SQ, D) + q0 * ldq, ldq, qt, FWD_BR);
   /* a positive scale goes into the exponent (as the max): one pass fewer */
   const float mul = a->scale > 0.0 ? (float)a->scale : 1.0f;
   if (!(a->scale > 0.0))
@@ -590,7 +610,7 @@ static void fwd_task(const fa_run *R, int64_t bh, int64_t q0, float *ws, float *
       for (int64_t h = 0; h < w; h += hw) {
         const int64_t ch = min64(cs, row_limit(R, q0 + i1 + min64(w, h + hw) - 1) - kb);
         if (ch > 0)
-          kn->gemm(ch, min64(hw, w - h), D, kbh + kb * D, D, 1, qt + i1 + h, FWD_BR, st + h,
+          kn->gemm(ch, min64(hw, w - h), D, kbh + kb * ldk, ldk, 1, qt + i1 + h, FWD_BR, st + h,
                    FWD_BN, false);
       }
       /* key kb + j is past query q0 + i1 + i's limit when i < t0 + j */
@@ -618,15 +638,15 @@ static void fwd_task(const fa_run *R, int64_t bh, int64_t q0, float *ws, float *
       for (int64_t h = 0; h < w; h += hw) { /* O += P V, over the keys each lane group sees */
         const int64_t ch = min64(cs, row_limit(R, q0 + i1 + min64(w, h + hw) - 1) - kb);
         if (ch > 0)
-          kn->gemm(min64(hw, w - h), DV, ch, st + h, 1, FWD_BN, vbh + kb * DV, DV,
+          kn->gemm(min64(hw, w - h), DV, ch, st + h, 1, FWD_BN, vbh + kb * ldv, ldv,
                    acc + (i1 + h) * DV, DV, true);
       }
     }
   }
-  float *obh = o + (bh * SQ + q0) * DV;
+  float *obh = o + op_off(&a->at[LOOM_FA_O], bh, SQ, DV) + q0 * ldo;
   for (int64_t i = 0; i < r; i++) {
     if (row_limit(R, q0 + i) <= 0) continue;
-    kn->scale(acc + i * DV, DV, R->inv_keepd / l[i], obh + i * DV);
+    kn->scale(acc + i * DV, DV, R->inv_keepd / l[i], obh + i * ldo);
     if (lse) lse[bh * SQ + q0 + i] = (float)((double)mx[i] + log(l[i]));
   }
   for (int64_t i = 0; i < r && row_limit(R, q0 + i) <= 0; i++) {
@@ -641,7 +661,7 @@ static void fwd_task(const fa_run *R, int64_t bh, int64_t q0, float *ws, float *
       if (!any) fill = 0.0f;
     }
     for (int64_t x = 0; x < DV; x++)
-      obh[i * DV + x] = fill;
+      obh[i * ldo + x] = fill;
     if (lse) lse[bh * SQ + q0 + i] = -INFINITY;
   }
 }
@@ -685,6 +705,18 @@ static loom_status fa_setup(loom_ctx *ctx, const char *fn, int32_t n_threads,
   if (!loom_flash_attn_impl_supported(a->impl))
     return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
                       "%s: implementation %d is not supported on this CPU", fn, (int)a->impl);
+  for (int32_t w = 0; w < LOOM_FA_OPERANDS; w++) {
+    const loom_flash_attn_layout *l = &a->at[w];
+    int64_t prod = 1;
+    bool ok = l->n_lead >= 0 && l->n_lead <= LOOM_FLASH_ATTN_MAX_LEAD && l->row >= 0;
+    for (int32_t i = 0; ok && i < l->n_lead; i++)
+      ok = l->lead[i] >= 0 && l->stride[i] >= 0 && mul_ok(prod, l->lead[i], &prod);
+    if (!ok || (l->n_lead > 0 && prod != a->bh))
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                        "%s: layout of operand %d: leading dims must be >= 0 with product bh "
+                        "(%lld), strides >= 0",
+                        fn, (int)w, (long long)a->bh);
+  }
   if (n_threads < 0 || n_threads > 4096)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "%s: thread count %d is out of range [0, 4096]", fn, (int)n_threads);
@@ -728,7 +760,10 @@ loom_status loom_flash_attn_fwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "flash_attn_fwd: o is NULL");
   if (!o) o = fa_dummy;
   if (a->sk == 0) { /* softmax over no keys times an empty v: an empty sum */
-    if (a->dv) memset(o, 0, sizeof(float) * (size_t)(n_rows * a->dv));
+    for (int64_t i = 0; a->dv && i < n_rows; i++)
+      memset(o + op_off(&a->at[LOOM_FA_O], i / a->sq, a->sq, a->dv) +
+                 i % a->sq * op_ld(&a->at[LOOM_FA_O], a->dv),
+             0, sizeof(float) * (size_t)a->dv);
     if (lse)
       for (int64_t i = 0; i < n_rows; i++)
         lse[i] = -INFINITY;
@@ -803,13 +838,18 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
 
   float *dqt = chunk == 0 ? io->dq + bh * SQ * D : io->part + ((chunk - 1) * a->bh + bh) * SQ * D;
   memset(dqt, 0, sizeof(float) * (size_t)(SQ * D));
-  const float *qbh = a->q + bh * SQ * D, *kbh = a->k + bh * SK * D, *vbh = a->v + bh * SK * DV;
-  const float *dobh = io->d_o + bh * SQ * DV, *lse = io->lse + bh * SQ, *di = io->di + bh * SQ;
+  const int64_t ldq = op_ld(&a->at[LOOM_FA_Q], D), ldk = op_ld(&a->at[LOOM_FA_K], D);
+  const int64_t ldv = op_ld(&a->at[LOOM_FA_V], DV), lddo = op_ld(&a->at[LOOM_FA_DO], DV);
+  const float *qbh = a->q + op_off(&a->at[LOOM_FA_Q], bh, SQ, D);
+  const float *kbh = a->k + op_off(&a->at[LOOM_FA_K], bh, SK, D);
+  const float *vbh = a->v + op_off(&a->at[LOOM_FA_V], bh, SK, DV);
+  const float *dobh = io->d_o + op_off(&a->at[LOOM_FA_DO], bh, SQ, DV);
+  const float *lse = io->lse + bh * SQ, *di = io->di + bh * SQ;
   const int64_t nkb = (SK + BWD_BC - 1) / BWD_BC;
   for (int64_t kbi = chunk; kbi < nkb; kbi += io->chunks) {
     const int64_t kb = kbi * BWD_BC, c = min64(BWD_BC, SK - kb);
-    kn->transpose(c, D, kbh + kb * D, D, kt, c);
-    kn->transpose(c, DV, vbh + kb * DV, DV, vt, c);
+    kn->transpose(c, D, kbh + kb * ldk, ldk, kt, c);
+    kn->transpose(c, DV, vbh + kb * ldv, ldv, vt, c);
     /* the task owns these keys' rows of dk and dv: accumulated in place */
     float *dka = io->dk + (bh * SK + kb) * D, *dva = io->dv + (bh * SK + kb) * DV;
     memset(dka, 0, sizeof(float) * (size_t)(c * D));
@@ -819,14 +859,19 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
     for (int64_t q0 = qfirst; q0 < SQ; q0 += BWD_BR) {
       const int64_t r = min64(BWD_BR, SQ - q0);
       const int64_t cc = min64(c, row_limit(R, q0 + r - 1) - kb); /* keys these rows see */
-      kn->scale(qbh + q0 * D, r * D, a->scale, qs);
+      if (ldq == D) {
+        kn->scale(qbh + q0 * D, r * D, a->scale, qs);
+      } else { /* the same products, row by row */
+        for (int64_t i = 0; i < r; i++)
+          kn->scale(qbh + (q0 + i) * ldq, D, a->scale, qs + i * D);
+      }
       /* Causal: per strip of BWD_STRIP query rows, only the keys its last
        * row sees (the rest of each row is zeroed below) */
       for (int64_t i = 0; i < r; i += BWD_STRIP) {
         const int64_t h = min64(BWD_STRIP, r - i), n = strip_keys(R, q0 + i + h - 1, kb, cc);
         if (n <= 0) continue;
         kn->gemm(h, n, D, qs + i * D, D, 1, kt, c, s + i * BWD_BC, BWD_BC, false); /* S */
-        kn->gemm(h, n, DV, dobh + (q0 + i) * DV, DV, 1, vt, c, dp + i * BWD_BC, BWD_BC,
+        kn->gemm(h, n, DV, dobh + (q0 + i) * lddo, lddo, 1, vt, c, dp + i * BWD_BC, BWD_BC,
                  false); /* dO V^T */
       }
       for (int64_t i = 0; i < r; i++) {
@@ -848,7 +893,7 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
       for (int64_t j = 0; j < cc; j += BWD_STRIP) {
         const int64_t h = min64(BWD_STRIP, cc - j), i0 = strip_first_row(R, kb + j, q0, r);
         if (i0 >= r) continue;
-        kn->gemm(h, DV, r - i0, s + i0 * BWD_BC + j, 1, BWD_BC, dobh + (q0 + i0) * DV, DV,
+        kn->gemm(h, DV, r - i0, s + i0 * BWD_BC + j, 1, BWD_BC, dobh + (q0 + i0) * lddo, lddo,
                  dva + j * DV, DV, true); /* dV += Pd^T dO */
         kn->gemm(h, D, r - i0, dp + i0 * BWD_BC + j, 1, BWD_BC, qs + i0 * D, D, dka + j * D, D,
                  true); /* dK += dS^T Qs */
@@ -856,7 +901,7 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
       for (int64_t i = 0; i < r; i += BWD_STRIP) {
         const int64_t h = min64(BWD_STRIP, r - i), n = strip_keys(R, q0 + i + h - 1, kb, cc);
         if (n > 0)
-          kn->gemm(h, D, n, dp + i * BWD_BC, BWD_BC, 1, kbh + kb * D, D, dqt + (q0 + i) * D, D,
+          kn->gemm(h, D, n, dp + i * BWD_BC, BWD_BC, 1, kbh + kb * ldk, ldk, dqt + (q0 + i) * D, D,
                    true); /* dQ += dS K */
       }
     }
@@ -923,7 +968,9 @@ loom_status loom_flash_attn_bwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < rblocks; t++)
       for (int64_t i = t * 256; i < min64(n_rows, t * 256 + 256); i++)
-        io.di[i] = (float)R.kn->dot(d_o + i * DV, o + i * DV, DV);
+        io.di[i] = (float)R.kn->dot(
+            d_o + op_off(&a->at[LOOM_FA_DO], i / SQ, SQ, DV) + i % SQ * op_ld(&a->at[LOOM_FA_DO], DV),
+            o + op_off(&a->at[LOOM_FA_O], i / SQ, SQ, DV) + i % SQ * op_ld(&a->at[LOOM_FA_O], DV), DV);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; t++)
       bwd_task(&R, &io, t / io.chunks, t % io.chunks, mine);
