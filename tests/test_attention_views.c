@@ -4,7 +4,9 @@
  * (k and v shared by broadcast, q and k made by RoPE):
  *  - which operands it folds (the step's decomposed graph, as a session
  *    sees it): GPT-2's q, k, v, o in the forward and q, k, v, o, d_o in
- *    the backward; grouped heads k, v (a stride-0 head dim), o and d_o;
+ *    the backward, and dq, dk, dv written into the QKV projection's
+ *    gradient (their zero pads, adds and transpose folded); grouped
+ *    heads' k, v (a stride-0 head dim), o and d_o;
  *  - the cpu session with the fold gives bitwise the outputs of the one
  *    without (LOOM_ATTENTION_VIEWS=0: the layout ops run as copies), in
  *    stitch and eager (node by node) modes;
@@ -140,7 +142,7 @@ static loom_graph *lowered(const loom_graph *g) {
 }
 
 /* Which operands of g's flash nodes are strided: a bit per operand
- * (q, k, v, o, d_o), OR-ed over the forward (*fwd) and backward (*bwd)
+ * (q, k, v, o, d_o, dq, dk, dv), OR-ed over the forward (*fwd) and backward (*bwd)
  * nodes, which must all have the same. */
 static void folded_operands(const loom_graph *g, int *fwd, int *bwd) {
   *fwd = *bwd = -1;
@@ -148,7 +150,7 @@ static void folded_operands(const loom_graph *g, int *fwd, int *bwd) {
     const loom_node *n = &g->nodes[i];
     if (n->op != LOOM_OP_FLASH_ATTENTION && n->op != LOOM_OP_FLASH_ATTENTION_GRAD) continue;
     int bits = 0;
-    for (int32_t w = 0; w < LOOM_FLASH_N; w++) bits |= loom_flash_view_of(n, w).strided << w;
+    for (int32_t w = 0; w < LOOM_FLASH_ALL; w++) bits |= loom_flash_view_of(n, w).strided << w;
     int *dst = n->op == LOOM_OP_FLASH_ATTENTION ? fwd : bwd;
     CHECK(*dst == -1 || *dst == bits);
     *dst = bits;
@@ -166,7 +168,7 @@ static void test_model(bool grouped) {
   CHECK(n == 2 * c.n_layer);
   int fwd = 0, bwd = 0;
   if (fold) folded_operands(fold, &fwd, &bwd);
-  int want_fwd = grouped ? 0xE : 0xF, want_bwd = grouped ? 0x1E : 0x1F;
+  int want_fwd = grouped ? 0xE : 0xF, want_bwd = grouped ? 0x1E : 0xFF;
   printf("%s: folded operands forward 0x%x, backward 0x%x\n", grouped ? "grouped+rope" : "gpt2",
          fwd, bwd);
   CHECK(fwd == want_fwd && bwd == want_bwd);

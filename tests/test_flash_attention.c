@@ -509,8 +509,9 @@ static void test_workspace(void) {
 }
 
 /* Operands at strides (loom_flash_attn.at): q, k, v read in place from one
- * [B, T, H, 3, Dh] buffer (a fused QKV projection, head-major), o written
- * into and d_o read from [B, T, H, Dv] buffers, against contiguous copies
+ * [B, T, H, 3, Dh] buffer (a fused QKV projection, head-major) and dq, dk,
+ * dv written into another, o written into and d_o read from [B, T, H, Dv]
+ * buffers, against contiguous copies
  * of the same operands: bitwise equal o, lse, dq, dk, dv, causal or not,
  * with dropout, on implementation impl; and a lead count whose product is
  * not bh is refused. */
@@ -519,7 +520,7 @@ static void test_strided(loom_ctx *ctx, int32_t impl) {
   const int64_t row = H * 3 * DH, n_qkv = B * T * row, n_o = B * T * H * DH;
   loom_test_rng rng = {0x5eed5 + (uint64_t)impl};
   float *qkv = malloc(sizeof(float) * (size_t)n_qkv), *d_o_s = malloc(sizeof(float) * (size_t)n_o);
-  float *o_s = malloc(sizeof(float) * (size_t)n_o);
+  float *o_s = malloc(sizeof(float) * (size_t)n_o), *dqkv = malloc(sizeof(float) * (size_t)n_qkv);
   float *c[4]; /* q, k, v, d_o contiguous [BH, T, DH] */
   for (int i = 0; i < 4; i++) c[i] = malloc(sizeof(float) * (size_t)(BH * T * DH));
   fill(qkv, n_qkv, &rng, -1.0, 1.0);
@@ -548,7 +549,7 @@ static void test_strided(loom_ctx *ctx, int32_t impl) {
       st.v = qkv + 2 * DH;
       for (int w = 0; w < LOOM_FA_OPERANDS; w++) {
         loom_flash_attn_layout *l = &st.at[w];
-        bool in_qkv = w <= LOOM_FA_V;
+        bool in_qkv = w <= LOOM_FA_V || w >= LOOM_FA_DQ;
         *l = (loom_flash_attn_layout){.n_lead = 2, .lead = {B, H},
                                       .stride = {T * (in_qkv ? row : H * DH), in_qkv ? 3 * DH : DH},
                                       .row = in_qkv ? row : H * DH};
@@ -556,12 +557,18 @@ static void test_strided(loom_ctx *ctx, int32_t impl) {
       memset(o_s, 0x7f, sizeof(float) * (size_t)n_o);
       memset(got.lse, 0x7f, sizeof(float) * (size_t)(BH * T));
       CHECK_OK(ctx, loom_flash_attn_fwd(ctx, 2, &st, o_s, got.lse));
-      CHECK_OK(ctx, loom_flash_attn_bwd(ctx, 2, &st, o_s, got.lse, d_o_s, got.dq, got.dk, got.dv));
-      for (int64_t b = 0; b < B; b++) /* o back to [BH, T, DH] */
+      memset(dqkv, 0x7f, sizeof(float) * (size_t)n_qkv);
+      CHECK_OK(ctx, loom_flash_attn_bwd(ctx, 2, &st, o_s, got.lse, d_o_s, dqkv, dqkv + DH,
+                                        dqkv + 2 * DH));
+      for (int64_t b = 0; b < B; b++) /* o, dq, dk, dv back to [BH, T, DH] */
         for (int64_t h = 0; h < H; h++)
-          for (int64_t t = 0; t < T; t++)
-            memcpy(got.o + ((b * H + h) * T + t) * DH, o_s + ((b * T + t) * H + h) * DH,
-                   sizeof(float) * (size_t)DH);
+          for (int64_t t = 0; t < T; t++) {
+            int64_t cr = ((b * H + h) * T + t) * DH, at = b * T * row + t * row + h * 3 * DH;
+            memcpy(got.o + cr, o_s + ((b * T + t) * H + h) * DH, sizeof(float) * (size_t)DH);
+            memcpy(got.dq + cr, dqkv + at, sizeof(float) * (size_t)DH);
+            memcpy(got.dk + cr, dqkv + at + DH, sizeof(float) * (size_t)DH);
+            memcpy(got.dv + cr, dqkv + at + 2 * DH, sizeof(float) * (size_t)DH);
+          }
       CHECK(outs_same(&want, &got, &s));
       outs_free(&want);
       outs_free(&got);
@@ -574,6 +581,7 @@ static void test_strided(loom_ctx *ctx, int32_t impl) {
   free(qkv);
   free(d_o_s);
   free(o_s);
+  free(dqkv);
 }
 
 int main(void) {

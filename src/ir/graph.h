@@ -10,8 +10,8 @@
 #include "core/ctx.h"
 #include "core/strmap.h"
 
-/* the flash attention ops' 14 (ops/attrs.h) */
-#define LOOM_MAX_ATTRS 16
+/* the flash attention ops' 17 (ops/attrs.h) */
+#define LOOM_MAX_ATTRS 18
 
 /* A value's static type: dtype and shape (no symbolic dims). */
 typedef struct loom_type {

@@ -89,7 +89,9 @@ static loom_status check_views(loom_ctx *ctx, const loom_node *n, const loom_typ
   if (!loom_flash_has_views(n)) {
     if (LOOM_ATTR_INTS(n, flash_attention, out_shape).n || LOOM_ATTR_INTS(n, flash_attention, q_at).n ||
         LOOM_ATTR_INTS(n, flash_attention, k_at).n || LOOM_ATTR_INTS(n, flash_attention, v_at).n ||
-        LOOM_ATTR_INTS(n, flash_attention, o_at).n || LOOM_ATTR_INTS(n, flash_attention, do_at).n)
+        LOOM_ATTR_INTS(n, flash_attention, o_at).n || LOOM_ATTR_INTS(n, flash_attention, do_at).n ||
+        LOOM_ATTR_INTS(n, flash_attention, dq_at).n || LOOM_ATTR_INTS(n, flash_attention, dk_at).n ||
+        LOOM_ATTR_INTS(n, flash_attention, dv_at).n)
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "strided operands need 'dims'");
     loom_flash_logical_types(n, in, lt);
     return LOOM_STATUS_OK;
@@ -109,8 +111,11 @@ static loom_status check_views(loom_ctx *ctx, const loom_node *n, const loom_typ
 
 static loom_status infer_flash(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                loom_type *out) {
-  loom_type lt[LOOM_FLASH_N];
+  loom_type lt[LOOM_FLASH_ALL];
   LOOM_TRY(check_views(ctx, n, in, 3, lt));
+  if (LOOM_ATTR_INTS(n, flash_attention, do_at).n || LOOM_ATTR_INTS(n, flash_attention, dq_at).n ||
+      LOOM_ATTR_INTS(n, flash_attention, dk_at).n || LOOM_ATTR_INTS(n, flash_attention, dv_at).n)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "do_at, dq_at, dk_at, dv_at are the backward's");
   LOOM_TRY(loom_composite_check_attention(ctx, n, lt, &in[3]));
   LOOM_TRY(check_piece(ctx, n, lt));
   fa_dims m = dims_of(&lt[0], &lt[1], &lt[2]);
@@ -136,13 +141,48 @@ static loom_status infer_flash(loom_ctx *ctx, const loom_node *n, const loom_typ
   return LOOM_STATUS_OK;
 }
 
+/* The backward's outputs: dq, dk, dv, or (dq_at, dk_at, dv_at set) one
+ * tensor of out_shape holding all three. */
+static loom_status grad_outputs(loom_ctx *ctx, const loom_node *n, const loom_type *lt,
+                                loom_type *out) {
+  int32_t placed = 0;
+  for (int32_t w = LOOM_FLASH_DQ; w < LOOM_FLASH_ALL; w++) placed += loom_flash_view_of(n, w).strided;
+  const loom_ints *os = &LOOM_ATTR_INTS(n, flash_attention, out_shape);
+  if (placed == 0) {
+    if (n->n_out != 3 || os->n > 0)
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                        "flash_attention_grad has 3 outputs (dq, dk, dv) and no 'out_shape' "
+                        "unless dq_at, dk_at and dv_at place them in one");
+    for (int32_t w = 0; w < 3; w++) out[w] = lt[LOOM_FLASH_DQ + w];
+    return LOOM_STATUS_OK;
+  }
+  if (placed != 3 || n->n_out != 1 || os->n == 0)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "dq_at, dk_at and dv_at place dq, dk, dv in the one output of 'out_shape': "
+                      "all three, one output");
+  out[0] = (loom_type){.dtype = lt[0].dtype, .rank = os->n};
+  int64_t total = 0;
+  for (int32_t d = 0; d < os->n; d++) {
+    if (os->v[d] < 0)
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "'out_shape' has a negative dim");
+    out[0].shape[d] = os->v[d];
+  }
+  for (int32_t w = LOOM_FLASH_DQ; w < LOOM_FLASH_ALL; w++) {
+    LOOM_TRY(loom_flash_check_view(ctx, n, w, &lt[w], &out[0]));
+    total += loom_type_numel(&lt[w]);
+  }
+  if (total != loom_type_numel(&out[0]))
+    return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+                      "dq, dk, dv (%lld elements) must fill the output of 'out_shape' exactly",
+                      (long long)total);
+  return LOOM_STATUS_OK;
+}
+
 static loom_status infer_flash_grad(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                     loom_type *out) {
   char buf[128];
-  loom_type lt[LOOM_FLASH_N];
+  loom_type lt[LOOM_FLASH_ALL];
   LOOM_TRY(check_views(ctx, n, in, LOOM_FLASH_N, lt));
-  if (LOOM_ATTR_INTS(n, flash_attention, out_shape).n > 0)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "'out_shape' is the forward's");
   LOOM_TRY(loom_composite_check_attention(ctx, n, lt, &in[6]));
   LOOM_TRY(check_piece(ctx, n, lt));
   fa_dims m = dims_of(&lt[0], &lt[1], &lt[2]);
@@ -160,10 +200,7 @@ static loom_status infer_flash_grad(loom_ctx *ctx, const loom_node *n, const loo
                       loom_type_str(&ls, buf, sizeof buf));
   }
   if (n->n_in > 7) LOOM_TRY(check_mask(ctx, &in[7], m.bh * m.sq * m.sk));
-  out[0] = lt[0];
-  out[1] = lt[1];
-  out[2] = lt[2];
-  return LOOM_STATUS_OK;
+  return grad_outputs(ctx, n, lt, out);
 }
 
 /* What the reference kernels share: sizes, scale, dropout. */
@@ -265,15 +302,15 @@ static void copy_flat(const loom_view *dst, const loom_view *src) {
 static loom_status ref_strided(loom_ctx *ctx, const loom_node *n, const loom_view *in,
                                const loom_view *out, ref_fn fn) {
   bool grad = n->op == LOOM_OP_FLASH_ATTENTION_GRAD;
-  loom_type it[8], lt[LOOM_FLASH_N];
+  loom_type it[8], lt[LOOM_FLASH_ALL];
   loom_view vin[8], vout[3];
   for (int32_t i = 0; i < n->n_in; i++) it[i] = type_of(&in[i]), vin[i] = in[i];
   for (int32_t o = 0; o < n->n_out; o++) vout[o] = out[o];
   loom_flash_logical_types(n, it, lt);
-  void *buf[LOOM_FLASH_N] = {NULL};
+  void *buf[LOOM_FLASH_ALL] = {NULL};
   loom_status st = LOOM_STATUS_OK;
-  for (int32_t w = 0; w < LOOM_FLASH_N && !st; w++) {
-    bool is_out = w == LOOM_FLASH_O && !grad;
+  for (int32_t w = 0; w < LOOM_FLASH_ALL && !st; w++) {
+    bool is_out = (w == LOOM_FLASH_O && !grad) || w >= LOOM_FLASH_DQ;
     if ((!grad && w > LOOM_FLASH_O) || !loom_flash_view_of(n, w).strided) continue;
     int32_t i = w < 3 ? w : w == LOOM_FLASH_O ? 3 : 5;
     buf[w] = malloc((size_t)loom_type_numel(&lt[w]) * loom_dtype_size(lt[w].dtype) + 1);
@@ -283,7 +320,7 @@ static loom_status ref_strided(loom_ctx *ctx, const loom_node *n, const loom_vie
     }
     loom_view c = loom_view_of(&lt[w], buf[w]);
     if (is_out) {
-      vout[0] = c;
+      vout[w >= LOOM_FLASH_DQ ? w - LOOM_FLASH_DQ : 0] = c;
     } else {
       loom_view src = loom_flash_operand(n, w, &lt[w], &in[i]);
       copy_flat(&c, &src);
@@ -291,11 +328,12 @@ static loom_status ref_strided(loom_ctx *ctx, const loom_node *n, const loom_vie
     }
   }
   if (!st) st = fn(ctx, n, vin, vout);
-  if (!st && buf[LOOM_FLASH_O] && !grad) {
-    loom_view dst = loom_flash_operand(n, LOOM_FLASH_O, &lt[LOOM_FLASH_O], &out[0]);
-    copy_flat(&dst, &vout[0]);
+  for (int32_t w = LOOM_FLASH_O; w < LOOM_FLASH_ALL && !st; w++) {
+    if (!buf[w] || (w == LOOM_FLASH_O && grad) || w == LOOM_FLASH_DO) continue;
+    loom_view dst = loom_flash_operand(n, w, &lt[w], &out[0]);
+    copy_flat(&dst, &vout[w >= LOOM_FLASH_DQ ? w - LOOM_FLASH_DQ : 0]);
   }
-  for (int32_t w = 0; w < LOOM_FLASH_N; w++) free(buf[w]);
+  for (int32_t w = 0; w < LOOM_FLASH_ALL; w++) free(buf[w]);
   return st;
 }
 
@@ -467,7 +505,7 @@ const loom_op_def loom_opdef_flash_attention_grad = {
     .cls = LOOM_OPCLASS_ATTENTION,
     .min_in = 7,
     .max_in = 8,
-    .n_out = 3,
+    .n_out = -1, /* 3, or 1 with dq_at, dk_at, dv_at (ops/attention_views.h) */
     .n_attrs = LOOM_ATTR_COUNT(flash_attention_grad),
     .attrs = LOOM_ATTR_SPECS(flash_attention_grad),
     .infer = infer_flash_grad,

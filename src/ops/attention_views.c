@@ -12,11 +12,15 @@ static const loom_ints *view_attr(const loom_node *n, int32_t w) {
   case LOOM_FLASH_K: return &LOOM_ATTR_INTS(n, flash_attention, k_at);
   case LOOM_FLASH_V: return &LOOM_ATTR_INTS(n, flash_attention, v_at);
   case LOOM_FLASH_O: return &LOOM_ATTR_INTS(n, flash_attention, o_at);
-  default: return &LOOM_ATTR_INTS(n, flash_attention, do_at);
+  case LOOM_FLASH_DO: return &LOOM_ATTR_INTS(n, flash_attention, do_at);
+  case LOOM_FLASH_DQ: return &LOOM_ATTR_INTS(n, flash_attention, dq_at);
+  case LOOM_FLASH_DK: return &LOOM_ATTR_INTS(n, flash_attention, dk_at);
+  default: return &LOOM_ATTR_INTS(n, flash_attention, dv_at);
   }
 }
 
-static const char *const view_name[LOOM_FLASH_N] = {"q_at", "k_at", "v_at", "o_at", "do_at"};
+static const char *const view_name[LOOM_FLASH_ALL] = {"q_at", "k_at", "v_at", "o_at",
+                                                      "do_at", "dq_at", "dk_at", "dv_at"};
 
 bool loom_flash_has_views(const loom_node *n) {
   return (n->op == LOOM_OP_FLASH_ATTENTION || n->op == LOOM_OP_FLASH_ATTENTION_GRAD) &&
@@ -31,6 +35,7 @@ void loom_flash_logical_types(const loom_node *n, const loom_type *in, loom_type
     lt[LOOM_FLASH_O].shape[in[0].rank - 1] = in[2].shape[in[2].rank - 1];
     lt[LOOM_FLASH_DO] = grad ? in[5] : lt[LOOM_FLASH_O];
     if (grad) lt[LOOM_FLASH_O] = in[3];
+    for (int32_t w = 0; w < 3; w++) lt[LOOM_FLASH_DQ + w] = lt[w];
     return;
   }
   const loom_ints *dm = &LOOM_ATTR_INTS(n, flash_attention, dims);
@@ -43,6 +48,7 @@ void loom_flash_logical_types(const loom_node *n, const loom_type *in, loom_type
   lt[LOOM_FLASH_V] = lt[LOOM_FLASH_K], lt[LOOM_FLASH_V].shape[r - 1] = dv;
   lt[LOOM_FLASH_O] = q, lt[LOOM_FLASH_O].shape[r - 1] = dv;
   lt[LOOM_FLASH_DO] = lt[LOOM_FLASH_O];
+  for (int32_t w = 0; w < 3; w++) lt[LOOM_FLASH_DQ + w] = lt[w];
 }
 
 loom_flash_view loom_flash_view_of(const loom_node *n, int32_t w) {
@@ -65,8 +71,8 @@ loom_status loom_flash_check_view(loom_ctx *ctx, const loom_node *n, int32_t w,
   char a[128], b[128];
   const loom_ints *at = view_attr(n, w);
   if (at->n == 0) {
-    bool same = w == LOOM_FLASH_O && n->op == LOOM_OP_FLASH_ATTENTION
-                    ? true /* the output: typed from lt */
+    bool same = (w == LOOM_FLASH_O && n->op == LOOM_OP_FLASH_ATTENTION) || w >= LOOM_FLASH_DQ
+                    ? true /* an output: typed from lt */
                     : loom_type_equal(lt, value);
     if (!same)
       return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH, "operand %s must be %s, got %s",

@@ -12,7 +12,10 @@
  * operand's, so they may split or merge the logical leading dims; a
  * stride may be 0: a shared k or v head). The forward's o_at places o in
  * its output, of shape out_shape, which o must cover exactly (a
- * permutation of the output's elements, as a transpose is). The view fold
+ * permutation of the output's elements, as a transpose is); the
+ * backward's dq_at, dk_at, dv_at place its gradients in its one output,
+ * which they must cover exactly without overlapping (as a concatenation
+ * does: the fold checks that). The view fold
  * (passes/attention_views.c) makes them from the layout ops around flash
  * attention; the results are those of the same operands copied out.
  */
@@ -22,8 +25,12 @@
 #include "ir/graph.h"
 #include "ir/view.h"
 
-/* Operands in attribute order: q_at, k_at, v_at, o_at, do_at. */
-enum { LOOM_FLASH_Q, LOOM_FLASH_K, LOOM_FLASH_V, LOOM_FLASH_O, LOOM_FLASH_DO, LOOM_FLASH_N };
+/* Operands in attribute order: q_at, k_at, v_at, o_at, do_at (read;
+ * the forward writes o), dq_at, dk_at, dv_at (the backward's). */
+enum {
+  LOOM_FLASH_Q, LOOM_FLASH_K, LOOM_FLASH_V, LOOM_FLASH_O, LOOM_FLASH_DO, LOOM_FLASH_N,
+  LOOM_FLASH_DQ = LOOM_FLASH_N, LOOM_FLASH_DK, LOOM_FLASH_DV, LOOM_FLASH_ALL
+};
 
 /* One operand's placement, parsed. */
 typedef struct loom_flash_view {
@@ -36,9 +43,9 @@ typedef struct loom_flash_view {
 /* True if n (a flash op) has `dims` set. */
 bool loom_flash_has_views(const loom_node *n);
 
-/* The logical types of n's operands (q, k, v, o, d_o; o and d_o only
- * mean something for the backward), from dims, else from the inputs
- * (in: the node's input types). */
+/* The logical types of n's operands (LOOM_FLASH_ALL of them: q, k, v,
+ * o, d_o, dq, dk, dv), from dims, else from the inputs (in: the node's
+ * input types). */
 void loom_flash_logical_types(const loom_node *n, const loom_type *in, loom_type *lt);
 
 /* Operand w's placement (attributes checked by the op's infer). */

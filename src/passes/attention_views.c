@@ -275,6 +275,129 @@ static bool fold_output(const loom_graph *g, const int32_t *uses, const int32_t 
   return true;
 }
 
+/* A gradient's walk forward (grad_path): per step the value reached, the
+ * node that made it, and its view's `_at` there (ok: encodable). */
+typedef struct gstep {
+  int32_t value, node;
+  bool ok;
+  loom_ints at;
+} gstep;
+
+/* x = op(y) for a fake layout node (in y, out x): the view of x over y. */
+static bool through_fake(const loom_graph *g, loom_op op, const loom_ints *ints, int32_t x,
+                         int32_t y, sview *v) {
+  loom_node f = {.op = op, .n_in = 1, .n_out = 1};
+  loom_attrs_default(op, f.attr);
+  if (op == LOOM_OP_TRANSPOSE) LOOM_ATTR_INTS(&f, transpose, perm) = *ints;
+  else LOOM_ATTR_INTS(&f, slice, starts) = *ints;
+  int32_t io[2] = {y, x};
+  f.in = &io[0], f.out = &io[1];
+  return through(g, &f, v);
+}
+
+/* Walks gradient x ([..., S, W]) forward through the ops that only it
+ * reads: reshapes, transposes, zero pads (x a slice of the result) and
+ * adds (whose other operand must be zero there: grad_fold checks). */
+static int32_t grad_path(const loom_graph *g, const int32_t *uses, const int32_t *sole, int32_t x,
+                         int64_t s, int64_t w, gstep *path) {
+  sview v = whole(loom_value_type(g, x));
+  int32_t cur = x, n = 0;
+  while (n < 16 && uses[cur] == 1 && sole[cur] >= 0 && !is_output(g, cur)) {
+    const loom_node *u = &g->nodes[sole[cur]];
+    int32_t next = u->out[0];
+    if (u->op == LOOM_OP_TRANSPOSE) {
+      const loom_ints *perm = &LOOM_ATTR_INTS(u, transpose, perm);
+      loom_ints ip = *perm;
+      for (int32_t d = 0; d < perm->n; d++) ip.v[perm->v[d]] = d;
+      if (!through_fake(g, LOOM_OP_TRANSPOSE, &ip, cur, next, &v)) break;
+    } else if (u->op == LOOM_OP_PAD) {
+      if (LOOM_ATTR_F(u, pad, value) != 0.0 || u->in[0] != cur) break;
+      if (!through_fake(g, LOOM_OP_SLICE, &LOOM_ATTR_INTS(u, pad, lo), cur, next, &v)) break;
+    } else if (u->op != LOOM_OP_RESHAPE && u->op != LOOM_OP_ADD) {
+      break;
+    }
+    path[n] = (gstep){.value = next, .node = sole[cur]};
+    path[n].ok = encode(v, s, w, &path[n].at);
+    cur = next;
+    n++;
+  }
+  return n;
+}
+
+/* The backward's dq, dk, dv (outs) walked forward to one value z that
+ * their zero pads and adds concatenate them into, then transposed and
+ * reshaped: their `_at` in z (ats), the nodes on the way marked in skip.
+ * The pads must not overlap and must fill their sum. False if no such z. */
+static bool grad_fold(const loom_graph *g, const int32_t *uses, const int32_t *sole,
+                      const int32_t *outs, const int64_t *s, const int64_t *w, int32_t *z,
+                      loom_ints *ats, uint8_t *skip) {
+  gstep path[3][16];
+  int32_t len[3], end[3] = {-1, -1, -1};
+  for (int32_t k = 0; k < 3; k++) len[k] = grad_path(g, uses, sole, outs[k], s[k], w[k], path[k]);
+  /* the farthest value on all three paths where each view encodes */
+  for (int32_t i = 0; i < len[0]; i++) {
+    int32_t at[3] = {i, -1, -1};
+    for (int32_t k = 1; k < 3; k++)
+      for (int32_t j = 0; j < len[k]; j++)
+        if (path[k][j].value == path[0][i].value) at[k] = j;
+    if (at[1] >= 0 && at[2] >= 0 && path[0][i].ok && path[1][at[1]].ok && path[2][at[2]].ok)
+      memcpy(end, at, sizeof end);
+  }
+  if (end[0] < 0) return false;
+  /* before z: one zero pad per gradient, boxes apart and filling the
+   * adds' result, and adds of nothing but these paths' values */
+  const loom_node *pads[3] = {NULL, NULL, NULL};
+  int32_t adds[4], n_adds = 0;
+  for (int32_t k = 0; k < 3; k++)
+    for (int32_t j = 0; j <= end[k]; j++) {
+      const loom_node *n = &g->nodes[path[k][j].node];
+      if (n->op == LOOM_OP_PAD) {
+        if (pads[k]) return false;
+        pads[k] = n;
+      } else if (n->op == LOOM_OP_ADD) {
+        bool seen = false;
+        for (int32_t a = 0; a < n_adds; a++) seen |= adds[a] == path[k][j].node;
+        if (!seen && n_adds == 4) return false;
+        if (!seen) adds[n_adds++] = path[k][j].node;
+      }
+    }
+  if (!pads[0] || !pads[1] || !pads[2] || n_adds != 2) return false;
+  for (int32_t a = 0; a < n_adds; a++) {
+    const loom_node *n = &g->nodes[adds[a]];
+    for (int32_t i = 0; i < 2; i++) {
+      bool on = false;
+      for (int32_t k = 0; k < 3; k++)
+        for (int32_t j = 0; j <= end[k]; j++) on |= path[k][j].value == n->in[i];
+      if (!on) return false;
+    }
+    if (!loom_type_equal(loom_value_type(g, n->in[0]), loom_value_type(g, n->out[0])) ||
+        !loom_type_equal(loom_value_type(g, n->in[1]), loom_value_type(g, n->out[0])))
+      return false;
+  }
+  const loom_type *pt = loom_value_type(g, pads[0]->out[0]);
+  int64_t volume = 0;
+  for (int32_t k = 0; k < 3; k++) {
+    const loom_type *in = loom_value_type(g, pads[k]->in[0]);
+    if (!loom_type_equal(loom_value_type(g, pads[k]->out[0]), pt)) return false;
+    volume += loom_type_numel(in);
+    for (int32_t m = 0; m < k; m++) { /* boxes apart along some dim */
+      const loom_type *im = loom_value_type(g, pads[m]->in[0]);
+      const loom_ints *lk = &LOOM_ATTR_INTS(pads[k], pad, lo), *lm = &LOOM_ATTR_INTS(pads[m], pad, lo);
+      bool apart = false;
+      for (int32_t d = 0; d < pt->rank; d++)
+        apart |= lk->v[d] + in->shape[d] <= lm->v[d] || lm->v[d] + im->shape[d] <= lk->v[d];
+      if (!apart) return false;
+    }
+  }
+  if (volume != loom_type_numel(pt)) return false;
+  for (int32_t k = 0; k < 3; k++) {
+    for (int32_t j = 0; j <= end[k]; j++) skip[path[k][j].node] = 1;
+    ats[k] = path[k][end[k]].at;
+  }
+  *z = path[0][end[0]].value;
+  return true;
+}
+
 /* The operands a flash node may read at strides: q, k, v (and o, d_o in
  * the backward), with their logical [..., S, W]. */
 static int32_t operands(const loom_graph *g, const loom_node *n, int32_t *in_index, int64_t *s,
@@ -313,10 +436,11 @@ loom_status loom_graph_fold_attention_views(const loom_graph *g, loom_graph **ou
   if (n_folded) *n_folded = 0;
   int32_t nv = g->n_values + 1;
   int32_t *uses = calloc((size_t)nv, sizeof *uses), *user = malloc(sizeof(int32_t) * (size_t)nv);
+  int32_t *sole = malloc(sizeof(int32_t) * (size_t)nv);
   uint8_t *skip = calloc((size_t)g->n_nodes + 1, 1);
   folded_o *fo = malloc(sizeof *fo * (size_t)nv);
-  if (!uses || !user || !skip || !fo) {
-    free(uses), free(user), free(skip), free(fo);
+  if (!uses || !user || !sole || !skip || !fo) {
+    free(uses), free(user), free(sole), free(skip), free(fo);
     return loom_error(g->ctx, LOOM_STATUS_OUT_OF_MEMORY, "view fold: out of memory");
   }
   /* user[v]: v's one layout-op user (-1: none or several) */
@@ -334,6 +458,11 @@ loom_status loom_graph_fold_attention_views(const loom_graph *g, loom_graph **ou
   }
   for (int32_t v = 0; v < nv; v++)
     if (user[v] < 0) user[v] = -1;
+  /* sole[v]: v's only user (any op), -1 if it has none or several */
+  for (int32_t v = 0; v < nv; v++) sole[v] = -1;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    for (int32_t j = 0; j < g->nodes[i].n_in; j++)
+      if (uses[g->nodes[i].in[j]] == 1) sole[g->nodes[i].in[j]] = i;
   int32_t *map = NULL;
   loom_graph *dst = NULL;
   loom_status st = loom_graph_begin_copy(g, &dst, &map);
@@ -362,8 +491,21 @@ loom_status loom_graph_fold_attention_views(const loom_graph *g, loom_graph **ou
         nf++;
       }
     }
-    int32_t y = -1;
+    int32_t y = -1, z = -1, n_out = n->n_out;
     bool fwd = n->op == LOOM_OP_FLASH_ATTENTION;
+    loom_ints dats[3];
+    if (!fwd && grad_fold(g, uses, sole, n->out, s, w, &z, dats, skip)) {
+      /* dq, dk, dv ([..., Sq, D], [..., Sk, D], [..., Sk, Dv]) into z */
+      const loom_type *zt = loom_value_type(g, z);
+      loom_ints *os = &LOOM_ATTRV_INTS(a, flash_attention, out_shape);
+      os->n = zt->rank;
+      memcpy(os->v, zt->shape, sizeof(int64_t) * (size_t)zt->rank);
+      LOOM_ATTRV_INTS(a, flash_attention, dq_at) = dats[0];
+      LOOM_ATTRV_INTS(a, flash_attention, dk_at) = dats[1];
+      LOOM_ATTRV_INTS(a, flash_attention, dv_at) = dats[2];
+      n_out = 1;
+      nf++;
+    }
     if (fwd && fold_output(g, uses, user, n->out[0], s[0], w[2], &y, at_slot(a, LOOM_FLASH_O), skip)) {
       const loom_type *yt = loom_value_type(g, y);
       loom_ints *os = &LOOM_ATTRV_INTS(a, flash_attention, out_shape);
@@ -386,14 +528,15 @@ loom_status loom_graph_fold_attention_views(const loom_graph *g, loom_graph **ou
     dm->v[q->rank + 1] = w[2];
     int32_t outs[3] = {-1, -1, -1};
     (void)loom_build_status(dst);
-    lb_op_multi(dst, n->op, n->n_in, in, a, n->n_out, outs);
+    lb_op_multi(dst, n->op, n->n_in, in, a, n_out, outs);
     st = loom_build_status(dst);
-    for (int32_t o = 0; o < n->n_out && !st; o++) map[n->out[o]] = outs[o];
+    for (int32_t o = 0; o < n_out && !st; o++) map[n->out[o]] = outs[o];
     if (!st && y >= 0) map[y] = outs[0];
+    if (!st && z >= 0) map[z] = outs[0];
     if (!st && n_folded) (*n_folded)++;
   }
   if (!st) st = loom_graph_finish_copy(dst, g, map);
-  free(map), free(uses), free(user), free(skip), free(fo);
+  free(map), free(uses), free(user), free(sole), free(skip), free(fo);
   if (st) {
     loom_error_prefix(g->ctx, "attention view fold");
     loom_graph_free(dst);

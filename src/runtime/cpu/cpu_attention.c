@@ -84,7 +84,7 @@ static loom_status k_flash(const loom_cpu *c, const loom_node *n, const loom_vie
   LOOM_TRY(need_contiguous(c, n, in));
   loom_flash_attn a;
   loom_rng_piece piece;
-  loom_type lt[LOOM_FLASH_N];
+  loom_type lt[LOOM_FLASH_ALL];
   LOOM_TRY(flash_args(c, n, in, 3, 4, &piece, lt, &a));
   float *o = place(n, LOOM_FLASH_O, out[0].data, &a.at[LOOM_FA_O]);
   return loom_flash_attn_fwd(c->ctx, c->nt, &a, o, out[1].data);
@@ -95,12 +95,14 @@ static loom_status k_flash_grad(const loom_cpu *c, const loom_node *n, const loo
   LOOM_TRY(need_contiguous(c, n, in));
   loom_flash_attn a;
   loom_rng_piece piece;
-  loom_type lt[LOOM_FLASH_N];
+  loom_type lt[LOOM_FLASH_ALL];
   LOOM_TRY(flash_args(c, n, in, 6, 7, &piece, lt, &a));
   const float *o = place(n, LOOM_FLASH_O, in[3].data, &a.at[LOOM_FA_O]);
   const float *d_o = place(n, LOOM_FLASH_DO, in[5].data, &a.at[LOOM_FA_DO]);
-  return loom_flash_attn_bwd(c->ctx, c->nt, &a, o, in[4].data, d_o, out[0].data, out[1].data,
-                             out[2].data);
+  float *d[3]; /* dq, dk, dv: three outputs, or places in one */
+  for (int32_t w = 0; w < 3; w++)
+    d[w] = place(n, LOOM_FLASH_DQ + w, out[n->n_out == 1 ? 0 : w].data, &a.at[LOOM_FA_DQ + w]);
+  return loom_flash_attn_bwd(c->ctx, c->nt, &a, o, in[4].data, d_o, d[0], d[1], d[2]);
 }
 
 /* Bytes per task: a multiple of 8 elements keeps every task on whole bytes. */

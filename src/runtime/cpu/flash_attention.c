@@ -836,8 +836,12 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
   uint8_t *bits = (uint8_t *)(void *)(dp + up16(BWD_BR * BWD_BC));
   uint8_t *nanbits = bits + 4 * up16(BWD_BC / 32 + 16);
 
-  float *dqt = chunk == 0 ? io->dq + bh * SQ * D : io->part + ((chunk - 1) * a->bh + bh) * SQ * D;
-  memset(dqt, 0, sizeof(float) * (size_t)(SQ * D));
+  const int64_t lddq = chunk == 0 ? op_ld(&a->at[LOOM_FA_DQ], D) : D;
+  const int64_t lddk = op_ld(&a->at[LOOM_FA_DK], D), lddv = op_ld(&a->at[LOOM_FA_DV], DV);
+  float *dqt = chunk == 0 ? io->dq + op_off(&a->at[LOOM_FA_DQ], bh, SQ, D)
+                          : io->part + ((chunk - 1) * a->bh + bh) * SQ * D;
+  for (int64_t i = 0; i < SQ; i++)
+    memset(dqt + i * lddq, 0, sizeof(float) * (size_t)D);
   const int64_t ldq = op_ld(&a->at[LOOM_FA_Q], D), ldk = op_ld(&a->at[LOOM_FA_K], D);
   const int64_t ldv = op_ld(&a->at[LOOM_FA_V], DV), lddo = op_ld(&a->at[LOOM_FA_DO], DV);
   const float *qbh = a->q + op_off(&a->at[LOOM_FA_Q], bh, SQ, D);
@@ -851,9 +855,12 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
     kn->transpose(c, D, kbh + kb * ldk, ldk, kt, c);
     kn->transpose(c, DV, vbh + kb * ldv, ldv, vt, c);
     /* the task owns these keys' rows of dk and dv: accumulated in place */
-    float *dka = io->dk + (bh * SK + kb) * D, *dva = io->dv + (bh * SK + kb) * DV;
-    memset(dka, 0, sizeof(float) * (size_t)(c * D));
-    memset(dva, 0, sizeof(float) * (size_t)(c * DV));
+    float *dka = io->dk + op_off(&a->at[LOOM_FA_DK], bh, SK, D) + kb * lddk;
+    float *dva = io->dv + op_off(&a->at[LOOM_FA_DV], bh, SK, DV) + kb * lddv;
+    for (int64_t j = 0; j < c; j++) {
+      memset(dka + j * lddk, 0, sizeof(float) * (size_t)D);
+      memset(dva + j * lddv, 0, sizeof(float) * (size_t)DV);
+    }
     /* the first query row that sees key kb: i + off >= kb */
     const int64_t qfirst = a->causal ? max64(0, kb - R->off) : 0;
     for (int64_t q0 = qfirst; q0 < SQ; q0 += BWD_BR) {
@@ -894,15 +901,15 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
         const int64_t h = min64(BWD_STRIP, cc - j), i0 = strip_first_row(R, kb + j, q0, r);
         if (i0 >= r) continue;
         kn->gemm(h, DV, r - i0, s + i0 * BWD_BC + j, 1, BWD_BC, dobh + (q0 + i0) * lddo, lddo,
-                 dva + j * DV, DV, true); /* dV += Pd^T dO */
-        kn->gemm(h, D, r - i0, dp + i0 * BWD_BC + j, 1, BWD_BC, qs + i0 * D, D, dka + j * D, D,
-                 true); /* dK += dS^T Qs */
+                 dva + j * lddv, lddv, true); /* dV += Pd^T dO */
+        kn->gemm(h, D, r - i0, dp + i0 * BWD_BC + j, 1, BWD_BC, qs + i0 * D, D, dka + j * lddk,
+                 lddk, true); /* dK += dS^T Qs */
       }
       for (int64_t i = 0; i < r; i += BWD_STRIP) {
         const int64_t h = min64(BWD_STRIP, r - i), n = strip_keys(R, q0 + i + h - 1, kb, cc);
         if (n > 0)
-          kn->gemm(h, D, n, dp + i * BWD_BC, BWD_BC, 1, kbh + kb * ldk, ldk, dqt + (q0 + i) * D, D,
-                   true); /* dQ += dS K */
+          kn->gemm(h, D, n, dp + i * BWD_BC, BWD_BC, 1, kbh + kb * ldk, ldk, dqt + (q0 + i) * lddq,
+                   lddq, true); /* dQ += dS K */
       }
     }
     float *dvo = dva;
@@ -923,7 +930,7 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
       for (int64_t j = 0; j < c; j++)
         if (bit_at(nanbits, j))
           for (int64_t x = 0; x < DV; x++)
-            dvo[j * DV + x] = NAN;
+            dvo[j * lddv + x] = NAN;
     }
   }
 }
@@ -946,10 +953,19 @@ loom_status loom_flash_attn_bwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
   if (!dq) dq = fa_dummy;
   if (!dk) dk = fa_dummy;
   if (!dv) dv = fa_dummy;
-  if (n_rows == 0 || a->sk == 0) { /* empty sums: zero gradients */
-    if (n_keys && a->d) memset(dk, 0, sizeof(float) * (size_t)(n_keys * a->d));
-    if (n_keys && a->dv) memset(dv, 0, sizeof(float) * (size_t)(n_keys * a->dv));
-    if (n_rows && a->d) memset(dq, 0, sizeof(float) * (size_t)(n_rows * a->d));
+  if (n_rows == 0 || a->sk == 0) { /* empty sums: zero gradients, row by row */
+    for (int64_t i = 0; a->d && i < n_keys; i++)
+      memset(dk + op_off(&a->at[LOOM_FA_DK], i / a->sk, a->sk, a->d) +
+                 i % a->sk * op_ld(&a->at[LOOM_FA_DK], a->d),
+             0, sizeof(float) * (size_t)a->d);
+    for (int64_t i = 0; a->dv && i < n_keys; i++)
+      memset(dv + op_off(&a->at[LOOM_FA_DV], i / a->sk, a->sk, a->dv) +
+                 i % a->sk * op_ld(&a->at[LOOM_FA_DV], a->dv),
+             0, sizeof(float) * (size_t)a->dv);
+    for (int64_t i = 0; a->d && i < n_rows; i++)
+      memset(dq + op_off(&a->at[LOOM_FA_DQ], i / a->sq, a->sq, a->d) +
+                 i % a->sq * op_ld(&a->at[LOOM_FA_DQ], a->d),
+             0, sizeof(float) * (size_t)a->d);
     return LOOM_STATUS_OK;
   }
   const int64_t tasks = a->bh * bwd_chunks(a);
@@ -981,7 +997,7 @@ loom_status loom_flash_attn_bwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
         const int64_t i1 = min64(n_rows, t * 256 + 256);
         for (int64_t i = t * 256; i < i1; i++) {
           const int64_t bh = i / SQ, row = i % SQ;
-          float *dqi = dq + i * D;
+          float *dqi = dq + op_off(&a->at[LOOM_FA_DQ], bh, SQ, D) + row * op_ld(&a->at[LOOM_FA_DQ], D);
           for (int64_t c = 1; c < io.chunks; c++) {
             const float *pi = io.part + (((c - 1) * a->bh + bh) * SQ + row) * D;
             for (int64_t x = 0; x < D; x++)

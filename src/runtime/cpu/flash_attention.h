@@ -71,7 +71,11 @@ typedef struct loom_flash_attn_layout {
 } loom_flash_attn_layout;
 
 /* Which operand a layout is for: loom_flash_attn.at[]. */
-enum { LOOM_FA_Q, LOOM_FA_K, LOOM_FA_V, LOOM_FA_O, LOOM_FA_DO, LOOM_FA_OPERANDS };
+enum {
+  LOOM_FA_Q, LOOM_FA_K, LOOM_FA_V, LOOM_FA_O, LOOM_FA_DO, /* read */
+  LOOM_FA_DQ, LOOM_FA_DK, LOOM_FA_DV,                     /* written by the backward */
+  LOOM_FA_OPERANDS
+};
 
 typedef struct loom_flash_attn {
   int64_t bh, sq, sk, d, dv; /* sizes, all >= 0 */
@@ -90,10 +94,11 @@ typedef struct loom_flash_attn {
    * uses counter j0 + loom_rng_piece_index(piece, e). NULL: j0 + e. */
   const loom_rng_piece *piece;
   int32_t impl; /* loom_flash_attn_impl; 0 (BEST) when zero-initialised */
-  /* Layouts of q, k, v, o and d_o (zero-initialised: contiguous). Only
-   * these strided operands may be read at other addresses; the results
-   * are bitwise those of contiguous copies (the same sums in the same
-   * order). dq, dk, dv and lse are contiguous. */
+  /* Layouts of q, k, v, o, d_o, dq, dk and dv (zero-initialised:
+   * contiguous); the results are bitwise those of contiguous copies (the
+   * same sums in the same order). lse is contiguous. dq, dk, dv may lie
+   * in one tensor (the fused QKV projection's gradient) if they do not
+   * overlap. */
   loom_flash_attn_layout at[LOOM_FA_OPERANDS];
 } loom_flash_attn;
 
