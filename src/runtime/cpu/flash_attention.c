@@ -981,12 +981,22 @@ loom_status loom_flash_attn_bwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
   {
     float *mine = ws + per * omp_get_thread_num();
     /* Di = rowsum(dO * O), in double */
+    const int64_t lddo = op_ld(&a->at[LOOM_FA_DO], DV), ldo = op_ld(&a->at[LOOM_FA_O], DV);
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < rblocks; t++)
-      for (int64_t i = t * 256; i < min64(n_rows, t * 256 + 256); i++)
-        io.di[i] = (float)R.kn->dot(
-            d_o + op_off(&a->at[LOOM_FA_DO], i / SQ, SQ, DV) + i % SQ * op_ld(&a->at[LOOM_FA_DO], DV),
-            o + op_off(&a->at[LOOM_FA_O], i / SQ, SQ, DV) + i % SQ * op_ld(&a->at[LOOM_FA_O], DV), DV);
+    for (int64_t t = 0; t < rblocks; t++) {
+      /* rows i of (bh, row), offsets found once per bh */
+      int64_t bh = t * 256 / SQ, row = t * 256 - bh * SQ;
+      const float *dob = d_o + op_off(&a->at[LOOM_FA_DO], bh, SQ, DV);
+      const float *ob = o + op_off(&a->at[LOOM_FA_O], bh, SQ, DV);
+      for (int64_t i = t * 256; i < min64(n_rows, t * 256 + 256); i++) {
+        io.di[i] = (float)R.kn->dot(dob + row * lddo, ob + row * ldo, DV);
+        if (++row == SQ && i + 1 < n_rows) {
+          row = 0, bh++;
+          dob = d_o + op_off(&a->at[LOOM_FA_DO], bh, SQ, DV);
+          ob = o + op_off(&a->at[LOOM_FA_O], bh, SQ, DV);
+        }
+      }
+    }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; t++)
       bwd_task(&R, &io, t / io.chunks, t % io.chunks, mine);
@@ -994,10 +1004,15 @@ loom_status loom_flash_attn_bwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
     if (D > 0) {
 #pragma omp for schedule(static)
       for (int64_t t = 0; t < rblocks; t++) {
-        const int64_t i1 = min64(n_rows, t * 256 + 256);
-        for (int64_t i = t * 256; i < i1; i++) {
-          const int64_t bh = i / SQ, row = i % SQ;
-          float *dqi = dq + op_off(&a->at[LOOM_FA_DQ], bh, SQ, D) + row * op_ld(&a->at[LOOM_FA_DQ], D);
+        const int64_t i1 = min64(n_rows, t * 256 + 256), lddq = op_ld(&a->at[LOOM_FA_DQ], D);
+        int64_t bh = t * 256 / SQ, row = t * 256 - bh * SQ;
+        float *dqb = dq + op_off(&a->at[LOOM_FA_DQ], bh, SQ, D);
+        for (int64_t i = t * 256; i < i1; i++, row++) {
+          if (row == SQ) {
+            row = 0, bh++;
+            dqb = dq + op_off(&a->at[LOOM_FA_DQ], bh, SQ, D);
+          }
+          float *dqi = dqb + row * lddq;
           for (int64_t c = 1; c < io.chunks; c++) {
             const float *pi = io.part + (((c - 1) * a->bh + bh) * SQ + row) * D;
             for (int64_t x = 0; x < D; x++)
