@@ -13,6 +13,8 @@
  *  - bitwise identical results with 1, 2 and 3 threads;
  *  - the backward against central finite differences of the kernel's own
  *    f32 forward (relative 2e-2: f32 differences with h = 1e-2);
+ *  - operands at strides (q, k, v inside one QKV buffer, o and d_o in
+ *    [B, T, H, Dv]): bitwise the results of contiguous copies;
  *  - zero sizes, bad arguments, workspace bounds.
  * LOOM_TEST_QUICK=1 (the sanitizer build) runs fewer, smaller shapes.
  * Timings belong to `loom bench attention`, not here. */
@@ -506,6 +508,82 @@ static void test_workspace(void) {
   CHECK(loom_flash_attn_workspace_bytes(NULL, 2, false) == 0);
 }
 
+/* Operands at strides (loom_flash_attn.at): q, k, v read in place from one
+ * [B, T, H, 3, Dh] buffer (a fused QKV projection, head-major) and dq, dk,
+ * dv written into another, o written into and d_o read from [B, T, H, Dv]
+ * buffers, against contiguous copies
+ * of the same operands: bitwise equal o, lse, dq, dk, dv, causal or not,
+ * with dropout, on implementation impl; and a lead count whose product is
+ * not bh is refused. */
+static void test_strided(loom_ctx *ctx, int32_t impl) {
+  const int64_t B = 2, H = 3, T = quick ? 37 : 133, DH = 8, BH = B * H;
+  const int64_t row = H * 3 * DH, n_qkv = B * T * row, n_o = B * T * H * DH;
+  loom_test_rng rng = {0x5eed5 + (uint64_t)impl};
+  float *qkv = malloc(sizeof(float) * (size_t)n_qkv), *d_o_s = malloc(sizeof(float) * (size_t)n_o);
+  float *o_s = malloc(sizeof(float) * (size_t)n_o), *dqkv = malloc(sizeof(float) * (size_t)n_qkv);
+  float *c[4]; /* q, k, v, d_o contiguous [BH, T, DH] */
+  for (int i = 0; i < 4; i++) c[i] = malloc(sizeof(float) * (size_t)(BH * T * DH));
+  fill(qkv, n_qkv, &rng, -1.0, 1.0);
+  fill(d_o_s, n_o, &rng, -1.0, 1.0);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t t = 0; t < T; t++)
+        for (int64_t x = 0; x < DH; x++) {
+          int64_t cr = ((b * H + h) * T + t) * DH + x;
+          for (int w = 0; w < 3; w++) c[w][cr] = qkv[b * T * row + t * row + (h * 3 + w) * DH + x];
+          c[3][cr] = d_o_s[((b * T + t) * H + h) * DH + x];
+        }
+  shape s = {BH, T, T, DH, DH};
+  for (int causal = 0; causal < 2; causal++)
+    for (int drop = 0; drop < 2; drop++) {
+      loom_flash_attn a = {.bh = BH, .sq = T, .sk = T, .d = DH, .dv = DH, .q = c[0], .k = c[1],
+                           .v = c[2], .scale = 0.3, .causal = causal, .p = drop ? 0.2 : 0.0,
+                           .seed = 7, .j0 = 11, .impl = impl};
+      outs want, got;
+      outs_alloc(&want, &s);
+      outs_alloc(&got, &s);
+      run_both(ctx, 2, &a, c[3], &want);
+      loom_flash_attn st = a;
+      st.q = qkv;
+      st.k = qkv + DH;
+      st.v = qkv + 2 * DH;
+      for (int w = 0; w < LOOM_FA_OPERANDS; w++) {
+        loom_flash_attn_layout *l = &st.at[w];
+        bool in_qkv = w <= LOOM_FA_V || w >= LOOM_FA_DQ;
+        *l = (loom_flash_attn_layout){.n_lead = 2, .lead = {B, H},
+                                      .stride = {T * (in_qkv ? row : H * DH), in_qkv ? 3 * DH : DH},
+                                      .row = in_qkv ? row : H * DH};
+      }
+      memset(o_s, 0x7f, sizeof(float) * (size_t)n_o);
+      memset(got.lse, 0x7f, sizeof(float) * (size_t)(BH * T));
+      CHECK_OK(ctx, loom_flash_attn_fwd(ctx, 2, &st, o_s, got.lse));
+      memset(dqkv, 0x7f, sizeof(float) * (size_t)n_qkv);
+      CHECK_OK(ctx, loom_flash_attn_bwd(ctx, 2, &st, o_s, got.lse, d_o_s, dqkv, dqkv + DH,
+                                        dqkv + 2 * DH));
+      for (int64_t b = 0; b < B; b++) /* o, dq, dk, dv back to [BH, T, DH] */
+        for (int64_t h = 0; h < H; h++)
+          for (int64_t t = 0; t < T; t++) {
+            int64_t cr = ((b * H + h) * T + t) * DH, at = b * T * row + t * row + h * 3 * DH;
+            memcpy(got.o + cr, o_s + ((b * T + t) * H + h) * DH, sizeof(float) * (size_t)DH);
+            memcpy(got.dq + cr, dqkv + at, sizeof(float) * (size_t)DH);
+            memcpy(got.dk + cr, dqkv + at + DH, sizeof(float) * (size_t)DH);
+            memcpy(got.dv + cr, dqkv + at + 2 * DH, sizeof(float) * (size_t)DH);
+          }
+      CHECK(outs_same(&want, &got, &s));
+      outs_free(&want);
+      outs_free(&got);
+    }
+  loom_flash_attn bad = {.bh = BH, .sq = T, .sk = T, .d = DH, .dv = DH, .q = qkv, .k = qkv,
+                         .v = qkv, .scale = 1.0, .impl = impl};
+  bad.at[LOOM_FA_K] = (loom_flash_attn_layout){.n_lead = 1, .lead = {BH + 1}, .stride = {1}, .row = 1};
+  CHECK_STATUS(ctx, LOOM_STATUS_INVALID_ARGUMENT, loom_flash_attn_fwd(ctx, 1, &bad, o_s, NULL));
+  for (int i = 0; i < 4; i++) free(c[i]);
+  free(qkv);
+  free(d_o_s);
+  free(o_s);
+  free(dqkv);
+}
+
 int main(void) {
   const char *qe = getenv("LOOM_TEST_QUICK");
   quick = qe && qe[0] && strcmp(qe, "0") != 0;
@@ -517,6 +595,7 @@ int main(void) {
       continue;
     }
     test_against_reference(ctx, impl);
+    test_strided(ctx, impl);
     for (int causal = 0; causal < 2; causal++) {
       test_finite_differences(ctx, impl, causal, 0.0);
       test_finite_differences(ctx, impl, causal, 0.2);

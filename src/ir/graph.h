@@ -10,7 +10,8 @@
 #include "core/ctx.h"
 #include "core/strmap.h"
 
-#define LOOM_MAX_ATTRS 8
+/* the flash attention ops' 17 (ops/attrs.h) */
+#define LOOM_MAX_ATTRS 18
 
 /* A value's static type: dtype and shape (no symbolic dims). */
 typedef struct loom_type {

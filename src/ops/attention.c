@@ -34,6 +34,7 @@
 #include "ops/ops_util.h"
 #include "ops/rng_piece.h"
 #include "ir/box.h"
+#include "ops/attention_views.h"
 #include "rng/philox.h"
 
 #include <math.h>
@@ -79,40 +80,127 @@ static loom_status check_piece(loom_ctx *ctx, const loom_node *n, const loom_typ
   return loom_op_rng_piece(ctx, n, rank, shape, &piece);
 }
 
+/* The strided operands' attributes (ops/attention_views.h): dims well
+ * formed, each view inside its value; lt: the logical types. n_views:
+ * the operands that may have one (3 forward, 5 backward). */
+static loom_status check_views(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                               int32_t n_views, loom_type *lt) {
+  const loom_ints *dm = &LOOM_ATTR_INTS(n, flash_attention, dims);
+  if (!loom_flash_has_views(n)) {
+    if (LOOM_ATTR_INTS(n, flash_attention, out_shape).n || LOOM_ATTR_INTS(n, flash_attention, q_at).n ||
+        LOOM_ATTR_INTS(n, flash_attention, k_at).n || LOOM_ATTR_INTS(n, flash_attention, v_at).n ||
+        LOOM_ATTR_INTS(n, flash_attention, o_at).n || LOOM_ATTR_INTS(n, flash_attention, do_at).n ||
+        LOOM_ATTR_INTS(n, flash_attention, dq_at).n || LOOM_ATTR_INTS(n, flash_attention, dk_at).n ||
+        LOOM_ATTR_INTS(n, flash_attention, dv_at).n)
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "strided operands need 'dims'");
+    loom_flash_logical_types(n, in, lt);
+    return LOOM_STATUS_OK;
+  }
+  bool ok = dm->n >= 4;
+  for (int32_t d = 0; ok && d < dm->n; d++) ok = dm->v[d] >= 0;
+  if (!ok)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "'dims' must be [lead..., Sq, D, Sk, Dv], sizes >= 0");
+  loom_flash_logical_types(n, in, lt);
+  for (int32_t w = 0; w < n_views; w++) {
+    int32_t i = w < 3 ? w : w == LOOM_FLASH_O ? 3 : 5;
+    LOOM_TRY(loom_flash_check_view(ctx, n, w, &lt[w], &in[i]));
+  }
+  return LOOM_STATUS_OK;
+}
+
 static loom_status infer_flash(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                loom_type *out) {
-  LOOM_TRY(loom_composite_check_attention(ctx, n, in, &in[3]));
-  LOOM_TRY(check_piece(ctx, n, in));
-  fa_dims m = dims_of(&in[0], &in[1], &in[2]);
+  loom_type lt[LOOM_FLASH_ALL];
+  LOOM_TRY(check_views(ctx, n, in, 3, lt));
+  if (LOOM_ATTR_INTS(n, flash_attention, do_at).n || LOOM_ATTR_INTS(n, flash_attention, dq_at).n ||
+      LOOM_ATTR_INTS(n, flash_attention, dk_at).n || LOOM_ATTR_INTS(n, flash_attention, dv_at).n)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "do_at, dq_at, dk_at, dv_at are the backward's");
+  LOOM_TRY(loom_composite_check_attention(ctx, n, lt, &in[3]));
+  LOOM_TRY(check_piece(ctx, n, lt));
+  fa_dims m = dims_of(&lt[0], &lt[1], &lt[2]);
   if (n->n_in > 4) LOOM_TRY(check_mask(ctx, &in[4], m.bh * m.sq * m.sk));
-  int32_t r = in[0].rank;
-  out[0] = in[0];
-  out[0].shape[r - 1] = m.dv;
-  out[1] = in[0];
+  int32_t r = lt[0].rank;
+  out[0] = lt[LOOM_FLASH_O];
+  out[1] = lt[0];
   out[1].rank = r - 1; /* lse [..., Sq] */
+  const loom_ints *os = &LOOM_ATTR_INTS(n, flash_attention, out_shape);
+  if (loom_flash_view_of(n, LOOM_FLASH_O).strided) { /* o placed in a tensor of out_shape */
+    out[0].rank = os->n;
+    for (int32_t d = 0; d < os->n; d++) out[0].shape[d] = os->v[d];
+    bool ok = os->n > 0 && loom_type_numel(&out[0]) == loom_type_numel(&lt[LOOM_FLASH_O]);
+    for (int32_t d = 0; ok && d < os->n; d++) ok = os->v[d] >= 0;
+    if (!ok)
+      return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+                        "'out_shape' must hold exactly o's %lld elements",
+                        (long long)loom_type_numel(&lt[LOOM_FLASH_O]));
+    LOOM_TRY(loom_flash_check_view(ctx, n, LOOM_FLASH_O, &lt[LOOM_FLASH_O], &out[0]));
+  } else if (os->n > 0) {
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "'out_shape' needs 'o_at'");
+  }
+  return LOOM_STATUS_OK;
+}
+
+/* The backward's outputs: dq, dk, dv, or (dq_at, dk_at, dv_at set) one
+ * tensor of out_shape holding all three. */
+static loom_status grad_outputs(loom_ctx *ctx, const loom_node *n, const loom_type *lt,
+                                loom_type *out) {
+  int32_t placed = 0;
+  for (int32_t w = LOOM_FLASH_DQ; w < LOOM_FLASH_ALL; w++) placed += loom_flash_view_of(n, w).strided;
+  const loom_ints *os = &LOOM_ATTR_INTS(n, flash_attention, out_shape);
+  if (placed == 0) {
+    if (n->n_out != 3 || os->n > 0)
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                        "flash_attention_grad has 3 outputs (dq, dk, dv) and no 'out_shape' "
+                        "unless dq_at, dk_at and dv_at place them in one");
+    for (int32_t w = 0; w < 3; w++) out[w] = lt[LOOM_FLASH_DQ + w];
+    return LOOM_STATUS_OK;
+  }
+  if (placed != 3 || n->n_out != 1 || os->n == 0)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "dq_at, dk_at and dv_at place dq, dk, dv in the one output of 'out_shape': "
+                      "all three, one output");
+  out[0] = (loom_type){.dtype = lt[0].dtype, .rank = os->n};
+  int64_t total = 0;
+  for (int32_t d = 0; d < os->n; d++) {
+    if (os->v[d] < 0)
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "'out_shape' has a negative dim");
+    out[0].shape[d] = os->v[d];
+  }
+  for (int32_t w = LOOM_FLASH_DQ; w < LOOM_FLASH_ALL; w++) {
+    LOOM_TRY(loom_flash_check_view(ctx, n, w, &lt[w], &out[0]));
+    total += loom_type_numel(&lt[w]);
+  }
+  if (total != loom_type_numel(&out[0]))
+    return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH,
+                      "dq, dk, dv (%lld elements) must fill the output of 'out_shape' exactly",
+                      (long long)total);
   return LOOM_STATUS_OK;
 }
 
 static loom_status infer_flash_grad(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                     loom_type *out) {
   char buf[128];
-  LOOM_TRY(loom_composite_check_attention(ctx, n, in, &in[6]));
-  LOOM_TRY(check_piece(ctx, n, in));
-  fa_dims m = dims_of(&in[0], &in[1], &in[2]);
-  loom_type ot = in[0], lt = in[0];
-  ot.shape[ot.rank - 1] = m.dv;
-  lt.rank--;
-  const loom_type *want[3] = {&ot, &lt, &ot};
-  static const char *const what[3] = {"o", "lse", "d_o"};
-  for (int32_t i = 0; i < 3; i++)
-    if (!loom_type_equal(&in[3 + i], want[i]))
-      return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH, "%s must be %s", what[i],
-                        loom_type_str(want[i], buf, sizeof buf));
+  loom_type lt[LOOM_FLASH_ALL];
+  LOOM_TRY(check_views(ctx, n, in, LOOM_FLASH_N, lt));
+  LOOM_TRY(loom_composite_check_attention(ctx, n, lt, &in[6]));
+  LOOM_TRY(check_piece(ctx, n, lt));
+  fa_dims m = dims_of(&lt[0], &lt[1], &lt[2]);
+  loom_type ls = lt[0];
+  ls.rank--;
+  if (!loom_flash_has_views(n)) {
+    const loom_type *want[3] = {&lt[LOOM_FLASH_O], &ls, &lt[LOOM_FLASH_O]};
+    static const char *const what[3] = {"o", "lse", "d_o"};
+    for (int32_t i = 0; i < 3; i++)
+      if (!loom_type_equal(&in[3 + i], want[i]))
+        return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH, "%s must be %s", what[i],
+                          loom_type_str(want[i], buf, sizeof buf));
+  } else if (!loom_type_equal(&in[4], &ls)) {
+    return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH, "lse must be %s",
+                      loom_type_str(&ls, buf, sizeof buf));
+  }
   if (n->n_in > 7) LOOM_TRY(check_mask(ctx, &in[7], m.bh * m.sq * m.sk));
-  out[0] = in[0];
-  out[1] = in[1];
-  out[2] = in[2];
-  return LOOM_STATUS_OK;
+  return grad_outputs(ctx, n, lt, out);
 }
 
 /* What the reference kernels share: sizes, scale, dropout. */
@@ -194,8 +282,72 @@ static double row_probs(const fa_ref *f, const loom_view *q, const loom_view *k,
   return mx + log(sum);
 }
 
+typedef loom_status (*ref_fn)(loom_ctx *, const loom_node *, const loom_view *,
+                              const loom_view *);
+
+static loom_type type_of(const loom_view *v) {
+  loom_type t = {.dtype = v->dtype, .rank = v->rank};
+  for (int32_t d = 0; d < v->rank; d++) t.shape[d] = v->shape[d];
+  return t;
+}
+
+/* Copies a strided operand view element by element (flat index order). */
+static void copy_flat(const loom_view *dst, const loom_view *src) {
+  int64_t numel = loom_view_numel(dst);
+  for (int64_t e = 0; e < numel; e++) loom_view_set(dst, e, loom_view_get(src, e));
+}
+
+/* A node with strided operands (attention_views.h): fn on contiguous
+ * copies of them, the forward's o placed into its output afterwards. */
+static loom_status ref_strided(loom_ctx *ctx, const loom_node *n, const loom_view *in,
+                               const loom_view *out, ref_fn fn) {
+  bool grad = n->op == LOOM_OP_FLASH_ATTENTION_GRAD;
+  loom_type it[8], lt[LOOM_FLASH_ALL];
+  loom_view vin[8], vout[3];
+  for (int32_t i = 0; i < n->n_in; i++) it[i] = type_of(&in[i]), vin[i] = in[i];
+  for (int32_t o = 0; o < n->n_out; o++) vout[o] = out[o];
+  loom_flash_logical_types(n, it, lt);
+  void *buf[LOOM_FLASH_ALL] = {NULL};
+  loom_status st = LOOM_STATUS_OK;
+  for (int32_t w = 0; w < LOOM_FLASH_ALL && !st; w++) {
+    bool is_out = (w == LOOM_FLASH_O && !grad) || w >= LOOM_FLASH_DQ;
+    if ((!grad && w > LOOM_FLASH_O) || !loom_flash_view_of(n, w).strided) continue;
+    int32_t i = w < 3 ? w : w == LOOM_FLASH_O ? 3 : 5;
+    buf[w] = malloc((size_t)loom_type_numel(&lt[w]) * loom_dtype_size(lt[w].dtype) + 1);
+    if (!buf[w]) {
+      st = loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "%s: out of memory", loom_op_name(n->op));
+      break;
+    }
+    loom_view c = loom_view_of(&lt[w], buf[w]);
+    if (is_out) {
+      vout[w >= LOOM_FLASH_DQ ? w - LOOM_FLASH_DQ : 0] = c;
+    } else {
+      loom_view src = loom_flash_operand(n, w, &lt[w], &in[i]);
+      copy_flat(&c, &src);
+      vin[i] = c;
+    }
+  }
+  if (!st) st = fn(ctx, n, vin, vout);
+  for (int32_t w = LOOM_FLASH_O; w < LOOM_FLASH_ALL && !st; w++) {
+    if (!buf[w] || (w == LOOM_FLASH_O && grad) || w == LOOM_FLASH_DO) continue;
+    loom_view dst = loom_flash_operand(n, w, &lt[w], &out[0]);
+    copy_flat(&dst, &vout[w >= LOOM_FLASH_DQ ? w - LOOM_FLASH_DQ : 0]);
+  }
+  for (int32_t w = 0; w < LOOM_FLASH_ALL; w++) free(buf[w]);
+  return st;
+}
+
+static loom_status ref_flash_plain(loom_ctx *ctx, const loom_node *n, const loom_view *in,
+                                   const loom_view *out);
+
 static loom_status ref_flash(loom_ctx *ctx, const loom_node *n, const loom_view *in,
                              const loom_view *out) {
+  if (loom_flash_has_views(n)) return ref_strided(ctx, n, in, out, ref_flash_plain);
+  return ref_flash_plain(ctx, n, in, out);
+}
+
+static loom_status ref_flash_plain(loom_ctx *ctx, const loom_node *n, const loom_view *in,
+                                   const loom_view *out) {
   fa_ref f;
   LOOM_TRY(ref_setup(ctx, n, in, &in[3], n->n_in > 4 ? &in[4] : NULL, &f));
   const fa_dims *m = &f.m;
@@ -221,8 +373,8 @@ static loom_status ref_flash(loom_ctx *ctx, const loom_node *n, const loom_view 
  * ones get no gradient, as through the composite's select); dv = Pd^T dO
  * over every key (a row that sees no key has lse -inf and spreads NaN, as
  * the composite's gradient does). */
-static loom_status ref_flash_grad(loom_ctx *ctx, const loom_node *n, const loom_view *in,
-                                  const loom_view *out) {
+static loom_status ref_flash_grad_plain(loom_ctx *ctx, const loom_node *n, const loom_view *in,
+                                        const loom_view *out) {
   fa_ref f;
   LOOM_TRY(ref_setup(ctx, n, in, &in[6], n->n_in > 7 ? &in[7] : NULL, &f));
   const fa_dims *m = &f.m;
@@ -270,8 +422,19 @@ static loom_status ref_flash_grad(loom_ctx *ctx, const loom_node *n, const loom_
   return LOOM_STATUS_OK;
 }
 
+static loom_status ref_flash_grad(loom_ctx *ctx, const loom_node *n, const loom_view *in,
+                                  const loom_view *out) {
+  if (loom_flash_has_views(n)) return ref_strided(ctx, n, in, out, ref_flash_grad_plain);
+  return ref_flash_grad_plain(ctx, n, in, out);
+}
+
 static void grad_flash(loom_graph *g, const loom_node *n, const int32_t *dout, int32_t *din) {
   if (dout[0] < 0 || g->err) return; /* lse carries no gradient */
+  if (loom_flash_has_views(n)) { /* the fold runs after autodiff, never before */
+    g->err = loom_error(g->ctx, LOOM_STATUS_UNSUPPORTED,
+                        "flash_attention with strided operands has no gradient rule");
+    return;
+  }
   int32_t in[8] = {n->in[0], n->in[1], n->in[2], n->out[0], n->out[1], dout[0], n->in[3], -1};
   int32_t n_in = 7, out[3] = {-1, -1, -1};
   if (n->n_in > 4) in[n_in++] = n->in[4];
@@ -296,7 +459,8 @@ void loom_partition_attention(const loom_node *n, const loom_type *in, const loo
     for (int32_t d = 0; d < in[i].rank; d++) p->in[i][d] = -1;
   for (int32_t o = 0; o < n_out; o++)
     for (int32_t d = 0; d < out[o].rank; d++) p->out[o][d] = -1;
-  if (n->n_in > n_float_in + 1) return;
+  /* strided operands (a cpu program's own form): replicated */
+  if (n->n_in > n_float_in + 1 || loom_flash_has_views(n)) return;
   for (int32_t d = 0; d < in[0].rank - 2; d++) {
     int32_t l = loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
     for (int32_t i = 0; i < n_float_in; i++) p->in[i][d] = (int8_t)l;
@@ -341,7 +505,7 @@ const loom_op_def loom_opdef_flash_attention_grad = {
     .cls = LOOM_OPCLASS_ATTENTION,
     .min_in = 7,
     .max_in = 8,
-    .n_out = 3,
+    .n_out = -1, /* 3, or 1 with dq_at, dk_at, dv_at (ops/attention_views.h) */
     .n_attrs = LOOM_ATTR_COUNT(flash_attention_grad),
     .attrs = LOOM_ATTR_SPECS(flash_attention_grad),
     .infer = infer_flash_grad,

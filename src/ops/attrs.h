@@ -100,8 +100,30 @@
   X(OP, scale, FLOAT, PLAIN, false, 0, 0.0)                                                        \
   LOOM_ATTR_LIST_PIECE(X, OP)
 #define LOOM_ATTR_LIST_attention LOOM_ATTR_LIST_ATTENTION
-#define LOOM_ATTR_LIST_flash_attention LOOM_ATTR_LIST_ATTENTION
-#define LOOM_ATTR_LIST_flash_attention_grad LOOM_ATTR_LIST_ATTENTION
+/* The flash forms add strided operands (ops/attention.c; made by the cpu
+ * backend's view fold, passes/attention_views.c, never before autodiff):
+ * dims, the logical sizes [lead..., Sq, D, Sk, Dv] (empty: no views, every
+ * operand is its input); q_at ... do_at, where operand q (k, v, o, d_o)
+ * lies in its input (o: in the forward's output) as [offset, row stride,
+ * (size, stride) per leading dim] (empty: the input is the operand);
+ * dq_at, dk_at, dv_at, where the backward writes dq, dk, dv in its one
+ * output (all three or none: then it has three outputs, the gradients);
+ * out_shape, the shape of the forward's output when o_at places o in it,
+ * of the backward's one output. */
+#define LOOM_ATTR_LIST_FLASH(X, OP)                                                                \
+  LOOM_ATTR_LIST_ATTENTION(X, OP)                                                                  \
+  X(OP, dims, INTS, PLAIN, false, 0, 0.0)                                                          \
+  X(OP, q_at, INTS, PLAIN, false, 0, 0.0)                                                          \
+  X(OP, k_at, INTS, PLAIN, false, 0, 0.0)                                                          \
+  X(OP, v_at, INTS, PLAIN, false, 0, 0.0)                                                          \
+  X(OP, o_at, INTS, PLAIN, false, 0, 0.0)                                                          \
+  X(OP, do_at, INTS, PLAIN, false, 0, 0.0)                                                         \
+  X(OP, dq_at, INTS, PLAIN, false, 0, 0.0)                                                         \
+  X(OP, dk_at, INTS, PLAIN, false, 0, 0.0)                                                         \
+  X(OP, dv_at, INTS, PLAIN, false, 0, 0.0)                                                         \
+  X(OP, out_shape, INTS, PLAIN, false, 0, 0.0)
+#define LOOM_ATTR_LIST_flash_attention LOOM_ATTR_LIST_FLASH
+#define LOOM_ATTR_LIST_flash_attention_grad LOOM_ATTR_LIST_FLASH
 
 #define LOOM_ATTR_LIST_dropout(X, OP)                                                              \
   X(OP, p, FLOAT, PLAIN, false, 0, 0.1)                                                            \

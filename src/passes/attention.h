@@ -65,4 +65,19 @@ loom_status loom_graph_fuse_attention_costed(const loom_graph *g, loom_rng_place
                                              const loom_attention_costs *costs, loom_graph **out,
                                              int32_t *n_replaced);
 
+/* The view fold (passes/attention_views.c): a copy of g in which each
+ * f32 flash_attention and flash_attention_grad reads q, k, v (and o, d_o)
+ * in place from the tensors they are reshaped, transposed, sliced or
+ * broadcast from, and the forward writes o into the tensor a transpose
+ * and reshape of it make (only they and its gradient reading it), as
+ * strided operands (ops/attention_views.h), wherever the layout chain is
+ * index arithmetic the kernels take (contiguous rows, one stride between
+ * rows, at most three leading dims). The layout ops left without users
+ * are dead (loom_graph_simplify removes them). A cpu program's own form,
+ * made after autodiff and after any partition: a folded op has no
+ * gradient rule and is never split. *n_folded (may be NULL) counts the
+ * nodes that read or write an operand at strides. */
+loom_status loom_graph_fold_attention_views(const loom_graph *g, loom_graph **out,
+                                            int32_t *n_folded);
+
 #endif

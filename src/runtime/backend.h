@@ -66,6 +66,12 @@ typedef struct loom_backend_iface {
   loom_status (*rewrite)(void *bctx, loom_ctx *ctx, const loom_graph *g,
                          const loom_session_options *opts, loom_graph **out,
                          int32_t *n_rewritten);
+  /* Optional: a last rewrite of the decomposed, simplified graph a session
+   * prepares, never seen by the builders, autodiff or a parallel plan's
+   * partition (the cpu backend folds layout ops into flash attention's
+   * strided operands). *out: a new graph, or NULL when g stays. */
+  loom_status (*finish)(void *bctx, loom_ctx *ctx, const loom_graph *g,
+                        const loom_session_options *opts, loom_graph **out);
   /* Optional: the RNG placement model's rates measured on this backend's
    * kernels with `threads` threads (perf/rng_model.h). */
   void (*rng_model)(void *bctx, loom_ctx *ctx, int32_t threads, loom_rng_model *m);

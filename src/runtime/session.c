@@ -165,6 +165,17 @@ loom_status loom_session_new(loom_ctx *ctx, const loom_graph *g, const loom_sess
   if (!st) st = loom_graph_simplify(lowered, &s->g);
   loom_graph_free(lowered);
   if (!st) st = loom_graph_verify(s->g);
+  if (!st && s->backend->iface->finish) { /* the backend's own last form, dead code removed */
+    loom_graph *fin = NULL, *simple = NULL;
+    st = s->backend->iface->finish(s->backend->context, ctx, s->g, opts, &fin);
+    if (!st && fin) st = loom_graph_simplify(fin, &simple);
+    loom_graph_free(fin);
+    if (!st && simple) {
+      loom_graph_free(s->g);
+      s->g = simple;
+      st = loom_graph_verify(s->g);
+    }
+  }
   if (st) {
     loom_error_prefix(ctx, "session: after decompose and simplify");
     goto fail;

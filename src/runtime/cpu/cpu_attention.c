@@ -1,13 +1,15 @@
 /*
  * The attention primitives on the cpu backend (ops/attention.c): fused
  * flash attention forward and backward (runtime/cpu/flash_attention.c) and
- * the dropout bitmask (the fast Philox paths), f32 with contiguous
- * operands; other cases run their reference kernels.
+ * the dropout bitmask (the fast Philox paths), f32, with operands
+ * contiguous or at strides inside their values (ops/attention_views.h);
+ * other cases run their reference kernels.
  */
 #include "runtime/cpu/cpu.h"
 #include "runtime/cpu/flash_attention.h"
 
 #include "ir/dtype.h"
+#include "ops/attention_views.h"
 #include "ops/op.h"
 #include "ops/rng_piece.h"
 #include "rng/philox.h"
@@ -16,21 +18,39 @@
 #include <math.h>
 #include <string.h>
 
-/* The op's attributes and sizes as the flash kernels take them; the
- * counter base is input `base`, the optional mask input `mask` (-1: none). */
+/* Where operand w of n lies in the value at `data` (attention_views.h):
+ * *at its layout, the result its first element. */
+static float *place(const loom_node *n, int32_t w, void *data, loom_flash_attn_layout *at) {
+  loom_flash_view v = loom_flash_view_of(n, w);
+  if (!v.strided) return data;
+  at->n_lead = v.n_lead;
+  for (int32_t i = 0; i < v.n_lead; i++) at->lead[i] = v.lead[i], at->stride[i] = v.stride[i];
+  at->row = v.row;
+  return (float *)data + v.offset;
+}
+
+/* The op's attributes and sizes as the flash kernels take them, q, k, v
+ * at their places; the counter base is input `base`, the optional mask
+ * input `mask` (-1: none). lt: the operands' logical types. */
 static loom_status flash_args(const loom_cpu *c, const loom_node *n, const loom_view *in,
                               int32_t base, int32_t mask, loom_rng_piece *piece,
-                              loom_flash_attn *out) {
-  int32_t r = in[0].rank;
+                              loom_type *lt, loom_flash_attn *out) {
+  loom_type it[8];
+  for (int32_t i = 0; i < n->n_in && i < 8; i++) {
+    it[i] = (loom_type){.dtype = in[i].dtype, .rank = in[i].rank};
+    for (int32_t d = 0; d < in[i].rank; d++) it[i].shape[d] = in[i].shape[d];
+  }
+  loom_flash_logical_types(n, it, lt);
+  int32_t r = lt[0].rank;
   loom_flash_attn a = {.bh = 1,
-                       .sq = in[0].shape[r - 2],
-                       .sk = in[1].shape[r - 2],
-                       .d = in[0].shape[r - 1],
-                       .dv = in[2].shape[r - 1],
-                       .q = in[0].data,
-                       .k = in[1].data,
-                       .v = in[2].data};
-  for (int32_t i = 0; i < r - 2; i++) a.bh *= in[0].shape[i];
+                       .sq = lt[0].shape[r - 2],
+                       .sk = lt[1].shape[r - 2],
+                       .d = lt[0].shape[r - 1],
+                       .dv = lt[2].shape[r - 1]};
+  a.q = place(n, LOOM_FLASH_Q, in[0].data, &a.at[LOOM_FA_Q]);
+  a.k = place(n, LOOM_FLASH_K, in[1].data, &a.at[LOOM_FA_K]);
+  a.v = place(n, LOOM_FLASH_V, in[2].data, &a.at[LOOM_FA_V]);
+  for (int32_t i = 0; i < r - 2; i++) a.bh *= lt[0].shape[i];
   a.scale = LOOM_ATTR_F(n, flash_attention, scale);
   if (a.scale == 0.0) a.scale = a.d > 0 ? 1.0 / sqrt((double)a.d) : 1.0;
   a.causal = LOOM_ATTR_I(n, flash_attention, causal) != 0;
@@ -41,7 +61,7 @@ static loom_status flash_args(const loom_cpu *c, const loom_node *n, const loom_
   a.mask_bits = mask >= 0 && n->n_in > mask ? in[mask].data : NULL;
   int32_t rank = r;
   int64_t shape[LOOM_MAX_RANK];
-  for (int32_t d = 0; d < r - 1; d++) shape[d] = in[0].shape[d];
+  for (int32_t d = 0; d < r - 1; d++) shape[d] = lt[0].shape[d];
   shape[r - 1] = a.sk;
   LOOM_TRY(loom_op_rng_piece(c->ctx, n, rank, shape, piece));
   a.piece = loom_rng_piece_is_flat(piece) && piece->origin == 0 ? NULL : piece;
@@ -64,8 +84,10 @@ static loom_status k_flash(const loom_cpu *c, const loom_node *n, const loom_vie
   LOOM_TRY(need_contiguous(c, n, in));
   loom_flash_attn a;
   loom_rng_piece piece;
-  LOOM_TRY(flash_args(c, n, in, 3, 4, &piece, &a));
-  return loom_flash_attn_fwd(c->ctx, c->nt, &a, out[0].data, out[1].data);
+  loom_type lt[LOOM_FLASH_ALL];
+  LOOM_TRY(flash_args(c, n, in, 3, 4, &piece, lt, &a));
+  float *o = place(n, LOOM_FLASH_O, out[0].data, &a.at[LOOM_FA_O]);
+  return loom_flash_attn_fwd(c->ctx, c->nt, &a, o, out[1].data);
 }
 
 static loom_status k_flash_grad(const loom_cpu *c, const loom_node *n, const loom_view *in,
@@ -73,9 +95,14 @@ static loom_status k_flash_grad(const loom_cpu *c, const loom_node *n, const loo
   LOOM_TRY(need_contiguous(c, n, in));
   loom_flash_attn a;
   loom_rng_piece piece;
-  LOOM_TRY(flash_args(c, n, in, 6, 7, &piece, &a));
-  return loom_flash_attn_bwd(c->ctx, c->nt, &a, in[3].data, in[4].data, in[5].data, out[0].data,
-                             out[1].data, out[2].data);
+  loom_type lt[LOOM_FLASH_ALL];
+  LOOM_TRY(flash_args(c, n, in, 6, 7, &piece, lt, &a));
+  const float *o = place(n, LOOM_FLASH_O, in[3].data, &a.at[LOOM_FA_O]);
+  const float *d_o = place(n, LOOM_FLASH_DO, in[5].data, &a.at[LOOM_FA_DO]);
+  float *d[3]; /* dq, dk, dv: three outputs, or places in one */
+  for (int32_t w = 0; w < 3; w++)
+    d[w] = place(n, LOOM_FLASH_DQ + w, out[n->n_out == 1 ? 0 : w].data, &a.at[LOOM_FA_DQ + w]);
+  return loom_flash_attn_bwd(c->ctx, c->nt, &a, o, in[4].data, d_o, d[0], d[1], d[2]);
 }
 
 /* Bytes per task: a multiple of 8 elements keeps every task on whole bytes. */

@@ -182,6 +182,32 @@ static loom_status cpu_rewrite(void *bctx, loom_ctx *ctx, const loom_graph *g,
   return st;
 }
 
+/* Layout ops around flash attention become its strided operands
+ * (passes/attention.h), unless LOOM_ATTENTION_VIEWS=0 (the copies kept:
+ * an A/B switch; the results are the same bit for bit). */
+static loom_status cpu_finish(void *bctx, loom_ctx *ctx, const loom_graph *g,
+                              const loom_session_options *opts, loom_graph **out) {
+  (void)bctx;
+  (void)opts;
+  *out = NULL;
+  const char *env = getenv("LOOM_ATTENTION_VIEWS");
+  if (env && strcmp(env, "0") == 0) return LOOM_STATUS_OK;
+  bool any = false;
+  for (int32_t i = 0; i < g->n_nodes && !any; i++)
+    any = g->nodes[i].op == LOOM_OP_FLASH_ATTENTION || g->nodes[i].op == LOOM_OP_FLASH_ATTENTION_GRAD;
+  if (!any) return LOOM_STATUS_OK;
+  int32_t n = 0;
+  loom_graph *f = NULL;
+  loom_status st = loom_graph_fold_attention_views(g, &f, &n);
+  if (st) {
+    if (g->ctx != ctx) loom_error(ctx, st, "%s", loom_ctx_error(g->ctx));
+    return st;
+  }
+  if (n > 0) *out = f;
+  else loom_graph_free(f);
+  return LOOM_STATUS_OK;
+}
+
 static void cpu_rng_model(void *bctx, loom_ctx *ctx, int32_t threads, loom_rng_model *m) {
   (void)bctx;
   loom_cpu_rng_model(ctx, threads, m);
@@ -204,6 +230,7 @@ static const loom_backend_iface cpu_iface = {
     .buffer_alloc = loom_host_buffer_alloc,
     .buffer_free = loom_host_buffer_free,
     .rewrite = cpu_rewrite,
+    .finish = cpu_finish,
     .rng_model = cpu_rng_model,
     .machine_rates = cpu_machine_rates,
     .attention_costs = cpu_attention_costs,

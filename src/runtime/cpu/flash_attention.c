@@ -494,6 +494,23 @@ static int64_t row_limit(const fa_run *R, int64_t i) {
   return R->a->causal ? min64(R->a->sk, i + R->off + 1) : R->a->sk;
 }
 
+/* Element offset of bh's first row of an operand of `rows` rows of `width`
+ * (flash_attention.h: loom_flash_attn_layout), and the offset from one row
+ * to the next. */
+static int64_t op_off(const loom_flash_attn_layout *l, int64_t bh, int64_t rows, int64_t width) {
+  if (l->n_lead == 0) return bh * rows * width;
+  int64_t off = 0;
+  for (int32_t i = l->n_lead - 1; i >= 0; i--) {
+    off += (bh % l->lead[i]) * l->stride[i];
+    bh /= l->lead[i];
+  }
+  return off;
+}
+
+static int64_t op_ld(const loom_flash_attn_layout *l, int64_t width) {
+  return l->n_lead ? l->row : width;
+}
+
 /* dst bit k = bit e0 + k of src, for k < n (n >= 1); the last byte's unused
  * bits are 0. Reads only the bytes holding bits e0 .. e0 + n - 1. */
 static void bits_extract(const uint8_t *src, uint64_t e0, int64_t n, uint8_t *dst) {
@@ -558,8 +575,11 @@ static void fwd_task(const fa_run *R, int64_t bh, int64_t q0, float *ws, float *
   uint8_t *bits = (uint8_t *)(void *)(mx + up16(FWD_BR) + up16(2 * FWD_BR));
 
   const int64_t bstride = fwd_bits_stride(a);
-  const float *kbh = a->k + bh * SK * D, *vbh = a->v + bh * SK * DV;
-  kn->transpose(r, D, a->q + (bh * SQ + q0) * D, D, qt, FWD_BR);
+  const int64_t ldq = op_ld(&a->at[LOOM_FA_Q], D), ldk = op_ld(&a->at[LOOM_FA_K], D);
+  const int64_t ldv = op_ld(&a->at[LOOM_FA_V], DV), ldo = op_ld(&a->at[LOOM_FA_O], DV);
+  const float *kbh = a->k + op_off(&a->at[LOOM_FA_K], bh, SK, D);
+  const float *vbh = a->v + op_off(&a->at[LOOM_FA_V], bh, SK, DV);
+  kn->transpose(r, D, a->q + op_off(&a->at[LOOM_FA_Q], bh, SQ, D) + q0 * ldq, ldq, qt, FWD_BR);
   /* a positive scale goes into the exponent (as the max): one pass fewer */
   const float mul = a->scale > 0.0 ? (float)a->scale : 1.0f;
   if (!(a->scale > 0.0))
@@ -590,7 +610,7 @@ static void fwd_task(const fa_run *R, int64_t bh, int64_t q0, float *ws, float *
       for (int64_t h = 0; h < w; h += hw) {
         const int64_t ch = min64(cs, row_limit(R, q0 + i1 + min64(w, h + hw) - 1) - kb);
         if (ch > 0)
-          kn->gemm(ch, min64(hw, w - h), D, kbh + kb * D, D, 1, qt + i1 + h, FWD_BR, st + h,
+          kn->gemm(ch, min64(hw, w - h), D, kbh + kb * ldk, ldk, 1, qt + i1 + h, FWD_BR, st + h,
                    FWD_BN, false);
       }
       /* key kb + j is past query q0 + i1 + i's limit when i < t0 + j */
@@ -618,15 +638,15 @@ static void fwd_task(const fa_run *R, int64_t bh, int64_t q0, float *ws, float *
       for (int64_t h = 0; h < w; h += hw) { /* O += P V, over the keys each lane group sees */
         const int64_t ch = min64(cs, row_limit(R, q0 + i1 + min64(w, h + hw) - 1) - kb);
         if (ch > 0)
-          kn->gemm(min64(hw, w - h), DV, ch, st + h, 1, FWD_BN, vbh + kb * DV, DV,
+          kn->gemm(min64(hw, w - h), DV, ch, st + h, 1, FWD_BN, vbh + kb * ldv, ldv,
                    acc + (i1 + h) * DV, DV, true);
       }
     }
   }
-  float *obh = o + (bh * SQ + q0) * DV;
+  float *obh = o + op_off(&a->at[LOOM_FA_O], bh, SQ, DV) + q0 * ldo;
   for (int64_t i = 0; i < r; i++) {
     if (row_limit(R, q0 + i) <= 0) continue;
-    kn->scale(acc + i * DV, DV, R->inv_keepd / l[i], obh + i * DV);
+    kn->scale(acc + i * DV, DV, R->inv_keepd / l[i], obh + i * ldo);
     if (lse) lse[bh * SQ + q0 + i] = (float)((double)mx[i] + log(l[i]));
   }
   for (int64_t i = 0; i < r && row_limit(R, q0 + i) <= 0; i++) {
@@ -641,7 +661,7 @@ static void fwd_task(const fa_run *R, int64_t bh, int64_t q0, float *ws, float *
       if (!any) fill = 0.0f;
     }
     for (int64_t x = 0; x < DV; x++)
-      obh[i * DV + x] = fill;
+      obh[i * ldo + x] = fill;
     if (lse) lse[bh * SQ + q0 + i] = -INFINITY;
   }
 }
@@ -685,6 +705,18 @@ static loom_status fa_setup(loom_ctx *ctx, const char *fn, int32_t n_threads,
   if (!loom_flash_attn_impl_supported(a->impl))
     return loom_error(ctx, LOOM_STATUS_UNSUPPORTED,
                       "%s: implementation %d is not supported on this CPU", fn, (int)a->impl);
+  for (int32_t w = 0; w < LOOM_FA_OPERANDS; w++) {
+    const loom_flash_attn_layout *l = &a->at[w];
+    int64_t prod = 1;
+    bool ok = l->n_lead >= 0 && l->n_lead <= LOOM_FLASH_ATTN_MAX_LEAD && l->row >= 0;
+    for (int32_t i = 0; ok && i < l->n_lead; i++)
+      ok = l->lead[i] >= 0 && l->stride[i] >= 0 && mul_ok(prod, l->lead[i], &prod);
+    if (!ok || (l->n_lead > 0 && prod != a->bh))
+      return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                        "%s: layout of operand %d: leading dims must be >= 0 with product bh "
+                        "(%lld), strides >= 0",
+                        fn, (int)w, (long long)a->bh);
+  }
   if (n_threads < 0 || n_threads > 4096)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "%s: thread count %d is out of range [0, 4096]", fn, (int)n_threads);
@@ -728,7 +760,10 @@ loom_status loom_flash_attn_fwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "flash_attn_fwd: o is NULL");
   if (!o) o = fa_dummy;
   if (a->sk == 0) { /* softmax over no keys times an empty v: an empty sum */
-    if (a->dv) memset(o, 0, sizeof(float) * (size_t)(n_rows * a->dv));
+    for (int64_t i = 0; a->dv && i < n_rows; i++)
+      memset(o + op_off(&a->at[LOOM_FA_O], i / a->sq, a->sq, a->dv) +
+                 i % a->sq * op_ld(&a->at[LOOM_FA_O], a->dv),
+             0, sizeof(float) * (size_t)a->dv);
     if (lse)
       for (int64_t i = 0; i < n_rows; i++)
         lse[i] = -INFINITY;
@@ -801,32 +836,49 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
   uint8_t *bits = (uint8_t *)(void *)(dp + up16(BWD_BR * BWD_BC));
   uint8_t *nanbits = bits + 4 * up16(BWD_BC / 32 + 16);
 
-  float *dqt = chunk == 0 ? io->dq + bh * SQ * D : io->part + ((chunk - 1) * a->bh + bh) * SQ * D;
-  memset(dqt, 0, sizeof(float) * (size_t)(SQ * D));
-  const float *qbh = a->q + bh * SQ * D, *kbh = a->k + bh * SK * D, *vbh = a->v + bh * SK * DV;
-  const float *dobh = io->d_o + bh * SQ * DV, *lse = io->lse + bh * SQ, *di = io->di + bh * SQ;
+  const int64_t lddq = chunk == 0 ? op_ld(&a->at[LOOM_FA_DQ], D) : D;
+  const int64_t lddk = op_ld(&a->at[LOOM_FA_DK], D), lddv = op_ld(&a->at[LOOM_FA_DV], DV);
+  float *dqt = chunk == 0 ? io->dq + op_off(&a->at[LOOM_FA_DQ], bh, SQ, D)
+                          : io->part + ((chunk - 1) * a->bh + bh) * SQ * D;
+  for (int64_t i = 0; i < SQ; i++)
+    memset(dqt + i * lddq, 0, sizeof(float) * (size_t)D);
+  const int64_t ldq = op_ld(&a->at[LOOM_FA_Q], D), ldk = op_ld(&a->at[LOOM_FA_K], D);
+  const int64_t ldv = op_ld(&a->at[LOOM_FA_V], DV), lddo = op_ld(&a->at[LOOM_FA_DO], DV);
+  const float *qbh = a->q + op_off(&a->at[LOOM_FA_Q], bh, SQ, D);
+  const float *kbh = a->k + op_off(&a->at[LOOM_FA_K], bh, SK, D);
+  const float *vbh = a->v + op_off(&a->at[LOOM_FA_V], bh, SK, DV);
+  const float *dobh = io->d_o + op_off(&a->at[LOOM_FA_DO], bh, SQ, DV);
+  const float *lse = io->lse + bh * SQ, *di = io->di + bh * SQ;
   const int64_t nkb = (SK + BWD_BC - 1) / BWD_BC;
   for (int64_t kbi = chunk; kbi < nkb; kbi += io->chunks) {
     const int64_t kb = kbi * BWD_BC, c = min64(BWD_BC, SK - kb);
-    kn->transpose(c, D, kbh + kb * D, D, kt, c);
-    kn->transpose(c, DV, vbh + kb * DV, DV, vt, c);
+    kn->transpose(c, D, kbh + kb * ldk, ldk, kt, c);
+    kn->transpose(c, DV, vbh + kb * ldv, ldv, vt, c);
     /* the task owns these keys' rows of dk and dv: accumulated in place */
-    float *dka = io->dk + (bh * SK + kb) * D, *dva = io->dv + (bh * SK + kb) * DV;
-    memset(dka, 0, sizeof(float) * (size_t)(c * D));
-    memset(dva, 0, sizeof(float) * (size_t)(c * DV));
+    float *dka = io->dk + op_off(&a->at[LOOM_FA_DK], bh, SK, D) + kb * lddk;
+    float *dva = io->dv + op_off(&a->at[LOOM_FA_DV], bh, SK, DV) + kb * lddv;
+    for (int64_t j = 0; j < c; j++) {
+      memset(dka + j * lddk, 0, sizeof(float) * (size_t)D);
+      memset(dva + j * lddv, 0, sizeof(float) * (size_t)DV);
+    }
     /* the first query row that sees key kb: i + off >= kb */
     const int64_t qfirst = a->causal ? max64(0, kb - R->off) : 0;
     for (int64_t q0 = qfirst; q0 < SQ; q0 += BWD_BR) {
       const int64_t r = min64(BWD_BR, SQ - q0);
       const int64_t cc = min64(c, row_limit(R, q0 + r - 1) - kb); /* keys these rows see */
-      kn->scale(qbh + q0 * D, r * D, a->scale, qs);
+      if (ldq == D) {
+        kn->scale(qbh + q0 * D, r * D, a->scale, qs);
+      } else { /* the same products, row by row */
+        for (int64_t i = 0; i < r; i++)
+          kn->scale(qbh + (q0 + i) * ldq, D, a->scale, qs + i * D);
+      }
       /* Causal: per strip of BWD_STRIP query rows, only the keys its last
        * row sees (the rest of each row is zeroed below) */
       for (int64_t i = 0; i < r; i += BWD_STRIP) {
         const int64_t h = min64(BWD_STRIP, r - i), n = strip_keys(R, q0 + i + h - 1, kb, cc);
         if (n <= 0) continue;
         kn->gemm(h, n, D, qs + i * D, D, 1, kt, c, s + i * BWD_BC, BWD_BC, false); /* S */
-        kn->gemm(h, n, DV, dobh + (q0 + i) * DV, DV, 1, vt, c, dp + i * BWD_BC, BWD_BC,
+        kn->gemm(h, n, DV, dobh + (q0 + i) * lddo, lddo, 1, vt, c, dp + i * BWD_BC, BWD_BC,
                  false); /* dO V^T */
       }
       for (int64_t i = 0; i < r; i++) {
@@ -848,16 +900,16 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
       for (int64_t j = 0; j < cc; j += BWD_STRIP) {
         const int64_t h = min64(BWD_STRIP, cc - j), i0 = strip_first_row(R, kb + j, q0, r);
         if (i0 >= r) continue;
-        kn->gemm(h, DV, r - i0, s + i0 * BWD_BC + j, 1, BWD_BC, dobh + (q0 + i0) * DV, DV,
-                 dva + j * DV, DV, true); /* dV += Pd^T dO */
-        kn->gemm(h, D, r - i0, dp + i0 * BWD_BC + j, 1, BWD_BC, qs + i0 * D, D, dka + j * D, D,
-                 true); /* dK += dS^T Qs */
+        kn->gemm(h, DV, r - i0, s + i0 * BWD_BC + j, 1, BWD_BC, dobh + (q0 + i0) * lddo, lddo,
+                 dva + j * lddv, lddv, true); /* dV += Pd^T dO */
+        kn->gemm(h, D, r - i0, dp + i0 * BWD_BC + j, 1, BWD_BC, qs + i0 * D, D, dka + j * lddk,
+                 lddk, true); /* dK += dS^T Qs */
       }
       for (int64_t i = 0; i < r; i += BWD_STRIP) {
         const int64_t h = min64(BWD_STRIP, r - i), n = strip_keys(R, q0 + i + h - 1, kb, cc);
         if (n > 0)
-          kn->gemm(h, D, n, dp + i * BWD_BC, BWD_BC, 1, kbh + kb * D, D, dqt + (q0 + i) * D, D,
-                   true); /* dQ += dS K */
+          kn->gemm(h, D, n, dp + i * BWD_BC, BWD_BC, 1, kbh + kb * ldk, ldk, dqt + (q0 + i) * lddq,
+                   lddq, true); /* dQ += dS K */
       }
     }
     float *dvo = dva;
@@ -878,7 +930,7 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
       for (int64_t j = 0; j < c; j++)
         if (bit_at(nanbits, j))
           for (int64_t x = 0; x < DV; x++)
-            dvo[j * DV + x] = NAN;
+            dvo[j * lddv + x] = NAN;
     }
   }
 }
@@ -901,10 +953,19 @@ loom_status loom_flash_attn_bwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
   if (!dq) dq = fa_dummy;
   if (!dk) dk = fa_dummy;
   if (!dv) dv = fa_dummy;
-  if (n_rows == 0 || a->sk == 0) { /* empty sums: zero gradients */
-    if (n_keys && a->d) memset(dk, 0, sizeof(float) * (size_t)(n_keys * a->d));
-    if (n_keys && a->dv) memset(dv, 0, sizeof(float) * (size_t)(n_keys * a->dv));
-    if (n_rows && a->d) memset(dq, 0, sizeof(float) * (size_t)(n_rows * a->d));
+  if (n_rows == 0 || a->sk == 0) { /* empty sums: zero gradients, row by row */
+    for (int64_t i = 0; a->d && i < n_keys; i++)
+      memset(dk + op_off(&a->at[LOOM_FA_DK], i / a->sk, a->sk, a->d) +
+                 i % a->sk * op_ld(&a->at[LOOM_FA_DK], a->d),
+             0, sizeof(float) * (size_t)a->d);
+    for (int64_t i = 0; a->dv && i < n_keys; i++)
+      memset(dv + op_off(&a->at[LOOM_FA_DV], i / a->sk, a->sk, a->dv) +
+                 i % a->sk * op_ld(&a->at[LOOM_FA_DV], a->dv),
+             0, sizeof(float) * (size_t)a->dv);
+    for (int64_t i = 0; a->d && i < n_rows; i++)
+      memset(dq + op_off(&a->at[LOOM_FA_DQ], i / a->sq, a->sq, a->d) +
+                 i % a->sq * op_ld(&a->at[LOOM_FA_DQ], a->d),
+             0, sizeof(float) * (size_t)a->d);
     return LOOM_STATUS_OK;
   }
   const int64_t tasks = a->bh * bwd_chunks(a);
@@ -920,10 +981,22 @@ loom_status loom_flash_attn_bwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
   {
     float *mine = ws + per * omp_get_thread_num();
     /* Di = rowsum(dO * O), in double */
+    const int64_t lddo = op_ld(&a->at[LOOM_FA_DO], DV), ldo = op_ld(&a->at[LOOM_FA_O], DV);
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < rblocks; t++)
-      for (int64_t i = t * 256; i < min64(n_rows, t * 256 + 256); i++)
-        io.di[i] = (float)R.kn->dot(d_o + i * DV, o + i * DV, DV);
+    for (int64_t t = 0; t < rblocks; t++) {
+      /* rows i of (bh, row), offsets found once per bh */
+      int64_t bh = t * 256 / SQ, row = t * 256 - bh * SQ;
+      const float *dob = d_o + op_off(&a->at[LOOM_FA_DO], bh, SQ, DV);
+      const float *ob = o + op_off(&a->at[LOOM_FA_O], bh, SQ, DV);
+      for (int64_t i = t * 256; i < min64(n_rows, t * 256 + 256); i++) {
+        io.di[i] = (float)R.kn->dot(dob + row * lddo, ob + row * ldo, DV);
+        if (++row == SQ && i + 1 < n_rows) {
+          row = 0, bh++;
+          dob = d_o + op_off(&a->at[LOOM_FA_DO], bh, SQ, DV);
+          ob = o + op_off(&a->at[LOOM_FA_O], bh, SQ, DV);
+        }
+      }
+    }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; t++)
       bwd_task(&R, &io, t / io.chunks, t % io.chunks, mine);
@@ -931,10 +1004,15 @@ loom_status loom_flash_attn_bwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
     if (D > 0) {
 #pragma omp for schedule(static)
       for (int64_t t = 0; t < rblocks; t++) {
-        const int64_t i1 = min64(n_rows, t * 256 + 256);
-        for (int64_t i = t * 256; i < i1; i++) {
-          const int64_t bh = i / SQ, row = i % SQ;
-          float *dqi = dq + i * D;
+        const int64_t i1 = min64(n_rows, t * 256 + 256), lddq = op_ld(&a->at[LOOM_FA_DQ], D);
+        int64_t bh = t * 256 / SQ, row = t * 256 - bh * SQ;
+        float *dqb = dq + op_off(&a->at[LOOM_FA_DQ], bh, SQ, D);
+        for (int64_t i = t * 256; i < i1; i++, row++) {
+          if (row == SQ) {
+            row = 0, bh++;
+            dqb = dq + op_off(&a->at[LOOM_FA_DQ], bh, SQ, D);
+          }
+          float *dqi = dqb + row * lddq;
           for (int64_t c = 1; c < io.chunks; c++) {
             const float *pi = io.part + (((c - 1) * a->bh + bh) * SQ + row) * D;
             for (int64_t x = 0; x < D; x++)

@@ -45,6 +45,8 @@
 #include "core/ctx.h"
 #include "rng/piece.h"
 
+#define LOOM_FLASH_ATTN_MAX_LEAD 8
+
 /* Which kernels run the tiles. BEST picks AVX512 where the CPU has
  * AVX-512F, else PORTABLE; tests force one. Results are deterministic per
  * implementation, not equal across implementations (FMA, exp). */
@@ -54,6 +56,26 @@ typedef enum loom_flash_attn_impl {
   LOOM_FLASH_ATTN_IMPL_AVX512 = 2,   /* AVX-512F intrinsics (target attributes) */
   LOOM_FLASH_ATTN_IMPL_COUNT = 3
 } loom_flash_attn_impl;
+
+/* Where a [BH, S, W] operand's rows lie in its buffer: row s of bh starts
+ * at element off(bh) + s * row, its W elements contiguous. off(bh) is
+ * sum_i idx_i * stride_i over bh's multi-index in the n_lead dims `lead`
+ * (row-major, their product BH); n_lead 0 with row 0: the contiguous
+ * [BH, S, W] tensor. What a strided view of a larger tensor gives: the
+ * attention's q, k, v read in place from the fused QKV projection, o
+ * written in the layout the next matmul reads (runtime/cpu/cpu_attention.c). */
+typedef struct loom_flash_attn_layout {
+  int32_t n_lead;
+  int64_t lead[LOOM_FLASH_ATTN_MAX_LEAD], stride[LOOM_FLASH_ATTN_MAX_LEAD];
+  int64_t row;
+} loom_flash_attn_layout;
+
+/* Which operand a layout is for: loom_flash_attn.at[]. */
+enum {
+  LOOM_FA_Q, LOOM_FA_K, LOOM_FA_V, LOOM_FA_O, LOOM_FA_DO, /* read */
+  LOOM_FA_DQ, LOOM_FA_DK, LOOM_FA_DV,                     /* written by the backward */
+  LOOM_FA_OPERANDS
+};
 
 typedef struct loom_flash_attn {
   int64_t bh, sq, sk, d, dv; /* sizes, all >= 0 */
@@ -72,6 +94,12 @@ typedef struct loom_flash_attn {
    * uses counter j0 + loom_rng_piece_index(piece, e). NULL: j0 + e. */
   const loom_rng_piece *piece;
   int32_t impl; /* loom_flash_attn_impl; 0 (BEST) when zero-initialised */
+  /* Layouts of q, k, v, o, d_o, dq, dk and dv (zero-initialised:
+   * contiguous); the results are bitwise those of contiguous copies (the
+   * same sums in the same order). lse is contiguous. dq, dk, dv may lie
+   * in one tensor (the fused QKV projection's gradient) if they do not
+   * overlap. */
+  loom_flash_attn_layout at[LOOM_FA_OPERANDS];
 } loom_flash_attn;
 
 /* True if the implementation runs on this CPU (BEST always does). */
