@@ -607,6 +607,38 @@ static void case_concat_pad(loom_ctx *ctx) {
   tcase tc6 = {"gated unit bwd, segments", -1, 1, 0, 0, 1, 1, 1};
   check_graph(ctx, g, &tc6);
   loom_graph_free(g);
+  /* rotate_half of an input with no work in its pieces: a stage per half
+   * head, each of plain loads (no guard: a guarded load keeps the loop
+   * scalar), in one part */
+  loom_graph_new(ctx, &g);
+  int64_t rs[3] = {5, 3, 32}, rc[3] = {5, 1, 32};
+  x = input(g, "x", LOOM_DTYPE_F32, 3, rs);
+  cs_ = input(g, "cos", LOOM_DTYPE_F32, 3, rc);
+  sn = input(g, "sin", LOOM_DTYPE_F32, 3, rc);
+  x1 = lb_slice(g, x, (int64_t[]){0, 0, 0}, (int64_t[]){5, 3, 16});
+  x2 = lb_slice(g, x, (int64_t[]){0, 0, 16}, (int64_t[]){5, 3, 32});
+  rot = lb_concat(g, 2, (int32_t[]){lb_neg(g, x2), x1}, -1);
+  loom_graph_output(g, "y", lb_add(g, lb_mul(g, x, cs_), lb_mul(g, rot, sn)));
+  {
+    loom_graph *rg = NULL;
+    CHECK_OK(ctx, loom_graph_decompose(g, &rg));
+    int32_t *rgon = rg ? malloc(sizeof(int32_t) * (size_t)rg->n_nodes) : NULL;
+    for (int32_t n = 0; rgon && n < rg->n_nodes; n++) rgon[n] = 7;
+    loom_kernel rk = {0};
+    loom_kschedule rsched = {.rows_per_tile = 2, .vector_width = 4};
+    if (rgon)
+      CHECK_OK(ctx, loom_fusion_group_lower(ctx, rg, rgon, 7, LOOM_FUSION_STITCH, &rsched, "k_rot", &rk));
+    CHECK(rk.n_parts == 1 && rk.parts[0].n_stages == 2);
+    int32_t guarded = 0;
+    for (int32_t i = 0; i < rk.n_exprs; i++) guarded += rk.exprs[i].kind == LOOM_KX_LOAD && rk.exprs[i].n_a > 0;
+    CHECK(guarded == 0);
+    loom_kernel_clear(&rk);
+    free(rgon);
+    loom_graph_free(rg);
+  }
+  tcase tc7 = {"rotate_half of an input", -1, 1, 0, 0, -1, 1, 1};
+  check_graph(ctx, g, &tc7);
+  loom_graph_free(g);
   /* a stored slice of a computed value: not one kernel (the slice's other
    * elements are not its own) */
   loom_graph *dg = NULL;

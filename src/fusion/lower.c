@@ -181,9 +181,14 @@ static loom_status new_part(lw *w, kbuild *b, int32_t *cap_parts, lpart *P, int3
  * segment of a P loop, a stage per segment of an R loop (equal segments),
  * in each of which every piece lies wholly inside or wholly outside, so
  * the selects and guards resolve while lowering and what lies outside is
- * not computed (lower_emit.c). Not for parts with reductions (a reduction
- * would be cut in two), loops the kernel splits or regroups, segments of
- * a row shorter than the vector lanes, or more than MAX_SEGMENTS parts.
+ * not computed (lower_emit.c). So too where the pieces carry no work
+ * but a load of part of a loop (a concat of slices of an input, as
+ * rotate_half): its guard keeps the whole loop scalar (LM_GUARDED), and
+ * in a segment it needs none, so each piece becomes a stage of plain
+ * index arithmetic that vectorises (and streams). Not for parts with
+ * reductions (a reduction would be cut in two), loops the kernel splits
+ * or regroups, segments of a row shorter than the vector lanes, or more
+ * than MAX_SEGMENTS parts.
  */
 #define SEG_MIN_ROW 16 /* elements of a row segment */
 #define SEG_MIN_WORK 4 /* op weight per element the pieces must carry */
@@ -211,11 +216,15 @@ static int32_t plan_segments(const lw *w, const int32_t *cl, int32_t n_cl, int32
   psg->n = rsg->n = 0;
   if (comp < 0) return 1;
   int32_t work = 0;
+  bool guarded = false; /* a load of part of a loop: guarded, so scalar */
   for (int32_t q = 0; q < n_cl; q++) {
-    if (loom_op_get(mnode(w, cl[q])->op)->cls == LOOM_OPCLASS_REDUCE) return 1;
+    const loom_node *nd = mnode(w, cl[q]);
+    if (loom_op_get(nd->op)->cls == LOOM_OPCLASS_REDUCE) return 1;
     if (value_partial(w, m_out(w, cl[q]))) work += loom_lower_op_weight(w, cl[q]);
+    for (int32_t i = 0; i < nd->n_in; i++)
+      guarded |= w->lv[m_in(w, cl[q], i)].view && value_partial(w, m_in(w, cl[q], i));
   }
-  if (work < SEG_MIN_WORK) return 1;
+  if (work < SEG_MIN_WORK && !guarded) return 1;
   const lcomp *c = &w->comp[comp];
   int32_t total = 1;
   for (int32_t i = 0; i < c->nd; i++) {
