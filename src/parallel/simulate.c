@@ -310,56 +310,78 @@ static double comm_time(const sim *s, int32_t k) {
   return best;
 }
 
-/* The role of value v of device d (loom_sim_memory). */
-typedef enum role { ROLE_PARAMS, ROLE_OPTIMIZER, ROLE_GRADS, ROLE_COMM, ROLE_ACTIVATIONS } role;
+/* Roles of a device's memory (loom_sim_memory): the pieces it holds, and
+ * what the runtime's arena holds. */
+typedef enum role {
+  ROLE_PARAMS, ROLE_OPTIMIZER, ROLE_INPUTS, /* held */
+  ROLE_UPDATES, ROLE_GRADS, ROLE_COMM, ROLE_ACTIVATIONS, /* arena */
+  ROLE_COUNT
+} role;
 
-static role value_role(const loom_plan_program *pp, int32_t v, const bool *grad) {
-  const loom_graph *G = pp->global;
-  int32_t prod = G->values[v].node;
-  if (prod >= 0 && pp->node_subop[prod] == LOWER_FEED) v = G->nodes[prod].in[0], prod = -1;
-  if (prod < 0) {
-    const loom_value_info *x = &G->values[v];
-    if (x->name && strncmp(x->name, "adam.", 5) == 0) return ROLE_OPTIMIZER;
-    return x->kind == LOOM_VALUE_PARAM ? ROLE_PARAMS : ROLE_ACTIVATIONS;
-  }
-  const loom_node *n = &G->nodes[prod];
-  if (n->op == LOOM_OP_ADAMW) return G->values[v].index == 0 ? ROLE_PARAMS : ROLE_OPTIMIZER;
+/* The role of a piece of graph input `input` (held for the step). */
+static role held_role(const loom_graph *G, int32_t input) {
+  const loom_value_info *x = &G->values[G->inputs[input]];
+  if (x->name && strncmp(x->name, "adam.", 5) == 0) return ROLE_OPTIMIZER;
+  return x->kind == LOOM_VALUE_PARAM ? ROLE_PARAMS : ROLE_INPUTS;
+}
+
+/* The role of value v, made by a node of the device's program, in the
+ * arena. */
+static role arena_role(const loom_graph *G, int32_t v, const bool *grad) {
+  const loom_node *n = &G->nodes[G->values[v].node];
+  if (n->op == LOOM_OP_ADAMW) return ROLE_UPDATES;
   if (grad[v]) return ROLE_GRADS;
   return loom_op_is_comm(n->op) ? ROLE_COMM : ROLE_ACTIVATIONS;
 }
 
-/* Device d's values by role at the moment its live bytes peak, walked as
- * the lowering's peak is (lower_order.c): a value lives from its node to
- * its last use on d, pieces of inputs and outputs for the whole step. */
-static loom_status memory_at_peak(const loom_plan_program *pp, int32_t d, int32_t *last,
-                                  const bool *grad, const bool *is_out, loom_sim_memory *out) {
+/* Device d's memory by role at the moment its arena peaks. Held: its
+ * pieces of the graph's inputs (pp->ins), for the whole step, counted
+ * from the list of pieces rather than from the feed nodes that read them,
+ * so a piece is held whether the program reads it through a node or not.
+ * The arena, walked as the lowering's peak is (lower_order.c): a value
+ * lives from its node to its last use on d, the device's outputs to the
+ * end of the step. */
+static void memory_at_peak(const loom_plan_program *pp, int32_t d, int32_t *last,
+                           const bool *grad, const bool *is_out, loom_sim_memory *out) {
   const loom_graph *G = pp->global;
+  int64_t held[ROLE_COUNT] = {0}, live[ROLE_COUNT] = {0}, best[ROLE_COUNT] = {0};
+  for (int32_t k = 0; k < pp->n_ins; k++)
+    if (pp->ins[k].device == d)
+      held[held_role(G, pp->ins[k].index)] += lower_value_bytes(G, pp->ins[k].value);
   int32_t a = pp->order_start[d], b = pp->order_start[d + 1];
   for (int32_t i = a; i < b; i++) {
     const loom_node *n = &G->nodes[pp->order_nodes[i]];
     for (int32_t k = 0; k < n->n_in; k++) last[n->in[k]] = i;
   }
-  int64_t live[5] = {0}, best[5] = {0}, peak = -1;
+  int64_t peak = 0;
   for (int32_t i = a; i < b; i++) {
-    const loom_node *n = &G->nodes[pp->order_nodes[i]];
+    int32_t node = pp->order_nodes[i];
+    if (pp->node_subop[node] == LOWER_FEED) continue; /* a held piece */
+    const loom_node *n = &G->nodes[node];
     for (int32_t o = 0; o < n->n_out; o++) {
       int32_t v = n->out[o];
-      if (pp->value_device[v] == d) live[value_role(pp, v, grad)] += lower_value_bytes(G, v);
+      if (pp->value_device[v] == d) live[arena_role(G, v, grad)] += lower_value_bytes(G, v);
     }
-    int64_t now = live[0] + live[1] + live[2] + live[3] + live[4];
+    int64_t now = 0;
+    for (int32_t r = ROLE_UPDATES; r < ROLE_COUNT; r++) now += live[r];
     if (now > peak) peak = now, memcpy(best, live, sizeof best);
     for (int32_t k = 0; k < n->n_in; k++) {
       int32_t v = n->in[k], prod = G->values[v].node;
       bool first = true;
       for (int32_t j = 0; j < k; j++) first &= n->in[j] != v;
       if (!first || last[v] != i || pp->value_device[v] != d || is_out[v]) continue;
-      if (prod >= 0 && pp->node_subop[prod] == LOWER_FEED) continue;
-      live[value_role(pp, v, grad)] -= lower_value_bytes(G, v);
+      if (prod < 0 || pp->node_subop[prod] == LOWER_FEED) continue;
+      live[arena_role(G, v, grad)] -= lower_value_bytes(G, v);
     }
   }
-  *out = (loom_sim_memory){best[ROLE_PARAMS], best[ROLE_OPTIMIZER], best[ROLE_GRADS],
-                           best[ROLE_COMM], best[ROLE_ACTIVATIONS]};
-  return LOOM_STATUS_OK;
+  *out = (loom_sim_memory){held[ROLE_PARAMS],  held[ROLE_OPTIMIZER], held[ROLE_INPUTS],
+                           best[ROLE_UPDATES], best[ROLE_GRADS],     best[ROLE_COMM],
+                           best[ROLE_ACTIVATIONS]};
+}
+
+static int64_t memory_total(const loom_sim_memory *m) {
+  return m->params + m->optimizer + m->inputs + m->updates + m->grads + m->comm_buffers +
+         m->activations;
 }
 
 static loom_status memory_roles(const loom_plan_program *pp, loom_sim_result *r) {
@@ -374,7 +396,8 @@ static loom_status memory_roles(const loom_plan_program *pp, loom_sim_result *r)
     memset(is_out, 0, nv * sizeof *is_out);
     for (int32_t k = 0; k < pp->n_outs; k++)
       if (pp->outs[k].device == d) is_out[pp->outs[k].value] = true;
-    st = memory_at_peak(pp, d, last, grad, is_out, &r->devices[d].at_peak);
+    memory_at_peak(pp, d, last, grad, is_out, &r->devices[d].at_peak);
+    r->devices[d].peak_bytes = memory_total(&r->devices[d].at_peak);
   }
   free(last);
   free(grad);
@@ -790,11 +813,7 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
     st = timeline_run(&s, &t, total, out);
   }
   if (!st) {
-    for (int32_t d = 0; d < nd; d++) {
-      loom_sim_device *dv = &out->devices[d];
-      dv->peak_bytes = pp->stats[d].peak_bytes;
-      out->step_s = fmax(out->step_s, dv->end_s);
-    }
+    for (int32_t d = 0; d < nd; d++) out->step_s = fmax(out->step_s, out->devices[d].end_s);
     st = memory_roles(pp, out);
   }
   if (!st) {
