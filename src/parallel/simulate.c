@@ -9,6 +9,7 @@
 #include "ir/dtype.h"
 #include "ops/op.h"
 #include "parallel/lower_internal.h"
+#include "parallel/simulate_merge.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@ typedef struct sim {
    * state (NULL: none) */
   const int32_t *last_compute;
   const double *copy_out_s;
+  const bool *merged; /* per node: the runtime's simplify merges it (NULL: none) */
 } sim;
 
 static double elem_bytes(const sim *s, const loom_type *t) {
@@ -50,6 +52,7 @@ static double value_bytes(const sim *s, const loom_graph *G, int32_t v) {
  * them in the device's order, are one kernel; only the values that cross
  * a kernel's edge move through memory, and a kernel pays one launch. */
 typedef struct fusion_view {
+  const int32_t *canon; /* per value: the value it is after merging (NULL: itself) */
   int32_t *root;     /* per node: its kernel's representative, -1 if not fused */
   bool *spills;      /* per value: read outside its kernel, or a graph output */
   bool *launches;    /* per node: the first of its kernel in order */
@@ -61,6 +64,11 @@ static void fusion_view_free(fusion_view *f) {
   free(f->launches);
 }
 
+/* The node that makes value v, after merging (-1: an input). */
+static int32_t producer(const fusion_view *f, const loom_graph *G, int32_t v) {
+  return G->values[f && f->canon ? f->canon[v] : v].node;
+}
+
 static int32_t find_root(int32_t *root, int32_t n) {
   while (root[n] != n) n = root[n] = root[root[n]];
   return n;
@@ -69,10 +77,12 @@ static int32_t find_root(int32_t *root, int32_t n) {
 /* orders: n_orders lists of nodes (order_nodes[order_start[d] ..
  * order_start[d + 1]]), each one device's execution order; skip[node]
  * (may be NULL) marks nodes that are not kernels (a device's pieces of
- * the inputs). */
+ * the inputs); merged[node] (may be NULL) those the runtime merges into
+ * an earlier node (simulate_merge.h), which neither join a kernel nor
+ * end one, their values read as f->canon's. */
 static loom_status fusion_view_build(loom_ctx *ctx, const loom_graph *G, int32_t n_orders,
                                      const int32_t *order_start, const int32_t *order_nodes,
-                                     const bool *skip, fusion_view *f) {
+                                     const bool *skip, const bool *merged, fusion_view *f) {
   int32_t nn = G->n_nodes, nv = G->n_values;
   f->root = loom_malloc(ctx, sizeof *f->root * (size_t)(nn ? nn : 1));
   f->spills = loom_calloc(ctx, (size_t)(nv ? nv : 1), sizeof *f->spills);
@@ -92,28 +102,36 @@ static loom_status fusion_view_build(loom_ctx *ctx, const loom_graph *G, int32_t
     int32_t at = 0;
     for (int32_t i = order_start[d]; i < order_start[d + 1]; i++) {
       int32_t n = order_nodes[i];
+      device[n] = d;
+      if (merged && merged[n]) {
+        phase[n] = at; /* no kernel: its values are an earlier node's */
+        continue;
+      }
       bool fused = !(skip && skip[n]) && loom_fusion_node_fusible(G, n);
       f->root[n] = fused ? n : -1;
-      device[n] = d;
       phase[n] = fused ? at : ++at;
     }
   }
   for (int32_t n = 0; n < nn; n++) {
     if (f->root[n] < 0) continue;
     for (int32_t i = 0; i < G->nodes[n].n_in; i++) {
-      int32_t p = G->values[G->nodes[n].in[i]].node;
+      int32_t p = producer(f, G, G->nodes[n].in[i]);
       if (p >= 0 && f->root[p] >= 0 && device[p] == device[n] && phase[p] == phase[n])
         f->root[find_root(f->root, n)] = find_root(f->root, p);
     }
   }
   for (int32_t n = 0; n < nn; n++)
     if (f->root[n] >= 0) f->root[n] = find_root(f->root, n);
-  for (int32_t n = 0; n < nn; n++)
+  for (int32_t n = 0; n < nn; n++) {
+    if (merged && merged[n]) continue;
     for (int32_t i = 0; i < G->nodes[n].n_in; i++) {
-      int32_t v = G->nodes[n].in[i], p = G->values[v].node;
-      if (p >= 0 && (f->root[n] < 0 || f->root[p] != f->root[n])) f->spills[v] = true;
+      int32_t v = G->nodes[n].in[i], p = producer(f, G, v);
+      if (p >= 0 && (f->root[n] < 0 || f->root[p] != f->root[n]))
+        f->spills[f->canon ? f->canon[v] : v] = true;
     }
-  for (int32_t i = 0; i < G->n_outputs; i++) f->spills[G->outputs[i]] = true;
+  }
+  for (int32_t i = 0; i < G->n_outputs; i++)
+    f->spills[f->canon ? f->canon[G->outputs[i]] : G->outputs[i]] = true;
   /* the first member of each kernel in its device's order pays the launch */
   for (int32_t i = 0; i < order_start[n_orders]; i++) {
     int32_t n = order_nodes[i], r = f->root[n];
@@ -152,7 +170,7 @@ static double node_time(const sim *s, const loom_graph *G, const loom_node *n) {
   if (r >= 0 && !f->launches[self]) launch = 0;
   double bytes = 0;
   for (int32_t i = 0; i < n->n_in; i++) {
-    int32_t p = r >= 0 ? G->values[n->in[i]].node : -1;
+    int32_t p = r >= 0 ? producer(f, G, n->in[i]) : -1;
     if (p < 0 || f->root[p] != r) bytes += value_bytes(s, G, n->in[i]);
   }
   for (int32_t o = 0; o < n->n_out; o++)
@@ -194,7 +212,7 @@ loom_status loom_sim_graph_seconds(loom_ctx *ctx, const loom_graph *g, const loo
   if (!order) return LOOM_STATUS_OUT_OF_MEMORY;
   for (int32_t n = 0; n < nn; n++) order[n] = n;
   fusion_view fv = {0};
-  loom_status st = fusion_view_build(ctx, g, 1, start, order, NULL, &fv);
+  loom_status st = fusion_view_build(ctx, g, 1, start, order, NULL, NULL, &fv);
   free(order);
   LOOM_TRY(st);
   sim s = sim_make(NULL, o);
@@ -207,6 +225,7 @@ loom_status loom_sim_graph_seconds(loom_ctx *ctx, const loom_graph *g, const loo
 /* Seconds a compute node of the plan takes on its device. */
 static double compute_time(const sim *s, int32_t node) {
   if (s->pp->node_subop[node] == LOWER_FEED) return 0; /* pieces held */
+  if (s->merged && s->merged[node]) return 0;         /* computed once already */
   return node_time(s, s->pp->global, &s->pp->global->nodes[node]);
 }
 
@@ -337,12 +356,16 @@ static role arena_role(const loom_graph *G, int32_t v, const bool *grad) {
 /* Device d's memory by role at the moment its arena peaks. Held: its
  * pieces of the graph's inputs (pp->ins), for the whole step, counted
  * from the list of pieces rather than from the feed nodes that read them,
- * so a piece is held whether the program reads it through a node or not.
- * The arena, walked as the lowering's peak is (lower_order.c): a value
- * lives from its node to its last use on d, the device's outputs to the
- * end of the step. */
-static void memory_at_peak(const loom_plan_program *pp, int32_t d, int32_t *last,
-                           const bool *grad, const bool *is_out, loom_sim_memory *out) {
+ * so a piece is held whether the program reads them through a node or not.
+ * The arena, walked as the lowering's peak is (lower_order.c), but over
+ * the program that runs: a node the runtime merges into an earlier one
+ * (merged, canon: simulate_merge.h) allocates and reads nothing, and
+ * the value it would make is the earlier node's, alive to the last use
+ * of either; a value lives from its node to its last use on d, the
+ * device's outputs to the end of the step. */
+static void memory_at_peak(const loom_plan_program *pp, int32_t d, const bool *merged,
+                           const int32_t *canon, int32_t *last, const bool *grad,
+                           const bool *is_out, loom_sim_memory *out) {
   const loom_graph *G = pp->global;
   int64_t held[ROLE_COUNT] = {0}, live[ROLE_COUNT] = {0}, best[ROLE_COUNT] = {0};
   for (int32_t k = 0; k < pp->n_ins; k++)
@@ -351,12 +374,13 @@ static void memory_at_peak(const loom_plan_program *pp, int32_t d, int32_t *last
   int32_t a = pp->order_start[d], b = pp->order_start[d + 1];
   for (int32_t i = a; i < b; i++) {
     const loom_node *n = &G->nodes[pp->order_nodes[i]];
-    for (int32_t k = 0; k < n->n_in; k++) last[n->in[k]] = i;
+    for (int32_t k = 0; k < n->n_in && !merged[pp->order_nodes[i]]; k++) last[canon[n->in[k]]] = i;
   }
   int64_t peak = 0;
   for (int32_t i = a; i < b; i++) {
     int32_t node = pp->order_nodes[i];
-    if (pp->node_subop[node] == LOWER_FEED) continue; /* a held piece */
+    /* a held piece; a node that does not run, whose reads are none */
+    if (pp->node_subop[node] == LOWER_FEED || merged[node]) continue;
     const loom_node *n = &G->nodes[node];
     for (int32_t o = 0; o < n->n_out; o++) {
       int32_t v = n->out[o];
@@ -366,9 +390,9 @@ static void memory_at_peak(const loom_plan_program *pp, int32_t d, int32_t *last
     for (int32_t r = ROLE_UPDATES; r < ROLE_COUNT; r++) now += live[r];
     if (now > peak) peak = now, memcpy(best, live, sizeof best);
     for (int32_t k = 0; k < n->n_in; k++) {
-      int32_t v = n->in[k], prod = G->values[v].node;
+      int32_t v = canon[n->in[k]], prod = G->values[v].node;
       bool first = true;
-      for (int32_t j = 0; j < k; j++) first &= n->in[j] != v;
+      for (int32_t j = 0; j < k; j++) first &= canon[n->in[j]] != v;
       if (!first || last[v] != i || pp->value_device[v] != d || is_out[v]) continue;
       if (prod < 0 || pp->node_subop[prod] == LOWER_FEED) continue;
       live[arena_role(G, v, grad)] -= lower_value_bytes(G, v);
@@ -384,7 +408,8 @@ static int64_t memory_total(const loom_sim_memory *m) {
          m->activations;
 }
 
-static loom_status memory_roles(const loom_plan_program *pp, loom_sim_result *r) {
+static loom_status memory_roles(const loom_plan_program *pp, const bool *merged,
+                                const int32_t *canon, loom_sim_result *r) {
   const loom_graph *G = pp->global;
   size_t nv = (size_t)(G->n_values ? G->n_values : 1);
   int32_t *last = loom_malloc(pp->ctx, sizeof *last * nv);
@@ -395,8 +420,8 @@ static loom_status memory_roles(const loom_plan_program *pp, loom_sim_result *r)
   for (int32_t d = 0; !st && d < pp->n_devices; d++) {
     memset(is_out, 0, nv * sizeof *is_out);
     for (int32_t k = 0; k < pp->n_outs; k++)
-      if (pp->outs[k].device == d) is_out[pp->outs[k].value] = true;
-    memory_at_peak(pp, d, last, grad, is_out, &r->devices[d].at_peak);
+      if (pp->outs[k].device == d) is_out[canon[pp->outs[k].value]] = true;
+    memory_at_peak(pp, d, merged, canon, last, grad, is_out, &r->devices[d].at_peak);
     r->devices[d].peak_bytes = memory_total(&r->devices[d].at_peak);
   }
   free(last);
@@ -763,18 +788,27 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   int32_t nd = pp->n_devices, total = pp->order_start[nd];
   sim s = sim_make(pp, o);
   fusion_view fv = {0};
-  bool *skip = loom_calloc(ctx, (size_t)(G->n_nodes ? G->n_nodes : 1), sizeof *skip);
-  if (!skip) return LOOM_STATUS_OUT_OF_MEMORY;
-  for (int32_t n = 0; n < G->n_nodes; n++) skip[n] = pp->node_subop[n] == LOWER_FEED;
-  loom_status vst = fusion_view_build(ctx, G, nd, pp->order_start, pp->order_nodes, skip, &fv);
+  /* the nodes that are no kernel: pieces held, and what the runtime's
+   * simplify merges into an earlier node */
+  size_t n_nodes = (size_t)(G->n_nodes ? G->n_nodes : 1), n_val = (size_t)(G->n_values ? G->n_values : 1);
+  bool *merged = loom_malloc(ctx, sizeof *merged * n_nodes);
+  bool *skip = loom_calloc(ctx, n_nodes, sizeof *skip);
+  int32_t *canon = loom_malloc(ctx, sizeof *canon * n_val);
+  loom_status vst = merged && skip && canon ? loom_sim_merged_nodes(pp, merged, canon)
+                                            : LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t n = 0; !vst && n < G->n_nodes; n++) skip[n] = pp->node_subop[n] == LOWER_FEED;
+  fv.canon = canon;
+  if (!vst) vst = fusion_view_build(ctx, G, nd, pp->order_start, pp->order_nodes, skip, merged, &fv);
   free(skip);
+  if (vst) free(merged), free(canon);
   LOOM_TRY(vst);
   s.fusion = &fv;
-  size_t n_dev = (size_t)nd, n_val = (size_t)(G->n_values ? G->n_values : 1);
+  s.merged = merged;
+  size_t n_dev = (size_t)nd;
   int32_t *last_compute = loom_malloc(ctx, sizeof *last_compute * n_dev);
   double *copy_out = loom_calloc(ctx, n_dev, sizeof *copy_out);
   if (!last_compute || !copy_out) {
-    free(last_compute), free(copy_out), fusion_view_free(&fv);
+    free(last_compute), free(copy_out), free(merged), free(canon), fusion_view_free(&fv);
     return LOOM_STATUS_OUT_OF_MEMORY;
   }
   state_copy_out(&s, last_compute, copy_out);
@@ -814,7 +848,7 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   }
   if (!st) {
     for (int32_t d = 0; d < nd; d++) out->step_s = fmax(out->step_s, out->devices[d].end_s);
-    st = memory_roles(pp, out);
+    st = memory_roles(pp, merged, canon, out);
   }
   if (!st) {
     double idle = 0;
@@ -829,6 +863,8 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   fusion_view_free(&fv);
   free(last_compute);
   free(copy_out);
+  free(merged);
+  free(canon);
   if (st) loom_sim_result_free(out);
   return st;
 }
