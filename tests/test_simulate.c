@@ -572,6 +572,69 @@ static void test_turns(void) {
   loom_graph_free(g);
 }
 
+/* Turns back to back: in a blocking dp4 step on two cores every member
+ * of every collective wants a core (the compute lanes wait), so each op
+ * pays n (1 - C / n) = 2 turns a phase, also when its members come
+ * straight from the op before (four spinning comm threads on two cores
+ * are never all on one): the step grows by 4 turns an all-reduce and 2 a
+ * reduce-scatter or all-gather, exactly. Blocking, compute comes between
+ * any two ops; overlapped, ops queue back to back (below). */
+static void test_turns_back_to_back(void) {
+  loom_gpt_config cfg;
+  loom_gpt_config_default(&cfg);
+  cfg.n_layer = 2;
+  cfg.d_model = 64;
+  cfg.d_ff = 256;
+  cfg.context = 16;
+  loom_gpt_optim opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .seed = 1};
+  loom_graph *g = NULL;
+  int64_t per_step = 0;
+  CHECK_OK(ctx, loom_gpt_build_train(ctx, &cfg, 8, 16, &opt, &g, &per_step));
+  if (!g) return;
+  const char *specs[] = {"dp4", "dp4+zero2"};
+  for (int32_t k = 0; k < 2; k++) {
+    loom_plan *p = NULL;
+    loom_plan_program *pp = NULL;
+    CHECK_OK(ctx, loom_plan_open(ctx, g, specs[k], 4, &p));
+    CHECK_OK(ctx, loom_plan_lower(p, NULL, &pp));
+    loom_cluster c = cluster(4);
+    snprintf(c.collectives, sizeof c.collectives, "direct");
+    loom_sim_options o = {.cluster = &c, .precision = LOOM_PRECISION_f32, .cores = 2};
+    loom_sim_result base = {0}, turned = {0};
+    CHECK_OK(ctx, loom_plan_simulate(pp, &o, &base));
+    c.wait_turn_s = 1e-3;
+    CHECK_OK(ctx, loom_plan_simulate(pp, &o, &turned));
+    double turns = 0;
+    for (int32_t m = 0; m < pp->n_comms; m++)
+      turns += pp->comms[m].op == LOOM_OP_ALL_REDUCE ? 4 : 2;
+    CHECK(pp->n_comms > 20 && base.step_s > 0);
+    CHECK(fabs(turned.step_s - base.step_s - turns * 1e-3) < 1e-9 * turned.step_s);
+    /* overlapped, ZeRO-2's all-gathers queue on the comm lanes after the
+     * optimizer's small updates, one straight after the other, and still
+     * pay their 2 turns each (before the twelfth session: only the first) */
+    if (k == 1) {
+      int32_t gathers = 0;
+      for (int32_t m = 0; m < pp->n_comms; m++) gathers += pp->comms[m].op == LOOM_OP_ALL_GATHER;
+      loom_sim_result base_o = {0}, turned_o = {0};
+      o.overlap = true;
+      c.wait_turn_s = 0;
+      CHECK_OK(ctx, loom_plan_simulate(pp, &o, &base_o));
+      c.wait_turn_s = 1e-3;
+      CHECK_OK(ctx, loom_plan_simulate(pp, &o, &turned_o));
+      CHECK(gathers > 10 && turned_o.step_s - base_o.step_s > 0.9 * 2e-3 * gathers);
+      printf("dp4+zero2 overlapped: %d all-gathers; 1 ms turns add %.1f ms\n", (int)gathers,
+             (turned_o.step_s - base_o.step_s) * 1e3);
+      loom_sim_result_free(&base_o);
+      loom_sim_result_free(&turned_o);
+    }
+    loom_sim_result_free(&base);
+    loom_sim_result_free(&turned);
+    loom_plan_program_free(pp);
+    loom_plan_free(p);
+  }
+  loom_graph_free(g);
+}
+
 /* A waiter's pauses: device 0 runs a long exp before its GEMM, so device
  * 1 reaches the all-reduce first and waits past its spin, sleeping between
  * tests; it notices the last member on average half a pause late, which
@@ -644,6 +707,7 @@ int main(void) {
   test_collectives();
   test_bound_cores();
   test_turns();
+  test_turns_back_to_back();
   test_wait_period();
   test_gpt_plans();
   test_memory_roles();

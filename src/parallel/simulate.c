@@ -484,7 +484,6 @@ typedef struct timeline {
   double *pool_busy; /* per pool: its demand less the pollers' shares */
   double *comm_rate; /* per device: its running comm op's pace */
   double *comm_hold; /* per device: wall seconds its running comm op waits before moving bytes */
-  double *comm_ended; /* per device: when its last comm op ended (-1: none yet) */
 } timeline;
 
 /* The members of comm op k: *n of them. */
@@ -533,20 +532,18 @@ static bool lane_spins(const sim *s, const timeline *t, int32_t d, double now) {
  * and where more ranks than cores share them, a member is on a core
  * C / D of the time (D: the cores the pool's running tasks want, each
  * member one; a poller holds no time slice and yields at once), so
- * of the w members that come to the op from elsewhere (not straight from
- * the op before on their comm lane, still on its core), w (1 - C / D)
- * wait for a turn (wait.turn) in each of the op's phases. The longer of
- * the two. */
+ * of its n members n (1 - C / D) wait for a turn (wait.turn) in each of
+ * the op's phases: those that come straight from the op before on their
+ * comm lane too, since with more threads wanting cores than there are
+ * they were not all on one when it ended. The longer of the two. */
 static double comm_hold_s(const sim *s, const timeline *t, int32_t k, double now) {
   const loom_plan_program *pp = s->pp;
   if (s->o->cores <= 0) return 0;
   int32_t nm, nd = pp->n_devices;
   const int32_t *m = comm_members(pp, k, &nm);
-  double notice = 0, waited = 0;
-  for (int32_t j = 0; j < nm; j++) {
+  double notice = 0;
+  for (int32_t j = 0; j < nm; j++)
     if (now > t->wait_since[m[j]] + waiting_spin_s(pp, t, m[j])) notice = s->c->wait_period_s / 2;
-    waited += now > t->comm_ended[m[j]] + 1e-12 * fmax(now, 1e-9);
-  }
   if (nd <= s->o->cores || !(s->c->wait_turn_s > 0)) return notice;
   double demand = nm;
   for (int32_t d = 0; d < nd; d++) {
@@ -557,7 +554,7 @@ static double comm_hold_s(const sim *s, const timeline *t, int32_t k, double now
     if (t->comm_run[d]) demand += !(t->comm_hold[d] > 0);
     else if (t->head[d] < t->tail[d]) demand += lane_spins(s, t, d, now);
   }
-  double off = waited * fmax(0, 1 - s->o->cores / demand);
+  double off = nm * fmax(0, 1 - s->o->cores / demand);
   double phases = pp->comms[k].op == LOOM_OP_ALL_REDUCE ? 2 : 1;
   return fmax(notice, phases * off * s->c->wait_turn_s);
 }
@@ -631,7 +628,7 @@ static void timeline_end_comm(const sim *s, timeline *t, int32_t d, double now,
     out->events[at] = (loom_sim_event){node, t->comm_started[e], now, true};
     out->devices[e].comm_s += now - t->comm_started[e];
     t->comm_run[e] = false, (*done)++;
-    t->wait_since[e] = t->comm_ended[e] = now; /* the next op, if any, waits from now */
+    t->wait_since[e] = now; /* the next op, if any, waits from now */
     if (t->compute[e] == LANE_BLOCKED && t->pos[e] == at) t->compute[e] = LANE_FREE, t->pos[e]++;
   }
 }
@@ -767,7 +764,7 @@ static void timeline_free(timeline *t) {
   free(t->fifo), free(t->head), free(t->tail);
   free(t->comm_run), free(t->comm_left), free(t->comm_started), free(t->ready);
   free(t->wait_since), free(t->pool_demand), free(t->pool_rate), free(t->pool_busy);
-  free(t->comm_rate), free(t->comm_hold), free(t->comm_ended);
+  free(t->comm_rate), free(t->comm_hold);
 }
 
 loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_options *o,
@@ -823,21 +820,21 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
       loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_val, sizeof(double)),
       loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_dev, sizeof(double)),
       loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_dev, sizeof(double)),
-      loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_dev, sizeof(double))};
+      loom_calloc(ctx, n_dev, sizeof(double))};
   out->devices = loom_calloc(ctx, n_dev, sizeof *out->devices);
   out->event_start = loom_malloc(ctx, sizeof *out->event_start * (size_t)(nd + 1));
   out->events = loom_calloc(ctx, n_pos, sizeof *out->events);
   loom_status st = LOOM_STATUS_OK;
   if (!t.compute || !t.compute_left || !t.started || !t.pos || !t.fifo || !t.head || !t.tail ||
       !t.comm_run || !t.comm_left || !t.comm_started || !t.wait_since || !t.ready ||
-      !t.pool_demand || !t.pool_rate || !t.comm_rate || !t.comm_hold || !t.comm_ended || !t.pool_busy ||
+      !t.pool_demand || !t.pool_rate || !t.comm_rate || !t.comm_hold || !t.pool_busy ||
       !out->devices ||
       !out->event_start || !out->events)
     st = LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {
     out->n_devices = nd;
     for (int32_t d = 0; d <= nd; d++) out->event_start[d] = pp->order_start[d];
-    for (int32_t d = 0; d < nd; d++) t.pos[d] = pp->order_start[d], t.comm_ended[d] = -1;
+    for (int32_t d = 0; d < nd; d++) t.pos[d] = pp->order_start[d];
     /* what a program's node makes exists once it has run; the rest (the
      * step's inputs) from the start */
     for (int32_t i = 0; i < total; i++) {
