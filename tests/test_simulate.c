@@ -328,19 +328,8 @@ static void test_gpt_plans(void) {
       CHECK(near(blocking.devices[d].compute_s + blocking.devices[d].comm_s +
                      blocking.devices[d].idle_s,
                  blocking.step_s));
-      CHECK(blocking.devices[d].peak_bytes == pp->stats[d].peak_bytes);
       const loom_sim_memory *m = &blocking.devices[d].at_peak;
-      CHECK(m->params + m->optimizer + m->grads + m->comm_buffers + m->activations ==
-            pp->stats[d].peak_bytes);
       CHECK(m->params > 0 && m->activations > 0);
-      /* AdamW's state is two moments a parameter, old and new. Where the
-       * peak falls inside the optimizer (as it does for dp since GELU's own
-       * gradient rule shrank the backward's activations), the parameters
-       * updated so far hold their new value beside the replicated input,
-       * which lives in the caller's memory: at most 4 bytes of state a
-       * byte of parameters. Other plans may also hold pieces of a
-       * parameter they do not update (a tied embedding's other stage). */
-      CHECK(m->optimizer <= (strcmp(specs[k], "dp2") ? 2 : 4) * m->params);
     }
     bubble[k] = blocking.bubble;
     /* both ranks on one core: whenever anything runs the core is busy
@@ -387,6 +376,171 @@ static void test_gpt_plans(void) {
   loom_graph_free(g);
 }
 
+/* Bytes of g's inputs: parameters, and those whose name starts with
+ * `prefix` (NULL: any). */
+static int64_t input_bytes(const loom_graph *g, bool params, const char *prefix) {
+  int64_t bytes = 0;
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    const loom_value_info *x = &g->values[g->inputs[i]];
+    if ((x->kind == LOOM_VALUE_PARAM) != params) continue;
+    if (prefix && (!x->name || strncmp(x->name, prefix, strlen(prefix)))) continue;
+    const loom_type *t = &x->type;
+    bytes += loom_type_numel(t) * (int64_t)loom_dtype_size(t->dtype);
+  }
+  return bytes;
+}
+
+/* Memory by role, exactly: a device holds its pieces of the parameters
+ * and of AdamW's two moments for the whole step (the plan runner's
+ * tensors), so the optimizer state is twice the parameters it updates:
+ * 2P per replica under dp, 2P / dp under ZeRO-1/2/3; the parameters are
+ * P per replica, plus under ZeRO-1/2 the 1/dp shard the device updates,
+ * which the runner holds as a piece of its own beside the replica the
+ * forward reads; P / dp under ZeRO-3. The roles sum to the peak. The updates (new parameters and moments in the arena until they
+ * are copied over the held pieces) never pass three times the parameters
+ * updated. */
+static void test_memory_roles(void) {
+  loom_gpt_config cfg;
+  loom_gpt_config_default(&cfg);
+  cfg.n_layer = 4;
+  cfg.d_model = 64;
+  cfg.d_ff = 256;
+  cfg.context = 16;
+  loom_gpt_optim opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .seed = 1};
+  loom_graph *g = NULL;
+  int64_t per_step = 0;
+  CHECK_OK(ctx, loom_gpt_build_train(ctx, &cfg, 8, 16, &opt, &g, &per_step));
+  if (!g) return;
+  int64_t P = input_bytes(g, true, NULL), wte = input_bytes(g, true, "wte");
+  CHECK(P > 0 && wte > 0 && input_bytes(g, false, "adam.") == 2 * P);
+  loom_cluster c = cluster(8);
+  /* per plan: its devices, its dp degree, whether ZeRO shards the state
+   * by it, and each device's parameters as a multiple of P, or 0 where
+   * the plan cuts them by tp or pp (checked otherwise) */
+  const struct {
+    const char *spec;
+    int32_t devices, dp;
+    bool zero;
+    double params;
+  } plans[] = {{"dp2", 2, 2, false, 1},          {"dp2+recompute", 2, 2, false, 1},
+               {"dp2+zero1", 2, 2, true, 1.5},   {"dp4+zero2", 4, 4, true, 1.25},
+               {"dp2+zero3", 2, 2, true, 0.5},   {"tp2", 2, 1, false, 0},
+               {"pp2+1f1b+mb4", 2, 1, false, 0}, {"dp2xpp2", 4, 2, false, 0}};
+  for (size_t k = 0; k < sizeof plans / sizeof plans[0]; k++) {
+    loom_plan *p = NULL;
+    loom_plan_program *pp = NULL;
+    CHECK_OK(ctx, loom_plan_open(ctx, g, plans[k].spec, plans[k].devices, &p));
+    CHECK_OK(ctx, loom_plan_lower(p, NULL, &pp));
+    loom_sim_options o = {.cluster = &c, .precision = LOOM_PRECISION_f32};
+    loom_sim_result r = {0};
+    CHECK_OK(ctx, loom_plan_simulate(pp, &o, &r));
+    int64_t optimizer = 0;
+    for (int32_t d = 0; r.devices && d < plans[k].devices; d++) {
+      const loom_sim_memory *m = &r.devices[d].at_peak;
+      CHECK(m->params + m->optimizer + m->inputs + m->updates + m->grads + m->comm_buffers +
+                m->activations ==
+            r.devices[d].peak_bytes);
+      /* the lowering's peak, less what the runtime's merging saves */
+      CHECK(r.devices[d].peak_bytes <= pp->stats[d].peak_bytes);
+      CHECK(m->inputs > 0 && m->activations > 0);
+      optimizer += m->optimizer;
+      if (plans[k].params > 0) {
+        CHECK(m->params == (int64_t)(plans[k].params * (double)P));
+        CHECK(m->optimizer == 2 * P / (plans[k].zero ? plans[k].dp : 1));
+      } else {
+        /* every piece it holds it updates, but a copy of the embedding:
+         * tp's gather reads it whole beside the vocabulary shard the head
+         * reads and the device updates; a pipeline's last stage holds the
+         * tied head's copy, which the first stage updates */
+        bool copy = !strncmp(plans[k].spec, "tp", 2) || d % 2 == 1;
+        CHECK(m->optimizer == 2 * (m->params - (copy ? wte : 0)));
+      }
+      CHECK(m->updates <= 3 * m->optimizer / 2);
+    }
+    /* the moments' pieces cover the state once per replica (tp: its
+     * replicated pieces, the norms' and the row-cut GEMMs' biases, more) */
+    int64_t state = 2 * P * (plans[k].zero ? 1 : plans[k].dp);
+    CHECK(plans[k].spec[0] == 't' ? optimizer > state : optimizer == state);
+    printf("%-14s device 0: params %lld optimizer %lld updates %lld grads %lld activations %lld\n",
+           plans[k].spec, (long long)r.devices[0].at_peak.params,
+           (long long)r.devices[0].at_peak.optimizer, (long long)r.devices[0].at_peak.updates,
+           (long long)r.devices[0].at_peak.grads, (long long)r.devices[0].at_peak.activations);
+    loom_sim_result_free(&r);
+    loom_plan_program_free(pp);
+    loom_plan_free(p);
+  }
+  loom_graph_free(g);
+}
+
+/* What runs: the session's simplify merges identical nodes of a device's
+ * program (simulate_merge.h), and +recompute's copies of the forward read
+ * the same values as the forward they copy, so the runtime computes the
+ * forward once and keeps its activations (docs/SIMULATOR.md). The
+ * simulator times and sizes that program: dp2+recompute charges as many
+ * GEMMs as dp2 and peaks about where dp2 does (the same values in
+ * another order), though its lowering has a third more GEMMs. */
+static void test_merged_recompute(void) {
+  loom_gpt_config cfg;
+  loom_gpt_config_default(&cfg);
+  cfg.n_layer = 4;
+  cfg.d_model = 64;
+  cfg.d_ff = 256;
+  cfg.context = 16;
+  loom_gpt_optim opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .seed = 1};
+  loom_graph *g = NULL;
+  int64_t per_step = 0;
+  CHECK_OK(ctx, loom_gpt_build_train(ctx, &cfg, 8, 16, &opt, &g, &per_step));
+  if (!g) return;
+  loom_cluster c = cluster(8);
+  const char *specs[2] = {"dp2", "dp2+recompute"};
+  int32_t lowered[2] = {0}, charged[2] = {0};
+  int64_t lowered_peak[2] = {0}, peak[2] = {0};
+  double compute[2] = {0};
+  for (int32_t k = 0; k < 2; k++) {
+    loom_plan *p = NULL;
+    loom_plan_program *pp = NULL;
+    CHECK_OK(ctx, loom_plan_open(ctx, g, specs[k], 2, &p));
+    CHECK_OK(ctx, loom_plan_lower(p, NULL, &pp));
+    loom_sim_options o = {.cluster = &c, .precision = LOOM_PRECISION_f32};
+    loom_sim_result r = {0};
+    CHECK_OK(ctx, loom_plan_simulate(pp, &o, &r));
+    for (int32_t i = pp->order_start[0]; r.events && i < pp->order_start[1]; i++) {
+      if (pp->global->nodes[pp->order_nodes[i]].op != LOOM_OP_MATMUL) continue;
+      lowered[k]++;
+      charged[k] += r.events[i].end_s > r.events[i].start_s;
+    }
+    lowered_peak[k] = pp->stats[0].peak_bytes;
+    peak[k] = r.devices ? r.devices[0].peak_bytes : 0;
+    compute[k] = r.devices ? r.devices[0].compute_s : 0;
+    loom_sim_result_free(&r);
+    loom_plan_program_free(pp);
+    loom_plan_free(p);
+  }
+  CHECK(lowered[1] > lowered[0]); /* the plan's intent */
+  CHECK(charged[0] == lowered[0] && charged[1] == charged[0]);
+  /* the same values, in another order */
+  CHECK(peak[0] == lowered_peak[0] && peak[1] <= lowered_peak[1]);
+  CHECK(peak[1] > 0 && fabs((double)peak[1] / (double)peak[0] - 1) < 0.01);
+  CHECK(compute[1] > 0 && fabs(compute[1] / compute[0] - 1) < 0.05);
+  printf("dp2: %d GEMMs, peak %lld, compute %.3f ms; dp2+recompute: %d GEMMs lowered, %d "
+         "charged, peak %lld (lowered %lld), compute %.3f ms\n",
+         (int)lowered[0], (long long)peak[0], compute[0] * 1e3, (int)lowered[1], (int)charged[1],
+         (long long)peak[1], (long long)lowered_peak[1], compute[1] * 1e3);
+  loom_graph_free(g);
+}
+
+/* A piece held but read by no node still takes its memory: device 1 holds
+ * a replica of %v that only device 0's exp reads. */
+static const char k_held_plan[] = "plan devices 2\n"
+                                  "trans matmul.* split in0 1 2\n"
+                                  "assign matmul.0 0 1\n"
+                                  "assign exp.1 0\n"
+                                  "input %x D(1,2) on 0 1\n"
+                                  "input %w D(0,2) on 0 1\n"
+                                  "input %v R(2) on 0 1\n"
+                                  "output y R(2) on 0 1\n"
+                                  "output z R(1) on 0\n";
+
 /* Turns (docs/SIMULATOR.md): four ranks on two cores compute their GEMM
  * pieces at half speed and reach the all-reduce together; of the four
  * members, each on a core half the time (the pool wants four cores),
@@ -415,6 +569,69 @@ static void test_turns(void) {
   loom_sim_result_free(&bound);
   loom_sim_result_free(&bound_turned);
   loom_plan_program_free(pp);
+  loom_graph_free(g);
+}
+
+/* Turns back to back: in a blocking dp4 step on two cores every member
+ * of every collective wants a core (the compute lanes wait), so each op
+ * pays n (1 - C / n) = 2 turns a phase, also when its members come
+ * straight from the op before (four spinning comm threads on two cores
+ * are never all on one): the step grows by 4 turns an all-reduce and 2 a
+ * reduce-scatter or all-gather, exactly. Blocking, compute comes between
+ * any two ops; overlapped, ops queue back to back (below). */
+static void test_turns_back_to_back(void) {
+  loom_gpt_config cfg;
+  loom_gpt_config_default(&cfg);
+  cfg.n_layer = 2;
+  cfg.d_model = 64;
+  cfg.d_ff = 256;
+  cfg.context = 16;
+  loom_gpt_optim opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .seed = 1};
+  loom_graph *g = NULL;
+  int64_t per_step = 0;
+  CHECK_OK(ctx, loom_gpt_build_train(ctx, &cfg, 8, 16, &opt, &g, &per_step));
+  if (!g) return;
+  const char *specs[] = {"dp4", "dp4+zero2"};
+  for (int32_t k = 0; k < 2; k++) {
+    loom_plan *p = NULL;
+    loom_plan_program *pp = NULL;
+    CHECK_OK(ctx, loom_plan_open(ctx, g, specs[k], 4, &p));
+    CHECK_OK(ctx, loom_plan_lower(p, NULL, &pp));
+    loom_cluster c = cluster(4);
+    snprintf(c.collectives, sizeof c.collectives, "direct");
+    loom_sim_options o = {.cluster = &c, .precision = LOOM_PRECISION_f32, .cores = 2};
+    loom_sim_result base = {0}, turned = {0};
+    CHECK_OK(ctx, loom_plan_simulate(pp, &o, &base));
+    c.wait_turn_s = 1e-3;
+    CHECK_OK(ctx, loom_plan_simulate(pp, &o, &turned));
+    double turns = 0;
+    for (int32_t m = 0; m < pp->n_comms; m++)
+      turns += pp->comms[m].op == LOOM_OP_ALL_REDUCE ? 4 : 2;
+    CHECK(pp->n_comms > 20 && base.step_s > 0);
+    CHECK(fabs(turned.step_s - base.step_s - turns * 1e-3) < 1e-9 * turned.step_s);
+    /* overlapped, ZeRO-2's all-gathers queue on the comm lanes after the
+     * optimizer's small updates, one straight after the other, and still
+     * pay their 2 turns each (before the twelfth session: only the first) */
+    if (k == 1) {
+      int32_t gathers = 0;
+      for (int32_t m = 0; m < pp->n_comms; m++) gathers += pp->comms[m].op == LOOM_OP_ALL_GATHER;
+      loom_sim_result base_o = {0}, turned_o = {0};
+      o.overlap = true;
+      c.wait_turn_s = 0;
+      CHECK_OK(ctx, loom_plan_simulate(pp, &o, &base_o));
+      c.wait_turn_s = 1e-3;
+      CHECK_OK(ctx, loom_plan_simulate(pp, &o, &turned_o));
+      CHECK(gathers > 10 && turned_o.step_s - base_o.step_s > 0.9 * 2e-3 * gathers);
+      printf("dp4+zero2 overlapped: %d all-gathers; 1 ms turns add %.1f ms\n", (int)gathers,
+             (turned_o.step_s - base_o.step_s) * 1e3);
+      loom_sim_result_free(&base_o);
+      loom_sim_result_free(&turned_o);
+    }
+    loom_sim_result_free(&base);
+    loom_sim_result_free(&turned);
+    loom_plan_program_free(pp);
+    loom_plan_free(p);
+  }
   loom_graph_free(g);
 }
 
@@ -460,6 +677,27 @@ static void test_wait_period(void) {
   loom_graph_free(g);
 }
 
+static void test_held_unread(void) {
+  loom_graph *g = NULL;
+  loom_plan_program *pp = lower_text(&g, mm_big_exp, k_held_plan);
+  if (!pp) return;
+  loom_cluster c = cluster(2);
+  loom_sim_options o = {.cluster = &c, .precision = LOOM_PRECISION_f32};
+  loom_sim_result r = {0};
+  CHECK_OK(ctx, loom_plan_simulate(pp, &o, &r));
+  if (r.devices) {
+    int64_t x = 512 * 128 * 4, w = 128 * 1024 * 4, v = (int64_t)16384 * 4096 * 4;
+    CHECK(r.devices[1].at_peak.inputs == x + v && r.devices[1].at_peak.params == w);
+    CHECK(r.devices[0].at_peak.inputs == x + v && r.devices[0].at_peak.params == w);
+    /* device 1's arena: the GEMM's piece of y and the all-reduce's */
+    CHECK(r.devices[1].at_peak.activations == 512 * 1024 * 4);
+    CHECK(r.devices[1].at_peak.comm_buffers == 512 * 1024 * 4);
+  }
+  loom_sim_result_free(&r);
+  loom_plan_program_free(pp);
+  loom_graph_free(g);
+}
+
 int main(void) {
   CHECK_OK(ctx, loom_ctx_new(&ctx));
   test_gemm_and_all_reduce();
@@ -469,8 +707,12 @@ int main(void) {
   test_collectives();
   test_bound_cores();
   test_turns();
+  test_turns_back_to_back();
   test_wait_period();
   test_gpt_plans();
+  test_memory_roles();
+  test_merged_recompute();
+  test_held_unread();
   loom_ctx_free(ctx);
   return loom_test_finish("test_simulate");
 }

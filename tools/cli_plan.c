@@ -534,13 +534,15 @@ static loom_status simulate(loom_ctx *ctx, const plan_args *a, const loom_plan_p
          c->name, loom_precision_name(a->precision), a->overlap ? "overlapped" : "blocking",
          r.step_s * 1e3, 100.0 * r.bubble);
   printf("%-8s %12s %12s %12s %10s   %s\n", "device", "compute_ms", "comm_ms", "idle_ms",
-         "peak_GB", "at the peak: params optimizer grads comm activations (GB)");
+         "peak_GB",
+         "held: params optimizer inputs; arena at the peak: updates grads comm activations (GB)");
   for (int32_t d = 0; d < r.n_devices; d++) {
     const loom_sim_device *dv = &r.devices[d];
     const loom_sim_memory *m = &dv->at_peak;
-    printf("%-8d %12.3f %12.3f %12.3f %10.3f   %.3f %.3f %.3f %.3f %.3f\n", d, dv->compute_s * 1e3,
-           dv->comm_s * 1e3, dv->idle_s * 1e3, (double)dv->peak_bytes / 1e9, m->params / 1e9,
-           m->optimizer / 1e9, m->grads / 1e9, m->comm_buffers / 1e9, m->activations / 1e9);
+    printf("%-8d %12.3f %12.3f %12.3f %10.3f   %.3f %.3f %.3f; %.3f %.3f %.3f %.3f\n", d,
+           dv->compute_s * 1e3, dv->comm_s * 1e3, dv->idle_s * 1e3, (double)dv->peak_bytes / 1e9,
+           m->params / 1e9, m->optimizer / 1e9, m->inputs / 1e9, m->updates / 1e9, m->grads / 1e9,
+           m->comm_buffers / 1e9, m->activations / 1e9);
   }
   int64_t over = 0;
   for (int32_t d = 0; d < r.n_devices; d++) over += (double)r.devices[d].peak_bytes > c->memory_bytes;

@@ -9,6 +9,7 @@
 #include "ir/dtype.h"
 #include "ops/op.h"
 #include "parallel/lower_internal.h"
+#include "parallel/simulate_merge.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@ typedef struct sim {
    * state (NULL: none) */
   const int32_t *last_compute;
   const double *copy_out_s;
+  const bool *merged; /* per node: the runtime's simplify merges it (NULL: none) */
 } sim;
 
 static double elem_bytes(const sim *s, const loom_type *t) {
@@ -50,6 +52,7 @@ static double value_bytes(const sim *s, const loom_graph *G, int32_t v) {
  * them in the device's order, are one kernel; only the values that cross
  * a kernel's edge move through memory, and a kernel pays one launch. */
 typedef struct fusion_view {
+  const int32_t *canon; /* per value: the value it is after merging (NULL: itself) */
   int32_t *root;     /* per node: its kernel's representative, -1 if not fused */
   bool *spills;      /* per value: read outside its kernel, or a graph output */
   bool *launches;    /* per node: the first of its kernel in order */
@@ -61,6 +64,11 @@ static void fusion_view_free(fusion_view *f) {
   free(f->launches);
 }
 
+/* The node that makes value v, after merging (-1: an input). */
+static int32_t producer(const fusion_view *f, const loom_graph *G, int32_t v) {
+  return G->values[f && f->canon ? f->canon[v] : v].node;
+}
+
 static int32_t find_root(int32_t *root, int32_t n) {
   while (root[n] != n) n = root[n] = root[root[n]];
   return n;
@@ -69,10 +77,12 @@ static int32_t find_root(int32_t *root, int32_t n) {
 /* orders: n_orders lists of nodes (order_nodes[order_start[d] ..
  * order_start[d + 1]]), each one device's execution order; skip[node]
  * (may be NULL) marks nodes that are not kernels (a device's pieces of
- * the inputs). */
+ * the inputs); merged[node] (may be NULL) those the runtime merges into
+ * an earlier node (simulate_merge.h), which neither join a kernel nor
+ * end one, their values read as f->canon's. */
 static loom_status fusion_view_build(loom_ctx *ctx, const loom_graph *G, int32_t n_orders,
                                      const int32_t *order_start, const int32_t *order_nodes,
-                                     const bool *skip, fusion_view *f) {
+                                     const bool *skip, const bool *merged, fusion_view *f) {
   int32_t nn = G->n_nodes, nv = G->n_values;
   f->root = loom_malloc(ctx, sizeof *f->root * (size_t)(nn ? nn : 1));
   f->spills = loom_calloc(ctx, (size_t)(nv ? nv : 1), sizeof *f->spills);
@@ -92,28 +102,36 @@ static loom_status fusion_view_build(loom_ctx *ctx, const loom_graph *G, int32_t
     int32_t at = 0;
     for (int32_t i = order_start[d]; i < order_start[d + 1]; i++) {
       int32_t n = order_nodes[i];
+      device[n] = d;
+      if (merged && merged[n]) {
+        phase[n] = at; /* no kernel: its values are an earlier node's */
+        continue;
+      }
       bool fused = !(skip && skip[n]) && loom_fusion_node_fusible(G, n);
       f->root[n] = fused ? n : -1;
-      device[n] = d;
       phase[n] = fused ? at : ++at;
     }
   }
   for (int32_t n = 0; n < nn; n++) {
     if (f->root[n] < 0) continue;
     for (int32_t i = 0; i < G->nodes[n].n_in; i++) {
-      int32_t p = G->values[G->nodes[n].in[i]].node;
+      int32_t p = producer(f, G, G->nodes[n].in[i]);
       if (p >= 0 && f->root[p] >= 0 && device[p] == device[n] && phase[p] == phase[n])
         f->root[find_root(f->root, n)] = find_root(f->root, p);
     }
   }
   for (int32_t n = 0; n < nn; n++)
     if (f->root[n] >= 0) f->root[n] = find_root(f->root, n);
-  for (int32_t n = 0; n < nn; n++)
+  for (int32_t n = 0; n < nn; n++) {
+    if (merged && merged[n]) continue;
     for (int32_t i = 0; i < G->nodes[n].n_in; i++) {
-      int32_t v = G->nodes[n].in[i], p = G->values[v].node;
-      if (p >= 0 && (f->root[n] < 0 || f->root[p] != f->root[n])) f->spills[v] = true;
+      int32_t v = G->nodes[n].in[i], p = producer(f, G, v);
+      if (p >= 0 && (f->root[n] < 0 || f->root[p] != f->root[n]))
+        f->spills[f->canon ? f->canon[v] : v] = true;
     }
-  for (int32_t i = 0; i < G->n_outputs; i++) f->spills[G->outputs[i]] = true;
+  }
+  for (int32_t i = 0; i < G->n_outputs; i++)
+    f->spills[f->canon ? f->canon[G->outputs[i]] : G->outputs[i]] = true;
   /* the first member of each kernel in its device's order pays the launch */
   for (int32_t i = 0; i < order_start[n_orders]; i++) {
     int32_t n = order_nodes[i], r = f->root[n];
@@ -152,7 +170,7 @@ static double node_time(const sim *s, const loom_graph *G, const loom_node *n) {
   if (r >= 0 && !f->launches[self]) launch = 0;
   double bytes = 0;
   for (int32_t i = 0; i < n->n_in; i++) {
-    int32_t p = r >= 0 ? G->values[n->in[i]].node : -1;
+    int32_t p = r >= 0 ? producer(f, G, n->in[i]) : -1;
     if (p < 0 || f->root[p] != r) bytes += value_bytes(s, G, n->in[i]);
   }
   for (int32_t o = 0; o < n->n_out; o++)
@@ -194,7 +212,7 @@ loom_status loom_sim_graph_seconds(loom_ctx *ctx, const loom_graph *g, const loo
   if (!order) return LOOM_STATUS_OUT_OF_MEMORY;
   for (int32_t n = 0; n < nn; n++) order[n] = n;
   fusion_view fv = {0};
-  loom_status st = fusion_view_build(ctx, g, 1, start, order, NULL, &fv);
+  loom_status st = fusion_view_build(ctx, g, 1, start, order, NULL, NULL, &fv);
   free(order);
   LOOM_TRY(st);
   sim s = sim_make(NULL, o);
@@ -207,6 +225,7 @@ loom_status loom_sim_graph_seconds(loom_ctx *ctx, const loom_graph *g, const loo
 /* Seconds a compute node of the plan takes on its device. */
 static double compute_time(const sim *s, int32_t node) {
   if (s->pp->node_subop[node] == LOWER_FEED) return 0; /* pieces held */
+  if (s->merged && s->merged[node]) return 0;         /* computed once already */
   return node_time(s, s->pp->global, &s->pp->global->nodes[node]);
 }
 
@@ -310,59 +329,87 @@ static double comm_time(const sim *s, int32_t k) {
   return best;
 }
 
-/* The role of value v of device d (loom_sim_memory). */
-typedef enum role { ROLE_PARAMS, ROLE_OPTIMIZER, ROLE_GRADS, ROLE_COMM, ROLE_ACTIVATIONS } role;
+/* Roles of a device's memory (loom_sim_memory): the pieces it holds, and
+ * what the runtime's arena holds. */
+typedef enum role {
+  ROLE_PARAMS, ROLE_OPTIMIZER, ROLE_INPUTS, /* held */
+  ROLE_UPDATES, ROLE_GRADS, ROLE_COMM, ROLE_ACTIVATIONS, /* arena */
+  ROLE_COUNT
+} role;
 
-static role value_role(const loom_plan_program *pp, int32_t v, const bool *grad) {
-  const loom_graph *G = pp->global;
-  int32_t prod = G->values[v].node;
-  if (prod >= 0 && pp->node_subop[prod] == LOWER_FEED) v = G->nodes[prod].in[0], prod = -1;
-  if (prod < 0) {
-    const loom_value_info *x = &G->values[v];
-    if (x->name && strncmp(x->name, "adam.", 5) == 0) return ROLE_OPTIMIZER;
-    return x->kind == LOOM_VALUE_PARAM ? ROLE_PARAMS : ROLE_ACTIVATIONS;
-  }
-  const loom_node *n = &G->nodes[prod];
-  if (n->op == LOOM_OP_ADAMW) return G->values[v].index == 0 ? ROLE_PARAMS : ROLE_OPTIMIZER;
+/* The role of a piece of graph input `input` (held for the step). */
+static role held_role(const loom_graph *G, int32_t input) {
+  const loom_value_info *x = &G->values[G->inputs[input]];
+  if (x->name && strncmp(x->name, "adam.", 5) == 0) return ROLE_OPTIMIZER;
+  return x->kind == LOOM_VALUE_PARAM ? ROLE_PARAMS : ROLE_INPUTS;
+}
+
+/* The role of value v, made by a node of the device's program, in the
+ * arena. */
+static role arena_role(const loom_graph *G, int32_t v, const bool *grad) {
+  const loom_node *n = &G->nodes[G->values[v].node];
+  if (n->op == LOOM_OP_ADAMW) return ROLE_UPDATES;
   if (grad[v]) return ROLE_GRADS;
   return loom_op_is_comm(n->op) ? ROLE_COMM : ROLE_ACTIVATIONS;
 }
 
-/* Device d's values by role at the moment its live bytes peak, walked as
- * the lowering's peak is (lower_order.c): a value lives from its node to
- * its last use on d, pieces of inputs and outputs for the whole step. */
-static loom_status memory_at_peak(const loom_plan_program *pp, int32_t d, int32_t *last,
-                                  const bool *grad, const bool *is_out, loom_sim_memory *out) {
+/* Device d's memory by role at the moment its arena peaks. Held: its
+ * pieces of the graph's inputs (pp->ins), for the whole step, counted
+ * from the list of pieces rather than from the feed nodes that read them,
+ * so a piece is held whether the program reads them through a node or not.
+ * The arena, walked as the lowering's peak is (lower_order.c), but over
+ * the program that runs: a node the runtime merges into an earlier one
+ * (merged, canon: simulate_merge.h) allocates and reads nothing, and
+ * the value it would make is the earlier node's, alive to the last use
+ * of either; a value lives from its node to its last use on d, the
+ * device's outputs to the end of the step. */
+static void memory_at_peak(const loom_plan_program *pp, int32_t d, const bool *merged,
+                           const int32_t *canon, int32_t *last, const bool *grad,
+                           const bool *is_out, loom_sim_memory *out) {
   const loom_graph *G = pp->global;
+  int64_t held[ROLE_COUNT] = {0}, live[ROLE_COUNT] = {0}, best[ROLE_COUNT] = {0};
+  for (int32_t k = 0; k < pp->n_ins; k++)
+    if (pp->ins[k].device == d)
+      held[held_role(G, pp->ins[k].index)] += lower_value_bytes(G, pp->ins[k].value);
   int32_t a = pp->order_start[d], b = pp->order_start[d + 1];
   for (int32_t i = a; i < b; i++) {
     const loom_node *n = &G->nodes[pp->order_nodes[i]];
-    for (int32_t k = 0; k < n->n_in; k++) last[n->in[k]] = i;
+    for (int32_t k = 0; k < n->n_in && !merged[pp->order_nodes[i]]; k++) last[canon[n->in[k]]] = i;
   }
-  int64_t live[5] = {0}, best[5] = {0}, peak = -1;
+  int64_t peak = 0;
   for (int32_t i = a; i < b; i++) {
-    const loom_node *n = &G->nodes[pp->order_nodes[i]];
+    int32_t node = pp->order_nodes[i];
+    /* a held piece; a node that does not run, whose reads are none */
+    if (pp->node_subop[node] == LOWER_FEED || merged[node]) continue;
+    const loom_node *n = &G->nodes[node];
     for (int32_t o = 0; o < n->n_out; o++) {
       int32_t v = n->out[o];
-      if (pp->value_device[v] == d) live[value_role(pp, v, grad)] += lower_value_bytes(G, v);
+      if (pp->value_device[v] == d) live[arena_role(G, v, grad)] += lower_value_bytes(G, v);
     }
-    int64_t now = live[0] + live[1] + live[2] + live[3] + live[4];
+    int64_t now = 0;
+    for (int32_t r = ROLE_UPDATES; r < ROLE_COUNT; r++) now += live[r];
     if (now > peak) peak = now, memcpy(best, live, sizeof best);
     for (int32_t k = 0; k < n->n_in; k++) {
-      int32_t v = n->in[k], prod = G->values[v].node;
+      int32_t v = canon[n->in[k]], prod = G->values[v].node;
       bool first = true;
-      for (int32_t j = 0; j < k; j++) first &= n->in[j] != v;
+      for (int32_t j = 0; j < k; j++) first &= canon[n->in[j]] != v;
       if (!first || last[v] != i || pp->value_device[v] != d || is_out[v]) continue;
-      if (prod >= 0 && pp->node_subop[prod] == LOWER_FEED) continue;
-      live[value_role(pp, v, grad)] -= lower_value_bytes(G, v);
+      if (prod < 0 || pp->node_subop[prod] == LOWER_FEED) continue;
+      live[arena_role(G, v, grad)] -= lower_value_bytes(G, v);
     }
   }
-  *out = (loom_sim_memory){best[ROLE_PARAMS], best[ROLE_OPTIMIZER], best[ROLE_GRADS],
-                           best[ROLE_COMM], best[ROLE_ACTIVATIONS]};
-  return LOOM_STATUS_OK;
+  *out = (loom_sim_memory){held[ROLE_PARAMS],  held[ROLE_OPTIMIZER], held[ROLE_INPUTS],
+                           best[ROLE_UPDATES], best[ROLE_GRADS],     best[ROLE_COMM],
+                           best[ROLE_ACTIVATIONS]};
 }
 
-static loom_status memory_roles(const loom_plan_program *pp, loom_sim_result *r) {
+static int64_t memory_total(const loom_sim_memory *m) {
+  return m->params + m->optimizer + m->inputs + m->updates + m->grads + m->comm_buffers +
+         m->activations;
+}
+
+static loom_status memory_roles(const loom_plan_program *pp, const bool *merged,
+                                const int32_t *canon, loom_sim_result *r) {
   const loom_graph *G = pp->global;
   size_t nv = (size_t)(G->n_values ? G->n_values : 1);
   int32_t *last = loom_malloc(pp->ctx, sizeof *last * nv);
@@ -373,8 +420,9 @@ static loom_status memory_roles(const loom_plan_program *pp, loom_sim_result *r)
   for (int32_t d = 0; !st && d < pp->n_devices; d++) {
     memset(is_out, 0, nv * sizeof *is_out);
     for (int32_t k = 0; k < pp->n_outs; k++)
-      if (pp->outs[k].device == d) is_out[pp->outs[k].value] = true;
-    st = memory_at_peak(pp, d, last, grad, is_out, &r->devices[d].at_peak);
+      if (pp->outs[k].device == d) is_out[canon[pp->outs[k].value]] = true;
+    memory_at_peak(pp, d, merged, canon, last, grad, is_out, &r->devices[d].at_peak);
+    r->devices[d].peak_bytes = memory_total(&r->devices[d].at_peak);
   }
   free(last);
   free(grad);
@@ -436,7 +484,6 @@ typedef struct timeline {
   double *pool_busy; /* per pool: its demand less the pollers' shares */
   double *comm_rate; /* per device: its running comm op's pace */
   double *comm_hold; /* per device: wall seconds its running comm op waits before moving bytes */
-  double *comm_ended; /* per device: when its last comm op ended (-1: none yet) */
 } timeline;
 
 /* The members of comm op k: *n of them. */
@@ -485,20 +532,18 @@ static bool lane_spins(const sim *s, const timeline *t, int32_t d, double now) {
  * and where more ranks than cores share them, a member is on a core
  * C / D of the time (D: the cores the pool's running tasks want, each
  * member one; a poller holds no time slice and yields at once), so
- * of the w members that come to the op from elsewhere (not straight from
- * the op before on their comm lane, still on its core), w (1 - C / D)
- * wait for a turn (wait.turn) in each of the op's phases. The longer of
- * the two. */
+ * of its n members n (1 - C / D) wait for a turn (wait.turn) in each of
+ * the op's phases: those that come straight from the op before on their
+ * comm lane too, since with more threads wanting cores than there are
+ * they were not all on one when it ended. The longer of the two. */
 static double comm_hold_s(const sim *s, const timeline *t, int32_t k, double now) {
   const loom_plan_program *pp = s->pp;
   if (s->o->cores <= 0) return 0;
   int32_t nm, nd = pp->n_devices;
   const int32_t *m = comm_members(pp, k, &nm);
-  double notice = 0, waited = 0;
-  for (int32_t j = 0; j < nm; j++) {
+  double notice = 0;
+  for (int32_t j = 0; j < nm; j++)
     if (now > t->wait_since[m[j]] + waiting_spin_s(pp, t, m[j])) notice = s->c->wait_period_s / 2;
-    waited += now > t->comm_ended[m[j]] + 1e-12 * fmax(now, 1e-9);
-  }
   if (nd <= s->o->cores || !(s->c->wait_turn_s > 0)) return notice;
   double demand = nm;
   for (int32_t d = 0; d < nd; d++) {
@@ -509,7 +554,7 @@ static double comm_hold_s(const sim *s, const timeline *t, int32_t k, double now
     if (t->comm_run[d]) demand += !(t->comm_hold[d] > 0);
     else if (t->head[d] < t->tail[d]) demand += lane_spins(s, t, d, now);
   }
-  double off = waited * fmax(0, 1 - s->o->cores / demand);
+  double off = nm * fmax(0, 1 - s->o->cores / demand);
   double phases = pp->comms[k].op == LOOM_OP_ALL_REDUCE ? 2 : 1;
   return fmax(notice, phases * off * s->c->wait_turn_s);
 }
@@ -583,7 +628,7 @@ static void timeline_end_comm(const sim *s, timeline *t, int32_t d, double now,
     out->events[at] = (loom_sim_event){node, t->comm_started[e], now, true};
     out->devices[e].comm_s += now - t->comm_started[e];
     t->comm_run[e] = false, (*done)++;
-    t->wait_since[e] = t->comm_ended[e] = now; /* the next op, if any, waits from now */
+    t->wait_since[e] = now; /* the next op, if any, waits from now */
     if (t->compute[e] == LANE_BLOCKED && t->pos[e] == at) t->compute[e] = LANE_FREE, t->pos[e]++;
   }
 }
@@ -719,7 +764,7 @@ static void timeline_free(timeline *t) {
   free(t->fifo), free(t->head), free(t->tail);
   free(t->comm_run), free(t->comm_left), free(t->comm_started), free(t->ready);
   free(t->wait_since), free(t->pool_demand), free(t->pool_rate), free(t->pool_busy);
-  free(t->comm_rate), free(t->comm_hold), free(t->comm_ended);
+  free(t->comm_rate), free(t->comm_hold);
 }
 
 loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_options *o,
@@ -740,18 +785,27 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   int32_t nd = pp->n_devices, total = pp->order_start[nd];
   sim s = sim_make(pp, o);
   fusion_view fv = {0};
-  bool *skip = loom_calloc(ctx, (size_t)(G->n_nodes ? G->n_nodes : 1), sizeof *skip);
-  if (!skip) return LOOM_STATUS_OUT_OF_MEMORY;
-  for (int32_t n = 0; n < G->n_nodes; n++) skip[n] = pp->node_subop[n] == LOWER_FEED;
-  loom_status vst = fusion_view_build(ctx, G, nd, pp->order_start, pp->order_nodes, skip, &fv);
+  /* the nodes that are no kernel: pieces held, and what the runtime's
+   * simplify merges into an earlier node */
+  size_t n_nodes = (size_t)(G->n_nodes ? G->n_nodes : 1), n_val = (size_t)(G->n_values ? G->n_values : 1);
+  bool *merged = loom_malloc(ctx, sizeof *merged * n_nodes);
+  bool *skip = loom_calloc(ctx, n_nodes, sizeof *skip);
+  int32_t *canon = loom_malloc(ctx, sizeof *canon * n_val);
+  loom_status vst = merged && skip && canon ? loom_sim_merged_nodes(pp, merged, canon)
+                                            : LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t n = 0; !vst && n < G->n_nodes; n++) skip[n] = pp->node_subop[n] == LOWER_FEED;
+  fv.canon = canon;
+  if (!vst) vst = fusion_view_build(ctx, G, nd, pp->order_start, pp->order_nodes, skip, merged, &fv);
   free(skip);
+  if (vst) free(merged), free(canon);
   LOOM_TRY(vst);
   s.fusion = &fv;
-  size_t n_dev = (size_t)nd, n_val = (size_t)(G->n_values ? G->n_values : 1);
+  s.merged = merged;
+  size_t n_dev = (size_t)nd;
   int32_t *last_compute = loom_malloc(ctx, sizeof *last_compute * n_dev);
   double *copy_out = loom_calloc(ctx, n_dev, sizeof *copy_out);
   if (!last_compute || !copy_out) {
-    free(last_compute), free(copy_out), fusion_view_free(&fv);
+    free(last_compute), free(copy_out), free(merged), free(canon), fusion_view_free(&fv);
     return LOOM_STATUS_OUT_OF_MEMORY;
   }
   state_copy_out(&s, last_compute, copy_out);
@@ -766,21 +820,21 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
       loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_val, sizeof(double)),
       loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_dev, sizeof(double)),
       loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_dev, sizeof(double)),
-      loom_calloc(ctx, n_dev, sizeof(double)),     loom_calloc(ctx, n_dev, sizeof(double))};
+      loom_calloc(ctx, n_dev, sizeof(double))};
   out->devices = loom_calloc(ctx, n_dev, sizeof *out->devices);
   out->event_start = loom_malloc(ctx, sizeof *out->event_start * (size_t)(nd + 1));
   out->events = loom_calloc(ctx, n_pos, sizeof *out->events);
   loom_status st = LOOM_STATUS_OK;
   if (!t.compute || !t.compute_left || !t.started || !t.pos || !t.fifo || !t.head || !t.tail ||
       !t.comm_run || !t.comm_left || !t.comm_started || !t.wait_since || !t.ready ||
-      !t.pool_demand || !t.pool_rate || !t.comm_rate || !t.comm_hold || !t.comm_ended || !t.pool_busy ||
+      !t.pool_demand || !t.pool_rate || !t.comm_rate || !t.comm_hold || !t.pool_busy ||
       !out->devices ||
       !out->event_start || !out->events)
     st = LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {
     out->n_devices = nd;
     for (int32_t d = 0; d <= nd; d++) out->event_start[d] = pp->order_start[d];
-    for (int32_t d = 0; d < nd; d++) t.pos[d] = pp->order_start[d], t.comm_ended[d] = -1;
+    for (int32_t d = 0; d < nd; d++) t.pos[d] = pp->order_start[d];
     /* what a program's node makes exists once it has run; the rest (the
      * step's inputs) from the start */
     for (int32_t i = 0; i < total; i++) {
@@ -790,12 +844,8 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
     st = timeline_run(&s, &t, total, out);
   }
   if (!st) {
-    for (int32_t d = 0; d < nd; d++) {
-      loom_sim_device *dv = &out->devices[d];
-      dv->peak_bytes = pp->stats[d].peak_bytes;
-      out->step_s = fmax(out->step_s, dv->end_s);
-    }
-    st = memory_roles(pp, out);
+    for (int32_t d = 0; d < nd; d++) out->step_s = fmax(out->step_s, out->devices[d].end_s);
+    st = memory_roles(pp, merged, canon, out);
   }
   if (!st) {
     double idle = 0;
@@ -810,6 +860,8 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   fusion_view_free(&fv);
   free(last_compute);
   free(copy_out);
+  free(merged);
+  free(canon);
   if (st) loom_sim_result_free(out);
   return st;
 }

@@ -49,13 +49,22 @@ typedef struct loom_sim_event {
 } loom_sim_event;
 
 /* What a device holds at its peak, by role (Loom's training-graph
- * conventions, model/gpt.h): parameters (its pieces of the parameter
- * inputs and of the new values adamw writes), optimizer state (the AdamW
- * moments, "adam.*"), gradients (what adamw reads as one), communication
- * buffers (what comm ops deliver, but gradients), activations (the rest:
- * the batch, the forward values kept for the backward, temporaries). */
+ * conventions, model/gpt.h). Two kinds of memory:
+ *
+ *   held: the caller's pieces of the graph's inputs on the device (the
+ *     plan runner's tensors, pp->ins), resident for the whole step
+ *     whether or not the program reads them through a node: parameters,
+ *     optimizer state (the AdamW moments, "adam.*") and the other
+ *     inputs (the batch, step, learning rate);
+ *   the runtime's arena at the peak: the updates (the new parameters and
+ *     moments adamw writes, computed there and copied over the held
+ *     pieces after the run), gradients (what adamw reads as one),
+ *     communication buffers (what comm ops deliver, gradients aside) and
+ *     activations (the rest: forward values kept for the backward,
+ *     temporaries). */
 typedef struct loom_sim_memory {
-  int64_t params, optimizer, grads, comm_buffers, activations;
+  int64_t params, optimizer, inputs;                     /* held */
+  int64_t updates, grads, comm_buffers, activations;     /* arena, at the peak */
 } loom_sim_memory;
 
 typedef struct loom_sim_device {
@@ -63,7 +72,7 @@ typedef struct loom_sim_device {
   double comm_s;    /* comm that held the device (blocking), or in flight (overlap) */
   double idle_s;    /* waiting for peers: the step less compute and blocked comm */
   double end_s;     /* when its last node ends */
-  int64_t peak_bytes;
+  int64_t peak_bytes;      /* held + the arena's peak */
   loom_sim_memory at_peak; /* sums to peak_bytes */
   /* its events in execution order: events[event_start[d] .. event_start[d + 1]) */
 } loom_sim_device;

@@ -1,0 +1,81 @@
+/*
+ * Merged nodes (simulate_merge.h): each device's order walked as the
+ * simplify pass walks a device graph, values mapped to the first node
+ * that computes them.
+ */
+#include "parallel/simulate_merge.h"
+
+#include "ops/op.h"
+#include "parallel/lower_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t mix(uint64_t h, uint64_t x) {
+  return h ^ (x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
+}
+
+static uint64_t double_bits(double d) {
+  uint64_t u;
+  memcpy(&u, &d, sizeof u);
+  return u;
+}
+
+static uint64_t node_key(const loom_node *n, const int32_t *canon) {
+  uint64_t h = mix(0, (uint64_t)n->op);
+  for (int32_t i = 0; i < n->n_in; i++) h = mix(h, (uint64_t)canon[n->in[i]]);
+  for (int32_t a = 0; a < LOOM_MAX_ATTRS; a++) {
+    h = mix(mix(h, (uint64_t)n->attr[a].i), double_bits(n->attr[a].f));
+    h = mix(h, (uint64_t)n->attr[a].ints.n);
+    for (int32_t k = 0; k < n->attr[a].ints.n && k < LOOM_MAX_RANK; k++)
+      h = mix(h, (uint64_t)n->attr[a].ints.v[k]);
+  }
+  return h;
+}
+
+/* Whether node m computes what n does, inputs compared after merging. */
+static bool same(const loom_node *m, const loom_node *n, const int32_t *canon) {
+  if (m->op != n->op || m->n_in != n->n_in || m->n_out != n->n_out) return false;
+  for (int32_t i = 0; i < n->n_in; i++)
+    if (canon[m->in[i]] != canon[n->in[i]]) return false;
+  for (int32_t a = 0; a < LOOM_MAX_ATTRS; a++) {
+    const loom_attr_value *x = &m->attr[a], *y = &n->attr[a];
+    if (x->i != y->i || double_bits(x->f) != double_bits(y->f) || x->ints.n != y->ints.n)
+      return false;
+    for (int32_t k = 0; k < x->ints.n && k < LOOM_MAX_RANK; k++)
+      if (x->ints.v[k] != y->ints.v[k]) return false;
+  }
+  return true;
+}
+
+loom_status loom_sim_merged_nodes(const loom_plan_program *pp, bool *merged, int32_t *canon) {
+  const loom_graph *G = pp->global;
+  int32_t nv = G->n_values, longest = 0;
+  for (int32_t d = 0; d < pp->n_devices; d++)
+    longest = LOOM_MAX(longest, pp->order_start[d + 1] - pp->order_start[d]);
+  int32_t cap = 64;
+  while (cap < 2 * longest + 2) cap *= 2;
+  int32_t *table = loom_malloc(pp->ctx, sizeof *table * (size_t)cap);
+  if (!table) return LOOM_STATUS_OUT_OF_MEMORY;
+  memset(merged, 0, sizeof *merged * (size_t)G->n_nodes);
+  for (int32_t v = 0; v < nv; v++) canon[v] = v;
+  for (int32_t d = 0; d < pp->n_devices; d++) {
+    memset(table, -1, sizeof *table * (size_t)cap);
+    for (int32_t i = pp->order_start[d]; i < pp->order_start[d + 1]; i++) {
+      int32_t node = pp->order_nodes[i];
+      const loom_node *n = &G->nodes[node];
+      if (loom_op_is_comm(n->op) || pp->node_subop[node] == LOWER_FEED) continue;
+      uint32_t slot = (uint32_t)node_key(n, canon) & (uint32_t)(cap - 1);
+      for (; table[slot] >= 0; slot = (slot + 1) & (uint32_t)(cap - 1)) {
+        const loom_node *m = &G->nodes[table[slot]];
+        if (!same(m, n, canon)) continue;
+        merged[node] = true;
+        for (int32_t o = 0; o < n->n_out; o++) canon[n->out[o]] = canon[m->out[o]];
+        break;
+      }
+      if (!merged[node]) table[slot] = node;
+    }
+  }
+  free(table);
+  return LOOM_STATUS_OK;
+}
