@@ -455,49 +455,70 @@ static int count_op(const pbw *model, loom_op op) {
   return n;
 }
 
-/* Attention as PyTorch exports a causal one: x [1, 2, 6, 4] as q, k =
- * 0.5 x, v = -x; Softmax(masked scores) v, the scores q k^T * 0.5 (or q
- * and k^T each times sqrt(0.5) first), masked by Where(mask, scores, fill)
- * with the mask from Trilu (lower: causal; upper: not) and Equal, or by
- * adding a float mask of 0 and fill. The import makes the attention op
- * (causal) only for causal masks with fill <= -1e9; every variant matches
- * the definition computed here. */
+/* Attention as PyTorch exports it: x [1, 2, 6, 4] as q, k = 0.5 x, v =
+ * -x; Softmax(masked scores) v, the scores q k^T * 0.5 (or q and k^T each
+ * times sqrt(0.5) first), masked by Where(mask, scores, fill) with the
+ * mask from Trilu (lower: causal; upper: not) and Equal, or by adding a
+ * float mask of 0 and fill; or a mask keeping everything (BERT's padding
+ * mask of ones: (1 - ones) * min, all zeros, [1, 1, 1, 6]; or Where on
+ * all true). k^T is transpose(k) of the last two dims, or (keyperm) one
+ * transpose from k's [1, 6, 2, 4] layout, as PyTorch writes
+ * k.view(b, t, h, d).permute(0, 2, 1, 3).transpose(-1, -2). The import
+ * makes the attention op for causal masks and masks keeping everything
+ * (fill <= -1e9 where it drops something), and not for others; every variant matches the
+ * definition computed here. */
+enum { MASK_LOWER, MASK_UPPER, MASK_NONE };
 static void test_causal_attention(void) {
   static const struct {
-    int upper, additive, prescaled;
+    int mask, additive, prescaled, keyperm;
     float fill;
     int attention;
-  } cases[] = {{0, 0, 0, -1e9f, 1}, {0, 0, 0, -INFINITY, 1}, {0, 0, 0, -1e4f, 0},
-               {1, 0, 0, -1e9f, 0}, {0, 1, 0, -INFINITY, 1}, {0, 1, 0, -1e4f, 0},
-               {1, 1, 0, -INFINITY, 0}, {0, 0, 1, -1e9f, 1}, {0, 1, 1, -3.4e38f, 1}};
+  } cases[] = {{MASK_LOWER, 0, 0, 0, -1e9f, 1},     {MASK_LOWER, 0, 0, 0, -INFINITY, 1},
+               {MASK_LOWER, 0, 0, 0, -1e4f, 0},     {MASK_UPPER, 0, 0, 0, -1e9f, 0},
+               {MASK_LOWER, 1, 0, 0, -INFINITY, 1}, {MASK_LOWER, 1, 0, 0, -1e4f, 0},
+               {MASK_UPPER, 1, 0, 0, -INFINITY, 0}, {MASK_LOWER, 0, 1, 0, -1e9f, 1},
+               {MASK_LOWER, 1, 1, 0, -3.4e38f, 1},  {MASK_LOWER, 0, 0, 1, -3.4e38f, 1},
+               {MASK_LOWER, 1, 1, 1, -INFINITY, 1}, {MASK_NONE, 1, 0, 0, -3.4e38f, 1},
+               {MASK_NONE, 1, 0, 1, -3.4e38f, 1},   {MASK_NONE, 0, 1, 1, -3.4e38f, 1},
+               {MASK_NONE, 0, 0, 0, -1e4f, 1}};
   enum { N = 6, DK = 4, HS = 2 };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     gw w = {0};
     pbw v = onnxw_value("x", 1, 4, (int64_t[]){1, HS, N, DK}, NULL);
     pbw_msg(&w.g, 11, &v);
-    const char *k = op2(&w, "Mul", "x", scalar_f(&w, 0.5f)), *vv = op1(&w, "Neg", "x");
-    pbw perm = onnxw_attr_ints("perm", 4, (int64_t[]){0, 1, 3, 2});
-    const char *kt = node(&w, "Transpose", 1, &k, &perm, 1), *sc;
+    const char *k = op2(&w, "Mul", "x", scalar_f(&w, 0.5f)), *vv = op1(&w, "Neg", "x"), *kt, *sc;
+    if (cases[c].keyperm) {
+      pbw heads = onnxw_attr_ints("perm", 4, (int64_t[]){0, 2, 1, 3});
+      const char *kx = node(&w, "Transpose", 1, &k, &heads, 1);
+      pbw perm = onnxw_attr_ints("perm", 4, (int64_t[]){0, 2, 3, 1});
+      kt = node(&w, "Transpose", 1, &kx, &perm, 1);
+    } else {
+      pbw perm = onnxw_attr_ints("perm", 4, (int64_t[]){0, 1, 3, 2});
+      kt = node(&w, "Transpose", 1, &k, &perm, 1);
+    }
     if (cases[c].prescaled) {
       float r = sqrtf(0.5f);
       sc = op2(&w, "MatMul", op2(&w, "Mul", "x", scalar_f(&w, r)), op2(&w, "Mul", kt, scalar_f(&w, r)));
     } else {
       sc = op2(&w, "Mul", op2(&w, "MatMul", "x", kt), scalar_f(&w, 0.5f));
     }
+    bool none = cases[c].mask == MASK_NONE;
     float mask[N * N];
     for (int i = 0; i < N * N; i++) {
-      bool kept = cases[c].upper ? i % N >= i / N : i % N <= i / N;
+      bool kept = none || (cases[c].mask == MASK_UPPER ? i % N >= i / N : i % N <= i / N);
       mask[i] = cases[c].additive ? (kept ? 0.0f : cases[c].fill) : 1.0f;
     }
     const char *on = fresh(&w);
-    pbw t = onnxw_tensor(on, 1, 2, (int64_t[]){N, N}, mask, sizeof mask);
+    pbw t = none && cases[c].additive ? onnxw_tensor(on, 1, 4, (int64_t[]){1, 1, 1, N}, mask, sizeof(float) * N)
+                                      : onnxw_tensor(on, 1, 2, (int64_t[]){N, N}, mask, sizeof mask);
     pbw_msg(&w.g, 5, &t);
     const char *masked;
     if (cases[c].additive) {
       masked = op2(&w, "Add", sc, on);
     } else {
-      pbw up = onnxw_attr_int("upper", cases[c].upper);
-      const char *keep = op2(&w, "Equal", node(&w, "Trilu", 1, &on, &up, 1), scalar_f(&w, 1.0f));
+      pbw up = onnxw_attr_int("upper", cases[c].mask == MASK_UPPER);
+      const char *tri = none ? on : node(&w, "Trilu", 1, &on, &up, 1);
+      const char *keep = op2(&w, "Equal", tri, scalar_f(&w, 1.0f));
       const char *win[3] = {keep, sc, scalar_f(&w, cases[c].fill)};
       masked = node(&w, "Where", 3, win, NULL, 0);
     }
@@ -519,7 +540,7 @@ static void test_causal_attention(void) {
         for (int j = 0; j < N; j++) {
           double d = 0;
           for (int e = 0; e < DK; e++) d += (double)xh[i * DK + e] * 0.5 * xh[j * DK + e];
-          bool kept = cases[c].upper ? j >= i : j <= i;
+          bool kept = none || (cases[c].mask == MASK_UPPER ? j >= i : j <= i);
           s[j] = kept ? d * 0.5 : cases[c].additive ? d * 0.5 + cases[c].fill : cases[c].fill;
           mx = fmax(mx, s[j]);
         }
@@ -530,10 +551,11 @@ static void test_causal_attention(void) {
           want[(h * N + i) * DK + e] = (float)acc;
         }
       }
-    char what[96];
-    snprintf(what, sizeof what, "attention, %s %s mask, fill %g%s", cases[c].upper ? "upper" : "causal",
+    char what[160];
+    snprintf(what, sizeof what, "attention, %s %s mask, fill %g%s%s",
+             none ? "keep-all" : cases[c].mask == MASK_UPPER ? "upper" : "causal",
              cases[c].additive ? "additive" : "Where", (double)cases[c].fill,
-             cases[c].prescaled ? ", q and k scaled" : "");
+             cases[c].prescaled ? ", q and k scaled" : "", cases[c].keyperm ? ", k^T from [b, t, h, d]" : "");
     run_and_compare(what, &m, "x", 4, (int64_t[]){1, HS, N, DK}, x, want, HS * N * DK, 0);
     free(m.p);
   }
