@@ -480,7 +480,7 @@ static void test_causal_attention(void) {
                {MASK_LOWER, 1, 1, 0, -3.4e38f, 1},  {MASK_LOWER, 0, 0, 1, -3.4e38f, 1},
                {MASK_LOWER, 1, 1, 1, -INFINITY, 1}, {MASK_NONE, 1, 0, 0, -3.4e38f, 1},
                {MASK_NONE, 1, 0, 1, -3.4e38f, 1},   {MASK_NONE, 0, 1, 1, -3.4e38f, 1},
-               {MASK_NONE, 0, 0, 0, -1e4f, 1}};
+               {MASK_NONE, 0, 0, 0, -1e4f, 1},      {MASK_UPPER, 1, 0, 1, -INFINITY, 0}};
   enum { N = 6, DK = 4, HS = 2 };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     gw w = {0};

@@ -189,6 +189,17 @@ static int32_t masked_attention(onnx_cv *cv, int32_t p, int32_t v) {
   return lb_op(G, LOOM_OP_ATTENTION, 3, (int32_t[]){q, k, v}, a);
 }
 
+/* If v is transpose(x, perm) whose perm, its last two swapped, keeps x's
+ * last dim last: sets v to that transpose of x (v with its last two dims
+ * swapped, to be read transposed). */
+static bool inner_transpose(onnx_cv *cv, int32_t *v) {
+  int64_t perm[LOOM_MAX_RANK];
+  int32_t x, r = G->values[*v].type.rank;
+  if (!transposed_key(G, *v, &x, perm) || perm[r - 1] != r - 1) return false;
+  *v = lb_transpose(G, x, perm);
+  return *v >= 0;
+}
+
 loom_status onnx_cv_matmul(onnx_cv *cv) {
   LOOM_TRY(need_float(cv, 0));
   int32_t a = IN(0), b = IN(1);
@@ -202,8 +213,11 @@ loom_status onnx_cv_matmul(onnx_cv *cv) {
   int32_t att = ta->rank > 1 && tb->rank > 1 ? masked_attention(cv, a, b) : -1;
   if (att >= 0) return done1(cv, att);
   /* an operand that is a transpose of its last two dims (K^T in
-   * attention) is read transposed by the GEMM instead */
-  bool trans_a = swapped_last2(G, &a), trans_b = swapped_last2(G, &b);
+   * attention) is read transposed by the GEMM instead, and so is one whose
+   * transpose, but for its last two dims, keeps the innermost dim in place
+   * (K^T as one transpose from [b, t, h, d]): that transpose copies rows */
+  bool trans_a = swapped_last2(G, &a) || inner_transpose(cv, &a);
+  bool trans_b = swapped_last2(G, &b) || inner_transpose(cv, &b);
   int32_t y = lb_matmul(G, a, b, trans_a, trans_b);
   if ((ta->rank == 1 || tb->rank == 1) && y >= 0) {
     loom_type t = G->values[y].type;
