@@ -561,6 +561,51 @@ static void test_causal_attention(void) {
   }
 }
 
+/* Split(x W + b) as PyTorch exports a merged QKV projection: x [2, 3, 4],
+ * W [4, 12], b of 12 values, split along the last axis into 4 + 4 + 4 (b
+ * split with it) or along axis 1 into 1 + 2 (b whole in each part); the
+ * parts multiplied together. The import adds b's part to each slice (3
+ * adds, or 2; the full sum is left dead) and the values match loops. */
+static void test_split_bias(void) {
+  for (int along_last = 0; along_last < 2; along_last++) {
+    gw w = {0};
+    float wt[4 * 12], b[12], x[2 * 3 * 4], want[2 * 3 * 4 * 3];
+    pbw v = onnxw_value("x", 1, 3, (int64_t[]){2, 3, 4}, NULL);
+    pbw_msg(&w.g, 11, &v);
+    const char *mm = op2(&w, "MatMul", "x", weight(&w, 2, (int64_t[]){4, 12}, wt, 0.5));
+    const char *sum = op2(&w, "Add", weight(&w, 1, (int64_t[]){12}, b, 0.5), mm);
+    const char *in[2] = {sum, along_last ? ints(&w, 3, (int64_t[]){4, 4, 4}) : ints(&w, 2, (int64_t[]){1, 2})};
+    const char *parts[3] = {fresh(&w), fresh(&w), fresh(&w)};
+    pbw split = onnxw_node("Split", "split", 2, in, along_last ? 3 : 2, parts);
+    pbw ax = onnxw_attr_int("axis", along_last ? 2 : 1);
+    pbw_msg(&split, 5, &ax);
+    pbw_msg(&w.g, 1, &split);
+    const char *y = along_last ? op2(&w, "Mul", op2(&w, "Mul", parts[0], parts[1]), parts[2])
+                               : op2(&w, "Mul", op1(&w, "Neg", parts[0]), parts[1]);
+    pbw idn = onnxw_node("Identity", "out", 1, &y, 1, (const char *[]){"y"});
+    pbw_msg(&w.g, 1, &idn);
+    int64_t n_out = along_last ? 2 * 3 * 4 : 2 * 2 * 12;
+    v = onnxw_value("y", 1, 3, along_last ? (int64_t[]){2, 3, 4} : (int64_t[]){2, 2, 12}, NULL);
+    pbw_msg(&w.g, 12, &v);
+    pbw m = onnxw_model(&w.g, 17);
+    CHECK(count_op(&m, LOOM_OP_ADD) >= (along_last ? 3 : 2)); /* and the dead full sum */
+    for (int i = 0; i < 2 * 3 * 4; i++) x[i] = (float)loom_test_uniform(&rng, -1, 1);
+    float h[2 * 3 * 12];
+    matmul(x, wt, h, 6, 4, 12);
+    for (int i = 0; i < 6 * 12; i++) h[i] += b[i % 12];
+    for (int bt = 0; bt < 2; bt++)
+      for (int i = 0; i < (along_last ? 3 * 4 : 2 * 12); i++) {
+        int r = i / (along_last ? 4 : 12), c = i % (along_last ? 4 : 12);
+        const float *hb = h + bt * 36;
+        want[bt * (along_last ? 12 : 24) + i] =
+            along_last ? hb[r * 12 + c] * hb[r * 12 + 4 + c] * hb[r * 12 + 8 + c] : -hb[c] * hb[(1 + r) * 12 + c];
+      }
+    run_and_compare(along_last ? "Split of a biased product, last axis" : "Split of a biased product, axis 1", &m, "x",
+                    3, (int64_t[]){2, 3, 4}, x, want, n_out, 0);
+    free(m.p);
+  }
+}
+
 /* MaxPool with Indices: x [2, 3, 7, 6] of few distinct values (ties),
  * kernel [3, 2], strides [2, 2], pads [1, 0, 1, 1], dilations [1, 2],
  * ceil_mode, both storage orders, on every backend, against loops that
@@ -801,6 +846,7 @@ int main(int argc, char **argv) {
   free(m.p);
   test_group_norm();
   test_causal_attention();
+  test_split_bias();
   test_maxpool_indices();
   test_avgpool_dilations();
   loom_ctx_free(ctx);
