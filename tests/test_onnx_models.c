@@ -461,9 +461,10 @@ static int count_op(const pbw *model, loom_op op) {
  * mask from Trilu (lower: causal; upper: not) and Equal, or by adding a
  * float mask of 0 and fill; or a mask keeping everything (BERT's padding
  * mask of ones: (1 - ones) * min, all zeros, [1, 1, 1, 6]; or Where on
- * all true). k^T is transpose(k) of the last two dims, or (keyperm) one
+ * all true). k^T is transpose(k) of the last two dims, or (keyperm 1) one
  * transpose from k's [1, 6, 2, 4] layout, as PyTorch writes
- * k.view(b, t, h, d).permute(0, 2, 1, 3).transpose(-1, -2). The import
+ * k.view(b, t, h, d).permute(0, 2, 1, 3).transpose(-1, -2), or (keyperm
+ * 2) k as [2, 6, 4], transposed and reshaped back, as torch.export does. The import
  * makes the attention op for causal masks and masks keeping everything
  * (fill <= -1e9 where it drops something), and not for others; every variant matches the
  * definition computed here. */
@@ -480,14 +481,20 @@ static void test_causal_attention(void) {
                {MASK_LOWER, 1, 1, 0, -3.4e38f, 1},  {MASK_LOWER, 0, 0, 1, -3.4e38f, 1},
                {MASK_LOWER, 1, 1, 1, -INFINITY, 1}, {MASK_NONE, 1, 0, 0, -3.4e38f, 1},
                {MASK_NONE, 1, 0, 1, -3.4e38f, 1},   {MASK_NONE, 0, 1, 1, -3.4e38f, 1},
-               {MASK_NONE, 0, 0, 0, -1e4f, 1},      {MASK_UPPER, 1, 0, 1, -INFINITY, 0}};
+               {MASK_NONE, 0, 0, 0, -1e4f, 1},      {MASK_UPPER, 1, 0, 1, -INFINITY, 0},
+               {MASK_LOWER, 1, 1, 2, -INFINITY, 1},  {MASK_UPPER, 0, 0, 2, -1e9f, 0}};
   enum { N = 6, DK = 4, HS = 2 };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     gw w = {0};
     pbw v = onnxw_value("x", 1, 4, (int64_t[]){1, HS, N, DK}, NULL);
     pbw_msg(&w.g, 11, &v);
     const char *k = op2(&w, "Mul", "x", scalar_f(&w, 0.5f)), *vv = op1(&w, "Neg", "x"), *kt, *sc;
-    if (cases[c].keyperm) {
+    if (cases[c].keyperm == 2) { /* torch.export: [1, h, t, d] as [h, t, d], transposed, and back */
+      const char *k3 = op2(&w, "Reshape", k, ints(&w, 3, (int64_t[]){HS, N, DK}));
+      pbw perm = onnxw_attr_ints("perm", 3, (int64_t[]){0, 2, 1});
+      const char *kt3 = node(&w, "Transpose", 1, &k3, &perm, 1);
+      kt = op2(&w, "Reshape", kt3, ints(&w, 4, (int64_t[]){1, HS, DK, N}));
+    } else if (cases[c].keyperm) {
       pbw heads = onnxw_attr_ints("perm", 4, (int64_t[]){0, 2, 1, 3});
       const char *kx = node(&w, "Transpose", 1, &k, &heads, 1);
       pbw perm = onnxw_attr_ints("perm", 4, (int64_t[]){0, 2, 3, 1});
@@ -555,7 +562,7 @@ static void test_causal_attention(void) {
     snprintf(what, sizeof what, "attention, %s %s mask, fill %g%s%s",
              none ? "keep-all" : cases[c].mask == MASK_UPPER ? "upper" : "causal",
              cases[c].additive ? "additive" : "Where", (double)cases[c].fill,
-             cases[c].prescaled ? ", q and k scaled" : "", cases[c].keyperm ? ", k^T from [b, t, h, d]" : "");
+             cases[c].prescaled ? ", q and k scaled" : "", cases[c].keyperm == 2 ? ", k^T through [h, t, d]" : cases[c].keyperm ? ", k^T from [b, t, h, d]" : "");
     run_and_compare(what, &m, "x", 4, (int64_t[]){1, HS, N, DK}, x, want, HS * N * DK, 0);
     free(m.p);
   }

@@ -24,16 +24,38 @@ static bool const_value(const loom_graph *g, int32_t v, double *out) {
   return true;
 }
 
-/* If v is transpose(x) swapping only the last two dims, sets v = x. */
+/* If v is a reshape keeping the last two dims (regrouping only the
+ * leading ones), its input; else v. */
+static int32_t under_reshape(const loom_graph *g, int32_t v) {
+  const loom_node *n = producer(g, v);
+  if (!n || n->op != LOOM_OP_RESHAPE) return v;
+  const loom_type *t = &g->values[v].type, *x = &g->values[n->in[0]].type;
+  bool keeps = t->rank >= 2 && x->rank >= 2 && t->shape[t->rank - 1] == x->shape[x->rank - 1] &&
+               t->shape[t->rank - 2] == x->shape[x->rank - 2];
+  return keeps ? n->in[0] : v;
+}
+
+/* If v is transpose(x) swapping only the last two dims, sets v = x; also
+ * through reshapes that regroup only the leading dims around it, as
+ * torch.export writes k.transpose(-1, -2) ([b, h, t, d] as [b h, t, d],
+ * transposed, and back), when x then has v's leading dims. */
 static bool swapped_last2(const loom_graph *g, int32_t *v) {
-  const loom_node *n = producer(g, *v);
+  const loom_node *n = producer(g, under_reshape(g, *v));
   if (!n || n->op != LOOM_OP_TRANSPOSE) return false;
   const loom_ints *perm = &LOOM_ATTR_INTS(n, transpose, perm);
   int32_t r = perm->n;
   if (r < 2 || perm->v[r - 2] != r - 1 || perm->v[r - 1] != r - 2) return false;
   for (int32_t d = 0; d < r - 2; d++)
     if (perm->v[d] != d) return false;
-  *v = n->in[0];
+  int32_t x = n->in[0];
+  if (n != producer(g, *v)) { /* through reshapes: x must have v's leading dims */
+    x = under_reshape(g, x);
+    const loom_type *tx = &g->values[x].type, *tv = &g->values[*v].type;
+    bool same = tx->rank == tv->rank;
+    for (int32_t d = 0; same && d < tv->rank - 2; d++) same = tx->shape[d] == tv->shape[d];
+    if (!same) return false;
+  }
+  *v = x;
   return true;
 }
 
