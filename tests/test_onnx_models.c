@@ -613,6 +613,51 @@ static void test_split_bias(void) {
   }
 }
 
+/* GELU spelled out as exporters write it, x [2, 5]: (0) TorchScript's tanh
+ * form (x * x * x, constants on the left), (1) torch.export's (Pow, Add(t,
+ * 1)), (2) the erf form with x times 1/sqrt 2, (3) a tanh form with 0.045
+ * for 0.044715 and (4) an erf form without the 0.5: the import makes the
+ * gelu op for the first three only, and every variant matches its
+ * definition computed here. */
+static void test_gelu_forms(void) {
+  for (int form = 0; form < 5; form++) {
+    gw w = {0};
+    pbw v = onnxw_value("x", 1, 2, (int64_t[]){2, 5}, NULL);
+    pbw_msg(&w.g, 11, &v);
+    const char *x = "x", *y;
+    bool tanh_form = form == 0 || form == 1 || form == 3;
+    double cube = form == 3 ? 0.045 : 0.044715, half = form == 4 ? 1.0 : 0.5;
+    if (tanh_form) {
+      const char *x3 = form == 1 ? op2(&w, "Pow", x, scalar_f(&w, 3.0f)) : op2(&w, "Mul", x, op2(&w, "Mul", x, x));
+      const char *s = op2(&w, "Add", x, op2(&w, "Mul", scalar_f(&w, (float)cube), x3));
+      const char *t = op1(&w, "Tanh", op2(&w, "Mul", scalar_f(&w, 0.7978845608f), s));
+      const char *p = form == 1 ? op2(&w, "Add", t, scalar_f(&w, 1.0f)) : op2(&w, "Add", scalar_f(&w, 1.0f), t);
+      y = form == 1 ? op2(&w, "Mul", x, op2(&w, "Mul", scalar_f(&w, 0.5f), p))
+                    : op2(&w, "Mul", scalar_f(&w, 0.5f), op2(&w, "Mul", x, p));
+    } else {
+      const char *e = op1(&w, "Erf", op2(&w, "Mul", x, scalar_f(&w, 0.70710678f)));
+      const char *p = op2(&w, "Add", e, scalar_f(&w, 1.0f));
+      y = form == 4 ? op2(&w, "Mul", x, p) : op2(&w, "Mul", op2(&w, "Mul", scalar_f(&w, 0.5f), x), p);
+    }
+    pbw idn = onnxw_node("Identity", "out", 1, &y, 1, (const char *[]){"y"});
+    pbw_msg(&w.g, 1, &idn);
+    v = onnxw_value("y", 1, 2, (int64_t[]){2, 5}, NULL);
+    pbw_msg(&w.g, 12, &v);
+    pbw m = onnxw_model(&w.g, 17);
+    CHECK(count_op(&m, LOOM_OP_GELU) == (form < 3));
+    float xs[10], want[10];
+    for (int i = 0; i < 10; i++) {
+      double a = xs[i] = (float)loom_test_uniform(&rng, -4, 4);
+      double c = tanh_form ? 1 + tanh(0.7978845608 * (a + cube * a * a * a)) : 1 + erf(a * 0.70710678);
+      want[i] = (float)(half * a * c);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "GELU spelled out, form %d", form);
+    run_and_compare(what, &m, "x", 2, (int64_t[]){2, 5}, xs, want, 10, 0);
+    free(m.p);
+  }
+}
+
 /* MaxPool with Indices: x [2, 3, 7, 6] of few distinct values (ties),
  * kernel [3, 2], strides [2, 2], pads [1, 0, 1, 1], dilations [1, 2],
  * ceil_mode, both storage orders, on every backend, against loops that
@@ -836,6 +881,7 @@ int main(int argc, char **argv) {
     pbw m = block_model(gpt, &bw);
     for (int i = 0; i < B * T * D; i++) x[i] = (float)loom_test_uniform(&rng, -1, 1);
     block_reference(gpt, &bw, x, y);
+    CHECK(count_op(&m, LOOM_OP_GELU) == 1); /* the spelled-out GELU, recognized */
     /* three head splits, each Shape + Gather + Concat */
     run_and_compare(gpt ? "GPT-2-style block" : "BERT-style layer", &m, "x", 3, (int64_t[]){B, T, D}, x, y, B * T * D,
                     9 + (gpt ? 2 : 0));
@@ -854,6 +900,7 @@ int main(int argc, char **argv) {
   test_group_norm();
   test_causal_attention();
   test_split_bias();
+  test_gelu_forms();
   test_maxpool_indices();
   test_avgpool_dilations();
   loom_ctx_free(ctx);
