@@ -523,8 +523,11 @@ static void test_causal_attention(void) {
     if (cases[c].additive) {
       masked = op2(&w, "Add", sc, on);
     } else {
-      pbw up = onnxw_attr_int("upper", cases[c].mask == MASK_UPPER);
-      const char *tri = none ? on : node(&w, "Trilu", 1, &on, &up, 1);
+      const char *tri = on;
+      if (!none) {
+        pbw up = onnxw_attr_int("upper", cases[c].mask == MASK_UPPER);
+        tri = node(&w, "Trilu", 1, &on, &up, 1);
+      }
       const char *keep = op2(&w, "Equal", tri, scalar_f(&w, 1.0f));
       const char *win[3] = {keep, sc, scalar_f(&w, cases[c].fill)};
       masked = node(&w, "Where", 3, win, NULL, 0);

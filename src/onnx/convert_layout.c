@@ -112,12 +112,14 @@ loom_status onnx_cv_concat(onnx_cv *cv) {
  * over all of v. -1 when v is not such a sum. */
 static int32_t split_sum(onnx_cv *cv, int32_t v, int32_t axis, int64_t at, int64_t len) {
   const loom_graph *g = G;
-  const loom_type *tv = &g->values[v].type;
+  /* copies: adding the constant below moves the graph's values and nodes */
+  const loom_type vt = g->values[v].type, *tv = &vt;
   const loom_node *n = g->values[v].kind == LOOM_VALUE_NODE ? &g->nodes[g->values[v].node] : NULL;
   if (!n || n->op != LOOM_OP_ADD || !loom_dtype_is_float(tv->dtype)) return -1;
+  int32_t ins[2] = {n->in[0], n->in[1]};
   for (int32_t side = 0; side < 2; side++) {
-    const loom_tensor *c = cv_value_const(cv, n->in[side]);
-    int32_t x = n->in[1 - side];
+    const loom_tensor *c = cv_value_const(cv, ins[side]);
+    int32_t x = ins[1 - side];
     const loom_type *tx = &g->values[x].type;
     bool same = c && tx->rank == tv->rank && loom_tensor_rank(c) <= tv->rank &&
                 loom_tensor_dtype(c) == tv->dtype && loom_tensor_numel(c) <= (int64_t)1 << 24;

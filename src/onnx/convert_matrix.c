@@ -242,16 +242,14 @@ loom_status onnx_cv_matmul(onnx_cv *cv) {
   bool trans_b = swapped_last2(G, &b) || inner_transpose(cv, &b);
   /* [..., M, K] times a matrix is one GEMM of all the rows (as ONNX
    * Runtime runs it): its epilogue takes blocks of any of them */
-  const loom_type *tan = &G->values[a].type;
+  loom_type tan = G->values[a].type; /* a copy: adding nodes moves the values */
   int32_t y;
-  if (tan->rank > 2 && G->values[b].type.rank == 2 && !trans_a) {
-    int64_t rows = loom_type_numel(tan) / tan->shape[tan->rank - 1];
-    y = lb_matmul(G, lb_reshape(G, a, 2, (int64_t[]){rows, tan->shape[tan->rank - 1]}), b, false, trans_b);
+  if (tan.rank > 2 && G->values[b].type.rank == 2 && !trans_a) {
+    int64_t rows = loom_type_numel(&tan) / tan.shape[tan.rank - 1];
+    y = lb_matmul(G, lb_reshape(G, a, 2, (int64_t[]){rows, tan.shape[tan.rank - 1]}), b, false, trans_b);
     if (y >= 0) {
-      int64_t shape[LOOM_MAX_RANK];
-      memcpy(shape, tan->shape, sizeof(int64_t) * (size_t)tan->rank);
-      shape[tan->rank - 1] = G->values[y].type.shape[1];
-      y = lb_reshape(G, y, tan->rank, shape);
+      tan.shape[tan.rank - 1] = G->values[y].type.shape[1];
+      y = lb_reshape(G, y, tan.rank, tan.shape);
     }
   } else {
     y = lb_matmul(G, a, b, trans_a, trans_b);
