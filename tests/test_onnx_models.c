@@ -461,14 +461,14 @@ static int count_op(const pbw *model, loom_op op) {
  * mask from Trilu (lower: causal; upper: not) and Equal, or by adding a
  * float mask of 0 and fill; or a mask keeping everything (BERT's padding
  * mask of ones: (1 - ones) * min, all zeros, [1, 1, 1, 6]; or Where on
- * all true). k^T is transpose(k) of the last two dims, or (keyperm 1) one
+ * all true; or no mask at all). k^T is transpose(k) of the last two dims, or (keyperm 1) one
  * transpose from k's [1, 6, 2, 4] layout, as PyTorch writes
  * k.view(b, t, h, d).permute(0, 2, 1, 3).transpose(-1, -2), or (keyperm
  * 2) k as [2, 6, 4], transposed and reshaped back, as torch.export does. The import
  * makes the attention op for causal masks and masks keeping everything
  * (fill <= -1e9 where it drops something), and not for others; every variant matches the
  * definition computed here. */
-enum { MASK_LOWER, MASK_UPPER, MASK_NONE };
+enum { MASK_LOWER, MASK_UPPER, MASK_NONE, MASK_ABSENT };
 static void test_causal_attention(void) {
   static const struct {
     int mask, additive, prescaled, keyperm;
@@ -482,7 +482,8 @@ static void test_causal_attention(void) {
                {MASK_LOWER, 1, 1, 1, -INFINITY, 1}, {MASK_NONE, 1, 0, 0, -3.4e38f, 1},
                {MASK_NONE, 1, 0, 1, -3.4e38f, 1},   {MASK_NONE, 0, 1, 1, -3.4e38f, 1},
                {MASK_NONE, 0, 0, 0, -1e4f, 1},      {MASK_UPPER, 1, 0, 1, -INFINITY, 0},
-               {MASK_LOWER, 1, 1, 2, -INFINITY, 1},  {MASK_UPPER, 0, 0, 2, -1e9f, 0}};
+               {MASK_LOWER, 1, 1, 2, -INFINITY, 1},  {MASK_UPPER, 0, 0, 2, -1e9f, 0},
+               {MASK_ABSENT, 0, 0, 1, 0, 1},        {MASK_ABSENT, 0, 1, 2, 0, 1}};
   enum { N = 6, DK = 4, HS = 2 };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     gw w = {0};
@@ -509,7 +510,7 @@ static void test_causal_attention(void) {
     } else {
       sc = op2(&w, "Mul", op2(&w, "MatMul", "x", kt), scalar_f(&w, 0.5f));
     }
-    bool none = cases[c].mask == MASK_NONE;
+    bool none = cases[c].mask == MASK_NONE || cases[c].mask == MASK_ABSENT;
     float mask[N * N];
     for (int i = 0; i < N * N; i++) {
       bool kept = none || (cases[c].mask == MASK_UPPER ? i % N >= i / N : i % N <= i / N);
@@ -520,7 +521,9 @@ static void test_causal_attention(void) {
                                       : onnxw_tensor(on, 1, 2, (int64_t[]){N, N}, mask, sizeof mask);
     pbw_msg(&w.g, 5, &t);
     const char *masked;
-    if (cases[c].additive) {
+    if (cases[c].mask == MASK_ABSENT) {
+      masked = sc;
+    } else if (cases[c].additive) {
       masked = op2(&w, "Add", sc, on);
     } else {
       const char *tri = on;
@@ -563,7 +566,7 @@ static void test_causal_attention(void) {
       }
     char what[160];
     snprintf(what, sizeof what, "attention, %s %s mask, fill %g%s%s",
-             none ? "keep-all" : cases[c].mask == MASK_UPPER ? "upper" : "causal",
+             cases[c].mask == MASK_ABSENT ? "no" : none ? "keep-all" : cases[c].mask == MASK_UPPER ? "upper" : "causal",
              cases[c].additive ? "additive" : "Where", (double)cases[c].fill,
              cases[c].prescaled ? ", q and k scaled" : "", cases[c].keyperm == 2 ? ", k^T through [h, t, d]" : cases[c].keyperm ? ", k^T from [b, t, h, d]" : "");
     run_and_compare(what, &m, "x", 4, (int64_t[]){1, HS, N, DK}, x, want, HS * N * DK, 0);

@@ -145,8 +145,8 @@ static bool transposed_key(const loom_graph *g, int32_t v, int32_t *x, int64_t *
   return true;
 }
 
-/* matmul(softmax(masked, -1), v) where masked is where(mask, s, fill) or
- * s + mask (0 kept, at most -1e9 masked), the mask known at load time and
+/* matmul(softmax(masked, -1), v) where masked is s itself, where(mask, s,
+ * fill) or s + mask (0 kept, at most -1e9 masked), the mask known at load time and
  * either causal or keeping every position (PyTorch exports Trilu / Equal
  * / Where, a float mask, or BERT's (1 - ones) * min, folded at load
  * time), a Where's fill at most -1e9 where it drops anything, s =
@@ -176,7 +176,10 @@ static int32_t masked_attention(onnx_cv *cv, int32_t p, int32_t v) {
     for (int32_t side = 0; side < 2 && s < 0; side++)
       if ((kind = value_mask(cv, m->in[side], tp, true))) s = m->in[1 - side];
   }
-  if (s < 0 || kind == MASK_OTHER) return -1;
+  if (s < 0) { /* no mask: the scores themselves, or nothing this takes */
+    s = sm->in[0];
+    kind = MASK_ALL;
+  }
   strip_scale(g, &s, &scale);
   const loom_node *n = producer(g, s);
   if (!n || n->op != LOOM_OP_MATMUL || LOOM_ATTR_I(n, matmul, trans_a)) return -1;
