@@ -59,7 +59,8 @@ static loom_status binary(onnx_cv *cv, loom_op op) {
   if (TYPE(0)->dtype != TYPE(1)->dtype)
     return cv_invalid(cv, "inputs of different types (%s, %s)", loom_dtype_name(TYPE(0)->dtype),
                       loom_dtype_name(TYPE(1)->dtype));
-  return done1(cv, lb_binary(G, op, IN(0), IN(1)));
+  int32_t y = lb_binary(G, op, IN(0), IN(1)), gelu = op == LOOM_OP_MUL ? onnx_gelu_of(G, y) : -1;
+  return done1(cv, gelu >= 0 ? gelu : y);
 }
 #define BINARY(NAME, OP) static loom_status cv_##NAME(onnx_cv *cv) { return binary(cv, OP); }
 BINARY(add, LOOM_OP_ADD)

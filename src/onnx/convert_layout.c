@@ -106,6 +106,53 @@ loom_status onnx_cv_concat(onnx_cv *cv) {
   return done1(cv, lb_concat(G, n, xs, axis));
 }
 
+/* Part [at, at + len) along axis of value v when v = x + c, c known at
+ * load time (a bias after a merged QKV GEMM): slice(x) + c's part, so the
+ * add runs in whatever reads the part rather than as a pass of its own
+ * over all of v. -1 when v is not such a sum. */
+static int32_t split_sum(onnx_cv *cv, int32_t v, int32_t axis, int64_t at, int64_t len) {
+  const loom_graph *g = G;
+  /* copies: adding the constant below moves the graph's values and nodes */
+  const loom_type vt = g->values[v].type, *tv = &vt;
+  const loom_node *n = g->values[v].kind == LOOM_VALUE_NODE ? &g->nodes[g->values[v].node] : NULL;
+  if (!n || n->op != LOOM_OP_ADD || !loom_dtype_is_float(tv->dtype)) return -1;
+  int32_t ins[2] = {n->in[0], n->in[1]};
+  for (int32_t side = 0; side < 2; side++) {
+    const loom_tensor *c = cv_value_const(cv, ins[side]);
+    int32_t x = ins[1 - side];
+    const loom_type *tx = &g->values[x].type;
+    bool same = c && tx->rank == tv->rank && loom_tensor_rank(c) <= tv->rank &&
+                loom_tensor_dtype(c) == tv->dtype && loom_tensor_numel(c) <= (int64_t)1 << 24;
+    for (int32_t d = 0; same && d < tv->rank; d++) same = tx->shape[d] == tv->shape[d];
+    if (!same) continue;
+    /* c's dims aligned right against v's; its part along axis */
+    int32_t rc = loom_tensor_rank(c), off = tv->rank - rc;
+    int64_t shape[LOOM_MAX_RANK], cd = axis >= off ? loom_tensor_dim(c, axis - off) : 1;
+    for (int32_t d = 0; d < rc; d++) shape[d] = loom_tensor_dim(c, d);
+    if (cd != 1 && cd != tv->shape[axis]) continue;
+    int64_t outer = 1, inner = 1;
+    for (int32_t d = 0; d < rc; d++) {
+      if (d < axis - off) outer *= shape[d];
+      if (d > axis - off) inner *= shape[d];
+    }
+    if (cd != 1) shape[axis - off] = len;
+    int64_t keep = cd != 1 ? len : 1, from = cd != 1 ? at : 0;
+    double *vals = malloc(sizeof(double) * (size_t)LOOM_MAX(1, outer * keep * inner));
+    if (!vals) return -1;
+    for (int64_t o = 0, k = 0; o < outer; o++)
+      for (int64_t a = 0; a < keep; a++)
+        for (int64_t i = 0; i < inner; i++)
+          vals[k++] = loom_load(tv->dtype, loom_tensor_data(c), (o * cd + from + a) * inner + i);
+    int32_t cp = cv_const_values(cv, tv->dtype, rc, shape, vals);
+    free(vals);
+    int64_t st[LOOM_MAX_RANK] = {0}, en[LOOM_MAX_RANK];
+    for (int32_t d = 0; d < tv->rank; d++) en[d] = tv->shape[d];
+    st[axis] = at, en[axis] = at + len;
+    return cp < 0 ? -1 : lb_add(G, lb_slice(G, x, st, en), cp);
+  }
+  return -1;
+}
+
 loom_status onnx_cv_split(onnx_cv *cv) {
   const loom_type *t = TYPE(0);
   int32_t axis;
@@ -133,7 +180,8 @@ loom_status onnx_cv_split(onnx_cv *cv) {
     for (int32_t d = 0; d < t->rank; d++) e[d] = t->shape[d];
     s[axis] = at;
     e[axis] = at + split[i];
-    cv_out(cv, i, lb_slice(G, IN(0), s, e));
+    int32_t part = split[i] > 0 ? split_sum(cv, IN(0), axis, at, split[i]) : -1;
+    cv_out(cv, i, part >= 0 ? part : lb_slice(G, IN(0), s, e));
     at += split[i];
   }
   if (at != dim) return cv_invalid(cv, "the split does not add up to the dim");

@@ -24,16 +24,38 @@ static bool const_value(const loom_graph *g, int32_t v, double *out) {
   return true;
 }
 
-/* If v is transpose(x) swapping only the last two dims, sets v = x. */
+/* If v is a reshape keeping the last two dims (regrouping only the
+ * leading ones), its input; else v. */
+static int32_t under_reshape(const loom_graph *g, int32_t v) {
+  const loom_node *n = producer(g, v);
+  if (!n || n->op != LOOM_OP_RESHAPE) return v;
+  const loom_type *t = &g->values[v].type, *x = &g->values[n->in[0]].type;
+  bool keeps = t->rank >= 2 && x->rank >= 2 && t->shape[t->rank - 1] == x->shape[x->rank - 1] &&
+               t->shape[t->rank - 2] == x->shape[x->rank - 2];
+  return keeps ? n->in[0] : v;
+}
+
+/* If v is transpose(x) swapping only the last two dims, sets v = x; also
+ * through reshapes that regroup only the leading dims around it, as
+ * torch.export writes k.transpose(-1, -2) ([b, h, t, d] as [b h, t, d],
+ * transposed, and back), when x then has v's leading dims. */
 static bool swapped_last2(const loom_graph *g, int32_t *v) {
-  const loom_node *n = producer(g, *v);
+  const loom_node *n = producer(g, under_reshape(g, *v));
   if (!n || n->op != LOOM_OP_TRANSPOSE) return false;
   const loom_ints *perm = &LOOM_ATTR_INTS(n, transpose, perm);
   int32_t r = perm->n;
   if (r < 2 || perm->v[r - 2] != r - 1 || perm->v[r - 1] != r - 2) return false;
   for (int32_t d = 0; d < r - 2; d++)
     if (perm->v[d] != d) return false;
-  *v = n->in[0];
+  int32_t x = n->in[0];
+  if (n != producer(g, *v)) { /* through reshapes: x must have v's leading dims */
+    x = under_reshape(g, x);
+    const loom_type *tx = &g->values[x].type, *tv = &g->values[*v].type;
+    bool same = tx->rank == tv->rank;
+    for (int32_t d = 0; same && d < tv->rank - 2; d++) same = tx->shape[d] == tv->shape[d];
+    if (!same) return false;
+  }
+  *v = x;
   return true;
 }
 
@@ -61,80 +83,146 @@ static void strip_scale(const loom_graph *g, int32_t *v, double *scale) {
   *v = x;
 }
 
-/* Whether mask (known at load time, broadcast against scores [..., sq,
- * sk]) keeps exactly the positions j <= i + sk - sq of every row, the
- * causal attention's (attention op, docs/OPS.md): a bool mask where it is
- * true, an additive one where it is 0 (and at most -1e9 elsewhere). */
-static bool causal_mask(const loom_tensor *mask, const loom_type *scores, bool additive) {
+/* What a mask known at load time (broadcast against scores [..., sq, sk])
+ * does: a bool mask keeps where it is true, an additive one where it is 0
+ * (and must be at most -1e9 elsewhere). MASK_ALL keeps every position,
+ * MASK_CAUSAL exactly j <= i + sk - sq of every row (the attention op's
+ * causal mask, docs/OPS.md), MASK_OTHER anything else. */
+typedef enum { MASK_OTHER, MASK_ALL, MASK_CAUSAL } mask_kind;
+
+static mask_kind classify_mask(const loom_tensor *mask, const loom_type *scores, bool additive) {
   int32_t r = loom_tensor_rank(mask), rs = scores->rank;
   loom_dtype dt = loom_tensor_dtype(mask);
-  if ((additive ? !loom_dtype_is_float(dt) : dt != LOOM_DTYPE_BOOL) || r < 2 || r > rs)
-    return false;
+  if ((additive ? !loom_dtype_is_float(dt) : dt != LOOM_DTYPE_BOOL) || r > rs) return MASK_OTHER;
   int64_t sq = scores->shape[rs - 2], sk = scores->shape[rs - 1];
-  if (loom_tensor_dim(mask, r - 2) != sq || loom_tensor_dim(mask, r - 1) != sk) return false;
-  const void *d = loom_tensor_data(mask);
-  for (int64_t e = 0, n = loom_tensor_numel(mask); e < n; e++) {
-    int64_t j = e % sk, i = e / sk % sq;
-    double m = loom_load(dt, d, e);
-    bool keep = additive ? m == 0.0 : m != 0.0;
-    if (keep != (j <= i + sk - sq) || (additive && !keep && !(m <= -1e9))) return false;
+  /* the mask's own dims, aligned right against the scores' (1: broadcast) */
+  int64_t mq = r >= 2 ? loom_tensor_dim(mask, r - 2) : 1, mk = r >= 1 ? loom_tensor_dim(mask, r - 1) : 1;
+  for (int32_t d = 0; d < r; d++) {
+    int64_t m = loom_tensor_dim(mask, d);
+    if (m != 1 && m != scores->shape[rs - r + d]) return MASK_OTHER;
   }
+  bool all = true, causal = mq == sq && mk == sk;
+  const void *data = loom_tensor_data(mask);
+  for (int64_t e = 0, n = loom_tensor_numel(mask); e < n && (all || causal); e++) {
+    int64_t j = e % mk, i = e / mk % mq;
+    double m = loom_load(dt, data, e);
+    bool keep = additive ? m == 0.0 : m != 0.0;
+    if (additive && !keep && !(m <= -1e9)) return MASK_OTHER;
+    all = all && keep;
+    causal = causal && keep == (j <= i + sk - sq);
+  }
+  return all ? MASK_ALL : causal ? MASK_CAUSAL : MASK_OTHER;
+}
+
+/* The mask kind of value v: a tensor known at load time, or a constant
+ * node (one value in every position). */
+static mask_kind value_mask(const onnx_cv *cv, int32_t v, const loom_type *scores, bool additive) {
+  const loom_tensor *t = cv_value_const(cv, v);
+  if (t) return classify_mask(t, scores, additive);
+  const loom_graph *g = cv->g;
+  const loom_type *tv = &g->values[v].type;
+  double c;
+  if (!const_value(g, v, &c) || tv->rank > scores->rank) return MASK_OTHER;
+  if (additive ? !loom_dtype_is_float(tv->dtype) : tv->dtype != LOOM_DTYPE_BOOL) return MASK_OTHER;
+  for (int32_t d = 0; d < tv->rank; d++)
+    if (tv->shape[d] != 1 && tv->shape[d] != scores->shape[scores->rank - tv->rank + d]) return MASK_OTHER;
+  return (additive ? c == 0.0 : c != 0.0) ? MASK_ALL : MASK_OTHER;
+}
+
+/* If v is transpose(x, perm) and perm ends with two dims that, swapped,
+ * make a transpose k of x whose last two dims are v's swapped (K for a
+ * K^T that PyTorch exports as one transpose from [B, T, H, D] to [B, H,
+ * D, T]): *perm_k gets that perm and *x the transposed value. */
+static bool transposed_key(const loom_graph *g, int32_t v, int32_t *x, int64_t *perm_k) {
+  const loom_node *n = producer(g, v);
+  if (!n || n->op != LOOM_OP_TRANSPOSE) return false;
+  const loom_ints *perm = &LOOM_ATTR_INTS(n, transpose, perm);
+  int32_t r = perm->n;
+  if (r < 2) return false;
+  for (int32_t d = 0; d < r; d++) perm_k[d] = perm->v[d];
+  perm_k[r - 2] = perm->v[r - 1], perm_k[r - 1] = perm->v[r - 2];
+  *x = n->in[0];
   return true;
 }
 
-/* matmul(softmax(masked, -1), v) where masked is where(mask, s, fill)
- * (fill at most -1e9) or s + mask (0 kept, at most -1e9 masked), the mask
- * causal and known at load time (PyTorch exports Trilu / Equal / Where,
- * or a float mask, folded at load time), s = matmul(q, k^T) with
- * constant factors on s, q or k (divided or multiplied; k^T given or read
- * transposed): the attention op with causal set and their product as its
- * scale (the session runs it as flash attention, skipping the masked
- * half). The masked probabilities are exactly 0 there, as they are here
- * unless a row's kept scores all lie within 88 of the fill (exp
- * underflows to 0 below that). -1 when p is not such a softmax. */
-static int32_t causal_attention(onnx_cv *cv, int32_t p, int32_t v) {
+/* matmul(softmax(masked, -1), v) where masked is s itself, where(mask, s,
+ * fill) or s + mask (0 kept, at most -1e9 masked), the mask known at load time and
+ * either causal or keeping every position (PyTorch exports Trilu / Equal
+ * / Where, a float mask, or BERT's (1 - ones) * min, folded at load
+ * time), a Where's fill at most -1e9 where it drops anything, s =
+ * matmul(q, k^T) with constant factors on s, q or k (divided or
+ * multiplied; k^T given, read transposed, or one transpose from a layout
+ * whose last two dims are K's): the attention op, causal or not, with the
+ * factors' product as its scale (the session runs it as flash attention,
+ * skipping a causal mask's masked half). The masked probabilities are
+ * exactly 0 there, as they are here unless a row's kept scores all lie
+ * within 88 of the fill (exp underflows to 0 below that). -1 when p is
+ * not such a softmax. */
+static int32_t masked_attention(onnx_cv *cv, int32_t p, int32_t v) {
   const loom_graph *g = G;
   const loom_type *tp = &g->values[p].type;
   const loom_node *sm = producer(g, p), *m = sm ? producer(g, sm->in[0]) : NULL;
   if (!sm || sm->op != LOOM_OP_SOFTMAX || LOOM_ATTR_I(sm, softmax, axis) != tp->rank - 1 || !m)
     return -1;
   int32_t s = -1;
+  mask_kind kind = MASK_OTHER;
   double fill, scale = 1.0;
   if (m->op == LOOM_OP_SELECT) {
-    const loom_tensor *mask = cv_value_const(cv, m->in[0]);
-    if (const_value(g, m->in[2], &fill) && fill <= -1e9 && mask && causal_mask(mask, tp, false))
+    /* the fill matters only where the mask drops something */
+    kind = value_mask(cv, m->in[0], tp, false);
+    if (kind == MASK_ALL || (kind == MASK_CAUSAL && const_value(g, m->in[2], &fill) && fill <= -1e9))
       s = m->in[1];
   } else if (m->op == LOOM_OP_ADD) {
-    for (int32_t side = 0; side < 2 && s < 0; side++) {
-      const loom_tensor *mask = cv_value_const(cv, m->in[side]);
-      if (mask && causal_mask(mask, tp, true)) s = m->in[1 - side];
-    }
+    for (int32_t side = 0; side < 2 && s < 0; side++)
+      if ((kind = value_mask(cv, m->in[side], tp, true))) s = m->in[1 - side];
   }
-  if (s < 0) return -1;
+  if (s < 0) { /* no mask: the scores themselves, or nothing this takes */
+    s = sm->in[0];
+    kind = MASK_ALL;
+  }
   strip_scale(g, &s, &scale);
   const loom_node *n = producer(g, s);
   if (!n || n->op != LOOM_OP_MATMUL || LOOM_ATTR_I(n, matmul, trans_a)) return -1;
-  int32_t q = n->in[0], k = n->in[1];
+  int32_t q = n->in[0], k = n->in[1], kx = -1;
+  int64_t perm_k[LOOM_MAX_RANK];
   strip_scale(g, &q, &scale);
   strip_scale(g, &k, &scale);
-  if (!LOOM_ATTR_I(n, matmul, trans_b) && !swapped_last2(g, &k)) return -1;
+  if (!LOOM_ATTR_I(n, matmul, trans_b) && !swapped_last2(g, &k) && !transposed_key(g, k, &kx, perm_k))
+    return -1;
   if (!(scale != 0.0 && isfinite(scale))) return -1;
   /* q [..., sq, d], k [..., sk, d], v [..., sk, dv]: the same leading
    * dims, which the scores have too (no broadcasting anywhere) */
-  const loom_type *tq = &g->values[q].type, *tk = &g->values[k].type, *tv = &g->values[v].type;
+  const loom_type *tq = &g->values[q].type, *tv = &g->values[v].type, *tkt = &g->values[k].type;
   const loom_type *ts = &g->values[s].type;
   int32_t r = tq->rank;
-  bool ok = r >= 2 && tk->rank == r && tv->rank == r && tp->rank == r && same_shape(ts, tp) &&
+  loom_type tk = *tkt;
+  if (kx >= 0) { /* k is K^T here: K's type is it with the last two swapped */
+    if (r < 2 || tk.rank != r) return -1;
+    tk.shape[r - 2] = tkt->shape[r - 1], tk.shape[r - 1] = tkt->shape[r - 2];
+  }
+  bool ok = r >= 2 && tk.rank == r && tv->rank == r && tp->rank == r && same_shape(ts, tp) &&
             same_shape(&g->values[sm->in[0]].type, tp) && tq->dtype == tv->dtype &&
-            tk->dtype == tv->dtype && tk->shape[r - 1] == tq->shape[r - 1];
+            tk.dtype == tv->dtype && tk.shape[r - 1] == tq->shape[r - 1];
   for (int32_t d = 0; ok && d < r - 2; d++)
-    ok = tk->shape[d] == tq->shape[d] && tv->shape[d] == tq->shape[d];
-  if (!ok || tv->shape[r - 2] != tk->shape[r - 2]) return -1;
+    ok = tk.shape[d] == tq->shape[d] && tv->shape[d] == tq->shape[d];
+  if (!ok || tv->shape[r - 2] != tk.shape[r - 2]) return -1;
+  if (kx >= 0) k = lb_transpose(G, kx, perm_k);
   loom_attr_value a[LOOM_MAX_ATTRS];
   attrs_of(LOOM_OP_ATTENTION, a);
-  LOOM_ATTRV_I(a, attention, causal) = 1;
+  LOOM_ATTRV_I(a, attention, causal) = kind == MASK_CAUSAL;
   LOOM_ATTRV_F(a, attention, scale) = scale;
   return lb_op(G, LOOM_OP_ATTENTION, 3, (int32_t[]){q, k, v}, a);
+}
+
+/* If v is transpose(x, perm) whose perm, its last two swapped, keeps x's
+ * last dim last: sets v to that transpose of x (v with its last two dims
+ * swapped, to be read transposed). */
+static bool inner_transpose(onnx_cv *cv, int32_t *v) {
+  int64_t perm[LOOM_MAX_RANK];
+  int32_t x, r = G->values[*v].type.rank;
+  if (!transposed_key(G, *v, &x, perm) || perm[r - 1] != r - 1) return false;
+  *v = lb_transpose(G, x, perm);
+  return *v >= 0;
 }
 
 loom_status onnx_cv_matmul(onnx_cv *cv) {
@@ -147,12 +235,28 @@ loom_status onnx_cv_matmul(onnx_cv *cv) {
    * right, and that dim leaves the result */
   if (ta->rank == 1) a = lb_reshape(G, a, 2, (int64_t[]){1, ta->shape[0]});
   if (tb->rank == 1) b = lb_reshape(G, b, 2, (int64_t[]){tb->shape[0], 1});
-  int32_t att = ta->rank > 1 && tb->rank > 1 ? causal_attention(cv, a, b) : -1;
+  int32_t att = ta->rank > 1 && tb->rank > 1 ? masked_attention(cv, a, b) : -1;
   if (att >= 0) return done1(cv, att);
   /* an operand that is a transpose of its last two dims (K^T in
-   * attention) is read transposed by the GEMM instead */
-  bool trans_a = swapped_last2(G, &a), trans_b = swapped_last2(G, &b);
-  int32_t y = lb_matmul(G, a, b, trans_a, trans_b);
+   * attention) is read transposed by the GEMM instead, and so is one whose
+   * transpose, but for its last two dims, keeps the innermost dim in place
+   * (K^T as one transpose from [b, t, h, d]): that transpose copies rows */
+  bool trans_a = swapped_last2(G, &a) || inner_transpose(cv, &a);
+  bool trans_b = swapped_last2(G, &b) || inner_transpose(cv, &b);
+  /* [..., M, K] times a matrix is one GEMM of all the rows (as ONNX
+   * Runtime runs it): its epilogue takes blocks of any of them */
+  loom_type tan = G->values[a].type; /* a copy: adding nodes moves the values */
+  int32_t y;
+  if (tan.rank > 2 && G->values[b].type.rank == 2 && !trans_a) {
+    int64_t rows = loom_type_numel(&tan) / tan.shape[tan.rank - 1];
+    y = lb_matmul(G, lb_reshape(G, a, 2, (int64_t[]){rows, tan.shape[tan.rank - 1]}), b, false, trans_b);
+    if (y >= 0) {
+      tan.shape[tan.rank - 1] = G->values[y].type.shape[1];
+      y = lb_reshape(G, y, tan.rank, tan.shape);
+    }
+  } else {
+    y = lb_matmul(G, a, b, trans_a, trans_b);
+  }
   if ((ta->rank == 1 || tb->rank == 1) && y >= 0) {
     loom_type t = G->values[y].type;
     int64_t shape[LOOM_MAX_RANK];
