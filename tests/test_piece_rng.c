@@ -157,7 +157,8 @@ static loom_graph *graph_of(const one_op *o, int32_t with_mask, loom_type *out, 
     CHECK_OK(ctx, loom_graph_add(g, LOOM_OP_DROPOUT_MASK, 1, &base, ma, 1, &mask));
     in[n_in++] = mask;
   }
-  *n_out = loom_op_get(o->op)->n_out;
+  /* a variadic op (n_out < 0: flash_attention_grad) in its contiguous form: dq, dk, dv */
+  *n_out = loom_op_get(o->op)->n_out >= 0 ? loom_op_get(o->op)->n_out : 3;
   CHECK_OK(ctx, loom_graph_add(g, o->op, n_in, in, o->attr, *n_out, outs));
   for (int32_t k = 0; k < *n_out; k++) {
     char name[16];
