@@ -568,7 +568,10 @@ static void test_causal_attention(void) {
     snprintf(what, sizeof what, "attention, %s %s mask, fill %g%s%s",
              cases[c].mask == MASK_ABSENT ? "no" : none ? "keep-all" : cases[c].mask == MASK_UPPER ? "upper" : "causal",
              cases[c].additive ? "additive" : "Where", (double)cases[c].fill,
-             cases[c].prescaled ? ", q and k scaled" : "", cases[c].keyperm == 2 ? ", k^T through [h, t, d]" : cases[c].keyperm ? ", k^T from [b, t, h, d]" : "");
+             cases[c].prescaled ? ", q and k scaled" : "",
+             cases[c].keyperm == 2 ? ", k^T through [h, t, d]"
+             : cases[c].keyperm    ? ", k^T from [b, t, h, d]"
+                                   : "");
     run_and_compare(what, &m, "x", 4, (int64_t[]){1, HS, N, DK}, x, want, HS * N * DK, 0);
     free(m.p);
   }
