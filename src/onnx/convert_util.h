@@ -5,7 +5,6 @@
 #include "onnx/import_internal.h"
 
 #define G (cv->g)
-
 #define IN(i) cv_in(cv, i)
 #define TYPE(i) cv_type(cv, i)
 
