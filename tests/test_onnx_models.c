@@ -455,6 +455,20 @@ static int count_op(const pbw *model, loom_op op) {
   return n;
 }
 
+/* The rank of the first matmul's product in the import of model (0: none). */
+static int first_matmul_rank(const pbw *model) {
+  onnx_model *m = NULL;
+  onnx_program *p = NULL;
+  CHECK_OK(ctx, onnx_model_parse(ctx, model->p, model->n, NULL, &m));
+  if (m) CHECK_OK(ctx, onnx_import(ctx, m, 0, NULL, &p));
+  int r = 0;
+  for (int32_t i = 0; p && i < p->g->n_nodes && !r; i++)
+    if (p->g->nodes[i].op == LOOM_OP_MATMUL) r = p->g->values[p->g->nodes[i].out[0]].type.rank;
+  onnx_program_free(p);
+  onnx_model_free(m);
+  return r;
+}
+
 /* Attention as PyTorch exports it: x [1, 2, 6, 4] as q, k = 0.5 x, v =
  * -x; Softmax(masked scores) v, the scores q k^T * 0.5 (or q and k^T each
  * times sqrt(0.5) first), masked by Where(mask, scores, fill) with the
@@ -568,7 +582,10 @@ static void test_causal_attention(void) {
     snprintf(what, sizeof what, "attention, %s %s mask, fill %g%s%s",
              cases[c].mask == MASK_ABSENT ? "no" : none ? "keep-all" : cases[c].mask == MASK_UPPER ? "upper" : "causal",
              cases[c].additive ? "additive" : "Where", (double)cases[c].fill,
-             cases[c].prescaled ? ", q and k scaled" : "", cases[c].keyperm == 2 ? ", k^T through [h, t, d]" : cases[c].keyperm ? ", k^T from [b, t, h, d]" : "");
+             cases[c].prescaled ? ", q and k scaled" : "",
+             cases[c].keyperm == 2 ? ", k^T through [h, t, d]"
+             : cases[c].keyperm    ? ", k^T from [b, t, h, d]"
+                                   : "");
     run_and_compare(what, &m, "x", 4, (int64_t[]){1, HS, N, DK}, x, want, HS * N * DK, 0);
     free(m.p);
   }
@@ -577,8 +594,9 @@ static void test_causal_attention(void) {
 /* Split(x W + b) as PyTorch exports a merged QKV projection: x [2, 3, 4],
  * W [4, 12], b of 12 values, split along the last axis into 4 + 4 + 4 (b
  * split with it) or along axis 1 into 1 + 2 (b whole in each part); the
- * parts multiplied together. The import adds b's part to each slice (3
- * adds, or 2; the full sum is left dead) and the values match loops. */
+ * parts multiplied together. The import makes x W one GEMM of 6 rows
+ * and adds b's part to each slice (3 adds, or 2; the full sum is left
+ * dead), and the values match loops. */
 static void test_split_bias(void) {
   for (int along_last = 0; along_last < 2; along_last++) {
     gw w = {0};
@@ -602,6 +620,7 @@ static void test_split_bias(void) {
     pbw_msg(&w.g, 12, &v);
     pbw m = onnxw_model(&w.g, 17);
     CHECK(count_op(&m, LOOM_OP_ADD) >= (along_last ? 3 : 2)); /* and the dead full sum */
+    CHECK(first_matmul_rank(&m) == 2); /* [2, 3, 4] x W as one GEMM of 6 rows */
     for (int i = 0; i < 2 * 3 * 4; i++) x[i] = (float)loom_test_uniform(&rng, -1, 1);
     float h[2 * 3 * 12];
     matmul(x, wt, h, 6, 4, 12);

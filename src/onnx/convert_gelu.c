@@ -94,7 +94,8 @@ int32_t onnx_gelu_of(loom_graph *g, int32_t y) {
   for (int side = 0; side < 2; side++) {
     int32_t x = p.leaf[side], t = one_plus(g, p.leaf[1 - side]);
     const loom_node *tn = producer(g, t);
-    if (!tn || (tn->op != LOOM_OP_TANH && tn->op != LOOM_OP_ERF) || !loom_type_equal(&g->values[x].type, &g->values[y].type))
+    if (!tn || (tn->op != LOOM_OP_TANH && tn->op != LOOM_OP_ERF) ||
+        !loom_type_equal(&g->values[x].type, &g->values[y].type))
       continue;
     if (!gelu_argument(g, tn, x)) continue;
     loom_attr_value a[LOOM_MAX_ATTRS];

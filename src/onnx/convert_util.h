@@ -5,12 +5,12 @@
 #include "onnx/import_internal.h"
 
 #define G (cv->g)
+#define IN(i) cv_in(cv, i)
+#define TYPE(i) cv_type(cv, i)
 
 /* If y, just made by a Mul, is a GELU of some x spelled out in products,
  * sums and erf or tanh (convert_gelu.c): a gelu op of x; else -1. */
 int32_t onnx_gelu_of(loom_graph *g, int32_t y);
-#define IN(i) cv_in(cv, i)
-#define TYPE(i) cv_type(cv, i)
 
 static inline loom_status done1(onnx_cv *cv, int32_t v) {
   cv_out(cv, 0, v);
