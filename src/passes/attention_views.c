@@ -528,7 +528,10 @@ loom_status loom_graph_fold_attention_views(const loom_graph *g, loom_graph **ou
     dm->v[q->rank + 1] = w[2];
     int32_t outs[3] = {-1, -1, -1};
     (void)loom_build_status(dst);
-    lb_op_multi(dst, n->op, n->n_in, in, a, n_out, outs);
+    /* without dropout the counter is not read: no constant for it */
+    int32_t n_in = n->n_in;
+    if (LOOM_ATTR_F(n, flash_attention, p) == 0.0 && n_in == (fwd ? 4 : 7)) n_in--;
+    lb_op_multi(dst, n->op, n_in, in, a, n_out, outs);
     st = loom_build_status(dst);
     for (int32_t o = 0; o < n_out && !st; o++) map[n->out[o]] = outs[o];
     if (!st && y >= 0) map[y] = outs[0];
