@@ -4,8 +4,8 @@
  *
  *   flash_attention(q, k, v[, base[, mask]]) -> o, lse
  *   flash_attention_grad(q, k, v, o, lse, d_o[, base[, mask]]) -> dq, dk, dv
- *   (base may be left out without dropout, p = 0: the view fold drops it,
- *   so that no constant is computed for it)
+ *   (without base the counter base is 0: the view fold drops a constant
+ *   base, adding it to `offset`, so that no kernel computes it)
  *   dropout_mask([base]) -> bits u8[(numel + 7) / 8]   (overlap: a hint that
  *     the backend may run it concurrently with the work before its users;
  *     bit e is element e of a tensor of `shape`, [numel] if empty, placed
@@ -60,15 +60,6 @@ static loom_status check_base(loom_ctx *ctx, const loom_type *b) {
     return loom_error(ctx, LOOM_STATUS_DTYPE_MISMATCH,
                       "base (the dropout counter) must be an i64 or i32 scalar, got %s",
                       loom_type_str(b, buf, sizeof buf));
-  return LOOM_STATUS_OK;
-}
-
-/* The base input (at index at) may be missing only without dropout. */
-static loom_status need_base(loom_ctx *ctx, const loom_node *n, int32_t at) {
-  if (n->n_in <= at && LOOM_ATTR_F(n, flash_attention, p) != 0.0)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                      "dropout (p = %g) needs the base input (the counter)",
-                      LOOM_ATTR_F(n, flash_attention, p));
   return LOOM_STATUS_OK;
 }
 
@@ -127,7 +118,6 @@ static loom_status infer_flash(loom_ctx *ctx, const loom_node *n, const loom_typ
   if (LOOM_ATTR_INTS(n, flash_attention, do_at).n || LOOM_ATTR_INTS(n, flash_attention, dq_at).n ||
       LOOM_ATTR_INTS(n, flash_attention, dk_at).n || LOOM_ATTR_INTS(n, flash_attention, dv_at).n)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "do_at, dq_at, dk_at, dv_at are the backward's");
-  LOOM_TRY(need_base(ctx, n, 3));
   LOOM_TRY(loom_composite_check_attention(ctx, n, lt, n->n_in > 3 ? &in[3] : NULL));
   LOOM_TRY(check_piece(ctx, n, lt));
   fa_dims m = dims_of(&lt[0], &lt[1], &lt[2]);
@@ -195,7 +185,6 @@ static loom_status infer_flash_grad(loom_ctx *ctx, const loom_node *n, const loo
   char buf[128];
   loom_type lt[LOOM_FLASH_ALL];
   LOOM_TRY(check_views(ctx, n, in, LOOM_FLASH_N, lt));
-  LOOM_TRY(need_base(ctx, n, 6));
   LOOM_TRY(loom_composite_check_attention(ctx, n, lt, n->n_in > 6 ? &in[6] : NULL));
   LOOM_TRY(check_piece(ctx, n, lt));
   fa_dims m = dims_of(&lt[0], &lt[1], &lt[2]);

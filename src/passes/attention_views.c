@@ -21,6 +21,7 @@
 #include "ops/attention_views.h"
 #include "ops/op.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -528,9 +529,22 @@ loom_status loom_graph_fold_attention_views(const loom_graph *g, loom_graph **ou
     dm->v[q->rank + 1] = w[2];
     int32_t outs[3] = {-1, -1, -1};
     (void)loom_build_status(dst);
-    /* without dropout the counter is not read: no constant for it */
-    int32_t n_in = n->n_in;
-    if (LOOM_ATTR_F(n, flash_attention, p) == 0.0 && n_in == (fwd ? 4 : 7)) n_in--;
+    /* the counter input goes where it is not read (no dropout) or is a
+     * constant (into `offset`): no kernel part is made for it */
+    int32_t n_in = n->n_in, bi = fwd ? 3 : 6;
+    if (n_in == bi + 1) { /* a base and no mask */
+      int32_t bn = g->values[n->in[bi]].node;
+      const loom_node *c = bn >= 0 ? &g->nodes[bn] : NULL;
+      double v = c && c->op == LOOM_OP_CONSTANT && loom_value_type(g, n->in[bi])->rank == 0
+                     ? LOOM_ATTR_F(c, constant, value)
+                     : NAN;
+      if (LOOM_ATTR_F(n, flash_attention, p) == 0.0) {
+        n_in--;
+      } else if (v == floor(v) && fabs(v) < 9e15) {
+        LOOM_ATTRV_I(a, flash_attention, offset) += (int64_t)v;
+        n_in--;
+      }
+    }
     lb_op_multi(dst, n->op, n_in, in, a, n_out, outs);
     st = loom_build_status(dst);
     for (int32_t o = 0; o < n_out && !st; o++) map[n->out[o]] = outs[o];
