@@ -234,6 +234,28 @@ static bool is_output(const loom_graph *g, int32_t v) {
   return false;
 }
 
+/* x = op(y) for a fake layout node (in y, out x): the view of x over y. */
+static bool through_fake(const loom_graph *g, loom_op op, const loom_ints *ints, int32_t x,
+                         int32_t y, sview *v) {
+  loom_node f = {.op = op, .n_in = 1, .n_out = 1};
+  loom_attrs_default(op, f.attr);
+  if (op == LOOM_OP_TRANSPOSE) LOOM_ATTR_INTS(&f, transpose, perm) = *ints;
+  else LOOM_ATTR_INTS(&f, slice, starts) = *ints;
+  int32_t io[2] = {y, x};
+  f.in = &io[0], f.out = &io[1];
+  return through(g, &f, v);
+}
+
+/* y = transpose(x, perm), so x = transpose(y, inverse): v over x as a
+ * view over y. */
+static bool through_inverse_transpose(const loom_graph *g, const loom_node *n, int32_t x,
+                                      sview *v) {
+  const loom_ints *perm = &LOOM_ATTR_INTS(n, transpose, perm);
+  loom_ints ip = *perm;
+  for (int32_t d = 0; d < perm->n; d++) ip.v[perm->v[d]] = d;
+  return through_fake(g, LOOM_OP_TRANSPOSE, &ip, x, n->out[0], v);
+}
+
 /* The forward's o walked forward through the transposes and reshapes only
  * it reads (each link used once, not an output): the last value (*y), its
  * `_at`, and the chain's nodes marked in skip. False if there is none. */
@@ -250,18 +272,7 @@ static bool fold_output(const loom_graph *g, const int32_t *uses, const int32_t 
     const loom_node *n = &g->nodes[u];
     int32_t next = n->out[0];
     if (n->op == LOOM_OP_TRANSPOSE) {
-      /* cur = transpose(next, inverse perm): walk back through that */
-      loom_node inv = *n;
-      loom_attr_value a[LOOM_MAX_ATTRS];
-      memcpy(a, n->attr, sizeof a);
-      const loom_ints *perm = &LOOM_ATTR_INTS(n, transpose, perm);
-      loom_ints ip = *perm;
-      for (int32_t d = 0; d < perm->n; d++) ip.v[perm->v[d]] = d;
-      memcpy(inv.attr, a, sizeof a);
-      LOOM_ATTR_INTS(&inv, transpose, perm) = ip;
-      int32_t io[2] = {next, cur};
-      inv.in = &io[0], inv.out = &io[1];
-      if (!through(g, &inv, &v)) break;
+      if (!through_inverse_transpose(g, n, cur, &v)) break;
     } else if (n->op != LOOM_OP_RESHAPE) {
       break;
     }
@@ -284,18 +295,6 @@ typedef struct gstep {
   loom_ints at;
 } gstep;
 
-/* x = op(y) for a fake layout node (in y, out x): the view of x over y. */
-static bool through_fake(const loom_graph *g, loom_op op, const loom_ints *ints, int32_t x,
-                         int32_t y, sview *v) {
-  loom_node f = {.op = op, .n_in = 1, .n_out = 1};
-  loom_attrs_default(op, f.attr);
-  if (op == LOOM_OP_TRANSPOSE) LOOM_ATTR_INTS(&f, transpose, perm) = *ints;
-  else LOOM_ATTR_INTS(&f, slice, starts) = *ints;
-  int32_t io[2] = {y, x};
-  f.in = &io[0], f.out = &io[1];
-  return through(g, &f, v);
-}
-
 /* Walks gradient x ([..., S, W]) forward through the ops that only it
  * reads: reshapes, transposes, zero pads (x a slice of the result) and
  * adds (whose other operand must be zero there: grad_fold checks). */
@@ -307,10 +306,7 @@ static int32_t grad_path(const loom_graph *g, const int32_t *uses, const int32_t
     const loom_node *u = &g->nodes[sole[cur]];
     int32_t next = u->out[0];
     if (u->op == LOOM_OP_TRANSPOSE) {
-      const loom_ints *perm = &LOOM_ATTR_INTS(u, transpose, perm);
-      loom_ints ip = *perm;
-      for (int32_t d = 0; d < perm->n; d++) ip.v[perm->v[d]] = d;
-      if (!through_fake(g, LOOM_OP_TRANSPOSE, &ip, cur, next, &v)) break;
+      if (!through_inverse_transpose(g, u, cur, &v)) break;
     } else if (u->op == LOOM_OP_PAD) {
       if (LOOM_ATTR_F(u, pad, value) != 0.0 || u->in[0] != cur) break;
       if (!through_fake(g, LOOM_OP_SLICE, &LOOM_ATTR_INTS(u, pad, lo), cur, next, &v)) break;
