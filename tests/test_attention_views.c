@@ -231,6 +231,10 @@ static void test_infer(void) {
     loom_status st = loom_build_status(g);
     /* the last one has stride-0 leading dims: a shared head, fine */
     CHECK(c == 0 || c == 4 ? st == LOOM_STATUS_OK : st != LOOM_STATUS_OK);
+    if (c == 0) { /* no base (counter base 0) */
+      lb_op_multi(g, LOOM_OP_FLASH_ATTENTION, 3, in, a, 2, out);
+      CHECK(loom_build_status(g) == LOOM_STATUS_OK);
+    }
   }
   loom_graph_free(g);
 }

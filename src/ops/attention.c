@@ -2,8 +2,10 @@
  * Fused attention primitives (what the attention pass, passes/attention.c,
  * turns scaled dot-product attention into) and the dropout bitmask:
  *
- *   flash_attention(q, k, v, base[, mask]) -> o, lse
- *   flash_attention_grad(q, k, v, o, lse, d_o, base[, mask]) -> dq, dk, dv
+ *   flash_attention(q, k, v[, base[, mask]]) -> o, lse
+ *   flash_attention_grad(q, k, v, o, lse, d_o[, base[, mask]]) -> dq, dk, dv
+ *   (without base the counter base is 0: the view fold drops a constant
+ *   base, adding it to `offset`, so that no kernel computes it)
  *   dropout_mask([base]) -> bits u8[(numel + 7) / 8]   (overlap: a hint that
  *     the backend may run it concurrently with the work before its users;
  *     bit e is element e of a tensor of `shape`, [numel] if empty, placed
@@ -116,7 +118,7 @@ static loom_status infer_flash(loom_ctx *ctx, const loom_node *n, const loom_typ
   if (LOOM_ATTR_INTS(n, flash_attention, do_at).n || LOOM_ATTR_INTS(n, flash_attention, dq_at).n ||
       LOOM_ATTR_INTS(n, flash_attention, dk_at).n || LOOM_ATTR_INTS(n, flash_attention, dv_at).n)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "do_at, dq_at, dk_at, dv_at are the backward's");
-  LOOM_TRY(loom_composite_check_attention(ctx, n, lt, &in[3]));
+  LOOM_TRY(loom_composite_check_attention(ctx, n, lt, n->n_in > 3 ? &in[3] : NULL));
   LOOM_TRY(check_piece(ctx, n, lt));
   fa_dims m = dims_of(&lt[0], &lt[1], &lt[2]);
   if (n->n_in > 4) LOOM_TRY(check_mask(ctx, &in[4], m.bh * m.sq * m.sk));
@@ -183,7 +185,7 @@ static loom_status infer_flash_grad(loom_ctx *ctx, const loom_node *n, const loo
   char buf[128];
   loom_type lt[LOOM_FLASH_ALL];
   LOOM_TRY(check_views(ctx, n, in, LOOM_FLASH_N, lt));
-  LOOM_TRY(loom_composite_check_attention(ctx, n, lt, &in[6]));
+  LOOM_TRY(loom_composite_check_attention(ctx, n, lt, n->n_in > 6 ? &in[6] : NULL));
   LOOM_TRY(check_piece(ctx, n, lt));
   fa_dims m = dims_of(&lt[0], &lt[1], &lt[2]);
   loom_type ls = lt[0];
@@ -224,7 +226,8 @@ static loom_status ref_setup(loom_ctx *ctx, const loom_node *n, const loom_view 
   f.p = LOOM_ATTR_F(n, flash_attention, p);
   f.causal = LOOM_ATTR_I(n, flash_attention, causal) != 0;
   f.seed = (uint64_t)LOOM_ATTR_I(n, flash_attention, seed);
-  f.j0 = (uint64_t)LOOM_ATTR_I(n, flash_attention, offset) + (uint64_t)loom_view_get_i64(base, 0);
+  f.j0 = (uint64_t)LOOM_ATTR_I(n, flash_attention, offset) +
+         (base ? (uint64_t)loom_view_get_i64(base, 0) : 0);
   f.thr = loom_dropout_threshold(f.p);
   f.mask = mask;
   int32_t rank = r;
@@ -349,7 +352,7 @@ static loom_status ref_flash(loom_ctx *ctx, const loom_node *n, const loom_view 
 static loom_status ref_flash_plain(loom_ctx *ctx, const loom_node *n, const loom_view *in,
                                    const loom_view *out) {
   fa_ref f;
-  LOOM_TRY(ref_setup(ctx, n, in, &in[3], n->n_in > 4 ? &in[4] : NULL, &f));
+  LOOM_TRY(ref_setup(ctx, n, in, n->n_in > 3 ? &in[3] : NULL, n->n_in > 4 ? &in[4] : NULL, &f));
   const fa_dims *m = &f.m;
   double *s = malloc(sizeof *s * (size_t)(m->sk + 1));
   if (!s) return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "flash_attention: out of memory");
@@ -376,7 +379,7 @@ static loom_status ref_flash_plain(loom_ctx *ctx, const loom_node *n, const loom
 static loom_status ref_flash_grad_plain(loom_ctx *ctx, const loom_node *n, const loom_view *in,
                                         const loom_view *out) {
   fa_ref f;
-  LOOM_TRY(ref_setup(ctx, n, in, &in[6], n->n_in > 7 ? &in[7] : NULL, &f));
+  LOOM_TRY(ref_setup(ctx, n, in, n->n_in > 6 ? &in[6] : NULL, n->n_in > 7 ? &in[7] : NULL, &f));
   const fa_dims *m = &f.m;
   const loom_view *q = &in[0], *k = &in[1], *v = &in[2], *o = &in[3], *d_o = &in[5];
   int64_t nk = m->bh * m->sk * m->d, nv = m->bh * m->sk * m->dv;
@@ -435,8 +438,9 @@ static void grad_flash(loom_graph *g, const loom_node *n, const int32_t *dout, i
                         "flash_attention with strided operands has no gradient rule");
     return;
   }
-  int32_t in[8] = {n->in[0], n->in[1], n->in[2], n->out[0], n->out[1], dout[0], n->in[3], -1};
-  int32_t n_in = 7, out[3] = {-1, -1, -1};
+  int32_t in[8] = {n->in[0], n->in[1], n->in[2], n->out[0], n->out[1], dout[0], -1, -1};
+  int32_t n_in = 6, out[3] = {-1, -1, -1};
+  if (n->n_in > 3) in[n_in++] = n->in[3];
   if (n->n_in > 4) in[n_in++] = n->in[4];
   loom_attr_value attrs[LOOM_MAX_ATTRS];
   /* One layout (ops/attrs.h); copied, since adding to g may move n. */
@@ -488,7 +492,7 @@ loom_status loom_sub_attrs_attention(loom_ctx *ctx, const loom_node *n, const lo
 const loom_op_def loom_opdef_flash_attention = {
     .name = "flash_attention",
     .cls = LOOM_OPCLASS_ATTENTION,
-    .min_in = 4,
+    .min_in = 3,
     .max_in = 5,
     .n_out = 2,
     .n_attrs = LOOM_ATTR_COUNT(flash_attention),
@@ -503,7 +507,7 @@ const loom_op_def loom_opdef_flash_attention = {
 const loom_op_def loom_opdef_flash_attention_grad = {
     .name = "flash_attention_grad",
     .cls = LOOM_OPCLASS_ATTENTION,
-    .min_in = 7,
+    .min_in = 6,
     .max_in = 8,
     .n_out = -1, /* 3, or 1 with dq_at, dk_at, dv_at (ops/attention_views.h) */
     .n_attrs = LOOM_ATTR_COUNT(flash_attention_grad),

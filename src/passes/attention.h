@@ -73,7 +73,9 @@ loom_status loom_graph_fuse_attention_costed(const loom_graph *g, loom_rng_place
  * strided operands (ops/attention_views.h), wherever the layout chain is
  * index arithmetic the kernels take (contiguous rows, one stride between
  * rows, at most three leading dims). The layout ops left without users
- * are dead (loom_graph_simplify removes them). A cpu program's own form,
+ * are dead (loom_graph_simplify removes them), and so is the counter
+ * input of a folded node where it is never read (p = 0) or is a constant
+ * (added to `offset`). A cpu program's own form,
  * made after autodiff and after any partition: a folded op has no
  * gradient rule and is never split. *n_folded (may be NULL) counts the
  * nodes that read or write an operand at strides. */

@@ -21,6 +21,7 @@
 #include "ops/attention_views.h"
 #include "ops/op.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -233,6 +234,28 @@ static bool is_output(const loom_graph *g, int32_t v) {
   return false;
 }
 
+/* x = op(y) for a fake layout node (in y, out x): the view of x over y. */
+static bool through_fake(const loom_graph *g, loom_op op, const loom_ints *ints, int32_t x,
+                         int32_t y, sview *v) {
+  loom_node f = {.op = op, .n_in = 1, .n_out = 1};
+  loom_attrs_default(op, f.attr);
+  if (op == LOOM_OP_TRANSPOSE) LOOM_ATTR_INTS(&f, transpose, perm) = *ints;
+  else LOOM_ATTR_INTS(&f, slice, starts) = *ints;
+  int32_t io[2] = {y, x};
+  f.in = &io[0], f.out = &io[1];
+  return through(g, &f, v);
+}
+
+/* y = transpose(x, perm), so x = transpose(y, inverse): v over x as a
+ * view over y. */
+static bool through_inverse_transpose(const loom_graph *g, const loom_node *n, int32_t x,
+                                      sview *v) {
+  const loom_ints *perm = &LOOM_ATTR_INTS(n, transpose, perm);
+  loom_ints ip = *perm;
+  for (int32_t d = 0; d < perm->n; d++) ip.v[perm->v[d]] = d;
+  return through_fake(g, LOOM_OP_TRANSPOSE, &ip, x, n->out[0], v);
+}
+
 /* The forward's o walked forward through the transposes and reshapes only
  * it reads (each link used once, not an output): the last value (*y), its
  * `_at`, and the chain's nodes marked in skip. False if there is none. */
@@ -249,18 +272,7 @@ static bool fold_output(const loom_graph *g, const int32_t *uses, const int32_t 
     const loom_node *n = &g->nodes[u];
     int32_t next = n->out[0];
     if (n->op == LOOM_OP_TRANSPOSE) {
-      /* cur = transpose(next, inverse perm): walk back through that */
-      loom_node inv = *n;
-      loom_attr_value a[LOOM_MAX_ATTRS];
-      memcpy(a, n->attr, sizeof a);
-      const loom_ints *perm = &LOOM_ATTR_INTS(n, transpose, perm);
-      loom_ints ip = *perm;
-      for (int32_t d = 0; d < perm->n; d++) ip.v[perm->v[d]] = d;
-      memcpy(inv.attr, a, sizeof a);
-      LOOM_ATTR_INTS(&inv, transpose, perm) = ip;
-      int32_t io[2] = {next, cur};
-      inv.in = &io[0], inv.out = &io[1];
-      if (!through(g, &inv, &v)) break;
+      if (!through_inverse_transpose(g, n, cur, &v)) break;
     } else if (n->op != LOOM_OP_RESHAPE) {
       break;
     }
@@ -283,18 +295,6 @@ typedef struct gstep {
   loom_ints at;
 } gstep;
 
-/* x = op(y) for a fake layout node (in y, out x): the view of x over y. */
-static bool through_fake(const loom_graph *g, loom_op op, const loom_ints *ints, int32_t x,
-                         int32_t y, sview *v) {
-  loom_node f = {.op = op, .n_in = 1, .n_out = 1};
-  loom_attrs_default(op, f.attr);
-  if (op == LOOM_OP_TRANSPOSE) LOOM_ATTR_INTS(&f, transpose, perm) = *ints;
-  else LOOM_ATTR_INTS(&f, slice, starts) = *ints;
-  int32_t io[2] = {y, x};
-  f.in = &io[0], f.out = &io[1];
-  return through(g, &f, v);
-}
-
 /* Walks gradient x ([..., S, W]) forward through the ops that only it
  * reads: reshapes, transposes, zero pads (x a slice of the result) and
  * adds (whose other operand must be zero there: grad_fold checks). */
@@ -306,10 +306,7 @@ static int32_t grad_path(const loom_graph *g, const int32_t *uses, const int32_t
     const loom_node *u = &g->nodes[sole[cur]];
     int32_t next = u->out[0];
     if (u->op == LOOM_OP_TRANSPOSE) {
-      const loom_ints *perm = &LOOM_ATTR_INTS(u, transpose, perm);
-      loom_ints ip = *perm;
-      for (int32_t d = 0; d < perm->n; d++) ip.v[perm->v[d]] = d;
-      if (!through_fake(g, LOOM_OP_TRANSPOSE, &ip, cur, next, &v)) break;
+      if (!through_inverse_transpose(g, u, cur, &v)) break;
     } else if (u->op == LOOM_OP_PAD) {
       if (LOOM_ATTR_F(u, pad, value) != 0.0 || u->in[0] != cur) break;
       if (!through_fake(g, LOOM_OP_SLICE, &LOOM_ATTR_INTS(u, pad, lo), cur, next, &v)) break;
@@ -528,7 +525,23 @@ loom_status loom_graph_fold_attention_views(const loom_graph *g, loom_graph **ou
     dm->v[q->rank + 1] = w[2];
     int32_t outs[3] = {-1, -1, -1};
     (void)loom_build_status(dst);
-    lb_op_multi(dst, n->op, n->n_in, in, a, n_out, outs);
+    /* the counter input goes where it is not read (no dropout) or is a
+     * constant (into `offset`): no kernel part is made for it */
+    int32_t n_in = n->n_in, bi = fwd ? 3 : 6;
+    if (n_in == bi + 1) { /* a base and no mask */
+      int32_t bn = g->values[n->in[bi]].node;
+      const loom_node *c = bn >= 0 ? &g->nodes[bn] : NULL;
+      double v = c && c->op == LOOM_OP_CONSTANT && loom_value_type(g, n->in[bi])->rank == 0
+                     ? LOOM_ATTR_F(c, constant, value)
+                     : NAN;
+      if (LOOM_ATTR_F(n, flash_attention, p) == 0.0) {
+        n_in--;
+      } else if (v == floor(v) && fabs(v) < 9e15) {
+        LOOM_ATTRV_I(a, flash_attention, offset) += (int64_t)v;
+        n_in--;
+      }
+    }
+    lb_op_multi(dst, n->op, n_in, in, a, n_out, outs);
     st = loom_build_status(dst);
     for (int32_t o = 0; o < n_out && !st; o++) map[n->out[o]] = outs[o];
     if (!st && y >= 0) map[y] = outs[0];

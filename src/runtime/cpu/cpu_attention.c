@@ -57,7 +57,7 @@ static loom_status flash_args(const loom_cpu *c, const loom_node *n, const loom_
   a.p = LOOM_ATTR_F(n, flash_attention, p);
   a.seed = (uint64_t)LOOM_ATTR_I(n, flash_attention, seed);
   a.j0 = (uint64_t)LOOM_ATTR_I(n, flash_attention, offset) +
-         (uint64_t)loom_load_i64(in[base].dtype, in[base].data, 0);
+         (n->n_in > base ? (uint64_t)loom_load_i64(in[base].dtype, in[base].data, 0) : 0);
   a.mask_bits = mask >= 0 && n->n_in > mask ? in[mask].data : NULL;
   int32_t rank = r;
   int64_t shape[LOOM_MAX_RANK];
