@@ -311,7 +311,7 @@ loom_status loom_gemm_precision_from_name(const char *name,
 
 /* ---- tensors (host memory) ---------------------------------------------- */
 
-/* Allocates a zero-filled contiguous tensor, its data on a 64-byte line. */
+/* Allocates a zero-filled contiguous tensor. */
 loom_status loom_tensor_new(loom_ctx *ctx, loom_dtype dt, int32_t rank,
                             const int64_t *shape, loom_tensor **out);
 /* Wraps caller memory (not copied, not freed) as a contiguous tensor. */

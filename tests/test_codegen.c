@@ -586,7 +586,7 @@ static void test_stream_nested(int64_t d2, bool guarded) {
          LOOM_OP_ADD);
   char *src = NULL;
   CHECK_OK(cg_ctx, loom_codegen_c(cg_ctx, &k, 1, &src));
-  bool streams = src && strstr(src, "lm_stream_f32(&a2[bo0 + i0 * (");
+  bool streams = src && strstr(src, "lm_stream_run_f32(&a2[bo0 + i0 * (");
   CHECK(streams == (d2 % 16 == 0 && !guarded));
   free(src);
   bufs in;
@@ -604,6 +604,26 @@ static void test_stream_nested(int64_t d2, bool guarded) {
         bad += ov[e + d2] != xv[e + d2] * cv[t * d2 + j] - xv[e];
       }
   CHECK(bad == 0);
+  /* the output on a 64-byte line (runs streamed) and 16 bytes off (runs
+   * stored plainly, lm_stream_run_f32): the same bits either way */
+  loom_jit_module *m = codegen_compile(&k, 1, false);
+  for (int off = 0; m && off <= 16; off += 16) {
+    bufs got;
+    bufs_copy(&k, &in, &got);
+    char *blk = aligned_alloc(64, (got.bytes[ao] + 127) / 64 * 64);
+    float *o = blk ? (float *)(blk + off) : NULL;
+    void *own = got.p[ao];
+    if (o) {
+      memset(o, 0xa5, got.bytes[ao]);
+      got.p[ao] = o;
+      codegen_run(m, &k, &got, 2);
+      CHECK(memcmp(o, in.p[ao], got.bytes[ao]) == 0);
+    }
+    got.p[ao] = own;
+    free(blk);
+    bufs_free(&got);
+  }
+  loom_jit_free(m);
   bufs_free(&in);
   loom_kernel_clear(&k);
 }

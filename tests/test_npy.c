@@ -389,7 +389,7 @@ static void test_strided_save(loom_ctx *ctx) {
   float *v = loom_tensor_data(t);
   for (int i = 0; i < 6; i++) v[i] = (float)i; /* [[0 1 2] [3 4 5]] */
   loom_tensor tt = *t;
-  tt.block = NULL;
+  tt.owns = false;
   tt.v = loom_view_permute(&t->v, (const int64_t[]){1, 0});
   CHECK_OK(ctx, loom_tensor_save_npy(ctx, &tt, tmp_path("tr.npy")));
   CHECK_OK(ctx, loom_tensor_load_npy(ctx, tmp_path("tr.npy"), &back));

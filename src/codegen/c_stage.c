@@ -291,7 +291,8 @@ static void emit_stream_flush(cg_buf *b, cg_site si) {
     if (n)
       put(b, ")\n%*s  for (int64_t q = 0; q < %s; q++) (&a%d[%s])[q] = so%d[q];\n%*selse\n%*s  ",
           2 * b->indent, "", count, t, at, o, 2 * b->indent, "", 2 * b->indent, "");
-    put(b, "lm_stream_f32(&a%d[%s], so%d, %s);\n", t, at, o, count);
+    put(b, "%s(&a%d[%s], so%d, %s);\n", last == 0 ? "lm_stream_f32" : "lm_stream_run_f32", t, at,
+        o, count);
     free(off.buf.p);
     free(from);
   }

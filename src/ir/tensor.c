@@ -26,28 +26,20 @@ static loom_status make(loom_ctx *ctx, const char *fn, loom_dtype dt, int32_t ra
                       fn);
   loom_tensor *t = loom_calloc(ctx, 1, sizeof *t);
   if (!t) return LOOM_STATUS_OUT_OF_MEMORY;
-  void *block = NULL;
   if (owns) {
-    /* On a 64-byte line, as the backends' buffers: a kernel that streams
-     * whole lines of an output given it (zero-copy) would otherwise store
-     * the lines at each run's ends through the cache, and how much so
-     * would depend on where malloc happened to place it (rotary_bwd: 1.5x
-     * the output traffic at 16 bytes off). calloc, not aligned_alloc and
-     * memset: large blocks stay untouched zero pages until written. At
-     * least one byte so data is never NULL, even for empty tensors. */
+    /* At least one byte so data is never NULL, even for empty tensors. */
     size_t bytes = (size_t)numel * loom_dtype_size(dt);
-    block = loom_calloc(ctx, (bytes ? bytes : 1) + 63, 1);
-    if (!block) {
+    data = loom_calloc(ctx, bytes ? bytes : 1, 1);
+    if (!data) {
       free(t);
       return LOOM_STATUS_OUT_OF_MEMORY;
     }
-    data = (void *)(((uintptr_t)block + 63) & ~(uintptr_t)63);
   }
   loom_type ty = {.dtype = dt, .rank = rank};
   for (int32_t d = 0; d < rank; d++)
     ty.shape[d] = shape[d];
   t->v = loom_view_of(&ty, data);
-  t->block = block;
+  t->owns = owns;
   *out = t;
   return LOOM_STATUS_OK;
 }
@@ -64,7 +56,7 @@ loom_status loom_tensor_wrap(loom_ctx *ctx, loom_dtype dt, int32_t rank, const i
 
 void loom_tensor_free(loom_tensor *t) {
   if (!t) return;
-  free(t->block);
+  if (t->owns) free(t->v.data);
   free(t);
 }
 

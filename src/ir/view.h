@@ -19,7 +19,7 @@ typedef struct loom_view {
 /* The public tensor: a view plus ownership. */
 struct loom_tensor {
   loom_view v;
-  void *block; /* what to free: data's allocation (data on a 64-byte line in it), or NULL */
+  bool owns;
 };
 
 /* A contiguous (row-major) view of data with type t. */
