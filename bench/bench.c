@@ -23,6 +23,7 @@
 static const char usage[] =
     "usage: loom bench [WORKLOAD|FILE...] [--size small|full] [--json] [--runs N]\n"
     "                  [--modes LIST | --fusion M] [--threads N] [--with-reference]\n"
+    "                  [--back-to-back]\n"
     "                  [--quiet] [--list] [--rounds N] [--seconds S]\n"
     "                  [--trace FILE [--force]]\n"
     "                  [--plot OUT.svg [--peer FILE.jsonl]... [--plot-only]]\n"
@@ -84,6 +85,9 @@ static const char usage[] =
     "  --fusion M           one mode only: " LOOM_FUSION_MODE_NAMES "\n"
     "  --threads N          CPU threads (default 0 = all cores)\n"
     "  --with-reference     run the reference mode at full size too (slow)\n"
+    "  --back-to-back       time each mode's runs in a row, warm, as bench/peers\n"
+    "                       times the peers (default: one run of each mode per\n"
+    "                       round, then the roof's round, so modes share the noise)\n"
     "  --quiet              no progress on stderr\n"
     "  --list               print the workloads and exit\n"
     "  --rounds N           rng: Philox rounds, 0-16 (default both 10 and 7)\n"
@@ -287,6 +291,8 @@ static int parse_args(int argc, char **argv, opts *o) {
       o->dims[o->n_dims++] = v;
     } else if (strcmp(a, "--with-reference") == 0) {
       o->run.with_reference = true;
+    } else if (strcmp(a, "--back-to-back") == 0) {
+      o->run.back_to_back = true;
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--size", &v)) != 0) {
       if (r < 0) return loom_cli_usage_error("loom", usage, "%s needs a value", a);
       if (strcmp(v, "small") == 0)

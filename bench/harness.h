@@ -110,6 +110,8 @@ typedef struct loom_bench_opts {
   bool small;          /* --size small */
   bool with_reference; /* the reference mode at full size too */
   bool quiet;          /* no progress on stderr */
+  bool back_to_back;   /* each mode's runs in a row (warm caches, as the peer
+                          scripts time theirs), not interleaved by round */
   int32_t runs;        /* timed runs per mode */
   bool modes[LOOM_BENCH_MODE_COUNT];
   /* The roof's kernels: with them, memory-bound workloads measure the roof

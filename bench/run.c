@@ -343,6 +343,15 @@ static void finish_mode(wl_state *s, loom_bench_result *r, int32_t runs) {
   s->ses[r->mode] = NULL;
 }
 
+/* Run k of mode m; a failure marks the mode failed and no longer live. */
+static bool timed_run(wl_state *s, loom_bench_row *row, bool *live, int32_t m, int32_t k) {
+  double *tg = s->b.gemm_flops > 0 ? &s->tg[m][k] : NULL;
+  if (run_once(s, (loom_bench_mode)m, &s->t[m][k], tg) == LOOM_STATUS_OK) return true;
+  fail(s, &row->r[m]);
+  live[m] = false;
+  return false;
+}
+
 /* Runs the wanted modes into row; false if one failed. */
 static bool run_modes(wl_state *s, loom_bench_row *row) {
   const loom_bench_opts *o = s->o;
@@ -387,16 +396,20 @@ static bool run_modes(wl_state *s, loom_bench_row *row) {
     }
   }
   progress(s, "timing", NULL);
-  for (int32_t k = 0; k < o->runs; k++) {
-    for (int32_t m = LOOM_BENCH_EAGER; m < LOOM_BENCH_MODE_COUNT; m++) {
-      if (!live[m]) continue;
-      double *tg = s->b.gemm_flops > 0 ? &s->tg[m][k] : NULL;
-      if (run_once(s, (loom_bench_mode)m, &s->t[m][k], tg) != LOOM_STATUS_OK) {
-        fail(s, &row->r[m]);
-        live[m] = ok = false;
-      }
+  /* Interleaved, round k runs every mode once, then the roof: the modes
+   * share the machine's noise, and each run starts from the caches the
+   * others left. Back to back, each mode runs all its runs in a row, as
+   * the peer scripts time theirs, and the roof's rounds come after. */
+  if (o->back_to_back) {
+    for (int32_t m = LOOM_BENCH_EAGER; m < LOOM_BENCH_MODE_COUNT; m++)
+      for (int32_t k = 0; live[m] && k < o->runs; k++) ok = timed_run(s, row, live, m, k) && ok;
+    for (int32_t k = 0; have_roof && k < o->runs; k++) loom_bench_roof_round(&roof, k);
+  } else {
+    for (int32_t k = 0; k < o->runs; k++) {
+      for (int32_t m = LOOM_BENCH_EAGER; m < LOOM_BENCH_MODE_COUNT; m++)
+        if (live[m]) ok = timed_run(s, row, live, m, k) && ok;
+      if (have_roof) loom_bench_roof_round(&roof, k);
     }
-    if (have_roof) loom_bench_roof_round(&roof, k);
   }
   if (have_roof) {
     loom_bench_roof_end(&roof, &row->roof);

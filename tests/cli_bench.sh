@@ -233,6 +233,9 @@ check "--help documents attention and --trace" \
 run bench --trace
 check "--trace without a file exits 2" test "$rc" -eq 2
 
+run bench softmax_fwd --size small --modes loop,stitch --runs 2 --back-to-back --json --quiet
+check "--back-to-back runs every mode" test "$rc" -eq 0 -a "$(grep -c '"workload": "softmax_fwd"' <<<"$out")" -eq 2
+
 # ---- held-out graphs in the text IR (bench/wl_heldout.c) -------------------------
 # each against the reference executor in loop and stitch mode; the
 # memory-bound ones are one stitched kernel
