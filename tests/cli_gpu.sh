@@ -22,6 +22,13 @@ inputs=(--input "x=$DATA/x.npy" --input "w1=$DATA/w1.npy"
 
 run devices
 expect "devices" 0 "backends:*ref *host CPU*cpu *host CPU*opencl *OpenCL:*CUDA*"
+# loom bounds OpenMP's spin-waits unless the user chose a policy
+spin=$(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$LOOM" devices | grep '^OpenMP waits')
+check "devices: loom bounds the spin ($spin)" test "$spin" = "OpenMP waits: 3000 spins, then sleep (GOMP_SPINCOUNT)"
+spin=$(env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=passive "$LOOM" devices | grep '^OpenMP waits')
+check "devices: the user's OMP_WAIT_POLICY stands ($spin)" test "$spin" = "OpenMP waits: OMP_WAIT_POLICY=passive"
+spin=$(env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=77 "$LOOM" devices | grep '^OpenMP waits')
+check "devices: the user's GOMP_SPINCOUNT stands ($spin)" test "$spin" = "OpenMP waits: 77 spins, then sleep (GOMP_SPINCOUNT)"
 run devices extra
 expect "devices: extra argument" 2 "" "*unexpected argument 'extra'*"
 run compile "$DATA/mlp.loom" --backend gpu

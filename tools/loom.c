@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char usage_main[] =
     "usage: loom <command> [options]\n"
@@ -69,6 +70,14 @@ static int cmd_devices(int argc, char **argv) {
   if (text) fputs(text, stdout);
   free(text);
   loom_ctx_free(ctx);
+  /* how the cpu backend's OpenMP threads wait (bound_openmp_spin) */
+  const char *policy = getenv("OMP_WAIT_POLICY"), *spins = getenv("GOMP_SPINCOUNT");
+  if (policy)
+    printf("OpenMP waits: OMP_WAIT_POLICY=%s\n", policy);
+  else if (spins)
+    printf("OpenMP waits: %s spins, then sleep (GOMP_SPINCOUNT)\n", spins);
+  else
+    printf("OpenMP waits: libgomp's default\n");
   return rc;
 }
 
@@ -105,7 +114,26 @@ static int cmd_help(int argc, char **argv) {
   return cmd(2, hargv);
 }
 
+/* OpenMP threads wait for work by spinning, 300,000 pauses by libgomp's
+ * default (milliseconds), then sleep. On a machine to itself short spins
+ * are what make fork/join cheap; beside other jobs a spinning thread takes
+ * the core its late peer needs: the training step ran 140-190 ms a step
+ * with three busy processes on two cores, 60-70 with 3,000 spins, and 16.5
+ * quiet either way (docs/PERFORMANCE.md, twelfth session). libgomp reads
+ * its policy once, as it loads, before main: so unless the user chose one
+ * (OMP_WAIT_POLICY or GOMP_SPINCOUNT), loom sets a bounded spin and starts
+ * itself again. If that fails it runs on with the default. */
+#define LOOM_SPIN_COUNT "3000"
+
+static void bound_openmp_spin(char **argv) {
+  if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+  if (setenv("GOMP_SPINCOUNT", LOOM_SPIN_COUNT, 1) != 0) return;
+  execv("/proc/self/exe", argv);
+  unsetenv("GOMP_SPINCOUNT"); /* not restarted: the policy is libgomp's default */
+}
+
 int main(int argc, char **argv) {
+  bound_openmp_spin(argv);
   if (argc < 2) return loom_cli_usage_error("loom", usage_main, "no command given");
   const char *name = argv[1];
   if (loom_cli_is_help(name)) {
