@@ -194,6 +194,37 @@ loom_status loom_graph_param(loom_graph *g, const char *name, loom_dtype dt,
   return add_input(g, name, dt, rank, shape, LOOM_VALUE_PARAM, out);
 }
 
+uint64_t loom_hash_mix(uint64_t h, uint64_t x) {
+  return h ^ (x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
+}
+
+static uint64_t double_bits(double d) {
+  uint64_t u;
+  memcpy(&u, &d, sizeof u);
+  return u;
+}
+
+uint64_t loom_attrs_hash(uint64_t h, const loom_attr_value *attrs) {
+  for (int32_t a = 0; a < LOOM_MAX_ATTRS; a++) {
+    h = loom_hash_mix(h, (uint64_t)attrs[a].i);
+    h = loom_hash_mix(h, double_bits(attrs[a].f));
+    h = loom_hash_mix(h, (uint64_t)attrs[a].ints.n);
+    for (int32_t k = 0; k < attrs[a].ints.n && k < LOOM_MAX_RANK; k++)
+      h = loom_hash_mix(h, (uint64_t)attrs[a].ints.v[k]);
+  }
+  return h;
+}
+
+bool loom_attrs_equal(const loom_attr_value *a, const loom_attr_value *b) {
+  for (int32_t k = 0; k < LOOM_MAX_ATTRS; k++) {
+    if (a[k].i != b[k].i || double_bits(a[k].f) != double_bits(b[k].f) || a[k].ints.n != b[k].ints.n)
+      return false;
+    for (int32_t j = 0; j < a[k].ints.n && j < LOOM_MAX_RANK; j++)
+      if (a[k].ints.v[j] != b[k].ints.v[j]) return false;
+  }
+  return true;
+}
+
 void loom_attrs_default(loom_op op, loom_attr_value *attrs) {
   memset(attrs, 0, sizeof(loom_attr_value) * LOOM_MAX_ATTRS);
   const loom_op_def *d = loom_op_get(op);

@@ -78,6 +78,13 @@ struct loom_graph {
 loom_status loom_graph_add(loom_graph *g, loom_op op, int32_t n_in,
                            const int32_t *in, const loom_attr_value *attrs,
                            int32_t n_out, int32_t *out);
+/* A node's identity for common-subexpression elimination (passes/simplify.c
+ * and the simulator's merged nodes): loom_hash_mix folds x into hash h;
+ * loom_attrs_hash folds in every attribute slot; loom_attrs_equal compares
+ * them bit for bit (floats by their bits). */
+uint64_t loom_hash_mix(uint64_t h, uint64_t x);
+uint64_t loom_attrs_hash(uint64_t h, const loom_attr_value *attrs);
+bool loom_attrs_equal(const loom_attr_value *a, const loom_attr_value *b);
 /* Fills attrs with op's defaults (every slot of LOOM_MAX_ATTRS). */
 void loom_attrs_default(loom_op op, loom_attr_value *attrs);
 /* Converts public named attributes into spec-ordered values. */

@@ -11,26 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t mix(uint64_t h, uint64_t x) {
-  return h ^ (x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
-}
-
-static uint64_t double_bits(double d) {
-  uint64_t u;
-  memcpy(&u, &d, sizeof u);
-  return u;
-}
-
 static uint64_t node_key(const loom_node *n, const int32_t *canon) {
-  uint64_t h = mix(0, (uint64_t)n->op);
-  for (int32_t i = 0; i < n->n_in; i++) h = mix(h, (uint64_t)canon[n->in[i]]);
-  for (int32_t a = 0; a < LOOM_MAX_ATTRS; a++) {
-    h = mix(mix(h, (uint64_t)n->attr[a].i), double_bits(n->attr[a].f));
-    h = mix(h, (uint64_t)n->attr[a].ints.n);
-    for (int32_t k = 0; k < n->attr[a].ints.n && k < LOOM_MAX_RANK; k++)
-      h = mix(h, (uint64_t)n->attr[a].ints.v[k]);
-  }
-  return h;
+  uint64_t h = loom_hash_mix(0, (uint64_t)n->op);
+  for (int32_t i = 0; i < n->n_in; i++) h = loom_hash_mix(h, (uint64_t)canon[n->in[i]]);
+  return loom_attrs_hash(h, n->attr);
 }
 
 /* Whether node m computes what n does, inputs compared after merging. */
@@ -38,14 +22,7 @@ static bool same(const loom_node *m, const loom_node *n, const int32_t *canon) {
   if (m->op != n->op || m->n_in != n->n_in || m->n_out != n->n_out) return false;
   for (int32_t i = 0; i < n->n_in; i++)
     if (canon[m->in[i]] != canon[n->in[i]]) return false;
-  for (int32_t a = 0; a < LOOM_MAX_ATTRS; a++) {
-    const loom_attr_value *x = &m->attr[a], *y = &n->attr[a];
-    if (x->i != y->i || double_bits(x->f) != double_bits(y->f) || x->ints.n != y->ints.n)
-      return false;
-    for (int32_t k = 0; k < x->ints.n && k < LOOM_MAX_RANK; k++)
-      if (x->ints.v[k] != y->ints.v[k]) return false;
-  }
-  return true;
+  return loom_attrs_equal(m->attr, n->attr);
 }
 
 loom_status loom_sim_merged_nodes(const loom_plan_program *pp, bool *merged, int32_t *canon) {

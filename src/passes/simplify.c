@@ -18,40 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t mix(uint64_t h, uint64_t x) {
-  h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-  return h;
-}
-
-static uint64_t double_bits(double d) {
-  uint64_t u;
-  memcpy(&u, &d, sizeof u);
-  return u;
-}
-
 /* Hash of a node of dst with inputs already mapped into dst. */
 static uint64_t node_hash(const loom_node *n, const int32_t *in) {
-  uint64_t h = mix(0, (uint64_t)n->op);
-  for (int32_t i = 0; i < n->n_in; i++) h = mix(h, (uint64_t)in[i]);
-  for (int32_t a = 0; a < LOOM_MAX_ATTRS; a++) {
-    h = mix(h, (uint64_t)n->attr[a].i);
-    h = mix(h, double_bits(n->attr[a].f));
-    h = mix(h, (uint64_t)n->attr[a].ints.n);
-    for (int32_t k = 0; k < n->attr[a].ints.n && k < LOOM_MAX_RANK; k++)
-      h = mix(h, (uint64_t)n->attr[a].ints.v[k]);
-  }
-  return h;
-}
-
-static bool attrs_equal(const loom_attr_value *a, const loom_attr_value *b) {
-  for (int32_t k = 0; k < LOOM_MAX_ATTRS; k++) {
-    if (a[k].i != b[k].i || double_bits(a[k].f) != double_bits(b[k].f) ||
-        a[k].ints.n != b[k].ints.n)
-      return false;
-    for (int32_t j = 0; j < a[k].ints.n && j < LOOM_MAX_RANK; j++)
-      if (a[k].ints.v[j] != b[k].ints.v[j]) return false;
-  }
-  return true;
+  uint64_t h = loom_hash_mix(0, (uint64_t)n->op);
+  for (int32_t i = 0; i < n->n_in; i++) h = loom_hash_mix(h, (uint64_t)in[i]);
+  return loom_attrs_hash(h, n->attr);
 }
 
 /* True if dst node m computes what src node n would with inputs `in`. */
@@ -59,7 +30,7 @@ static bool same_node(const loom_node *m, const loom_node *n, const int32_t *in)
   if (m->op != n->op || m->n_in != n->n_in || m->n_out != n->n_out) return false;
   for (int32_t i = 0; i < n->n_in; i++)
     if (m->in[i] != in[i]) return false;
-  return attrs_equal(m->attr, n->attr);
+  return loom_attrs_equal(m->attr, n->attr);
 }
 
 /* Marks the nodes some graph output depends on. */
