@@ -28,6 +28,7 @@ static const char usage[] =
     "                  [--trace FILE [--force]]\n"
     "                  [--plot OUT.svg [--peer FILE.jsonl]... [--plot-only]]\n"
     "                  [--grad] [--input NAME=FILE]... [--dim NAME=N]...\n"
+    "                  [--save-graph DIR [--force]]\n"
     "\n"
     "Measures the machine's triad bandwidth, memory roof and sgemm rate, then\n"
     "runs each workload (all of them when none is named) in the modes\n"
@@ -101,10 +102,15 @@ static const char usage[] =
     "                       bench/peers, or an earlier `loom bench --json`) as\n"
     "                       more bars; repeatable\n"
     "  --plot-only          draw the --peer files alone; run nothing\n"
+    "  --save-graph DIR     write each named workload's graph (all when none is\n"
+    "                       named; --size applies) as text IR to DIR/NAME.loom\n"
+    "                       and run nothing: 'loom compile DIR/NAME.loom' then\n"
+    "                       shows its fusion plan, kernels and code\n"
     "  --grad               FILE workloads: forward + backward\n"
     "  --input NAME=FILE    FILE workloads: the input NAME from a .npy file\n"
     "                       (its dtype and shape as declared); repeatable\n"
-    "  --force              overwrite the --trace or --plot FILE if it exists\n"
+    "  --force              overwrite the --trace, --plot or --save-graph files\n"
+    "                       if they exist\n"
     "                       (otherwise refused, exit 1, before anything runs)\n"
     "  -h, --help           print this help\n"
     "\n"
@@ -119,6 +125,7 @@ typedef struct opts {
   bool force;
   const char *trace; /* --trace FILE, or NULL */
   const char *plot;  /* --plot FILE, or NULL */
+  const char *save_graph; /* --save-graph DIR, or NULL */
   bool plot_only;
   int32_t n_peers;
   const char **peers; /* --peer FILEs */
@@ -269,6 +276,9 @@ static int parse_args(int argc, char **argv, opts *o) {
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--trace", &v)) != 0) {
       if (r < 0 || !*v) return loom_cli_usage_error("loom", usage, "%s needs a file name", a);
       o->trace = v;
+    } else if ((r = loom_cli_flag_value(argc, argv, &i, "--save-graph", &v)) != 0) {
+      if (r < 0 || !*v) return loom_cli_usage_error("loom", usage, "%s needs a folder", a);
+      o->save_graph = v;
     } else if ((r = loom_cli_flag_value(argc, argv, &i, "--plot", &v)) != 0) {
       if (r < 0 || !*v) return loom_cli_usage_error("loom", usage, "%s needs a file name", a);
       o->plot = v;
@@ -362,6 +372,9 @@ static int parse_args(int argc, char **argv, opts *o) {
   if ((o->grad || o->n_inputs || o->n_dims) && !o->n_files)
     return loom_cli_usage_error("loom", usage, "%s applies to FILE workloads: name a graph file",
                        o->grad ? "--grad" : o->n_inputs ? "--input" : "--dim");
+  if (o->save_graph && (o->plot || o->trace))
+    return loom_cli_usage_error("loom", usage, "--save-graph runs nothing: it takes no %s",
+                                o->plot ? "--plot" : "--trace");
   if ((o->n_peers || o->plot_only) && !o->plot)
     return loom_cli_usage_error("loom", usage, "%s needs --plot FILE", o->plot_only ? "--plot-only" : "--peer");
   if (o->plot_only && (!o->n_peers || o->n_names))
@@ -420,6 +433,41 @@ static void free_opts(opts *o) {
   free(o->files);
 }
 
+/* --save-graph: each graph workload (the named ones, or all) built and
+ * written as text IR to DIR/NAME.loom; 0 or 1 (after a message). */
+static int save_graphs(loom_ctx *ctx, const opts *o) {
+  int32_t n_all;
+  const loom_bench_workload *all = loom_bench_workloads(&n_all);
+  int32_t n = o->n_names ? o->n_names : n_all;
+  for (int32_t i = 0; i < n; i++) {
+    const loom_bench_workload *w = o->n_names ? find_workload(o, o->names[i]) : &all[i];
+    if (!w) {
+      fprintf(stderr, "loom: --save-graph: '%s' is no graph workload\n", o->names[i]);
+      return 1;
+    }
+    if (w->build == loom_bench_build_file) continue; /* the user's file already is one */
+    loom_bench_graph b = {0};
+    char *text = NULL, path[4096];
+    int len = snprintf(path, sizeof path, "%s/%s.loom", o->save_graph, w->name);
+    loom_status st =
+        len < 0 || (size_t)len >= sizeof path
+            ? loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "--save-graph: folder name too long")
+            : w->build(ctx, w, o->run.small, &b);
+    if (!st) st = loom_graph_print(b.g, &text);
+    if (!st)
+      st = loom_file_write_atomic(ctx, path, text, strlen(text),
+                                  LOOM_FILE_HINT_FORCE | (o->force ? LOOM_FILE_REPLACE : 0));
+    loom_free(text);
+    loom_bench_graph_clear(&b);
+    if (st) {
+      fprintf(stderr, "loom: %s: %s\n", w->name, loom_ctx_error(ctx));
+      return 1;
+    }
+    if (!o->run.quiet) fprintf(stderr, "bench: %s written to %s\n", w->name, path);
+  }
+  return 0;
+}
+
 int loom_bench_main(int argc, char **argv) {
   opts o = {0};
   int rc = parse_args(argc, argv, &o);
@@ -442,11 +490,13 @@ int loom_bench_main(int argc, char **argv) {
              loom_ctx_set_threads(ctx, o.threads) != LOOM_STATUS_OK;
   for (int32_t i = 0; !bad && i < o.n_peers; i++)
     bad = loom_bench_plot_read(ctx, plot, o.peers[i]) != LOOM_STATUS_OK;
-  if (bad || o.plot_only) {
+  if (bad || o.plot_only || o.save_graph) {
     if (bad)
       fprintf(stderr, "loom: %s\n", loom_ctx_error(ctx));
     else if (o.plot_only)
       bad = write_plot(ctx, &o, plot) != 0;
+    else
+      bad = save_graphs(ctx, &o) != 0;
     loom_bench_plot_free(plot);
     loom_ctx_free(ctx);
     free_opts(&o);

@@ -285,4 +285,29 @@ check "--grad without a FILE exits 2" test "$rc" -eq 2
 run bench no/such/file.loom
 check "an unknown workload or missing file exits 2" test "$rc" -eq 2
 
+# ---- --save-graph: a built-in workload as text IR, for loom compile --------
+mkdir -p "$tmp/graphs"
+run bench gpt2_block softmax_fwd --size small --save-graph "$tmp/graphs" --quiet
+check "bench --save-graph exits 0" test "$rc" -eq 0
+check "... runs nothing" test -z "$out"
+check "... writes one file per workload" test -s "$tmp/graphs/gpt2_block.loom" -a -s "$tmp/graphs/softmax_fwd.loom"
+run compile "$tmp/graphs/gpt2_block.loom" --dump-after fuse
+check "the saved GPT-2 block compiles" test "$rc" -eq 0
+# the QKV product's bias add runs in its GEMM: the constant counter of
+# flash attention is no second part of that kernel (plan_merge.c)
+qkv=$(grep -A1 '^step [0-9]*: gemm %[a-z0-9]* = matmul(%[a-z0-9]*, %attn.qkv.w)' <<<"$out" | sed -n 2p)
+check "the QKV product's bias add is its epilogue" matches "$qkv" "  epilogue on blocks of *"
+before=$(cksum <"$tmp/graphs/softmax_fwd.loom")
+run bench softmax_fwd --size small --save-graph "$tmp/graphs" --quiet
+check "--save-graph over an existing file exits 1" test "$rc" -eq 1
+check "... and leaves it as it was" test "$(cksum <"$tmp/graphs/softmax_fwd.loom")" == "$before"
+run bench softmax_fwd --save-graph "$tmp/graphs" --force --quiet
+check "--save-graph --force replaces it" test "$rc" -eq 0
+run bench softmax_fwd --save-graph "$tmp/no/such/folder" --quiet
+check "--save-graph into a missing folder exits 1" test "$rc" -eq 1
+run bench rng --save-graph "$tmp/graphs" --quiet
+check "--save-graph of a workload that is no graph exits 1" test "$rc" -eq 1
+run bench softmax_fwd --save-graph "$tmp/graphs" --trace "$tmp/t.json"
+check "--save-graph with --trace exits 2" test "$rc" -eq 2
+
 finish cli_bench

@@ -66,6 +66,23 @@ static const workload workloads[] = {
      "%y : f32[256, 192] = gelu(%hb)\n"
      "output y = %y\n",
      1, 1},
+    /* a constant that a GEMM reads (a step outside kernels) stays out of
+     * the bias + GELU kernel: as a second part there it would cost the
+     * kernel its place in the GEMM (plan_merge.c, epilogue_lost) */
+    {"bias+gelu beside a constant a GEMM reads",
+     "input %x : f32[256, 128]\n"
+     "param %w : f32[128, 192]\n"
+     "param %b : f32[192]\n"
+     "input %u : f32[64, 32]\n"
+     "%h : f32[256, 192] = matmul(%x, %w)\n"
+     "%hb : f32[256, 192] = add(%h, %b)\n"
+     "%y : f32[256, 192] = gelu(%hb)\n"
+     "%c0 : f32[] = constant(value=0.25)\n"
+     "%c : f32[32, 16] = broadcast_to(%c0, shape=[32, 16])\n"
+     "%v : f32[64, 16] = matmul(%u, %c)\n"
+     "output y = %y\n"
+     "output v = %v\n",
+     1, 1},
     /* a convolution (cpu_conv.c) with BatchNormalization's per-channel
      * scale and shift and a ReLU after it, run on each image's blocks of
      * output channels */

@@ -5,6 +5,8 @@
  */
 #include "fusion/plan_internal.h"
 
+#include "ir/dtype.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,6 +110,66 @@ static int32_t label_pair(plan_ctx *p, int32_t a, int32_t b, int32_t t, uint64_t
   return nm;
 }
 
+/* Seconds a group could save as a GEMM's epilogue (epilogue.c): the read
+ * of the largest product it takes straight from a GEMM. Members mem[0..nm). */
+static double epilogue_stake(const plan_ctx *p, const int32_t *mem, int32_t nm) {
+  int64_t most = 0;
+  for (int32_t i = 0; i < nm; i++) {
+    const loom_node *nd = &p->g->nodes[mem[i]];
+    for (int32_t k = 0; k < nd->n_in; k++) {
+      int32_t pr = p->g->values[nd->in[k]].node;
+      if (pr >= 0 && p->cls[pr] == LOOM_NODE_GEMM)
+        most = LOOM_MAX(most, loom_type_numel(loom_value_type(p->g, nd->in[k])) *
+                                  (int64_t)loom_dtype_size(loom_value_type(p->g, nd->in[k])->dtype));
+    }
+  }
+  double bw = (p->m->triad_gbps > 0 ? p->m->triad_gbps : 10.0) * 1e9;
+  return (double)most / bw;
+}
+
+/* True if the group's members mem[0..nm) read nothing made outside it
+ * (constants, iotas and what they compute): a part that costs a launch
+ * at most wherever it runs. */
+static bool reads_nothing(const plan_ctx *p, const int32_t *mem, int32_t nm) {
+  int32_t gid = p->gon[mem[0]];
+  for (int32_t i = 0; i < nm; i++) {
+    const loom_node *nd = &p->g->nodes[mem[i]];
+    for (int32_t k = 0; k < nd->n_in; k++) {
+      int32_t pr = p->g->values[nd->in[k]].node;
+      if (pr < 0 || p->gon[pr] != gid) return false;
+    }
+  }
+  return true;
+}
+
+/* True if no member of group a reads what a member of group b makes, nor
+ * the other way round: merged, they would be two parts of one kernel. */
+static bool independent(const plan_ctx *p, int32_t a, int32_t b, const int32_t *mem, int32_t nm) {
+  for (int32_t i = 0; i < nm; i++) {
+    const loom_node *nd = &p->g->nodes[mem[i]];
+    int32_t other = p->gon[mem[i]] == a ? b : a;
+    for (int32_t k = 0; k < nd->n_in; k++) {
+      int32_t pr = p->g->values[nd->in[k]].node;
+      if (pr >= 0 && p->gon[pr] == other) return false;
+    }
+  }
+  return true;
+}
+
+/* What merging a group that reads nothing (a constant a step needs) as a
+ * second part into group x costs beyond the model of the merged kernel:
+ * a kernel of two parts runs on no GEMM's rows, so x, were it a GEMM's
+ * epilogue, would lose that (epilogue.c). Its upper bound: x's read of the
+ * product. Other pairs: 0 (the epilogue pass works on whatever kernels the
+ * plan makes; the cost model of a group does not see it). */
+static double epilogue_lost(const plan_ctx *p, int32_t a, int32_t b, const int32_t *mem, int32_t na,
+                            int32_t nb) {
+  if (!independent(p, a, b, mem, na + nb)) return 0.0;
+  if (reads_nothing(p, mem, na)) return epilogue_stake(p, mem + na, nb);
+  if (reads_nothing(p, mem + na, nb)) return epilogue_stake(p, mem, na);
+  return 0.0;
+}
+
 static double pair_gain(plan_ctx *p, int32_t a, int32_t b) {
   int32_t t = LOOM_MAX(a, b), lo = LOOM_MIN(p->gmin[a], p->gmin[b]);
   int32_t old_min = p->gmin[t];
@@ -122,10 +184,12 @@ static double pair_gain(plan_ctx *p, int32_t a, int32_t b) {
     b1 += p->z1[p->mem[i]], b2 += p->z2[p->mem[i]];
   double ca = loom_plan_group_cost(p, a, p->mem, na, a1, a2, &ok_a);
   double cb = loom_plan_group_cost(p, b, p->mem + na, nb, b1, b2, &ok_b);
+  double lost = epilogue_lost(p, a, b, p->mem, na, nb);
   int32_t nm = label_pair(p, a, b, t, &h1, &h2);
   p->gmin[t] = lo;
   double c = loom_plan_group_cost(p, t, p->mem, nm, h1, h2, &ok);
-  double gain = ok && ok_a && ok_b && !loom_plan_creates_cycle(p, t, p->mem, nm) ? ca + cb - c : -1;
+  double gain =
+      ok && ok_a && ok_b && !loom_plan_creates_cycle(p, t, p->mem, nm) ? ca + cb - c - lost : -1;
   for (int32_t i = 0; i < na; i++)
     p->gon[p->mem[i]] = a;
   for (int32_t i = na; i < nm; i++)
