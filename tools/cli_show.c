@@ -202,7 +202,7 @@ int loom_cli_ops_main(int argc, char **argv) {
    * append-only (loom.h), so its order is history, not a grouping. */
   loom_op order[LOOM_OP_COUNT];
   int n_ops = 0;
-  for (int cls = 0; cls <= LOOM_OPCLASS_COMM; cls++)
+  for (int cls = 0; cls <= LOOM_OPCLASS_WINDOW; cls++) /* the last class */
     for (int op = 0; op < LOOM_OP_COUNT; op++)
       if (loom_op_get((loom_op)op) && (int)loom_op_get((loom_op)op)->cls == cls)
         order[n_ops++] = (loom_op)op;
