@@ -206,10 +206,11 @@ loom_tensor **loom_test_uniform_inputs(loom_ctx *ctx, const loom_graph *g, uint6
   return in;
 }
 
-loom_tensor **loom_test_gpt_inputs(loom_ctx *ctx, const loom_graph *g, uint64_t seed) {
+loom_tensor **loom_test_gpt_fill_inputs(loom_ctx *ctx, const loom_graph *g,
+                                        const loom_test_gpt_fill *f) {
   int32_t n = loom_graph_num_inputs(g);
   loom_tensor **in = calloc((size_t)n + 1, sizeof *in);
-  loom_test_rng r = {seed};
+  loom_test_rng r = {f->seed};
   for (int32_t i = 0; in && i < n; i++) {
     loom_dtype dt;
     int32_t rank;
@@ -218,16 +219,27 @@ loom_tensor **loom_test_gpt_inputs(loom_ctx *ctx, const loom_graph *g, uint64_t 
     CHECK_OK(ctx, loom_tensor_new(ctx, dt, rank, shape, &in[i]));
     if (!in[i]) continue;
     const char *name = loom_graph_input_name(g, i);
+    size_t len = strlen(name);
+    bool gain = f->gain_hi > f->gain_lo && len >= 2 && strcmp(name + len - 2, ".g") == 0;
     void *d = loom_tensor_data(in[i]);
+    float *x = d;
     for (int64_t e = 0; e < loom_tensor_numel(in[i]); e++) {
-      if (dt == LOOM_DTYPE_I64) ((int64_t *)d)[e] = (int64_t)loom_test_uniform(&r, 0, 255.99);
-      else if (strcmp(name, "step") == 0) ((float *)d)[e] = 3;
-      else if (strcmp(name, "lr") == 0) ((float *)d)[e] = 1e-2f;
-      else if (strncmp(name, "adam.v.", 7) == 0) ((float *)d)[e] = (float)loom_test_uniform(&r, 1e-4, 1e-3);
-      else ((float *)d)[e] = (float)loom_test_uniform(&r, -0.2, 0.2);
+      if (dt == LOOM_DTYPE_I64) ((int64_t *)d)[e] = (int64_t)loom_test_uniform(&r, 0, (double)f->vocab - 0.01);
+      else if (strcmp(name, "step") == 0) x[e] = f->step;
+      else if (strcmp(name, "lr") == 0) x[e] = f->lr;
+      else if (f->zero_moments && strncmp(name, "adam.", 5) == 0) x[e] = 0;
+      else if (strncmp(name, "adam.v.", 7) == 0) x[e] = (float)loom_test_uniform(&r, f->v_lo, f->v_hi);
+      else if (gain) x[e] = (float)loom_test_uniform(&r, f->gain_lo, f->gain_hi);
+      else x[e] = (float)loom_test_uniform(&r, f->lo, f->hi);
     }
   }
   return in;
+}
+
+loom_tensor **loom_test_gpt_inputs(loom_ctx *ctx, const loom_graph *g, uint64_t seed) {
+  loom_test_gpt_fill f = {.seed = seed, .vocab = 256, .step = 3, .lr = 1e-2f, .lo = -0.2,
+                          .hi = 0.2, .v_lo = 1e-4, .v_hi = 1e-3};
+  return loom_test_gpt_fill_inputs(ctx, g, &f);
 }
 
 bool loom_test_backend_selected(const char *name) {

@@ -70,9 +70,21 @@ double loom_test_uniform(loom_test_rng *r, double lo, double hi);
  * its message printed. */
 loom_tensor **loom_test_run(loom_ctx *ctx, const loom_graph *g, const loom_session_options *o,
                             loom_tensor *const *in);
-/* Inputs for a training-step graph of model/gpt.h: tokens and targets in
- * [0, 256), step 3, lr 1e-2, second moments in [1e-4, 1e-3), every other
- * float in [-0.2, 0.2), from seed. */
+/* How loom_test_gpt_fill_inputs fills a training-step graph of model/gpt.h
+ * (inputs by name, in order, one draw per element unless said otherwise). */
+typedef struct loom_test_gpt_fill {
+  uint64_t seed;
+  int64_t vocab;           /* tokens and targets: [0, vocab) */
+  float step, lr;          /* the inputs "step" and "lr" (no draw) */
+  double lo, hi;           /* every other float */
+  double v_lo, v_hi;       /* second moments, "adam.v.*" */
+  bool zero_moments;       /* every "adam.*" 0 instead (no draw) */
+  double gain_lo, gain_hi; /* names ending ".g" (norm gains), when gain_hi > gain_lo */
+} loom_test_gpt_fill;
+loom_tensor **loom_test_gpt_fill_inputs(loom_ctx *ctx, const loom_graph *g,
+                                        const loom_test_gpt_fill *f);
+/* The usual fill: tokens in [0, 256), step 3, lr 1e-2, second moments in
+ * [1e-4, 1e-3), every other float in [-0.2, 0.2), from seed. */
 loom_tensor **loom_test_gpt_inputs(loom_ctx *ctx, const loom_graph *g, uint64_t seed);
 /* Inputs of an all-f32 graph, uniform in [-1, 1) from seed (NULL-ended). */
 loom_tensor **loom_test_uniform_inputs(loom_ctx *ctx, const loom_graph *g, uint64_t seed);

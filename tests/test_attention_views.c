@@ -60,28 +60,9 @@ static loom_graph *train_graph(const loom_gpt_config *c) {
 }
 
 static loom_tensor **inputs(const loom_graph *g, int32_t vocab) {
-  int32_t n = loom_graph_num_inputs(g);
-  loom_tensor **in = calloc((size_t)n + 1, sizeof *in);
-  loom_test_rng r = {77};
-  for (int32_t i = 0; in && i < n; i++) {
-    loom_dtype dt;
-    int32_t rank;
-    int64_t shape[LOOM_MAX_RANK];
-    CHECK_OK(ctx, loom_graph_value_type(g, loom_graph_input_value(g, i), &dt, &rank, shape));
-    CHECK_OK(ctx, loom_tensor_new(ctx, dt, rank, shape, &in[i]));
-    if (!in[i]) continue;
-    const char *name = loom_graph_input_name(g, i);
-    void *d = loom_tensor_data(in[i]);
-    for (int64_t e = 0; e < loom_tensor_numel(in[i]); e++) {
-      float *f = d;
-      if (dt == LOOM_DTYPE_I64) ((int64_t *)d)[e] = (int64_t)loom_test_uniform(&r, 0, vocab - 0.01);
-      else if (!strcmp(name, "step")) f[e] = 1;
-      else if (!strcmp(name, "lr")) f[e] = 1e-3f;
-      else if (!strncmp(name, "adam.v", 6)) f[e] = (float)loom_test_uniform(&r, 0.0, 1e-2);
-      else f[e] = (float)loom_test_uniform(&r, -0.5, 0.5);
-    }
-  }
-  return in;
+  loom_test_gpt_fill f = {.seed = 77, .vocab = vocab, .step = 1, .lr = 1e-3f, .lo = -0.5,
+                          .hi = 0.5, .v_lo = 0.0, .v_hi = 1e-2};
+  return loom_test_gpt_fill_inputs(ctx, g, &f);
 }
 
 /* Runs g on backend (fusion mode for cpu); the outputs, NULL on failure. */
