@@ -343,6 +343,23 @@ static const char *value_name(const loom_graph *g, int32_t v, char *buf, size_t 
   return buf;
 }
 
+/* How many of node's leaves before s compute s's very part on s's device:
+ * 0 for the first, k > 0 for the k-th recomputation (a replica on the
+ * same device, +recompute's copy). The mark (loom_node.copy) keeps the
+ * session's common-subexpression elimination from merging it back. */
+static int32_t recompute_ordinal(const lower_walk *w, int32_t node, int32_t s) {
+  const loom_subop *sub = &w->p->subops[s];
+  int32_t k = 0;
+  for (int32_t j = 0; j < w->n_leaves[node] && w->leaves[node][j] != s; j++) {
+    const loom_subop *o = &w->p->subops[w->leaves[node][j]];
+    bool same = o->device == sub->device && o->r.n_labels == sub->r.n_labels;
+    for (int32_t l = 0; same && l < sub->r.n_labels; l++)
+      same = o->r.lo[l] == sub->r.lo[l] && o->r.hi[l] == sub->r.hi[l];
+    k += same;
+  }
+  return k;
+}
+
 static loom_status emit_leaf(lower_walk *w, int32_t node, int32_t s) {
   const loom_graph *L = w->L;
   const loom_node *n = &L->nodes[node];
@@ -372,6 +389,7 @@ static loom_status emit_leaf(lower_walk *w, int32_t node, int32_t s) {
     loom_error_prefix(w->ctx, "plan: %s", loom_subop_name(p, s, name, sizeof name));
     return st;
   }
+  w->G->nodes[w->G->n_nodes - 1].copy = recompute_ordinal(w, node, s);
   LOOM_TRY(lower_tag(w, sub->device, s));
   loom_op combine = LOOM_OP_ADD;
   bool partial = loom_subop_is_partial(&p->part[node], p->ext[node], &sub->r, &combine);

@@ -12,17 +12,17 @@
 #include <string.h>
 
 static uint64_t node_key(const loom_node *n, const int32_t *canon) {
-  uint64_t h = loom_hash_mix(0, (uint64_t)n->op);
+  uint64_t h = 0;
   for (int32_t i = 0; i < n->n_in; i++) h = loom_hash_mix(h, (uint64_t)canon[n->in[i]]);
-  return loom_attrs_hash(h, n->attr);
+  return loom_node_hash(h, n);
 }
 
 /* Whether node m computes what n does, inputs compared after merging. */
 static bool same(const loom_node *m, const loom_node *n, const int32_t *canon) {
-  if (m->op != n->op || m->n_in != n->n_in || m->n_out != n->n_out) return false;
+  if (!loom_node_same_kind(m, n)) return false;
   for (int32_t i = 0; i < n->n_in; i++)
     if (canon[m->in[i]] != canon[n->in[i]]) return false;
-  return loom_attrs_equal(m->attr, n->attr);
+  return true;
 }
 
 loom_status loom_sim_merged_nodes(const loom_plan_program *pp, bool *merged, int32_t *canon) {

@@ -2,8 +2,9 @@
  * What the runtime's simplify pass (passes/simplify.c) merges on a
  * device: the session compiles each device's program after common-
  * subexpression elimination, so a node identical to an earlier one on
- * the same device (same op, attributes and, after merging, inputs) runs
- * once. The simulator times the program that runs, so it charges such a
+ * the same device (same op, attributes, recomputation mark and, after
+ * merging, inputs) runs once; a +recompute copy (loom_node.copy) runs
+ * again. The simulator times the program that runs, so it charges such a
  * node nothing (docs/SIMULATOR.md, "Merged nodes").
  */
 #ifndef LOOM_PARALLEL_SIMULATE_MERGE_H
