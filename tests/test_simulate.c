@@ -476,9 +476,9 @@ static void test_memory_roles(void) {
  * program (simulate_merge.h), but +recompute's copies carry their mark
  * (loom_node.copy) and run again, in the backward. The simulator times and
  * sizes that program: on a step whose activations outweigh its state
- * (4 layers, 32 sequences of 64 tokens) dp2+recompute charges every GEMM
- * its lowering has (a forward's worth more than dp2), computes longer and
- * peaks far lower, its layers' activations dying with the forward. */
+ * (4 layers, 32 sequences of 64 tokens) dp2+recompute charges about a
+ * forward's worth of GEMMs more than dp2, computes longer and peaks far
+ * lower, its layers' activations dying with the forward. */
 static void test_recompute_kept(void) {
   loom_gpt_config cfg;
   loom_gpt_config_default(&cfg);
@@ -519,14 +519,17 @@ static void test_recompute_kept(void) {
     loom_plan_program_free(pp);
     loom_plan_free(p);
   }
-  CHECK(lowered[1] > lowered[0]);
-  CHECK(charged[0] == lowered[0] && charged[1] == lowered[1]);
+  /* every copy runs but those nothing reads (the MLP's output GEMM of a
+   * layer whose sum is the next layer's checkpoint), which the runtime's
+   * dead-code elimination drops as well */
+  CHECK(charged[0] == lowered[0] && charged[1] > charged[0] && charged[1] < lowered[1]);
   CHECK(compute[0] > 0 && compute[1] > 1.15 * compute[0]);
   CHECK(peak[1] > 0 && peak[1] < 0.75 * peak[0] && activations[1] < activations[0] / 2);
-  printf("dp2: %d GEMMs, peak %lld (activations %lld), compute %.3f ms; dp2+recompute: %d GEMMs, "
-         "peak %lld (activations %lld), compute %.3f ms\n",
+  printf("dp2: %d GEMMs, peak %lld (activations %lld), compute %.3f ms; dp2+recompute: %d GEMMs "
+         "of %d lowered, peak %lld (activations %lld), compute %.3f ms\n",
          (int)charged[0], (long long)peak[0], (long long)activations[0], compute[0] * 1e3,
-         (int)charged[1], (long long)peak[1], (long long)activations[1], compute[1] * 1e3);
+         (int)charged[1], (int)lowered[1], (long long)peak[1], (long long)activations[1],
+         compute[1] * 1e3);
   loom_graph_free(g);
 }
 
