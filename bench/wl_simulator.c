@@ -19,6 +19,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The model every plan trains: 8 layers so that pp4 has two per stage
@@ -81,6 +82,19 @@ static loom_status predict(loom_ctx *ctx, const loom_graph *g, const sim_case *k
   return st;
 }
 
+/* Whether plan is an item of the comma list. */
+static bool listed(const char *list, const char *plan) {
+  size_t n = strlen(plan);
+  for (const char *at = list; *at;) {
+    const char *end = strchr(at, ',');
+    size_t len = end ? (size_t)(end - at) : strlen(at);
+    if (len == n && strncmp(at, plan, n) == 0) return true;
+    if (!end) break;
+    at = end + 1;
+  }
+  return false;
+}
+
 bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_bench_opts *o) {
   char exe[4096];
   if (!loom_bench_mpi_exe(exe, sizeof exe)) {
@@ -125,8 +139,11 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
   bool ok = true;
   double worst = 0;
   int32_t within = 0, done = 0;
+  /* LOOM_BENCH_PLANS=dp2,dp2+recompute: only those plans (a comma list) */
+  const char *only = getenv("LOOM_BENCH_PLANS");
   for (int32_t c = 0; c < N_CASES; c++) {
     const sim_case *k = &cases[c];
+    if (only && *only && !listed(only, k->plan)) continue;
     /* per run: the prediction, and the measured constants it moves most with */
     double predicted[16], bubble[16], step[16], rate[16], wait[16], shared[16], turn[16];
     char cmd[5000];

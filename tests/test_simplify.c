@@ -31,6 +31,39 @@ static void run(loom_ctx *ctx, const loom_graph *g, float *y, int64_t n) {
   loom_session_free(s);
 }
 
+/* A node marked as a recomputation (loom_node.copy, a plan's +recompute)
+ * is not merged with the node it repeats; its decomposition's parts keep
+ * the mark, so they are not either; an unmarked repeat still merges. */
+static void test_copy_mark(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  int32_t x;
+  CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 2, (int64_t[]){3, 4}, &x));
+  loom_attr_value axis[LOOM_MAX_ATTRS];
+  loom_attrs_default(LOOM_OP_SOFTMAX, axis);
+  int32_t s[3];
+  for (int32_t k = 0; k < 3; k++) s[k] = lb_op(g, LOOM_OP_SOFTMAX, 1, &x, axis);
+  CHECK_OK(ctx, loom_build_status(g));
+  if (g->n_nodes == 3) g->nodes[2].copy = 1; /* s[2] recomputes s[0] */
+  CHECK_OK(ctx, loom_graph_output(g, "y", lb_add(g, lb_add(g, s[0], s[1]), s[2])));
+  loom_graph *m = NULL, *d = NULL, *dm = NULL;
+  CHECK_OK(ctx, loom_graph_simplify(g, &m));
+  CHECK(m && count_op(m, LOOM_OP_SOFTMAX) == 2);
+  CHECK_OK(ctx, loom_graph_decompose(g, &d));
+  if (d) CHECK_OK(ctx, loom_graph_simplify(d, &dm));
+  int32_t marked = 0;
+  for (int32_t k = 0; dm && k < dm->n_nodes; k++) marked += dm->nodes[k].copy == 1;
+  CHECK(dm && count_op(dm, LOOM_OP_EXP) == 2 && marked > 2);
+  float a[12] = {0}, b[12] = {0};
+  run(ctx, g, a, 12);
+  if (dm) run(ctx, dm, b, 12);
+  for (int i = 0; i < 12; i++) CHECK(fabsf(a[i] - b[i]) <= 1e-6f && a[i] > 0);
+  loom_graph_free(dm);
+  loom_graph_free(d);
+  loom_graph_free(m);
+  loom_graph_free(g);
+}
+
 int main(void) {
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx)) return 1;
@@ -71,6 +104,7 @@ int main(void) {
   }
   loom_graph_free(s);
   loom_graph_free(g);
+  test_copy_mark(ctx);
   loom_ctx_free(ctx);
   return loom_test_finish("test_simplify");
 }

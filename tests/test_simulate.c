@@ -473,28 +473,29 @@ static void test_memory_roles(void) {
 }
 
 /* What runs: the session's simplify merges identical nodes of a device's
- * program (simulate_merge.h), and +recompute's copies of the forward read
- * the same values as the forward they copy, so the runtime computes the
- * forward once and keeps its activations (docs/SIMULATOR.md). The
- * simulator times and sizes that program: dp2+recompute charges as many
- * GEMMs as dp2 and peaks about where dp2 does (the same values in
- * another order), though its lowering has a third more GEMMs. */
-static void test_merged_recompute(void) {
+ * program (simulate_merge.h), but +recompute's copies carry their mark
+ * (loom_node.copy) and run again, in the backward. The simulator times and
+ * sizes that program: on a step whose activations outweigh its state
+ * (4 layers, 32 sequences of 64 tokens) dp2+recompute charges about a
+ * forward's worth of GEMMs more than dp2, computes longer and peaks far
+ * lower, its layers' activations dying with the forward. */
+static void test_recompute_kept(void) {
   loom_gpt_config cfg;
   loom_gpt_config_default(&cfg);
   cfg.n_layer = 4;
-  cfg.d_model = 64;
-  cfg.d_ff = 256;
-  cfg.context = 16;
+  cfg.d_model = 32;
+  cfg.n_head = 4;
+  cfg.d_ff = 64;
+  cfg.context = 64;
   loom_gpt_optim opt = {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .seed = 1};
   loom_graph *g = NULL;
   int64_t per_step = 0;
-  CHECK_OK(ctx, loom_gpt_build_train(ctx, &cfg, 8, 16, &opt, &g, &per_step));
+  CHECK_OK(ctx, loom_gpt_build_train(ctx, &cfg, 32, 64, &opt, &g, &per_step));
   if (!g) return;
   loom_cluster c = cluster(8);
   const char *specs[2] = {"dp2", "dp2+recompute"};
   int32_t lowered[2] = {0}, charged[2] = {0};
-  int64_t lowered_peak[2] = {0}, peak[2] = {0};
+  int64_t peak[2] = {0}, activations[2] = {0};
   double compute[2] = {0};
   for (int32_t k = 0; k < 2; k++) {
     loom_plan *p = NULL;
@@ -509,23 +510,26 @@ static void test_merged_recompute(void) {
       lowered[k]++;
       charged[k] += r.events[i].end_s > r.events[i].start_s;
     }
-    lowered_peak[k] = pp->stats[0].peak_bytes;
     peak[k] = r.devices ? r.devices[0].peak_bytes : 0;
+    activations[k] = r.devices ? r.devices[0].at_peak.activations : 0;
     compute[k] = r.devices ? r.devices[0].compute_s : 0;
+    /* the lowering's peak counts what the simulator's does */
+    CHECK(peak[k] <= pp->stats[0].peak_bytes);
     loom_sim_result_free(&r);
     loom_plan_program_free(pp);
     loom_plan_free(p);
   }
-  CHECK(lowered[1] > lowered[0]); /* the plan's intent */
-  CHECK(charged[0] == lowered[0] && charged[1] == charged[0]);
-  /* the same values, in another order */
-  CHECK(peak[0] == lowered_peak[0] && peak[1] <= lowered_peak[1]);
-  CHECK(peak[1] > 0 && fabs((double)peak[1] / (double)peak[0] - 1) < 0.01);
-  CHECK(compute[1] > 0 && fabs(compute[1] / compute[0] - 1) < 0.05);
-  printf("dp2: %d GEMMs, peak %lld, compute %.3f ms; dp2+recompute: %d GEMMs lowered, %d "
-         "charged, peak %lld (lowered %lld), compute %.3f ms\n",
-         (int)lowered[0], (long long)peak[0], compute[0] * 1e3, (int)lowered[1], (int)charged[1],
-         (long long)peak[1], (long long)lowered_peak[1], compute[1] * 1e3);
+  /* every copy runs but those nothing reads (the MLP's output GEMM of a
+   * layer whose sum is the next layer's checkpoint), which the runtime's
+   * dead-code elimination drops as well */
+  CHECK(charged[0] == lowered[0] && charged[1] > charged[0] && charged[1] < lowered[1]);
+  CHECK(compute[0] > 0 && compute[1] > 1.15 * compute[0]);
+  CHECK(peak[1] > 0 && peak[1] < 0.75 * peak[0] && activations[1] < activations[0] / 2);
+  printf("dp2: %d GEMMs, peak %lld (activations %lld), compute %.3f ms; dp2+recompute: %d GEMMs "
+         "of %d lowered, peak %lld (activations %lld), compute %.3f ms\n",
+         (int)charged[0], (long long)peak[0], (long long)activations[0], compute[0] * 1e3,
+         (int)charged[1], (int)lowered[1], (long long)peak[1], (long long)activations[1],
+         compute[1] * 1e3);
   loom_graph_free(g);
 }
 
@@ -711,7 +715,7 @@ int main(void) {
   test_wait_period();
   test_gpt_plans();
   test_memory_roles();
-  test_merged_recompute();
+  test_recompute_kept();
   test_held_unread();
   loom_ctx_free(ctx);
   return loom_test_finish("test_simulate");

@@ -225,6 +225,21 @@ bool loom_attrs_equal(const loom_attr_value *a, const loom_attr_value *b) {
   return true;
 }
 
+uint64_t loom_node_hash(uint64_t h, const loom_node *n) {
+  h = loom_hash_mix(h, (uint64_t)n->op);
+  h = loom_hash_mix(h, (uint64_t)n->copy);
+  return loom_attrs_hash(h, n->attr);
+}
+
+bool loom_node_same_kind(const loom_node *a, const loom_node *b) {
+  return a->op == b->op && a->copy == b->copy && a->n_in == b->n_in && a->n_out == b->n_out &&
+         loom_attrs_equal(a->attr, b->attr);
+}
+
+void loom_graph_mark_copy(loom_graph *g, int32_t from, int32_t copy) {
+  for (int32_t i = from < 0 ? 0 : from; i < g->n_nodes; i++) g->nodes[i].copy = copy;
+}
+
 void loom_attrs_default(loom_op op, loom_attr_value *attrs) {
   memset(attrs, 0, sizeof(loom_attr_value) * LOOM_MAX_ATTRS);
   const loom_op_def *d = loom_op_get(op);
@@ -499,6 +514,7 @@ loom_status loom_graph_copy_node(loom_graph *dst, const loom_graph *src,
   if (n->n_out > LOOM_PART_MAX_IO) out = loom_malloc(dst->ctx, sizeof *out * (size_t)n->n_out);
   loom_status st = out ? loom_graph_add(dst, n->op, n->n_in, in, n->attr, n->n_out, out)
                        : LOOM_STATUS_OUT_OF_MEMORY;
+  if (!st) dst->nodes[dst->n_nodes - 1].copy = n->copy;
   if (in != stack_in) free(in);
   for (int32_t o = 0; o < n->n_out && !st; o++) {
     map[n->out[o]] = out[o];

@@ -51,6 +51,12 @@ typedef struct loom_node {
   int32_t n_in, n_out;
   int32_t *in, *out; /* value ids, owned by the graph */
   loom_attr_value attr[LOOM_MAX_ATTRS];
+  /* 0, or k > 0 for the k-th deliberate recomputation of what another node
+   * computes (a plan's +recompute copy): part of the node's identity, so
+   * common-subexpression elimination keeps it apart from the original.
+   * Copying a node keeps it; a pass that replaces a node with several
+   * marks them all (loom_graph_mark_copy). */
+  int32_t copy;
 } loom_node;
 
 struct loom_graph {
@@ -85,6 +91,13 @@ loom_status loom_graph_add(loom_graph *g, loom_op op, int32_t n_in,
 uint64_t loom_hash_mix(uint64_t h, uint64_t x);
 uint64_t loom_attrs_hash(uint64_t h, const loom_attr_value *attrs);
 bool loom_attrs_equal(const loom_attr_value *a, const loom_attr_value *b);
+/* The rest of that identity besides the inputs: op, attributes and the
+ * recomputation mark (loom_node.copy). loom_node_hash folds it into h. */
+uint64_t loom_node_hash(uint64_t h, const loom_node *n);
+bool loom_node_same_kind(const loom_node *a, const loom_node *b);
+/* Marks nodes [from, n_nodes) of g as recomputation copy `copy` (a pass
+ * that replaced one marked node with these). */
+void loom_graph_mark_copy(loom_graph *g, int32_t from, int32_t copy);
 /* Fills attrs with op's defaults (every slot of LOOM_MAX_ATTRS). */
 void loom_attrs_default(loom_op op, loom_attr_value *attrs);
 /* Converts public named attributes into spec-ordered values. */

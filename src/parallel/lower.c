@@ -343,7 +343,51 @@ static const char *value_name(const loom_graph *g, int32_t v, char *buf, size_t 
   return buf;
 }
 
-static loom_status emit_leaf(lower_walk *w, int32_t node, int32_t s) {
+/* A leaf's part: its device and label ranges, then its place in the list. */
+typedef struct leaf_key {
+  int32_t device, k;
+  const loom_subop_ranges *r;
+} leaf_key;
+
+static bool same_part(const leaf_key *a, const leaf_key *b) {
+  if (a->device != b->device || a->r->n_labels != b->r->n_labels) return false;
+  for (int32_t l = 0; l < a->r->n_labels; l++)
+    if (a->r->lo[l] != b->r->lo[l] || a->r->hi[l] != b->r->hi[l]) return false;
+  return true;
+}
+
+static int cmp_leaf_key(const void *pa, const void *pb) {
+  const leaf_key *a = pa, *b = pb;
+  if (a->device != b->device) return a->device < b->device ? -1 : 1;
+  if (a->r->n_labels != b->r->n_labels) return a->r->n_labels < b->r->n_labels ? -1 : 1;
+  for (int32_t l = 0; l < a->r->n_labels; l++) {
+    if (a->r->lo[l] != b->r->lo[l]) return a->r->lo[l] < b->r->lo[l] ? -1 : 1;
+    if (a->r->hi[l] != b->r->hi[l]) return a->r->hi[l] < b->r->hi[l] ? -1 : 1;
+  }
+  return a->k - b->k;
+}
+
+/* ord[k]: how many of node's leaves before leaf k compute its very part on
+ * its device: 0 for the first, j > 0 for the j-th recomputation (a replica
+ * on the same device, +recompute's copy). The mark (loom_node.copy) keeps
+ * the session's common-subexpression elimination from merging it back.
+ * Sorted, so a node cut for a thousand devices costs no square. */
+static loom_status leaf_ordinals(const lower_walk *w, int32_t node, int32_t *ord) {
+  int32_t n = w->n_leaves[node];
+  leaf_key *keys = loom_malloc(w->ctx, sizeof *keys * (size_t)(n ? n : 1));
+  if (!keys) return LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t k = 0; k < n; k++) {
+    const loom_subop *sub = &w->p->subops[w->leaves[node][k]];
+    keys[k] = (leaf_key){sub->device, k, &sub->r};
+  }
+  qsort(keys, (size_t)n, sizeof *keys, cmp_leaf_key);
+  for (int32_t j = 0; j < n; j++)
+    ord[keys[j].k] = j > 0 && same_part(&keys[j - 1], &keys[j]) ? ord[keys[j - 1].k] + 1 : 0;
+  free(keys);
+  return LOOM_STATUS_OK;
+}
+
+static loom_status emit_leaf(lower_walk *w, int32_t node, int32_t s, int32_t copy) {
   const loom_graph *L = w->L;
   const loom_node *n = &L->nodes[node];
   const loom_plan *p = w->p;
@@ -372,6 +416,7 @@ static loom_status emit_leaf(lower_walk *w, int32_t node, int32_t s) {
     loom_error_prefix(w->ctx, "plan: %s", loom_subop_name(p, s, name, sizeof name));
     return st;
   }
+  w->G->nodes[w->G->n_nodes - 1].copy = copy;
   LOOM_TRY(lower_tag(w, sub->device, s));
   loom_op combine = LOOM_OP_ADD;
   bool partial = loom_subop_is_partial(&p->part[node], p->ext[node], &sub->r, &combine);
@@ -482,18 +527,21 @@ static loom_status walk(lower_walk *w) {
   const loom_graph *L = w->L;
   LOOM_TRY(feed_inputs(w));
   for (int32_t i = 0; i < L->n_inputs; i++) w->resolved[L->inputs[i]] = false;
-  for (int32_t node = 0; node < L->n_nodes; node++) {
+  int32_t most = 1;
+  for (int32_t node = 0; node < L->n_nodes; node++) most = LOOM_MAX(most, w->n_leaves[node]);
+  int32_t *ord = loom_malloc(w->ctx, sizeof *ord * (size_t)most);
+  loom_status st = ord ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
+  for (int32_t node = 0; !st && node < L->n_nodes; node++) {
     const loom_node *n = &L->nodes[node];
-    loom_status st;
-    if (sum_of_partials(w, node, &st)) {
-      LOOM_TRY(st);
-      continue;
-    }
-    for (int32_t i = 0; i < n->n_in; i++) LOOM_TRY(resolve(w, n->in[i]));
-    for (int32_t k = 0; k < w->n_leaves[node]; k++) LOOM_TRY(emit_leaf(w, node, w->leaves[node][k]));
+    if (sum_of_partials(w, node, &st)) continue;
+    for (int32_t i = 0; !st && i < n->n_in; i++) st = resolve(w, n->in[i]);
+    if (!st) st = leaf_ordinals(w, node, ord);
+    for (int32_t k = 0; !st && k < w->n_leaves[node]; k++)
+      st = emit_leaf(w, node, w->leaves[node][k], ord[k]);
   }
-  for (int32_t o = 0; o < L->n_outputs; o++) LOOM_TRY(resolve(w, L->outputs[o]));
-  return LOOM_STATUS_OK;
+  free(ord);
+  for (int32_t o = 0; !st && o < L->n_outputs; o++) st = resolve(w, L->outputs[o]);
+  return st;
 }
 
 /* The graph's outputs: each device's pieces (pp->outs) and, for the

@@ -103,6 +103,7 @@ loom_status loom_plan_device_graph(const loom_plan_program *pp, int32_t d, loom_
       if (!ins || !outv) st = LOOM_STATUS_OUT_OF_MEMORY;
       for (int32_t k = 0; !st && k < n->n_in; k++) ins[k] = map[n->in[k]];
       if (!st) st = loom_graph_add(g, n->op, n->n_in, ins, n->attr, n->n_out, outv);
+      if (!st) g->nodes[g->n_nodes - 1].copy = n->copy;
       for (int32_t o = 0; !st && o < n->n_out; o++) map[n->out[o]] = outv[o];
       if (ins != in) free(ins);
       if (outv != out_stack) free(outv);

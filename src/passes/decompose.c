@@ -77,8 +77,10 @@ static loom_status decompose_once(const loom_graph *src, bool keep_grad, loom_gr
   loom_status st = LOOM_STATUS_OK;
   for (int32_t i = 0; i < src->n_nodes && !st; i++) {
     const loom_node *n = &src->nodes[i];
+    int32_t first = dst->n_nodes;
     st = lowered(n->op, keep_grad) ? lower_node(dst, src, n, map)
                                    : loom_graph_copy_node(dst, src, n, map);
+    if (!st && n->copy) loom_graph_mark_copy(dst, first, n->copy); /* its parts are copies too */
   }
   if (!st) st = loom_graph_finish_copy(dst, src, map);
   free(map);

@@ -9,7 +9,10 @@
  * whose mask depends only on (seed, offset, base) — so identical nodes
  * compute identical values and may be merged. Comm ops are the exception:
  * a peer waits for each one, so every comm node is kept (live even when
- * nothing reads it) and never merged with an equal one.
+ * nothing reads it) and never merged with an equal one. So is a node
+ * marked as a recomputation (loom_node.copy, a plan's +recompute): its
+ * mark is part of its identity, so it stays apart from the original it
+ * repeats, and the original's result can die before the copy runs.
  */
 #include "passes/simplify.h"
 
@@ -20,17 +23,17 @@
 
 /* Hash of a node of dst with inputs already mapped into dst. */
 static uint64_t node_hash(const loom_node *n, const int32_t *in) {
-  uint64_t h = loom_hash_mix(0, (uint64_t)n->op);
+  uint64_t h = 0;
   for (int32_t i = 0; i < n->n_in; i++) h = loom_hash_mix(h, (uint64_t)in[i]);
-  return loom_attrs_hash(h, n->attr);
+  return loom_node_hash(h, n);
 }
 
 /* True if dst node m computes what src node n would with inputs `in`. */
 static bool same_node(const loom_node *m, const loom_node *n, const int32_t *in) {
-  if (m->op != n->op || m->n_in != n->n_in || m->n_out != n->n_out) return false;
+  if (!loom_node_same_kind(m, n)) return false;
   for (int32_t i = 0; i < n->n_in; i++)
     if (m->in[i] != in[i]) return false;
-  return loom_attrs_equal(m->attr, n->attr);
+  return true;
 }
 
 /* Marks the nodes some graph output depends on. */
