@@ -13,6 +13,7 @@
 
 #include "ir/graph.h"
 #include "passes/attention.h"
+#include "runtime/cpu/flash_attention.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -278,11 +279,62 @@ static void test_bad_bias(void) {
   }
 }
 
+/* The two tile sets (plain C, AVX-512F where the CPU has it) on the bias
+ * layouts their bias tiles treat apart: one row for every query (a
+ * padding mask), a row per query (a learned bias), gathered rows (the
+ * bias read transposed), one value per query (column stride 0); with
+ * causal and dropout. The plain set is checked against the AVX-512 set,
+ * which the session cases above check against the reference. */
+static void test_kernel_sets(void) {
+  if (!loom_flash_attn_impl_supported(LOOM_FLASH_ATTN_IMPL_AVX512)) return;
+  enum { BH = 6, Q = 33, K = 70, DD = 16, DW = 8 };
+  static float q[BH * Q * DD], k[BH * K * DD], v[BH * K * DW], bias[BH * Q * K], d_o[BH * Q * DW];
+  loom_test_rng rng = {4242};
+  float *all[5] = {q, k, v, bias, d_o};
+  int64_t sizes[5] = {BH * Q * DD, BH * K * DD, BH * K * DW, BH * Q * K, BH * Q * DW};
+  for (int t = 0; t < 5; t++)
+    for (int64_t e = 0; e < sizes[t]; e++) all[t][e] = (float)loom_test_uniform(&rng, -1, 1);
+  /* lead stride, row stride, column stride */
+  static const int64_t layouts[4][3] = {{K, 0, 1}, {Q * K, K, 1}, {Q * K, 1, Q}, {Q, 1, 0}};
+  for (int l = 0; l < 4; l++) {
+    float *res[2][6];
+    for (int impl = 0; impl < 2; impl++) {
+      loom_flash_attn a = {.bh = BH, .sq = Q, .sk = K, .d = DD, .dv = DW, .q = q, .k = k, .v = v,
+                           .scale = 0.25, .causal = true, .p = 0.1, .seed = 3, .j0 = 17,
+                           .bias = bias, .bias_col = layouts[l][2],
+                           .impl = impl ? LOOM_FLASH_ATTN_IMPL_AVX512 : LOOM_FLASH_ATTN_IMPL_PORTABLE};
+      a.bias_at.n_lead = 1;
+      a.bias_at.lead[0] = BH;
+      a.bias_at.stride[0] = layouts[l][0];
+      a.bias_at.row = layouts[l][1];
+      int64_t n[6] = {BH * Q * DW, BH * Q, BH * Q * DD, BH * K * DD, BH * K * DW, BH * Q * K};
+      for (int t = 0; t < 6; t++) res[impl][t] = calloc((size_t)n[t], sizeof(float));
+      a.dbias = res[impl][5];
+      CHECK_OK(ctx, loom_flash_attn_fwd(ctx, 2, &a, res[impl][0], res[impl][1]));
+      CHECK_OK(ctx, loom_flash_attn_bwd(ctx, 2, &a, res[impl][0], res[impl][1], d_o, res[impl][2],
+                                        res[impl][3], res[impl][4]));
+      if (impl == 0) continue;
+      double worst = 0;
+      for (int t = 0; t < 6; t++)
+        for (int64_t e = 0; e < n[t]; e++) {
+          double x = res[0][t][e], y = res[1][t][e];
+          double err = fabs(x - y) / (1 + fabs(y));
+          if (err > worst || isnan(err)) worst = isnan(x) == isnan(y) && isnan(x) ? worst : err;
+        }
+      CHECK(worst <= 1e-5);
+      if (!(worst <= 1e-5)) fprintf(stderr, "  bias layout %d: plain C against AVX-512 %g\n", l, worst);
+    }
+    for (int impl = 0; impl < 2; impl++)
+      for (int t = 0; t < 6; t++) free(res[impl][t]);
+  }
+}
+
 int main(void) {
   CHECK_OK(NULL, loom_ctx_new(&ctx));
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
     for (int causal = 0; causal < 2; causal++)
       for (int drop = 0; drop < 2; drop++) test_case(&cases[c], causal, drop ? 0.2 : 0.0);
+  test_kernel_sets();
   test_finite_differences();
   test_primitive_padding_mask();
   test_bad_bias();
