@@ -73,9 +73,9 @@ static bool is_scores(const loom_graph *g, const int32_t *uses, const loom_node 
  * -1)), v), every intermediate used once, c a rank-0 constant, b any
  * tensor of the scores' dtype that broadcasts to them (a padding mask, a
  * position bias: flash attention's bias, on either side of the add);
- * marks the intermediate nodes in skip. (A causal mask written as
- * primitives is matched as a bias: the composite carries the cheaper
- * form.) */
+ * marks the intermediate nodes in skip. (An additive causal mask written
+ * as primitives is matched as a bias, a select of -inf is not matched;
+ * the composite's causal flag is the cheaper form.) */
 static bool match_primitives(const loom_graph *g, const int32_t *uses, const loom_node *y,
                              bool with_bias, uint8_t *skip, sdpa *a) {
   if (y->op != LOOM_OP_MATMUL || LOOM_ATTR_I(y, matmul, trans_a) ||
