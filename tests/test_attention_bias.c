@@ -7,11 +7,14 @@
  * decomposition on the reference backend: outputs and the gradients of
  * q, k, v and the bias. The learned bias's gradient is also checked by
  * finite differences, the attention pass's primitive form (scores + bias
- * from a padding mask) is recognised, and a bias that does not broadcast
- * is a clear error. */
+ * from a padding mask) is recognised, heads split from a projection run
+ * with q, k, v read in place beside the bias (its gradient dropped when
+ * nothing reads it), and a bias that does not broadcast is a clear
+ * error. */
 #include "common.h"
 
 #include "ir/graph.h"
+#include "ops/op.h"
 #include "passes/attention.h"
 #include "runtime/cpu/flash_attention.h"
 
@@ -260,6 +263,80 @@ static void test_primitive_padding_mask(void) {
   loom_graph_free(g);
 }
 
+/* Heads split from a projection (reshape, transpose): the cpu backend's
+ * view fold reads q, k, v and writes o in place, with the learned bias
+ * beside them and its gradient kept (a padding bias's dropped); the
+ * results are the reference's. */
+static void test_views(void) {
+  for (int learned = 0; learned < 2; learned++) {
+    char text[2048];
+    snprintf(text, sizeof text,
+             "input %%x : f32[2, 24, 32]\n"
+             "input %%w : f32[32, 96]\n"
+             "input %%rb : f32[%s]\n"
+             "input %%dy : f32[2, 24, 32]\n"
+             "%%p = matmul(%%x, %%w)\n"
+             "%%p5 = reshape(%%p, shape=[2, 24, 3, 4, 8])\n"
+             "%%t = transpose(%%p5, perm=[2, 0, 3, 1, 4])\n"
+             "%%q = slice(%%t, starts=[0, 0, 0, 0, 0], ends=[1, 2, 4, 24, 8])\n"
+             "%%k = slice(%%t, starts=[1, 0, 0, 0, 0], ends=[2, 2, 4, 24, 8])\n"
+             "%%v = slice(%%t, starts=[2, 0, 0, 0, 0], ends=[3, 2, 4, 24, 8])\n"
+             "%%q4 = reshape(%%q, shape=[2, 4, 24, 8])\n"
+             "%%k4 = reshape(%%k, shape=[2, 4, 24, 8])\n"
+             "%%v4 = reshape(%%v, shape=[2, 4, 24, 8])\n"
+             "%%a = attention(%%q4, %%k4, %%v4, %%rb, causal=true, bias=true)\n"
+             "%%at = transpose(%%a, perm=[0, 2, 1, 3])\n"
+             "%%y = reshape(%%at, shape=[2, 24, 32])\n"
+             "%%yd = mul(%%y, %%dy)\n"
+             "%%obj = reduce_sum(%%yd)\n"
+             "output y = %%y\n",
+             learned ? "4, 24, 24" : "2, 1, 1, 24");
+    loom_graph *g = NULL;
+    CHECK_OK(ctx, loom_graph_parse(ctx, text, &g));
+    if (!g) continue;
+    loom_graph *f = NULL;
+    int32_t n = 0;
+    CHECK_OK(ctx, loom_graph_fuse_attention(g, LOOM_RNG_FUSED, NULL, &f, &n));
+    CHECK(n == 1);
+    loom_graph_free(g);
+    if (!f) continue;
+    loom_value obj = -1, grads[3];
+    for (int32_t i = 0; i < f->n_nodes; i++)
+      if (f->nodes[i].op == LOOM_OP_REDUCE_SUM) obj = f->nodes[i].out[0];
+    int32_t n_wrt = learned ? 3 : 2, n_out = 1 + n_wrt;
+    CHECK_OK(ctx, loom_graph_grad(f, obj, n_wrt, (loom_value[]){f->inputs[0], f->inputs[1], f->inputs[2]},
+                                  grads));
+    static const char *const names[3] = {"dx", "dw", "drb"};
+    for (int i = 0; i < n_wrt; i++) CHECK_OK(ctx, loom_graph_output(f, names[i], grads[i]));
+    loom_graph *folded = NULL; /* what the cpu backend runs */
+    CHECK_OK(ctx, loom_graph_fold_attention_views(f, &folded, &n));
+    for (int32_t i = 0; folded && i < folded->n_nodes; i++) {
+      const loom_node *nd = &folded->nodes[i];
+      if (nd->op != LOOM_OP_FLASH_ATTENTION && nd->op != LOOM_OP_FLASH_ATTENTION_GRAD) continue;
+      CHECK(LOOM_ATTR_INTS(nd, flash_attention, dims).n == 6); /* q, k, v read in place */
+      /* no bias gradient for the padding bias: dq, dk, dv placed in one output */
+      if (nd->op == LOOM_OP_FLASH_ATTENTION_GRAD) CHECK(nd->n_out == (learned ? 4 : 1));
+    }
+    loom_graph_free(folded);
+    loom_tensor **in = loom_test_uniform_inputs(ctx, f, 21 + (uint64_t)learned);
+    if (in && !learned) { /* a padding bias: 0 or -inf */
+      float *b = loom_tensor_data(in[2]);
+      for (int j = 0; j < 48; j++) b[j] = j % 24 >= 20 - 4 * (j / 24) ? -INFINITY : 0.0f;
+    }
+    loom_tensor **want = in ? loom_test_run(ctx, f, &LOOM_SESSION_OPTIONS(.backend = "ref"), in) : NULL;
+    loom_tensor **got = in ? loom_test_run(ctx, f, &LOOM_SESSION_OPTIONS(.backend = "cpu"), in) : NULL;
+    for (int t = 0; want && got && t < n_out; t++) {
+      double err = error(got[t], want[t]);
+      CHECK(err <= 5e-5);
+      if (!(err <= 5e-5)) fprintf(stderr, "  views, learned %d: output %d error %g\n", learned, t, err);
+    }
+    loom_test_free_tensors(want, n_out);
+    loom_test_free_tensors(got, n_out);
+    loom_test_free_tensors(in, 4);
+    loom_graph_free(f);
+  }
+}
+
 /* A bias that does not broadcast to the scores, or of another dtype, is
  * an error that says so. */
 static void test_bad_bias(void) {
@@ -337,6 +414,7 @@ int main(void) {
   test_kernel_sets();
   test_finite_differences();
   test_primitive_padding_mask();
+  test_views();
   test_bad_bias();
   loom_ctx_free(ctx);
   return loom_test_finish("test_attention_bias");
