@@ -314,8 +314,8 @@ static void test_views(void) {
       const loom_node *nd = &folded->nodes[i];
       if (nd->op != LOOM_OP_FLASH_ATTENTION && nd->op != LOOM_OP_FLASH_ATTENTION_GRAD) continue;
       CHECK(LOOM_ATTR_INTS(nd, flash_attention, dims).n == 6); /* q, k, v read in place */
-      /* no bias gradient for the padding bias: dq, dk, dv placed in one output */
-      if (nd->op == LOOM_OP_FLASH_ATTENTION_GRAD) CHECK(nd->n_out == (learned ? 4 : 1));
+      /* dq, dk, dv placed in one output, then the learned bias's gradient */
+      if (nd->op == LOOM_OP_FLASH_ATTENTION_GRAD) CHECK(nd->n_out == (learned ? 2 : 1));
     }
     loom_graph_free(folded);
     loom_tensor **in = loom_test_uniform_inputs(ctx, f, 21 + (uint64_t)learned);

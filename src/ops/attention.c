@@ -166,27 +166,21 @@ static loom_status infer_flash(loom_ctx *ctx, const loom_node *n, const loom_typ
  * tensor of out_shape holding all three. */
 static loom_status grad_outputs(loom_ctx *ctx, const loom_node *n, const loom_type *in,
                                 const loom_type *lt, loom_type *out) {
-  int32_t placed = 0, bias = loom_attention_bias_input(n);
-  if (bias >= 0 && n->n_out == 4) { /* dq, dk, dv and dbias, of the bias's type */
-    for (int32_t w = LOOM_FLASH_DQ; w < LOOM_FLASH_ALL; w++)
-      if (loom_flash_view_of(n, w).strided)
-        return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                          "dq_at, dk_at, dv_at do not go with the bias gradient output");
-    for (int32_t w = 0; w < 3; w++) out[w] = lt[LOOM_FLASH_DQ + w];
-    out[3] = in[bias];
-    return LOOM_STATUS_OK;
-  }
+  int32_t placed = 0, db = loom_flash_dbias_output(n);
+  if (db >= 0) out[db] = in[loom_attention_bias_input(n)]; /* the bias gradient, last */
+  const int32_t n_out = n->n_out - (db >= 0);
   for (int32_t w = LOOM_FLASH_DQ; w < LOOM_FLASH_ALL; w++) placed += loom_flash_view_of(n, w).strided;
   const loom_ints *os = &LOOM_ATTR_INTS(n, flash_attention, out_shape);
   if (placed == 0) {
-    if (n->n_out != 3 || os->n > 0)
+    if (n_out != 3 || os->n > 0)
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                        "flash_attention_grad has 3 outputs (dq, dk, dv) and no 'out_shape' "
-                        "unless dq_at, dk_at and dv_at place them in one");
+                        "flash_attention_grad has 3 outputs (dq, dk, dv; with a bias maybe "
+                        "its gradient last) and no 'out_shape' unless dq_at, dk_at and dv_at "
+                        "place them in one");
     for (int32_t w = 0; w < 3; w++) out[w] = lt[LOOM_FLASH_DQ + w];
     return LOOM_STATUS_OK;
   }
-  if (placed != 3 || n->n_out != 1 || os->n == 0)
+  if (placed != 3 || n_out != 1 || os->n == 0)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "dq_at, dk_at and dv_at place dq, dk, dv in the one output of 'out_shape': "
                       "all three, one output");
@@ -373,6 +367,7 @@ static loom_status ref_strided(loom_ctx *ctx, const loom_node *n, const loom_vie
   loom_view vin[LOOM_PART_MAX_IO], vout[4];
   for (int32_t i = 0; i < n->n_in; i++) it[i] = type_of(&in[i]), vin[i] = in[i];
   for (int32_t o = 0; o < n->n_out; o++) vout[o] = out[o];
+  if (loom_flash_dbias_output(n) >= 0) vout[3] = out[loom_flash_dbias_output(n)];
   loom_flash_logical_types(n, it, lt);
   void *buf[LOOM_FLASH_ALL] = {NULL};
   loom_status st = LOOM_STATUS_OK;
@@ -449,7 +444,8 @@ static loom_status ref_flash_grad_plain(loom_ctx *ctx, const loom_node *n, const
   int64_t nk = m->bh * m->sk * m->d, nv = m->bh * m->sk * m->dv;
   double *s = malloc(sizeof *s * (size_t)(m->sk + 1));
   double *dk = calloc((size_t)(nk + 1), sizeof *dk), *dv = calloc((size_t)(nv + 1), sizeof *dv);
-  int64_t nb = n->n_out == 4 ? loom_view_numel(&out[3]) : 0; /* the bias gradient */
+  /* the bias gradient: out[3] here (ref_strided puts it there) */
+  int64_t nb = loom_flash_dbias_output(n) >= 0 ? loom_view_numel(&out[3]) : 0;
   double *db = calloc((size_t)(nb + 1), sizeof *db);
   if (!s || !dk || !dv || !db) {
     free(s);

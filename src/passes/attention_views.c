@@ -499,10 +499,10 @@ loom_status loom_graph_fold_attention_views(const loom_graph *g, loom_graph **ou
     int32_t y = -1, z = -1, n_out = n->n_out;
     bool fwd = n->op == LOOM_OP_FLASH_ATTENTION;
     /* a bias gradient nothing reads (the bias needs none) is not made */
-    bool drop_db = !fwd && n_out == 4 && unread(g, uses, n->out[3]);
-    if (drop_db) n_out = 3;
+    bool has_db = !fwd && n_out == 4, drop_db = has_db && unread(g, uses, n->out[3]);
+    if (drop_db) n_out = 3, has_db = false;
     loom_ints dats[3];
-    if (!fwd && n_out == 3 && grad_fold(g, uses, sole, n->out, s, w, &z, dats, skip)) {
+    if (!fwd && grad_fold(g, uses, sole, n->out, s, w, &z, dats, skip)) {
       /* dq, dk, dv ([..., Sq, D], [..., Sk, D], [..., Sk, Dv]) into z */
       const loom_type *zt = loom_value_type(g, z);
       loom_ints *os = &LOOM_ATTRV_INTS(a, flash_attention, out_shape);
@@ -511,7 +511,7 @@ loom_status loom_graph_fold_attention_views(const loom_graph *g, loom_graph **ou
       LOOM_ATTRV_INTS(a, flash_attention, dq_at) = dats[0];
       LOOM_ATTRV_INTS(a, flash_attention, dk_at) = dats[1];
       LOOM_ATTRV_INTS(a, flash_attention, dv_at) = dats[2];
-      n_out = 1;
+      n_out = has_db ? 2 : 1; /* the bias gradient stays an output of its own, last */
       nf++;
     }
     if (fwd && fold_output(g, uses, user, n->out[0], s[0], w[2], &y, at_slot(a, LOOM_FLASH_O), skip)) {
@@ -558,7 +558,8 @@ loom_status loom_graph_fold_attention_views(const loom_graph *g, loom_graph **ou
     if (bias >= 0) in[n_in++] = in[bias];
     lb_op_multi(dst, n->op, n_in, in, a, n_out, outs);
     st = loom_build_status(dst);
-    for (int32_t o = 0; o < n_out && !st; o++) map[n->out[o]] = outs[o];
+    for (int32_t o = 0; o < (z >= 0 ? 1 : n_out) && !st; o++) map[n->out[o]] = outs[o];
+    if (!st && z >= 0 && has_db) map[n->out[3]] = outs[1];
     if (!st && y >= 0) map[y] = outs[0];
     if (!st && z >= 0) map[z] = outs[0];
     if (!st && n_folded) (*n_folded)++;

@@ -112,11 +112,13 @@ static loom_status k_flash_grad(const loom_cpu *c, const loom_node *n, const loo
   const float *o = place(n, LOOM_FLASH_O, in[3].data, &a.at[LOOM_FA_O]);
   const float *d_o = place(n, LOOM_FLASH_DO, in[5].data, &a.at[LOOM_FA_DO]);
   float *d[3]; /* dq, dk, dv: three outputs, or places in one */
+  const bool placed = loom_flash_view_of(n, LOOM_FLASH_DQ).strided;
   for (int32_t w = 0; w < 3; w++)
-    d[w] = place(n, LOOM_FLASH_DQ + w, out[n->n_out == 1 ? 0 : w].data, &a.at[LOOM_FA_DQ + w]);
-  if (n->n_out == 4) { /* the bias gradient, summed into */
-    a.dbias = out[3].data;
-    memset(out[3].data, 0, (size_t)loom_view_numel(&out[3]) * sizeof(float));
+    d[w] = place(n, LOOM_FLASH_DQ + w, out[placed ? 0 : w].data, &a.at[LOOM_FA_DQ + w]);
+  const int32_t db = loom_flash_dbias_output(n);
+  if (db >= 0) { /* the bias gradient, summed into */
+    a.dbias = out[db].data;
+    memset(out[db].data, 0, (size_t)loom_view_numel(&out[db]) * sizeof(float));
   }
   return loom_flash_attn_bwd(c->ctx, c->nt, &a, o, in[4].data, d_o, d[0], d[1], d[2]);
 }
