@@ -522,22 +522,36 @@ static void grad_flash(loom_graph *g, const loom_node *n, const int32_t *dout, i
  * result that has them; Sq, Sk, D whole. A sub-op draws its piece of the
  * logical probabilities through whole/at (sub_attrs below). With a mask
  * input (an RNG placement, made after the plan) the bits are the node's
- * own, flat: replicate only. The attention composite shares both. */
+ * own, flat: replicate only. A bias carries the label of each leading dim
+ * it has in full (a dim it repeats along stays whole: every sub-op reads
+ * it all); its gradient, which sums over those dims, would be partial, so
+ * a backward with one splits only when the bias has every leading dim.
+ * The attention composite shares both. */
 void loom_partition_attention(const loom_node *n, const loom_type *in, const loom_type *out,
                               loom_partition *p) {
   int32_t n_float_in = n->op == LOOM_OP_FLASH_ATTENTION_GRAD ? 6 : 3, n_out = n->n_out;
+  int32_t bias = loom_attention_bias_input(n), db = loom_flash_dbias_output(n);
   loom_partition_init(p, n->n_in, n_out);
   for (int32_t i = 0; i < n->n_in; i++)
     for (int32_t d = 0; d < in[i].rank; d++) p->in[i][d] = -1;
   for (int32_t o = 0; o < n_out; o++)
     for (int32_t d = 0; d < out[o].rank; d++) p->out[o][d] = -1;
   /* strided operands (a cpu program's own form): replicated */
-  if (n->n_in > n_float_in + 1 || loom_flash_has_views(n) || loom_attention_bias_input(n) >= 0)
-    return;
-  for (int32_t d = 0; d < in[0].rank - 2; d++) {
+  if (loom_attention_core_inputs(n) > n_float_in + 1 || loom_flash_has_views(n)) return;
+  const int32_t lead = in[0].rank - 2, skip = bias >= 0 ? in[0].rank - in[bias].rank : 0;
+  bool full = true; /* the bias has every leading dim */
+  for (int32_t d = 0; bias >= 0 && d < lead; d++)
+    full = full && d >= skip && in[bias].shape[d - skip] == in[0].shape[d];
+  if (db >= 0 && !full) return;
+  for (int32_t d = 0; d < lead; d++) {
     int32_t l = loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
     for (int32_t i = 0; i < n_float_in; i++) p->in[i][d] = (int8_t)l;
-    for (int32_t o = 0; o < n_out; o++) p->out[o][d] = (int8_t)l;
+    for (int32_t o = 0; o < n_out; o++)
+      if (o != db) p->out[o][d] = (int8_t)l;
+    if (bias >= 0 && d >= skip && in[bias].shape[d - skip] == in[0].shape[d]) {
+      p->in[bias][d - skip] = (int8_t)l;
+      if (db >= 0) p->out[db][d - skip] = (int8_t)l;
+    }
   }
 }
 
