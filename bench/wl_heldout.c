@@ -289,3 +289,34 @@ const heldout_spec loom_bench_heldout_llama = {
     "%yd = mul(%y, %dy)\n"
     "%obj = reduce_sum(%yd)\n"
     "output objective = %obj\n"};
+
+/* A T5-style attention sublayer, forward + backward to x, the projections
+ * and the learned relative-position bias [H, T, T] (added to the scaled
+ * scores: flash attention's bias, whose gradient the backward sums over
+ * the batch), with a residual. */
+const heldout_spec loom_bench_heldout_relbias = {
+    "B=2 T=256 D=512 H=8 E=64", "B=1 T=8 D=16 H=2 E=8", NULL, 6, {0, 1, 2, 3, 4, 5},
+    "input %x : f32[$B, $T, $D]\n"
+    "param %wq : f32[$D, $D]\n"
+    "param %wk : f32[$D, $D]\n"
+    "param %wv : f32[$D, $D]\n"
+    "param %wo : f32[$D, $D]\n"
+    "param %rb : f32[$H, $T, $T]\n"
+    "input %dy : f32[$B, $T, $D]\n"
+    "%q = linear(%x, %wq)\n"
+    "%k = linear(%x, %wk)\n"
+    "%v = linear(%x, %wv)\n"
+    "%q4 = reshape(%q, shape=[$B, $T, $H, $E])\n"
+    "%k4 = reshape(%k, shape=[$B, $T, $H, $E])\n"
+    "%v4 = reshape(%v, shape=[$B, $T, $H, $E])\n"
+    "%qh = transpose(%q4, perm=[0, 2, 1, 3])\n"
+    "%kh = transpose(%k4, perm=[0, 2, 1, 3])\n"
+    "%vh = transpose(%v4, perm=[0, 2, 1, 3])\n"
+    "%att = attention(%qh, %kh, %vh, %rb, bias=true)\n"
+    "%at = transpose(%att, perm=[0, 2, 1, 3])\n"
+    "%am = reshape(%at, shape=[$B, $T, $D])\n"
+    "%o = linear(%am, %wo)\n"
+    "%y = add(%x, %o)\n"
+    "%yd = mul(%y, %dy)\n"
+    "%obj = reduce_sum(%yd)\n"
+    "output objective = %obj\n"};

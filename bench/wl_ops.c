@@ -307,6 +307,8 @@ static const loom_bench_workload workloads[] = {
      "inputs+outputs", false, loom_bench_build_heldout, &loom_bench_heldout_convnext},
     {"llama_block", "held-out, text IR: Llama-style block (RMSNorm, rotary from slice/neg/concat, causal attention, SwiGLU), fwd + bwd",
      "inputs+outputs", false, loom_bench_build_heldout, &loom_bench_heldout_llama},
+    {"relbias_attention", "held-out, text IR: T5-style attention with a learned [H, T, T] position bias, fwd + bwd",
+     "inputs+outputs", false, loom_bench_build_heldout, &loom_bench_heldout_relbias},
     {"bert_layer", "BERT-base encoder layer forward (post-LN, GELU erf)", "inputs+outputs", false,
      loom_bench_build_bert, NULL},
     {"gpt2_block", "GPT-2-small block forward + backward (pre-LN, causal, GELU tanh, dropout 0.1)",

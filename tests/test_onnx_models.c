@@ -479,9 +479,12 @@ static int first_matmul_rank(const pbw *model) {
  * transpose from k's [1, 6, 2, 4] layout, as PyTorch writes
  * k.view(b, t, h, d).permute(0, 2, 1, 3).transpose(-1, -2), or (keyperm
  * 2) k as [2, 6, 4], transposed and reshaped back, as torch.export does. The import
- * makes the attention op for causal masks and masks keeping everything
- * (fill <= -1e9 where it drops something), and not for others; every variant matches the
- * definition computed here. */
+ * makes the attention op for every additive mask (causal or keeping
+ * everything: the causal flag or nothing; any other: an additive bias)
+ * and every Where of fill <= -1e9 (the bias where(mask, 0, fill) for a
+ * mask neither causal nor keeping all), not for a Where of a higher fill
+ * (not the same as adding it); every variant matches the definition
+ * computed here. */
 enum { MASK_LOWER, MASK_UPPER, MASK_NONE, MASK_ABSENT };
 static void test_causal_attention(void) {
   static const struct {
@@ -489,14 +492,14 @@ static void test_causal_attention(void) {
     float fill;
     int attention;
   } cases[] = {{MASK_LOWER, 0, 0, 0, -1e9f, 1},     {MASK_LOWER, 0, 0, 0, -INFINITY, 1},
-               {MASK_LOWER, 0, 0, 0, -1e4f, 0},     {MASK_UPPER, 0, 0, 0, -1e9f, 0},
-               {MASK_LOWER, 1, 0, 0, -INFINITY, 1}, {MASK_LOWER, 1, 0, 0, -1e4f, 0},
-               {MASK_UPPER, 1, 0, 0, -INFINITY, 0}, {MASK_LOWER, 0, 1, 0, -1e9f, 1},
+               {MASK_LOWER, 0, 0, 0, -1e4f, 0},     {MASK_UPPER, 0, 0, 0, -1e9f, 1},
+               {MASK_LOWER, 1, 0, 0, -INFINITY, 1}, {MASK_LOWER, 1, 0, 0, -1e4f, 1},
+               {MASK_UPPER, 1, 0, 0, -INFINITY, 1}, {MASK_LOWER, 0, 1, 0, -1e9f, 1},
                {MASK_LOWER, 1, 1, 0, -3.4e38f, 1},  {MASK_LOWER, 0, 0, 1, -3.4e38f, 1},
                {MASK_LOWER, 1, 1, 1, -INFINITY, 1}, {MASK_NONE, 1, 0, 0, -3.4e38f, 1},
                {MASK_NONE, 1, 0, 1, -3.4e38f, 1},   {MASK_NONE, 0, 1, 1, -3.4e38f, 1},
-               {MASK_NONE, 0, 0, 0, -1e4f, 1},      {MASK_UPPER, 1, 0, 1, -INFINITY, 0},
-               {MASK_LOWER, 1, 1, 2, -INFINITY, 1},  {MASK_UPPER, 0, 0, 2, -1e9f, 0},
+               {MASK_NONE, 0, 0, 0, -1e4f, 1},      {MASK_UPPER, 1, 0, 1, -INFINITY, 1},
+               {MASK_LOWER, 1, 1, 2, -INFINITY, 1},  {MASK_UPPER, 0, 0, 2, -1e9f, 1},
                {MASK_ABSENT, 0, 0, 1, 0, 1},        {MASK_ABSENT, 0, 1, 2, 0, 1}};
   enum { N = 6, DK = 4, HS = 2 };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -589,6 +592,89 @@ static void test_causal_attention(void) {
     run_and_compare(what, &m, "x", 4, (int64_t[]){1, HS, N, DK}, x, want, HS * N * DK, 0);
     free(m.p);
   }
+}
+
+/* BERT's padding mask known only at run time, as Hugging Face exports
+ * it: mask i64 [1, N] an input, (1 - float(mask[:, None, None, :])) *
+ * -10000 added to the scaled scores q k^T * 0.5 (x [1, 2, N, 4] as q, k =
+ * 0.5 x, v = -x). The import makes one attention op with that additive
+ * bias (flash attention in the session), and the results are the
+ * definition's computed here, with the last three keys padded. */
+static void test_padding_mask_attention(void) {
+  enum { N = 6, DK = 4, HS = 2 };
+  gw w = {0};
+  pbw v = onnxw_value("x", 1, 4, (int64_t[]){1, HS, N, DK}, NULL);
+  pbw_msg(&w.g, 11, &v);
+  v = onnxw_value("mask", 7, 2, (int64_t[]){1, N}, NULL);
+  pbw_msg(&w.g, 11, &v);
+  const char *k = op2(&w, "Mul", "x", scalar_f(&w, 0.5f)), *vv = op1(&w, "Neg", "x");
+  pbw perm = onnxw_attr_ints("perm", 4, (int64_t[]){0, 1, 3, 2});
+  const char *kt = node(&w, "Transpose", 1, &k, &perm, 1);
+  const char *sc = op2(&w, "Mul", op2(&w, "MatMul", "x", kt), scalar_f(&w, 0.5f));
+  const char *m4 = op2(&w, "Unsqueeze", "mask", ints(&w, 2, (int64_t[]){1, 2}));
+  pbw to = onnxw_attr_int("to", 1);
+  const char *mf = node(&w, "Cast", 1, &m4, &to, 1);
+  const char *ext = op2(&w, "Mul", op2(&w, "Sub", scalar_f(&w, 1.0f), mf), scalar_f(&w, -10000.0f));
+  const char *masked = op2(&w, "Add", sc, ext);
+  pbw ax = onnxw_attr_int("axis", -1);
+  const char *pr = node(&w, "Softmax", 1, &masked, &ax, 1);
+  const char *mm[2] = {pr, vv};
+  pbw o = onnxw_node("MatMul", "att", 2, mm, 1, (const char *[]){"y"});
+  pbw_msg(&w.g, 1, &o);
+  v = onnxw_value("y", 1, 4, (int64_t[]){1, HS, N, DK}, NULL);
+  pbw_msg(&w.g, 12, &v);
+  pbw model = onnxw_model(&w.g, 17);
+  CHECK(count_op(&model, LOOM_OP_ATTENTION) == 1);
+  float x[HS * N * DK], want[HS * N * DK];
+  int64_t mask[N] = {1, 1, 1, 0, 0, 0};
+  for (int i = 0; i < HS * N * DK; i++) x[i] = (float)loom_test_uniform(&rng, -2, 2);
+  for (int h = 0; h < HS; h++)
+    for (int i = 0; i < N; i++) {
+      const float *xh = x + h * N * DK;
+      double s[N], mx = -INFINITY, sum = 0;
+      for (int j = 0; j < N; j++) {
+        double d = 0;
+        for (int e = 0; e < DK; e++) d += (double)xh[i * DK + e] * 0.5 * xh[j * DK + e];
+        s[j] = d * 0.5 + (1.0 - (double)mask[j]) * -10000.0;
+        mx = fmax(mx, s[j]);
+      }
+      for (int j = 0; j < N; j++) sum += s[j] = exp(s[j] - mx);
+      for (int e = 0; e < DK; e++) {
+        double acc = 0;
+        for (int j = 0; j < N; j++) acc += s[j] / sum * -xh[j * DK + e];
+        want[(h * N + i) * DK + e] = (float)acc;
+      }
+    }
+  onnx_model *m = NULL;
+  onnx_program *p = NULL;
+  CHECK_OK(ctx, onnx_model_parse(ctx, model.p, model.n, NULL, &m));
+  if (m) CHECK_OK(ctx, onnx_import(ctx, m, 0, NULL, &p));
+  loom_tensor *xt = NULL, *mt = NULL;
+  CHECK_OK(ctx, loom_tensor_wrap(ctx, LOOM_DTYPE_F32, 4, (int64_t[]){1, HS, N, DK}, x, &xt));
+  CHECK_OK(ctx, loom_tensor_wrap(ctx, LOOM_DTYPE_I64, 2, (int64_t[]){1, N}, mask, &mt));
+  onnx_feed f[2] = {{"x", xt}, {"mask", mt}};
+  static const char *const backends[3] = {"ref", "cpu", "cpu"};
+  for (int b = 0; p && b < 3; b++) {
+    loom_session *sess = NULL;
+    loom_tensor *out[1] = {NULL};
+    loom_session_options opts = LOOM_SESSION_OPTIONS(
+        .backend = backends[b], .fusion = b == 2 ? LOOM_FUSION_STITCH : LOOM_FUSION_EAGER);
+    CHECK_OK(ctx, onnx_program_session(ctx, p, &opts, &sess));
+    if (sess) CHECK_OK(ctx, onnx_program_run(ctx, p, sess, 2, f, out));
+    double err = out[0] ? 0 : INFINITY;
+    for (int64_t i = 0; out[0] && i < HS * N * DK; i++)
+      err = fmax(err, fabs(((const float *)loom_tensor_data(out[0]))[i] - want[i]));
+    printf("attention, runtime padding mask on %s/%s: max |error| %.3g\n", backends[b],
+           b == 2 ? "stitch" : "eager", err);
+    CHECK(err < 2e-5);
+    loom_tensor_free(out[0]);
+    loom_session_free(sess);
+  }
+  loom_tensor_free(xt);
+  loom_tensor_free(mt);
+  onnx_program_free(p);
+  onnx_model_free(m);
+  free(model.p);
 }
 
 /* Split(x W + b) as PyTorch exports a merged QKV projection: x [2, 3, 4],
@@ -924,6 +1010,7 @@ int main(int argc, char **argv) {
   free(m.p);
   test_group_norm();
   test_causal_attention();
+  test_padding_mask_attention();
   test_split_bias();
   test_gelu_forms();
   test_maxpool_indices();

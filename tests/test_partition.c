@@ -304,6 +304,18 @@ static void build_corpus(void) {
   ADD("matmul f32", MATMUL, "a b, b c -> a c | b:add", T(F32, 6, 6), T(F32, 6, 4));
 
   /* composites with annotations of their own (run through their decompositions) */
+  /* attention with an additive bias: the bias split along the leading
+   * dims it has, whole along those it repeats along */
+  c = ADD("flash_attention head bias", FLASH_ATTENTION, "a b _ _, a b _ _, a b _ _, b _ _ -> a b _ _, a b _",
+          T(F64, 2, 3, 4, 2), T(F64, 2, 3, 5, 2), T(F64, 2, 3, 5, 3), T(F64, 3, 4, 5));
+  LOOM_ATTRV_I(c->attrs, flash_attention, bias) = 1;
+  c = ADD("flash_attention padding bias", FLASH_ATTENTION, "a b _ _, a b _ _, a b _ _, a _ _ _ -> a b _ _, a b _",
+          T(F64, 2, 3, 4, 2), T(F64, 2, 3, 5, 2), T(F64, 2, 3, 5, 3), T(F64, 2, 1, 1, 5));
+  LOOM_ATTRV_I(c->attrs, flash_attention, bias) = 1;
+  c = ADD("attention bias", ATTENTION, "a b _ _, a b _ _, a b _ _, _ b _ _ -> a b _ _",
+          T(F64, 2, 3, 4, 2), T(F64, 2, 3, 5, 2), T(F64, 2, 3, 5, 3), T(F64, 1, 3, 4, 5));
+  LOOM_ATTRV_I(c->attrs, attention, bias) = 1;
+  LOOM_ATTRV_I(c->attrs, attention, causal) = 1;
   ADD("softmax", SOFTMAX, "a _ -> a _", T(F64, 4, 6));
   c = ADD("log_softmax axis 1", LOG_SOFTMAX, "a _ b -> a _ b", T(F64, 2, 6, 4));
   LOOM_ATTRV_I(c->attrs, log_softmax, axis) = 1;

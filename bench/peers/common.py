@@ -19,7 +19,7 @@ WORKLOADS = [
     "alibi_softmax_bwd", "geglu_bwd", "layerscale_droppath",
     # held-out graphs in the text IR (bench/wl_heldout.c)
     "rotary_bwd", "focal_loss", "softcap_zloss", "moe_top2_lb", "sqrelu_mlp", "convnext_tail",
-    "llama_block", "bert_layer", "gpt2_block", "train_step",
+    "llama_block", "relbias_attention", "bert_layer", "gpt2_block", "train_step",
 ]
 MEMORY_BOUND = set(WORKLOADS[:22]) | {"rotary_bwd", "focal_loss", "softcap_zloss", "moe_top2_lb"}
 # the sizes of bench/wl_heldout.c's templates: (full, small)
@@ -31,6 +31,7 @@ HELDOUT = {
     "sqrelu_mlp": (dict(N=4096, D=512, F=2048), dict(N=256, D=64, F=256)),
     "convnext_tail": (dict(B=8, H=56, W=56, C=96, F=384), dict(B=2, H=14, W=14, C=32, F=128)),
     "llama_block": (dict(B=2, T=256, D=512, H=8, F=1408), dict(B=1, T=8, D=16, H=2, F=24)),
+    "relbias_attention": (dict(B=2, T=256, D=512, H=8), dict(B=1, T=8, D=16, H=2)),
 }
 SOFTCAP = 30.0
 ZLOSS = 1e-4
@@ -42,6 +43,12 @@ def llama_flops(S):
     T x T attention, as Loom counts)."""
     b, t, d, f = S["B"], S["T"], S["D"], S["F"]
     return 3 * (2 * b * t * (4 * d * d + 3 * d * f) + 2 * 2 * b * t * t * d)
+
+
+def relbias_flops(S):
+    """Matmul flops of the T5-style attention sublayer, forward + backward."""
+    b, t, d = S["B"], S["T"], S["D"]
+    return 3 * (2 * b * t * 4 * d * d + 2 * 2 * b * t * t * d)
 
 
 def heldout(name, small):

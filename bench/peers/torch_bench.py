@@ -262,6 +262,21 @@ def build_text_ir(name, small, comp):
         wrt = [x] + ps
         return ((lambda: torch.autograd.grad(f(x, *ps), wrt, dy)),
                 nbytes([x, cs, sn] + ps + [dy] + wrt), C.llama_flops(S))
+    if name == "relbias_attention":
+        b, t, d, nh = S["B"], S["T"], S["D"], S["H"]
+        e = d // nh
+        x, dy = rand((b, t, d), 1, grad=True), rand((b, t, d), 4)
+        ps = [rand((d, d), 5 + i, 0.02, grad=True) for i in range(4)]
+        ps.append(rand((nh, t, t), 9, 0.02, grad=True))
+
+        def relbias(x, wq, wk, wv, wo, rb):
+            q, k, v = ((x @ w).view(b, t, nh, e).transpose(1, 2) for w in (wq, wk, wv))
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=rb)
+            return x + a.transpose(1, 2).reshape(b, t, d) @ wo
+        f = comp(relbias)
+        wrt = [x] + ps
+        return ((lambda: torch.autograd.grad(f(x, *ps), wrt, dy)),
+                nbytes([x] + ps + [dy] + wrt), C.relbias_flops(S))
     return None
 
 

@@ -394,7 +394,9 @@ typedef struct fa_node {
 static bool fa_node_of(loom_ctx *ctx, const loom_graph *g, const loom_node *n, fa_node *a) {
   const bool fwd = n->op == LOOM_OP_FLASH_ATTENTION;
   const int32_t n_float = fwd ? 3 : 6;
-  if (n->n_in < n_float + 1 || !all_f32(g, n, n_float)) return false;
+  /* the kernels take no bias: the rewrite leaves such attention decomposed */
+  if (n->n_in < n_float + 1 || !all_f32(g, n, n_float) || LOOM_ATTR_I(n, flash_attention, bias))
+    return false;
   const loom_type *q = loom_value_type(g, n->in[0]), *k = loom_value_type(g, n->in[1]),
                   *v = loom_value_type(g, n->in[2]);
   const int32_t r = q->rank;
@@ -629,7 +631,7 @@ loom_status loom_gpu_attention_rewrite(loom_ctx *ctx, const loom_graph *g,
   const bool measured = opts->rng == LOOM_RNG_AUTO && dropout && measure;
   if (measured) measure(arg, ctx, &model);
   loom_status st =
-      loom_graph_fuse_attention(g, opts->rng, measured ? &model : NULL, out, n_rewritten);
+      loom_graph_fuse_attention_unbiased(g, opts->rng, measured ? &model : NULL, out, n_rewritten);
   if (st && g->ctx != ctx) loom_error(ctx, st, "%s", loom_ctx_error(g->ctx));
   return st;
 }

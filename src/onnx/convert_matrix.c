@@ -5,6 +5,7 @@
  */
 #include "onnx/convert_util.h"
 
+#include "ops/attention_bias.h"
 #include "ops/attrs.h"
 
 #include <math.h>
@@ -145,6 +146,16 @@ static bool transposed_key(const loom_graph *g, int32_t v, int32_t *x, int64_t *
   return true;
 }
 
+/* True if s, its constant factors stripped (into *scale), is a matmul. */
+static bool scores_side(const loom_graph *g, int32_t s, double *scale) {
+  double sc = 1.0;
+  strip_scale(g, &s, &sc);
+  const loom_node *n = producer(g, s);
+  if (!n || n->op != LOOM_OP_MATMUL) return false;
+  *scale = sc;
+  return true;
+}
+
 /* matmul(softmax(masked, -1), v) where masked is s itself, where(mask, s,
  * fill) or s + mask (0 kept, at most -1e9 masked), the mask known at load time and
  * either causal or keeping every position (PyTorch exports Trilu / Equal
@@ -156,8 +167,10 @@ static bool transposed_key(const loom_graph *g, int32_t v, int32_t *x, int64_t *
  * factors' product as its scale (the session runs it as flash attention,
  * skipping a causal mask's masked half). The masked probabilities are
  * exactly 0 there, as they are here unless a row's kept scores all lie
- * within 88 of the fill (exp underflows to 0 below that). -1 when p is
- * not such a softmax. */
+ * within 88 of the fill (exp underflows to 0 below that). A mask known
+ * only at run time (a padding mask from an input, a learned bias) becomes
+ * the attention's additive bias: s + b as it is, where(mask, s, fill) as
+ * s + where(mask, 0, fill). -1 when p is not such a softmax. */
 static int32_t masked_attention(onnx_cv *cv, int32_t p, int32_t v) {
   const loom_graph *g = G;
   const loom_type *tp = &g->values[p].type;
@@ -166,7 +179,7 @@ static int32_t masked_attention(onnx_cv *cv, int32_t p, int32_t v) {
     return -1;
   int32_t s = -1;
   mask_kind kind = MASK_OTHER;
-  double fill, scale = 1.0;
+  double fill = 0.0, scale = 1.0;
   if (m->op == LOOM_OP_SELECT) {
     /* the fill matters only where the mask drops something */
     kind = value_mask(cv, m->in[0], tp, false);
@@ -175,6 +188,20 @@ static int32_t masked_attention(onnx_cv *cv, int32_t p, int32_t v) {
   } else if (m->op == LOOM_OP_ADD) {
     for (int32_t side = 0; side < 2 && s < 0; side++)
       if ((kind = value_mask(cv, m->in[side], tp, true))) s = m->in[1 - side];
+  }
+  int32_t bias = -1, cond = -1; /* a mask known at run time: s + bias */
+  double unused;
+  if (s < 0 && m->op == LOOM_OP_ADD) {
+    for (int32_t side = 0; side < 2 && s < 0; side++)
+      if (scores_side(g, m->in[side], &unused) &&
+          !loom_attention_check_bias(NULL, &g->values[m->in[1 - side]].type, tp->dtype, tp->rank,
+                                     tp->shape))
+        s = m->in[side], bias = m->in[1 - side], kind = MASK_ALL;
+  } else if (s < 0 && m->op == LOOM_OP_SELECT && const_value(g, m->in[2], &fill) && fill <= -1e9 &&
+             scores_side(g, m->in[1], &unused) &&
+             g->values[m->in[0]].type.dtype == LOOM_DTYPE_BOOL &&
+             g->values[m->in[0]].type.rank <= tp->rank) {
+    s = m->in[1], cond = m->in[0], kind = MASK_ALL;
   }
   if (s < 0) { /* no mask: the scores themselves, or nothing this takes */
     s = sm->in[0];
@@ -211,6 +238,10 @@ static int32_t masked_attention(onnx_cv *cv, int32_t p, int32_t v) {
   attrs_of(LOOM_OP_ATTENTION, a);
   LOOM_ATTRV_I(a, attention, causal) = kind == MASK_CAUSAL;
   LOOM_ATTRV_F(a, attention, scale) = scale;
+  if (cond >= 0) /* where(mask, s, fill) = s + where(mask, 0, fill): its shape is the mask's */
+    bias = lb_select(G, cond, lb_scalar(G, tq->dtype, 0.0), lb_scalar(G, tq->dtype, fill));
+  LOOM_ATTRV_I(a, attention, bias) = bias >= 0;
+  if (bias >= 0) return lb_op(G, LOOM_OP_ATTENTION, 4, (int32_t[]){q, k, v, bias}, a);
   return lb_op(G, LOOM_OP_ATTENTION, 3, (int32_t[]){q, k, v}, a);
 }
 

@@ -2,8 +2,11 @@
  * Fused attention primitives (what the attention pass, passes/attention.c,
  * turns scaled dot-product attention into) and the dropout bitmask:
  *
- *   flash_attention(q, k, v[, base[, mask]]) -> o, lse
- *   flash_attention_grad(q, k, v, o, lse, d_o[, base[, mask]]) -> dq, dk, dv
+ *   flash_attention(q, k, v[, base[, mask]][, bias]) -> o, lse
+ *   flash_attention_grad(q, k, v, o, lse, d_o[, base[, mask]][, bias])
+ *     -> dq, dk, dv[, dbias]
+ *   (bias: with the `bias` attribute, the last input, added to the scaled
+ *   scores; dbias, its gradient, only when asked for: ops/attention_bias.h)
  *   (without base the counter base is 0: the view fold drops a constant
  *   base, adding it to `offset`, so that no kernel computes it)
  *   dropout_mask([base]) -> bits u8[(numel + 7) / 8]   (overlap: a hint that
@@ -36,6 +39,7 @@
 #include "ops/ops_util.h"
 #include "ops/rng_piece.h"
 #include "ir/box.h"
+#include "ops/attention_bias.h"
 #include "ops/attention_views.h"
 #include "rng/philox.h"
 
@@ -82,6 +86,16 @@ static loom_status check_piece(loom_ctx *ctx, const loom_node *n, const loom_typ
   return loom_op_rng_piece(ctx, n, rank, shape, &piece);
 }
 
+/* The bias input, if any, against the scores of the logical types lt. */
+static loom_status check_bias(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                              const loom_type *lt) {
+  int32_t b = loom_attention_bias_input(n), rank;
+  if (b < 0) return LOOM_STATUS_OK;
+  int64_t shape[LOOM_MAX_RANK];
+  loom_attention_probs_shape(&lt[0], &lt[1], &rank, shape);
+  return loom_attention_check_bias(ctx, &in[b], lt[0].dtype, rank, shape);
+}
+
 /* The strided operands' attributes (ops/attention_views.h): dims well
  * formed, each view inside its value; lt: the logical types. n_views:
  * the operands that may have one (3 forward, 5 backward). */
@@ -118,10 +132,15 @@ static loom_status infer_flash(loom_ctx *ctx, const loom_node *n, const loom_typ
   if (LOOM_ATTR_INTS(n, flash_attention, do_at).n || LOOM_ATTR_INTS(n, flash_attention, dq_at).n ||
       LOOM_ATTR_INTS(n, flash_attention, dk_at).n || LOOM_ATTR_INTS(n, flash_attention, dv_at).n)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "do_at, dq_at, dk_at, dv_at are the backward's");
-  LOOM_TRY(loom_composite_check_attention(ctx, n, lt, n->n_in > 3 ? &in[3] : NULL));
+  int32_t n_core = loom_attention_core_inputs(n);
+  if (n_core < 3 || n_core > 5)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "flash_attention takes q, k, v, [base, [mask]], and a bias only with 'bias'");
+  LOOM_TRY(loom_composite_check_attention(ctx, n, lt, n_core > 3 ? &in[3] : NULL));
   LOOM_TRY(check_piece(ctx, n, lt));
+  LOOM_TRY(check_bias(ctx, n, in, lt));
   fa_dims m = dims_of(&lt[0], &lt[1], &lt[2]);
-  if (n->n_in > 4) LOOM_TRY(check_mask(ctx, &in[4], m.bh * m.sq * m.sk));
+  if (n_core > 4) LOOM_TRY(check_mask(ctx, &in[4], m.bh * m.sq * m.sk));
   int32_t r = lt[0].rank;
   out[0] = lt[LOOM_FLASH_O];
   out[1] = lt[0];
@@ -145,20 +164,23 @@ static loom_status infer_flash(loom_ctx *ctx, const loom_node *n, const loom_typ
 
 /* The backward's outputs: dq, dk, dv, or (dq_at, dk_at, dv_at set) one
  * tensor of out_shape holding all three. */
-static loom_status grad_outputs(loom_ctx *ctx, const loom_node *n, const loom_type *lt,
-                                loom_type *out) {
-  int32_t placed = 0;
+static loom_status grad_outputs(loom_ctx *ctx, const loom_node *n, const loom_type *in,
+                                const loom_type *lt, loom_type *out) {
+  int32_t placed = 0, db = loom_flash_dbias_output(n);
+  if (db >= 0) out[db] = in[loom_attention_bias_input(n)]; /* the bias gradient, last */
+  const int32_t n_out = n->n_out - (db >= 0);
   for (int32_t w = LOOM_FLASH_DQ; w < LOOM_FLASH_ALL; w++) placed += loom_flash_view_of(n, w).strided;
   const loom_ints *os = &LOOM_ATTR_INTS(n, flash_attention, out_shape);
   if (placed == 0) {
-    if (n->n_out != 3 || os->n > 0)
+    if (n_out != 3 || os->n > 0)
       return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
-                        "flash_attention_grad has 3 outputs (dq, dk, dv) and no 'out_shape' "
-                        "unless dq_at, dk_at and dv_at place them in one");
+                        "flash_attention_grad has 3 outputs (dq, dk, dv; with a bias maybe "
+                        "its gradient last) and no 'out_shape' unless dq_at, dk_at and dv_at "
+                        "place them in one");
     for (int32_t w = 0; w < 3; w++) out[w] = lt[LOOM_FLASH_DQ + w];
     return LOOM_STATUS_OK;
   }
-  if (placed != 3 || n->n_out != 1 || os->n == 0)
+  if (placed != 3 || n_out != 1 || os->n == 0)
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "dq_at, dk_at and dv_at place dq, dk, dv in the one output of 'out_shape': "
                       "all three, one output");
@@ -185,8 +207,14 @@ static loom_status infer_flash_grad(loom_ctx *ctx, const loom_node *n, const loo
   char buf[128];
   loom_type lt[LOOM_FLASH_ALL];
   LOOM_TRY(check_views(ctx, n, in, LOOM_FLASH_N, lt));
-  LOOM_TRY(loom_composite_check_attention(ctx, n, lt, n->n_in > 6 ? &in[6] : NULL));
+  int32_t n_core = loom_attention_core_inputs(n);
+  if (n_core < 6 || n_core > 8)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
+                      "flash_attention_grad takes q, k, v, o, lse, d_o, [base, [mask]], and a "
+                      "bias only with 'bias'");
+  LOOM_TRY(loom_composite_check_attention(ctx, n, lt, n_core > 6 ? &in[6] : NULL));
   LOOM_TRY(check_piece(ctx, n, lt));
+  LOOM_TRY(check_bias(ctx, n, in, lt));
   fa_dims m = dims_of(&lt[0], &lt[1], &lt[2]);
   loom_type ls = lt[0];
   ls.rank--;
@@ -201,8 +229,8 @@ static loom_status infer_flash_grad(loom_ctx *ctx, const loom_node *n, const loo
     return loom_error(ctx, LOOM_STATUS_SHAPE_MISMATCH, "lse must be %s",
                       loom_type_str(&ls, buf, sizeof buf));
   }
-  if (n->n_in > 7) LOOM_TRY(check_mask(ctx, &in[7], m.bh * m.sq * m.sk));
-  return grad_outputs(ctx, n, lt, out);
+  if (n_core > 7) LOOM_TRY(check_mask(ctx, &in[7], m.bh * m.sq * m.sk));
+  return grad_outputs(ctx, n, in, lt, out);
 }
 
 /* What the reference kernels share: sizes, scale, dropout. */
@@ -213,10 +241,16 @@ typedef struct fa_ref {
   uint64_t seed, j0, thr;
   loom_rng_piece piece;  /* of the probabilities: element e's counter j0 + index(e) */
   const loom_view *mask; /* NULL: generate */
+  const loom_view *bias; /* NULL: none; else read at bstride over the scores' dims */
+  int32_t rank;          /* the scores' [shape] */
+  int64_t shape[LOOM_MAX_RANK], bstride[LOOM_MAX_RANK];
 } fa_ref;
 
 static loom_status ref_setup(loom_ctx *ctx, const loom_node *n, const loom_view *in,
-                             const loom_view *base, const loom_view *mask, fa_ref *out) {
+                             int32_t n_float, fa_ref *out) {
+  int32_t n_core = loom_attention_core_inputs(n), b = loom_attention_bias_input(n);
+  const loom_view *base = n_core > n_float ? &in[n_float] : NULL;
+  const loom_view *mask = n_core > n_float + 1 ? &in[n_float + 1] : NULL;
   int32_t r = in[0].rank;
   fa_ref f = {.m = {1, in[0].shape[r - 2], in[1].shape[r - 2], in[0].shape[r - 1],
                     in[2].shape[r - 1]}};
@@ -235,6 +269,14 @@ static loom_status ref_setup(loom_ctx *ctx, const loom_node *n, const loom_view 
   for (int32_t d = 0; d < r - 1; d++) shape[d] = in[0].shape[d];
   shape[r - 1] = in[1].shape[r - 2];
   LOOM_TRY(loom_op_rng_piece(ctx, n, rank, shape, &f.piece));
+  f.rank = rank;
+  for (int32_t d = 0; d < rank; d++) f.shape[d] = shape[d];
+  if (b >= 0) {
+    loom_type bt = {.dtype = in[b].dtype, .rank = in[b].rank};
+    for (int32_t d = 0; d < bt.rank; d++) bt.shape[d] = in[b].shape[d];
+    loom_attention_bias_strides(&bt, rank, shape, f.bstride);
+    f.bias = &in[b];
+  }
   *out = f;
   return LOOM_STATUS_OK;
 }
@@ -242,6 +284,17 @@ static loom_status ref_setup(loom_ctx *ctx, const loom_node *n, const loom_view 
 /* Element (b, i, j) of a [BH, rows, cols] tensor viewed flat. */
 static double at(const loom_view *x, int64_t b, int64_t rows, int64_t cols, int64_t i, int64_t j) {
   return loom_view_get(x, (b * rows + i) * cols + j);
+}
+
+/* Flat index in the bias of score (b, i, j). */
+static int64_t bias_index(const fa_ref *f, int64_t b, int64_t i, int64_t j) {
+  int32_t r = f->rank;
+  int64_t e = i * f->bstride[r - 2] + j * f->bstride[r - 1];
+  for (int32_t d = r - 3; d >= 0; d--) {
+    e += (b % f->shape[d]) * f->bstride[d];
+    b /= f->shape[d];
+  }
+  return e;
 }
 
 static bool visible(const fa_ref *f, int64_t i, int64_t j) {
@@ -267,18 +320,23 @@ static double row_scores(const fa_ref *f, const loom_view *q, const loom_view *k
   for (int64_t j = 0; j < m->sk; j++) {
     double dot = 0;
     for (int64_t c = 0; c < m->d; c++) dot += at(q, b, m->sq, m->d, i, c) * at(k, b, m->sk, m->d, j, c);
-    s[j] = visible(f, i, j) ? f->scale * dot : -INFINITY;
+    double bias = f->bias ? loom_view_get(f->bias, bias_index(f, b, i, j)) : 0.0;
+    s[j] = visible(f, i, j) ? f->scale * dot + bias : -INFINITY;
     if (s[j] > mx) mx = s[j];
   }
   return mx;
 }
 
 /* Row (b, i): probabilities P[j] (NaN for a row that sees no key) and its
- * log-sum-exp. s is scratch of Sk doubles. */
+ * log-sum-exp (-inf then). s is scratch of Sk doubles. */
 static double row_probs(const fa_ref *f, const loom_view *q, const loom_view *k, int64_t b,
                         int64_t i, double *s) {
   const fa_dims *m = &f->m;
   double mx = row_scores(f, q, k, b, i, s);
+  if (mx == -INFINITY) {
+    for (int64_t j = 0; j < m->sk; j++) s[j] = NAN;
+    return -INFINITY;
+  }
   double sum = 0;
   for (int64_t j = 0; j < m->sk; j++) sum += exp(s[j] - mx);
   for (int64_t j = 0; j < m->sk; j++) s[j] = exp(s[j] - mx) / sum;
@@ -305,10 +363,11 @@ static void copy_flat(const loom_view *dst, const loom_view *src) {
 static loom_status ref_strided(loom_ctx *ctx, const loom_node *n, const loom_view *in,
                                const loom_view *out, ref_fn fn) {
   bool grad = n->op == LOOM_OP_FLASH_ATTENTION_GRAD;
-  loom_type it[8], lt[LOOM_FLASH_ALL];
-  loom_view vin[8], vout[3];
+  loom_type it[LOOM_PART_MAX_IO], lt[LOOM_FLASH_ALL];
+  loom_view vin[LOOM_PART_MAX_IO], vout[4];
   for (int32_t i = 0; i < n->n_in; i++) it[i] = type_of(&in[i]), vin[i] = in[i];
   for (int32_t o = 0; o < n->n_out; o++) vout[o] = out[o];
+  if (loom_flash_dbias_output(n) >= 0) vout[3] = out[loom_flash_dbias_output(n)];
   loom_flash_logical_types(n, it, lt);
   void *buf[LOOM_FLASH_ALL] = {NULL};
   loom_status st = LOOM_STATUS_OK;
@@ -352,7 +411,7 @@ static loom_status ref_flash(loom_ctx *ctx, const loom_node *n, const loom_view 
 static loom_status ref_flash_plain(loom_ctx *ctx, const loom_node *n, const loom_view *in,
                                    const loom_view *out) {
   fa_ref f;
-  LOOM_TRY(ref_setup(ctx, n, in, n->n_in > 3 ? &in[3] : NULL, n->n_in > 4 ? &in[4] : NULL, &f));
+  LOOM_TRY(ref_setup(ctx, n, in, 3, &f));
   const fa_dims *m = &f.m;
   double *s = malloc(sizeof *s * (size_t)(m->sk + 1));
   if (!s) return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "flash_attention: out of memory");
@@ -379,16 +438,20 @@ static loom_status ref_flash_plain(loom_ctx *ctx, const loom_node *n, const loom
 static loom_status ref_flash_grad_plain(loom_ctx *ctx, const loom_node *n, const loom_view *in,
                                         const loom_view *out) {
   fa_ref f;
-  LOOM_TRY(ref_setup(ctx, n, in, n->n_in > 6 ? &in[6] : NULL, n->n_in > 7 ? &in[7] : NULL, &f));
+  LOOM_TRY(ref_setup(ctx, n, in, 6, &f));
   const fa_dims *m = &f.m;
   const loom_view *q = &in[0], *k = &in[1], *v = &in[2], *o = &in[3], *d_o = &in[5];
   int64_t nk = m->bh * m->sk * m->d, nv = m->bh * m->sk * m->dv;
   double *s = malloc(sizeof *s * (size_t)(m->sk + 1));
   double *dk = calloc((size_t)(nk + 1), sizeof *dk), *dv = calloc((size_t)(nv + 1), sizeof *dv);
-  if (!s || !dk || !dv) {
+  /* the bias gradient: out[3] here (ref_strided puts it there) */
+  int64_t nb = loom_flash_dbias_output(n) >= 0 ? loom_view_numel(&out[3]) : 0;
+  double *db = calloc((size_t)(nb + 1), sizeof *db);
+  if (!s || !dk || !dv || !db) {
     free(s);
     free(dk);
     free(dv);
+    free(db);
     return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "flash_attention_grad: out of memory");
   }
   for (int64_t b = 0; b < m->bh; b++)
@@ -405,10 +468,11 @@ static loom_status ref_flash_grad_plain(loom_ctx *ctx, const loom_node *n, const
         for (int64_t c = 0; c < m->dv; c++) {
           double g = at(d_o, b, m->sq, m->dv, i, c);
           dp += g * at(v, b, m->sk, m->dv, j, c);
-          dv[(b * m->sk + j) * m->dv + c] += s[j] * kf * g;
+          if (kf != 0.0) dv[(b * m->sk + j) * m->dv + c] += s[j] * kf * g; /* dropped: 0 */
         }
         if (!visible(&f, i, j)) continue;
         double ds = s[j] * (dp * kf - dsum);
+        if (nb) db[bias_index(&f, b, i, j)] += ds;
         for (int64_t c = 0; c < m->d; c++) {
           int64_t qi = (b * m->sq + i) * m->d + c;
           loom_view_set(&out[0], qi,
@@ -419,9 +483,11 @@ static loom_status ref_flash_grad_plain(loom_ctx *ctx, const loom_node *n, const
     }
   for (int64_t e = 0; e < nk; e++) loom_view_set(&out[1], e, dk[e]);
   for (int64_t e = 0; e < nv; e++) loom_view_set(&out[2], e, dv[e]);
+  for (int64_t e = 0; e < nb; e++) loom_view_set(&out[3], e, db[e]);
   free(s);
   free(dk);
   free(dv);
+  free(db);
   return LOOM_STATUS_OK;
 }
 
@@ -438,37 +504,54 @@ static void grad_flash(loom_graph *g, const loom_node *n, const int32_t *dout, i
                         "flash_attention with strided operands has no gradient rule");
     return;
   }
-  int32_t in[8] = {n->in[0], n->in[1], n->in[2], n->out[0], n->out[1], dout[0], -1, -1};
-  int32_t n_in = 6, out[3] = {-1, -1, -1};
-  if (n->n_in > 3) in[n_in++] = n->in[3];
-  if (n->n_in > 4) in[n_in++] = n->in[4];
+  int32_t in[9] = {n->in[0], n->in[1], n->in[2], n->out[0], n->out[1], dout[0], -1, -1, -1};
+  int32_t n_in = 6, out[4] = {-1, -1, -1, -1}, bias = loom_attention_bias_input(n);
+  for (int32_t i = 3; i < n->n_in; i++) in[n_in++] = n->in[i]; /* base, mask, bias */
   loom_attr_value attrs[LOOM_MAX_ATTRS];
   /* One layout (ops/attrs.h); copied, since adding to g may move n. */
   for (int32_t a = 0; a < LOOM_ATTR_COUNT(flash_attention); a++)
     attrs[a] = n->attr[a];
-  lb_op_multi(g, LOOM_OP_FLASH_ATTENTION_GRAD, n_in, in, attrs, 3, out);
+  /* dbias always (autodiff passes it on only to a bias that needs it);
+   * the view fold drops it when nothing reads it */
+  lb_op_multi(g, LOOM_OP_FLASH_ATTENTION_GRAD, n_in, in, attrs, bias >= 0 ? 4 : 3, out);
   for (int32_t i = 0; i < 3; i++) din[i] = out[i];
+  if (bias >= 0) din[bias] = out[3];
 }
 
 /* Batch and head dims (every dim before Sq) spatial in every operand and
  * result that has them; Sq, Sk, D whole. A sub-op draws its piece of the
  * logical probabilities through whole/at (sub_attrs below). With a mask
  * input (an RNG placement, made after the plan) the bits are the node's
- * own, flat: replicate only. The attention composite shares both. */
+ * own, flat: replicate only. A bias carries the label of each leading dim
+ * it has in full (a dim it repeats along stays whole: every sub-op reads
+ * it all); its gradient, which sums over those dims, would be partial, so
+ * a backward with one splits only when the bias has every leading dim.
+ * The attention composite shares both. */
 void loom_partition_attention(const loom_node *n, const loom_type *in, const loom_type *out,
                               loom_partition *p) {
   int32_t n_float_in = n->op == LOOM_OP_FLASH_ATTENTION_GRAD ? 6 : 3, n_out = n->n_out;
+  int32_t bias = loom_attention_bias_input(n), db = loom_flash_dbias_output(n);
   loom_partition_init(p, n->n_in, n_out);
   for (int32_t i = 0; i < n->n_in; i++)
     for (int32_t d = 0; d < in[i].rank; d++) p->in[i][d] = -1;
   for (int32_t o = 0; o < n_out; o++)
     for (int32_t d = 0; d < out[o].rank; d++) p->out[o][d] = -1;
   /* strided operands (a cpu program's own form): replicated */
-  if (n->n_in > n_float_in + 1 || loom_flash_has_views(n)) return;
-  for (int32_t d = 0; d < in[0].rank - 2; d++) {
+  if (loom_attention_core_inputs(n) > n_float_in + 1 || loom_flash_has_views(n)) return;
+  const int32_t lead = in[0].rank - 2, skip = bias >= 0 ? in[0].rank - in[bias].rank : 0;
+  bool full = true; /* the bias has every leading dim */
+  for (int32_t d = 0; bias >= 0 && d < lead; d++)
+    full = full && d >= skip && in[bias].shape[d - skip] == in[0].shape[d];
+  if (db >= 0 && !full) return;
+  for (int32_t d = 0; d < lead; d++) {
     int32_t l = loom_partition_new_label(p, LOOM_SPLIT_SPATIAL, LOOM_OP_ADD);
     for (int32_t i = 0; i < n_float_in; i++) p->in[i][d] = (int8_t)l;
-    for (int32_t o = 0; o < n_out; o++) p->out[o][d] = (int8_t)l;
+    for (int32_t o = 0; o < n_out; o++)
+      if (o != db) p->out[o][d] = (int8_t)l;
+    if (bias >= 0 && d >= skip && in[bias].shape[d - skip] == in[0].shape[d]) {
+      p->in[bias][d - skip] = (int8_t)l;
+      if (db >= 0) p->out[db][d - skip] = (int8_t)l;
+    }
   }
 }
 
@@ -493,7 +576,7 @@ const loom_op_def loom_opdef_flash_attention = {
     .name = "flash_attention",
     .cls = LOOM_OPCLASS_ATTENTION,
     .min_in = 3,
-    .max_in = 5,
+    .max_in = 6,
     .n_out = 2,
     .n_attrs = LOOM_ATTR_COUNT(flash_attention),
     .attrs = LOOM_ATTR_SPECS(flash_attention),
@@ -508,8 +591,8 @@ const loom_op_def loom_opdef_flash_attention_grad = {
     .name = "flash_attention_grad",
     .cls = LOOM_OPCLASS_ATTENTION,
     .min_in = 6,
-    .max_in = 8,
-    .n_out = -1, /* 3, or 1 with dq_at, dk_at, dv_at (ops/attention_views.h) */
+    .max_in = 9,
+    .n_out = -1, /* 3, 4 with dbias, or 1 with dq_at, dk_at, dv_at (ops/attention_views.h) */
     .n_attrs = LOOM_ATTR_COUNT(flash_attention_grad),
     .attrs = LOOM_ATTR_SPECS(flash_attention_grad),
     .infer = infer_flash_grad,

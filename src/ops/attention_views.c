@@ -1,6 +1,8 @@
 /* Strided operands of the flash attention ops (attention_views.h). */
 #include "ops/attention_views.h"
 
+#include "ops/attention_bias.h"
+
 #include "ir/dtype.h"
 #include "ops/op.h"
 
@@ -21,6 +23,12 @@ static const loom_ints *view_attr(const loom_node *n, int32_t w) {
 
 static const char *const view_name[LOOM_FLASH_ALL] = {"q_at", "k_at", "v_at", "o_at",
                                                       "do_at", "dq_at", "dk_at", "dv_at"};
+
+int32_t loom_flash_dbias_output(const loom_node *n) {
+  if (n->op != LOOM_OP_FLASH_ATTENTION_GRAD || loom_attention_bias_input(n) < 0) return -1;
+  int32_t want = loom_flash_view_of(n, LOOM_FLASH_DQ).strided ? 2 : 4;
+  return n->n_out == want ? want - 1 : -1;
+}
 
 bool loom_flash_has_views(const loom_node *n) {
   return (n->op == LOOM_OP_FLASH_ATTENTION || n->op == LOOM_OP_FLASH_ATTENTION_GRAD) &&

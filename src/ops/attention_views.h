@@ -13,7 +13,8 @@
  * stride may be 0: a shared k or v head). The forward's o_at places o in
  * its output, of shape out_shape, which o must cover exactly (a
  * permutation of the output's elements, as a transpose is); the
- * backward's dq_at, dk_at, dv_at place its gradients in its one output,
+ * backward's dq_at, dk_at, dv_at place its gradients in its first output
+ * (the bias gradient, if any, is a second),
  * which they must cover exactly without overlapping (as a concatenation
  * does: the fold checks that). The view fold
  * (passes/attention_views.c) makes them from the layout ops around flash
@@ -39,6 +40,11 @@ typedef struct loom_flash_view {
   int32_t n_lead;
   int64_t lead[3], stride[3];
 } loom_flash_view;
+
+/* Index of flash_attention_grad's bias gradient output (its last: 3, or
+ * 1 after the one output dq_at, dk_at, dv_at place dq, dk, dv in), or -1
+ * when it gives none. */
+int32_t loom_flash_dbias_output(const loom_node *n);
 
 /* True if n (a flash op) has `dims` set. */
 bool loom_flash_has_views(const loom_node *n);

@@ -91,14 +91,16 @@
 
 /* The attention composite and its flash forms: one layout, so a pass can
  * copy the attributes from one to the other slot by slot. scale 0 means
- * 1/sqrt(D). */
+ * 1/sqrt(D); bias: the last input is an additive bias on the scaled scores
+ * (ops/attention_bias.h). */
 #define LOOM_ATTR_LIST_ATTENTION(X, OP)                                                            \
   X(OP, causal, INT, BOOL, false, 0, 0.0)                                                          \
   X(OP, p, FLOAT, PLAIN, false, 0, 0.0)                                                            \
   X(OP, seed, INT, PLAIN, false, 0, 0.0)                                                           \
   X(OP, offset, INT, PLAIN, false, 0, 0.0)                                                         \
   X(OP, scale, FLOAT, PLAIN, false, 0, 0.0)                                                        \
-  LOOM_ATTR_LIST_PIECE(X, OP)
+  LOOM_ATTR_LIST_PIECE(X, OP)                                                                      \
+  X(OP, bias, INT, BOOL, false, 0, 0.0)
 #define LOOM_ATTR_LIST_attention LOOM_ATTR_LIST_ATTENTION
 /* The flash forms add strided operands (ops/attention.c; made by the cpu
  * backend's view fold, passes/attention_views.c, never before autodiff):

@@ -1,11 +1,13 @@
 /* The attention pass (attention.h): scaled dot-product attention — the
- * composite, or matmul / scale / softmax / dropout / matmul written as
- * primitives — becomes flash_attention, with the dropout mask placed as
+ * composite, or matmul / scale / bias / softmax / dropout / matmul written
+ * as primitives — becomes flash_attention, with the dropout mask placed as
  * asked or as the model predicts best. */
 #include "passes/attention.h"
 
 #include "ir/build.h"
+#include "ops/attention_bias.h"
 #include "ops/op.h"
+#include "ops/rng_piece.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -32,12 +34,15 @@ static double producing_gemm_flops(const loom_graph *g, int32_t x) {
  * composite, or the same computation written as primitives. */
 typedef struct sdpa {
   int32_t q, k, v, base; /* source values; base -1: none */
+  int32_t bias;          /* added to the scaled scores; -1: none */
   int32_t out;           /* the source value it computes */
   loom_attr_value attr[LOOM_MAX_ATTRS]; /* attention's, which flash_attention shares */
 } sdpa;
 
 static sdpa from_composite(const loom_node *n) {
-  sdpa a = {n->in[0], n->in[1], n->in[2], n->n_in > 3 ? n->in[3] : -1, n->out[0], {{0}}};
+  int32_t nc = loom_attention_core_inputs(n), b = loom_attention_bias_input(n);
+  sdpa a = {n->in[0], n->in[1], n->in[2], nc > 3 ? n->in[3] : -1, b >= 0 ? n->in[b] : -1,
+            n->out[0], {{0}}};
   for (int32_t i = 0; i < LOOM_ATTR_COUNT(attention); i++) a.attr[i] = n->attr[i];
   return a;
 }
@@ -51,20 +56,37 @@ static const loom_node *sole_producer(const loom_graph *g, const int32_t *uses, 
   return &g->nodes[g->values[v].node];
 }
 
-/* Matches y = matmul(dropout?(softmax(mul?(matmul(q, k^T), c), -1)), v),
- * every intermediate used once, c a rank-0 constant; marks the
- * intermediate nodes in skip. (A causal mask written as primitives is not
- * matched: the composite carries it.) */
+/* True if x is matmul(q, k^T) or mul(that, rank-0 constant), each used
+ * once: the scores side of an add. */
+static bool is_scores(const loom_graph *g, const int32_t *uses, const loom_node *x) {
+  if (x && x->op == LOOM_OP_MUL) {
+    int32_t cn = g->values[x->in[1]].node;
+    if (cn < 0 || g->nodes[cn].op != LOOM_OP_CONSTANT || loom_value_type(g, x->in[1])->rank != 0)
+      return false;
+    x = sole_producer(g, uses, x->in[0]);
+  }
+  return x && x->op == LOOM_OP_MATMUL && !LOOM_ATTR_I(x, matmul, trans_a) &&
+         LOOM_ATTR_I(x, matmul, trans_b);
+}
+
+/* Matches y = matmul(dropout?(softmax(add?(mul?(matmul(q, k^T), c), b),
+ * -1)), v), every intermediate used once, c a rank-0 constant, b any
+ * tensor of the scores' dtype that broadcasts to them (a padding mask, a
+ * position bias: flash attention's bias, on either side of the add);
+ * marks the intermediate nodes in skip. (An additive causal mask written
+ * as primitives is matched as a bias, a select of -inf is not matched;
+ * the composite's causal flag is the cheaper form.) */
 static bool match_primitives(const loom_graph *g, const int32_t *uses, const loom_node *y,
-                             uint8_t *skip, sdpa *a) {
+                             bool with_bias, uint8_t *skip, sdpa *a) {
   if (y->op != LOOM_OP_MATMUL || LOOM_ATTR_I(y, matmul, trans_a) ||
       LOOM_ATTR_I(y, matmul, trans_b))
     return false;
-  const loom_node *chain[4];
+  const loom_node *chain[5];
   int32_t n_chain = 0;
   const loom_node *x = sole_producer(g, uses, y->in[0]);
   memset(a, 0, sizeof *a);
   a->base = -1;
+  a->bias = -1;
   LOOM_ATTRV_F(a->attr, attention, scale) = 1.0;
   if (x && x->op == LOOM_OP_DROPOUT) {
     LOOM_ATTRV_F(a->attr, attention, p) = LOOM_ATTR_F(x, dropout, p);
@@ -81,7 +103,22 @@ static bool match_primitives(const loom_graph *g, const int32_t *uses, const loo
   int32_t rank = loom_value_type(g, x->out[0])->rank;
   if (axis != -1 && axis != rank - 1) return false;
   chain[n_chain++] = x;
-  x = sole_producer(g, uses, x->in[0]);
+  const loom_node *add = sole_producer(g, uses, x->in[0]);
+  x = add;
+  if (add && add->op == LOOM_OP_ADD) { /* the side that is not the scores is the bias */
+    const loom_type *st = loom_value_type(g, add->out[0]);
+    for (int32_t side = 0; side < 2 && a->bias < 0; side++) {
+      const loom_node *sx = sole_producer(g, uses, add->in[side]);
+      const loom_type *bt = loom_value_type(g, add->in[1 - side]);
+      bool scores = is_scores(g, uses, sx) && loom_type_equal(loom_value_type(g, add->in[side]), st);
+      if (scores && !loom_attention_check_bias(NULL, bt, st->dtype, st->rank, st->shape)) {
+        a->bias = add->in[1 - side];
+        chain[n_chain++] = add;
+        x = sx;
+      }
+    }
+    if (a->bias < 0 || !with_bias) return false;
+  }
   if (x && x->op == LOOM_OP_MUL) {
     const loom_node *c = g->values[x->in[1]].node >= 0 ? &g->nodes[g->values[x->in[1]].node] : NULL;
     if (!c || c->op != LOOM_OP_CONSTANT || loom_value_type(g, x->in[1])->rank != 0) return false;
@@ -104,6 +141,14 @@ static bool match_primitives(const loom_graph *g, const int32_t *uses, const loo
   bool ok = tq->rank >= 2 && tk->rank == tq->rank && tv->rank == tq->rank;
   for (int32_t d = 0; ok && d < tq->rank - 2; d++)
     ok = tk->shape[d] == tq->shape[d] && tv->shape[d] == tq->shape[d];
+  if (ok && a->bias >= 0) { /* the scores the bias was checked against are q k^T's */
+    int32_t rank;
+    int64_t probs[LOOM_MAX_RANK];
+    loom_attention_probs_shape(tq, tk, &rank, probs);
+    const loom_type *st = loom_value_type(g, x->out[0]);
+    ok = st->rank == rank && !memcmp(st->shape, probs, sizeof(int64_t) * (size_t)rank);
+    LOOM_ATTRV_I(a->attr, attention, bias) = 1;
+  }
   if (!ok) return false;
   for (int32_t i = 0; i < n_chain; i++) skip[chain[i] - g->nodes] = 1;
   return true;
@@ -135,7 +180,7 @@ static loom_status replace(loom_graph *dst, const loom_graph *src, const sdpa *a
   }
   (void)loom_build_status(dst);
   int32_t base = a->base >= 0 ? map[a->base] : lb_scalar(dst, LOOM_DTYPE_I64, 0.0);
-  int32_t in[5] = {map[a->q], map[a->k], map[a->v], base, -1}, n_in = 4;
+  int32_t in[6] = {map[a->q], map[a->k], map[a->v], base, -1, -1}, n_in = 4;
   if (p > 0.0 && placement != LOOM_RNG_FUSED) {
     loom_attr_value ma[LOOM_MAX_ATTRS];
     loom_attrs_default(LOOM_OP_DROPOUT_MASK, ma);
@@ -157,6 +202,7 @@ static loom_status replace(loom_graph *dst, const loom_graph *src, const sdpa *a
      * whichever kernel computes that constant, and to its place */
     in[n_in++] = lb_op(dst, LOOM_OP_DROPOUT_MASK, a->base >= 0 ? 1 : 0, &base, ma);
   }
+  if (a->bias >= 0) in[n_in++] = map[a->bias]; /* last, as the `bias` attribute says */
   int32_t out[2] = {-1, -1};
   lb_op_multi(dst, LOOM_OP_FLASH_ATTENTION, n_in, in, a->attr, 2, out);
   LOOM_TRY(loom_build_status(dst));
@@ -190,10 +236,20 @@ void loom_attention_predict(const loom_attention_costs *c, const loom_rng_attn *
   if (a->bh > 0 && (double)bytes / (double)a->bh > (double)c->cache_bytes) *decomposed_s = INFINITY;
 }
 
+static loom_status fuse(const loom_graph *g, loom_rng_placement placement,
+                        const loom_rng_model *model, const loom_attention_costs *costs,
+                        bool with_bias, loom_graph **out, int32_t *n_replaced);
+
 loom_status loom_graph_fuse_attention(const loom_graph *g, loom_rng_placement placement,
                                       const loom_rng_model *model, loom_graph **out,
                                       int32_t *n_replaced) {
-  return loom_graph_fuse_attention_costed(g, placement, model, NULL, out, n_replaced);
+  return fuse(g, placement, model, NULL, true, out, n_replaced);
+}
+
+loom_status loom_graph_fuse_attention_unbiased(const loom_graph *g, loom_rng_placement placement,
+                                               const loom_rng_model *model, loom_graph **out,
+                                               int32_t *n_replaced) {
+  return fuse(g, placement, model, NULL, false, out, n_replaced);
 }
 
 /* True if costs say attention a (a composite without dropout) runs faster
@@ -212,6 +268,12 @@ loom_status loom_graph_fuse_attention_costed(const loom_graph *g, loom_rng_place
                                              const loom_rng_model *model,
                                              const loom_attention_costs *costs, loom_graph **out,
                                              int32_t *n_replaced) {
+  return fuse(g, placement, model, costs, true, out, n_replaced);
+}
+
+static loom_status fuse(const loom_graph *g, loom_rng_placement placement,
+                        const loom_rng_model *model, const loom_attention_costs *costs,
+                        bool with_bias, loom_graph **out, int32_t *n_replaced) {
   *out = NULL;
   if (n_replaced) *n_replaced = 0;
   /* uses of every value, and which primitive nodes an attention replaces */
@@ -226,17 +288,17 @@ loom_status loom_graph_fuse_attention_costed(const loom_graph *g, loom_rng_place
     for (int32_t j = 0; j < g->nodes[i].n_in; j++) uses[g->nodes[i].in[j]]++;
   sdpa a;
   for (int32_t i = 0; i < g->n_nodes; i++) /* mark the matches' inner nodes first */
-    match_primitives(g, uses, &g->nodes[i], skip, &a);
+    match_primitives(g, uses, &g->nodes[i], with_bias, skip, &a);
   int32_t *map = NULL;
   loom_graph *dst = NULL;
   loom_status st = loom_graph_begin_copy(g, &dst, &map);
   for (int32_t i = 0; i < g->n_nodes && !st; i++) {
     const loom_node *n = &g->nodes[i];
-    bool found = n->op == LOOM_OP_ATTENTION;
+    bool found = n->op == LOOM_OP_ATTENTION && (with_bias || loom_attention_bias_input(n) < 0);
     if (found)
       a = from_composite(n);
-    else
-      found = match_primitives(g, uses, n, skip, &a);
+    else if (n->op != LOOM_OP_ATTENTION)
+      found = match_primitives(g, uses, n, with_bias, skip, &a);
     if (found && keep_decomposed(g, costs, n, &a)) {
       st = loom_graph_copy_node(dst, g, n, map);
     } else if (found) {

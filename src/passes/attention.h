@@ -65,6 +65,12 @@ loom_status loom_graph_fuse_attention_costed(const loom_graph *g, loom_rng_place
                                              const loom_attention_costs *costs, loom_graph **out,
                                              int32_t *n_replaced);
 
+/* As loom_graph_fuse_attention, but attention with an additive bias stays
+ * as it is (decomposed): the GPU backends' kernels take no bias. */
+loom_status loom_graph_fuse_attention_unbiased(const loom_graph *g, loom_rng_placement placement,
+                                               const loom_rng_model *model, loom_graph **out,
+                                               int32_t *n_replaced);
+
 /* The view fold (passes/attention_views.c): a copy of g in which each
  * f32 flash_attention and flash_attention_grad reads q, k, v (and o, d_o)
  * in place from the tensors they are reshaped, transposed, sliced or

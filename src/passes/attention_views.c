@@ -18,6 +18,7 @@
 #include "passes/attention.h"
 
 #include "ir/build.h"
+#include "ops/attention_bias.h"
 #include "ops/attention_views.h"
 #include "ops/op.h"
 
@@ -421,6 +422,13 @@ static loom_ints *at_slot(loom_attr_value *a, int32_t w) {
   }
 }
 
+/* True if nothing reads v and it is not a graph output. */
+static bool unread(const loom_graph *g, const int32_t *uses, int32_t v) {
+  for (int32_t i = 0; i < g->n_outputs; i++)
+    if (g->outputs[i] == v) return false;
+  return uses[v] == 0;
+}
+
 /* A folded forward's o: the value it lies in and where. */
 typedef struct folded_o {
   int32_t y;
@@ -473,7 +481,7 @@ loom_status loom_graph_fold_attention_views(const loom_graph *g, loom_graph **ou
     }
     loom_attr_value a[LOOM_MAX_ATTRS];
     memcpy(a, n->attr, sizeof a);
-    int32_t in[8], idx[LOOM_FLASH_N], nf = 0;
+    int32_t in[LOOM_PART_MAX_IO], idx[LOOM_FLASH_N], nf = 0;
     int64_t s[LOOM_FLASH_N], w[LOOM_FLASH_N];
     for (int32_t j = 0; j < n->n_in; j++) in[j] = map[n->in[j]];
     int32_t count = operands(g, n, idx, s, w);
@@ -490,6 +498,9 @@ loom_status loom_graph_fold_attention_views(const loom_graph *g, loom_graph **ou
     }
     int32_t y = -1, z = -1, n_out = n->n_out;
     bool fwd = n->op == LOOM_OP_FLASH_ATTENTION;
+    /* a bias gradient nothing reads (the bias needs none) is not made */
+    bool has_db = !fwd && n_out == 4, drop_db = has_db && unread(g, uses, n->out[3]);
+    if (drop_db) n_out = 3, has_db = false;
     loom_ints dats[3];
     if (!fwd && grad_fold(g, uses, sole, n->out, s, w, &z, dats, skip)) {
       /* dq, dk, dv ([..., Sq, D], [..., Sk, D], [..., Sk, Dv]) into z */
@@ -500,7 +511,7 @@ loom_status loom_graph_fold_attention_views(const loom_graph *g, loom_graph **ou
       LOOM_ATTRV_INTS(a, flash_attention, dq_at) = dats[0];
       LOOM_ATTRV_INTS(a, flash_attention, dk_at) = dats[1];
       LOOM_ATTRV_INTS(a, flash_attention, dv_at) = dats[2];
-      n_out = 1;
+      n_out = has_db ? 2 : 1; /* the bias gradient stays an output of its own, last */
       nf++;
     }
     if (fwd && fold_output(g, uses, user, n->out[0], s[0], w[2], &y, at_slot(a, LOOM_FLASH_O), skip)) {
@@ -512,22 +523,25 @@ loom_status loom_graph_fold_attention_views(const loom_graph *g, loom_graph **ou
       fo[n->out[0]].at = *at_slot(a, LOOM_FLASH_O);
       nf++;
     }
-    if (nf == 0) {
+    if (nf == 0 && !drop_db) {
       st = loom_graph_copy_node(dst, g, n, map);
       continue;
     }
     /* dims: q's logical shape, then Sk and Dv */
     const loom_type *q = loom_value_type(g, n->in[0]);
     loom_ints *dm = &LOOM_ATTRV_INTS(a, flash_attention, dims);
-    dm->n = q->rank + 2;
-    memcpy(dm->v, q->shape, sizeof(int64_t) * (size_t)q->rank);
-    dm->v[q->rank] = s[1];
-    dm->v[q->rank + 1] = w[2];
-    int32_t outs[3] = {-1, -1, -1};
+    if (nf > 0) {
+      dm->n = q->rank + 2;
+      memcpy(dm->v, q->shape, sizeof(int64_t) * (size_t)q->rank);
+      dm->v[q->rank] = s[1];
+      dm->v[q->rank + 1] = w[2];
+    }
+    int32_t outs[4] = {-1, -1, -1, -1};
     (void)loom_build_status(dst);
     /* the counter input goes where it is not read (no dropout) or is a
-     * constant (into `offset`): no kernel part is made for it */
-    int32_t n_in = n->n_in, bi = fwd ? 3 : 6;
+     * constant (into `offset`): no kernel part is made for it; the bias,
+     * last, stays last */
+    int32_t n_in = loom_attention_core_inputs(n), bi = fwd ? 3 : 6, bias = loom_attention_bias_input(n);
     if (n_in == bi + 1) { /* a base and no mask */
       int32_t bn = g->values[n->in[bi]].node;
       const loom_node *c = bn >= 0 ? &g->nodes[bn] : NULL;
@@ -541,9 +555,11 @@ loom_status loom_graph_fold_attention_views(const loom_graph *g, loom_graph **ou
         n_in--;
       }
     }
+    if (bias >= 0) in[n_in++] = in[bias];
     lb_op_multi(dst, n->op, n_in, in, a, n_out, outs);
     st = loom_build_status(dst);
-    for (int32_t o = 0; o < n_out && !st; o++) map[n->out[o]] = outs[o];
+    for (int32_t o = 0; o < (z >= 0 ? 1 : n_out) && !st; o++) map[n->out[o]] = outs[o];
+    if (!st && z >= 0 && has_db) map[n->out[3]] = outs[1];
     if (!st && y >= 0) map[y] = outs[0];
     if (!st && z >= 0) map[z] = outs[0];
     if (!st && n_folded) (*n_folded)++;

@@ -9,6 +9,7 @@
 #include "runtime/cpu/flash_attention.h"
 
 #include "ir/dtype.h"
+#include "ops/attention_bias.h"
 #include "ops/attention_views.h"
 #include "ops/op.h"
 #include "ops/rng_piece.h"
@@ -35,8 +36,8 @@ static float *place(const loom_node *n, int32_t w, void *data, loom_flash_attn_l
 static loom_status flash_args(const loom_cpu *c, const loom_node *n, const loom_view *in,
                               int32_t base, int32_t mask, loom_rng_piece *piece,
                               loom_type *lt, loom_flash_attn *out) {
-  loom_type it[8];
-  for (int32_t i = 0; i < n->n_in && i < 8; i++) {
+  loom_type it[LOOM_PART_MAX_IO];
+  for (int32_t i = 0; i < n->n_in && i < LOOM_PART_MAX_IO; i++) {
     it[i] = (loom_type){.dtype = in[i].dtype, .rank = in[i].rank};
     for (int32_t d = 0; d < in[i].rank; d++) it[i].shape[d] = in[i].shape[d];
   }
@@ -56,15 +57,26 @@ static loom_status flash_args(const loom_cpu *c, const loom_node *n, const loom_
   a.causal = LOOM_ATTR_I(n, flash_attention, causal) != 0;
   a.p = LOOM_ATTR_F(n, flash_attention, p);
   a.seed = (uint64_t)LOOM_ATTR_I(n, flash_attention, seed);
+  int32_t n_core = loom_attention_core_inputs(n), bias = loom_attention_bias_input(n);
   a.j0 = (uint64_t)LOOM_ATTR_I(n, flash_attention, offset) +
-         (n->n_in > base ? (uint64_t)loom_load_i64(in[base].dtype, in[base].data, 0) : 0);
-  a.mask_bits = mask >= 0 && n->n_in > mask ? in[mask].data : NULL;
+         (n_core > base ? (uint64_t)loom_load_i64(in[base].dtype, in[base].data, 0) : 0);
+  a.mask_bits = mask >= 0 && n_core > mask ? in[mask].data : NULL;
   int32_t rank = r;
   int64_t shape[LOOM_MAX_RANK];
   for (int32_t d = 0; d < r - 1; d++) shape[d] = lt[0].shape[d];
   shape[r - 1] = a.sk;
   LOOM_TRY(loom_op_rng_piece(c->ctx, n, rank, shape, piece));
   a.piece = loom_rng_piece_is_flat(piece) && piece->origin == 0 ? NULL : piece;
+  if (bias >= 0) { /* read at its broadcast strides over the scores */
+    loom_type bt = it[bias];
+    int64_t st[LOOM_MAX_RANK];
+    loom_attention_bias_strides(&bt, rank, shape, st);
+    a.bias = in[bias].data;
+    a.bias_at.n_lead = r - 2;
+    for (int32_t d = 0; d < r - 2; d++) a.bias_at.lead[d] = shape[d], a.bias_at.stride[d] = st[d];
+    a.bias_at.row = st[r - 2];
+    a.bias_col = st[r - 1];
+  }
   *out = a;
   return LOOM_STATUS_OK;
 }
@@ -100,8 +112,14 @@ static loom_status k_flash_grad(const loom_cpu *c, const loom_node *n, const loo
   const float *o = place(n, LOOM_FLASH_O, in[3].data, &a.at[LOOM_FA_O]);
   const float *d_o = place(n, LOOM_FLASH_DO, in[5].data, &a.at[LOOM_FA_DO]);
   float *d[3]; /* dq, dk, dv: three outputs, or places in one */
+  const bool placed = loom_flash_view_of(n, LOOM_FLASH_DQ).strided;
   for (int32_t w = 0; w < 3; w++)
-    d[w] = place(n, LOOM_FLASH_DQ + w, out[n->n_out == 1 ? 0 : w].data, &a.at[LOOM_FA_DQ + w]);
+    d[w] = place(n, LOOM_FLASH_DQ + w, out[placed ? 0 : w].data, &a.at[LOOM_FA_DQ + w]);
+  const int32_t db = loom_flash_dbias_output(n);
+  if (db >= 0) { /* the bias gradient, summed into */
+    a.dbias = out[db].data;
+    memset(out[db].data, 0, (size_t)loom_view_numel(&out[db]) * sizeof(float));
+  }
   return loom_flash_attn_bwd(c->ctx, c->nt, &a, o, in[4].data, d_o, d[0], d[1], d[2]);
 }
 
@@ -169,6 +187,8 @@ loom_cpu_kernel loom_cpu_attention_kernel(const loom_graph *g, const loom_node *
     int32_t n_float = n->op == LOOM_OP_FLASH_ATTENTION ? 3 : 6;
     for (int32_t i = 0; i < n_float; i++)
       if (!is_f32(g, n->in[i])) return NULL;
+    if (loom_attention_bias_input(n) >= 0 && !is_f32(g, n->in[loom_attention_bias_input(n)]))
+      return NULL;
     return n->op == LOOM_OP_FLASH_ATTENTION ? k_flash : k_flash_grad;
   }
   case LOOM_OP_DROPOUT_MASK: return k_dropout_mask;

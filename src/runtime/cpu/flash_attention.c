@@ -90,6 +90,17 @@ static int64_t op_off(const loom_flash_attn_layout *l, int64_t bh, int64_t rows,
   return off;
 }
 
+/* The bias row of query i of bh (its element for key j at [j * bias_col]). */
+static const float *bias_row(const loom_flash_attn *a, int64_t bh, int64_t i) {
+  const loom_flash_attn_layout *l = &a->bias_at;
+  int64_t off = i * l->row;
+  for (int32_t d = l->n_lead - 1; d >= 0; d--) {
+    off += (bh % l->lead[d]) * l->stride[d];
+    bh /= l->lead[d];
+  }
+  return a->bias + off;
+}
+
 static int64_t op_ld(const loom_flash_attn_layout *l, int64_t width) {
   return l->n_lead ? l->row : width;
 }
@@ -163,9 +174,11 @@ static void fwd_task(const fa_run *R, int64_t bh, int64_t q0, float *ws, float *
   const float *kbh = a->k + op_off(&a->at[LOOM_FA_K], bh, SK, D);
   const float *vbh = a->v + op_off(&a->at[LOOM_FA_V], bh, SK, DV);
   kn->transpose(r, D, a->q + op_off(&a->at[LOOM_FA_Q], bh, SQ, D) + q0 * ldq, ldq, qt, FWD_BR);
-  /* a positive scale goes into the exponent (as the max): one pass fewer */
-  const float mul = a->scale > 0.0 ? (float)a->scale : 1.0f;
-  if (!(a->scale > 0.0))
+  /* a positive scale goes into the exponent (as the max): one pass fewer;
+   * not with a bias, which adds to the scaled scores */
+  const bool prescale = a->bias || !(a->scale > 0.0);
+  const float mul = prescale ? 1.0f : (float)a->scale;
+  if (prescale)
     for (int64_t x = 0; x < D; x++)
       kn->scale(qt + x * FWD_BR, r, a->scale, qt + x * FWD_BR);
   for (int64_t i = 0; i < r; i++) {
@@ -196,6 +209,9 @@ static void fwd_task(const fa_run *R, int64_t bh, int64_t q0, float *ws, float *
           kn->gemm(ch, min64(hw, w - h), D, kbh + kb * ldk, ldk, 1, qt + i1 + h, FWD_BR, st + h,
                    FWD_BN, false);
       }
+      if (a->bias) /* the keys past a lane's causal limit get -inf below */
+        kn->col_bias(st, FWD_BN, cs, w, bias_row(a, bh, q0 + i1) + kb * a->bias_col,
+                     a->bias_at.row, a->bias_col);
       /* key kb + j is past query q0 + i1 + i's limit when i < t0 + j */
       const int64_t t0 = kb - (q0 + i1) - R->off;
       if (a->causal && t0 + cs - 1 > 0) kn->col_causal(st, FWD_BN, cs, w, t0);
@@ -387,9 +403,18 @@ static int64_t bwd_thread_floats(const loom_flash_attn *a) {
          2 * up16(BWD_BR * BWD_BC) + 2 * up16(BWD_BC / 32 + 16);
 }
 
-/* Shared floats: Di per row and the partial dq of chunks 1 .. chunks-1. */
+/* Rows of the bias gradient's partial sums per bh: Sq when the bias
+ * varies along the queries, else 1 (the rows summed as they come). */
+static int64_t bwd_dbias_rows(const loom_flash_attn *a) {
+  return a->dbias ? (a->bias_at.row ? a->sq : 1) : 0;
+}
+
+/* Shared floats: Di per row, the partial dbias [BH, dbias rows, Sk] (each
+ * task adds to its own bh's keys: no races, a fixed order) and the partial
+ * dq of chunks 1 .. chunks-1. */
 static int64_t bwd_shared_floats(const loom_flash_attn *a) {
-  return up16(a->bh * a->sq) + (bwd_chunks(a) - 1) * a->bh * a->sq * a->d;
+  return up16(a->bh * a->sq) + up16(a->bh * bwd_dbias_rows(a) * a->sk) +
+         (bwd_chunks(a) - 1) * a->bh * a->sq * a->d;
 }
 
 typedef struct bwd_io {
@@ -398,6 +423,8 @@ typedef struct bwd_io {
   float *di;   /* [BH * Sq] rowsum(dO * O) */
   float *part; /* [(chunks - 1) * BH, Sq, D] partial dq */
   int64_t chunks;
+  float *dbp;      /* [BH, db_rows, Sk] partial bias gradient, or NULL */
+  int64_t db_rows; /* bwd_dbias_rows */
 } bwd_io;
 
 /* Keys of the block at kb (cc of them) that query row i sees. */
@@ -472,9 +499,15 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
           memset(dpi + vis, 0, sizeof(float) * (size_t)(cc - vis));
         }
         if (vis == 0) continue;
+        if (a->bias) kn->row_bias(si, vis, bias_row(a, bh, q0 + i) + kb * a->bias_col, a->bias_col);
         (void)kn->exp_sum(si, vis, lse[q0 + i]); /* P */
         const uint8_t *b = R->drop ? row_bits(R, (bh * SQ + q0 + i) * SK + kb, vis, bits) : NULL;
         kn->dsoft(dpi, si, vis, b, R->inv_keep, di[q0 + i]); /* dS (unscaled) */
+        if (io->dbp) { /* dbias: dS summed over the rows it repeats along */
+          float *d = io->dbp + (bh * io->db_rows + (io->db_rows > 1 ? q0 + i : 0)) * SK + kb;
+          for (int64_t j = 0; j < vis; j++)
+            d[j] += dpi[j];
+        }
         if (b) kn->mask(si, vis, b, R->inv_keep);            /* Pd */
       }
       /* The products below skip only terms whose P or dS is exactly 0 (the
@@ -496,20 +529,24 @@ static void bwd_task(const fa_run *R, const bwd_io *io, int64_t bh, int64_t chun
       }
     }
     float *dvo = dva;
-    /* The composite's NaN rows (no key seen) reach dv through Pd^T dO:
-     * dv[j] is NaN for every key j such a row keeps. */
-    if (a->causal && SQ > SK && DV > 0) {
-      const int64_t nb = (c + 7) / 8;
+    /* The composite's NaN rows (no key seen: causal with Sq > Sk, or a
+     * bias of -inf on every key; their lse is -inf) reach dv through
+     * Pd^T dO: dv[j] is NaN for every key j such a row keeps. */
+    bool nan_rows = false;
+    const int64_t nb = (c + 7) / 8;
+    for (int64_t i = 0; i < SQ && DV > 0 && (a->bias || (a->causal && i < SQ - SK)); i++) {
+      if (lse[i] != -INFINITY) continue;
+      if (!nan_rows) memset(nanbits, 0, (size_t)nb);
+      nan_rows = true;
       if (!R->drop) {
         memset(nanbits, 0xFF, (size_t)nb);
-      } else {
-        memset(nanbits, 0, (size_t)nb);
-        for (int64_t i = 0; i < SQ - SK; i++) {
-          row_bits(R, (bh * SQ + i) * SK + kb, c, bits);
-          for (int64_t x = 0; x < nb; x++)
-            nanbits[x] |= bits[x];
-        }
+        break;
       }
+      row_bits(R, (bh * SQ + i) * SK + kb, c, bits);
+      for (int64_t x = 0; x < nb; x++)
+        nanbits[x] |= bits[x];
+    }
+    if (nan_rows) {
       for (int64_t j = 0; j < c; j++)
         if (loom_fa_bit_at(nanbits, j))
           for (int64_t x = 0; x < DV; x++)
@@ -557,7 +594,13 @@ loom_status loom_flash_attn_bwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
   void *raw;
   float *ws = alloc_floats(ctx, per * nt + shared, &raw);
   if (!ws) return LOOM_STATUS_OUT_OF_MEMORY;
-  bwd_io io = {o, lse, d_o, dq, dk, dv, ws + per * nt, ws + per * nt + up16(n_rows), bwd_chunks(a)};
+  if (a->dbias && !a->bias)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "flash_attn_bwd: dbias without a bias");
+  const int64_t db_n = a->bh * bwd_dbias_rows(a) * a->sk;
+  bwd_io io = {o, lse, d_o, dq, dk, dv, ws + per * nt,
+               ws + per * nt + up16(n_rows) + up16(db_n), bwd_chunks(a),
+               a->dbias ? ws + per * nt + up16(n_rows) : NULL, bwd_dbias_rows(a)};
+  if (io.dbp) memset(io.dbp, 0, sizeof(float) * (size_t)db_n);
   const int64_t DV = a->dv, D = a->d, SQ = a->sq;
   const int64_t rblocks = (n_rows + 255) / 256;
 #pragma omp parallel num_threads(nt)
@@ -608,6 +651,14 @@ loom_status loom_flash_attn_bwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
       }
     }
   }
+  /* dbias += the partial sums, bh by bh: a fixed order */
+  for (int64_t bh = 0; io.dbp && bh < a->bh; bh++)
+    for (int64_t ri = 0; ri < io.db_rows; ri++) {
+      const float *src = io.dbp + (bh * io.db_rows + ri) * a->sk;
+      float *dst = a->dbias + (bias_row(a, bh, ri) - a->bias);
+      for (int64_t j = 0; j < a->sk; j++)
+        dst[j * a->bias_col] += src[j];
+    }
   free(raw);
   return LOOM_STATUS_OK;
 }

@@ -93,6 +93,19 @@ typedef struct loom_flash_attn {
    * tensor (rng/piece.h, with the op's [..., Sq, Sk] shape), so element e
    * uses counter j0 + loom_rng_piece_index(piece, e). NULL: j0 + e. */
   const loom_rng_piece *piece;
+  /* Optional additive bias on the scaled scores (before the causal mask
+   * and the softmax; -inf hides a key): score (bh, i, j) adds
+   * bias[bias_at's offset of bh + i * bias_at.row + j * bias_col], every
+   * stride possibly 0 (a broadcast bias read in place). NULL: none. A row
+   * the bias hides from every key has lse -inf and output NaN (the
+   * composite's 0/0), and NaN gradients. */
+  const float *bias;
+  loom_flash_attn_layout bias_at;
+  int64_t bias_col;
+  /* Backward, optional: the bias gradient dS (unscaled) summed into
+   * dbias at the bias's own offsets (the caller zeroes it; its own
+   * repeated elements are summed in a fixed order). Needs bias. */
+  float *dbias;
   int32_t impl; /* loom_flash_attn_impl; 0 (BEST) when zero-initialised */
   /* Layouts of q, k, v, o, d_o, dq, dk and dv (zero-initialised:
    * contiguous); the results are bitwise those of contiguous copies (the

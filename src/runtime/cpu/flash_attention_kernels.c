@@ -53,6 +53,18 @@ static void col_causal_port(float *x, int64_t ldx, int64_t rows, int64_t n, int6
       x[j * ldx + i] = -INFINITY;
 }
 
+static void col_bias_port(float *x, int64_t ldx, int64_t rows, int64_t n, const float *b,
+                          int64_t brs, int64_t bcs) {
+  for (int64_t j = 0; j < rows; j++)
+    for (int64_t i = 0; i < n; i++)
+      x[j * ldx + i] += b[i * brs + j * bcs];
+}
+
+static void row_bias_port(float *x, int64_t n, const float *b, int64_t bcs) {
+  for (int64_t j = 0; j < n; j++)
+    x[j] += b[j * bcs];
+}
+
 static void col_max_port(const float *x, int64_t ldx, int64_t rows, int64_t n, float *m) {
   for (int64_t j = 0; j < rows; j++)
     for (int64_t i = 0; i < n; i++)
@@ -117,7 +129,8 @@ static const fa_kernels kernels_port = {
     .gemm = gemm_port,       .transpose = transpose_port,     .col_causal = col_causal_port,
     .col_max = col_max_port, .col_exp_sum = col_exp_sum_port, .col_mask = col_mask_port,
     .exp_sum = exp_sum_port, .mask = mask_port,               .dsoft = dsoft_port,
-    .scale = scale_port,     .dot = dot_port};
+    .scale = scale_port,     .dot = dot_port,                 .col_bias = col_bias_port,
+    .row_bias = row_bias_port};
 
 /* -- AVX-512F ---------------------------------------------------------------- */
 
@@ -303,6 +316,48 @@ T512 static void col_causal_512(float *x, int64_t ldx, int64_t rows, int64_t n, 
       _mm512_mask_storeu_ps(x + j * ldx + i, lanes(min64(n, t0 + j) - i), ninf);
 }
 
+/* The bias of a key row: one value for every query (brs 0: a padding
+ * mask), a contiguous run (brs 1), or gathered. */
+T512 static void col_bias_512(float *x, int64_t ldx, int64_t rows, int64_t n, const float *b,
+                              int64_t brs, int64_t bcs) {
+  const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5,
+                                                          4, 3, 2, 1, 0),
+                                         _mm512_set1_epi32((int)brs));
+  const bool gather = brs > 1 && brs * 16 < INT32_MAX;
+  for (int64_t j = 0; j < rows; j++) {
+    const float *bj = b + j * bcs;
+    for (int64_t i = 0; i < n; i += 16) {
+      __mmask16 k = lanes(n - i);
+      __m512 v;
+      if (brs == 0)
+        v = _mm512_set1_ps(bj[0]);
+      else if (brs == 1)
+        v = _mm512_maskz_loadu_ps(k, bj + i);
+      else if (gather)
+        v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, bj + i * brs, 4);
+      else {
+        float t[16] = {0};
+        for (int64_t l = 0; l < min64(16, n - i); l++) t[l] = bj[(i + l) * brs];
+        v = _mm512_loadu_ps(t);
+      }
+      float *xj = x + j * ldx + i;
+      _mm512_mask_storeu_ps(xj, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, xj), v));
+    }
+  }
+}
+
+T512 static void row_bias_512(float *x, int64_t n, const float *b, int64_t bcs) {
+  if (bcs != 1) {
+    for (int64_t j = 0; j < n; j++) x[j] += b[j * bcs];
+    return;
+  }
+  for (int64_t j = 0; j < n; j += 16) {
+    __mmask16 k = lanes(n - j);
+    _mm512_mask_storeu_ps(x + j, k,
+                          _mm512_add_ps(_mm512_maskz_loadu_ps(k, x + j), _mm512_maskz_loadu_ps(k, b + j)));
+  }
+}
+
 T512 static void col_max_512(const float *x, int64_t ldx, int64_t rows, int64_t n, float *m) {
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
   for (int64_t i = 0; i < n; i += 16) {
@@ -374,7 +429,8 @@ static const fa_kernels kernels_512 = {
     .gemm = gemm_512,       .transpose = transpose_512,     .col_causal = col_causal_512,
     .col_max = col_max_512, .col_exp_sum = col_exp_sum_512, .col_mask = col_mask_512,
     .exp_sum = exp_sum_512, .mask = mask_512,               .dsoft = dsoft_512,
-    .scale = scale_512,     .dot = dot_512};
+    .scale = scale_512,     .dot = dot_512,                 .col_bias = col_bias_512,
+    .row_bias = row_bias_512};
 
 #endif /* FA_HAVE_AVX512 */
 

@@ -24,6 +24,12 @@ typedef struct fa_kernels {
    * transposed (row j: a key, column i: a query), j < rows, i < n. */
   /* x[j][i] = -inf for i < t0 + j: keys past a query's causal limit */
   void (*col_causal)(float *x, int64_t ldx, int64_t rows, int64_t n, int64_t t0);
+  /* x[j][i] += b[i * brs + j * bcs]: the bias tile (one add per element,
+   * so every set gives the same bits) */
+  void (*col_bias)(float *x, int64_t ldx, int64_t rows, int64_t n, const float *b, int64_t brs,
+                   int64_t bcs);
+  /* x[j] += b[j * bcs] for j < n */
+  void (*row_bias)(float *x, int64_t n, const float *b, int64_t bcs);
   /* m[i] = max(m[i], x[0][i], ..., x[rows - 1][i]) */
   void (*col_max)(const float *x, int64_t ldx, int64_t rows, int64_t n, float *m);
   /* x[j][i] = exp(mul x[j][i] - sub[i]); sum[i] = their sum over j in order */
