@@ -518,6 +518,16 @@ static void test_texts(loom_ctx *ctx) {
                "%q : f32[2, 3] = pad(%x, lo=[0, 0], hi=[0, 0], value=inf)\n"
                "%r : f32[2, 3] = pad(%x, lo=[0, 0], hi=[0, 0], value=0.5)\n"
                "%d : f32[2, 3] = dropout(%x, p=0)\n");
+  /* the recomputation mark (loom_node.copy): after the attributes, 0 dropped */
+  expect_print(ctx,
+               "input %x : f32[2]\n%a = exp(%x)\n%b = exp(%x, copy=1)\n%c = exp(%x, copy=0)\n"
+               "%d = dropout(%x, copy=2, p=0.5)\n",
+               "input %x : f32[2]\n%a : f32[2] = exp(%x)\n%b : f32[2] = exp(%x, copy=1)\n"
+               "%c : f32[2] = exp(%x)\n%d : f32[2] = dropout(%x, p=0.5, copy=2)\n");
+  expect_error(ctx, "input %x : f32[2]\n%a = exp(%x, copy=1, copy=1)\n", LOOM_STATUS_PARSE,
+               "2:22: attribute 'copy' is given twice");
+  expect_error(ctx, "input %x : f32[2]\n%a = exp(%x, copy=-1)\n", LOOM_STATUS_PARSE,
+               "2:21: 'copy' is a count");
   /* inputs after nodes keep declaration order among inputs */
   expect_print(ctx,
                "input %a : f32[]\n%b = neg(%a)\nparam %c : i64[3]\noutput b = %b\n",

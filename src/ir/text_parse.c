@@ -323,7 +323,7 @@ static loom_status parse_call(parser *p, result *res, int32_t n_res) {
   loom_attrs_default(op, attrs);
   bool seen[LOOM_MAX_ATTRS] = {false};
   bool any_attr = false;
-  int32_t n_in = 0;
+  int32_t n_in = 0, copy = -1;
   if (p->tok.kind != LOOM_TOK_RPAREN) {
     for (;;) {
       if (p->tok.kind == LOOM_TOK_VALUE || p->tok.kind == LOOM_TOK_VALUE_NUM) {
@@ -333,6 +333,20 @@ static loom_status parse_call(parser *p, result *res, int32_t n_res) {
         LOOM_TRY(push_input(p, n_in++, v));
       } else if (p->tok.kind == LOOM_TOK_IDENT) {
         int32_t i = loom_op_attr_index(op, p->tok.text);
+        if (i < 0 && strcmp(p->tok.text, "copy") == 0) { /* the recomputation mark */
+          if (copy >= 0) return perr(p, "attribute 'copy' is given twice");
+          any_attr = true;
+          next(p);
+          LOOM_TRY(expect(p, LOOM_TOK_EQUAL, "'=' after the attribute name"));
+          loom_attr_value v = {0};
+          loom_attr_spec mark = {.name = "copy", .kind = LOOM_ATTR_INT};
+          LOOM_TRY(parse_attr_value(p, &mark, &v));
+          if (v.i < 0 || v.i > INT32_MAX) return perr(p, "'copy' is a count: 0 or more");
+          copy = (int32_t)v.i;
+          if (p->tok.kind == LOOM_TOK_RPAREN) break;
+          LOOM_TRY(expect(p, LOOM_TOK_COMMA, "',' or ')'"));
+          continue;
+        }
         if (i < 0) {
           char names[256];
           attr_names(d, names, sizeof names);
@@ -374,6 +388,7 @@ static loom_status parse_call(parser *p, result *res, int32_t n_res) {
   if (n_res > LOOM_PART_MAX_IO && !(out = loom_malloc(p->ctx, sizeof *out * (size_t)n_res)))
     return LOOM_STATUS_OUT_OF_MEMORY;
   loom_status st = parse_call_add(p, op, d, res, n_res, n_in, attrs, op_line, op_col, out);
+  if (!st && copy > 0) p->g->nodes[p->g->n_nodes - 1].copy = copy;
   if (out != out_stack) free(out);
   return st;
 }

@@ -132,6 +132,8 @@ static void put_node(loom_strbuf *b, const loom_graph *g, const int32_t *num, co
     first = false;
     put_attr(b, &d->attrs[a], &n->attr[a]);
   }
+  /* the recomputation mark (loom_node.copy): after the op's own attributes */
+  if (n->copy) loom_strbuf_put(b, "%scopy=%d", first ? "" : ", ", (int)n->copy);
   loom_strbuf_put(b, ")\n");
 }
 
