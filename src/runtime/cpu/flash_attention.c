@@ -566,6 +566,8 @@ loom_status loom_flash_attn_bwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
       (n_keys && a->d && !dk) || (n_keys && a->dv && !dv))
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "flash_attn_bwd: o, lse, d_o, dq, dk or dv is NULL");
+  if (a->dbias && !a->bias)
+    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "flash_attn_bwd: dbias without a bias");
   a = R.a;
   if (!o) o = fa_dummy;
   if (!d_o) d_o = fa_dummy;
@@ -594,8 +596,6 @@ loom_status loom_flash_attn_bwd(loom_ctx *ctx, int32_t n_threads, const loom_fla
   void *raw;
   float *ws = alloc_floats(ctx, per * nt + shared, &raw);
   if (!ws) return LOOM_STATUS_OUT_OF_MEMORY;
-  if (a->dbias && !a->bias)
-    return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "flash_attn_bwd: dbias without a bias");
   const int64_t db_n = a->bh * bwd_dbias_rows(a) * a->sk;
   bwd_io io = {o, lse, d_o, dq, dk, dv, ws + per * nt,
                ws + per * nt + up16(n_rows) + up16(db_n), bwd_chunks(a),

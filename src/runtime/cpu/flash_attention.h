@@ -104,7 +104,10 @@ typedef struct loom_flash_attn {
   int64_t bias_col;
   /* Backward, optional: the bias gradient dS (unscaled) summed into
    * dbias at the bias's own offsets (the caller zeroes it; its own
-   * repeated elements are summed in a fixed order). Needs bias. */
+   * repeated elements are summed in a fixed order). Needs bias. Extra
+   * memory: partial sums of BH x Sk floats, BH x Sq x Sk when the bias
+   * varies along the queries (the one case that holds Sq x Sk: the
+   * gradient of such a bias is that large itself for BH = 1). */
   float *dbias;
   int32_t impl; /* loom_flash_attn_impl; 0 (BEST) when zero-initialised */
   /* Layouts of q, k, v, o, d_o, dq, dk and dv (zero-initialised:
