@@ -86,13 +86,27 @@ static bool conv_block(const conv_job *j, const prim_entry *e, int64_t img, int6
     which[2 * n + 1] = DNNL_ARG_BIAS;
     ptrs[n++] = post->bias + c0;
   }
+  /* tensor operands (plain) into the output's layout, one after another */
+  size_t post_bytes = dnnl_memory_desc_get_size(&e->md[1]);
+  char *post_buf = NULL;
   for (int32_t i = 0; i < e->key.n_post; i++) {
     const loom_conv_post_op *o = &post->op[i];
     if (o->kind == LOOM_CONV_POST_ELTWISE) continue;
     conv_md_post_operand(&extra[n - 3], &e->key, o->kind);
     which[2 * n + 1] = DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1;
-    ptrs[n++] = o->kind == LOOM_CONV_POST_CHANNEL ? (void *)(o->chan + c0)
-                                                  : (void *)(o->tensor + (out - post->out));
+    if (o->kind == LOOM_CONV_POST_CHANNEL) {
+      ptrs[n++] = (void *)(o->chan + c0);
+      continue;
+    }
+    const float *x = o->tensor + (out - post->out);
+    if (e->to_post) {
+      if (!post_buf) post_buf = loom_dnnl_buffer(res, LOOM_DNNL_POST, post_bytes * (size_t)e->key.n_post);
+      if (!post_buf || !conv_reorder(e->to_post, &plain[1], x, &e->md[1], post_buf + (size_t)i * post_bytes))
+        return false;
+      x = (const float *)(post_buf + (size_t)i * post_bytes);
+      extra[n - 3] = e->md[1];
+    }
+    ptrs[n++] = (void *)x;
   }
   return conv_prim_run_with(e, n, which, ptrs, extra) &&
          (!e->from_dst || out_blocked || conv_reorder(e->from_dst, &e->md[1], dst, &plain[1], out));

@@ -51,13 +51,15 @@ typedef struct prim_key {
 /* A primitive and the layouts it takes: md[0] the big side, md[1] the
  * small side, md[2] the weights. With key.any (forward only) they are
  * the layouts it was made for, and the reorders move each that is not
- * plain between Loom's plain layout and it (NULL: plain). */
+ * plain between Loom's plain layout and it (NULL: plain); a tensor
+ * post-op operand takes md[1]. */
 typedef struct prim_entry {
   prim_key key;
   dnnl_primitive_t prim; /* NULL: oneDNN has no implementation */
   size_t scratch;
   dnnl_memory_desc_t md[3];
   dnnl_primitive_t to_src, from_dst, to_wt;
+  dnnl_primitive_t to_post; /* a plain tensor post-op operand into md[1] (NULL: plain) */
 } prim_entry;
 
 /* Plain (row-major) f32 layouts: dims; an image [1, c, spatial...]; p's
