@@ -99,11 +99,15 @@ static bool conv_block(const conv_job *j, const prim_entry *e, int64_t img, int6
       continue;
     }
     const float *x = o->tensor + (out - post->out);
-    if (e->to_post) {
-      if (!post_buf) post_buf = loom_dnnl_buffer(res, LOOM_DNNL_POST, post_bytes * (size_t)e->key.n_post);
-      if (!post_buf || !conv_reorder(e->to_post, &plain[1], x, &e->md[1], post_buf + (size_t)i * post_bytes))
-        return false;
-      x = (const float *)(post_buf + (size_t)i * post_bytes);
+    if (j->layout & LOOM_CPU_POST_BLOCKED) { /* kept in the output's blocks */
+      if (conv_inner_block(&e->md[1]) != j->out_block) return false;
+      extra[n - 3] = e->md[1];
+    } else if (e->to_post) {
+      if (!post_buf)
+        post_buf = loom_dnnl_buffer(res, LOOM_DNNL_POST, post_bytes * (size_t)e->key.n_post);
+      char *at = post_buf ? post_buf + (size_t)i * post_bytes : NULL;
+      if (!at || !conv_reorder(e->to_post, &plain[1], x, &e->md[1], at)) return false;
+      x = (const float *)at;
       extra[n - 3] = e->md[1];
     }
     ptrs[n++] = (void *)x;
@@ -245,7 +249,8 @@ loom_status loom_cpu_conv(const loom_cpu *c, const loom_node *n, const loom_view
   loom_status st = plan_conv(c, n, in, has_post ? &post : NULL, &j);
   /* kept blocked: what the program planned (loom_cpu_window_blocks) */
   bool ok = !st && (!(j.layout & LOOM_CPU_IN_BLOCKED) || j.in_block > 1) &&
-            (!(j.layout & LOOM_CPU_OUT_BLOCKED) || (j.out_block > 1 && !j.epi));
+            (!(j.layout & LOOM_CPU_OUT_BLOCKED) || (j.out_block > 1 && !j.epi)) &&
+            (!(j.layout & LOOM_CPU_POST_BLOCKED) || (j.out_block > 1 && j.post));
   for (int32_t i = 0; ok && i < 2; i++) { /* the first block's, the last's */
     prim_key p;
     int64_t u0, nu;
