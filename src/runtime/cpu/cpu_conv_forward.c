@@ -188,10 +188,12 @@ static void pick_layouts(conv_job *j) {
   j->any = 1;
   j->in_block = conv_inner_block(&e->md[0]);
   j->out_block = conv_inner_block(&e->md[1]);
-  conv_split_make(s, s->batch, s->big_c, s->small_c, false, CONV_MIN_CHANNELS_BLOCKED);
   /* blocks start on whole channel blocks of the sides they cut (one
    * group: the output; depthwise: both), so no task pads a block */
   int64_t b0 = conv_inner_block(&e->md[0]), b1 = conv_inner_block(&e->md[1]);
+  bool thin = (s->per_big == 1 && s->per_small == 1) || s->big_c < b1;
+  conv_split_make(s, s->batch, s->big_c, s->small_c, false,
+                  thin ? CONV_MIN_CHANNELS_THIN : CONV_MIN_CHANNELS_BLOCKED);
   if (s->w.groups == 1)
     j->unit = b1;
   else if (s->per_big == 1 && s->per_small == 1)

@@ -54,7 +54,7 @@ bool conv_run_tasks(const loom_cpu *c, int64_t tasks, bool parallel,
   int failed = 0;
   int prev = omp_get_max_threads();
   omp_set_num_threads(1);
-#pragma omp parallel for num_threads(c->nt) schedule(static) if (parallel && tasks > 1)
+#pragma omp parallel for num_threads(c->nt) schedule(dynamic, 1) if (parallel && tasks > 1)
   for (int64_t t = 0; t < tasks; t++) {
     omp_set_num_threads(1);
     if (!task(user, t)) {
