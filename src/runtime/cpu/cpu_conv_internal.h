@@ -25,9 +25,10 @@
 #define CONV_MIN_CHANNELS_BLOCKED                                                                  \
   32 /* the same for direct kernels on blocked layouts (no im2col) */
 /* ... and where a block's work shares no input with the others' (depthwise
- * convs, pools) or the input is thinner than a channel block (a stem on RGB
+ * convs) or the input is thinner than a channel block (a stem on RGB
  * images): one channel block, so that small convs still split over two
- * threads */
+ * threads. Pools keep CONV_MIN_CHANNELS: a ResNet's max_pool (25 us) gains
+ * less from a second thread than a parallel region costs on a busy machine. */
 #define CONV_MIN_CHANNELS_THIN 16
 
 /* ---- primitives (cpu_conv_prim.c) ---------------------------------------- */

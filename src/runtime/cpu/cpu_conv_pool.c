@@ -127,7 +127,6 @@ static loom_status plan_pool(const loom_cpu *c, const loom_node *n, const loom_v
     if (e.prim) j->block = conv_inner_block(&e.md[0]);
     conv_prim_release(&e, owned);
     j->whole.any = 1;
-    j->b = conv_block_units(j->ch, 1, batch, CONV_MIN_CHANNELS_THIN);
     j->b = LOOM_MIN((j->b + j->block - 1) / j->block * j->block, j->ch);
   }
   j->blocks = (j->ch + j->b - 1) / j->b;
