@@ -136,7 +136,7 @@ static bool conv_task(const void *user, int64_t t) {
   if (cols <= 0) return true;
   int64_t r0 = (img * s->small_c + u0 * sc) * s->ss / cols, r1 = r0 + nu * sc * s->ss / cols;
   for (int64_t r = r0; r < r1; r += epi->rows)
-    epi->fn(epi->user, omp_get_thread_num(), r, LOOM_MIN(r + epi->rows, r1));
+    epi->fn(epi->user, conv_worker_index(), r, LOOM_MIN(r + epi->rows, r1));
   return true;
 }
 

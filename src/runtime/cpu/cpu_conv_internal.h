@@ -118,11 +118,23 @@ void conv_key_window(prim_key *p, prim_kind kind, const loom_window *w);
 /* Window node n's window on inputs of in's shapes. */
 loom_status conv_window_of(const loom_cpu *c, const loom_node *n, const loom_view *in,
                            loom_window *w);
-/* Runs task(user, t) for t in [0, tasks) in our OpenMP loop, each task one
- * single-threaded primitive run, so results do not depend on the thread
- * count; false if a task failed. */
+/* Runs task(user, t) for t in [0, tasks), each task one single-threaded
+ * primitive run, so results do not depend on the thread count: on the
+ * caller and c->nt - 1 helper threads when parallel, else in order on the
+ * caller; false if a task failed. */
 bool conv_run_tasks(const loom_cpu *c, int64_t tasks, bool parallel,
                     bool (*task)(const void *user, int64_t t), const void *user);
+bool conv_run_inline(int64_t tasks, bool (*task)(const void *user, int64_t t), const void *user);
+/* cpu_conv_workers.c: the caller takes tasks too and waits only for those
+ * a helper took (one that wakes late finds none and delays nothing); in
+ * order on the caller inside an OpenMP region or while another op's tasks
+ * hold the helpers. */
+bool conv_run_workers(int32_t threads, int64_t tasks, bool (*task)(const void *user, int64_t t),
+                      const void *user);
+/* The running task's thread in [0, threads): 0 the caller (or, inside an
+ * OpenMP region, its thread number), k + 1 helper k; indexes per-thread
+ * scratch such as an epilogue's. */
+int32_t conv_worker_index(void);
 /* OK, or n's error when a oneDNN primitive failed (!ok). */
 loom_status conv_status(const loom_cpu *c, const loom_node *n, bool ok);
 
