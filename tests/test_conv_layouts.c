@@ -163,6 +163,15 @@ static const conv_case cases[] = {
      "%y4 : f32[2, 32, 10, 10] = relu(%sum4)\n"
      "%y : f32[2, 32, 1, 1] = avg_pool(%y4, kernel=[10, 10])\n"
      "output y = %y\n"},
+    {"residual of 20 channels (a block and a part), batch 2: relu(conv(x) * s + x)",
+     "input %x : f32[2, 20, 9, 9]\n"
+     "param %w : f32[20, 20, 3, 3]\n"
+     "param %s : f32[20, 1, 1]\n"
+     "%c : f32[2, 20, 9, 9] = conv(%x, %w, pads_lo=[1, 1], pads_hi=[1, 1])\n"
+     "%m : f32[2, 20, 9, 9] = mul(%c, %s)\n"
+     "%a : f32[2, 20, 9, 9] = add(%m, %x)\n"
+     "%y : f32[2, 20, 9, 9] = relu(%a)\n"
+     "output y = %y\n"},
     {"20 channels (not a block) + bias + sigmoid, then a dilated grouped conv",
      "input %x : f32[2, 8, 15, 13]\n"
      "param %w1 : f32[20, 8, 3, 3]\n"
