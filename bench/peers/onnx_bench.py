@@ -12,7 +12,9 @@ onnxruntime), so compare.py puts it beside Loom's modes:
 
 cpu_median_s is the median of the process's CPU time per run: with one
 thread, the figure a busy machine disturbs least (the wall clock counts
-the time other jobs hold the core).
+the time other jobs hold the core). cpu_mean_s is the total over the runs
+divided by their number: the kernel counts CPU time in scheduler ticks,
+so with several threads a millisecond run's own figure is coarse.
 
 With --profile it also prints, to stderr, each node's fastest and median
 time over the runs (ONNX Runtime's profiler; the nodes after its own
@@ -87,6 +89,7 @@ def main():
         cpu.append(time.process_time() - c0)
     print(json.dumps({"workload": a.model, "mode": "onnxruntime", "median_s": statistics.median(times),
                       "min_s": min(times), "cpu_median_s": statistics.median(cpu),
+                      "cpu_mean_s": sum(cpu) / len(cpu),
                       "runs": a.runs, "threads": a.threads,
                       "framework": "onnxruntime " + ort.__version__}), flush=True)
     if a.profile:

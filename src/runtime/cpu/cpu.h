@@ -94,8 +94,10 @@ typedef struct loom_conv_epilogue {
 /* Window ops' inputs and outputs kept in channel blocks between them
  * (cpu_conv_layout.c): a value made by a conv or pool and read only by
  * convs and pools that all take it in the same blocks (oneDNN's nChw16c
- * on AVX-512) stays in them, with no reorder to and from plain. */
-enum { LOOM_CPU_IN_BLOCKED = 1, LOOM_CPU_OUT_BLOCKED = 2 };
+ * on AVX-512), or as the residual of a conv whose epilogue runs as
+ * post-ops (POST: its one tensor operand, in the conv's output blocks),
+ * stays in them, with no reorder to and from plain. */
+enum { LOOM_CPU_IN_BLOCKED = 1, LOOM_CPU_OUT_BLOCKED = 2, LOOM_CPU_POST_BLOCKED = 4 };
 /* The channel blocks conv or forward pool node n of g takes its input in
  * and gives its output in (1: plain; a conv with an epilogue kernel gives
  * blocks only when the kernel runs as post-ops). */

@@ -6,8 +6,8 @@
  * weights (conv_grad_weight) and pooling forward. Like the GEMM (gemm.c),
  * the work is cut into tasks sized by the shapes only (one image times a
  * block of channels or groups) and each task is one single-threaded
- * primitive run inside our own OpenMP loop, so results do not depend on
- * the thread count. conv_grad_weight sums its per-image products in image
+ * primitive run, on the caller and helper threads of the window ops' own
+ * (cpu_conv_workers.c), so results do not depend on the thread count. conv_grad_weight sums its per-image products in image
  * order. Primitives are cached by their geometry. Forward convs run on
  * oneDNN's direct kernels in channel-blocked layouts (layouts_tried):
  * each task reorders its weights, and its images where they are plain,
@@ -26,8 +26,9 @@
  * tasks), cpu_conv_forward.c, cpu_conv_wpack.c (a forward conv's weights
  * packed once), cpu_conv_backward.c (conv_transpose, conv_grad_weight),
  * cpu_conv_pool.c; cpu_conv_post.c (epilogues as post-ops) and
- * cpu_conv_layout.c (which values stay blocked). This one picks the
- * kernels and answers the layout planner.
+ * cpu_conv_layout.c (which values stay blocked), cpu_conv_workers.c (the
+ * threads that run the tasks). This one picks the kernels and answers the
+ * layout planner.
  */
 #include "runtime/cpu/cpu_conv_internal.h"
 

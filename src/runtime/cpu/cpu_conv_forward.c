@@ -86,13 +86,31 @@ static bool conv_block(const conv_job *j, const prim_entry *e, int64_t img, int6
     which[2 * n + 1] = DNNL_ARG_BIAS;
     ptrs[n++] = post->bias + c0;
   }
+  /* tensor operands (plain) into the output's layout, one after another */
+  size_t post_bytes = dnnl_memory_desc_get_size(&e->md[1]);
+  char *post_buf = NULL;
   for (int32_t i = 0; i < e->key.n_post; i++) {
     const loom_conv_post_op *o = &post->op[i];
     if (o->kind == LOOM_CONV_POST_ELTWISE) continue;
     conv_md_post_operand(&extra[n - 3], &e->key, o->kind);
     which[2 * n + 1] = DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1;
-    ptrs[n++] = o->kind == LOOM_CONV_POST_CHANNEL ? (void *)(o->chan + c0)
-                                                  : (void *)(o->tensor + (out - post->out));
+    if (o->kind == LOOM_CONV_POST_CHANNEL) {
+      ptrs[n++] = (void *)(o->chan + c0);
+      continue;
+    }
+    const float *x = o->tensor + (out - post->out);
+    if (j->layout & LOOM_CPU_POST_BLOCKED) { /* kept in the output's blocks */
+      if (conv_inner_block(&e->md[1]) != j->out_block) return false;
+      extra[n - 3] = e->md[1];
+    } else if (e->to_post) {
+      if (!post_buf)
+        post_buf = loom_dnnl_buffer(res, LOOM_DNNL_POST, post_bytes * (size_t)e->key.n_post);
+      char *at = post_buf ? post_buf + (size_t)i * post_bytes : NULL;
+      if (!at || !conv_reorder(e->to_post, &plain[1], x, &e->md[1], at)) return false;
+      x = (const float *)at;
+      extra[n - 3] = e->md[1];
+    }
+    ptrs[n++] = (void *)x;
   }
   return conv_prim_run_with(e, n, which, ptrs, extra) &&
          (!e->from_dst || out_blocked || conv_reorder(e->from_dst, &e->md[1], dst, &plain[1], out));
@@ -118,7 +136,7 @@ static bool conv_task(const void *user, int64_t t) {
   if (cols <= 0) return true;
   int64_t r0 = (img * s->small_c + u0 * sc) * s->ss / cols, r1 = r0 + nu * sc * s->ss / cols;
   for (int64_t r = r0; r < r1; r += epi->rows)
-    epi->fn(epi->user, omp_get_thread_num(), r, LOOM_MIN(r + epi->rows, r1));
+    epi->fn(epi->user, conv_worker_index(), r, LOOM_MIN(r + epi->rows, r1));
   return true;
 }
 
@@ -170,10 +188,12 @@ static void pick_layouts(conv_job *j) {
   j->any = 1;
   j->in_block = conv_inner_block(&e->md[0]);
   j->out_block = conv_inner_block(&e->md[1]);
-  conv_split_make(s, s->batch, s->big_c, s->small_c, false, CONV_MIN_CHANNELS_BLOCKED);
   /* blocks start on whole channel blocks of the sides they cut (one
    * group: the output; depthwise: both), so no task pads a block */
   int64_t b0 = conv_inner_block(&e->md[0]), b1 = conv_inner_block(&e->md[1]);
+  bool thin = (s->per_big == 1 && s->per_small == 1) || s->big_c < b1;
+  conv_split_make(s, s->batch, s->big_c, s->small_c, false,
+                  thin ? CONV_MIN_CHANNELS_THIN : CONV_MIN_CHANNELS_BLOCKED);
   if (s->w.groups == 1)
     j->unit = b1;
   else if (s->per_big == 1 && s->per_small == 1)
@@ -231,7 +251,8 @@ loom_status loom_cpu_conv(const loom_cpu *c, const loom_node *n, const loom_view
   loom_status st = plan_conv(c, n, in, has_post ? &post : NULL, &j);
   /* kept blocked: what the program planned (loom_cpu_window_blocks) */
   bool ok = !st && (!(j.layout & LOOM_CPU_IN_BLOCKED) || j.in_block > 1) &&
-            (!(j.layout & LOOM_CPU_OUT_BLOCKED) || (j.out_block > 1 && !j.epi));
+            (!(j.layout & LOOM_CPU_OUT_BLOCKED) || (j.out_block > 1 && !j.epi)) &&
+            (!(j.layout & LOOM_CPU_POST_BLOCKED) || (j.out_block > 1 && j.post));
   for (int32_t i = 0; ok && i < 2; i++) { /* the first block's, the last's */
     prim_key p;
     int64_t u0, nu;

@@ -24,6 +24,12 @@
                               */
 #define CONV_MIN_CHANNELS_BLOCKED                                                                  \
   32 /* the same for direct kernels on blocked layouts (no im2col) */
+/* ... and where a block's work shares no input with the others' (depthwise
+ * convs) or the input is thinner than a channel block (a stem on RGB
+ * images): one channel block, so that small convs still split over two
+ * threads. Pools keep CONV_MIN_CHANNELS: a ResNet's max_pool (25 us) gains
+ * less from a second thread than a parallel region costs on a busy machine. */
+#define CONV_MIN_CHANNELS_THIN 16
 
 /* ---- primitives (cpu_conv_prim.c) ---------------------------------------- */
 
@@ -51,13 +57,15 @@ typedef struct prim_key {
 /* A primitive and the layouts it takes: md[0] the big side, md[1] the
  * small side, md[2] the weights. With key.any (forward only) they are
  * the layouts it was made for, and the reorders move each that is not
- * plain between Loom's plain layout and it (NULL: plain). */
+ * plain between Loom's plain layout and it (NULL: plain); a tensor
+ * post-op operand takes md[1]. */
 typedef struct prim_entry {
   prim_key key;
   dnnl_primitive_t prim; /* NULL: oneDNN has no implementation */
   size_t scratch;
   dnnl_memory_desc_t md[3];
   dnnl_primitive_t to_src, from_dst, to_wt;
+  dnnl_primitive_t to_post; /* a plain tensor post-op operand into md[1] (NULL: plain) */
 } prim_entry;
 
 /* Plain (row-major) f32 layouts: dims; an image [1, c, spatial...]; p's
@@ -110,11 +118,23 @@ void conv_key_window(prim_key *p, prim_kind kind, const loom_window *w);
 /* Window node n's window on inputs of in's shapes. */
 loom_status conv_window_of(const loom_cpu *c, const loom_node *n, const loom_view *in,
                            loom_window *w);
-/* Runs task(user, t) for t in [0, tasks) in our OpenMP loop, each task one
- * single-threaded primitive run, so results do not depend on the thread
- * count; false if a task failed. */
+/* Runs task(user, t) for t in [0, tasks), each task one single-threaded
+ * primitive run, so results do not depend on the thread count: on the
+ * caller and c->nt - 1 helper threads when parallel, else in order on the
+ * caller; false if a task failed. */
 bool conv_run_tasks(const loom_cpu *c, int64_t tasks, bool parallel,
                     bool (*task)(const void *user, int64_t t), const void *user);
+bool conv_run_inline(int64_t tasks, bool (*task)(const void *user, int64_t t), const void *user);
+/* cpu_conv_workers.c: the caller takes tasks too and waits only for those
+ * a helper took (one that wakes late finds none and delays nothing); in
+ * order on the caller inside an OpenMP region or while another op's tasks
+ * hold the helpers. */
+bool conv_run_workers(int32_t threads, int64_t tasks, bool (*task)(const void *user, int64_t t),
+                      const void *user);
+/* The running task's thread in [0, threads): 0 the caller (or, inside an
+ * OpenMP region, its thread number), k + 1 helper k; indexes per-thread
+ * scratch such as an epilogue's. */
+int32_t conv_worker_index(void);
 /* OK, or n's error when a oneDNN primitive failed (!ok). */
 loom_status conv_status(const loom_cpu *c, const loom_node *n, bool ok);
 

@@ -29,6 +29,7 @@ typedef struct raw_op {
   int32_t kind, alg, expr;
   float alpha, beta, value;
   const float *tensor;
+  int32_t arg; /* TENSOR: the kernel argument it loads */
 } raw_op;
 
 #define RAW_MAX 32
@@ -236,7 +237,7 @@ static bool emit(translator *t, int32_t e) {
   }
   if (!tensor) return push_channel(t, alg, other, 0.0f);
   const loom_kexpr *ld = &t->k->exprs[other];
-  return push(t, (raw_op){.kind = LOOM_CONV_POST_TENSOR, .alg = alg,
+  return push(t, (raw_op){.kind = LOOM_CONV_POST_TENSOR, .alg = alg, .arg = ld->arg,
                           .tensor = t->args ? t->args[ld->arg] : NULL});
 }
 
@@ -306,8 +307,8 @@ static bool collapse(translator *t, loom_conv_post *post) {
   for (int32_t i = 0; i < t->n;) {
     const raw_op *r = &t->raw[i];
     if (!is_affine(r)) {
-      loom_conv_post_op op = {.kind = r->kind, .alg = r->alg, .alpha = r->alpha, .beta = r->beta,
-                              .tensor = r->tensor};
+      loom_conv_post_op op = {.kind = r->kind, .alg = r->alg, .alpha = r->alpha,
+                              .beta = r->beta, .tensor = r->tensor, .arg = r->arg};
       if (r->kind == LOOM_CONV_POST_CHANNEL && !(op.chan = channel_values(t, i))) return false;
       if (!add_op(post, op)) return false;
       i++;
@@ -349,11 +350,13 @@ static bool collapse(translator *t, loom_conv_post *post) {
       scaled = shifted = false;
     }
     if (scaled)
-      ok = add_op(post, (loom_conv_post_op){LOOM_CONV_POST_CHANNEL, dnnl_binary_mul, 0, 0, scale, NULL});
+      ok = add_op(post, (loom_conv_post_op){LOOM_CONV_POST_CHANNEL, dnnl_binary_mul, 0, 0, scale,
+                                            NULL, -1});
     else
       free(scale);
     if (ok && shifted)
-      ok = add_op(post, (loom_conv_post_op){LOOM_CONV_POST_CHANNEL, dnnl_binary_add, 0, 0, shift, NULL});
+      ok = add_op(post, (loom_conv_post_op){LOOM_CONV_POST_CHANNEL, dnnl_binary_add, 0, 0, shift,
+                                            NULL, -1});
     else
       free(shift);
     if (!ok) return false;

@@ -38,7 +38,8 @@ typedef struct loom_conv_post_op {
   int32_t alg;  /* dnnl_alg_kind_t */
   float alpha, beta;
   float *chan;         /* CHANNEL: one value per output channel (owned) */
-  const float *tensor; /* TENSOR: [N, M, S...] plain */
+  const float *tensor; /* TENSOR: [N, M, S...], plain unless kept blocked (LOOM_CPU_POST_BLOCKED) */
+  int32_t arg;         /* TENSOR: the kernel argument it is */
 } loom_conv_post_op;
 
 typedef struct loom_conv_post {

@@ -98,8 +98,10 @@ void conv_md_post_operand(dnnl_memory_desc_t *md, const prim_key *p, int64_t kin
   conv_md_plain(md, (int32_t)p->k + 2, dims);
 }
 
-/* p's post-ops into attr. */
-static dnnl_status_t set_post_ops(dnnl_primitive_attr_t attr, const prim_key *p) {
+/* p's post-ops into attr; a tensor operand in the layout of dst (the
+ * direct kernels read a residual only in their output's own layout). */
+static dnnl_status_t set_post_ops(dnnl_primitive_attr_t attr, const prim_key *p,
+                                  const dnnl_memory_desc_t *dst) {
   if (!p->n_post) return dnnl_success;
   dnnl_post_ops_t po;
   dnnl_status_t st = dnnl_post_ops_create(&po);
@@ -112,7 +114,8 @@ static dnnl_status_t set_post_ops(dnnl_primitive_attr_t attr, const prim_key *p)
                                         bits_float(q[3]));
     } else {
       conv_md_post_operand(&md, p, q[0]);
-      st = dnnl_post_ops_append_binary(po, (dnnl_alg_kind_t)q[1], &md);
+      st = dnnl_post_ops_append_binary(po, (dnnl_alg_kind_t)q[1],
+                                       q[0] == LOOM_CONV_POST_TENSOR ? dst : &md);
     }
   }
   if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(attr, po);
@@ -140,6 +143,7 @@ static dnnl_status_t create(const prim_key *p, int32_t layout, dnnl_primitive_t 
   }
   conv_md_image(&big, p->big_c, k, p->big);
   conv_md_image(&small, p->small_c, k, p->small);
+  dnnl_memory_desc_t plain_small = small;
   if (p->kind <= P_BWD_WEIGHTS) conv_md_weights(&wt, p);
   conv_md_plain(&bias, 1, &p->small_c);
   if (layout != LAYOUT_PLAIN) {
@@ -154,7 +158,7 @@ static dnnl_status_t create(const prim_key *p, int32_t layout, dnnl_primitive_t 
   dnnl_status_t st = dnnl_primitive_attr_create(&attr);
   if (st == dnnl_success)
     st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-  if (st == dnnl_success) st = set_post_ops(attr, p);
+  if (st == dnnl_success) st = set_post_ops(attr, p, layout == LAYOUT_ANY ? &plain_small : &small);
   if (st == dnnl_success && p->kind <= P_BWD_WEIGHTS) {
     dnnl_convolution_desc_t fwd, cd;
     st = dnnl_dilated_convolution_forward_desc_init(
@@ -222,11 +226,17 @@ static dnnl_status_t create_reorder(const dnnl_memory_desc_t *from, const dnnl_m
 }
 
 static void destroy_entry(prim_entry *e) {
-  dnnl_primitive_t *all[4] = {&e->prim, &e->to_src, &e->from_dst, &e->to_wt};
-  for (int32_t i = 0; i < 4; i++) {
+  dnnl_primitive_t *all[5] = {&e->prim, &e->to_src, &e->from_dst, &e->to_wt, &e->to_post};
+  for (int32_t i = 0; i < 5; i++) {
     if (*all[i]) dnnl_primitive_destroy(*all[i]);
     *all[i] = NULL;
   }
+}
+
+static bool has_tensor_post(const prim_key *p) {
+  for (int64_t i = 0; i < p->n_post; i++)
+    if (p->post[i][0] == LOOM_CONV_POST_TENSOR) return true;
+  return false;
 }
 
 /* e's primitive and layouts for e->key: plain ones, or with key.any
@@ -255,6 +265,7 @@ static dnnl_status_t create_entry(prim_entry *e) {
   dnnl_status_t st = create_reorder(&e->md[0], src, 0, &e->to_src);
   if (st == dnnl_success) st = create_reorder(dst, &e->md[1], 0, &e->from_dst);
   if (st == dnnl_success) st = create_reorder(&e->md[2], wt, wt_mask, &e->to_wt);
+  if (st == dnnl_success && has_tensor_post(p)) st = create_reorder(&e->md[1], dst, 0, &e->to_post);
   e->md[0] = *src;
   e->md[1] = *dst;
   e->md[2] = *wt;

@@ -1,7 +1,8 @@
 /*
  * Cutting a window op into tasks sized by the shapes only (one image times
- * a block of channels or groups) and running them in our own OpenMP loop,
- * one single-threaded primitive run per task (cpu_conv_internal.h).
+ * a block of channels or groups) and running them on the caller and the
+ * helper threads (cpu_conv_workers.c), one single-threaded primitive run
+ * per task (cpu_conv_internal.h).
  */
 #include "runtime/cpu/cpu_conv_internal.h"
 
@@ -47,23 +48,22 @@ loom_status conv_window_of(const loom_cpu *c, const loom_node *n, const loom_vie
   return loom_window_read(c->ctx, n, k, in[0].shape + 2, in[0].shape + 2, kernel, w);
 }
 
-/* Runs task(user, t) for t in [0, tasks) in our OpenMP loop (see the
- * top); false if a task failed. */
-bool conv_run_tasks(const loom_cpu *c, int64_t tasks, bool parallel,
-                    bool (*task)(const void *user, int64_t t), const void *user) {
-  int failed = 0;
+bool conv_run_inline(int64_t tasks, bool (*task)(const void *user, int64_t t), const void *user) {
   int prev = omp_get_max_threads();
   omp_set_num_threads(1);
-#pragma omp parallel for num_threads(c->nt) schedule(static) if (parallel && tasks > 1)
-  for (int64_t t = 0; t < tasks; t++) {
-    omp_set_num_threads(1);
-    if (!task(user, t)) {
-#pragma omp atomic write
-      failed = 1;
-    }
-  }
+  bool ok = true;
+  for (int64_t t = 0; t < tasks; t++)
+    ok = task(user, t) && ok;
   omp_set_num_threads(prev);
-  return !failed;
+  return ok;
+}
+
+/* Runs task(user, t) for t in [0, tasks) on the caller and the window
+ * ops' helper threads (cpu_conv_workers.c); false if a task failed. */
+bool conv_run_tasks(const loom_cpu *c, int64_t tasks, bool parallel,
+                    bool (*task)(const void *user, int64_t t), const void *user) {
+  if (!parallel || tasks <= 1) return conv_run_inline(tasks, task, user);
+  return conv_run_workers(c->nt, tasks, task, user);
 }
 
 void conv_split_make(conv_split *s, int64_t batch, int64_t big_c, int64_t small_c, bool by_big,

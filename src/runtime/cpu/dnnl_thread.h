@@ -22,6 +22,7 @@ typedef enum loom_dnnl_buf {
   LOOM_DNNL_SRC,
   LOOM_DNNL_DST,
   LOOM_DNNL_WEIGHTS,
+  LOOM_DNNL_POST, /* a conv's tensor post-op operands in its output's layout */
   LOOM_DNNL_N_BUFS
 } loom_dnnl_buf;
 
