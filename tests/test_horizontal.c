@@ -8,7 +8,8 @@
  * part per tensor; so are independent column sums (their parts are cut
  * at tiles, not rows); in every fusion mode the results match the
  * reference executor; and any thread count gives the bits of one thread,
- * since the rows and tiles a thread gets depend on the thread count. */
+ * since the rows and tiles a thread gets depend on the thread count.
+ * Chains that wait on different communication are never merged. */
 #include "common.h"
 
 #include "fusion/fusion.h"
@@ -110,6 +111,17 @@ static const char empty_text[] =
     "%t : f32[53, 7] = tanh(%b)\n"
     "output s = %s\n"
     "output t = %t\n";
+
+/* Independent chains after different transfers (a pipeline stage's
+ * receives): each waits on its own, so they stay two kernels
+ * (plan_merge.c, group_wait). */
+static const char comm_text[] =
+    "%ra : f32[64, 32] = transfer(src=0, dst=1, member=1, seq=0, shape=[64, 32])\n"
+    "%rb : f32[64, 32] = transfer(src=0, dst=1, member=1, seq=1, shape=[64, 32])\n"
+    "%ya : f32[64, 32] = tanh(%ra)\n"
+    "%yb : f32[64, 32] = exp(%rb)\n"
+    "output ya = %ya\n"
+    "output yb = %yb\n";
 
 /* Plans the decomposed graph in mode m with the default machine: the
  * number of kernels, and the parts of the largest. */
@@ -237,6 +249,17 @@ int main(void) {
   check_graph("element-wise chains", chains_text, 4);
   check_graph("column sums", colsum_text, 2);
   check_graph("an empty axis", empty_text, 2);
+  loom_graph *cg = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx, comm_text, &cg));
+  for (int m = 0; cg && m < 2; m++) {
+    int32_t kernels, parts;
+    plan_shape(cg, m ? LOOM_FUSION_STITCH : LOOM_FUSION_LOOP, &kernels, &parts);
+    CHECK(kernels == 2 && parts == 1);
+    if (kernels != 2 || parts != 1)
+      fprintf(stderr, "  chains after two transfers: %d kernels (largest %d parts), expected 2 of 1\n",
+              kernels, parts);
+  }
+  loom_graph_free(cg);
   loom_ctx_free(ctx);
   return loom_test_finish("test_horizontal");
 }
