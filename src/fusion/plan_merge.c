@@ -230,9 +230,9 @@ loom_status loom_plan_horizontal(plan_ctx *p) {
     status = LOOM_STATUS_OUT_OF_MEMORY;
     goto done;
   }
-  for (int32_t u = 0; u < n; u++) {
+  for (int32_t u = 0; u < n; u++) wait[u] = -1;
+  for (int32_t u = 0; u < n; u++) { /* producers come first: nodes are in topological order */
     const loom_node *nd = &p->g->nodes[u];
-    wait[u] = -1;
     for (int32_t i = 0; i < nd->n_in; i++) {
       int32_t pr = p->g->values[nd->in[i]].node;
       if (pr >= 0) wait[u] = LOOM_MAX(wait[u], wait[pr]);
