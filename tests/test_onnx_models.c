@@ -486,6 +486,51 @@ static int first_matmul_rank(const pbw *model) {
  * (not the same as adding it); every variant matches the definition
  * computed here. */
 enum { MASK_LOWER, MASK_UPPER, MASK_NONE, MASK_ABSENT };
+
+/* The definition the attention tests compare with, in double: per head h
+ * of x [hs, n, dk], q = x, k = 0.5 x, v = -x, scores q k^T * 0.5 passed
+ * through score(s, i, j, u) (masks, biases), softmax over j, times v. */
+static void attention_want(const float *x, int hs, int n, int dk,
+                           double (*score)(double s, int i, int j, const void *u), const void *u,
+                           float *want) {
+  for (int h = 0; h < hs; h++)
+    for (int i = 0; i < n; i++) {
+      const float *xh = x + h * n * dk;
+      double s[n], mx = -INFINITY, sum = 0;
+      for (int j = 0; j < n; j++) {
+        double d = 0;
+        for (int e = 0; e < dk; e++) d += (double)xh[i * dk + e] * 0.5 * xh[j * dk + e];
+        s[j] = score(d * 0.5, i, j, u);
+        mx = fmax(mx, s[j]);
+      }
+      for (int j = 0; j < n; j++) sum += s[j] = exp(s[j] - mx);
+      for (int e = 0; e < dk; e++) {
+        double acc = 0;
+        for (int j = 0; j < n; j++) acc += s[j] / sum * -xh[j * dk + e];
+        want[(h * n + i) * dk + e] = (float)acc;
+      }
+    }
+}
+
+/* A causal (or upper) mask: kept scores as they are, the others fill, or
+ * plus fill when the mask is additive. */
+typedef struct mask_rule {
+  bool none, upper, additive;
+  float fill;
+} mask_rule;
+
+static double masked_score(double s, int i, int j, const void *u) {
+  const mask_rule *r = u;
+  bool kept = r->none || (r->upper ? j >= i : j <= i);
+  return kept ? s : r->additive ? s + r->fill : r->fill;
+}
+
+/* BERT's padding mask: (1 - mask[j]) * -10000 added. */
+static double padded_score(double s, int i, int j, const void *u) {
+  (void)i;
+  return s + (1.0 - (double)((const int64_t *)u)[j]) * -10000.0;
+}
+
 static void test_causal_attention(void) {
   static const struct {
     int mask, additive, prescaled, keyperm;
@@ -563,24 +608,8 @@ static void test_causal_attention(void) {
     CHECK(count_op(&m, LOOM_OP_ATTENTION) == cases[c].attention);
     float x[HS * N * DK], want[HS * N * DK];
     for (int i = 0; i < HS * N * DK; i++) x[i] = (float)loom_test_uniform(&rng, -2, 2);
-    for (int h = 0; h < HS; h++)
-      for (int i = 0; i < N; i++) {
-        const float *xh = x + h * N * DK;
-        double s[N], mx = -INFINITY, sum = 0;
-        for (int j = 0; j < N; j++) {
-          double d = 0;
-          for (int e = 0; e < DK; e++) d += (double)xh[i * DK + e] * 0.5 * xh[j * DK + e];
-          bool kept = none || (cases[c].mask == MASK_UPPER ? j >= i : j <= i);
-          s[j] = kept ? d * 0.5 : cases[c].additive ? d * 0.5 + cases[c].fill : cases[c].fill;
-          mx = fmax(mx, s[j]);
-        }
-        for (int j = 0; j < N; j++) sum += s[j] = exp(s[j] - mx);
-        for (int e = 0; e < DK; e++) {
-          double acc = 0;
-          for (int j = 0; j < N; j++) acc += s[j] / sum * -xh[j * DK + e];
-          want[(h * N + i) * DK + e] = (float)acc;
-        }
-      }
+    mask_rule rule = {none, cases[c].mask == MASK_UPPER, cases[c].additive, cases[c].fill};
+    attention_want(x, HS, N, DK, masked_score, &rule, want);
     char what[160];
     snprintf(what, sizeof what, "attention, %s %s mask, fill %g%s%s",
              cases[c].mask == MASK_ABSENT ? "no" : none ? "keep-all" : cases[c].mask == MASK_UPPER ? "upper" : "causal",
@@ -628,23 +657,7 @@ static void test_padding_mask_attention(void) {
   float x[HS * N * DK], want[HS * N * DK];
   int64_t mask[N] = {1, 1, 1, 0, 0, 0};
   for (int i = 0; i < HS * N * DK; i++) x[i] = (float)loom_test_uniform(&rng, -2, 2);
-  for (int h = 0; h < HS; h++)
-    for (int i = 0; i < N; i++) {
-      const float *xh = x + h * N * DK;
-      double s[N], mx = -INFINITY, sum = 0;
-      for (int j = 0; j < N; j++) {
-        double d = 0;
-        for (int e = 0; e < DK; e++) d += (double)xh[i * DK + e] * 0.5 * xh[j * DK + e];
-        s[j] = d * 0.5 + (1.0 - (double)mask[j]) * -10000.0;
-        mx = fmax(mx, s[j]);
-      }
-      for (int j = 0; j < N; j++) sum += s[j] = exp(s[j] - mx);
-      for (int e = 0; e < DK; e++) {
-        double acc = 0;
-        for (int j = 0; j < N; j++) acc += s[j] / sum * -xh[j * DK + e];
-        want[(h * N + i) * DK + e] = (float)acc;
-      }
-    }
+  attention_want(x, HS, N, DK, padded_score, mask, want);
   onnx_model *m = NULL;
   onnx_program *p = NULL;
   CHECK_OK(ctx, onnx_model_parse(ctx, model.p, model.n, NULL, &m));
