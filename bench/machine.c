@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <sched.h>
 #include <sys/wait.h>
+#include <sys/resource.h>
 #include <sys/prctl.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -451,13 +452,16 @@ static loom_status fit_step(loom_ctx *ctx, const step_measure *m, loom_cluster *
 }
 
 /* wait.share: the fraction of a core a rank takes while it polls for its
- * peers. A fixed vector loop is timed on this process, bound to core 0,
- * alone and beside one poller bound to the same core, in turns (medians
- * of WAIT_TURNS): the poller taking w of the core, the loop runs at
- * 1 / (1 + w) of its speed alone. Only that core is used: the cores of
- * this guest share execution units (a loop ran faster when a poller took
- * turns with a busy neighbour on the other core than beside the busy
- * neighbour alone, which read w = 0). */
+ * peers, as the simulator charges it: a task beside a poller runs at
+ * 1 / (1 + w) of its speed alone. A poller (loom_comm_poll_pause, as a
+ * rank waits) is bound to core 0 beside a vector loop bound there too,
+ * and its CPU time is read from the kernel when it is reaped: taking a
+ * share f of the core it leaves 1 - f, so w = f / (1 - f) (medians of
+ * WAIT_TURNS). The loop only keeps the core busy: timing the loop alone
+ * and beside the poller instead read 0.2 in one build and 0.8 in
+ * another of the same source (the loop's own speed beside the switches
+ * moved with the binary's layout), while the poller's share read
+ * 0.12-0.16 in both. */
 #define WAIT_TURNS 5
 static double seconds_of_loop(int32_t reps) {
   double t0 = loom_now_s();
@@ -472,25 +476,29 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static double wait_share(int32_t cores) {
-  pid_t poll_pid[1] = {0};
+  double share[WAIT_TURNS];
+  int32_t got = 0;
   bind_to_core(0, cores);
   int32_t reps = 100;
   while (reps < (1 << 24) && seconds_of_loop(reps) < 0.05) reps *= 2; /* 50-100 ms */
-  double alone[WAIT_TURNS], polled[WAIT_TURNS];
-  int32_t got = 0;
   for (int32_t t = 0; t < WAIT_TURNS; t++) {
-    alone[t] = seconds_of_loop(reps);
-    got = start_neighbours(1, true, 0, poll_pid);
-    polled[t] = seconds_of_loop(reps);
-    stop_neighbours(poll_pid, got);
-    if (got < 1) break;
+    pid_t poller;
+    double t0 = loom_now_s();
+    if (start_neighbours(1, true, 0, &poller) < 1) break;
+    (void)seconds_of_loop(reps);
+    kill(poller, SIGKILL);
+    struct rusage ru;
+    if (wait4(poller, NULL, 0, &ru) != poller) break;
+    double life = loom_now_s() - t0;
+    double cpu = (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+                 (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
+    share[got++] = life > 0 ? fmin(0.99, cpu / life) : 0;
   }
   bind_to_core(-1, cores);
   if (got < 1) return 0; /* no fork */
-  qsort(alone, WAIT_TURNS, sizeof *alone, cmp_double);
-  qsort(polled, WAIT_TURNS, sizeof *polled, cmp_double);
-  double w = polled[WAIT_TURNS / 2] / alone[WAIT_TURNS / 2] - 1; /* 1 + w */
-  return w < 0 ? 0 : w > 1 ? 1 : w;
+  qsort(share, (size_t)got, sizeof *share, cmp_double);
+  double f = share[got / 2], w = f / (1 - f);
+  return w > 1 ? 1 : w;
 }
 
 /* harness.h. Each run is one moment of a shared machine: the median of
