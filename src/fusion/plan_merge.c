@@ -196,9 +196,13 @@ static double pair_gain(plan_ctx *p, int32_t a, int32_t b) {
   double lost = epilogue_lost(p, a, b, p->mem, na, nb);
   /* groups waiting on different transfers stay apart: merged, the work
    * that could run first would wait for the later one's data (a
-   * pipeline stage's next micro-batch). Not yet for collectives: on
-   * every comm op the rule took dp2's gradient all-reduces out of their
-   * overlap with the backward (test_plan_run), not understood yet. */
+   * pipeline stage's next micro-batch). Not for collectives: kept
+   * apart, a bucket's unpacking stays at its place in the graph's order,
+   * the step right after its all-reduce, so compute waits for each
+   * all-reduce (test_plan_run: dp2 overlapped none); merged, the readers
+   * move to the update at the end and the all-reduces overlap the
+   * backward. Applying the rule to them needs an order that puts a
+   * collective's readers after the compute that does not wait on it. */
   if (group_wait(p, p->mem, na) != group_wait(p, p->mem + na, nb)) return -1;
   int32_t nm = label_pair(p, a, b, t, &h1, &h2);
   p->gmin[t] = lo;
