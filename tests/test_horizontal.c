@@ -112,16 +112,25 @@ static const char empty_text[] =
     "output s = %s\n"
     "output t = %t\n";
 
-/* Independent chains after different transfers (a pipeline stage's
- * receives): each waits on its own, so they stay two kernels
- * (plan_merge.c, group_wait). */
-static const char comm_text[] =
+/* Independent chains after different comm ops (a pipeline stage's
+ * receives; gradient all-reduces): each waits on its own, so they stay
+ * two kernels (plan_merge.c, group_wait). */
+static const char *const comm_texts[] = {
     "%ra : f32[64, 32] = transfer(src=0, dst=1, member=1, seq=0, shape=[64, 32])\n"
     "%rb : f32[64, 32] = transfer(src=0, dst=1, member=1, seq=1, shape=[64, 32])\n"
     "%ya : f32[64, 32] = tanh(%ra)\n"
     "%yb : f32[64, 32] = exp(%rb)\n"
     "output ya = %ya\n"
-    "output yb = %yb\n";
+    "output yb = %yb\n",
+    "param %ga : f32[64, 32]\n"
+    "param %gb : f32[64, 32]\n"
+    "%ra : f32[64, 32] = all_reduce(%ga, size=2, member=0, seq=0)\n"
+    "%rb : f32[64, 32] = all_reduce(%gb, size=2, member=0, seq=1)\n"
+    "%ya : f32[64, 32] = tanh(%ra)\n"
+    "%yb : f32[64, 32] = exp(%rb)\n"
+    "output ya = %ya\n"
+    "output yb = %yb\n",
+};
 
 /* Plans the decomposed graph in mode m with the default machine: the
  * number of kernels, and the parts of the largest. */
@@ -249,17 +258,19 @@ int main(void) {
   check_graph("element-wise chains", chains_text, 4);
   check_graph("column sums", colsum_text, 2);
   check_graph("an empty axis", empty_text, 2);
-  loom_graph *cg = NULL;
-  CHECK_OK(ctx, loom_graph_parse(ctx, comm_text, &cg));
-  for (int m = 0; cg && m < 2; m++) {
-    int32_t kernels, parts;
-    plan_shape(cg, m ? LOOM_FUSION_STITCH : LOOM_FUSION_LOOP, &kernels, &parts);
-    CHECK(kernels == 2 && parts == 1);
-    if (kernels != 2 || parts != 1)
-      fprintf(stderr, "  chains after two transfers: %d kernels (largest %d parts), expected 2 of 1\n",
-              kernels, parts);
+  for (size_t t = 0; t < sizeof comm_texts / sizeof *comm_texts; t++) {
+    loom_graph *cg = NULL;
+    CHECK_OK(ctx, loom_graph_parse(ctx, comm_texts[t], &cg));
+    for (int m = 0; cg && m < 2; m++) {
+      int32_t kernels, parts;
+      plan_shape(cg, m ? LOOM_FUSION_STITCH : LOOM_FUSION_LOOP, &kernels, &parts);
+      CHECK(kernels == 2 && parts == 1);
+      if (kernels != 2 || parts != 1)
+        fprintf(stderr, "  chains after two comm ops (%zu): %d kernels (largest %d parts), "
+                "expected 2 of 1\n", t, kernels, parts);
+    }
+    loom_graph_free(cg);
   }
-  loom_graph_free(cg);
   loom_ctx_free(ctx);
   return loom_test_finish("test_horizontal");
 }

@@ -552,6 +552,7 @@ static void plan_ctx_free(plan_ctx *p) {
   free(p->gbuf);
   free(p->mem);
   free(p->old);
+  free(p->late);
   free(p->memo);
 }
 
@@ -707,9 +708,10 @@ loom_status loom_fusion_plan_build(loom_ctx *ctx, const loom_graph *g, const loo
   p.gbuf = malloc(sizeof *p.gbuf * n);
   p.mem = malloc(sizeof *p.mem * (n + 1));
   p.old = malloc(sizeof *p.old * (n + 1));
+  p.late = malloc(sizeof *p.late * n);
   loom_status status = LOOM_STATUS_OK;
   if (!p.z1 || !p.z2 || !p.gon || !p.gmin || !p.fnext || !p.span || !p.comp || !p.local ||
-      !p.mark || !p.gmark || !p.stack || !p.gbuf || !p.mem || !p.old || !memo_grow(&p) ||
+      !p.mark || !p.gmark || !p.stack || !p.gbuf || !p.mem || !p.old || !p.late || !memo_grow(&p) ||
       loom_fusion_index_new(ctx, g, &p.ix) != LOOM_STATUS_OK ||
       !build_consumers(&p)) {
     status = LOOM_STATUS_OUT_OF_MEMORY;

@@ -38,7 +38,8 @@ typedef struct plan_ctx {
   uint32_t *mark, *gmark, epoch;
   int32_t *stack, *gbuf; /* DFS stack; members of a group it expands */
   int32_t *mem, *old;    /* members of a tentative group, their labels */
-  int32_t *wait;         /* horizontal fusion: the latest transfer each node waits on, or -1 */
+  bool *late;            /* per unit while ordering: reads a collective's output */
+  int32_t *wait;         /* horizontal fusion: the latest comm op each node waits on, or -1 */
   memo_ent *memo;
   int64_t memo_cap, memo_used;
   int64_t n_analyze;

@@ -16,9 +16,19 @@
 
 /* ---- execution order: Kahn over units (groups and lone nodes) ---------- */
 
+static bool is_collective(loom_op op) { return loom_op_is_comm(op) && op != LOOM_OP_TRANSFER; }
 static int32_t unit_of(const plan_ctx *p, int32_t u) { return p->gon[u] >= 0 ? p->gon[u] : u; }
+/* Ties go to the smallest first node, so the order follows the graph's
+ * own; but a unit reading a collective's output goes after every ready
+ * unit that does not, so the collective overlaps what can run without it
+ * (in the graph's order a gradient bucket's unpacking comes right after
+ * its all-reduce, and compute would wait there for each). Not a
+ * transfer's readers: a pipeline stage's are ordered by its schedule,
+ * and deferred they let every recomputed forward run first (pp2+recompute
+ * held its activations again). */
 static int32_t unit_key(const plan_ctx *p, int32_t unit) {
-  return p->gon[unit] >= 0 ? p->gmin[unit] : unit;
+  int32_t first = p->gon[unit] >= 0 ? p->gmin[unit] : unit;
+  return p->late[unit] ? p->n + first : first;
 }
 
 static void heap_push(const plan_ctx *p, int32_t *h, int32_t *n, int32_t x) {
@@ -44,8 +54,7 @@ static int32_t heap_pop(const plan_ctx *p, int32_t *h, int32_t *n) {
   return top;
 }
 
-/* Units in a valid order, ties to the smallest first node (so the order
- * follows the graph's own where it can); count, or -1 on a cycle. */
+/* Units in a valid order (unit_key); count, or -1 on a cycle. */
 int32_t loom_plan_order_units(plan_ctx *p, int32_t *order, int32_t *indeg, int32_t *heap) {
   int32_t n_units = 0, n_heap = 0, k = 0;
   memset(indeg, 0, sizeof *indeg * (size_t)p->n);
@@ -54,6 +63,14 @@ int32_t loom_plan_order_units(plan_ctx *p, int32_t *order, int32_t *indeg, int32
     if (unit_of(p, u) == u) n_units++;
     for (int32_t e = p->cons_off[u]; e < p->cons_off[u + 1]; e++)
       if (unit_of(p, p->cons[e]) != unit_of(p, u)) indeg[unit_of(p, p->cons[e])]++;
+  }
+  memset(p->late, 0, sizeof *p->late * (size_t)p->n);
+  for (int32_t u = 0; u < p->n; u++) {
+    const loom_node *nd = &p->g->nodes[u];
+    for (int32_t i = 0; i < nd->n_in; i++) {
+      int32_t pr = p->g->values[nd->in[i]].node;
+      if (pr >= 0 && is_collective(p->g->nodes[pr].op)) p->late[unit_of(p, u)] = true;
+    }
   }
   for (int32_t u = 0; u < p->n; u++)
     if (p->cls[u] != LOOM_NODE_DEAD && unit_of(p, u) == u && indeg[u] == 0)
@@ -171,7 +188,7 @@ static double epilogue_lost(const plan_ctx *p, int32_t a, int32_t b, const int32
   return 0.0;
 }
 
-/* The latest transfer (by index: nodes are in topological order) that
+/* The latest comm op (by index: nodes are in topological order) that
  * any of the members mem[0..nm) waits on, or -1. */
 static int32_t group_wait(const plan_ctx *p, const int32_t *mem, int32_t nm) {
   int32_t w = -1;
@@ -194,15 +211,10 @@ static double pair_gain(plan_ctx *p, int32_t a, int32_t b) {
   double ca = loom_plan_group_cost(p, a, p->mem, na, a1, a2, &ok_a);
   double cb = loom_plan_group_cost(p, b, p->mem + na, nb, b1, b2, &ok_b);
   double lost = epilogue_lost(p, a, b, p->mem, na, nb);
-  /* groups waiting on different transfers stay apart: merged, the work
+  /* groups waiting on different comm ops stay apart: merged, the work
    * that could run first would wait for the later one's data (a
-   * pipeline stage's next micro-batch). Not for collectives: kept
-   * apart, a bucket's unpacking stays at its place in the graph's order,
-   * the step right after its all-reduce, so compute waits for each
-   * all-reduce (test_plan_run: dp2 overlapped none); merged, the readers
-   * move to the update at the end and the all-reduces overlap the
-   * backward. Applying the rule to them needs an order that puts a
-   * collective's readers after the compute that does not wait on it. */
+   * pipeline stage's next micro-batch, a layer's weight gradients beside
+   * the all-reduce of its input's) */
   if (group_wait(p, p->mem, na) != group_wait(p, p->mem + na, nb)) return -1;
   int32_t nm = label_pair(p, a, b, t, &h1, &h2);
   p->gmin[t] = lo;
@@ -241,7 +253,7 @@ loom_status loom_plan_horizontal(plan_ctx *p) {
       int32_t pr = p->g->values[nd->in[i]].node;
       if (pr >= 0) wait[u] = LOOM_MAX(wait[u], wait[pr]);
     }
-    if (nd->op == LOOM_OP_TRANSFER) wait[u] = u;
+    if (loom_op_is_comm(nd->op)) wait[u] = u;
   }
   p->wait = wait;
   p->cur = -1;
