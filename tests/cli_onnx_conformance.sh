@@ -3,7 +3,7 @@
 # libonnx-testdata (scripts/install-deps.sh installs it; without it this
 # test skips with a message). Every supported test must pass: all of them
 # on the reference backend and on cpu eager, and every sixteenth one (by
-# name, --shard 0/16) on cpu stitch, whose per-test C compilation takes
+# name, --shard 0/16) on cpu stitch (another sixteenth on opencl), whose per-test C compilation takes
 # over ten minutes for all of them on a loaded machine (run `loom
 # onnx-test DIR` for the whole); the PyTorch-exported tests
 # (pytorch-converted, pytorch-operator) too. Also the import path of the
@@ -24,9 +24,19 @@ fi
 # conformance: "N tests, S supported, P passed, 0 failed", S == P, and
 # most of each folder supported (node: 743 of 932 when this was written)
 DATA_ROOT=$(dirname "$NODE")
-for mode in "node ref eager 600" "node cpu eager 600" "node cpu stitch 30 --shard 0/16" \
-            "pytorch-converted ref eager 70" "pytorch-converted cpu eager 70" \
-            "pytorch-operator ref eager 25" "pytorch-operator cpu eager 25"; do
+modes=("node ref eager 600" "node cpu eager 600" "node cpu stitch 30 --shard 0/16"
+       "pytorch-converted ref eager 70" "pytorch-converted cpu eager 70"
+       "pytorch-operator ref eager 25" "pytorch-operator cpu eager 25")
+# on OpenCL where present (PoCL here; LOOM_TEST_BACKENDS may leave it out):
+# another sixteenth, each test's kernels built by the OpenCL compiler
+# (every test passes there too: docs/ONNX.md)
+if [[ -z ${LOOM_TEST_BACKENDS:-} || ",$LOOM_TEST_BACKENDS," == *",opencl,"* ]] &&
+   "$LOOM" devices 2>/dev/null | grep -q '^  opencl .*OpenCL'; then
+  modes+=("node opencl stitch 30 --shard 1/16")
+else
+  echo "cli_onnx_conformance: opencl skipped: not present or not selected"
+fi
+for mode in "${modes[@]}"; do
   set -- $mode
   dir=$DATA_ROOT/$1 be=$2 fu=$3 least=$4
   shift 4
