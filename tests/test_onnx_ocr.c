@@ -19,7 +19,7 @@
  *     Flatten, Gemm, Softmax on a 1x3x32x96 text line.
  * Each is built node by node beside its reference, computed here by plain
  * loops from the same weights, and run on ref, cpu eager, cpu stitch (and
- * opencl where present). With an argument DIR it writes a 1x3x320x320
+ * opencl where present). With an argument DIR it writes a 1x3x640x640
  * detector of PP-OCR mobile widths there instead (det_db.onnx), for
  * `loom bench` and bench/peers/onnx_bench.py. */
 #include "onnx_models_common.h"
@@ -103,14 +103,12 @@ static act conv(gw *w, act x, int co, int k, int s, int g, bool bias) {
 static act batch_norm(gw *w, act x) {
   int c = x.c;
   float *g = keep((size_t)c), *b = keep((size_t)c), *mean = keep((size_t)c), *var = keep((size_t)c);
-  const char *in[5] = {x.name, weight(w, 1, (int64_t[]){c}, g, 1.0), weight(w, 1, (int64_t[]){c}, b, 0.3),
-                       weight(w, 1, (int64_t[]){c}, mean, 0.3), NULL};
-  for (int i = 0; i < c; i++) g[i] = 0.6f + 0.5f * fabsf(g[i]);
+  for (int i = 0; i < c; i++) g[i] = 0.6f + (float)loom_test_uniform(&rng, 0, 0.5); /* gains away from 0 */
   for (int i = 0; i < c; i++) var[i] = 0.5f + (float)loom_test_uniform(&rng, 0, 1);
-  in[1] = fresh(w); /* the gains, moved away from 0 */
+  const char *in[5] = {x.name, fresh(w), weight(w, 1, (int64_t[]){c}, b, 0.3), weight(w, 1, (int64_t[]){c}, mean, 0.3),
+                       fresh(w)};
   pbw t = onnxw_tensor(in[1], 1, 1, (int64_t[]){c}, g, sizeof(float) * (size_t)c);
   pbw_msg(&w->g, 5, &t);
-  in[4] = fresh(w);
   t = onnxw_tensor(in[4], 1, 1, (int64_t[]){c}, var, sizeof(float) * (size_t)c);
   pbw_msg(&w->g, 5, &t);
   pbw a[2] = {onnxw_attr_float("epsilon", 1e-5f), onnxw_attr_float("momentum", 0.9f)};
@@ -397,9 +395,9 @@ static double spread(const float *v, int n) {
 
 int main(int argc, char **argv) {
   if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) return 1;
-  if (argc > 1) { /* PP-OCR mobile widths (MobileNetV3 large x0.5, neck 96) at 320x320 */
+  if (argc > 1) { /* PP-OCR mobile widths (MobileNetV3 large x0.5, neck 96) at 640x640 */
     with_ref = false;
-    det_sizes z = {320, 8, {32, 72, 120, 240}, {16, 24, 40, 80}, 96};
+    det_sizes z = {640, 8, {32, 72, 120, 240}, {16, 24, 40, 80}, 96};
     act out;
     pbw m = det_model(&z, NULL, &out);
     write_file(argv[1], "det_db.onnx", &m);
