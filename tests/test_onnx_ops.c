@@ -1,6 +1,6 @@
 /* Single ONNX converters against their definitions, on ref, cpu eager
  * and cpu stitch: GroupNormalization, MaxPool with Indices, AveragePool
- * with dilations. */
+ * with dilations, Resize by whole factors. */
 #include "onnx_models_common.h"
 
 #include <math.h>
@@ -166,11 +166,96 @@ static void test_avgpool_dilations(void) {
   }
 }
 
+/* One output position o of an axis I -> I f resized as ONNX defines it
+ * (scale f): the taps' input indices (clamped to the axis) and weights.
+ * mode 0 nearest (asymmetric, floor), 1 linear, 2 cubic (A = -0.75); coord
+ * 0 half_pixel, 1 pytorch_half_pixel, 2 align_corners. */
+static int resize_taps(int mode, int coord, int I, int f, int o, int *idx, double *w) {
+  if (mode == 0) {
+    idx[0] = o / f, w[0] = 1;
+    return 1;
+  }
+  double src = coord == 2 ? (double)o * (I - 1) / (I * f - 1) : (o + 0.5) / f - 0.5;
+  if (coord == 1 && I * f == 1) src = -0.5;
+  if (mode == 1) src = fmin(fmax(src, 0), I - 1); /* linear: the edge value outside */
+  int base = (int)floor(src), n = mode == 1 ? 2 : 4, first = mode == 1 ? base : base - 1;
+  for (int k = 0; k < n; k++) {
+    double t = fabs(src - (first + k)), A = -0.75;
+    w[k] = mode == 1 ? fmax(0, 1 - t)
+           : t <= 1  ? ((A + 2) * t - (A + 3)) * t * t + 1
+                     : ((A * t - 5 * A) * t + 8 * A) * t - 4 * A;
+    int i = first + k;
+    idx[k] = i < 0 ? 0 : i >= I ? I - 1 : i;
+  }
+  return n;
+}
+
+/* Resize of x [1, 2, 3, 5] by whole factors, as exporters write it (roi,
+ * scales inputs): nearest x2, x3; linear half_pixel x2; linear
+ * pytorch_half_pixel x3; cubic half_pixel x2; linear align_corners x2.
+ * Every one but align_corners repeats every f outputs and is imported
+ * without a gather (shifted copies, broadcasts, reshapes); align_corners
+ * keeps its gathers. All match the definition computed here. */
+static void test_resize_whole_factors(void) {
+  enum { C = 2, H = 3, W = 5 };
+  static const struct {
+    int mode, coord, fh, fw, gathers;
+  } cases[] = {{0, 0, 2, 3, 0}, {1, 0, 2, 2, 0}, {1, 1, 3, 3, 0}, {2, 0, 2, 2, 0}, {1, 2, 2, 2, 4}};
+  static const char *const modes[] = {"nearest", "linear", "cubic"};
+  static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners"};
+  float x[C * H * W];
+  for (int i = 0; i < C * H * W; i++) x[i] = (float)loom_test_uniform(&rng, -1, 1);
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int fh = cases[c].fh, fw = cases[c].fw, OH = H * fh, OW = W * fw;
+    gw w = {0};
+    pbw v = onnxw_value("x", 1, 4, (int64_t[]){1, C, H, W}, NULL);
+    pbw_msg(&w.g, 11, &v);
+    float roi[8] = {0, 0, 0, 0, 1, 1, 1, 1}, sc[4] = {1, 1, (float)fh, (float)fw};
+    const char *in[3] = {"x", fresh(&w), fresh(&w)};
+    pbw t = onnxw_tensor(in[1], 1, 1, (int64_t[]){8}, roi, sizeof roi);
+    pbw_msg(&w.g, 5, &t);
+    t = onnxw_tensor(in[2], 1, 1, (int64_t[]){4}, sc, sizeof sc);
+    pbw_msg(&w.g, 5, &t);
+    pbw a[3] = {onnxw_attr_str("mode", modes[cases[c].mode]),
+                onnxw_attr_str("coordinate_transformation_mode",
+                               cases[c].mode == 0 ? "asymmetric" : coords[cases[c].coord]),
+                onnxw_attr_str("nearest_mode", "floor")};
+    pbw nd = onnxw_node("Resize", "rs", 3, in, 1, (const char *[]){"y"});
+    for (int k = 0; k < 3; k++) pbw_msg(&nd, 5, &a[k]);
+    pbw_msg(&w.g, 1, &nd);
+    v = onnxw_value("y", 1, 4, (int64_t[]){1, C, OH, OW}, NULL);
+    pbw_msg(&w.g, 12, &v);
+    pbw m = onnxw_model(&w.g, 13);
+    int gathers = count_op(&m, LOOM_OP_GATHER);
+    printf("Resize case %zu: %d gathers\n", c, gathers);
+    CHECK(gathers == cases[c].gathers);
+    float *want = fa((size_t)(C * OH * OW));
+    for (int ch = 0; ch < C; ch++)
+      for (int i = 0; i < OH; i++)
+        for (int j = 0; j < OW; j++) {
+          int ih[4], iw[4];
+          double wh[4], ww[4], acc = 0;
+          int nh = resize_taps(cases[c].mode, cases[c].coord, H, fh, i, ih, wh);
+          int nw = resize_taps(cases[c].mode, cases[c].coord, W, fw, j, iw, ww);
+          for (int p = 0; p < nh; p++)
+            for (int q = 0; q < nw; q++) acc += wh[p] * ww[q] * x[(ch * H + ih[p]) * W + iw[q]];
+          want[(ch * OH + i) * OW + j] = (float)acc;
+        }
+    char what[96];
+    snprintf(what, sizeof what, "Resize %s %s x%d x%d", modes[cases[c].mode],
+             cases[c].mode == 0 ? "asymmetric" : coords[cases[c].coord], fh, fw);
+    run_and_compare_on(what, &m, "x", 4, (int64_t[]){1, C, H, W}, x, want, C * OH * OW, 0, 1e-5, false);
+    free(want);
+    free(m.p);
+  }
+}
+
 int main(void) {
   if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) return 1;
   test_group_norm();
   test_maxpool_indices();
   test_avgpool_dilations();
+  test_resize_whole_factors();
   loom_ctx_free(ctx);
   return loom_test_finish("test_onnx_ops");
 }
