@@ -1,6 +1,6 @@
 /* Single ONNX converters against their definitions, on ref, cpu eager
  * and cpu stitch: GroupNormalization, MaxPool with Indices, AveragePool
- * with dilations, Resize by whole factors. */
+ * with dilations, Resize by whole factors, ConvTranspose. */
 #include "onnx_models_common.h"
 
 #include <math.h>
@@ -250,12 +250,55 @@ static void test_resize_whole_factors(void) {
   }
 }
 
+/* ConvTranspose of x [2, 3, 4, 5] by W [3, 2, KH, KW] with bias, strides
+ * [2, 3]: a kernel [2, 3] equal to the strides is imported as a 1x1 conv
+ * and a transpose (no conv_transpose op), a kernel [3, 3] (overlapping
+ * patches) stays conv_transpose; both against the definition. */
+static void test_conv_transpose_patches(void) {
+  enum { N = 2, C = 3, H = 4, W = 5, M = 2, SH = 2, SW = 3 };
+  float x[N * C * H * W], wt[C * M * 3 * 3], b[M];
+  for (int i = 0; i < N * C * H * W; i++) x[i] = (float)loom_test_uniform(&rng, -1, 1);
+  for (int kh = 2; kh <= 3; kh++) {
+    int kw = 3, OH = (H - 1) * SH + kh, OW = (W - 1) * SW + kw;
+    gw w = {0};
+    pbw v = onnxw_value("x", 1, 4, (int64_t[]){N, C, H, W}, NULL);
+    pbw_msg(&w.g, 11, &v);
+    const char *in[3] = {"x", weight(&w, 4, (int64_t[]){C, M, kh, kw}, wt, 0.5), weight(&w, 1, (int64_t[]){M}, b, 0.5)};
+    pbw a = onnxw_attr_ints("strides", 2, (int64_t[]){SH, SW});
+    pbw nd = onnxw_node("ConvTranspose", "ct", 3, in, 1, (const char *[]){"y"});
+    pbw_msg(&nd, 5, &a);
+    pbw_msg(&w.g, 1, &nd);
+    v = onnxw_value("y", 1, 4, (int64_t[]){N, M, OH, OW}, NULL);
+    pbw_msg(&w.g, 12, &v);
+    pbw m = onnxw_model(&w.g, 11);
+    CHECK(count_op(&m, LOOM_OP_CONV_TRANSPOSE) == (kh == 2 ? 0 : 1));
+    float *want = fa((size_t)(N * M * OH * OW));
+    double *acc = calloc((size_t)(N * M * OH * OW), sizeof *acc);
+    for (int n = 0; n < N; n++)
+      for (int c = 0; c < C; c++)
+        for (int i = 0; i < H; i++)
+          for (int j = 0; j < W; j++)
+            for (int o = 0; o < M; o++)
+              for (int p = 0; p < kh; p++)
+                for (int q = 0; q < kw; q++)
+                  acc[((n * M + o) * OH + i * SH + p) * OW + j * SW + q] +=
+                      (double)x[((n * C + c) * H + i) * W + j] * wt[((c * M + o) * kh + p) * kw + q];
+    for (int e = 0; e < N * M * OH * OW; e++) want[e] = (float)(acc[e] + b[e / (OH * OW) % M]);
+    run_and_compare_on(kh == 2 ? "ConvTranspose, kernel = strides" : "ConvTranspose, overlapping", &m, "x", 4,
+                       (int64_t[]){N, C, H, W}, x, want, N * M * OH * OW, 0, 1e-5, false);
+    free(acc);
+    free(want);
+    free(m.p);
+  }
+}
+
 int main(void) {
   if (loom_ctx_new(&ctx) != LOOM_STATUS_OK) return 1;
   test_group_norm();
   test_maxpool_indices();
   test_avgpool_dilations();
   test_resize_whole_factors();
+  test_conv_transpose_patches();
   loom_ctx_free(ctx);
   return loom_test_finish("test_onnx_ops");
 }
