@@ -39,7 +39,6 @@ typedef struct act {
 } act;
 
 static bool with_ref = true;
-static double spread(const float *v, int n);
 
 /* every buffer made, freed at the end */
 static float *bufs[4096];

@@ -94,7 +94,8 @@ static void axis_plan(const resize_opts *o, int64_t I, int64_t O, double scale, 
   }
 }
 
-#define MAX_SHIFTS 5
+#define MAX_SHIFTS 5 /* distinct shifts per axis */
+#define MAX_SHIFT 4   /* |shift| (cubic reads i - 2 .. i + 1 at most) */
 
 /* Output x's weights by shift from its position i (tap k of x reads
  * clamp(firsts[x] + k), shift firsts[x] + k - i), weights of 1e-12 or
@@ -119,8 +120,8 @@ static int shifts_of(int64_t O, int taps, const double *w, const int64_t *firsts
 
 /* True if the plan of an axis I -> O = I f repeats every f outputs:
  * output i f + r is the same weighting of inputs clamp(i + s, 0, I - 1)
- * over a few shifts s for every i (weights equal to 1e-12: a whole factor
- * that is not a power of 2 rounds the coordinates differently). Then
+ * over a few shifts s for every i (weights equal within 1e-12: a whole
+ * factor that is not a power of 2 rounds the coordinates differently). Then
  * w_shift[j * f + r] is the weight of shift shifts[j] at phase r. */
 static bool periodic_plan(int64_t I, int64_t O, int taps, const double *w, const int64_t *firsts, int64_t *f_out,
                           int *n_shifts, int64_t *shifts, double *w_shift) {
@@ -141,7 +142,7 @@ static bool periodic_plan(int64_t I, int64_t O, int taps, const double *w, const
         if (si[a] != s0[a] || fabs(wi[a] - w0[a]) > 1e-12) return false;
     }
     for (int a = 0; a < n0; a++) {
-      if (s0[a] <= -I || s0[a] >= I) return false;
+      if (s0[a] <= -I || s0[a] >= I || s0[a] < -MAX_SHIFT || s0[a] > MAX_SHIFT) return false;
       int j = 0;
       while (j < *n_shifts && shifts[j] != s0[a]) j++;
       if (j == *n_shifts) {
@@ -159,7 +160,7 @@ static int32_t edge_shift(onnx_cv *cv, int32_t x, const loom_type *t, int32_t d,
   if (s == 0) return x;
   int64_t lo[LOOM_MAX_RANK] = {0}, hi[LOOM_MAX_RANK], I = t->shape[d];
   memcpy(hi, t->shape, sizeof(int64_t) * (size_t)t->rank);
-  int32_t parts[MAX_SHIFTS + 1], n = 0;
+  int32_t parts[MAX_SHIFT + 1], n = 0;
   int64_t a = LOOM_MAX(0, s), b = LOOM_MIN(I, I + s); /* the part that moves */
   lo[d] = s < 0 ? 0 : I - 1, hi[d] = lo[d] + 1;
   int32_t edge = lb_slice(G, x, lo, hi);
