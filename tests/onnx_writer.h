@@ -108,6 +108,28 @@ static inline pbw onnxw_attr_ints(const char *name, int n, const int64_t *v) {
   pbw_int(&a, 20, 7);
   return a;
 }
+static inline pbw onnxw_attr_float(const char *name, float v) {
+  pbw a = {0};
+  pbw_str(&a, 1, name);
+  pbw_float(&a, 2, v);
+  pbw_int(&a, 20, 1);
+  return a;
+}
+static inline pbw onnxw_attr_str(const char *name, const char *v) {
+  pbw a = {0};
+  pbw_str(&a, 1, name);
+  pbw_str(&a, 4, v);
+  pbw_int(&a, 20, 3);
+  return a;
+}
+/* An attribute holding a tensor (a Constant node's value). */
+static inline pbw onnxw_attr_tensor(const char *name, pbw *tensor) {
+  pbw a = {0};
+  pbw_str(&a, 1, name);
+  pbw_msg(&a, 5, tensor);
+  pbw_int(&a, 20, 4);
+  return a;
+}
 /* An attribute holding a graph (If's branches, Loop's body). */
 static inline pbw onnxw_attr_graph(const char *name, pbw *graph) {
   pbw a = {0};

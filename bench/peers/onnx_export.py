@@ -22,8 +22,18 @@ one sequence of 128 tokens or one 112 x 112 image:
   pt_cnn        a MobileNet-like stem (conv, depthwise, pointwise, BN,
                 ReLU / Hardswish, MaxPool, global pool, Linear)
   pt_resnet     a ResNet-like stem (7x7 conv, MaxPool, two basic blocks)
+  pt_det_db     a PaddleOCR-style DB text detector on a 640 x 640 image, the
+                structure of tests/test_onnx_ocr.c's (a MobileNetV3-like
+                backbone: Conv + BN + Hardswish stem, inverted residual
+                units of 1x1 expand, depthwise kxk, squeeze-excite with
+                PaddleOCR's hard sigmoid relu6(1.2 x + 3) / 6, 1x1 project;
+                a DBFPN neck upsampling by F.interpolate, nearest and
+                bilinear with and without align_corners, adding and
+                concatenating the levels; a DB head of Conv + BN + ReLU,
+                two ConvTranspose2d 2x2 stride 2, Sigmoid), PP-OCR mobile
+                widths (neck 96)
 
-The exporter is TorchScript's (dynamo=False, opset 17), which needs only
+`--models a,b` exports only those. The exporter is TorchScript's (dynamo=False, opset 17), which needs only
 torch; --dynamo uses torch.export (needs onnxscript; opset 18). With
 --check LOOM each model is also run by `LOOM run` on random inputs and
 compared with ONNX Runtime's outputs (needs onnxruntime). Needs torch;
@@ -104,13 +114,73 @@ def models(torch):
                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
     resnet = nn.Sequential(*block(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1), Basic(64), Basic(64),
                            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+    def conv_bn(ci, co, k, s, groups=1, act=None):
+        layers = [nn.Conv2d(ci, co, k, s, k // 2, groups=groups, bias=False), nn.BatchNorm2d(co)]
+        return nn.Sequential(*layers, *([act()] if act else []))
+
+    class SqueezeExcite(nn.Module):  # PaddleOCR's: hard sigmoid of slope 0.2
+        def __init__(self, c):
+            super().__init__()
+            self.c1, self.c2 = nn.Conv2d(c, c // 4, 1), nn.Conv2d(c // 4, c, 1)
+
+        def forward(self, x):
+            g = self.c2(F.relu(self.c1(F.adaptive_avg_pool2d(x, 1))))
+            return x * (F.relu6(1.2 * g + 3.0) / 6.0)
+
+    class ResidualUnit(nn.Module):
+        def __init__(self, ci, mid, co, k, s, se, act):
+            super().__init__()
+            self.body = nn.Sequential(conv_bn(ci, mid, 1, 1, act=act), conv_bn(mid, mid, k, s, mid, act),
+                                      *([SqueezeExcite(mid)] if se else []), conv_bn(mid, co, 1, 1))
+            self.skip = s == 1 and ci == co
+
+        def forward(self, x):
+            return x + self.body(x) if self.skip else self.body(x)
+
+    class DetDB(nn.Module):
+        def __init__(self, stem=8, exp=(32, 72, 120, 240), out=(16, 24, 40, 80), fpn=96):
+            super().__init__()
+            self.stem = nn.Sequential(conv_bn(3, stem, 3, 2, act=nn.Hardswish),
+                                      ResidualUnit(stem, stem, stem, 3, 1, False, nn.ReLU))
+            stages, ci = [], stem
+            for s in range(4):
+                late, act = s >= 2, nn.Hardswish if s >= 2 else nn.ReLU
+                units = [ResidualUnit(ci, exp[s], out[s], 5 if late else 3, 2, late, act)]
+                if late:
+                    units.append(ResidualUnit(out[s], exp[s], out[s], 3, 1, True, act))
+                stages.append(nn.Sequential(*units))
+                ci = out[s]
+            self.stages = nn.ModuleList(stages)
+            self.inner = nn.ModuleList(nn.Conv2d(c, fpn, 1, bias=False) for c in out)
+            self.outer = nn.ModuleList(nn.Conv2d(fpn, fpn // 4, 3, 1, 1, bias=False) for _ in out)
+            q = fpn // 4
+            self.head = nn.Sequential(conv_bn(fpn, q, 3, 1, act=nn.ReLU), nn.ConvTranspose2d(q, q, 2, 2),
+                                      nn.BatchNorm2d(q), nn.ReLU(), nn.ConvTranspose2d(q, 1, 2, 2))
+
+        def forward(self, x):
+            up = F.interpolate
+            levels, h = [], self.stem(x)
+            for st in self.stages:
+                h = st(h)
+                levels.append(h)
+            c2, c3, c4, c5 = (f(l) for f, l in zip(self.inner, levels))
+            o4 = c4 + up(c5, scale_factor=2, mode="nearest")
+            o3 = c3 + up(o4, scale_factor=2, mode="bilinear", align_corners=False)
+            o2 = c2 + up(o3, scale_factor=2, mode="bilinear", align_corners=True)
+            p5, p4, p3, p2 = (f(l) for f, l in zip(self.outer, (c5, o4, o3, o2)))
+            fuse = torch.cat([up(p5, scale_factor=8, mode="nearest"),
+                              up(p4, scale_factor=4, mode="bilinear", align_corners=True),
+                              up(p3, scale_factor=2, mode="nearest"), p2], dim=1)
+            return torch.sigmoid(self.head(fuse))
+
     x, img = torch.randn(1, 128, D), torch.randn(1, 3, 112, 112)
     return [("pt_bert", BertNoMask(), (x,), ["x"]),
             ("pt_bert_mask", BertLayer(), (x, torch.ones(1, 128, dtype=torch.int64)), ["x", "mask"]),
             ("pt_gpt2", GPT2Block(False), (x,), ["x"]),
             ("pt_gpt2_sdpa", GPT2Block(True), (x,), ["x"]),
             ("pt_cnn", cnn, (img,), ["img"]),
-            ("pt_resnet", resnet, (img,), ["img"])]
+            ("pt_resnet", resnet, (img,), ["img"]),
+            ("pt_det_db", DetDB(), (torch.randn(1, 3, 640, 640),), ["x"])]
 
 
 def check(loom, path):
@@ -144,6 +214,7 @@ def main():
     ap.add_argument("outdir")
     ap.add_argument("--dynamo", action="store_true", help="torch.export's exporter (opset 18)")
     ap.add_argument("--check", metavar="LOOM", help="compare `LOOM run` with ONNX Runtime")
+    ap.add_argument("--models", help="comma-separated names to export (default: all)")
     a = ap.parse_args()
     try:
         import torch
@@ -154,6 +225,8 @@ def main():
     os.makedirs(a.outdir, exist_ok=True)
     bad = 0
     for name, m, args, names in models(torch):
+        if a.models and name not in a.models.split(","):
+            continue
         for mod in m.modules():  # statistics a trained network would have
             if isinstance(mod, torch.nn.BatchNorm2d):
                 mod.running_mean.uniform_(-0.5, 0.5)

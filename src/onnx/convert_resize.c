@@ -5,6 +5,17 @@
  * definition does (its coordinate transforms, nearest rounding modes,
  * linear and cubic coefficients, exclude_outside, and tf_crop_and_resize's
  * extrapolation value).
+ *
+ * An axis scaled by a whole factor f whose plan repeats every f outputs
+ * (nearest, and linear or cubic in the half_pixel, pytorch_half_pixel and
+ * asymmetric transforms, away from exclude_outside's edges) is written
+ * without gathers: output i f + r is a fixed weighting of inputs i + s
+ * (clamped to the axis) for a few shifts s, so it becomes the input's
+ * edge-clamped shifted copies (slices and concats), each broadcast along
+ * a new axis of f phases times its per-phase weights, summed and merged
+ * back: element-wise and layout ops that stitching fuses into the
+ * kernels around them, where a gather ran as a pass of its own (an FPN's
+ * 2x nearest upsampling is then a broadcast and a reshape).
  */
 #include "onnx/import_internal.h"
 
@@ -34,7 +45,7 @@ static void cubic_coeffs(double r, double A, double c[4]) {
 
 /* One axis: in extent I to O with scale; idx/w hold TAPS rows of O. */
 static void axis_plan(const resize_opts *o, int64_t I, int64_t O, double scale, double roi0, double roi1, int64_t *idx,
-                      double *w, bool *outside, int *taps) {
+                      double *w, int64_t *firsts, bool *outside, int *taps) {
   double width = scale * (double)I;
   *taps = o->mode == 2 ? 4 : o->mode == 1 ? 2 : 1;
   for (int64_t x = 0; x < O; x++) {
@@ -68,6 +79,7 @@ static void axis_plan(const resize_opts *o, int64_t I, int64_t O, double scale, 
       first = fi - 1;
       cubic_coeffs(r, o->a, c);
     }
+    firsts[x] = first;
     double sum = 0;
     for (int k = 0; k < *taps; k++) {
       int64_t i = first + k;
@@ -80,6 +92,108 @@ static void axis_plan(const resize_opts *o, int64_t I, int64_t O, double scale, 
       w[k * O + x] = o->exclude && sum != 0 ? c[k] / sum : c[k];
     }
   }
+}
+
+#define MAX_SHIFTS 5 /* distinct shifts per axis */
+#define MAX_SHIFT 4   /* |shift| (cubic reads i - 2 .. i + 1 at most) */
+
+/* Output x's weights by shift from its position i (tap k of x reads
+ * clamp(firsts[x] + k), shift firsts[x] + k - i), weights of 1e-12 or
+ * less left out; the number of shifts, or -1 past MAX_SHIFTS. */
+static int shifts_of(int64_t O, int taps, const double *w, const int64_t *firsts, int64_t x, int64_t i,
+                     int64_t *shift, double *wt) {
+  int n = 0;
+  for (int k = 0; k < taps; k++) {
+    double wk = w[k * O + x];
+    if (fabs(wk) <= 1e-12) continue;
+    int64_t s = firsts[x] + k - i;
+    int j = 0;
+    while (j < n && shift[j] != s) j++;
+    if (j == n) {
+      if (n == MAX_SHIFTS) return -1;
+      shift[n] = s, wt[n++] = 0;
+    }
+    wt[j] += wk;
+  }
+  return n;
+}
+
+/* True if the plan of an axis I -> O = I f repeats every f outputs:
+ * output i f + r is the same weighting of inputs clamp(i + s, 0, I - 1)
+ * over a few shifts s for every i (weights equal within 1e-12: a whole
+ * factor that is not a power of 2 rounds the coordinates differently). Then
+ * w_shift[j * f + r] is the weight of shift shifts[j] at phase r. */
+static bool periodic_plan(int64_t I, int64_t O, int taps, const double *w, const int64_t *firsts, int64_t *f_out,
+                          int *n_shifts, int64_t *shifts, double *w_shift) {
+  if (I < 2 || O % I != 0 || O / I > 64) return false;
+  int64_t f = O / I;
+  *f_out = f;
+  *n_shifts = 0;
+  for (int j = 0; j < MAX_SHIFTS * 64; j++) w_shift[j] = 0;
+  for (int64_t r = 0; r < f; r++) {
+    int64_t s0[MAX_SHIFTS], si[MAX_SHIFTS];
+    double w0[MAX_SHIFTS], wi[MAX_SHIFTS];
+    int n0 = shifts_of(O, taps, w, firsts, r, 0, s0, w0);
+    if (n0 < 0) return false;
+    for (int64_t i = 1; i < I; i++) {
+      int ni = shifts_of(O, taps, w, firsts, i * f + r, i, si, wi);
+      if (ni != n0) return false;
+      for (int a = 0; a < n0; a++)
+        if (si[a] != s0[a] || fabs(wi[a] - w0[a]) > 1e-12) return false;
+    }
+    for (int a = 0; a < n0; a++) {
+      if (s0[a] <= -I || s0[a] >= I || s0[a] < -MAX_SHIFT || s0[a] > MAX_SHIFT) return false;
+      int j = 0;
+      while (j < *n_shifts && shifts[j] != s0[a]) j++;
+      if (j == *n_shifts) {
+        if (j == MAX_SHIFTS) return false;
+        shifts[(*n_shifts)++] = s0[a];
+      }
+      w_shift[j * f + r] = w0[a];
+    }
+  }
+  return *n_shifts > 0;
+}
+
+/* x along axis d shifted by s, the edge repeated: out[i] = x[clamp(i + s)]. */
+static int32_t edge_shift(onnx_cv *cv, int32_t x, const loom_type *t, int32_t d, int64_t s) {
+  if (s == 0) return x;
+  int64_t lo[LOOM_MAX_RANK] = {0}, hi[LOOM_MAX_RANK], I = t->shape[d];
+  memcpy(hi, t->shape, sizeof(int64_t) * (size_t)t->rank);
+  int32_t parts[MAX_SHIFT + 1], n = 0;
+  int64_t a = LOOM_MAX(0, s), b = LOOM_MIN(I, I + s); /* the part that moves */
+  lo[d] = s < 0 ? 0 : I - 1, hi[d] = lo[d] + 1;
+  int32_t edge = lb_slice(G, x, lo, hi);
+  lo[d] = a, hi[d] = b;
+  int32_t body = lb_slice(G, x, lo, hi);
+  if (s > 0) parts[n++] = body;
+  for (int64_t k = 0; k < (s < 0 ? -s : s); k++) parts[n++] = edge;
+  if (s < 0) parts[n++] = body;
+  return lb_concat(G, n, parts, d);
+}
+
+/* The periodic form of one axis (periodic_plan): the sum over shifts of
+ * the shifted input, as [..., I, 1, ...] times its phases' weights [f]
+ * (or broadcast, for a weight of 1 everywhere), merged to [..., I f, ...]. */
+static int32_t periodic_axis(onnx_cv *cv, int32_t x, int32_t d, int64_t f, int n_shifts, const int64_t *shifts,
+                             const double *w_shift) {
+  const loom_type t = G->values[x].type;
+  int64_t split[LOOM_MAX_RANK], wide[LOOM_MAX_RANK], wshape[LOOM_MAX_RANK], merged[LOOM_MAX_RANK];
+  for (int32_t e = 0, o = 0; e < t.rank; e++) {
+    split[o] = wide[o] = t.shape[e], wshape[o] = 1, merged[e] = t.shape[e] * (e == d ? f : 1);
+    o++;
+    if (e == d) split[o] = 1, wide[o] = f, wshape[o] = f, o++;
+  }
+  int32_t acc = -1;
+  for (int j = 0; j < n_shifts; j++) {
+    bool ones = true;
+    for (int64_t r = 0; r < f; r++) ones &= w_shift[j * f + r] == 1;
+    int32_t v = lb_reshape(G, edge_shift(cv, x, &t, d, shifts[j]), t.rank + 1, split);
+    v = ones ? lb_broadcast_to(G, v, t.rank + 1, wide)
+             : lb_mul(G, v, cv_const_values(cv, t.dtype, t.rank + 1, wshape, w_shift + j * f));
+    acc = acc < 0 ? v : lb_add(G, acc, v);
+  }
+  return lb_reshape(G, acc, t.rank, merged);
 }
 
 static int pick(const char *s, const char *const *names, int n) {
@@ -139,19 +253,33 @@ loom_status onnx_cv_resize(onnx_cv *cv) {
     int64_t *idx = malloc(sizeof *idx * (size_t)(TAPS * O));
     double *w = malloc(sizeof *w * (size_t)(TAPS * O)), *col = malloc(sizeof *col * (size_t)O);
     bool *outside = malloc(sizeof *outside * (size_t)O);
-    if (!idx || !w || !col || !outside) {
-      free(idx), free(w), free(col), free(outside);
+    int64_t *firsts = malloc(sizeof *firsts * (size_t)O);
+    if (!idx || !w || !col || !outside || !firsts) {
+      free(idx), free(w), free(col), free(outside), free(firsts);
       return loom_error(cv->ctx, LOOM_STATUS_OUT_OF_MEMORY, "out of memory");
     }
     int taps;
-    axis_plan(&o, I, O, scales[d], roi[d], roi[d + r], idx, w, outside, &taps);
+    axis_plan(&o, I, O, scales[d], roi[d], roi[d + r], idx, w, firsts, outside, &taps);
+    /* the identity: every output reads its own position with weights
+     * summing to 1 (a length-1 axis in pytorch_half_pixel reads -0.5:
+     * both taps clamp to 0) */
     bool identity = I == O, any_out = false;
     for (int64_t x = 0; x < O; x++) {
       any_out |= outside[x];
-      for (int k = 0; k < taps && identity; k++)
-        identity = w[k * O + x] == 0 || (w[k * O + x] == 1 && idx[k * O + x] == x);
+      double sum = 0;
+      for (int k = 0; k < taps && identity; k++) {
+        identity = w[k * O + x] == 0 || idx[k * O + x] == x;
+        sum += w[k * O + x];
+      }
+      identity &= sum == 1;
     }
-    if (!identity || any_out) {
+    int64_t f, shifts[MAX_SHIFTS];
+    int n_shifts;
+    double w_shift[MAX_SHIFTS * 64];
+    if (!identity && !any_out && r < LOOM_MAX_RANK &&
+        periodic_plan(I, O, taps, w, firsts, &f, &n_shifts, shifts, w_shift)) {
+      y = periodic_axis(cv, y, d, f, n_shifts, shifts, w_shift);
+    } else if (!identity || any_out) {
       int64_t wshape[LOOM_MAX_RANK];
       for (int32_t e = 0; e < r; e++) wshape[e] = e == d ? O : 1;
       int32_t acc = -1;
@@ -171,7 +299,7 @@ loom_status onnx_cv_resize(onnx_cv *cv) {
       }
       y = acc;
     }
-    free(idx), free(w), free(col), free(outside);
+    free(idx), free(w), free(col), free(outside), free(firsts);
   }
   cv_out(cv, 0, y);
   return LOOM_STATUS_OK;
