@@ -215,10 +215,8 @@ static double thread_cpu_s(void) {
  * length (d 64, not causal, about the same flops), and the decomposed
  * form's score GEMM and softmax at CH_S (batched [S, d] x [d, S]). The
  * short flash length is the shortest the choice is asked about (the main
- * job's 32): there the per-row and per-head work the rate curve's s0
- * stands for weighs most; fitted through 128 and 1024 instead, s0 came out
- * 0 and flash at 32 ran 2.5x slower than predicted (measured with the
- * AVX2 tiles, `loom bench attention --attention auto`). */
+ * job's 32), where the per-row and per-head work that the rate curve's s0
+ * stands for weighs most. */
 enum { CH_BH = 8, CH_S = 128, CH_S2 = 1024, CH_D = 64, CH_REPS = 3 };
 enum { CH_FS = 32, CH_FBH = CH_BH * (CH_S / CH_FS) * (CH_S / CH_FS) };
 
