@@ -32,7 +32,10 @@
 
 /* 2: the attention choice's rates (attn_*) from one core's CPU time, the
  * flash forward on transposed scores (they were attn_v2_* keys before). */
-#define LOOM_PROFILE_VERSION 2
+/* 3: flash attention's AVX2 tile set (BEST on CPUs without AVX-512): the
+ * attn_* rates of such a machine were the plain C set's; and the flash
+ * rate curve's short point at 32 keys instead of 128. */
+#define LOOM_PROFILE_VERSION 3
 
 /* The value of key in this machine's profile; false if absent, the file
  * is missing, or the value is not a finite number. */

@@ -58,7 +58,8 @@ static const char usage[] =
     "  --backend B       one of" LOOM_BACKEND_HELP_NAMES " (default " LOOM_BACKEND_DEFAULT ")\n"
     "  --fusion M        how the cpu backend makes code:\n" LOOM_FUSION_MODE_LIST(HELP_MODE, )
     "  --threads N       CPU threads, 0 = all cores (default 0)\n"
-    "  --attention A     what the cpu backend makes of attention:\n"
+    "  --attention A     what the cpu backend makes of attention (default here:\n"
+    "                    auto, which picks flash for the default GPT):\n"
     LOOM_ATTENTION_MODE_LIST(HELP_MODE, )
     "  --rng P           where attention dropout's random numbers come from\n"
     "                    (the same masks, so the same losses, each way):\n"

@@ -72,7 +72,10 @@ void loom_train_config_default(loom_train_config *c) {
   c->seed = 1;
   c->threads = 0;
   snprintf(c->backend, sizeof c->backend, "%s", LOOM_BACKEND_DEFAULT);
-  c->attention = LOOM_ATTENTION_FLASH;
+  /* flash or decomposed per attention op, as the cost model predicts from
+   * the machine profile's measured rates (kept there, so a run's pick and
+   * its losses repeat); the default GPT's short sequences pick flash */
+  c->attention = LOOM_ATTENTION_AUTO;
   c->rng = LOOM_RNG_AUTO;
   c->corpus_lines = 50000;
   c->heldout = 100;
@@ -575,9 +578,13 @@ loom_status loom_trainer_attach_plan(loom_trainer *t, struct loom_comm *comm, co
   /* Attention dropout is drawn inside the attention kernels under a plan:
    * a bitmask made beside a GEMM covers the whole tensor (a piece cannot
    * take it), and the auto placement measures this machine, so ranks could
-   * choose differently. The masks are the same numbers either way. */
+   * choose differently. The masks are the same numbers either way. For
+   * the same reason auto attention is flash here: every rank's graph must
+   * have the same ops. */
+  const loom_attention_mode attention =
+      t->cfg.attention == LOOM_ATTENTION_AUTO ? LOOM_ATTENTION_FLASH : t->cfg.attention;
   loom_session_options so = LOOM_SESSION_OPTIONS(.backend = t->cfg.backend, .fusion = t->fusion,
-                                                 .attention = t->cfg.attention,
+                                                 .attention = attention,
                                                  .rng = LOOM_RNG_FUSED);
   loom_gpt_optim o = {t->cfg.beta1, t->cfg.beta2, t->cfg.eps, t->cfg.weight_decay, t->cfg.seed, &so};
   loom_graph *g = NULL;

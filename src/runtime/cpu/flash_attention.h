@@ -48,13 +48,15 @@
 #define LOOM_FLASH_ATTN_MAX_LEAD 8
 
 /* Which kernels run the tiles. BEST picks AVX512 where the CPU has
- * AVX-512F, else PORTABLE; tests force one. Results are deterministic per
+ * AVX-512F, else AVX2 where it has AVX2 and FMA, else PORTABLE; tests
+ * force one. Results are deterministic per
  * implementation, not equal across implementations (FMA, exp). */
 typedef enum loom_flash_attn_impl {
   LOOM_FLASH_ATTN_IMPL_BEST = 0,
   LOOM_FLASH_ATTN_IMPL_PORTABLE = 1, /* plain C for the baseline ISA */
   LOOM_FLASH_ATTN_IMPL_AVX512 = 2,   /* AVX-512F intrinsics (target attributes) */
-  LOOM_FLASH_ATTN_IMPL_COUNT = 3
+  LOOM_FLASH_ATTN_IMPL_AVX2 = 3,     /* AVX2 + FMA intrinsics for the products and exponentials */
+  LOOM_FLASH_ATTN_IMPL_COUNT = 4
 } loom_flash_attn_impl;
 
 /* Where a [BH, S, W] operand's rows lie in its buffer: row s of bh starts

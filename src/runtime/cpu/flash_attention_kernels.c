@@ -5,6 +5,7 @@
 #include "runtime/cpu/flash_attention_kernels.h"
 
 #include "runtime/cpu/flash_attention.h"
+#include "runtime/cpu/flash_attention_avx2.h"
 #include "rng/philox_fast.h"
 
 #include <math.h>
@@ -434,6 +435,19 @@ static const fa_kernels kernels_512 = {
 
 #endif /* FA_HAVE_AVX512 */
 
+#if LOOM_FA_HAVE_AVX2
+/* AVX2 + FMA where the time goes; the masks and biases (dropout, a bias
+ * operand) stay plain C. */
+static const fa_kernels kernels_avx2 = {
+    .gemm = loom_fa_gemm_avx2,       .transpose = loom_fa_transpose_avx2,
+    .col_causal = col_causal_port,   .col_max = loom_fa_col_max_avx2,
+    .col_exp_sum = loom_fa_col_exp_sum_avx2, .col_mask = col_mask_port,
+    .exp_sum = loom_fa_exp_sum_avx2, .mask = mask_port,
+    .dsoft = loom_fa_dsoft_avx2,     .scale = loom_fa_scale_avx2,
+    .dot = loom_fa_dot_avx2,         .col_bias = col_bias_port,
+    .row_bias = row_bias_port};
+#endif
+
 bool loom_flash_attn_impl_supported(int32_t impl) {
   switch (impl) {
   case LOOM_FLASH_ATTN_IMPL_BEST:
@@ -441,6 +455,7 @@ bool loom_flash_attn_impl_supported(int32_t impl) {
 #if FA_HAVE_AVX512
   case LOOM_FLASH_ATTN_IMPL_AVX512: return __builtin_cpu_supports("avx512f");
 #endif
+  case LOOM_FLASH_ATTN_IMPL_AVX2: return loom_fa_avx2_supported();
   default: return false;
   }
 }
@@ -450,6 +465,11 @@ const fa_kernels *loom_fa_kernels(int32_t impl) {
   if ((impl == LOOM_FLASH_ATTN_IMPL_BEST || impl == LOOM_FLASH_ATTN_IMPL_AVX512) &&
       __builtin_cpu_supports("avx512f"))
     return &kernels_512;
+#endif
+#if LOOM_FA_HAVE_AVX2
+  if ((impl == LOOM_FLASH_ATTN_IMPL_BEST || impl == LOOM_FLASH_ATTN_IMPL_AVX2) &&
+      loom_fa_avx2_supported())
+    return &kernels_avx2;
 #endif
   return &kernels_port;
 }

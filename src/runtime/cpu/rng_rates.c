@@ -213,8 +213,12 @@ static double thread_cpu_s(void) {
 
 /* The choice's shapes: flash forward and backward at a short and a long
  * length (d 64, not causal, about the same flops), and the decomposed
- * form's score GEMM at the short one (batched [S, d] x [d, S]). */
+ * form's score GEMM and softmax at CH_S (batched [S, d] x [d, S]). The
+ * short flash length is the shortest the choice is asked about (the main
+ * job's 32), where the per-row and per-head work that the rate curve's s0
+ * stands for weighs most. */
 enum { CH_BH = 8, CH_S = 128, CH_S2 = 1024, CH_D = 64, CH_REPS = 3 };
+enum { CH_FS = 32, CH_FBH = CH_BH * (CH_S / CH_FS) * (CH_S / CH_FS) };
 
 /* Best-of-CH_REPS CPU seconds of flash forward and backward on a, one
  * thread, after a warm-up; false on an error. */
@@ -319,14 +323,14 @@ static double softmax_cpu(float *s, float *dp, int64_t rows, int64_t n, bool gra
  * moment (the kernels are compute-bound and scale with the cores); about
  * 0.1 s of CPU. False: keep the estimates. */
 static bool measure_attention_rates(loom_ctx *ctx, int32_t cores, double v[N_ATTN_KEYS]) {
-  const int64_t n1 = (int64_t)CH_BH * CH_S * CH_D, n2 = (int64_t)CH_S2 * CH_D;
+  const int64_t n1 = (int64_t)CH_FBH * CH_FS * CH_D, n2 = (int64_t)CH_S2 * CH_D;
   const int64_t n = LOOM_MAX(n1, n2), ns = (int64_t)CH_BH * CH_S * CH_S;
-  float *buf = calloc((size_t)(6 * n + ns + CH_BH * CH_S2), sizeof *buf);
+  float *buf = calloc((size_t)(6 * n + ns + LOOM_MAX(CH_BH * CH_S2, CH_FBH * CH_FS)), sizeof *buf);
   if (!buf) return false;
   for (int64_t i = 0; i < 6 * n; i++) buf[i] = (float)((i * 37 % 101) - 50) / 100.0f;
   float *q = buf, *k = q + n, *val = k + n, *o = val + n, *d_o = o + n, *g = d_o + n;
   float *sc = g + n, *lse = sc + ns;
-  loom_flash_attn a = {.bh = CH_BH, .sq = CH_S, .sk = CH_S, .d = CH_D, .dv = CH_D,
+  loom_flash_attn a = {.bh = CH_FBH, .sq = CH_FS, .sk = CH_FS, .d = CH_D, .dv = CH_D,
                        .q = q, .k = k, .v = val, .scale = 0.125};
   loom_flash_attn along = a;
   along.bh = 1;
@@ -355,11 +359,14 @@ static bool measure_attention_rates(loom_ctx *ctx, int32_t cores, double v[N_ATT
   if (!ok || f1 <= 0 || b1 <= 0 || f2 <= 0 || b2 <= 0 || gs <= 0) return false;
   /* rate(S) = R S / (S + s0) through both lengths (forward and backward
    * together), then R per pass from the short point */
-  const double fl1 = 4.0 * (double)CH_BH * CH_S * CH_S * CH_D, fl2 = 4.0 * CH_S2 * CH_S2 * CH_D;
+  const double fl1 = 4.0 * (double)CH_FBH * CH_FS * CH_FS * CH_D, fl2 = 4.0 * CH_S2 * CH_S2 * CH_D;
   double r1 = (fl1 / f1 + 2.5 * fl1 / b1) / 2, r2 = (fl2 / f2 + 2.5 * fl2 / b2) / 2;
-  double den = r2 / CH_S2 - r1 / CH_S;
-  double s0 = den > 0 ? LOOM_MAX(0.0, (r1 - r2) / den) : 0.0;
-  double lift = (CH_S + s0) / CH_S;
+  /* s0 = (r1 - r2) / den > 0 when the long length runs faster (r2 > r1,
+   * so den < 0); the guard was den > 0 before, which never held with
+   * r2 > r1, so s0 was always 0 */
+  double den = r2 / CH_S2 - r1 / CH_FS;
+  double s0 = den < 0 && r2 > r1 ? (r1 - r2) / den : 0.0;
+  double lift = (CH_FS + s0) / CH_FS;
   v[0] = fl1 / f1 * lift * cores;
   v[1] = 2.5 * fl1 / b1 * lift * cores;
   v[2] = s0;
