@@ -335,7 +335,8 @@ static const bias_case bias_cases[] = {
 static loom_graph *build_biased(const bias_case *c, bool causal, double p, const char *placement) {
   char text[2048], bs[64] = "[";
   for (int32_t d = 0; d < c->rank; d++)
-    snprintf(bs + strlen(bs), sizeof bs - strlen(bs), d ? ", %lld" : "%lld", (long long)c->shape[d]);
+    snprintf(bs + strlen(bs), sizeof bs - strlen(bs), d ? ", %lld" : "%lld",
+             (long long)c->shape[d]);
   strcat(bs, "]");
   snprintf(text, sizeof text,
            "input %%q : f32[%d, %d, %d, %d]\n"
@@ -515,7 +516,8 @@ static void test_padding_mask(void) {
     int64_t *m = loom_tensor_data(in[3]);
     for (int j = 0; j < 74; j++) m[j] = (j % 37) < 30 - (j / 37) * 9;
   }
-  loom_tensor **want = in ? loom_test_run(ctx, g, &LOOM_SESSION_OPTIONS(.backend = "ref"), in) : NULL;
+  loom_tensor **want =
+      in ? loom_test_run(ctx, g, &LOOM_SESSION_OPTIONS(.backend = "ref"), in) : NULL;
   loom_session *s = NULL;
   CHECK_OK(ctx, loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.backend = backend), &s));
   char *text = NULL;

@@ -23,6 +23,10 @@
  *   never stored, and nothing is summed by atomics.
  * Keep bits: the Philox counters of docs/DROPOUT.md (one block of four
  * words cached per thread, consecutive keys share it) or the bitmask.
+ * An additive bias (@H, the spec's bias: 1 read, 2 also dS written for
+ * dbias) is read in place at strides over [three leading dims, Sq, Sk];
+ * dbias is lm_fa_dbias's fixed-order sum of the dS the dK / dV pass
+ * wrote, a thread per bias element (docs/GPU.md, "An additive bias").
  */
 #include "codegen/gpu_attention.h"
 #include "codegen/gpu_internal.h"

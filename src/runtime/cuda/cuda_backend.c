@@ -75,7 +75,7 @@ typedef struct cuda_prepared {
   loom_cu_deviceptr *args; /* argument pointers, room for the widest kernel */
   char *attn_source;       /* the attention kernels' CUDA C (NULL: none) */
   loom_cu_kernels *attn;
-  loom_cu_deviceptr attn_ws; /* the attention backward's workspace (Di) */
+  loom_cu_deviceptr attn_ws; /* the attention backward's workspace (Di; dS for dbias) */
   int32_t *join;           /* per step: on the second stream until step join[s] when > s */
   loom_cu_event *done;     /* per such step: recorded on the second stream after it */
   loom_cu_event ready;     /* recorded on the main stream when one is queued */
@@ -431,7 +431,7 @@ static loom_status run_attention(loom_ctx *ctx, cuda_backend *be, cuda_prepared 
   int32_t nc = 0;
   int64_t ws = 0;
   LOOM_TRY(loom_gpu_attention_calls(ctx, g, n, calls, &nc, &ws));
-  const int32_t nb = n->n_in + n->n_out; /* at most 8 + 3 for the attention ops */
+  const int32_t nb = n->n_in + n->n_out; /* at most 9 + 4 for the attention ops (bias, dbias) */
   if (nc == 0 || nb > 16) return LOOM_STATUS_OK;
   loom_cu_deviceptr bufs[16];
   for (int32_t i = 0; i < nb; i++) bufs[i] = h->dev[i < n->n_in ? n->in[i] : n->out[i - n->n_in]];

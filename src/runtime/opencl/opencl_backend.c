@@ -225,7 +225,7 @@ static loom_status run_attention(loom_ctx *ctx, ocl_prepared *h, const loom_grap
   void *bufs[16];
   size_t bytes[16];
   bool written[16];
-  const int32_t nb = n->n_in + n->n_out; /* at most 8 + 3 for the attention ops */
+  const int32_t nb = n->n_in + n->n_out; /* at most 9 + 4 for the attention ops (bias, dbias) */
   if (nb > 16) return LOOM_STATUS_OK;
   for (int32_t i = 0; i < nb; i++) {
     const loom_view *v = &values[i < n->n_in ? n->in[i] : n->out[i - n->n_in]];
