@@ -428,7 +428,9 @@ bool loom_bench_run_workload(loom_ctx *ctx, const loom_bench_opts *o,
     row->wanted[m] = o->modes[m];
     row->r[m].mode = (loom_bench_mode)m;
   }
-  wl_state s = {.ctx = ctx, .o = o, .w = w};
+  /* --attention decomposed also keeps the backward a builder makes
+   * decomposed (loom_bench_make_backward rewrites before autodiff) */
+  wl_state s = {.ctx = ctx, .o = o, .w = w, .b = {.attention = o->attention}};
   progress(&s, "building the graph", NULL);
   loom_status st = w->build(ctx, w, o->small, &s.b);
   if (!st) st = wl_setup(&s);

@@ -5,11 +5,14 @@
 #      (exit 2, saying what is wrong) where something is missing;
 #   2. builds Loom (Release) and the tests it runs;
 #   3. runs the quick CUDA tests against the reference: test_cuda,
-#      cuda_abi_check, NCCL on one rank (under mpirun), cli_gpu.sh;
+#      cuda_abi_check, NCCL on one rank (under mpirun), cli_gpu.sh, flash
+#      attention with an additive bias (test_opencl_attention --bias);
 #   4. runs `loom bench --backend cuda` (the memory-bound workloads, the BERT
 #      layer, the GPT-2 block) with LOOM_CUDA_TIMING=1 (the device's own
 #      time per run in the log), the two models again with --gemm tf32; then
-#      the attention RNG sweep (tests/test_cuda_attention.c --sweep): a
+#      relbias_attention (a learned position bias) with flash attention and
+#      decomposed, alternating; the attention RNG sweep
+#      (tests/test_cuda_attention.c --sweep): a
 #      Llama-2-7B block (d 4096, 32 heads of 128, d_ff 11008, sequence 2048)
 #      forward + backward + AdamW with attention dropout under the fused,
 #      sequential and overlap placements, the same bits checked, each
@@ -230,6 +233,10 @@ else # Loom without MPI: a single process is a one-rank NCCL world
   step nccl_1rank test 90 nccl.log env LOOM_TEST_NCCL=1 "$tests/test_cuda"
 fi
 step cli_gpu test 90 cli_gpu.log bash "$root/tests/cli_gpu.sh" "$loom" "$root/tests/data"
+# flash attention with an additive bias (each broadcast shape, causal,
+# dropout fused and sequential; dbias) and a runtime padding mask, against ref
+step attention_bias_cuda test 90 attention_bias_cuda.log env LOOM_TEST_BACKENDS=cuda \
+  "$tests/test_opencl_attention" --bias
 # issue 11, point 5: a short training run with dropout on cuda prints the
 # cpu backend's losses (the same masks; float differences only)
 step train_vs_cpu test 120 train_vs_cpu.log bash -c '
@@ -256,6 +263,13 @@ step bench_cuda_models bench 90 bench_cuda_models.log bash -c 'f=$1; shift; exec
 step bench_cuda_tf32 bench 60 bench_cuda_tf32.log bash -c 'f=$1; shift; exec "$@" > "$f"' _ \
   "$out/bench_cuda_tf32.jsonl" env LOOM_CUDA_TIMING=1 "$loom" bench --backend cuda --gemm tf32 \
   --modes stitch --runs 10 --json "${models[@]}"
+# the learned position bias (held-out relbias_attention): flash attention
+# with the bias against the decomposition, alternating
+step bench_cuda_relbias bench 90 bench_cuda_relbias.log bash -c 'set -o pipefail; f=$1; l=$2
+  for a in flash decomposed flash decomposed; do
+    "$l" bench relbias_attention --backend cuda --modes stitch --attention $a --runs 10 --json |
+      sed "s/^{/{\"attention\": \"$a\", /" >> "$f" || exit 1
+  done' _ "$out/bench_cuda_relbias.jsonl" "$loom"
 # the device's own times (LOOM_CUDA_TIMING lines after each workload's
 # "timing" line), median per workload and kernel count: the bandwidth figure
 summarize='
@@ -344,7 +358,7 @@ fi
 step test_ops test 150 test_ops.log env LOOM_TEST_BACKENDS=cuda "$tests/test_ops"
 step test_models test 120 test_models.log env LOOM_TEST_BACKENDS=cuda "$tests/test_models" --quick
 step test_attention_cuda test 90 test_attention_cuda.log env LOOM_TEST_BACKENDS=cuda \
-  "$tests/test_opencl_attention"
+  "$tests/test_opencl_attention" --no-bias
 step test_codegen test 90 test_codegen.log "$tests/test_codegen"
 step test_codegen_ops test 90 test_codegen_ops.log "$tests/test_codegen_ops"
 

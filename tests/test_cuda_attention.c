@@ -15,11 +15,20 @@
  * placement's median step time (and with LOOM_CUDA_TIMING=1 the backend's
  * device times on stderr) and overlap's speed-up over fused; the equality
  * is still checked. --backend opencl runs it on PoCL (small sizes only).
+ *
+ * As a test it also compiles, with NVRTC for sm_90 (no GPU needed), the
+ * kernels of attention with an additive bias (ops/attention_bias.h) and
+ * its gradient in each dropout mode: what the cuda backend would build
+ * for a training step with a learned position bias. (Running them on a
+ * GPU is test_opencl_attention's bias cases under scripts/gpu-check.sh.)
  */
+#include "codegen/gpu_attention.h"
 #include "common.h"
 #include "core/clock.h"
 #include "model/gpt.h"
+#include "passes/attention.h"
 #include "runtime/backend.h"
+#include "runtime/cuda/nvrtc.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -171,6 +180,76 @@ static int run_sweep(const sweep *w) {
   return 0;
 }
 
+/* The cuda attention source of y = attention(q, k, v, [base,] bias) with
+ * dropout p placed by pl (p 0: none), loss = sum(y), differentiated for q
+ * and the bias: the forward, dK/dV with dS for dbias, dQ, and dbias. */
+static char *biased_source(double p, loom_rng_placement pl) {
+  char text[1024];
+  snprintf(text, sizeof text,
+           "input %%q : f32[2, 4, 40, 64]\n"
+           "input %%k : f32[2, 4, 40, 64]\n"
+           "input %%v : f32[2, 4, 40, 64]\n"
+           "input %%base : i64[]\n"
+           "input %%bias : f32[1, 4, 40, 40]\n"
+           "%%y : f32[2, 4, 40, 64] = attention(%%q, %%k, %%v, %%base, %%bias, causal=true, p=%g, "
+           "seed=5, bias=true)\n"
+           "output y = %%y\n",
+           p);
+  loom_graph *g = NULL, *f = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx, text, &g));
+  int32_t n = 0;
+  if (g) CHECK_OK(ctx, loom_graph_fuse_attention(g, pl, NULL, &f, &n));
+  loom_graph_free(g);
+  CHECK(n == 1);
+  char *src = NULL;
+  loom_value loss, grads[2];
+  if (f) {
+    CHECK_OK(ctx, loom_graph_op(f, LOOM_OP_REDUCE_SUM, 1, &f->outputs[0], 0, NULL, &loss));
+    CHECK_OK(ctx, loom_graph_grad(f, loss, 2, (loom_value[]){f->inputs[0], f->inputs[4]}, grads));
+    CHECK_OK(ctx, loom_graph_output(f, "dq", grads[0]));
+    CHECK_OK(ctx, loom_graph_output(f, "dbias", grads[1]));
+    CHECK_OK(ctx, loom_codegen_gpu_attention(ctx, LOOM_GPU_CUDA, f, &src));
+  }
+  loom_graph_free(f);
+  return src;
+}
+
+/* The biased kernels in each dropout mode (0 none, 1 fused, 2 the mask)
+ * compile with NVRTC for sm_90, every entry there and no atomics (dbias
+ * sums in a fixed order); without NVRTC, a skip. */
+static void test_bias_nvrtc(void) {
+  char ver[32];
+  if (loom_nvrtc_version(ctx, ver, sizeof ver)) {
+    printf("biased attention kernels: NVRTC skipped: %s\n", loom_ctx_error(ctx));
+    return;
+  }
+  static const struct {
+    double p;
+    loom_rng_placement pl;
+  } modes[3] = {{0.0, LOOM_RNG_FUSED}, {0.1, LOOM_RNG_FUSED}, {0.1, LOOM_RNG_SEQUENTIAL}};
+  int found = 0;
+  for (int m = 0; m < 3; m++) {
+    char *src = biased_source(modes[m].p, modes[m].pl), *ptx = NULL;
+    if (src) CHECK_OK(ctx, loom_nvrtc_compile(ctx, src, 90, &ptx));
+    static const char *const entries[4] = {"lm_fa_fwd_d64_v64_m%d_b(", "lm_fa_dkdv_d64_v64_m%d_bg(",
+                                           "lm_fa_dq_d64_v64_m%d_b(", "lm_fa_dbias("};
+    for (int e = 0; ptx && e < 4; e++) {
+      char want[96] = ".entry ";
+      snprintf(want + 7, sizeof want - 7, entries[e], m);
+      const bool has = strstr(ptx, want) != NULL;
+      CHECK(has);
+      if (!has) fprintf(stderr, "  mode %d: no %s in the PTX\n", m, want);
+      found += has;
+    }
+    CHECK(ptx && !strstr(ptx, "atom."));
+    free(src);
+    free(ptx);
+  }
+  printf("biased attention kernels: %d functions (3 dropout modes) compiled with NVRTC %s for "
+         "sm_90, no atomics\n",
+         found, ver);
+}
+
 static bool int_flag(int argc, char **argv, int *i, const char *name, int32_t lo, int32_t hi,
                      int32_t *out) {
   if (strcmp(argv[*i], name) != 0) return false;
@@ -204,6 +283,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  if (!w.timed) test_bias_nvrtc();
   run_sweep(&w);
   loom_ctx_free(ctx);
   return loom_test_finish("test_cuda_attention");

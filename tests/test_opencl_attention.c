@@ -8,7 +8,10 @@
  * command queue / stream beside the GEMM that makes q; auto) giving the
  * same bits; dropout_mask's bits equal to the cpu backend's and to the
  * spec; the kernels in the source; on opencl, the overlapped mask's trace
- * around that GEMM. Skips, saying why, without a device.
+ * around that GEMM; attention with an additive bias of each broadcast
+ * shape the op accepts (forward, backward and dbias against the
+ * reference) and an ONNX-style runtime padding mask through the backend's
+ * own rewrite. Skips, saying why, without a device.
  */
 #include "attention_graph.h"
 #include "common.h"
@@ -304,7 +307,248 @@ static void test_source(void) {
   loom_graph_free(g);
 }
 
-int main(void) {
+/* ---- attention with an additive bias (ops/attention_bias.h) ----------------------- */
+
+enum { BB = 2, BH = 3, BSQ = 70, BSK = 83, BD = 16, BDV = 24 };
+
+/* A bias shape (broadcast to the scores [BB, BH, BSQ, BSK]) and its values. */
+typedef struct bias_case {
+  const char *name;
+  int32_t rank;
+  int64_t shape[4];
+  int fill; /* 0 uniform; 1 padding: 0 or -inf (last keys); 2 also a row all -inf */
+} bias_case;
+
+static const bias_case bias_cases[] = {
+    {"[Sk] padding", 1, {BSK}, 1},
+    {"[B,1,1,Sk] padding", 4, {BB, 1, 1, BSK}, 1},
+    {"[1,H,Sq,Sk] learned", 4, {1, BH, BSQ, BSK}, 0},
+    {"[H,Sq,Sk] learned", 3, {BH, BSQ, BSK}, 0},
+    {"[B,1,Sq,1] row bias", 4, {BB, 1, BSQ, 1}, 0},
+    {"[B,H,Sq,Sk] full", 4, {BB, BH, BSQ, BSK}, 0},
+    {"[Sq,Sk] with a masked row", 2, {BSQ, BSK}, 2},
+};
+
+/* y = attention(q, k, v, base, bias), loss = sum(y * w); outputs y, dq,
+ * dk, dv, dbias. With a placement the attention pass runs first (the
+ * backward is flash_attention_grad); without, the decomposition. */
+static loom_graph *build_biased(const bias_case *c, bool causal, double p, const char *placement) {
+  char text[2048], bs[64] = "[";
+  for (int32_t d = 0; d < c->rank; d++)
+    snprintf(bs + strlen(bs), sizeof bs - strlen(bs), d ? ", %lld" : "%lld",
+             (long long)c->shape[d]);
+  strcat(bs, "]");
+  snprintf(text, sizeof text,
+           "input %%q : f32[%d, %d, %d, %d]\n"
+           "input %%k : f32[%d, %d, %d, %d]\n"
+           "input %%v : f32[%d, %d, %d, %d]\n"
+           "input %%bias : f32%s\n"
+           "input %%base : i64[]\n"
+           "input %%w : f32[%d, %d, %d, %d]\n"
+           "%%y : f32[%d, %d, %d, %d] = attention(%%q, %%k, %%v, %%base, %%bias, causal=%s, "
+           "p=%g, seed=19, offset=3, bias=true)\n"
+           "output y = %%y\n",
+           BB, BH, BSQ, BD, BB, BH, BSK, BD, BB, BH, BSK, BDV, bs, BB, BH, BSQ, BDV, BB, BH, BSQ,
+           BDV, causal ? "true" : "false", p);
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx, text, &g));
+  if (!g) return NULL;
+  if (placement) {
+    loom_rng_placement pl = LOOM_RNG_FUSED;
+    loom_rng_placement_from_name(placement, &pl);
+    loom_graph *f = NULL;
+    int32_t n = 0;
+    CHECK_OK(ctx, loom_graph_fuse_attention(g, pl, NULL, &f, &n));
+    CHECK(n == 1);
+    loom_graph_free(g);
+    if (!(g = f)) return NULL;
+  }
+  loom_value prod, loss, grads[4], *in = g->inputs;
+  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_MUL, 2, (loom_value[]){g->outputs[0], in[5]}, 0, NULL,
+                              &prod));
+  CHECK_OK(ctx, loom_graph_op(g, LOOM_OP_REDUCE_SUM, 1, &prod, 0, NULL, &loss));
+  CHECK_OK(ctx, loom_graph_grad(g, loss, 4, (loom_value[]){in[0], in[1], in[2], in[3]}, grads));
+  static const char *const names[4] = {"dq", "dk", "dv", "dbias"};
+  for (int32_t i = 0; i < 4; i++) CHECK_OK(ctx, loom_graph_output(g, names[i], grads[i]));
+  return g;
+}
+
+/* Inputs q, k, v, bias, base, w of case c. */
+static void biased_inputs(const bias_case *c, uint64_t seed, loom_tensor **t) {
+  int64_t qs[4] = {BB, BH, BSQ, BD}, ks[4] = {BB, BH, BSK, BD}, vs[4] = {BB, BH, BSK, BDV},
+          ws[4] = {BB, BH, BSQ, BDV};
+  const int64_t *shapes[6] = {qs, ks, vs, c->shape, NULL, ws};
+  loom_test_rng rng = {seed};
+  for (int i = 0; i < 6; i++) {
+    const int32_t rank = i == 3 ? c->rank : i == 4 ? 0 : 4;
+    CHECK_OK(ctx, loom_tensor_new(ctx, i == 4 ? LOOM_DTYPE_I64 : LOOM_DTYPE_F32, rank, shapes[i],
+                                  &t[i]));
+    if (!t[i]) return;
+    if (i == 4) {
+      *(int64_t *)loom_tensor_data(t[i]) = 700001;
+      continue;
+    }
+    float *x = loom_tensor_data(t[i]);
+    const int64_t n = loom_tensor_numel(t[i]);
+    for (int64_t e = 0; e < n; e++) x[e] = (float)loom_test_uniform(&rng, -1, 1);
+    if (i != 3 || c->fill == 0) continue;
+    const int64_t sk = c->shape[c->rank - 1];
+    for (int64_t r = 0; r < n / sk; r++) /* row r hides its last (r % 3 + 1) * 5 keys */
+      for (int64_t j = 0; j < sk; j++)
+        x[r * sk + j] = j >= sk - (r % 3 + 1) * 5 ? -INFINITY : 0.0f;
+    if (c->fill == 2)
+      for (int64_t j = 0; j < sk; j++) x[7 * sk + j] = -INFINITY; /* row 7 sees no key */
+  }
+}
+
+/* Largest |a - b| / (1 + |b|); NaN where both are NaN counts 0, a NaN
+ * against a number infinity. */
+static double nan_error(const loom_tensor *a, const loom_tensor *b) {
+  if (!a || !b || loom_tensor_numel(a) != loom_tensor_numel(b)) return INFINITY;
+  const float *x = loom_tensor_data(a), *y = loom_tensor_data(b);
+  double worst = 0;
+  for (int64_t e = 0; e < loom_tensor_numel(a); e++) {
+    if (isnan(x[e]) || isnan(y[e])) {
+      if (isnan(x[e]) != isnan(y[e])) return INFINITY;
+      continue;
+    }
+    const double err = fabs((double)x[e] - (double)y[e]) / (1.0 + fabs((double)y[e]));
+    if (err > worst) worst = err;
+  }
+  return worst;
+}
+
+/* Forward and backward of case c on the device against the reference's
+ * decomposition, dbias included, with dropout placed fused and (both)
+ * also sequential, bit for bit the same; everything on the device. */
+static void test_bias_case(const bias_case *c, bool causal, double p, bool both) {
+  loom_tensor *in[6] = {0}, *want[5] = {0}, *first[5] = {0};
+  biased_inputs(c, (uint64_t)(c - bias_cases) * 104729 + causal * 17 + (p > 0) + 3, in);
+  loom_graph *gd = build_biased(c, causal, p, NULL);
+  const char *const pls[2] = {"fused", "sequential"};
+  const int n_pl = p > 0 && both ? 2 : 1;
+  double worst[5] = {0};
+  if (gd && in[5] && run(gd, "ref", LOOM_RNG_AUTO, in, 6, want, 5, NULL)) {
+    for (int pl = 0; pl < n_pl; pl++) {
+      loom_graph *gf = build_biased(c, causal, p, pls[pl]);
+      loom_rng_placement rp = LOOM_RNG_FUSED;
+      loom_rng_placement_from_name(pls[pl], &rp);
+      loom_tensor *got[5] = {0};
+      int32_t fallback = -1;
+      const bool ok = gf && run(gf, backend, rp, in, 6, got, 5, &fallback);
+      loom_graph_free(gf);
+      if (!ok) continue;
+      CHECK(fallback == 0); /* attention, its gradient (dbias too) and the mask on the device */
+      for (int t = 0; t < 5; t++) {
+        const double err = nan_error(got[t], want[t]);
+        /* f32 tiles against the decomposition in double; dbias sums up to
+         * B*H*Sq terms */
+        const double tol = t == 4 ? 2e-4 : 1e-4;
+        CHECK(err <= tol);
+        if (!(err <= tol))
+          fprintf(stderr, "  %s causal %d p %g %s: output %d error %g\n", c->name, causal, p,
+                  pls[pl], t, err);
+        worst[t] = fmax(worst[t], err);
+      }
+      if (!first[0]) {
+        memcpy(first, got, sizeof got);
+        continue;
+      }
+      bool same = true;
+      for (int t = 0; t < 5; t++)
+        same = same && memcmp(loom_tensor_data(got[t]), loom_tensor_data(first[t]),
+                              sizeof(float) * (size_t)loom_tensor_numel(got[t])) == 0;
+      CHECK(same); /* the same masks, so the same bits */
+      free_all(got, 5);
+    }
+  }
+  printf("%s attention, bias %s, causal %d, p %g: worst error y %.2g dq %.2g dk %.2g dv %.2g "
+         "dbias %.2g%s\n",
+         backend, c->name, causal, p, worst[0], worst[1], worst[2], worst[3], worst[4],
+         n_pl > 1 ? " (fused and sequential bit for bit equal)" : "");
+  free_all(first, 5);
+  free_all(want, 5);
+  free_all(in, 6);
+  loom_graph_free(gd);
+}
+
+/* Each bias shape with and without causal masking and dropout
+ * (alternating, so every pair is covered across the shapes); the mask
+ * placement (sequential) for a padding and a learned bias. */
+static void test_bias(void) {
+  const int n = (int)(sizeof bias_cases / sizeof bias_cases[0]);
+  for (int i = 0; i < n; i++) {
+    test_bias_case(&bias_cases[i], i % 2 == 0, 0.0, false);
+    test_bias_case(&bias_cases[i], i % 2 == 1, 0.15, i == 1 || i == 2);
+  }
+}
+
+/* A padding mask as ONNX exports BERT's (the import's form): an i64 mask
+ * [B, Sk] known only at run time, cast and reshaped to [B, 1, 1, Sk], (1 -
+ * m) * -10000 added to the scaled scores of matmul / softmax / matmul.
+ * The backend's own rewrite makes flash attention with that bias (the
+ * kernels in the source, nothing on the reference kernels), and y is the
+ * reference's. */
+static void test_padding_mask(void) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_parse(ctx,
+                                 "input %q : f32[2, 3, 37, 16]\n"
+                                 "input %k : f32[2, 3, 37, 16]\n"
+                                 "input %v : f32[2, 3, 37, 16]\n"
+                                 "input %mask : i64[2, 37]\n"
+                                 "%s : f32[2, 3, 37, 37] = matmul(%q, %k, trans_b=true)\n"
+                                 "%c : f32[] = constant(value=0.25)\n"
+                                 "%t : f32[2, 3, 37, 37] = mul(%s, %c)\n"
+                                 "%mf : f32[2, 37] = cast(%mask, dtype=f32)\n"
+                                 "%m4 : f32[2, 1, 1, 37] = reshape(%mf, shape=[2, 1, 1, 37])\n"
+                                 "%one : f32[] = constant(value=1)\n"
+                                 "%inv : f32[2, 1, 1, 37] = sub(%one, %m4)\n"
+                                 "%big : f32[] = constant(value=-10000)\n"
+                                 "%b : f32[2, 1, 1, 37] = mul(%inv, %big)\n"
+                                 "%u : f32[2, 3, 37, 37] = add(%t, %b)\n"
+                                 "%p : f32[2, 3, 37, 37] = softmax(%u, axis=-1)\n"
+                                 "%y : f32[2, 3, 37, 16] = matmul(%p, %v)\n"
+                                 "output y = %y\n",
+                                 &g));
+  if (!g) return;
+  loom_tensor **in = loom_test_uniform_inputs(ctx, g, 11);
+  if (in && in[3]) { /* batch 0 keeps 30 keys, batch 1 keeps 21 */
+    int64_t *m = loom_tensor_data(in[3]);
+    for (int j = 0; j < 74; j++) m[j] = (j % 37) < 30 - (j / 37) * 9;
+  }
+  loom_tensor **want =
+      in ? loom_test_run(ctx, g, &LOOM_SESSION_OPTIONS(.backend = "ref"), in) : NULL;
+  loom_session *s = NULL;
+  CHECK_OK(ctx, loom_session_new(ctx, g, &LOOM_SESSION_OPTIONS(.backend = backend), &s));
+  char *text = NULL;
+  if (s) CHECK_OK(ctx, loom_session_describe(s, LOOM_ARTIFACT_SOURCE, &text));
+  CHECK(text && strstr(text, "lm_fa_fwd_d16_v16_m0_b("));
+  loom_session_stats st = {0};
+  if (s) CHECK_OK(ctx, loom_session_get_stats(s, &st));
+  CHECK(st.n_fallback == 0);
+  loom_tensor *got = NULL;
+  if (s && in) CHECK_OK(ctx, loom_session_run(s, 4, (const loom_tensor *const *)in, 1, &got));
+  const double err = want && got ? nan_error(got, want[0]) : INFINITY;
+  CHECK(err <= 2e-5);
+  printf("%s: an ONNX-style runtime padding mask, flash attention with its bias: error %.2g\n",
+         backend, err);
+  loom_tensor_free(got);
+  loom_free(text);
+  loom_session_free(s);
+  loom_test_free_tensors(want, 1);
+  loom_test_free_tensors(in, 4);
+  loom_graph_free(g);
+}
+
+/* With --bias only the bias cases run, with --no-bias all but them (the
+ * GPU check runs them as two steps). */
+int main(int argc, char **argv) {
+  const bool only_bias = argc > 1 && !strcmp(argv[1], "--bias"),
+             no_bias = argc > 1 && !strcmp(argv[1], "--no-bias");
+  if (argc > 2 || (argc > 1 && !only_bias && !no_bias)) {
+    fprintf(stderr, "usage: test_opencl_attention [--bias | --no-bias]\n");
+    return 2;
+  }
   if (loom_ctx_new(&ctx)) return 1;
   static const char *const gpus[] = {"opencl", "cuda"};
   for (int i = 0; i < 2; i++) {
@@ -319,12 +563,18 @@ int main(void) {
       continue;
     }
     loom_backend_free(b);
-    test_mask();
-    test_source();
-    if (i == 0) test_overlap_trace(); /* the second queue's lane: opencl's trace */
-    test_case(2, 3, 70, 70, 32, true, 0.1);
-    test_case(1, 1, 47, 65, 80, true, 0.2);
-    test_case(1, 2, 65, 40, 64, false, 0.0);
+    if (!only_bias) {
+      test_mask();
+      test_source();
+      if (i == 0) test_overlap_trace(); /* the second queue's lane: opencl's trace */
+      test_case(2, 3, 70, 70, 32, true, 0.1);
+      test_case(1, 1, 47, 65, 80, true, 0.2);
+      test_case(1, 2, 65, 40, 64, false, 0.0);
+    }
+    if (!no_bias) {
+      test_bias();
+      test_padding_mask();
+    }
   }
   loom_ctx_free(ctx);
   return loom_test_finish("test_opencl_attention");

@@ -23,11 +23,17 @@
  *   never stored, and nothing is summed by atomics.
  * Keep bits: the Philox counters of docs/DROPOUT.md (one block of four
  * words cached per thread, consecutive keys share it) or the bitmask.
+ * An additive bias (@H, the spec's bias: 1 read, 2 also dS written for
+ * dbias) is read in place at strides over [three leading dims, Sq, Sk];
+ * dbias is lm_fa_dbias's fixed-order sum of the dS the dK / dV pass
+ * wrote, a thread per bias element (docs/GPU.md, "An additive bias").
  */
 #include "codegen/gpu_attention.h"
 #include "codegen/gpu_internal.h"
 
 #include "ir/dtype.h"
+#include "ops/attention_bias.h"
+#include "ops/attention_views.h"
 #include "ops/op.h"
 #include "ops/rng_piece.h"
 #include "passes/attention.h"
@@ -67,6 +73,37 @@ static const char helpers[] =
     "  return (uint64_t)((c & 2) ? w23 : w01) >= thr;\n"
     "}\n"
     "LM_FN uint8_t lm_mask_bit(@G const uint8_t *m, uint64_t e) { return (m[e >> 3] >> (e & 7)) & 1; }\n"
+    "/* the bias's offset for bh = (b0, b1, b2) over the leading dims [*, l1, l2] */\n"
+    "LM_FN int64_t lm_bias_off(int64_t bh, int64_t l1, int64_t l2, int64_t s0, int64_t s1,\n"
+    "                          int64_t s2) {\n"
+    "  return bh / (l1 * l2) * s0 + bh / l2 % l1 * s1 + bh % l2 * s2;\n"
+    "}\n"
+    "/* dbias: a thread per bias element sums dS (the workspace, [BH, Sq, Sk],\n"
+    " * written where a query sees a key) over the scores it is added to, in\n"
+    " * the scores' order, in double: no atomics, the same sum for any launch */\n"
+    "@K lm_fa_dbias(@G const float *@R dsw, int64_t dso, @G float *@R db, int64_t nb, int64_t l0,\n"
+    "               int64_t l1, int64_t l2, int64_t sq, int64_t sk, int64_t s0, int64_t s1,\n"
+    "               int64_t s2, int64_t srow, int64_t scol, int64_t causal) {\n"
+    "  const int64_t size[5] = {l0, l1, l2, sq, sk}, stride[5] = {s0, s1, s2, srow, scol};\n"
+    "  int64_t reps = 1;\n"
+    "  for (int d = 0; d < 5; d++) reps *= stride[d] ? 1 : size[d];\n"
+    "  for (int64_t e = @I * 64 + @L; e < nb; e += @N * 64) {\n"
+    "    int64_t c[5];\n"
+    "    for (int d = 0; d < 5; d++) c[d] = stride[d] ? e / stride[d] % size[d] : 0;\n"
+    "    double sum = 0.0;\n"
+    "    for (int64_t r = 0; r < reps; r++) { /* the repeated dims, row-major */\n"
+    "      int64_t rest = r;\n"
+    "      for (int d = 4; d >= 0; d--)\n"
+    "        if (!stride[d]) {\n"
+    "          c[d] = rest % size[d];\n"
+    "          rest /= size[d];\n"
+    "        }\n"
+    "      if (causal && c[4] > c[3] + sk - sq) continue;\n"
+    "      sum += (double)dsw[dso + (((c[0] * l1 + c[1]) * l2 + c[2]) * sq + c[3]) * sk + c[4]];\n"
+    "    }\n"
+    "    db[e] = (float)sum;\n"
+    "  }\n"
+    "}\n"
     "/* Di = rowsum(dO * O), in double, a thread per row */\n"
     "@K lm_fa_di(@G const float *@R o, @G const float *@R d_o, @G float *@R di, int64_t rows,\n"
     "            int64_t dv) {\n"
@@ -96,11 +133,18 @@ static const char helpers[] =
   "(@M == 1 ? lm_keep_at(seed, j0 + (" E "), thr, &cb, w) : @M == 2 ? lm_mask_bit(mask, (" E      \
   ")) : 1)"
 
+/* The bias, read at strides over the scores (0 where it repeats): the
+ * leading dims [*, bl1, bl2] at bs0..bs2, a query row at brow, a key at
+ * bcol (the kernels read it only where @H, the spec's bias, is not 0). */
+#define BIAS_PARAMS                                                                                \
+  ",\n    @G const float *@R bias, int64_t bl1, int64_t bl2, int64_t bs0, int64_t bs1,"            \
+  " int64_t bs2,\n    int64_t brow, int64_t bcol"
+
 static const char fwd_text[] =
     "@K lm_fa_fwd_@T(@G const float *@R q, @G const float *@R k, @G const float *@R v,\n"
     "    @G const uint8_t *@R base, @G const uint8_t *@R mask, @G float *@R o, @G float *@R lse,\n"
     "    int64_t nbh, int64_t sq, int64_t sk, int64_t causal, int64_t base_bytes, uint64_t seed,\n"
-    "    uint64_t offset, uint64_t thr, double scale, double inv_keep) {\n"
+    "    uint64_t offset, uint64_t thr, double scale, double inv_keep" BIAS_PARAMS ") {\n"
     "  @S float ks[@C * @D];\n"
     "  @S float vs[@C * @V];\n"
     "  const int t = @L;\n"
@@ -109,6 +153,7 @@ static const char fwd_text[] =
     "  for (int64_t tile = @I; tile < nbh * nqt; tile += @N) {\n"
     "    const int64_t bh = tile / nqt, q0 = tile % nqt * 64, i = q0 + t;\n"
     "    const int row = i < sq;\n"
+    "    const int64_t bo = @H ? lm_bias_off(bh, bl1, bl2, bs0, bs1, bs2) + i * brow : 0;\n"
     "    /* keys this row sees, and the keys any row of the tile sees */\n"
     "    const int64_t lim = !row ? 0 : causal ? lm_min64(sk, i + off + 1) : sk;\n"
     "    const int64_t klim = causal ? lm_max64(0, lm_min64(sk, lm_min64(sq, q0 + 64) + off)) : sk;\n"
@@ -131,6 +176,7 @@ static const char fwd_text[] =
     "      for (int j = 0; j < vis; j++) {\n"
     "        float a = 0.0f;\n"
     "        for (int x = 0; x < @D; x++) a += qr[x] * ks[j * @D + x];\n"
+    "        if (@H) a += bias[bo + (kb + j) * bcol];\n"
     "        s[j] = a;\n"
     "        mx = a > mx ? a : mx;\n"
     "      }\n"
@@ -143,7 +189,8 @@ static const char fwd_text[] =
     "        m = mx;\n"
     "      }\n"
     "      for (int j = 0; j < vis; j++) {\n"
-    "        const float p = lm_expf(s[j] - m);\n"
+    "        /* m is -inf while every score so far is (a bias's -inf): exp(-inf) = 0 */\n"
+    "        const float p = lm_expf(s[j] - (m == -INFINITY ? 0.0f : m));\n"
     "        l += p;\n"
     "        if (" KEEP("e0 + (uint64_t)(kb + j)") ")\n"
     "          for (int x = 0; x < @V; x++) acc[x] += p * vs[j * @V + x];\n"
@@ -182,7 +229,8 @@ static const char dkdv_text[] =
     "    @G const uint8_t *@R base, @G const uint8_t *@R mask, @G const float *@R lse,\n"
     "    @G const float *@R d_o, @G const float *@R di, @G float *@R dk, @G float *@R dv,\n"
     "    int64_t nbh, int64_t sq, int64_t sk, int64_t causal, int64_t base_bytes, uint64_t seed,\n"
-    "    uint64_t offset, uint64_t thr, double scale, double inv_keep) {\n"
+    "    uint64_t offset, uint64_t thr, double scale, double inv_keep" BIAS_PARAMS ",\n"
+    "    @G float *@R dsw, int64_t dso) {\n"
     "  @S float qs[@R_ * @D];\n"
     "  @S float dos[@R_ * @V];\n"
     "  @S float ls[@R_], ds[@R_];\n"
@@ -193,6 +241,7 @@ static const char dkdv_text[] =
     "  for (int64_t tile = @I; tile < nbh * nkt; tile += @N) {\n"
     "    const int64_t bh = tile / nkt, k0 = tile % nkt * 64, j = k0 + t;\n"
     "    const int col = j < sk;\n"
+    "    const int64_t bo = @H ? lm_bias_off(bh, bl1, bl2, bs0, bs1, bs2) + j * bcol : 0;\n"
     "    float kr[@D], vr[@V], dka[@D], dva[@V];\n"
     "    uint64_t cb = ~(uint64_t)0;\n"
     "    uint32_t w[4];\n"
@@ -231,20 +280,23 @@ static const char dkdv_text[] =
     "        float a = 0.0f, dp = 0.0f;\n"
     "        for (int x = 0; x < @D; x++) a += qs[ii * @D + x] * kr[x];\n"
     "        for (int x = 0; x < @V; x++) dp += dos[ii * @V + x] * vr[x];\n"
+    "        if (@H) a += bias[bo + i * brow];\n"
     "        const float p = lm_expf(a - ls[ii]), dis = ds[ii];\n"
     "        const uint8_t keep = @M == 1 ? (uint8_t)((kbits[ii * 2 + (t >> 5)] >> (t & 31)) & 1u)\n"
     "                                     : " KEEP("(uint64_t)((bh * sq + i) * sk + j)") ";\n"
     DSOFT
+    "        if (@H == 2) dsw[dso + (bh * sq + i) * sk + j] = dsv; /* dbias's terms */\n"
     "        for (int x = 0; x < @V; x++) dva[x] += pd * dos[ii * @V + x];\n"
     "        for (int x = 0; x < @D; x++) dka[x] += dsv * qs[ii * @D + x];\n"
     "      }\n"
     "    }\n"
     "    if (!col) continue;\n"
-    "    /* rows that see no key (causal, Sq > Sk) have NaN probabilities,\n"
-    "     * which reach dv through every key they keep */\n"
+    "    /* rows that see no key (causal, Sq > Sk; with a bias, any whose lse is\n"
+    "     * -inf) have NaN probabilities, which reach dv through every key they keep */\n"
     "    int nan_row = 0;\n"
-    "    for (int64_t i = 0; causal && i < sq - sk && !nan_row; i++)\n"
-    "      nan_row = " KEEP("(uint64_t)((bh * sq + i) * sk + j)") ";\n"
+    "    for (int64_t i = 0; i < (@H ? sq : causal ? sq - sk : 0) && !nan_row; i++)\n"
+    "      nan_row = !@H || lse[bh * sq + i] == -INFINITY\n"
+    "                ? " KEEP("(uint64_t)((bh * sq + i) * sk + j)") " : 0;\n"
     "    for (int x = 0; x < @D; x++) dk[(bh * sk + j) * @D + x] = dka[x];\n"
     "    for (int x = 0; x < @V; x++) dv[(bh * sk + j) * @V + x] = nan_row ? NAN : dva[x];\n"
     "  }\n"
@@ -255,7 +307,7 @@ static const char dq_text[] =
     "    @G const uint8_t *@R base, @G const uint8_t *@R mask, @G const float *@R lse,\n"
     "    @G const float *@R d_o, @G const float *@R di, @G float *@R dq,\n"
     "    int64_t nbh, int64_t sq, int64_t sk, int64_t causal, int64_t base_bytes, uint64_t seed,\n"
-    "    uint64_t offset, uint64_t thr, double scale, double inv_keep) {\n"
+    "    uint64_t offset, uint64_t thr, double scale, double inv_keep" BIAS_PARAMS ") {\n"
     "  @S float ks[@C * @D];\n"
     "  @S float vs[@C * @V];\n"
     "  const int t = @L;\n"
@@ -267,6 +319,7 @@ static const char dq_text[] =
     "    const int64_t lim = !row ? 0 : causal ? lm_min64(sk, i + off + 1) : sk;\n"
     "    const int64_t klim = causal ? lm_max64(0, lm_min64(sk, lm_min64(sq, q0 + 64) + off)) : sk;\n"
     "    const uint64_t e0 = (uint64_t)((bh * sq + i) * sk);\n"
+    "    const int64_t bo = @H ? lm_bias_off(bh, bl1, bl2, bs0, bs1, bs2) + i * brow : 0;\n"
     "    float qr[@D], dor[@V], dqa[@D];\n"
     "    const float li = row ? lse[bh * sq + i] : 0.0f, dis = row ? di[bh * sq + i] : 0.0f;\n"
     "    uint64_t cb = ~(uint64_t)0;\n"
@@ -287,6 +340,7 @@ static const char dq_text[] =
     "        float a = 0.0f, dp = 0.0f;\n"
     "        for (int x = 0; x < @D; x++) a += qr[x] * ks[jj * @D + x];\n"
     "        for (int x = 0; x < @V; x++) dp += dor[x] * vs[jj * @V + x];\n"
+    "        if (@H) a += bias[bo + (kb + jj) * bcol];\n"
     "        const float p = lm_expf(a - li);\n"
     "        const uint8_t keep = " KEEP("e0 + (uint64_t)(kb + jj)") ";\n"
     DSOFT
@@ -300,13 +354,16 @@ static const char dq_text[] =
     "  }\n"
     "}\n";
 
-/* One function to generate: kind 0 forward, 1 dK/dV, 2 dQ. */
+/* One function to generate: kind 0 forward, 1 dK/dV, 2 dQ; bias 0 none,
+ * 1 added to the scores, 2 also dS written for dbias (dK/dV only). */
 typedef struct fa_spec {
-  int32_t kind, d, dv, mode;
+  int32_t kind, d, dv, mode, bias;
 } fa_spec;
 
 static void spec_tag(const fa_spec *s, char *out, size_t n) {
-  snprintf(out, n, "d%d_v%d_m%d", (int)s->d, (int)s->dv, (int)s->mode);
+  static const char *const bias[] = {"", "_b", "_bg"};
+  snprintf(out, n, "d%d_v%d_m%d%s", (int)s->d, (int)s->dv, (int)s->mode,
+           bias[s->bias >= 0 && s->bias <= 2 ? s->bias : 0]);
 }
 
 /* Writes text with its @-words spelled for dialect d and spec s (NULL:
@@ -339,6 +396,7 @@ static void put_text(cg_buf *b, const gpu_dialect *d, const char *text, const fa
     case 'D': put(b, "%d", s ? (int)s->d : 0); break;
     case 'V': put(b, "%d", s ? (int)s->dv : 0); break;
     case 'M': put(b, "%d", s ? (int)s->mode : 0); break;
+    case 'H': put(b, "%d", s ? (int)s->bias : 0); break;
     case 'R':
       if (p[1] == '_') { /* @R_: query rows per staged tile */
         put(b, "%d", FA_BR);
@@ -389,13 +447,61 @@ typedef struct fa_node {
   bool causal;
   uint64_t seed, offset;
   int32_t mode, mask_in, base_in;
+  /* the bias input (-1: none), its strides over [lead[0..2], Sq, Sk] (the
+   * scores' leading dims merged into three), and whether dbias is wanted */
+  int32_t bias_in;
+  int64_t lead[3], stride[5];
+  bool dbias;
 } fa_node;
+
+/* True if value v is read: by a node of g or as one of its outputs. */
+static bool value_read(const loom_graph *g, int32_t v) {
+  for (int32_t i = 0; i < g->n_outputs; i++)
+    if (g->outputs[i] == v) return true;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    for (int32_t k = 0; k < g->nodes[i].n_in; k++)
+      if (g->nodes[i].in[k] == v) return true;
+  return false;
+}
+
+/* The bias of node n against the scores [rank, shape] into a's lead and
+ * stride: size-1 dims dropped, neighbours merged where the bias repeats
+ * along both or steps through both contiguously; false when more than
+ * three leading dims remain. */
+static bool bias_layout(const loom_graph *g, const loom_node *n, int32_t rank,
+                        const int64_t *shape, fa_node *a) {
+  const loom_type *bt = loom_value_type(g, n->in[a->bias_in]);
+  int64_t st[LOOM_MAX_RANK], size[LOOM_MAX_RANK], step[LOOM_MAX_RANK];
+  loom_attention_bias_strides(bt, rank, shape, st);
+  int32_t m = 0;
+  for (int32_t d = 0; d < rank - 2; d++) {
+    if (shape[d] == 1) continue;
+    if (m > 0 && ((step[m - 1] == 0 && st[d] == 0) ||
+                  (st[d] != 0 && step[m - 1] == st[d] * shape[d]))) {
+      size[m - 1] *= shape[d];
+      step[m - 1] = st[d];
+      continue;
+    }
+    size[m] = shape[d];
+    step[m++] = st[d];
+  }
+  if (m > 3) return false;
+  for (int32_t d = 0; d < 3; d++) {
+    const int32_t k = d - (3 - m); /* right-aligned, padded with size-1 dims in front */
+    a->lead[d] = k >= 0 ? size[k] : 1;
+    a->stride[d] = k >= 0 ? step[k] : 0;
+  }
+  a->stride[3] = st[rank - 2];
+  a->stride[4] = st[rank - 1];
+  return true;
+}
 
 static bool fa_node_of(loom_ctx *ctx, const loom_graph *g, const loom_node *n, fa_node *a) {
   const bool fwd = n->op == LOOM_OP_FLASH_ATTENTION;
-  const int32_t n_float = fwd ? 3 : 6;
-  /* the kernels take no bias: the rewrite leaves such attention decomposed */
-  if (n->n_in < n_float + 1 || !all_f32(g, n, n_float) || LOOM_ATTR_I(n, flash_attention, bias))
+  const int32_t n_float = fwd ? 3 : 6, core = loom_attention_core_inputs(n),
+                bias = loom_attention_bias_input(n);
+  if (core < n_float || !all_f32(g, n, n_float) ||
+      (bias >= 0 && loom_value_type(g, n->in[bias])->dtype != LOOM_DTYPE_F32))
     return false;
   const loom_type *q = loom_value_type(g, n->in[0]), *k = loom_value_type(g, n->in[1]),
                   *v = loom_value_type(g, n->in[2]);
@@ -415,8 +521,17 @@ static bool fa_node_of(loom_ctx *ctx, const loom_graph *g, const loom_node *n, f
   a->p = LOOM_ATTR_F(n, flash_attention, p);
   a->seed = (uint64_t)LOOM_ATTR_I(n, flash_attention, seed);
   a->offset = (uint64_t)LOOM_ATTR_I(n, flash_attention, offset);
-  a->base_in = n_float;
-  a->mask_in = n->n_in > n_float + 1 ? n_float + 1 : -1;
+  a->base_in = core > n_float ? n_float : -1;
+  a->mask_in = core > n_float + 1 ? n_float + 1 : -1;
+  a->bias_in = bias;
+  if (bias >= 0) {
+    int32_t rank;
+    int64_t shape[LOOM_MAX_RANK];
+    loom_attention_probs_shape(q, k, &rank, shape);
+    if (!bias_layout(g, n, rank, shape, a)) return false;
+    const int32_t db = fwd ? -1 : loom_flash_dbias_output(n);
+    a->dbias = db >= 0 && value_read(g, n->out[db]);
+  }
   a->mode = a->p > 0.0 ? (a->mask_in >= 0 ? 2 : 1) : 0;
   if (a->mode != 0) { /* a flat piece only: its counters are origin + e */
     int32_t rank;
@@ -445,23 +560,37 @@ static void put_scalars(loom_gpu_call *c, const loom_graph *g, const loom_node *
                       i64_arg((int64_t)a->offset),
                       i64_arg((int64_t)loom_dropout_threshold(a->p)),
                       f64_arg(a->scale),
-                      f64_arg(1.0 / (1.0 - a->p))};
+                      f64_arg(1.0 / (1.0 - a->p)),
+                      buf_arg(a->bias_in >= 0 ? a->bias_in : LOOM_GPU_BUF_NONE),
+                      i64_arg(a->lead[1]),
+                      i64_arg(a->lead[2]),
+                      i64_arg(a->stride[0]),
+                      i64_arg(a->stride[1]),
+                      i64_arg(a->stride[2]),
+                      i64_arg(a->stride[3]),
+                      i64_arg(a->stride[4])};
   for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) c->args[c->n_args++] = s[i];
 }
 
+/* The spec's bias field for kind (0 forward, 1 dK/dV, 2 dQ). */
+static int32_t spec_bias(const fa_node *a, int32_t kind) {
+  return a->bias_in < 0 ? 0 : kind == 1 && a->dbias ? 2 : 1;
+}
+
 static void name_call(loom_gpu_call *c, const char *kind, const fa_node *a) {
-  fa_spec s = {0, (int32_t)a->d, (int32_t)a->dv, a->mode};
+  const int32_t k = !strcmp(kind, "fwd") ? 0 : !strcmp(kind, "dkdv") ? 1 : 2;
+  fa_spec s = {k, (int32_t)a->d, (int32_t)a->dv, a->mode, spec_bias(a, k)};
   char tag[48];
   spec_tag(&s, tag, sizeof tag);
   snprintf(c->fn, sizeof c->fn, "lm_fa_%s_%s", kind, tag);
 }
 
 loom_status loom_gpu_attention_calls(loom_ctx *ctx, const loom_graph *g, const loom_node *n,
-                                     loom_gpu_call calls[3], int32_t *n_calls,
-                                     int64_t *workspace_bytes) {
+                                     loom_gpu_call calls[LOOM_GPU_ATTENTION_MAX_CALLS],
+                                     int32_t *n_calls, int64_t *workspace_bytes) {
   *n_calls = 0;
   *workspace_bytes = 0;
-  memset(calls, 0, 3 * sizeof *calls);
+  memset(calls, 0, LOOM_GPU_ATTENTION_MAX_CALLS * sizeof *calls);
   if (n->op == LOOM_OP_DROPOUT_MASK) {
     int32_t rank;
     int64_t shape[LOOM_MAX_RANK];
@@ -507,8 +636,9 @@ loom_status loom_gpu_attention_calls(loom_ctx *ctx, const loom_graph *g, const l
     *n_calls = 1;
     return LOOM_STATUS_OK;
   }
-  /* backward: inputs q k v o lse d_o base [mask]; outputs dq dk dv */
-  const int64_t rows = a.bh * a.sq;
+  /* backward: inputs q k v o lse d_o [base [mask]] [bias]; outputs dq dk dv
+   * [dbias]; the workspace holds Di, then (dbias) dS at dso floats */
+  const int64_t rows = a.bh * a.sq, dso = (rows + 63) / 64 * 64;
   loom_gpu_call *c = &calls[0];
   snprintf(c->fn, sizeof c->fn, "lm_fa_di");
   c->groups = groups_for((rows + 63) / 64);
@@ -522,6 +652,8 @@ loom_status loom_gpu_attention_calls(loom_ctx *ctx, const loom_graph *g, const l
                             buf_arg(LOOM_GPU_BUF_WORKSPACE), buf_arg(out + 1), buf_arg(out + 2)};
   for (size_t i = 0; i < sizeof kv_args / sizeof kv_args[0]; i++) c->args[c->n_args++] = kv_args[i];
   put_scalars(c, g, n, &a);
+  c->args[c->n_args++] = buf_arg(LOOM_GPU_BUF_WORKSPACE);
+  c->args[c->n_args++] = i64_arg(dso);
   c = &calls[2];
   name_call(c, "dq", &a);
   c->groups = groups_for(qtiles);
@@ -531,6 +663,21 @@ loom_status loom_gpu_attention_calls(loom_ctx *ctx, const loom_graph *g, const l
   put_scalars(c, g, n, &a);
   *n_calls = 3;
   *workspace_bytes = rows * (int64_t)sizeof(float);
+  if (!a.dbias) return LOOM_STATUS_OK;
+  /* dbias from dS, a thread per bias element */
+  const int32_t db = loom_flash_dbias_output(n);
+  const int64_t nb = loom_type_numel(loom_value_type(g, n->out[db]));
+  c = &calls[3];
+  snprintf(c->fn, sizeof c->fn, "lm_fa_dbias");
+  c->groups = groups_for((nb + 63) / 64);
+  loom_gpu_arg db_args[] = {buf_arg(LOOM_GPU_BUF_WORKSPACE), i64_arg(dso), buf_arg(out + db),
+                            i64_arg(nb), i64_arg(a.lead[0]), i64_arg(a.lead[1]), i64_arg(a.lead[2]),
+                            i64_arg(a.sq), i64_arg(a.sk), i64_arg(a.stride[0]),
+                            i64_arg(a.stride[1]), i64_arg(a.stride[2]), i64_arg(a.stride[3]),
+                            i64_arg(a.stride[4]), i64_arg(a.causal)};
+  for (size_t i = 0; i < sizeof db_args / sizeof db_args[0]; i++) c->args[c->n_args++] = db_args[i];
+  *n_calls = 4;
+  *workspace_bytes = (dso + a.bh * a.sq * a.sk) * (int64_t)sizeof(float);
   return LOOM_STATUS_OK;
 }
 
@@ -569,7 +716,7 @@ loom_status loom_codegen_gpu_attention(loom_ctx *ctx, loom_gpu_dialect d, const 
   if (!specs) return LOOM_STATUS_OUT_OF_MEMORY;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const loom_node *nd = &g->nodes[i];
-    loom_gpu_call calls[3];
+    loom_gpu_call calls[LOOM_GPU_ATTENTION_MAX_CALLS];
     int32_t nc = 0;
     int64_t ws = 0;
     loom_status st = loom_gpu_attention_calls(ctx, g, nd, calls, &nc, &ws);
@@ -580,13 +727,15 @@ loom_status loom_codegen_gpu_attention(loom_ctx *ctx, loom_gpu_dialect d, const 
     any |= nc > 0;
     fa_node a;
     if (nc == 0 || nd->op == LOOM_OP_DROPOUT_MASK || !fa_node_of(ctx, g, nd, &a)) continue;
-    fa_spec s = {0, (int32_t)a.d, (int32_t)a.dv, a.mode};
+    fa_spec s = {0, (int32_t)a.d, (int32_t)a.dv, a.mode, spec_bias(&a, 0)};
     if (nd->op == LOOM_OP_FLASH_ATTENTION) {
       add_spec(specs, &n, s);
     } else {
       s.kind = 1;
+      s.bias = spec_bias(&a, 1);
       add_spec(specs, &n, s);
       s.kind = 2;
+      s.bias = spec_bias(&a, 2);
       add_spec(specs, &n, s);
     }
   }
@@ -610,7 +759,7 @@ loom_status loom_codegen_gpu_attention_dims(loom_ctx *ctx, loom_gpu_dialect d, i
                         (int)dims[i], (int)dvs[i], FA_MAX_DSUM, (int)rngs[i]);
     }
     for (int32_t kind = 0; kind < 3; kind++)
-      add_spec(specs, &m, (fa_spec){kind, dims[i], dvs[i], rngs[i]});
+      add_spec(specs, &m, (fa_spec){kind, dims[i], dvs[i], rngs[i], 0});
   }
   loom_status st = put_source(ctx, d, specs, m, source);
   free(specs);
@@ -631,7 +780,7 @@ loom_status loom_gpu_attention_rewrite(loom_ctx *ctx, const loom_graph *g,
   const bool measured = opts->rng == LOOM_RNG_AUTO && dropout && measure;
   if (measured) measure(arg, ctx, &model);
   loom_status st =
-      loom_graph_fuse_attention_unbiased(g, opts->rng, measured ? &model : NULL, out, n_rewritten);
+      loom_graph_fuse_attention(g, opts->rng, measured ? &model : NULL, out, n_rewritten);
   if (st && g->ctx != ctx) loom_error(ctx, st, "%s", loom_ctx_error(g->ctx));
   return st;
 }

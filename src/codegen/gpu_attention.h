@@ -29,7 +29,8 @@ enum {
 };
 #define LOOM_GPU_BUF_NONE (-1)
 #define LOOM_GPU_BUF_WORKSPACE (-2)
-#define LOOM_GPU_CALL_MAX_ARGS 20
+#define LOOM_GPU_CALL_MAX_ARGS 32
+#define LOOM_GPU_ATTENTION_MAX_CALLS 4
 
 typedef struct loom_gpu_arg {
   int32_t kind, buf;
@@ -45,14 +46,16 @@ typedef struct loom_gpu_call {
   loom_gpu_arg args[LOOM_GPU_CALL_MAX_ARGS];
 } loom_gpu_call;
 
-/* The launches that run node n of g on a GPU, in order (at most 3), and
+/* The launches that run node n of g on a GPU, in order (at most
+ * LOOM_GPU_ATTENTION_MAX_CALLS: the backward's Di, dK/dV, dQ and, when its
+ * bias gradient is read, dbias), and
  * the workspace bytes they need; *n_calls 0 when the node is not one the
  * kernels take (not an attention op, not f32, a non-flat dropout piece,
  * head dims outside what fits the group's shared memory, empty sizes):
  * the backend runs its reference kernel then. */
 loom_status loom_gpu_attention_calls(loom_ctx *ctx, const loom_graph *g, const loom_node *n,
-                                     loom_gpu_call calls[3], int32_t *n_calls,
-                                     int64_t *workspace_bytes);
+                                     loom_gpu_call calls[LOOM_GPU_ATTENTION_MAX_CALLS],
+                                     int32_t *n_calls, int64_t *workspace_bytes);
 
 /* The source (prelude included) of every kernel the attention nodes of g
  * that loom_gpu_attention_calls takes need, in dialect d; *source NULL when

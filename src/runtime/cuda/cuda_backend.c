@@ -75,7 +75,7 @@ typedef struct cuda_prepared {
   loom_cu_deviceptr *args; /* argument pointers, room for the widest kernel */
   char *attn_source;       /* the attention kernels' CUDA C (NULL: none) */
   loom_cu_kernels *attn;
-  loom_cu_deviceptr attn_ws; /* the attention backward's workspace (Di) */
+  loom_cu_deviceptr attn_ws; /* the attention backward's workspace (Di; dS for dbias) */
   int32_t *join;           /* per step: on the second stream until step join[s] when > s */
   loom_cu_event *done;     /* per such step: recorded on the second stream after it */
   loom_cu_event ready;     /* recorded on the main stream when one is queued */
@@ -214,7 +214,7 @@ static loom_status prepare_attention(loom_ctx *ctx, cuda_backend *be, cuda_prepa
   }
   int64_t ws_max = 0;
   for (int32_t i = 0; i < g->n_nodes; i++) {
-    loom_gpu_call calls[3];
+    loom_gpu_call calls[LOOM_GPU_ATTENTION_MAX_CALLS];
     int32_t nc = 0;
     int64_t ws = 0;
     LOOM_TRY(loom_gpu_attention_calls(ctx, g, &g->nodes[i], calls, &nc, &ws));
@@ -294,7 +294,7 @@ static loom_status cuda_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
       out->stats.n_epilogues += ps->epilogue_rows > 0;
       out->stats.n_fallback += !h->gemm_on_device[s];
     } else if (ps->kind == LOOM_STEP_NODE) {
-      loom_gpu_call calls[3];
+      loom_gpu_call calls[LOOM_GPU_ATTENTION_MAX_CALLS];
       int32_t nc = 0;
       int64_t ws = 0;
       st = loom_gpu_attention_calls(ctx, g, &g->nodes[ps->node], calls, &nc, &ws);
@@ -427,11 +427,11 @@ static loom_status run_attention(loom_ctx *ctx, cuda_backend *be, cuda_prepared 
   *done = false;
   if (!h->attn) return LOOM_STATUS_OK;
   loom_cu *cu = be->cu;
-  loom_gpu_call calls[3];
+  loom_gpu_call calls[LOOM_GPU_ATTENTION_MAX_CALLS];
   int32_t nc = 0;
   int64_t ws = 0;
   LOOM_TRY(loom_gpu_attention_calls(ctx, g, n, calls, &nc, &ws));
-  const int32_t nb = n->n_in + n->n_out; /* at most 8 + 3 for the attention ops */
+  const int32_t nb = n->n_in + n->n_out; /* at most 9 + 4 for the attention ops (bias, dbias) */
   if (nc == 0 || nb > 16) return LOOM_STATUS_OK;
   loom_cu_deviceptr bufs[16];
   for (int32_t i = 0; i < nb; i++) bufs[i] = h->dev[i < n->n_in ? n->in[i] : n->out[i - n->n_in]];

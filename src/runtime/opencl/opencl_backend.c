@@ -160,7 +160,7 @@ static loom_status ocl_prepare(void *bctx, loom_ctx *ctx, const loom_graph *g,
       out->stats.n_fallback += !h->gemm_on_device[s];
       device_gemms += h->gemm_on_device[s];
     } else if (ps->kind == LOOM_STEP_NODE) {
-      loom_gpu_call calls[3];
+      loom_gpu_call calls[LOOM_GPU_ATTENTION_MAX_CALLS];
       int32_t nc = 0;
       int64_t ws = 0;
       st = loom_gpu_attention_calls(ctx, g, &g->nodes[ps->node], calls, &nc, &ws);
@@ -217,7 +217,7 @@ static loom_status run_attention(loom_ctx *ctx, ocl_prepared *h, const loom_grap
                                  loom_ocl_pending **pending, bool *done) {
   *done = false;
   if (!h->attn) return LOOM_STATUS_OK;
-  loom_gpu_call calls[3];
+  loom_gpu_call calls[LOOM_GPU_ATTENTION_MAX_CALLS];
   int32_t nc = 0;
   int64_t ws_bytes = 0;
   LOOM_TRY(loom_gpu_attention_calls(ctx, g, n, calls, &nc, &ws_bytes));
@@ -225,7 +225,7 @@ static loom_status run_attention(loom_ctx *ctx, ocl_prepared *h, const loom_grap
   void *bufs[16];
   size_t bytes[16];
   bool written[16];
-  const int32_t nb = n->n_in + n->n_out; /* at most 8 + 3 for the attention ops */
+  const int32_t nb = n->n_in + n->n_out; /* at most 9 + 4 for the attention ops (bias, dbias) */
   if (nb > 16) return LOOM_STATUS_OK;
   for (int32_t i = 0; i < nb; i++) {
     const loom_view *v = &values[i < n->n_in ? n->in[i] : n->out[i - n->n_in]];
