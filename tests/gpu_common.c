@@ -116,7 +116,11 @@ void loom_test_gpu_softmax_matmul(loom_ctx *ctx, const char *backend, const char
             loom_test_gpu_run(ctx, g, backend, stitch, LOOM_GEMM_F32, 2, in, 2, again);
   CHECK(ok);
   for (int32_t o = 0; ok && o < 2; o++) {
-    double worst = loom_test_gpu_worst_rel(cpu[o], gpu[o], 1e-3);
+    /* c's entries sum 45 products of U(-2, 2) terms: summed in another
+     * order (another GEMM kernel) one differs by about 1e-6, which an
+     * entry near 0 turns into any relative error; it is judged against
+     * the terms' scale, 1 */
+    double worst = loom_test_gpu_worst_rel(cpu[o], gpu[o], o == 1 ? 1.0 : 1e-3);
     CHECK(worst < 1e-5);
     CHECK(memcmp(loom_tensor_data(gpu[o]), loom_tensor_data(again[o]),
                  (size_t)loom_tensor_numel(cpu[o]) * 4) == 0);
@@ -186,7 +190,11 @@ void loom_test_gpu_horizontal(loom_ctx *ctx, const char *backend) {
        loom_test_gpu_run(ctx, g, backend, stitch, LOOM_GEMM_F32, N, in, N, again);
   CHECK(ok);
   for (int32_t o = 0; ok && o < N; o++) {
-    double worst = loom_test_gpu_worst_rel(cpu[o], gpu[o], 1e-3);
+    /* c's entries sum 45 products of U(-2, 2) terms: summed in another
+     * order (another GEMM kernel) one differs by about 1e-6, which an
+     * entry near 0 turns into any relative error; it is judged against
+     * the terms' scale, 1 */
+    double worst = loom_test_gpu_worst_rel(cpu[o], gpu[o], o == 1 ? 1.0 : 1e-3);
     CHECK(worst < 1e-5);
     CHECK(memcmp(loom_tensor_data(gpu[o]), loom_tensor_data(again[o]),
                  (size_t)loom_tensor_numel(cpu[o]) * 4) == 0);

@@ -163,6 +163,11 @@ static bool worth_packing(const loom_gemm *p) {
          flops >= GEMM_MATMUL_MIN_FLOPS;
 }
 
+bool loom_gemm_can_pack(void) {
+  loom_gemm probe = {.m = 64, .n = 64, .k = 64, .lda = 64, .ldb = 64, .ldc = 64, .batch = 1};
+  return loom_gemm_tile_prim_get(&probe, 64, 64, true) != NULL;
+}
+
 loom_status loom_gemm_pack_b(loom_ctx *ctx, const loom_gemm *p, loom_gemm_packed_b **out) {
   *out = NULL;
   if (!worth_packing(p)) return LOOM_STATUS_OK;

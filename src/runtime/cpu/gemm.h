@@ -92,6 +92,10 @@ bool loom_gemm_uses_matmul(const loom_gemm *p);
  * it when B changes. Call outside any parallel region. */
 loom_status loom_gemm_pack_b(loom_ctx *ctx, const loom_gemm *p, loom_gemm_packed_b **out);
 void loom_gemm_packed_b_free(loom_gemm_packed_b *pb);
+/* Whether this CPU has a blocked primitive that reads a packed B at all
+ * (oneDNN 2.x's brgemm matmul needs AVX-512): without one,
+ * loom_gemm_pack_b packs nothing and every product runs on sgemm. */
+bool loom_gemm_can_pack(void);
 /* The bytes a pack holds. */
 int64_t loom_gemm_packed_b_bytes(const loom_gemm_packed_b *pb);
 
