@@ -92,7 +92,13 @@ loom_status loom_measure_sgemm(loom_ctx *ctx, loom_sgemm_fn fn, int32_t threads,
     return loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT,
                       "measure: sgemm size %lld is outside [16, 65536]", (long long)n);
   int64_t nn = n * n;
-  float *a = alloc_f32(ctx, nn), *b = alloc_f32(ctx, nn), *c = alloc_f32(ctx, nn);
+  /* the operands placed as tensors are (loom_tensor_new: calloc): on an
+   * AVX2 host three 64-byte-aligned ones (posix_memalign) ran this GEMM
+   * at 42-45 GFLOP/s a core against 76-77 (docs/PERFORMANCE.md,
+   * fourteenth session: most likely loads and stores at the same 4 KiB
+   * offset) */
+  float *a = loom_calloc(ctx, (size_t)nn, sizeof *a), *b = loom_calloc(ctx, (size_t)nn, sizeof *b);
+  float *c = loom_calloc(ctx, (size_t)nn, sizeof *c);
   double *t = loom_calloc(ctx, (size_t)trials, sizeof *t);
   loom_status st = a && b && c && t ? LOOM_STATUS_OK : LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {
