@@ -72,6 +72,19 @@ static double padded_score(double s, int i, int j, const void *u) {
   return s + (1.0 - (double)((const int64_t *)u)[j]) * -10000.0;
 }
 
+
+/* The end both attention forms share: softmax over the last axis of the
+ * (masked) scores, times v, as output y [1, hs, n, dk]; the model. */
+static pbw attention_tail(gw *w, const char *masked, const char *v, int hs, int n, int dk) {
+  pbw ax = onnxw_attr_int("axis", -1);
+  const char *pr = node(w, "Softmax", 1, &masked, &ax, 1);
+  const char *mm[2] = {pr, v};
+  pbw o = onnxw_node("MatMul", "att", 2, mm, 1, (const char *[]){"y"});
+  pbw_msg(&w->g, 1, &o);
+  pbw y = onnxw_value("y", 1, 4, (int64_t[]){1, hs, n, dk}, NULL);
+  pbw_msg(&w->g, 12, &y);
+  return onnxw_model(&w->g, 17);
+}
 static void test_causal_attention(void) {
   static const struct {
     int mask, additive, prescaled, keyperm;
@@ -138,14 +151,7 @@ static void test_causal_attention(void) {
       const char *win[3] = {keep, sc, scalar_f(&w, cases[c].fill)};
       masked = node(&w, "Where", 3, win, NULL, 0);
     }
-    pbw ax = onnxw_attr_int("axis", -1);
-    const char *pr = node(&w, "Softmax", 1, &masked, &ax, 1);
-    const char *mm[2] = {pr, vv};
-    pbw o = onnxw_node("MatMul", "att", 2, mm, 1, (const char *[]){"y"});
-    pbw_msg(&w.g, 1, &o);
-    v = onnxw_value("y", 1, 4, (int64_t[]){1, HS, N, DK}, NULL);
-    pbw_msg(&w.g, 12, &v);
-    pbw m = onnxw_model(&w.g, 17);
+    pbw m = attention_tail(&w, masked, vv, HS, N, DK);
     CHECK(count_op(&m, LOOM_OP_ATTENTION) == cases[c].attention);
     float x[HS * N * DK], want[HS * N * DK];
     for (int i = 0; i < HS * N * DK; i++) x[i] = (float)loom_test_uniform(&rng, -2, 2);
@@ -186,14 +192,7 @@ static void test_padding_mask_attention(void) {
   const char *mf = node(&w, "Cast", 1, &m4, &to, 1);
   const char *ext = op2(&w, "Mul", op2(&w, "Sub", scalar_f(&w, 1.0f), mf), scalar_f(&w, -10000.0f));
   const char *masked = op2(&w, "Add", sc, ext);
-  pbw ax = onnxw_attr_int("axis", -1);
-  const char *pr = node(&w, "Softmax", 1, &masked, &ax, 1);
-  const char *mm[2] = {pr, vv};
-  pbw o = onnxw_node("MatMul", "att", 2, mm, 1, (const char *[]){"y"});
-  pbw_msg(&w.g, 1, &o);
-  v = onnxw_value("y", 1, 4, (int64_t[]){1, HS, N, DK}, NULL);
-  pbw_msg(&w.g, 12, &v);
-  pbw model = onnxw_model(&w.g, 17);
+  pbw model = attention_tail(&w, masked, vv, HS, N, DK);
   CHECK(count_op(&model, LOOM_OP_ATTENTION) == 1);
   float x[HS * N * DK], want[HS * N * DK];
   int64_t mask[N] = {1, 1, 1, 0, 0, 0};

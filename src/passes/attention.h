@@ -66,7 +66,8 @@ loom_status loom_graph_fuse_attention_costed(const loom_graph *g, loom_rng_place
                                              int32_t *n_replaced);
 
 /* As loom_graph_fuse_attention, but attention with an additive bias stays
- * as it is (decomposed): the GPU backends' kernels take no bias. */
+ * as it is (decomposed): a backend whose kernels take no bias (every
+ * backend's kernels take it today; tests compare the two forms with it). */
 loom_status loom_graph_fuse_attention_unbiased(const loom_graph *g, loom_rng_placement placement,
                                                const loom_rng_model *model, loom_graph **out,
                                                int32_t *n_replaced);
