@@ -7,7 +7,9 @@
  * (loom_gemm_pack_b) the same tiles give the same bytes on any thread
  * count and match the product too; a pack made for another B is ignored.
  * A product only its epilogue reads, kept tile by tile in per-thread
- * buffers, gives the epilogue the same bytes and leaves C alone. (The session-level
+ * buffers, gives the epilogue the same bytes and leaves C alone. Operands
+ * whose row stride is a multiple of 1 KiB are copied at another stride
+ * (gemm_restride.h), forced on here, with the same checks. (The session-level
  * determinism checks of test_ops and test_models reach the same path
  * through matmul nodes; this pins it down where the split happens.) */
 #include "common.h"
@@ -25,6 +27,8 @@ typedef struct shape {
   int64_t epilogue_rows;
   int64_t tasks; /* expected: 1 on the calling thread, else the tile count */
   bool matmul;   /* expected: tiles on oneDNN's matmul primitive */
+  bool restride; /* expected: A or B copied at another row stride (main forces the copy on) */
+  bool shared_b; /* every batch element reads the same B (broadcast) */
 } shape;
 
 /* Tiles stop at 64 rows x 128 columns (gemm.c): a skinny product splits
@@ -32,20 +36,26 @@ typedef struct shape {
 /* A deep product with B transposed runs on the matmul primitive: tiles
  * narrower than C (copied out), whole rows (an epilogue's), tails, batches. */
 static const shape shapes[] = {
-    {"plain", 130, 70, 200, 1, false, false, 0, 2, false},
-    {"trans_a trans_b", 130, 70, 200, 1, true, true, 0, 2, false},
-    {"batched", 64, 80, 96, 4, false, false, 0, 4, false},
-    {"epilogue", 128, 96, 128, 1, false, false, 16, 8, false},
-    {"small", 16, 16, 16, 1, false, false, 0, 1, false},
-    {"skinny tails", 100, 1000, 300, 1, false, false, 0, 8, false},
-    {"skinny trans_b", 100, 1000, 300, 1, false, true, 0, 8, false},
-    {"skinny trans_a", 100, 1000, 300, 1, true, false, 0, 8, false},
-    {"deep trans_b", 100, 1000, 600, 1, false, true, 0, 8, true},
-    {"trans_b epilogue", 100, 200, 520, 1, false, true, 32, 4, true},
-    {"one row", 1, 1100, 4800, 1, false, true, 0, 9, true},
-    {"batched trans_b", 40, 300, 520, 3, false, true, 0, 6, true},
-    {"batched tails", 70, 300, 260, 3, false, false, 0, 6, false},
-    {"batched epilogue", 70, 96, 200, 3, false, false, 32, 9, false},
+    {"plain", 130, 70, 200, 1, false, false, 0, 2, false, false, false},
+    {"trans_a trans_b", 130, 70, 200, 1, true, true, 0, 2, false, false, false},
+    {"batched", 64, 80, 96, 4, false, false, 0, 4, false, false, false},
+    {"epilogue", 128, 96, 128, 1, false, false, 16, 8, false, false, false},
+    {"small", 16, 16, 16, 1, false, false, 0, 1, false, false, false},
+    {"skinny tails", 100, 1000, 300, 1, false, false, 0, 8, false, false, false},
+    {"skinny trans_b", 100, 1000, 300, 1, false, true, 0, 8, false, false, false},
+    {"skinny trans_a", 100, 1000, 300, 1, true, false, 0, 8, false, false, false},
+    {"deep trans_b", 100, 1000, 600, 1, false, true, 0, 8, true, false, false},
+    {"trans_b epilogue", 100, 200, 520, 1, false, true, 32, 4, true, false, false},
+    {"one row", 1, 1100, 4800, 1, false, true, 0, 9, true, false, false},
+    {"batched trans_b", 40, 300, 520, 3, false, true, 0, 6, true, false, false},
+    {"batched tails", 70, 300, 260, 3, false, false, 0, 6, false, false, false},
+    {"batched epilogue", 70, 96, 200, 3, false, false, 32, 9, false, false, false},
+    {"restride B", 160, 256, 192, 1, false, false, 0, 4, false, true, false},
+    {"restride A and B", 256, 256, 160, 1, true, false, 0, 8, false, true, false},
+    {"restride epilogue", 160, 256, 192, 1, false, false, 32, 5, false, true, false},
+    {"batched restride", 64, 256, 128, 3, false, false, 0, 6, false, true, false},
+    {"batched restride A", 256, 256, 64, 3, true, false, 0, 12, false, true, false},
+    {"shared restride", 64, 256, 128, 3, false, false, 0, 6, false, true, true},
 };
 
 /* The epilogue: tanh over whole rows of C, in place (row_len = n). */
@@ -139,10 +149,12 @@ static void test_packed(loom_ctx *ctx, const shape *s, loom_gemm *p, const float
                         float *c1, float *c2, epi_user *u) {
   loom_gemm_packed_b *pb = NULL;
   CHECK_OK(ctx, loom_gemm_pack_b(ctx, p, &pb));
-  /* packed where the primitive wins: big, A as stored, B transposed or
-   * the product short */
+  /* packed where the primitive wins (big, A as stored, B transposed or
+   * the product short), or else where B is restrided (a copy at another
+   * row stride; batched products restride on every call) */
   double flops = 2.0 * (double)(s->batch * s->m * s->n * s->k);
-  bool expect = !s->ta && (s->tb || s->m <= 256) && flops >= 1e7 && loom_gemm_can_pack();
+  bool expect = (!s->ta && (s->tb || s->m <= 256) && flops >= 1e7 && loom_gemm_can_pack()) ||
+                (s->restride && !s->tb && s->batch == 1);
   if ((pb != NULL) != expect)
     fprintf(stderr, "gemm %s: packed %d, expected %d\n", s->name, pb != NULL, expect);
   CHECK((pb != NULL) == expect);
@@ -196,7 +208,7 @@ static void test_shape(loom_ctx *ctx, const shape *s, loom_test_rng *rng) {
   for (int64_t i = 0; i < b_n; i++) b[i] = (float)loom_test_uniform(rng, -1, 1);
   for (int64_t i = 0; i < s->batch; i++) {
     off[i] = i * s->m * s->k;
-    off[s->batch + i] = i * s->k * s->n;
+    off[s->batch + i] = s->shared_b ? 0 : i * s->k * s->n;
   }
   for (int t = 0; t < 3; t++) c[t] = calloc((size_t)c_n, sizeof(float));
   loom_gemm p = {.trans_a = s->ta, .trans_b = s->tb, .m = s->m, .n = s->n, .k = s->k,
@@ -213,6 +225,7 @@ static void test_shape(loom_ctx *ctx, const shape *s, loom_test_rng *rng) {
             (long long)s->tasks);
   CHECK(tasks == s->tasks);
   CHECK(loom_gemm_uses_matmul(&p) == s->matmul);
+  CHECK(loom_gemm_restrides(&p) == s->restride);
   for (int t = 0; t < 3; t++) {
     p.c = u.c = c[t];
     CHECK_OK(ctx, loom_gemm_f32(ctx, t + 1, &p));
@@ -236,10 +249,27 @@ static void test_shape(loom_ctx *ctx, const shape *s, loom_test_rng *rng) {
         worst = fmax(worst, fabs(acc - c[0][(bi * s->m + i) * s->n + j]));
       }
   printf("gemm %-16s %3lldx%3lldx%3lld batch %lld: %lld parallel tasks, 1/2/3 threads %s, "
-         "error %.2g%s\n",
+         "error %.2g%s%s\n",
          s->name, (long long)s->m, (long long)s->n, (long long)s->k, (long long)s->batch,
-         (long long)tasks, same ? "equal" : "DIFFER", worst, s->matmul ? ", matmul primitive" : "");
+         (long long)tasks, same ? "equal" : "DIFFER", worst, s->matmul ? ", matmul primitive" : "",
+         s->restride ? ", restrided" : "");
   CHECK(worst <= 1e-6 * (double)s->k);
+  if (s->restride) { /* copies kept in a scratch across calls: the same bytes */
+    loom_gemm_scratch scratch = {0};
+    p.scratch = &scratch;
+    bool kept = true;
+    for (int call = 0; call < 2; call++) {
+      memset(c[1], 0, sizeof(float) * (size_t)c_n);
+      p.c = u.c = c[1];
+      CHECK_OK(ctx, loom_gemm_f32(ctx, 2, &p));
+      kept = kept && memcmp(c[0], c[1], sizeof(float) * (size_t)c_n) == 0;
+    }
+    printf("gemm %-16s scratch %.2f MB kept across calls: %s\n", s->name,
+           (double)scratch.floats * 4e-6, kept ? "equal" : "DIFFER");
+    CHECK(kept && scratch.floats > 0);
+    loom_gemm_scratch_free(&scratch);
+    p.scratch = NULL;
+  }
   if (s->epilogue_rows) test_tiles(ctx, s, &p, c[0], c_n);
   test_packed(ctx, s, &p, c[0], c_n, c[1], c[2], &u);
   for (int t = 0; t < 3; t++) free(c[t]);
@@ -249,6 +279,8 @@ static void test_shape(loom_ctx *ctx, const shape *s, loom_test_rng *rng) {
 }
 
 int main(void) {
+  /* restriding on, as on a machine whose probe found it pays */
+  setenv("LOOM_GEMM_RESTRIDE", "1", 1);
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx)) return 1;
   loom_test_rng rng = {2024};

@@ -35,7 +35,10 @@
 /* 3: flash attention's AVX2 tile set (BEST on CPUs without AVX-512): the
  * attn_* rates of such a machine were the plain C set's; and the flash
  * rate curve's short point at 32 keys instead of 128. */
-#define LOOM_PROFILE_VERSION 3
+/* 4: GEMM operands of a thrashing row stride restrided (gemm_restride.h):
+ * the GEMM rates kept (sgemm, attention, RNG overlap, the epilogue rows
+ * curve) were measured without it. */
+#define LOOM_PROFILE_VERSION 4
 
 /* The value of key in this machine's profile; false if absent, the file
  * is missing, or the value is not a finite number. */

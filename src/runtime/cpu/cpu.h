@@ -30,7 +30,8 @@ struct loom_cpu {
    * where supports_op took the node; NULL (or no table): the reference
    * kernel. */
   const loom_cpu_kernel *kernels;
-  /* GEMM operands and conv weights packed once and reused across runs (NULL: none). */
+  /* GEMM operands and conv weights packed once and reused across runs, and
+   * the GEMMs' scratch (NULL: none). */
   loom_cpu_packs *packs;
 };
 

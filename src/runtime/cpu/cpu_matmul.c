@@ -20,6 +20,7 @@ struct loom_cpu_packs {
   loom_gemm_packed_b **b;   /* per node: its B's pack, or NULL */
   bool *tried;              /* per node: packing was tried since the last change */
   loom_cpu_pack *own;       /* per node: a kernel's own pack (loom_cpu_packs_slot) */
+  loom_gemm_scratch scratch; /* the GEMMs' restrided operands (gemm.h) */
 };
 
 loom_status loom_cpu_packs_new(loom_ctx *ctx, const loom_graph *g, loom_cpu_packs **out) {
@@ -52,6 +53,7 @@ static void drop_packs(loom_cpu_packs *pk) {
 void loom_cpu_packs_free(loom_cpu_packs *pk) {
   if (!pk) return;
   if (pk->b && pk->tried && pk->own) drop_packs(pk);
+  loom_gemm_scratch_free(&pk->scratch);
   free(pk->constant);
   free(pk->b);
   free(pk->tried);
@@ -140,6 +142,7 @@ loom_status loom_cpu_matmul(const loom_cpu *c, const loom_node *n, const loom_vi
       .c_stride = o->shape[br] * o->shape[br + 1],
   };
   if (epi) p.epilogue = *epi;
+  if (c->packs) p.scratch = &c->packs->scratch;
   int64_t a_batch = 1, b_batch = 1;
   for (int32_t d = 0; d < br; d++)
     p.batch *= o->shape[d];

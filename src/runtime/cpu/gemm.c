@@ -1,6 +1,7 @@
 #include "runtime/cpu/gemm.h"
 
 #include "runtime/cpu/gemm_matmul.h"
+#include "runtime/cpu/gemm_restride.h"
 
 #include "perf/profile.h"
 
@@ -102,6 +103,34 @@ int64_t loom_gemm_parallel_tasks(const loom_gemm *p) {
   return gemm_parallel(p, tasks) ? tasks : 1;
 }
 
+/* Restriding (gemm_restride.h) an operand the copy walks down K rows of:
+ * B stored [K, N], A stored [K, M] (trans_a). Copying one moves 8 bytes
+ * per element for 2 x (the other side) flops per element, so the other
+ * side must be long enough for the gain to outweigh it. Measured on two
+ * cores of an AVX2 host (docs/PERFORMANCE.md, fifteenth session): B of
+ * 768 x 3072 under 32 rows of A 83 -> 117 GFLOP/s, 128 rows 89 -> 165;
+ * A of 1024 x 768 (a weight gradient) with 128 columns of B 149 -> 139,
+ * 256 columns 143 -> 174. A batched operand's distinct matrices are
+ * copied once each. */
+#define RESTRIDE_B_MIN_ROWS 32
+#define RESTRIDE_A_MIN_COLS 256
+
+/* The strides p's A and B are copied into on their way through sgemm (0:
+ * as stored). */
+static void restride_lds(const loom_gemm *p, int64_t *ld_a, int64_t *ld_b) {
+  double flops = 2.0 * (double)p->batch * (double)p->m * (double)p->n * (double)p->k;
+  *ld_a = *ld_b = 0;
+  if (flops < GEMM_MATMUL_MIN_FLOPS || !loom_gemm_restride_pays()) return;
+  if (p->trans_a && p->n >= RESTRIDE_A_MIN_COLS) *ld_a = loom_gemm_restride_ld(p->lda);
+  if (!p->trans_b && p->m >= RESTRIDE_B_MIN_ROWS) *ld_b = loom_gemm_restride_ld(p->ldb);
+}
+
+bool loom_gemm_restrides(const loom_gemm *p) {
+  int64_t ld_a, ld_b;
+  restride_lds(p, &ld_a, &ld_b);
+  return (ld_a || ld_b) && !loom_gemm_uses_matmul(p);
+}
+
 /* B packed for one product's tiles: per set of B (one per distinct
  * batch offset) and column block, the block in the layout of the tile
  * primitive of that block's width; tiles of the last row block (a shorter
@@ -113,6 +142,10 @@ struct loom_gemm_packed_b {
   int64_t *set;    /* per batch element: its set of blocks */
   const loom_gemm_tile_prim *prim[2][2];
   float **block;   /* [n_sets * nb] */
+  /* or, where no primitive reads a packed B: B copied whole at a harmless
+   * row stride (gemm_restride.h), read by sgemm */
+  float *restrided;
+  int64_t ld;
   int64_t bytes;
 };
 
@@ -120,6 +153,7 @@ void loom_gemm_packed_b_free(loom_gemm_packed_b *pb) {
   if (!pb) return;
   for (int64_t i = 0; pb->block && i < pb->n_sets * pb->nb; i++) free(pb->block[i]);
   free(pb->block);
+  free(pb->restrided);
   free(pb->b_off);
   free(pb->set);
   free(pb);
@@ -168,9 +202,10 @@ bool loom_gemm_can_pack(void) {
   return loom_gemm_tile_prim_get(&probe, 64, 64, true) != NULL;
 }
 
-loom_status loom_gemm_pack_b(loom_ctx *ctx, const loom_gemm *p, loom_gemm_packed_b **out) {
+/* p's B in the blocks of its tiles' primitives; *out NULL when there is
+ * no fast primitive for them. */
+static loom_status pack_blocks(loom_ctx *ctx, const loom_gemm *p, loom_gemm_packed_b **out) {
   *out = NULL;
-  if (!worth_packing(p)) return LOOM_STATUS_OK;
   loom_gemm_packed_b *pb = loom_calloc(ctx, 1, sizeof *pb);
   if (!pb) return LOOM_STATUS_OUT_OF_MEMORY;
   pb->shape = *p;
@@ -225,6 +260,39 @@ oom:
   return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "matmul: no memory to pack B");
 }
 
+/* p's B copied whole at the stride restriding gives it; *out NULL when
+ * restriding leaves it as stored. */
+static loom_status pack_restrided(loom_ctx *ctx, const loom_gemm *p, loom_gemm_packed_b **out) {
+  *out = NULL;
+  int64_t ld_a, ld_b;
+  restride_lds(p, &ld_a, &ld_b);
+  if (!ld_b || loom_gemm_uses_matmul(p)) return LOOM_STATUS_OK;
+  loom_gemm_packed_b *pb = loom_calloc(ctx, 1, sizeof *pb);
+  size_t bytes = (sizeof(float) * (size_t)(p->k * ld_b) + 63) / 64 * 64;
+  float *b = pb ? aligned_alloc(64, bytes) : NULL;
+  if (!b) {
+    free(pb);
+    return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "matmul: no memory to pack B");
+  }
+  pb->shape = *p;
+  pb->shape.b_packed = NULL;
+  gemm_tile(p, &pb->tile_m, &pb->tile_n);
+  for (int64_t r = 0; r < p->k; r++)
+    memcpy(b + r * ld_b, p->b + r * p->ldb, sizeof(float) * (size_t)p->n);
+  pb->restrided = b;
+  pb->ld = ld_b;
+  pb->bytes = (int64_t)bytes;
+  *out = pb;
+  return LOOM_STATUS_OK;
+}
+
+loom_status loom_gemm_pack_b(loom_ctx *ctx, const loom_gemm *p, loom_gemm_packed_b **out) {
+  *out = NULL;
+  if (worth_packing(p)) LOOM_TRY(pack_blocks(ctx, p, out));
+  if (!*out && p->batch == 1) LOOM_TRY(pack_restrided(ctx, p, out));
+  return LOOM_STATUS_OK;
+}
+
 /* True if pb was made for exactly p: the same operands, strides, shapes
  * and tiles (the epilogue's rows set the tiles). */
 static bool pack_fits(const loom_gemm_packed_b *pb, const loom_gemm *p, int64_t tile,
@@ -235,6 +303,108 @@ static bool pack_fits(const loom_gemm_packed_b *pb, const loom_gemm *p, int64_t 
          s->ldb == p->ldb && s->ldc == p->ldc && pb->tile_m == tile && pb->tile_n == tile_n &&
          !pb->b_off == !p->b_off &&
          (!p->b_off || memcmp(pb->b_off, p->b_off, sizeof *p->b_off * (size_t)p->batch) == 0);
+}
+
+/* The distinct matrices of a batched operand (at offsets off; NULL: all
+ * at 0): set_off[s], where set s is stored, and new_off[bi], where batch
+ * element bi's copy starts when each set takes `size` floats. Returns the
+ * number of sets. Offsets usually grow, each new: that case is O(batch). */
+static int64_t operand_sets(const int64_t *off, int64_t batch, int64_t size, int64_t *set_off,
+                            int64_t *new_off) {
+  int64_t n = 0;
+  for (int64_t bi = 0; bi < batch; bi++) {
+    int64_t o = off ? off[bi] : 0, s = n;
+    if (!n || o < set_off[n - 1])
+      for (s = 0; s < n && set_off[s] != o; s++) {
+      }
+    else if (o == set_off[n - 1])
+      s = n - 1;
+    if (s == n) set_off[n++] = o;
+    new_off[bi] = s * size;
+  }
+  return n;
+}
+
+/* Each set's rows x cols floats, rows ld apart at src + set_off[s], to
+ * dst + s * rows * ld2, rows ld2 apart. */
+static void copy_sets(int32_t nt, bool parallel, const float *src, int64_t ld,
+                      const int64_t *set_off, int64_t n_sets, int64_t rows, int64_t cols,
+                      float *dst, int64_t ld2) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel)
+  for (int64_t i = 0; i < n_sets * rows; i++) {
+    int64_t s = i / rows, r = i % rows;
+    memcpy(dst + (s * rows + r) * ld2, src + set_off[s] + r * ld, sizeof(float) * (size_t)cols);
+  }
+}
+
+void loom_gemm_scratch_free(loom_gemm_scratch *s) {
+  free(s->data);
+  *s = (loom_gemm_scratch){0};
+}
+
+/* Restrided copies of a product's operands, freed by restrided_free. */
+typedef struct restrided {
+  float *buf;
+  bool own;      /* buf is this call's (else the product's scratch) */
+  int64_t *offs; /* new A offsets, new B offsets, then two scratch arrays: batch each */
+} restrided;
+
+static void restrided_free(restrided *r) {
+  if (r->own) free(r->buf);
+  free(r->offs);
+}
+
+/* floats of memory (64-byte aligned) for p's copies: its scratch, grown
+ * if need be, or this call's own; NULL if there is none. */
+static float *restride_buffer(const loom_gemm *p, int64_t floats, bool *own) {
+  size_t bytes = sizeof(float) * (size_t)((floats + 15) / 16 * 16);
+  loom_gemm_scratch *s = p->scratch;
+  *own = !s;
+  if (!s) return aligned_alloc(64, bytes);
+  if (s->floats < floats) {
+    loom_gemm_scratch_free(s);
+    s->data = aligned_alloc(64, bytes);
+    s->floats = s->data ? floats : 0;
+  }
+  return s->data;
+}
+
+/* q: p, with a thrashing A and B copied into r at a harmless stride, B
+ * read from its restrided pack where pk is one; p as it is when its tiles
+ * run on the matmul primitive (prim). A failed allocation only skips the
+ * copy. */
+static void restride(int32_t nt, bool parallel, const loom_gemm *p, bool prim,
+                     const loom_gemm_packed_b *pk, loom_gemm *q, restrided *r) {
+  *q = *p;
+  *r = (restrided){0};
+  if (prim) return;
+  int64_t ld_a, ld_b;
+  restride_lds(p, &ld_a, &ld_b);
+  if (pk && pk->restrided) {
+    q->b = pk->restrided, q->ldb = pk->ld;
+    ld_b = 0;
+  }
+  if (!ld_a && !ld_b) return;
+  const int64_t batch = p->batch, size_a = p->k * ld_a, size_b = p->k * ld_b;
+  r->offs = malloc(sizeof(int64_t) * 4 * (size_t)batch);
+  if (!r->offs) return;
+  int64_t *off_a = r->offs, *off_b = off_a + batch, *sets_a = off_b + batch, *sets_b = sets_a + batch;
+  int64_t n_a = ld_a ? operand_sets(p->a_off, batch, size_a, sets_a, off_a) : 0;
+  int64_t n_b = ld_b ? operand_sets(p->b_off, batch, size_b, sets_b, off_b) : 0;
+  r->buf = restride_buffer(p, n_a * size_a + n_b * size_b, &r->own);
+  if (!r->buf) {
+    restrided_free(r);
+    *r = (restrided){0};
+    return;
+  }
+  if (ld_a) {
+    copy_sets(nt, parallel, p->a, p->lda, sets_a, n_a, p->k, p->m, r->buf, ld_a);
+    q->a = r->buf, q->lda = ld_a, q->a_off = off_a;
+  }
+  if (ld_b) {
+    copy_sets(nt, parallel, p->b, p->ldb, sets_b, n_b, p->k, p->n, r->buf + n_a * size_a, ld_b);
+    q->b = r->buf + n_a * size_a, q->ldb = ld_b, q->b_off = off_b;
+  }
 }
 
 loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
@@ -258,8 +428,8 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   const loom_gemm_packed_b *pk =
       p->b_packed && pack_fits(p->b_packed, p, tile, tile_n) ? p->b_packed : NULL;
   const loom_gemm_tile_prim *prim[2][2] = {{NULL}};
-  bool use_prim = pk != NULL;
-  if (pk)
+  bool use_prim = pk && pk->block;
+  if (use_prim)
     memcpy(prim, pk->prim, sizeof prim);
   else if (loom_gemm_uses_matmul(p))
     use_prim = tile_prims(p, tile, tile_n, mb, nb, false, prim);
@@ -267,6 +437,9 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   const int64_t tile_c = p->epilogue.at && p->epilogue.tiles ? loom_gemm_tile_c(p) : 0;
   const bool in_tiles = tile_c > 0 && tile_c <= p->epilogue.tile_floats &&
                         p->epilogue.threads >= (parallel ? nt : 1);
+  loom_gemm q; /* p, with operands of a thrashing stride copied */
+  restrided copies;
+  restride(nt, parallel, p, use_prim, pk, &q, &copies);
   int failed = 0;
   /* oneDNN threads itself unless it runs inside an active parallel region;
    * a one-thread (inactive) region would still let it use every core with
@@ -279,9 +452,9 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
     int64_t i0 = ib * tile, j0 = jb * tile_n;
     int64_t m = p->m - i0 < tile ? p->m - i0 : tile;
     int64_t n = p->n - j0 < tile_n ? p->n - j0 : tile_n;
-    const float *a = p->a + (p->a_off ? p->a_off[bi] : 0) + (p->trans_a ? i0 : i0 * p->lda);
-    const float *b = pk ? pk->block[pk->set[bi] * nb + jb]
-                        : p->b + (p->b_off ? p->b_off[bi] : 0) + (p->trans_b ? j0 * p->ldb : j0);
+    const float *a = q.a + (q.a_off ? q.a_off[bi] : 0) + (q.trans_a ? i0 : i0 * q.lda);
+    const float *b = use_prim && pk ? pk->block[pk->set[bi] * nb + jb]
+                        : q.b + (q.b_off ? q.b_off[bi] : 0) + (q.trans_b ? j0 * q.ldb : j0);
     const int32_t thread = omp_get_thread_num();
     float *c = in_tiles ? p->epilogue.tiles + thread * p->epilogue.tile_floats
                         : p->c + bi * p->c_stride + i0 * p->ldc + j0;
@@ -291,8 +464,8 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
       if (!loom_gemm_tile_prim_run(prim[ib == mb - 1 && mb > 1][jb == nb - 1 && nb > 1], a, b, c))
         st = dnnl_runtime_error;
     } else {
-      st = dnnl_sgemm(p->trans_a ? 'T' : 'N', p->trans_b ? 'T' : 'N', m, n, p->k, 1.0f, a, p->lda,
-                      b, p->ldb, 0.0f, c, p->ldc);
+      st = dnnl_sgemm(q.trans_a ? 'T' : 'N', q.trans_b ? 'T' : 'N', m, n, q.k, 1.0f, a, q.lda,
+                      b, q.ldb, 0.0f, c, q.ldc);
     }
     if (st != dnnl_success) {
 #pragma omp atomic write
@@ -303,6 +476,7 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
     }
   }
   omp_set_num_threads(prev);
+  restrided_free(&copies);
   if (failed)
     return loom_error(ctx, LOOM_STATUS_INTERNAL, "matmul: dnnl_sgemm failed (status %d)", failed);
   return LOOM_STATUS_OK;

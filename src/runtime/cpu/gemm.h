@@ -46,6 +46,15 @@ typedef struct loom_gemm_epilogue {
 
 typedef struct loom_gemm_packed_b loom_gemm_packed_b;
 
+/* Memory a product may keep its restrided operands in (gemm_restride.h)
+ * from call to call, grown as needed, so a call does not map and fault in
+ * fresh pages; one product at a time uses it. */
+typedef struct loom_gemm_scratch {
+  float *data;
+  int64_t floats;
+} loom_gemm_scratch;
+void loom_gemm_scratch_free(loom_gemm_scratch *s);
+
 typedef struct loom_gemm {
   bool trans_a, trans_b; /* A stored [K, M] / B stored [N, K] */
   int64_t m, n, k, batch;
@@ -62,6 +71,7 @@ typedef struct loom_gemm {
    * a pack made for another product (a B moved, another tiling) is not
    * used: the product then reads b as stored */
   const loom_gemm_packed_b *b_packed;
+  loom_gemm_scratch *scratch; /* or NULL: a call allocates its own */
 } loom_gemm;
 
 /* Products below this many flops run on the calling thread. */
@@ -84,6 +94,11 @@ int64_t loom_gemm_parallel_tasks(const loom_gemm *p);
  * rather than sgemm: a deep enough product with B transposed. If oneDNN
  * has no fast primitive for a tile, the product still runs on sgemm. */
 bool loom_gemm_uses_matmul(const loom_gemm *p);
+
+/* True if p's sgemm tiles read a copy of A or B made at another row
+ * stride (gemm_restride.h): an operand oneDNN would copy with thrashing
+ * caches, on a machine where the copy pays. */
+bool loom_gemm_restrides(const loom_gemm *p);
 
 /* Packs p's B for p's tiles: *out NULL (and OK) when the product gains
  * nothing from it (small, or no blocked primitive for its tiles). The
