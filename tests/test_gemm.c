@@ -46,7 +46,7 @@ static const shape shapes[] = {
     {"skinny trans_a", 100, 1000, 300, 1, true, false, 0, 8, false, false, false},
     {"deep trans_b", 100, 1000, 600, 1, false, true, 0, 8, true, false, false},
     {"trans_b epilogue", 100, 200, 520, 1, false, true, 32, 4, true, false, false},
-    {"one row", 1, 1100, 4800, 1, false, true, 0, 9, true, false, false},
+    {"one row", 1, 1100, 4800, 1, false, true, 0, 6, true, false, false},
     {"batched trans_b", 40, 300, 520, 3, false, true, 0, 6, true, false, false},
     {"batched tails", 70, 300, 260, 3, false, false, 0, 6, false, false, false},
     {"batched epilogue", 70, 96, 200, 3, false, false, 32, 9, false, false, false},
