@@ -765,8 +765,9 @@ static void test_gemm_split(void) {
  * the default machine (whole-row blocks of 128 rows and more at the full
  * rate) the epilogue takes big blocks, where the old rule (as large as
  * fits half the L2) took 16 rows; where every block runs at a fifth of the
- * rate no epilogue pays and the kernel stays a separate step; and the
- * modeled time is never above the plan without an epilogue. */
+ * rate no epilogue pays and the kernel stays a separate step, as where
+ * the epilogue's traffic outgrows the LLC; and the modeled time is never
+ * above the plan without an epilogue. */
 static int64_t epilogue_rows_of(const loom_graph *g, const loom_machine *m, double *modeled) {
   loom_program p;
   loom_fusion_options o = {.mode = LOOM_FUSION_STITCH, .machine = m};
@@ -811,6 +812,16 @@ static void test_epilogue_rule(void) {
   CHECK(epilogue_rows_of(g, &busy, &slow_s) == 0);
   busy.gemm_rows_eff[0] = 1.0; /* free blocks: the launch is gain enough */
   CHECK(epilogue_rows_of(g, &busy, &slow_s) == 16);
+  /* An epilogue streaming more than the LLC over the product (C and the
+   * output: 24 MB) evicts B (9 MB) between blocks that do not stay in L2:
+   * with a 20 MB LLC, which would hold B, each block would read B from
+   * memory again, which the launch does not repay, so the kernel stays a
+   * separate step. (The default machine's 8 MB LLC holds no B anyway.) */
+  loom_machine small_llc = machine;
+  small_llc.llc_bytes = 20 << 20;
+  CHECK(epilogue_rows_of(g, &small_llc, &slow_s) == 0);
+  small_llc.llc_bytes = 64 << 20; /* it fits: fused as on the default machine */
+  CHECK(epilogue_rows_of(g, &small_llc, &slow_s) == rows);
   loom_graph_free(g);
 }
 

@@ -18,7 +18,10 @@
  * with the largest gain is taken (16 .. 256 rows or all of M); with no
  * gain the kernel stays a separate step. An element-wise epilogue thus
  * gets large blocks (near the full rate, C read from the LLC) unless the
- * L2 saving pays for thin ones.
+ * L2 saving pays for thin ones. An epilogue whose traffic over the whole
+ * product outgrows the LLC (its blocks not in L2) also pays for B (one
+ * that would stay in the LLC) read from memory again by every block,
+ * since it evicts it.
  */
 #include "fusion/fusion.h"
 
@@ -108,6 +111,14 @@ static epi_choice choose_rows(const loom_machine *mc, const loom_graph *g, int32
     int64_t tasks = batch * ((m + r - 1) / r);
     double gemm_s =
         mc->kernel_launch_s + fmax(loom_cost_gemm_blocked(mc, flops, tasks, r, b_bytes), io_s);
+    /* an epilogue streaming more than the LLC holds over the product (its
+     * blocks not in L2) evicts a B that would stay there between blocks:
+     * each block reads B from memory again (sqrelu_mlp's backward: 96 MB
+     * through a 32 MB LLC beside a 4 MB B ran 0-70 ms slower fused:
+     * docs/PERFORMANCE.md, fifteenth session) */
+    if (!in_cache && 2 * b_bytes <= mc->llc_bytes &&
+        (double)rows * (double)per_row > (double)mc->llc_bytes)
+      gemm_s += (double)tasks * (double)b_bytes / bw;
     double gain = plain_s + saved - gemm_s;
     /* candidates grow: on a tie, the larger block (fewer sgemm calls) */
     if (gain > 0 && gain >= best.gain_s * (1 - 1e-9)) best = (epi_choice){r, gain, saved, in_cache};
