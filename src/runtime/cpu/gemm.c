@@ -22,7 +22,8 @@
  * 64 x 128 at 90, whole rows at 99: docs/PERFORMANCE.md), so tiles stop
  * shrinking there even when that leaves fewer tasks. Tiles start at most
  * GEMM_MAX_TILE on a side, cut evenly (first_tile), and halve along their
- * longer side (rows on a tie). With an epilogue a tile is the epilogue's whole rows. The tile
+ * longer side (rows on a tie). With an epilogue a tile is the epilogue's
+ * whole rows. The tile
  * depends on the shapes only, never on the thread count, so results do not
  * change with threads. Eight tasks balance on 1, 2, 4 and 8 threads and lose
  * at most 11% on 3; sixteen cut mid-sized products into tiles 1-8% slower
@@ -198,10 +199,14 @@ static bool tile_prims(const loom_gemm *p, int64_t tile, int64_t tile_n, int64_t
  * LOOM_GEMM_PACK=all packs every big product (to measure), =none none. */
 #define GEMM_PACK_MAX_ROWS 256
 
+static bool pack_env(const char *value) {
+  const char *env = getenv("LOOM_GEMM_PACK");
+  return env && strcmp(env, value) == 0;
+}
+
 static bool worth_packing(const loom_gemm *p) {
   double flops = 2.0 * (double)p->batch * (double)p->m * (double)p->n * (double)p->k;
-  const char *env = getenv("LOOM_GEMM_PACK");
-  bool all = env && strcmp(env, "all") == 0, none = env && strcmp(env, "none") == 0;
+  bool all = pack_env("all"), none = pack_env("none");
   bool shape = p->trans_b || p->m <= GEMM_PACK_MAX_ROWS || all;
   return !none && shape && !p->trans_a && p->k > 0 && p->m > 0 && p->n > 0 && p->batch > 0 &&
          flops >= GEMM_MATMUL_MIN_FLOPS;
@@ -299,7 +304,7 @@ static loom_status pack_restrided(loom_ctx *ctx, const loom_gemm *p, loom_gemm_p
 loom_status loom_gemm_pack_b(loom_ctx *ctx, const loom_gemm *p, loom_gemm_packed_b **out) {
   *out = NULL;
   if (worth_packing(p)) LOOM_TRY(pack_blocks(ctx, p, out));
-  if (!*out && p->batch == 1) LOOM_TRY(pack_restrided(ctx, p, out));
+  if (!*out && p->batch == 1 && !pack_env("none")) LOOM_TRY(pack_restrided(ctx, p, out));
   return LOOM_STATUS_OK;
 }
 
