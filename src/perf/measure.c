@@ -93,10 +93,10 @@ loom_status loom_measure_sgemm(loom_ctx *ctx, loom_sgemm_fn fn, int32_t threads,
                       "measure: sgemm size %lld is outside [16, 65536]", (long long)n);
   int64_t nn = n * n;
   /* the operands placed as tensors are (loom_tensor_new: calloc): on an
-   * AVX2 host three 64-byte-aligned ones (posix_memalign) ran this GEMM
-   * at 42-45 GFLOP/s a core against 76-77 (docs/PERFORMANCE.md,
-   * fourteenth session: most likely loads and stores at the same 4 KiB
-   * offset) */
+   * AVX2 host 64-byte-aligned ones (posix_memalign) ran this GEMM at
+   * 42-45 GFLOP/s a core against 76-77 (docs/PERFORMANCE.md, fourteenth
+   * session; the fifteenth found the cause, B's 8 KiB rows on a 32-byte
+   * boundary, which gemm_restride.h now handles either way) */
   float *a = loom_calloc(ctx, (size_t)nn, sizeof *a), *b = loom_calloc(ctx, (size_t)nn, sizeof *b);
   float *c = loom_calloc(ctx, (size_t)nn, sizeof *c);
   double *t = loom_calloc(ctx, (size_t)trials, sizeof *t);

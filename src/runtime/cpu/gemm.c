@@ -3,6 +3,7 @@
 #include "runtime/cpu/gemm_matmul.h"
 #include "runtime/cpu/gemm_restride.h"
 
+#include "core/clock.h"
 #include "perf/profile.h"
 
 #include <dnnl.h>
@@ -275,6 +276,18 @@ oom:
   return loom_error(ctx, LOOM_STATUS_OUT_OF_MEMORY, "matmul: no memory to pack B");
 }
 
+/* Each set's rows x cols floats, rows ld apart at src + set_off[s], to
+ * dst + s * rows * ld2, rows ld2 apart. */
+static void copy_sets(int32_t nt, bool parallel, const float *src, int64_t ld,
+                      const int64_t *set_off, int64_t n_sets, int64_t rows, int64_t cols,
+                      float *dst, int64_t ld2) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (parallel)
+  for (int64_t i = 0; i < n_sets * rows; i++) {
+    int64_t s = i / rows, r = i % rows;
+    memcpy(dst + (s * rows + r) * ld2, src + set_off[s] + r * ld, sizeof(float) * (size_t)cols);
+  }
+}
+
 /* p's B copied whole at the stride restriding gives it; *out NULL when
  * restriding leaves it as stored. */
 static loom_status pack_restrided(loom_ctx *ctx, const loom_gemm *p, loom_gemm_packed_b **out) {
@@ -292,8 +305,8 @@ static loom_status pack_restrided(loom_ctx *ctx, const loom_gemm *p, loom_gemm_p
   pb->shape = *p;
   pb->shape.b_packed = NULL;
   gemm_tile(p, &pb->tile_m, &pb->tile_n);
-  for (int64_t r = 0; r < p->k; r++)
-    memcpy(b + r * ld_b, p->b + r * p->ldb, sizeof(float) * (size_t)p->n);
+  const int64_t at = 0;
+  copy_sets(1, false, p->b, p->ldb, &at, 1, p->k, p->n, b, ld_b);
   pb->restrided = b;
   pb->ld = ld_b;
   pb->bytes = (int64_t)bytes;
@@ -338,18 +351,6 @@ static int64_t operand_sets(const int64_t *off, int64_t batch, int64_t size, int
     new_off[bi] = s * size;
   }
   return n;
-}
-
-/* Each set's rows x cols floats, rows ld apart at src + set_off[s], to
- * dst + s * rows * ld2, rows ld2 apart. */
-static void copy_sets(int32_t nt, bool parallel, const float *src, int64_t ld,
-                      const int64_t *set_off, int64_t n_sets, int64_t rows, int64_t cols,
-                      float *dst, int64_t ld2) {
-#pragma omp parallel for num_threads(nt) schedule(static) if (parallel)
-  for (int64_t i = 0; i < n_sets * rows; i++) {
-    int64_t s = i / rows, r = i % rows;
-    memcpy(dst + (s * rows + r) * ld2, src + set_off[s] + r * ld, sizeof(float) * (size_t)cols);
-  }
 }
 
 void loom_gemm_scratch_free(loom_gemm_scratch *s) {
@@ -516,12 +517,6 @@ loom_status loom_gemm_sgemm(loom_ctx *ctx, int32_t threads, int64_t m, int64_t n
 #define CURVE_RUNS 3
 #define CURVE_STEP 0.05
 
-static double thread_cpu_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void no_epilogue(void *user, int32_t thread, int64_t row0, int64_t row1) {
   (void)user, (void)thread, (void)row0, (void)row1;
 }
@@ -571,9 +566,9 @@ void loom_gemm_rows_curve(loom_ctx *ctx, loom_machine *m) {
       for (int32_t i = 0; i <= LOOM_GEMM_ROWS_POINTS && ok; i++) {
         p.epilogue = (loom_gemm_epilogue){
             .rows = i ? (int64_t)LOOM_GEMM_ROWS_MIN << (i - 1) : 0, .fn = no_epilogue};
-        double t0 = thread_cpu_s();
+        double t0 = loom_thread_cpu_s();
         ok = loom_gemm_f32(ctx, 1, &p) == LOOM_STATUS_OK;
-        best[i] = LOOM_MIN(best[i], thread_cpu_s() - t0);
+        best[i] = LOOM_MIN(best[i], loom_thread_cpu_s() - t0);
       }
     for (int32_t i = 0; i < LOOM_GEMM_ROWS_POINTS && ok && best[0] > 0; i++) {
       double e = best[1 + i] > 0 ? best[0] / best[1 + i] : 1.0;

@@ -1,5 +1,6 @@
 #include "runtime/cpu/gemm_restride.h"
 
+#include "core/clock.h"
 #include "perf/profile.h"
 
 #include <dnnl.h>
@@ -21,12 +22,6 @@
 
 int64_t loom_gemm_restride_ld(int64_t ld) {
   return ld > 0 && (ld * (int64_t)sizeof(float)) % RESTRIDE_BAD_BYTES == 0 ? ld + RESTRIDE_PAD : 0;
-}
-
-static double thread_cpu_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* The probe: one core, C[256, 512] = A[256, 512] B[512, 512] with B's rows
@@ -53,10 +48,10 @@ static double probe_gain(void) {
     bool ok = true;
     for (int32_t run = 0; run <= PROBE_RUNS && ok; run++) /* run 0 warms up */
       for (int32_t pad = 0; pad < 2 && ok; pad++) {
-        double t0 = thread_cpu_s();
+        double t0 = loom_thread_cpu_s();
         ok = dnnl_sgemm('N', 'N', PROBE_M, PROBE_N, PROBE_K, 1.0f, a, PROBE_K, b,
                         pad ? ld_pad : PROBE_LD, 0.0f, c, PROBE_N) == dnnl_success;
-        if (run > 0) best[pad] = fmin(best[pad], thread_cpu_s() - t0);
+        if (run > 0) best[pad] = fmin(best[pad], loom_thread_cpu_s() - t0);
       }
     omp_set_num_threads(prev);
     if (ok && best[1] > 0) gain = round(best[0] / best[1] * 20) / 20; /* steps of 0.05 */

@@ -203,14 +203,6 @@ static const char *const attention_keys[] = {"attn_fwd_flops", "attn_bwd_flops",
                                              "attn_softmax_s", "attn_softmax_grad_s"};
 enum { N_ATTN_KEYS = LOOM_ARRAY_LEN(attention_keys) };
 
-/* CPU seconds of the calling thread: unlike wall time, not stretched when
- * other processes share the cores. */
-static double thread_cpu_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* The choice's shapes: flash forward and backward at a short and a long
  * length (d 64, not causal, about the same flops), and the decomposed
  * form's score GEMM and softmax at CH_S (batched [S, d] x [d, S]). The
@@ -226,11 +218,11 @@ static bool flash_cpu(loom_ctx *ctx, const loom_flash_attn *a, float *o, float *
                       const float *d_o, float *g, double *fwd, double *bwd) {
   *fwd = *bwd = 1e30;
   for (int r = 0; r <= CH_REPS; r++) {
-    double t0 = thread_cpu_s();
+    double t0 = loom_thread_cpu_s();
     loom_status s1 = loom_flash_attn_fwd(ctx, 1, a, o, lse);
-    double t1 = thread_cpu_s();
+    double t1 = loom_thread_cpu_s();
     loom_status s2 = loom_flash_attn_bwd(ctx, 1, a, o, lse, d_o, g, g, g); /* rates only */
-    double t2 = thread_cpu_s();
+    double t2 = loom_thread_cpu_s();
     if (s1 || s2) {
       loom_error_clear(ctx);
       return false;
@@ -311,9 +303,9 @@ static double softmax_cpu(float *s, float *dp, int64_t rows, int64_t n, bool gra
   for (int r = 0; r <= CH_REPS; r++) {
     for (int64_t i = 0; i < rows * n; i++) /* scores of a softmax's range */
       s[i] = (float)(i * 37 % 101) / 25.0f;
-    double t0 = thread_cpu_s();
+    double t0 = loom_thread_cpu_s();
     fn(s, dp, rows, n, grad);
-    if (r > 0) best = LOOM_MIN(best, thread_cpu_s() - t0);
+    if (r > 0) best = LOOM_MIN(best, loom_thread_cpu_s() - t0);
   }
   return best / (double)(rows * n);
 }
@@ -344,12 +336,12 @@ static bool measure_attention_rates(loom_ctx *ctx, int32_t cores, double v[N_ATT
                   .lda = CH_D, .a_off = off, .b = k, .ldb = CH_D, .b_off = off, .c = sc,
                   .ldc = CH_S, .c_stride = CH_S * CH_S};
   for (int r = 0; ok && r <= CH_REPS; r++) {
-    double t0 = thread_cpu_s();
+    double t0 = loom_thread_cpu_s();
     if (loom_gemm_f32(ctx, 1, &gm)) {
       loom_error_clear(ctx);
       ok = false;
     }
-    if (r > 0) gs = LOOM_MIN(gs, thread_cpu_s() - t0);
+    if (r > 0) gs = LOOM_MIN(gs, loom_thread_cpu_s() - t0);
   }
   if (ok) {
     v[4] = softmax_cpu(sc, g, CH_BH * CH_S, CH_S, false);
