@@ -190,4 +190,15 @@ end_job "rank 1 stopped, LOOM_COMM_TIMEOUT=3" 20
 matches "$err" "*rank 1 (tag*timed out after 3 s (LOOM_COMM_TIMEOUT)*rank 0 aborts the job*" && ok ||
   bad "rank 1 stopped: stderr says what timed out"
 
+# ---- loom bench simulator: one plan, one bracketed run ---------------------------------
+# (the prediction beside the measured step, and how many runs were set
+# aside as the machine drifted; no timing is checked)
+export LOOM_BENCH_PLANS=dp2
+run bench simulator --size small --runs 1 --json --quiet
+unset LOOM_BENCH_PLANS
+check "bench simulator exits 0" test "$rc" -eq 0
+check "... one line, for dp2 alone" test "$(grep -c '"bench":"simulator"' <<<"$out")" -eq 1
+check "... with the measured and predicted step and the runs set aside" \
+  grep -Eq '"plan":"dp2","ranks":2,"measured_s":0\.[0-9]+,"predicted_s":0\.[0-9]+,.*"set_aside":[0-3],"drifted_kept":[01]}' <<<"$out"
+
 finish cli_parallel
