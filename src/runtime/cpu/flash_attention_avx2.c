@@ -207,6 +207,55 @@ TAV2 void loom_fa_col_exp_sum_avx2(float *x, int64_t ldx, int64_t rows, int64_t 
   }
 }
 
+/* The bias of the transposed scores (fa_kernels.col_bias): one value per
+ * key (brs 0), a run along the queries (brs 1), or, for a bias with a row
+ * per query along the keys (bcs 1: a learned [H, Sq, Sk] bias), 8 x 8
+ * blocks read along the keys and transposed in registers; anything else
+ * element by element. One add per element, as the plain C set. */
+TAV2 void loom_fa_col_bias_avx2(float *x, int64_t ldx, int64_t rows, int64_t n, const float *b,
+                                int64_t brs, int64_t bcs) {
+  if (brs > 1 && bcs == 1) { /* whole 8 x 8 blocks, then the edges */
+    const int64_t r8 = rows & ~(int64_t)7, n8 = n & ~(int64_t)7;
+    float t[64];
+    for (int64_t j = 0; j < r8; j += 8)
+      for (int64_t i = 0; i < n8; i += 8) {
+        tr8x8(b + i * brs + j, brs, t, 8);
+        for (int r = 0; r < 8; r++) {
+          float *xr = x + (j + r) * ldx + i;
+          _mm256_storeu_ps(xr, _mm256_add_ps(_mm256_loadu_ps(xr), _mm256_loadu_ps(t + 8 * r)));
+        }
+      }
+    for (int64_t j = 0; j < rows; j++)
+      for (int64_t i = j < r8 ? n8 : 0; i < n; i++) x[j * ldx + i] += b[i * brs + j];
+    return;
+  }
+  for (int64_t j = 0; j < rows; j++) {
+    const float *bj = b + j * bcs;
+    float *xj = x + j * ldx;
+    if (brs > 1) {
+      for (int64_t i = 0; i < n; i++) xj[i] += bj[i * brs];
+      continue;
+    }
+    for (int64_t i = 0; i < n; i += 8) {
+      const __m256i k = lanes8(n - i);
+      const __m256 v = brs == 0 ? _mm256_set1_ps(bj[0]) : _mm256_maskload_ps(bj + i, k);
+      _mm256_maskstore_ps(xj + i, k, _mm256_add_ps(_mm256_maskload_ps(xj + i, k), v));
+    }
+  }
+}
+
+TAV2 void loom_fa_row_bias_avx2(float *x, int64_t n, const float *b, int64_t bcs) {
+  if (bcs != 1) {
+    for (int64_t j = 0; j < n; j++) x[j] += b[j * bcs];
+    return;
+  }
+  for (int64_t j = 0; j < n; j += 8) {
+    const __m256i k = lanes8(n - j);
+    _mm256_maskstore_ps(x + j, k,
+                        _mm256_add_ps(_mm256_maskload_ps(x + j, k), _mm256_maskload_ps(b + j, k)));
+  }
+}
+
 /* Lanes whose bit of the byte is set (j a multiple of 8). */
 IAV2 __m256 keep8(const uint8_t *bits, int64_t j) {
   const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);

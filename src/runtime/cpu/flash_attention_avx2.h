@@ -1,8 +1,8 @@
 /*
  * Flash attention's AVX2 + FMA tile kernels (flash_attention_avx2.c): the
  * ones that carry the time (the tile product, the exponentials, the
- * reductions); flash_attention_kernels.c puts them in a set with the plain
- * C kernels for the rest (masks, biases). Call them only where
+ * reductions, the bias tiles); flash_attention_kernels.c puts them in a
+ * set with the plain C kernels for the rest (masks). Call them only where
  * loom_fa_avx2_supported() is true.
  */
 #ifndef LOOM_RUNTIME_CPU_FLASH_ATTENTION_AVX2_H
@@ -36,6 +36,9 @@ void loom_fa_dsoft_avx2(float *ds, const float *p, int64_t n, const uint8_t *bit
                         float di);
 void loom_fa_scale_avx2(const float *src, int64_t n, double scale, float *dst);
 double loom_fa_dot_avx2(const float *x, const float *y, int64_t n);
+void loom_fa_col_bias_avx2(float *x, int64_t ldx, int64_t rows, int64_t n, const float *b,
+                           int64_t brs, int64_t bcs);
+void loom_fa_row_bias_avx2(float *x, int64_t n, const float *b, int64_t bcs);
 #endif
 
 #endif

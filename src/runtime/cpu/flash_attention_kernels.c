@@ -436,16 +436,15 @@ static const fa_kernels kernels_512 = {
 #endif /* FA_HAVE_AVX512 */
 
 #if LOOM_FA_HAVE_AVX2
-/* AVX2 + FMA where the time goes; the masks and biases (dropout, a bias
- * operand) stay plain C. */
+/* AVX2 + FMA where the time goes; the masks (dropout) stay plain C. */
 static const fa_kernels kernels_avx2 = {
     .gemm = loom_fa_gemm_avx2,       .transpose = loom_fa_transpose_avx2,
     .col_causal = col_causal_port,   .col_max = loom_fa_col_max_avx2,
     .col_exp_sum = loom_fa_col_exp_sum_avx2, .col_mask = col_mask_port,
     .exp_sum = loom_fa_exp_sum_avx2, .mask = mask_port,
     .dsoft = loom_fa_dsoft_avx2,     .scale = loom_fa_scale_avx2,
-    .dot = loom_fa_dot_avx2,         .col_bias = col_bias_port,
-    .row_bias = row_bias_port};
+    .dot = loom_fa_dot_avx2,         .col_bias = loom_fa_col_bias_avx2,
+    .row_bias = loom_fa_row_bias_avx2};
 #endif
 
 bool loom_flash_attn_impl_supported(int32_t impl) {
