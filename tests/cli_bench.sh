@@ -67,7 +67,18 @@ run bench --size small --json --runs 1 --modes loop,stitch --quiet bert_layer
 check "bench bert_layer --json exits 0" test "$rc" -eq 0
 line=$(printf '%s\n' "$out" | grep -F '"mode": "stitch"')
 check "json: a model workload's GEMM time and rate" has_keys "$line" gemm_s gemm_step_flops \
-  gemm_gflops gemm_sgemm_fraction modeled_s
+  gemm_gflops gemm_sgemm_fraction gemm_floor_s modeled_s
+# compare.py (bench/peers): the peers' times over Loom's and over the GEMM
+# floor (a peer line at twice the floor reads 2.00)
+if command -v python3 >/dev/null 2>&1; then
+  printf '%s\n' "$out" >"$tmp/loom.jsonl"
+  floor=$(sed -n 's/.*"gemm_floor_s": \([0-9.e+-]*\).*/\1/p' <<<"$line")
+  printf '{"workload": "bert_layer", "mode": "peer", "median_s": %s}\n' \
+    "$(awk -v f="$floor" 'BEGIN { printf "%.9g", 2 * f }')" >"$tmp/peer.jsonl"
+  cmp=$(python3 "$DATA/../../bench/peers/compare.py" "$tmp/loom.jsonl" "$tmp/peer.jsonl")
+  check "compare.py: the peer over the GEMM floor" \
+    grep -Eq '^bert_layer .* 2\.00$' <<<"$(sed -n '/time \/ GEMM floor/,$p' <<<"$cmp")"
+fi
 run bench --size small --runs 1 --modes loop,stitch --quiet bert_layer
 check "table: GEMM steps' rate per mode" test "${out#*stitch     GEMM steps}" != "$out"
 check "table: loop and stitch modeled and measured" test "${out#*model      loop}" != "$out"
