@@ -246,11 +246,12 @@ static void table_gemm_and_model(FILE *f, const loom_bench_row *row,
           lp->stats.modeled_seconds * 1e3, lp->median_s * 1e3, sp->stats.modeled_seconds * 1e3,
           sp->median_s * 1e3);
   /* the same plan (as many kernels, epilogues and GEMMs, the same
-   * modeled bytes): a difference is the machine's noise; a slower median
-   * with a faster minimum is within the runs' spread */
+   * modeled bytes and time): a difference is the machine's noise; a
+   * slower median with a faster minimum is within the runs' spread */
   const loom_session_stats *ls = &lp->stats, *ss = &sp->stats;
   bool same = ls->n_kernels == ss->n_kernels && ls->n_epilogues == ss->n_epilogues &&
-              ls->n_gemm == ss->n_gemm && ls->modeled_bytes == ss->modeled_bytes;
+              ls->n_gemm == ss->n_gemm && ls->modeled_bytes == ss->modeled_bytes &&
+              ls->modeled_seconds == ss->modeled_seconds;
   if (same)
     fprintf(f, ": the same plan as loop");
   else if (sp->median_s > lp->median_s && sp->min_s > lp->min_s)
