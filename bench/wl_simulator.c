@@ -98,9 +98,29 @@ static loom_status predict(loom_ctx *ctx, const loom_graph *g, const sim_case *k
 
 /* What one measurement of the machine predicts for a plan, and the
  * measured constants the prediction moves most with. */
+#define SIM_VIEW_FIELDS(X) X(step_s) X(bubble) X(gflops) X(wait) X(shared) X(turn_us)
+#define SIM_VIEW_FIELD(name) double name;
 typedef struct sim_view {
-  double step_s, bubble, gflops, wait, shared, turn_us;
+  SIM_VIEW_FIELDS(SIM_VIEW_FIELD)
 } sim_view;
+
+/* Field by field: the mean of two views, the median of n (n <= 16). */
+static sim_view view_mean(const sim_view *a, const sim_view *b) {
+  sim_view m;
+#define SIM_VIEW_MEAN(name) m.name = (a->name + b->name) / 2;
+  SIM_VIEW_FIELDS(SIM_VIEW_MEAN)
+  return m;
+}
+
+static sim_view view_median(const sim_view *v, int32_t n) {
+  sim_view m;
+  double col[16];
+#define SIM_VIEW_MEDIAN(name)                                                                       \
+  for (int32_t r = 0; r < n; r++) col[r] = v[r].name;                                              \
+  m.name = loom_median(col, n);
+  SIM_VIEW_FIELDS(SIM_VIEW_MEDIAN)
+  return m;
+}
 
 static loom_status view(loom_ctx *ctx, const loom_graph *g, const sim_case *k,
                         const loom_cluster *machine, sim_view *v) {
@@ -173,8 +193,9 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
   for (int32_t c = 0; c < N_CASES; c++) {
     const sim_case *k = &cases[c];
     if (only && *only && !listed(only, k->plan)) continue;
-    /* per run: the prediction, and the measured constants it moves most with */
-    double predicted[16], bubble[16], step[16], rate[16], wait[16], shared[16], turn[16];
+    /* per run: the measured step, and the prediction around it */
+    double step[16];
+    sim_view seen[16];
     char cmd[5000];
     loom_bench_mpirun_cmd(cmd, sizeof cmd, k->ranks, exe, flags, k->plan, "");
     int32_t r = 0, set_aside = 0, drifted = 0;
@@ -207,12 +228,7 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
           continue;
         }
         drifted += drift;
-        predicted[r] = (before.step_s + after.step_s) / 2;
-        bubble[r] = (before.bubble + after.bubble) / 2;
-        rate[r] = (before.gflops + after.gflops) / 2;
-        wait[r] = (before.wait + after.wait) / 2;
-        shared[r] = (before.shared + after.shared) / 2;
-        turn[r] = (before.turn_us + after.turn_us) / 2;
+        seen[r] = view_mean(&before, &after);
         step[r] = (double)SIM_BATCH * SIM_CONTEXT / tps;
         break;
       }
@@ -221,10 +237,8 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
       ok = false;
       continue;
     }
-    double measured = loom_median(step, r), pred = loom_median(predicted, r);
-    double bub = loom_median(bubble, r), gflops = loom_median(rate, r);
-    double ws = loom_median(wait, r), se = loom_median(shared, r), tu = loom_median(turn, r);
-    double err = pred / measured - 1;
+    const sim_view v = view_median(seen, r);
+    double measured = loom_median(step, r), err = v.step_s / measured - 1;
     worst = fmax(worst, fabs(err));
     within += fabs(err) <= 0.15;
     done++;
@@ -234,12 +248,13 @@ bool loom_bench_run_simulator(loom_ctx *ctx, FILE *f, bool json, const loom_benc
               "\"predicted_s\":%.5f,\"error\":%.4f,\"bubble\":%.4f,\"gflops\":%.2f,"
               "\"wait_share\":%.3f,\"shared_efficiency\":%.3f,\"wait_turn_s\":%.6f,"
               "\"set_aside\":%d,\"drifted_kept\":%d}\n",
-              k->plan, k->ranks, measured, pred, err, bub, gflops, ws, se, tu * 1e-6, set_aside,
-              drifted);
+              k->plan, k->ranks, measured, v.step_s, err, v.bubble, v.gflops, v.wait, v.shared,
+              v.turn_us * 1e-6, set_aside, drifted);
     else
       fprintf(f, "%-18s %5d %12.2f %12.2f %+7.1f%% %7.1f%% %9.1f %6.2f %6.2f %7.0f %5d%s\n",
-              k->plan, k->ranks, measured * 1e3, pred * 1e3, 100 * err, 100 * bub, gflops, ws, se,
-              tu, set_aside, drifted ? " (a drifted run kept)" : "");
+              k->plan, k->ranks, measured * 1e3, v.step_s * 1e3, 100 * err, 100 * v.bubble,
+              v.gflops, v.wait, v.shared, v.turn_us, set_aside,
+              drifted ? " (a drifted run kept)" : "");
     set_aside_all += set_aside;
     drifted_all += drifted;
     fflush(f);

@@ -24,12 +24,11 @@
  * shrinking there even when that leaves fewer tasks. Tiles start at most
  * GEMM_MAX_TILE on a side, cut evenly (first_tile), and halve along their
  * longer side (rows on a tie). With an epilogue a tile is the epilogue's
- * whole rows. The tile
- * depends on the shapes only, never on the thread count, so results do not
- * change with threads. Eight tasks balance on 1, 2, 4 and 8 threads and lose
- * at most 11% on 3; sixteen cut mid-sized products into tiles 1-8% slower
- * on one core (512 x 1024 x 1024: 128 x 256 tiles 89 GFLOP/s, 256 x 256
- * tiles 94). */
+ * whole rows. The tile depends on the shapes only, never on the thread
+ * count, so results do not change with threads. Eight tasks balance on 1,
+ * 2, 4 and 8 threads and lose at most 11% on 3; sixteen cut mid-sized
+ * products into tiles 1-8% slower on one core (512 x 1024 x 1024:
+ * 128 x 256 tiles 89 GFLOP/s, 256 x 256 tiles 94). */
 #define GEMM_MIN_TASKS 8
 #define GEMM_MAX_TILE 512
 #define GEMM_MIN_ROWS 64
