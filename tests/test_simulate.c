@@ -204,6 +204,59 @@ static void test_bound_cores(void) {
   loom_graph_free(g);
 }
 
+/* Run order: device 0's plan reads the all-reduce of y (sigmoid) before
+ * an exp that does not need it; the runtime runs the exp first
+ * (simulate_order.h), so the all-reduce hides behind it and the step is
+ * G + E + S, not G + C + S + E. */
+static const char mm_late[] = "input %x : f32[512, 256]\n"
+                              "param %w : f32[256, 1024]\n"
+                              "input %v : f32[4096, 1024]\n"
+                              "%y = matmul(%x, %w)\n"
+                              "%s = sigmoid(%y)\n"
+                              "%z = exp(%v)\n"
+                              "output s = %s\n"
+                              "output z = %z\n";
+static const char k_reader_plan[] = "plan devices 2\n"
+                                    "trans matmul.* split in0 1 2\n"
+                                    "trans sigmoid.1 replicate 2\n"
+                                    "assign matmul.0 0 1\n"
+                                    "assign sigmoid.1 0 1\n"
+                                    "assign exp.2 0\n"
+                                    "order matmul.0#0 sigmoid.1#0\n"
+                                    "order sigmoid.1#0 exp.2\n"
+                                    "input %x D(1,2) on 0 1\n"
+                                    "input %w D(0,2) on 0 1\n"
+                                    "input %v R(1) on 0\n"
+                                    "output s R(2) on 0 1\n"
+                                    "output z R(1) on 0\n";
+
+static void test_run_order(void) {
+  loom_graph *g = NULL;
+  loom_plan_program *pp = lower_text(&g, mm_late, k_reader_plan);
+  if (!pp) return;
+  loom_cluster c = cluster(2);
+  loom_sim_options o = {.cluster = &c, .precision = LOOM_PRECISION_f32, .overlap = true};
+  loom_sim_result r;
+  CHECK_OK(ctx, loom_plan_simulate(pp, &o, &r));
+  double G = -1, E = -1, S = -1, e_start = -1, s_start = -1, C = r.devices ? r.devices[0].comm_s : 0;
+  for (int32_t e = r.devices ? r.event_start[0] : 0; r.devices && e < r.event_start[1]; e++) {
+    const loom_sim_event *ev = &r.events[e];
+    if (ev->comm) continue;
+    loom_op op = pp->global->nodes[ev->node].op;
+    double t = ev->end_s - ev->start_s;
+    if (op == LOOM_OP_MATMUL) G = t;
+    if (op == LOOM_OP_EXP) E = t, e_start = ev->start_s;
+    if (op == LOOM_OP_SIGMOID) S = t, s_start = ev->start_s;
+  }
+  CHECK(G > 0 && E > C && C > 0 && S > 0);
+  CHECK(near(e_start, G));     /* the exp right after the GEMM */
+  CHECK(near(s_start, G + E)); /* the sigmoid after it, its all-reduce long done */
+  CHECK(near(r.step_s, G + E + S));
+  loom_sim_result_free(&r);
+  loom_plan_program_free(pp);
+  loom_graph_free(g);
+}
+
 /* Stitching: x -> exp -> mul -> add -> y on one device is one kernel that
  * reads x once and writes y once; a GEMM between two element-wise nodes
  * splits them into two kernels, each paying its own traffic and launch.
@@ -710,6 +763,7 @@ int main(void) {
   test_attention_efficiency();
   test_collectives();
   test_bound_cores();
+  test_run_order();
   test_turns();
   test_turns_back_to_back();
   test_wait_period();
