@@ -118,10 +118,20 @@ void lower_path_free(lower_path *p);
  * rebuilding the global graph and its tags. */
 loom_status lower_bucket(lower_walk *w);
 /* lower_order.c: one topological order of the global graph's nodes (data
- * and op_order edges; a ready comm op first, else the lowest node id), or
- * the deadlock's message; with succ_start, also the edges by source
- * (CSR: the successors of x are succ[succ_start[x] .. succ_start[x+1])). */
+ * and op_order edges, lower_schedule's), or the deadlock's message; with
+ * succ_start, also the edges by source (CSR: the successors of x are
+ * succ[succ_start[x] .. succ_start[x+1])). */
 loom_status lower_sort(lower_walk *w, int32_t **sorted, int32_t **succ_start, int32_t **succ);
+/* lower_schedule.c: Kahn's sort over those edges (indeg: each node's
+ * count, consumed) as a list schedule on a rough clock of every device's
+ * compute and comm lanes; writes the order to sorted and returns its
+ * length (short of all nodes: a cycle), or -1 out of memory. */
+int32_t lower_schedule(const loom_plan_program *pp, const int32_t *succ_start, const int32_t *succ,
+                       int32_t *indeg, int32_t *sorted);
+/* lower_run_order.c: each device's order (pp->order_nodes) as the
+ * runtime runs it: between two comm ops, the readers of a collective's
+ * output after the ready work that does not read one. */
+loom_status lower_run_order(loom_plan_program *pp);
 /* lower_order.c: the index in pp->comms of the comm op at global node
  * `node`, or -1 (comms are kept in node order). */
 int32_t lower_comm_index(const loom_plan_program *pp, int32_t node);

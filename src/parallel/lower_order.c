@@ -1,12 +1,10 @@
 /*
  * After the walk: one execution order for all devices (the data edges and
- * the plan's op_order edges, sorted topologically: a ready comm op first,
- * so that its messages are in flight while the compute after it runs
- * (docs/PARALLEL.md, "Overlapping communication"); among the rest the
- * earliest emitted first), which is also the deadlock check — a comm op is in the order of
- * each of its members, so members meet every collective in the same order,
- * and an order that cannot be met is a cycle found here. Then each
- * device's counts: FLOPs, bytes sent per comm op, peak memory.
+ * the plan's op_order edges, sorted topologically as a list schedule:
+ * lower_schedule.c), which is also the deadlock check — a comm op is in
+ * the order of each of its members, so members meet every collective in
+ * the same order, and an order that cannot be met is a cycle found here.
+ * Then each device's counts: FLOPs, bytes sent per comm op, peak memory.
  */
 #include "parallel/lower_internal.h"
 
@@ -16,40 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A binary min-heap of node ids. */
-typedef struct heap {
-  int32_t *v;
-  int32_t n;
-} heap;
-
-static void heap_push(heap *h, int32_t x) {
-  int32_t i = h->n++;
-  h->v[i] = x;
-  while (i > 0 && h->v[(i - 1) / 2] > h->v[i]) {
-    int32_t p = (i - 1) / 2, t = h->v[p];
-    h->v[p] = h->v[i];
-    h->v[i] = t;
-    i = p;
-  }
-}
-
-static int32_t heap_pop(heap *h) {
-  int32_t top = h->v[0];
-  h->v[0] = h->v[--h->n];
-  int32_t i = 0;
-  for (;;) {
-    int32_t l = 2 * i + 1, r = l + 1, m = i;
-    if (l < h->n && h->v[l] < h->v[m]) m = l;
-    if (r < h->n && h->v[r] < h->v[m]) m = r;
-    if (m == i) break;
-    int32_t t = h->v[m];
-    h->v[m] = h->v[i];
-    h->v[i] = t;
-    i = m;
-  }
-  return top;
-}
 
 int32_t lower_comm_index(const loom_plan_program *pp, int32_t node) {
   int32_t lo = 0, hi = pp->n_comms - 1;
@@ -177,12 +141,8 @@ loom_status lower_sort(lower_walk *w, int32_t **sorted_out, int32_t **succ_start
   int32_t *indeg = loom_calloc(w->ctx, (size_t)(nn ? nn : 1), sizeof *indeg);
   int32_t *of_subop = loom_malloc(w->ctx, sizeof *of_subop * (size_t)(p->n_subops ? p->n_subops : 1));
   int32_t *sorted = loom_malloc(w->ctx, sizeof *sorted * (size_t)(nn ? nn : 1));
-  /* ready nodes: comm ops, and the rest */
-  heap h = {loom_malloc(w->ctx, sizeof(int32_t) * (size_t)(nn ? nn : 1)), 0};
-  heap hc = {loom_malloc(w->ctx, sizeof(int32_t) * (size_t)(nn ? nn : 1)), 0};
   loom_status st = LOOM_STATUS_OK;
-  if (!start || !to || !indeg || !of_subop || !sorted || !h.v || !hc.v)
-    st = LOOM_STATUS_OUT_OF_MEMORY;
+  if (!start || !to || !indeg || !of_subop || !sorted) st = LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {
     for (int32_t s = 0; s < p->n_subops; s++) of_subop[s] = -1;
     for (int32_t i = 0; i < nn; i++)
@@ -217,15 +177,9 @@ loom_status lower_sort(lower_walk *w, int32_t **sorted_out, int32_t **succ_start
   }
   int32_t n_sorted = 0;
   if (!st) {
-    for (int32_t i = 0; i < nn; i++)
-      if (!indeg[i]) heap_push(loom_op_is_comm(G->nodes[i].op) ? &hc : &h, i);
-    while (h.n || hc.n) {
-      int32_t x = heap_pop(hc.n ? &hc : &h);
-      sorted[n_sorted++] = x;
-      for (int32_t e = start[x]; e < start[x + 1]; e++)
-        if (--indeg[to[e]] == 0) heap_push(loom_op_is_comm(G->nodes[to[e]].op) ? &hc : &h, to[e]);
-    }
-    if (n_sorted < nn) {
+    n_sorted = lower_schedule(pp, start, to, indeg, sorted);
+    if (n_sorted < 0) st = LOOM_STATUS_OUT_OF_MEMORY;
+    if (!st && n_sorted < nn) {
       /* an op_order edge whose ends never ran: it closes the cycle */
       for (int32_t e = 0; e < p->n_orders; e++) {
         int32_t a = of_subop[p->orders[e].before], b = of_subop[p->orders[e].after];
@@ -246,8 +200,6 @@ loom_status lower_sort(lower_walk *w, int32_t **sorted_out, int32_t **succ_start
   }
   free(indeg);
   free(of_subop);
-  free(h.v);
-  free(hc.v);
   if (!st && succ_start) {
     *succ_start = start;
     *succ = to;
@@ -294,7 +246,7 @@ static loom_status order_and_check(lower_walk *w) {
     free(fill);
   }
   free(sorted);
-  return st;
+  return st ? st : lower_run_order(pp);
 }
 
 static loom_status count(lower_walk *w) {

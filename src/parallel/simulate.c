@@ -10,7 +10,6 @@
 #include "ops/op.h"
 #include "parallel/lower_internal.h"
 #include "parallel/simulate_merge.h"
-#include "parallel/simulate_order.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -784,6 +783,7 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   LOOM_TRY(check_options(ctx, pp, o));
   const loom_graph *G = pp->global;
   int32_t nd = pp->n_devices, total = pp->order_start[nd];
+  sim s = sim_make(pp, o);
   fusion_view fv = {0};
   /* the nodes that are no kernel: pieces held, and what the runtime's
    * simplify merges into an earlier node */
@@ -794,17 +794,10 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   loom_status vst = merged && skip && canon ? loom_sim_merged_nodes(pp, merged, canon)
                                             : LOOM_STATUS_OUT_OF_MEMORY;
   for (int32_t n = 0; !vst && n < G->n_nodes; n++) skip[n] = pp->node_subop[n] == LOWER_FEED;
-  /* every device's program in the order the runtime runs it */
-  loom_plan_program run = *pp;
-  int32_t *run_order = vst ? NULL : loom_malloc(ctx, sizeof *run_order * (size_t)(total ? total : 1));
-  if (!vst) vst = run_order ? loom_sim_runtime_order(pp, canon, run_order) : LOOM_STATUS_OUT_OF_MEMORY;
-  run.order_nodes = run_order;
-  pp = &run;
-  sim s = sim_make(pp, o);
   fv.canon = canon;
   if (!vst) vst = fusion_view_build(ctx, G, nd, pp->order_start, pp->order_nodes, skip, merged, &fv);
   free(skip);
-  if (vst) free(merged), free(canon), free(run_order);
+  if (vst) free(merged), free(canon);
   LOOM_TRY(vst);
   s.fusion = &fv;
   s.merged = merged;
@@ -812,8 +805,7 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   int32_t *last_compute = loom_malloc(ctx, sizeof *last_compute * n_dev);
   double *copy_out = loom_calloc(ctx, n_dev, sizeof *copy_out);
   if (!last_compute || !copy_out) {
-    free(last_compute), free(copy_out), free(merged), free(canon), free(run_order);
-    fusion_view_free(&fv);
+    free(last_compute), free(copy_out), free(merged), free(canon), fusion_view_free(&fv);
     return LOOM_STATUS_OUT_OF_MEMORY;
   }
   state_copy_out(&s, last_compute, copy_out);
@@ -870,7 +862,6 @@ loom_status loom_plan_simulate(const loom_plan_program *pp, const loom_sim_optio
   free(copy_out);
   free(merged);
   free(canon);
-  free(run_order);
   if (st) loom_sim_result_free(out);
   return st;
 }

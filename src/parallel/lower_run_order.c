@@ -1,9 +1,18 @@
 /*
- * Run order (simulate_order.h): each stretch of a device's order between
- * two comm ops sorted topologically, ready nodes by position, those that
- * read a collective's output after every ready one that does not.
+ * The order each device's program runs in (lower_internal.h,
+ * lower_run_order). The session compiles a device's program with the
+ * fusion plan's execution order (fusion/plan_merge.c, unit_key): comm ops
+ * stay where the plan put them and nothing crosses one, but between two
+ * comm ops whatever reads a collective's output (not a transfer's) waits
+ * until nothing else is ready, so the collective overlaps the compute that
+ * does not need it. The lowering writes each device's order that way
+ * itself, so the program it prints, its peak memory and the simulator's
+ * timeline are of the order that runs (the runtime's sort then leaves it
+ * as it is). Each stretch between two comm ops is sorted topologically,
+ * ready nodes by position, those that read a collective's output after
+ * every ready one that does not.
  */
-#include "parallel/simulate_order.h"
+#include "parallel/lower_internal.h"
 
 #include "ops/op.h"
 
@@ -45,13 +54,9 @@ typedef struct scratch {
   int32_t *indeg, *cons_off, *cons, *heap; /* per position; cons per edge */
 } scratch;
 
-static int32_t producer(const loom_graph *G, const int32_t *canon, int32_t v) {
-  return G->values[canon ? canon[v] : v].node;
-}
-
 /* Sorts one stretch of n nodes into out. */
-static void sort_stretch(const loom_graph *G, const int32_t *canon, const int32_t *nodes, int32_t n,
-                         scratch *w, int32_t *out) {
+static void sort_stretch(const loom_graph *G, const int32_t *nodes, int32_t n, scratch *w,
+                         int32_t *out) {
   for (int32_t i = 0; i < n; i++)
     w->at[nodes[i]] = i;
   memset(w->cons_off, 0, sizeof *w->cons_off * (size_t)(n + 1));
@@ -59,7 +64,7 @@ static void sort_stretch(const loom_graph *G, const int32_t *canon, const int32_
     const loom_node *nd = &G->nodes[nodes[i]];
     w->late[i] = false, w->indeg[i] = 0;
     for (int32_t k = 0; k < nd->n_in; k++) {
-      int32_t p = producer(G, canon, nd->in[k]);
+      int32_t p = G->values[nd->in[k]].node;
       if (p < 0) continue;
       loom_op op = G->nodes[p].op;
       w->late[i] |= loom_op_is_comm(op) && op != LOOM_OP_TRANSFER;
@@ -74,7 +79,7 @@ static void sort_stretch(const loom_graph *G, const int32_t *canon, const int32_
   for (int32_t i = 0; i < n; i++) {
     const loom_node *nd = &G->nodes[nodes[i]];
     for (int32_t k = 0; k < nd->n_in; k++) {
-      int32_t p = producer(G, canon, nd->in[k]);
+      int32_t p = G->values[nd->in[k]].node;
       if (p >= 0 && w->at[p] >= 0 && w->at[p] < i) w->cons[fill[w->at[p]]++] = i;
     }
   }
@@ -92,21 +97,21 @@ static void sort_stretch(const loom_graph *G, const int32_t *canon, const int32_
     w->at[nodes[i]] = -1;
 }
 
-loom_status loom_sim_runtime_order(const loom_plan_program *pp, const int32_t *canon,
-                                   int32_t *order) {
+loom_status lower_run_order(loom_plan_program *pp) {
   const loom_graph *G = pp->global;
   int32_t total = pp->order_start[pp->n_devices];
   int64_t edges = 0;
   for (int32_t i = 0; i < total; i++)
     edges += G->nodes[pp->order_nodes[i]].n_in;
   size_t np = (size_t)total + 1;
+  int32_t *order = loom_malloc(pp->ctx, sizeof *order * np);
   scratch w = {loom_malloc(pp->ctx, sizeof *w.at * (size_t)(G->n_nodes ? G->n_nodes : 1)),
                loom_malloc(pp->ctx, sizeof *w.late * np),
                loom_malloc(pp->ctx, sizeof *w.indeg * np),
                loom_malloc(pp->ctx, sizeof *w.cons_off * (np + 1)),
                loom_malloc(pp->ctx, sizeof *w.cons * (size_t)(edges + 1)),
                loom_malloc(pp->ctx, sizeof *w.heap * np)};
-  loom_status st = w.at && w.late && w.indeg && w.cons_off && w.cons && w.heap
+  loom_status st = order && w.at && w.late && w.indeg && w.cons_off && w.cons && w.heap
                        ? LOOM_STATUS_OK
                        : LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {
@@ -117,12 +122,14 @@ loom_status loom_sim_runtime_order(const loom_plan_program *pp, const int32_t *c
       for (int32_t i = a; i <= pp->order_start[d + 1]; i++) {
         bool end = i == pp->order_start[d + 1];
         if (!end && !loom_op_is_comm(G->nodes[pp->order_nodes[i]].op)) continue;
-        sort_stretch(G, canon, pp->order_nodes + a, i - a, &w, order + a);
+        sort_stretch(G, pp->order_nodes + a, i - a, &w, order + a);
         if (!end) order[i] = pp->order_nodes[i];
         a = i + 1;
       }
     }
+    memcpy(pp->order_nodes, order, sizeof *order * (size_t)total);
   }
-  free(w.at), free(w.late), free(w.indeg), free(w.cons_off), free(w.cons), free(w.heap);
+  free(order), free(w.at), free(w.late), free(w.indeg), free(w.cons_off), free(w.cons),
+      free(w.heap);
   return st;
 }
