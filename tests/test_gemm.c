@@ -59,6 +59,10 @@ static const shape shapes[] = {
     /* A^T rows 4 KiB apart repay the copy over 32 columns, 2 KiB ones not over 128 */
     {"thin restride A", 1024, 32, 512, 1, true, false, 0, 8, false, true, false},
     {"thin A kept", 512, 128, 128, 1, true, false, 0, 8, false, false, false},
+    /* a transposed B copied to [K, N] first: under many epilogue blocks,
+     * and under 1024 rows or more; sizes off the copy's 4 x 4 steps */
+    {"trans_b blocks", 150, 70, 515, 1, false, true, 16, 10, true, false, false},
+    {"trans_b copied", 1030, 70, 515, 1, false, true, 0, 11, true, false, false},
 };
 
 /* The epilogue: tanh over whole rows of C, in place (row_len = n). */
