@@ -210,6 +210,27 @@ const heldout_spec loom_bench_heldout_sqrelu = {
     "%obj = reduce_sum(%yd)\n"
     "output objective = %obj\n"};
 
+/* A LoRA adapter beside a frozen weight: y = x W + s (x A) B, rank R,
+ * forward + backward to x and the adapter. Its weight gradients are thin:
+ * dA = x^T (s dy B^T) is [D, R] with k = N, x read transposed at a
+ * row stride of D floats (4 KiB at D = 1024: the GEMM's restride rule). */
+const heldout_spec loom_bench_heldout_lora = {
+    "N=4096 D=1024 R=16", "N=64 D=32 R=4", NULL, 3, {0, 2, 3},
+    "input %x : f32[$N, $D]\n"
+    "input %w : f32[$D, $D]\n"
+    "param %a : f32[$D, $R]\n"
+    "param %b : f32[$R, $D]\n"
+    "input %dy : f32[$N, $D]\n"
+    "%base = matmul(%x, %w)\n"
+    "%xa = matmul(%x, %a)\n"
+    "%xab = matmul(%xa, %b)\n"
+    "%scale = constant(value=2.0)\n" /* alpha / R */
+    "%lo = mul(%xab, %scale)\n"
+    "%y = add(%base, %lo)\n"
+    "%yd = mul(%y, %dy)\n"
+    "%obj = reduce_sum(%yd)\n"
+    "output objective = %obj\n"};
+
 /* A ConvNeXt block's tail, channels last: x + gamma * (GELU(LayerNorm(x)
  * W1 + b1) W2 + b2), forward. */
 const heldout_spec loom_bench_heldout_convnext = {

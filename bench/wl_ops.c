@@ -303,6 +303,8 @@ static const loom_bench_workload workloads[] = {
      "inputs+outputs", true, loom_bench_build_heldout, &loom_bench_heldout_moe_top2},
     {"sqrelu_mlp", "held-out, text IR: squared-ReLU MLP relu(x W1)^2 W2, fwd + bwd", "inputs+outputs",
      false, loom_bench_build_heldout, &loom_bench_heldout_sqrelu},
+    {"lora_mlp", "held-out, text IR: LoRA rank 16 beside a frozen [1024, 1024] weight, fwd + bwd (thin dA, dB)",
+     "inputs+outputs", false, loom_bench_build_heldout, &loom_bench_heldout_lora},
     {"convnext_tail", "held-out, text IR: ConvNeXt block tail x + gamma (GELU(LN(x) W1 + b1) W2 + b2)",
      "inputs+outputs", false, loom_bench_build_heldout, &loom_bench_heldout_convnext},
     {"llama_block", "held-out, text IR: Llama-style block (RMSNorm, rotary from slice/neg/concat, causal attention, SwiGLU), fwd + bwd",

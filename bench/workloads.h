@@ -83,7 +83,8 @@ LOOM_BENCH_LAYER_BUILD(loom_bench_build_heldout);
 typedef struct loom_bench_heldout loom_bench_heldout;
 extern const loom_bench_heldout loom_bench_heldout_rotary_bwd, loom_bench_heldout_focal,
     loom_bench_heldout_softcap, loom_bench_heldout_moe_top2, loom_bench_heldout_sqrelu,
-    loom_bench_heldout_convnext, loom_bench_heldout_llama, loom_bench_heldout_relbias;
+    loom_bench_heldout_convnext, loom_bench_heldout_llama, loom_bench_heldout_relbias,
+    loom_bench_heldout_lora;
 
 /* One pre-LN GPT block's forward for `loom bench attention` (wl_model.c):
  * batch 1, seq tokens, heads heads of head_dim (d_model = heads *

@@ -18,8 +18,8 @@ WORKLOADS = [
     "instnorm_lrelu", "instnorm_lrelu_bwd", "t5_norm_residual", "alibi_softmax",
     "alibi_softmax_bwd", "geglu_bwd", "layerscale_droppath",
     # held-out graphs in the text IR (bench/wl_heldout.c)
-    "rotary_bwd", "focal_loss", "softcap_zloss", "moe_top2_lb", "sqrelu_mlp", "convnext_tail",
-    "llama_block", "relbias_attention", "bert_layer", "gpt2_block", "train_step",
+    "rotary_bwd", "focal_loss", "softcap_zloss", "moe_top2_lb", "sqrelu_mlp", "lora_mlp",
+    "convnext_tail", "llama_block", "relbias_attention", "bert_layer", "gpt2_block", "train_step",
 ]
 MEMORY_BOUND = set(WORKLOADS[:22]) | {"rotary_bwd", "focal_loss", "softcap_zloss", "moe_top2_lb"}
 # the sizes of bench/wl_heldout.c's templates: (full, small)
@@ -29,6 +29,7 @@ HELDOUT = {
     "softcap_zloss": (dict(N=4096, K=8192), dict(N=256, K=1024)),
     "moe_top2_lb": (dict(T=262144, E=8), dict(T=8192, E=8)),
     "sqrelu_mlp": (dict(N=4096, D=512, F=2048), dict(N=256, D=64, F=256)),
+    "lora_mlp": (dict(N=4096, D=1024, R=16), dict(N=64, D=32, R=4)),
     "convnext_tail": (dict(B=8, H=56, W=56, C=96, F=384), dict(B=2, H=14, W=14, C=32, F=128)),
     "llama_block": (dict(B=2, T=256, D=512, H=8, F=1408), dict(B=1, T=8, D=16, H=2, F=24)),
     "relbias_attention": (dict(B=2, T=256, D=512, H=8), dict(B=1, T=8, D=16, H=2)),
@@ -36,6 +37,14 @@ HELDOUT = {
 SOFTCAP = 30.0
 ZLOSS = 1e-4
 LB_WEIGHT = 0.04  # E / 2 * 0.01
+LORA_SCALE = 2.0  # alpha / R
+
+
+def lora_flops(S):
+    """Matmul flops of the LoRA workload's forward + backward (dx, dA, dB):
+    x W and its dx twice 2 N D D, each of the six rank-R products 2 N D R."""
+    n, d, r = S["N"], S["D"], S["R"]
+    return 2 * 2 * n * d * d + 6 * 2 * n * d * r
 
 
 def llama_flops(S):

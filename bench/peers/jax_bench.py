@@ -224,6 +224,14 @@ def build_text_ir(name, small, wait):
         f = jax.jit(lambda x, w1, w2, dy: jax.vjp(mlp, x, w1, w2)[1](dy))
         return ((lambda: wait(f(x, w1, w2, dy))), nbytes((x, w1, w2, dy, x, w1, w2)),
                 3 * 2 * 2 * n * d * ff)
+    if name == "lora_mlp":
+        n, d, r = S["N"], S["D"], S["R"]
+        x, w, dy = rand((n, d), 1), rand((d, d), 2), rand((n, d), 5)
+        a, b = rand((d, r), 3, 0.02), rand((r, d), 4, 0.02)
+        lora = lambda x, w, a, b: x @ w + C.LORA_SCALE * ((x @ a) @ b)  # noqa: E731
+        f = jax.jit(lambda x, w, a, b, dy: jax.vjp(lambda x, a, b: lora(x, w, a, b), x, a, b)[1](dy))
+        return ((lambda: wait(f(x, w, a, b, dy))), nbytes((x, w, a, b, dy, x, a, b)),
+                C.lora_flops(S))
     if name == "convnext_tail":
         c, ff = S["C"], S["F"]
         x = rand((S["B"], S["H"], S["W"], c), 1)

@@ -224,6 +224,13 @@ def build_text_ir(name, small, comp):
         f = comp(lambda x, w1, w2: torch.relu(x @ w1).square() @ w2)
         return ((lambda: torch.autograd.grad(f(x, w1, w2), (x, w1, w2), dy)),
                 nbytes((x, w1, w2, dy, x, w1, w2)), 3 * 2 * 2 * n * d * ff)
+    if name == "lora_mlp":
+        n, d, r = S["N"], S["D"], S["R"]
+        x, w, dy = rand((n, d), 1, grad=True), rand((d, d), 2), rand((n, d), 5)
+        a, b = rand((d, r), 3, 0.02, grad=True), rand((r, d), 4, 0.02, grad=True)
+        f = comp(lambda x, w, a, b: x @ w + C.LORA_SCALE * ((x @ a) @ b))
+        return ((lambda: torch.autograd.grad(f(x, w, a, b), (x, a, b), dy)),
+                nbytes((x, w, a, b, dy, x, a, b)), C.lora_flops(S))
     if name == "convnext_tail":
         xs = (S["B"], S["H"], S["W"], S["C"])
         c, ff = S["C"], S["F"]
