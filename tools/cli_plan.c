@@ -633,7 +633,7 @@ static loom_status write_plan_file(loom_ctx *ctx, const plan_args *a, const loom
 }
 
 static loom_status run_search(loom_ctx *ctx, const plan_args *a, const loom_cluster *cl,
-                              unsigned flags) {
+                              const loom_cluster *shared, unsigned flags) {
   const loom_gpt_config *m = &a->cfg.model;
   int32_t N = (int32_t)a->devices;
   bool exact = N <= EXACT_MAX_DEVICES && (int64_t)N * m->n_layer <= EXACT_MAX_DEVICE_LAYERS;
@@ -646,7 +646,8 @@ static loom_status run_search(loom_ctx *ctx, const plan_args *a, const loom_clus
   loom_search_options so = {.cluster = cl, .precision = a->precision, .overlap = a->overlap,
                             .memory_limit = (double)a->memory_limit,
                             .top = exact && top < EXACT_POOL ? EXACT_POOL : top,
-                            .require_spec = exact || a->out};
+                            .require_spec = exact || a->out, .shared = shared,
+                            .cores = (int32_t)a->cores};
   loom_search_result r;
   loom_status st = loom_plan_search(ctx, m, a->cfg.batch, N, &so, &r);
   if (!st && exact) {
@@ -748,9 +749,10 @@ int loom_cli_plan_main(int argc, char **argv) {
   if (a.search) {
     /* composed estimates rate devices alike: each a fixed share of a core */
     int64_t nodes = cluster.max_nodes > 0 ? cluster.max_nodes : 1;
+    loom_cluster whole = cluster; /* the exact re-ranking shares its cores as they run */
     if (a.oversubscribe)
       loom_cluster_time_shared(&cluster, (int32_t)((a.devices + nodes - 1) / nodes), &cluster);
-    if (run_search(ctx, &a, &cluster, flags)) goto fail;
+    if (run_search(ctx, &a, &cluster, a.oversubscribe ? &whole : NULL, flags)) goto fail;
     rc = 0;
     goto done;
   }

@@ -466,8 +466,9 @@ static bool simulate_spec(loom_ctx *ctx, const loom_graph *g, int32_t devices,
             loom_plan_lower(p, lo, &pp) == LOOM_STATUS_OK;
   /* elements as the estimate counts them, so that the two compare */
   double e = o->element_bytes > 0 ? o->element_bytes : o->precision >= LOOM_PRECISION_bf16 ? 2 : 4;
-  loom_sim_options so = {.cluster = o->cluster, .precision = o->precision,
-                         .overlap = o->overlap, .element_bytes = e};
+  loom_sim_options so = {.cluster = o->shared ? o->shared : o->cluster, .precision = o->precision,
+                         .overlap = o->overlap, .element_bytes = e,
+                         .cores = o->shared ? o->cores : 0};
   ok = ok && loom_plan_simulate(pp, &so, &sr) == LOOM_STATUS_OK;
   if (ok) {
     c->simulated = true;

@@ -40,6 +40,12 @@ typedef struct loom_search_options {
   bool exhaustive;        /* estimate every candidate: no bound prunes (brute force) */
   bool require_spec;      /* rank only plans a built-in spec expresses (they can run) */
   bool composite_attention; /* as loom_estimate_options */
+  /* the exact re-ranking's devices, where they differ from `cluster`:
+   * ranks time-sharing `cores` cores of `shared` (loom_sim_options.cores),
+   * which the composed estimates can only rate as a fixed share of a core
+   * each (loom_cluster_time_shared); NULL: cluster */
+  const loom_cluster *shared;
+  int32_t cores;
 } loom_search_options;
 
 /* What an alternative lost by against the winner: the part of the step
