@@ -122,6 +122,20 @@ loom_status lower_bucket(lower_walk *w);
  * succ_start, also the edges by source (CSR: the successors of x are
  * succ[succ_start[x] .. succ_start[x+1])). */
 loom_status lower_sort(lower_walk *w, int32_t **sorted, int32_t **succ_start, int32_t **succ);
+/* lower_schedule.c: a binary min-heap of entries ordered by (t, tie,
+ * node), which the order's sorts share: the list schedule's (t a time,
+ * tie 0 for a comm op; dev and version its own) and the run order's (t a
+ * rank). */
+typedef struct lower_entry {
+  double t;
+  int32_t tie, node, dev, version;
+} lower_entry;
+typedef struct lower_heap {
+  lower_entry *v;
+  int32_t n;
+} lower_heap;
+void lower_heap_push(lower_heap *h, lower_entry x);
+lower_entry lower_heap_pop(lower_heap *h);
 /* lower_schedule.c: Kahn's sort over those edges (indeg: each node's
  * count, consumed) as a list schedule on a rough clock of every device's
  * compute and comm lanes; writes the order to sorted and returns its

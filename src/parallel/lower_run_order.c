@@ -19,39 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct stretch {
-  const int32_t *nodes; /* the stretch's nodes, in the plan's order */
-  int32_t n;
-  const bool *late; /* per position in the stretch */
-} stretch;
-
-static int32_t key(const stretch *s, int32_t i) { return s->late[i] ? s->n + i : i; }
-
-static void heap_push(const stretch *s, int32_t *h, int32_t *n, int32_t x) {
-  int32_t i = (*n)++;
-  for (; i > 0 && key(s, h[(i - 1) / 2]) > key(s, x); i = (i - 1) / 2)
-    h[i] = h[(i - 1) / 2];
-  h[i] = x;
-}
-
-static int32_t heap_pop(const stretch *s, int32_t *h, int32_t *n) {
-  int32_t top = h[0], x = h[--(*n)], i = 0;
-  for (;;) {
-    int32_t c = 2 * i + 1;
-    if (c >= *n) break;
-    if (c + 1 < *n && key(s, h[c + 1]) < key(s, h[c])) c++;
-    if (key(s, h[c]) >= key(s, x)) break;
-    h[i] = h[c];
-    i = c;
-  }
-  if (*n > 0) h[i] = x;
-  return top;
-}
-
 typedef struct scratch {
   int32_t *at; /* per node: its position in the stretch being sorted, else -1 */
   bool *late;  /* per position */
-  int32_t *indeg, *cons_off, *cons, *heap; /* per position; cons per edge */
+  int32_t *indeg, *cons_off, *cons, *fill; /* per position; cons per edge */
+  lower_entry *heap;                       /* per position */
 } scratch;
 
 /* Sorts one stretch of n nodes into out. */
@@ -73,7 +45,7 @@ static void sort_stretch(const loom_graph *G, const int32_t *nodes, int32_t n, s
   }
   for (int32_t i = 0; i < n; i++)
     w->cons_off[i + 1] += w->cons_off[i];
-  int32_t *fill = w->heap; /* free until the sort starts */
+  int32_t *fill = w->fill;
   for (int32_t i = 0; i < n; i++)
     fill[i] = w->cons_off[i];
   for (int32_t i = 0; i < n; i++) {
@@ -83,15 +55,18 @@ static void sort_stretch(const loom_graph *G, const int32_t *nodes, int32_t n, s
       if (p >= 0 && w->at[p] >= 0 && w->at[p] < i) w->cons[fill[w->at[p]]++] = i;
     }
   }
-  stretch s = {nodes, n, w->late};
-  int32_t nh = 0, k = 0;
+  /* ready nodes by (late, position) */
+  lower_heap h = {w->heap, 0};
+  int32_t k = 0;
   for (int32_t i = 0; i < n; i++)
-    if (w->indeg[i] == 0) heap_push(&s, w->heap, &nh, i);
-  while (nh > 0) {
-    int32_t i = heap_pop(&s, w->heap, &nh);
+    if (w->indeg[i] == 0) lower_heap_push(&h, (lower_entry){w->late[i], 0, i, 0, 0});
+  while (h.n > 0) {
+    int32_t i = lower_heap_pop(&h).node;
     out[k++] = nodes[i];
-    for (int32_t e = w->cons_off[i]; e < w->cons_off[i + 1]; e++)
-      if (--w->indeg[w->cons[e]] == 0) heap_push(&s, w->heap, &nh, w->cons[e]);
+    for (int32_t e = w->cons_off[i]; e < w->cons_off[i + 1]; e++) {
+      int32_t c = w->cons[e];
+      if (--w->indeg[c] == 0) lower_heap_push(&h, (lower_entry){w->late[c], 0, c, 0, 0});
+    }
   }
   for (int32_t i = 0; i < n; i++)
     w->at[nodes[i]] = -1;
@@ -110,8 +85,9 @@ loom_status lower_run_order(loom_plan_program *pp) {
                loom_malloc(pp->ctx, sizeof *w.indeg * np),
                loom_malloc(pp->ctx, sizeof *w.cons_off * (np + 1)),
                loom_malloc(pp->ctx, sizeof *w.cons * (size_t)(edges + 1)),
+               loom_malloc(pp->ctx, sizeof *w.fill * np),
                loom_malloc(pp->ctx, sizeof *w.heap * np)};
-  loom_status st = order && w.at && w.late && w.indeg && w.cons_off && w.cons && w.heap
+  loom_status st = order && w.at && w.late && w.indeg && w.cons_off && w.cons && w.fill && w.heap
                        ? LOOM_STATUS_OK
                        : LOOM_STATUS_OUT_OF_MEMORY;
   if (!st) {

@@ -41,35 +41,23 @@
 #define ORDER_COMM_BYTES_PER_S 5e9
 #define ORDER_COMM_LATENCY_S 1e-5
 
-enum { ON_HOST = -2, ON_COMM = -1 }; /* entry.dev for what no one device runs */
+enum { ON_HOST = -2, ON_COMM = -1 }; /* lower_entry.dev for what no one device runs */
 
-/* A heap entry, ordered by (t, compute, node). */
-typedef struct entry {
-  double t;
-  int32_t compute; /* 0: a comm op, first among equals */
-  int32_t node, dev, version;
-} entry;
-
-static bool before(entry a, entry b) {
+static bool before(lower_entry a, lower_entry b) {
   if (a.t != b.t) return a.t < b.t;
-  if (a.compute != b.compute) return a.compute < b.compute;
+  if (a.tie != b.tie) return a.tie < b.tie;
   return a.node < b.node;
 }
 
-typedef struct eheap {
-  entry *v;
-  int32_t n;
-} eheap;
-
-static void push(eheap *h, entry x) {
+void lower_heap_push(lower_heap *h, lower_entry x) {
   int32_t i = h->n++;
   for (; i > 0 && before(x, h->v[(i - 1) / 2]); i = (i - 1) / 2)
     h->v[i] = h->v[(i - 1) / 2];
   h->v[i] = x;
 }
 
-static entry pop(eheap *h) {
-  entry top = h->v[0], x = h->v[--h->n];
+lower_entry lower_heap_pop(lower_heap *h) {
+  lower_entry top = h->v[0], x = h->v[--h->n];
   int32_t i = 0;
   for (;;) {
     int32_t c = 2 * i + 1;
@@ -87,9 +75,9 @@ typedef struct sched {
   const loom_plan_program *pp;
   double *lane, *comm_lane; /* per device: when its compute / comm lane is free */
   double *ready_at;         /* per node: when its inputs (and order edges) are done */
-  eheap *pend, *avail;      /* per device */
+  lower_heap *pend, *avail; /* per device */
   int32_t *version;         /* per device: of its candidate in `all` */
-  eheap all;
+  lower_heap all;
 } sched;
 
 /* The device a compute node runs on, ON_COMM or ON_HOST. */
@@ -134,28 +122,28 @@ static double comm_start(const sched *s, int32_t x) {
 
 /* Device d's next candidate into `all` (the one before it goes stale). */
 static void offer(sched *s, int32_t d) {
-  eheap *pend = &s->pend[d], *avail = &s->avail[d];
+  lower_heap *pend = &s->pend[d], *avail = &s->avail[d];
   while (pend->n && pend->v[0].t <= s->lane[d])
-    push(avail, (entry){0, 1, pop(pend).node, d, 0});
+    lower_heap_push(avail, (lower_entry){0, 1, lower_heap_pop(pend).node, d, 0});
   double t = s->lane[d];
   if (!avail->n) {
     if (!pend->n) return;
     t = pend->v[0].t;
     while (pend->n && pend->v[0].t <= t)
-      push(avail, (entry){0, 1, pop(pend).node, d, 0});
+      lower_heap_push(avail, (lower_entry){0, 1, lower_heap_pop(pend).node, d, 0});
   }
-  push(&s->all, (entry){t, 1, avail->v[0].node, d, ++s->version[d]});
+  lower_heap_push(&s->all, (lower_entry){t, 1, avail->v[0].node, d, ++s->version[d]});
 }
 
 /* Node x's inputs are all done: it joins its device's queue or `all`. */
 static void make_ready(sched *s, int32_t x) {
   int32_t d = node_dev(s->pp, x);
   if (d == ON_COMM)
-    push(&s->all, (entry){comm_start(s, x), 0, x, ON_COMM, 0});
+    lower_heap_push(&s->all, (lower_entry){comm_start(s, x), 0, x, ON_COMM, 0});
   else if (d == ON_HOST)
-    push(&s->all, (entry){s->ready_at[x], 1, x, ON_HOST, 0});
+    lower_heap_push(&s->all, (lower_entry){s->ready_at[x], 1, x, ON_HOST, 0});
   else {
-    push(&s->pend[d], (entry){s->ready_at[x], 1, x, d, 0});
+    lower_heap_push(&s->pend[d], (lower_entry){s->ready_at[x], 1, x, d, 0});
     offer(s, d);
   }
 }
@@ -169,15 +157,16 @@ int32_t lower_schedule(const loom_plan_program *pp, const int32_t *succ_start, c
              .lane = calloc(devs, sizeof(double)),
              .comm_lane = calloc(devs, sizeof(double)),
              .ready_at = calloc(nodes, sizeof(double)),
-             .pend = calloc(devs, sizeof(eheap)),
-             .avail = calloc(devs, sizeof(eheap)),
+             .pend = calloc(devs, sizeof(lower_heap)),
+             .avail = calloc(devs, sizeof(lower_heap)),
              .version = calloc(devs, sizeof(int32_t)),
-             .all = {malloc(sizeof(entry) * (3 * nodes + devs)), 0}};
+             .all = {malloc(sizeof(lower_entry) * (3 * nodes + devs)), 0}};
   /* `all` holds each node once and each offer (two a compute node at
    * most) until popped; the device queues share two arrays, sliced by
    * each device's nodes */
   int32_t *count = calloc(devs + 1, sizeof *count);
-  entry *pend_v = malloc(sizeof(entry) * nodes), *avail_v = malloc(sizeof(entry) * nodes);
+  lower_entry *pend_v = malloc(sizeof(lower_entry) * nodes),
+              *avail_v = malloc(sizeof(lower_entry) * nodes);
   bool ok = s.lane && s.comm_lane && s.ready_at && s.pend && s.avail && s.version && s.all.v &&
             count && pend_v && avail_v;
   if (ok) {
@@ -190,17 +179,17 @@ int32_t lower_schedule(const loom_plan_program *pp, const int32_t *succ_start, c
     for (int32_t x = 0; x < nn; x++)
       if (!indeg[x]) make_ready(&s, x);
     while (s.all.n) {
-      entry e = pop(&s.all);
+      lower_entry e = lower_heap_pop(&s.all);
       if (e.dev >= 0 && e.version != s.version[e.dev]) continue; /* stale */
       if (e.dev == ON_COMM) {
         double t = comm_start(&s, e.node);
         if (t > e.t) { /* a member's lane moved on since: back in line */
           e.t = t;
-          push(&s.all, e);
+          lower_heap_push(&s.all, e);
           continue;
         }
       }
-      int32_t x = e.dev >= 0 ? pop(&s.avail[e.dev]).node : e.node;
+      int32_t x = e.dev >= 0 ? lower_heap_pop(&s.avail[e.dev]).node : e.node;
       double end = e.t + cost(pp, x);
       sorted[n_sorted++] = x;
       if (e.dev >= 0) s.lane[e.dev] = end;
