@@ -16,7 +16,6 @@
 
 /* ---- execution order: Kahn over units (groups and lone nodes) ---------- */
 
-static bool is_collective(loom_op op) { return loom_op_is_comm(op) && op != LOOM_OP_TRANSFER; }
 static int32_t unit_of(const plan_ctx *p, int32_t u) { return p->gon[u] >= 0 ? p->gon[u] : u; }
 /* Ties go to the smallest first node, so the order follows the graph's
  * own; but a unit reading a collective's output goes after every ready
@@ -69,7 +68,7 @@ int32_t loom_plan_order_units(plan_ctx *p, int32_t *order, int32_t *indeg, int32
     const loom_node *nd = &p->g->nodes[u];
     for (int32_t i = 0; i < nd->n_in; i++) {
       int32_t pr = p->g->values[nd->in[i]].node;
-      if (pr >= 0 && is_collective(p->g->nodes[pr].op)) p->late[unit_of(p, u)] = true;
+      if (pr >= 0 && loom_op_is_collective(p->g->nodes[pr].op)) p->late[unit_of(p, u)] = true;
     }
   }
   for (int32_t u = 0; u < p->n; u++)

@@ -125,6 +125,10 @@ const loom_op_def *loom_op_get(loom_op op);
 /* True for the COMM class: nodes with effects beyond their outputs (a
  * peer waits for them), which passes keep as they are, in order. */
 bool loom_op_is_comm(loom_op op);
+/* A comm op every member of its group takes part in (not a point-to-point
+ * transfer): the runtime's order runs its readers after the ready work
+ * that does not read one (fusion/plan_merge.c; lower_run_order.c mirrors it). */
+bool loom_op_is_collective(loom_op op);
 /* A comm op's `seq` (the number every member runs it by; comm_ops.c):
  * read from a node, or set in attributes of op. */
 int64_t loom_comm_op_seq(const loom_node *n);

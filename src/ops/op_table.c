@@ -40,6 +40,8 @@ bool loom_op_is_comm(loom_op op) {
   return d && d->cls == LOOM_OPCLASS_COMM;
 }
 
+bool loom_op_is_collective(loom_op op) { return loom_op_is_comm(op) && op != LOOM_OP_TRANSFER; }
+
 bool loom_op_out_count_ok(const loom_op_def *d, int32_t n_out) {
   if (d->n_out >= 0) return n_out == d->n_out;
   return n_out >= 1 && n_out <= LOOM_MAX_NODE_IO;

@@ -149,6 +149,9 @@ loom_status lower_run_order(loom_plan_program *pp);
 /* lower_order.c: the index in pp->comms of the comm op at global node
  * `node`, or -1 (comms are kept in node order). */
 int32_t lower_comm_index(const loom_plan_program *pp, int32_t node);
+/* lower_order.c: the members of comm op c (an index in pp->comms): *n of
+ * them. */
+const int32_t *lower_comm_members(const loom_plan_program *pp, int32_t c, int32_t *n);
 /* lower_order.c: the execution order, the deadlock check, the counts. */
 loom_status lower_finish(lower_walk *w);
 

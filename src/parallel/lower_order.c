@@ -26,6 +26,12 @@ int32_t lower_comm_index(const loom_plan_program *pp, int32_t node) {
   return -1;
 }
 
+const int32_t *lower_comm_members(const loom_plan_program *pp, int32_t c, int32_t *n) {
+  int32_t g = pp->comms[c].group;
+  *n = pp->group_start[g + 1] - pp->group_start[g];
+  return pp->group_ranks + pp->group_start[g];
+}
+
 /* The devices a global node runs on: its own, or its comm group. */
 static int32_t node_members(const loom_plan_program *pp, int32_t node, const int32_t **members,
                             int32_t *one) {
@@ -35,11 +41,9 @@ static int32_t node_members(const loom_plan_program *pp, int32_t node, const int
     *members = one;
     return 1;
   }
-  int32_t c = lower_comm_index(pp, node);
-  if (c < 0) return 0;
-  int32_t g = pp->comms[c].group;
-  *members = pp->group_ranks + pp->group_start[g];
-  return pp->group_start[g + 1] - pp->group_start[g];
+  int32_t c = lower_comm_index(pp, node), n = 0;
+  if (c >= 0) *members = lower_comm_members(pp, c, &n);
+  return n;
 }
 
 double loom_plan_node_flops(const loom_graph *g, const loom_node *n) {

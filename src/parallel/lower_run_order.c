@@ -38,8 +38,7 @@ static void sort_stretch(const loom_graph *G, const int32_t *nodes, int32_t n, s
     for (int32_t k = 0; k < nd->n_in; k++) {
       int32_t p = G->values[nd->in[k]].node;
       if (p < 0) continue;
-      loom_op op = G->nodes[p].op;
-      w->late[i] |= loom_op_is_comm(op) && op != LOOM_OP_TRANSFER;
+      w->late[i] |= loom_op_is_collective(G->nodes[p].op);
       if (w->at[p] >= 0 && w->at[p] < i) w->indeg[i]++, w->cons_off[w->at[p] + 1]++;
     }
   }
@@ -105,7 +104,7 @@ loom_status lower_run_order(loom_plan_program *pp) {
     }
     memcpy(pp->order_nodes, order, sizeof *order * (size_t)total);
   }
-  free(order), free(w.at), free(w.late), free(w.indeg), free(w.cons_off), free(w.cons),
-      free(w.heap);
+  free(order), free(w.at), free(w.late), free(w.indeg), free(w.cons_off), free(w.cons);
+  free(w.fill), free(w.heap);
   return st;
 }

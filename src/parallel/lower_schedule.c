@@ -86,12 +86,11 @@ static int32_t node_dev(const loom_plan_program *pp, int32_t x) {
   return pp->node_device[x] >= 0 ? pp->node_device[x] : ON_HOST;
 }
 
+/* The members of the comm op at node x: *n of them. */
 static const int32_t *comm_members(const loom_plan_program *pp, int32_t x, int32_t *n) {
   int32_t c = lower_comm_index(pp, x);
   if (c < 0) return *n = 0, NULL;
-  int32_t g = pp->comms[c].group;
-  *n = pp->group_start[g + 1] - pp->group_start[g];
-  return pp->group_ranks + pp->group_start[g];
+  return lower_comm_members(pp, c, n);
 }
 
 /* Seconds node x takes on the clock. */

@@ -486,13 +486,6 @@ typedef struct timeline {
   double *comm_hold; /* per device: wall seconds its running comm op waits before moving bytes */
 } timeline;
 
-/* The members of comm op k: *n of them. */
-static const int32_t *comm_members(const loom_plan_program *pp, int32_t k, int32_t *n) {
-  int32_t g = pp->comms[k].group;
-  *n = pp->group_start[g + 1] - pp->group_start[g];
-  return pp->group_ranks + pp->group_start[g];
-}
-
 /* Ends device d's running compute node at `now`. */
 static void timeline_end_compute(const loom_plan_program *pp, timeline *t, int32_t d, double now,
                                  loom_sim_result *out, int32_t *done) {
@@ -540,7 +533,7 @@ static double comm_hold_s(const sim *s, const timeline *t, int32_t k, double now
   const loom_plan_program *pp = s->pp;
   if (s->o->cores <= 0) return 0;
   int32_t nm, nd = pp->n_devices;
-  const int32_t *m = comm_members(pp, k, &nm);
+  const int32_t *m = lower_comm_members(pp, k, &nm);
   double notice = 0;
   for (int32_t j = 0; j < nm; j++)
     if (now > t->wait_since[m[j]] + waiting_spin_s(pp, t, m[j])) notice = s->c->wait_period_s / 2;
@@ -596,7 +589,7 @@ static bool timeline_settle(const sim *s, timeline *t, double now, loom_sim_resu
     if (t->comm_run[d] || t->head[d] == t->tail[d]) continue;
     int32_t node = pp->order_nodes[t->fifo[pp->order_start[d] + t->head[d]]];
     int32_t k = lower_comm_index(pp, node), nm;
-    const int32_t *m = comm_members(pp, k, &nm);
+    const int32_t *m = lower_comm_members(pp, k, &nm);
     bool all = true;
     for (int32_t j = 0; j < nm && all; j++) {
       int32_t e = m[j];
@@ -620,7 +613,7 @@ static void timeline_end_comm(const sim *s, timeline *t, int32_t d, double now,
   const loom_plan_program *pp = s->pp;
   int32_t node = pp->order_nodes[t->fifo[pp->order_start[d] + t->head[d]]];
   int32_t nm;
-  const int32_t *m = comm_members(pp, lower_comm_index(pp, node), &nm);
+  const int32_t *m = lower_comm_members(pp, lower_comm_index(pp, node), &nm);
   const loom_node *n = &pp->global->nodes[node];
   for (int32_t o = 0; o < n->n_out; o++) t->ready[n->out[o]] = now;
   for (int32_t j = 0; j < nm; j++) {
@@ -665,7 +658,7 @@ static double shared_rate(const sim *s, double demand, double busy, double cores
 static double comm_pace(const sim *s, const timeline *t, int32_t d) {
   const loom_plan_program *pp = s->pp;
   int32_t node = pp->order_nodes[t->fifo[pp->order_start[d] + t->head[d]]], nm;
-  const int32_t *m = comm_members(pp, lower_comm_index(pp, node), &nm);
+  const int32_t *m = lower_comm_members(pp, lower_comm_index(pp, node), &nm);
   double pace = 1;
   for (int32_t j = 0; j < nm; j++) pace = fmin(pace, t->pool_rate[core_pool(s, m[j])]);
   return pace;

@@ -1,5 +1,7 @@
 #include "runtime/cpu/gemm.h"
 
+#include "runtime/cpu/flash_attention.h"
+#include "runtime/cpu/flash_attention_kernels.h"
 #include "runtime/cpu/gemm_matmul.h"
 #include "runtime/cpu/gemm_restride.h"
 
@@ -13,9 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#if defined(__SSE__)
-#include <xmmintrin.h>
-#endif
 
 /* The tile of C per task: the largest that still gives at least
  * GEMM_MIN_TASKS tasks, so big products run big, efficient sgemm calls and
@@ -442,12 +441,13 @@ static void restride(int32_t nt, bool parallel, const loom_gemm *p, bool prim,
  * 4096 x 1024 x 1024 with B transposed ran at 132 GFLOP/s on two cores,
  * against 177 with B as [K, N] (and 155 on the GEMM's own tiles): the
  * LoRA workload's input gradient, dy W^T with the adapter's term added on
- * 32-row blocks, took 68 ms fused and 52 unfused (docs/PERFORMANCE.md,
+ * 32-row blocks, took 68 ms fused and 52 unfused. So is one under
+ * TRANSPOSE_B_MIN_ROWS rows or more on the matmul primitive's path
+ * (1024 x 768 x 3072 30.7 -> 26.5 ms; 512^3 lost 5%: docs/PERFORMANCE.md,
  * seventeenth session). The copy moves 8 bytes per element of B, once. */
 #define TRANSPOSE_B_MIN_BLOCKS 4
-#define TRANSPOSE_TILE 64
-
 #define TRANSPOSE_B_MIN_ROWS 1024
+#define TRANSPOSE_TILE 64
 
 static bool transpose_b_pays(const loom_gemm *p, int64_t mb) {
   if (!p->trans_b || p->batch != 1 || p->b_packed ||
@@ -458,37 +458,18 @@ static bool transpose_b_pays(const loom_gemm *p, int64_t mb) {
 }
 
 /* dst[k][j] = src[j][k] for B stored [n, k] (rows ld apart), in tiles
- * that stay in L1 on both sides, 4 x 4 at a time in SSE registers where
- * there are (x86-64's baseline; elsewhere, and at the edges, one by one). */
-static void transpose_tile(const float *src, int64_t ld, int64_t j0, int64_t j1, int64_t k0,
-                           int64_t k1, float *dst, int64_t ld2) {
-  int64_t j4 = j0, k4 = k0;
-#if defined(__SSE__)
-  j4 = j0 + (j1 - j0) / 4 * 4, k4 = k0 + (k1 - k0) / 4 * 4;
-  for (int64_t j = j0; j < j4; j += 4)
-    for (int64_t kk = k0; kk < k4; kk += 4) {
-      __m128 r0 = _mm_loadu_ps(src + j * ld + kk), r1 = _mm_loadu_ps(src + (j + 1) * ld + kk);
-      __m128 r2 = _mm_loadu_ps(src + (j + 2) * ld + kk), r3 = _mm_loadu_ps(src + (j + 3) * ld + kk);
-      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-      _mm_storeu_ps(dst + kk * ld2 + j, r0), _mm_storeu_ps(dst + (kk + 1) * ld2 + j, r1);
-      _mm_storeu_ps(dst + (kk + 2) * ld2 + j, r2), _mm_storeu_ps(dst + (kk + 3) * ld2 + j, r3);
-    }
-  for (int64_t j = j0; j < j4; j++) /* the columns past the last 4 */
-    for (int64_t kk = k4; kk < k1; kk++) dst[kk * ld2 + j] = src[j * ld + kk];
-#endif
-  for (int64_t j = j4; j < j1; j++) /* the rows past the last 4 */
-    for (int64_t kk = k0; kk < k1; kk++) dst[kk * ld2 + j] = src[j * ld + kk];
-}
-
+ * that stay in L1 on both sides, by the flash-attention kernels' tile
+ * transpose (the best set this CPU runs). */
 static void transpose_b(int32_t nt, bool parallel, const float *src, int64_t ld, int64_t n,
                         int64_t k, float *dst, int64_t ld2) {
   const int64_t tn = (n + TRANSPOSE_TILE - 1) / TRANSPOSE_TILE;
   const int64_t tk = (k + TRANSPOSE_TILE - 1) / TRANSPOSE_TILE;
+  const fa_kernels *fk = loom_fa_kernels(LOOM_FLASH_ATTN_IMPL_BEST);
 #pragma omp parallel for num_threads(nt) schedule(static) if (parallel)
   for (int64_t t = 0; t < tn * tk; t++) {
     int64_t j0 = t / tk * TRANSPOSE_TILE, k0 = t % tk * TRANSPOSE_TILE;
-    transpose_tile(src, ld, j0, LOOM_MIN(n, j0 + TRANSPOSE_TILE), k0,
-                   LOOM_MIN(k, k0 + TRANSPOSE_TILE), dst, ld2);
+    fk->transpose(LOOM_MIN(n - j0, TRANSPOSE_TILE), LOOM_MIN(k - k0, TRANSPOSE_TILE),
+                  src + j0 * ld + k0, ld, dst + k0 * ld2 + j0, ld2);
   }
 }
 
