@@ -58,7 +58,12 @@ static const shape shapes[] = {
     {"shared restride", 64, 256, 128, 3, false, false, 0, 6, false, true, true},
     /* A^T rows 4 KiB apart repay the copy over 32 columns, 2 KiB ones not over 128 */
     {"thin restride A", 1024, 32, 512, 1, true, false, 0, 8, false, true, false},
-    {"thin A kept", 512, 128, 128, 1, true, false, 0, 8, false, false, false},
+    /* a transposed A at least 64 x 64 copied to [M, K] first (then not
+     * restrided: 128 floats a row); tails off the copy's steps, and under
+     * an epilogue */
+    {"thin A transposed", 512, 128, 128, 1, true, false, 0, 8, false, false, false},
+    {"trans_a copied", 150, 70, 515, 1, true, false, 0, 2, false, false, false},
+    {"trans_a epilogue", 130, 96, 600, 1, true, false, 32, 5, false, false, false},
     /* a transposed B copied to [K, N] first: under many epilogue blocks,
      * and under 1024 rows or more; sizes off the copy's 4 x 4 steps */
     {"trans_b blocks", 150, 70, 515, 1, false, true, 16, 10, true, false, false},

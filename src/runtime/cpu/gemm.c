@@ -335,12 +335,15 @@ loom_status loom_gemm_pack_b(loom_ctx *ctx, const loom_gemm *p, loom_gemm_packed
 }
 
 /* True if pb was made for exactly p: the same operands, strides, shapes
- * and tiles (the epilogue's rows set the tiles). */
+ * and tiles (the epilogue's rows set the tiles); A's layout matters to
+ * the primitives' blocks only, not to a restrided copy of B (which p may
+ * read after its A was copied untransposed). */
 static bool pack_fits(const loom_gemm_packed_b *pb, const loom_gemm *p, int64_t tile,
                       int64_t tile_n) {
   const loom_gemm *s = &pb->shape;
-  return s->trans_a == p->trans_a && s->trans_b == p->trans_b && s->m == p->m && s->n == p->n &&
-         s->k == p->k && s->batch == p->batch && s->lda == p->lda && s->b == p->b &&
+  bool same_a = pb->restrided || (s->trans_a == p->trans_a && s->lda == p->lda);
+  return same_a && s->trans_b == p->trans_b && s->m == p->m && s->n == p->n &&
+         s->k == p->k && s->batch == p->batch && s->b == p->b &&
          s->ldb == p->ldb && s->ldc == p->ldc && pb->tile_m == tile && pb->tile_n == tile_n &&
          !pb->b_off == !p->b_off &&
          (!p->b_off || memcmp(pb->b_off, p->b_off, sizeof *p->b_off * (size_t)p->batch) == 0);
@@ -457,20 +460,60 @@ static bool transpose_b_pays(const loom_gemm *p, int64_t mb) {
   return loom_gemm_uses_matmul(p) && p->m >= TRANSPOSE_B_MIN_ROWS;
 }
 
-/* dst[k][j] = src[j][k] for B stored [n, k] (rows ld apart), in tiles
+/* A transposed A (stored [K, M]: a weight gradient x^T dy) is copied to
+ * [M, K] first: sgemm ran such products at 0.72-0.96 of the same product
+ * with A as [M, K], copy included (two cores, docs/PERFORMANCE.md,
+ * eighteenth session: 512 x 128 x 1024 1184 -> 851 us, 768 x 3072 x 1024
+ * 33.0 -> 27.0 ms). The copy moves 8 bytes per element of A for 2 N
+ * flops, so B must be TRANSPOSE_A_MIN_COLS wide (1024 x 32 x 4096 and 512
+ * x 32 x 1024 lost), and A TRANSPOSE_A_MIN_ROWS tall (16 x 1024 x 4096
+ * lost 6%). */
+#define TRANSPOSE_A_MIN_COLS 64
+#define TRANSPOSE_A_MIN_ROWS 64
+
+static bool transpose_a_pays(const loom_gemm *p) {
+  return p->trans_a && p->batch == 1 && p->m >= TRANSPOSE_A_MIN_ROWS &&
+         p->n >= TRANSPOSE_A_MIN_COLS &&
+         2.0 * (double)p->m * (double)p->n * (double)p->k >= GEMM_MATMUL_MIN_FLOPS;
+}
+
+/* dst[c][r] = src[r][c] for src [rows, cols] (rows ld apart), in tiles
  * that stay in L1 on both sides, by the flash-attention kernels' tile
  * transpose (the best set this CPU runs). */
-static void transpose_b(int32_t nt, bool parallel, const float *src, int64_t ld, int64_t n,
-                        int64_t k, float *dst, int64_t ld2) {
-  const int64_t tn = (n + TRANSPOSE_TILE - 1) / TRANSPOSE_TILE;
-  const int64_t tk = (k + TRANSPOSE_TILE - 1) / TRANSPOSE_TILE;
+static void transpose_copy(int32_t nt, bool parallel, const float *src, int64_t ld, int64_t rows,
+                           int64_t cols, float *dst, int64_t ld2) {
+  const int64_t tr = (rows + TRANSPOSE_TILE - 1) / TRANSPOSE_TILE;
+  const int64_t tc = (cols + TRANSPOSE_TILE - 1) / TRANSPOSE_TILE;
   const fa_kernels *fk = loom_fa_kernels(LOOM_FLASH_ATTN_IMPL_BEST);
 #pragma omp parallel for num_threads(nt) schedule(static) if (parallel)
-  for (int64_t t = 0; t < tn * tk; t++) {
-    int64_t j0 = t / tk * TRANSPOSE_TILE, k0 = t % tk * TRANSPOSE_TILE;
-    fk->transpose(LOOM_MIN(n - j0, TRANSPOSE_TILE), LOOM_MIN(k - k0, TRANSPOSE_TILE),
-                  src + j0 * ld + k0, ld, dst + k0 * ld2 + j0, ld2);
+  for (int64_t t = 0; t < tr * tc; t++) {
+    int64_t r0 = t / tc * TRANSPOSE_TILE, c0 = t % tc * TRANSPOSE_TILE;
+    fk->transpose(LOOM_MIN(rows - r0, TRANSPOSE_TILE), LOOM_MIN(cols - c0, TRANSPOSE_TILE),
+                  src + r0 * ld + c0, ld, dst + c0 * ld2 + r0, ld2);
   }
+}
+
+/* p with its A (a) or B (!a) copied untransposed into a buffer, then run;
+ * false (and nothing run) when no buffer could be had. */
+static bool run_transposed(loom_ctx *ctx, int32_t nt, bool parallel, const loom_gemm *p, bool a,
+                           loom_status *st) {
+  int64_t rows = a ? p->m : p->k, cols = a ? p->k : p->n; /* the copy's shape */
+  int64_t ld = loom_gemm_restride_ld(cols) ? loom_gemm_restride_ld(cols) : cols;
+  bool own;
+  float *buf = restride_buffer(p, rows * ld, &own);
+  if (!buf) return false;
+  loom_gemm t = *p;
+  if (a) {
+    transpose_copy(nt, parallel, p->a, p->lda, p->k, p->m, buf, ld);
+    t.trans_a = false, t.a = buf, t.lda = ld;
+  } else {
+    transpose_copy(nt, parallel, p->b, p->ldb, p->n, p->k, buf, ld);
+    t.trans_b = false, t.b = buf, t.ldb = ld;
+  }
+  t.scratch = NULL; /* buf is in it */
+  *st = loom_gemm_f32(ctx, nt, &t);
+  if (own) free(buf);
+  return true;
 }
 
 loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
@@ -489,20 +532,9 @@ loom_status loom_gemm_f32(loom_ctx *ctx, int32_t nt, const loom_gemm *p) {
   gemm_tile(p, &tile, &tile_n);
   int64_t tasks = gemm_tasks(p, tile, tile_n, &mb, &nb);
   const bool parallel = gemm_parallel(p, tasks);
-  if (transpose_b_pays(p, mb)) {
-    loom_gemm t = *p;
-    int64_t ld = loom_gemm_restride_ld(p->n) ? loom_gemm_restride_ld(p->n) : p->n;
-    bool own;
-    float *bt = restride_buffer(p, p->k * ld, &own);
-    if (bt) { /* else as it is */
-      transpose_b(nt, parallel, p->b, p->ldb, p->n, p->k, bt, ld);
-      t.trans_b = false, t.b = bt, t.ldb = ld;
-      t.scratch = NULL; /* bt is in it */
-      loom_status st = loom_gemm_f32(ctx, nt, &t);
-      if (own) free(bt);
-      return st;
-    }
-  }
+  loom_status st; /* a transposed operand copied first, if it pays and memory allows */
+  if (transpose_a_pays(p) && run_transposed(ctx, nt, parallel, p, true, &st)) return st;
+  if (transpose_b_pays(p, mb) && run_transposed(ctx, nt, parallel, p, false, &st)) return st;
   /* tiles on the matmul primitive (gemm_matmul.h): one per tile shape,
    * the full tile and the tails; with B packed ahead, the pack's */
   const loom_gemm_packed_b *pk =
