@@ -9,6 +9,8 @@
  */
 #include "fusion/lower_internal.h"
 
+#include "fusion/cost.h"
+
 #include "ir/dtype.h"
 #include "ops/op.h"
 
@@ -138,8 +140,8 @@ bool loom_fusion_index_materialized(const loom_fusion_index *ix, const int32_t *
   return false;
 }
 
-/* Element-wise evaluations of one stage: OP and KEEP expressions it
- * reaches, once per element it runs for. mark holds the stamp of the last
+/* Element-wise work of one stage: the OP (by loom_cost_op_weight) and
+ * KEEP expressions it reaches, once per element it runs for. mark holds the stamp of the last
  * walk that reached each expression; stack has room for every one. */
 static int64_t stage_ops(const loom_kernel *k, const loom_kstage *st, int32_t *mark, int32_t stamp,
                          int32_t *stack) {
@@ -152,7 +154,8 @@ static int64_t stage_ops(const loom_kernel *k, const loom_kstage *st, int32_t *m
     stack[sp++] = r;
     while (sp > 0) {
       const loom_kexpr *e = &k->exprs[stack[--sp]];
-      n += e->kind == LOOM_KX_OP || e->kind == LOOM_KX_KEEP;
+      if (e->kind == LOOM_KX_OP) n += LOOM_MAX(1, loom_cost_op_weight(e->op));
+      n += e->kind == LOOM_KX_KEEP;
       for (int32_t a = 0; a < e->n_a; a++)
         if (mark[e->a[a]] != stamp) {
           mark[e->a[a]] = stamp;
@@ -170,7 +173,7 @@ static int64_t graph_ops(const loom_graph *g, const loom_kernel *k) {
     const loom_node *nd = &g->nodes[k->nodes[i]];
     loom_op_class c = loom_op_get(nd->op)->cls;
     int64_t numel = loom_type_numel(loom_value_type(g, nd->out[0]));
-    if (c == LOOM_OPCLASS_ELEMENTWISE) n += numel;
+    if (c == LOOM_OPCLASS_ELEMENTWISE) n += numel * LOOM_MAX(1, loom_cost_op_weight(nd->op));
     if (c == LOOM_OPCLASS_RNG) n += 3 * numel; /* keep, scale, select */
   }
   return n;

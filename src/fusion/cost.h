@@ -32,6 +32,11 @@ int32_t loom_cost_vector_width(int64_t row_len);
 loom_kschedule loom_cost_schedule(int64_t rows, int64_t row_len, int64_t bytes_per_row,
                                   int64_t partial_elems);
 
+/* What one element of op costs in the element rate's operations: a
+ * multiply or an add 1, a division or root 3, the kernel IR's f32
+ * functions their measured time (docs/FUSION.md), layout 0. */
+int32_t loom_cost_op_weight(loom_op op);
+
 /* Modeled seconds of one kernel described by info (detail may be NULL). */
 double loom_cost_group(const loom_machine *m, const loom_group_info *info,
                        loom_cost_detail *detail);

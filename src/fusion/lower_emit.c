@@ -5,6 +5,8 @@
  */
 #include "fusion/lower_internal.h"
 
+#include "fusion/cost.h"
+
 #include "ops/op.h"
 #include "ops/rng_piece.h"
 #include "rng/philox.h"
@@ -327,15 +329,7 @@ static int32_t emit(lw *w, kbuild *b, lpart *P, int32_t l) {
 }
 
 int32_t loom_lower_op_weight(const lw *w, int32_t m) {
-  const loom_node *nd = mnode(w, m);
-  switch (nd->op) {
-  case LOOM_OP_EXP: case LOOM_OP_LOG: case LOOM_OP_TANH: case LOOM_OP_ERF: case LOOM_OP_SIGMOID:
-  case LOOM_OP_POW: case LOOM_OP_SIN: case LOOM_OP_COS: case LOOM_OP_DROPOUT: return 8;
-  case LOOM_OP_DIV: case LOOM_OP_SQRT: case LOOM_OP_RSQRT: case LOOM_OP_RECIPROCAL: return 3;
-  default: break;
-  }
-  loom_op_class c = loom_op_get(nd->op)->cls;
-  return c == LOOM_OPCLASS_ELEMENTWISE ? 1 : 0;
+  return loom_cost_op_weight(mnode(w, m)->op);
 }
 
 /* Growable list of stage outputs. */

@@ -266,8 +266,7 @@ static inline bool outside_part(const lw *w, const lpart *P, int32_t l) {
   return false;
 }
 
-/* What member m costs per element: 8 a transcendental, 3 a division or
- * root, 1 other element-wise work, 0 layout. */
+/* What member m costs per element (loom_cost_op_weight). */
 int32_t loom_lower_op_weight(const lw *w, int32_t m);
 
 /* Emits the stages of one part: roots[0..n) are its values to produce. */

@@ -26,6 +26,7 @@
  */
 #include "fusion/plan_internal.h"
 #include "fusion/lower_internal.h"
+#include "fusion/cost.h"
 
 #include "ops/op.h"
 
@@ -224,7 +225,14 @@ loom_status loom_plan_duplicate(plan_ctx *p, int32_t **dup_group, int32_t **dup_
     d.n = n1;
     sync(&d);
     bool ok1 = ok0 && total_cost(&d, gs, ng, &after);
-    if (!ok1 || !(after < before * (1.0 - 1e-9))) d.n = n0; /* not one kernel, or no gain */
+    /* copies that compute nothing (a constant and its reshapes) go where
+     * they do not cost more: a value fewer crosses kernels, where a
+     * compute-bound consumer's model sees no gain in the load it saves */
+    bool free_copies = true;
+    for (int32_t i = n0; i < n1 && free_copies; i++)
+      free_copies = loom_cost_op_weight(p->g->nodes[d.node[i]].op) == 0;
+    bool gain = free_copies ? after <= before * (1.0 + 1e-9) : after < before * (1.0 - 1e-9);
+    if (!ok1 || !gain) d.n = n0; /* not one kernel, or no gain */
     sync(&d);
   }
   loom_fusion_index_set_dups(p->ix, NULL);
