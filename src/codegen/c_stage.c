@@ -121,9 +121,14 @@ static loom_status emit_range(loom_ctx *ctx, cg_buf *b, cg_site si, const uint8_
   line(b, "for (; i0 + %d <= %s; i0 += %d) {", B, hi, B);
   b->indent++;
   emit_pf(b, &si);
-  /* unrolled first, the lanes would not vectorise; 1, not 0: clang
-   * refuses 0, and both compilers read 1 as "do not unroll" */
-  if (lanes) line(b, "#pragma GCC unroll 1");
+  /* unrolled first, the lanes would not vectorise, nor would a
+   * prefetch block holding a select or a relu: gcc unrolled the 16
+   * iterations whole, kept the selects as branches, which its
+   * straight-line vectoriser does not take, and random signs then ran
+   * the block 6x slower (a squared-ReLU backward, eighteenth session);
+   * 1, not 0: clang refuses 0, and both compilers read 1 as "do not
+   * unroll" */
+  line(b, "#pragma GCC unroll 1");
   if (si.ivdep) line(b, "LM_IVDEP");
   line(b, "for (int l = 0; l < %d; l++) {", B);
   b->indent++;

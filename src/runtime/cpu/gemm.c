@@ -370,6 +370,8 @@ static int64_t operand_sets(const int64_t *off, int64_t batch, int64_t size, int
 }
 
 void loom_gemm_scratch_free(loom_gemm_scratch *s) {
+  if (s->inner) loom_gemm_scratch_free(s->inner);
+  free(s->inner);
   free(s->data);
   *s = (loom_gemm_scratch){0};
 }
@@ -394,7 +396,7 @@ static float *restride_buffer(const loom_gemm *p, int64_t floats, bool *own) {
   *own = !s;
   if (!s) return aligned_alloc(64, bytes);
   if (s->floats < floats) {
-    loom_gemm_scratch_free(s);
+    free(s->data);
     s->data = aligned_alloc(64, bytes);
     s->floats = s->data ? floats : 0;
   }
@@ -510,7 +512,9 @@ static bool run_transposed(loom_ctx *ctx, int32_t nt, bool parallel, const loom_
     transpose_copy(nt, parallel, p->b, p->ldb, p->n, p->k, buf, ld);
     t.trans_b = false, t.b = buf, t.ldb = ld;
   }
-  t.scratch = NULL; /* buf is in it */
+  /* buf is in p's scratch: the product's own copies go in the inner one */
+  if (p->scratch && !p->scratch->inner) p->scratch->inner = calloc(1, sizeof *p->scratch->inner);
+  t.scratch = p->scratch ? p->scratch->inner : NULL;
   *st = loom_gemm_f32(ctx, nt, &t);
   if (own) free(buf);
   return true;

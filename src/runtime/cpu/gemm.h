@@ -52,6 +52,9 @@ typedef struct loom_gemm_packed_b loom_gemm_packed_b;
 typedef struct loom_gemm_scratch {
   float *data;
   int64_t floats;
+  /* the scratch of the product a transposed operand's copy turns p into
+   * (its own restrided copies; NULL until one is made) */
+  struct loom_gemm_scratch *inner;
 } loom_gemm_scratch;
 void loom_gemm_scratch_free(loom_gemm_scratch *s);
 
