@@ -141,8 +141,9 @@ bool loom_fusion_index_materialized(const loom_fusion_index *ix, const int32_t *
 }
 
 /* Element-wise work of one stage: the OP (by loom_cost_op_weight) and
- * KEEP expressions it reaches, once per element it runs for. mark holds the stamp of the last
- * walk that reached each expression; stack has room for every one. */
+ * KEEP expressions it reaches, once per element it runs for. mark holds
+ * the stamp of the last walk that reached each expression; stack has room
+ * for every one. */
 static int64_t stage_ops(const loom_kernel *k, const loom_kstage *st, int32_t *mark, int32_t stamp,
                          int32_t *stack) {
   int64_t n = 0;

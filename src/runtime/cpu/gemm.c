@@ -468,7 +468,7 @@ static bool transpose_b_pays(const loom_gemm *p, int64_t mb) {
  * docs/PERFORMANCE.md, eighteenth session: 512 x 128 x 1024 1.25-1.34 ->
  * 1.01 ms; big ones gain less, 768 x 3072 x 1024 30.5 -> 26.7 ms, 1024 x
  * 1024 x 4096 even). The copy moves 8 bytes per element of A for 2 N
- * flops, so B must be TRANSPOSE_A_MIN_COLS wide (1024 x 32 x 4096 and 512
+ * flops, so B must be TRANSPOSE_A_MIN_COLS wide (1024 x 16 x 4096 and 512
  * x 32 x 1024 lost), and A TRANSPOSE_A_MIN_ROWS tall (16 x 1024 x 4096
  * lost 6%). */
 #define TRANSPOSE_A_MIN_COLS 64
