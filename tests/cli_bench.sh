@@ -250,8 +250,9 @@ check "--back-to-back runs every mode" test "$rc" -eq 0 -a "$(grep -c '"workload
 # ---- held-out graphs in the text IR (bench/wl_heldout.c) -------------------------
 # each against the reference executor in loop and stitch mode; the
 # memory-bound ones are one stitched kernel, but the top-2 gate, whose
-# load-balancing counts need every row's choice first: there the
-# softmax is stored between two kernels rather than its exp recomputed
+# load-balancing counts need every row's choice first: whether its softmax
+# is stored between two kernels or its exp recomputed in one is the cost
+# model's call on the measured machine, so either plan passes
 for w in rotary_bwd focal_loss softcap_zloss moe_top2_lb sqrelu_mlp lora_mlp convnext_tail llama_block; do
   run bench $w --size small --modes reference,loop,stitch --runs 1 --with-reference --json --quiet
   check "$w runs" test "$rc" -eq 0
@@ -262,7 +263,7 @@ for w in rotary_bwd focal_loss softcap_zloss moe_top2_lb sqrelu_mlp lora_mlp con
     awk -v e="$errs" 'BEGIN { n = split(e, a, " "); if (n != 2) exit 1; for (i = 1; i <= n; i++) if (!(a[i] + 0 <= 1e-5)) exit 1 }'
   case $w in
   sqrelu_mlp | lora_mlp | convnext_tail | llama_block) ;;
-  moe_top2_lb) check "$w: two stitched kernels" grep -q '"mode": "stitch".*"kernels": 2,' <<<"$out" ;;
+  moe_top2_lb) check "$w: one or two stitched kernels" grep -Eq '"mode": "stitch".*"kernels": [12],' <<<"$out" ;;
   *) check "$w: one stitched kernel" grep -q '"mode": "stitch".*"kernels": 1,' <<<"$out" ;;
   esac
 done
