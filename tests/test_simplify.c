@@ -1,4 +1,5 @@
-/* simplify: dead code goes, identical nodes merge, results do not change. */
+/* simplify: dead code goes, identical nodes merge, x * 1 is x, results do
+ * not change. */
 #include "common.h"
 
 #include "ir/build.h"
@@ -64,6 +65,51 @@ static void test_copy_mark(loom_ctx *ctx) {
   loom_graph_free(g);
 }
 
+/* x * 1 and x / 1 become x, the broadcast 1 dies with them; a product
+ * whose other operand is smaller (1 * a broadcast row), a division by 1
+ * on the left, x * 2 and a graph output keep their node. */
+static void test_identity(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  int32_t x;
+  CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 2, (int64_t[]){3, 4}, &x));
+  int32_t one = lb_broadcast_like(g, lb_scalar(g, LOOM_DTYPE_F32, 1.0), x);
+  int32_t e = lb_unary(g, LOOM_OP_EXP, x);
+  int32_t a = lb_mul(g, one, e);                                       /* e */
+  int32_t b = lb_div(g, a, lb_scalar(g, LOOM_DTYPE_F32, 1.0));         /* e */
+  int32_t row = lb_reshape(g, lb_sum(g, x, 1, (int64_t[]){0}, false), 2, (int64_t[]){1, 4});
+  int32_t c = lb_mul(g, one, row);                                     /* kept: broadcasts */
+  int32_t d = lb_div(g, lb_scalar(g, LOOM_DTYPE_F32, 1.0), lb_add(g, e, one)); /* kept */
+  int32_t y = lb_add(g, lb_add(g, b, c), lb_mul(g, d, lb_scalar(g, LOOM_DTYPE_F32, 2.0)));
+  CHECK_OK(ctx, loom_build_status(g));
+  CHECK_OK(ctx, loom_graph_output(g, "y", y));
+  loom_graph *s = NULL;
+  CHECK_OK(ctx, loom_graph_simplify(g, &s));
+  if (s) {
+    CHECK_OK(ctx, loom_graph_verify(s));
+    CHECK(count_op(s, LOOM_OP_MUL) == 2); /* 1 * row, d * 2 */
+    CHECK(count_op(s, LOOM_OP_DIV) == 1);
+    CHECK(count_op(s, LOOM_OP_BROADCAST_TO) == 1); /* read by 1 * row and e + 1 */
+    float r[12] = {0}, t[12] = {0};
+    run(ctx, g, r, 12);
+    run(ctx, s, t, 12);
+    for (int i = 0; i < 12; i++) CHECK(r[i] == t[i] && r[i] > 1);
+  }
+  loom_graph_free(s);
+  loom_graph_free(g);
+  /* an output computed as x * 1 keeps its node */
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 2, (int64_t[]){3, 4}, &x));
+  int32_t z = lb_mul(g, x, lb_scalar(g, LOOM_DTYPE_F32, 1.0));
+  CHECK_OK(ctx, loom_build_status(g));
+  CHECK_OK(ctx, loom_graph_output(g, "z", z));
+  s = NULL;
+  CHECK_OK(ctx, loom_graph_simplify(g, &s));
+  CHECK(s && count_op(s, LOOM_OP_MUL) == 1);
+  loom_graph_free(s);
+  loom_graph_free(g);
+}
+
 int main(void) {
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx)) return 1;
@@ -105,6 +151,7 @@ int main(void) {
   loom_graph_free(s);
   loom_graph_free(g);
   test_copy_mark(ctx);
+  test_identity(ctx);
   loom_ctx_free(ctx);
   return loom_test_finish("test_simplify");
 }

@@ -1,5 +1,6 @@
 /*
- * simplify: dead-code elimination and common-subexpression elimination.
+ * simplify: dead-code elimination, common-subexpression elimination and
+ * the exact identity x * 1 = x.
  *
  * Autodiff differentiates composites through their decomposition, which
  * recomputes forward values (softmax's max, exp and sum) next to the
@@ -13,6 +14,13 @@
  * marked as a recomputation (loom_node.copy, a plan's +recompute): its
  * mark is part of its identity, so it stays apart from the original it
  * repeats, and the original's result can die before the copy runs.
+ *
+ * Autodiff seeds a loss's gradient with a constant 1, which its first
+ * rules broadcast and multiply in (a sum's gradient times the factor
+ * beside it): a full-size copy of the factor. Multiplying by 1 (or
+ * dividing by it) is exact in IEEE arithmetic, NaN and -0 included, so
+ * such a product is replaced by its other operand when that already has
+ * the product's type.
  */
 #include "passes/simplify.h"
 
@@ -57,6 +65,35 @@ static bool *live_nodes(const loom_graph *g) {
   return live;
 }
 
+/* True if value v of g holds `c` everywhere: a constant, or a reshape or
+ * broadcast of one. */
+static bool uniform_value(const loom_graph *g, int32_t v, double c) {
+  for (;;) {
+    int32_t k = g->values[v].node;
+    if (k < 0) return false;
+    const loom_node *n = &g->nodes[k];
+    if (n->op == LOOM_OP_CONSTANT) return LOOM_ATTR_F(n, constant, value) == c;
+    if (n->op != LOOM_OP_RESHAPE && n->op != LOOM_OP_BROADCAST_TO) return false;
+    v = n->in[0];
+  }
+}
+
+/* The value of dst that node n (inputs `in`, mapped) equals by x * 1 = x
+ * or x / 1 = x, or -1. Not for a graph output, which keeps a value of
+ * its own. */
+static int32_t identity_operand(const loom_graph *dst, const loom_graph *g, const loom_node *n,
+                                const int32_t *in) {
+  if ((n->op != LOOM_OP_MUL && n->op != LOOM_OP_DIV) || n->n_in != 2) return -1;
+  for (int32_t o = 0; o < g->n_outputs; o++)
+    if (g->outputs[o] == n->out[0]) return -1;
+  const loom_type *t = &g->values[n->out[0]].type;
+  for (int32_t i = n->op == LOOM_OP_DIV ? 1 : 0; i < 2; i++) {
+    int32_t x = in[1 - i];
+    if (uniform_value(dst, in[i], 1.0) && loom_type_equal(&dst->values[x].type, t)) return x;
+  }
+  return -1;
+}
+
 loom_status loom_graph_simplify(const loom_graph *g, loom_graph **out) {
   if (!g || !out) return LOOM_STATUS_INVALID_ARGUMENT;
   *out = NULL;
@@ -73,6 +110,7 @@ loom_status loom_graph_simplify(const loom_graph *g, loom_graph **out) {
   int32_t *in = st ? NULL : loom_malloc(ctx, sizeof(int32_t) * (size_t)(g->n_values + 1));
   if (!st && (!table || !in)) st = LOOM_STATUS_OUT_OF_MEMORY;
   if (table) memset(table, -1, sizeof(int32_t) * (size_t)cap);
+  int32_t replaced = 0;
 
   for (int32_t k = 0; k < g->n_nodes && !st; k++) {
     if (!live[k]) continue;
@@ -82,6 +120,11 @@ loom_status loom_graph_simplify(const loom_graph *g, loom_graph **out) {
       continue;
     }
     for (int32_t i = 0; i < n->n_in; i++) in[i] = map[n->in[i]];
+    int32_t same = identity_operand(dst, g, n, in);
+    if (same >= 0) {
+      map[n->out[0]] = same, replaced++;
+      continue;
+    }
     uint32_t slot = (uint32_t)node_hash(n, in) & (uint32_t)(cap - 1);
     int32_t found = -1;
     for (; table[slot] >= 0; slot = (slot + 1) & (uint32_t)(cap - 1))
@@ -105,6 +148,13 @@ loom_status loom_graph_simplify(const loom_graph *g, loom_graph **out) {
     loom_graph_free(dst);
     return st;
   }
-  *out = dst;
-  return LOOM_STATUS_OK;
+  if (replaced == 0) {
+    *out = dst;
+    return LOOM_STATUS_OK;
+  }
+  /* the constants an identity read may be dead now: once more (each round
+   * that replaces something has fewer nodes, so this ends) */
+  st = loom_graph_simplify(dst, out);
+  loom_graph_free(dst);
+  return st;
 }
