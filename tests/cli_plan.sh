@@ -258,6 +258,11 @@ run plan gpt --search --devices 1024 --cluster "$A100" --precision bf16 --layers
   --heads 96 --context 2048 --vocab 51200 --batch 1536 --dropout 0
 expect "search: gpt-3 175b on 1024 devices" 0 "*winner: *tp* GB per device*cut by the step bound*"
 check "search: gpt-3 175b: the bounds cut plans" [ "$(sed -n 's/.*estimated, \([0-9]*\) cut by the step bound.*/\1/p' <<<"$out")" -gt 0 ]
+# the tie (docs/PLANNER.md): the main job's GPT on 4 ranks of this machine,
+# where ZeRO's sharded optimizer is simulated 1% faster than dp4 but meets
+# twice as often; dp4 wins and they lose by their sync points
+run plan gpt --search --devices 4 --cluster "$CLUSTERS/this-machine.txt" --oversubscribe
+expect "search: within the tie, the fewest comm ops win" 0 "*winner: dp4 (*zero3*sync points +*"
 
 # ---- models at full size, without weights ------------------------------------------
 # Planning needs shapes only: GPT-3 175B (96 layers, width 12288) on 8

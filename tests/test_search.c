@@ -175,12 +175,25 @@ static void test_rerank(void) {
   CHECK_OK(ctx, loom_plan_search_rerank(ctx, g, 2, &o, NULL, &r));
   CHECK(r.n_simulated > before / 2 && r.n_best >= 1);
   bool interlaced = false;
+  double fastest = INFINITY;
   for (int32_t i = 0; i < r.n_best; i++) {
-    CHECK(r.best[i].simulated);
-    if (i) CHECK(r.best[i].sim_step_s >= r.best[i - 1].sim_step_s);
+    CHECK(r.best[i].simulated && r.best[i].sim_comms > 0);
+    if (i > 1) CHECK(r.best[i].sim_step_s >= r.best[i - 1].sim_step_s);
     interlaced |= strstr(r.best[i].spec, "+interlaced") != NULL;
+    fastest = fmin(fastest, r.best[i].sim_step_s);
   }
   CHECK(interlaced);
+  /* the tie: the winner is within it of the fastest, and no plan within
+   * it meets fewer times; a faster loser lost by its extra comm ops */
+  const loom_search_candidate *w = &r.best[0];
+  CHECK(w->sim_step_s <= fastest * (1 + LOOM_SEARCH_TIE));
+  for (int32_t i = 1; i < r.n_best; i++) {
+    const loom_search_candidate *c = &r.best[i];
+    if (c->sim_step_s <= fastest * (1 + LOOM_SEARCH_TIE)) CHECK(c->sim_comms >= w->sim_comms);
+    if (c->sim_step_s < w->sim_step_s)
+      CHECK(c->lost_by == LOOM_LOSS_SYNC && c->lost_s == c->sim_comms - w->sim_comms &&
+            c->lost_s > 0);
+  }
   /* the winner's step by hand: its spec built, lowered and simulated */
   loom_plan *p = NULL;
   loom_plan_program *pp = NULL;

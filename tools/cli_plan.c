@@ -599,6 +599,8 @@ static void print_candidate(int32_t rank, const loom_search_candidate *c, bool e
   if (rank < 0 || rank > 1) {
     if (c->lost_by == LOOM_LOSS_MEMORY)
       snprintf(lost, sizeof lost, "memory +%.3g GB", c->lost_s / 1e9);
+    else if (c->lost_by == LOOM_LOSS_SYNC)
+      snprintf(lost, sizeof lost, "sync points +%.0f", c->lost_s);
     else
       snprintf(lost, sizeof lost, "%s +%.3g ms", loom_search_loss_name(c->lost_by),
                c->lost_s * 1e3);

@@ -27,7 +27,7 @@
 
 const char *loom_search_loss_name(loom_search_loss l) {
   static const char *const names[] = {"-",       "bubble",    "tp comm", "pp comm",  "dp comm",
-                                      "compute", "optimizer", "memory",  "simulated"};
+                                      "compute", "optimizer", "memory",  "simulated", "sync points"};
   return (unsigned)l < sizeof names / sizeof names[0] ? names[l] : "?";
 }
 
@@ -473,6 +473,7 @@ static bool simulate_spec(loom_ctx *ctx, const loom_graph *g, int32_t devices,
   if (ok) {
     c->simulated = true;
     c->sim_step_s = sr.step_s;
+    c->sim_comms = pp->n_comms;
     c->sim_peak_bytes = 0;
     for (int32_t d = 0; d < sr.n_devices; d++)
       if ((double)sr.devices[d].peak_bytes > c->sim_peak_bytes)
@@ -528,23 +529,35 @@ loom_status loom_plan_search_rerank(loom_ctx *ctx, const loom_graph *g, int32_t 
     return LOOM_STATUS_OK;
   }
   qsort(list, (size_t)fit, sizeof *list, sim_cmp);
+  /* within the tie, the fewest comm ops win (the list stays sorted after) */
+  int32_t win = 0;
+  for (int32_t i = 1; i < fit && list[i].sim_step_s <= list[0].sim_step_s * (1 + LOOM_SEARCH_TIE);
+       i++)
+    if (list[i].sim_comms < list[win].sim_comms) win = i;
+  loom_search_candidate w = list[win];
+  memmove(list + 1, list, (size_t)win * sizeof *list);
+  list[0] = w;
   if (fit > r->n_best) fit = r->n_best; /* best has room for n_best */
   memcpy(r->best, list, (size_t)fit * sizeof *list);
   r->n_best = fit;
   free(list);
-  /* what each lost by: the estimate's parts where the estimate agrees it
-   * is slower, else the simulation alone */
-  const loom_search_candidate *w = &r->best[0];
+  /* what each lost by: its extra comm ops where the tie decided, the
+   * estimate's parts where the estimate agrees it is slower, else the
+   * simulation alone */
+  const loom_search_candidate *wp = &r->best[0];
   for (int32_t i = 0; i < r->n_best; i++) {
     loom_search_candidate *c = &r->best[i];
-    bool agrees = isfinite(c->est.step_s) && isfinite(w->est.step_s) &&
-                  c->est.step_s >= w->est.step_s;
-    if (i == 0 || agrees) {
+    bool agrees = isfinite(c->est.step_s) && isfinite(wp->est.step_s) &&
+                  c->est.step_s >= wp->est.step_s;
+    if (i > 0 && c->sim_step_s < wp->sim_step_s) {
+      c->lost_by = LOOM_LOSS_SYNC;
+      c->lost_s = c->sim_comms - wp->sim_comms;
+    } else if (i == 0 || agrees) {
       c->lost_by = LOOM_LOSS_NONE;
-      attribute(c, w);
+      attribute(c, wp);
     } else {
       c->lost_by = LOOM_LOSS_SIMULATED;
-      c->lost_s = c->sim_step_s - w->sim_step_s;
+      c->lost_s = c->sim_step_s - wp->sim_step_s;
     }
   }
   return LOOM_STATUS_OK;

@@ -60,6 +60,7 @@ typedef enum loom_search_loss {
   LOOM_LOSS_OPTIMIZER,
   LOOM_LOSS_MEMORY,      /* faster, but does not fit */
   LOOM_LOSS_SIMULATED,   /* re-ranked: the exact simulation says slower */
+  LOOM_LOSS_SYNC,        /* re-ranked: as fast within LOOM_SEARCH_TIE, more comm ops */
 } loom_search_loss;
 const char *loom_search_loss_name(loom_search_loss l);
 
@@ -68,11 +69,13 @@ typedef struct loom_search_candidate {
   loom_estimate est;
   char spec[LOOM_SEARCH_SPEC_MAX]; /* "" when no built-in spec expresses it */
   loom_search_loss lost_by;
-  double lost_s;            /* that part's excess over the winner's (seconds) */
+  double lost_s;            /* that part's excess over the winner's (seconds; for
+                               LOOM_LOSS_SYNC the comm ops a step more) */
   /* exact re-ranking (loom_plan_search_rerank), when done: */
   bool simulated;
   double sim_step_s;
   double sim_peak_bytes;    /* the busiest device's peak */
+  int32_t sim_comms;        /* comm ops a step (each a point where the ranks meet) */
 } loom_search_candidate;
 
 typedef struct loom_search_result {
@@ -116,9 +119,13 @@ loom_status loom_plan_search(loom_ctx *ctx, const loom_gpt_config *m, int64_t gl
  * each of r's best plans with a spec is built (loom_plan_builtin), lowered
  * and simulated (loom_plan_simulate), and so is each pipelined one with
  * "+interlaced" (a family only the built-ins have). The fitting ones
- * (simulated peak within the limit) are re-sorted by simulated step; a
- * plan that fails to build or lower is dropped and counted. lo: the
- * lowering's options (NULL: defaults). */
+ * (simulated peak within the limit) are re-sorted by simulated step, and
+ * the winner is the one with the fewest comm ops a step among those
+ * within LOOM_SEARCH_TIE of the fastest (each op is a point where every
+ * member waits for the slowest, which the simulator rates only on
+ * average: docs/PLANNER.md, "Ties"); a plan that fails to build or lower
+ * is dropped and counted. lo: the lowering's options (NULL: defaults). */
+#define LOOM_SEARCH_TIE 0.02
 loom_status loom_plan_search_rerank(loom_ctx *ctx, const loom_graph *g, int32_t devices,
                                     const loom_search_options *o,
                                     const loom_plan_lower_options *lo, loom_search_result *r);
