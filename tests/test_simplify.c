@@ -32,6 +32,16 @@ static void run(loom_ctx *ctx, const loom_graph *g, float *y, int64_t n) {
   loom_session_free(s);
 }
 
+/* g with output `name` = v, simplified and verified (NULL on failure). */
+static loom_graph *simplified(loom_ctx *ctx, loom_graph *g, const char *name, int32_t v) {
+  loom_graph *s = NULL;
+  CHECK_OK(ctx, loom_build_status(g));
+  CHECK_OK(ctx, loom_graph_output(g, name, v));
+  CHECK_OK(ctx, loom_graph_simplify(g, &s));
+  if (s) CHECK_OK(ctx, loom_graph_verify(s));
+  return s;
+}
+
 /* A node marked as a recomputation (loom_node.copy, a plan's +recompute)
  * is not merged with the node it repeats; its decomposition's parts keep
  * the mark, so they are not either; an unmarked repeat still merges. */
@@ -81,12 +91,8 @@ static void test_identity(loom_ctx *ctx) {
   int32_t c = lb_mul(g, one, row);                                     /* kept: broadcasts */
   int32_t d = lb_div(g, lb_scalar(g, LOOM_DTYPE_F32, 1.0), lb_add(g, e, one)); /* kept */
   int32_t y = lb_add(g, lb_add(g, b, c), lb_mul(g, d, lb_scalar(g, LOOM_DTYPE_F32, 2.0)));
-  CHECK_OK(ctx, loom_build_status(g));
-  CHECK_OK(ctx, loom_graph_output(g, "y", y));
-  loom_graph *s = NULL;
-  CHECK_OK(ctx, loom_graph_simplify(g, &s));
+  loom_graph *s = simplified(ctx, g, "y", y);
   if (s) {
-    CHECK_OK(ctx, loom_graph_verify(s));
     CHECK(count_op(s, LOOM_OP_MUL) == 2); /* 1 * row, d * 2 */
     CHECK(count_op(s, LOOM_OP_DIV) == 1);
     CHECK(count_op(s, LOOM_OP_BROADCAST_TO) == 1); /* read by 1 * row and e + 1 */
@@ -100,11 +106,7 @@ static void test_identity(loom_ctx *ctx) {
   /* an output computed as x * 1 keeps its node */
   CHECK_OK(ctx, loom_graph_new(ctx, &g));
   CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 2, (int64_t[]){3, 4}, &x));
-  int32_t z = lb_mul(g, x, lb_scalar(g, LOOM_DTYPE_F32, 1.0));
-  CHECK_OK(ctx, loom_build_status(g));
-  CHECK_OK(ctx, loom_graph_output(g, "z", z));
-  s = NULL;
-  CHECK_OK(ctx, loom_graph_simplify(g, &s));
+  s = simplified(ctx, g, "z", lb_mul(g, x, lb_scalar(g, LOOM_DTYPE_F32, 1.0)));
   CHECK(s && count_op(s, LOOM_OP_MUL) == 1);
   loom_graph_free(s);
   loom_graph_free(g);
@@ -125,13 +127,9 @@ int main(void) {
   int32_t y = lb_add(g, lb_mul(g, d1, two_a), lb_mul(g, d2, two_b));
   y = lb_add(g, y, d3);
   (void)lb_unary(g, LOOM_OP_LOG, y); /* dead */
-  CHECK_OK(ctx, loom_build_status(g));
-  CHECK_OK(ctx, loom_graph_output(g, "y", y));
 
-  loom_graph *s = NULL;
-  CHECK_OK(ctx, loom_graph_simplify(g, &s));
+  loom_graph *s = simplified(ctx, g, "y", y);
   if (s) {
-    CHECK_OK(ctx, loom_graph_verify(s));
     CHECK(count_op(s, LOOM_OP_EXP) == 1);
     CHECK(count_op(s, LOOM_OP_DROPOUT) == 2);
     CHECK(count_op(s, LOOM_OP_CONSTANT) == 1);
