@@ -80,10 +80,10 @@ static bool uniform_value(const loom_graph *g, int32_t v, double c) {
 
 /* The value of dst that node n (inputs `in`, mapped) equals by x * 1 = x
  * or x / 1 = x, or -1. Not for a graph output, which keeps a value of
- * its own. */
+ * its own, nor for a recomputation, whose operand is meant to die. */
 static int32_t identity_operand(const loom_graph *dst, const loom_graph *g, const loom_node *n,
                                 const int32_t *in) {
-  if ((n->op != LOOM_OP_MUL && n->op != LOOM_OP_DIV) || n->n_in != 2) return -1;
+  if ((n->op != LOOM_OP_MUL && n->op != LOOM_OP_DIV) || n->n_in != 2 || n->copy) return -1;
   for (int32_t o = 0; o < g->n_outputs; o++)
     if (g->outputs[o] == n->out[0]) return -1;
   const loom_type *t = &g->values[n->out[0]].type;
