@@ -81,8 +81,12 @@ TAV2 void loom_fa_gemm_avx2(int64_t m, int64_t n, int64_t k, const float *a, int
     const int64_t w = n - j;
     const __m256i m0 = lanes8(w), m1 = lanes8(w - 8);
     const float *bj = b + j;
-    for (int64_t i = 0; i < m; i += 6) {
-      const int mr = (int)min64(6, m - i);
+    for (int64_t i = 0, mr; i < m; i += mr) {
+      /* blocks of 6 rows; the last 7 to 9 as two of 3 to 5: a block of 1
+       * or 2 rows keeps too few accumulators to cover the FMA latency (2
+       * rows ran at 2.5x the time a row of 6 did) */
+      const int64_t left = m - i;
+      mr = left >= 10 || left <= 6 ? min64(6, left) : left - left / 2;
       const float *ai = a + i * ars;
       float *cij = c + i * ldc + j;
       if (w >= 16) {
