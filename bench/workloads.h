@@ -133,9 +133,8 @@ int32_t loom_bench_vjp_loss(loom_graph *g, int32_t y, int32_t dy);
  * inputs), and keeps only what the kept forward outputs and the gradients
  * need (the loss itself is dropped). Gradients are named "d" + input name.
  * Attention composites become what the default backend makes of them with
- * b->attention (flash attention on cpu unless a builder asks otherwise),
- * as in `loom train`'s step; `--attention` does not change a backward
- * workload.
+ * b->attention (`--attention`: flash attention on cpu unless it says
+ * otherwise) before autodiff, as `loom train` builds its step.
  */
 loom_status loom_bench_make_backward(loom_bench_graph *b, int32_t n_wrt, const int32_t *wrt);
 /* The same with output `loss` as the loss (the others kept). */
