@@ -9,8 +9,6 @@
  */
 #include "fusion/lower_internal.h"
 
-#include "fusion/cost.h"
-
 #include "ir/dtype.h"
 #include "ops/op.h"
 
@@ -174,7 +172,7 @@ static int64_t graph_ops(const loom_graph *g, const loom_kernel *k) {
     const loom_node *nd = &g->nodes[k->nodes[i]];
     loom_op_class c = loom_op_get(nd->op)->cls;
     int64_t numel = loom_type_numel(loom_value_type(g, nd->out[0]));
-    if (c == LOOM_OPCLASS_ELEMENTWISE) n += numel * LOOM_MAX(1, loom_cost_op_weight(nd->op));
+    if (c == LOOM_OPCLASS_ELEMENTWISE) n += numel * loom_cost_op_weight(nd->op);
     if (c == LOOM_OPCLASS_RNG) n += 3 * numel; /* keep, scale, select */
   }
   return n;

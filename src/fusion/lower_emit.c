@@ -5,8 +5,6 @@
  */
 #include "fusion/lower_internal.h"
 
-#include "fusion/cost.h"
-
 #include "ops/op.h"
 #include "ops/rng_piece.h"
 #include "rng/philox.h"
@@ -326,10 +324,6 @@ static int32_t emit(lw *w, kbuild *b, lpart *P, int32_t l) {
     top--;
   }
   return P->memo[l];
-}
-
-int32_t loom_lower_op_weight(const lw *w, int32_t m) {
-  return loom_cost_op_weight(mnode(w, m)->op);
 }
 
 /* Growable list of stage outputs. */

@@ -6,6 +6,7 @@
 #ifndef LOOM_FUSION_LOWER_INTERNAL_H
 #define LOOM_FUSION_LOWER_INTERNAL_H
 
+#include "fusion/cost.h"
 #include "fusion/group.h"
 
 #define MAXR LOOM_MAX_RANK
@@ -267,7 +268,9 @@ static inline bool outside_part(const lw *w, const lpart *P, int32_t l) {
 }
 
 /* What member m costs per element (loom_cost_op_weight). */
-int32_t loom_lower_op_weight(const lw *w, int32_t m);
+static inline int32_t loom_lower_op_weight(const lw *w, int32_t m) {
+  return loom_cost_op_weight(mnode(w, m)->op);
+}
 
 /* Emits the stages of one part: roots[0..n) are its values to produce. */
 loom_status loom_lower_build_part(lw *w, kbuild *b, lpart *P, const lroot *roots, int32_t n);

@@ -26,7 +26,6 @@
  */
 #include "fusion/plan_internal.h"
 #include "fusion/lower_internal.h"
-#include "fusion/cost.h"
 
 #include "ops/op.h"
 
