@@ -253,9 +253,9 @@ static void test_fast_math(void) {
   if (xs && ys) {
     xs[0] = 0.0f, xs[2] = -0.0f, xs[4] = INFINITY, xs[6] = -INFINITY, xs[8] = 88.72283f,
     xs[10] = -103.97f, xs[12] = -87.34f, xs[14] = 0.625f, xs[16] = -0.625f;
-    /* exp's core runs unclamped; these take its selects (0, inf) */
+    /* exp's core runs unclamped: these take the selects after it */
     xs[18] = 89.0f, xs[20] = 89.00001f, xs[22] = -104.0f, xs[24] = -104.00001f,
-    xs[26] = -3e38f, xs[28] = 3e38f, xs[30] = -1e10f;
+    xs[26] = -3e38f, xs[28] = 3e38f, xs[30] = -1e10f, xs[32] = 44.0f, xs[34] = -44.00001f;
   }
   static const int64_t max_ulp[5] = {1, 1, 2, 1, 2};
   for (int f = 0; fv && xs && ys && f < 5; f++) {

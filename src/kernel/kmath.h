@@ -43,7 +43,8 @@
  * PRE evaluate the whole function once per case and blend the three,
  * a third more instructions a vector.
  * lm_tanhf: Cephes' odd polynomial below |x| = 0.625, 1 - 2 / (e^2|x| + 1)
- * above (with the sign of x). lm_sigmoidf: 1 / (1 + e^-x) for x >= 0,
+ * above (with the sign of x; the core's e^2|x| is in range up to |x| =
+ * 44, and 1 is selected beyond, where tanh rounded to 1 long before). lm_sigmoidf: 1 / (1 + e^-x) for x >= 0,
  * e^x / (1 + e^x) below, as the op table's sigmoid; it calls the core
  * with -|x|, which never overflows, and selects only the underflow.
  * lm_logf: x = 2^e m with m in (sqrt(1/2), sqrt(2)] (subnormals scaled by
@@ -112,10 +113,11 @@
     float s = fmaf(p, xz, x);                                                                     \
     s = a < 0x1p-12f ? x : s;                                                                     \
     float aa = a + a;                                                                             \
-    float e = lm_expf(aa);                                                                        \
+    float e = lm_expf_core(aa);                                                                   \
     float d = e + 1.0f;                                                                           \
     float q = 2.0f / d;                                                                           \
     float t = 1.0f - q;                                                                           \
+    t = a > 44.0f ? 1.0f : t;                                                                     \
     t = copysignf(t, x);                                                                          \
     t = a < 0.625f ? s : t;                                                                       \
     return x != x ? x : t;                                                                        \
