@@ -55,7 +55,8 @@
  * lm_erff: below |x| = 1, x P(x^2) with P of degree 7; from 1 to 4,
  * 1 - Q(t) with Q of degree 14 in t = (|x| - 2.5) / 1.5 fitted to erfc
  * (absolute error 1e-8, under a sixth of an ulp of the result); 1 above
- * 3.95 (erfc < 2^-25 there: erf rounds to 1); the sign of x, erf(-0) =
+ * 3.95 (erfc < 2^-25 there: erf rounds to 1; Q runs unclamped, its value
+ * beyond being discarded); the sign of x, erf(-0) =
  * -0. Both polynomials are least-squares Chebyshev fits, coefficients
  * rounded to f32, and both are evaluated (a select picks one), so the
  * function vectorises without branches: about 25 fmaf a value, where
@@ -185,8 +186,7 @@
     p = fmaf(p, s, -0x1.812746p-2f);                                                              \
     p = fmaf(p, s, 0x1.20dd76p+0f);                                                               \
     float small = a * p;                                                                          \
-    float ac = a > 4.0f ? 4.0f : a;                                                               \
-    float t = fmaf(ac, 0x1.555556p-1f, -0x1.aaaaaap+0f);                                          \
+    float t = fmaf(a, 0x1.555556p-1f, -0x1.aaaaaap+0f);                                           \
     float q = -0x1.107adap-12f;                                                                   \
     q = fmaf(q, t, -0x1.96fa22p-14f);                                                             \
     q = fmaf(q, t, 0x1.0b52dcp-9f);                                                               \
