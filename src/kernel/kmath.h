@@ -44,9 +44,10 @@
  * a third more instructions a vector.
  * lm_tanhf: Cephes' odd polynomial below |x| = 0.625, 1 - 2 / (e^2|x| + 1)
  * above (with the sign of x; the core's e^2|x| is in range up to |x| =
- * 44, and 1 is selected beyond, where tanh rounded to 1 long before). lm_sigmoidf: 1 / (1 + e^-x) for x >= 0,
- * e^x / (1 + e^x) below, as the op table's sigmoid; it calls the core
- * with -|x|, which never overflows, and selects only the underflow.
+ * 44, and 1 is selected beyond, where tanh rounded to 1 long before).
+ * lm_sigmoidf: 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below, as the
+ * op table's sigmoid; it calls the core with -|x|, which never
+ * overflows, and selects only the underflow.
  * lm_logf: x = 2^e m with m in (sqrt(1/2), sqrt(2)] (subnormals scaled by
  * 2^25 first, exactly), log(m) = f - f^2/2 + f^3 P(f) with f = m - 1 and
  * Cephes' logf polynomial P, plus e ln2 in two parts (0.693359375 exact,
