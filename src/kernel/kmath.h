@@ -39,9 +39,10 @@
  * That much is lm_expf_core, meaningful on [-104, 89]; lm_expf then
  * selects 0 below and inf above (exp rounds to them there) and the NaN.
  * Selecting afterwards, not clamping x first, gives the same bits for
- * every input (checked over all 2^32): a clamp to a constant let gcc's
- * PRE evaluate the whole function once per case and blend the three,
- * a third more instructions a vector.
+ * every input (checked over all 2^32): a clamp to a constant let gcc
+ * (partial redundancy elimination, jump threading) evaluate the whole
+ * function once per case and blend the three, a third more instructions
+ * a vector.
  * lm_tanhf: Cephes' odd polynomial below |x| = 0.625, 1 - 2 / (e^2|x| + 1)
  * above (with the sign of x; the core's e^2|x| is in range up to |x| =
  * 44, and 1 is selected beyond, where tanh rounded to 1 long before).
