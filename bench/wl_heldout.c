@@ -251,6 +251,49 @@ const heldout_spec loom_bench_heldout_convnext = {
     "%y = add(%x, %s)\n"
     "output y = %y\n"};
 
+/* A ResNet basic block's training step, channels first: two 3 x 3 convs,
+ * each followed by batch normalisation on the batch's own statistics
+ * (written out as a user writes it without a batch_norm op), a ReLU
+ * between, the residual and a ReLU after; forward + backward to x and
+ * every weight (conv_transpose and conv_grad_weight). */
+const heldout_spec loom_bench_heldout_resnet = {
+    "B=8 C=64 H=32", "B=2 C=8 H=6", NULL, 7, {0, 1, 2, 3, 4, 5, 6},
+    "input %x : f32[$B, $C, $H, $H]\n"
+    "param %w1 : f32[$C, $C, 3, 3]\n"
+    "param %g1 : f32[1, $C, 1, 1]\n"
+    "param %b1 : f32[1, $C, 1, 1]\n"
+    "param %w2 : f32[$C, $C, 3, 3]\n"
+    "param %g2 : f32[1, $C, 1, 1]\n"
+    "param %b2 : f32[1, $C, 1, 1]\n"
+    "input %dy : f32[$B, $C, $H, $H]\n"
+    "%eps = constant(value=1e-05)\n"
+    "%c1 = conv(%x, %w1, pads_lo=[1, 1], pads_hi=[1, 1])\n"
+    "%m1 = reduce_mean(%c1, axes=[0, 2, 3], keepdims=true)\n"
+    "%d1 = sub(%c1, %m1)\n"
+    "%s1 = mul(%d1, %d1)\n"
+    "%v1 = reduce_mean(%s1, axes=[0, 2, 3], keepdims=true)\n"
+    "%ve1 = add(%v1, %eps)\n"
+    "%r1 = rsqrt(%ve1)\n"
+    "%n1 = mul(%d1, %r1)\n"
+    "%a1 = mul(%n1, %g1)\n"
+    "%bn1 = add(%a1, %b1)\n"
+    "%y1 = relu(%bn1)\n"
+    "%c2 = conv(%y1, %w2, pads_lo=[1, 1], pads_hi=[1, 1])\n"
+    "%m2 = reduce_mean(%c2, axes=[0, 2, 3], keepdims=true)\n"
+    "%d2 = sub(%c2, %m2)\n"
+    "%s2 = mul(%d2, %d2)\n"
+    "%v2 = reduce_mean(%s2, axes=[0, 2, 3], keepdims=true)\n"
+    "%ve2 = add(%v2, %eps)\n"
+    "%r2 = rsqrt(%ve2)\n"
+    "%n2 = mul(%d2, %r2)\n"
+    "%a2 = mul(%n2, %g2)\n"
+    "%bn2 = add(%a2, %b2)\n"
+    "%z = add(%bn2, %x)\n"
+    "%y = relu(%z)\n"
+    "%yd = mul(%y, %dy)\n"
+    "%obj = reduce_sum(%yd)\n"
+    "output objective = %obj\n"};
+
 /* A Llama-style block, forward + backward to x and every weight: RMSNorm,
  * separate Q/K/V projections, rotary embeddings written as a user writes
  * them (slices, neg, concat; cos and sin broadcast over batch and heads),

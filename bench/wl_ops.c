@@ -307,6 +307,8 @@ static const loom_bench_workload workloads[] = {
      "inputs+outputs", false, loom_bench_build_heldout, &loom_bench_heldout_lora},
     {"convnext_tail", "held-out, text IR: ConvNeXt block tail x + gamma (GELU(LN(x) W1 + b1) W2 + b2)",
      "inputs+outputs", false, loom_bench_build_heldout, &loom_bench_heldout_convnext},
+    {"resnet_block", "held-out, text IR: ResNet basic block (3x3 conv, batch-statistics BN, ReLU, twice; residual), fwd + bwd",
+     "inputs+outputs", false, loom_bench_build_heldout, &loom_bench_heldout_resnet},
     {"llama_block", "held-out, text IR: Llama-style block (RMSNorm, rotary from slice/neg/concat, causal attention, SwiGLU), fwd + bwd",
      "inputs+outputs", false, loom_bench_build_heldout, &loom_bench_heldout_llama},
     {"relbias_attention", "held-out, text IR: T5-style attention with a learned [H, T, T] position bias, fwd + bwd",

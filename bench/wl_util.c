@@ -171,11 +171,24 @@ loom_status loom_bench_count_flops(loom_bench_graph *b) {
   double flops = 0.0;
   for (int32_t i = 0; i < dg->n_nodes; i++) {
     const loom_node *n = &dg->nodes[i];
-    if (n->op != LOOM_OP_MATMUL) continue;
     const loom_type *a = loom_value_type(dg, n->in[0]);
-    bool trans_a = LOOM_ATTR_I(n, matmul, trans_a) != 0;
-    int64_t k = a->shape[a->rank - (trans_a ? 2 : 1)];
-    flops += 2.0 * (double)loom_type_numel(loom_value_type(dg, n->out[0])) * (double)k;
+    if (n->op == LOOM_OP_MATMUL) {
+      bool trans_a = LOOM_ATTR_I(n, matmul, trans_a) != 0;
+      int64_t k = a->shape[a->rank - (trans_a ? 2 : 1)];
+      flops += 2.0 * (double)loom_type_numel(loom_value_type(dg, n->out[0])) * (double)k;
+      continue;
+    }
+    /* the convolutions (the gemm kind too): 2 flops per element of the
+     * small side (the conv's output, conv_transpose's input, the
+     * gradient conv_grad_weight reads) per weight of one small channel */
+    bool conv = n->op == LOOM_OP_CONV, grad_w = n->op == LOOM_OP_CONV_GRAD_WEIGHT;
+    if (!conv && !grad_w && n->op != LOOM_OP_CONV_TRANSPOSE) continue;
+    const loom_type *w = loom_value_type(dg, grad_w ? n->out[0] : n->in[1]);
+    const loom_type *small = conv ? loom_value_type(dg, n->out[0])
+                             : grad_w ? loom_value_type(dg, n->in[1])
+                                      : a;
+    if (w->shape[0] > 0)
+      flops += 2.0 * (double)loom_type_numel(small) * (double)(loom_type_numel(w) / w->shape[0]);
   }
   b->gemm_flops = flops;
   loom_graph_free(dg);

@@ -84,7 +84,7 @@ typedef struct loom_bench_heldout loom_bench_heldout;
 extern const loom_bench_heldout loom_bench_heldout_rotary_bwd, loom_bench_heldout_focal,
     loom_bench_heldout_softcap, loom_bench_heldout_moe_top2, loom_bench_heldout_sqrelu,
     loom_bench_heldout_convnext, loom_bench_heldout_llama, loom_bench_heldout_relbias,
-    loom_bench_heldout_lora;
+    loom_bench_heldout_lora, loom_bench_heldout_resnet;
 
 /* One pre-LN GPT block's forward for `loom bench attention` (wl_model.c):
  * batch 1, seq tokens, heads heads of head_dim (d_model = heads *
@@ -140,7 +140,8 @@ loom_status loom_bench_make_backward(loom_bench_graph *b, int32_t n_wrt, const i
 /* The same with output `loss` as the loss (the others kept). */
 loom_status loom_bench_make_backward_of(loom_bench_graph *b, int32_t loss, int32_t n_wrt,
                                         const int32_t *wrt);
-/* Sums the matmul flops of b->g after decomposition into b->gemm_flops. */
+/* Sums the matmul and convolution flops of b->g after decomposition into
+ * b->gemm_flops. */
 loom_status loom_bench_count_flops(loom_bench_graph *b);
 /* Appends a fill rule per input of b->g: integer inputs get labels in
  * range, params small values like initialised weights, the rest uniform. */

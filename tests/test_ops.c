@@ -423,6 +423,12 @@ static void build_window_cases(void) {
       {LOOM_OP_CONV_GRAD_WEIGHT, 3, {2, 3, 11}, {2, 4, 9}, .kernel = k3},
       {LOOM_OP_CONV_GRAD_WEIGHT, 4, {2, 4, 10, 9}, {2, 6, 9, 5}, .kernel = k3, .strides = s12, .lo = lo12, .hi = hi21, .dil = dil21, .groups = 2},
       {LOOM_OP_CONV_GRAD_WEIGHT, 4, {3, 16, 20, 20}, {3, 48, 20, 20}, .kernel = k3, .lo = one, .hi = one},
+      /* blocked backward layouts: blocks of 56 and 44 channels (the last
+       * not whole channel blocks), and a depthwise pair */
+      {LOOM_OP_CONV_GRAD_WEIGHT, 4, {2, 12, 9, 9}, {2, 100, 9, 9}, .kernel = k3, .lo = one, .hi = one},
+      {LOOM_OP_CONV_TRANSPOSE, 4, {2, 20, 7, 7}, {20, 100, 3, 3}, .lo = one, .hi = one},
+      {LOOM_OP_CONV_GRAD_WEIGHT, 4, {2, 40, 8, 8}, {2, 40, 8, 8}, .kernel = k3, .lo = one, .hi = one, .groups = 40},
+      {LOOM_OP_CONV_TRANSPOSE, 4, {2, 40, 8, 8}, {40, 1, 3, 3}, .lo = one, .hi = one, .groups = 40},
       {LOOM_OP_MAX_POOL, 3, {2, 3, 11}, {0}, .kernel = k3, .strides = two},
       {LOOM_OP_MAX_POOL, 4, {2, 3, 9, 8}, {0}, .kernel = k3, .strides = two, .lo = one, .hi = one, .ceil = 1},
       {LOOM_OP_MAX_POOL, 4, {2, 3, 9, 8}, {0}, .kernel = k3, .dil = dil21, .lo = lo12, .hi = hi21},

@@ -19,7 +19,8 @@ WORKLOADS = [
     "alibi_softmax_bwd", "geglu_bwd", "layerscale_droppath",
     # held-out graphs in the text IR (bench/wl_heldout.c)
     "rotary_bwd", "focal_loss", "softcap_zloss", "moe_top2_lb", "sqrelu_mlp", "lora_mlp",
-    "convnext_tail", "llama_block", "relbias_attention", "bert_layer", "gpt2_block", "train_step",
+    "convnext_tail", "resnet_block", "llama_block", "relbias_attention", "bert_layer",
+    "gpt2_block", "train_step",
 ]
 MEMORY_BOUND = set(WORKLOADS[:22]) | {"rotary_bwd", "focal_loss", "softcap_zloss", "moe_top2_lb"}
 # the sizes of bench/wl_heldout.c's templates: (full, small)
@@ -31,6 +32,7 @@ HELDOUT = {
     "sqrelu_mlp": (dict(N=4096, D=512, F=2048), dict(N=256, D=64, F=256)),
     "lora_mlp": (dict(N=4096, D=1024, R=16), dict(N=64, D=32, R=4)),
     "convnext_tail": (dict(B=8, H=56, W=56, C=96, F=384), dict(B=2, H=14, W=14, C=32, F=128)),
+    "resnet_block": (dict(B=8, C=64, H=32), dict(B=2, C=8, H=6)),
     "llama_block": (dict(B=2, T=256, D=512, H=8, F=1408), dict(B=1, T=8, D=16, H=2, F=24)),
     "relbias_attention": (dict(B=2, T=256, D=512, H=8), dict(B=1, T=8, D=16, H=2)),
 }
@@ -38,6 +40,12 @@ SOFTCAP = 30.0
 ZLOSS = 1e-4
 LB_WEIGHT = 0.04  # E / 2 * 0.01
 LORA_SCALE = 2.0  # alpha / R
+
+
+def resnet_flops(S):
+    """Conv flops of the ResNet block's step: two convs forward, and
+    backward each one's input and weight gradients, 2 B C C 9 H H each."""
+    return 6 * 2 * S["B"] * S["C"] * S["C"] * 9 * S["H"] * S["H"]
 
 
 def lora_flops(S):

@@ -243,6 +243,27 @@ def build_text_ir(name, small, wait):
             return x + gamma * (h @ w2 + b2)
         f = jax.jit(tail)
         return (lambda: wait(f(x, *ps))), nbytes([x] + ps + [x]), 2 * 2 * x.size * ff
+    if name == "resnet_block":
+        b, c, h = S["B"], S["C"], S["H"]
+        x, dy = rand((b, c, h, h), 1), rand((b, c, h, h), 8)
+        shapes = ((c, c, 3, 3), (1, c, 1, 1), (1, c, 1, 1), (c, c, 3, 3), (1, c, 1, 1),
+                  (1, c, 1, 1))
+        ps = [rand(s, 2 + i, 0.1, 1.0 if i in (1, 4) else 0.0) for i, s in enumerate(shapes)]
+
+        def bn(v, g, bt):
+            mu = v.mean((0, 2, 3), keepdims=True)
+            var = ((v - mu) ** 2).mean((0, 2, 3), keepdims=True)
+            return (v - mu) * jax.lax.rsqrt(var + 1e-5) * g + bt
+
+        def conv(v, w):
+            return jax.lax.conv_general_dilated(v, w, (1, 1), ((1, 1), (1, 1)))
+
+        def block(x, w1, g1, b1, w2, g2, b2):
+            y = jax.nn.relu(bn(conv(x, w1), g1, b1))
+            return jax.nn.relu(bn(conv(y, w2), g2, b2) + x)
+        f = jax.jit(lambda x, ps, dy: jax.vjp(block, x, *ps)[1](dy))
+        return ((lambda: wait(f(x, ps, dy))), nbytes([x] + ps + [dy, x] + ps),
+                C.resnet_flops(S))
     if name == "llama_block":
         b, t, d, nh, ff = S["B"], S["T"], S["D"], S["H"], S["F"]
         e = d // nh

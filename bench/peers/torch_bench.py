@@ -247,6 +247,22 @@ def build_text_ir(name, small, comp):
             with torch.no_grad():
                 return f(x, *ps)
         return run, nbytes([x] + ps + [x]), 2 * 2 * x.numel() * ff
+    if name == "resnet_block":
+        b, c, h = S["B"], S["C"], S["H"]
+        x, dy = rand((b, c, h, h), 1, grad=True), rand((b, c, h, h), 8)
+        shapes = ((c, c, 3, 3), (c,), (c,), (c, c, 3, 3), (c,), (c,))
+        ps = [rand(s, 2 + i, 0.1, 1.0 if i in (1, 4) else 0.0, grad=True)
+              for i, s in enumerate(shapes)]
+
+        def block(x, w1, g1, b1, w2, g2, b2):
+            # PyTorch's own batch norm (nn.BatchNorm2d in training mode):
+            # faster here than the same formula written out
+            y = F.relu(F.batch_norm(F.conv2d(x, w1, padding=1), None, None, g1, b1, True))
+            z = F.batch_norm(F.conv2d(y, w2, padding=1), None, None, g2, b2, True)
+            return F.relu(z + x)
+        f = comp(block)
+        return ((lambda: torch.autograd.grad(f(x, *ps), [x] + ps, dy)),
+                nbytes([x] + ps + [dy, x] + ps), C.resnet_flops(S))
     if name == "llama_block":
         b, t, d, nh, ff = S["B"], S["T"], S["D"], S["H"], S["F"]
         e = d // nh

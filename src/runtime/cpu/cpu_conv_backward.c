@@ -2,12 +2,58 @@
  * conv_transpose (oneDNN's convolution backward data: the weights [C, M/g,
  * K] are a convolution's [OC, IC/g, K] with OC the small side) and
  * conv_grad_weight (backward weights, summing its per-image products in
- * image order), on plain layouts.
+ * image order). Both run on oneDNN's direct kernels in channel-blocked
+ * layouts where it has them (cpu_conv_prim.c, layouts_tried: 2.2-2.7x
+ * the im2col + GEMM paths of the plain layouts on one AVX2 core), each
+ * task reordering what it reads from plain and what it writes back;
+ * otherwise on plain layouts.
  */
 #include "runtime/cpu/cpu_conv_internal.h"
+#include "runtime/cpu/dnnl_thread.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* Operand i (0 big, 1 small, 2 weights) of e at plain, through this
+ * thread's buffer for md i when e reads it in another layout; NULL when
+ * out of memory or a reorder failed. */
+static const void *read_operand(const prim_entry *e, loom_dnnl_thread *res, int32_t i,
+                                const float *plain) {
+  if (!e->to[i]) return plain;
+  static const loom_dnnl_buf slot[3] = {LOOM_DNNL_SRC, LOOM_DNNL_DST, LOOM_DNNL_WEIGHTS};
+  dnnl_memory_desc_t md;
+  if (i == 2)
+    conv_md_weights(&md, &e->key);
+  else
+    conv_md_image(&md, i ? e->key.small_c : e->key.big_c, (int32_t)e->key.k,
+                  i ? e->key.small : e->key.big);
+  void *buf = loom_dnnl_buffer(res, slot[i], dnnl_memory_desc_get_size(&e->md[i]));
+  return buf && conv_reorder(e->to[i], &md, plain, &e->md[i], buf) ? buf : NULL;
+}
+
+/* Blocks of the side the op cuts (by_big: the big one) in channel blocks
+ * of the layouts its primitive takes, where it takes them: blocks of
+ * fewer channels pay there (no im2col to redo), and start on whole
+ * channel blocks. images: the tasks per block. */
+static void split_for_layouts(conv_split *s, prim_kind kind, bool by_big, int64_t images) {
+  conv_split whole = *s;
+  whole.b = whole.units;
+  whole.blocks = 1;
+  prim_key p;
+  int64_t u0, nu;
+  conv_block_key(&whole, kind, 0, &p, &u0, &nu);
+  p.any = 1;
+  bool owned;
+  prim_entry e = conv_prim_get(&p, &owned);
+  bool blocked = e.prim && (e.to[0] || e.to[1] || e.from[0] || e.from[2]);
+  int64_t unit = blocked && s->w.groups == 1 ? conv_inner_block(&e.md[by_big ? 0 : 1]) : 1;
+  conv_prim_release(&e, owned);
+  int64_t per = LOOM_MAX(s->per_small, s->per_big);
+  s->b = conv_block_units(s->units, per, images,
+                          blocked ? CONV_MIN_CHANNELS_BLOCKED : CONV_MIN_CHANNELS);
+  s->b = LOOM_MIN((s->b + unit - 1) / unit * unit, s->units);
+  s->blocks = (s->units + s->b - 1) / s->b;
+}
 
 /* conv_transpose: x small [N, C, O], w [C, M/g, K] -> big [N, M, S];
  * tasks: image x block of output channels. With one group a block's
@@ -18,14 +64,29 @@ static bool conv_transpose_task(const void *user, int64_t t) {
   int64_t img = t / s->blocks, u0, nu;
   prim_key p;
   conv_block_key(s, P_BWD_DATA, t % s->blocks, &p, &u0, &nu);
+  p.any = 1;
   /* grouped: a block's weights are contiguous; packed: they start at the
    * block's first unit times every small channel */
   const float *wb = j->packed ? j->packed + u0 * s->small_c * s->kn
                               : j->b + u0 * s->per_small * s->per_big * s->kn;
-  void *ptrs[3] = {(void *)(j->a + (img * s->small_c + u0 * s->per_small) * s->ss), (void *)wb,
-                   j->out + (img * s->big_c + u0 * s->per_big) * s->bs};
+  const float *dy = j->a + (img * s->small_c + u0 * s->per_small) * s->ss;
+  float *out = j->out + (img * s->big_c + u0 * s->per_big) * s->bs;
+  bool owned;
+  prim_entry e = conv_prim_get(&p, &owned);
+  loom_dnnl_thread *res = loom_dnnl_thread_get();
+  void *ptrs[3] = {(void *)read_operand(&e, res, 1, dy), (void *)read_operand(&e, res, 2, wb),
+                   e.from[0] ? loom_dnnl_buffer(res, LOOM_DNNL_SRC,
+                                                dnnl_memory_desc_get_size(&e.md[0]))
+                             : out};
   static const int which[6] = {1, DNNL_ARG_DIFF_DST, 2, DNNL_ARG_WEIGHTS, 0, DNNL_ARG_DIFF_SRC};
-  return conv_prim_run_key(&p, 3, which, ptrs);
+  bool ok = e.prim && res && ptrs[0] && ptrs[1] && ptrs[2] && conv_prim_run(&e, 3, which, ptrs);
+  if (ok && e.from[0]) {
+    dnnl_memory_desc_t plain;
+    conv_md_image(&plain, p.big_c, (int32_t)p.k, p.big);
+    ok = conv_reorder(e.from[0], &e.md[0], ptrs[2], &plain, out);
+  }
+  conv_prim_release(&e, owned);
+  return ok;
 }
 
 loom_status conv_transpose_kernel(const loom_cpu *c, const loom_node *n, const loom_view *in,
@@ -35,6 +96,7 @@ loom_status conv_transpose_kernel(const loom_cpu *c, const loom_node *n, const l
   LOOM_TRY(conv_window_of(c, n, in, &s->w));
   conv_split_make(s, in[0].shape[0], in[1].shape[1] * s->w.groups, in[0].shape[1], true,
                   CONV_MIN_CHANNELS);
+  if (s->batch > 0) split_for_layouts(s, P_BWD_DATA, true, s->batch);
   float *packed = NULL;
   if (s->w.groups == 1 && s->blocks > 1) {
     packed = loom_malloc(c->ctx, sizeof(float) * (size_t)(s->small_c * s->big_c * s->kn));
@@ -53,27 +115,40 @@ loom_status conv_transpose_kernel(const loom_cpu *c, const loom_node *n, const l
 }
 
 /* conv_grad_weight: x big [N, C, S], dy small [N, M, O] -> dw [M, C/g, K];
- * tasks: blocks of output channels, each summing its images in order. */
+ * tasks: blocks of output channels, each summing its images in order (in
+ * the primitive's layout of the weights, then reordered to plain: the
+ * same sums). */
 static bool grad_weight_task(const void *user, int64_t t) {
   const conv_job *j = user;
   const conv_split *s = &j->s;
   int64_t u0, nu, sc = s->per_small, cg = s->big_c / s->w.groups;
   prim_key p;
   conv_block_key(s, P_BWD_WEIGHTS, t, &p, &u0, &nu);
+  p.any = 1;
   bool owned;
   prim_entry e = conv_prim_get(&p, &owned);
-  int64_t len = nu * sc * cg * s->kn;
+  loom_dnnl_thread *res = loom_dnnl_thread_get();
   float *dst = j->out + u0 * sc * cg * s->kn;
-  float *part = s->batch > 1 ? malloc(sizeof(float) * (size_t)len) : NULL;
-  bool ok = e.prim && (s->batch == 1 || part);
+  size_t bytes = e.prim ? dnnl_memory_desc_get_size(&e.md[2]) : 0, alloc = (bytes + 63) / 64 * 64;
+  float *sum = e.from[2] ? aligned_alloc(64, alloc) : dst;
+  float *part = s->batch > 1 ? aligned_alloc(64, alloc) : NULL;
+  bool ok = e.prim && res && sum && (s->batch == 1 || part);
   static const int which[6] = {0, DNNL_ARG_SRC, 1, DNNL_ARG_DIFF_DST, 2, DNNL_ARG_DIFF_WEIGHTS};
   for (int64_t img = 0; img < s->batch && ok; img++) {
-    void *ptrs[3] = {(void *)(j->a + (img * s->big_c + u0 * s->per_big) * s->bs),
-                     (void *)(j->b + (img * s->small_c + u0 * sc) * s->ss), img ? part : dst};
-    ok = conv_prim_run(&e, 3, which, ptrs);
-    for (int64_t i = 0; ok && img && i < len; i++)
-      dst[i] += part[i];
+    void *ptrs[3] = {
+        (void *)read_operand(&e, res, 0, j->a + (img * s->big_c + u0 * s->per_big) * s->bs),
+        (void *)read_operand(&e, res, 1, j->b + (img * s->small_c + u0 * sc) * s->ss),
+        img ? part : sum};
+    ok = ptrs[0] && ptrs[1] && conv_prim_run(&e, 3, which, ptrs);
+    for (size_t i = 0; ok && img && i < bytes / sizeof(float); i++)
+      sum[i] += part[i];
   }
+  if (ok && e.from[2]) {
+    dnnl_memory_desc_t plain;
+    conv_md_weights(&plain, &p);
+    ok = conv_reorder(e.from[2], &e.md[2], sum, &plain, dst);
+  }
+  if (sum != dst) free(sum);
   free(part);
   conv_prim_release(&e, owned);
   return ok;
@@ -89,5 +164,7 @@ loom_status conv_grad_weight_kernel(const loom_cpu *c, const loom_node *n, const
     memset(j.out, 0, sizeof(float) * (size_t)loom_view_numel(&out[0]));
     return LOOM_STATUS_OK;
   }
+  /* a block's tasks are its blocks alone: its images are summed inside */
+  split_for_layouts(s, P_BWD_WEIGHTS, false, 1);
   return conv_status(c, n, conv_run_tasks(c, s->blocks, conv_big_flops(s), grad_weight_task, &j));
 }

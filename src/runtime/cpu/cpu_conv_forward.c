@@ -17,7 +17,7 @@ static bool input_layout_task(const void *user, int64_t img) {
   const conv_split *s = &j->s;
   dnnl_memory_desc_t plain;
   conv_md_image(&plain, s->big_c, s->w.k, s->w.big);
-  return conv_reorder(j->whole.to_src, &plain, j->a + img * s->big_c * s->bs, &j->whole.md[0],
+  return conv_reorder(j->whole.to[0], &plain, j->a + img * s->big_c * s->bs, &j->whole.md[0],
                       j->xb + (size_t)img * j->x_bytes);
 }
 
@@ -59,21 +59,21 @@ static bool conv_block(const conv_job *j, const prim_entry *e, int64_t img, int6
     if (conv_inner_block(&e->md[0]) != j->in_block) return false;
   } else if (j->xb && dnnl_memory_desc_equal(&e->md[0], &j->whole.md[0])) {
     src = (const float *)(j->xb + (size_t)img * j->x_bytes);
-  } else if (e->to_src) {
+  } else if (e->to[0]) {
     void *buf = loom_dnnl_buffer(res, LOOM_DNNL_SRC, dnnl_memory_desc_get_size(&e->md[0]));
-    if (!buf || !conv_reorder(e->to_src, &plain[0], src, &e->md[0], buf)) return false;
+    if (!buf || !conv_reorder(e->to[0], &plain[0], src, &e->md[0], buf)) return false;
     src = buf;
   }
   if (packed_wt) {
     wt = packed_wt;
-  } else if (e->to_wt) {
+  } else if (e->to[2]) {
     void *buf = loom_dnnl_buffer(res, LOOM_DNNL_WEIGHTS, dnnl_memory_desc_get_size(&e->md[2]));
     if (!buf || !conv_reorder_weights(j, e, c0, buf)) return false;
     wt = buf;
   }
   bool out_blocked = j->layout & LOOM_CPU_OUT_BLOCKED;
   if (out_blocked && conv_inner_block(&e->md[1]) != j->out_block) return false;
-  if (e->from_dst && !out_blocked) {
+  if (e->from[1] && !out_blocked) {
     dst = loom_dnnl_buffer(res, LOOM_DNNL_DST, dnnl_memory_desc_get_size(&e->md[1]));
     if (!dst) return false;
   }
@@ -113,7 +113,7 @@ static bool conv_block(const conv_job *j, const prim_entry *e, int64_t img, int6
     ptrs[n++] = (void *)x;
   }
   return conv_prim_run_with(e, n, which, ptrs, extra) &&
-         (!e->from_dst || out_blocked || conv_reorder(e->from_dst, &e->md[1], dst, &plain[1], out));
+         (!e->from[1] || out_blocked || conv_reorder(e->from[1], &e->md[1], dst, &plain[1], out));
 }
 
 
@@ -157,7 +157,7 @@ static void align_blocks(conv_split *s, const loom_gemm_epilogue *epi, int64_t u
  * left to the epilogue on rows). */
 static bool post_fits(const conv_job *j, const prim_key *p) {
   const prim_entry *w = &j->whole;
-  bool fast = w->prim && (w->to_src || w->from_dst), owned;
+  bool fast = w->prim && (w->to[0] || w->from[1]), owned;
   prim_key q = *p;
   key_post(&q, j->post);
   q.any = fast;
@@ -184,7 +184,7 @@ static void pick_layouts(conv_job *j) {
   j->whole = conv_prim_get(&p, &j->whole_owned);
   if (j->post && !post_fits(j, &p)) j->post = NULL;
   const prim_entry *e = &j->whole;
-  if (!e->prim || (!e->to_src && !e->from_dst)) return;
+  if (!e->prim || (!e->to[0] && !e->from[1])) return;
   j->any = 1;
   j->in_block = conv_inner_block(&e->md[0]);
   j->out_block = conv_inner_block(&e->md[1]);
@@ -203,7 +203,7 @@ static void pick_layouts(conv_job *j) {
 /* The whole input in the whole conv's layout, for its blocks. */
 static bool shared_input(const loom_cpu *c, conv_job *j) {
   const conv_split *s = &j->s;
-  if (!j->any || s->w.groups != 1 || s->blocks == 1 || !j->whole.prim || !j->whole.to_src ||
+  if (!j->any || s->w.groups != 1 || s->blocks == 1 || !j->whole.prim || !j->whole.to[0] ||
       (j->layout & LOOM_CPU_IN_BLOCKED))
     return true;
   j->x_bytes = (dnnl_memory_desc_get_size(&j->whole.md[0]) + 63) / 64 * 64;

@@ -45,7 +45,7 @@ typedef enum prim_kind {
 /* One primitive's geometry (N = 1; zero-filled so it compares bytewise). */
 typedef struct prim_key {
   int64_t kind, k, groups, big_c, small_c;
-  int64_t any; /* P_FWD: the first of the layouts tried with a fast kernel, else plain */
+  int64_t any; /* the first of the layouts tried with a fast kernel, else plain */
   int64_t big[CONV_MAX_DIMS], small[CONV_MAX_DIMS], kernel[CONV_MAX_DIMS], stride[CONV_MAX_DIMS],
       dil[CONV_MAX_DIMS];
   int64_t lo[CONV_MAX_DIMS], hi[CONV_MAX_DIMS]; /* hi: oneDNN's padding_r */
@@ -55,16 +55,19 @@ typedef struct prim_key {
 } prim_key;
 
 /* A primitive and the layouts it takes: md[0] the big side, md[1] the
- * small side, md[2] the weights. With key.any (forward only) they are
- * the layouts it was made for, and the reorders move each that is not
- * plain between Loom's plain layout and it (NULL: plain); a tensor
+ * small side, md[2] the weights. With key.any they are the layouts it was
+ * made for, and the reorders move each that is not plain between Loom's
+ * plain layout and it (NULL: plain): to[i] an operand the primitive reads
+ * (forward: the image and the weights, scaled per output channel with
+ * key.scale; backward data: the small side's gradient and the weights;
+ * backward weights: both images), from[i] the one it writes; a tensor
  * post-op operand takes md[1]. */
 typedef struct prim_entry {
   prim_key key;
   dnnl_primitive_t prim; /* NULL: oneDNN has no implementation */
   size_t scratch;
   dnnl_memory_desc_t md[3];
-  dnnl_primitive_t to_src, from_dst, to_wt;
+  dnnl_primitive_t to[3], from[3];
   dnnl_primitive_t to_post; /* a plain tensor post-op operand into md[1] (NULL: plain) */
 } prim_entry;
 

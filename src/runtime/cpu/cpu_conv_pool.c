@@ -71,17 +71,17 @@ static bool pool_task(const void *user, int64_t t) {
   } else if (!e.prim || !res || (p.any && conv_inner_block(&e.md[0]) != j->block)) {
     ok = false;
   } else {
-    if (e.to_src && !(j->layout & LOOM_CPU_IN_BLOCKED)) {
+    if (e.to[0] && !(j->layout & LOOM_CPU_IN_BLOCKED)) {
       void *buf = loom_dnnl_buffer(res, LOOM_DNNL_SRC, dnnl_memory_desc_get_size(&e.md[0]));
-      ok = buf && conv_reorder(e.to_src, &plain[0], x, &e.md[0], buf);
+      ok = buf && conv_reorder(e.to[0], &plain[0], x, &e.md[0], buf);
       x = buf;
     }
-    if (e.from_dst && !(j->layout & LOOM_CPU_OUT_BLOCKED))
+    if (e.from[1] && !(j->layout & LOOM_CPU_OUT_BLOCKED))
       ok = ok && (dst = loom_dnnl_buffer(res, LOOM_DNNL_DST, dnnl_memory_desc_get_size(&e.md[1])));
     void *ptrs[2] = {(void *)x, dst};
     static const int which[4] = {0, DNNL_ARG_SRC, 1, DNNL_ARG_DST};
     ok = ok && conv_prim_run(&e, 2, which, ptrs) &&
-         (dst == y || conv_reorder(e.from_dst, &e.md[1], dst, &plain[1], y));
+         (dst == y || conv_reorder(e.from[1], &e.md[1], dst, &plain[1], y));
   }
   return ok;
 }

@@ -124,7 +124,7 @@ static dnnl_status_t set_post_ops(dnnl_primitive_attr_t attr, const prim_key *p,
 }
 
 /* p's primitive with images in `layout` (LAYOUT_PLAIN, LAYOUT_ANY or a
- * channel block; forward only) and, unless plain, weights as it picks;
+ * channel block) and, unless plain, weights as it picks;
  * kept: its descriptor, for the layouts. With a layout, an implementation
  * that is neither a reference loop nor im2col + GEMM, or none. */
 static dnnl_status_t create(const prim_key *p, int32_t layout, dnnl_primitive_t *prim,
@@ -166,11 +166,6 @@ static dnnl_status_t create(const prim_key *p, int32_t layout, dnnl_primitive_t 
         dnnl_convolution_direct, &big, &wt, p->bias ? &bias : NULL, &small, stride, dil, lo, hi);
     if (st == dnnl_success && p->kind == P_FWD) {
       st = dnnl_primitive_desc_create(&pd, &fwd, attr, engine, NULL);
-      const char *impl = NULL;
-      if (st == dnnl_success && layout != LAYOUT_PLAIN &&
-          (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
-           !impl || strncmp(impl, "ref", 3) == 0 || strstr(impl, "gemm")))
-        st = dnnl_unimplemented;
     } else if (st == dnnl_success) {
       st = dnnl_primitive_desc_create(&hint, &fwd, NULL, engine, NULL);
       if (st == dnnl_success)
@@ -181,6 +176,11 @@ static dnnl_status_t create(const prim_key *p, int32_t layout, dnnl_primitive_t 
                        &cd, dnnl_convolution_direct, &big, &wt, NULL, &small, stride, dil, lo, hi);
       if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &cd, attr, engine, hint);
     }
+    const char *impl = NULL;
+    if (st == dnnl_success && layout != LAYOUT_PLAIN &&
+        (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+         !impl || strncmp(impl, "ref", 3) == 0 || strstr(impl, "gemm")))
+      st = dnnl_unimplemented;
   } else if (st == dnnl_success) {
     dnnl_pooling_v2_desc_t pl;
     dnnl_alg_kind_t alg = p->kind == P_MAX        ? dnnl_pooling_max
@@ -226,11 +226,19 @@ static dnnl_status_t create_reorder(const dnnl_memory_desc_t *from, const dnnl_m
 }
 
 static void destroy_entry(prim_entry *e) {
-  dnnl_primitive_t *all[5] = {&e->prim, &e->to_src, &e->from_dst, &e->to_wt, &e->to_post};
-  for (int32_t i = 0; i < 5; i++) {
+  dnnl_primitive_t *all[8] = {&e->prim,    &e->to[0],   &e->to[1],   &e->to[2],
+                              &e->from[0], &e->from[1], &e->from[2], &e->to_post};
+  for (int32_t i = 0; i < 8; i++) {
     if (*all[i]) dnnl_primitive_destroy(*all[i]);
     *all[i] = NULL;
   }
+}
+
+/* Whether p's primitive writes operand i (0 big, 1 small, 2 weights):
+ * the forward ops (conv, pools) their output, the backward ones the
+ * gradient they compute. */
+static bool writes(const prim_key *p, int32_t i) {
+  return i == (p->kind == P_BWD_DATA ? 0 : p->kind == P_BWD_WEIGHTS ? 2 : 1);
 }
 
 static bool has_tensor_post(const prim_key *p) {
@@ -241,7 +249,8 @@ static bool has_tensor_post(const prim_key *p) {
 
 /* e's primitive and layouts for e->key: plain ones, or with key.any
  * the first of layouts_tried that has a fast implementation, its weights
- * as it picks, and the reorders to and from plain (plain when none). */
+ * as it picks, and the reorders to and from plain (plain when none) of
+ * what it reads and writes. */
 static dnnl_status_t create_entry(prim_entry *e) {
   prim_key *p = &e->key;
   int32_t k = (int32_t)p->k;
@@ -256,19 +265,24 @@ static dnnl_status_t create_entry(prim_entry *e) {
   if (!pd) {
     dnnl_status_t st = create(p, LAYOUT_PLAIN, &e->prim, &e->scratch, NULL);
     if (st == dnnl_success && wt_mask)
-      st = create_reorder(&e->md[2], &e->md[2], wt_mask, &e->to_wt);
+      st = create_reorder(&e->md[2], &e->md[2], wt_mask, &e->to[2]);
     return st;
   }
-  const dnnl_memory_desc_t *src = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
-  const dnnl_memory_desc_t *dst = dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-  const dnnl_memory_desc_t *wt = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-  dnnl_status_t st = create_reorder(&e->md[0], src, 0, &e->to_src);
-  if (st == dnnl_success) st = create_reorder(dst, &e->md[1], 0, &e->from_dst);
-  if (st == dnnl_success) st = create_reorder(&e->md[2], wt, wt_mask, &e->to_wt);
-  if (st == dnnl_success && has_tensor_post(p)) st = create_reorder(&e->md[1], dst, 0, &e->to_post);
-  e->md[0] = *src;
-  e->md[1] = *dst;
-  e->md[2] = *wt;
+  bool bwd_data = p->kind == P_BWD_DATA, bwd_weights = p->kind == P_BWD_WEIGHTS;
+  dnnl_query_t q[3] = {bwd_data ? dnnl_query_diff_src_md : dnnl_query_src_md,
+                       bwd_data || bwd_weights ? dnnl_query_diff_dst_md : dnnl_query_dst_md,
+                       bwd_weights ? dnnl_query_diff_weights_md : dnnl_query_weights_md};
+  dnnl_status_t st = dnnl_success;
+  for (int32_t i = 0; i < (p->kind <= P_BWD_WEIGHTS ? 3 : 2) && st == dnnl_success; i++) {
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, q[i], 0);
+    if (writes(p, i))
+      st = create_reorder(md, &e->md[i], 0, &e->from[i]);
+    else
+      st = create_reorder(&e->md[i], md, i == 2 ? wt_mask : 0, &e->to[i]);
+    if (st == dnnl_success && i == 1 && has_tensor_post(p))
+      st = create_reorder(&e->md[1], md, 0, &e->to_post);
+    e->md[i] = *md;
+  }
   dnnl_primitive_desc_destroy(pd);
   return st;
 }

@@ -15,7 +15,7 @@ bool conv_reorder_weights(const conv_job *j, const prim_entry *e, int64_t c0, vo
   dnnl_memory_desc_t plain;
   conv_md_weights(&plain, &e->key);
   const float *scale = e->key.scale ? j->post->scale + c0 : NULL;
-  return conv_reorder_scaled(e->to_wt, &plain, j->b + c0 * (s->big_c / s->w.groups) * s->kn,
+  return conv_reorder_scaled(e->to[2], &plain, j->b + c0 * (s->big_c / s->w.groups) * s->kn,
                              &e->md[2], dst, scale, e->key.small_c);
 }
 
@@ -70,7 +70,7 @@ loom_status conv_wpack_get(const loom_cpu *c, const loom_node *n, conv_job *j) {
   const conv_split *s = &j->s;
   loom_cpu_pack *slot = loom_cpu_packs_slot(c, n);
   if (!slot || !loom_cpu_packs_constant(c, n, 1) || s->batch <= 0 || !j->blk[0].prim ||
-      !j->blk[1].prim || !j->blk[0].to_wt || !j->blk[1].to_wt)
+      !j->blk[1].prim || !j->blk[0].to[2] || !j->blk[1].to[2])
     return LOOM_STATUS_OK;
   if (slot->data && wpack_fits(slot->data, j)) {
     j->wpack = slot->data;
