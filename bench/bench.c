@@ -14,6 +14,7 @@
 
 #include "rng/philox_fast.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <string.h>
@@ -106,7 +107,9 @@ static const char usage[] =
     "  --save-graph DIR     write each named workload's graph (all when none is\n"
     "                       named; --size applies) as text IR to DIR/NAME.loom\n"
     "                       and run nothing: 'loom compile DIR/NAME.loom' then\n"
-    "                       shows its fusion plan, kernels and code\n"
+    "                       shows its fusion plan, kernels and code; a FILE\n"
+    "                       workload as the graph built from it (an ONNX model's,\n"
+    "                       forward + backward with --grad) to DIR/STEM[.grad].loom\n"
     "  --grad               FILE workloads: forward + backward\n"
     "  --input NAME=FILE    FILE workloads: the input NAME from a .npy file\n"
     "                       (its dtype and shape as declared); repeatable\n"
@@ -446,10 +449,26 @@ static int save_graphs(loom_ctx *ctx, const opts *o) {
       fprintf(stderr, "loom: --save-graph: '%s' is no graph workload\n", o->names[i]);
       return 1;
     }
-    if (w->build == loom_bench_build_file) continue; /* the user's file already is one */
+    char *text = NULL, path[4096], name[1024];
+    snprintf(name, sizeof name, "%s", w->name);
+    if (w->build == loom_bench_build_file) {
+      /* what Loom built from the user's file: an ONNX model's graph, or
+       * with --grad forward + backward, as STEM[.grad].loom; a graph file
+       * as it is already is one */
+      const loom_bench_file_spec *f = w->arg;
+      const char *base = strrchr(f->path, '/') ? strrchr(f->path, '/') + 1 : f->path;
+      const char *dot = strrchr(base, '.');
+      bool onnx = dot && strcmp(dot, ".onnx") == 0;
+      if (!onnx && !f->grad) {
+        if (!o->run.quiet)
+          fprintf(stderr, "bench: %s is a graph file already (nothing written)\n", f->path);
+        continue;
+      }
+      snprintf(name, sizeof name, "%.*s%s", (int)(dot ? dot - base : (ptrdiff_t)strlen(base)), base,
+               f->grad ? ".grad" : "");
+    }
     loom_bench_graph b = {0};
-    char *text = NULL, path[4096];
-    int len = snprintf(path, sizeof path, "%s/%s.loom", o->save_graph, w->name);
+    int len = snprintf(path, sizeof path, "%s/%s.loom", o->save_graph, name);
     loom_status st =
         len < 0 || (size_t)len >= sizeof path
             ? loom_error(ctx, LOOM_STATUS_INVALID_ARGUMENT, "--save-graph: folder name too long")
@@ -464,7 +483,7 @@ static int save_graphs(loom_ctx *ctx, const opts *o) {
       fprintf(stderr, "loom: %s: %s\n", w->name, loom_ctx_error(ctx));
       return 1;
     }
-    if (!o->run.quiet) fprintf(stderr, "bench: %s written to %s\n", w->name, path);
+    if (!o->run.quiet) fprintf(stderr, "bench: %s written to %s\n", name, path);
   }
   return 0;
 }

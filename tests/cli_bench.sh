@@ -329,6 +329,13 @@ run bench softmax_fwd --save-graph "$tmp/no/such/folder" --quiet
 check "--save-graph into a missing folder exits 1" test "$rc" -eq 1
 run bench rng --save-graph "$tmp/graphs" --quiet
 check "--save-graph of a workload that is no graph exits 1" test "$rc" -eq 1
+run bench "$CLI/mlp.loom" --grad --save-graph "$tmp/graphs" --quiet
+check "--save-graph of a FILE --grad writes its forward + backward" test "$rc" -eq 0 -a -s "$tmp/graphs/mlp.grad.loom"
+run compile "$tmp/graphs/mlp.grad.loom"
+check "... which compiles" test "$rc" -eq 0
+run bench "$CLI/mlp.loom" --save-graph "$tmp/graphs"
+check "--save-graph of a graph FILE alone writes nothing and says so" matches "$err" "*is a graph file already (nothing written)*"
+check "... exits 0" test "$rc" -eq 0 -a ! -e "$tmp/graphs/mlp.loom"
 run bench softmax_fwd --save-graph "$tmp/graphs" --trace "$tmp/t.json"
 check "--save-graph with --trace exits 2" test "$rc" -eq 2
 
