@@ -218,6 +218,10 @@ static void build_reduce_cases(void) {
       {3, {2, 3, 4}, 2, {0, 2}}, {3, {2, 3, 4}, 1, {-1}},   {1, {1}, 1, {0}},
       {2, {0, 4}, 1, {1}},       {2, {130, 257}, 1, {1}},   {2, {130, 257}, 1, {0}},
       {4, {2, 3, 1, 5}, 2, {1, 3}}, {0, {0}, 0, {0}},
+      /* one short axis that is not the last (the fusing modes unroll it:
+       * passes/short_reduce.h), and one just too long for that */
+      {4, {2, 3, 4, 5}, 1, {1}}, {3, {8, 64, 33}, 1, {0}}, {3, {4, 6, 7}, 1, {-2}},
+      {3, {3, 9, 40}, 1, {1}},
   };
   for (int32_t o = 0; o < LOOM_ARRAY_LEN(ops); o++)
     for (int32_t r = 0; r < LOOM_ARRAY_LEN(red); r++)

@@ -15,6 +15,7 @@
 #include "ops/composite_util.h"
 #include "ops/op.h"
 #include "passes/attention.h"
+#include "passes/short_reduce.h"
 #include "runtime/session.h"
 
 #include <stdlib.h>
@@ -182,29 +183,38 @@ static loom_status cpu_rewrite(void *bctx, loom_ctx *ctx, const loom_graph *g,
   return st;
 }
 
-/* Layout ops around flash attention become its strided operands
+/* The backend's last graph passes: in the fusing modes, reductions over a
+ * short middle axis as element-wise chains (passes/short_reduce.h); then
+ * layout ops around flash attention as its strided operands
  * (passes/attention.h), unless LOOM_ATTENTION_VIEWS=0 (the copies kept:
  * an A/B switch; the results are the same bit for bit). */
 static loom_status cpu_finish(void *bctx, loom_ctx *ctx, const loom_graph *g,
                               const loom_session_options *opts, loom_graph **out) {
   (void)bctx;
-  (void)opts;
   *out = NULL;
-  const char *env = getenv("LOOM_ATTENTION_VIEWS");
-  if (env && strcmp(env, "0") == 0) return LOOM_STATUS_OK;
-  bool any = false;
-  for (int32_t i = 0; i < g->n_nodes && !any; i++)
-    any = g->nodes[i].op == LOOM_OP_FLASH_ATTENTION || g->nodes[i].op == LOOM_OP_FLASH_ATTENTION_GRAD;
-  if (!any) return LOOM_STATUS_OK;
+  loom_graph *cur = NULL; /* the latest rewrite, when there is one */
   int32_t n = 0;
-  loom_graph *f = NULL;
-  loom_status st = loom_graph_fold_attention_views(g, &f, &n);
+  loom_status st = LOOM_STATUS_OK;
+  if (opts->fusion == LOOM_FUSION_LOOP || opts->fusion == LOOM_FUSION_STITCH) {
+    st = loom_graph_unroll_short_reductions(g, &cur, &n);
+    if (!st && n == 0) loom_graph_free(cur), cur = NULL;
+  }
+  const char *env = getenv("LOOM_ATTENTION_VIEWS");
+  bool any = false;
+  for (int32_t i = 0; i < g->n_nodes && !any && !(env && strcmp(env, "0") == 0); i++)
+    any = g->nodes[i].op == LOOM_OP_FLASH_ATTENTION || g->nodes[i].op == LOOM_OP_FLASH_ATTENTION_GRAD;
+  if (!st && any) {
+    loom_graph *f = NULL;
+    st = loom_graph_fold_attention_views(cur ? cur : g, &f, &n);
+    if (!st && n > 0) loom_graph_free(cur), cur = f;
+    else loom_graph_free(f);
+  }
   if (st) {
+    loom_graph_free(cur);
     if (g->ctx != ctx) loom_error(ctx, st, "%s", loom_ctx_error(g->ctx));
     return st;
   }
-  if (n > 0) *out = f;
-  else loom_graph_free(f);
+  *out = cur;
   return LOOM_STATUS_OK;
 }
 
