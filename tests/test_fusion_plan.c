@@ -612,6 +612,13 @@ static void test_cost_model(void) {
   t = loom_cost_group(&m, &one, &d);
   CHECK(d.tiles == 1 && d.utilization == 0.5);
   CHECK(fabs(t - (5e-6 + 4100.0 / (10e9 * 0.5) + 1e-7)) < 1e-12);
+  /* the memory-bound group again with half its bytes walked at a stride:
+   * each of those costs 6 (STRIDED_COST, cost.c) */
+  loom_group_info walk = info;
+  walk.strided_bytes = 134217728;
+  loom_cost_group(&m, &walk, &d);
+  CHECK(d.strided_bytes == 5 * (int64_t)134217728);
+  CHECK(fabs(d.memory_s - (268435456.0 + 5.0 * 134217728.0) / 10e9) < 1e-12);
   /* two row reductions feeding three stages over rows whose working set
    * exceeds L2: the inputs are read three times, scratch spills */
   loom_group_info big = {.bytes_read = 1 << 30,

@@ -408,7 +408,36 @@ static bool same_info(const loom_group_info *a, const loom_group_info *b) {
          a->rows == b->rows && a->row_len == b->row_len && a->n_parts == b->n_parts &&
          a->n_stages == b->n_stages && a->n_row_reduce == b->n_row_reduce &&
          a->n_col_reduce == b->n_col_reduce && a->n_scratch == b->n_scratch &&
-         a->elem_ops == b->elem_ops && a->recompute_ops == b->recompute_ops;
+         a->elem_ops == b->elem_ops && a->recompute_ops == b->recompute_ops &&
+         a->strided_bytes == b->strided_bytes;
+}
+
+/* The bytes a group's rows walk at a stride (a transposed operand or
+ * result), which the cost model charges more. */
+static void case_strided(loom_ctx *ctx) {
+  static const struct {
+    const char *text;
+    int64_t strided;
+  } cases[] = {
+      /* x + transpose(u): rows along x and y, u walked at a stride */
+      {"input %x : f32[4, 24, 32]\ninput %u : f32[4, 32, 24]\n"
+       "%t = transpose(%u, perm=[0, 2, 1])\n%y = add(%x, %t)\noutput y = %y\n",
+       4 * 24 * 32 * 4},
+      {"input %x : f32[4, 24, 32]\ninput %u : f32[4, 24, 32]\n"
+       "%y = add(%x, %u)\noutput y = %y\n", 0},
+  };
+  for (int32_t c = 0; c < LOOM_ARRAY_LEN(cases); c++) {
+    loom_graph *g = NULL;
+    CHECK_OK(ctx, loom_graph_parse(ctx, cases[c].text, &g));
+    if (!g) continue;
+    int32_t *gon = calloc((size_t)g->n_nodes, sizeof(int32_t));
+    loom_group_info info;
+    bool ok = gon && loom_fusion_group_analyze(g, gon, 0, LOOM_FUSION_STITCH, &info);
+    CHECK(ok);
+    if (ok) CHECK(info.strided_bytes == cases[c].strided);
+    free(gon);
+    loom_graph_free(g);
+  }
 }
 
 /* The per-graph index answers as the graph-scanning calls do: every value's
@@ -955,6 +984,7 @@ int main(void) {
   case_short_rows(ctx, 4096, 4);
   case_short_rows(ctx, 64, 128);
   case_index(ctx);
+  case_strided(ctx);
   case_batchnorm(ctx, 9, 5);
   case_layout(ctx);
   case_concat_pad(ctx);

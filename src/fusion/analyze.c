@@ -178,8 +178,47 @@ static int64_t graph_ops(const loom_graph *g, const loom_kernel *k) {
   return n;
 }
 
+/* Whether map walks its argument at a stride along the row: the
+ * innermost row dim moves it by more than one element (a transposed
+ * operand: every element of a row on another cache line). */
+static bool strided(const loom_kpart *p, const loom_kmap *map) {
+  if (p->r_rank < 1 || p->r_shape[p->r_rank - 1] < 2) return false;
+  int64_t step = map->r[p->r_rank - 1];
+  return step > 1 || step < -1;
+}
+
+/* Marks in walked the args some ROW stage of k loads or stores at a
+ * stride along its part's row. */
+static void mark_strided(const loom_kernel *k, bool *walked) {
+  size_t ne = (size_t)(k->n_exprs > 0 ? k->n_exprs : 1);
+  int32_t *seen = calloc(ne * 2, sizeof(int32_t)), *stack = seen + ne, stamp = 0;
+  for (int32_t pi = 0; seen && pi < k->n_parts; pi++) {
+    const loom_kpart *p = &k->parts[pi];
+    for (int32_t s = 0; s < p->n_stages; s++) {
+      const loom_kstage *st = &p->stages[s];
+      if (st->kind != LOOM_KSTAGE_ROW) continue;
+      stamp++;
+      int32_t sp = 0;
+      for (int32_t o = 0; o < st->n_out; o++) {
+        const loom_kout *out = &st->out[o];
+        if (out->dst == LOOM_KDST_STORE && strided(p, &out->map)) walked[out->target] = true;
+        if (seen[out->expr] != stamp) seen[out->expr] = stamp, stack[sp++] = out->expr;
+      }
+      while (sp > 0) { /* the loads this stage's outputs read */
+        const loom_kexpr *e = &k->exprs[stack[--sp]];
+        if (e->kind == LOOM_KX_LOAD && strided(p, &e->map)) walked[e->arg] = true;
+        for (int32_t a = 0; a < e->n_a; a++)
+          if (seen[e->a[a]] != stamp) seen[e->a[a]] = stamp, stack[sp++] = e->a[a];
+      }
+    }
+  }
+  free(seen);
+}
+
 static void fill_info(const loom_graph *g, const loom_kernel *k, loom_group_info *info) {
   memset(info, 0, sizeof *info);
+  bool *walked = calloc((size_t)(k->n_args > 0 ? k->n_args : 1), sizeof(bool));
+  if (walked) mark_strided(k, walked);
   for (int32_t i = 0; i < k->n_args; i++) {
     const loom_karg *a = &k->args[i];
     if (a->temp) continue;
@@ -188,7 +227,9 @@ static void fill_info(const loom_graph *g, const loom_kernel *k, loom_group_info
       info->bytes_written += bytes;
     else
       info->bytes_read += bytes;
+    if (walked && walked[i]) info->strided_bytes += bytes;
   }
+  free(walked);
   size_t ne = (size_t)(k->n_exprs > 0 ? k->n_exprs : 1);
   int32_t *mark = calloc(ne * 2, sizeof(int32_t)), stamp = 0;
   int64_t best = -1;

@@ -28,6 +28,11 @@
 /* Re-reading a row from L2 rather than L1 costs this fraction of reading
  * it from memory. */
 #define L2_REREAD_FRACTION 0.1
+/* A byte a row reads or writes at a stride costs this many bytes of
+ * traffic: a transposed add over [16, 196, 256] (two of its three operands
+ * walked at a stride of 256 floats) ran at a sixth of the triad rate on
+ * the strided bytes (docs/FUSION.md, "The cost model"). */
+#define STRIDED_COST 6.0
 /* Products below this many flops run on one thread (the cpu backend's
  * LOOM_GEMM_PARALLEL_FLOPS, runtime/cpu/gemm.h). */
 #define GEMM_PARALLEL_FLOPS 1e6
@@ -148,7 +153,10 @@ double loom_cost_group(const loom_machine *m, const loom_group_info *info,
 
   bool lanes = d.sched.vector_width > 1 || d.sched.rows_per_block > 1;
   double rate = elem_rate * (lanes ? 1.0 : 1.0 / SCALAR_SLOWDOWN);
-  d.memory_s = (double)(bytes + d.extra_bytes) / (bw * d.utilization);
+  /* a row walking an operand at a stride (a transpose) touches a cache
+   * line per element: what the lines' reuse by the next rows leaves */
+  d.strided_bytes = (int64_t)((STRIDED_COST - 1.0) * (double)info->strided_bytes);
+  d.memory_s = (double)(bytes + d.extra_bytes + d.strided_bytes) / (bw * d.utilization);
   d.compute_s = (double)info->elem_ops / (rate * d.utilization);
   d.launch_s = m->kernel_launch_s;
   d.tile_s = (double)d.tiles * TILE_OVERHEAD_S / ((double)cores * d.utilization);

@@ -18,6 +18,7 @@ typedef struct loom_cost_detail {
   double imbalance;     /* >= 1: waves of equal tiles vs perfect balance */
   int64_t working_set;  /* bytes per row in flight: scratch + row I/O */
   int64_t extra_bytes;  /* re-reads and scratch that spill out of cache */
+  int64_t strided_bytes; /* what walking operands at a stride adds */
   double launch_s, memory_s, compute_s, tile_s, combine_s;
   double total_s;
 } loom_cost_detail;

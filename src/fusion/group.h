@@ -20,6 +20,7 @@ typedef struct loom_group_info {
   int32_t n_parts;
   int32_t n_stages;      /* over all parts */
   int32_t n_row_reduce, n_col_reduce;
+  int64_t strided_bytes; /* of the bytes read and written, those a row walks at a stride */
   int32_t n_scratch;     /* scratch rows per tile */
   int64_t elem_ops;      /* element-wise evaluations, recomputation included */
   int64_t recompute_ops; /* of which recomputation */
