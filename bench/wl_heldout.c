@@ -23,7 +23,7 @@ struct loom_bench_heldout {
   const char *full, *small; /* "NAME=VALUE ..." */
   const char *classes;      /* the size variable label inputs index, or NULL */
   int32_t n_wrt;            /* 0: forward only */
-  int32_t wrt[12];
+  int32_t wrt[16];
   const char *text;
 };
 typedef struct loom_bench_heldout heldout_spec;
@@ -350,6 +350,81 @@ const heldout_spec loom_bench_heldout_llama = {
     "%m = mul(%sg, %up)\n"
     "%dn = linear(%m, %wd)\n"
     "%y = add(%h1, %dn)\n"
+    "%yd = mul(%y, %dy)\n"
+    "%obj = reduce_sum(%yd)\n"
+    "output objective = %obj\n"};
+
+/* Grouped-query attention (Llama-2-70B's 8 query heads per key head,
+ * here H query heads on G key/value heads, R = H / G): K and V projected
+ * to G heads and broadcast over the R query heads of each, causal
+ * attention, a residual; forward + backward to x and the projections.
+ * The backward sums the key and value gradients over each group's R
+ * heads: a short middle axis (passes/short_reduce.c). */
+const heldout_spec loom_bench_heldout_gqa = {
+    "B=4 T=256 D=512 H=8 G=2 R=4 E=64 K=128", "B=1 T=8 D=16 H=4 G=2 R=2 E=4 K=8", NULL, 5,
+    {0, 1, 2, 3, 4},
+    "input %x : f32[$B, $T, $D]\n"
+    "param %wq : f32[$D, $D]\n"
+    "param %wk : f32[$D, $K]\n"
+    "param %wv : f32[$D, $K]\n"
+    "param %wo : f32[$D, $D]\n"
+    "input %dy : f32[$B, $T, $D]\n"
+    "%q = linear(%x, %wq)\n"
+    "%k = linear(%x, %wk)\n"
+    "%v = linear(%x, %wv)\n"
+    "%q4 = reshape(%q, shape=[$B, $T, $H, $E])\n"
+    "%k5 = reshape(%k, shape=[$B, $T, $G, 1, $E])\n"
+    "%v5 = reshape(%v, shape=[$B, $T, $G, 1, $E])\n"
+    "%kb = broadcast_to(%k5, shape=[$B, $T, $G, $R, $E])\n"
+    "%vb = broadcast_to(%v5, shape=[$B, $T, $G, $R, $E])\n"
+    "%k4 = reshape(%kb, shape=[$B, $T, $H, $E])\n"
+    "%v4 = reshape(%vb, shape=[$B, $T, $H, $E])\n"
+    "%qh = transpose(%q4, perm=[0, 2, 1, 3])\n"
+    "%kh = transpose(%k4, perm=[0, 2, 1, 3])\n"
+    "%vh = transpose(%v4, perm=[0, 2, 1, 3])\n"
+    "%att = attention(%qh, %kh, %vh, causal=true)\n"
+    "%at = transpose(%att, perm=[0, 2, 1, 3])\n"
+    "%am = reshape(%at, shape=[$B, $T, $D])\n"
+    "%o = linear(%am, %wo)\n"
+    "%y = add(%x, %o)\n"
+    "%yd = mul(%y, %dy)\n"
+    "%obj = reduce_sum(%yd)\n"
+    "output objective = %obj\n"};
+
+/* An MLP-Mixer block, forward + backward to x and every weight: a token-
+ * mixing MLP across the P patches (LayerNorm, a transpose to [B, C, P],
+ * GELU MLP over P, the transpose back, a residual), then a channel MLP
+ * with its own LayerNorm and residual. The transposes meet LayerNorm's
+ * rows: the cost model's strided bytes (docs/FUSION.md). */
+const heldout_spec loom_bench_heldout_mixer = {
+    "B=16 P=196 C=256 S=128 F=1024", "B=2 P=8 C=16 S=8 F=32", NULL, 13,
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12},
+    "input %x : f32[$B, $P, $C]\n"
+    "param %g1 : f32[$C]\n"
+    "param %be1 : f32[$C]\n"
+    "param %w1 : f32[$P, $S]\n"
+    "param %b1 : f32[$S]\n"
+    "param %w2 : f32[$S, $P]\n"
+    "param %b2 : f32[$P]\n"
+    "param %g2 : f32[$C]\n"
+    "param %be2 : f32[$C]\n"
+    "param %w3 : f32[$C, $F]\n"
+    "param %b3 : f32[$F]\n"
+    "param %w4 : f32[$F, $C]\n"
+    "param %b4 : f32[$C]\n"
+    "input %dy : f32[$B, $P, $C]\n"
+    "%n1 = layer_norm(%x, %g1, %be1, axis=-1, eps=1e-05)\n"
+    "%t = transpose(%n1, perm=[0, 2, 1])\n"
+    "%h = linear(%t, %w1, %b1)\n"
+    "%a = gelu(%h)\n"
+    "%u = linear(%a, %w2, %b2)\n"
+    "%ut = transpose(%u, perm=[0, 2, 1])\n"
+    "%x1 = add(%x, %ut)\n"
+    "%n2 = layer_norm(%x1, %g2, %be2, axis=-1, eps=1e-05)\n"
+    "%h2 = linear(%n2, %w3, %b3)\n"
+    "%a2 = gelu(%h2)\n"
+    "%o = linear(%a2, %w4, %b4)\n"
+    "%y = add(%x1, %o)\n"
     "%yd = mul(%y, %dy)\n"
     "%obj = reduce_sum(%yd)\n"
     "output objective = %obj\n"};

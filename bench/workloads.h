@@ -84,7 +84,8 @@ typedef struct loom_bench_heldout loom_bench_heldout;
 extern const loom_bench_heldout loom_bench_heldout_rotary_bwd, loom_bench_heldout_focal,
     loom_bench_heldout_softcap, loom_bench_heldout_moe_top2, loom_bench_heldout_sqrelu,
     loom_bench_heldout_convnext, loom_bench_heldout_llama, loom_bench_heldout_relbias,
-    loom_bench_heldout_lora, loom_bench_heldout_resnet;
+    loom_bench_heldout_lora, loom_bench_heldout_resnet, loom_bench_heldout_gqa,
+    loom_bench_heldout_mixer;
 
 /* One pre-LN GPT block's forward for `loom bench attention` (wl_model.c):
  * batch 1, seq tokens, heads heads of head_dim (d_model = heads *

@@ -226,7 +226,8 @@ for w in layernorm_fwd layernorm_bwd softmax_fwd softmax_bwd bias_gelu \
   bias_dropout_residual_ln cross_entropy adamw rmsnorm_fwd rmsnorm_bwd swiglu rotary \
   groupnorm_silu ls_cross_entropy bce_logits instnorm_lrelu instnorm_lrelu_bwd t5_norm_residual \
   alibi_softmax alibi_softmax_bwd geglu_bwd layerscale_droppath rotary_bwd focal_loss softcap_zloss \
-  moe_top2_lb sqrelu_mlp lora_mlp convnext_tail llama_block bert_layer gpt2_block train_step \
+  moe_top2_lb sqrelu_mlp lora_mlp convnext_tail resnet_block llama_block gqa_attention mixer_block \
+  bert_layer gpt2_block train_step \
   rng attention; do
   check "--list names $w" test "${out#*$w}" != "$out"
 done
@@ -253,7 +254,8 @@ check "--back-to-back runs every mode" test "$rc" -eq 0 -a "$(grep -c '"workload
 # load-balancing counts need every row's choice first: whether its softmax
 # is stored between two kernels or its exp recomputed in one is the cost
 # model's call on the measured machine, so either plan passes
-for w in rotary_bwd focal_loss softcap_zloss moe_top2_lb sqrelu_mlp lora_mlp convnext_tail llama_block; do
+for w in rotary_bwd focal_loss softcap_zloss moe_top2_lb sqrelu_mlp lora_mlp convnext_tail llama_block \
+  resnet_block gqa_attention mixer_block; do
   run bench $w --size small --modes reference,loop,stitch --runs 1 --with-reference --json --quiet
   check "$w runs" test "$rc" -eq 0
   n=$(grep -c '"checked_against": "reference"' <<<"$out")
@@ -262,7 +264,7 @@ for w in rotary_bwd focal_loss softcap_zloss moe_top2_lb sqrelu_mlp lora_mlp con
   check "$w: within 1e-5 of the reference ($(echo $errs))" \
     awk -v e="$errs" 'BEGIN { n = split(e, a, " "); if (n != 2) exit 1; for (i = 1; i <= n; i++) if (!(a[i] + 0 <= 1e-5)) exit 1 }'
   case $w in
-  sqrelu_mlp | lora_mlp | convnext_tail | llama_block) ;;
+  sqrelu_mlp | lora_mlp | convnext_tail | llama_block | resnet_block | gqa_attention | mixer_block) ;;
   moe_top2_lb) check "$w: one or two stitched kernels" grep -Eq '"mode": "stitch".*"kernels": [12],' <<<"$out" ;;
   *) check "$w: one stitched kernel" grep -q '"mode": "stitch".*"kernels": 1,' <<<"$out" ;;
   esac

@@ -19,7 +19,8 @@ WORKLOADS = [
     "alibi_softmax_bwd", "geglu_bwd", "layerscale_droppath",
     # held-out graphs in the text IR (bench/wl_heldout.c)
     "rotary_bwd", "focal_loss", "softcap_zloss", "moe_top2_lb", "sqrelu_mlp", "lora_mlp",
-    "convnext_tail", "resnet_block", "llama_block", "relbias_attention", "bert_layer",
+    "convnext_tail", "resnet_block", "llama_block", "relbias_attention", "gqa_attention",
+    "mixer_block", "bert_layer",
     "gpt2_block", "train_step",
 ]
 MEMORY_BOUND = set(WORKLOADS[:22]) | {"rotary_bwd", "focal_loss", "softcap_zloss", "moe_top2_lb"}
@@ -35,6 +36,9 @@ HELDOUT = {
     "resnet_block": (dict(B=8, C=64, H=32), dict(B=2, C=8, H=6)),
     "llama_block": (dict(B=2, T=256, D=512, H=8, F=1408), dict(B=1, T=8, D=16, H=2, F=24)),
     "relbias_attention": (dict(B=2, T=256, D=512, H=8), dict(B=1, T=8, D=16, H=2)),
+    "gqa_attention": (dict(B=4, T=256, D=512, H=8, G=2, R=4, E=64, K=128),
+                      dict(B=1, T=8, D=16, H=4, G=2, R=2, E=4, K=8)),
+    "mixer_block": (dict(B=16, P=196, C=256, S=128, F=1024), dict(B=2, P=8, C=16, S=8, F=32)),
 }
 SOFTCAP = 30.0
 ZLOSS = 1e-4
@@ -66,6 +70,21 @@ def relbias_flops(S):
     """Matmul flops of the T5-style attention sublayer, forward + backward."""
     b, t, d = S["B"], S["T"], S["D"]
     return 3 * (2 * b * t * 4 * d * d + 2 * 2 * b * t * t * d)
+
+
+def gqa_flops(S):
+    """Matmul flops of the grouped-query attention workload, forward +
+    backward: the projections (q and o D x D, k and v D x K) and the
+    attention's two products, each three times."""
+    b, t, d, k = S["B"], S["T"], S["D"], S["K"]
+    return 3 * (2 * b * t * d * (2 * d + 2 * k) + 2 * 2 * b * t * t * d)
+
+
+def mixer_flops(S):
+    """Matmul flops of the MLP-Mixer block, forward + backward: the token
+    MLP's two products over P and S, the channel MLP's over C and F."""
+    b, p, c, s, f = S["B"], S["P"], S["C"], S["S"], S["F"]
+    return 3 * (2 * 2 * b * c * p * s + 2 * 2 * b * p * c * f)
 
 
 def heldout(name, small):

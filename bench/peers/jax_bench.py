@@ -287,6 +287,33 @@ def build_text_ir(name, small, wait):
         f = jax.jit(lambda dy, *a: jax.vjp(block, *a)[1](dy))
         return ((lambda: wait(f(dy, x, *ps))), nbytes([x, cs, sn] + ps + [dy, x] + ps),
                 C.llama_flops(S))
+    if name == "gqa_attention":
+        b, t, d, nh, g, e, kd = S["B"], S["T"], S["D"], S["H"], S["G"], S["E"], S["K"]
+        x, dy = rand((b, t, d), 1), rand((b, t, d), 4)
+        ps = [rand(sh, 5 + i, 0.02) for i, sh in enumerate(((d, d), (d, kd), (d, kd), (d, d)))]
+
+        def gqa(x, wq, wk, wv, wo):
+            q = (x @ wq).reshape(b, t, nh, e)
+            k, v = ((x @ w).reshape(b, t, g, e) for w in (wk, wv))
+            a = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+            return x + a.reshape(b, t, d) @ wo
+        f = jax.jit(lambda dy, *a: jax.vjp(gqa, *a)[1](dy))
+        return ((lambda: wait(f(dy, x, *ps))), nbytes([x] + ps + [dy, x] + ps), C.gqa_flops(S))
+    if name == "mixer_block":
+        b, p, c, sh, ff = S["B"], S["P"], S["C"], S["S"], S["F"]
+        x, dy = rand((b, p, c), 1), rand((b, p, c), 4)
+        shapes = ((c,), (c,), (p, sh), (sh,), (sh, p), (p,), (c,), (c,), (c, ff), (ff,), (ff, c),
+                  (c,))
+        ps = [rand(s_, 5 + i, 0.02, 1.0 if i in (0, 6) else 0.0) for i, s_ in enumerate(shapes)]
+
+        def mixer(x, g1, be1, w1, b1, w2, b2, g2, be2, w3, b3, w4, b4):
+            gelu = lambda z: jax.nn.gelu(z, approximate=False)  # noqa: E731
+            n1 = jnp.swapaxes(layer_norm(x, g1, be1), 1, 2)
+            x1 = x + jnp.swapaxes(gelu(n1 @ w1 + b1) @ w2 + b2, 1, 2)
+            return x1 + gelu(layer_norm(x1, g2, be2) @ w3 + b3) @ w4 + b4
+        f = jax.jit(lambda dy, *a: jax.vjp(mixer, *a)[1](dy))
+        return ((lambda: wait(f(dy, x, *ps))), nbytes([x] + ps + [dy, x] + ps),
+                C.mixer_flops(S))
     return None
 
 

@@ -300,6 +300,38 @@ def build_text_ir(name, small, comp):
         wrt = [x] + ps
         return ((lambda: torch.autograd.grad(f(x, *ps), wrt, dy)),
                 nbytes([x] + ps + [dy] + wrt), C.relbias_flops(S))
+    if name == "gqa_attention":
+        b, t, d, nh, g, e, kd = S["B"], S["T"], S["D"], S["H"], S["G"], S["E"], S["K"]
+        x, dy = rand((b, t, d), 1, grad=True), rand((b, t, d), 4)
+        ps = [rand(sh, 5 + i, 0.02, grad=True)
+              for i, sh in enumerate(((d, d), (d, kd), (d, kd), (d, d)))]
+
+        def gqa(x, wq, wk, wv, wo):
+            q = (x @ wq).view(b, t, nh, e).transpose(1, 2)
+            k, v = ((x @ w).view(b, t, g, e).transpose(1, 2) for w in (wk, wv))
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            return x + a.transpose(1, 2).reshape(b, t, d) @ wo
+        f = comp(gqa)
+        wrt = [x] + ps
+        return ((lambda: torch.autograd.grad(f(x, *ps), wrt, dy)),
+                nbytes([x] + ps + [dy] + wrt), C.gqa_flops(S))
+    if name == "mixer_block":
+        b, p, c, sh, ff = S["B"], S["P"], S["C"], S["S"], S["F"]
+        x, dy = rand((b, p, c), 1, grad=True), rand((b, p, c), 4)
+        shapes = ((c,), (c,), (p, sh), (sh,), (sh, p), (p,), (c,), (c,), (c, ff), (ff,), (ff, c),
+                  (c,))
+        ps = [rand(s_, 5 + i, 0.02, 1.0 if i in (0, 6) else 0.0, grad=True)
+              for i, s_ in enumerate(shapes)]
+
+        def mixer(x, g1, be1, w1, b1, w2, b2, g2, be2, w3, b3, w4, b4):
+            n1 = F.layer_norm(x, (c,), g1, be1, LN_EPS).transpose(1, 2)
+            x1 = x + (F.gelu(n1 @ w1 + b1) @ w2 + b2).transpose(1, 2)
+            n2 = F.layer_norm(x1, (c,), g2, be2, LN_EPS)
+            return x1 + F.gelu(n2 @ w3 + b3) @ w4 + b4
+        f = comp(mixer)
+        wrt = [x] + ps
+        return ((lambda: torch.autograd.grad(f(x, *ps), wrt, dy)),
+                nbytes([x] + ps + [dy] + wrt), C.mixer_flops(S))
     return None
 
 
