@@ -3,7 +3,7 @@
  * K] are a convolution's [OC, IC/g, K] with OC the small side) and
  * conv_grad_weight (backward weights, summing its per-image products in
  * image order). Both run on oneDNN's direct kernels in channel-blocked
- * layouts where it has them (cpu_conv_prim.c, layouts_tried: 2.2-2.7x
+ * layouts where it has them (cpu_conv_prim.c, layouts_tried: 2.0-2.7x
  * the im2col + GEMM paths of the plain layouts on one AVX2 core), each
  * task reordering what it reads from plain and what it writes back;
  * otherwise on plain layouts.
