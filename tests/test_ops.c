@@ -409,6 +409,7 @@ static void add_window_case(const window_case *w) {
 static void build_window_cases(void) {
   static const int64_t one[] = {1, 1, 1}, two[] = {2, 2, 2}, k3[] = {3, 3, 3}, k2[] = {2, 2, 2};
   static const int64_t lo12[] = {1, 2}, hi21[] = {2, 1}, dil21[] = {2, 1}, s12[] = {1, 2};
+  static const int64_t three[] = {3, 3, 3}, k7[] = {7, 7, 7};
   const window_case ws[] = {
       {LOOM_OP_CONV, 3, {2, 3, 11}, {4, 3, 3}, .groups = 1},
       {LOOM_OP_CONV, 3, {2, 4, 13}, {6, 2, 3}, .strides = two, .lo = one, .hi = two, .groups = 2},
@@ -433,6 +434,11 @@ static void build_window_cases(void) {
       {LOOM_OP_CONV_TRANSPOSE, 4, {2, 20, 7, 7}, {20, 100, 3, 3}, .lo = one, .hi = one},
       {LOOM_OP_CONV_GRAD_WEIGHT, 4, {2, 40, 8, 8}, {2, 40, 8, 8}, .kernel = k3, .lo = one, .hi = one, .groups = 40},
       {LOOM_OP_CONV_TRANSPOSE, 4, {2, 40, 8, 8}, {40, 1, 3, 3}, .lo = one, .hi = one, .groups = 40},
+      /* depthwise weight gradients (Loom's own loop): strides, dilation,
+       * uneven padding, 1-d, a 7 x 7 kernel */
+      {LOOM_OP_CONV_GRAD_WEIGHT, 3, {2, 6, 13}, {2, 6, 6}, .kernel = k3, .strides = two, .lo = one, .groups = 6},
+      {LOOM_OP_CONV_GRAD_WEIGHT, 4, {2, 5, 11, 10}, {2, 5, 10, 6}, .kernel = k3, .strides = s12, .lo = lo12, .hi = hi21, .dil = dil21, .groups = 5},
+      {LOOM_OP_CONV_GRAD_WEIGHT, 4, {1, 8, 12, 12}, {1, 8, 12, 12}, .kernel = k7, .lo = three, .hi = three, .groups = 8},
       {LOOM_OP_MAX_POOL, 3, {2, 3, 11}, {0}, .kernel = k3, .strides = two},
       {LOOM_OP_MAX_POOL, 4, {2, 3, 9, 8}, {0}, .kernel = k3, .strides = two, .lo = one, .hi = one, .ceil = 1},
       {LOOM_OP_MAX_POOL, 4, {2, 3, 9, 8}, {0}, .kernel = k3, .dil = dil21, .lo = lo12, .hi = hi21},
