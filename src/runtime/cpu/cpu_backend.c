@@ -200,8 +200,8 @@ static loom_status cpu_finish(void *bctx, loom_ctx *ctx, const loom_graph *g,
     if (!st && n == 0) loom_graph_free(cur), cur = NULL;
   }
   const char *env = getenv("LOOM_ATTENTION_VIEWS");
-  bool any = false;
-  for (int32_t i = 0; i < g->n_nodes && !any && !(env && strcmp(env, "0") == 0); i++)
+  bool views = !(env && strcmp(env, "0") == 0), any = false;
+  for (int32_t i = 0; i < g->n_nodes && views && !any; i++)
     any = g->nodes[i].op == LOOM_OP_FLASH_ATTENTION || g->nodes[i].op == LOOM_OP_FLASH_ATTENTION_GRAD;
   if (!st && any) {
     loom_graph *f = NULL;

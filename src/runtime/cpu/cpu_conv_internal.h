@@ -100,8 +100,6 @@ void conv_prim_release(prim_entry *e, bool owned);
 bool conv_prim_run_with(const prim_entry *e, int32_t n, const int *which, void *const *ptrs,
                         const dnnl_memory_desc_t *extra);
 bool conv_prim_run(const prim_entry *e, int32_t n, const int *which, void *const *ptrs);
-/* conv_prim_run on p's cached primitive. */
-bool conv_prim_run_key(const prim_key *p, int32_t n, const int *which, void *const *ptrs);
 /* Runs reorder r from src to dst on this thread's stream; scales: NULL,
  * or the n_scales values it multiplies by. */
 bool conv_reorder_scaled(dnnl_primitive_t r, const dnnl_memory_desc_t *from, const void *src,

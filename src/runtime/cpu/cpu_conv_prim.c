@@ -386,15 +386,6 @@ void conv_prim_release(prim_entry *e, bool owned) {
   if (owned) destroy_entry(e);
 }
 
-/* Runs p's primitive on one task's pointers. */
-bool conv_prim_run_key(const prim_key *p, int32_t n, const int *which, void *const *ptrs) {
-  bool owned;
-  prim_entry e = conv_prim_get(p, &owned);
-  bool ok = e.prim && conv_prim_run(&e, n, which, ptrs);
-  conv_prim_release(&e, owned);
-  return ok;
-}
-
 /* An image md's channel block (1: none). */
 int64_t conv_inner_block(const dnnl_memory_desc_t *md) {
   const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
