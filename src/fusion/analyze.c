@@ -138,16 +138,29 @@ bool loom_fusion_index_materialized(const loom_fusion_index *ix, const int32_t *
   return false;
 }
 
-/* Element-wise work of one stage: the OP (by loom_cost_op_weight) and
- * KEEP expressions it reaches, once per element it runs for. mark holds
- * the stamp of the last walk that reached each expression; stack has room
- * for every one. */
-static int64_t stage_ops(const loom_kernel *k, const loom_kstage *st, int32_t *mark, int32_t stamp,
-                         int32_t *stack) {
+/* Whether map walks its argument at a stride along part p's row: the
+ * innermost row dim moves it by more than one element (a transposed
+ * operand: every element of a row on another cache line). */
+static bool strided(const loom_kpart *p, const loom_kmap *map) {
+  if (p->r_rank < 1 || p->r_shape[p->r_rank - 1] < 2) return false;
+  int64_t step = map->r[p->r_rank - 1];
+  return step > 1 || step < -1;
+}
+
+/* Element-wise work of stage st of part p: the OP (by loom_cost_op_weight)
+ * and KEEP expressions it reaches, once per element it runs for; in a ROW
+ * stage, the args it loads or stores at a stride along the row are marked
+ * in walked. mark holds the stamp of the last walk that reached each
+ * expression; stack has room for every one. */
+static int64_t stage_ops(const loom_kernel *k, const loom_kpart *p, const loom_kstage *st,
+                         int32_t *mark, int32_t stamp, int32_t *stack, bool *walked) {
+  bool row = st->kind == LOOM_KSTAGE_ROW;
   int64_t n = 0;
   int32_t sp = 0;
   for (int32_t o = 0; o < st->n_out; o++) {
-    int32_t r = st->out[o].expr;
+    const loom_kout *out = &st->out[o];
+    if (row && out->dst == LOOM_KDST_STORE && strided(p, &out->map)) walked[out->target] = true;
+    int32_t r = out->expr;
     if (mark[r] == stamp) continue;
     mark[r] = stamp;
     stack[sp++] = r;
@@ -155,6 +168,7 @@ static int64_t stage_ops(const loom_kernel *k, const loom_kstage *st, int32_t *m
       const loom_kexpr *e = &k->exprs[stack[--sp]];
       if (e->kind == LOOM_KX_OP) n += LOOM_MAX(1, loom_cost_op_weight(e->op));
       n += e->kind == LOOM_KX_KEEP;
+      if (row && e->kind == LOOM_KX_LOAD && strided(p, &e->map)) walked[e->arg] = true;
       for (int32_t a = 0; a < e->n_a; a++)
         if (mark[e->a[a]] != stamp) {
           mark[e->a[a]] = stamp;
@@ -178,60 +192,11 @@ static int64_t graph_ops(const loom_graph *g, const loom_kernel *k) {
   return n;
 }
 
-/* Whether map walks its argument at a stride along the row: the
- * innermost row dim moves it by more than one element (a transposed
- * operand: every element of a row on another cache line). */
-static bool strided(const loom_kpart *p, const loom_kmap *map) {
-  if (p->r_rank < 1 || p->r_shape[p->r_rank - 1] < 2) return false;
-  int64_t step = map->r[p->r_rank - 1];
-  return step > 1 || step < -1;
-}
-
-/* Marks in walked the args some ROW stage of k loads or stores at a
- * stride along its part's row. */
-static void mark_strided(const loom_kernel *k, bool *walked) {
-  size_t ne = (size_t)(k->n_exprs > 0 ? k->n_exprs : 1);
-  int32_t *seen = calloc(ne * 2, sizeof(int32_t)), *stack = seen + ne, stamp = 0;
-  for (int32_t pi = 0; seen && pi < k->n_parts; pi++) {
-    const loom_kpart *p = &k->parts[pi];
-    for (int32_t s = 0; s < p->n_stages; s++) {
-      const loom_kstage *st = &p->stages[s];
-      if (st->kind != LOOM_KSTAGE_ROW) continue;
-      stamp++;
-      int32_t sp = 0;
-      for (int32_t o = 0; o < st->n_out; o++) {
-        const loom_kout *out = &st->out[o];
-        if (out->dst == LOOM_KDST_STORE && strided(p, &out->map)) walked[out->target] = true;
-        if (seen[out->expr] != stamp) seen[out->expr] = stamp, stack[sp++] = out->expr;
-      }
-      while (sp > 0) { /* the loads this stage's outputs read */
-        const loom_kexpr *e = &k->exprs[stack[--sp]];
-        if (e->kind == LOOM_KX_LOAD && strided(p, &e->map)) walked[e->arg] = true;
-        for (int32_t a = 0; a < e->n_a; a++)
-          if (seen[e->a[a]] != stamp) seen[e->a[a]] = stamp, stack[sp++] = e->a[a];
-      }
-    }
-  }
-  free(seen);
-}
-
 static void fill_info(const loom_graph *g, const loom_kernel *k, loom_group_info *info) {
   memset(info, 0, sizeof *info);
-  bool *walked = calloc((size_t)(k->n_args > 0 ? k->n_args : 1), sizeof(bool));
-  if (walked) mark_strided(k, walked);
-  for (int32_t i = 0; i < k->n_args; i++) {
-    const loom_karg *a = &k->args[i];
-    if (a->temp) continue;
-    int64_t bytes = a->numel * (int64_t)loom_dtype_size(a->dtype);
-    if (a->is_output)
-      info->bytes_written += bytes;
-    else
-      info->bytes_read += bytes;
-    if (walked && walked[i]) info->strided_bytes += bytes;
-  }
-  free(walked);
   size_t ne = (size_t)(k->n_exprs > 0 ? k->n_exprs : 1);
   int32_t *mark = calloc(ne * 2, sizeof(int32_t)), stamp = 0;
+  bool *walked = calloc((size_t)(k->n_args > 0 ? k->n_args : 1), sizeof(bool));
   int64_t best = -1;
   info->n_parts = k->n_parts;
   for (int32_t pi = 0; pi < k->n_parts; pi++) {
@@ -250,12 +215,23 @@ static void fill_info(const loom_graph *g, const loom_kernel *k, loom_group_info
         info->n_row_reduce += st->out[o].dst == LOOM_KDST_ROW_REDUCE;
         info->n_col_reduce += st->out[o].dst == LOOM_KDST_COL_REDUCE;
       }
-      if (mark)
-        info->elem_ops += stage_ops(k, st, mark, ++stamp, mark + ne) * rows *
+      if (mark && walked)
+        info->elem_ops += stage_ops(k, p, st, mark, ++stamp, mark + ne, walked) * rows *
                           (st->kind == LOOM_KSTAGE_ROW ? len : 1);
     }
   }
+  for (int32_t i = 0; i < k->n_args; i++) {
+    const loom_karg *a = &k->args[i];
+    if (a->temp) continue;
+    int64_t bytes = a->numel * (int64_t)loom_dtype_size(a->dtype);
+    if (a->is_output)
+      info->bytes_written += bytes;
+    else
+      info->bytes_read += bytes;
+    if (walked && walked[i]) info->strided_bytes += bytes;
+  }
   free(mark);
+  free(walked);
   int64_t need = graph_ops(g, k);
   info->recompute_ops = info->elem_ops > need ? info->elem_ops - need : 0;
 }

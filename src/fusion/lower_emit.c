@@ -438,9 +438,7 @@ loom_status loom_lower_build_part(lw *w, kbuild *b, lpart *P, const lroot *roots
         if (row && (w->red[m] == RED_ROW || w->red[m] == RED_ROWCOL) && P->level[lin] == lvl) {
           int32_t e = emit(w, b, P, lin);
           TRYE(e);
-          loom_op comb = nd->op == LOOM_OP_REDUCE_SUM   ? LOOM_OP_ADD
-                         : nd->op == LOOM_OP_REDUCE_MAX ? LOOM_OP_MAXIMUM
-                                                        : LOOM_OP_MINIMUM;
+          loom_op comb = loom_reduce_combine(nd->op);
           int32_t r = n_reg++;
           if (!push_out(w, &so, (loom_kout){.dst = LOOM_KDST_ROW_REDUCE, .expr = e, .target = r,
                                             .combine = comb}))
@@ -495,9 +493,7 @@ loom_status loom_lower_build_part(lw *w, kbuild *b, lpart *P, const lroot *roots
         int32_t a = kb_arg(w, b, x->v, x->mat ? 1 : 2);
         TRYE(e);
         TRYE(a);
-        loom_op comb = nd->op == LOOM_OP_REDUCE_SUM   ? LOOM_OP_ADD
-                       : nd->op == LOOM_OP_REDUCE_MAX ? LOOM_OP_MAXIMUM
-                                                      : LOOM_OP_MINIMUM;
+        loom_op comb = loom_reduce_combine(nd->op);
         if (!push_out(w, &so, (loom_kout){.dst = LOOM_KDST_COL_REDUCE, .expr = e, .target = a,
                                           .map = out_map(w, P, rt->l), .combine = comb}))
           goto oom;

@@ -125,6 +125,9 @@ const loom_op_def *loom_op_get(loom_op op);
 /* True for the COMM class: nodes with effects beyond their outputs (a
  * peer waits for them), which passes keep as they are, in order. */
 bool loom_op_is_comm(loom_op op);
+/* The element-wise op a reduction folds its elements with: add for
+ * reduce_sum, maximum for reduce_max, minimum for reduce_min. */
+loom_op loom_reduce_combine(loom_op reduce);
 /* A comm op every member of its group takes part in (not a point-to-point
  * transfer): the runtime's order runs its readers after the ready work
  * that does not read one (fusion/plan_merge.c; lower_run_order.c mirrors it). */

@@ -107,6 +107,12 @@ static loom_status ref_reduce(loom_ctx *ctx, const loom_node *n, const loom_view
   return LOOM_STATUS_OK;
 }
 
+loom_op loom_reduce_combine(loom_op reduce) {
+  return reduce == LOOM_OP_REDUCE_SUM   ? LOOM_OP_ADD
+         : reduce == LOOM_OP_REDUCE_MAX ? LOOM_OP_MAXIMUM
+                                        : LOOM_OP_MINIMUM;
+}
+
 /* Kept dims are SPATIAL (shared with the output); reduced dims are PARTIAL,
  * joined by the reduction itself. */
 static void partition_reduce(const loom_node *n, const loom_type *in, const loom_type *out,
@@ -121,9 +127,7 @@ static void partition_reduce(const loom_node *n, const loom_type *in, const loom
     p->n_in = p->n_out = 0; /* cannot happen after infer; replicate */
     return;
   }
-  loom_op combine = n->op == LOOM_OP_REDUCE_SUM   ? LOOM_OP_ADD
-                    : n->op == LOOM_OP_REDUCE_MAX ? LOOM_OP_MAXIMUM
-                                                  : LOOM_OP_MINIMUM;
+  loom_op combine = loom_reduce_combine(n->op);
   bool keep = LOOM_ATTR_I(n, reduce_sum, keepdims) != 0;
   int32_t od = 0;
   for (int32_t d = 0; d < in[0].rank; d++) {

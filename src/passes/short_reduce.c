@@ -46,9 +46,7 @@ static int32_t short_axis(const loom_graph *g, const loom_node *n) {
 static int32_t unroll(loom_graph *dst, const loom_graph *g, const loom_node *n, int32_t x,
                       int32_t a) {
   const loom_type *t = loom_value_type(g, n->in[0]);
-  loom_op combine = n->op == LOOM_OP_REDUCE_SUM   ? LOOM_OP_ADD
-                    : n->op == LOOM_OP_REDUCE_MAX ? LOOM_OP_MAXIMUM
-                                                  : LOOM_OP_MINIMUM;
+  loom_op combine = loom_reduce_combine(n->op);
   int64_t starts[LOOM_MAX_RANK] = {0}, ends[LOOM_MAX_RANK];
   memcpy(ends, t->shape, sizeof(int64_t) * (size_t)t->rank);
   int32_t acc = -1;
