@@ -44,7 +44,7 @@ if [[ $out == *"opencl   unavailable"* ]] || ! "$LOOM" devices | grep -q "^  ope
   echo "cli_gpu: opencl checks skipped: $("$LOOM" devices | grep '^  opencl')"
 else
   run compile "$DATA/mlp.loom" --backend opencl --emit c
-  expect "compile --backend opencl --emit c" 0 "*get_local_id(0)*barrier(*__kernel*__local float lm_red*lm_g*" "*kernels*"
+  expect "compile --backend opencl --emit c" 0 "*get_local_id(0)*barrier(*__kernel*__local float *restrict lm_red*lm_g*" "*kernels*"
   run run "$DATA/mlp.loom" "${inputs[@]}" --out "$tmp/ocl" --backend opencl
   expect "run --backend opencl" 0 "*logits: f32[2, 3]*-5.5, 6.25, 0.75*positive: bool[2, 3]*total: f32[]*-0.125*"
   for name in logits positive total; do

@@ -71,6 +71,24 @@ static int64_t phase_slots(const loom_kernel *k, int32_t pi, int32_t pj, gpu_slo
   return base;
 }
 
+/* Bytes of the group-shared buffers of the phase of parts [pi, pj):
+ * lm_red, lm_col and lm_scr, each as large as its largest part needs. */
+static void phase_shared(const loom_kernel *k, int32_t pi, int32_t pj, int64_t bytes[3]) {
+  int32_t max_rr = 0, max_cr = 0;
+  int64_t max_scr = 0;
+  for (int32_t q = pi; q < pj; q++) {
+    gpu_part gp;
+    gpu_part_info(&k->parts[q], &gp);
+    max_rr = LOOM_MAX(max_rr, gp.max_rr);
+    max_cr = LOOM_MAX(max_cr, gp.max_cr);
+    if (!gp.global_scratch)
+      max_scr = LOOM_MAX(max_scr, k->parts[q].n_scratch * loom_kpart_scratch_stride(&k->parts[q]));
+  }
+  bytes[0] = (int64_t)max_rr * L * (int64_t)sizeof(float);
+  bytes[1] = (int64_t)max_cr * L * (int64_t)sizeof(double);
+  bytes[2] = max_scr * (int64_t)sizeof(float);
+}
+
 /* The end of the phase that starts at part pi. */
 static int32_t phase_end(const loom_kernel *k, int32_t pi) {
   int32_t pj = pi;
@@ -101,6 +119,7 @@ loom_status loom_gpu_launches(loom_ctx *ctx, const loom_kernel *k, loom_gpu_laun
     scratch = LOOM_MAX(scratch, scr * 4);
     if (groups > 0) {
       snprintf(l[m].fn, sizeof l[m].fn, "%s_h%d", k->name, k->parts[pi].phase);
+      phase_shared(k, pi, pj, l[m].shared_bytes);
       l[m++].groups = groups;
     }
     for (int32_t q = pi; q < pj; q++) {
@@ -492,29 +511,26 @@ static loom_status put_part(loom_ctx *ctx, cg_buf *b, const gpu_dialect *d, cg_p
 /* NAME_h<phase>: one launch for every part of a phase (a horizontally
  * fused kernel's parts run side by side): each group finds its part by
  * its index and runs that part's function over the part's own groups.
- * Shared memory is declared here, as large as the largest part needs
- * (OpenCL allows it only at a launched function's scope). */
+ * Shared memory is declared here (OpenCL allows it only at a launched
+ * function's scope) or, where the dialect says so, passed in. */
 static void put_phase(cg_buf *b, const gpu_dialect *d, const loom_kernel *k, int32_t pi,
                       int32_t pj, const gpu_slot *slot) {
-  int32_t max_rr = 0, max_cr = 0;
-  int64_t max_scr = 0;
-  for (int32_t q = pi; q < pj; q++) {
-    gpu_part gp;
-    gpu_part_info(&k->parts[q], &gp);
-    max_rr = LOOM_MAX(max_rr, gp.max_rr);
-    max_cr = LOOM_MAX(max_cr, gp.max_cr);
-    if (!gp.global_scratch)
-      max_scr = LOOM_MAX(max_scr, k->parts[q].n_scratch * loom_kpart_scratch_stride(&k->parts[q]));
-  }
+  static const char *const names[3] = {"lm_red", "lm_col", "lm_scr"};
+  static const char *const types[3] = {"float", "double", "float"};
+  static const int64_t sizes[3] = {sizeof(float), sizeof(double), sizeof(float)};
+  int64_t bytes[3];
+  phase_shared(k, pi, pj, bytes);
   put(b, "/* %s phase %d: parts %d..%d in one launch */\n", k->name, k->parts[pi].phase, pi,
       pj - 1);
   put(b, "%s %s_h%d", d->kernel, k->name, k->parts[pi].phase);
   put_params(b, d, k);
+  for (int32_t i = 0; i < 3 && d->shared_as_args; i++)
+    if (bytes[i]) put(b, ",\n    %s%s *%s %s", d->shared_ptr, types[i], d->restrict_kw, names[i]);
   put(b, ") {\n");
   b->indent = 1;
-  if (max_rr) line(b, "%sfloat lm_red[%d * %d];", d->shared, max_rr, L);
-  if (max_cr) line(b, "%sdouble lm_col[%d * %d];", d->shared, max_cr, L);
-  if (max_scr) line(b, "%sfloat lm_scr[%lld];", d->shared, (long long)max_scr);
+  for (int32_t i = 0; i < 3 && !d->shared_as_args; i++)
+    if (bytes[i])
+      line(b, "%s%s %s[%lld];", d->shared, types[i], names[i], (long long)(bytes[i] / sizes[i]));
   line(b, "const int64_t lm_g = %s;", d->gid);
   const char *kw = "if";
   for (int32_t q = pi; q < pj; q++) {

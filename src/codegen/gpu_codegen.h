@@ -12,8 +12,8 @@
  *   in order, the threads of the group sharing each row;
  * - the parts of one phase are one launch, NAME_h<phase>: its groups are
  *   cut into a slot per part, and each calls its slot's part with its
- *   index within the slot (group-shared memory is declared there, as large
- *   as the largest part needs);
+ *   index within the slot (its group-shared memory, as large as the largest
+ *   part needs, is declared there or, in OpenCL, passed in by the host);
  * - a ROW stage gives thread t the elements r = t, t + L, t + 2L, ...
  *   (L = LOOM_GPU_LOCAL: neighbouring threads touch neighbouring
  *   elements, so loads and stores coalesce); a SCALAR stage runs on every
@@ -60,10 +60,14 @@ loom_status loom_codegen_gpu(loom_ctx *ctx, loom_gpu_dialect d, const loom_kerne
                              int32_t n, char **source);
 
 /* One launch of a generated function: fn over `groups` groups of
- * LOOM_GPU_LOCAL threads. */
+ * LOOM_GPU_LOCAL threads. shared_bytes: the group-shared buffers of a
+ * phase launch (lm_red, lm_col, lm_scr; 0 where absent). CUDA declares
+ * them in the function; OpenCL takes each present one as a trailing
+ * __local argument the host sets to that size (gpu_internal.h says why). */
 typedef struct loom_gpu_launch {
   char fn[64];
   int64_t groups;
+  int64_t shared_bytes[3];
 } loom_gpu_launch;
 
 /* The launches that run kernel k, in order (*out malloc'ed; *n may be 0),

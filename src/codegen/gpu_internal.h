@@ -26,6 +26,11 @@ typedef struct gpu_dialect {
   const char *gid;         /* this group's index (int64_t) */
   const char *ngroups;     /* groups in the launch (int64_t) */
   const char *barrier;     /* every thread of the group, global and shared memory */
+  /* A phase launch's shared memory comes as trailing arguments the host
+   * sizes (loom_gpu_launch.shared_bytes), not as declarations: PoCL's
+   * CPU device lets work-groups that run at once on different threads
+   * share a kernel-scope __local array handed to a helper function. */
+  bool shared_as_args;
 } gpu_dialect;
 
 const gpu_dialect *loom_gpu_dialect_get(loom_gpu_dialect d);

@@ -420,7 +420,10 @@ loom_status loom_ocl_run(loom_ctx *ctx, loom_ocl_module *m, const loom_kernel *k
     cl_uint idx = 0;
     for (int32_t a = 0; a < k->n_args && e == CL_SUCCESS; a++)
       if (!k->args[a].temp) e = api->clSetKernelArg(fn, idx++, sizeof(cl_mem), &mem[a]);
-    if (e == CL_SUCCESS) e = api->clSetKernelArg(fn, idx, sizeof(cl_mem), &m->workspace);
+    if (e == CL_SUCCESS) e = api->clSetKernelArg(fn, idx++, sizeof(cl_mem), &m->workspace);
+    for (int32_t i = 0; i < 3 && e == CL_SUCCESS; i++) /* the group's __local buffers */
+      if (launches[l].shared_bytes[i] > 0)
+        e = api->clSetKernelArg(fn, idx++, (size_t)launches[l].shared_bytes[i], NULL);
     size_t local = LOOM_GPU_LOCAL, global = (size_t)launches[l].groups * LOOM_GPU_LOCAL;
     if (e == CL_SUCCESS)
       e = api->clEnqueueNDRangeKernel(cl->queue, fn, 1, NULL, &global, &local, 0, NULL, NULL);
