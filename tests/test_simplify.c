@@ -1,5 +1,5 @@
-/* simplify: dead code goes, identical nodes merge, x * 1 is x, results do
- * not change. */
+/* simplify: dead code goes, identical nodes merge, x * 1 is x, element-wise
+ * ops over constants fold, results do not change. */
 #include "common.h"
 
 #include "ir/build.h"
@@ -112,6 +112,47 @@ static void test_identity(loom_ctx *ctx) {
   loom_graph_free(g);
 }
 
+/* Element-wise ops over constants (broadcast or not) fold into one
+ * constant of their shape, bit for bit what the reference computes in
+ * f32; a division by zero (inf), an integer op and an output do not. */
+static void test_fold(loom_ctx *ctx) {
+  loom_graph *g = NULL;
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  int32_t x;
+  CHECK_OK(ctx, loom_graph_input(g, "x", LOOM_DTYPE_F32, 2, (int64_t[]){3, 4}, &x));
+  int32_t third = lb_broadcast_like(g, lb_scalar(g, LOOM_DTYPE_F32, 1.0 / 3.0), x);
+  int32_t a = lb_mul(g, lb_neg(g, third), lb_scalar(g, LOOM_DTYPE_F32, 3.0));
+  int32_t b = lb_add(g, lb_scalar(g, LOOM_DTYPE_F32, 0.1), lb_scalar(g, LOOM_DTYPE_F32, 0.2));
+  int32_t c = lb_binary(g, LOOM_OP_MAXIMUM, lb_sub(g, b, lb_scalar(g, LOOM_DTYPE_F32, 0.7)),
+                        lb_scalar(g, LOOM_DTYPE_F32, -0.5));
+  int32_t inf = lb_div(g, lb_scalar(g, LOOM_DTYPE_F32, 1.0), lb_scalar(g, LOOM_DTYPE_F32, 0.0));
+  int32_t i = lb_add(g, lb_scalar(g, LOOM_DTYPE_I32, 2.0), lb_scalar(g, LOOM_DTYPE_I32, 3.0));
+  int32_t y = lb_add(g, lb_mul(g, x, a), lb_add(g, b, c));
+  y = lb_add(g, y, lb_binary(g, LOOM_OP_MINIMUM, inf, lb_cast(g, i, LOOM_DTYPE_F32)));
+  loom_graph *s = simplified(ctx, g, "y", y);
+  if (s) {
+    CHECK(count_op(s, LOOM_OP_NEG) == 0 && count_op(s, LOOM_OP_MAXIMUM) == 0);
+    CHECK(count_op(s, LOOM_OP_SUB) == 0);
+    CHECK(count_op(s, LOOM_OP_DIV) == 1);      /* 1 / 0 stays */
+    CHECK(count_op(s, LOOM_OP_MINIMUM) == 1);  /* its input is not folded */
+    CHECK(count_op(s, LOOM_OP_MUL) == 1);      /* x * a */
+    CHECK(count_op(s, LOOM_OP_ADD) == 3);      /* i32 2 + 3 and the two that read x */
+    float r[12] = {0}, t[12] = {0};
+    run(ctx, g, r, 12);
+    run(ctx, s, t, 12);
+    for (int k = 0; k < 12; k++) CHECK(r[k] == t[k] && r[k] > 3); /* 5 - 0.1 - x */
+  }
+  loom_graph_free(s);
+  loom_graph_free(g);
+  /* an output that is a sum of constants keeps its node */
+  CHECK_OK(ctx, loom_graph_new(ctx, &g));
+  s = simplified(ctx, g, "z",
+                 lb_add(g, lb_scalar(g, LOOM_DTYPE_F32, 1.0), lb_scalar(g, LOOM_DTYPE_F32, 2.0)));
+  CHECK(s && count_op(s, LOOM_OP_ADD) == 1);
+  loom_graph_free(s);
+  loom_graph_free(g);
+}
+
 int main(void) {
   loom_ctx *ctx = NULL;
   if (loom_ctx_new(&ctx)) return 1;
@@ -150,6 +191,7 @@ int main(void) {
   loom_graph_free(g);
   test_copy_mark(ctx);
   test_identity(ctx);
+  test_fold(ctx);
   loom_ctx_free(ctx);
   return loom_test_finish("test_simplify");
 }

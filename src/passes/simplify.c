@@ -21,11 +21,20 @@
  * dividing by it) is exact in IEEE arithmetic, NaN and -0 included, so
  * such a product is replaced by its other operand when that already has
  * the product's type.
+ *
+ * The same seeds leave element-wise ops over constants (the negated
+ * 1 / N of a label-smoothed loss's gradient, broadcast over the rows):
+ * folded into one constant of the op's shape where the fold is exact
+ * (f32 or f64 arithmetic that double evaluation rounds the same way:
+ * neg, abs, add, sub, mul, div, maximum, minimum, over finite values), so
+ * no kernel is planned, and no cost weighed, for what the compiler knows.
  */
 #include "passes/simplify.h"
 
+#include "ir/build.h"
 #include "ops/op.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,17 +74,60 @@ static bool *live_nodes(const loom_graph *g) {
   return live;
 }
 
-/* True if value v of g holds `c` everywhere: a constant, or a reshape or
- * broadcast of one. */
-static bool uniform_value(const loom_graph *g, int32_t v, double c) {
+/* True if value v of g holds one value everywhere (a constant, or a
+ * reshape or broadcast of one); sets *c to it. */
+static bool uniform_const(const loom_graph *g, int32_t v, double *c) {
   for (;;) {
     int32_t k = g->values[v].node;
     if (k < 0) return false;
     const loom_node *n = &g->nodes[k];
-    if (n->op == LOOM_OP_CONSTANT) return LOOM_ATTR_F(n, constant, value) == c;
+    if (n->op == LOOM_OP_CONSTANT) {
+      *c = LOOM_ATTR_F(n, constant, value);
+      return true;
+    }
     if (n->op != LOOM_OP_RESHAPE && n->op != LOOM_OP_BROADCAST_TO) return false;
     v = n->in[0];
   }
+}
+
+static bool uniform_value(const loom_graph *g, int32_t v, double c) {
+  double u;
+  return uniform_const(g, v, &u) && u == c;
+}
+
+/* True if g's value v is a graph output (it keeps a node of its own). */
+static bool is_output(const loom_graph *g, int32_t v) {
+  for (int32_t o = 0; o < g->n_outputs; o++)
+    if (g->outputs[o] == v) return true;
+  return false;
+}
+
+/* The constant of dst that node n (inputs `in`, mapped) folds into, or -1
+ * (see the top of the file for which folds are exact). */
+static int32_t folded_constant(loom_graph *dst, const loom_graph *g, const loom_node *n,
+                               const int32_t *in) {
+  const loom_type *t = &g->values[n->out[0]].type;
+  if (n->copy || is_output(g, n->out[0]) || n->n_in < 1 || n->n_in > 2) return -1;
+  if (t->dtype != LOOM_DTYPE_F32 && t->dtype != LOOM_DTYPE_F64) return -1;
+  double a = 0, b = 0, r;
+  for (int32_t i = 0; i < n->n_in; i++)
+    if (dst->values[in[i]].type.dtype != t->dtype || !uniform_const(dst, in[i], i ? &b : &a))
+      return -1;
+  if (t->dtype == LOOM_DTYPE_F32) a = (float)a, b = (float)b; /* the constants' values */
+  switch (n->op) {
+  case LOOM_OP_NEG: r = -a; break;
+  case LOOM_OP_ABS: r = fabs(a); break;
+  case LOOM_OP_ADD: r = a + b; break;
+  case LOOM_OP_SUB: r = a - b; break;
+  case LOOM_OP_MUL: r = a * b; break;
+  case LOOM_OP_DIV: r = a / b; break;
+  case LOOM_OP_MAXIMUM: r = a > b ? a : b; break;
+  case LOOM_OP_MINIMUM: r = a < b ? a : b; break;
+  default: return -1;
+  }
+  if (t->dtype == LOOM_DTYPE_F32) r = (float)r;
+  if (!isfinite(a) || !isfinite(b) || !isfinite(r)) return -1;
+  return lb_const(dst, t->dtype, t->rank, t->shape, r);
 }
 
 /* The value of dst that node n (inputs `in`, mapped) equals by x * 1 = x
@@ -84,8 +136,7 @@ static bool uniform_value(const loom_graph *g, int32_t v, double c) {
 static int32_t identity_operand(const loom_graph *dst, const loom_graph *g, const loom_node *n,
                                 const int32_t *in) {
   if ((n->op != LOOM_OP_MUL && n->op != LOOM_OP_DIV) || n->n_in != 2 || n->copy) return -1;
-  for (int32_t o = 0; o < g->n_outputs; o++)
-    if (g->outputs[o] == n->out[0]) return -1;
+  if (is_output(g, n->out[0])) return -1;
   const loom_type *t = &g->values[n->out[0]].type;
   for (int32_t i = n->op == LOOM_OP_DIV ? 1 : 0; i < 2; i++) {
     int32_t x = in[1 - i];
@@ -121,6 +172,8 @@ loom_status loom_graph_simplify(const loom_graph *g, loom_graph **out) {
     }
     for (int32_t i = 0; i < n->n_in; i++) in[i] = map[n->in[i]];
     int32_t same = identity_operand(dst, g, n, in);
+    if (same < 0) same = folded_constant(dst, g, n, in);
+    if (same < 0 && (st = loom_build_status(dst))) break;
     if (same >= 0) {
       map[n->out[0]] = same, replaced++;
       continue;
@@ -152,8 +205,9 @@ loom_status loom_graph_simplify(const loom_graph *g, loom_graph **out) {
     *out = dst;
     return LOOM_STATUS_OK;
   }
-  /* the constants an identity read may be dead now: once more (each round
-   * that replaces something has fewer nodes, so this ends) */
+  /* the constants an identity or a fold read may be dead now: once more
+   * (each round that replaces something has fewer non-constant nodes, so
+   * this ends) */
   st = loom_graph_simplify(dst, out);
   loom_graph_free(dst);
   return st;
