@@ -106,14 +106,20 @@ static bool is_output(const loom_graph *g, int32_t v) {
  * (see the top of the file for which folds are exact). */
 static int32_t folded_constant(loom_graph *dst, const loom_graph *g, const loom_node *n,
                                const int32_t *in) {
+  static const loom_op foldable[] = {LOOM_OP_NEG, LOOM_OP_ABS, LOOM_OP_ADD,     LOOM_OP_SUB,
+                                     LOOM_OP_MUL, LOOM_OP_DIV, LOOM_OP_MAXIMUM, LOOM_OP_MINIMUM};
+  bool listed = false;
+  for (int32_t i = 0; i < LOOM_ARRAY_LEN(foldable) && !listed; i++) listed = n->op == foldable[i];
   const loom_type *t = &g->values[n->out[0]].type;
-  if (n->copy || is_output(g, n->out[0]) || n->n_in < 1 || n->n_in > 2) return -1;
-  if (t->dtype != LOOM_DTYPE_F32 && t->dtype != LOOM_DTYPE_F64) return -1;
+  if (!listed || n->copy || (t->dtype != LOOM_DTYPE_F32 && t->dtype != LOOM_DTYPE_F64)) return -1;
   double a = 0, b = 0, r;
   for (int32_t i = 0; i < n->n_in; i++)
     if (dst->values[in[i]].type.dtype != t->dtype || !uniform_const(dst, in[i], i ? &b : &a))
       return -1;
+  if (is_output(g, n->out[0])) return -1;
   if (t->dtype == LOOM_DTYPE_F32) a = (float)a, b = (float)b; /* the constants' values */
+  /* max / min of +0 and -0: which zero is the kernels' business */
+  if ((n->op == LOOM_OP_MAXIMUM || n->op == LOOM_OP_MINIMUM) && a == 0 && b == 0) return -1;
   switch (n->op) {
   case LOOM_OP_NEG: r = -a; break;
   case LOOM_OP_ABS: r = fabs(a); break;
