@@ -71,22 +71,29 @@ static int64_t phase_slots(const loom_kernel *k, int32_t pi, int32_t pj, gpu_slo
   return base;
 }
 
-/* Bytes of the group-shared buffers of the phase of parts [pi, pj):
- * lm_red, lm_col and lm_scr, each as large as its largest part needs. */
+/* The group-shared buffers a phase may use, in argument order. */
+static const struct {
+  const char *name, *type;
+  int64_t size; /* bytes per element */
+} shared_bufs[3] = {
+    {"lm_red", "float", sizeof(float)},  /* row-reduction lanes */
+    {"lm_col", "double", sizeof(double)}, /* column-reduction staging */
+    {"lm_scr", "float", sizeof(float)},  /* scratch rows that fit */
+};
+
+/* Bytes of each of shared_bufs for the phase of parts [pi, pj), as large
+ * as its largest part needs (0: unused). */
 static void phase_shared(const loom_kernel *k, int32_t pi, int32_t pj, int64_t bytes[3]) {
-  int32_t max_rr = 0, max_cr = 0;
-  int64_t max_scr = 0;
+  int64_t elems[3] = {0, 0, 0};
   for (int32_t q = pi; q < pj; q++) {
     gpu_part gp;
     gpu_part_info(&k->parts[q], &gp);
-    max_rr = LOOM_MAX(max_rr, gp.max_rr);
-    max_cr = LOOM_MAX(max_cr, gp.max_cr);
+    elems[0] = LOOM_MAX(elems[0], (int64_t)gp.max_rr * L);
+    elems[1] = LOOM_MAX(elems[1], (int64_t)gp.max_cr * L);
     if (!gp.global_scratch)
-      max_scr = LOOM_MAX(max_scr, k->parts[q].n_scratch * loom_kpart_scratch_stride(&k->parts[q]));
+      elems[2] = LOOM_MAX(elems[2], k->parts[q].n_scratch * loom_kpart_scratch_stride(&k->parts[q]));
   }
-  bytes[0] = (int64_t)max_rr * L * (int64_t)sizeof(float);
-  bytes[1] = (int64_t)max_cr * L * (int64_t)sizeof(double);
-  bytes[2] = max_scr * (int64_t)sizeof(float);
+  for (int32_t i = 0; i < 3; i++) bytes[i] = elems[i] * shared_bufs[i].size;
 }
 
 /* The end of the phase that starts at part pi. */
@@ -515,9 +522,6 @@ static loom_status put_part(loom_ctx *ctx, cg_buf *b, const gpu_dialect *d, cg_p
  * function's scope) or, where the dialect says so, passed in. */
 static void put_phase(cg_buf *b, const gpu_dialect *d, const loom_kernel *k, int32_t pi,
                       int32_t pj, const gpu_slot *slot) {
-  static const char *const names[3] = {"lm_red", "lm_col", "lm_scr"};
-  static const char *const types[3] = {"float", "double", "float"};
-  static const int64_t sizes[3] = {sizeof(float), sizeof(double), sizeof(float)};
   int64_t bytes[3];
   phase_shared(k, pi, pj, bytes);
   put(b, "/* %s phase %d: parts %d..%d in one launch */\n", k->name, k->parts[pi].phase, pi,
@@ -525,12 +529,15 @@ static void put_phase(cg_buf *b, const gpu_dialect *d, const loom_kernel *k, int
   put(b, "%s %s_h%d", d->kernel, k->name, k->parts[pi].phase);
   put_params(b, d, k);
   for (int32_t i = 0; i < 3 && d->shared_as_args; i++)
-    if (bytes[i]) put(b, ",\n    %s%s *%s %s", d->shared_ptr, types[i], d->restrict_kw, names[i]);
+    if (bytes[i])
+      put(b, ",\n    %s%s *%s %s", d->shared_ptr, shared_bufs[i].type, d->restrict_kw,
+          shared_bufs[i].name);
   put(b, ") {\n");
   b->indent = 1;
   for (int32_t i = 0; i < 3 && !d->shared_as_args; i++)
     if (bytes[i])
-      line(b, "%s%s %s[%lld];", d->shared, types[i], names[i], (long long)(bytes[i] / sizes[i]));
+      line(b, "%s%s %s[%lld];", d->shared, shared_bufs[i].type, shared_bufs[i].name,
+           (long long)(bytes[i] / shared_bufs[i].size));
   line(b, "const int64_t lm_g = %s;", d->gid);
   const char *kw = "if";
   for (int32_t q = pi; q < pj; q++) {

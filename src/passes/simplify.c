@@ -106,12 +106,11 @@ static bool is_output(const loom_graph *g, int32_t v) {
  * (see the top of the file for which folds are exact). */
 static int32_t folded_constant(loom_graph *dst, const loom_graph *g, const loom_node *n,
                                const int32_t *in) {
-  static const loom_op foldable[] = {LOOM_OP_NEG, LOOM_OP_ABS, LOOM_OP_ADD,     LOOM_OP_SUB,
-                                     LOOM_OP_MUL, LOOM_OP_DIV, LOOM_OP_MAXIMUM, LOOM_OP_MINIMUM};
-  bool listed = false;
-  for (int32_t i = 0; i < LOOM_ARRAY_LEN(foldable) && !listed; i++) listed = n->op == foldable[i];
+  /* (the op itself is judged by the switch below: an operand's walk stops
+   * at the first node that is not a constant, reshape or broadcast) */
   const loom_type *t = &g->values[n->out[0]].type;
-  if (!listed || n->copy || (t->dtype != LOOM_DTYPE_F32 && t->dtype != LOOM_DTYPE_F64)) return -1;
+  if (n->copy || n->n_in < 1 || n->n_in > 2) return -1;
+  if (t->dtype != LOOM_DTYPE_F32 && t->dtype != LOOM_DTYPE_F64) return -1;
   double a = 0, b = 0, r;
   for (int32_t i = 0; i < n->n_in; i++)
     if (dst->values[in[i]].type.dtype != t->dtype || !uniform_const(dst, in[i], i ? &b : &a))
